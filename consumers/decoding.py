@@ -1,0 +1,131 @@
+"""Kafka records -> validated events, or DLQ records saying why not (pure)."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from consumers.models import DlqRecord, DocumentEvent, TranscriptEvent
+from memory.records import MemoryItem
+
+E = TypeVar("E", bound=BaseModel)
+
+
+class RecordLike(Protocol):
+    """What we read of an aiokafka ConsumerRecord."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: Sequence[tuple[str, bytes]]
+
+
+@dataclass(frozen=True, slots=True)
+class Decoded:
+    """A valid event's memory item, with where it came from."""
+
+    item: MemoryItem
+    topic: str
+    partition: int
+    offset: int
+
+
+def _text(data: bytes | None) -> str | None:
+    if data is None:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def headers_of(record: RecordLike) -> dict[str, str]:
+    """Headers as text; undecodable bytes are replaced rather than failing the record."""
+    return {k: (v or b"").decode("utf-8", errors="replace") for k, v in (record.headers or ())}
+
+
+def dead_letter(record: RecordLike, reason: str, code: str, attempts: int = 1) -> DlqRecord:
+    """A DLQ record carrying the original bytes (base64), position and the reason."""
+    raw = record.value or b""
+    key = record.key
+    return DlqRecord(
+        reason=reason,
+        error_code=code,
+        topic=record.topic,
+        partition=record.partition,
+        offset=record.offset,
+        key=(_text(key) if _text(key) is not None else base64.b64encode(key).decode()) if key is not None else None,
+        original_b64=base64.b64encode(raw).decode(),
+        original_text=_text(raw),
+        headers=headers_of(record),
+        attempts=attempts,
+        failed_at=datetime.now(UTC).isoformat(),
+    )
+
+
+def _reason(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors(include_url=False)[:5]:
+        loc = ".".join(str(p) for p in err["loc"]) or "(body)"
+        parts.append(f"{loc}: {err['msg']}")
+    return "; ".join(parts)
+
+
+def parse_event(raw: bytes | None, model: type[E]) -> E:
+    """Validate one record's bytes as ``model``.
+
+    Raises:
+        ValueError: with a readable reason (empty body, invalid UTF-8/JSON, schema errors).
+    """
+    if not raw:
+        raise ValueError("empty message body")
+    if _text(raw) is None:
+        raise ValueError("message body is not valid UTF-8")
+    try:
+        return model.model_validate_json(raw)
+    except ValidationError as exc:
+        raise ValueError(_reason(exc)) from exc
+
+
+def decode_records(
+    records: Sequence[RecordLike],
+    *,
+    kind: str,
+    filter_keys: Collection[str],
+    max_content_bytes: int,
+) -> tuple[list[Decoded], list[DlqRecord]]:
+    """Split a batch into valid items (in order) and dead letters.
+
+    Args:
+        records: one poll's records of one topic kind.
+        kind: ``"document"`` or ``"transcript"``.
+        filter_keys: metadata keys that become TAG values.
+        max_content_bytes: larger content is rejected.
+
+    Returns:
+        ``(decoded, dead)``.
+    """
+    model: type[DocumentEvent] | type[TranscriptEvent] = DocumentEvent if kind == "document" else TranscriptEvent
+    good: list[Decoded] = []
+    dead: list[DlqRecord] = []
+    for rec in records:
+        if rec.value is not None and len(rec.value) > max_content_bytes + 64 * 1024:
+            dead.append(dead_letter(rec, f"message larger than the {max_content_bytes}-byte content limit", "invalid_event"))
+            continue
+        try:
+            event: Any = parse_event(rec.value, model)
+            if event.content is not None and len(event.content.encode("utf-8")) > max_content_bytes:
+                raise ValueError(f"content larger than {max_content_bytes} bytes")
+            item = event.to_item(filter_keys)
+        except ValueError as exc:
+            dead.append(dead_letter(rec, str(exc), "invalid_event"))
+            continue
+        good.append(Decoded(item=item, topic=rec.topic, partition=rec.partition, offset=rec.offset))
+    return good, dead

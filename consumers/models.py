@@ -1,0 +1,220 @@
+"""The wire contract (docs/contract.md) as pydantic models, and their translation to memory items.
+
+Models are strict: ``"version": "3"`` is a type error, not a silent coercion, because a
+client that sends strings where numbers belong has a bug the DLQ should show.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+
+from memory.records import MemoryItem
+
+MAX_VERSION = 2**63 - 1
+NonEmpty = Annotated[str, StringConstraints(min_length=1, max_length=1024)]
+MetaValue = Annotated[str, StringConstraints(max_length=4096)] | int | float | bool
+
+
+class _Event(BaseModel):
+    model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
+
+
+def _check_metadata(meta: dict[str, Any]) -> dict[str, Any]:
+    if len(meta) > 64:
+        raise ValueError("metadata has more than 64 keys")
+    for key in meta:
+        if not key or len(key) > 128:
+            raise ValueError(f"metadata key {key!r} must be 1..128 characters")
+    return meta
+
+
+def _epoch(ts: datetime | None) -> float:
+    if ts is None:
+        return datetime.now(UTC).timestamp()
+    if ts.tzinfo is None:
+        ts = ts.replace(tzinfo=UTC)
+    return ts.timestamp()
+
+
+def _tags(metadata: dict[str, Any], filter_keys: Collection[str]) -> dict[str, str]:
+    """Filterable metadata values become TAG values (booleans as true/false)."""
+    tags: dict[str, str] = {}
+    for key, value in metadata.items():
+        if key in filter_keys and key not in {"kind", "doc_id", "source"}:
+            tags[key] = str(value).lower() if isinstance(value, bool) else str(value)
+    return tags
+
+
+class DocumentEvent(_Event):
+    """A change to a document; Kafka key = doc_id."""
+
+    event_id: NonEmpty
+    op: Literal["upsert", "delete"]
+    doc_id: NonEmpty
+    version: int = Field(ge=0, le=MAX_VERSION)
+    source: Annotated[str, StringConstraints(max_length=1024)] | None = None
+    content: str | None = None
+    metadata: dict[str, MetaValue] = Field(default_factory=dict)
+    timestamp: datetime | None = None
+
+    _check = field_validator("metadata")(_check_metadata)
+
+    @field_validator("content")
+    @classmethod
+    def _content_not_blank(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            raise ValueError("content is empty")
+        return value
+
+    def to_item(self, filter_keys: Collection[str]) -> MemoryItem:
+        """The memory item this event asks for.
+
+        Raises:
+            ValueError: an upsert without content.
+        """
+        if self.op == "upsert" and self.content is None:
+            raise ValueError("an upsert needs content")
+        return MemoryItem(
+            op=self.op,
+            doc_id=self.doc_id,
+            version=self.version,
+            kind="document",
+            content=self.content or "",
+            source=self.source or self.doc_id,
+            tags=_tags(self.metadata, filter_keys),
+            metadata=dict(self.metadata),
+            timestamp=_epoch(self.timestamp),
+        )
+
+
+class TranscriptEvent(_Event):
+    """One turn of an agent session; Kafka key = ``agent_id/session_id``; idempotent per turn."""
+
+    event_id: NonEmpty
+    agent_id: Annotated[str, StringConstraints(min_length=1, max_length=256)]
+    session_id: Annotated[str, StringConstraints(min_length=1, max_length=256)]
+    turn: int = Field(ge=0, le=MAX_VERSION)
+    role: Annotated[str, StringConstraints(min_length=1, max_length=64)] = "assistant"
+    content: str
+    timestamp: datetime | None = None
+    metadata: dict[str, MetaValue] = Field(default_factory=dict)
+
+    _check = field_validator("metadata")(_check_metadata)
+
+    @field_validator("content")
+    @classmethod
+    def _content_not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("content is empty")
+        return value
+
+    @property
+    def doc_id(self) -> str:
+        """The stable id of this turn's chunks."""
+        return f"transcript:{self.agent_id}/{self.session_id}/{self.turn}"
+
+    def to_item(self, filter_keys: Collection[str]) -> MemoryItem:
+        """The memory item for this turn (unversioned: a redelivery overwrites identically)."""
+        tags = _tags(self.metadata, filter_keys)
+        tags.update(agent_id=self.agent_id, session_id=self.session_id)
+        return MemoryItem(
+            op="upsert",
+            doc_id=self.doc_id,
+            version=None,
+            kind="transcript",
+            content=self.content,
+            source=f"{self.agent_id}/{self.session_id}",
+            tags=tags,
+            metadata={**self.metadata, "role": self.role, "turn": self.turn,
+                      "agent_id": self.agent_id, "session_id": self.session_id},
+            timestamp=_epoch(self.timestamp),
+        )
+
+
+class HybridParams(BaseModel):
+    """Leg weights and the RRF constant of one query."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    dense_weight: float = Field(1.0, ge=0.0, le=1000.0)
+    sparse_weight: float = Field(1.0, ge=0.0, le=1000.0)
+    rrf_k_constant: int = Field(60, ge=0, le=10_000)
+
+    @field_validator("dense_weight", "sparse_weight", mode="before")
+    @classmethod
+    def _ints_are_floats(cls, value: Any) -> Any:
+        # JSON has one number type: 1 is as good a weight as 1.0 (bools are not).
+        return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+FilterValue = Annotated[str, StringConstraints(min_length=1, max_length=512)] | list[
+    Annotated[str, StringConstraints(min_length=1, max_length=512)]
+]
+
+
+class QueryRequest(BaseModel):
+    """A memory query; reply goes to the ``reply_to`` header's topic."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    query_id: Annotated[str, StringConstraints(min_length=1, max_length=256)]
+    search_text: Annotated[str, StringConstraints(min_length=1)]
+    top_k: int = 5
+    hybrid_params: HybridParams = Field(default_factory=HybridParams)
+    metadata_filter: dict[str, FilterValue] | None = None
+
+
+class ResultItem(BaseModel):
+    """One retrieved chunk."""
+
+    chunk_id: str
+    rrf_score: float
+    text: str
+    source: str
+    doc_id: str
+    kind: str
+    metadata: dict[str, Any]
+    ranks: dict[str, int]
+
+
+class QueryReply(BaseModel):
+    """Results, best first; ``total_retrieved == len(results)``."""
+
+    query_id: str
+    total_retrieved: int
+    results: list[ResultItem]
+    took_ms: float
+
+
+class ErrorBody(BaseModel):
+    """A machine-readable code and a human-readable message."""
+
+    code: str
+    message: str
+
+
+class ErrorReply(BaseModel):
+    """What an asker gets instead of results."""
+
+    query_id: str | None
+    error: ErrorBody
+
+
+class DlqRecord(BaseModel):
+    """A rejected event with everything needed to inspect or replay it."""
+
+    reason: str
+    error_code: str
+    topic: str
+    partition: int
+    offset: int
+    key: str | None
+    original_b64: str
+    original_text: str | None
+    headers: dict[str, str]
+    attempts: int = 1
+    failed_at: str

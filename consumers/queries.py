@@ -1,0 +1,91 @@
+"""Query requests -> search specs, search outcomes -> replies, errors -> error replies."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import structlog
+from pydantic import ValidationError
+
+from consumers.decoding import parse_event
+from consumers.models import ErrorBody, ErrorReply, QueryReply, QueryRequest, ResultItem
+from memory.errors import InvalidRequest, MemdError
+from memory.retrieval import Retriever, SearchOutcome, SearchSpec
+
+log = structlog.get_logger()
+
+
+def guess_query_id(raw: bytes | None) -> str | None:
+    """The query_id of a request that failed validation, when one can be read at all."""
+    try:
+        data: Any = json.loads(raw or b"")
+    except ValueError:
+        return None
+    qid = data.get("query_id") if isinstance(data, dict) else None
+    return qid if isinstance(qid, str) and 0 < len(qid) <= 256 else None
+
+
+def parse_request(raw: bytes | None) -> QueryRequest:
+    """Validate a request body.
+
+    Raises:
+        InvalidRequest: malformed JSON or UTF-8, or a schema error, with the reason.
+    """
+    try:
+        return parse_event(raw, QueryRequest)
+    except (ValueError, ValidationError) as exc:
+        raise InvalidRequest(str(exc)) from exc
+
+
+def to_spec(req: QueryRequest) -> SearchSpec:
+    """The search a request asks for."""
+    hp = req.hybrid_params
+    return SearchSpec(
+        text=req.search_text,
+        top_k=req.top_k,
+        dense_weight=hp.dense_weight,
+        sparse_weight=hp.sparse_weight,
+        rrf_k=hp.rrf_k_constant,
+        metadata_filter=req.metadata_filter,
+    )
+
+
+def to_reply(req: QueryRequest, outcome: SearchOutcome) -> QueryReply:
+    """The reply for a finished search."""
+    results = [
+        ResultItem(
+            chunk_id=h.chunk.chunk_id,
+            rrf_score=h.score,
+            text=h.chunk.text,
+            source=h.chunk.source,
+            doc_id=h.chunk.doc_id,
+            kind=h.chunk.kind,
+            metadata=h.chunk.metadata,
+            ranks=h.ranks,
+        )
+        for h in outcome.hits
+    ]
+    return QueryReply(
+        query_id=req.query_id, total_retrieved=len(results), results=results, took_ms=round(outcome.took_ms, 3)
+    )
+
+
+async def answer(raw: bytes | None, retriever: Retriever) -> QueryReply | ErrorReply:
+    """Answer one raw request: results, or an error reply that says why. Never raises.
+
+    This is the one place where errors become replies: an asker always hears back.
+    """
+    query_id = None
+    try:
+        req = parse_request(raw)
+        query_id = req.query_id
+        return to_reply(req, await retriever.search(to_spec(req)))
+    except MemdError as exc:
+        qid = query_id or guess_query_id(raw)
+        log.info("query.request_failed", query_id=qid, code=exc.code, error=str(exc))
+        return ErrorReply(query_id=qid, error=ErrorBody(code=exc.code, message=str(exc)))
+    except Exception as exc:  # a bug must still answer the asker, and be logged loudly
+        qid = query_id or guess_query_id(raw)
+        log.exception("query.request_crashed", query_id=qid)
+        return ErrorReply(query_id=qid, error=ErrorBody(code="internal", message=f"internal error: {type(exc).__name__}"))

@@ -1,0 +1,148 @@
+"""FastStream subscribers: they translate records and call into memory/, nothing more."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Collection, Sequence
+from typing import Any
+
+import structlog
+from aiokafka import ConsumerRecord
+from aiokafka.abc import ConsumerRebalanceListener
+from faststream import AckPolicy
+from faststream.kafka import KafkaRouter
+from faststream.kafka.annotations import KafkaBroker, KafkaMessage
+
+from consumers.config import ConsumerConfig, Topics
+from consumers.decoding import Decoded, dead_letter, decode_records
+from consumers.models import DlqRecord
+from consumers.queries import answer
+from memory.ingest import Ingestor
+from memory.retrieval import Retriever
+
+log = structlog.get_logger()
+
+
+def _safe_headers(record: ConsumerRecord[Any, Any]) -> ConsumerRecord[Any, Any]:
+    # FastStream decodes header values as strict UTF-8; a garbage header must not kill
+    # the whole poll, so values are made valid UTF-8 first.
+    headers = [(k, (v or b"").decode("utf-8", errors="replace").encode()) for k, v in (record.headers or ())]
+    return dataclasses.replace(record, headers=headers)
+
+
+async def _parser_one(msg: ConsumerRecord[Any, Any], original: Callable[..., Any]) -> Any:
+    return await original(_safe_headers(msg))
+
+
+async def _parser_batch(msgs: tuple[ConsumerRecord[Any, Any], ...], original: Callable[..., Any]) -> Any:
+    return await original(tuple(_safe_headers(m) for m in msgs))
+
+
+async def _no_decode(msg: Any) -> None:
+    # Handlers read the raw records themselves (they need offsets and original bytes).
+    return None
+
+
+class AssignmentWatcher(ConsumerRebalanceListener):  # type: ignore[misc]
+    """Notes which topics have partitions assigned, so the daemon can say it is ready."""
+
+    def __init__(self, name: str, on_assigned: Callable[[str, int], None]) -> None:
+        self.name = name
+        self._on_assigned = on_assigned
+
+    async def on_partitions_revoked(self, revoked: Collection[Any]) -> None:
+        log.info("consumer.partitions_revoked", subscriber=self.name, partitions=len(revoked))
+
+    async def on_partitions_assigned(self, assigned: Collection[Any]) -> None:
+        log.info("consumer.partitions_assigned", subscriber=self.name, partitions=len(assigned))
+        self._on_assigned(self.name, len(assigned))
+
+
+def build_router(
+    *,
+    ingestor: Ingestor,
+    retriever: Retriever,
+    topics: Topics,
+    cfg: ConsumerConfig,
+    filter_keys: Collection[str],
+    max_content_bytes: int,
+    on_assigned: Callable[[str, int], None],
+) -> KafkaRouter:
+    """The daemon's three subscribers: documents, transcripts (batched) and queries."""
+    router = KafkaRouter()
+    dlq = router.publisher(topics.dlq, title="dlq", description="Rejected events with the reason.")
+
+    async def ingest(records: Sequence[ConsumerRecord[Any, Any]], kind: str) -> None:
+        good, dead = decode_records(records, kind=kind, filter_keys=filter_keys, max_content_bytes=max_content_bytes)
+        for record in dead:
+            await publish_dead(record)
+        report = await ingestor.apply([g.item for g in good])
+        if report.failed:
+            by_doc: dict[str, Decoded] = {g.item.doc_id: g for g in good}
+            raw = {(r.topic, r.partition, r.offset): r for r in records}
+            for item, exc in report.failed:
+                d = by_doc[item.doc_id]
+                await publish_dead(dead_letter(raw[(d.topic, d.partition, d.offset)], str(exc), exc.code))
+
+    async def publish_dead(record: DlqRecord) -> None:
+        log.warning(
+            "ingest.event_dead_lettered",
+            topic=record.topic, partition=record.partition, offset=record.offset, reason=record.reason,
+        )
+        await dlq.publish(record.model_dump(mode="json"), key=(record.key or "").encode() or None)
+
+    ingest_kwargs: dict[str, Any] = {
+        "batch": True,
+        "max_records": cfg.ingest_max_records,
+        "batch_timeout_ms": cfg.ingest_batch_timeout_ms,
+        "fetch_max_wait_ms": cfg.ingest_fetch_max_wait_ms,
+        "auto_offset_reset": "earliest",
+        # Commit after the handler returns; on an error, seek back so nothing is skipped.
+        "ack_policy": AckPolicy.NACK_ON_ERROR,
+        "parser": _parser_batch,
+        "decoder": _no_decode,
+    }
+
+    # One consumer group per subscriber (<group_id>.<role>): each joins once instead of
+    # every subscriber's join rebalancing the others, and lag is readable per role.
+    @router.subscriber(
+        topics.documents,
+        group_id=f"{cfg.group_id}.documents",
+        listener=AssignmentWatcher("documents", on_assigned),
+        **ingest_kwargs,
+    )
+    async def on_documents(body: Any, message: KafkaMessage) -> None:
+        """Document change events (upsert/delete, versioned)."""
+        await ingest(message.raw_message, "document")
+
+    @router.subscriber(
+        topics.transcripts,
+        group_id=f"{cfg.group_id}.transcripts",
+        listener=AssignmentWatcher("transcripts", on_assigned),
+        **ingest_kwargs,
+    )
+    async def on_transcripts(body: Any, message: KafkaMessage) -> None:
+        """Agent transcript turns (idempotent per agent, session and turn)."""
+        await ingest(message.raw_message, "transcript")
+
+    @router.subscriber(
+        topics.requests,
+        group_id=f"{cfg.group_id}.requests",
+        max_workers=cfg.query_workers,
+        fetch_max_wait_ms=cfg.query_fetch_max_wait_ms,
+        auto_offset_reset="latest",
+        no_reply=True,
+        parser=_parser_one,
+        decoder=_no_decode,
+        listener=AssignmentWatcher("requests", on_assigned),
+    )
+    async def on_query(body: Any, message: KafkaMessage, broker: KafkaBroker) -> None:
+        """Memory queries; the reply goes to the reply_to header's topic (default: replies)."""
+        reply = await answer(message.raw_message.value, retriever)
+        await broker.publish(
+            reply.model_dump(mode="json"),
+            topic=message.reply_to or topics.replies,
+            correlation_id=message.correlation_id,
+        )
+
+    return router

@@ -1,0 +1,146 @@
+"""Wiring and lifecycle: open clients in dependency order, close them in reverse."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from dataclasses import dataclass, field
+
+import redis.asyncio as aredis
+import structlog
+from faststream.kafka import KafkaBroker
+
+from consumers.routers import build_router
+from daemon.settings import Settings
+from daemon.topics import ensure_topics
+from memory.embedder import SentenceTransformerEmbedder
+from memory.errors import BackendUnavailable
+from memory.index import ChunkIndex
+from memory.ingest import Ingestor
+from memory.retrieval import Retriever
+
+log = structlog.get_logger()
+
+SUBSCRIBERS = ("documents", "transcripts", "requests")
+
+
+def offline_environment() -> None:
+    """Models and tokenizers load from disk only; nothing may download at run time."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+
+@dataclass
+class Daemon:
+    """A running daemon's parts, for shutdown and for tests."""
+
+    settings: Settings
+    redis: aredis.Redis
+    embedder: SentenceTransformerEmbedder
+    index: ChunkIndex
+    ingestor: Ingestor
+    retriever: Retriever
+    broker: KafkaBroker
+    assigned: dict[str, int] = field(default_factory=dict)
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def stop(self) -> None:
+        """Stop consuming (draining in-flight messages), then close clients in reverse order."""
+        log.info("daemon.shutdown_started")
+        self.ingestor.stopping.set()
+        await self.broker.stop()
+        await self.redis.aclose()
+        self.embedder.close()
+        log.info("daemon.shutdown_finished")
+
+
+async def _ensure_index(index: ChunkIndex, timeout_s: float) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        try:
+            await index.ensure()
+            return
+        except BackendUnavailable as exc:
+            if asyncio.get_running_loop().time() > deadline:
+                raise
+            log.warning("daemon.redis_waited", error=str(exc))
+            await asyncio.sleep(0.5)
+
+
+async def _start_broker(broker: KafkaBroker) -> None:
+    # FastStream's broker.start() starts subscribers one after another, and aiokafka's
+    # consumer start waits for its group join (~5 s on tansu): three subscribers would
+    # take 15 s. Starting them together takes one join's time. Same steps otherwise.
+    await broker.connect()
+    await asyncio.gather(*(sub.start() for sub in broker.subscribers))
+    for pub in broker.publishers:
+        await pub.start()
+    broker.running = True
+
+
+async def start_daemon(settings: Settings, *, ready_timeout_s: float = 120.0) -> Daemon:
+    """Start everything and return once every subscriber has joined its group.
+
+    Raises:
+        BackendUnavailable: Redis or Kafka did not come up in time.
+    """
+    offline_environment()
+    redis = aredis.from_url(settings.redis_url, socket_timeout=10, socket_connect_timeout=5, health_check_interval=15)
+    embedder = await SentenceTransformerEmbedder.load(settings.embedding)
+    index = ChunkIndex(client=redis, cfg=settings.index, dims=embedder.dims)
+    await _ensure_index(index, ready_timeout_s)
+    await ensure_topics(
+        settings.kafka_bootstrap,
+        settings.topics.all(),
+        partitions=settings.topic_partitions,
+        replication=settings.topic_replication,
+        timeout_s=ready_timeout_s,
+    )
+    ingestor = Ingestor(index=index, embedder=embedder, chunking=settings.chunking, cfg=settings.ingest)
+    retriever = Retriever(index=index, embedder=embedder, cfg=settings.retrieval)
+    broker = KafkaBroker(
+        settings.kafka_bootstrap,
+        acks="all",
+        graceful_timeout=settings.shutdown_timeout_s,
+        logger=None,
+    )
+    daemon = Daemon(settings, redis, embedder, index, ingestor, retriever, broker)
+
+    def on_assigned(name: str, partitions: int) -> None:
+        daemon.assigned[name] = partitions
+        if all(s in daemon.assigned for s in SUBSCRIBERS) and not daemon.ready.is_set():
+            daemon.ready.set()
+
+    broker.include_router(
+        build_router(
+            ingestor=ingestor,
+            retriever=retriever,
+            topics=settings.topics,
+            cfg=settings.consumer,
+            filter_keys=settings.index.filter_keys,
+            max_content_bytes=settings.ingest.max_content_bytes,
+            on_assigned=on_assigned,
+        )
+    )
+    await _start_broker(broker)
+    try:
+        await asyncio.wait_for(daemon.ready.wait(), timeout=ready_timeout_s)
+    except TimeoutError as exc:
+        await daemon.stop()
+        raise BackendUnavailable(f"consumers not assigned within {ready_timeout_s}s") from exc
+    log.info("daemon.ready", assigned=daemon.assigned, index=settings.index.name, kafka=settings.kafka_bootstrap)
+    print(f"agentmemd ready: consuming {', '.join(settings.topics.all()[:3])}", file=sys.stdout, flush=True)
+    return daemon
+
+
+async def run_until_stopped(settings: Settings, stop: asyncio.Event) -> None:
+    """Run the daemon until ``stop`` is set (by a signal handler)."""
+    daemon = await start_daemon(settings)
+    try:
+        await stop.wait()
+    finally:
+        await daemon.stop()

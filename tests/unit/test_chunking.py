@@ -1,0 +1,64 @@
+"""Token-aware chunking: sizes, overlap, coverage, boundaries and ids."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from memory.chunking import chunk_id, chunk_spans
+
+
+def offsets(text: str) -> list[tuple[int, int]]:
+    """A simple tokenizer: words and punctuation marks."""
+    return [(m.start(), m.end()) for m in re.finditer(r"\w+|[^\w\s]", text)]
+
+
+TEXT = " ".join(f"Sentence number {i} talks about pools and timeouts." for i in range(40))
+
+
+@pytest.mark.parametrize(("max_tokens", "overlap"), [(16, 0), (16, 4), (50, 10), (200, 32), (7, 2)])
+def test_chunks_respect_size_and_cover_the_text(max_tokens: int, overlap: int) -> None:
+    """No chunk exceeds max_tokens; together they cover every token; overlap is as set."""
+    offs = offsets(TEXT)
+    chunks = chunk_spans(TEXT, offs, max_tokens=max_tokens, overlap=overlap)
+    assert all(c.n_tokens <= max_tokens for c in chunks)
+    assert chunks[0].start == offs[0][0]
+    assert chunks[-1].end == offs[-1][1]
+    starts = [c.start for c in chunks]
+    assert starts == sorted(starts) and len(set(starts)) == len(starts)
+    for a, b in zip(chunks, chunks[1:], strict=False):
+        shared = [o for o in offs if a.start <= o[0] and o[1] <= a.end and b.start <= o[0]]
+        assert len(shared) == overlap
+    assert [c.index for c in chunks] == list(range(len(chunks)))
+
+
+def test_chunks_prefer_sentence_boundaries() -> None:
+    """A window ends after a sentence when one falls in its second half."""
+    chunks = chunk_spans(TEXT, offsets(TEXT), max_tokens=20, overlap=0)
+    assert all(c.text.endswith(".") for c in chunks)
+
+
+def test_short_and_empty_texts() -> None:
+    """A short text is one chunk; a text without tokens has none."""
+    (only,) = chunk_spans("hello world", offsets("hello world"), max_tokens=16, overlap=2)
+    assert only.text == "hello world"
+    assert chunk_spans("   ", offsets("   "), max_tokens=16, overlap=2) == []
+
+
+def test_chunking_is_deterministic() -> None:
+    """Same input, same chunks."""
+    a = chunk_spans(TEXT, offsets(TEXT), max_tokens=30, overlap=5)
+    assert a == chunk_spans(TEXT, offsets(TEXT), max_tokens=30, overlap=5)
+
+
+@pytest.mark.parametrize(("max_tokens", "overlap"), [(1, 0), (16, 8), (16, -1)])
+def test_bad_parameters(max_tokens: int, overlap: int) -> None:
+    """Overlap must stay under half a window so chunking always advances."""
+    with pytest.raises(ValueError):
+        chunk_spans(TEXT, offsets(TEXT), max_tokens=max_tokens, overlap=overlap)
+
+
+def test_chunk_ids() -> None:
+    """Chunk ids are the doc id and the position."""
+    assert chunk_id("doc_8832", 4) == "doc_8832_p4"

@@ -1,0 +1,124 @@
+"""Event decoding: valid events become items, everything else a DLQ record with a reason."""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass, field
+
+import pytest
+
+from consumers.decoding import decode_records
+from consumers.queries import guess_query_id, parse_request
+from memory.errors import InvalidRequest
+from memory.filters import BASE_FILTER_KEYS
+
+
+@dataclass
+class Rec:
+    value: bytes | None
+    topic: str = "memory.documents"
+    partition: int = 0
+    offset: int = 7
+    key: bytes | None = b"k"
+    headers: list[tuple[str, bytes]] = field(default_factory=list)
+
+
+def doc(**over: object) -> bytes:
+    base: dict[str, object] = {
+        "event_id": "e1", "op": "upsert", "doc_id": "d1", "version": 3,
+        "content": "hello", "metadata": {"environment": "production", "service": "billing-service"},
+    }
+    base.update(over)
+    return json.dumps({k: v for k, v in base.items() if v is not ...}).encode()
+
+
+def decode(value: bytes | None, kind: str = "document", limit: int = 1024 * 1024):
+    return decode_records([Rec(value)], kind=kind, filter_keys=BASE_FILTER_KEYS, max_content_bytes=limit)
+
+
+def test_valid_document_becomes_an_item() -> None:
+    """A valid upsert keeps its fields and turns filterable metadata into tags."""
+    (good,), dead = decode(doc())
+    assert dead == []
+    item = good.item
+    assert (item.op, item.doc_id, item.version, item.content, item.source) == ("upsert", "d1", 3, "hello", "d1")
+    assert item.tags == {"environment": "production", "service": "billing-service"}
+    assert (good.topic, good.partition, good.offset) == ("memory.documents", 0, 7)
+
+
+def test_valid_transcript_becomes_an_unversioned_item() -> None:
+    """A transcript turn has a stable doc id per (agent, session, turn) and no version."""
+    raw = json.dumps({"event_id": "e", "agent_id": "planner-7", "session_id": "s1", "turn": 12,
+                      "role": "assistant", "content": "checked the pool"}).encode()
+    (good,), dead = decode(raw, kind="transcript")
+    assert dead == []
+    assert good.item.doc_id == "transcript:planner-7/s1/12"
+    assert good.item.version is None
+    assert good.item.tags["agent_id"] == "planner-7" and good.item.kind == "transcript"
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        (None, "empty message body"),
+        (b"", "empty message body"),
+        (b"{not json", "Invalid JSON"),
+        (b"\xff\xfe\x00garbage", "not valid UTF-8"),
+        (b"[1, 2]", "should be an object"),
+        (doc(version="3"), "version"),
+        (doc(version=-1), "version"),
+        (doc(version=2**64), "version"),
+        (doc(op="patch"), "op"),
+        (doc(doc_id=...), "doc_id"),
+        (doc(doc_id=""), "doc_id"),
+        (doc(event_id=...), "event_id"),
+        (doc(content=""), "content is empty"),
+        (doc(content="   "), "content is empty"),
+        (doc(content=...), "an upsert needs content"),
+        (doc(content=5), "content"),
+        (doc(metadata={"a": {"nested": 1}}), "metadata"),
+        (doc(metadata={"a": [1, 2]}), "metadata"),
+        (doc(metadata="x"), "metadata"),
+        (doc(content="x" * 2000), "content larger than 1024 bytes"),
+        (doc(timestamp="yesterday"), "timestamp"),
+    ],
+)
+def test_invalid_documents_are_dead_lettered_with_a_reason(value: bytes | None, reason: str) -> None:
+    """Each bad event yields one DLQ record naming the problem and carrying the original bytes."""
+    good, (dead,) = decode(value, limit=1024)
+    assert good == []
+    assert reason in dead.reason
+    assert base64.b64decode(dead.original_b64) == (value or b"")
+    assert (dead.topic, dead.partition, dead.offset, dead.error_code) == ("memory.documents", 0, 7, "invalid_event")
+
+
+def test_a_bad_record_does_not_stop_the_rest_of_the_batch() -> None:
+    """Valid records around an invalid one are all decoded, in order."""
+    recs = [Rec(doc(doc_id="a")), Rec(b"junk"), Rec(doc(doc_id="b"))]
+    good, dead = decode_records(recs, kind="document", filter_keys=BASE_FILTER_KEYS, max_content_bytes=10_000)
+    assert [g.item.doc_id for g in good] == ["a", "b"] and len(dead) == 1
+
+
+@pytest.mark.parametrize(
+    ("raw", "fragment"),
+    [
+        (b"{", "Invalid JSON"),
+        (b'{"query_id": "q", "search_text": "x", "top_k": "5"}', "top_k"),
+        (b'{"query_id": "q"}', "search_text"),
+        (b'{"query_id": "q", "search_text": "x", "bogus": 1}', "bogus"),
+        (b'{"query_id": "q", "search_text": "x", "metadata_filter": {"service": {"a": 1}}}', "metadata_filter"),
+        (b'{"query_id": "q", "search_text": "x", "hybrid_params": {"dense_weight": -1}}', "dense_weight"),
+    ],
+)
+def test_bad_requests_are_invalid_request(raw: bytes, fragment: str) -> None:
+    """Malformed or schema-invalid requests raise InvalidRequest with the reason."""
+    with pytest.raises(InvalidRequest, match=fragment):
+        parse_request(raw)
+
+
+def test_guess_query_id() -> None:
+    """The query_id of a failed request is echoed when it can be read."""
+    assert guess_query_id(b'{"query_id": "q9", "top_k": "x"}') == "q9"
+    assert guess_query_id(b"{") is None
+    assert guess_query_id(b'{"query_id": 5}') is None

@@ -1,0 +1,52 @@
+"""Metadata filters: validation, AND/OR shape and escaping."""
+
+from __future__ import annotations
+
+import pytest
+
+from memory.errors import InvalidRequest
+from memory.filters import BASE_FILTER_KEYS, build_filter, combine
+
+ALLOWED = set(BASE_FILTER_KEYS)
+
+
+@pytest.mark.parametrize(
+    ("flt", "query"),
+    [
+        (None, "*"),
+        ({}, "*"),
+        ({"service": "billing-service"}, r"@service:{billing\-service}"),
+        (
+            {"service": "billing-service", "environment": "production"},
+            r"@environment:{production} @service:{billing\-service}",
+        ),
+        ({"environment": ["production", "staging"]}, "@environment:{production|staging}"),
+        ({"service": "x} | @kind:{*"}, r"@service:{x\}\ \|\ \@kind\:\{\*}"),
+    ],
+)
+def test_build_filter(flt, query) -> None:
+    """Keys AND together, a list ORs its values, and values are escaped."""
+    assert build_filter(flt, allowed=ALLOWED) == query
+
+
+@pytest.mark.parametrize(
+    ("flt", "message"),
+    [
+        ({"tenant": "a"}, "unknown metadata_filter key"),
+        ({"service": []}, "empty list"),
+        ({"service": ""}, "1..512"),
+        ({"service": 3}, "must be strings"),
+        ({"service": ["a", 3]}, "must be strings"),
+        ({"service": "x" * 600}, "1..512"),
+    ],
+)
+def test_build_filter_rejects_bad_filters(flt, message) -> None:
+    """Unknown keys and bad values are errors, never silently ignored."""
+    with pytest.raises(InvalidRequest, match=message):
+        build_filter(flt, allowed=ALLOWED)
+
+
+def test_combine_keeps_clauses_grouped() -> None:
+    """The text clause and the filter are separate groups, ANDed."""
+    assert combine("@text:(a|b)", "*") == "@text:(a|b)"
+    assert combine("@text:(a|b)", "@kind:{document}") == "(@text:(a|b)) (@kind:{document})"

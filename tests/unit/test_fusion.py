@@ -1,0 +1,64 @@
+"""Weighted RRF: the formula, ranks, weights, ties and edge cases."""
+
+from __future__ import annotations
+
+import pytest
+
+from memory.fusion import fuse_rrf
+
+
+@pytest.mark.parametrize(
+    ("legs", "weights", "k", "expected"),
+    [
+        # one leg: 1/(k+rank)
+        ({"dense": ["a", "b"]}, {}, 60, [("a", 1 / 61), ("b", 1 / 62)]),
+        # both legs agree: sums
+        ({"dense": ["a"], "sparse": ["a"]}, {}, 60, [("a", 2 / 61)]),
+        # weights scale each leg
+        (
+            {"dense": ["a", "b"], "sparse": ["b", "a"]},
+            {"dense": 0.6, "sparse": 0.4},
+            60,
+            [("a", 0.6 / 61 + 0.4 / 62), ("b", 0.6 / 62 + 0.4 / 61)],
+        ),
+        # k = 0 is allowed: 1/rank
+        ({"sparse": ["x", "y"]}, {}, 0, [("x", 1.0), ("y", 0.5)]),
+        # zero weight reports ranks but adds nothing
+        ({"dense": ["a"], "sparse": ["b"]}, {"dense": 0.0}, 60, [("b", 1 / 61), ("a", 0.0)]),
+        # empty legs
+        ({"dense": [], "sparse": []}, {}, 60, []),
+    ],
+)
+def test_scores_follow_the_weighted_rrf_formula(legs, weights, k, expected) -> None:
+    """score = sum of w_leg / (k + rank_leg), ranks 1-based, best first."""
+    fused = fuse_rrf(legs, weights, k=k)
+    assert [f.id for f in fused] == [e[0] for e in expected]
+    for f, (_, score) in zip(fused, expected, strict=True):
+        assert f.score == pytest.approx(score)
+
+
+def test_ranks_are_reported_per_leg() -> None:
+    """Each hit carries its 1-based rank in every leg that found it."""
+    fused = {f.id: f for f in fuse_rrf({"dense": ["a", "b"], "sparse": ["c", "a"]}, {})}
+    assert fused["a"].ranks == {"dense": 1, "sparse": 2}
+    assert fused["c"].ranks == {"sparse": 1}
+
+
+def test_ties_break_on_id() -> None:
+    """Equal scores are ordered by id so results are stable run to run."""
+    fused = fuse_rrf({"dense": ["b"], "sparse": ["a"]}, {})
+    assert [f.id for f in fused] == ["a", "b"]
+
+
+def test_duplicate_in_one_leg_keeps_best_rank() -> None:
+    """An id repeated inside a leg counts once, at its first rank."""
+    (hit,) = fuse_rrf({"dense": ["a", "a"]}, {})
+    assert hit.ranks == {"dense": 1}
+    assert hit.score == pytest.approx(1 / 61)
+
+
+@pytest.mark.parametrize(("weights", "k"), [({"dense": -1.0}, 60), ({}, -1)])
+def test_rejects_negative_weights_and_k(weights, k) -> None:
+    """Negative weights or k are programming errors."""
+    with pytest.raises(ValueError):
+        fuse_rrf({"dense": ["a"]}, weights, k=k)
