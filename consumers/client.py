@@ -117,7 +117,9 @@ class MemoryClient:
         if self._producer is not None:
             await self._producer.stop()
 
-    async def _send(self, topic: str, payload: Mapping[str, Any], key: str, headers: list[tuple[str, bytes]] | None = None) -> None:
+    async def _send(
+        self, topic: str, payload: Mapping[str, Any], key: str, headers: list[tuple[str, bytes]] | None = None
+    ) -> None:
         if self._producer is None:
             raise RuntimeError("client not started")
         try:
@@ -152,7 +154,11 @@ class MemoryClient:
             hybrid["sparse_weight"] = sparse_weight
         if rrf_k is not None:
             hybrid["rrf_k_constant"] = rrf_k
-        payload: dict[str, Any] = {"query_id": query_id or f"q_{uuid.uuid4().hex[:12]}", "search_text": text, "top_k": top_k}
+        payload: dict[str, Any] = {
+            "query_id": query_id or f"q_{uuid.uuid4().hex[:12]}",
+            "search_text": text,
+            "top_k": top_k,
+        }
         if hybrid:
             payload["hybrid_params"] = hybrid
         if metadata_filter:

@@ -22,7 +22,13 @@ class Topics(BaseModel):
 class ConsumerConfig(BaseModel):
     """Consumer group and tuning for the three subscribers."""
 
-    group_id: str = Field("agentmemd", description="Consumer group prefix shared by every daemon of a deployment (<id>.documents, <id>.transcripts, <id>.requests).")
+    group_id: str = Field(
+        "agentmemd",
+        description=(
+            "Consumer group prefix shared by every daemon of a deployment "
+            "(<id>.documents, <id>.transcripts, <id>.requests)."
+        ),
+    )
     ingest_max_records: int = Field(128, ge=1, le=10_000, description="Most records handled as one ingest batch.")
     ingest_fetch_max_wait_ms: int = Field(20, ge=0, le=5000, description="Broker wait for more ingest data.")
     ingest_batch_timeout_ms: int = Field(50, ge=1, le=10_000, description="How long a batch poll waits for records.")

@@ -117,7 +117,9 @@ def decode_records(
     dead: list[DlqRecord] = []
     for rec in records:
         if rec.value is not None and len(rec.value) > max_content_bytes + 64 * 1024:
-            dead.append(dead_letter(rec, f"message larger than the {max_content_bytes}-byte content limit", "invalid_event"))
+            dead.append(
+                dead_letter(rec, f"message larger than the {max_content_bytes}-byte content limit", "invalid_event")
+            )
             continue
         try:
             event: Any = parse_event(rec.value, model)

@@ -129,8 +129,13 @@ class TranscriptEvent(_Event):
             content=self.content,
             source=f"{self.agent_id}/{self.session_id}",
             tags=tags,
-            metadata={**self.metadata, "role": self.role, "turn": self.turn,
-                      "agent_id": self.agent_id, "session_id": self.session_id},
+            metadata={
+                **self.metadata,
+                "role": self.role,
+                "turn": self.turn,
+                "agent_id": self.agent_id,
+                "session_id": self.session_id,
+            },
             timestamp=_epoch(self.timestamp),
         )
 
@@ -151,9 +156,10 @@ class HybridParams(BaseModel):
         return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
 
 
-FilterValue = Annotated[str, StringConstraints(min_length=1, max_length=512)] | list[
+FilterValue = (
     Annotated[str, StringConstraints(min_length=1, max_length=512)]
-]
+    | list[Annotated[str, StringConstraints(min_length=1, max_length=512)]]
+)
 
 
 class QueryRequest(BaseModel):

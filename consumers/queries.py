@@ -88,4 +88,6 @@ async def answer(raw: bytes | None, retriever: Retriever) -> QueryReply | ErrorR
     except Exception as exc:  # a bug must still answer the asker, and be logged loudly
         qid = query_id or guess_query_id(raw)
         log.exception("query.request_crashed", query_id=qid)
-        return ErrorReply(query_id=qid, error=ErrorBody(code="internal", message=f"internal error: {type(exc).__name__}"))
+        return ErrorReply(
+            query_id=qid, error=ErrorBody(code="internal", message=f"internal error: {type(exc).__name__}")
+        )

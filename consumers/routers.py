@@ -87,7 +87,10 @@ def build_router(
     async def publish_dead(record: DlqRecord) -> None:
         log.warning(
             "ingest.event_dead_lettered",
-            topic=record.topic, partition=record.partition, offset=record.offset, reason=record.reason,
+            topic=record.topic,
+            partition=record.partition,
+            offset=record.offset,
+            reason=record.reason,
         )
         await dlq.publish(record.model_dump(mode="json"), key=(record.key or "").encode() or None)
 

@@ -139,8 +139,12 @@ def query(
     flt = _pairs(filters, "--filter")
     reply = _with_client(
         lambda c: c.query(
-            text, top_k=top_k, metadata_filter=flt or None, dense_weight=dense_weight,
-            sparse_weight=sparse_weight, rrf_k=rrf_k,
+            text,
+            top_k=top_k,
+            metadata_filter=flt or None,
+            dense_weight=dense_weight,
+            sparse_weight=sparse_weight,
+            rrf_k=rrf_k,
         )
     )
     if as_json:

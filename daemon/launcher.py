@@ -216,7 +216,12 @@ def start_tansu(bootstrap: str, *, log_dir: Path | None = None, timeout: float =
         out = log_path.open("ab")
     env = {**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "warn")}
     proc = subprocess.Popen(
-        args, stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env, preexec_fn=_die_with_parent  # type: ignore[arg-type]
+        args,
+        stdin=subprocess.DEVNULL,
+        stdout=out,
+        stderr=out,
+        env=env,
+        preexec_fn=_die_with_parent,  # type: ignore[arg-type]
     )
     server = ServerProcess("tansu", proc, f"{host}:{port}", log_path)
     try:
@@ -242,4 +247,3 @@ def embedded_servers(bootstrap: str, redis_url: str, data_dir: Path) -> Iterator
     finally:
         broker.stop()
         redis.stop()
-

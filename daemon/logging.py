@@ -24,9 +24,7 @@ def configure_logging(
         structlog.processors.JSONRenderer() if json_output else structlog.dev.ConsoleRenderer()
     )
     structlog.configure(
-        processors=[*shared, structlog.processors.format_exc_info, renderer]
-        if json_output
-        else [*shared, renderer],
+        processors=[*shared, structlog.processors.format_exc_info, renderer] if json_output else [*shared, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=False,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import structlog
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -29,12 +30,10 @@ async def ensure_topics(
             existing = set(await admin.list_topics())
             missing = [t for t in dict.fromkeys(topics) if t not in existing]
             if missing:
-                try:
+                with contextlib.suppress(TopicAlreadyExistsError):  # another daemon won the race
                     await admin.create_topics(
                         [NewTopic(t, num_partitions=partitions, replication_factor=replication) for t in missing]
                     )
-                except TopicAlreadyExistsError:
-                    pass  # another daemon won the race
                 log.info("daemon.topics_created", topics=missing, partitions=partitions)
             return missing
         except (KafkaConnectionError, KafkaError, OSError) as exc:

@@ -47,9 +47,7 @@ def build_filter(
     clauses: list[str] = []
     for key in sorted(metadata_filter):
         if key not in allowed:
-            raise InvalidRequest(
-                f"unknown metadata_filter key {key!r}; filterable keys: {', '.join(sorted(allowed))}"
-            )
+            raise InvalidRequest(f"unknown metadata_filter key {key!r}; filterable keys: {', '.join(sorted(allowed))}")
         raw = metadata_filter[key]
         if isinstance(raw, str):
             values: list[object] = [raw]
@@ -66,9 +64,7 @@ def build_filter(
             if not isinstance(value, str):
                 raise InvalidRequest(f"metadata_filter[{key!r}] values must be strings")
             if not value or len(value) > MAX_VALUE_LENGTH:
-                raise InvalidRequest(
-                    f"metadata_filter[{key!r}] values must be 1..{MAX_VALUE_LENGTH} characters"
-                )
+                raise InvalidRequest(f"metadata_filter[{key!r}] values must be 1..{MAX_VALUE_LENGTH} characters")
             escaped.append(escape_tag(value))
         clauses.append(f"@{key}:{{{'|'.join(escaped)}}}")
     return " ".join(clauses)

@@ -29,7 +29,7 @@ _RETURN_FIELDS = ("chunk_id", "text", "doc_id", "source", "kind", "metadata")
 _WATCH_RETRIES = 16
 
 
-class IndexError_(MemdError):  # noqa: N801 - avoid shadowing the builtin IndexError
+class IndexError_(MemdError):
     """Redis rejected an index command (schema mismatch, bad query)."""
 
     code = "index_error"
@@ -206,13 +206,7 @@ class ChunkIndex:
 
     async def search_text(self, query: str, *, k: int) -> list[StoredChunk]:
         """The BM25 leg: ``query`` is a full, already-escaped RediSearch query."""
-        q = (
-            Query(query)
-            .scorer("BM25STD")
-            .paging(0, k)
-            .return_fields(*_RETURN_FIELDS)
-            .dialect(2)
-        )
+        q = Query(query).scorer("BM25STD").paging(0, k).return_fields(*_RETURN_FIELDS).dialect(2)
         async with translate_errors("text search"):
             res = await self._r.ft(self._cfg.name).search(q)
         return [_stored(d) for d in res.docs]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -42,11 +43,7 @@ def coalesce(items: Sequence[MemoryItem]) -> list[MemoryItem]:
     best: dict[str, MemoryItem] = {}
     for item in items:
         cur = best.get(item.doc_id)
-        if (
-            cur is None
-            or item.version is None
-            or (cur.version is not None and item.version > cur.version)
-        ):
+        if cur is None or item.version is None or (cur.version is not None and item.version > cur.version):
             best[item.doc_id] = item
     return list(best.values())
 
@@ -86,17 +83,13 @@ class Ingestor:
                 if self.stopping.is_set():
                     raise
                 log.warning("ingest.backend_retried", what=what, attempt=attempt, delay_s=delay, error=str(exc))
-                try:
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.stopping.wait(), timeout=delay)
-                except TimeoutError:
-                    pass
                 delay = min(delay * 2, self._cfg.retry_max_s)
 
     async def _chunks(self, item: MemoryItem, version: int) -> list[ChunkRecord]:
         offsets = await self._embedder.token_offsets(item.content)
-        spans = chunk_spans(
-            item.content, offsets, max_tokens=self._chunking.max_tokens, overlap=self._chunking.overlap
-        )
+        spans = chunk_spans(item.content, offsets, max_tokens=self._chunking.max_tokens, overlap=self._chunking.overlap)
         return [
             ChunkRecord(
                 chunk_id=chunk_id(item.doc_id, s.index),

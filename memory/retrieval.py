@@ -128,9 +128,7 @@ class Retriever:
             legs[name] = [h.chunk_id for h in hits]
             for h in hits:
                 by_id.setdefault(h.chunk_id, h)
-        fused = fuse_rrf(
-            legs, {"dense": spec.dense_weight, "sparse": spec.sparse_weight}, k=spec.rrf_k
-        )[: spec.top_k]
+        fused = fuse_rrf(legs, {"dense": spec.dense_weight, "sparse": spec.sparse_weight}, k=spec.rrf_k)[: spec.top_k]
         hits_out = [SearchHit(chunk=by_id[f.id], score=f.score, ranks=f.ranks) for f in fused]
         took_ms = (time.monotonic() - t0) * 1000
         log.info(

@@ -37,9 +37,7 @@ def index_schema(cfg: IndexConfig, *, dims: int) -> dict[str, Any]:
         {"name": "timestamp", "type": "numeric", "attrs": {"sortable": True}},
     ]
     for key in cfg.filter_keys:
-        fields.append(
-            {"name": key, "type": "tag", "attrs": {"separator": TAG_SEPARATOR, "case_sensitive": True}}
-        )
+        fields.append({"name": key, "type": "tag", "attrs": {"separator": TAG_SEPARATOR, "case_sensitive": True}})
     return {
         "index": {
             "name": cfg.name,

@@ -22,11 +22,11 @@ import unicodedata
 # Lucene's classic English stop set plus the rest of RediSearch's default list: the
 # words that carry no meaning for BM25 ranking in English technical prose.
 STOPWORDS: frozenset[str] = frozenset(
-    """
-    a about an and are as at be but by for from has have he her his i if in into is it
-    its me my no not of on or our she so such t that the their then there these they
-    this to was we were what when where which who will with would you your
-    """.split()
+    (
+        "a about an and are as at be but by for from has have he her his i if in into is it "
+        "its me my no not of on or our she so such t that the their then there these they "
+        "this to was we were what when where which who will with would you your "
+    ).split()
 )
 
 _SEPARATORS = frozenset(set(string.punctuation) - {"_"}) | frozenset(string.whitespace)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 
 import pytest
@@ -27,7 +28,7 @@ def test_chunks_respect_size_and_cover_the_text(max_tokens: int, overlap: int) -
     assert chunks[-1].end == offs[-1][1]
     starts = [c.start for c in chunks]
     assert starts == sorted(starts) and len(set(starts)) == len(starts)
-    for a, b in zip(chunks, chunks[1:], strict=False):
+    for a, b in itertools.pairwise(chunks):
         shared = [o for o in offs if a.start <= o[0] and o[1] <= a.end and b.start <= o[0]]
         assert len(shared) == overlap
     assert [c.index for c in chunks] == list(range(len(chunks)))

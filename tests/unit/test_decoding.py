@@ -26,8 +26,12 @@ class Rec:
 
 def doc(**over: object) -> bytes:
     base: dict[str, object] = {
-        "event_id": "e1", "op": "upsert", "doc_id": "d1", "version": 3,
-        "content": "hello", "metadata": {"environment": "production", "service": "billing-service"},
+        "event_id": "e1",
+        "op": "upsert",
+        "doc_id": "d1",
+        "version": 3,
+        "content": "hello",
+        "metadata": {"environment": "production", "service": "billing-service"},
     }
     base.update(over)
     return json.dumps({k: v for k, v in base.items() if v is not ...}).encode()
@@ -49,8 +53,16 @@ def test_valid_document_becomes_an_item() -> None:
 
 def test_valid_transcript_becomes_an_unversioned_item() -> None:
     """A transcript turn has a stable doc id per (agent, session, turn) and no version."""
-    raw = json.dumps({"event_id": "e", "agent_id": "planner-7", "session_id": "s1", "turn": 12,
-                      "role": "assistant", "content": "checked the pool"}).encode()
+    raw = json.dumps(
+        {
+            "event_id": "e",
+            "agent_id": "planner-7",
+            "session_id": "s1",
+            "turn": 12,
+            "role": "assistant",
+            "content": "checked the pool",
+        }
+    ).encode()
     (good,), dead = decode(raw, kind="transcript")
     assert dead == []
     assert good.item.doc_id == "transcript:planner-7/s1/12"

@@ -1,0 +1,98 @@
+"""The quick start as a user runs it: `agentmemd up`, publish and query from the CLI, Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from daemon.launcher import free_port
+
+pytestmark = pytest.mark.integration
+
+AGENTMEMD = str(Path(sys.executable).parent / "agentmemd")
+
+
+def _cli(env: dict[str, str], *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([AGENTMEMD, *args], env=env, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def test_up_publish_query_and_clean_stop(tmp_path: Path) -> None:
+    """`agentmemd up` reaches ready, serves CLI publishes and queries, and SIGTERM stops every child."""
+    env = {
+        **os.environ,
+        "AGENTMEM_KAFKA_BOOTSTRAP": f"127.0.0.1:{free_port()}",
+        "AGENTMEM_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0",
+        "AGENTMEM_DATA_DIR": str(tmp_path / "data"),
+        "AGENTMEM_TOPIC_PARTITIONS": "1",
+    }
+    log = (tmp_path / "up.log").open("w")
+    proc = subprocess.Popen([AGENTMEMD, "up"], env=env, stdout=subprocess.PIPE, stderr=log, text=True)
+    ready = threading.Event()
+    lines: list[str] = []
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if "ready" in line:
+                ready.set()
+
+    threading.Thread(target=read, daemon=True).start()
+    try:
+        assert ready.wait(120), f"no ready line; stdout={lines!r}"
+        children = psutil.Process(proc.pid).children(recursive=True)
+        names = sorted(c.name() for c in children)
+        assert any(n.startswith("redis-server") for n in names) and any(n.startswith("tansu") for n in names), names
+
+        doc = tmp_path / "runbook.md"
+        doc.write_text("Runbook: when the ledger-service throws ERR_LEDGER_LOCK_9C1, restart the lock manager.\n")
+        res = _cli(
+            env, "publish", "doc", str(doc), "--doc-id", "runbooks/ledger.md", "--meta", "service=ledger-service"
+        )
+        assert res.returncode == 0, res.stderr
+        res = _cli(
+            env,
+            "publish",
+            "observation",
+            "--agent-id",
+            "ops-1",
+            "--session-id",
+            "s-9",
+            "--turn",
+            "3",
+            "I restarted the lock manager for ERR_LEDGER_LOCK_9C1.",
+        )
+        assert res.returncode == 0, res.stderr
+
+        deadline = time.monotonic() + 60
+        reply: dict[str, object] = {}
+        while time.monotonic() < deadline:
+            res = _cli(env, "query", "ERR_LEDGER_LOCK_9C1", "--top-k", "5", "--json")
+            assert res.returncode == 0, res.stderr
+            reply = json.loads(res.stdout)
+            if reply["total_retrieved"] == 2:
+                break
+            time.sleep(0.5)
+        results = reply["results"]
+        assert isinstance(results, list)
+        assert {r["doc_id"] for r in results} == {"runbooks/ledger.md", "transcript:ops-1/s-9/3"}
+
+        res = _cli(env, "query", "ERR_LEDGER_LOCK_9C1", "--filter", "service=ledger-service")
+        assert res.returncode == 0 and "runbooks/ledger.md_p0" in res.stdout
+        res = _cli(env, "query", "x", "--filter", "tenant=a")
+        assert res.returncode == 1 and "invalid_request" in res.stderr
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=60)
+    assert code == 0
+    for child in children:
+        assert not child.is_running() or child.status() == psutil.STATUS_ZOMBIE

@@ -1,0 +1,319 @@
+"""The wire contract end to end: a plain aiokafka client, the real broker, the daemon, real Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from consumers.config import ConsumerConfig, Topics
+from daemon.app import Daemon, start_daemon
+from daemon.settings import Settings
+from daemon.topics import ensure_topics
+from memory.config import IndexConfig
+from tests.conftest import unique
+
+pytestmark = pytest.mark.integration
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 20.0, what: str = "") -> None:
+    """Poll ``check`` until it holds; fail with ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if await check():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"not reached within {timeout}s: {what}")
+
+
+class PlainClient:
+    """What any Kafka client does: JSON in, reply_to + correlation_id headers, read replies."""
+
+    def __init__(self, bootstrap: str, topics: Topics, reply_topic: str) -> None:
+        self.bootstrap, self.topics, self.reply_topic = bootstrap, topics, reply_topic
+        self.producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+        self.replies = AIOKafkaConsumer(bootstrap_servers=bootstrap, fetch_max_wait_ms=5)
+        self.seen: dict[str, tuple[dict[str, bytes], dict[str, Any]]] = {}
+
+    async def start(self) -> None:
+        await self.producer.start()
+        await self.replies.start()
+        tps = [TopicPartition(self.reply_topic, p) for p in self.replies.partitions_for_topic(self.reply_topic) or []]
+        self.replies.assign(tps)
+        await self.replies.seek_to_beginning(*tps)
+
+    async def stop(self) -> None:
+        await self.producer.stop()
+        await self.replies.stop()
+
+    async def send(
+        self, topic: str, payload: Any, key: str = "k", headers: list[tuple[str, bytes]] | None = None
+    ) -> None:
+        value = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+        await self.producer.send_and_wait(topic, value, key=key.encode(), headers=headers or [])
+
+    async def ask(
+        self, payload: Any, *, reply_to: str | None = None, timeout: float = 20.0
+    ) -> tuple[dict[str, bytes], dict[str, Any]]:
+        cid = uuid.uuid4().hex
+        headers = [("correlation_id", cid.encode())]
+        headers.append(("reply_to", (reply_to or self.reply_topic).encode()))
+        await self.send(self.topics.requests, payload, headers=headers)
+        return await self.reply(cid, timeout)
+
+    async def reply(self, cid: str, timeout: float = 20.0) -> tuple[dict[str, bytes], dict[str, Any]]:
+        deadline = time.monotonic() + timeout
+        while cid not in self.seen:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no reply for correlation_id {cid}")
+            batch = await self.replies.getmany(timeout_ms=100)
+            for records in batch.values():
+                for r in records:
+                    h = dict(r.headers)
+                    self.seen[h.get("correlation_id", b"").decode()] = (h, json.loads(r.value))
+        return self.seen.pop(cid)
+
+
+@pytest.fixture(scope="module")
+async def env(kafka_bootstrap: str, redis_url: str) -> AsyncIterator[tuple[Daemon, PlainClient]]:
+    name = unique(__name__)
+    topics = Topics(
+        documents=f"{name}.documents",
+        transcripts=f"{name}.transcripts",
+        requests=f"{name}.requests",
+        replies=f"{name}.replies",
+        dlq=f"{name}.dlq",
+    )
+    settings = Settings(
+        kafka_bootstrap=kafka_bootstrap,
+        redis_url=redis_url,
+        topic_partitions=2,
+        topics=topics,
+        consumer=ConsumerConfig(group_id=name),
+        index=IndexConfig(name=name),
+    )
+    await ensure_topics(kafka_bootstrap, [f"{name}.my-replies"], partitions=1, replication=1)
+    daemon = await start_daemon(settings)
+    await daemon.index.drop()
+    await daemon.index.ensure()
+    client = PlainClient(kafka_bootstrap, topics, f"{name}.my-replies")
+    await client.start()
+    yield daemon, client
+    await client.stop()
+    await daemon.stop()
+
+
+def doc_event(doc_id: str, version: int, content: str, env: str, service: str) -> dict[str, Any]:
+    return {
+        "event_id": uuid.uuid4().hex,
+        "op": "upsert",
+        "doc_id": doc_id,
+        "version": version,
+        "source": doc_id,
+        "content": content,
+        "metadata": {"environment": env, "service": service},
+        "timestamp": "2026-11-29T18:00:00Z",
+    }
+
+
+async def test_filtered_query_returns_only_matching_doc(env) -> None:
+    """Three docs in; a production + billing-service query returns only the first, with the contract's shape."""
+    daemon, client = env
+    t = client.topics
+    text = "HTTP 504 gateway timeout: postgres connection pool exhausted under load."
+    await client.send(t.documents, doc_event("e2e/a.md", 1, text, "production", "billing-service"), key="e2e/a.md")
+    await client.send(t.documents, doc_event("e2e/b.md", 1, text, "staging", "billing-service"), key="e2e/b.md")
+    await client.send(t.documents, doc_event("e2e/c.md", 1, text, "production", "auth-service"), key="e2e/c.md")
+
+    async def all_in() -> bool:
+        return all([await daemon.index.chunk_ids(d) for d in ("e2e/a.md", "e2e/b.md", "e2e/c.md")])
+
+    await eventually(all_in, what="three docs indexed")
+    _headers, reply = await client.ask(
+        {
+            "query_id": "mem_req_99214",
+            "search_text": "HTTP 504 gateway timeout postgres connection pool",
+            "top_k": 5,
+            "hybrid_params": {"dense_weight": 0.6, "sparse_weight": 0.4, "rrf_k_constant": 60},
+            "metadata_filter": {"environment": "production", "service": "billing-service"},
+        }
+    )
+    assert reply["query_id"] == "mem_req_99214"
+    assert [r["doc_id"] for r in reply["results"]] == ["e2e/a.md"]
+    assert reply["total_retrieved"] == len(reply["results"]) == 1
+    (hit,) = reply["results"]
+    assert hit["chunk_id"] == "e2e/a.md_p0" and hit["kind"] == "document" and hit["source"] == "e2e/a.md"
+    assert hit["metadata"] == {"environment": "production", "service": "billing-service"}
+    assert hit["rrf_score"] == pytest.approx(
+        sum({"dense": 0.6, "sparse": 0.4}[k] / (60 + r) for k, r in hit["ranks"].items())
+    )
+    assert isinstance(reply["took_ms"], float)
+
+
+async def test_versions_through_the_broker(env) -> None:
+    """A new version replaces the text; a delete removes the doc; older versions after it change nothing."""
+    daemon, client = env
+    t, d = client.topics, "e2e/versioned.md"
+
+    async def search(text: str) -> list[str]:
+        _, reply = await client.ask(
+            {"query_id": "v", "search_text": text, "top_k": 5, "metadata_filter": {"doc_id": d}}
+        )
+        return [r["text"] for r in reply["results"]]
+
+    await client.send(t.documents, doc_event(d, 1, "Old text about walrus migrations.", "production", "s"), key=d)
+    await eventually(lambda: _has(daemon, d), what="v1 indexed")
+    await client.send(t.documents, doc_event(d, 2, "New text about narwhal rollouts.", "production", "s"), key=d)
+
+    async def is_v2() -> bool:
+        return await daemon.index.versions([d]) == {d: 2}
+
+    await eventually(is_v2, what="v2 applied")
+    assert await search("walrus narwhal") == ["New text about narwhal rollouts."]
+    await client.send(t.documents, {"event_id": "x", "op": "delete", "doc_id": d, "version": 3}, key=d)
+    await client.send(t.documents, doc_event(d, 1, "Old text about walrus migrations.", "production", "s"), key=d)
+    await client.send(t.documents, doc_event(d, 2, "New text about narwhal rollouts.", "production", "s"), key=d)
+    marker = "e2e/after-delete.md"
+    await client.send(t.documents, doc_event(marker, 1, "marker", "production", "s"), key=d)  # same partition
+    await eventually(lambda: _has(daemon, marker), what="events after the delete processed")
+    assert await daemon.index.chunk_ids(d) == set()
+    assert await daemon.index.versions([d]) == {d: 3}
+    assert await search("walrus narwhal") == []
+
+
+async def _has(daemon: Daemon, doc_id: str) -> bool:
+    return bool(await daemon.index.chunk_ids(doc_id))
+
+
+async def test_identifier_query_ranks_its_doc_first(env) -> None:
+    """An identifier that occurs in one doc only comes back first."""
+    daemon, client = env
+    t = client.topics
+    await client.send(
+        t.documents,
+        doc_event("e2e/id.md", 1, "Clients see ERR_CONN_RESET_4F2A after failover.", "production", "gateway"),
+        key="e2e/id.md",
+    )
+    await client.send(
+        t.documents,
+        doc_event("e2e/id2.md", 1, "Clients see ERR_CONN_RESET_4F2B after deploys.", "production", "gateway"),
+        key="e2e/id2.md",
+    )
+    await eventually(lambda: _has(daemon, "e2e/id2.md"), what="identifier docs indexed")
+    _, reply = await client.ask({"query_id": "id", "search_text": "ERR_CONN_RESET_4F2A", "top_k": 3})
+    assert reply["results"][0]["doc_id"] == "e2e/id.md"
+
+
+async def test_bad_events_go_to_dlq_and_the_partition_keeps_flowing(env) -> None:
+    """Malformed and schema-invalid events land in the DLQ with a reason; later events are processed."""
+    daemon, client = env
+    t = client.topics
+    dlq = AIOKafkaConsumer(
+        t.dlq,
+        bootstrap_servers=client.bootstrap,
+        auto_offset_reset="earliest",
+        group_id=unique("dlq-reader"),
+        fetch_max_wait_ms=5,
+    )
+    await dlq.start()
+    try:
+        key = "e2e/same-key"
+        await client.send(t.documents, b"{definitely not json", key=key)
+        await client.send(
+            t.documents, {"event_id": "e", "op": "upsert", "doc_id": "x", "version": "7", "content": "c"}, key=key
+        )
+        await client.send(t.documents, b"\xff\xfe\xfa", key=key)
+        await client.send(t.documents, doc_event("e2e/after-bad.md", 1, "still flowing", "production", "s"), key=key)
+        await eventually(lambda: _has(daemon, "e2e/after-bad.md"), what="event after bad ones processed")
+        reasons: list[dict[str, Any]] = []
+        deadline = time.monotonic() + 20
+        while len(reasons) < 3 and time.monotonic() < deadline:
+            for records in (await dlq.getmany(timeout_ms=200)).values():
+                reasons += [json.loads(r.value) for r in records]
+        assert len(reasons) == 3
+        assert "Invalid JSON" in reasons[0]["reason"] and reasons[0]["original_text"] == "{definitely not json"
+        assert "version" in reasons[1]["reason"]
+        assert "UTF-8" in reasons[2]["reason"] and reasons[2]["original_text"] is None
+        assert all(r["topic"] == t.documents and r["error_code"] == "invalid_event" for r in reasons)
+        assert len({(r["partition"], r["offset"]) for r in reasons}) == 3
+    finally:
+        await dlq.stop()
+
+
+@pytest.mark.parametrize(
+    ("payload", "code", "qid"),
+    [
+        (b"{oops", "invalid_request", None),
+        ({"query_id": "q-type", "search_text": "x", "top_k": "5"}, "invalid_request", "q-type"),
+        ({"query_id": "q-zero", "search_text": "x", "top_k": 0}, "invalid_request", "q-zero"),
+        ({"query_id": "q-big", "search_text": "x", "top_k": 10**6}, "invalid_request", "q-big"),
+        ({"query_id": "q-key", "search_text": "x", "metadata_filter": {"tenant": "b"}}, "invalid_request", "q-key"),
+        ({"search_text": "x"}, "invalid_request", None),
+    ],
+)
+async def test_malformed_queries_get_error_replies(env, payload, code, qid) -> None:
+    """Every bad request is answered with an error reply naming the problem, and the daemon keeps serving."""
+    _, client = env
+    _headers, reply = await client.ask(payload)
+    assert reply["error"]["code"] == code and reply["error"]["message"]
+    assert reply["query_id"] == qid
+    _, ok = await client.ask({"query_id": "after", "search_text": "postgres", "top_k": 1})
+    assert "results" in ok
+
+
+async def test_reply_defaults_to_replies_topic_and_echoes_correlation_id(env) -> None:
+    """Without reply_to, the reply goes to the configured replies topic with the same correlation_id."""
+    _, client = env
+    other = PlainClient(client.bootstrap, client.topics, client.topics.replies)
+    await other.start()
+    try:
+        cid = uuid.uuid4().hex
+        await other.send(
+            client.topics.requests,
+            {"query_id": "d", "search_text": "pool", "top_k": 1},
+            headers=[("correlation_id", cid.encode())],
+        )
+        headers, reply = await other.reply(cid)
+        assert headers["correlation_id"].decode() == cid and reply["query_id"] == "d"
+    finally:
+        await other.stop()
+
+
+async def test_transcript_is_searchable_and_filterable_by_agent(env) -> None:
+    """An observation is indexed as kind=transcript and filterable by agent_id."""
+    daemon, client = env
+    t = client.topics
+    for agent in ("planner-7", "coder-2"):
+        await client.send(
+            t.transcripts,
+            {
+                "event_id": uuid.uuid4().hex,
+                "agent_id": agent,
+                "session_id": "incident-4411",
+                "turn": 12,
+                "role": "assistant",
+                "content": f"{agent} restarted pgbouncer to clear the stuck pool.",
+                "timestamp": "2026-11-29T18:00:00Z",
+                "metadata": {"environment": "production"},
+            },
+            key=f"{agent}/incident-4411",
+        )
+    await eventually(lambda: _has(daemon, "transcript:coder-2/incident-4411/12"), what="transcripts indexed")
+    await eventually(lambda: _has(daemon, "transcript:planner-7/incident-4411/12"), what="transcripts indexed")
+    _, reply = await client.ask(
+        {
+            "query_id": "tr",
+            "search_text": "restarted pgbouncer",
+            "top_k": 5,
+            "metadata_filter": {"agent_id": "planner-7", "kind": "transcript"},
+        }
+    )
+    assert [r["doc_id"] for r in reply["results"]] == ["transcript:planner-7/incident-4411/12"]
+    meta = reply["results"][0]["metadata"]
+    assert meta["role"] == "assistant" and meta["turn"] == 12 and meta["session_id"] == "incident-4411"

@@ -1,0 +1,197 @@
+"""Ingestion and hybrid retrieval against a real Redis with RediSearch and the real model."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+import redis.asyncio as aredis
+
+from memory.config import ChunkingConfig, IndexConfig, IngestConfig, RetrievalConfig
+from memory.errors import InvalidRequest
+from memory.index import ChunkIndex
+from memory.ingest import Ingestor
+from memory.records import MemoryItem
+from memory.retrieval import Retriever, SearchSpec
+from tests.conftest import unique
+
+pytestmark = pytest.mark.integration
+
+DOCS = {
+    "wiki/billing.md": (
+        "production",
+        "billing-service",
+        "The billing-service returns HTTP 504 gateway timeout when the postgres connection pool "
+        "is exhausted. Raise max_connections and check pgbouncer.",
+    ),
+    "wiki/billing-staging.md": (
+        "staging",
+        "billing-service",
+        "In staging the billing-service also hit HTTP 504 gateway timeout from the postgres pool.",
+    ),
+    "wiki/auth.md": (
+        "production",
+        "auth-service",
+        "The auth-service logs ERR_CONN_RESET_4F2A when the redis session store resets connections.",
+    ),
+    "wiki/is-an-hip.md": ("production", "misc", "This is an hip replacement note about hip joints."),
+}
+
+
+def item(doc_id: str, version: int = 1, env: str = "production", service: str = "x", text: str = "") -> MemoryItem:
+    return MemoryItem(
+        op="upsert",
+        doc_id=doc_id,
+        version=version,
+        content=text,
+        source=doc_id,
+        tags={"environment": env, "service": service},
+        metadata={"environment": env, "service": service},
+    )
+
+
+@pytest.fixture(scope="module")
+async def stack(redis_url: str, embedder) -> AsyncIterator[tuple[ChunkIndex, Ingestor, Retriever]]:
+    client = aredis.from_url(redis_url)
+    index = ChunkIndex(client=client, cfg=IndexConfig(name=unique(__name__)), dims=embedder.dims)
+    await index.drop()
+    await index.ensure()
+    ingestor = Ingestor(index=index, embedder=embedder, chunking=ChunkingConfig(), cfg=IngestConfig())
+    retriever = Retriever(index=index, embedder=embedder, cfg=RetrievalConfig())
+    await ingestor.apply([item(d, env=e, service=s, text=t) for d, (e, s, t) in DOCS.items()])
+    yield index, ingestor, retriever
+    await index.drop()
+    await client.aclose()
+
+
+async def test_filter_applies_inside_both_legs(stack) -> None:
+    """A production + billing-service filter returns only that doc, from both legs."""
+    _, _, retriever = stack
+    out = await retriever.search(
+        SearchSpec(
+            text="HTTP 504 gateway timeout postgres connection pool",
+            top_k=5,
+            metadata_filter={"environment": "production", "service": "billing-service"},
+        )
+    )
+    assert [h.chunk.doc_id for h in out.hits] == ["wiki/billing.md"]
+    assert out.hits[0].ranks == {"dense": 1, "sparse": 1}
+
+
+async def test_exact_identifier_comes_first(stack) -> None:
+    """An identifier that occurs in one doc only ranks that doc first."""
+    _, _, retriever = stack
+    out = await retriever.search(SearchSpec(text="ERR_CONN_RESET_4F2A", top_k=3))
+    assert out.hits[0].chunk.doc_id == "wiki/auth.md"
+    assert out.hits[0].ranks["sparse"] == 1
+
+
+async def test_rrf_score_matches_the_formula_for_reported_ranks(stack) -> None:
+    """Every rrf_score equals sum(w / (k + rank)) over the ranks it reports."""
+    _, _, retriever = stack
+    spec = SearchSpec(text="postgres pool timeout", top_k=4, dense_weight=0.6, sparse_weight=0.4, rrf_k=10)
+    out = await retriever.search(spec)
+    assert out.hits
+    weights = {"dense": 0.6, "sparse": 0.4}
+    for h in out.hits:
+        assert h.score == pytest.approx(sum(weights[leg] / (10 + r) for leg, r in h.ranks.items()))
+    assert [h.score for h in out.hits] == sorted((h.score for h in out.hits), reverse=True)
+
+
+async def test_legs_overlap_in_time(stack) -> None:
+    """The BM25 leg starts before the query embedding has finished: it never waits for it."""
+    _, _, retriever = stack
+    out = await retriever.search(SearchSpec(text="a brand new question about pgbouncer pools", top_k=3))
+    sparse, dense = out.legs["sparse"], out.legs["dense"]
+    assert dense.embedded is not None
+    assert sparse.start < dense.embedded
+    assert max(sparse.start, dense.start) < min(sparse.end, dense.end)
+
+
+async def test_query_of_death_is_harmless(stack) -> None:
+    """'(is|an|hip)' and other stopword-led text neither crash Redis nor lose results."""
+    index, _, retriever = stack
+    for text in ["(is|an|hip)", "is an hip", "is|an|hip", "the of and"]:
+        out = await retriever.search(SearchSpec(text=text, top_k=3))
+        assert isinstance(out.hits, list)
+    out = await retriever.search(SearchSpec(text="(is|an|hip)", top_k=3, dense_weight=0.0))
+    assert [h.chunk.doc_id for h in out.hits] == ["wiki/is-an-hip.md"]
+    await index.ping()
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "@service:{auth\\-service} | *",
+        "* | -foo",
+        '"quoted" {braces} [x] (y)',
+        "~fuzzy %x% @kind:{transcript}",
+        "\\ \\\\ $param =>[KNN 100 @vector $vec]",
+        "'; DROP INDEX",
+    ],
+)
+async def test_query_syntax_in_text_cannot_widen_the_filter(stack, text: str) -> None:
+    """RediSearch syntax inside search_text is searched as words, and the filter still holds."""
+    _, _, retriever = stack
+    out = await retriever.search(SearchSpec(text=text, top_k=10, metadata_filter={"service": "billing-service"}))
+    assert {h.chunk.doc_id for h in out.hits} <= {"wiki/billing.md", "wiki/billing-staging.md"}
+
+
+@pytest.mark.parametrize("value", ["billing-service} | @service:{auth-service", "*", "billing-service}|{*", "x\\}|*"])
+async def test_filter_value_syntax_is_literal(stack, value: str) -> None:
+    """A filter value with tag syntax matches nothing rather than escaping its clause."""
+    _, _, retriever = stack
+    out = await retriever.search(SearchSpec(text="timeout connection", top_k=10, metadata_filter={"service": value}))
+    assert out.hits == []
+
+
+async def test_unknown_filter_key_and_bad_top_k_are_errors(stack) -> None:
+    """Unknown filter keys and top_k outside 1..100 are rejected, never ignored."""
+    _, _, retriever = stack
+    for spec in [
+        SearchSpec(text="x", top_k=5, metadata_filter={"tenant": "a"}),
+        SearchSpec(text="x", top_k=0),
+        SearchSpec(text="x", top_k=101),
+        SearchSpec(text="  ", top_k=1),
+        SearchSpec(text="x", top_k=1, dense_weight=0, sparse_weight=0),
+    ]:
+        with pytest.raises(InvalidRequest):
+            await retriever.search(spec)
+
+
+async def test_versions_replace_delete_and_never_resurrect(stack) -> None:
+    """A newer version replaces all chunks; a delete removes them; older versions change nothing."""
+    index, ingestor, retriever = stack
+    doc = "wiki/versioned.md"
+    long_v1 = " ".join(f"Version one sentence {i} mentions zebrafish cache eviction." for i in range(60))
+    await ingestor.apply([item(doc, 1, text=long_v1)])
+    v1_chunks = await index.chunk_ids(doc)
+    assert len(v1_chunks) > 1
+    await ingestor.apply([item(doc, 2, text="Version two talks only about kangaroo retries.")])
+    assert await index.chunk_ids(doc) == {f"{doc}_p0"}
+    out = await retriever.search(SearchSpec(text="zebrafish", top_k=5, dense_weight=0))
+    assert out.hits == []
+    report = await ingestor.apply([item(doc, 1, text=long_v1)])
+    assert report.applied == [] and len(report.skipped) == 1
+    assert await index.chunk_ids(doc) == {f"{doc}_p0"}
+    await ingestor.apply([MemoryItem(op="delete", doc_id=doc, version=3)])
+    assert await index.chunk_ids(doc) == set()
+    await ingestor.apply([item(doc, 2, text="Version two talks only about kangaroo retries.")])
+    assert await index.chunk_ids(doc) == set()
+    out = await retriever.search(SearchSpec(text="kangaroo", top_k=5))
+    assert all(h.chunk.doc_id != doc for h in out.hits)
+
+
+async def test_batch_coalesces_to_the_highest_version(stack) -> None:
+    """Within one batch, only the highest version of a doc is applied."""
+    index, ingestor, _ = stack
+    doc = "wiki/batched.md"
+    report = await ingestor.apply(
+        [
+            item(doc, 5, text="five"),
+            item(doc, 7, text="seven walrus"),
+            item(doc, 6, text="six"),
+        ]
+    )
+    assert [r.stored_version for r in report.applied] == [7]
+    assert await index.versions([doc]) == {doc: 7}
