@@ -223,6 +223,16 @@ def config_toml() -> None:
     sys.stdout.write(render_toml())
 
 
+@config_app.command("index-schema")
+def config_index_schema(dims: Annotated[int, typer.Option(help="Vector dimensions of the model.")] = 384) -> None:
+    """Print the Redis index schema (redisvl YAML) that the current settings create."""
+    import yaml
+
+    from memory.schema import index_schema
+
+    sys.stdout.write(yaml.safe_dump(index_schema(Settings().index, dims=dims), sort_keys=False))
+
+
 @config_app.command("show")
 def config_show() -> None:
     """Print the effective settings as JSON."""

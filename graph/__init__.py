@@ -1,0 +1,3 @@
+"""GraphRAG layer (entities, Leiden communities, staleness): see issue 3; not built yet."""
+
+__all__: list[str] = []

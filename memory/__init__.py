@@ -1,0 +1,45 @@
+"""Chunks, embeddings, the Redis index, hybrid retrieval and RRF. Imports nothing above it."""
+
+from memory.chunking import ChunkSpan, chunk_id, chunk_spans
+from memory.config import ChunkingConfig, EmbeddingConfig, IndexConfig, IngestConfig, RetrievalConfig
+from memory.embedder import Embedder, SentenceTransformerEmbedder
+from memory.errors import BackendUnavailable, InvalidEvent, InvalidRequest, MemdError, NotFound
+from memory.filters import BASE_FILTER_KEYS, build_filter
+from memory.fusion import Fused, fuse_rrf
+from memory.index import ChunkIndex
+from memory.ingest import Ingestor, IngestReport
+from memory.records import ApplyResult, ChunkRecord, MemoryItem, StoredChunk
+from memory.retrieval import Retriever, SearchHit, SearchOutcome, SearchSpec
+
+__all__ = [
+    "BASE_FILTER_KEYS",
+    "ApplyResult",
+    "BackendUnavailable",
+    "ChunkIndex",
+    "ChunkRecord",
+    "ChunkSpan",
+    "ChunkingConfig",
+    "Embedder",
+    "EmbeddingConfig",
+    "Fused",
+    "IndexConfig",
+    "IngestConfig",
+    "IngestReport",
+    "Ingestor",
+    "InvalidEvent",
+    "InvalidRequest",
+    "MemdError",
+    "MemoryItem",
+    "NotFound",
+    "RetrievalConfig",
+    "Retriever",
+    "SearchHit",
+    "SearchOutcome",
+    "SearchSpec",
+    "SentenceTransformerEmbedder",
+    "StoredChunk",
+    "build_filter",
+    "chunk_id",
+    "chunk_spans",
+    "fuse_rrf",
+]

@@ -1,0 +1,64 @@
+"""Settings: env prefix and nesting, the TOML file, and the example config kept in sync."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from daemon.settings import Settings, render_toml
+from memory.schema import index_schema
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_example_toml_lists_every_setting() -> None:
+    """config/agentmemd.toml is exactly what the settings class renders (run `agentmemd config toml`)."""
+    assert (ROOT / "config" / "agentmemd.toml").read_text() == render_toml()
+
+
+def test_example_index_schema_is_current() -> None:
+    """config/index.yaml is the schema the default settings create."""
+    on_disk = yaml.safe_load((ROOT / "config" / "index.yaml").read_text())
+    assert on_disk == index_schema(Settings().index, dims=384)
+
+
+def test_env_overrides_nested_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """AGENTMEM_ prefix, __ for nesting."""
+    monkeypatch.setenv("AGENTMEM_KAFKA_BOOTSTRAP", "k:1")
+    monkeypatch.setenv("AGENTMEM_TOPICS__REQUESTS", "custom.requests")
+    monkeypatch.setenv("AGENTMEM_RETRIEVAL__FETCH_MULTIPLIER", "3")
+    s = Settings()
+    assert (s.kafka_bootstrap, s.topics.requests, s.retrieval.fetch_multiplier) == ("k:1", "custom.requests", 3.0)
+
+
+def test_toml_file_is_read_below_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """AGENTMEM_CONFIG_FILE names a TOML file; the environment still wins over it."""
+    path = tmp_path / "c.toml"
+    path.write_text('redis_url = "redis://from-toml:1/0"\n[index]\nname = "fromtoml"\n')
+    monkeypatch.setenv("AGENTMEM_CONFIG_FILE", str(path))
+    monkeypatch.setenv("AGENTMEM_INDEX__NAME", "fromenv")
+    s = Settings()
+    assert s.redis_url == "redis://from-toml:1/0" and s.index.name == "fromenv"
+
+
+@pytest.mark.parametrize(
+    ("var", "value"),
+    [("AGENTMEM_CHUNKING__OVERLAP", "500"), ("AGENTMEM_INDEX__EXTRA_FILTER_KEYS", '["text"]')],
+)
+def test_invalid_settings_are_rejected(monkeypatch: pytest.MonkeyPatch, var: str, value: str) -> None:
+    """Inconsistent settings fail at startup with a clear error."""
+    monkeypatch.setenv(var, value)
+    with pytest.raises(ValueError):
+        Settings()
+
+
+def test_cli_prints_the_toml() -> None:
+    """`agentmemd config toml` prints the same text."""
+    out = subprocess.run(
+        [str(Path(sys.executable).parent / "agentmemd"), "config", "toml"], capture_output=True, text=True, check=True
+    )
+    assert out.stdout == render_toml()
