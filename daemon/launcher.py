@@ -182,6 +182,7 @@ def start_redis(
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         preexec_fn=_die_with_parent,
+        start_new_session=True,
     )
     server = ServerProcess("redis", proc, f"{host}:{port}", log_path)
     try:
