@@ -49,7 +49,7 @@ class MemoryClient:
         timeout_s: float = 30.0,
     ) -> None:
         self._bootstrap = bootstrap
-        self.topics = topics or Topics()  # type: ignore[call-arg]
+        self.topics = topics or Topics()
         self._reply_topic = reply_topic or self.topics.replies
         self._timeout = timeout_s
         self._producer: AIOKafkaProducer | None = None

@@ -43,6 +43,10 @@ async def _no_decode(msg: Any) -> None:
     return None
 
 
+def _records(raw: Any) -> tuple[ConsumerRecord[Any, Any], ...]:
+    return raw if isinstance(raw, tuple) else (raw,)
+
+
 class AssignmentWatcher(ConsumerRebalanceListener):  # type: ignore[misc]
     """Notes which topics have partitions assigned, so the daemon can say it is ready."""
 
@@ -108,7 +112,7 @@ def build_router(
 
     # One consumer group per subscriber (<group_id>.<role>): each joins once instead of
     # every subscriber's join rebalancing the others, and lag is readable per role.
-    @router.subscriber(
+    @router.subscriber(  # type: ignore[untyped-decorator]
         topics.documents,
         group_id=f"{cfg.group_id}.documents",
         listener=AssignmentWatcher("documents", on_assigned),
@@ -116,9 +120,9 @@ def build_router(
     )
     async def on_documents(body: Any, message: KafkaMessage) -> None:
         """Document change events (upsert/delete, versioned)."""
-        await ingest(message.raw_message, "document")
+        await ingest(_records(message.raw_message), "document")
 
-    @router.subscriber(
+    @router.subscriber(  # type: ignore[untyped-decorator]
         topics.transcripts,
         group_id=f"{cfg.group_id}.transcripts",
         listener=AssignmentWatcher("transcripts", on_assigned),
@@ -126,7 +130,7 @@ def build_router(
     )
     async def on_transcripts(body: Any, message: KafkaMessage) -> None:
         """Agent transcript turns (idempotent per agent, session and turn)."""
-        await ingest(message.raw_message, "transcript")
+        await ingest(_records(message.raw_message), "transcript")
 
     @router.subscriber(
         topics.requests,
@@ -141,7 +145,9 @@ def build_router(
     )
     async def on_query(body: Any, message: KafkaMessage, broker: KafkaBroker) -> None:
         """Memory queries; the reply goes to the reply_to header's topic (default: replies)."""
-        reply = await answer(message.raw_message.value, retriever)
+        record = message.raw_message
+        assert isinstance(record, ConsumerRecord)
+        reply = await answer(record.value, retriever)
         await broker.publish(
             reply.model_dump(mode="json"),
             topic=message.reply_to or topics.replies,

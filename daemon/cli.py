@@ -122,7 +122,7 @@ def _with_client(fn: Callable[[MemoryClient], Awaitable[T]]) -> T:
     except QueryFailed as exc:
         raise _fail(exc) from exc
     except (MemdError, TimeoutError) as exc:
-        raise _fail(exc or "timed out") from exc
+        raise _fail(exc if str(exc) else TimeoutError("no reply in time")) from exc
 
 
 @app.command()

@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 from urllib.parse import urlparse
 
 import structlog
@@ -210,7 +211,7 @@ def start_tansu(bootstrap: str, *, log_dir: Path | None = None, timeout: float =
     listener = f"tcp://{host}:{port}"
     args = [binary, "broker", "--listener-url", listener, "--advertised-listener-url", listener]
     log_path = None
-    out: int | object = subprocess.DEVNULL
+    out: int | IO[bytes] = subprocess.DEVNULL
     if log_dir is not None:
         log_dir.mkdir(parents=True, exist_ok=True)
         log_path = log_dir / "tansu.log"
@@ -222,7 +223,10 @@ def start_tansu(bootstrap: str, *, log_dir: Path | None = None, timeout: float =
         stdout=out,
         stderr=out,
         env=env,
-        preexec_fn=_die_with_parent,  # type: ignore[arg-type]
+        preexec_fn=_die_with_parent,
+        # Own process group: a terminal's Ctrl-C reaches only agentmemd, which drains
+        # the daemon first and then stops the servers in order.
+        start_new_session=True,
     )
     server = ServerProcess("tansu", proc, f"{host}:{port}", log_path)
     try:

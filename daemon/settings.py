@@ -43,13 +43,13 @@ class Settings(BaseSettings):
         "auto", description="auto: console on a TTY, JSON otherwise."
     )
     shutdown_timeout_s: float = Field(30.0, gt=0, description="Time given to in-flight messages on SIGTERM.")
-    topics: Topics = Field(default_factory=Topics)  # type: ignore[arg-type]
-    consumer: ConsumerConfig = Field(default_factory=ConsumerConfig)  # type: ignore[arg-type]
-    index: IndexConfig = Field(default_factory=IndexConfig)  # type: ignore[arg-type]
-    embedding: EmbeddingConfig = Field(default_factory=EmbeddingConfig)  # type: ignore[arg-type]
-    chunking: ChunkingConfig = Field(default_factory=ChunkingConfig)  # type: ignore[arg-type]
-    retrieval: RetrievalConfig = Field(default_factory=RetrievalConfig)  # type: ignore[arg-type]
-    ingest: IngestConfig = Field(default_factory=IngestConfig)  # type: ignore[arg-type]
+    topics: Topics = Field(default_factory=Topics)
+    consumer: ConsumerConfig = Field(default_factory=ConsumerConfig)
+    index: IndexConfig = Field(default_factory=IndexConfig)
+    embedding: EmbeddingConfig = Field(default_factory=EmbeddingConfig)
+    chunking: ChunkingConfig = Field(default_factory=ChunkingConfig)
+    retrieval: RetrievalConfig = Field(default_factory=RetrievalConfig)
+    ingest: IngestConfig = Field(default_factory=IngestConfig)
 
     @classmethod
     def settings_customise_sources(

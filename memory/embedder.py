@@ -86,7 +86,7 @@ class SentenceTransformerEmbedder:
             import transformers
             from sentence_transformers import SentenceTransformer
 
-            transformers.logging.set_verbosity_error()
+            transformers.logging.set_verbosity_error()  # type: ignore[no-untyped-call]
             return SentenceTransformer(path, device=cfg.device, local_files_only=True)
 
         try:
@@ -125,7 +125,7 @@ class SentenceTransformerEmbedder:
             self._cache.move_to_end(text)
             return cached
         loop = asyncio.get_running_loop()
-        vec = (await loop.run_in_executor(self._query_pool, self._encode, [text]))[0]
+        vec: np.ndarray = (await loop.run_in_executor(self._query_pool, self._encode, [text]))[0]
         if self._cfg.query_cache_size:
             self._cache[text] = vec
             if len(self._cache) > self._cfg.query_cache_size:

@@ -173,7 +173,7 @@ class ChunkIndex:
                             return ApplyResult(doc_id, applied=False, stored_version=stored_version)
                         old_ids = {_to_str(m) for m in await pipe.smembers(doc_key)}
                         new_ids = {c.chunk_id for c in chunks}
-                        pipe.multi()
+                        pipe.multi()  # type: ignore[no-untyped-call]
                         stale = [self._chunk_key(c) for c in old_ids - new_ids]
                         if stale:
                             pipe.delete(*stale)
@@ -182,7 +182,7 @@ class ChunkIndex:
                             key = self._chunk_key(rec.chunk_id)
                             # Replace, not merge: a tag dropped by an edit must not linger.
                             pipe.delete(key)
-                            pipe.hset(key, mapping=_record_mapping(rec, vec))
+                            pipe.hset(key, mapping=_record_mapping(rec, vec))  # type: ignore[arg-type]
                         if new_ids:
                             pipe.sadd(doc_key, *sorted(new_ids))
                         if version is not None:
@@ -201,7 +201,7 @@ class ChunkIndex:
     async def count(self) -> int:
         """Number of indexed chunks."""
         async with translate_errors("index info"):
-            info = await self._r.ft(self._cfg.name).info()
+            info = await self._r.ft(self._cfg.name).info()  # type: ignore[no-untyped-call]
         return int(info.get("num_docs", 0))
 
     async def search_text(self, query: str, *, k: int) -> list[StoredChunk]:

@@ -317,3 +317,22 @@ async def test_transcript_is_searchable_and_filterable_by_agent(env) -> None:
     assert [r["doc_id"] for r in reply["results"]] == ["transcript:planner-7/incident-4411/12"]
     meta = reply["results"][0]["metadata"]
     assert meta["role"] == "assistant" and meta["turn"] == 12 and meta["session_id"] == "incident-4411"
+
+
+async def test_transcript_redelivery_is_idempotent(env) -> None:
+    """The same (agent, session, turn) delivered twice leaves one set of chunks with the latest text."""
+    daemon, client = env
+    t = client.topics
+    base = {"agent_id": "dup-agent", "session_id": "s", "turn": 1, "role": "user"}
+    await client.send(t.transcripts, {**base, "event_id": "a", "content": "first copy about quokkas"}, key="dup-agent/s")
+    await client.send(t.transcripts, {**base, "event_id": "b", "content": "second copy about quokkas"}, key="dup-agent/s")
+    doc = "transcript:dup-agent/s/1"
+
+    async def second_applied() -> bool:
+        _, reply = await client.ask(
+            {"query_id": "dup", "search_text": "quokkas", "top_k": 10, "metadata_filter": {"agent_id": "dup-agent"}}
+        )
+        return [r["text"] for r in reply["results"]] == ["second copy about quokkas"]
+
+    await eventually(second_applied, what="redelivered turn overwrote, not duplicated")
+    assert await daemon.index.chunk_ids(doc) == {f"{doc}_p0"}
