@@ -172,6 +172,16 @@ class QueryRequest(BaseModel):
     top_k: int = 5
     hybrid_params: HybridParams = Field(default_factory=HybridParams)
     metadata_filter: dict[str, FilterValue] | None = None
+    scope: Literal["chunks", "communities", "all"] = "chunks"
+
+
+class CommunityInfo(BaseModel):
+    """What a community summary result says about its community."""
+
+    community_id: str
+    level: int
+    member_count: int
+    stale: bool
 
 
 class ResultItem(BaseModel):
@@ -185,6 +195,7 @@ class ResultItem(BaseModel):
     kind: str
     metadata: dict[str, Any]
     ranks: dict[str, int]
+    community: CommunityInfo | None = None
 
 
 class QueryReply(BaseModel):

@@ -9,9 +9,10 @@ import structlog
 from pydantic import ValidationError
 
 from consumers.decoding import parse_event
-from consumers.models import ErrorBody, ErrorReply, QueryReply, QueryRequest, ResultItem
+from consumers.models import CommunityInfo, ErrorBody, ErrorReply, QueryReply, QueryRequest, ResultItem
+from graph.search import ScopedSearch
 from memory.errors import InvalidRequest, MemdError
-from memory.retrieval import Retriever, SearchOutcome, SearchSpec
+from memory.retrieval import SearchHit, SearchOutcome, SearchSpec
 
 log = structlog.get_logger()
 
@@ -51,7 +52,20 @@ def to_spec(req: QueryRequest) -> SearchSpec:
     )
 
 
-def to_reply(req: QueryRequest, outcome: SearchOutcome) -> QueryReply:
+def _community(hit: SearchHit, stale: dict[str, bool]) -> CommunityInfo | None:
+    if hit.chunk.kind != "community":
+        return None
+    meta = hit.chunk.metadata
+    cid = str(meta.get("community_id", ""))
+    return CommunityInfo(
+        community_id=cid,
+        level=int(meta.get("level", 0)),
+        member_count=int(meta.get("member_count", 0)),
+        stale=stale.get(cid, False),
+    )
+
+
+def to_reply(req: QueryRequest, outcome: SearchOutcome, stale: dict[str, bool] | None = None) -> QueryReply:
     """The reply for a finished search."""
     results = [
         ResultItem(
@@ -63,6 +77,7 @@ def to_reply(req: QueryRequest, outcome: SearchOutcome) -> QueryReply:
             kind=h.chunk.kind,
             metadata=h.chunk.metadata,
             ranks=h.ranks,
+            community=_community(h, stale or {}),
         )
         for h in outcome.hits
     ]
@@ -71,7 +86,7 @@ def to_reply(req: QueryRequest, outcome: SearchOutcome) -> QueryReply:
     )
 
 
-async def answer(raw: bytes | None, retriever: Retriever) -> QueryReply | ErrorReply:
+async def answer(raw: bytes | None, search: ScopedSearch) -> QueryReply | ErrorReply:
     """Answer one raw request: results, or an error reply that says why. Never raises.
 
     This is the one place where errors become replies: an asker always hears back.
@@ -80,7 +95,8 @@ async def answer(raw: bytes | None, retriever: Retriever) -> QueryReply | ErrorR
     try:
         req = parse_request(raw)
         query_id = req.query_id
-        return to_reply(req, await retriever.search(to_spec(req)))
+        outcome, stale = await search.search(to_spec(req), req.scope)
+        return to_reply(req, outcome, stale)
     except MemdError as exc:
         qid = query_id or guess_query_id(raw)
         log.info("query.request_failed", query_id=qid, code=exc.code, error=str(exc))

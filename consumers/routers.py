@@ -17,8 +17,8 @@ from consumers.config import ConsumerConfig, Topics
 from consumers.decoding import Decoded, dead_letter, decode_records
 from consumers.models import DlqRecord
 from consumers.queries import answer
+from graph.search import ScopedSearch
 from memory.ingest import Ingestor
-from memory.retrieval import Retriever
 
 log = structlog.get_logger()
 
@@ -65,7 +65,7 @@ class AssignmentWatcher(ConsumerRebalanceListener):  # type: ignore[misc]
 def build_router(
     *,
     ingestor: Ingestor,
-    retriever: Retriever,
+    search: ScopedSearch,
     topics: Topics,
     cfg: ConsumerConfig,
     filter_keys: Collection[str],
@@ -147,7 +147,7 @@ def build_router(
         """Memory queries; the reply goes to the reply_to header's topic (default: replies)."""
         record = message.raw_message
         assert isinstance(record, ConsumerRecord)
-        reply = await answer(record.value, retriever)
+        reply = await answer(record.value, search)
         await broker.publish(
             reply.model_dump(mode="json"),
             topic=message.reply_to or topics.replies,

@@ -14,6 +14,10 @@ from faststream.kafka import KafkaBroker
 from consumers.routers import build_router
 from daemon.settings import Settings
 from daemon.topics import ensure_topics
+from graph.ner import SpacyNer
+from graph.search import ScopedSearch
+from graph.service import GraphService
+from graph.store import GraphStore
 from memory.embedder import SentenceTransformerEmbedder
 from memory.errors import BackendUnavailable
 from memory.index import ChunkIndex
@@ -45,6 +49,8 @@ class Daemon:
     ingestor: Ingestor
     retriever: Retriever
     broker: KafkaBroker
+    graph: GraphService | None = None
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
     assigned: dict[str, int] = field(default_factory=dict)
     ready: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -53,6 +59,11 @@ class Daemon:
         log.info("daemon.shutdown_started")
         self.ingestor.stopping.set()
         await self.broker.stop()
+        if self.graph is not None:
+            self.graph.stop.set()
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
         await self.redis.aclose()
         self.embedder.close()
         log.info("daemon.shutdown_finished")
@@ -100,15 +111,32 @@ async def start_daemon(settings: Settings, *, ready_timeout_s: float = 120.0) ->
         replication=settings.topic_replication,
         timeout_s=ready_timeout_s,
     )
-    ingestor = Ingestor(index=index, embedder=embedder, chunking=settings.chunking, cfg=settings.ingest)
+    graph: GraphService | None = None
+    if settings.graph.enabled:
+        ner = await SpacyNer.load(settings.graph.spacy_model) if settings.graph.spacy_model else None
+        graph = GraphService(
+            store=GraphStore(client=redis, name=settings.index.name),
+            index=index,
+            embedder=embedder,
+            ner=ner,
+            cfg=settings.graph,
+        )
+    ingestor = Ingestor(
+        index=index,
+        embedder=embedder,
+        chunking=settings.chunking,
+        cfg=settings.ingest,
+        on_applied=graph.on_change if graph is not None else None,
+    )
     retriever = Retriever(index=index, embedder=embedder, cfg=settings.retrieval)
+    search = ScopedSearch(retriever=retriever, store=graph.store if graph is not None else None)
     broker = KafkaBroker(
         settings.kafka_bootstrap,
         acks="all",
         graceful_timeout=settings.shutdown_timeout_s,
         logger=None,
     )
-    daemon = Daemon(settings, redis, embedder, index, ingestor, retriever, broker)
+    daemon = Daemon(settings, redis, embedder, index, ingestor, retriever, broker, graph)
 
     def on_assigned(name: str, partitions: int) -> None:
         daemon.assigned[name] = partitions
@@ -118,7 +146,7 @@ async def start_daemon(settings: Settings, *, ready_timeout_s: float = 120.0) ->
     broker.include_router(
         build_router(
             ingestor=ingestor,
-            retriever=retriever,
+            search=search,
             topics=settings.topics,
             cfg=settings.consumer,
             filter_keys=settings.index.filter_keys,
@@ -132,6 +160,11 @@ async def start_daemon(settings: Settings, *, ready_timeout_s: float = 120.0) ->
     except TimeoutError as exc:
         await daemon.stop()
         raise BackendUnavailable(f"consumers not assigned within {ready_timeout_s}s") from exc
+    if graph is not None:
+        daemon.tasks.append(asyncio.create_task(graph.run_recompute(), name="graph-recompute"))
+        daemon.tasks.append(asyncio.create_task(graph.run_queue_log(), name="graph-queue-log"))
+        for i in range(settings.graph.summarizer_concurrency):
+            daemon.tasks.append(asyncio.create_task(graph.run_worker(), name=f"graph-summarizer-{i}"))
     log.info("daemon.ready", assigned=daemon.assigned, index=settings.index.name, kafka=settings.kafka_bootstrap)
     print(f"agentmemd ready: consuming {', '.join(settings.topics.all()[:3])}", file=sys.stdout, flush=True)
     return daemon

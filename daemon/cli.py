@@ -217,6 +217,130 @@ def publish_observation(
     out.print("observation published")
 
 
+graph_app = typer.Typer(no_args_is_help=True, help="The entity graph and its communities.")
+app.add_typer(graph_app, name="graph")
+
+
+def _with_graph(fn: Callable[[Any], Awaitable[T]]) -> T:
+    import redis.asyncio as aredis
+
+    from graph.service import GraphService
+    from graph.store import GraphStore
+    from memory.index import ChunkIndex
+
+    settings = _settings()
+
+    async def main() -> T:
+        client = aredis.from_url(settings.redis_url, socket_connect_timeout=5)
+        try:
+            store = GraphStore(client=client, name=settings.index.name)
+            index = ChunkIndex(client=client, cfg=settings.index, dims=0)
+            service = GraphService(store=store, index=index, embedder=None, ner=None, cfg=settings.graph)
+            return await fn(service)
+        finally:
+            await client.aclose()
+
+    try:
+        return asyncio.run(main())
+    except MemdError as exc:
+        raise _fail(exc) from exc
+
+
+@app.command()
+def stale(
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+    limit: Annotated[int, typer.Option("--limit", min=1)] = 20,
+) -> None:
+    """The stale-summary queue: depth, oldest age, and the oldest communities with why."""
+    import time
+
+    depth, items = _with_graph(lambda g: g.store.stale(limit=limit))
+    now = time.time()
+    oldest = max((now - i.first_marked_at for i in items), default=0.0)
+    if as_json:
+        print(
+            json.dumps(
+                {
+                    "depth": depth,
+                    "oldest_age_s": round(oldest, 3),
+                    "items": [
+                        {
+                            "community_id": i.community_id,
+                            "level": i.level,
+                            "first_marked_at": i.first_marked_at,
+                            "last_marked_at": i.last_marked_at,
+                            "change_count": i.change_count,
+                            "doc_ids": i.doc_ids,
+                        }
+                        for i in items
+                    ],
+                },
+                indent=2,
+            )
+        )
+        return
+    table = Table(title=f"stale summaries: {depth} queued, oldest {oldest:.1f}s")
+    for col in ("community", "level", "age s", "changes", "caused by"):
+        table.add_column(col, overflow="fold")
+    for i in items:
+        table.add_row(
+            i.community_id,
+            str(i.level),
+            f"{now - i.first_marked_at:.1f}",
+            str(i.change_count),
+            ", ".join(i.doc_ids[:5]),
+        )
+    out.print(table)
+
+
+@app.command()
+def communities(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """Communities: ids, levels, sizes and whether their summaries are fresh."""
+
+    async def read(g: Any) -> list[dict[str, Any]]:
+        comms = await g.store.communities()
+        stale_map = await g.store.is_stale([c.id for c in comms])
+        rows = []
+        for c in comms:
+            summary = await g.store.summary(c.id)
+            rows.append(
+                {
+                    "community_id": c.id,
+                    "level": c.level,
+                    "size": len(c.members),
+                    "parent": c.parent,
+                    "stale": stale_map.get(c.id, False),
+                    "summarized": summary is not None,
+                    "members": sorted(c.members)[:10],
+                }
+            )
+        return rows
+
+    rows = _with_graph(read)
+    if as_json:
+        print(json.dumps({"communities": rows}, indent=2))
+        return
+    table = Table(title=f"{len(rows)} communities")
+    for col in ("community", "level", "size", "fresh", "members"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        fresh = "stale" if r["stale"] else ("fresh" if r["summarized"] else "none")
+        table.add_row(r["community_id"], str(r["level"]), str(r["size"]), fresh, ", ".join(r["members"]))
+    out.print(table)
+
+
+@graph_app.command("rebuild")
+def graph_rebuild() -> None:
+    """Recompute communities now (ids stay stable; changed ones are marked stale)."""
+    report = _with_graph(lambda g: g.recompute(force=True))
+    if report is None:
+        raise _fail(MemdError("another daemon holds the recompute lock; try again shortly"))
+    out.print(
+        f"{report.communities} communities on {report.levels} level(s); {len(report.changed)} new or changed "
+        f"(marked stale), {len(report.removed)} removed, {len(report.events)} merges/splits, {report.took_ms:.0f} ms"
+    )
+
+
 @config_app.command("toml")
 def config_toml() -> None:
     """Print every setting with its default and meaning, as TOML."""

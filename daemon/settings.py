@@ -20,6 +20,7 @@ from pydantic_settings import (
 )
 
 from consumers.config import ConsumerConfig, Topics
+from graph.config import GraphConfig
 from memory.config import ChunkingConfig, EmbeddingConfig, IndexConfig, IngestConfig, RetrievalConfig
 
 
@@ -50,6 +51,7 @@ class Settings(BaseSettings):
     chunking: ChunkingConfig = Field(default_factory=ChunkingConfig)
     retrieval: RetrievalConfig = Field(default_factory=RetrievalConfig)
     ingest: IngestConfig = Field(default_factory=IngestConfig)
+    graph: GraphConfig = Field(default_factory=GraphConfig)
 
     @classmethod
     def settings_customise_sources(

@@ -75,3 +75,12 @@ def combine(text_query: str, filter_query: str) -> str:
     if filter_query == "*":
         return text_query
     return f"({text_query}) ({filter_query})"
+
+
+def and_filters(a: str, b: str) -> str:
+    """AND two filter fragments (``"*"`` means no filter)."""
+    if a == "*":
+        return b
+    if b == "*":
+        return a
+    return f"{a} {b}"

@@ -98,12 +98,14 @@ class ChunkIndex:
         self._r = client
         self._cfg = cfg
         self._dims = dims
-        self._schema = IndexSchema.from_dict(index_schema(cfg, dims=dims))
 
     @property
     def cfg(self) -> IndexConfig:
         """This index's config."""
         return self._cfg
+
+    def _schema(self) -> IndexSchema:
+        return IndexSchema.from_dict(index_schema(self._cfg, dims=self._dims))
 
     def _chunk_key(self, chunk_id: str) -> str:
         return f"{self._cfg.chunk_prefix}{chunk_id}"
@@ -117,7 +119,7 @@ class ChunkIndex:
     async def ensure(self) -> bool:
         """Create the index if it is missing. Returns True when it was created."""
         async with translate_errors("index creation"):
-            index = AsyncSearchIndex(self._schema, redis_client=self._r)
+            index = AsyncSearchIndex(self._schema(), redis_client=self._r)
             if await index.exists():
                 return False
             await index.create(overwrite=False)
@@ -127,7 +129,7 @@ class ChunkIndex:
     async def drop(self, *, delete_documents: bool = True) -> None:
         """Drop the index (and its chunk hashes); used by tests and reindexing."""
         async with translate_errors("index drop"):
-            index = AsyncSearchIndex(self._schema, redis_client=self._r)
+            index = AsyncSearchIndex(self._schema(), redis_client=self._r)
             if await index.exists():
                 await index.delete(drop=delete_documents)
 
@@ -197,6 +199,14 @@ class ChunkIndex:
         """The chunk ids currently stored for a doc."""
         async with translate_errors("chunk listing"):
             return {_to_str(m) for m in await self._r.smembers(self._doc_key(doc_id))}
+
+    async def texts(self, chunk_ids: Sequence[str]) -> dict[str, str]:
+        """Stored text of each chunk that exists."""
+        async with translate_errors("chunk read"), self._r.pipeline(transaction=False) as pipe:
+            for cid in chunk_ids:
+                pipe.hget(self._chunk_key(cid), "text")
+            values = await pipe.execute()
+        return {c: _to_str(v) for c, v in zip(chunk_ids, values, strict=True) if v is not None}
 
     async def count(self) -> int:
         """Number of indexed chunks."""

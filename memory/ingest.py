@@ -58,7 +58,7 @@ class Ingestor:
         embedder: Embedder,
         chunking: ChunkingConfig,
         cfg: IngestConfig,
-        on_applied: Callable[[MemoryItem, ApplyResult], Awaitable[None]] | None = None,
+        on_applied: Callable[[MemoryItem, Sequence[ChunkRecord]], Awaitable[object]] | None = None,
     ) -> None:
         self._index = index
         self._embedder = embedder
@@ -86,6 +86,10 @@ class Ingestor:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.stopping.wait(), timeout=delay)
                 delay = min(delay * 2, self._cfg.retry_max_s)
+
+    async def _hook(self, item: MemoryItem, chunks: Sequence[ChunkRecord]) -> None:
+        assert self._on_applied is not None
+        await self._on_applied(item, chunks)
 
     async def _chunks(self, item: MemoryItem, version: int) -> list[ChunkRecord]:
         offsets = await self._embedder.token_offsets(item.content)
@@ -117,13 +121,24 @@ class Ingestor:
         versioned = [i.doc_id for i in todo if i.version is not None]
         stored = await self._retrying("version read", lambda: self._index.versions(versioned))
         live: list[MemoryItem] = []
+        replays: list[MemoryItem] = []
         for item in todo:
             have = stored.get(item.doc_id)
             if item.version is not None and have is not None and item.version <= have:
                 report.skipped.append(ApplyResult(item.doc_id, applied=False, stored_version=have))
                 log.info("ingest.stale_skipped", doc_id=item.doc_id, version=item.version, stored=have)
+                if item.version == have:
+                    replays.append(item)
             else:
                 live.append(item)
+
+        # A redelivery of the version already in the index may be one whose follow-up
+        # work (the graph) was cut short by a crash: hand it on again. The hook has its
+        # own version check, so a complete replay is a no-op there.
+        if self._on_applied is not None:
+            for item in replays:
+                chunks = await self._chunks(item, item.version or 0) if item.op == "upsert" else []
+                await self._retrying("change hook", lambda item=item, chunks=chunks: self._hook(item, chunks))  # type: ignore[misc]
 
         per_item: list[list[ChunkRecord]] = []
         for item in live:
@@ -162,7 +177,7 @@ class Ingestor:
                     "ingest.doc_applied", doc_id=item.doc_id, op=item.op, version=item.version, chunks=result.chunks
                 )
                 if self._on_applied is not None:
-                    await self._on_applied(item, result)
+                    await self._retrying("change hook", lambda item=item, chunks=chunks: self._hook(item, chunks))  # type: ignore[misc]
             else:
                 report.skipped.append(result)
                 log.info("ingest.stale_skipped", doc_id=item.doc_id, version=item.version, stored=result.stored_version)

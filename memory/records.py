@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-Kind = Literal["document", "transcript"]
+Kind = Literal["document", "transcript", "community"]
 Scalar = str | int | float | bool
 
 

@@ -13,7 +13,7 @@ import structlog
 from memory.config import RetrievalConfig
 from memory.embedder import Embedder
 from memory.errors import InvalidRequest
-from memory.filters import build_filter, combine
+from memory.filters import and_filters, build_filter, combine
 from memory.fusion import fuse_rrf
 from memory.index import ChunkIndex
 from memory.records import StoredChunk
@@ -32,6 +32,7 @@ class SearchSpec:
     sparse_weight: float = 1.0
     rrf_k: int = 60
     metadata_filter: Mapping[str, str | Sequence[str]] | None = None
+    kinds: tuple[str, ...] | None = None  # restricts results to these kinds (the query's scope)
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +112,8 @@ class Retriever:
         t0 = time.monotonic()
         self._validate(spec)
         filter_query = build_filter(spec.metadata_filter, allowed=self._index.cfg.filter_keys)
+        if spec.kinds:
+            filter_query = and_filters(filter_query, build_filter({"kind": list(spec.kinds)}, allowed={"kind"}))
         k = self.fetch_k(spec.top_k)
         timings: dict[str, LegTiming] = {}
         names: list[str] = []

@@ -324,8 +324,12 @@ async def test_transcript_redelivery_is_idempotent(env) -> None:
     daemon, client = env
     t = client.topics
     base = {"agent_id": "dup-agent", "session_id": "s", "turn": 1, "role": "user"}
-    await client.send(t.transcripts, {**base, "event_id": "a", "content": "first copy about quokkas"}, key="dup-agent/s")
-    await client.send(t.transcripts, {**base, "event_id": "b", "content": "second copy about quokkas"}, key="dup-agent/s")
+    await client.send(
+        t.transcripts, {**base, "event_id": "a", "content": "first copy about quokkas"}, key="dup-agent/s"
+    )
+    await client.send(
+        t.transcripts, {**base, "event_id": "b", "content": "second copy about quokkas"}, key="dup-agent/s"
+    )
     doc = "transcript:dup-agent/s/1"
 
     async def second_applied() -> bool:

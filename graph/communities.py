@@ -1,0 +1,187 @@
+"""Hierarchical Leiden communities with ids that stay stable across recomputes.
+
+Detection is deterministic for the same graph: nodes and edges are fed in sorted order
+and Leiden gets a fixed seed. Ids are matched to the previous run by Jaccard overlap;
+a genuinely new community gets an id derived from its level and members, so the same
+graph built from scratch gets the same ids.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class RawCommunity:
+    """A detected community before ids: level, members, and the index of its parent."""
+
+    level: int
+    members: frozenset[str]
+    parent: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Community:
+    """A community with its stable id."""
+
+    id: str
+    level: int
+    members: frozenset[str]
+    parent: str | None = None
+
+
+@dataclass
+class Assignment:
+    """Result of matching a new detection to the previous communities."""
+
+    communities: list[Community]
+    changed: set[str] = field(default_factory=set)  # new or with different members
+    removed: set[str] = field(default_factory=set)  # old ids with no successor
+    events: list[dict[str, Any]] = field(default_factory=list)  # merges and splits
+
+
+def _leiden(
+    nodes: Sequence[str], edges: Sequence[tuple[str, str, float]], seed: int, resolution: float
+) -> list[frozenset[str]]:
+    import networkx as nx
+
+    with contextlib.redirect_stdout(io.StringIO()):  # cdlib prints notes on import
+        from cdlib import algorithms
+
+    g = nx.Graph()
+    g.add_nodes_from(sorted(nodes))
+    for a, b, w in sorted(edges):
+        g.add_edge(a, b, weight=float(w))
+    if g.number_of_edges() == 0:
+        return [frozenset([n]) for n in sorted(nodes)]
+    result = algorithms.leiden(g, weights="weight", seed=seed, resolution_parameter=resolution)
+    return sorted((frozenset(c) for c in result.communities), key=lambda c: (-len(c), sorted(c)))
+
+
+def detect(
+    nodes: Sequence[str],
+    edges: Sequence[tuple[str, str, float]],
+    *,
+    seed: int,
+    resolution: float = 1.0,
+    max_size: int = 10,
+    max_levels: int = 3,
+    min_size: int = 2,
+) -> list[RawCommunity]:
+    """Leiden at level 0; any community above ``max_size`` is re-split into level + 1.
+
+    Args:
+        nodes: entity keys.
+        edges: ``(a, b, weight)``.
+        seed: Leiden seed (same graph + same seed = same communities).
+        resolution: Leiden resolution parameter.
+        max_size: the largest community left unsplit (GraphRAG uses 10).
+        max_levels: how deep the hierarchy may go.
+        min_size: smaller communities (isolated entities) are not kept.
+
+    Returns:
+        Communities of every level; a child's ``parent`` indexes this list.
+    """
+    out: list[RawCommunity] = []
+    by_node: dict[str, list[tuple[str, str, float]]] = {}
+    for e in edges:
+        by_node.setdefault(e[0], []).append(e)
+
+    def sub_edges(members: frozenset[str]) -> list[tuple[str, str, float]]:
+        return [e for n in members for e in by_node.get(n, ()) if e[1] in members]
+
+    queue: list[tuple[int, frozenset[str], int | None]] = [
+        (0, c, None) for c in _leiden(nodes, edges, seed, resolution)
+    ]
+    while queue:
+        level, members, parent = queue.pop(0)
+        if len(members) < min_size:
+            continue
+        out.append(RawCommunity(level, members, parent))
+        me = len(out) - 1
+        if len(members) > max_size and level + 1 < max_levels:
+            # The subgraph was one community at this resolution; raise it until Leiden
+            # finds structure inside (or give up: a clique has none).
+            res = resolution
+            for _ in range(8):
+                res *= 2
+                parts = _leiden(sorted(members), sub_edges(members), seed, res)
+                if len(parts) > 1:
+                    queue.extend((level + 1, p, me) for p in parts)
+                    break
+    return out
+
+
+def _jaccard(a: frozenset[str], b: frozenset[str]) -> float:
+    return len(a & b) / len(a | b) if a or b else 0.0
+
+
+def fresh_id(level: int, members: frozenset[str]) -> str:
+    """The id of a genuinely new community: its level and a hash of its members."""
+    digest = hashlib.sha1("\n".join(sorted(members)).encode()).hexdigest()[:10]
+    return f"c{level}-{digest}"
+
+
+def assign_ids(new: Sequence[RawCommunity], old: Sequence[Community], *, threshold: float = 0.3) -> Assignment:
+    """Give each new community the id of the old one it best continues, else a fresh id.
+
+    Matching is one-to-one per level, greedily by Jaccard overlap (at least ``threshold``).
+    An old community spread over several new ones is recorded as a split; a new one drawn
+    from several old ones as a merge.
+
+    Returns:
+        The communities with ids, which ids are new or changed, which old ids are gone,
+        and merge/split events.
+    """
+    ids: list[str | None] = [None] * len(new)
+    used: set[str] = set()
+    pairs = []
+    for i, n in enumerate(new):
+        for o in old:
+            if o.level == n.level and n.members & o.members:
+                pairs.append((-_jaccard(n.members, o.members), o.id, i))
+    for neg_j, oid, i in sorted(pairs):
+        if -neg_j < threshold:
+            break
+        if ids[i] is None and oid not in used:
+            ids[i] = oid
+            used.add(oid)
+    old_by_id = {o.id: o for o in old}
+    result = Assignment(communities=[])
+    for i, n in enumerate(new):
+        cid = ids[i]
+        if cid is None:
+            cid = fresh_id(n.level, n.members)
+            k = 1
+            while cid in used:
+                k += 1
+                cid = f"{fresh_id(n.level, n.members)}-{k}"
+            used.add(cid)
+            ids[i] = cid
+            result.changed.add(cid)
+        elif old_by_id[cid].members != n.members:
+            result.changed.add(cid)
+    for i, n in enumerate(new):
+        parent = ids[n.parent] if n.parent is not None else None
+        result.communities.append(Community(id=str(ids[i]), level=n.level, members=n.members, parent=parent))
+    result.removed = {o.id for o in old} - used
+    for n_c in result.communities:
+        sources = [
+            o.id for o in old if o.level == n_c.level and len(o.members & n_c.members) / len(n_c.members) >= 0.25
+        ]
+        if len(sources) >= 2:
+            result.events.append({"type": "merge", "into": n_c.id, "from": sorted(sources), "level": n_c.level})
+    for o in old:
+        targets = [
+            c.id
+            for c in result.communities
+            if c.level == o.level and len(o.members & c.members) / len(o.members) >= 0.25
+        ]
+        if len(targets) >= 2:
+            result.events.append({"type": "split", "from": o.id, "into": sorted(targets), "level": o.level})
+    return result

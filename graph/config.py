@@ -1,0 +1,47 @@
+"""Config of the GraphRAG layer; ``daemon/settings.py`` composes it."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+
+class GraphConfig(BaseModel):
+    """Entity extraction, communities, staleness and the summarizer worker."""
+
+    enabled: bool = Field(True, description="Build the entity graph and community summaries.")
+    spacy_model: str = Field("en_core_web_sm", description="spaCy pipeline for named entities ('' = identifiers only).")
+    llm_model: str = Field(
+        "", description="litellm model for summaries and extraction (e.g. 'gpt-4o-mini'); '' = offline."
+    )
+    llm_extraction: bool = Field(False, description="Also extract entities with the LLM (needs llm_model).")
+    llm_timeout_s: float = Field(60.0, gt=0, description="Timeout of one LLM call.")
+    max_entities_per_chunk: int = Field(40, ge=2, le=500, description="Cap on entities (and so edges) per chunk.")
+    aliases: dict[str, str] = Field(
+        default_factory=lambda: {
+            "postgres": "postgresql",
+            "pg": "postgresql",
+            "k8s": "kubernetes",
+            "mongo": "mongodb",
+            "es": "elasticsearch",
+        },
+        description="Entity aliases: normalized name -> canonical name.",
+    )
+    seed: int = Field(42, description="Leiden seed: the same graph always gives the same communities.")
+    resolution: float = Field(1.0, gt=0, description="Leiden resolution (higher = smaller communities).")
+    max_community_size: int = Field(10, ge=2, description="Communities larger than this are split into a finer level.")
+    max_levels: int = Field(3, ge=1, le=8, description="Deepest hierarchy level.")
+    match_threshold: float = Field(
+        0.3, gt=0, le=1, description="Jaccard overlap for a new community to keep an old community's id."
+    )
+    drift_threshold: int = Field(
+        50, ge=1, description="Entity/edge changes since the last recompute that trigger a new one."
+    )
+    recompute_check_s: float = Field(2.0, gt=0, description="How often drift is checked.")
+    summarizer_concurrency: int = Field(1, ge=0, le=32, description="Summaries written at once (0 = no worker).")
+    summarizer_rate_per_min: float = Field(600.0, gt=0, description="Most summaries started per minute.")
+    summary_token_budget: int = Field(1500, ge=100, description="Most input words given to one summary.")
+    summary_sentences: int = Field(5, ge=1, le=50, description="Sentences in an extractive summary.")
+    summary_retry_initial_s: float = Field(1.0, gt=0, description="First backoff after a failed summary.")
+    summary_retry_max_s: float = Field(300.0, gt=0, description="Longest backoff after failed summaries.")
+    claim_ttl_s: float = Field(120.0, gt=0, description="How long a worker's claim on a community lasts.")
+    queue_log_interval_s: float = Field(30.0, gt=0, description="How often queue depth and oldest age are logged.")

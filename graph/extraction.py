@@ -1,0 +1,167 @@
+"""Entity extraction tuned for technical text, and co-occurrence relations (pure).
+
+Identifiers carry the meaning of ops prose: ``HTTP 504``, ``ERR_CONN_RESET_4F2A``,
+``SQLSTATE 08006``, ``PoolTimeoutError``, ``db.pool.acquire()``, ``/etc/pgbouncer.ini``,
+``billing-service``, ``max_connections``, ``FROM invoices``. Regexes find those; named
+entities (spaCy) are passed in from outside, so this module stays pure.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+#: Type priority when two extractors name the same thing: the more specific wins.
+TYPE_PRIORITY = (
+    "http_status",
+    "sqlstate",
+    "error_code",
+    "exception",
+    "function",
+    "file_path",
+    "module",
+    "service",
+    "host",
+    "config_key",
+    "sql_table",
+    "org",
+    "product",
+    "person",
+    "place",
+    "event",
+    "concept",
+)
+
+_HTTP = re.compile(
+    r"\b(?:HTTP|http|status(?: code)?)[ /-]?([1-5]\d\d)\b|\b([1-5]\d\d) (?=[A-Z][a-z]+ ?(?:[A-Z][a-z]+)?\b)"
+)
+_SQLSTATE = re.compile(r"\bSQLSTATE[ :=]*([0-9A-Z]{5})\b")
+_ERROR_CODE = re.compile(r"\b(?:[A-Z][A-Z0-9]*_){1,}[A-Z0-9]+\b|\bE[A-Z]{3,}\b(?=[:\s)])")
+_EXCEPTION = re.compile(r"\b(?:[a-z_][\w]*\.)*([A-Z][A-Za-z0-9]*(?:Error|Exception|Timeout|Failure|Fault))\b")
+_FUNCTION = re.compile(r"\b([A-Za-z_][\w]*(?:\.[A-Za-z_][\w]*)*)\(\)")
+_FILE_PATH = re.compile(r"(?<![\w.])((?:/[\w.-]+){2,}|(?:[\w-]+/)+[\w-]+\.[a-z]{1,5})\b")
+_MODULE = re.compile(r"\b([a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*){2,})\b")
+_SERVICE = re.compile(r"\b([a-z][a-z0-9]*(?:-[a-z0-9]+)*-(?:service|svc|api|worker|gateway|db|cache|queue|proxy))\b")
+_HOST = re.compile(r"\b([a-z][a-z0-9-]*\d+(?:\.[a-z][a-z0-9-]*)+|[a-z][a-z0-9-]*-\d+)\b")
+_CONFIG_KEY = re.compile(r"\b([a-z][a-z0-9]*(?:_[a-z0-9]+)+)\b")
+_SQL_TABLE = re.compile(r"\b(?:FROM|JOIN|INTO|UPDATE|TABLE)\s+([a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)?)\b")
+
+_NER_TYPES = {
+    "ORG": "org",
+    "PRODUCT": "product",
+    "PERSON": "person",
+    "GPE": "place",
+    "FAC": "place",
+    "LOC": "place",
+    "EVENT": "event",
+}
+_LEADING = re.compile(r"^(?:the|a|an)\s+", re.IGNORECASE)
+
+
+@dataclass(frozen=True, slots=True)
+class Entity:
+    """An entity as found in text: its canonical key, display name and type."""
+
+    key: str
+    name: str
+    type: str
+
+
+def normalize(name: str, aliases: Mapping[str, str] | None = None) -> str:
+    """The canonical key of a name: lowercase, single spaces, no article, aliases applied.
+
+    ``"The  Billing-Service"`` and ``"billing-service"`` are one node; with the alias
+    ``postgres -> postgresql``, so are ``Postgres`` and ``PostgreSQL``.
+    """
+    key = " ".join(name.strip().strip(".,;:'\"`()[]{}").split())
+    key = _LEADING.sub("", key).lower()
+    if aliases:
+        key = aliases.get(key, key)
+    return key
+
+
+def _found(text: str) -> Iterable[tuple[str, str]]:
+    for m in _HTTP.finditer(text):
+        code = m.group(1) or m.group(2)
+        yield f"HTTP {code}", "http_status"
+    for m in _SQLSTATE.finditer(text):
+        yield f"SQLSTATE {m.group(1)}", "sqlstate"
+    for m in _ERROR_CODE.finditer(text):
+        yield m.group(0), "error_code"
+    for m in _EXCEPTION.finditer(text):
+        yield m.group(1), "exception"
+    for m in _FUNCTION.finditer(text):
+        yield m.group(1) + "()", "function"
+    for m in _FILE_PATH.finditer(text):
+        yield m.group(1), "file_path"
+    for m in _MODULE.finditer(text):
+        yield m.group(1), "module"
+    for m in _SERVICE.finditer(text):
+        yield m.group(1), "service"
+    for m in _HOST.finditer(text):
+        yield m.group(1), "host"
+    for m in _CONFIG_KEY.finditer(text):
+        yield m.group(1), "config_key"
+    for m in _SQL_TABLE.finditer(text):
+        yield m.group(1), "sql_table"
+
+
+def extract_identifiers(text: str) -> list[tuple[str, str]]:
+    """``(name, type)`` of every technical identifier in ``text``, in order found."""
+    return list(_found(text))
+
+
+def merge_entities(
+    found: Iterable[tuple[str, str]],
+    *,
+    aliases: Mapping[str, str] | None = None,
+    limit: int = 40,
+) -> list[Entity]:
+    """Normalize and deduplicate ``(name, type)`` pairs into entities, most specific type first.
+
+    Args:
+        found: names and types from the identifier regexes, NER or an LLM.
+        aliases: normalized name -> canonical name.
+        limit: keep at most this many (by first appearance), which bounds edges per chunk.
+
+    Returns:
+        One entity per key, in first-seen order.
+    """
+    rank = {t: i for i, t in enumerate(TYPE_PRIORITY)}
+    best: dict[str, Entity] = {}
+    for name, typ in found:
+        key = normalize(name, aliases)
+        if len(key) < 2 or key.isdigit():
+            continue
+        cur = best.get(key)
+        if cur is None:
+            if len(best) >= limit:
+                continue
+            best[key] = Entity(key, name.strip(), typ)
+        elif rank.get(typ, len(rank)) < rank.get(cur.type, len(rank)):
+            best[key] = Entity(key, cur.name, typ)
+    return list(best.values())
+
+
+def ner_pairs(ents: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """spaCy ``(text, label)`` pairs mapped to our types; labels we don't use are dropped."""
+    return [(text, _NER_TYPES[label]) for text, label in ents if label in _NER_TYPES and len(text.strip()) > 1]
+
+
+def cooccurrence(chunks: Sequence[Sequence[str]]) -> Counter[tuple[str, str]]:
+    """Edge weights: for each pair of entity keys, the number of chunks holding both.
+
+    Args:
+        chunks: the entity keys of each chunk.
+
+    Returns:
+        ``(a, b) -> count`` with ``a < b``.
+    """
+    edges: Counter[tuple[str, str]] = Counter()
+    for keys in chunks:
+        for a, b in itertools.combinations(sorted(set(keys)), 2):
+            edges[(a, b)] += 1
+    return edges

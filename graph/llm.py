@@ -1,0 +1,107 @@
+"""The litellm path: community summaries and (optionally) entity extraction by an LLM.
+
+Only used when ``graph.llm_model`` is set. Tests drive it with litellm's own
+``mock_response``, so the prompt and the parsing are the real ones.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from memory.errors import BackendUnavailable, MemdError
+
+log = structlog.get_logger()
+
+SUMMARY_SYSTEM = (
+    "You write the summary of one community of an entity graph built from an engineering "
+    "team's documents and agent transcripts. Say what the entities have in common, the "
+    "incidents, errors and fixes that connect them, and the identifiers (error codes, "
+    "services, config keys) exactly as written. At most 150 words. No preamble."
+)
+
+EXTRACT_SYSTEM = (
+    'Extract the named technical entities from the text. Reply with JSON only: {"entities": '
+    '[{"name": "...", "type": "service|error_code|http_status|exception|config_key|host|'
+    'file_path|function|sql_table|org|product|person|concept"}]}'
+)
+
+
+class LlmFailed(MemdError):
+    """The model call failed or returned something unusable."""
+
+    code = "llm_failed"
+    retryable = True
+
+
+@dataclass(frozen=True, slots=True)
+class LlmResult:
+    """Text from the model and the tokens it cost."""
+
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+
+
+def summary_prompt(community_id: str, members: Sequence[str], excerpts: Sequence[str]) -> str:
+    """The user message for one community: its members, then source excerpts."""
+    lines = [f"Community {community_id} has {len(members)} entities:", ", ".join(members), "", "Source excerpts:"]
+    lines += [f"- {e}" for e in excerpts]
+    return "\n".join(lines)
+
+
+async def complete(
+    model: str, system: str, user: str, *, timeout_s: float, mock_response: str | None = None, **extra: Any
+) -> LlmResult:
+    """One chat completion through litellm.
+
+    Raises:
+        LlmFailed: the call failed or returned no text (retryable).
+    """
+    import litellm
+
+    kwargs: dict[str, Any] = {"timeout": timeout_s, **extra}
+    if mock_response is not None:
+        kwargs["mock_response"] = mock_response
+    try:
+        resp = await litellm.acompletion(
+            model=model, messages=[{"role": "system", "content": system}, {"role": "user", "content": user}], **kwargs
+        )
+    except Exception as exc:  # litellm raises many provider-specific types; all mean "failed"
+        if "connect" in str(exc).lower():
+            raise BackendUnavailable(f"LLM {model} unreachable: {exc}") from exc
+        raise LlmFailed(f"LLM {model} failed: {type(exc).__name__}: {exc}") from exc
+    text = (resp.choices[0].message.content or "").strip()
+    if not text:
+        raise LlmFailed(f"LLM {model} returned no text")
+    usage = getattr(resp, "usage", None)
+    return LlmResult(
+        text=text,
+        prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
+        completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
+    )
+
+
+def parse_entities(text: str) -> list[tuple[str, str]]:
+    """``(name, type)`` pairs from an extraction reply; anything malformed is skipped.
+
+    Raises:
+        LlmFailed: the reply is not the JSON object asked for.
+    """
+    start, end = text.find("{"), text.rfind("}")
+    try:
+        data = json.loads(text[start : end + 1]) if start >= 0 else None
+    except ValueError as exc:
+        raise LlmFailed(f"extraction reply is not JSON: {text[:80]!r}") from exc
+    if not isinstance(data, dict) or not isinstance(data.get("entities"), list):
+        raise LlmFailed("extraction reply has no 'entities' list")
+    pairs = []
+    for ent in data["entities"]:
+        if isinstance(ent, dict) and isinstance(ent.get("name"), str) and ent["name"].strip():
+            typ = ent["type"] if isinstance(ent.get("type"), str) else "concept"
+            pairs.append((ent["name"], typ))
+    return pairs

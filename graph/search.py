@@ -1,0 +1,36 @@
+"""Queries with a scope: chunks, community summaries, or both, through the same hybrid path."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+from graph.store import GraphStore
+from memory.retrieval import Retriever, SearchOutcome, SearchSpec
+
+Scope = Literal["chunks", "communities", "all"]
+
+SCOPE_KINDS: dict[str, tuple[str, ...] | None] = {
+    "chunks": ("document", "transcript"),
+    "communities": ("community",),
+    "all": None,
+}
+
+
+class ScopedSearch:
+    """Adds the scope (as a kind filter inside the engine) and community freshness to a search."""
+
+    def __init__(self, *, retriever: Retriever, store: GraphStore | None) -> None:
+        self._retriever = retriever
+        self._store = store
+
+    async def search(self, spec: SearchSpec, scope: Scope = "chunks") -> tuple[SearchOutcome, dict[str, bool]]:
+        """Run the hybrid search within ``scope``.
+
+        Returns:
+            The outcome, and for each community in it whether its summary is stale now.
+        """
+        outcome = await self._retriever.search(dataclasses.replace(spec, kinds=SCOPE_KINDS[scope]))
+        cids = [str(h.chunk.metadata.get("community_id")) for h in outcome.hits if h.chunk.kind == "community"]
+        stale = await self._store.is_stale(cids) if self._store is not None and cids else {}
+        return outcome, stale

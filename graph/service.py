@@ -1,0 +1,347 @@
+"""The GraphRAG layer's work: extract on change, recompute communities, summarize stale ones."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import structlog
+
+from graph.communities import assign_ids, detect
+from graph.config import GraphConfig
+from graph.extraction import cooccurrence, extract_identifiers, merge_entities, ner_pairs
+from graph.llm import EXTRACT_SYSTEM, SUMMARY_SYSTEM, complete, parse_entities, summary_prompt
+from graph.ner import SpacyNer
+from graph.store import ApplyOutcome, Contribution, GraphStore
+from graph.summaries import extractive_summary
+from memory.embedder import Embedder
+from memory.errors import MemdError
+from memory.index import ChunkIndex
+from memory.records import ChunkRecord, MemoryItem
+
+log = structlog.get_logger()
+
+COMMUNITY_PREFIX = "community:"
+
+
+@dataclass
+class RecomputeReport:
+    """What one community recompute did."""
+
+    communities: int
+    levels: int
+    changed: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    took_ms: float = 0.0
+
+
+@dataclass
+class SummaryResult:
+    """One summary written: which community, whether its mark was cleared, its text."""
+
+    community_id: str
+    cleared: bool
+    text: str
+    model: str
+    tokens: int = 0
+
+
+class GraphService:
+    """Keeps the entity graph, communities and summaries in step with the documents."""
+
+    def __init__(
+        self,
+        *,
+        store: GraphStore,
+        index: ChunkIndex,
+        embedder: Embedder | None,
+        ner: SpacyNer | None,
+        cfg: GraphConfig,
+        mock_llm_response: str | None = None,
+    ) -> None:
+        self.store = store
+        self._index = index
+        self._embedder = embedder
+        self._ner = ner
+        self._cfg = cfg
+        self._owner = uuid.uuid4().hex
+        # Tests pass litellm's own mock_response through here; never set in production.
+        self._mock = mock_llm_response
+        self.stop = asyncio.Event()
+        self.summaries_written = 0
+        self.llm_tokens = 0
+
+    # -- extraction and change ---------------------------------------------------------
+
+    async def _llm_entities(self, texts: Sequence[str]) -> list[list[tuple[str, str]]]:
+        out = []
+        for text in texts:
+            res = await complete(
+                self._cfg.llm_model, EXTRACT_SYSTEM, text, timeout_s=self._cfg.llm_timeout_s, mock_response=self._mock
+            )
+            self.llm_tokens += res.prompt_tokens + res.completion_tokens
+            out.append(parse_entities(res.text))
+        return out
+
+    async def extract(self, chunks: Sequence[ChunkRecord]) -> Contribution:
+        """Entities of each chunk (identifiers + NER [+ LLM]) and their co-occurrence edges."""
+        texts = [c.text for c in chunks]
+        ner = await self._ner.entities(texts) if self._ner is not None else [[] for _ in texts]
+        llm = (
+            await self._llm_entities(texts) if self._cfg.llm_extraction and self._cfg.llm_model else [[] for _ in texts]
+        )
+        entities: dict[str, tuple[str, str, list[str]]] = {}
+        per_chunk: list[list[str]] = []
+        for chunk, text, named, llm_found in zip(chunks, texts, ner, llm, strict=True):
+            found = extract_identifiers(text) + ner_pairs(named) + llm_found
+            ents = merge_entities(found, aliases=self._cfg.aliases, limit=self._cfg.max_entities_per_chunk)
+            per_chunk.append([e.key for e in ents])
+            for e in ents:
+                name, typ, ids = entities.get(e.key, (e.name, e.type, []))
+                ids.append(chunk.chunk_id)
+                entities[e.key] = (name, typ, ids)
+        return Contribution(entities=entities, edges=dict(cooccurrence(per_chunk)))
+
+    async def on_change(self, item: MemoryItem, chunks: Sequence[ChunkRecord]) -> ApplyOutcome:
+        """Apply one document change to the graph and mark the communities it touches stale."""
+        t0 = time.monotonic()
+        contrib = await self.extract(chunks) if item.op == "upsert" else None
+        out = await self.store.apply(item.doc_id, item.version, contrib)
+        if out.applied:
+            log.info(
+                "graph.doc_applied",
+                doc_id=item.doc_id,
+                op=item.op,
+                entities=len(contrib.entities) if contrib else 0,
+                touched=len(out.touched),
+                marked_stale=len(out.marked),
+                change_to_stale_ms=round((time.monotonic() - t0) * 1000, 2),
+            )
+        return out
+
+    # -- communities -------------------------------------------------------------------
+
+    async def recompute(self, *, force: bool = False) -> RecomputeReport | None:
+        """Recompute communities when drift passed the threshold (or ``force``), once cluster-wide.
+
+        Returns:
+            The report, or ``None`` when not needed or another daemon holds the lock.
+        """
+        drift = await self.store.drift()
+        if not force and drift < self._cfg.drift_threshold:
+            return None
+        if not await self.store.lock("recompute", self._owner, ttl_s=600):
+            return None
+        t0 = time.monotonic()
+        try:
+            nodes, edges = await self.store.graph()
+            raw = await asyncio.to_thread(
+                detect,
+                sorted(nodes),
+                [(a, b, float(w)) for a, b, w in edges],
+                seed=self._cfg.seed,
+                resolution=self._cfg.resolution,
+                max_size=self._cfg.max_community_size,
+                max_levels=self._cfg.max_levels,
+            )
+            old = await self.store.communities()
+            result = assign_ids(raw, old, threshold=self._cfg.match_threshold)
+            now = time.time()
+            await self.store.replace_communities(
+                result.communities,
+                changed=result.changed,
+                removed=result.removed,
+                events=result.events,
+                drift_seen=drift,
+                now=now,
+            )
+            for cid in result.removed:
+                await self._index.apply(COMMUNITY_PREFIX + cid, None, [], np.zeros((0, 1), np.float32))
+        finally:
+            await self.store.unlock("recompute", self._owner)
+        report = RecomputeReport(
+            communities=len(result.communities),
+            levels=len({c.level for c in result.communities}),
+            changed=sorted(result.changed),
+            removed=sorted(result.removed),
+            events=result.events,
+            took_ms=(time.monotonic() - t0) * 1000,
+        )
+        log.info(
+            "graph.communities_recomputed",
+            communities=report.communities,
+            levels=report.levels,
+            changed=len(report.changed),
+            removed=len(report.removed),
+            merges=sum(e["type"] == "merge" for e in report.events),
+            splits=sum(e["type"] == "split" for e in report.events),
+            nodes=len(nodes),
+            edges=len(edges),
+            took_ms=round(report.took_ms, 1),
+        )
+        return report
+
+    # -- summaries ---------------------------------------------------------------------
+
+    async def _excerpts(self, members: Sequence[str]) -> list[str]:
+        """Chunk texts that mention the most members, best first, deduplicated."""
+        counts: dict[str, int] = {}
+        for m in members:
+            for cid in await self.store.entity_chunks([m]):
+                counts[cid] = counts.get(cid, 0) + 1
+        ranked = sorted(counts, key=lambda c: (-counts[c], c))[:30]
+        texts = await self._index.texts(ranked)
+        return [texts[c] for c in ranked if c in texts]
+
+    async def summarize(self, cid: str) -> SummaryResult | None:
+        """Write one community's summary, index it as ``kind=community``, clear its mark.
+
+        The mark is cleared only if the community was not marked again while this ran.
+
+        Returns:
+            The result, or ``None`` when the community no longer exists (it is dropped).
+
+        Raises:
+            MemdError: the summary could not be written (the caller retries with backoff).
+        """
+        gen = await self.store.generation(cid)
+        comms = {c.id: c for c in await self.store.communities()}
+        comm = comms.get(cid)
+        if comm is None:
+            await self.store.clear_if_unchanged(cid, gen)
+            return None
+        members = sorted(comm.members)
+        nodes = await self.store.nodes(members)
+        names = {m: nodes[m][0] if m in nodes else m for m in members}
+        weights = {m: float(len(await self.store.entity_chunks([m]))) for m in members}
+        excerpts = await self._excerpts(members)
+        tokens = 0
+        if self._cfg.llm_model:
+            budget, picked, words = self._cfg.summary_token_budget, [], 0
+            for e in excerpts:
+                n = len(e.split())
+                if words + n > budget:
+                    break
+                picked.append(e)
+                words += n
+            res = await complete(
+                self._cfg.llm_model,
+                SUMMARY_SYSTEM,
+                summary_prompt(cid, [names[m] for m in members], picked),
+                timeout_s=self._cfg.llm_timeout_s,
+                mock_response=self._mock,
+            )
+            text, model, tokens = res.text, self._cfg.llm_model, res.prompt_tokens + res.completion_tokens
+            self.llm_tokens += tokens
+        else:
+            text = extractive_summary(
+                excerpts,
+                names,
+                weights,
+                max_sentences=self._cfg.summary_sentences,
+                word_budget=self._cfg.summary_token_budget,
+            )
+            model = "extractive"
+        doc_id = COMMUNITY_PREFIX + cid
+        now = time.time()
+        top = sorted(members, key=lambda m: (-weights[m], m))[:20]
+        record = ChunkRecord(
+            chunk_id=doc_id,
+            doc_id=doc_id,
+            position=0,
+            text=text,
+            kind="community",
+            source="graph",
+            tags={"doc_id": doc_id, "kind": "community", "source": "graph"},
+            metadata={
+                "community_id": cid,
+                "level": comm.level,
+                "member_count": len(members),
+                "members": ", ".join(names[m] for m in top),
+                "parent": comm.parent or "",
+                "model": model,
+            },
+            version=int(gen),
+            timestamp=now,
+        )
+        if self._embedder is None:
+            raise MemdError("summaries need an embedder")
+        vectors = await self._embedder.embed_documents([text])
+        await self._index.apply(doc_id, None, [record], vectors)
+        await self.store.write_summary(
+            cid, {"text": text, "model": model, "gen": gen, "written_at": now, "level": comm.level}
+        )
+        cleared = await self.store.clear_if_unchanged(cid, gen)
+        self.summaries_written += 1
+        await self.store.incr("summaries_written")
+        log.info(
+            "graph.summary_written", community_id=cid, level=comm.level, model=model, cleared=cleared, tokens=tokens
+        )
+        return SummaryResult(cid, cleared, text, model, tokens)
+
+    async def due(self, limit: int) -> list[str]:
+        """Stale communities whose turn has come (oldest first; failed ones after their backoff)."""
+        return await self.store.due(time.time(), limit)
+
+    async def work_once(self) -> int:
+        """Summarize what is due right now (used by the worker and by tests). Returns how many."""
+        done = 0
+        for cid in await self.due(max(self._cfg.summarizer_concurrency, 1) * 4):
+            if self.stop.is_set():
+                break
+            if not await self.store.claim(cid, self._owner, self._cfg.claim_ttl_s):
+                continue
+            try:
+                await self.summarize(cid)
+                done += 1
+            except MemdError as exc:
+                attempts = await self.store.failures(cid) + 1
+                delay = min(self._cfg.summary_retry_initial_s * 2 ** (attempts - 1), self._cfg.summary_retry_max_s)
+                await self.store.record_failure(cid, time.time() + delay)
+                log.warning(
+                    "graph.summary_failed", community_id=cid, attempts=attempts, retry_in_s=delay, error=str(exc)
+                )
+            finally:
+                await self.store.release(cid)
+            await self._sleep(60.0 / self._cfg.summarizer_rate_per_min)
+        return done
+
+    async def _sleep(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.stop.wait(), timeout=seconds)
+
+    async def run_worker(self) -> None:
+        """Summarize stale communities until stopped; Redis outages are waited out."""
+        while not self.stop.is_set():
+            try:
+                done = await self.work_once()
+            except MemdError as exc:
+                log.warning("graph.worker_paused", error=str(exc))
+                done = 0
+            if not done:
+                await self._sleep(0.5)
+
+    async def run_recompute(self) -> None:
+        """Check drift periodically and recompute communities when it is past the threshold."""
+        while not self.stop.is_set():
+            try:
+                await self.recompute()
+            except MemdError as exc:
+                log.warning("graph.recompute_failed", error=str(exc))
+            await self._sleep(self._cfg.recompute_check_s)
+
+    async def run_queue_log(self) -> None:
+        """Log the stale queue's depth and oldest age periodically, for operators."""
+        while not self.stop.is_set():
+            await self._sleep(self._cfg.queue_log_interval_s)
+            with contextlib.suppress(MemdError):
+                depth, items = await self.store.stale(limit=1)
+                oldest = time.time() - items[0].first_marked_at if items else 0.0
+                log.info("graph.stale_queue_measured", depth=depth, oldest_age_s=round(oldest, 1))

@@ -1,0 +1,399 @@
+"""The entity graph in Redis: per-document contributions, applied atomically, plus the
+community map and the stale-summary queue.
+
+Every document's contribution (its entities, their chunk ids, its co-occurrence edge
+weights) is stored as one JSON value. Applying a change is one Lua script: subtract the
+old contribution, add the new one, and mark stale every community of every touched
+entity (old and new). Integer weights make the result exact after any sequence of edits,
+and a node disappears with the last document that mentions it. All keys share one hash
+tag, so the script also runs on Redis Cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis.asyncio as aredis
+import structlog
+
+from graph.communities import Community
+from memory.index import translate_errors
+
+log = structlog.get_logger()
+
+EDGE_SEP = "\x1f"
+
+_APPLY = r"""
+local P, doc, newj, ver, now = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
+local function vgt(a, b)
+  if #a ~= #b then return #a > #b end
+  return a > b
+end
+local oldj = redis.call('GET', KEYS[1])
+local old = nil
+if oldj then old = cjson.decode(oldj) end
+if ver ~= '' and old and type(old.v) == 'string' and not vgt(ver, old.v) then
+  return {0, '[]', '[]'}
+end
+local touched, inold, innew, delta = {}, {}, {}, {}
+if old then
+  for key, info in pairs(old.e) do
+    touched[key] = true
+    inold[key] = true
+    redis.call('SREM', P .. ':ent_docs:' .. key, doc)
+    for _, cid in ipairs(info[3]) do redis.call('SREM', P .. ':ent_chunks:' .. key, cid) end
+    if redis.call('SCARD', P .. ':ent_docs:' .. key) == 0 then
+      redis.call('HDEL', P .. ':nodes', key)
+      redis.call('DEL', P .. ':ent_chunks:' .. key)
+    end
+  end
+  for _, e in ipairs(old.x) do
+    local f = e[1] .. '\31' .. e[2]
+    delta[f] = (delta[f] or 0) - e[3]
+    local w = redis.call('HINCRBY', P .. ':edges', f, -e[3])
+    if w <= 0 then redis.call('HDEL', P .. ':edges', f) end
+  end
+end
+if newj ~= '' then
+  local new = cjson.decode(newj)
+  for key, info in pairs(new.e) do
+    touched[key] = true
+    innew[key] = true
+    redis.call('HSETNX', P .. ':nodes', key, cjson.encode({info[1], info[2]}))
+    redis.call('SADD', P .. ':ent_docs:' .. key, doc)
+    for _, cid in ipairs(info[3]) do redis.call('SADD', P .. ':ent_chunks:' .. key, cid) end
+  end
+  for _, e in ipairs(new.x) do
+    local f = e[1] .. '\31' .. e[2]
+    delta[f] = (delta[f] or 0) + e[3]
+    redis.call('HINCRBY', P .. ':edges', f, e[3])
+  end
+  redis.call('SET', KEYS[1], newj)
+elseif ver ~= '' then
+  redis.call('SET', KEYS[1], cjson.encode({v = ver, e = {}, x = {}}))
+else
+  redis.call('DEL', KEYS[1])
+end
+local drift = 0
+for key, _ in pairs(touched) do
+  if (inold[key] or false) ~= (innew[key] or false) then drift = drift + 1 end
+end
+for _, d in pairs(delta) do
+  if d ~= 0 then drift = drift + 1 end
+end
+if drift > 0 then redis.call('INCRBY', P .. ':drift', drift) end
+local marked, keys = {}, {}
+for key, _ in pairs(touched) do
+  table.insert(keys, key)
+  local cj = redis.call('HGET', P .. ':ent_comm', key)
+  if cj then
+    for _, cid in ipairs(cjson.decode(cj)) do marked[cid] = true end
+  end
+end
+local cids = {}
+for cid, _ in pairs(marked) do
+  table.insert(cids, cid)
+  local s = redis.call('HGET', P .. ':stale', cid)
+  local rec
+  if s then
+    rec = cjson.decode(s)
+    rec.last = now
+    rec.count = rec.count + 1
+  else
+    local c = redis.call('HGET', P .. ':comms', cid)
+    local level = 0
+    if c then level = cjson.decode(c).level end
+    rec = {level = level, first = now, last = now, count = 1}
+    redis.call('ZADD', P .. ':stale_q', now, cid)
+  end
+  redis.call('HSET', P .. ':stale', cid, cjson.encode(rec))
+  redis.call('SADD', P .. ':stale_docs:' .. cid, doc)
+  redis.call('HINCRBY', P .. ':gen', cid, 1)
+end
+return {1, cjson.encode(keys), cjson.encode(cids)}
+"""
+
+_CLEAR_IF_GEN = r"""
+local P, cid, gen = ARGV[1], ARGV[2], ARGV[3]
+local cur = redis.call('HGET', P .. ':gen', cid) or '0'
+if cur ~= gen then return 0 end
+redis.call('HDEL', P .. ':stale', cid)
+redis.call('ZREM', P .. ':stale_q', cid)
+redis.call('DEL', P .. ':stale_docs:' .. cid)
+redis.call('HDEL', P .. ':failures', cid)
+return 1
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Contribution:
+    """What one document adds to the graph."""
+
+    entities: dict[str, tuple[str, str, list[str]]]  # key -> (name, type, chunk ids)
+    edges: dict[tuple[str, str], int]
+
+    def to_json(self, version: int | None) -> str:
+        """The stored form; versions travel as decimal strings (Lua numbers are doubles)."""
+        return json.dumps(
+            {
+                "v": str(version) if version is not None else None,
+                "e": {k: [n, t, sorted(c)] for k, (n, t, c) in sorted(self.entities.items())},
+                "x": [[a, b, w] for (a, b), w in sorted(self.edges.items())],
+            },
+            separators=(",", ":"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyOutcome:
+    """Whether the change applied, which entities it touched, which communities it marked."""
+
+    applied: bool
+    touched: list[str]
+    marked: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class StaleItem:
+    """One community waiting for a new summary."""
+
+    community_id: str
+    level: int
+    first_marked_at: float
+    last_marked_at: float
+    change_count: int
+    doc_ids: list[str]
+
+
+class GraphStore:
+    """Redis-backed graph, communities and stale queue of one index."""
+
+    def __init__(self, *, client: aredis.Redis, name: str) -> None:
+        self._r = client
+        self.prefix = "{" + name + "}:g"
+        self._apply = client.register_script(_APPLY)
+        self._clear = client.register_script(_CLEAR_IF_GEN)
+
+    def _k(self, suffix: str) -> str:
+        return f"{self.prefix}:{suffix}"
+
+    async def apply(
+        self, doc_id: str, version: int | None, contrib: Contribution | None, *, now: float | None = None
+    ) -> ApplyOutcome:
+        """Replace ``doc_id``'s contribution (``None`` = delete) and mark touched communities stale.
+
+        Versioned changes at or below the stored version are ignored (a replay).
+        """
+        newj = contrib.to_json(version) if contrib is not None else ""
+        async with translate_errors("graph apply"):
+            res = await self._apply(
+                keys=[self._k(f"contrib:{doc_id}")],
+                args=[self.prefix, doc_id, newj, "" if version is None else str(version), repr(now or time.time())],
+            )
+        applied, touched, marked = int(res[0]), json.loads(res[1]), json.loads(res[2])
+        # cjson encodes an empty Lua table as {}: normalize to lists.
+        return ApplyOutcome(bool(applied), list(touched or []), sorted(marked or []))
+
+    async def graph(self) -> tuple[dict[str, tuple[str, str]], list[tuple[str, str, int]]]:
+        """All nodes (key -> (name, type)) and weighted edges."""
+        async with translate_errors("graph read"):
+            nodes_raw = await self._r.hgetall(self._k("nodes"))
+            edges_raw = await self._r.hgetall(self._k("edges"))
+        nodes = {_s(k): tuple(json.loads(v)) for k, v in nodes_raw.items()}
+        edges = []
+        for f, w in edges_raw.items():
+            a, b = _s(f).split(EDGE_SEP)
+            edges.append((a, b, int(w)))
+        return nodes, sorted(edges)
+
+    async def nodes(self, keys: Sequence[str]) -> dict[str, tuple[str, str]]:
+        """(name, type) of the given entity keys that exist."""
+        if not keys:
+            return {}
+        async with translate_errors("graph read"):
+            values = await self._r.hmget(self._k("nodes"), list(keys))
+        return {k: tuple(json.loads(v)) for k, v in zip(keys, values, strict=True) if v is not None}
+
+    async def due(self, now: float, limit: int) -> list[str]:
+        """Stale community ids whose score (first mark, or retry time) is at or before ``now``."""
+        async with translate_errors("stale read"):
+            ids = await self._r.zrangebyscore(self._k("stale_q"), "-inf", now, start=0, num=limit)
+        return [_s(c) for c in ids]
+
+    async def failures(self, cid: str) -> int:
+        """Failed summary attempts of a community since its last success."""
+        async with translate_errors("stale read"):
+            return int(await self._r.hget(self._k("failures"), cid) or 0)
+
+    async def entity_chunks(self, keys: Sequence[str]) -> list[str]:
+        """Chunk ids mentioning any of ``keys``."""
+        if not keys:
+            return []
+        async with translate_errors("graph read"):
+            return sorted(_s(c) for c in await self._r.sunion([self._k(f"ent_chunks:{k}") for k in keys]))
+
+    async def entity_docs(self, key: str) -> set[str]:
+        """Doc ids mentioning an entity."""
+        async with translate_errors("graph read"):
+            return {_s(d) for d in await self._r.smembers(self._k(f"ent_docs:{key}"))}
+
+    async def drift(self) -> int:
+        """Entity and edge changes since the last community recompute."""
+        async with translate_errors("graph read"):
+            return int(await self._r.get(self._k("drift")) or 0)
+
+    async def communities(self) -> list[Community]:
+        """The current communities."""
+        async with translate_errors("graph read"):
+            raw = await self._r.hgetall(self._k("comms"))
+        out = []
+        for cid, v in raw.items():
+            d = json.loads(v)
+            out.append(Community(id=_s(cid), level=d["level"], members=frozenset(d["members"]), parent=d["parent"]))
+        return sorted(out, key=lambda c: (c.level, c.id))
+
+    async def replace_communities(
+        self,
+        communities: Sequence[Community],
+        *,
+        changed: set[str],
+        removed: set[str],
+        events: list[dict[str, Any]],
+        drift_seen: int,
+        now: float,
+    ) -> None:
+        """Store a recompute's result atomically and mark new/changed communities stale."""
+        ent_comm: dict[str, list[str]] = {}
+        for c in communities:
+            for m in c.members:
+                ent_comm.setdefault(m, []).append(c.id)
+        async with translate_errors("community write"), self._r.pipeline(transaction=True) as pipe:
+            pipe.delete(self._k("comms"), self._k("ent_comm"))
+            if communities:
+                pipe.hset(
+                    self._k("comms"),
+                    mapping={
+                        c.id: json.dumps(
+                            {"level": c.level, "members": sorted(c.members), "parent": c.parent, "updated_at": now}
+                        )
+                        for c in communities
+                    },
+                )
+            if ent_comm:
+                pipe.hset(self._k("ent_comm"), mapping={k: json.dumps(sorted(v)) for k, v in ent_comm.items()})
+            for cid in removed:
+                pipe.hdel(self._k("stale"), cid)
+                pipe.zrem(self._k("stale_q"), cid)
+                pipe.delete(self._k(f"stale_docs:{cid}"), self._k(f"summary:{cid}"))
+                pipe.hdel(self._k("gen"), cid)
+                pipe.hdel(self._k("failures"), cid)
+            levels = {c.id: c.level for c in communities}
+            for cid in changed:
+                pipe.hsetnx(
+                    self._k("stale"), cid, json.dumps({"level": levels[cid], "first": now, "last": now, "count": 0})
+                )
+                pipe.zadd(self._k("stale_q"), {cid: now}, nx=True)
+                pipe.hincrby(self._k("gen"), cid, 1)
+            pipe.decrby(self._k("drift"), drift_seen)
+            for ev in events:
+                pipe.lpush(self._k("events"), json.dumps({**ev, "at": now}))
+            pipe.ltrim(self._k("events"), 0, 999)
+            await pipe.execute()
+
+    async def stale(self, limit: int = 100) -> tuple[int, list[StaleItem]]:
+        """Queue depth and the oldest ``limit`` stale communities, oldest first."""
+        async with translate_errors("stale read"):
+            depth = int(await self._r.zcard(self._k("stale_q")))
+            cids = [_s(c) for c in await self._r.zrange(self._k("stale_q"), 0, max(limit, 1) - 1)]
+            recs = await self._r.hmget(self._k("stale"), cids) if cids else []
+            items = []
+            for cid, rec in zip(cids, recs, strict=True):
+                if rec is None:
+                    continue
+                d = json.loads(rec)
+                docs = sorted(_s(x) for x in await self._r.smembers(self._k(f"stale_docs:{cid}")))
+                items.append(
+                    StaleItem(cid, int(d["level"]), float(d["first"]), float(d["last"]), int(d["count"]), docs)
+                )
+        return depth, items
+
+    async def is_stale(self, cids: Sequence[str]) -> dict[str, bool]:
+        """Whether each community's summary is stale right now."""
+        if not cids:
+            return {}
+        async with translate_errors("stale read"):
+            scores = await self._r.zmscore(self._k("stale_q"), list(cids))
+        return {c: s is not None for c, s in zip(cids, scores, strict=True)}
+
+    async def generation(self, cid: str) -> str:
+        """How many times a community has been marked (a claim remembers it)."""
+        async with translate_errors("stale read"):
+            return _s(await self._r.hget(self._k("gen"), cid) or b"0")
+
+    async def clear_if_unchanged(self, cid: str, gen: str) -> bool:
+        """Clear the stale mark unless the community was marked again since ``gen``."""
+        async with translate_errors("stale clear"):
+            return bool(await self._clear(keys=[self._k("stale")], args=[self.prefix, cid, gen]))
+
+    async def claim(self, cid: str, owner: str, ttl_s: float) -> bool:
+        """A short lease on summarizing one community, so daemons never duplicate work."""
+        async with translate_errors("claim"):
+            return bool(await self._r.set(self._k(f"claim:{cid}"), owner, nx=True, px=int(ttl_s * 1000)))
+
+    async def release(self, cid: str) -> None:
+        """Give a claim back."""
+        async with translate_errors("claim"):
+            await self._r.delete(self._k(f"claim:{cid}"))
+
+    async def record_failure(self, cid: str, retry_at: float) -> int:
+        """Count a failed summary and defer the community until ``retry_at``; returns attempts."""
+        async with translate_errors("stale write"):
+            attempts = int(await self._r.hincrby(self._k("failures"), cid, 1))
+            await self._r.zadd(self._k("stale_q"), {cid: retry_at}, xx=True)
+            await self._r.incr(self._k("summary_failures"))
+        return attempts
+
+    async def write_summary(self, cid: str, summary: dict[str, Any]) -> None:
+        """Store a community's summary record."""
+        async with translate_errors("summary write"):
+            await self._r.hset(self._k(f"summary:{cid}"), mapping={k: json.dumps(v) for k, v in summary.items()})
+
+    async def summary(self, cid: str) -> dict[str, Any] | None:
+        """A community's summary record, if written."""
+        async with translate_errors("summary read"):
+            raw = await self._r.hgetall(self._k(f"summary:{cid}"))
+        return {_s(k): json.loads(v) for k, v in raw.items()} if raw else None
+
+    async def lock(self, name: str, owner: str, ttl_s: float) -> bool:
+        """A named singleton lock (community recompute)."""
+        async with translate_errors("lock"):
+            return bool(await self._r.set(self._k(f"lock:{name}"), owner, nx=True, px=int(ttl_s * 1000)))
+
+    async def unlock(self, name: str, owner: str) -> None:
+        """Release a lock this owner holds."""
+        async with translate_errors("lock"):
+            if _s(await self._r.get(self._k(f"lock:{name}")) or b"") == owner:
+                await self._r.delete(self._k(f"lock:{name}"))
+
+    async def counter(self, name: str) -> int:
+        """A graph counter (``summary_failures``, ``summaries_written``)."""
+        async with translate_errors("graph read"):
+            return int(await self._r.get(self._k(name)) or 0)
+
+    async def incr(self, name: str, by: int = 1) -> None:
+        """Bump a graph counter."""
+        async with translate_errors("graph write"):
+            await self._r.incrby(self._k(name), by)
+
+    async def events(self, limit: int = 50) -> list[dict[str, Any]]:
+        """Recent merge/split events, newest first."""
+        async with translate_errors("graph read"):
+            return [json.loads(e) for e in await self._r.lrange(self._k("events"), 0, limit - 1)]
+
+
+def _s(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)

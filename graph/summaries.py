@@ -1,0 +1,84 @@
+"""Extractive community summaries (pure): the offline default, real and deterministic.
+
+Sentences from the community's chunks are scored by which member entities they mention,
+weighted by each member's degree in the community (central entities matter more).
+Sentences are picked greedily by the weight of members they add that no earlier pick
+covered, so the summary spans the community rather than repeating its hub.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+
+_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(`])|\n+")
+
+
+def split_sentences(text: str) -> list[str]:
+    """Sentences of a text (a light splitter; good enough for ops prose)."""
+    return [s.strip() for s in _SENTENCE.split(text) if len(s.strip()) > 3]
+
+
+def mentions(sentence: str, names: Mapping[str, str]) -> set[str]:
+    """Member keys whose key or display name occurs in the sentence (case-insensitive)."""
+    low = sentence.lower()
+    return {key for key, name in names.items() if key in low or name.lower() in low}
+
+
+def extractive_summary(
+    texts: Sequence[str],
+    names: Mapping[str, str],
+    weights: Mapping[str, float],
+    *,
+    max_sentences: int = 5,
+    word_budget: int = 1500,
+) -> str:
+    """Pick up to ``max_sentences`` sentences that best cover the members.
+
+    Args:
+        texts: source chunk texts (deduplicated by the caller, in a stable order).
+        names: member key -> display name.
+        weights: member key -> importance (e.g. weighted degree).
+        max_sentences: summary length.
+        word_budget: words of source considered (bounds the work and mirrors an LLM's budget).
+
+    Returns:
+        The summary: a header naming the top members, then the chosen sentences in source
+        order. Never empty when there are members.
+    """
+    sentences: list[str] = []
+    words = 0
+    seen: set[str] = set()
+    for text in texts:
+        for s in split_sentences(text):
+            if s in seen:
+                continue
+            seen.add(s)
+            n = len(s.split())
+            if words + n > word_budget:
+                break
+            sentences.append(s)
+            words += n
+    covered: set[str] = set()
+    chosen: list[int] = []
+    cover = [mentions(s, names) for s in sentences]
+    for _ in range(max_sentences):
+        best, best_gain = -1, 0.0
+        for i, members in enumerate(cover):
+            if i in chosen:
+                continue
+            gain = sum(weights.get(m, 1.0) for m in members - covered)
+            if gain > best_gain:
+                best, best_gain = i, gain
+        if best < 0:
+            break
+        chosen.append(best)
+        covered |= cover[best]
+    top = sorted(names, key=lambda k: (-weights.get(k, 0.0), k))[:8]
+    header = (
+        "Entities: "
+        + ", ".join(names[k] for k in top)
+        + (f" (+{len(names) - len(top)} more)." if len(names) > len(top) else ".")
+    )
+    body = " ".join(sentences[i] for i in sorted(chosen))
+    return f"{header} {body}".strip()

@@ -1,0 +1,319 @@
+"""The GraphRAG layer on real Redis, the real model and spaCy: communities, staleness, summaries."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import redis.asyncio as aredis
+
+from graph.config import GraphConfig
+from graph.ner import SpacyNer
+from graph.search import ScopedSearch
+from graph.service import GraphService
+from graph.store import GraphStore
+from memory.config import ChunkingConfig, IndexConfig, IngestConfig, RetrievalConfig
+from memory.index import ChunkIndex
+from memory.ingest import Ingestor
+from memory.records import MemoryItem
+from memory.retrieval import Retriever, SearchSpec
+from tests.conftest import unique
+
+pytestmark = pytest.mark.integration
+
+CORPUS = {
+    "runbooks/billing-504.md": "When billing-service returns HTTP 504, check pgbouncer first. "
+    "The pgbouncer pool is capped by max_connections on db-01.prod.internal. "
+    "ERR_CONN_RESET_4F2A in billing-service logs means pgbouncer dropped the connection.",
+    "incidents/INC-4411.md": "Incident INC-4411: billing-service timed out with HTTP 504 for 20 minutes. "
+    "pgbouncer reached max_connections; SQLSTATE 08006 appeared on db-01.prod.internal. "
+    "Raising max_connections fixed ERR_CONN_RESET_4F2A.",
+    "runbooks/auth-sessions.md": "The auth-service stores sessions in session-cache. "
+    "ERR_SESSION_EXPIRED_77 means token_ttl is shorter than the client refresh interval. "
+    "auth-service returns HTTP 401 when session-cache evicts keys early.",
+    "incidents/INC-5120.md": "Incident INC-5120: auth-service answered HTTP 401 to valid users. "
+    "session-cache ran out of memory and evicted sessions; ERR_SESSION_EXPIRED_77 spiked. "
+    "We raised token_ttl and resized session-cache.",
+    "runbooks/search-shards.md": "search-api returns HTTP 503 when es-node-3 drops out. "
+    "ERR_SHARD_UNASSIGNED means refresh_interval is too low for the indexing rate on es-node-3. "
+    "Restart es-node-3 and raise refresh_interval.",
+    "incidents/INC-6001.md": "Incident INC-6001: search-api answered HTTP 503; es-node-3 lost its disk. "
+    "ERR_SHARD_UNASSIGNED appeared for every shard on es-node-3 until refresh_interval was raised.",
+}
+
+
+@dataclass
+class Stack:
+    index: ChunkIndex
+    store: GraphStore
+    graph: GraphService
+    ingestor: Ingestor
+    search: ScopedSearch
+    versions: dict[str, int]
+
+    async def put(self, doc_id: str, text: str) -> None:
+        self.versions[doc_id] = self.versions.get(doc_id, 0) + 1
+        await self.ingestor.apply([MemoryItem(op="upsert", doc_id=doc_id, version=self.versions[doc_id], content=text)])
+
+    async def delete(self, doc_id: str) -> None:
+        self.versions[doc_id] = self.versions.get(doc_id, 0) + 1
+        await self.ingestor.apply([MemoryItem(op="delete", doc_id=doc_id, version=self.versions[doc_id])])
+
+
+class GatedEmbedder:
+    """The real embedder; when armed, the next embed_documents call waits for ``release``."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.dims = inner.dims
+        self.armed = False
+        self.entered = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        if self.armed:
+            self.armed = False
+            self.entered.set()
+            await self.release.wait()
+        return await self.inner.embed_documents(texts)
+
+    async def embed_query(self, text: str) -> np.ndarray:
+        return await self.inner.embed_query(text)
+
+    async def token_offsets(self, text: str) -> list[tuple[int, int]]:
+        return await self.inner.token_offsets(text)
+
+
+@pytest.fixture(scope="module")
+async def ner() -> AsyncIterator[SpacyNer]:
+    n = await SpacyNer.load("en_core_web_sm")
+    yield n
+    n.close()
+
+
+async def make_stack(redis_url: str, embedder: Any, ner: SpacyNer, name: str, **graph_cfg: Any) -> Stack:
+    client = aredis.from_url(redis_url)
+    index = ChunkIndex(client=client, cfg=IndexConfig(name=name), dims=embedder.dims)
+    await index.drop()
+    async for key in client.scan_iter(match="{" + name + "}:g:*"):
+        await client.delete(key)
+    await index.ensure()
+    cfg = GraphConfig(summarizer_rate_per_min=60_000, **graph_cfg)
+    store = GraphStore(client=client, name=name)
+    graph = GraphService(
+        store=store, index=index, embedder=embedder, ner=ner, cfg=cfg, mock_llm_response=graph_cfg.get("mock")
+    )
+    ingestor = Ingestor(
+        index=index, embedder=embedder, chunking=ChunkingConfig(), cfg=IngestConfig(), on_applied=graph.on_change
+    )
+    search = ScopedSearch(retriever=Retriever(index=index, embedder=embedder, cfg=RetrievalConfig()), store=store)
+    return Stack(index, store, graph, ingestor, search, {})
+
+
+@pytest.fixture
+async def stack(redis_url: str, embedder: Any, ner: SpacyNer, request: pytest.FixtureRequest) -> Stack:
+    s = await make_stack(redis_url, GatedEmbedder(embedder), ner, unique(request.node.nodeid))
+    for doc_id, text in CORPUS.items():
+        await s.put(doc_id, text)
+    return s
+
+
+async def expected_marks(s: Stack, doc_id: str, new_keys: set[str]) -> set[str]:
+    """Communities holding any entity the doc had before or has after the change."""
+    old = await s.store._r.get(s.store._k(f"contrib:{doc_id}"))  # the stored contribution
+    old_keys = set(json.loads(old)["e"]) if old else set()
+    touched = old_keys | new_keys
+    return {c.id for c in await s.store.communities() if c.members & touched}
+
+
+async def test_communities_exist_and_are_deterministic(
+    stack: Stack, redis_url: str, embedder: Any, ner: SpacyNer
+) -> None:
+    """The corpus forms one community per topic, and a second build gives the same ids and members."""
+    report = await stack.graph.recompute(force=True)
+    assert report is not None and report.communities >= 3
+    comms = {c.id: c.members for c in await stack.store.communities()}
+    groups = [
+        {"billing-service", "pgbouncer", "max_connections"},
+        {"auth-service", "session-cache", "token_ttl"},
+        {"search-api", "es-node-3", "refresh_interval"},
+    ]
+    for group in groups:
+        assert any(group <= m for m in comms.values()), group
+    other = await make_stack(redis_url, embedder, ner, unique("second-build"))
+    for doc_id, text in CORPUS.items():
+        await other.put(doc_id, text)
+    await other.graph.recompute(force=True)
+    assert {c.id: c.members for c in await other.store.communities()} == comms
+
+
+async def test_edit_marks_exactly_the_touched_communities(stack: Stack) -> None:
+    """An edit marks stale exactly the communities of its old and new entities; repeats coalesce; the worker clears."""
+    await stack.graph.recompute(force=True)
+    while await stack.graph.work_once():
+        pass
+    assert (await stack.store.stale())[0] == 0
+    doc = "runbooks/auth-sessions.md"
+    new_text = CORPUS[doc] + " Since v2 the auth-service also logs AuthTokenError."
+    new_keys = set(
+        (
+            await stack.graph.extract(await stack.ingestor._chunks(MemoryItem("upsert", doc, 0, content=new_text), 0))
+        ).entities
+    )
+    expected = await expected_marks(stack, doc, new_keys)
+    await stack.put(doc, new_text)
+    depth, items = await stack.store.stale()
+    assert {i.community_id for i in items} == expected
+    assert 0 < len(expected) < len(await stack.store.communities())
+    assert all(i.doc_ids == [doc] and i.change_count == 1 for i in items)
+    await stack.put(doc, new_text + " Again.")
+    depth2, items2 = await stack.store.stale()
+    assert depth2 == depth and all(i.change_count == 2 for i in items2)
+    assert all(i.first_marked_at <= i.last_marked_at for i in items2)
+    while await stack.graph.work_once():
+        pass
+    assert (await stack.store.stale())[0] == 0
+    for cid in expected:
+        summary = await stack.store.summary(cid)
+        assert summary is not None and summary["model"] == "extractive" and summary["text"].startswith("Entities:")
+
+
+async def test_community_edited_while_being_summarized_stays_stale(stack: Stack) -> None:
+    """A change that lands during summarization leaves the community stale for another pass."""
+    await stack.graph.recompute(force=True)
+    comm = next(c for c in await stack.store.communities() if "search-api" in c.members)
+    embedder: GatedEmbedder = stack.graph._embedder  # type: ignore[assignment]
+    embedder.armed = True
+    task = asyncio.create_task(stack.graph.summarize(comm.id))
+    await asyncio.wait_for(embedder.entered.wait(), 30)  # the summary is written, not yet stored
+    await stack.put("incidents/INC-6001.md", CORPUS["incidents/INC-6001.md"] + " search-api recovered at 18:40.")
+    embedder.release.set()
+    result = await task
+    assert result is not None and result.cleared is False
+    assert (await stack.store.is_stale([comm.id]))[comm.id] is True
+    while await stack.graph.work_once():
+        pass
+    assert (await stack.store.is_stale([comm.id]))[comm.id] is False
+
+
+async def test_delete_everything_then_reingest_gives_the_same_communities(stack: Stack) -> None:
+    """Deleting every doc empties the graph; re-ingesting brings back the same communities and ids."""
+    await stack.graph.recompute(force=True)
+    before = {c.id: c.members for c in await stack.store.communities()}
+    for doc_id in CORPUS:
+        await stack.delete(doc_id)
+    nodes, edges = await stack.store.graph()
+    assert nodes == {} and edges == []
+    report = await stack.graph.recompute(force=True)
+    assert report is not None and report.communities == 0 and set(report.removed) == set(before)
+    assert await stack.store.communities() == []
+    for doc_id, text in CORPUS.items():
+        await stack.put(doc_id, text)
+    await stack.graph.recompute(force=True)
+    assert {c.id: c.members for c in await stack.store.communities()} == before
+
+
+async def test_edge_weights_are_exact_after_edits(stack: Stack, redis_url: str, embedder: Any, ner: SpacyNer) -> None:
+    """After edits and deletes, the stored graph equals the graph built from the final docs alone."""
+    await stack.put("runbooks/billing-504.md", "billing-service now talks to pgbouncer-2 only. max_connections is 800.")
+    await stack.delete("incidents/INC-5120.md")
+    await stack.put("incidents/INC-5120.md", CORPUS["incidents/INC-5120.md"])
+    await stack.put("runbooks/search-shards.md", CORPUS["runbooks/search-shards.md"] + " es-node-4 joined.")
+    nodes, edges = await stack.store.graph()
+    final = dict(CORPUS)
+    final["runbooks/billing-504.md"] = "billing-service now talks to pgbouncer-2 only. max_connections is 800."
+    final["runbooks/search-shards.md"] = CORPUS["runbooks/search-shards.md"] + " es-node-4 joined."
+    fresh = await make_stack(redis_url, embedder, ner, unique("fresh-build"))
+    for doc_id, text in final.items():
+        await fresh.put(doc_id, text)
+    assert await fresh.store.graph() == (nodes, edges)
+
+
+async def test_scope_communities_returns_summaries(stack: Stack) -> None:
+    """A broad question with scope=communities returns community summaries with their facts."""
+    await stack.graph.recompute(force=True)
+    while await stack.graph.work_once():
+        pass
+    spec = SearchSpec(text="how do we handle session expiry and HTTP 401 in auth?", top_k=3)
+    outcome, stale = await stack.search.search(spec, "communities")
+    assert outcome.hits and all(h.chunk.kind == "community" for h in outcome.hits)
+    top = outcome.hits[0].chunk
+    assert "auth-service" in top.text and top.metadata["member_count"] >= 3
+    assert stale == {h.chunk.metadata["community_id"]: False for h in outcome.hits}
+    chunks_only, _ = await stack.search.search(spec, "chunks")
+    assert all(h.chunk.kind == "document" for h in chunks_only.hits)
+    both, _ = await stack.search.search(SearchSpec(text="auth-service HTTP 401 session-cache", top_k=10), "all")
+    assert {h.chunk.kind for h in both.hits} == {"document", "community"}
+
+
+async def test_litellm_path_with_mock_response(
+    redis_url: str, embedder: Any, ner: SpacyNer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a model configured, summaries go through litellm; the prompt carries members and chunk text."""
+    import litellm
+
+    assert os.environ.get("LITELLM_LOCAL_MODEL_COST_MAP") == "True"
+    calls: list[dict[str, Any]] = []
+    original = litellm.acompletion
+
+    async def spy(**kwargs: Any) -> Any:
+        calls.append(kwargs)
+        return await original(**kwargs)
+
+    monkeypatch.setattr(litellm, "acompletion", spy)
+    s = await make_stack(
+        redis_url,
+        embedder,
+        ner,
+        unique("litellm"),
+        llm_model="gpt-4o-mini",
+        mock="Auth sessions expire early when session-cache evicts; raise token_ttl.",
+    )
+    for doc_id in ("runbooks/auth-sessions.md", "incidents/INC-5120.md"):
+        await s.put(doc_id, CORPUS[doc_id])
+    await s.graph.recompute(force=True)
+    while await s.graph.work_once():
+        pass
+    assert calls, "litellm was not called"
+    prompt = calls[0]["messages"][1]["content"]
+    assert calls[0]["model"] == "gpt-4o-mini" and calls[0]["mock_response"]
+    assert "auth-service" in prompt and "session-cache" in prompt
+    assert "ERR_SESSION_EXPIRED_77 means token_ttl is shorter" in prompt or "session-cache ran out of memory" in prompt
+    cid = next(iter(c.id for c in await s.store.communities()))
+    summary = await s.store.summary(cid)
+    assert summary is not None and summary["model"] == "gpt-4o-mini"
+    assert summary["text"] == "Auth sessions expire early when session-cache evicts; raise token_ttl."
+
+
+async def test_stale_cli_reports_the_queue(stack: Stack, redis_url: str) -> None:
+    """`agentmemd stale --json` shows depth, oldest age and each item's fields."""
+    await stack.graph.recompute(force=True)
+    env = {**os.environ, "AGENTMEM_REDIS_URL": redis_url, "AGENTMEM_INDEX__NAME": stack.store.prefix[1:].split("}")[0]}
+    agentmemd = str(Path(sys.executable).parent / "agentmemd")
+    res = subprocess.run(
+        [agentmemd, "stale", "--json", "--limit", "50"], env=env, capture_output=True, text=True, check=True
+    )
+    data = json.loads(res.stdout)
+    assert data["depth"] == len(await stack.store.communities()) == len(data["items"])
+    assert data["oldest_age_s"] >= 0
+    assert set(data["items"][0]) == {
+        "community_id",
+        "level",
+        "first_marked_at",
+        "last_marked_at",
+        "change_count",
+        "doc_ids",
+    }
+    res = subprocess.run([agentmemd, "communities", "--json"], env=env, capture_output=True, text=True, check=True)
+    assert len(json.loads(res.stdout)["communities"]) == data["depth"]
+    res = subprocess.run([agentmemd, "graph", "rebuild"], env=env, capture_output=True, text=True, check=True)
+    assert "communities" in res.stdout

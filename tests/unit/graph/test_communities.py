@@ -1,0 +1,75 @@
+"""Hierarchical Leiden and stable community ids (pure)."""
+
+from __future__ import annotations
+
+from graph.communities import Community, RawCommunity, assign_ids, detect, fresh_id
+
+
+def clique(prefix: str, n: int) -> list[tuple[str, str, float]]:
+    names = [f"{prefix}{i}" for i in range(n)]
+    return [(a, b, 3.0) for i, a in enumerate(names) for b in names[i + 1 :]]
+
+
+def two_cliques() -> tuple[list[str], list[tuple[str, str, float]]]:
+    edges = clique("a", 5) + clique("b", 5) + [("a0", "b0", 1.0)]
+    nodes = sorted({x for e in edges for x in e[:2]})
+    return nodes, edges
+
+
+def test_detect_finds_the_cliques_deterministically() -> None:
+    """Two dense groups with one bridge are two communities, identical run to run."""
+    nodes, edges = two_cliques()
+    first = detect(nodes, edges, seed=1, max_size=10)
+    assert {c.members for c in first} == {frozenset(f"a{i}" for i in range(5)), frozenset(f"b{i}" for i in range(5))}
+    assert first == detect(list(reversed(nodes)), list(reversed(edges)), seed=1, max_size=10)
+
+
+def test_large_communities_split_into_a_finer_level() -> None:
+    """A community above max_size is re-split one level down, children pointing at it."""
+    edges = clique("a", 5) + clique("b", 5) + [("a0", "b0", 3.0), ("a1", "b1", 3.0), ("a2", "b2", 3.0)]
+    nodes = sorted({x for e in edges for x in e[:2]})
+    out = detect(nodes, edges, seed=1, resolution=0.05, max_size=6, max_levels=3)
+    top = [c for c in out if c.level == 0]
+    children = [c for c in out if c.level == 1]
+    assert len(top) == 1 and len(top[0].members) == 10
+    assert children and all(out[c.parent].level == 0 for c in children if c.parent is not None)
+    assert frozenset().union(*(c.members for c in children)) == top[0].members
+
+
+def test_isolated_nodes_form_no_community() -> None:
+    """Communities smaller than two members are dropped."""
+    assert detect(["x", "y"], [], seed=1) == []
+
+
+def test_ids_are_fresh_and_deterministic_then_stable_across_drift() -> None:
+    """New communities get member-derived ids; a drifted one keeps its id and is marked changed."""
+    a = frozenset({"a0", "a1", "a2", "a3"})
+    first = assign_ids([RawCommunity(0, a)], [])
+    (c,) = first.communities
+    assert c.id == fresh_id(0, a) and first.changed == {c.id}
+    drifted = a | {"a4"}
+    second = assign_ids([RawCommunity(0, drifted)], first.communities)
+    assert second.communities[0].id == c.id and second.changed == {c.id} and not second.removed
+    same = assign_ids([RawCommunity(0, drifted)], second.communities)
+    assert same.changed == set()
+
+
+def test_merge_and_split_are_recorded() -> None:
+    """Two old communities that become one is a merge; the reverse is a split."""
+    a, b = frozenset({"a0", "a1", "a2"}), frozenset({"b0", "b1", "b2"})
+    old = [Community("ca", 0, a), Community("cb", 0, b)]
+    merged = assign_ids([RawCommunity(0, a | b)], old, threshold=0.3)
+    assert merged.communities[0].id in {"ca", "cb"}
+    assert merged.removed == {"ca", "cb"} - {merged.communities[0].id}
+    assert [e["type"] for e in merged.events] == ["merge"]
+    split = assign_ids([RawCommunity(0, a), RawCommunity(0, b)], [Community("cab", 0, a | b)], threshold=0.3)
+    assert {c.id for c in split.communities} >= {"cab"}
+    assert [e["type"] for e in split.events] == ["split"]
+
+
+def test_unrelated_new_community_does_not_steal_an_id() -> None:
+    """Below the Jaccard threshold a community is new, and the old one is removed."""
+    out = assign_ids(
+        [RawCommunity(0, frozenset({"x", "y", "z"}))], [Community("old", 0, frozenset({"x", "p", "q", "r", "s"}))]
+    )
+    assert out.communities[0].id != "old" and out.removed == {"old"}

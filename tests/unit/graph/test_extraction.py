@@ -1,0 +1,74 @@
+"""Identifier extraction, normalization and co-occurrence (pure)."""
+
+from __future__ import annotations
+
+import pytest
+
+from graph.extraction import cooccurrence, extract_identifiers, merge_entities, ner_pairs, normalize
+
+
+@pytest.mark.parametrize(
+    ("text", "name", "typ"),
+    [
+        ("clients got HTTP 504 from the gateway", "HTTP 504", "http_status"),
+        ("returned status code 503 twice", "HTTP 503", "http_status"),
+        ("the 502 Bad Gateway page", "HTTP 502", "http_status"),
+        ("failed with ERR_CONN_RESET_4F2A at noon", "ERR_CONN_RESET_4F2A", "error_code"),
+        ("psql said SQLSTATE 08006 and quit", "SQLSTATE 08006", "sqlstate"),
+        ("raised PoolTimeoutError in the worker", "PoolTimeoutError", "exception"),
+        ("see requests.exceptions.ConnectionError", "ConnectionError", "exception"),
+        ("call db.pool.acquire() first", "db.pool.acquire()", "function"),
+        ("edit /etc/pgbouncer/pgbouncer.ini now", "/etc/pgbouncer/pgbouncer.ini", "file_path"),
+        ("in src/billing/retry.py we", "src/billing/retry.py", "file_path"),
+        ("import billing.adapters.stripe today", "billing.adapters.stripe", "module"),
+        ("the billing-service pods", "billing-service", "service"),
+        ("ping db-01.prod.internal", "db-01.prod.internal", "host"),
+        ("raise max_connections to 400", "max_connections", "config_key"),
+        ("SELECT id FROM invoices WHERE", "invoices", "sql_table"),
+    ],
+)
+def test_identifiers_are_found_with_their_type(text: str, name: str, typ: str) -> None:
+    """Each kind of technical identifier is recognized, with the most specific type."""
+    ents = merge_entities(extract_identifiers(text))
+    assert (name.lower().rstrip("()"), typ) in {(e.key, e.type) for e in ents}
+
+
+def test_plain_prose_has_no_identifiers() -> None:
+    """Ordinary words and numbers are not entities."""
+    assert merge_entities(extract_identifiers("We met at 10 and talked about the weather for 45 minutes.")) == []
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("The Billing-Service", "billing-service"),
+        ("Postgres", "PostgreSQL"),
+        ("pg", "postgresql"),
+        ("  K8s ", "kubernetes"),
+    ],
+)
+def test_normalize_makes_one_thing_one_key(a: str, b: str) -> None:
+    """Case, spacing, articles and aliases collapse to one key."""
+    aliases = {"postgres": "postgresql", "pg": "postgresql", "k8s": "kubernetes"}
+    assert normalize(a, aliases) == normalize(b, aliases)
+
+
+def test_merge_keeps_the_most_specific_type_and_limit() -> None:
+    """Duplicates merge, the more specific type wins, and the cap bounds entities per chunk."""
+    ents = merge_entities([("billing-service", "org"), ("Billing-Service", "service"), ("x1", "concept")], limit=5)
+    assert [(e.key, e.type) for e in ents] == [("billing-service", "service"), ("x1", "concept")]
+    assert len(merge_entities([(f"name{i}", "concept") for i in range(100)], limit=7)) == 7
+
+
+def test_ner_pairs_keep_useful_labels() -> None:
+    """spaCy labels map to our types; cardinal numbers and dates are dropped."""
+    assert ner_pairs([("Stripe", "ORG"), ("504", "CARDINAL"), ("Tuesday", "DATE"), ("Kafka", "PRODUCT")]) == [
+        ("Stripe", "org"),
+        ("Kafka", "product"),
+    ]
+
+
+def test_cooccurrence_counts_chunks_per_pair() -> None:
+    """An edge's weight is the number of chunks holding both ends."""
+    edges = cooccurrence([["a", "b", "c"], ["b", "a"], ["c"], ["a", "a", "b"]])
+    assert edges == {("a", "b"): 3, ("a", "c"): 1, ("b", "c"): 1}

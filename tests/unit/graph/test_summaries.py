@@ -1,0 +1,61 @@
+"""Extractive summaries and parsing of LLM extraction replies (pure)."""
+
+from __future__ import annotations
+
+import pytest
+
+from graph.llm import LlmFailed, parse_entities, summary_prompt
+from graph.summaries import extractive_summary, split_sentences
+
+TEXTS = [
+    "The billing-service returned HTTP 504 during the outage. Lunch was at noon.",
+    "PgBouncer hit max_connections, so billing-service requests queued. Nothing else happened.",
+    "Raising max_connections and restarting PgBouncer fixed the HTTP 504 errors.",
+]
+NAMES = {
+    "billing-service": "billing-service",
+    "http 504": "HTTP 504",
+    "max_connections": "max_connections",
+    "pgbouncer": "PgBouncer",
+}
+
+
+def test_summary_covers_members_and_skips_filler() -> None:
+    """Chosen sentences cover the members; sentences naming none are left out."""
+    s = extractive_summary(TEXTS, NAMES, {k: 1.0 for k in NAMES}, max_sentences=2)
+    assert s.startswith("Entities: ")
+    assert "Lunch" not in s and "Nothing else" not in s
+    for name in NAMES.values():
+        assert name.lower() in s.lower()
+
+
+def test_summary_is_deterministic_and_bounded() -> None:
+    """Same input, same summary; never more sentences than asked."""
+    a = extractive_summary(TEXTS, NAMES, {"pgbouncer": 3.0}, max_sentences=1)
+    assert a == extractive_summary(TEXTS, NAMES, {"pgbouncer": 3.0}, max_sentences=1)
+    assert len(split_sentences(a.split(". ", 1)[1])) == 1
+
+
+def test_summary_prompt_carries_members_and_excerpts() -> None:
+    """The LLM prompt names every member and quotes the excerpts."""
+    p = summary_prompt("c0-1", ["billing-service", "HTTP 504"], ["excerpt one"])
+    assert "billing-service, HTTP 504" in p and "- excerpt one" in p and "c0-1" in p
+
+
+@pytest.mark.parametrize(
+    ("reply", "pairs"),
+    [
+        ('{"entities": [{"name": "billing-service", "type": "service"}]}', [("billing-service", "service")]),
+        ('Sure! {"entities": [{"name": "X"}, {"name": ""}, 5]}', [("X", "concept")]),
+    ],
+)
+def test_parse_entities(reply: str, pairs: list[tuple[str, str]]) -> None:
+    """Entity JSON is read leniently: missing types default, junk items are skipped."""
+    assert parse_entities(reply) == pairs
+
+
+@pytest.mark.parametrize("reply", ["no json here", '{"things": []}', "{broken"])
+def test_parse_entities_rejects_non_answers(reply: str) -> None:
+    """A reply without the asked-for JSON is a retryable failure."""
+    with pytest.raises(LlmFailed):
+        parse_entities(reply)
