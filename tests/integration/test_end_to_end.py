@@ -340,3 +340,32 @@ async def test_transcript_redelivery_is_idempotent(env) -> None:
 
     await eventually(second_applied, what="redelivered turn overwrote, not duplicated")
     assert await daemon.index.chunk_ids(doc) == {f"{doc}_p0"}
+
+
+async def test_scope_communities_over_kafka(env) -> None:
+    """scope=communities answers from community summaries written by the daemon's own worker."""
+    daemon, client = env
+    t = client.topics
+    for i, text in enumerate([
+        "The ledger-service writes to ledger_entries; ERR_LEDGER_LOCK_9C1 means lock_timeout is too low.",
+        "Incident: ledger-service hit ERR_LEDGER_LOCK_9C1 again; we raised lock_timeout on ledger_entries.",
+    ]):
+        await client.send(t.documents, doc_event(f"e2e/ledger-{i}.md", 1, text, "production", "ledger-service"))
+    await eventually(lambda: _has(daemon, "e2e/ledger-1.md"), what="ledger docs indexed")
+    assert daemon.graph is not None
+    await daemon.graph.recompute(force=True)
+
+    async def summarized() -> bool:
+        return (await daemon.graph.store.stale())[0] == 0  # type: ignore[union-attr]
+
+    await eventually(summarized, timeout=60, what="the daemon's worker summarized every community")
+    _, reply = await client.ask(
+        {"query_id": "comm", "search_text": "ledger lock timeouts", "top_k": 3, "scope": "communities"}
+    )
+    assert reply["results"], reply
+    top = reply["results"][0]
+    assert top["kind"] == "community" and "ERR_LEDGER_LOCK_9C1" in top["text"]
+    assert top["community"]["member_count"] >= 2 and top["community"]["stale"] is False
+    assert top["community"]["community_id"] == top["metadata"]["community_id"]
+    _, bad = await client.ask({"query_id": "s", "search_text": "x", "scope": "everything"})
+    assert bad["error"]["code"] == "invalid_request"
