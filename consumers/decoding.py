@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -35,6 +36,14 @@ class Decoded:
     topic: str
     partition: int
     offset: int
+
+
+_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+
+
+def valid_topic(name: str) -> bool:
+    """Whether ``name`` is a legal Kafka topic name (so a reply can be published to it)."""
+    return bool(_TOPIC.match(name)) and name not in {".", ".."}
 
 
 def _text(data: bytes | None) -> str | None:

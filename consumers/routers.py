@@ -9,16 +9,19 @@ from typing import Any
 import structlog
 from aiokafka import ConsumerRecord
 from aiokafka.abc import ConsumerRebalanceListener
+from aiokafka.errors import KafkaError
 from faststream import AckPolicy
 from faststream.kafka import KafkaRouter
 from faststream.kafka.annotations import KafkaBroker, KafkaMessage
 
 from consumers.config import ConsumerConfig, Topics
-from consumers.decoding import Decoded, dead_letter, decode_records
-from consumers.models import DlqRecord
-from consumers.queries import answer
+from consumers.decoding import Decoded, dead_letter, decode_records, valid_topic
+from consumers.models import DlqRecord, ErrorBody, ErrorReply, QueryReply
+from consumers.queries import answer, guess_query_id
 from graph.search import ScopedSearch
-from memory.ingest import Ingestor
+from memory.attempts import AttemptCounter
+from memory.errors import MemdError
+from memory.ingest import Ingestor, IngestReport
 
 log = structlog.get_logger()
 
@@ -71,6 +74,8 @@ def build_router(
     filter_keys: Collection[str],
     max_content_bytes: int,
     on_assigned: Callable[[str, int], None],
+    attempts_counter: AttemptCounter,
+    max_attempts: int,
 ) -> KafkaRouter:
     """The daemon's three subscribers: documents, transcripts (batched) and queries."""
     router = KafkaRouter()
@@ -80,13 +85,51 @@ def build_router(
         good, dead = decode_records(records, kind=kind, filter_keys=filter_keys, max_content_bytes=max_content_bytes)
         for record in dead:
             await publish_dead(record)
-        report = await ingestor.apply([g.item for g in good])
-        if report.failed:
-            by_doc: dict[str, Decoded] = {g.item.doc_id: g for g in good}
-            raw = {(r.topic, r.partition, r.offset): r for r in records}
-            for item, exc in report.failed:
-                d = by_doc[item.doc_id]
-                await publish_dead(dead_letter(raw[(d.topic, d.partition, d.offset)], str(exc), exc.code))
+        raw = {(r.topic, r.partition, r.offset): r for r in records}
+        report = await apply_isolated(good, raw)
+        by_doc: dict[str, Decoded] = {g.item.doc_id: g for g in good}
+        for item, exc in report.failed:
+            d = by_doc[item.doc_id]
+            await publish_dead(dead_letter(raw[(d.topic, d.partition, d.offset)], str(exc), exc.code))
+
+    async def apply_isolated(good: Sequence[Decoded], raw: dict[tuple[str, int, int], Any]) -> IngestReport:
+        # The batch is applied whole; only if it fails for an unexpected reason (a bug, not
+        # an outage) are its events retried one by one, so one poison event cannot block
+        # the others, and an event that keeps failing is dead-lettered after max_attempts.
+        try:
+            return await ingestor.apply([g.item for g in good])
+        except MemdError as exc:
+            if exc.retryable:
+                raise
+            first_error: Exception = exc
+        except Exception as exc:
+            first_error = exc
+        log.warning("ingest.batch_isolated", events=len(good), error=repr(first_error))
+        report = IngestReport()
+        for g in good:
+            try:
+                one = await ingestor.apply([g.item])
+            except MemdError as exc:
+                if exc.retryable:
+                    raise
+                await poison(g, raw, exc)
+                continue
+            except Exception as exc:
+                await poison(g, raw, exc)
+                continue
+            report.failed.extend(one.failed)
+        return report
+
+    async def poison(g: Decoded, raw: dict[tuple[str, int, int], Any], exc: Exception) -> None:
+        attempts = await attempts_counter.incr(g.topic, g.partition, g.offset)
+        if attempts < max_attempts:
+            log.warning(
+                "ingest.event_failed", doc_id=g.item.doc_id, offset=g.offset, attempts=attempts, error=repr(exc)
+            )
+            raise exc  # not committed: redelivered, and the events before it are idempotent
+        reason = f"handling failed {attempts} times: {type(exc).__name__}: {exc}"
+        await publish_dead(dead_letter(raw[(g.topic, g.partition, g.offset)], reason, "poison", attempts=attempts))
+        await attempts_counter.forget(g.topic, g.partition, g.offset)
 
     async def publish_dead(record: DlqRecord) -> None:
         log.warning(
@@ -106,6 +149,8 @@ def build_router(
         "auto_offset_reset": "earliest",
         # Commit after the handler returns; on an error, seek back so nothing is skipped.
         "ack_policy": AckPolicy.NACK_ON_ERROR,
+        # Events are not requests: never publish anything to a reply_to they may carry.
+        "no_reply": True,
         "parser": _parser_batch,
         "decoder": _no_decode,
     }
@@ -147,11 +192,22 @@ def build_router(
         """Memory queries; the reply goes to the reply_to header's topic (default: replies)."""
         record = message.raw_message
         assert isinstance(record, ConsumerRecord)
-        reply = await answer(record.value, search)
-        await broker.publish(
-            reply.model_dump(mode="json"),
-            topic=message.reply_to or topics.replies,
-            correlation_id=message.correlation_id,
-        )
+        target = message.reply_to or topics.replies
+        reply: QueryReply | ErrorReply
+        if valid_topic(target):
+            reply = await answer(record.value, search)
+        else:
+            # Never publish to a topic named by garbage; tell the asker on the default topic.
+            reply = ErrorReply(
+                query_id=guess_query_id(record.value),
+                error=ErrorBody(
+                    code="invalid_request", message=f"reply_to header {target!r} is not a valid topic name"
+                ),
+            )
+            target = topics.replies
+        try:
+            await broker.publish(reply.model_dump(mode="json"), topic=target, correlation_id=message.correlation_id)
+        except KafkaError as exc:
+            log.error("query.reply_failed", topic=target, error=str(exc))
 
     return router

@@ -18,6 +18,7 @@ from graph.ner import SpacyNer
 from graph.search import ScopedSearch
 from graph.service import GraphService
 from graph.store import GraphStore
+from memory.attempts import AttemptCounter
 from memory.embedder import SentenceTransformerEmbedder
 from memory.errors import BackendUnavailable
 from memory.index import ChunkIndex
@@ -152,6 +153,8 @@ async def start_daemon(settings: Settings, *, ready_timeout_s: float = 120.0) ->
             filter_keys=settings.index.filter_keys,
             max_content_bytes=settings.ingest.max_content_bytes,
             on_assigned=on_assigned,
+            attempts_counter=AttemptCounter(client=redis, name=settings.index.name),
+            max_attempts=settings.ingest.max_attempts,
         )
     )
     await _start_broker(broker)

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer
 
 from consumers.config import ConsumerConfig, Topics
 from daemon.app import Daemon, start_daemon
@@ -18,66 +17,9 @@ from daemon.settings import Settings
 from daemon.topics import ensure_topics
 from memory.config import IndexConfig
 from tests.conftest import unique
+from tests.helpers import PlainClient, eventually
 
 pytestmark = pytest.mark.integration
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 20.0, what: str = "") -> None:
-    """Poll ``check`` until it holds; fail with ``what`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if await check():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"not reached within {timeout}s: {what}")
-
-
-class PlainClient:
-    """What any Kafka client does: JSON in, reply_to + correlation_id headers, read replies."""
-
-    def __init__(self, bootstrap: str, topics: Topics, reply_topic: str) -> None:
-        self.bootstrap, self.topics, self.reply_topic = bootstrap, topics, reply_topic
-        self.producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
-        self.replies = AIOKafkaConsumer(bootstrap_servers=bootstrap, fetch_max_wait_ms=5)
-        self.seen: dict[str, tuple[dict[str, bytes], dict[str, Any]]] = {}
-
-    async def start(self) -> None:
-        await self.producer.start()
-        await self.replies.start()
-        tps = [TopicPartition(self.reply_topic, p) for p in self.replies.partitions_for_topic(self.reply_topic) or []]
-        self.replies.assign(tps)
-        await self.replies.seek_to_beginning(*tps)
-
-    async def stop(self) -> None:
-        await self.producer.stop()
-        await self.replies.stop()
-
-    async def send(
-        self, topic: str, payload: Any, key: str = "k", headers: list[tuple[str, bytes]] | None = None
-    ) -> None:
-        value = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
-        await self.producer.send_and_wait(topic, value, key=key.encode(), headers=headers or [])
-
-    async def ask(
-        self, payload: Any, *, reply_to: str | None = None, timeout: float = 20.0
-    ) -> tuple[dict[str, bytes], dict[str, Any]]:
-        cid = uuid.uuid4().hex
-        headers = [("correlation_id", cid.encode())]
-        headers.append(("reply_to", (reply_to or self.reply_topic).encode()))
-        await self.send(self.topics.requests, payload, headers=headers)
-        return await self.reply(cid, timeout)
-
-    async def reply(self, cid: str, timeout: float = 20.0) -> tuple[dict[str, bytes], dict[str, Any]]:
-        deadline = time.monotonic() + timeout
-        while cid not in self.seen:
-            if time.monotonic() > deadline:
-                raise AssertionError(f"no reply for correlation_id {cid}")
-            batch = await self.replies.getmany(timeout_ms=100)
-            for records in batch.values():
-                for r in records:
-                    h = dict(r.headers)
-                    self.seen[h.get("correlation_id", b"").decode()] = (h, json.loads(r.value))
-        return self.seen.pop(cid)
 
 
 @pytest.fixture(scope="module")
@@ -346,10 +288,12 @@ async def test_scope_communities_over_kafka(env) -> None:
     """scope=communities answers from community summaries written by the daemon's own worker."""
     daemon, client = env
     t = client.topics
-    for i, text in enumerate([
-        "The ledger-service writes to ledger_entries; ERR_LEDGER_LOCK_9C1 means lock_timeout is too low.",
-        "Incident: ledger-service hit ERR_LEDGER_LOCK_9C1 again; we raised lock_timeout on ledger_entries.",
-    ]):
+    for i, text in enumerate(
+        [
+            "The ledger-service writes to ledger_entries; ERR_LEDGER_LOCK_9C1 means lock_timeout is too low.",
+            "Incident: ledger-service hit ERR_LEDGER_LOCK_9C1 again; we raised lock_timeout on ledger_entries.",
+        ]
+    ):
         await client.send(t.documents, doc_event(f"e2e/ledger-{i}.md", 1, text, "production", "ledger-service"))
     await eventually(lambda: _has(daemon, "e2e/ledger-1.md"), what="ledger docs indexed")
     assert daemon.graph is not None

@@ -1,0 +1,109 @@
+"""Shared test helpers: a plain aiokafka client of the contract, polling, names, settings."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from consumers.config import ConsumerConfig, Topics
+from daemon.settings import Settings
+from memory.config import IndexConfig
+
+
+def isolated_settings(name: str, kafka_bootstrap: str, redis_url: str, **over: Any) -> Settings:
+    """Settings whose topics, consumer groups and index are all named after ``name``."""
+    topics = Topics(
+        documents=f"{name}.documents",
+        transcripts=f"{name}.transcripts",
+        requests=f"{name}.requests",
+        replies=f"{name}.replies",
+        dlq=f"{name}.dlq",
+    )
+    return Settings(
+        kafka_bootstrap=kafka_bootstrap,
+        redis_url=redis_url,
+        topic_partitions=over.pop("topic_partitions", 2),
+        topics=topics,
+        consumer=ConsumerConfig(group_id=name),
+        index=IndexConfig(name=name),
+        **over,
+    )
+
+
+def settings_env(settings: Settings) -> dict[str, str]:
+    """The same settings as AGENTMEM_ environment variables, for a daemon subprocess."""
+    env = {
+        "AGENTMEM_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
+        "AGENTMEM_REDIS_URL": settings.redis_url,
+        "AGENTMEM_TOPIC_PARTITIONS": str(settings.topic_partitions),
+        "AGENTMEM_CONSUMER__GROUP_ID": settings.consumer.group_id,
+        "AGENTMEM_INDEX__NAME": settings.index.name,
+        "AGENTMEM_LOG_FORMAT": "json",
+    }
+    for field, value in settings.topics.model_dump().items():
+        env[f"AGENTMEM_TOPICS__{field.upper()}"] = value
+    return env
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 20.0, what: str = "") -> None:
+    """Poll ``check`` until it holds; fail with ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if await check():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"not reached within {timeout}s: {what}")
+
+
+class PlainClient:
+    """What any Kafka client does: JSON in, reply_to + correlation_id headers, read replies."""
+
+    def __init__(self, bootstrap: str, topics: Topics, reply_topic: str) -> None:
+        self.bootstrap, self.topics, self.reply_topic = bootstrap, topics, reply_topic
+        self.producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+        self.replies = AIOKafkaConsumer(bootstrap_servers=bootstrap, fetch_max_wait_ms=5)
+        self.seen: dict[str, tuple[dict[str, bytes], dict[str, Any]]] = {}
+
+    async def start(self) -> None:
+        await self.producer.start()
+        await self.replies.start()
+        tps = [TopicPartition(self.reply_topic, p) for p in self.replies.partitions_for_topic(self.reply_topic) or []]
+        self.replies.assign(tps)
+        await self.replies.seek_to_beginning(*tps)
+
+    async def stop(self) -> None:
+        await self.producer.stop()
+        await self.replies.stop()
+
+    async def send(
+        self, topic: str, payload: Any, key: str = "k", headers: list[tuple[str, bytes]] | None = None
+    ) -> None:
+        value = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+        await self.producer.send_and_wait(topic, value, key=key.encode(), headers=headers or [])
+
+    async def ask(
+        self, payload: Any, *, reply_to: str | None = None, timeout: float = 20.0
+    ) -> tuple[dict[str, bytes], dict[str, Any]]:
+        cid = uuid.uuid4().hex
+        headers = [("correlation_id", cid.encode())]
+        headers.append(("reply_to", (reply_to or self.reply_topic).encode()))
+        await self.send(self.topics.requests, payload, headers=headers)
+        return await self.reply(cid, timeout)
+
+    async def reply(self, cid: str, timeout: float = 20.0) -> tuple[dict[str, bytes], dict[str, Any]]:
+        deadline = time.monotonic() + timeout
+        while cid not in self.seen:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no reply for correlation_id {cid}")
+            batch = await self.replies.getmany(timeout_ms=100)
+            for records in batch.values():
+                for r in records:
+                    h = dict(r.headers)
+                    self.seen[h.get("correlation_id", b"").decode()] = (h, json.loads(r.value))
+        return self.seen.pop(cid)

@@ -1,0 +1,265 @@
+"""Bad input, table-driven, through the real broker: every case gets a DLQ record or an error
+reply with a clear reason, the daemon stays up, and later events in the same partition flow.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from aiokafka import AIOKafkaConsumer
+
+from daemon.app import Daemon, start_daemon
+from daemon.topics import ensure_topics
+from memory.config import IngestConfig
+from tests.conftest import unique
+from tests.helpers import PlainClient, eventually, isolated_settings
+
+pytestmark = pytest.mark.integration
+
+LIMIT = 2048
+
+
+def doc(**over: Any) -> bytes:
+    base: dict[str, Any] = {"event_id": "e", "op": "upsert", "doc_id": "bad/x.md", "version": 1, "content": "fine"}
+    base.update(over)
+    return json.dumps({k: v for k, v in base.items() if v is not ...}).encode()
+
+
+def turn(**over: Any) -> bytes:
+    base: dict[str, Any] = {"event_id": "e", "agent_id": "a", "session_id": "s", "turn": 1, "content": "fine"}
+    base.update(over)
+    return json.dumps({k: v for k, v in base.items() if v is not ...}).encode()
+
+
+# (name, topic kind, raw bytes, headers, fragment expected in the DLQ reason)
+EVENT_CASES: list[tuple[str, str, bytes, list[tuple[str, bytes]], str]] = [
+    ("invalid json", "documents", b"{nope", [], "Invalid JSON"),
+    ("invalid utf-8", "documents", b"\xc3\x28\xa0\xa1", [], "UTF-8"),
+    ("empty body", "documents", b"", [], "empty message body"),
+    ("json array", "documents", b"[1,2,3]", [], "object"),
+    ("json string", "documents", b'"upsert"', [], "object"),
+    ("version as string", "documents", doc(version="1"), [], "version"),
+    ("negative version", "documents", doc(version=-5), [], "version"),
+    ("absurd version", "documents", doc(version=10**30), [], "version"),
+    ("float version", "documents", doc(version=1.5), [], "version"),
+    ("unknown op", "documents", doc(op="merge"), [], "op"),
+    ("missing doc_id", "documents", doc(doc_id=...), [], "doc_id"),
+    ("empty doc_id", "documents", doc(doc_id=""), [], "doc_id"),
+    ("huge doc_id", "documents", doc(doc_id="d" * 5000), [], "doc_id"),
+    ("missing version", "documents", doc(version=...), [], "version"),
+    ("missing event_id", "documents", doc(event_id=...), [], "event_id"),
+    ("empty content", "documents", doc(content=""), [], "content is empty"),
+    ("blank content", "documents", doc(content=" \n\t "), [], "content is empty"),
+    ("upsert without content", "documents", doc(content=...), [], "needs content"),
+    ("content is a number", "documents", doc(content=42), [], "content"),
+    ("content over the limit", "documents", doc(content="x" * (LIMIT + 10)), [], f"larger than {LIMIT}"),
+    ("nested metadata", "documents", doc(metadata={"a": {"b": 1}}), [], "metadata"),
+    ("list metadata value", "documents", doc(metadata={"a": [1]}), [], "metadata"),
+    ("metadata not an object", "documents", doc(metadata="prod"), [], "metadata"),
+    ("too many metadata keys", "documents", doc(metadata={f"k{i}": i for i in range(100)}), [], "64 keys"),
+    ("garbage timestamp", "documents", doc(timestamp="last tuesday"), [], "timestamp"),
+    ("negative turn", "transcripts", turn(turn=-1), [], "turn"),
+    ("turn as string", "transcripts", turn(turn="1"), [], "turn"),
+    ("missing agent_id", "transcripts", turn(agent_id=...), [], "agent_id"),
+    ("empty transcript content", "transcripts", turn(content=""), [], "content is empty"),
+    ("garbage headers, bad body", "documents", b"{", [("x", b"\xff\xfe"), ("reply_to", b"\x00")], "Invalid JSON"),
+]
+
+# (name, request bytes, headers override or None, expected error-code fragment)
+QUERY_CASES: list[tuple[str, bytes, str]] = [
+    ("malformed json", b"{oops", "Invalid JSON"),
+    ("invalid utf-8", b"\xff\xff", "UTF-8"),
+    ("top_k zero", b'{"query_id": "q", "search_text": "x", "top_k": 0}', "top_k"),
+    ("top_k a million", b'{"query_id": "q", "search_text": "x", "top_k": 1000000}', "top_k"),
+    ("top_k as string", b'{"query_id": "q", "search_text": "x", "top_k": "5"}', "top_k"),
+    (
+        "number filter value",
+        b'{"query_id": "q", "search_text": "x", "metadata_filter": {"service": 5}}',
+        "metadata_filter",
+    ),
+    (
+        "nested filter value",
+        b'{"query_id": "q", "search_text": "x", "metadata_filter": {"service": {"$ne": 1}}}',
+        "metadata_filter",
+    ),
+    (
+        "unknown filter key",
+        b'{"query_id": "q", "search_text": "x", "metadata_filter": {"tenant": "b"}}',
+        "unknown metadata_filter key",
+    ),
+    ("empty search_text", b'{"query_id": "q", "search_text": ""}', "search_text"),
+    ("blank search_text", b'{"query_id": "q", "search_text": "   "}', "search_text is empty"),
+    (
+        "negative weight",
+        b'{"query_id": "q", "search_text": "x", "hybrid_params": {"dense_weight": -1}}',
+        "dense_weight",
+    ),
+    (
+        "both weights zero",
+        b'{"query_id": "q", "search_text": "x", "hybrid_params": {"dense_weight": 0, "sparse_weight": 0}}',
+        "at least one",
+    ),
+    ("unknown scope", b'{"query_id": "q", "search_text": "x", "scope": "everything"}', "scope"),
+    ("missing query_id", b'{"search_text": "x"}', "query_id"),
+    ("unknown field", b'{"query_id": "q", "search_text": "x", "filters": {}}', "filters"),
+]
+
+
+@pytest.fixture(scope="module")
+async def env(kafka_bootstrap: str, redis_url: str) -> AsyncIterator[tuple[Daemon, PlainClient]]:
+    name = unique(__name__)
+    settings = isolated_settings(
+        name, kafka_bootstrap, redis_url, ingest=IngestConfig(max_content_bytes=LIMIT, max_attempts=2)
+    )
+    await ensure_topics(kafka_bootstrap, [f"{name}.my-replies"], partitions=1, replication=1)
+    daemon = await start_daemon(settings)
+    client = PlainClient(kafka_bootstrap, settings.topics, f"{name}.my-replies")
+    await client.start()
+    yield daemon, client
+    await client.stop()
+    await daemon.stop()
+
+
+async def read_dlq(client: PlainClient, want: int, timeout: float = 30) -> list[dict[str, Any]]:
+    consumer = AIOKafkaConsumer(
+        client.topics.dlq,
+        bootstrap_servers=client.bootstrap,
+        auto_offset_reset="earliest",
+        group_id=unique(uuid.uuid4().hex),
+        fetch_max_wait_ms=5,
+    )
+    await consumer.start()
+    out: list[dict[str, Any]] = []
+    try:
+        deadline = time.monotonic() + timeout
+        while len(out) < want and time.monotonic() < deadline:
+            for records in (await consumer.getmany(timeout_ms=200)).values():
+                out += [json.loads(r.value) for r in records]
+    finally:
+        await consumer.stop()
+    return out
+
+
+async def test_every_bad_event_is_dead_lettered_and_the_partition_flows(env) -> None:
+    """30 bad events, all with one key (one partition): each lands in the DLQ with its reason; the next good event applies."""
+    daemon, client = env
+    assert len(EVENT_CASES) >= 30
+    for name, kind, raw, headers, _ in EVENT_CASES:
+        topic = client.topics.documents if kind == "documents" else client.topics.transcripts
+        await client.producer.send_and_wait(topic, raw, key=b"same-key", headers=headers)
+    await client.send(
+        client.topics.documents, json.loads(doc(doc_id="bad/after.md", content="still flowing")), key="same-key"
+    )
+    await client.send(
+        client.topics.transcripts, json.loads(turn(agent_id="after", content="still flowing")), key="same-key"
+    )
+
+    async def good_applied() -> bool:
+        return bool(await daemon.index.chunk_ids("bad/after.md")) and bool(
+            await daemon.index.chunk_ids("transcript:after/s/1")
+        )
+
+    await eventually(good_applied, what="good events after the bad ones")
+    dead = await read_dlq(client, len(EVENT_CASES))
+    assert len(dead) == len(EVENT_CASES)
+    by_text = {}
+    for d in dead:
+        by_text.setdefault(d["original_b64"], []).append(d)
+    import base64
+
+    for name, kind, raw, _, fragment in EVENT_CASES:
+        records = by_text.get(base64.b64encode(raw).decode())
+        assert records, f"no DLQ record for {name}"
+        assert any(fragment in r["reason"] for r in records), (name, [r["reason"] for r in records])
+        assert all(r["error_code"] == "invalid_event" for r in records)
+    assert await daemon.index.chunk_ids("bad/x.md") == set()  # no bad upsert slipped through
+
+
+@pytest.mark.parametrize(("name", "raw", "fragment"), QUERY_CASES, ids=[c[0] for c in QUERY_CASES])
+async def test_bad_queries_get_error_replies(env, name: str, raw: bytes, fragment: str) -> None:
+    """Each bad request is answered with invalid_request and a message naming the problem."""
+    _, client = env
+    _, reply = await client.ask(raw)
+    assert reply["error"]["code"] == "invalid_request", reply
+    assert fragment in reply["error"]["message"], reply
+
+
+async def test_syntax_attacks_stay_inside_the_filter(env) -> None:
+    """RediSearch syntax in search_text or filter values never widens the filter."""
+    daemon, client = env
+    for i, svc in enumerate(["billing-service", "auth-service"]):
+        await client.send(
+            client.topics.documents,
+            json.loads(doc(doc_id=f"atk/{i}", content=f"{svc} pool timeout", metadata={"service": svc})),
+        )
+    await eventually(lambda: _has(daemon, "atk/1"), what="attack corpus indexed")
+    for text in ["@service:{auth\\-service} | *", "* -foo", '"pool" | (timeout) ~x', "}{)(][|@*%$"]:
+        _, reply = await client.ask(
+            {"query_id": "a", "search_text": text, "top_k": 10, "metadata_filter": {"service": "billing-service"}}
+        )
+        assert "results" in reply, reply
+        assert {r["metadata"].get("service") for r in reply["results"]} <= {"billing-service"}
+    for value in ["billing-service} | @service:{auth-service", "*", "auth\\-service"]:
+        _, reply = await client.ask(
+            {"query_id": "b", "search_text": "pool timeout", "top_k": 10, "metadata_filter": {"service": value}}
+        )
+        assert reply["results"] == [], (value, reply)
+    _, reply = await client.ask({"query_id": "death", "search_text": "(is|an|hip)", "top_k": 3})
+    assert "results" in reply
+    await daemon.index.ping()
+
+
+async def _has(daemon: Daemon, doc_id: str) -> bool:
+    return bool(await daemon.index.chunk_ids(doc_id))
+
+
+async def test_missing_and_garbage_headers(env) -> None:
+    """No headers: reply on the default topic. A garbage reply_to: an error reply there, never a crash."""
+    _, client = env
+    other = PlainClient(client.bootstrap, client.topics, client.topics.replies)
+    await other.start()
+    try:
+        await other.send(client.topics.requests, {"query_id": "nohdr", "search_text": "pool", "top_k": 1})
+        cid = uuid.uuid4().hex
+        await other.send(
+            client.topics.requests,
+            {"query_id": "garbage", "search_text": "pool"},
+            headers=[("reply_to", b"\xff\xfe bad topic!"), ("correlation_id", cid.encode())],
+        )
+        _, reply = await other.reply(cid)
+        assert reply["error"]["code"] == "invalid_request" and "reply_to" in reply["error"]["message"]
+        _, ok = await client.ask({"query_id": "alive", "search_text": "pool", "top_k": 1})
+        assert "results" in ok
+    finally:
+        await other.stop()
+
+
+async def test_poison_event_is_dead_lettered_after_max_attempts(env) -> None:
+    """An event whose handling keeps failing goes to the DLQ after max_attempts; its neighbours are applied."""
+    daemon, client = env
+    original = daemon.ingestor.apply
+
+    async def buggy(items):  # a bug that only this document triggers
+        if any(i.doc_id == "poison/pill.md" for i in items):
+            raise RuntimeError("boom: unexpected bug")
+        return await original(items)
+
+    daemon.ingestor.apply = buggy  # type: ignore[method-assign]
+    try:
+        key = "poison-key"
+        await client.send(
+            client.topics.documents, json.loads(doc(doc_id="poison/before.md", content="before")), key=key
+        )
+        await client.send(client.topics.documents, json.loads(doc(doc_id="poison/pill.md", content="pill")), key=key)
+        await client.send(client.topics.documents, json.loads(doc(doc_id="poison/after.md", content="after")), key=key)
+        await eventually(lambda: _has(daemon, "poison/after.md"), timeout=60, what="events after the poison one")
+        assert await _has(daemon, "poison/before.md") and not await _has(daemon, "poison/pill.md")
+        dead = [d for d in await read_dlq(client, len(EVENT_CASES) + 1) if d["error_code"] == "poison"]
+        assert len(dead) == 1 and dead[0]["attempts"] == 2 and "boom: unexpected bug" in dead[0]["reason"]
+    finally:
+        daemon.ingestor.apply = original  # type: ignore[method-assign]
