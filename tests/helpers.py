@@ -107,3 +107,51 @@ class PlainClient:
                     h = dict(r.headers)
                     self.seen[h.get("correlation_id", b"").decode()] = (h, json.loads(r.value))
         return self.seen.pop(cid)
+
+
+class DaemonProcess:
+    """`agentmemd run` as a child process, as an operator runs it; killable like a crash."""
+
+    def __init__(self, env: dict[str, str], log_path: str) -> None:
+        import os
+
+        self.env = {**os.environ, **env}
+        self.log_path = log_path
+        self.proc: Any = None
+
+    def start(self, timeout: float = 120.0) -> DaemonProcess:
+        import subprocess
+        import sys
+        import threading
+        from pathlib import Path
+
+        agentmemd = str(Path(sys.executable).parent / "agentmemd")
+        log = open(self.log_path, "a")  # noqa: SIM115 - lives as long as the process
+        self.proc = subprocess.Popen([agentmemd, "run"], env=self.env, stdout=subprocess.PIPE, stderr=log, text=True)
+        ready = threading.Event()
+
+        def read() -> None:
+            for line in self.proc.stdout:
+                if "ready" in line:
+                    ready.set()
+
+        threading.Thread(target=read, daemon=True).start()
+        if not ready.wait(timeout):
+            self.kill()
+            raise AssertionError(f"daemon not ready in {timeout}s; see {self.log_path}")
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown code runs, exactly like a crash."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+
+    def stop(self) -> int:
+        """SIGTERM and wait: the clean shutdown path."""
+        import signal
+
+        if self.proc is None or self.proc.poll() is not None:
+            return 0 if self.proc is None else int(self.proc.returncode)
+        self.proc.send_signal(signal.SIGTERM)
+        return int(self.proc.wait(timeout=60))
