@@ -17,9 +17,10 @@ What it does, per mode (graph layer on = the daemon's default config, and off):
    event -> searchable latency.
 
 Raw embedding throughput of the same model and batch size on the same chunk texts
-(``SentenceTransformerEmbedder.embed_documents``) is measured in the same run, before and
-after the daemons, with no daemon running, and averaged. Target: e2e / raw >= 0.85 and
-freshness p95 <= 1 s. Nothing is asserted: misses are reported as MISSED.
+(``SentenceTransformerEmbedder.embed_documents``) is measured in the same run, right before
+and right after each daemon run (no daemon running); each mode's ratio uses the mean of its
+two adjacent measurements. Targets: e2e / raw >= 0.85 and freshness p95 <= 1 s. Nothing is
+asserted: misses are reported as MISSED.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import time
 import uuid
 from typing import Any
@@ -79,12 +81,17 @@ async def chunk_texts(
     return texts
 
 
-async def raw_embedding(embedder: SentenceTransformerEmbedder, texts: list[str]) -> dict[str, float]:
+async def raw_embedding(embedder: SentenceTransformerEmbedder, texts: list[str]) -> dict[str, Any]:
     await embedder.embed_documents(texts[:64])  # warm-up
     t0 = time.perf_counter()
     await embedder.embed_documents(texts)
     dt = time.perf_counter() - t0
-    return {"chunks": len(texts), "seconds": round(dt, 3), "chunks_per_s": round(len(texts) / dt, 2)}
+    return {
+        "chunks": len(texts),
+        "seconds": round(dt, 3),
+        "chunks_per_s": round(len(texts) / dt, 2),
+        "loadavg": [round(x, 2) for x in os.getloadavg()],
+    }
 
 
 def event(doc_id: str, content: str) -> bytes:
@@ -135,6 +142,9 @@ async def run_mode(
     try:
         await daemon.index.drop()
         await daemon.index.ensure()
+        # A long-running daemon is warm: pay the model's first-call cost before timing.
+        await daemon.embedder.embed_documents(["warm-up text for the embedding model"] * 8)
+        out["loadavg_before"] = [round(x, 2) for x in os.getloadavg()]
 
         # -- throughput: everything published at once, timed until the last chunk is indexed
         print(f"[{label}] throughput: publishing {len(docs)} docs ({expected_chunks} chunks) ...", flush=True)
@@ -215,6 +225,7 @@ async def run_mode(
             f"[{label}] freshness: p50 {out['freshness']['p50_ms']} ms, p95 {out['freshness']['p95_ms']} ms",
             flush=True,
         )
+        out["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
     finally:
         await producer.stop()
         await daemon.stop()
@@ -225,13 +236,21 @@ def plot(path: Any, raw: dict[str, Any], modes: dict[str, dict[str, Any]]) -> No
     import matplotlib.pyplot as plt
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
-    labels = ["raw embedding"] + [f"end to end\n(graph {'on' if m['graph'] else 'off'})" for m in modes.values()]
-    values = [raw["chunks_per_s"]] + [m["throughput"]["chunks_per_s"] for m in modes.values()]
-    bars = ax1.bar(labels, values, color=["#888888", *["#1f77b4", "#ff7f0e"][: len(modes)]])
-    ax1.axhline(raw["chunks_per_s"] * 0.85, color="red", linestyle="--", label="target: 0.85 x raw")
-    ax1.bar_label(bars, fmt="%.1f")
+    x = 0.0
+    ticks, names = [], []
+    for m in modes.values():
+        adj, e2e = m["raw_chunks_per_s_adjacent"], m["throughput"]["chunks_per_s"]
+        bars = ax1.bar([x, x + 0.8], [adj, e2e], width=0.75, color=["#999999", "#1f77b4" if m["graph"] else "#ff7f0e"])
+        ax1.bar_label(bars, fmt="%.1f")
+        ax1.hlines(adj * 0.85, x + 0.4, x + 1.2, color="red", linestyle="--")
+        ax1.text(x + 0.8, e2e / 2, f"{e2e / adj:.2f}x", ha="center", color="white", fontweight="bold")
+        ticks += [x, x + 0.8]
+        names += ["raw embedding", f"end to end\n(graph {'on' if m['graph'] else 'off'})"]
+        x += 2.2
+    ax1.set_xticks(ticks, names)
+    ax1.plot([], [], color="red", linestyle="--", label="target: 0.85 x raw")
     ax1.set_ylabel("chunks / s")
-    ax1.set_title("Ingestion throughput")
+    ax1.set_title(f"Ingestion throughput ({raw['measurements'][0]['chunks']} chunks)")
     ax1.legend()
     for m in modes.values():
         lat = sorted(m["freshness"]["latencies_ms"])
@@ -278,25 +297,29 @@ async def main_async(args: argparse.Namespace, servers: Servers) -> Result:
     )
     print("loading the model for the raw-embedding baseline ...", flush=True)
     embedder = await SentenceTransformerEmbedder.load(EmbeddingConfig())  # type: ignore[call-arg]
+    modes: dict[str, dict[str, Any]] = {}
+    raws: list[dict[str, Any]] = []
     try:
         texts = await chunk_texts(embedder, settings.chunking, docs)
-        print(f"{len(docs)} docs -> {len(texts)} chunks; raw embedding (before) ...", flush=True)
-        raw_before = await raw_embedding(embedder, texts)
-        print(f"raw embedding: {raw_before['chunks_per_s']} chunks/s", flush=True)
-        modes: dict[str, dict[str, Any]] = {}
+        print(f"{len(docs)} docs -> {len(texts)} chunks", flush=True)
+        # Raw embedding is measured right before and right after each daemon run (with no
+        # daemon running), so each ratio compares numbers taken under the same machine load.
+        raws.append(await raw_embedding(embedder, texts))
+        print(f"raw embedding: {raws[-1]['chunks_per_s']} chunks/s", flush=True)
         for graph in modes_wanted:
-            modes["graph_on" if graph else "graph_off"] = await run_mode(
-                args, servers, graph, docs, len(texts), fresh[graph]
-            )
-        print("raw embedding (after) ...", flush=True)
-        raw_after = await raw_embedding(embedder, texts)
+            key = "graph_on" if graph else "graph_off"
+            modes[key] = await run_mode(args, servers, graph, docs, len(texts), fresh[graph])
+            raws.append(await raw_embedding(embedder, texts))
+            print(f"raw embedding: {raws[-1]['chunks_per_s']} chunks/s", flush=True)
+            adjacent = (raws[-2]["chunks_per_s"] + raws[-1]["chunks_per_s"]) / 2
+            modes[key]["raw_chunks_per_s_adjacent"] = round(adjacent, 2)
     finally:
         embedder.close()
 
-    raw_cps = (raw_before["chunks_per_s"] + raw_after["chunks_per_s"]) / 2
-    raw = {"before": raw_before, "after": raw_after, "chunks_per_s": round(raw_cps, 2)}
+    raw_cps = sum(r["chunks_per_s"] for r in raws) / len(raws)
+    raw = {"measurements": raws, "chunks_per_s": round(raw_cps, 2)}
     result.doc["data"] = {"raw_embedding": raw, "modes": modes}
-    result.figure("raw embedding throughput (same model, batch size, chunk texts)", raw_cps, "chunks/s")
+    result.figure("raw embedding throughput (same model, batch size, chunk texts; mean)", raw_cps, "chunks/s")
     for key, m in modes.items():
         tag = "graph on, default config" if m["graph"] else "graph off"
         tp, fr = m["throughput"], m["freshness"]
@@ -310,8 +333,14 @@ async def main_async(args: argparse.Namespace, servers: Servers) -> Result:
         result.figure(f"freshness p95 ({tag})", fr["p95_ms"], "ms")
         if fr["never_seen"]:
             result.note(f"{key}: {fr['never_seen']} freshness docs never became searchable within the timeout")
-        ratio = tp["chunks_per_s"] / raw_cps
-        result.target(f"e2e / raw embedding ratio ({tag})", ratio, ">=", 0.85, expr="e2e chunks/s / raw chunks/s")
+        ratio = tp["chunks_per_s"] / m["raw_chunks_per_s_adjacent"]
+        result.target(
+            f"e2e / raw embedding ratio ({tag})",
+            ratio,
+            ">=",
+            0.85,
+            expr="e2e chunks/s / raw chunks/s measured just before and after",
+        )
         p95 = fr["p95_ms"] if fr["never_seen"] == 0 else float("nan")
         result.target(f"freshness p95 ({tag})", p95 / 1000, "<=", 1.0, "s")
     result.note(
@@ -320,7 +349,8 @@ async def main_async(args: argparse.Namespace, servers: Servers) -> Result:
     )
     result.note(
         "raw embedding = SentenceTransformerEmbedder.embed_documents on the same chunk texts, "
-        "measured before and after the daemons ran (no daemon running) and averaged"
+        "measured right before and right after each daemon run (no daemon running); each mode's ratio uses "
+        "the mean of its two adjacent measurements (the machine may be shared: see loadavg in the data)"
     )
     plot(png_path(args.out, BENCH), raw, modes)
     return result

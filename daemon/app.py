@@ -83,6 +83,26 @@ async def _ensure_index(index: ChunkIndex, timeout_s: float) -> None:
             await asyncio.sleep(0.5)
 
 
+async def _watch_topics(settings: Settings) -> None:
+    # A broker that comes back empty (tansu keeps its log in memory) has lost our topics;
+    # recreating them lets the consumers rejoin by themselves. Real Kafka keeps them.
+    while True:
+        await asyncio.sleep(settings.topic_check_s)
+        try:
+            created = await ensure_topics(
+                settings.kafka_bootstrap,
+                settings.topics.all(),
+                partitions=settings.topic_partitions,
+                replication=settings.topic_replication,
+                timeout_s=settings.topic_check_s,
+            )
+        except BackendUnavailable as exc:
+            log.warning("daemon.broker_unreachable", error=str(exc))
+            continue
+        if created:
+            log.warning("daemon.topics_recreated", topics=created)
+
+
 async def _start_broker(broker: KafkaBroker) -> None:
     # FastStream's broker.start() starts subscribers one after another, and aiokafka's
     # consumer start waits for its group join (~5 s on tansu): three subscribers would
@@ -105,13 +125,14 @@ async def start_daemon(settings: Settings, *, ready_timeout_s: float = 120.0) ->
     embedder = await SentenceTransformerEmbedder.load(settings.embedding)
     index = ChunkIndex(client=redis, cfg=settings.index, dims=embedder.dims)
     await _ensure_index(index, ready_timeout_s)
-    await ensure_topics(
-        settings.kafka_bootstrap,
-        settings.topics.all(),
-        partitions=settings.topic_partitions,
-        replication=settings.topic_replication,
-        timeout_s=ready_timeout_s,
-    )
+    if settings.create_topics:
+        await ensure_topics(
+            settings.kafka_bootstrap,
+            settings.topics.all(),
+            partitions=settings.topic_partitions,
+            replication=settings.topic_replication,
+            timeout_s=ready_timeout_s,
+        )
     graph: GraphService | None = None
     if settings.graph.enabled:
         ner = await SpacyNer.load(settings.graph.spacy_model) if settings.graph.spacy_model else None
@@ -163,6 +184,8 @@ async def start_daemon(settings: Settings, *, ready_timeout_s: float = 120.0) ->
     except TimeoutError as exc:
         await daemon.stop()
         raise BackendUnavailable(f"consumers not assigned within {ready_timeout_s}s") from exc
+    if settings.create_topics:
+        daemon.tasks.append(asyncio.create_task(_watch_topics(settings), name="topic-watch"))
     if graph is not None:
         daemon.tasks.append(asyncio.create_task(graph.run_recompute(), name="graph-recompute"))
         daemon.tasks.append(asyncio.create_task(graph.run_queue_log(), name="graph-queue-log"))

@@ -43,6 +43,10 @@ class Settings(BaseSettings):
     log_format: Literal["auto", "json", "console"] = Field(
         "auto", description="auto: console on a TTY, JSON otherwise."
     )
+    create_topics: bool = Field(True, description="Create missing topics at startup and whenever they vanish.")
+    topic_check_s: float = Field(
+        10.0, gt=0, description="How often missing topics are looked for (a broker that lost them, e.g. tansu)."
+    )
     shutdown_timeout_s: float = Field(30.0, gt=0, description="Time given to in-flight messages on SIGTERM.")
     topics: Topics = Field(default_factory=Topics)
     consumer: ConsumerConfig = Field(default_factory=ConsumerConfig)

@@ -1,0 +1,140 @@
+"""Outages: Redis stopped mid-stream, then back; the broker restarted. Nothing is lost, nothing
+is committed past unindexed data, and askers hear `unavailable` instead of silence.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from daemon.app import start_daemon
+from daemon.launcher import free_port, start_redis, start_tansu
+from daemon.topics import ensure_topics
+from tests.conftest import unique
+from tests.helpers import PlainClient, eventually, isolated_settings
+
+pytestmark = pytest.mark.integration
+
+
+def doc(doc_id: str, text: str, version: int = 1) -> dict[str, Any]:
+    return {"event_id": doc_id, "op": "upsert", "doc_id": doc_id, "version": version, "content": text}
+
+
+async def committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        out = {}
+        for p in range(partitions):
+            out[p] = await consumer.committed(TopicPartition(topic, p)) or 0
+        return out
+    finally:
+        await consumer.stop()
+
+
+async def test_redis_outage_retries_commits_nothing_early_and_catches_up(kafka_bootstrap: str, tmp_path: Path) -> None:
+    """Redis down: ingestion waits (offsets stay behind), queries get `unavailable`; Redis back: all caught up."""
+    port = free_port()
+    url = f"redis://127.0.0.1:{port}/0"
+    data = tmp_path / "redis"
+    redis = start_redis(url, data_dir=data)
+    name = unique("redis-outage")
+    settings = isolated_settings(name, kafka_bootstrap, url, topic_partitions=1)
+    await ensure_topics(kafka_bootstrap, [f"{name}.my-replies"], partitions=1, replication=1)
+    daemon = await start_daemon(settings)
+    client = PlainClient(kafka_bootstrap, settings.topics, f"{name}.my-replies")
+    await client.start()
+    try:
+        for i in range(5):
+            await client.send(settings.topics.documents, doc(f"before/{i}", f"before outage {i} walrus"), key=f"b{i}")
+        await eventually(lambda: _has(daemon, "before/4"), what="docs before the outage")
+        offset_before = (await committed(kafka_bootstrap, f"{name}.documents", settings.topics.documents, 1))[0]
+
+        redis.stop()  # SIGTERM: Redis flushes its AOF and exits
+        for i in range(20):
+            await client.send(settings.topics.documents, doc(f"during/{i}", f"during outage {i} narwhal"), key=f"d{i}")
+        _, reply = await client.ask({"query_id": "down", "search_text": "walrus", "top_k": 3})
+        assert reply.get("error", {}).get("code") == "unavailable", reply
+        await asyncio.sleep(2)  # several retry rounds happen while Redis is down
+        assert (await committed(kafka_bootstrap, f"{name}.documents", settings.topics.documents, 1))[0] == offset_before
+
+        redis = start_redis(url, data_dir=data)  # same AOF: the index and the older docs come back
+        await eventually(lambda: _has(daemon, "during/19"), timeout=60, what="catch-up after Redis returned")
+        for i in range(20):
+            assert await daemon.index.chunk_ids(f"during/{i}") == {f"during/{i}_p0"}
+        assert await daemon.index.chunk_ids("before/0") == {"before/0_p0"}
+
+        async def committed_all() -> bool:
+            got = await committed(kafka_bootstrap, f"{name}.documents", settings.topics.documents, 1)
+            return got[0] == offset_before + 20
+
+        await eventually(committed_all, what="offsets committed after the writes")
+        _, reply = await client.ask({"query_id": "up", "search_text": "narwhal", "top_k": 3})
+        assert reply["results"], reply
+    finally:
+        await client.stop()
+        await daemon.stop()
+        redis.stop()
+
+
+async def _has(daemon: Any, doc_id: str) -> bool:
+    try:
+        return bool(await daemon.index.chunk_ids(doc_id))
+    except Exception:  # Redis may still be coming back
+        return False
+
+
+async def test_broker_restart_daemon_reconnects_by_itself(redis_url: str, tmp_path: Path) -> None:
+    """The broker goes away and comes back (empty: tansu keeps its log in memory); the daemon
+    recreates its topics, rejoins its groups and serves again without a restart."""
+    port = free_port()
+    bootstrap = f"127.0.0.1:{port}"
+    broker = start_tansu(bootstrap, log_dir=tmp_path)
+    name = unique("broker-restart")
+    settings = isolated_settings(name, bootstrap, redis_url, topic_partitions=1, topic_check_s=1.0)
+    daemon = await start_daemon(settings)
+    try:
+        broker.stop()
+        await asyncio.sleep(3)
+        broker = start_tansu(bootstrap, log_dir=tmp_path)
+        client = PlainClient(bootstrap, settings.topics, settings.topics.replies)
+
+        async def topics_back() -> bool:
+            from aiokafka.admin import AIOKafkaAdminClient
+
+            admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+            try:
+                await admin.start()
+                return set(settings.topics.all()) <= set(await admin.list_topics())
+            except Exception:
+                return False
+            finally:
+                await admin.close()
+
+        await eventually(topics_back, timeout=60, what="the daemon recreated its topics")
+        await client.start()
+        try:
+            await client.send(
+                settings.topics.documents, doc("after/broker.md", "written after the broker restart okapi")
+            )
+            await eventually(lambda: _has(daemon, "after/broker.md"), timeout=90, what="consumed after the restart")
+            deadline = time.monotonic() + 60
+            reply: dict[str, Any] = {}
+            while time.monotonic() < deadline:  # the request consumer may still be rejoining
+                try:
+                    _, reply = await client.ask({"query_id": "b", "search_text": "okapi", "top_k": 1}, timeout=5)
+                    break
+                except AssertionError:
+                    continue
+            assert reply.get("results") and reply["results"][0]["doc_id"] == "after/broker.md", reply
+        finally:
+            await client.stop()
+    finally:
+        await daemon.stop()
+        broker.stop()
