@@ -1,0 +1,396 @@
+"""Query latency benchmark: request/reply round trips at 1, 4 and 16 concurrent askers.
+
+Run from the project root:
+
+    /work/venv/bin/python bench/latency.py                          # full size
+    /work/venv/bin/python bench/latency.py --docs 50 --requests 40  # smoke
+
+Setup: embedded Redis and tansu on free ports, a daemon in this process
+(``daemon.app.start_daemon``), a few hundred small synthetic docs indexed (through the
+daemon's own ``Ingestor``, to save time; queries then do real BM25 + HNSW work).
+
+Measured, level by level (each level: the baseline first, then the daemon):
+
+* the daemon: plain aiokafka askers (one producer, ``acks=all``, ``linger_ms=0``; one reply
+  reader, ``fetch_max_wait_ms=5``) publish contract requests with ``reply_to`` and
+  ``correlation_id`` headers and time each round trip; every query text is distinct, so
+  the query-embedding cache never answers;
+* (a) an empty FastStream handler on the same broker with the same settings (a
+  ``KafkaBroker`` subscriber with ``fetch_max_wait_ms=5``, the daemon's worker count, that
+  publishes a reply to ``reply_to`` at once, as ``consumers/routers.py`` does);
+* (b) one query embedding (``embed_query`` on distinct texts, one at a time, no load).
+
+Targets at 16 askers: p50 <= 1.5 x (a + b) and p99 <= 3 x (a + b), where a is the empty
+handler's p50 round trip at the same concurrency and b the p50 query embedding time.
+Queries/s at saturation is the best closed-loop throughput over all levels (including the
+``--saturation`` level). Nothing is asserted: misses are reported as MISSED.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from _common import (
+    Result,
+    Servers,
+    SyntheticText,
+    add_common_args,
+    embedded_servers,
+    exit_on_sigterm,
+    png_path,
+    quiet_logs,
+    summary_ms,
+)
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from faststream.kafka import KafkaBroker
+from faststream.kafka.annotations import KafkaBroker as BrokerDep
+from faststream.kafka.annotations import KafkaMessage
+
+from consumers.config import ConsumerConfig, Topics
+from consumers.routers import AssignmentWatcher
+from daemon.app import start_daemon
+from daemon.settings import Settings
+from daemon.topics import ensure_topics
+from graph.config import GraphConfig
+from memory.config import IndexConfig
+from memory.records import MemoryItem
+
+BENCH = "latency"
+
+
+class Asker:
+    """Plain aiokafka request/reply: JSON in, reply_to + correlation_id headers, replies read by id."""
+
+    def __init__(self, bootstrap: str, requests: str, replies: str) -> None:
+        self.bootstrap, self.requests, self.replies = bootstrap, requests, replies
+        self.producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=0)
+        self.consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, fetch_max_wait_ms=5, enable_auto_commit=False)
+        self.pending: dict[str, asyncio.Future[bytes]] = {}
+        self.reader: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        await self.producer.start()
+        await self.consumer.start()
+        tps = [TopicPartition(self.replies, p) for p in sorted(self.consumer.partitions_for_topic(self.replies) or [])]
+        self.consumer.assign(tps)
+        await self.consumer.seek_to_end(*tps)
+        for tp in tps:
+            await self.consumer.position(tp)
+        self.reader = asyncio.create_task(self._read())
+
+    async def _read(self) -> None:
+        async for msg in self.consumer:
+            cid = dict(msg.headers or ()).get("correlation_id", b"").decode()
+            fut = self.pending.pop(cid, None)
+            if fut is not None and not fut.done():
+                fut.set_result(msg.value or b"")
+
+    async def stop(self) -> None:
+        if self.reader is not None:
+            self.reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.reader
+        await self.consumer.stop()
+        await self.producer.stop()
+
+    async def ask(self, body: bytes, timeout: float) -> tuple[float, bytes | None]:
+        """One round trip: (seconds, reply body or None on timeout)."""
+        cid = uuid.uuid4().hex
+        fut: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        self.pending[cid] = fut
+        headers = [("reply_to", self.replies.encode()), ("correlation_id", cid.encode())]
+        t0 = time.perf_counter()
+        try:
+            await self.producer.send_and_wait(self.requests, body, key=cid.encode(), headers=headers)
+            reply = await asyncio.wait_for(fut, timeout=timeout)
+        except TimeoutError:
+            return time.perf_counter() - t0, None
+        finally:
+            self.pending.pop(cid, None)
+        return time.perf_counter() - t0, reply
+
+
+async def closed_loop(
+    asker: Asker, make_body: Callable[[], bytes], concurrency: int, total: int, warmup: int, timeout: float
+) -> dict[str, Any]:
+    """``concurrency`` askers, each sending its next request when its reply arrives."""
+    for _ in range(warmup):
+        await asyncio.gather(*(asker.ask(make_body(), timeout) for _ in range(concurrency)))
+    latencies: list[float] = []
+    errors = timeouts = 0
+    issued = 0
+
+    async def worker() -> None:
+        nonlocal issued, errors, timeouts
+        while issued < total:
+            issued += 1
+            seconds, reply = await asker.ask(make_body(), timeout)
+            if reply is None:
+                timeouts += 1
+                continue
+            if b'"error"' in reply[:200] and "error" in json.loads(reply):
+                errors += 1
+            latencies.append(seconds)
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    wall = time.perf_counter() - t0
+    return {
+        "concurrency": concurrency,
+        "requests": total,
+        **summary_ms(latencies),
+        "errors": errors,
+        "timeouts": timeouts,
+        "wall_s": round(wall, 3),
+        "qps": round(len(latencies) / wall, 2),
+    }
+
+
+async def start_echo(servers: Servers, requests: str, workers: int, fetch_wait_ms: int) -> KafkaBroker:
+    """The baseline: an empty FastStream handler that replies at once to reply_to."""
+    broker = KafkaBroker(servers.kafka_bootstrap, acks="all", logger=None)
+    assigned = asyncio.Event()
+
+    def on_assigned(name: str, partitions: int) -> None:
+        assigned.set()
+
+    async def no_decode(msg: Any) -> None:
+        return None
+
+    @broker.subscriber(  # type: ignore[untyped-decorator]
+        requests,
+        group_id="bench-echo",
+        max_workers=workers,
+        fetch_max_wait_ms=fetch_wait_ms,
+        auto_offset_reset="latest",
+        no_reply=True,
+        decoder=no_decode,
+        listener=AssignmentWatcher("echo", on_assigned),
+    )
+    async def echo(body: Any, message: KafkaMessage, broker: BrokerDep) -> None:
+        await broker.publish({"ok": True}, topic=message.reply_to, correlation_id=message.correlation_id)
+
+    await broker.start()
+    await asyncio.wait_for(assigned.wait(), timeout=120)
+    return broker
+
+
+def plot(path: Any, data: dict[str, Any], targets: dict[str, float]) -> None:
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for label, rows, style in (("daemon", data["daemon"], "-"), ("empty handler (a)", data["echo"], "--")):
+        xs = [r["concurrency"] for r in rows]
+        for q, color in (("p50", "#1f77b4"), ("p95", "#ff7f0e"), ("p99", "#d62728")):
+            ax1.plot(xs, [r[f"{q}_ms"] for r in rows], style, marker="o", color=color, label=f"{label} {q}")
+        ax2.plot(xs, [r["qps"] for r in rows], style, marker="o", label=label)
+    ax1.scatter([16], [targets["p50"]], marker="_", s=400, color="#1f77b4", label="target p50 at 16")
+    ax1.scatter([16], [targets["p99"]], marker="_", s=400, color="#d62728", label="target p99 at 16")
+    ax1.set_xscale("log", base=2)
+    ax1.set_yscale("log")
+    ax1.set_xlabel("concurrent askers")
+    ax1.set_ylabel("round trip (ms)")
+    ax1.set_title(f"Request/reply round trip (b = {data['embedding']['p50_ms']:.1f} ms embedding)")
+    ax1.legend(fontsize=7, ncol=2)
+    ax2.set_xscale("log", base=2)
+    ax2.set_xlabel("concurrent askers")
+    ax2.set_ylabel("queries / s")
+    ax2.set_title("Closed-loop throughput")
+    ax2.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+async def main_async(args: argparse.Namespace, servers: Servers) -> Result:
+    name = "bench_latency"
+    topics = Topics(
+        documents=f"{name}.documents",
+        transcripts=f"{name}.transcripts",
+        requests=f"{name}.requests",
+        replies=f"{name}.replies",
+        dlq=f"{name}.dlq",
+    )
+    settings = Settings(
+        kafka_bootstrap=servers.kafka_bootstrap,
+        redis_url=servers.redis_url,
+        topics=topics,
+        consumer=ConsumerConfig(group_id=name),
+        index=IndexConfig(name=name),
+        graph=GraphConfig(enabled=args.graph),
+    )
+    levels = sorted({*args.concurrency, args.saturation})
+    result = Result(
+        BENCH,
+        "Query latency: request/reply round trip",
+        {
+            "docs": args.docs,
+            "requests_per_level": args.requests,
+            "levels": levels,
+            "target_level": 16,
+            "top_k": args.top_k,
+            "graph": args.graph,
+            "query_workers": settings.consumer.query_workers,
+            "query_fetch_max_wait_ms": settings.consumer.query_fetch_max_wait_ms,
+            "topic_partitions": settings.topic_partitions,
+        },
+        smoke=args.docs < 300 or args.requests < 500,
+    )
+    synth = SyntheticText(seed=args.seed)
+    echo_requests = f"{name}.echo.requests"
+    await ensure_topics(
+        servers.kafka_bootstrap, [echo_requests], partitions=settings.topic_partitions, replication=1
+    )
+    await ensure_topics(servers.kafka_bootstrap, [f"{name}.my-replies", f"{name}.echo.replies"], partitions=1, replication=1)
+    print("starting daemon ...", flush=True)
+    daemon = await start_daemon(settings)
+    echo: KafkaBroker | None = None
+    askers: list[Asker] = []
+    try:
+        await daemon.index.drop()
+        await daemon.index.ensure()
+        items = [
+            MemoryItem(
+                op="upsert",
+                doc_id=f"lat/doc-{i:05d}",
+                version=1,
+                content=synth.paragraph(synth.rng.randint(40, 120)),
+                source=f"lat/doc-{i:05d}",
+                tags={"service": "bench-service", "environment": "bench"},
+            )
+            for i in range(args.docs)
+        ]
+        print(f"indexing {len(items)} docs through the daemon's Ingestor ...", flush=True)
+        for i in range(0, len(items), 64):
+            await daemon.ingestor.apply(items[i : i + 64])
+        chunks = await daemon.index.count()
+        print(f"{chunks} chunks indexed", flush=True)
+
+        # (b) one query embedding, cache misses, no other load
+        for _ in range(5):
+            await daemon.embedder.embed_query(synth.query() + " warm")
+        emb: list[float] = []
+        for _ in range(args.embed_samples):
+            text = synth.query(synth.rng.randint(4, 10))
+            t0 = time.perf_counter()
+            await daemon.embedder.embed_query(text)
+            emb.append(time.perf_counter() - t0)
+        embedding = summary_ms(emb)
+        print(f"query embedding p50 {embedding['p50_ms']} ms", flush=True)
+
+        echo = await start_echo(
+            servers, echo_requests, settings.consumer.query_workers, settings.consumer.query_fetch_max_wait_ms
+        )
+        to_daemon = Asker(servers.kafka_bootstrap, topics.requests, f"{name}.my-replies")
+        to_echo = Asker(servers.kafka_bootstrap, echo_requests, f"{name}.echo.replies")
+        askers = [to_daemon, to_echo]
+        for a in askers:
+            await a.start()
+
+        def query_body() -> bytes:
+            # distinct text every time: the daemon's query-embedding cache never answers
+            text = synth.query(synth.rng.randint(3, 8))
+            return json.dumps(
+                {"query_id": f"q_{uuid.uuid4().hex[:12]}", "search_text": text, "top_k": args.top_k}
+            ).encode()
+
+        def echo_body() -> bytes:
+            return json.dumps({"query_id": f"q_{uuid.uuid4().hex[:12]}", "search_text": synth.query(5)}).encode()
+
+        rows: dict[str, list[dict[str, Any]]] = {"daemon": [], "echo": []}
+        for c in levels:
+            total = max(args.requests, c * 4)
+            warm = 2 if c <= 16 else 1
+            e = await closed_loop(to_echo, echo_body, c, total, warm, args.timeout)
+            rows["echo"].append(e)
+            d = await closed_loop(to_daemon, query_body, c, total, warm, args.timeout)
+            rows["daemon"].append(d)
+            print(
+                f"{c:>3} askers: daemon p50 {d['p50_ms']:.1f} p95 {d['p95_ms']:.1f} p99 {d['p99_ms']:.1f} ms, "
+                f"{d['qps']} q/s | empty handler p50 {e['p50_ms']:.1f} p99 {e['p99_ms']:.1f} ms",
+                flush=True,
+            )
+    finally:
+        for a in askers:
+            await a.stop()
+        if echo is not None:
+            await echo.stop()
+        await daemon.stop()
+
+    data = {"chunks_indexed": chunks, "embedding": embedding, **rows}
+    result.doc["data"] = data
+    b = embedding["p50_ms"]
+    result.figure("(b) one query embedding, p50", b, "ms")
+    for e in rows["echo"]:
+        result.figure(f"(a) empty FastStream handler round trip p50 at {e['concurrency']} askers", e["p50_ms"], "ms")
+    for d in rows["daemon"]:
+        c = d["concurrency"]
+        result.figure(f"daemon round trip p50 / p95 / p99 at {c} askers", None, "")
+        result.doc["figures"][-1]["value"] = f"{d['p50_ms']:.1f} / {d['p95_ms']:.1f} / {d['p99_ms']:.1f}"
+        result.doc["figures"][-1]["unit"] = "ms"
+        result.figure(f"daemon queries/s at {c} askers", d["qps"], "q/s")
+        if d["errors"] or d["timeouts"]:
+            result.note(f"{c} askers: {d['errors']} error replies, {d['timeouts']} timeouts")
+    sat = max(rows["daemon"], key=lambda r: r["qps"])
+    result.figure(f"daemon queries/s at saturation (best of levels, at {sat['concurrency']} askers)", sat["qps"], "q/s")
+    targets = {"p50": float("nan"), "p99": float("nan")}
+    at16 = [(d, e) for d, e in zip(rows["daemon"], rows["echo"], strict=True) if d["concurrency"] == 16]
+    if at16:
+        d, e = at16[0]
+        a = e["p50_ms"]
+        targets = {"p50": 1.5 * (a + b), "p99": 3 * (a + b)}
+        result.target(
+            "p50 at 16 askers <= 1.5 x (a + b)", d["p50_ms"], "<=", targets["p50"], "ms",
+            expr=f"a = {a:.2f} ms (empty handler p50 at 16), b = {b:.2f} ms",
+        )  # fmt: skip
+        result.target(
+            "p99 at 16 askers <= 3 x (a + b)", d["p99_ms"], "<=", targets["p99"], "ms",
+            expr=f"a = {a:.2f} ms (empty handler p50 at 16), b = {b:.2f} ms",
+        )  # fmt: skip
+    else:
+        result.note("16 askers not among --concurrency: targets not evaluated")
+    result.note(
+        "docs were indexed through the daemon's Ingestor in-process (not through Kafka) to save time; "
+        "queries go through Kafka request/reply"
+    )
+    result.note(
+        "askers, daemon and the empty handler share one process and event loop; Redis and tansu are child "
+        f"processes; graph layer {'on' if args.graph else 'off (queries with scope=chunks never touch it)'}"
+    )
+    plot(png_path(args.out, BENCH), data, targets)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--docs", type=int, default=300, help="small docs indexed before querying (default 300)")
+    parser.add_argument("--requests", type=int, default=500, help="timed requests per level (default 500)")
+    parser.add_argument(
+        "--concurrency", type=lambda s: [int(x) for x in s.split(",")], default=[1, 4, 16], help="default 1,4,16"
+    )
+    parser.add_argument("--saturation", type=int, default=32, help="extra level for queries/s at saturation")
+    parser.add_argument("--top-k", type=int, default=5)
+    parser.add_argument("--embed-samples", type=int, default=100)
+    parser.add_argument("--graph", action="store_true", help="run the daemon with the graph layer on")
+    parser.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for one reply")
+    parser.add_argument("--seed", type=int, default=11)
+    add_common_args(parser)
+    args = parser.parse_args()
+    exit_on_sigterm()
+    quiet_logs()
+    with embedded_servers(kafka=True) as servers:
+        result = asyncio.run(main_async(args, servers))
+    path = result.write(args.out)
+    result.print_summary()
+    print(f"\nwrote {path} and {png_path(args.out, BENCH)}")
+
+
+if __name__ == "__main__":
+    main()
