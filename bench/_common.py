@@ -310,7 +310,7 @@ class Result:
         }
         self._t0 = time.monotonic()
 
-    def figure(self, name: str, value: float | int | None, unit: str = "") -> None:
+    def figure(self, name: str, value: float | int | str | None, unit: str = "") -> None:
         if isinstance(value, float):
             value = round(value, 4)
         self.doc["figures"].append({"name": name, "value": value, "unit": unit})

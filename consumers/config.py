@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, Field
 
 
@@ -22,6 +24,17 @@ class Topics(BaseModel):
 class ConsumerConfig(BaseModel):
     """Consumer group and tuning for the three subscribers."""
 
+    tenancy: Literal["single", "topic"] = Field(
+        "single",
+        description=(
+            "single: one tenant ('default'). topic: the tenant is the topic suffix "
+            "(memory.documents.<tenant>, memory.transcripts.<tenant>, memory.requests.<tenant>), "
+            "subscribed by pattern; payloads can never choose it, so topic ACLs grant access."
+        ),
+    )
+    metadata_max_age_ms: int = Field(
+        30_000, ge=100, description="How often topic metadata is refreshed (new tenant topics are found this fast)."
+    )
     group_id: str = Field(
         "agentmemd",
         description=(

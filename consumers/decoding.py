@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 import re
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
@@ -12,7 +12,7 @@ from typing import Any, Protocol, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from consumers.models import DlqRecord, DocumentEvent, TranscriptEvent
-from memory.records import MemoryItem
+from memory.records import DEFAULT_TENANT, MemoryItem
 
 E = TypeVar("E", bound=BaseModel)
 
@@ -39,6 +39,20 @@ class Decoded:
 
 
 _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+_TENANT = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+def tenant_from_topic(topic: str, base: str, mode: str) -> str | None:
+    """The tenant a record belongs to: always ``default`` in single mode; in topic mode the
+    suffix of ``<base>.<tenant>``, or ``None`` when the topic does not name a valid tenant.
+    """
+    if mode == "single":
+        return DEFAULT_TENANT
+    prefix = base + "."
+    if not topic.startswith(prefix):
+        return None
+    tenant = topic[len(prefix) :]
+    return tenant if _TENANT.match(tenant) else None
 
 
 def valid_topic(name: str) -> bool:
@@ -109,6 +123,7 @@ def decode_records(
     kind: str,
     filter_keys: Collection[str],
     max_content_bytes: int,
+    tenant_of: Callable[[str], str | None] = lambda _topic: DEFAULT_TENANT,
 ) -> tuple[list[Decoded], list[DlqRecord]]:
     """Split a batch into valid items (in order) and dead letters.
 
@@ -117,6 +132,7 @@ def decode_records(
         kind: ``"document"`` or ``"transcript"``.
         filter_keys: metadata keys that become TAG values.
         max_content_bytes: larger content is rejected.
+        tenant_of: the tenant of a record's topic (``None``: not a valid tenant topic).
 
     Returns:
         ``(decoded, dead)``.
@@ -134,7 +150,10 @@ def decode_records(
             event: Any = parse_event(rec.value, model)
             if event.content is not None and len(event.content.encode("utf-8")) > max_content_bytes:
                 raise ValueError(f"content larger than {max_content_bytes} bytes")
-            item = event.to_item(filter_keys)
+            tenant = tenant_of(rec.topic)
+            if tenant is None:
+                raise ValueError(f"topic {rec.topic!r} does not name a valid tenant")
+            item = event.to_item(filter_keys, tenant)
         except ValueError as exc:
             dead.append(dead_letter(rec, str(exc), "invalid_event"))
             continue

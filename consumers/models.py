@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
-from memory.records import MemoryItem
+from memory.records import DEFAULT_TENANT, MemoryItem
 
 MAX_VERSION = 2**63 - 1
 NonEmpty = Annotated[str, StringConstraints(min_length=1, max_length=1024)]
@@ -70,7 +70,7 @@ class DocumentEvent(_Event):
             raise ValueError("content is empty")
         return value
 
-    def to_item(self, filter_keys: Collection[str]) -> MemoryItem:
+    def to_item(self, filter_keys: Collection[str], tenant: str = DEFAULT_TENANT) -> MemoryItem:
         """The memory item this event asks for.
 
         Raises:
@@ -88,6 +88,7 @@ class DocumentEvent(_Event):
             tags=_tags(self.metadata, filter_keys),
             metadata=dict(self.metadata),
             timestamp=_epoch(self.timestamp),
+            tenant=tenant,
         )
 
 
@@ -117,7 +118,7 @@ class TranscriptEvent(_Event):
         """The stable id of this turn's chunks."""
         return f"transcript:{self.agent_id}/{self.session_id}/{self.turn}"
 
-    def to_item(self, filter_keys: Collection[str]) -> MemoryItem:
+    def to_item(self, filter_keys: Collection[str], tenant: str = DEFAULT_TENANT) -> MemoryItem:
         """The memory item for this turn (unversioned: a redelivery overwrites identically)."""
         tags = _tags(self.metadata, filter_keys)
         tags.update(agent_id=self.agent_id, session_id=self.session_id)
@@ -137,6 +138,7 @@ class TranscriptEvent(_Event):
                 "session_id": self.session_id,
             },
             timestamp=_epoch(self.timestamp),
+            tenant=tenant,
         )
 
 

@@ -12,6 +12,7 @@ from consumers.decoding import parse_event
 from consumers.models import CommunityInfo, ErrorBody, ErrorReply, QueryReply, QueryRequest, ResultItem
 from graph.search import ScopedSearch
 from memory.errors import InvalidRequest, MemdError
+from memory.records import DEFAULT_TENANT
 from memory.retrieval import SearchHit, SearchOutcome, SearchSpec
 
 log = structlog.get_logger()
@@ -39,8 +40,8 @@ def parse_request(raw: bytes | None) -> QueryRequest:
         raise InvalidRequest(str(exc)) from exc
 
 
-def to_spec(req: QueryRequest) -> SearchSpec:
-    """The search a request asks for."""
+def to_spec(req: QueryRequest, tenant: str = DEFAULT_TENANT) -> SearchSpec:
+    """The search a request asks for, within the tenant its topic names."""
     hp = req.hybrid_params
     return SearchSpec(
         text=req.search_text,
@@ -49,6 +50,7 @@ def to_spec(req: QueryRequest) -> SearchSpec:
         sparse_weight=hp.sparse_weight,
         rrf_k=hp.rrf_k_constant,
         metadata_filter=req.metadata_filter,
+        tenant=tenant,
     )
 
 
@@ -86,7 +88,9 @@ def to_reply(req: QueryRequest, outcome: SearchOutcome, stale: dict[str, bool] |
     )
 
 
-async def answer(raw: bytes | None, search: ScopedSearch) -> QueryReply | ErrorReply:
+async def answer(
+    raw: bytes | None, search: ScopedSearch, tenant: str | None = DEFAULT_TENANT
+) -> QueryReply | ErrorReply:
     """Answer one raw request: results, or an error reply that says why. Never raises.
 
     This is the one place where errors become replies: an asker always hears back.
@@ -95,7 +99,9 @@ async def answer(raw: bytes | None, search: ScopedSearch) -> QueryReply | ErrorR
     try:
         req = parse_request(raw)
         query_id = req.query_id
-        outcome, stale = await search.search(to_spec(req), req.scope)
+        if tenant is None:
+            raise InvalidRequest("the request topic does not name a valid tenant")
+        outcome, stale = await search.search(to_spec(req, tenant), req.scope)
         return to_reply(req, outcome, stale)
     except MemdError as exc:
         qid = query_id or guess_query_id(raw)

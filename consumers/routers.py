@@ -15,7 +15,7 @@ from faststream.kafka import KafkaRouter
 from faststream.kafka.annotations import KafkaBroker, KafkaMessage
 
 from consumers.config import ConsumerConfig, Topics
-from consumers.decoding import Decoded, dead_letter, decode_records, valid_topic
+from consumers.decoding import Decoded, dead_letter, decode_records, tenant_from_topic, valid_topic
 from consumers.models import DlqRecord, ErrorBody, ErrorReply, QueryReply
 from consumers.queries import answer, guess_query_id
 from graph.search import ScopedSearch
@@ -82,7 +82,14 @@ def build_router(
     dlq = router.publisher(topics.dlq, title="dlq", description="Rejected events with the reason.")
 
     async def ingest(records: Sequence[ConsumerRecord[Any, Any]], kind: str) -> None:
-        good, dead = decode_records(records, kind=kind, filter_keys=filter_keys, max_content_bytes=max_content_bytes)
+        base = topics.documents if kind == "document" else topics.transcripts
+        good, dead = decode_records(
+            records,
+            kind=kind,
+            filter_keys=filter_keys,
+            max_content_bytes=max_content_bytes,
+            tenant_of=lambda topic: tenant_from_topic(topic, base, cfg.tenancy),
+        )
         for record in dead:
             await publish_dead(record)
         raw = {(r.topic, r.partition, r.offset): r for r in records}
@@ -141,6 +148,13 @@ def build_router(
         )
         await dlq.publish(record.model_dump(mode="json"), key=(record.key or "").encode() or None)
 
+    def source(base: str) -> tuple[str, ...]:
+        return (base,) if cfg.tenancy == "single" else ()
+
+    def pattern(base: str) -> dict[str, Any]:
+        # Topic tenancy: one subscription per kind over every <base>.<tenant> topic.
+        return {} if cfg.tenancy == "single" else {"pattern": base + ".{tenant}"}
+
     ingest_kwargs: dict[str, Any] = {
         "batch": True,
         "max_records": cfg.ingest_max_records,
@@ -158,8 +172,9 @@ def build_router(
     # One consumer group per subscriber (<group_id>.<role>): each joins once instead of
     # every subscriber's join rebalancing the others, and lag is readable per role.
     @router.subscriber(  # type: ignore[untyped-decorator]
-        topics.documents,
+        *source(topics.documents),
         group_id=f"{cfg.group_id}.documents",
+        **pattern(topics.documents),
         listener=AssignmentWatcher("documents", on_assigned),
         **ingest_kwargs,
     )
@@ -168,8 +183,9 @@ def build_router(
         await ingest(_records(message.raw_message), "document")
 
     @router.subscriber(  # type: ignore[untyped-decorator]
-        topics.transcripts,
+        *source(topics.transcripts),
         group_id=f"{cfg.group_id}.transcripts",
+        **pattern(topics.transcripts),
         listener=AssignmentWatcher("transcripts", on_assigned),
         **ingest_kwargs,
     )
@@ -177,9 +193,10 @@ def build_router(
         """Agent transcript turns (idempotent per agent, session and turn)."""
         await ingest(_records(message.raw_message), "transcript")
 
-    @router.subscriber(
-        topics.requests,
+    @router.subscriber(  # type: ignore[untyped-decorator]
+        *source(topics.requests),
         group_id=f"{cfg.group_id}.requests",
+        **pattern(topics.requests),
         max_workers=cfg.query_workers,
         fetch_max_wait_ms=cfg.query_fetch_max_wait_ms,
         auto_offset_reset="latest",
@@ -195,7 +212,7 @@ def build_router(
         target = message.reply_to or topics.replies
         reply: QueryReply | ErrorReply
         if valid_topic(target):
-            reply = await answer(record.value, search)
+            reply = await answer(record.value, search, tenant_from_topic(record.topic, topics.requests, cfg.tenancy))
         else:
             # Never publish to a topic named by garbage; tell the asker on the default topic.
             reply = ErrorReply(

@@ -15,9 +15,8 @@ from consumers.routers import build_router
 from daemon.settings import Settings
 from daemon.topics import ensure_topics
 from graph.ner import SpacyNer
+from graph.registry import GraphRegistry
 from graph.search import ScopedSearch
-from graph.service import GraphService
-from graph.store import GraphStore
 from memory.attempts import AttemptCounter
 from memory.embedder import SentenceTransformerEmbedder
 from memory.errors import BackendUnavailable
@@ -50,7 +49,7 @@ class Daemon:
     ingestor: Ingestor
     retriever: Retriever
     broker: KafkaBroker
-    graph: GraphService | None = None
+    graph: GraphRegistry | None = None
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     assigned: dict[str, int] = field(default_factory=dict)
     ready: asyncio.Event = field(default_factory=asyncio.Event)
@@ -133,11 +132,12 @@ async def start_daemon(settings: Settings, *, ready_timeout_s: float = 120.0) ->
             replication=settings.topic_replication,
             timeout_s=ready_timeout_s,
         )
-    graph: GraphService | None = None
+    graph: GraphRegistry | None = None
     if settings.graph.enabled:
         ner = await SpacyNer.load(settings.graph.spacy_model) if settings.graph.spacy_model else None
-        graph = GraphService(
-            store=GraphStore(client=redis, name=settings.index.name),
+        graph = GraphRegistry(
+            client=redis,
+            name=settings.index.name,
             index=index,
             embedder=embedder,
             ner=ner,
@@ -151,9 +151,10 @@ async def start_daemon(settings: Settings, *, ready_timeout_s: float = 120.0) ->
         on_applied=graph.on_change if graph is not None else None,
     )
     retriever = Retriever(index=index, embedder=embedder, cfg=settings.retrieval)
-    search = ScopedSearch(retriever=retriever, store=graph.store if graph is not None else None)
+    search = ScopedSearch(retriever=retriever, stores=graph.store if graph is not None else None)
     broker = KafkaBroker(
         settings.kafka_bootstrap,
+        metadata_max_age_ms=settings.consumer.metadata_max_age_ms,
         acks="all",
         graceful_timeout=settings.shutdown_timeout_s,
         logger=None,

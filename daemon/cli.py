@@ -221,7 +221,10 @@ graph_app = typer.Typer(no_args_is_help=True, help="The entity graph and its com
 app.add_typer(graph_app, name="graph")
 
 
-def _with_graph(fn: Callable[[Any], Awaitable[T]]) -> T:
+TenantOpt = Annotated[str, typer.Option("--tenant", help="Whose graph (topic tenancy); 'default' otherwise.")]
+
+
+def _with_graph(fn: Callable[[Any], Awaitable[T]], tenant: str = "default") -> T:
     import redis.asyncio as aredis
 
     from graph.service import GraphService
@@ -233,7 +236,7 @@ def _with_graph(fn: Callable[[Any], Awaitable[T]]) -> T:
     async def main() -> T:
         client = aredis.from_url(settings.redis_url, socket_connect_timeout=5)
         try:
-            store = GraphStore(client=client, name=settings.index.name)
+            store = GraphStore(client=client, name=settings.index.name, tenant=tenant)
             index = ChunkIndex(client=client, cfg=settings.index, dims=0)
             service = GraphService(store=store, index=index, embedder=None, ner=None, cfg=settings.graph)
             return await fn(service)
@@ -250,11 +253,12 @@ def _with_graph(fn: Callable[[Any], Awaitable[T]]) -> T:
 def stale(
     as_json: Annotated[bool, typer.Option("--json")] = False,
     limit: Annotated[int, typer.Option("--limit", min=1)] = 20,
+    tenant: TenantOpt = "default",
 ) -> None:
     """The stale-summary queue: depth, oldest age, and the oldest communities with why."""
     import time
 
-    depth, items = _with_graph(lambda g: g.store.stale(limit=limit))
+    depth, items = _with_graph(lambda g: g.store.stale(limit=limit), tenant)
     now = time.time()
     oldest = max((now - i.first_marked_at for i in items), default=0.0)
     if as_json:
@@ -294,7 +298,7 @@ def stale(
 
 
 @app.command()
-def communities(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+def communities(as_json: Annotated[bool, typer.Option("--json")] = False, tenant: TenantOpt = "default") -> None:
     """Communities: ids, levels, sizes and whether their summaries are fresh."""
 
     async def read(g: Any) -> list[dict[str, Any]]:
@@ -316,7 +320,7 @@ def communities(as_json: Annotated[bool, typer.Option("--json")] = False) -> Non
             )
         return rows
 
-    rows = _with_graph(read)
+    rows = _with_graph(read, tenant)
     if as_json:
         print(json.dumps({"communities": rows}, indent=2))
         return
@@ -330,9 +334,9 @@ def communities(as_json: Annotated[bool, typer.Option("--json")] = False) -> Non
 
 
 @graph_app.command("rebuild")
-def graph_rebuild() -> None:
+def graph_rebuild(tenant: TenantOpt = "default") -> None:
     """Recompute communities now (ids stay stable; changed ones are marked stale)."""
-    report = _with_graph(lambda g: g.recompute(force=True))
+    report = _with_graph(lambda g: g.recompute(force=True), tenant)
     if report is None:
         raise _fail(MemdError("another daemon holds the recompute lock; try again shortly"))
     out.print(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Literal
 
 from graph.store import GraphStore
@@ -20,9 +21,9 @@ SCOPE_KINDS: dict[str, tuple[str, ...] | None] = {
 class ScopedSearch:
     """Adds the scope (as a kind filter inside the engine) and community freshness to a search."""
 
-    def __init__(self, *, retriever: Retriever, store: GraphStore | None) -> None:
+    def __init__(self, *, retriever: Retriever, stores: Callable[[str], GraphStore] | None) -> None:
         self._retriever = retriever
-        self._store = store
+        self._stores = stores
 
     async def search(self, spec: SearchSpec, scope: Scope = "chunks") -> tuple[SearchOutcome, dict[str, bool]]:
         """Run the hybrid search within ``scope``.
@@ -32,5 +33,5 @@ class ScopedSearch:
         """
         outcome = await self._retriever.search(dataclasses.replace(spec, kinds=SCOPE_KINDS[scope]))
         cids = [str(h.chunk.metadata.get("community_id")) for h in outcome.hits if h.chunk.kind == "community"]
-        stale = await self._store.is_stale(cids) if self._store is not None and cids else {}
+        stale = await self._stores(spec.tenant).is_stale(cids) if self._stores is not None and cids else {}
         return outcome, stale

@@ -163,7 +163,9 @@ class GraphService:
                 now=now,
             )
             for cid in result.removed:
-                await self._index.apply(COMMUNITY_PREFIX + cid, None, [], np.zeros((0, 1), np.float32))
+                await self._index.apply(
+                    COMMUNITY_PREFIX + cid, None, [], np.zeros((0, 1), np.float32), self.store.tenant
+                )
         finally:
             await self.store.unlock("recompute", self._owner)
         report = RecomputeReport(
@@ -197,7 +199,7 @@ class GraphService:
             for cid in await self.store.entity_chunks([m]):
                 counts[cid] = counts.get(cid, 0) + 1
         ranked = sorted(counts, key=lambda c: (-counts[c], c))[:30]
-        texts = await self._index.texts(ranked)
+        texts = await self._index.texts(ranked, self.store.tenant)
         return [texts[c] for c in ranked if c in texts]
 
     async def summarize(self, cid: str) -> SummaryResult | None:
@@ -270,11 +272,12 @@ class GraphService:
             },
             version=int(gen),
             timestamp=now,
+            tenant=self.store.tenant,
         )
         if self._embedder is None:
             raise MemdError("summaries need an embedder")
         vectors = await self._embedder.embed_documents([text])
-        await self._index.apply(doc_id, None, [record], vectors)
+        await self._index.apply(doc_id, None, [record], vectors, self.store.tenant)
         await self.store.write_summary(
             cid, {"text": text, "model": model, "gen": gen, "written_at": now, "level": comm.level}
         )
@@ -316,32 +319,3 @@ class GraphService:
     async def _sleep(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.stop.wait(), timeout=seconds)
-
-    async def run_worker(self) -> None:
-        """Summarize stale communities until stopped; Redis outages are waited out."""
-        while not self.stop.is_set():
-            try:
-                done = await self.work_once()
-            except MemdError as exc:
-                log.warning("graph.worker_paused", error=str(exc))
-                done = 0
-            if not done:
-                await self._sleep(0.5)
-
-    async def run_recompute(self) -> None:
-        """Check drift periodically and recompute communities when it is past the threshold."""
-        while not self.stop.is_set():
-            try:
-                await self.recompute()
-            except MemdError as exc:
-                log.warning("graph.recompute_failed", error=str(exc))
-            await self._sleep(self._cfg.recompute_check_s)
-
-    async def run_queue_log(self) -> None:
-        """Log the stale queue's depth and oldest age periodically, for operators."""
-        while not self.stop.is_set():
-            await self._sleep(self._cfg.queue_log_interval_s)
-            with contextlib.suppress(MemdError):
-                depth, items = await self.store.stale(limit=1)
-                oldest = time.time() - items[0].first_marked_at if items else 0.0
-                log.info("graph.stale_queue_measured", depth=depth, oldest_age_s=round(oldest, 1))

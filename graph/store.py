@@ -22,6 +22,7 @@ import structlog
 
 from graph.communities import Community
 from memory.index import translate_errors
+from memory.records import DEFAULT_TENANT
 
 log = structlog.get_logger()
 
@@ -172,9 +173,11 @@ class StaleItem:
 class GraphStore:
     """Redis-backed graph, communities and stale queue of one index."""
 
-    def __init__(self, *, client: aredis.Redis, name: str) -> None:
+    def __init__(self, *, client: aredis.Redis, name: str, tenant: str = DEFAULT_TENANT) -> None:
         self._r = client
-        self.prefix = "{" + name + "}:g"
+        self.tenant = tenant
+        # One hash tag per (index, tenant): a tenant's graph never shares a key with another's.
+        self.prefix = "{" + f"{name}:{tenant}" + "}:g"
         self._apply = client.register_script(_APPLY)
         self._clear = client.register_script(_CLEAR_IF_GEN)
 

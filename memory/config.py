@@ -38,7 +38,7 @@ class IndexConfig(BaseModel):
         return f"{self.name}:chunk:"
 
 
-_RESERVED_FIELDS = frozenset({"text", "vector", "chunk_id", "version", "timestamp", "metadata", "position"})
+_RESERVED_FIELDS = frozenset({"text", "vector", "chunk_id", "version", "timestamp", "metadata", "position", "tenant"})
 
 
 class EmbeddingConfig(BaseModel):

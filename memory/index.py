@@ -20,7 +20,7 @@ from redisvl.schema import IndexSchema
 
 from memory.config import IndexConfig
 from memory.errors import BackendUnavailable, MemdError
-from memory.records import ApplyResult, ChunkRecord, StoredChunk
+from memory.records import DEFAULT_TENANT, ApplyResult, ChunkRecord, StoredChunk
 from memory.schema import index_schema
 
 log = structlog.get_logger()
@@ -60,6 +60,7 @@ def _record_mapping(rec: ChunkRecord, vector: np.ndarray) -> dict[str, Any]:
         "timestamp": rec.timestamp,
         "metadata": json.dumps(rec.metadata, sort_keys=True),
         "vector": np.asarray(vector, dtype=np.float32).tobytes(),
+        "tenant": rec.tenant,
     }
     for key, value in rec.tags.items():
         mapping[key] = value
@@ -107,14 +108,15 @@ class ChunkIndex:
     def _schema(self) -> IndexSchema:
         return IndexSchema.from_dict(index_schema(self._cfg, dims=self._dims))
 
-    def _chunk_key(self, chunk_id: str) -> str:
-        return f"{self._cfg.chunk_prefix}{chunk_id}"
+    # Tenants never share a key: the tenant (no ':' allowed) leads every per-doc key.
+    def _chunk_key(self, tenant: str, chunk_id: str) -> str:
+        return f"{self._cfg.chunk_prefix}{tenant}:{chunk_id}"
 
-    def _ver_key(self, doc_id: str) -> str:
-        return f"{self._cfg.name}:ver:{doc_id}"
+    def _ver_key(self, tenant: str, doc_id: str) -> str:
+        return f"{self._cfg.name}:ver:{tenant}:{doc_id}"
 
-    def _doc_key(self, doc_id: str) -> str:
-        return f"{self._cfg.name}:doc:{doc_id}"
+    def _doc_key(self, tenant: str, doc_id: str) -> str:
+        return f"{self._cfg.name}:doc:{tenant}:{doc_id}"
 
     async def ensure(self) -> bool:
         """Create the index if it is missing. Returns True when it was created."""
@@ -138,12 +140,12 @@ class ChunkIndex:
         async with translate_errors("ping"):
             await self._r.ping()
 
-    async def versions(self, doc_ids: Sequence[str]) -> dict[str, int]:
+    async def versions(self, doc_ids: Sequence[str], tenant: str = DEFAULT_TENANT) -> dict[str, int]:
         """Last applied version of each doc that has one."""
         if not doc_ids:
             return {}
         async with translate_errors("version read"):
-            values = await self._r.mget([self._ver_key(d) for d in doc_ids])
+            values = await self._r.mget([self._ver_key(tenant, d) for d in doc_ids])
         return {d: int(v) for d, v in zip(doc_ids, values, strict=True) if v is not None}
 
     async def apply(
@@ -152,6 +154,7 @@ class ChunkIndex:
         version: int | None,
         chunks: Sequence[ChunkRecord],
         vectors: np.ndarray,
+        tenant: str = DEFAULT_TENANT,
     ) -> ApplyResult:
         """Replace every chunk of ``doc_id`` with ``chunks`` (none = delete), atomically.
 
@@ -163,7 +166,7 @@ class ChunkIndex:
             BackendUnavailable: Redis is unreachable.
             IndexError_: the transaction kept conflicting.
         """
-        ver_key, doc_key = self._ver_key(doc_id), self._doc_key(doc_id)
+        ver_key, doc_key = self._ver_key(tenant, doc_id), self._doc_key(tenant, doc_id)
         async with translate_errors("chunk write"):
             for _ in range(_WATCH_RETRIES):
                 async with self._r.pipeline(transaction=True) as pipe:
@@ -176,12 +179,12 @@ class ChunkIndex:
                         old_ids = {_to_str(m) for m in await pipe.smembers(doc_key)}
                         new_ids = {c.chunk_id for c in chunks}
                         pipe.multi()  # type: ignore[no-untyped-call]
-                        stale = [self._chunk_key(c) for c in old_ids - new_ids]
+                        stale = [self._chunk_key(tenant, c) for c in old_ids - new_ids]
                         if stale:
                             pipe.delete(*stale)
                         pipe.delete(doc_key)
                         for rec, vec in zip(chunks, vectors, strict=True):
-                            key = self._chunk_key(rec.chunk_id)
+                            key = self._chunk_key(tenant, rec.chunk_id)
                             # Replace, not merge: a tag dropped by an edit must not linger.
                             pipe.delete(key)
                             pipe.hset(key, mapping=_record_mapping(rec, vec))  # type: ignore[arg-type]
@@ -195,16 +198,16 @@ class ChunkIndex:
                         continue
         raise IndexError_(f"write of {doc_id!r} kept conflicting; giving up after {_WATCH_RETRIES} tries")
 
-    async def chunk_ids(self, doc_id: str) -> set[str]:
+    async def chunk_ids(self, doc_id: str, tenant: str = DEFAULT_TENANT) -> set[str]:
         """The chunk ids currently stored for a doc."""
         async with translate_errors("chunk listing"):
-            return {_to_str(m) for m in await self._r.smembers(self._doc_key(doc_id))}
+            return {_to_str(m) for m in await self._r.smembers(self._doc_key(tenant, doc_id))}
 
-    async def texts(self, chunk_ids: Sequence[str]) -> dict[str, str]:
+    async def texts(self, chunk_ids: Sequence[str], tenant: str = DEFAULT_TENANT) -> dict[str, str]:
         """Stored text of each chunk that exists."""
         async with translate_errors("chunk read"), self._r.pipeline(transaction=False) as pipe:
             for cid in chunk_ids:
-                pipe.hget(self._chunk_key(cid), "text")
+                pipe.hget(self._chunk_key(tenant, cid), "text")
             values = await pipe.execute()
         return {c: _to_str(v) for c, v in zip(chunk_ids, values, strict=True) if v is not None}
 

@@ -40,11 +40,11 @@ def coalesce(items: Sequence[MemoryItem]) -> list[MemoryItem]:
     ignored anyway, so earlier items of the same doc in a batch need no work at all.
     Order of first appearance is kept.
     """
-    best: dict[str, MemoryItem] = {}
+    best: dict[tuple[str, str], MemoryItem] = {}
     for item in items:
-        cur = best.get(item.doc_id)
+        cur = best.get((item.tenant, item.doc_id))
         if cur is None or item.version is None or (cur.version is not None and item.version > cur.version):
-            best[item.doc_id] = item
+            best[(item.tenant, item.doc_id)] = item
     return list(best.values())
 
 
@@ -106,6 +106,7 @@ class Ingestor:
                 metadata=item.metadata,
                 version=version,
                 timestamp=item.timestamp,
+                tenant=item.tenant,
             )
             for s in spans
         ]
@@ -118,12 +119,18 @@ class Ingestor:
         """
         report = IngestReport()
         todo = coalesce(items)
-        versioned = [i.doc_id for i in todo if i.version is not None]
-        stored = await self._retrying("version read", lambda: self._index.versions(versioned))
+        stored: dict[tuple[str, str], int] = {}
+        for tenant in sorted({i.tenant for i in todo}):
+            versioned = [i.doc_id for i in todo if i.version is not None and i.tenant == tenant]
+            found = await self._retrying(
+                "version read",
+                lambda t=tenant, v=versioned: self._index.versions(v, t),  # type: ignore[misc]
+            )
+            stored.update({(tenant, d): v for d, v in found.items()})
         live: list[MemoryItem] = []
         replays: list[MemoryItem] = []
         for item in todo:
-            have = stored.get(item.doc_id)
+            have = stored.get((item.tenant, item.doc_id))
             if item.version is not None and have is not None and item.version <= have:
                 report.skipped.append(ApplyResult(item.doc_id, applied=False, stored_version=have))
                 log.info("ingest.stale_skipped", doc_id=item.doc_id, version=item.version, stored=have)
@@ -161,7 +168,7 @@ class Ingestor:
                 result = await self._retrying(
                     "chunk write",
                     lambda item=item, chunks=chunks, vecs=vecs: self._index.apply(  # type: ignore[misc]
-                        item.doc_id, item.version, chunks, vecs
+                        item.doc_id, item.version, chunks, vecs, item.tenant
                     ),
                 )
             except MemdError as exc:

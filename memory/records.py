@@ -6,6 +6,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 Kind = Literal["document", "transcript", "community"]
+
+#: The tenant of single-tenant deployments (and of everything not given one).
+DEFAULT_TENANT = "default"
 Scalar = str | int | float | bool
 
 
@@ -26,6 +29,7 @@ class MemoryItem:
     tags: dict[str, str] = field(default_factory=dict)
     metadata: dict[str, Scalar] = field(default_factory=dict)
     timestamp: float = 0.0
+    tenant: str = DEFAULT_TENANT
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +46,7 @@ class ChunkRecord:
     metadata: dict[str, Scalar]
     version: int
     timestamp: float
+    tenant: str = DEFAULT_TENANT
 
 
 @dataclass(frozen=True, slots=True)

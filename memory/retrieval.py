@@ -16,7 +16,7 @@ from memory.errors import InvalidRequest
 from memory.filters import and_filters, build_filter, combine
 from memory.fusion import fuse_rrf
 from memory.index import ChunkIndex
-from memory.records import StoredChunk
+from memory.records import DEFAULT_TENANT, StoredChunk
 from memory.text import bm25_query, query_terms
 
 log = structlog.get_logger()
@@ -33,6 +33,7 @@ class SearchSpec:
     rrf_k: int = 60
     metadata_filter: Mapping[str, str | Sequence[str]] | None = None
     kinds: tuple[str, ...] | None = None  # restricts results to these kinds (the query's scope)
+    tenant: str = DEFAULT_TENANT  # from the topic the request came on; never from its payload
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +113,7 @@ class Retriever:
         t0 = time.monotonic()
         self._validate(spec)
         filter_query = build_filter(spec.metadata_filter, allowed=self._index.cfg.filter_keys)
+        filter_query = and_filters(build_filter({"tenant": spec.tenant}, allowed={"tenant"}), filter_query)
         if spec.kinds:
             filter_query = and_filters(filter_query, build_filter({"kind": list(spec.kinds)}, allowed={"kind"}))
         k = self.fetch_k(spec.top_k)

@@ -36,7 +36,9 @@ def index_schema(cfg: IndexConfig, *, dims: int) -> dict[str, Any]:
         {"name": "version", "type": "numeric"},
         {"name": "timestamp", "type": "numeric", "attrs": {"sortable": True}},
     ]
-    for key in cfg.filter_keys:
+    # The tenant is a TAG like the filter keys, but no request can name it: it comes from
+    # the topic a request arrived on and is always part of the query.
+    for key in ("tenant", *cfg.filter_keys):
         fields.append({"name": key, "type": "tag", "attrs": {"separator": TAG_SEPARATOR, "case_sensitive": True}})
     return {
         "index": {

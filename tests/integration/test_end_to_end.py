@@ -297,10 +297,10 @@ async def test_scope_communities_over_kafka(env) -> None:
         await client.send(t.documents, doc_event(f"e2e/ledger-{i}.md", 1, text, "production", "ledger-service"))
     await eventually(lambda: _has(daemon, "e2e/ledger-1.md"), what="ledger docs indexed")
     assert daemon.graph is not None
-    await daemon.graph.recompute(force=True)
+    await daemon.graph.service().recompute(force=True)
 
     async def summarized() -> bool:
-        return (await daemon.graph.store.stale())[0] == 0  # type: ignore[union-attr]
+        return (await daemon.graph.store().stale())[0] == 0  # type: ignore[union-attr]
 
     await eventually(summarized, timeout=60, what="the daemon's worker summarized every community")
     _, reply = await client.ask(

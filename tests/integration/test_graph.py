@@ -115,7 +115,9 @@ async def make_stack(redis_url: str, embedder: Any, ner: SpacyNer, name: str, **
     ingestor = Ingestor(
         index=index, embedder=embedder, chunking=ChunkingConfig(), cfg=IngestConfig(), on_applied=graph.on_change
     )
-    search = ScopedSearch(retriever=Retriever(index=index, embedder=embedder, cfg=RetrievalConfig()), store=store)
+    search = ScopedSearch(
+        retriever=Retriever(index=index, embedder=embedder, cfg=RetrievalConfig()), stores=lambda _tenant: store
+    )
     return Stack(index, store, graph, ingestor, search, {})
 
 
@@ -297,7 +299,7 @@ async def test_litellm_path_with_mock_response(
 async def test_stale_cli_reports_the_queue(stack: Stack, redis_url: str) -> None:
     """`agentmemd stale --json` shows depth, oldest age and each item's fields."""
     await stack.graph.recompute(force=True)
-    env = {**os.environ, "AGENTMEM_REDIS_URL": redis_url, "AGENTMEM_INDEX__NAME": stack.store.prefix[1:].split("}")[0]}
+    env = {**os.environ, "AGENTMEM_REDIS_URL": redis_url, "AGENTMEM_INDEX__NAME": stack.index.cfg.name}
     agentmemd = str(Path(sys.executable).parent / "agentmemd")
     res = subprocess.run(
         [agentmemd, "stale", "--json", "--limit", "50"], env=env, capture_output=True, text=True, check=True

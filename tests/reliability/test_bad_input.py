@@ -146,10 +146,10 @@ async def read_dlq(client: PlainClient, want: int, timeout: float = 30) -> list[
 
 
 async def test_every_bad_event_is_dead_lettered_and_the_partition_flows(env) -> None:
-    """30 bad events, all with one key (one partition): each lands in the DLQ with its reason; the next good event applies."""
+    """30 bad events on one key (one partition): each is dead-lettered with its reason; the next good event applies."""
     daemon, client = env
     assert len(EVENT_CASES) >= 30
-    for name, kind, raw, headers, _ in EVENT_CASES:
+    for _name, kind, raw, headers, _ in EVENT_CASES:
         topic = client.topics.documents if kind == "documents" else client.topics.transcripts
         await client.producer.send_and_wait(topic, raw, key=b"same-key", headers=headers)
     await client.send(
@@ -172,7 +172,7 @@ async def test_every_bad_event_is_dead_lettered_and_the_partition_flows(env) -> 
         by_text.setdefault(d["original_b64"], []).append(d)
     import base64
 
-    for name, kind, raw, _, fragment in EVENT_CASES:
+    for name, _kind, raw, _, fragment in EVENT_CASES:
         records = by_text.get(base64.b64encode(raw).decode())
         assert records, f"no DLQ record for {name}"
         assert any(fragment in r["reason"] for r in records), (name, [r["reason"] for r in records])

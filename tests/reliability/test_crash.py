@@ -137,7 +137,7 @@ async def stored_chunks(client: aredis.Redis, name: str) -> dict[str, str]:
 async def test_kill_9_mid_stream_loses_and_duplicates_nothing(
     kafka_bootstrap: str, redis_url: str, tmp_path: Path, embedder: Any
 ) -> None:
-    """SIGKILL during ingestion, restart: every doc at its latest version, deletes absent, no duplicates, exact graph."""
+    """SIGKILL mid-ingestion, restart: every doc at its latest version, deletes gone, no duplicates, exact graph."""
     name = unique("crash-test")
     settings = isolated_settings(name, kafka_bootstrap, redis_url, topic_partitions=4)
     env = settings_env(settings) | {

@@ -5,7 +5,6 @@ is committed past unindexed data, and askers hear `unavailable` instead of silen
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from pathlib import Path
 from typing import Any

@@ -15,7 +15,7 @@ from daemon.topics import ensure_topics
 from memory.config import IndexConfig
 from memory.index import ChunkIndex
 from tests.conftest import unique
-from tests.helpers import DaemonProcess, isolated_settings, settings_env
+from tests.helpers import DaemonProcess, eventually, isolated_settings, settings_env
 from tests.reliability.test_crash import stored_chunks
 
 pytestmark = pytest.mark.integration
@@ -71,8 +71,7 @@ async def test_two_daemons_share_partitions_and_survive_a_kill(
             await asyncio.gather(*futures)
 
         await publish(0, 300)
-        while await index.count() < 60:
-            await asyncio.sleep(0.05)
+        await eventually(lambda: _indexed(index, 60), what="ingestion under way")
         a.kill()
         await publish(300, 300)
         deadline = time.monotonic() + 120
@@ -90,3 +89,7 @@ async def test_two_daemons_share_partitions_and_survive_a_kill(
         a.kill()
         b.stop()
         await client.aclose()
+
+
+async def _indexed(index: ChunkIndex, n: int) -> bool:
+    return await index.count() >= n

@@ -1,0 +1,362 @@
+"""Retrieval quality on BEIR SciFact: nDCG@10 and Recall@100 of each leg and of RRF fusions.
+
+Run from the project root:
+
+    /work/venv/bin/python bench/scifact.py                                   # full (first run ~10 min)
+    /work/venv/bin/python bench/scifact.py --limit-queries 10 --limit-docs 300   # smoke
+
+Data: ``../shared/eval/scifact`` relative to the project root (corpus.jsonl, queries.jsonl,
+qrels/test.tsv), never copied into the project.
+
+Path: each abstract (``title + " " + text``, ``doc_id`` = the corpus ``_id``, version 1) goes
+through the daemon's own ``memory.ingest.Ingestor`` (chunking with the model's tokenizer,
+embedding, versioned writes) into Redis, called in-process instead of through Kafka to save
+time (ingestion over Kafka is what bench/ingest.py measures). Every query is answered by
+Redis through ``memory.retrieval.Retriever`` with a ``SearchSpec`` (top_k 100): the BM25 leg
+alone (dense_weight 0), the dense leg alone (sparse_weight 0), RRF k=60 with equal weights,
+and weighted RRF over dense weight {0.3, 0.5, 0.7} (sparse = 1 - dense) x k {10, 60}. Chunk
+hits map back to their doc_id (a doc ranks where its best chunk ranks; duplicates dropped).
+
+Cache: Redis keeps its data with AOF under bench/.cache/scifact/redis; a later run ingests
+only the docs that are missing (an interrupted ingest resumes), and rebuilds everything when
+the model or chunking settings changed. ``--rebuild`` starts from scratch.
+
+Targets: BM25 leg nDCG@10 >= 0.655; best RRF nDCG@10 >= max(BM25, dense) + 0.01. Nothing is
+asserted: misses are reported as MISSED.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import csv
+import json
+import math
+import random
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import redis.asyncio as aredis
+from _common import (
+    CACHE_DIR,
+    ROOT,
+    Result,
+    add_common_args,
+    embedded_servers,
+    exit_on_sigterm,
+    png_path,
+    quiet_logs,
+    summary_ms,
+    wait_redis_ready,
+)
+
+from memory.config import ChunkingConfig, EmbeddingConfig, IndexConfig, IngestConfig, RetrievalConfig
+from memory.embedder import SentenceTransformerEmbedder
+from memory.index import ChunkIndex
+from memory.ingest import Ingestor
+from memory.records import MemoryItem
+from memory.retrieval import Retriever, SearchSpec
+
+BENCH = "scifact"
+INDEX = "scifact"
+META_KEY = "bench:scifact:meta"
+REFERENCES = {
+    "BM25 (BEIR paper)": 0.665,
+    "BM25 (Anserini flat)": 0.679,
+    "all-MiniLM-L6-v2 (MTEB)": 0.645,
+}
+
+
+def load_data(data: Path) -> tuple[dict[str, str], dict[str, str], dict[str, dict[str, int]]]:
+    """corpus id -> content, query id -> text (in file order), qrels query id -> {doc id: grade}."""
+    corpus: dict[str, str] = {}
+    with (data / "corpus.jsonl").open(encoding="utf-8") as f:
+        for line in f:
+            d = json.loads(line)
+            corpus[str(d["_id"])] = f"{d.get('title', '')} {d.get('text', '')}".strip()
+    queries: dict[str, str] = {}
+    with (data / "queries.jsonl").open(encoding="utf-8") as f:
+        for line in f:
+            d = json.loads(line)
+            queries[str(d["_id"])] = d["text"]
+    qrels: dict[str, dict[str, int]] = defaultdict(dict)
+    with (data / "qrels" / "test.tsv").open(encoding="utf-8") as f:
+        reader = csv.reader(f, delimiter="\t")
+        next(reader)  # header
+        for qid, did, score in reader:
+            qrels[qid][did] = int(score)
+    return corpus, queries, dict(qrels)
+
+
+def ndcg_at(ranked: list[str], rels: dict[str, int], k: int = 10) -> float:
+    """nDCG@k with linear gains (as pytrec_eval, which BEIR uses)."""
+    dcg = sum(rels.get(d, 0) / math.log2(i + 2) for i, d in enumerate(ranked[:k]))
+    ideal = sorted((g for g in rels.values() if g > 0), reverse=True)[:k]
+    idcg = sum(g / math.log2(i + 2) for i, g in enumerate(ideal))
+    return dcg / idcg if idcg > 0 else 0.0
+
+
+def recall_at(ranked: list[str], rels: dict[str, int], k: int = 100) -> float:
+    relevant = {d for d, g in rels.items() if g > 0}
+    return len(relevant & set(ranked[:k])) / len(relevant) if relevant else 0.0
+
+
+def configs() -> list[dict[str, Any]]:
+    out = [
+        {"name": "BM25 leg alone", "key": "bm25", "dense": 0.0, "sparse": 1.0, "k": 60, "rrf": False},
+        {"name": "dense leg alone", "key": "dense", "dense": 1.0, "sparse": 0.0, "k": 60, "rrf": False},
+        {"name": "RRF k=60, equal weights", "key": "rrf_equal_k60", "dense": 1.0, "sparse": 1.0, "k": 60, "rrf": True},
+    ]
+    for w in (0.3, 0.5, 0.7):
+        for k in (10, 60):
+            sparse = round(1 - w, 2)
+            out.append(
+                {
+                    "name": f"RRF k={k}, dense {w} / sparse {sparse}",
+                    "key": f"rrf_d{w}_s{sparse}_k{k}",
+                    "dense": w,
+                    "sparse": sparse,
+                    "k": k,
+                    "rrf": True,
+                }
+            )
+    return out
+
+
+async def ingest_missing(
+    index: ChunkIndex, ingestor: Ingestor, corpus: dict[str, str], wanted: list[str], batch: int
+) -> dict[str, Any]:
+    """Ingest the wanted docs that the cached index does not have yet."""
+    have: dict[str, int] = {}
+    for i in range(0, len(wanted), 1000):
+        have.update(await index.versions(wanted[i : i + 1000]))
+    missing = [d for d in wanted if d not in have]
+    print(f"{len(wanted) - len(missing)} of {len(wanted)} wanted docs already in the cached index", flush=True)
+    if not missing:
+        return {"ingested": 0, "cached": len(wanted)}
+    t0 = time.perf_counter()
+    last = t0
+    done = chunks = 0
+    for i in range(0, len(missing), batch):
+        ids = missing[i : i + batch]
+        items = [MemoryItem(op="upsert", doc_id=d, version=1, content=corpus[d], source=d) for d in ids]
+        report = await ingestor.apply(items)
+        if report.failed:
+            raise RuntimeError(f"ingest failed: {[(it.doc_id, str(e)) for it, e in report.failed][:3]}")
+        done += len(ids)
+        chunks += report.chunks_written
+        now = time.perf_counter()
+        if now - last > 10 or done == len(missing):
+            rate = done / (now - t0)
+            eta = (len(missing) - done) / rate
+            print(f"  ingested {done}/{len(missing)} docs ({rate:.1f} docs/s, ~{eta / 60:.1f} min left)", flush=True)
+            last = now
+    seconds = time.perf_counter() - t0
+    return {
+        "ingested": done,
+        "cached": len(wanted) - len(missing),
+        "chunks_written": chunks,
+        "seconds": round(seconds, 1),
+        "docs_per_s": round(done / seconds, 2),
+        "chunks_per_s": round(chunks / seconds, 2),
+    }
+
+
+async def wait_indexed(client: aredis.Redis, timeout_s: float = 600.0) -> None:
+    """After loading the AOF, wait for RediSearch to finish any background indexing."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        info = await client.ft(INDEX).info()  # type: ignore[no-untyped-call]
+        if int(info.get("indexing", 0)) == 0:
+            return
+        await asyncio.sleep(0.5)
+
+
+def plot(path: Path, rows: list[dict[str, Any]], subset: bool) -> None:
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(13, 5))
+    xs = list(range(len(rows)))
+    w = 0.4
+    b1 = ax.bar([x - w / 2 for x in xs], [r["ndcg@10"] for r in rows], w, label="nDCG@10", color="#1f77b4")
+    b2 = ax.bar([x + w / 2 for x in xs], [r["recall@100"] for r in rows], w, label="Recall@100", color="#aec7e8")
+    ax.bar_label(b1, fmt="%.3f", fontsize=7)
+    ax.bar_label(b2, fmt="%.3f", fontsize=7)
+    for (label, value), style in zip(REFERENCES.items(), (":", "-.", "--"), strict=True):
+        ax.axhline(value, color="grey", linestyle=style, linewidth=1, label=f"{label}: {value}")
+    ax.axhline(0.655, color="red", linestyle="--", linewidth=1, label="target BM25 >= 0.655")
+    ax.set_xticks(xs, [r["name"].replace(", ", "\n") for r in rows], fontsize=7)
+    ax.set_ylim(0, 1.05)
+    ax.set_title("BEIR SciFact (test)" + (" - SUBSET RUN, not comparable" if subset else ""))
+    ax.legend(fontsize=7, loc="upper left", ncol=3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+async def main_async(args: argparse.Namespace, redis_url: str) -> Result:
+    corpus, queries, qrels = load_data(args.data)
+    qids = [q for q in queries if q in qrels]
+    if args.limit_queries:
+        qids = qids[: args.limit_queries]
+    wanted = list(corpus)
+    if args.limit_docs:
+        needed = list(dict.fromkeys(d for q in qids for d in qrels[q] if d in corpus))
+        others = [d for d in corpus if d not in set(needed)]
+        random.Random(args.seed).shuffle(others)
+        wanted = needed + others[: max(0, args.limit_docs - len(needed))]
+    subset = bool(args.limit_queries or args.limit_docs)
+    emb_cfg = EmbeddingConfig()  # type: ignore[call-arg]
+    chunking = ChunkingConfig()
+    retrieval_cfg = RetrievalConfig()
+    result = Result(
+        BENCH,
+        "Retrieval quality: BEIR SciFact (test split)",
+        {
+            "data": str(args.data),
+            "queries": len(qids),
+            "docs_wanted": len(wanted),
+            "corpus_docs": len(corpus),
+            "top_k": args.top_k,
+            "fetch_multiplier": retrieval_cfg.fetch_multiplier,
+            "model": emb_cfg.model,
+            "chunking": chunking.model_dump(),
+            "limit_queries": args.limit_queries,
+            "limit_docs": args.limit_docs,
+        },
+        smoke=subset,
+    )
+    client = aredis.from_url(redis_url, socket_timeout=60)
+    embedder: SentenceTransformerEmbedder | None = None
+    try:
+        print("waiting for Redis to load its AOF ...", flush=True)
+        await wait_redis_ready(client)
+        meta = {"model": emb_cfg.model, "chunking": chunking.model_dump(), "index": INDEX, "content": "title text"}
+        stored = await client.get(META_KEY)
+        if args.rebuild or (stored is not None and json.loads(stored) != meta):
+            print("cache is for other settings (or --rebuild): flushing it", flush=True)
+            result.note("the cached index was rebuilt")
+            await client.flushdb()
+        await client.set(META_KEY, json.dumps(meta))
+        embedder = await SentenceTransformerEmbedder.load(emb_cfg)
+        index = ChunkIndex(client=client, cfg=IndexConfig(name=INDEX), dims=embedder.dims)
+        await index.ensure()
+        await wait_indexed(client)
+        ingestor = Ingestor(index=index, embedder=embedder, chunking=chunking, cfg=IngestConfig())
+        ingest = await ingest_missing(index, ingestor, corpus, wanted, args.batch_docs)
+        in_index = 0
+        all_ids = list(corpus)
+        for i in range(0, len(all_ids), 1000):
+            in_index += len(await index.versions(all_ids[i : i + 1000]))
+        chunks = await index.count()
+        print(f"index: {in_index} corpus docs, {chunks} chunks; evaluating {len(qids)} queries", flush=True)
+
+        retriever = Retriever(index=index, embedder=embedder, cfg=retrieval_cfg)
+        rows: list[dict[str, Any]] = []
+        for cfg in configs():
+            ndcgs: list[float] = []
+            recalls: list[float] = []
+            took: list[float] = []
+            for qid in qids:
+                spec = SearchSpec(
+                    text=queries[qid],
+                    top_k=args.top_k,
+                    dense_weight=cfg["dense"],
+                    sparse_weight=cfg["sparse"],
+                    rrf_k=cfg["k"],
+                )
+                t0 = time.perf_counter()
+                outcome = await retriever.search(spec)
+                took.append(time.perf_counter() - t0)
+                ranked = list(dict.fromkeys(h.chunk.doc_id for h in outcome.hits))
+                ndcgs.append(ndcg_at(ranked, qrels[qid], 10))
+                recalls.append(recall_at(ranked, qrels[qid], 100))
+            row = {
+                **cfg,
+                "ndcg@10": sum(ndcgs) / len(ndcgs),
+                "recall@100": sum(recalls) / len(recalls),
+                "search_ms": summary_ms(took),
+                "per_query_ndcg@10": [round(x, 4) for x in ndcgs],
+            }
+            rows.append(row)
+            print(f"  {cfg['name']:<36} nDCG@10 {row['ndcg@10']:.4f}  Recall@100 {row['recall@100']:.4f}", flush=True)
+    finally:
+        if embedder is not None:
+            embedder.close()
+        await client.aclose()
+
+    result.doc["data"] = {
+        "ingest": ingest,
+        "corpus_docs_in_index": in_index,
+        "chunks_in_index": chunks,
+        "query_ids": qids,
+        "configs": rows,
+        "references_ndcg@10": REFERENCES,
+    }
+    for r in rows:
+        result.figure(f"nDCG@10, {r['name']}", r["ndcg@10"])
+        result.figure(f"Recall@100, {r['name']}", r["recall@100"])
+    bm25 = next(r for r in rows if r["key"] == "bm25")
+    dense = next(r for r in rows if r["key"] == "dense")
+    best = max((r for r in rows if r["rrf"]), key=lambda r: r["ndcg@10"])
+    result.figure(f"best RRF: {best['name']}", best["ndcg@10"])
+    result.target("BM25 leg nDCG@10", bm25["ndcg@10"], ">=", 0.655, expr="published 0.665 (BEIR) - 0.679 (Anserini)")
+    result.target(
+        "best RRF nDCG@10 >= max(BM25, dense) + 0.01",
+        best["ndcg@10"],
+        ">=",
+        max(bm25["ndcg@10"], dense["ndcg@10"]) + 0.01,
+        expr=f"best = {best['name']}",
+    )
+    result.note(
+        "documents went through memory.ingest.Ingestor in-process (same chunking, embedding and Redis writes as "
+        "the daemon), not through Kafka; queries through memory.retrieval.Retriever against Redis"
+    )
+    result.note(
+        f"top_k={args.top_k} chunks per query, mapped to doc ids (best chunk's rank, duplicates dropped), so a "
+        "query can rank slightly fewer than 100 docs; the best RRF configuration is picked on the test queries "
+        "themselves (optimistic)"
+    )
+    if ingest.get("ingested"):
+        result.note(f"this run ingested {ingest['ingested']} docs at {ingest['docs_per_s']} docs/s")
+    if subset:
+        result.note(
+            f"SUBSET RUN ({len(qids)} queries, {in_index} of {len(corpus)} docs in the index): "
+            "not comparable with published figures"
+        )
+    plot(png_path(args.out, BENCH), rows, subset)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "eval" / "scifact")
+    parser.add_argument("--cache-dir", type=Path, default=CACHE_DIR / "scifact", help="Redis data dir (kept)")
+    parser.add_argument("--limit-queries", type=int, default=0, help="evaluate only the first N test queries")
+    parser.add_argument(
+        "--limit-docs",
+        type=int,
+        default=0,
+        help="ingest only the docs judged for the evaluated queries plus others up to this many in total",
+    )
+    parser.add_argument("--top-k", type=int, default=100)
+    parser.add_argument("--batch-docs", type=int, default=32, help="docs per Ingestor.apply batch")
+    parser.add_argument("--rebuild", action="store_true", help="drop the cached index and ingest again")
+    parser.add_argument("--seed", type=int, default=3)
+    add_common_args(parser)
+    args = parser.parse_args()
+    if not (args.data / "corpus.jsonl").exists():
+        parser.error(f"SciFact not found at {args.data}")
+    exit_on_sigterm()
+    quiet_logs()
+    with embedded_servers(kafka=False, redis_dir=args.cache_dir / "redis") as servers:
+        result = asyncio.run(main_async(args, servers.redis_url))
+    path = result.write(args.out)
+    result.print_summary()
+    print(f"\nwrote {path} and {png_path(args.out, BENCH)}")
+
+
+if __name__ == "__main__":
+    main()

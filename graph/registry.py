@@ -1,0 +1,127 @@
+"""One GraphService per tenant, created on first sight, and the loops that serve them all."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Sequence
+
+import redis.asyncio as aredis
+import structlog
+
+from graph.config import GraphConfig
+from graph.ner import SpacyNer
+from graph.service import GraphService
+from graph.store import ApplyOutcome, GraphStore
+from memory.embedder import Embedder
+from memory.errors import MemdError
+from memory.index import ChunkIndex, translate_errors
+from memory.records import DEFAULT_TENANT, ChunkRecord, MemoryItem
+
+log = structlog.get_logger()
+
+
+class GraphRegistry:
+    """Every tenant has its own graph, communities and stale queue; daemons share the list in Redis."""
+
+    def __init__(
+        self,
+        *,
+        client: aredis.Redis,
+        name: str,
+        index: ChunkIndex,
+        embedder: Embedder | None,
+        ner: SpacyNer | None,
+        cfg: GraphConfig,
+        mock_llm_response: str | None = None,
+    ) -> None:
+        self._r = client
+        self._name = name
+        self._index = index
+        self._embedder = embedder
+        self._ner = ner
+        self._cfg = cfg
+        self._mock = mock_llm_response
+        self._services: dict[str, GraphService] = {}
+        self._known: set[str] = set()
+        self.stop = asyncio.Event()
+
+    def service(self, tenant: str = DEFAULT_TENANT) -> GraphService:
+        """The tenant's graph service (created on first use)."""
+        svc = self._services.get(tenant)
+        if svc is None:
+            svc = GraphService(
+                store=GraphStore(client=self._r, name=self._name, tenant=tenant),
+                index=self._index,
+                embedder=self._embedder,
+                ner=self._ner,
+                cfg=self._cfg,
+                mock_llm_response=self._mock,
+            )
+            svc.stop = self.stop
+            self._services[tenant] = svc
+        return svc
+
+    def store(self, tenant: str = DEFAULT_TENANT) -> GraphStore:
+        """The tenant's graph store."""
+        return self.service(tenant).store
+
+    async def tenants(self) -> list[str]:
+        """Every tenant any daemon has seen."""
+        async with translate_errors("tenant list"):
+            found = {
+                m.decode() if isinstance(m, bytes) else str(m) for m in await self._r.smembers(f"{self._name}:tenants")
+            }
+        return sorted(found | self._known)
+
+    async def on_change(self, item: MemoryItem, chunks: Sequence[ChunkRecord]) -> ApplyOutcome:
+        """Route a document change to its tenant's graph."""
+        if item.tenant not in self._known:
+            async with translate_errors("tenant list"):
+                await self._r.sadd(f"{self._name}:tenants", item.tenant)
+            self._known.add(item.tenant)
+        return await self.service(item.tenant).on_change(item, chunks)
+
+    async def _sleep(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.stop.wait(), timeout=seconds)
+
+    async def _each(self, what: str, fn: Callable[[GraphService], Awaitable[object]]) -> int:
+        done = 0
+        try:
+            for tenant in await self.tenants():
+                if self.stop.is_set():
+                    break
+                result = await fn(self.service(tenant))
+                done += result if isinstance(result, int) else 0
+        except MemdError as exc:
+            log.warning("graph.loop_paused", loop=what, error=str(exc))
+        return done
+
+    async def run_worker(self) -> None:
+        """Summarize stale communities of every tenant until stopped."""
+        while not self.stop.is_set():
+            if not await self._each("summarizer", lambda s: s.work_once()):
+                await self._sleep(0.5)
+
+    async def run_recompute(self) -> None:
+        """Recompute drifted communities of every tenant, periodically."""
+        while not self.stop.is_set():
+            await self._each("recompute", lambda s: s.recompute())
+            await self._sleep(self._cfg.recompute_check_s)
+
+    async def run_queue_log(self) -> None:
+        """Log each tenant's stale-queue depth and oldest age periodically."""
+        import time
+
+        while not self.stop.is_set():
+            await self._sleep(self._cfg.queue_log_interval_s)
+
+            async def measure(s: GraphService) -> None:
+                depth, items = await s.store.stale(limit=1)
+                oldest = time.time() - items[0].first_marked_at if items else 0.0
+                log.info(
+                    "graph.stale_queue_measured", tenant=s.store.tenant, depth=depth, oldest_age_s=round(oldest, 1)
+                )
+
+            await self._each("queue-log", measure)
