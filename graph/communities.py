@@ -53,14 +53,19 @@ def _leiden(
     with contextlib.redirect_stdout(io.StringIO()):  # cdlib prints notes on import
         from cdlib import algorithms
 
+    # Nodes go in as contiguous ints in sorted-name order: deterministic, and it sidesteps
+    # cdlib's conversion, which crashes on bipartite graphs (stars, pairs) with str names.
+    names = sorted(set(nodes))
+    ids = {n: i for i, n in enumerate(names)}
     g = nx.Graph()
-    g.add_nodes_from(sorted(nodes))
+    g.add_nodes_from(range(len(names)))
     for a, b, w in sorted(edges):
-        g.add_edge(a, b, weight=float(w))
+        g.add_edge(ids[a], ids[b], weight=float(w))
     if g.number_of_edges() == 0:
-        return [frozenset([n]) for n in sorted(nodes)]
+        return [frozenset([n]) for n in names]
     result = algorithms.leiden(g, weights="weight", seed=seed, resolution_parameter=resolution)
-    return sorted((frozenset(c) for c in result.communities), key=lambda c: (-len(c), sorted(c)))
+    found = (frozenset(names[i] for i in c) for c in result.communities)
+    return sorted(found, key=lambda c: (-len(c), sorted(c)))
 
 
 def detect(

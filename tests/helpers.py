@@ -30,8 +30,8 @@ def isolated_settings(name: str, kafka_bootstrap: str, redis_url: str, **over: A
         redis_url=redis_url,
         topic_partitions=over.pop("topic_partitions", 2),
         topics=topics,
-        consumer=ConsumerConfig(group_id=name),
-        index=IndexConfig(name=name),
+        consumer=over.pop("consumer", ConsumerConfig(group_id=name)),
+        index=over.pop("index", IndexConfig(name=name)),
         **over,
     )
 

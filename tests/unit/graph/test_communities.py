@@ -73,3 +73,11 @@ def test_unrelated_new_community_does_not_steal_an_id() -> None:
         [RawCommunity(0, frozenset({"x", "y", "z"}))], [Community("old", 0, frozenset({"x", "p", "q", "r", "s"}))]
     )
     assert out.communities[0].id != "old" and out.removed == {"old"}
+
+
+def test_bipartite_graphs_with_string_names() -> None:
+    """A star or a single pair (bipartite graphs) is handled, not crashed on."""
+    assert detect(["err_x", "svc"], [("err_x", "svc", 1.0)], seed=1) == [RawCommunity(0, frozenset({"err_x", "svc"}))]
+    star = [("hub", f"leaf{i}", 1.0) for i in range(4)]
+    (only,) = detect(sorted({n for e in star for n in e[:2]}), star, seed=1)
+    assert only.members == frozenset({"hub", "leaf0", "leaf1", "leaf2", "leaf3"})

@@ -1,0 +1,155 @@
+"""Tenant isolation: in topic tenancy the tenant comes from the topic, never from the payload,
+so tenant A never retrieves tenant B's chunks or communities, whatever A's request claims.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from consumers.config import ConsumerConfig
+from daemon.app import Daemon, start_daemon
+from daemon.topics import ensure_topics
+from tests.conftest import unique
+from tests.helpers import PlainClient, eventually, isolated_settings
+from tests.reliability.test_bad_input import read_dlq
+
+pytestmark = pytest.mark.integration
+
+SECRETS = {
+    "acme": "ACME runbook: the acme-billing service fails with ERR_ACME_7731 when vault_token expires.",
+    "globex": "GLOBEX runbook: the globex-ledger service fails with ERR_GLOBEX_9902 when vault_token expires.",
+}
+
+
+@pytest.fixture(scope="module")
+async def env(kafka_bootstrap: str, redis_url: str) -> AsyncIterator[tuple[Daemon, PlainClient, str]]:
+    name = unique(__name__)
+    settings = isolated_settings(
+        name,
+        kafka_bootstrap,
+        redis_url,
+        topic_partitions=1,
+        consumer=ConsumerConfig(group_id=name, tenancy="topic", metadata_max_age_ms=500),
+    )
+    t = settings.topics
+    tenant_topics = [f"{base}.{tenant}" for tenant in SECRETS for base in (t.documents, t.transcripts, t.requests)]
+    await ensure_topics(
+        kafka_bootstrap, [*tenant_topics, f"{name}.my-replies", f"{t.documents}.a.b"], partitions=1, replication=1
+    )
+    daemon = await start_daemon(settings)
+    client = PlainClient(kafka_bootstrap, t, f"{name}.my-replies")
+    await client.start()
+    yield daemon, client, name
+    await client.stop()
+    await daemon.stop()
+
+
+async def ask(client: PlainClient, tenant: str, payload: dict[str, Any]) -> dict[str, Any]:
+    cid = uuid.uuid4().hex
+    await client.send(
+        f"{client.topics.requests}.{tenant}",
+        payload,
+        headers=[("correlation_id", cid.encode()), ("reply_to", client.reply_topic.encode())],
+    )
+    _, reply = await client.reply(cid)
+    return reply
+
+
+async def test_tenants_never_see_each_other(env) -> None:
+    """Same doc_id in two tenants; each tenant's queries, filters and scopes see only its own."""
+    daemon, client, _ = env
+    for tenant, text in SECRETS.items():
+        event = {
+            "event_id": tenant,
+            "op": "upsert",
+            "doc_id": "shared/runbook.md",
+            "version": 1,
+            "content": text,
+            "metadata": {"tenant": "globex", "service": f"{tenant}-svc"},
+        }  # a payload claiming a tenant changes nothing
+        await client.send(f"{client.topics.documents}.{tenant}", event, key="shared/runbook.md")
+        await client.send(
+            f"{client.topics.transcripts}.{tenant}",
+            {
+                "event_id": f"t-{tenant}",
+                "agent_id": "agent-1",
+                "session_id": "s-1",
+                "turn": 1,
+                "content": text,
+            },
+            key="agent-1/s-1",
+        )
+
+    async def both_in() -> bool:
+        return all(
+            [
+                await daemon.index.chunk_ids("shared/runbook.md", tenant)
+                and await daemon.index.chunk_ids("transcript:agent-1/s-1/1", tenant)
+                for tenant in SECRETS
+            ]
+        )
+
+    await eventually(both_in, timeout=60, what="both tenants' docs indexed")
+    assert daemon.graph is not None
+    for tenant in SECRETS:
+        await daemon.graph.service(tenant).recompute(force=True)
+        while await daemon.graph.service(tenant).work_once():
+            pass
+
+    for me, other in (("acme", "globex"), ("globex", "acme")):
+        other_id = "ERR_ACME_7731" if other == "acme" else "ERR_GLOBEX_9902"
+        for scope in ("chunks", "communities", "all"):
+            reply = await ask(
+                client,
+                me,
+                {
+                    "query_id": f"{me}-{scope}",
+                    "search_text": f"{other} {other_id} vault_token",
+                    "top_k": 20,
+                    "scope": scope,
+                },
+            )
+            texts = " ".join(r["text"] for r in reply["results"])
+            assert reply["results"], (me, scope, reply)
+            assert other_id not in texts and other.upper() not in texts, (me, scope)
+        for attempt in (
+            {"query_id": "x", "search_text": other_id, "metadata_filter": {"tenant": other}},
+            {"query_id": "x", "search_text": other_id, "tenant": other},
+        ):
+            reply = await ask(client, me, attempt)
+            assert reply["error"]["code"] == "invalid_request", reply
+        reply = await ask(
+            client,
+            me,
+            {
+                "query_id": "x",
+                "search_text": other_id,
+                "top_k": 20,
+                "metadata_filter": {"doc_id": "shared/runbook.md", "kind": ["document", "community"]},
+            },
+        )
+        assert all(other_id not in r["text"] for r in reply["results"]) and reply["results"]
+
+
+async def test_topics_without_a_valid_tenant_are_refused(env) -> None:
+    """An event on a topic that names no valid tenant is dead-lettered, never stored for anyone."""
+    daemon, client, _ = env
+    await client.send(
+        f"{client.topics.documents}.a.b",
+        {"event_id": "e", "op": "upsert", "doc_id": "nowhere.md", "version": 1, "content": "should not be stored"},
+    )
+    deadline = time.monotonic() + 30
+    dead: list[dict[str, Any]] = []
+    while time.monotonic() < deadline and not dead:
+        dead = [d for d in await read_dlq(client, 1, timeout=2) if "valid tenant" in d["reason"]]
+    assert dead and dead[0]["topic"] == f"{client.topics.documents}.a.b"
+    for tenant in ("a.b", "a", "b", "default", *SECRETS):
+        if ":" not in tenant:
+            assert await daemon.index.chunk_ids("nowhere.md", tenant) == set()
+    json.dumps(dead)  # the record is plain JSON
