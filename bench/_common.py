@@ -338,6 +338,9 @@ class Result:
         out_dir.mkdir(parents=True, exist_ok=True)
         self.doc["duration_s"] = round(time.monotonic() - self._t0, 1)
         self.doc["peak_rss_mb"] = peak_rss_mb()
+        self.doc["machine"]["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
+        if "torch" in sys.modules:
+            self.doc["machine"]["torch_threads"] = sys.modules["torch"].get_num_threads()
         path = out_dir / f"{self.doc['benchmark']}.json"
         path.write_text(json.dumps(self.doc, indent=2, default=str) + "\n")
         return path

@@ -337,12 +337,12 @@ async def main_async(args: argparse.Namespace, servers: Servers) -> Result:
     b = embedding["p50_ms"]
     result.figure("(b) one query embedding, p50", b, "ms")
     for e in rows["echo"]:
-        result.figure(f"(a) empty FastStream handler round trip p50 at {e['concurrency']} askers", e["p50_ms"], "ms")
+        result.figure(f"(a) empty FastStream handler round trip p50 at {e['concurrency']} asker(s)", e["p50_ms"], "ms")
     for d in rows["daemon"]:
         c = d["concurrency"]
         trio = f"{d['p50_ms']:.1f} / {d['p95_ms']:.1f} / {d['p99_ms']:.1f}"
-        result.figure(f"daemon round trip p50 / p95 / p99 at {c} askers", trio, "ms")
-        result.figure(f"daemon queries/s at {c} askers", d["qps"], "q/s")
+        result.figure(f"daemon round trip p50 / p95 / p99 at {c} asker(s)", trio, "ms")
+        result.figure(f"daemon queries/s at {c} asker(s)", d["qps"], "q/s")
         if d["errors"] or d["timeouts"]:
             result.note(f"{c} askers: {d['errors']} error replies, {d['timeouts']} timeouts")
     sat = max(rows["daemon"], key=lambda r: r["qps"])

@@ -47,11 +47,13 @@ class MemoryClient:
         topics: Topics | None = None,
         reply_topic: str | None = None,
         timeout_s: float = 30.0,
+        kafka_options: dict[str, Any] | None = None,
     ) -> None:
         self._bootstrap = bootstrap
         self.topics = topics or Topics()
         self._reply_topic = reply_topic or self.topics.replies
         self._timeout = timeout_s
+        self._options = dict(kafka_options or {})
         self._producer: AIOKafkaProducer | None = None
         self._consumer: AIOKafkaConsumer | None = None
         self._pending: dict[str, asyncio.Future[bytes]] = {}
@@ -72,7 +74,7 @@ class MemoryClient:
         Raises:
             BackendUnavailable: the broker cannot be reached.
         """
-        self._producer = AIOKafkaProducer(bootstrap_servers=self._bootstrap, acks="all", linger_ms=0)
+        self._producer = AIOKafkaProducer(bootstrap_servers=self._bootstrap, acks="all", linger_ms=0, **self._options)
         try:
             await self._producer.start()
         except KafkaError as exc:
@@ -83,7 +85,9 @@ class MemoryClient:
             return
         # No consumer group: every client reads every reply partition from "now" and
         # picks its own correlation ids, so many clients can share one reply topic.
-        consumer = AIOKafkaConsumer(bootstrap_servers=self._bootstrap, fetch_max_wait_ms=5, enable_auto_commit=False)
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=self._bootstrap, fetch_max_wait_ms=5, enable_auto_commit=False, **self._options
+        )
         await consumer.start()
         parts = consumer.partitions_for_topic(self._reply_topic)
         if not parts:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Literal
+import ssl
+from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from faststream.security import BaseSecurity, SASLPlaintext, SASLScram256, SASLScram512
+from pydantic import BaseModel, Field, SecretStr
 
 
 class Topics(BaseModel):
@@ -49,3 +51,62 @@ class ConsumerConfig(BaseModel):
     query_fetch_max_wait_ms: int = Field(
         5, ge=0, le=5000, description="Broker wait on the request topic; low keeps round trips fast."
     )
+
+
+class KafkaSecurity(BaseModel):
+    """How to authenticate to Kafka: SASL (PLAIN, SCRAM) and/or TLS, passed to aiokafka/FastStream."""
+
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        "PLAINTEXT", description="Kafka security protocol."
+    )
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = Field(
+        "PLAIN", description="SASL mechanism (with SASL_PLAINTEXT or SASL_SSL)."
+    )
+    sasl_username: str = Field("", description="SASL user.")
+    sasl_password: SecretStr = Field(SecretStr(""), description="SASL password (never logged).")
+    ssl_cafile: str = Field("", description="CA bundle that signed the brokers' certificates ('' = system CAs).")
+    ssl_certfile: str = Field("", description="Client certificate for mutual TLS.")
+    ssl_keyfile: str = Field("", description="Client key for mutual TLS.")
+    ssl_check_hostname: bool = Field(True, description="Verify the broker's hostname against its certificate.")
+
+    @property
+    def uses_ssl(self) -> bool:
+        """Whether the connection is TLS."""
+        return self.security_protocol in {"SSL", "SASL_SSL"}
+
+    @property
+    def uses_sasl(self) -> bool:
+        """Whether the connection authenticates with SASL."""
+        return self.security_protocol.startswith("SASL")
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """A TLS context for the brokers, or ``None`` without TLS."""
+        if not self.uses_ssl:
+            return None
+        ctx = ssl.create_default_context(cafile=self.ssl_cafile or None)
+        ctx.check_hostname = self.ssl_check_hostname
+        if self.ssl_certfile:
+            ctx.load_cert_chain(self.ssl_certfile, self.ssl_keyfile or None)
+        return ctx
+
+    def aiokafka_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for aiokafka clients (producer, consumer, admin)."""
+        kwargs: dict[str, Any] = {"security_protocol": self.security_protocol}
+        if self.uses_ssl:
+            kwargs["ssl_context"] = self.ssl_context()
+        if self.uses_sasl:
+            kwargs["sasl_mechanism"] = self.sasl_mechanism
+            kwargs["sasl_plain_username"] = self.sasl_username
+            kwargs["sasl_plain_password"] = self.sasl_password.get_secret_value()
+        return kwargs
+
+    def faststream_security(self) -> BaseSecurity | None:
+        """The same, as a FastStream security object."""
+        ctx = self.ssl_context()
+        user, password = self.sasl_username, self.sasl_password.get_secret_value()
+        if not self.uses_sasl:
+            return BaseSecurity(ssl_context=ctx) if ctx is not None else None
+        cls = {"PLAIN": SASLPlaintext, "SCRAM-SHA-256": SASLScram256, "SCRAM-SHA-512": SASLScram512}[
+            self.sasl_mechanism
+        ]
+        return cls(username=user, password=password, ssl_context=ctx, use_ssl=self.uses_ssl)

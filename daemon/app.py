@@ -12,6 +12,7 @@ import structlog
 from faststream.kafka import KafkaBroker
 
 from consumers.routers import build_router
+from daemon.connections import kafka_options, redis_client
 from daemon.settings import Settings
 from daemon.topics import ensure_topics
 from graph.ner import SpacyNer
@@ -94,6 +95,7 @@ async def _watch_topics(settings: Settings) -> None:
                 partitions=settings.topic_partitions,
                 replication=settings.topic_replication,
                 timeout_s=settings.topic_check_s,
+                options=kafka_options(settings),
             )
         except BackendUnavailable as exc:
             log.warning("daemon.broker_unreachable", error=str(exc))
@@ -120,7 +122,7 @@ async def start_daemon(settings: Settings, *, ready_timeout_s: float = 120.0) ->
         BackendUnavailable: Redis or Kafka did not come up in time.
     """
     offline_environment()
-    redis = aredis.from_url(settings.redis_url, socket_timeout=10, socket_connect_timeout=5, health_check_interval=15)
+    redis = redis_client(settings)
     embedder = await SentenceTransformerEmbedder.load(settings.embedding)
     index = ChunkIndex(client=redis, cfg=settings.index, dims=embedder.dims)
     await _ensure_index(index, ready_timeout_s)
@@ -131,6 +133,7 @@ async def start_daemon(settings: Settings, *, ready_timeout_s: float = 120.0) ->
             partitions=settings.topic_partitions,
             replication=settings.topic_replication,
             timeout_s=ready_timeout_s,
+            options=kafka_options(settings),
         )
     graph: GraphRegistry | None = None
     if settings.graph.enabled:
@@ -155,6 +158,7 @@ async def start_daemon(settings: Settings, *, ready_timeout_s: float = 120.0) ->
     broker = KafkaBroker(
         settings.kafka_bootstrap,
         metadata_max_age_ms=settings.consumer.metadata_max_age_ms,
+        security=settings.kafka_security.faststream_security(),
         acks="all",
         graceful_timeout=settings.shutdown_timeout_s,
         logger=None,

@@ -17,6 +17,7 @@ from rich.table import Table
 
 from consumers.client import MemoryClient, QueryFailed
 from daemon.app import run_until_stopped
+from daemon.connections import kafka_options, redis_client
 from daemon.launcher import embedded_servers
 from daemon.logging import configure_logging
 from daemon.settings import Settings, render_toml
@@ -114,7 +115,9 @@ def _with_client(fn: Callable[[MemoryClient], Awaitable[T]]) -> T:
     settings = _settings()
 
     async def main() -> T:
-        async with MemoryClient(bootstrap=settings.kafka_bootstrap, topics=settings.topics) as client:
+        async with MemoryClient(
+            bootstrap=settings.kafka_bootstrap, topics=settings.topics, kafka_options=kafka_options(settings)
+        ) as client:
             return await fn(client)
 
     try:
@@ -225,8 +228,6 @@ TenantOpt = Annotated[str, typer.Option("--tenant", help="Whose graph (topic ten
 
 
 def _with_graph(fn: Callable[[Any], Awaitable[T]], tenant: str = "default") -> T:
-    import redis.asyncio as aredis
-
     from graph.service import GraphService
     from graph.store import GraphStore
     from memory.index import ChunkIndex
@@ -234,7 +235,7 @@ def _with_graph(fn: Callable[[Any], Awaitable[T]], tenant: str = "default") -> T
     settings = _settings()
 
     async def main() -> T:
-        client = aredis.from_url(settings.redis_url, socket_connect_timeout=5)
+        client = redis_client(settings)
         try:
             store = GraphStore(client=client, name=settings.index.name, tenant=tenant)
             index = ChunkIndex(client=client, cfg=settings.index, dims=0)

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -19,7 +19,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from consumers.config import ConsumerConfig, Topics
+from consumers.config import ConsumerConfig, KafkaSecurity, Topics
 from graph.config import GraphConfig
 from memory.config import ChunkingConfig, EmbeddingConfig, IndexConfig, IngestConfig, RetrievalConfig
 
@@ -35,7 +35,14 @@ class Settings(BaseSettings):
     )
 
     kafka_bootstrap: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers, comma-separated.")
-    redis_url: str = Field("redis://127.0.0.1:6379/0", description="Redis (with the search module) URL.")
+    redis_url: str = Field(
+        "redis://127.0.0.1:6379/0", description="Redis (with the search module) URL; rediss:// for TLS."
+    )
+    redis_username: str = Field("", description="Redis ACL user ('' = default user or the one in the URL).")
+    redis_password: SecretStr = Field(SecretStr(""), description="Redis password (never logged).")
+    redis_ssl_ca_certs: str = Field("", description="CA bundle for rediss:// ('' = system CAs).")
+    redis_ssl_certfile: str = Field("", description="Client certificate for rediss:// mutual TLS.")
+    redis_ssl_keyfile: str = Field("", description="Client key for rediss:// mutual TLS.")
     data_dir: Path = Field(Path(".agentmem"), description="Where `agentmemd servers`/`up` keep Redis's AOF and logs.")
     topic_partitions: int = Field(4, ge=1, le=1024, description="Partitions of topics the daemon creates.")
     topic_replication: int = Field(1, ge=1, le=16, description="Replication factor of topics the daemon creates.")
@@ -48,6 +55,7 @@ class Settings(BaseSettings):
         10.0, gt=0, description="How often missing topics are looked for (a broker that lost them, e.g. tansu)."
     )
     shutdown_timeout_s: float = Field(30.0, gt=0, description="Time given to in-flight messages on SIGTERM.")
+    kafka_security: KafkaSecurity = Field(default_factory=KafkaSecurity)
     topics: Topics = Field(default_factory=Topics)
     consumer: ConsumerConfig = Field(default_factory=ConsumerConfig)
     index: IndexConfig = Field(default_factory=IndexConfig)
@@ -88,6 +96,8 @@ def setting_rows(model: type[Any] = Settings, prefix: str = "") -> list[tuple[st
 
 
 def _toml_value(value: Any) -> str:
+    if isinstance(value, SecretStr):
+        return '""'
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int | float):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from typing import Any
 
 import structlog
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -15,7 +16,13 @@ log = structlog.get_logger()
 
 
 async def ensure_topics(
-    bootstrap: str, topics: list[str], *, partitions: int, replication: int, timeout_s: float = 30.0
+    bootstrap: str,
+    topics: list[str],
+    *,
+    partitions: int,
+    replication: int,
+    timeout_s: float = 30.0,
+    options: dict[str, Any] | None = None,
 ) -> list[str]:
     """Create each missing topic; returns the ones created.
 
@@ -24,7 +31,7 @@ async def ensure_topics(
     """
     deadline = asyncio.get_running_loop().time() + timeout_s
     while True:
-        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000, **(options or {}))
         try:
             await admin.start()
             existing = set(await admin.list_topics())

@@ -39,3 +39,9 @@ class BackendUnavailable(MemdError):
 
     code = "unavailable"
     retryable = True
+
+
+class Unauthorized(MemdError):
+    """A backend refused our credentials: a configuration problem, not an outage."""
+
+    code = "unauthorized"

@@ -15,11 +15,12 @@ import redis.asyncio as aredis
 import structlog
 from redis import exceptions as rexc
 from redis.commands.search.query import Query
+from redisvl.exceptions import RedisVLError
 from redisvl.index import AsyncSearchIndex
 from redisvl.schema import IndexSchema
 
 from memory.config import IndexConfig
-from memory.errors import BackendUnavailable, MemdError
+from memory.errors import BackendUnavailable, MemdError, Unauthorized
 from memory.records import DEFAULT_TENANT, ApplyResult, ChunkRecord, StoredChunk
 from memory.schema import index_schema
 
@@ -35,17 +36,37 @@ class IndexError_(MemdError):
     code = "index_error"
 
 
+def _translated(exc: BaseException, what: str) -> MemdError | None:
+    """Our error for a redis (or redisvl-wrapped redis) exception, or ``None``."""
+    seen = 0
+    cur: BaseException | None = exc
+    while cur is not None and seen < 5:  # redisvl wraps the redis error it hit
+        if isinstance(cur, rexc.AuthenticationError):
+            return Unauthorized(f"redis refused the credentials during {what}: {cur}")
+        if isinstance(cur, rexc.ConnectionError | rexc.TimeoutError | rexc.BusyLoadingError | OSError):
+            return BackendUnavailable(f"redis unavailable during {what}: {cur}")
+        if isinstance(cur, rexc.ResponseError):
+            text = str(cur)
+            if text.startswith(("NOAUTH", "WRONGPASS", "NOPERM")):
+                return Unauthorized(f"redis refused access during {what}: {cur}")
+            if "LOADING" in text or "MASTERDOWN" in text:
+                return BackendUnavailable(f"redis not ready during {what}: {cur}")
+            return IndexError_(f"redis error during {what}: {cur}")
+        cur = cur.__cause__ or cur.__context__
+        seen += 1
+    return None
+
+
 @asynccontextmanager
 async def translate_errors(what: str) -> AsyncIterator[None]:
     """Turn redis exceptions into our hierarchy at the point they enter."""
     try:
         yield
-    except (rexc.ConnectionError, rexc.TimeoutError, rexc.BusyLoadingError, OSError) as exc:
-        raise BackendUnavailable(f"redis unavailable during {what}: {exc}") from exc
-    except rexc.ResponseError as exc:
-        if "LOADING" in str(exc) or "MASTERDOWN" in str(exc):
-            raise BackendUnavailable(f"redis not ready during {what}: {exc}") from exc
-        raise IndexError_(f"redis error during {what}: {exc}") from exc
+    except (rexc.RedisError, RedisVLError, OSError) as exc:
+        ours = _translated(exc, what)
+        if ours is None:
+            raise
+        raise ours from exc
 
 
 def _record_mapping(rec: ChunkRecord, vector: np.ndarray) -> dict[str, Any]:

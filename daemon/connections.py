@@ -1,0 +1,29 @@
+"""Clients built from settings, with credentials and TLS passed through."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis.asyncio as aredis
+
+from daemon.settings import Settings
+
+
+def redis_client(settings: Settings) -> aredis.Redis:
+    """A Redis client for ``settings.redis_url`` with the configured user, password and TLS files."""
+    kwargs: dict[str, Any] = {"socket_timeout": 10, "socket_connect_timeout": 5, "health_check_interval": 15}
+    if settings.redis_username:
+        kwargs["username"] = settings.redis_username
+    if settings.redis_password.get_secret_value():
+        kwargs["password"] = settings.redis_password.get_secret_value()
+    if settings.redis_url.startswith("rediss://"):
+        for key in ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile"):
+            value = getattr(settings, f"redis_{key}")
+            if value:
+                kwargs[key] = value
+    return aredis.from_url(settings.redis_url, **kwargs)
+
+
+def kafka_options(settings: Settings) -> dict[str, Any]:
+    """aiokafka keyword arguments for the configured Kafka security."""
+    return settings.kafka_security.aiokafka_kwargs()
