@@ -149,9 +149,10 @@ class HybridParams(BaseModel):
 
     dense_weight: float = Field(1.0, ge=0.0, le=1000.0)
     sparse_weight: float = Field(1.0, ge=0.0, le=1000.0)
+    identifier_weight: float = Field(1.0, ge=0.0, le=1000.0)
     rrf_k_constant: int = Field(60, ge=0, le=10_000)
 
-    @field_validator("dense_weight", "sparse_weight", mode="before")
+    @field_validator("dense_weight", "sparse_weight", "identifier_weight", mode="before")
     @classmethod
     def _ints_are_floats(cls, value: Any) -> Any:
         # JSON has one number type: 1 is as good a weight as 1.0 (bools are not).

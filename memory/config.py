@@ -38,7 +38,9 @@ class IndexConfig(BaseModel):
         return f"{self.name}:chunk:"
 
 
-_RESERVED_FIELDS = frozenset({"text", "vector", "chunk_id", "version", "timestamp", "metadata", "position", "tenant"})
+_RESERVED_FIELDS = frozenset(
+    {"text", "idents", "vector", "chunk_id", "version", "timestamp", "metadata", "position", "tenant"}
+)
 
 
 class EmbeddingConfig(BaseModel):
@@ -73,6 +75,9 @@ class RetrievalConfig(BaseModel):
     max_top_k: int = Field(100, ge=1, le=1000, description="Largest top_k a request may ask for.")
     dense_weight: float = Field(1.0, ge=0.0, description="Default weight of the HNSW leg.")
     sparse_weight: float = Field(1.0, ge=0.0, description="Default weight of the BM25 leg.")
+    identifier_weight: float = Field(
+        1.0, ge=0.0, description="Default weight of the exact-identifier leg (runs when the query names identifiers)."
+    )
     rrf_k: int = Field(60, ge=0, le=10_000, description="Default RRF constant k.")
     max_query_chars: int = Field(4096, ge=16, description="Longest search_text accepted.")
 

@@ -21,6 +21,7 @@ from redisvl.schema import IndexSchema
 
 from memory.config import IndexConfig
 from memory.errors import BackendUnavailable, MemdError, Unauthorized
+from memory.identifiers import identifiers
 from memory.records import DEFAULT_TENANT, ApplyResult, ChunkRecord, StoredChunk
 from memory.schema import index_schema
 
@@ -75,6 +76,7 @@ def _record_mapping(rec: ChunkRecord, vector: np.ndarray) -> dict[str, Any]:
         "doc_id": rec.doc_id,
         "position": rec.position,
         "text": rec.text,
+        "idents": " ".join(identifiers(rec.text)),
         "kind": rec.kind,
         "source": rec.source,
         "version": rec.version,

@@ -15,6 +15,7 @@ from memory.embedder import Embedder
 from memory.errors import InvalidRequest
 from memory.filters import and_filters, build_filter, combine
 from memory.fusion import fuse_rrf
+from memory.identifiers import identifiers
 from memory.index import ChunkIndex
 from memory.records import DEFAULT_TENANT, StoredChunk
 from memory.text import bm25_query, query_terms
@@ -30,6 +31,7 @@ class SearchSpec:
     top_k: int
     dense_weight: float = 1.0
     sparse_weight: float = 1.0
+    identifier_weight: float = 1.0
     rrf_k: int = 60
     metadata_filter: Mapping[str, str | Sequence[str]] | None = None
     kinds: tuple[str, ...] | None = None  # restricts results to these kinds (the query's scope)
@@ -92,6 +94,14 @@ class Retriever:
         timings["sparse"] = LegTiming(start, time.monotonic())
         return hits
 
+    async def _identifier(
+        self, terms: list[str], filter_query: str, k: int, timings: dict[str, LegTiming]
+    ) -> list[StoredChunk]:
+        start = time.monotonic()
+        hits = await self._index.search_text(combine(bm25_query(terms, field="idents"), filter_query), k=k)
+        timings["identifier"] = LegTiming(start, time.monotonic())
+        return hits
+
     async def _dense(self, text: str, filter_query: str, k: int, timings: dict[str, LegTiming]) -> list[StoredChunk]:
         start = time.monotonic()
         vector = await self._embedder.embed_query(text)
@@ -126,6 +136,10 @@ class Retriever:
         if spec.dense_weight > 0:
             names.append("dense")
             coros.append(self._dense(spec.text, filter_query, k, timings))
+        idents = identifiers(spec.text, limit=32) if spec.identifier_weight > 0 else []
+        if idents:
+            names.append("identifier")
+            coros.append(self._identifier(idents, filter_query, k, timings))
         results = await asyncio.gather(*coros)
         by_id: dict[str, StoredChunk] = {}
         legs: dict[str, list[str]] = {}
@@ -133,7 +147,8 @@ class Retriever:
             legs[name] = [h.chunk_id for h in hits]
             for h in hits:
                 by_id.setdefault(h.chunk_id, h)
-        fused = fuse_rrf(legs, {"dense": spec.dense_weight, "sparse": spec.sparse_weight}, k=spec.rrf_k)[: spec.top_k]
+        weights = {"dense": spec.dense_weight, "sparse": spec.sparse_weight, "identifier": spec.identifier_weight}
+        fused = fuse_rrf(legs, weights, k=spec.rrf_k)[: spec.top_k]
         hits_out = [SearchHit(chunk=by_id[f.id], score=f.score, ranks=f.ranks) for f in fused]
         took_ms = (time.monotonic() - t0) * 1000
         log.info(

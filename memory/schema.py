@@ -20,6 +20,9 @@ def index_schema(cfg: IndexConfig, *, dims: int) -> dict[str, Any]:
     """
     fields: list[dict[str, Any]] = [
         {"name": "text", "type": "text", "attrs": {"weight": 1.0}},
+        # Normalized exact identifiers of the chunk (memory.identifiers), unstemmed: the
+        # identifier leg ranks them with BM25 among themselves.
+        {"name": "idents", "type": "text", "attrs": {"weight": 1.0, "no_stem": True}},
         {
             "name": "vector",
             "type": "vector",

@@ -33,6 +33,7 @@ def test_up_publish_query_and_clean_stop(tmp_path: Path) -> None:
         "AGENTMEM_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0",
         "AGENTMEM_DATA_DIR": str(tmp_path / "data"),
         "AGENTMEM_TOPIC_PARTITIONS": "1",
+        "COLUMNS": "200",
     }
     log = (tmp_path / "up.log").open("w")
     proc = subprocess.Popen([AGENTMEMD, "up"], env=env, stdout=subprocess.PIPE, stderr=log, text=True)

@@ -93,8 +93,9 @@ async def test_filtered_query_returns_only_matching_doc(env) -> None:
     assert hit["chunk_id"] == "e2e/a.md_p0" and hit["kind"] == "document" and hit["source"] == "e2e/a.md"
     assert hit["metadata"] == {"environment": "production", "service": "billing-service"}
     assert hit["rrf_score"] == pytest.approx(
-        sum({"dense": 0.6, "sparse": 0.4}[k] / (60 + r) for k, r in hit["ranks"].items())
+        sum({"dense": 0.6, "sparse": 0.4, "identifier": 1.0}[k] / (60 + r) for k, r in hit["ranks"].items())
     )
+    assert set(hit["ranks"]) == {"dense", "sparse", "identifier"}  # "504" is an identifier
     assert isinstance(reply["took_ms"], float)
 
 

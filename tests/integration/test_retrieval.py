@@ -75,7 +75,7 @@ async def test_filter_applies_inside_both_legs(stack) -> None:
         )
     )
     assert [h.chunk.doc_id for h in out.hits] == ["wiki/billing.md"]
-    assert out.hits[0].ranks == {"dense": 1, "sparse": 1}
+    assert out.hits[0].ranks == {"dense": 1, "sparse": 1, "identifier": 1}
 
 
 async def test_exact_identifier_comes_first(stack) -> None:
@@ -195,3 +195,17 @@ async def test_batch_coalesces_to_the_highest_version(stack) -> None:
     )
     assert [r.stored_version for r in report.applied] == [7]
     assert await index.versions([doc]) == {doc: 7}
+
+
+async def test_identifier_leg_separates_look_alike_identifiers(stack) -> None:
+    """Near-identical identifiers are told apart by the identifier leg, and its weight can switch it off."""
+    index, ingestor, retriever = stack
+    await ingestor.apply([
+        item("ids/a.md", text="Postgres raised SQLSTATE 42P01 undefined_table during the migration."),
+        item("ids/b.md", text="Postgres raised SQLSTATE 42P07 duplicate_table during the migration."),
+    ])
+    out = await retriever.search(SearchSpec(text="what does 42P07 mean", top_k=2))
+    assert out.hits[0].chunk.doc_id == "ids/b.md" and out.hits[0].ranks["identifier"] == 1
+    assert "identifier" in out.legs
+    off = await retriever.search(SearchSpec(text="what does 42P07 mean", top_k=2, identifier_weight=0))
+    assert "identifier" not in off.legs and all("identifier" not in h.ranks for h in off.hits)

@@ -1,0 +1,42 @@
+"""Exact identifiers in text (pure): what the identifier leg matches on.
+
+Ops text is full of near-identical identifiers (``ERR_CONN_RESET_4F2A`` vs ``…_4F2B``,
+SQLSTATE ``42P01`` vs ``42P07``, ``ECONNRESET`` vs ``ECONNREFUSED``, ``INC-4411``). BM25
+stems and splits them and dense vectors blur them; this leg matches them whole. Each
+identifier is normalized to one RediSearch term (``[a-z0-9_]``, lowercased) so a chunk's
+identifiers can live in a NOSTEM text field and be ranked by BM25 among themselves.
+"""
+
+from __future__ import annotations
+
+import re
+
+_PATTERNS = [
+    re.compile(r"\b[A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)+\b"),  # ERR_CONN_RESET_4F2A, max_connections
+    re.compile(r"\bE[A-Z][A-Z0-9]{1,}\b"),  # errno names: ECONNRESET, EPIPE
+    re.compile(r"\b(?=[0-9A-Z]*[0-9])(?=[0-9A-Z]*[A-Z])[0-9A-Z]{4,12}\b"),  # 42P01, 4F2A, 0A000-like
+    re.compile(r"\b[0-9][0-9A-Z]{4}\b"),  # SQLSTATE classes: 23505, 08006, 2200F
+    re.compile(r"\b[1-5][0-9]{2}\b"),  # HTTP status codes
+    re.compile(r"\b[A-Z][A-Z0-9]{1,9}-[0-9]{1,9}\b"),  # tickets and deploys: INC-4411, DEPLOY-77
+    re.compile(r"\b[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]+)+\b"),  # CamelCase: PoolTimeoutError
+    re.compile(r"\b[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*(?=\()"),  # function calls: db.pool.acquire(
+]
+_NON_TERM = re.compile(r"[^a-z0-9_]+")
+
+
+def normalize_identifier(raw: str) -> str:
+    """One RediSearch term per identifier: lowercase, every other character an underscore."""
+    return _NON_TERM.sub("_", raw.lower()).strip("_")
+
+
+def identifiers(text: str, *, limit: int = 256) -> list[str]:
+    """Distinct normalized identifiers of ``text``, in first-seen order, at most ``limit``."""
+    seen: dict[str, None] = {}
+    for pattern in _PATTERNS:
+        for m in pattern.finditer(text):
+            term = normalize_identifier(m.group(0))
+            if len(term) >= 3 and term not in seen:
+                seen[term] = None
+                if len(seen) >= limit:
+                    return list(seen)
+    return list(seen)

@@ -1,0 +1,33 @@
+"""Identifier extraction for the exact-identifier leg (pure)."""
+
+from __future__ import annotations
+
+import pytest
+
+from memory.identifiers import identifiers, normalize_identifier
+
+
+@pytest.mark.parametrize(
+    ("text", "found"),
+    [
+        ("failed with ERR_CONN_RESET_4F2A", ["err_conn_reset_4f2a"]),
+        ("SQLSTATE 42P01 undefined table", ["42p01"]),
+        ("unique violation 23505", ["23505"]),
+        ("socket ECONNRESET then ECONNREFUSED", ["econnreset", "econnrefused"]),
+        ("HTTP 504 gateway timeout", ["504"]),
+        ("see INC-4411 and DEPLOY-77", ["inc_4411", "deploy_77"]),
+        ("raised PoolTimeoutError", ["pooltimeouterror"]),
+        ("call db.pool.acquire() now", ["db_pool_acquire"]),
+        ("raise max_connections", ["max_connections"]),
+        ("plain words only, 12 of them", []),
+    ],
+)
+def test_identifiers(text: str, found: list[str]) -> None:
+    """Each identifier kind is found whole and normalized to one term."""
+    assert identifiers(text) == found
+
+
+def test_normalize_and_limit() -> None:
+    """Punctuation becomes underscores; the number per text is bounded."""
+    assert normalize_identifier("INC-4411") == "inc_4411"
+    assert len(identifiers(" ".join(f"ERR_{i}" for i in range(1000)), limit=10)) == 10
