@@ -3,7 +3,7 @@
 Run from the project root:
 
     /work/venv/bin/python bench/ingest.py                 # 600 docs, graph on and off
-    /work/venv/bin/python bench/ingest.py --docs 60 --fresh-docs 20 --graph off   # smoke
+    /work/venv/bin/python bench/ingest.py --docs 40 --fresh-docs 10   # smoke
 
 What it does, per mode (graph layer on = the daemon's default config, and off):
 

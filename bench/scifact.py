@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import csv
+import dataclasses
 import hashlib
 import json
 import math
@@ -67,6 +68,7 @@ from memory.records import MemoryItem
 from memory.retrieval import Retriever, SearchSpec
 
 BENCH = "scifact"
+DENSE_SPARSE = {"dense_weight", "sparse_weight"}
 INDEX = "scifact"
 REFERENCES = {
     "BM25 (BEIR paper)": 0.665,
@@ -109,7 +111,15 @@ def recall_at(ranked: list[str], rels: dict[str, int], k: int = 100) -> float:
     return len(relevant & set(ranked[:k])) / len(relevant) if relevant else 0.0
 
 
+#: Legs a SearchSpec can weight besides dense and sparse (e.g. an exact-identifier leg, when the
+#: retriever has one): they are switched off (weight 0) except in the "daemon default" config.
+EXTRA_LEGS = sorted(
+    f.name for f in dataclasses.fields(SearchSpec) if f.name.endswith("_weight") and f.name not in DENSE_SPARSE
+)
+
+
 def configs() -> list[dict[str, Any]]:
+    """Leg-alone and two-leg RRF configs (other legs off), plus the daemon's default legs if it has more."""
     out = [
         {"name": "BM25 leg alone", "key": "bm25", "dense": 0.0, "sparse": 1.0, "k": 60, "rrf": False},
         {"name": "dense leg alone", "key": "dense", "dense": 1.0, "sparse": 0.0, "k": 60, "rrf": False},
@@ -128,6 +138,20 @@ def configs() -> list[dict[str, Any]]:
                     "rrf": True,
                 }
             )
+    for cfg in out:
+        cfg["extra"] = dict.fromkeys(EXTRA_LEGS, 0.0)
+    if EXTRA_LEGS:
+        out.append(
+            {
+                "name": "RRF k=60, all legs at default weights (" + ", ".join(EXTRA_LEGS) + " on)",
+                "key": "rrf_default_all_legs",
+                "dense": 1.0,
+                "sparse": 1.0,
+                "k": 60,
+                "rrf": True,
+                "extra": {},
+            }
+        )
     return out
 
 
@@ -319,6 +343,7 @@ async def main_async(args: argparse.Namespace, redis_url: str) -> Result:
                     dense_weight=cfg["dense"],
                     sparse_weight=cfg["sparse"],
                     rrf_k=cfg["k"],
+                    **cfg["extra"],
                 )
                 t0 = time.perf_counter()
                 outcome = await retriever.search(spec)
@@ -378,6 +403,11 @@ async def main_async(args: argparse.Namespace, redis_url: str) -> Result:
         f"{ingest['embeddings_from_cache']} chunk embeddings from bench/.cache and {ingest['embeddings_computed']} "
         "computed by the model"
     )
+    if EXTRA_LEGS:
+        result.note(
+            f"the retriever also has {', '.join(EXTRA_LEGS)}: off (0) in every config except the last, which runs "
+            "every leg at its default weight as the daemon does; 'best RRF' is taken over all RRF configs"
+        )
     if subset:
         result.note(
             f"SUBSET RUN ({len(qids)} queries, {len(wanted)} of {len(corpus)} docs in the index): "

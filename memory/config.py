@@ -58,7 +58,9 @@ class EmbeddingConfig(BaseModel):
 class ChunkingConfig(BaseModel):
     """Token-aware chunking, in tokens of the embedding model's own tokenizer."""
 
-    max_tokens: int = Field(200, ge=16, le=4096, description="Largest chunk, in model tokens.")
+    max_tokens: int = Field(
+        254, ge=16, le=4096, description="Largest chunk, in model tokens (MiniLM reads 256 incl. 2 special tokens)."
+    )
     overlap: int = Field(32, ge=0, description="Tokens shared by consecutive chunks.")
 
     @model_validator(mode="after")

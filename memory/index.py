@@ -21,6 +21,7 @@ from redisvl.schema import IndexSchema
 
 from memory.config import IndexConfig
 from memory.errors import BackendUnavailable, MemdError, Unauthorized
+from memory.filters import hash_field, value_hash
 from memory.identifiers import identifiers
 from memory.records import DEFAULT_TENANT, ApplyResult, ChunkRecord, StoredChunk
 from memory.schema import index_schema
@@ -83,10 +84,10 @@ def _record_mapping(rec: ChunkRecord, vector: np.ndarray) -> dict[str, Any]:
         "timestamp": rec.timestamp,
         "metadata": json.dumps(rec.metadata, sort_keys=True),
         "vector": np.asarray(vector, dtype=np.float32).tobytes(),
-        "tenant": rec.tenant,
     }
-    for key, value in rec.tags.items():
+    for key, value in {**rec.tags, "tenant": rec.tenant}.items():
         mapping[key] = value
+        mapping[hash_field(key)] = value_hash(value)
     return mapping
 
 
@@ -94,7 +95,7 @@ def _to_str(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _stored(doc: Any) -> StoredChunk:
+def _stored(doc: Any, tag_keys: Sequence[str]) -> StoredChunk:
     raw_meta = getattr(doc, "metadata", "{}")
     try:
         metadata = json.loads(_to_str(raw_meta))
@@ -107,6 +108,7 @@ def _stored(doc: Any) -> StoredChunk:
         source=_to_str(getattr(doc, "source", "")),
         kind=_to_str(getattr(doc, "kind", "")),
         metadata=metadata if isinstance(metadata, dict) else {},
+        tags={k: _to_str(getattr(doc, k)) for k in tag_keys if getattr(doc, k, None) is not None},
     )
 
 
@@ -122,6 +124,8 @@ class ChunkIndex:
         self._r = client
         self._cfg = cfg
         self._dims = dims
+        self._tag_keys = ("tenant", *cfg.filter_keys)
+        self._fields = tuple(dict.fromkeys((*_RETURN_FIELDS, *self._tag_keys)))
 
     @property
     def cfg(self) -> IndexConfig:
@@ -242,10 +246,10 @@ class ChunkIndex:
 
     async def search_text(self, query: str, *, k: int) -> list[StoredChunk]:
         """The BM25 leg: ``query`` is a full, already-escaped RediSearch query."""
-        q = Query(query).scorer("BM25STD").paging(0, k).return_fields(*_RETURN_FIELDS).dialect(2)
+        q = Query(query).scorer("BM25STD").paging(0, k).return_fields(*self._fields).dialect(2)
         async with translate_errors("text search"):
             res = await self._r.ft(self._cfg.name).search(q)
-        return [_stored(d) for d in res.docs]
+        return [_stored(d, self._tag_keys) for d in res.docs]
 
     async def search_vector(self, vector: np.ndarray, *, filter_query: str, k: int) -> list[StoredChunk]:
         """The HNSW leg: KNN ``k`` within ``filter_query`` (applied inside the engine)."""
@@ -254,10 +258,10 @@ class ChunkIndex:
             Query(f"{base}=>[KNN {k} @vector $vec EF_RUNTIME $ef AS vector_distance]")
             .sort_by("vector_distance")
             .paging(0, k)
-            .return_fields(*_RETURN_FIELDS, "vector_distance")
+            .return_fields(*self._fields, "vector_distance")
             .dialect(2)
         )
         params = {"vec": np.asarray(vector, dtype=np.float32).tobytes(), "ef": max(self._cfg.hnsw_ef_runtime, k)}
         async with translate_errors("vector search"):
             res = await self._r.ft(self._cfg.name).search(q, query_params=params)  # type: ignore[arg-type]
-        return [_stored(d) for d in res.docs]
+        return [_stored(d, self._tag_keys) for d in res.docs]

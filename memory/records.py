@@ -59,6 +59,7 @@ class StoredChunk:
     source: str
     kind: str
     metadata: dict[str, Any]
+    tags: dict[str, str] = field(default_factory=dict)  # tenant and filterable values, as stored
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ import structlog
 from memory.config import RetrievalConfig
 from memory.embedder import Embedder
 from memory.errors import InvalidRequest
-from memory.filters import and_filters, build_filter, combine
+from memory.filters import combine, hash_clause, matches, normalize_filter, tag_clause
 from memory.fusion import fuse_rrf
 from memory.identifiers import identifiers
 from memory.index import ChunkIndex
@@ -88,6 +88,7 @@ class Retriever:
             raise InvalidRequest("at least one of dense_weight and sparse_weight must be > 0")
 
     async def _sparse(self, text: str, filter_query: str, k: int, timings: dict[str, LegTiming]) -> list[StoredChunk]:
+        # filter_query here is the non-scoring hash form (see memory.filters.hash_clause).
         start = time.monotonic()
         terms = query_terms(text)
         hits = await self._index.search_text(combine(bm25_query(terms), filter_query), k=k) if terms else []
@@ -122,28 +123,34 @@ class Retriever:
         """
         t0 = time.monotonic()
         self._validate(spec)
-        filter_query = build_filter(spec.metadata_filter, allowed=self._index.cfg.filter_keys)
-        filter_query = and_filters(build_filter({"tenant": spec.tenant}, allowed={"tenant"}), filter_query)
+        flt = normalize_filter(spec.metadata_filter, allowed=self._index.cfg.filter_keys)
+        flt["tenant"] = [spec.tenant]
         if spec.kinds:
-            filter_query = and_filters(filter_query, build_filter({"kind": list(spec.kinds)}, allowed={"kind"}))
+            flt["kind"] = [k for k in flt.get("kind", spec.kinds) if k in spec.kinds]
+            if not flt["kind"]:  # the request's kind filter and its scope exclude each other
+                return SearchOutcome(hits=[], took_ms=(time.monotonic() - t0) * 1000)
+        tag_query, hash_query = tag_clause(flt), hash_clause(flt)
         k = self.fetch_k(spec.top_k)
         timings: dict[str, LegTiming] = {}
         names: list[str] = []
         coros = []
         if spec.sparse_weight > 0:
             names.append("sparse")
-            coros.append(self._sparse(spec.text, filter_query, k, timings))
+            coros.append(self._sparse(spec.text, hash_query, k, timings))
         if spec.dense_weight > 0:
             names.append("dense")
-            coros.append(self._dense(spec.text, filter_query, k, timings))
+            coros.append(self._dense(spec.text, tag_query, k, timings))
         idents = identifiers(spec.text, limit=32) if spec.identifier_weight > 0 else []
         if idents:
             names.append("identifier")
-            coros.append(self._identifier(idents, filter_query, k, timings))
+            coros.append(self._identifier(idents, hash_query, k, timings))
         results = await asyncio.gather(*coros)
         by_id: dict[str, StoredChunk] = {}
         legs: dict[str, list[str]] = {}
-        for name, hits in zip(names, results, strict=True):
+        for name, found in zip(names, results, strict=True):
+            # A hash collision could let a text leg return a chunk outside the filter: every
+            # hit is checked against the exact values (the tenant above all) before fusion.
+            hits = [h for h in found if matches(h.tags, flt)]
             legs[name] = [h.chunk_id for h in hits]
             for h in hits:
                 by_id.setdefault(h.chunk_id, h)

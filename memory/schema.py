@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from memory.config import IndexConfig
+from memory.filters import hash_field
 
 #: Unit separator: a TAG value may contain commas (the RediSearch default separator),
 #: so no printable character is used to split values.
@@ -43,6 +44,9 @@ def index_schema(cfg: IndexConfig, *, dims: int) -> dict[str, Any]:
     # the topic a request arrived on and is always part of the query.
     for key in ("tenant", *cfg.filter_keys):
         fields.append({"name": key, "type": "tag", "attrs": {"separator": TAG_SEPARATOR, "case_sensitive": True}})
+        # The same value hashed into a NUMERIC field: text legs filter on it without
+        # changing BM25 scores (a TAG clause is scored; a numeric range is not).
+        fields.append({"name": hash_field(key), "type": "numeric"})
     return {
         "index": {
             "name": cfg.name,

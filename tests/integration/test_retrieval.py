@@ -199,13 +199,28 @@ async def test_batch_coalesces_to_the_highest_version(stack) -> None:
 
 async def test_identifier_leg_separates_look_alike_identifiers(stack) -> None:
     """Near-identical identifiers are told apart by the identifier leg, and its weight can switch it off."""
-    index, ingestor, retriever = stack
-    await ingestor.apply([
-        item("ids/a.md", text="Postgres raised SQLSTATE 42P01 undefined_table during the migration."),
-        item("ids/b.md", text="Postgres raised SQLSTATE 42P07 duplicate_table during the migration."),
-    ])
+    _, ingestor, retriever = stack
+    await ingestor.apply(
+        [
+            item("ids/a.md", text="Postgres raised SQLSTATE 42P01 undefined_table during the migration."),
+            item("ids/b.md", text="Postgres raised SQLSTATE 42P07 duplicate_table during the migration."),
+        ]
+    )
     out = await retriever.search(SearchSpec(text="what does 42P07 mean", top_k=2))
     assert out.hits[0].chunk.doc_id == "ids/b.md" and out.hits[0].ranks["identifier"] == 1
     assert "identifier" in out.legs
     off = await retriever.search(SearchSpec(text="what does 42P07 mean", top_k=2, identifier_weight=0))
     assert "identifier" not in off.legs and all("identifier" not in h.ranks for h in off.hits)
+
+
+async def test_filters_do_not_change_bm25_scores(stack) -> None:
+    """The tenant and metadata filters on text legs are non-scoring: same ranking as unfiltered text."""
+    index, _, _ = stack
+    from memory.filters import hash_clause
+    from memory.text import bm25_query
+
+    plain = await index.search_text(bm25_query(["timeout", "pool"]), k=10)
+    filtered = await index.search_text(
+        f"({bm25_query(['timeout', 'pool'])}) ({hash_clause({'tenant': ['default']})})", k=10
+    )
+    assert [h.chunk_id for h in plain] == [h.chunk_id for h in filtered] and plain

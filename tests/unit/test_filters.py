@@ -50,3 +50,22 @@ def test_combine_keeps_clauses_grouped() -> None:
     """The text clause and the filter are separate groups, ANDed."""
     assert combine("@text:(a|b)", "*") == "@text:(a|b)"
     assert combine("@text:(a|b)", "@kind:{document}") == "(@text:(a|b)) (@kind:{document})"
+
+
+def test_hash_clause_and_matches() -> None:
+    """The numeric form filters the same values; matches re-checks exact strings."""
+    from memory.filters import hash_clause, matches, normalize_filter, tag_clause, value_hash
+
+    flt = normalize_filter({"service": ["a", "b"], "environment": "prod"}, allowed=ALLOWED)
+    assert flt == {"environment": ["prod"], "service": ["a", "b"]}
+    h = hash_clause(flt)
+    assert h == (
+        f"@h_environment:[{value_hash('prod')} {value_hash('prod')}] "
+        f"(@h_service:[{value_hash('a')} {value_hash('a')}] | @h_service:[{value_hash('b')} {value_hash('b')}])"
+    )
+    assert tag_clause(flt) == "@environment:{prod} @service:{a|b}"
+    assert 0 <= value_hash("x") < 2**53 and value_hash("x") == value_hash("x") != value_hash("y")
+    assert matches({"environment": "prod", "service": "b"}, flt)
+    assert not matches({"environment": "prod", "service": "c"}, flt)
+    assert not matches({"service": "a"}, flt)
+    assert hash_clause({}) == "*" == tag_clause({})
