@@ -1,6 +1,9 @@
-"""FastStream subscribers: they translate records and call into memory/, nothing more."""
+"""FastStream subscribers: they translate records and call into memory/, nothing more.
 
-from __future__ import annotations
+No ``from __future__ import annotations`` here: FastStream resolves handler annotations
+at runtime, and string annotations would be looked up in callers' frames, where a name
+like ``KafkaBroker`` may mean something else.
+"""
 
 import dataclasses
 from collections.abc import Callable, Collection, Sequence

@@ -53,6 +53,15 @@ class EmbeddingConfig(BaseModel):
     batch_size: int = Field(64, ge=1, le=1024, description="Texts per encode() call.")
     device: str = Field("cpu", description="torch device.")
     query_cache_size: int = Field(1024, ge=0, description="LRU cache of query embeddings (0 = off).")
+    query_batch_max: int = Field(
+        32, ge=1, le=1024, description="Concurrent queries embedded together in one encode() call."
+    )
+    torch_threads: int = Field(
+        1,
+        ge=0,
+        le=256,
+        description="torch intra-op threads (0 = torch's default). 1 keeps a core free for Redis and the broker.",
+    )
 
 
 class ChunkingConfig(BaseModel):

@@ -72,6 +72,8 @@ class SentenceTransformerEmbedder:
         self._docs_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed-docs")
         self._query_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed-query")
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._pending: list[tuple[str, asyncio.Future[np.ndarray]]] = []
+        self._drainer: asyncio.Task[None] | None = None
 
     @classmethod
     async def load(cls, cfg: EmbeddingConfig) -> SentenceTransformerEmbedder:
@@ -87,6 +89,10 @@ class SentenceTransformerEmbedder:
             from sentence_transformers import SentenceTransformer
 
             transformers.logging.set_verbosity_error()  # type: ignore[no-untyped-call]
+            if cfg.torch_threads:
+                import torch
+
+                torch.set_num_threads(cfg.torch_threads)
             return SentenceTransformer(path, device=cfg.device, local_files_only=True)
 
         try:
@@ -124,13 +130,37 @@ class SentenceTransformerEmbedder:
         if cached is not None:
             self._cache.move_to_end(text)
             return cached
-        loop = asyncio.get_running_loop()
-        vec: np.ndarray = (await loop.run_in_executor(self._query_pool, self._encode, [text]))[0]
+        fut: asyncio.Future[np.ndarray] = asyncio.get_running_loop().create_future()
+        self._pending.append((text, fut))
+        if self._drainer is None or self._drainer.done():
+            self._drainer = asyncio.create_task(self._drain())
+        vec = await fut
         if self._cfg.query_cache_size:
             self._cache[text] = vec
             if len(self._cache) > self._cfg.query_cache_size:
                 self._cache.popitem(last=False)
         return vec
+
+    async def _drain(self) -> None:
+        # Natural micro-batching: the first query is encoded at once; queries that arrive
+        # while it runs are encoded together next. One asker pays nothing extra; sixteen
+        # share a few encode() calls instead of queueing for sixteen.
+        loop = asyncio.get_running_loop()
+        while self._pending:
+            batch = self._pending[: self._cfg.query_batch_max]
+            del self._pending[: len(batch)]
+            texts = list(dict.fromkeys(t for t, _ in batch))
+            try:
+                vectors = await loop.run_in_executor(self._query_pool, self._encode, texts)
+            except Exception as exc:  # handed to every waiting asker, never lost
+                for _, fut in batch:
+                    if not fut.done():
+                        fut.set_exception(EmbedderError(f"query embedding failed: {exc}"))
+                continue
+            row = {t: i for i, t in enumerate(texts)}
+            for text, fut in batch:
+                if not fut.done():
+                    fut.set_result(vectors[row[text]])
 
     def _offsets(self, text: str) -> list[tuple[int, int]]:
         enc = self._model.tokenizer(

@@ -224,3 +224,16 @@ async def test_filters_do_not_change_bm25_scores(stack) -> None:
         f"({bm25_query(['timeout', 'pool'])}) ({hash_clause({'tenant': ['default']})})", k=10
     )
     assert [h.chunk_id for h in plain] == [h.chunk_id for h in filtered] and plain
+
+
+async def test_concurrent_query_embeddings_are_batched_and_exact(embedder) -> None:
+    """Queries embedded concurrently (micro-batched) get exactly the vectors they would alone."""
+    import asyncio
+
+    import numpy as np
+
+    texts = [f"question number {i} about pgbouncer pools" for i in range(12)]
+    together = await asyncio.gather(*(embedder.embed_query(t) for t in texts))
+    alone = [await embedder.embed_documents([t]) for t in texts]
+    for a, b in zip(together, alone, strict=True):
+        assert np.allclose(a, b[0], atol=1e-5)
