@@ -6,6 +6,8 @@ like ``KafkaBroker`` may mean something else.
 """
 
 import dataclasses
+import json
+import time
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
@@ -25,6 +27,7 @@ from graph.search import ScopedSearch
 from memory.attempts import AttemptCounter
 from memory.errors import MemdError
 from memory.ingest import Ingestor, IngestReport
+from memory.metrics import EVENTS_CONSUMED, EVENTS_DEAD_LETTERED, EVENTS_FAILED, QUERY_SECONDS
 
 log = structlog.get_logger()
 
@@ -47,6 +50,15 @@ async def _parser_batch(msgs: tuple[ConsumerRecord[Any, Any], ...], original: Ca
 async def _no_decode(msg: Any) -> None:
     # Handlers read the raw records themselves (they need offsets and original bytes).
     return None
+
+
+def scope_of(raw: bytes | None) -> str:
+    """The scope label of a request, for metrics (invalid requests count as 'invalid')."""
+    try:
+        scope = json.loads(raw or b"").get("scope", "chunks")
+    except (ValueError, AttributeError):
+        return "invalid"
+    return scope if scope in {"chunks", "communities", "all"} else "invalid"
 
 
 def _records(raw: Any) -> tuple[ConsumerRecord[Any, Any], ...]:
@@ -79,6 +91,7 @@ def build_router(
     on_assigned: Callable[[str, int], None],
     attempts_counter: AttemptCounter,
     max_attempts: int,
+    on_query_done: Callable[[float, str], None] = lambda _s, _o: None,
 ) -> KafkaRouter:
     """The daemon's three subscribers: documents, transcripts (batched) and queries."""
     router = KafkaRouter()
@@ -86,6 +99,8 @@ def build_router(
 
     async def ingest(records: Sequence[ConsumerRecord[Any, Any]], kind: str) -> None:
         base = topics.documents if kind == "document" else topics.transcripts
+        for r in records:
+            EVENTS_CONSUMED.labels(r.topic).inc()
         good, dead = decode_records(
             records,
             kind=kind,
@@ -131,6 +146,7 @@ def build_router(
         return report
 
     async def poison(g: Decoded, raw: dict[tuple[str, int, int], Any], exc: Exception) -> None:
+        EVENTS_FAILED.labels(g.topic).inc()
         attempts = await attempts_counter.incr(g.topic, g.partition, g.offset)
         if attempts < max_attempts:
             log.warning(
@@ -142,6 +158,7 @@ def build_router(
         await attempts_counter.forget(g.topic, g.partition, g.offset)
 
     async def publish_dead(record: DlqRecord) -> None:
+        EVENTS_DEAD_LETTERED.labels(record.topic, record.error_code).inc()
         log.warning(
             "ingest.event_dead_lettered",
             topic=record.topic,
@@ -212,6 +229,7 @@ def build_router(
         """Memory queries; the reply goes to the reply_to header's topic (default: replies)."""
         record = message.raw_message
         assert isinstance(record, ConsumerRecord)
+        t0 = time.monotonic()
         target = message.reply_to or topics.replies
         reply: QueryReply | ErrorReply
         if valid_topic(target):
@@ -225,6 +243,9 @@ def build_router(
                 ),
             )
             target = topics.replies
+        outcome = "error" if isinstance(reply, ErrorReply) else "ok"
+        QUERY_SECONDS.labels(scope_of(record.value), outcome).observe(time.monotonic() - t0)
+        on_query_done(time.monotonic() - t0, outcome)
         try:
             await broker.publish(reply.model_dump(mode="json"), topic=target, correlation_id=message.correlation_id)
         except KafkaError as exc:

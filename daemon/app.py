@@ -9,11 +9,14 @@ from dataclasses import dataclass, field
 
 import redis.asyncio as aredis
 import structlog
+from aiohttp import web
 from faststream.kafka import KafkaBroker
 
 from consumers.routers import build_router
 from daemon.connections import kafka_options, redis_client
+from daemon.http import build_app, readiness_checks, start_http
 from daemon.settings import Settings
+from daemon.status import Sampler, StatusState
 from daemon.topics import ensure_topics
 from graph.ner import SpacyNer
 from graph.registry import GraphRegistry
@@ -51,6 +54,8 @@ class Daemon:
     retriever: Retriever
     broker: KafkaBroker
     graph: GraphRegistry | None = None
+    status: StatusState = field(default_factory=StatusState)
+    http: web.AppRunner | None = None
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     assigned: dict[str, int] = field(default_factory=dict)
     ready: asyncio.Event = field(default_factory=asyncio.Event)
@@ -65,6 +70,8 @@ class Daemon:
         for task in self.tasks:
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
+        if self.http is not None:
+            await self.http.cleanup()
         await self.redis.aclose()
         self.embedder.close()
         log.info("daemon.shutdown_finished")
@@ -164,6 +171,17 @@ async def start_daemon(settings: Settings, *, ready_timeout_s: float = 120.0) ->
         logger=None,
     )
     daemon = Daemon(settings, redis, embedder, index, ingestor, retriever, broker, graph)
+    status = daemon.status
+    if settings.http_port:
+        checks = readiness_checks(index=index, state=status, stale_after_s=max(30.0, 4 * settings.status_sample_s))
+        try:
+            daemon.http = await start_http(
+                build_app(state=status, ready_check=checks), settings.http_host, settings.http_port
+            )
+            log.info("daemon.http_started", host=settings.http_host, port=settings.http_port)
+        except OSError as exc:
+            # Memory keeps working without its status page; say so loudly instead of dying.
+            log.error("daemon.http_failed", host=settings.http_host, port=settings.http_port, error=str(exc))
 
     def on_assigned(name: str, partitions: int) -> None:
         daemon.assigned[name] = partitions
@@ -179,6 +197,7 @@ async def start_daemon(settings: Settings, *, ready_timeout_s: float = 120.0) ->
             filter_keys=settings.index.filter_keys,
             max_content_bytes=settings.ingest.max_content_bytes,
             on_assigned=on_assigned,
+            on_query_done=status.record_query,
             attempts_counter=AttemptCounter(client=redis, name=settings.index.name),
             max_attempts=settings.ingest.max_attempts,
         )
@@ -196,6 +215,10 @@ async def start_daemon(settings: Settings, *, ready_timeout_s: float = 120.0) ->
         daemon.tasks.append(asyncio.create_task(graph.run_queue_log(), name="graph-queue-log"))
         for i in range(settings.graph.summarizer_concurrency):
             daemon.tasks.append(asyncio.create_task(graph.run_worker(), name=f"graph-summarizer-{i}"))
+    status.ready = True
+    status.assigned = daemon.assigned
+    sampler = Sampler(settings=settings, state=status, index=index, graph=graph, interval_s=settings.status_sample_s)
+    daemon.tasks.append(asyncio.create_task(sampler.run(asyncio.Event()), name="status-sampler"))
     log.info("daemon.ready", assigned=daemon.assigned, index=settings.index.name, kafka=settings.kafka_bootstrap)
     print(f"agentmemd ready: consuming {', '.join(settings.topics.all()[:3])}", file=sys.stdout, flush=True)
     return daemon

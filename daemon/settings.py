@@ -54,6 +54,9 @@ class Settings(BaseSettings):
     topic_check_s: float = Field(
         10.0, gt=0, description="How often missing topics are looked for (a broker that lost them, e.g. tansu)."
     )
+    http_host: str = Field("127.0.0.1", description="Address of /healthz, /readyz, /metrics and the status page.")
+    http_port: int = Field(8080, ge=0, le=65535, description="Port of the HTTP server (0 = no HTTP server).")
+    status_sample_s: float = Field(5.0, gt=0, description="How often lag, queue depth and index size are sampled.")
     shutdown_timeout_s: float = Field(30.0, gt=0, description="Time given to in-flight messages on SIGTERM.")
     kafka_security: KafkaSecurity = Field(default_factory=KafkaSecurity)
     topics: Topics = Field(default_factory=Topics)

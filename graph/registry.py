@@ -16,6 +16,7 @@ from graph.store import ApplyOutcome, GraphStore
 from memory.embedder import Embedder
 from memory.errors import MemdError
 from memory.index import ChunkIndex, translate_errors
+from memory.metrics import STALE_DEPTH, STALE_OLDEST
 from memory.records import DEFAULT_TENANT, ChunkRecord, MemoryItem
 
 log = structlog.get_logger()
@@ -123,5 +124,7 @@ class GraphRegistry:
                 log.info(
                     "graph.stale_queue_measured", tenant=s.store.tenant, depth=depth, oldest_age_s=round(oldest, 1)
                 )
+                STALE_DEPTH.labels(s.store.tenant).set(depth)
+                STALE_OLDEST.labels(s.store.tenant).set(oldest)
 
             await self._each("queue-log", measure)

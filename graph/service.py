@@ -23,6 +23,7 @@ from graph.summaries import extractive_summary
 from memory.embedder import Embedder
 from memory.errors import MemdError
 from memory.index import ChunkIndex
+from memory.metrics import LLM_TOKENS, SUMMARIES_FAILED, SUMMARIES_WRITTEN
 from memory.records import ChunkRecord, MemoryItem
 
 log = structlog.get_logger()
@@ -87,6 +88,7 @@ class GraphService:
                 self._cfg.llm_model, EXTRACT_SYSTEM, text, timeout_s=self._cfg.llm_timeout_s, mock_response=self._mock
             )
             self.llm_tokens += res.prompt_tokens + res.completion_tokens
+            LLM_TOKENS.labels("extraction").inc(res.prompt_tokens + res.completion_tokens)
             out.append(parse_entities(res.text))
         return out
 
@@ -242,6 +244,7 @@ class GraphService:
             )
             text, model, tokens = res.text, self._cfg.llm_model, res.prompt_tokens + res.completion_tokens
             self.llm_tokens += tokens
+            LLM_TOKENS.labels("summary").inc(tokens)
         else:
             text = extractive_summary(
                 excerpts,
@@ -283,6 +286,7 @@ class GraphService:
         )
         cleared = await self.store.clear_if_unchanged(cid, gen)
         self.summaries_written += 1
+        SUMMARIES_WRITTEN.inc()
         await self.store.incr("summaries_written")
         log.info(
             "graph.summary_written", community_id=cid, level=comm.level, model=model, cleared=cleared, tokens=tokens
@@ -308,6 +312,7 @@ class GraphService:
                 attempts = await self.store.failures(cid) + 1
                 delay = min(self._cfg.summary_retry_initial_s * 2 ** (attempts - 1), self._cfg.summary_retry_max_s)
                 await self.store.record_failure(cid, time.time() + delay)
+                SUMMARIES_FAILED.inc()
                 log.warning(
                     "graph.summary_failed", community_id=cid, attempts=attempts, retry_in_s=delay, error=str(exc)
                 )

@@ -17,6 +17,7 @@ from memory.filters import combine, hash_clause, matches, normalize_filter, tag_
 from memory.fusion import fuse_rrf
 from memory.identifiers import identifiers
 from memory.index import ChunkIndex
+from memory.metrics import LEG_SECONDS
 from memory.records import DEFAULT_TENANT, StoredChunk
 from memory.text import bm25_query, query_terms
 
@@ -166,4 +167,6 @@ class Retriever:
             returned=len(hits_out),
             took_ms=round(took_ms, 2),
         )
+        for leg, timing in timings.items():
+            LEG_SECONDS.labels(leg).observe(timing.end - timing.start)
         return SearchOutcome(hits=hits_out, took_ms=took_ms, legs=timings)

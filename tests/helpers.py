@@ -29,6 +29,7 @@ def isolated_settings(name: str, kafka_bootstrap: str, redis_url: str, **over: A
         kafka_bootstrap=kafka_bootstrap,
         redis_url=redis_url,
         topic_partitions=over.pop("topic_partitions", 2),
+        http_port=over.pop("http_port", 0),
         topics=topics,
         consumer=over.pop("consumer", ConsumerConfig(group_id=name)),
         index=over.pop("index", IndexConfig(name=name)),
@@ -45,6 +46,7 @@ def settings_env(settings: Settings) -> dict[str, str]:
         "AGENTMEM_CONSUMER__GROUP_ID": settings.consumer.group_id,
         "AGENTMEM_INDEX__NAME": settings.index.name,
         "AGENTMEM_LOG_FORMAT": "json",
+        "AGENTMEM_HTTP_PORT": str(settings.http_port),
     }
     for field, value in settings.topics.model_dump().items():
         env[f"AGENTMEM_TOPICS__{field.upper()}"] = value

@@ -1,0 +1,153 @@
+"""The daemon's small HTTP server: /healthz, /readyz, /metrics and the status page at /.
+
+The page is rendered on the server (no front-end build step) and refreshes itself.
+"""
+
+from __future__ import annotations
+
+import html
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from daemon.status import StatusState, percentile
+from memory.errors import MemdError
+from memory.index import ChunkIndex
+from memory.metrics import REGISTRY
+
+ReadyCheck = Callable[[], Awaitable[dict[str, str | None]]]
+
+
+def readiness_checks(*, index: ChunkIndex, state: StatusState, stale_after_s: float) -> ReadyCheck:
+    """Checks that say, in words, what is not ready: Redis, the index, the Kafka consumers."""
+
+    async def check() -> dict[str, str | None]:
+        problems: dict[str, str | None] = {"redis": None, "index": None, "kafka": None}
+        try:
+            await index.ping()
+        except MemdError as exc:
+            problems["redis"] = str(exc)
+        if problems["redis"] is None:
+            try:
+                await index.count()
+            except MemdError as exc:
+                problems["index"] = f"index {index.cfg.name!r} missing or unreadable: {exc}"
+        else:
+            problems["index"] = "not checked: redis is down"
+        if not state.ready:
+            problems["kafka"] = "consumers not assigned yet"
+        elif state.lag_error is not None:
+            problems["kafka"] = f"broker unreachable: {state.lag_error}"
+        elif state.lag_measured_at and time.time() - state.lag_measured_at > stale_after_s:
+            problems["kafka"] = f"no successful broker check for {time.time() - state.lag_measured_at:.0f}s"
+        return problems
+
+    return check
+
+
+def _svg_chart(points: list[tuple[float, int]], width: int = 560, height: int = 120) -> str:
+    if len(points) < 2:
+        return '<p class="muted">collecting samples…</p>'
+    t0, t1 = points[0][0], points[-1][0]
+    top = max(1, max(v for _, v in points))
+    span = max(t1 - t0, 1e-9)
+    coords = " ".join(f"{(t - t0) / span * width:.1f},{height - v / top * (height - 10):.1f}" for t, v in points)
+    return (
+        f'<svg id="depth-chart" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" '
+        f'aria-label="stale queue depth over time"><polyline fill="none" stroke="#c0392b" stroke-width="2" '
+        f'points="{coords}"/><text x="4" y="12" font-size="11">max {top}</text></svg>'
+    )
+
+
+def render_status(state: StatusState, *, title: str) -> str:
+    """The operator's page: stale-summary queue, consumer lag, DLQ, query latency."""
+    now = time.time()
+    depth = sum(int(s["depth"]) for s in state.stale.values())
+    oldest = max((float(s["oldest_age_s"]) for s in state.stale.values() if s["depth"]), default=0.0)
+    q = list(state.query_ms)
+    rows = []
+    for tenant, s in sorted(state.stale.items()):
+        for item in s["items"]:
+            rows.append(
+                f"<tr><td>{html.escape(tenant)}</td><td>{html.escape(item.community_id)}</td><td>{item.level}</td>"
+                f"<td>{now - item.first_marked_at:.1f}</td><td>{item.change_count}</td>"
+                f"<td>{html.escape(', '.join(item.doc_ids[:5]))}</td></tr>"
+            )
+    lag_rows = [
+        f"<tr><td>{html.escape(group)}</td><td>{html.escape(tp)}</td><td>{value}</td></tr>"
+        for group, parts in sorted(state.lag.items())
+        for tp, value in sorted(parts.items())
+    ]
+    total_lag = sum(v for parts in state.lag.values() for v in parts.values())
+    lag_note = f'<p class="bad">{html.escape(state.lag_error)}</p>' if state.lag_error else ""
+    dlq = state.dlq_records if state.dlq_records is not None else "?"
+    chunks = state.chunks if state.chunks is not None else "?"
+    p50, p95 = percentile(q, 0.5), percentile(q, 0.95)
+    heads = "".join(f"<th>{h}</th>" for h in ("tenant", "community", "level", "age s", "changes", "caused by"))
+    empty = '<tr><td colspan="6" class="muted">empty: every summary is fresh</td></tr>'
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta http-equiv="refresh" content="5">
+<title>{html.escape(title)}</title>
+<style>
+body{{font-family:system-ui,sans-serif;margin:24px;color:#222}} h1{{font-size:20px}}
+.cards{{display:flex;gap:16px;flex-wrap:wrap}} .card{{border:1px solid #ddd;border-radius:6px;padding:10px 14px}}
+.num{{font-size:26px;font-weight:600}} table{{border-collapse:collapse;margin:8px 0}}
+td,th{{border-bottom:1px solid #eee;padding:4px 10px;text-align:left;font-size:13px}} .muted{{color:#888}}
+.bad{{color:#c0392b}}
+</style></head><body>
+<h1>{html.escape(title)}</h1>
+<p class="muted">up {now - state.started_at:.0f}s · {"ready" if state.ready else "not ready"} · refreshed every 5s</p>
+<div class="cards">
+<div class="card">stale summaries<div class="num" id="stale-depth">{depth}</div></div>
+<div class="card">oldest stale (s)<div class="num" id="stale-oldest">{oldest:.1f}</div></div>
+<div class="card">consumer lag<div class="num" id="consumer-lag">{total_lag}</div></div>
+<div class="card">DLQ records<div class="num" id="dlq-count">{dlq}</div></div>
+<div class="card">chunks indexed<div class="num" id="chunks">{chunks}</div></div>
+<div class="card">query p50 / p95 ms<div class="num" id="query-latency">{p50:.1f} / {p95:.1f}</div>
+<span class="muted" id="query-count">{len(q)} recent, {state.query_errors} errors</span></div>
+</div>
+<h2>Stale-summary queue</h2>
+{_svg_chart(list(state.depth_history))}
+<table id="stale-table"><tr>{heads}</tr>
+{"".join(rows) or empty}</table>
+<h2>Consumer lag</h2>{lag_note}
+<table id="lag-table"><tr><th>group</th><th>partition</th><th>lag</th></tr>{"".join(lag_rows)}</table>
+</body></html>"""
+
+
+def build_app(*, state: StatusState, ready_check: ReadyCheck, title: str = "agentmemd") -> web.Application:
+    """The aiohttp application."""
+
+    async def healthz(_: web.Request) -> web.Response:
+        return web.json_response({"status": "alive", "uptime_s": round(time.time() - state.started_at, 1)})
+
+    async def readyz(_: web.Request) -> web.Response:
+        problems = await ready_check()
+        failing = {k: v for k, v in problems.items() if v}
+        body: dict[str, Any] = {"ready": not failing, "checks": {k: v or "ok" for k, v in problems.items()}}
+        return web.json_response(body, status=200 if not failing else 503)
+
+    async def metrics(_: web.Request) -> web.Response:
+        resp = web.Response(body=generate_latest(REGISTRY))
+        resp.content_type = CONTENT_TYPE_LATEST.split(";")[0]
+        return resp
+
+    async def page(_: web.Request) -> web.Response:
+        return web.Response(text=render_status(state, title=title), content_type="text/html")
+
+    app = web.Application()
+    app.add_routes(
+        [web.get("/healthz", healthz), web.get("/readyz", readyz), web.get("/metrics", metrics), web.get("/", page)]
+    )
+    return app
+
+
+async def start_http(app: web.Application, host: str, port: int) -> web.AppRunner:
+    """Serve ``app``; returns the runner (``await runner.cleanup()`` stops it)."""
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    return runner

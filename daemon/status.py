@@ -1,0 +1,173 @@
+"""What operators see: readiness checks, consumer lag, the stale queue over time, query latency.
+
+The sampler keeps small in-memory histories (bounded) for the status page; everything it
+measures also goes to Prometheus gauges.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import KafkaError
+
+from daemon.settings import Settings
+from graph.registry import GraphRegistry
+from memory.errors import MemdError
+from memory.index import ChunkIndex
+from memory.metrics import CONSUMER_LAG, INDEX_CHUNKS, STALE_DEPTH, STALE_OLDEST
+
+log = structlog.get_logger()
+
+SUBSCRIBER_GROUPS = ("documents", "transcripts", "requests")
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The q-quantile (0..1) of values by nearest rank; 0.0 when empty."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+@dataclass
+class StatusState:
+    """The latest measurements, shared by the sampler and the HTTP handlers."""
+
+    started_at: float = field(default_factory=time.time)
+    ready: bool = False
+    assigned: dict[str, int] = field(default_factory=dict)
+    lag: dict[str, dict[str, int]] = field(default_factory=dict)  # group -> "topic/partition" -> lag
+    lag_error: str | None = None
+    lag_measured_at: float = 0.0
+    dlq_records: int | None = None
+    chunks: int | None = None
+    stale: dict[str, dict[str, Any]] = field(default_factory=dict)  # tenant -> {depth, oldest_age_s, items}
+    depth_history: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=720))
+    query_ms: deque[float] = field(default_factory=lambda: deque(maxlen=1000))
+    query_errors: int = 0
+
+    def record_query(self, seconds: float, outcome: str) -> None:
+        """Called by the query subscriber after each reply."""
+        self.query_ms.append(seconds * 1000)
+        if outcome != "ok":
+            self.query_errors += 1
+
+
+def _subscribed(topic: str, base: str, tenancy: str) -> bool:
+    return topic == base if tenancy == "single" else topic.startswith(base + ".")
+
+
+async def measure_lag(settings: Settings) -> tuple[dict[str, dict[str, int]], int]:
+    """Lag of every consumer group of this deployment, and the number of DLQ records ever written.
+
+    Committed offsets are read with a group-bound consumer that never subscribes (so it never
+    joins or disturbs the group); the admin API's OffsetFetch is not understood by every
+    Kafka-protocol broker.
+
+    Raises:
+        KafkaError: the broker cannot be asked.
+    """
+    opts = settings.kafka_security.aiokafka_kwargs()
+    t = settings.topics
+    bases = {"documents": t.documents, "transcripts": t.transcripts, "requests": t.requests}
+    probe = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, request_timeout_ms=5000, **opts)
+    await probe.start()
+    try:
+        all_topics = await probe.topics()
+        lag: dict[str, dict[str, int]] = {}
+        for role, base in bases.items():
+            group = f"{settings.consumer.group_id}.{role}"
+            tps = [
+                TopicPartition(topic, p)
+                for topic in sorted(all_topics)
+                if _subscribed(topic, base, settings.consumer.tenancy)
+                for p in sorted(probe.partitions_for_topic(topic) or ())
+            ]
+            if not tps:
+                lag[group] = {}
+                continue
+            ends = await probe.end_offsets(tps)
+            reader = AIOKafkaConsumer(
+                bootstrap_servers=settings.kafka_bootstrap,
+                group_id=group,
+                enable_auto_commit=False,
+                request_timeout_ms=5000,
+                **opts,
+            )
+            await reader.start()
+            try:
+                lag[group] = {
+                    f"{tp.topic}/{tp.partition}": max(0, ends[tp] - max(await reader.committed(tp) or 0, 0))
+                    for tp in tps
+                }
+            finally:
+                await reader.stop()
+        dlq_tps = [TopicPartition(t.dlq, p) for p in sorted(probe.partitions_for_topic(t.dlq) or ())]
+        dlq = sum((await probe.end_offsets(dlq_tps)).values()) if dlq_tps else 0
+        return lag, int(dlq)
+    finally:
+        await probe.stop()
+
+
+class Sampler:
+    """Refreshes StatusState (and the gauges) every ``interval_s``."""
+
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        state: StatusState,
+        index: ChunkIndex,
+        graph: GraphRegistry | None,
+        interval_s: float,
+    ) -> None:
+        self._settings = settings
+        self._state = state
+        self._index = index
+        self._graph = graph
+        self._interval = interval_s
+
+    async def sample_once(self) -> None:
+        """One round of measurements; failures are recorded, never raised."""
+        s = self._state
+        try:
+            s.lag, s.dlq_records = await measure_lag(self._settings)
+            s.lag_error = None
+            s.lag_measured_at = time.time()
+            for group, parts in s.lag.items():
+                for tp, value in parts.items():
+                    topic, _, partition = tp.rpartition("/")
+                    CONSUMER_LAG.labels(group, topic, partition).set(value)
+        except (TimeoutError, KafkaError, OSError) as exc:
+            s.lag_error = f"{type(exc).__name__}: {exc}"
+        with contextlib.suppress(MemdError):
+            s.chunks = await self._index.count()
+            INDEX_CHUNKS.set(s.chunks)
+        if self._graph is not None:
+            total = 0
+            with contextlib.suppress(MemdError):
+                for tenant in await self._graph.tenants():
+                    depth, items = await self._graph.store(tenant).stale(limit=10)
+                    oldest = time.time() - min((i.first_marked_at for i in items), default=time.time())
+                    s.stale[tenant] = {"depth": depth, "oldest_age_s": oldest, "items": items}
+                    STALE_DEPTH.labels(tenant).set(depth)
+                    STALE_OLDEST.labels(tenant).set(oldest)
+                    total += depth
+                s.depth_history.append((time.time(), total))
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Sample until stopped."""
+        while not stop.is_set():
+            try:
+                await self.sample_once()
+            except Exception:  # a monitoring loop must outlive whatever it measures
+                log.exception("status.sample_failed")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=self._interval)

@@ -1,0 +1,47 @@
+"""Prometheus metrics, defined once (the lowest layer, so every layer can record).
+
+Names follow Prometheus conventions: ``agentmemd_`` prefix, ``_total`` counters,
+``_seconds`` durations. The daemon serves them on ``/metrics``.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+
+EVENTS_CONSUMED = Counter("agentmemd_events_consumed_total", "Events read from Kafka.", ["topic"], registry=REGISTRY)
+EVENTS_FAILED = Counter(
+    "agentmemd_events_failed_total", "Event handling attempts that failed (retried).", ["topic"], registry=REGISTRY
+)
+EVENTS_DEAD_LETTERED = Counter(
+    "agentmemd_events_dead_lettered_total", "Events sent to the DLQ.", ["topic", "code"], registry=REGISTRY
+)
+CONSUMER_LAG = Gauge(
+    "agentmemd_consumer_lag",
+    "Records behind the end of each partition.",
+    ["group", "topic", "partition"],
+    registry=REGISTRY,
+)
+INDEX_CHUNKS = Gauge("agentmemd_index_chunks", "Chunks in the search index.", registry=REGISTRY)
+QUERY_SECONDS = Histogram(
+    "agentmemd_query_seconds",
+    "Query handling time (parse to reply).",
+    ["scope", "outcome"],
+    registry=REGISTRY,
+    buckets=(0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0),
+)
+LEG_SECONDS = Histogram(
+    "agentmemd_query_leg_seconds",
+    "Time of each retrieval leg.",
+    ["leg"],
+    registry=REGISTRY,
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0),
+)
+STALE_DEPTH = Gauge("agentmemd_stale_queue_depth", "Communities waiting for a summary.", ["tenant"], registry=REGISTRY)
+STALE_OLDEST = Gauge(
+    "agentmemd_stale_queue_oldest_age_seconds", "Age of the oldest stale mark.", ["tenant"], registry=REGISTRY
+)
+SUMMARIES_WRITTEN = Counter("agentmemd_summaries_written_total", "Community summaries written.", registry=REGISTRY)
+SUMMARIES_FAILED = Counter("agentmemd_summaries_failed_total", "Community summaries that failed.", registry=REGISTRY)
+LLM_TOKENS = Counter("agentmemd_llm_tokens_total", "Tokens spent on LLM calls.", ["purpose"], registry=REGISTRY)

@@ -1,0 +1,251 @@
+"""Operators' endpoints with dependencies up and down, and the status page in a real browser."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import shutil
+import subprocess
+import tempfile
+import urllib.error
+import urllib.request
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from daemon.app import Daemon, start_daemon
+from daemon.launcher import ServerProcess, free_port, start_redis, start_tansu
+from graph.config import GraphConfig
+from tests.conftest import unique
+from tests.helpers import PlainClient, eventually, isolated_settings
+
+pytestmark = pytest.mark.integration
+
+
+def http_get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+async def get(url: str) -> tuple[int, str]:
+    return await asyncio.to_thread(http_get, url)
+
+
+class Env:
+    def __init__(
+        self,
+        daemon: Daemon,
+        client: PlainClient,
+        redis: ServerProcess,
+        broker: ServerProcess,
+        base: str,
+        redis_url: str,
+        data: Path,
+        bootstrap: str,
+        tmp: Path,
+    ) -> None:
+        self.daemon, self.client, self.redis, self.broker = daemon, client, redis, broker
+        self.base, self.redis_url, self.data, self.bootstrap, self.tmp = base, redis_url, data, bootstrap, tmp
+
+
+@pytest.fixture(scope="module")
+async def env() -> AsyncIterator[Env]:
+    tmp = Path(tempfile.mkdtemp(prefix="agentmemd-ops-"))
+    redis_url = f"redis://127.0.0.1:{free_port()}/0"
+    redis = start_redis(redis_url, data_dir=tmp / "redis")
+    bootstrap = f"127.0.0.1:{free_port()}"
+    broker = start_tansu(bootstrap, log_dir=tmp)
+    port = free_port()
+    name = unique(__name__)
+    settings = isolated_settings(
+        name,
+        bootstrap,
+        redis_url,
+        topic_partitions=1,
+        http_port=port,
+        status_sample_s=0.5,
+        topic_check_s=1.0,
+        # no summarizer here, so the stale queue holds still for the page test
+        graph=GraphConfig(summarizer_concurrency=0),
+    )
+    daemon = await start_daemon(settings)
+    client = PlainClient(bootstrap, settings.topics, settings.topics.replies)
+    await client.start()
+    env = Env(daemon, client, redis, broker, f"http://127.0.0.1:{port}", redis_url, tmp / "redis", bootstrap, tmp)
+    yield env
+    await env.client.stop()
+    await env.daemon.stop()
+    env.broker.stop()
+    env.redis.stop()
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+async def ready_is(env: Env, code: int) -> bool:
+    status, _ = await get(env.base + "/readyz")
+    return status == code
+
+
+async def test_health_ready_and_metrics(env: Env) -> None:
+    """/healthz is alive, /readyz passes with every check ok, /metrics counts events and queries."""
+    status, body = await get(env.base + "/healthz")
+    assert status == 200 and json.loads(body)["status"] == "alive"
+    await eventually(lambda: ready_is(env, 200), what="ready")
+    _, body = await get(env.base + "/readyz")
+    assert json.loads(body) == {"ready": True, "checks": {"redis": "ok", "index": "ok", "kafka": "ok"}}
+    t = env.client.topics
+    await env.client.send(
+        t.documents,
+        {
+            "event_id": "m",
+            "op": "upsert",
+            "doc_id": "ops/m.md",
+            "version": 1,
+            "content": "metrics are counted for ERR_OPS_1",
+        },
+    )
+    await env.client.send(t.documents, b"{broken")
+
+    async def indexed() -> bool:
+        return bool(await env.daemon.index.chunk_ids("ops/m.md"))
+
+    await eventually(indexed, what="doc indexed")
+    _, reply = await env.client.ask({"query_id": "m", "search_text": "ERR_OPS_1", "top_k": 1})
+    assert reply["results"]
+    _, metrics = await get(env.base + "/metrics")
+    assert re.search(rf'agentmemd_events_consumed_total\{{topic="{re.escape(t.documents)}"\}} 2\.0', metrics)
+    assert re.search(r'agentmemd_events_dead_lettered_total\{code="invalid_event",topic="[^"]+"\} 1\.0', metrics)
+    assert 'agentmemd_query_seconds_count{outcome="ok",scope="chunks"}' in metrics
+    assert 'agentmemd_query_leg_seconds_count{leg="sparse"}' in metrics
+    assert "agentmemd_consumer_lag{" in metrics and "agentmemd_index_chunks" in metrics
+
+
+async def test_readyz_fails_with_the_reason_when_redis_is_down(env: Env) -> None:
+    """Redis down: /readyz is 503 and names Redis; /healthz stays 200; Redis back: ready again."""
+    env.redis.stop()
+    try:
+        status, body = await get(env.base + "/readyz")
+        assert status == 503
+        checks = json.loads(body)["checks"]
+        assert "unavailable" in checks["redis"] and checks["kafka"] == "ok"
+        assert (await get(env.base + "/healthz"))[0] == 200
+    finally:
+        env.redis = start_redis(env.redis_url, data_dir=env.data)
+    await eventually(lambda: ready_is(env, 200), timeout=30, what="ready after Redis returned")
+
+
+async def test_readyz_fails_when_the_broker_is_down(env: Env) -> None:
+    """Broker down: /readyz is 503 naming Kafka; broker back: ready again by itself."""
+    env.broker.stop()
+    try:
+        await eventually(lambda: ready_is(env, 503), timeout=30, what="not ready without the broker")
+        _, body = await get(env.base + "/readyz")
+        assert "broker" in json.loads(body)["checks"]["kafka"]
+    finally:
+        env.broker = start_tansu(env.bootstrap, log_dir=env.tmp)
+    await eventually(lambda: ready_is(env, 200), timeout=60, what="ready after the broker returned")
+
+
+def chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+
+
+async def test_status_page_in_a_real_browser(env: Env) -> None:
+    """Headless Chromium renders the page; the stale-queue depth, DLQ and lag shown are the real ones."""
+    browser = chromium()
+    if browser is None:
+        pytest.skip("no Chromium on this machine (.ci/run installs Debian's chromium where it can)")
+    assert env.daemon.graph is not None
+    await env.client.send(
+        env.client.topics.documents,
+        {
+            "event_id": "p",
+            "op": "upsert",
+            "doc_id": "ops/page.md",
+            "version": 1,
+            "content": "The billing-service returns HTTP 504 when pgbouncer hits max_connections on db-01.prod",
+        },
+    )
+
+    async def indexed() -> bool:
+        return bool(await env.daemon.index.chunk_ids("ops/page.md"))
+
+    await eventually(indexed, what="page doc indexed")
+    svc = env.daemon.graph.service()
+
+    async def recomputed() -> bool:  # the daemon's own recompute loop may hold the lock
+        return await svc.recompute(force=True) is not None
+
+    await eventually(recomputed, what="a forced recompute")  # communities of the docs so far, all marked stale
+
+    async def sampled() -> bool:
+        depth, _ = await svc.store.stale()
+        return depth > 0 and env.daemon.status.stale.get("default", {}).get("depth") == depth
+
+    await eventually(sampled, what="the sampler saw the stale queue")
+    depth, _ = await svc.store.stale()
+    user_dir = tempfile.mkdtemp(prefix="chromium-")
+    flags = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={user_dir}",
+    ]
+    try:
+        dom = await asyncio.to_thread(
+            subprocess.run,
+            [browser, *flags, "--dump-dom", env.base + "/"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        shot = Path(env.tmp) / "status.png"
+        await asyncio.to_thread(
+            subprocess.run,
+            [browser, *flags, f"--screenshot={shot}", "--window-size=1000,900", env.base + "/"],
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        shutil.rmtree(user_dir, ignore_errors=True)
+
+    def num(element_id: str) -> str:
+        m = re.search(rf'id="{element_id}">([^<]*)<', dom.stdout)
+        assert m, (element_id, dom.stdout[:500], dom.stderr[-500:])
+        return m.group(1)
+
+    assert int(num("stale-depth")) == depth
+    assert int(num("dlq-count")) == env.daemon.status.dlq_records
+    assert int(num("consumer-lag")) >= 0 and int(num("chunks")) >= 1
+    assert "stale-table" in dom.stdout and 'id="depth-chart"' in dom.stdout
+    assert shot.exists() and shot.stat().st_size > 1000
+
+
+def _has_docker_compose() -> bool:
+    if shutil.which("docker") is None:
+        return False
+    return subprocess.run(["docker", "compose", "version"], capture_output=True, check=False).returncode == 0
+
+
+@pytest.mark.skipif(not _has_docker_compose(), reason="no docker compose client on this machine")
+def test_compose_file_is_valid() -> None:
+    """`docker compose config` accepts compose/docker-compose.yml (no engine needed)."""
+    root = Path(__file__).resolve().parents[2]
+    res = subprocess.run(
+        ["docker", "compose", "-f", str(root / "compose" / "docker-compose.yml"), "config", "-q"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert res.returncode == 0, res.stderr
