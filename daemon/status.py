@@ -138,7 +138,8 @@ class Sampler:
         """One round of measurements; failures are recorded, never raised."""
         s = self._state
         try:
-            s.lag, s.dlq_records = await measure_lag(self._settings)
+            # A coordinator that is still coming back can stall offset reads: bound them.
+            s.lag, s.dlq_records = await asyncio.wait_for(measure_lag(self._settings), timeout=10)
             s.lag_error = None
             s.lag_measured_at = time.time()
             for group, parts in s.lag.items():
