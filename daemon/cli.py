@@ -221,6 +221,52 @@ def publish_observation(
     out.print("observation published")
 
 
+@app.command()
+def doctor() -> None:
+    """Check settings, Redis, the index schema, Kafka, topics and consumer groups; exit 0 only when healthy."""
+    from pydantic import ValidationError
+
+    from daemon.doctor import diagnose
+
+    try:
+        settings = Settings()
+    except ValidationError as exc:
+        err.print(f"[red]✗ settings[/red]: {exc}")
+        raise typer.Exit(code=1) from exc
+    configure_logging("error", settings.log_format)
+    findings = asyncio.run(diagnose(settings))
+    for f in findings:
+        mark = "[green]✓[/green]" if f.ok else "[red]✗[/red]"
+        out.print(f"{mark} {f.check}: {f.detail}")
+        if not f.ok and f.fix:
+            out.print(f"    fix: {f.fix}")
+    if not all(f.ok for f in findings):
+        raise typer.Exit(code=1)
+
+
+docs_app = typer.Typer(no_args_is_help=True, help="Generated documentation.")
+app.add_typer(docs_app, name="docs")
+
+
+@docs_app.command("asyncapi")
+def docs_asyncapi(
+    out_path: Annotated[Path | None, typer.Option("--out", help="Write here instead of stdout.")] = None,
+    as_yaml: Annotated[bool, typer.Option("--yaml")] = False,
+) -> None:
+    """The AsyncAPI 3.0 document of every topic and message (FastStream's generator)."""
+    import yaml
+
+    from daemon.asyncapi import asyncapi_document
+
+    doc = asyncapi_document(Settings())
+    text = yaml.safe_dump(doc, sort_keys=False) if as_yaml else json.dumps(doc, indent=2)
+    if out_path is None:
+        sys.stdout.write(text + "\n")
+    else:
+        out_path.write_text(text + "\n")
+        out.print(f"wrote {out_path}")
+
+
 graph_app = typer.Typer(no_args_is_help=True, help="The entity graph and its communities.")
 app.add_typer(graph_app, name="graph")
 

@@ -249,3 +249,60 @@ def test_compose_file_is_valid() -> None:
         check=False,
     )
     assert res.returncode == 0, res.stderr
+
+
+def run_cli(env_vars: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    import os
+    import sys
+
+    agentmemd = str(Path(sys.executable).parent / "agentmemd")
+    return subprocess.run(
+        [agentmemd, *args],
+        env={**os.environ, "COLUMNS": "200", **env_vars},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+async def test_doctor_exit_codes(env: Env) -> None:
+    """doctor: exit 0 when all is well; 1 naming the problem for a schema mismatch or a dead Redis."""
+    from tests.helpers import settings_env
+
+    settings = env.daemon.settings
+    good = settings_env(settings)
+    res = await asyncio.to_thread(run_cli, good, "doctor")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "✓ index schema" in res.stdout and "✓ topics" in res.stdout and "✓ consumer groups" in res.stdout
+
+    # an index of the same name with an older schema (no identifier field)
+    client = env.daemon.redis
+    await client.execute_command(
+        "FT.CREATE", "old-index", "ON", "HASH", "PREFIX", "1", "old-index:chunk:", "SCHEMA", "text", "TEXT"
+    )
+    res = await asyncio.to_thread(run_cli, {**good, "AGENTMEM_INDEX__NAME": "old-index"}, "doctor")
+    assert res.returncode == 1 and "✗ index schema" in res.stdout and "'idents'" in res.stdout and "fix:" in res.stdout
+
+    res = await asyncio.to_thread(
+        run_cli, {**good, "AGENTMEM_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"}, "doctor"
+    )
+    assert res.returncode == 1 and "✗ redis" in res.stdout and "agentmemd servers" in res.stdout
+
+
+def test_asyncapi_matches_the_contract_models(tmp_path: Path) -> None:
+    """`agentmemd docs asyncapi` describes every topic with the contract models' own JSON schemas."""
+    from consumers.models import DlqRecord, DocumentEvent, ErrorReply, QueryReply, QueryRequest, TranscriptEvent
+
+    out = tmp_path / "asyncapi.json"
+    res = run_cli({}, "docs", "asyncapi", "--out", str(out))
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(out.read_text())
+    assert doc["asyncapi"] == "3.0.0"
+    addresses = {c["address"] for c in doc["channels"].values()}
+    assert addresses == {"memory.documents", "memory.transcripts", "memory.requests", "memory.replies", "memory.dlq"}
+    schemas = doc["components"]["schemas"]
+    for model in (DocumentEvent, TranscriptEvent, QueryRequest, QueryReply, ErrorReply, DlqRecord):
+        assert set(schemas[model.__name__]["properties"]) == set(model.model_json_schema()["properties"]), model
+    payloads = {m["payload"]["$ref"].rsplit("/", 1)[1] for m in doc["components"]["messages"].values()}
+    assert payloads == {"DocumentEvent", "TranscriptEvent", "QueryRequest", "QueryReply", "ErrorReply", "DlqRecord"}

@@ -1,0 +1,180 @@
+"""`agentmemd doctor`: check settings, connections, the index schema, topics and consumer groups,
+and say in words what is wrong and how to fix it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer
+from aiokafka.errors import KafkaError
+
+from daemon.connections import kafka_options, redis_client
+from daemon.settings import Settings
+from daemon.status import measure_lag
+from memory.errors import MemdError
+from memory.index import translate_errors
+from memory.schema import index_schema
+
+#: Vector dimensions of the packaged model, the default; other models are checked by name only.
+PACKAGED_DIMS = 384
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One check: its name, whether it passed, what was seen, and how to fix it."""
+
+    check: str
+    ok: bool
+    detail: str
+    fix: str = ""
+
+
+def _attrs(info: dict[Any, Any]) -> dict[str, dict[str, Any]]:
+    """FT.INFO attributes as name -> {type, dim?} (redis-py returns flat lists)."""
+    out: dict[str, dict[str, Any]] = {}
+    for raw in info.get("attributes", []):
+        items = [x.decode() if isinstance(x, bytes) else x for x in raw]
+        d = {str(items[i]).lower(): items[i + 1] for i in range(0, len(items) - 1, 2)}
+        name = str(d.get("attribute") or d.get("identifier"))
+        out[name] = {"type": str(d.get("type", "")).lower(), "dim": d.get("dim")}
+    return out
+
+
+def compare_schema(expected: dict[str, Any], actual: dict[str, dict[str, Any]]) -> list[str]:
+    """What differs between the schema the settings want and the index in Redis (pure)."""
+    problems = []
+    for field in expected["fields"]:
+        name, typ = field["name"], field["type"]
+        have = actual.get(name)
+        if have is None:
+            problems.append(f"field {name!r} ({typ}) is missing")
+        elif have["type"] != typ:
+            problems.append(f"field {name!r} is {have['type']}, expected {typ}")
+        elif typ == "vector" and have.get("dim") is not None and int(have["dim"]) != int(field["attrs"]["dims"]):
+            problems.append(f"vector field has {have['dim']} dims, the model gives {field['attrs']['dims']}")
+    return problems
+
+
+async def _check_redis(settings: Settings) -> list[Finding]:
+    found: list[Finding] = []
+    client = redis_client(settings)
+    try:
+        async with translate_errors("doctor"):
+            await client.ping()
+            modules = {
+                (m.get(b"name") or m.get("name") or b"").decode().lower()
+                if isinstance(m.get(b"name") or m.get("name"), bytes)
+                else str(m.get(b"name") or m.get("name")).lower()
+                for m in await client.module_list()
+            }
+        found.append(Finding("redis", True, f"reachable at {settings.redis_url}"))
+        if "search" not in modules:
+            found.append(
+                Finding(
+                    "redis search module",
+                    False,
+                    f"modules loaded: {sorted(modules) or 'none'}",
+                    "use Redis 8 (query engine built in) or load redisearch.so (--loadmodule)",
+                )
+            )
+            return found
+        found.append(Finding("redis search module", True, "loaded"))
+        name = settings.index.name
+        try:
+            async with translate_errors("doctor"):
+                info = await client.ft(name).info()  # type: ignore[no-untyped-call]
+        except MemdError as exc:
+            found.append(
+                Finding(
+                    "index",
+                    False,
+                    f"index {name!r} not found ({exc})",
+                    "start the daemon once (`agentmemd run`), it creates the index",
+                )
+            )
+            return found
+        dims = PACKAGED_DIMS if settings.embedding.model.startswith("packaged:") else None
+        expected = index_schema(settings.index, dims=dims or PACKAGED_DIMS)
+        problems = compare_schema(expected, _attrs(info))
+        if dims is None:
+            problems = [p for p in problems if "dims" not in p]
+        if problems:
+            found.append(
+                Finding(
+                    "index schema",
+                    False,
+                    "; ".join(problems),
+                    "the index predates these settings or this version: rebuild it with "
+                    "`agentmemd reindex` or drop it and replay from Kafka",
+                )
+            )
+        else:
+            found.append(
+                Finding("index schema", True, f"{name!r} matches the settings, {info.get('num_docs', '?')} chunks")
+            )
+    except MemdError as exc:
+        fix = (
+            "check AGENTMEM_REDIS_USERNAME / AGENTMEM_REDIS_PASSWORD"
+            if exc.code == "unauthorized"
+            else f"start Redis at {settings.redis_url} (`agentmemd servers` for a local one)"
+        )
+        found.append(Finding("redis", False, str(exc), fix))
+    finally:
+        await client.aclose()
+    return found
+
+
+async def _check_kafka(settings: Settings) -> list[Finding]:
+    found: list[Finding] = []
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=settings.kafka_bootstrap, request_timeout_ms=5000, **kafka_options(settings)
+    )
+    try:
+        await asyncio.wait_for(consumer.start(), timeout=15)
+        topics = await consumer.topics()
+    except (KafkaError, OSError, TimeoutError) as exc:
+        with_fix = (
+            f"start a broker at {settings.kafka_bootstrap} (`agentmemd servers` for a local one) "
+            "or fix AGENTMEM_KAFKA_BOOTSTRAP / AGENTMEM_KAFKA_SECURITY__*"
+        )
+        return [
+            Finding("kafka", False, f"cannot reach {settings.kafka_bootstrap}: {type(exc).__name__}: {exc}", with_fix)
+        ]
+    finally:
+        await consumer.stop()
+    found.append(Finding("kafka", True, f"reachable at {settings.kafka_bootstrap}"))
+    t = settings.topics
+    wanted = [t.replies, t.dlq]
+    if settings.consumer.tenancy == "single":
+        wanted += [t.documents, t.transcripts, t.requests]
+    missing = [name for name in wanted if name not in topics]
+    if missing:
+        found.append(
+            Finding(
+                "topics",
+                False,
+                f"missing: {', '.join(missing)}",
+                "start the daemon once (it creates them when AGENTMEM_CREATE_TOPICS is true) "
+                "or create them with your Kafka tooling",
+            )
+        )
+    else:
+        found.append(Finding("topics", True, f"all {len(wanted)} present"))
+    try:
+        lag, dlq = await asyncio.wait_for(measure_lag(settings), timeout=20)
+        detail = ", ".join(f"{g}: lag {sum(p.values())}" for g, p in sorted(lag.items()))
+        found.append(Finding("consumer groups", True, f"{detail}; {dlq} DLQ records"))
+    except (KafkaError, OSError, TimeoutError) as exc:
+        found.append(
+            Finding("consumer groups", False, f"cannot read offsets: {exc}", "check broker ACLs for the groups")
+        )
+    return found
+
+
+async def diagnose(settings: Settings) -> list[Finding]:
+    """Every finding, Redis first, then Kafka."""
+    redis_findings, kafka_findings = await asyncio.gather(_check_redis(settings), _check_kafka(settings))
+    return [Finding("settings", True, "loaded"), *redis_findings, *kafka_findings]
