@@ -157,3 +157,24 @@ class DaemonProcess:
             return 0 if self.proc is None else int(self.proc.returncode)
         self.proc.send_signal(signal.SIGTERM)
         return int(self.proc.wait(timeout=60))
+
+
+async def wait_for_chunks(client: Any, name: str, want: dict[str, str], timeout: float = 120) -> dict[str, str]:
+    """Poll Redis until the stored chunk texts of index ``name`` equal ``want``; returns what was seen."""
+    deadline = time.monotonic() + timeout
+    got: dict[str, str] = {}
+    while time.monotonic() < deadline:
+        got = await stored_chunks(client, name)
+        if got == want:
+            break
+        await asyncio.sleep(0.5)
+    return got
+
+
+async def stored_chunks(client: Any, name: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    async for key in client.scan_iter(match=f"{name}:chunk:*", count=1000):
+        cid, text, kind = await client.hmget(key, ["chunk_id", "text", "kind"])
+        if cid is not None and text is not None and kind != b"community":  # a key may vanish mid-scan
+            out[cid.decode()] = text.decode()
+    return out

@@ -11,13 +11,10 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaConsumer
 
-from consumers.config import ConsumerConfig, Topics
 from daemon.app import Daemon, start_daemon
-from daemon.settings import Settings
 from daemon.topics import ensure_topics
-from memory.config import IndexConfig
 from tests.conftest import unique
-from tests.helpers import PlainClient, eventually
+from tests.helpers import PlainClient, eventually, isolated_settings
 
 pytestmark = pytest.mark.integration
 
@@ -25,26 +22,12 @@ pytestmark = pytest.mark.integration
 @pytest.fixture(scope="module")
 async def env(kafka_bootstrap: str, redis_url: str) -> AsyncIterator[tuple[Daemon, PlainClient]]:
     name = unique(__name__)
-    topics = Topics(
-        documents=f"{name}.documents",
-        transcripts=f"{name}.transcripts",
-        requests=f"{name}.requests",
-        replies=f"{name}.replies",
-        dlq=f"{name}.dlq",
-    )
-    settings = Settings(
-        kafka_bootstrap=kafka_bootstrap,
-        redis_url=redis_url,
-        topic_partitions=2,
-        topics=topics,
-        consumer=ConsumerConfig(group_id=name),
-        index=IndexConfig(name=name),
-    )
+    settings = isolated_settings(name, kafka_bootstrap, redis_url)
     await ensure_topics(kafka_bootstrap, [f"{name}.my-replies"], partitions=1, replication=1)
     daemon = await start_daemon(settings)
     await daemon.index.drop()
     await daemon.index.ensure()
-    client = PlainClient(kafka_bootstrap, topics, f"{name}.my-replies")
+    client = PlainClient(kafka_bootstrap, settings.topics, f"{name}.my-replies")
     await client.start()
     yield daemon, client
     await client.stop()

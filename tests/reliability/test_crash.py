@@ -26,7 +26,7 @@ from memory.filters import BASE_FILTER_KEYS
 from memory.index import ChunkIndex
 from memory.ingest import Ingestor
 from tests.conftest import unique
-from tests.helpers import DaemonProcess, isolated_settings, settings_env
+from tests.helpers import DaemonProcess, isolated_settings, settings_env, wait_for_chunks
 
 pytestmark = pytest.mark.integration
 
@@ -125,15 +125,6 @@ def expected_chunks(state: dict[str, Any]) -> dict[str, str]:
     return out
 
 
-async def stored_chunks(client: aredis.Redis, name: str) -> dict[str, str]:
-    out: dict[str, str] = {}
-    async for key in client.scan_iter(match=f"{name}:chunk:*", count=1000):
-        cid, text, kind = await client.hmget(key, ["chunk_id", "text", "kind"])
-        if cid is not None and text is not None and kind != b"community":  # a key may vanish mid-scan
-            out[cid.decode()] = text.decode()
-    return out
-
-
 async def test_kill_9_mid_stream_loses_and_duplicates_nothing(
     kafka_bootstrap: str, redis_url: str, tmp_path: Path, embedder: Any
 ) -> None:
@@ -171,13 +162,7 @@ async def test_kill_9_mid_stream_loses_and_duplicates_nothing(
         assert killed_at < len(want), "the kill came too late to prove anything"
 
         daemon = DaemonProcess(env, str(tmp_path / "daemon2.log")).start()
-        deadline = time.monotonic() + 240
-        got: dict[str, str] = {}
-        while time.monotonic() < deadline:
-            got = await stored_chunks(client, name)
-            if got == want:
-                break
-            await asyncio.sleep(0.5)
+        got = await wait_for_chunks(client, name, want, timeout=240)
         assert got == want, f"{len(got)} chunks stored vs {len(want)} expected (killed at {killed_at})"
         assert await index.count() == len(want)
         for doc_id, p in state["docs"].items():

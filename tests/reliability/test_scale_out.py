@@ -15,8 +15,7 @@ from daemon.topics import ensure_topics
 from memory.config import IndexConfig
 from memory.index import ChunkIndex
 from tests.conftest import unique
-from tests.helpers import DaemonProcess, eventually, isolated_settings, settings_env
-from tests.reliability.test_crash import stored_chunks
+from tests.helpers import DaemonProcess, eventually, isolated_settings, settings_env, wait_for_chunks
 
 pytestmark = pytest.mark.integration
 
@@ -74,13 +73,7 @@ async def test_two_daemons_share_partitions_and_survive_a_kill(
         await eventually(lambda: _indexed(index, 60), what="ingestion under way")
         a.kill()
         await publish(300, 300)
-        deadline = time.monotonic() + 120
-        got: dict[str, str] = {}
-        while time.monotonic() < deadline:
-            got = await stored_chunks(client, name)
-            if got == want:
-                break
-            await asyncio.sleep(0.5)
+        got = await wait_for_chunks(client, name, want, timeout=240)
         assert got == want, f"{len(got)} of {len(want)} chunks"
         assert await index.count() == len(want)  # no duplicates
         assert assigned_partitions(logs[1], "documents") == 4  # the survivor owns them all
