@@ -108,19 +108,3 @@ def build_filter(
         InvalidRequest: see ``normalize_filter``.
     """
     return tag_clause(normalize_filter(metadata_filter, allowed=allowed))
-
-
-def combine(text_query: str, filter_query: str) -> str:
-    """AND a text clause with a filter clause, keeping each in its own group."""
-    if filter_query == "*":
-        return text_query
-    return f"({text_query}) ({filter_query})"
-
-
-def and_filters(a: str, b: str) -> str:
-    """AND two filter fragments (``"*"`` means no filter)."""
-    if a == "*":
-        return b
-    if b == "*":
-        return a
-    return f"{a} {b}"

@@ -13,7 +13,7 @@ import structlog
 from memory.config import RetrievalConfig
 from memory.embedder import Embedder
 from memory.errors import InvalidRequest
-from memory.filters import combine, hash_clause, matches, normalize_filter, tag_clause
+from memory.filters import hash_clause, matches, normalize_filter, tag_clause
 from memory.fusion import fuse_rrf
 from memory.identifiers import identifiers
 from memory.index import ChunkIndex
@@ -92,7 +92,7 @@ class Retriever:
         # filter_query here is the non-scoring hash form (see memory.filters.hash_clause).
         start = time.monotonic()
         terms = query_terms(text)
-        hits = await self._index.search_text(combine(bm25_query(terms), filter_query), k=k) if terms else []
+        hits = await self._index.search_text(bm25_query(terms, within=filter_query), k=k) if terms else []
         timings["sparse"] = LegTiming(start, time.monotonic())
         return hits
 
@@ -100,7 +100,7 @@ class Retriever:
         self, terms: list[str], filter_query: str, k: int, timings: dict[str, LegTiming]
     ) -> list[StoredChunk]:
         start = time.monotonic()
-        hits = await self._index.search_text(combine(bm25_query(terms, field="idents"), filter_query), k=k)
+        hits = await self._index.search_text(bm25_query(terms, field="idents", within=filter_query), k=k)
         timings["identifier"] = LegTiming(start, time.monotonic())
         return hits
 

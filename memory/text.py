@@ -95,19 +95,29 @@ def escape_tag(value: str) -> str:
     return "".join(ch if _SAFE.match(ch) or ord(ch) > 127 else "\\" + ch for ch in value)
 
 
-def bm25_query(terms: list[str], *, field: str = "text") -> str:
-    """An OR over escaped terms on one TEXT field, e.g. ``@text:(http|504|gateway)``.
+def bm25_query(terms: list[str], *, field: str = "text", within: str = "*") -> str:
+    """An OR over escaped terms on one TEXT field, optionally restricted by a filter.
+
+    Unfiltered: ``@text:(http|504|gateway)``. Filtered, the filter is repeated inside each
+    term, ``(@text:http F) | (@text:504 F) | …``, never wrapped around the OR: this
+    RediSearch scores a union nested in an intersection by one matching term only (it
+    quick-exits), which cost 0.13 nDCG@10 on SciFact; distributed, the scores equal the
+    unfiltered ones exactly (with a NUMERIC filter, which adds no score of its own).
 
     Args:
         terms: terms from :func:`query_terms` (must be non-empty).
         field: the TEXT field to search.
+        within: a filter fragment (``"*"`` for none).
 
     Returns:
-        A RediSearch query fragment.
+        A complete RediSearch query.
 
     Raises:
         ValueError: if ``terms`` is empty (an empty OR group matches nothing useful).
     """
     if not terms:
         raise ValueError("bm25_query needs at least one term")
-    return f"@{field}:(" + "|".join(escape_term(t) for t in terms) + ")"
+    escaped = [escape_term(t) for t in terms]
+    if within == "*":
+        return f"@{field}:(" + "|".join(escaped) + ")"
+    return " | ".join(f"(@{field}:{t} {within})" for t in escaped)

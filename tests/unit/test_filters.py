@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from memory.errors import InvalidRequest
-from memory.filters import BASE_FILTER_KEYS, build_filter, combine
+from memory.filters import BASE_FILTER_KEYS, build_filter
 
 ALLOWED = set(BASE_FILTER_KEYS)
 
@@ -44,12 +44,6 @@ def test_build_filter_rejects_bad_filters(flt, message) -> None:
     """Unknown keys and bad values are errors, never silently ignored."""
     with pytest.raises(InvalidRequest, match=message):
         build_filter(flt, allowed=ALLOWED)
-
-
-def test_combine_keeps_clauses_grouped() -> None:
-    """The text clause and the filter are separate groups, ANDed."""
-    assert combine("@text:(a|b)", "*") == "@text:(a|b)"
-    assert combine("@text:(a|b)", "@kind:{document}") == "(@text:(a|b)) (@kind:{document})"
 
 
 def test_hash_clause_and_matches() -> None:

@@ -59,3 +59,9 @@ def test_bm25_query_is_an_or_of_escaped_terms() -> None:
     assert escape_term("a.b") == r"a\.b"
     with pytest.raises(ValueError):
         bm25_query([])
+
+
+def test_bm25_query_distributes_a_filter_into_each_term() -> None:
+    """A filter is repeated inside each term's group, never wrapped around the OR."""
+    assert bm25_query(["a", "b"], within="@h_t:[1 1]") == "(@text:a @h_t:[1 1]) | (@text:b @h_t:[1 1])"
+    assert bm25_query(["x.y"], field="idents", within="*") == r"@idents:(x\.y)"
