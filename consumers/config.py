@@ -47,7 +47,9 @@ class ConsumerConfig(BaseModel):
     ingest_max_records: int = Field(128, ge=1, le=10_000, description="Most records handled as one ingest batch.")
     ingest_fetch_max_wait_ms: int = Field(20, ge=0, le=5000, description="Broker wait for more ingest data.")
     ingest_batch_timeout_ms: int = Field(50, ge=1, le=10_000, description="How long a batch poll waits for records.")
-    query_workers: int = Field(8, ge=1, le=256, description="Queries answered concurrently.")
+    query_workers: int = Field(
+        32, ge=1, le=256, description="Queries answered concurrently (their embeddings are micro-batched)."
+    )
     query_fetch_max_wait_ms: int = Field(
         5, ge=0, le=5000, description="Broker wait on the request topic; low keeps round trips fast."
     )
