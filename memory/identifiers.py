@@ -14,6 +14,7 @@ import re
 _PATTERNS = [
     re.compile(r"\b[A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)+\b"),  # ERR_CONN_RESET_4F2A, max_connections
     re.compile(r"\bE[A-Z][A-Z0-9]{1,}\b"),  # errno names: ECONNRESET, EPIPE
+    re.compile(r"\b[A-Z][A-Z0-9]{3,}\b(?!-[0-9])"),  # upper-case names: SIGTERM, NOAUTH, WRONGTYPE
     re.compile(r"\b(?=[0-9A-Z]*[0-9])(?=[0-9A-Z]*[A-Z])[0-9A-Z]{4,12}\b"),  # 42P01, 4F2A, 0A000-like
     re.compile(r"\b[0-9][0-9A-Z]{4}\b"),  # SQLSTATE classes: 23505, 08006, 2200F
     re.compile(r"\b[1-5][0-9]{2}\b"),  # HTTP status codes
@@ -22,6 +23,11 @@ _PATTERNS = [
     re.compile(r"\b[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*(?=\()"),  # function calls: db.pool.acquire(
 ]
 _NON_TERM = re.compile(r"[^a-z0-9_]+")
+# Upper-case words that label identifiers rather than being one.
+_NOT_IDENTIFIERS = frozenset(
+    "http https sqlstate json yaml xml html post get put patch delete head null true false none "
+    "note todo fixme warn warning info error debug fatal critical errno signal".split()
+)
 
 
 def normalize_identifier(raw: str) -> str:
@@ -35,7 +41,7 @@ def identifiers(text: str, *, limit: int = 256) -> list[str]:
     for pattern in _PATTERNS:
         for m in pattern.finditer(text):
             term = normalize_identifier(m.group(0))
-            if len(term) >= 3 and term not in seen:
+            if len(term) >= 3 and term not in seen and term not in _NOT_IDENTIFIERS:
                 seen[term] = None
                 if len(seen) >= limit:
                     return list(seen)

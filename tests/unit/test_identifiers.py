@@ -31,3 +31,8 @@ def test_normalize_and_limit() -> None:
     """Punctuation becomes underscores; the number per text is bounded."""
     assert normalize_identifier("INC-4411") == "inc_4411"
     assert len(identifiers(" ".join(f"ERR_{i}" for i in range(1000)), limit=10)) == 10
+
+
+def test_upper_case_names_but_not_labels() -> None:
+    """SIGTERM-like names are identifiers; labels such as HTTP or SQLSTATE are not."""
+    assert identifiers("the worker got SIGTERM then NOAUTH over HTTP") == ["sigterm", "noauth"]
