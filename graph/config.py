@@ -37,6 +37,9 @@ class GraphConfig(BaseModel):
         50, ge=1, description="Entity/edge changes since the last recompute that trigger a new one."
     )
     recompute_check_s: float = Field(2.0, gt=0, description="How often drift is checked.")
+    recompute_min_interval_s: float = Field(
+        30.0, ge=0, description="Least time between two drift-triggered recomputes (cluster-wide)."
+    )
     summarizer_concurrency: int = Field(1, ge=0, le=32, description="Summaries written at once (0 = no worker).")
     summarizer_rate_per_min: float = Field(600.0, gt=0, description="Most summaries started per minute.")
     summary_token_budget: int = Field(1500, ge=100, description="Most input words given to one summary.")

@@ -139,6 +139,10 @@ class GraphService:
         drift = await self.store.drift()
         if not force and drift < self._cfg.drift_threshold:
             return None
+        # During a bulk load drift passes the threshold every few seconds; recomputing that
+        # often would spend the cores on Leiden and re-summaries instead of ingestion.
+        if not force and time.time() - await self.store.last_recompute() < self._cfg.recompute_min_interval_s:
+            return None
         if not await self.store.lock("recompute", self._owner, ttl_s=600):
             return None
         t0 = time.monotonic()

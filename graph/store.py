@@ -249,6 +249,11 @@ class GraphStore:
         async with translate_errors("graph read"):
             return int(await self._r.get(self._k("drift")) or 0)
 
+    async def last_recompute(self) -> float:
+        """When communities were last recomputed (epoch seconds; 0 if never)."""
+        async with translate_errors("graph read"):
+            return float(await self._r.get(self._k("last_recompute")) or 0.0)
+
     async def communities(self) -> list[Community]:
         """The current communities."""
         async with translate_errors("graph read"):
@@ -302,6 +307,7 @@ class GraphStore:
                 pipe.zadd(self._k("stale_q"), {cid: now}, nx=True)
                 pipe.hincrby(self._k("gen"), cid, 1)
             pipe.decrby(self._k("drift"), drift_seen)
+            pipe.set(self._k("last_recompute"), repr(now))
             for ev in events:
                 pipe.lpush(self._k("events"), json.dumps({**ev, "at": now}))
             pipe.ltrim(self._k("events"), 0, 999)
