@@ -22,14 +22,17 @@ from pathlib import Path
 from typing import Any
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
-ORDER = ["ingest", "latency", "scifact", "scale", "stale_latency"]
+ORDER = ["ingest", "latency", "scifact", "identifiers", "scale", "stale_latency"]
 SCRIPTS = {
     "ingest": "bench/ingest.py",
     "latency": "bench/latency.py",
     "scifact": "bench/scifact.py",
     "scale": "bench/scale.py",
     "stale_latency": "bench/stale_latency.py",
+    "identifiers": "bench/identifiers.py",
 }
+README = Path(__file__).resolve().parent.parent / "README.md"
+START, END = "<!-- bench:start -->", "<!-- bench:end -->"
 
 
 def fmt(value: Any) -> str:
@@ -134,6 +137,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--results", type=Path, default=RESULTS_DIR, help="directory of result JSON files")
     parser.add_argument("--output", type=Path, default=None, help="markdown file (default: <results>/TABLE.md)")
+    parser.add_argument(
+        "--readme", action="store_true", help=f"also replace the table between {START} and {END} in README.md"
+    )
     args = parser.parse_args()
     docs = load(args.results)
     if not docs:
@@ -143,6 +149,18 @@ def main() -> None:
     out.write_text(text + "\n")
     print(text)
     print(f"\nwrote {out}", file=sys.stderr)
+    if args.readme:
+        readme = README.read_text()
+        if START not in readme or END not in readme:
+            parser.error(f"README.md has no {START} ... {END} block")
+        head, rest = readme.split(START, 1)
+        _, tail = rest.split(END, 1)
+        table = text.split("\n## ", 1)[0].rstrip()
+        details = (
+            "Per-run details (commit, parameters, notes) and plots: [bench/results/TABLE.md](bench/results/TABLE.md)."
+        )
+        README.write_text(f"{head}{START}\n{table}\n\n{details}\n{END}{tail}")
+        print(f"updated {README}", file=sys.stderr)
 
 
 if __name__ == "__main__":
