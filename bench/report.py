@@ -155,7 +155,9 @@ def main() -> None:
             parser.error(f"README.md has no {START} ... {END} block")
         head, rest = readme.split(START, 1)
         _, tail = rest.split(END, 1)
-        table = text.split("\n## ", 1)[0].rstrip()
+        table = "\n".join(
+            line for line in text.split("\n## ", 1)[0].rstrip().splitlines() if not line.startswith("# ")
+        ).strip()
         details = (
             "Per-run details (commit, parameters, notes) and plots: [bench/results/TABLE.md](bench/results/TABLE.md)."
         )
