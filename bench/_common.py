@@ -365,3 +365,22 @@ def add_common_args(parser: Any) -> None:
     parser.add_argument(
         "--out", type=Path, default=RESULTS_DIR, help="where the JSON and PNG go (default: bench/results)"
     )
+
+
+def run_benchmark(
+    bench: str,
+    args: Any,
+    main_async: Callable[[Any, Any], Any],
+    *,
+    kafka: bool,
+    appendonly: bool = True,
+    pass_servers: bool = False,
+) -> None:
+    """The common tail of every script: servers up, run, write JSON, print the summary."""
+    exit_on_sigterm()
+    quiet_logs()
+    with embedded_servers(kafka=kafka, appendonly=appendonly) as servers:
+        result = asyncio.run(main_async(args, servers if pass_servers else servers.redis_url))
+    path = result.write(args.out)
+    result.print_summary()
+    print(f"\nwrote {path} and {png_path(args.out, bench)}")

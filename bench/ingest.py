@@ -39,10 +39,8 @@ from _common import (
     Servers,
     SyntheticText,
     add_common_args,
-    embedded_servers,
-    exit_on_sigterm,
     png_path,
-    quiet_logs,
+    run_benchmark,
     summary_ms,
     wait_until,
 )
@@ -369,13 +367,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=7)
     add_common_args(parser)
     args = parser.parse_args()
-    exit_on_sigterm()
-    quiet_logs()
-    with embedded_servers(kafka=True) as servers:
-        result = asyncio.run(main_async(args, servers))
-    path = result.write(args.out)
-    result.print_summary()
-    print(f"\nwrote {path} and {png_path(args.out, BENCH)}")
+    run_benchmark(BENCH, args, main_async, kafka=True, pass_servers=True)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,6 @@ No targets are set for this one; nothing is asserted.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import time
 from typing import Any
 
@@ -35,11 +34,9 @@ from _common import (
     Result,
     SyntheticText,
     add_common_args,
-    embedded_servers,
-    exit_on_sigterm,
     peak_rss_mb,
     png_path,
-    quiet_logs,
+    run_benchmark,
     summary_ms,
     wait_redis_ready,
 )
@@ -265,13 +262,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=5)
     add_common_args(parser)
     args = parser.parse_args()
-    exit_on_sigterm()
-    quiet_logs()
-    with embedded_servers(kafka=False, appendonly=not args.no_aof) as servers:
-        result = asyncio.run(main_async(args, servers.redis_url))
-    path = result.write(args.out)
-    result.print_summary()
-    print(f"\nwrote {path} and {png_path(args.out, BENCH)}")
+    run_benchmark(BENCH, args, main_async, kafka=False, appendonly=not args.no_aof)
 
 
 if __name__ == "__main__":

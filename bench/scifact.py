@@ -32,7 +32,6 @@ asserted: misses are reported as MISSED.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import csv
 import dataclasses
 import hashlib
@@ -52,10 +51,8 @@ from _common import (
     ROOT,
     Result,
     add_common_args,
-    embedded_servers,
-    exit_on_sigterm,
     png_path,
-    quiet_logs,
+    run_benchmark,
     summary_ms,
     wait_redis_ready,
 )
@@ -436,13 +433,7 @@ def main() -> None:
     args = parser.parse_args()
     if not (args.data / "corpus.jsonl").exists():
         parser.error(f"SciFact not found at {args.data}")
-    exit_on_sigterm()
-    quiet_logs()
-    with embedded_servers(kafka=False) as servers:
-        result = asyncio.run(main_async(args, servers.redis_url))
-    path = result.write(args.out)
-    result.print_summary()
-    print(f"\nwrote {path} and {png_path(args.out, BENCH)}")
+    run_benchmark(BENCH, args, main_async, kafka=False)
 
 
 if __name__ == "__main__":

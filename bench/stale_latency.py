@@ -36,10 +36,8 @@ from _common import (
     Result,
     SyntheticText,
     add_common_args,
-    embedded_servers,
-    exit_on_sigterm,
     png_path,
-    quiet_logs,
+    run_benchmark,
     summary_ms,
     wait_redis_ready,
 )
@@ -244,13 +242,7 @@ def main() -> None:
     add_common_args(parser)
     args = parser.parse_args()
     args.topics = min(args.topics, len(TOPICS))
-    exit_on_sigterm()
-    quiet_logs()
-    with embedded_servers(kafka=False) as servers:
-        result = asyncio.run(main_async(args, servers.redis_url))
-    path = result.write(args.out)
-    result.print_summary()
-    print(f"\nwrote {path} and {png_path(args.out, BENCH)}")
+    run_benchmark(BENCH, args, main_async, kafka=False)
 
 
 if __name__ == "__main__":
