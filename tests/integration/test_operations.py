@@ -174,7 +174,8 @@ async def test_status_page_in_a_real_browser(env: Env) -> None:
     async def indexed() -> bool:
         return bool(await env.daemon.index.chunk_ids("ops/page.md"))
 
-    await eventually(indexed, what="page doc indexed")
+    # the broker was restarted by the previous test: the consumers may still be rejoining
+    await eventually(indexed, timeout=120, what="page doc indexed")
     svc = env.daemon.graph.service()
 
     async def recomputed() -> bool:  # the daemon's own recompute loop may hold the lock
