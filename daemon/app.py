@@ -160,7 +160,10 @@ async def start_daemon(settings: Settings, *, ready_timeout_s: float = 120.0) ->
         cfg=settings.ingest,
         on_applied=graph.on_change if graph is not None else None,
     )
-    retriever = Retriever(index=index, embedder=embedder, cfg=settings.retrieval)
+    retrieval_cfg = settings.retrieval.model_copy(
+        update={"engine_tenant_filter": settings.retrieval.engine_tenant_filter or settings.consumer.tenancy == "topic"}
+    )
+    retriever = Retriever(index=index, embedder=embedder, cfg=retrieval_cfg)
     search = ScopedSearch(retriever=retriever, stores=graph.store if graph is not None else None)
     broker = KafkaBroker(
         settings.kafka_bootstrap,

@@ -130,7 +130,12 @@ class Retriever:
             flt["kind"] = [k for k in flt.get("kind", spec.kinds) if k in spec.kinds]
             if not flt["kind"]:  # the request's kind filter and its scope exclude each other
                 return SearchOutcome(hits=[], took_ms=(time.monotonic() - t0) * 1000)
-        tag_query, hash_query = tag_clause(flt), hash_clause(flt)
+        tag_query = tag_clause(flt)
+        # Text legs: the tenant goes into the engine query only where several tenants share
+        # the index (see RetrievalConfig.engine_tenant_filter); `matches` below re-checks it.
+        hash_query = hash_clause(
+            flt if self._cfg.engine_tenant_filter else {k: v for k, v in flt.items() if k != "tenant"}
+        )
         k = self.fetch_k(spec.top_k)
         timings: dict[str, LegTiming] = {}
         names: list[str] = []

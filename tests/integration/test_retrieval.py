@@ -214,7 +214,7 @@ async def test_identifier_leg_separates_look_alike_identifiers(stack) -> None:
 
 
 async def test_filters_do_not_change_bm25_scores(stack) -> None:
-    """The tenant and metadata filters on text legs are non-scoring: same ranking as unfiltered text."""
+    """On this corpus, a filter distributed into each term keeps the unfiltered BM25 ranking."""
     index, _, _ = stack
     from memory.filters import hash_clause
     from memory.text import bm25_query
