@@ -46,12 +46,11 @@ from _common import (
 )
 from aiokafka import AIOKafkaProducer
 
-from consumers.config import ConsumerConfig, Topics
 from daemon.app import start_daemon
-from daemon.settings import Settings
+from daemon.settings import Settings, namespaced
 from graph.config import GraphConfig
 from memory.chunking import chunk_spans
-from memory.config import ChunkingConfig, EmbeddingConfig, IndexConfig
+from memory.config import ChunkingConfig, EmbeddingConfig
 from memory.embedder import SentenceTransformerEmbedder
 
 BENCH = "ingest"
@@ -116,20 +115,11 @@ async def run_mode(
 ) -> dict[str, Any]:
     label = "graph" if graph else "nograph"
     name = f"bench_ingest_{label}"
-    topics = Topics(
-        documents=f"{name}.documents",
-        transcripts=f"{name}.transcripts",
-        requests=f"{name}.requests",
-        replies=f"{name}.replies",
-        dlq=f"{name}.dlq",
-    )
-    settings = Settings(
+    settings = namespaced(
+        name,
         kafka_bootstrap=servers.kafka_bootstrap,
         redis_url=servers.redis_url,
         topic_partitions=args.partitions,
-        topics=topics,
-        consumer=ConsumerConfig(group_id=name),
-        index=IndexConfig(name=name),
         graph=GraphConfig(enabled=graph),
     )
     print(f"[{label}] starting daemon (graph layer {'on' if graph else 'off'}) ...", flush=True)
@@ -148,7 +138,7 @@ async def run_mode(
         print(f"[{label}] throughput: publishing {len(docs)} docs ({expected_chunks} chunks) ...", flush=True)
         t0 = time.perf_counter()
         futures = [
-            await producer.send(topics.documents, event(doc_id, content), key=doc_id.encode())
+            await producer.send(settings.topics.documents, event(doc_id, content), key=doc_id.encode())
             for doc_id, content in docs
         ]
         await asyncio.gather(*futures)
@@ -206,7 +196,7 @@ async def run_mode(
                 await asyncio.sleep(delay)
             sent_at[doc_id] = time.perf_counter()
             pending.add(doc_id)
-            await producer.send_and_wait(topics.documents, event(doc_id, content), key=doc_id.encode())
+            await producer.send_and_wait(settings.topics.documents, event(doc_id, content), key=doc_id.encode())
         stop.set()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(poll_task, timeout=args.timeout)

@@ -56,13 +56,11 @@ from faststream.kafka import KafkaBroker as FastStreamBroker
 from faststream.kafka.annotations import KafkaBroker as BrokerDep
 from faststream.kafka.annotations import KafkaMessage
 
-from consumers.config import ConsumerConfig, Topics
 from consumers.routers import AssignmentWatcher
 from daemon.app import start_daemon
-from daemon.settings import Settings
+from daemon.settings import namespaced
 from daemon.topics import ensure_topics
 from graph.config import GraphConfig
-from memory.config import IndexConfig
 from memory.records import MemoryItem
 
 BENCH = "latency"
@@ -217,19 +215,10 @@ def plot(path: Any, data: dict[str, Any], targets: dict[str, float]) -> None:
 
 async def main_async(args: argparse.Namespace, servers: Servers) -> Result:
     name = "bench_latency"
-    topics = Topics(
-        documents=f"{name}.documents",
-        transcripts=f"{name}.transcripts",
-        requests=f"{name}.requests",
-        replies=f"{name}.replies",
-        dlq=f"{name}.dlq",
-    )
-    settings = Settings(
+    settings = namespaced(
+        name,
         kafka_bootstrap=servers.kafka_bootstrap,
         redis_url=servers.redis_url,
-        topics=topics,
-        consumer=ConsumerConfig(group_id=name),
-        index=IndexConfig(name=name),
         graph=GraphConfig(enabled=args.graph),
     )
     levels = sorted({*args.concurrency, args.saturation})
@@ -294,7 +283,7 @@ async def main_async(args: argparse.Namespace, servers: Servers) -> Result:
         echo = await start_echo(
             servers, echo_requests, settings.consumer.query_workers, settings.consumer.query_fetch_max_wait_ms
         )
-        to_daemon = Asker(servers.kafka_bootstrap, topics.requests, f"{name}.my-replies")
+        to_daemon = Asker(servers.kafka_bootstrap, settings.topics.requests, f"{name}.my-replies")
         to_echo = Asker(servers.kafka_bootstrap, echo_requests, f"{name}.echo.replies")
         askers = [to_daemon, to_echo]
         for a in askers:

@@ -85,6 +85,28 @@ class Settings(BaseSettings):
         return tuple(sources)
 
 
+def namespaced(name: str, **over: Any) -> Settings:
+    """Settings whose topics, consumer groups and index are all named after ``name``.
+
+    One deployment's whole footprint under one prefix: for tests and benchmarks that share
+    a broker and a Redis, and for running two deployments side by side. ``consumer`` and
+    ``index`` may be given (their names are then the caller's); anything else is passed on.
+    """
+    topics = Topics(
+        documents=f"{name}.documents",
+        transcripts=f"{name}.transcripts",
+        requests=f"{name}.requests",
+        replies=f"{name}.replies",
+        dlq=f"{name}.dlq",
+    )
+    return Settings(
+        topics=topics,
+        consumer=over.pop("consumer", ConsumerConfig(group_id=name)),
+        index=over.pop("index", IndexConfig(name=name)),
+        **over,
+    )
+
+
 def setting_rows(model: type[Any] = Settings, prefix: str = "") -> list[tuple[str, Any, str]]:
     """``(dotted name, default, description)`` for every leaf setting, for docs and the TOML."""
     rows: list[tuple[str, Any, str]] = []

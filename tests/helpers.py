@@ -11,28 +11,18 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from consumers.config import ConsumerConfig, Topics
-from daemon.settings import Settings
-from memory.config import IndexConfig
+from consumers.config import Topics
+from daemon.settings import Settings, namespaced
 
 
 def isolated_settings(name: str, kafka_bootstrap: str, redis_url: str, **over: Any) -> Settings:
-    """Settings whose topics, consumer groups and index are all named after ``name``."""
-    topics = Topics(
-        documents=f"{name}.documents",
-        transcripts=f"{name}.transcripts",
-        requests=f"{name}.requests",
-        replies=f"{name}.replies",
-        dlq=f"{name}.dlq",
-    )
-    return Settings(
+    """``daemon.settings.namespaced`` with test defaults: 2 partitions, no HTTP server."""
+    return namespaced(
+        name,
         kafka_bootstrap=kafka_bootstrap,
         redis_url=redis_url,
         topic_partitions=over.pop("topic_partitions", 2),
         http_port=over.pop("http_port", 0),
-        topics=topics,
-        consumer=over.pop("consumer", ConsumerConfig(group_id=name)),
-        index=over.pop("index", IndexConfig(name=name)),
         **over,
     )
 
