@@ -24,6 +24,7 @@ from graph.search import ScopedSearch
 from memory.attempts import AttemptCounter
 from memory.embedder import SentenceTransformerEmbedder
 from memory.errors import BackendUnavailable
+from memory.generations import index_spec
 from memory.index import ChunkIndex
 from memory.ingest import Ingestor
 from memory.retrieval import Retriever
@@ -59,9 +60,16 @@ class Daemon:
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     assigned: dict[str, int] = field(default_factory=dict)
     ready: asyncio.Event = field(default_factory=asyncio.Event)
+    stopped: bool = False
 
     async def stop(self) -> None:
-        """Stop consuming (draining in-flight messages), then close clients in reverse order."""
+        """Stop consuming (draining in-flight messages), then close clients in reverse order.
+
+        A second call does nothing.
+        """
+        if self.stopped:
+            return
+        self.stopped = True
         log.info("daemon.shutdown_started")
         self.ingestor.stopping.set()
         await self.broker.stop()
@@ -131,7 +139,8 @@ async def start_daemon(settings: Settings, *, ready_timeout_s: float = 120.0) ->
     offline_environment()
     redis = redis_client(settings)
     embedder = await SentenceTransformerEmbedder.load(settings.embedding)
-    index = ChunkIndex(client=redis, cfg=settings.index, dims=embedder.dims)
+    spec = index_spec(settings.index, model=settings.embedding.model, dims=embedder.dims, chunking=settings.chunking)
+    index = ChunkIndex(client=redis, cfg=settings.index, dims=embedder.dims, spec=spec)
     await _ensure_index(index, ready_timeout_s)
     if settings.create_topics:
         await ensure_topics(

@@ -393,6 +393,62 @@ def graph_rebuild(tenant: TenantOpt = "default") -> None:
     )
 
 
+def _since_ms(value: str | None) -> int | None:
+    """``--since``: Unix milliseconds, or an ISO 8601 time (UTC when it names no zone)."""
+    if value is None:
+        return None
+    if value.isdigit():
+        return int(value)
+    from datetime import UTC, datetime
+
+    try:
+        when = datetime.fromisoformat(value)
+    except ValueError as exc:
+        raise typer.BadParameter(f"{value!r} is neither Unix milliseconds nor an ISO 8601 time") from exc
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return int(when.timestamp() * 1000)
+
+
+@app.command()
+def reindex(
+    since: Annotated[
+        str | None, typer.Option(help="Replay from this time (ISO 8601 or Unix ms) instead of the earliest offset.")
+    ] = None,
+    keep_old: Annotated[bool, typer.Option("--keep-old", help="Keep the old generation after the switch.")] = False,
+) -> None:
+    """Rebuild the index from Kafka with the current settings into a new generation, then switch
+    queries to it atomically. The old generation serves queries until the switch."""
+    from daemon.reindex import ReindexProgress
+    from daemon.reindex import reindex as run_reindex
+
+    settings = _settings()
+    with Progress(console=err, transient=False) as bar:
+        task = bar.add_task("starting", total=None)
+
+        def show(p: ReindexProgress) -> None:
+            bar.update(
+                task,
+                description=f"generation {p.generation}: {p.phase}",
+                total=p.total or None,
+                completed=p.done,
+            )
+
+        try:
+            rep = asyncio.run(run_reindex(settings, since_ms=_since_ms(since), keep_old=keep_old, on_progress=show))
+        except MemdError as exc:
+            raise _fail(exc) from exc
+    p = rep.progress
+    out.print(
+        f"generation {rep.new_generation} is live (was {rep.old_generation}): {p.done} records replayed, "
+        f"{p.applied} applied, {p.skipped} superseded, {p.invalid} invalid, {p.failed} failed, "
+        f"{p.communities} summaries copied, {rep.chunks} chunks, {rep.took_s:.1f}s"
+        + ("" if rep.old_dropped else f"; generation {rep.old_generation} kept")
+    )
+    for e in rep.errors:
+        err.print(f"[yellow]warning:[/yellow] {e}")
+
+
 @config_app.command("toml")
 def config_toml() -> None:
     """Print every setting with its default and meaning, as TOML."""
@@ -406,7 +462,7 @@ def config_index_schema(dims: Annotated[int, typer.Option(help="Vector dimension
 
     from memory.schema import index_schema
 
-    sys.stdout.write(yaml.safe_dump(index_schema(Settings().index, dims=dims), sort_keys=False))
+    sys.stdout.write(yaml.safe_dump(index_schema(Settings().index, dims=dims, generation=1), sort_keys=False))
 
 
 @config_app.command("show")

@@ -15,6 +15,7 @@ from daemon.connections import kafka_options, redis_client
 from daemon.settings import Settings
 from daemon.status import measure_lag
 from memory.errors import MemdError
+from memory.generations import GenerationRegistry, index_spec
 from memory.index import translate_errors
 from memory.schema import index_schema
 
@@ -97,7 +98,7 @@ async def _check_redis(settings: Settings) -> list[Finding]:
             )
             return found
         dims = PACKAGED_DIMS if settings.embedding.model.startswith("packaged:") else None
-        expected = index_schema(settings.index, dims=dims or PACKAGED_DIMS)
+        expected = index_schema(settings.index, dims=dims or PACKAGED_DIMS, generation=1)
         problems = compare_schema(expected, _attrs(info))
         if dims is None:
             problems = [p for p in problems if "dims" not in p]
@@ -115,6 +116,7 @@ async def _check_redis(settings: Settings) -> list[Finding]:
             found.append(
                 Finding("index schema", True, f"{name!r} matches the settings, {info.get('num_docs', '?')} chunks")
             )
+        found.extend(await _check_generation(client, settings, dims))
     except MemdError as exc:
         fix = (
             "check AGENTMEM_REDIS_USERNAME / AGENTMEM_REDIS_PASSWORD"
@@ -125,6 +127,36 @@ async def _check_redis(settings: Settings) -> list[Finding]:
     finally:
         await client.aclose()
     return found
+
+
+async def _check_generation(client: Any, settings: Settings, dims: int | None) -> list[Finding]:
+    """The active index generation against what these settings would build."""
+    async with translate_errors("doctor"):
+        state = await GenerationRegistry(client, settings.index.name).state()
+    if state.active == 0 or state.spec is None:
+        return [
+            Finding(
+                "index generation",
+                False,
+                f"{settings.index.name!r} is not a generational index (it predates `agentmemd reindex`)",
+                "drop it (FT.DROPINDEX <name> DD) and replay the topics from the earliest offset",
+            )
+        ]
+    want = index_spec(
+        settings.index, model=settings.embedding.model, dims=dims or state.spec.dims, chunking=settings.chunking
+    )
+    building = f"; generation {state.building} is being built by {state.building_owner}" if state.building else ""
+    if want != state.spec:
+        return [
+            Finding(
+                "index generation",
+                False,
+                f"generation {state.active} was built with {state.spec.describe()}, "
+                f"these settings build {want.describe()}{building}",
+                "run `agentmemd reindex` with these settings, or run the daemon with the ones the index was built with",
+            )
+        ]
+    return [Finding("index generation", True, f"generation {state.active} matches the settings{building}")]
 
 
 async def _check_kafka(settings: Settings) -> list[Finding]:

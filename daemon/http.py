@@ -35,6 +35,11 @@ def readiness_checks(*, index: ChunkIndex, state: StatusState, stale_after_s: fl
                 await index.count()
             except MemdError as exc:
                 problems["index"] = f"index {index.cfg.name!r} missing or unreadable: {exc}"
+            else:
+                try:
+                    problems["index"] = await index.mismatch()
+                except MemdError as exc:
+                    problems["index"] = f"index generations unreadable: {exc}"
         else:
             problems["index"] = "not checked: redis is down"
         if not state.ready:

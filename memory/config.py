@@ -32,11 +32,6 @@ class IndexConfig(BaseModel):
         """Every filterable metadata key."""
         return (*BASE_FILTER_KEYS, *self.extra_filter_keys)
 
-    @property
-    def chunk_prefix(self) -> str:
-        """Key prefix of chunk hashes (what the index covers)."""
-        return f"{self.name}:chunk:"
-
 
 _RESERVED_FIELDS = frozenset(
     {"text", "idents", "vector", "chunk_id", "version", "timestamp", "metadata", "position", "tenant"}

@@ -6,6 +6,7 @@ Every redis exception is translated here; none leaves ``memory/``.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -19,12 +20,13 @@ from redisvl.exceptions import RedisVLError
 from redisvl.index import AsyncSearchIndex
 from redisvl.schema import IndexSchema
 
-from memory.config import IndexConfig
-from memory.errors import BackendUnavailable, MemdError, Unauthorized
+from memory.config import ChunkingConfig, IndexConfig
+from memory.errors import BackendUnavailable, MemdError, NotFound, Unauthorized
 from memory.filters import hash_field, value_hash
+from memory.generations import GenerationRegistry, GenerationState, IndexMismatch, IndexSpec, index_spec
 from memory.identifiers import identifiers
 from memory.records import DEFAULT_TENANT, ApplyResult, ChunkRecord, StoredChunk
-from memory.schema import index_schema
+from memory.schema import index_schema, key_root, physical_name
 
 log = structlog.get_logger()
 
@@ -115,52 +117,152 @@ def _stored(doc: Any, tag_keys: Sequence[str]) -> StoredChunk:
 class ChunkIndex:
     """Chunks of every document in one RediSearch index, plus per-doc version bookkeeping.
 
-    Key layout (all under ``cfg.name``): ``:chunk:<chunk_id>`` hashes (indexed),
-    ``:ver:<doc_id>`` the last applied version (kept after a delete, as a tombstone, so
-    an older upsert can never resurrect the doc), ``:doc:<doc_id>`` the set of its chunk ids.
+    The index is generational (``memory.generations``): by default this object follows the
+    active generation (writes go to it, searches go through the alias ``cfg.name``); with
+    ``generation`` it is pinned to one generation (what a reindex builds). Key layout under
+    a generation's root ``<name>:g<N>:``: ``chunk:<tenant>:<chunk_id>`` hashes (indexed),
+    ``ver:<tenant>:<doc_id>`` the last applied version (kept after a delete, as a tombstone,
+    so an older upsert can never resurrect the doc), ``doc:<tenant>:<doc_id>`` the set of
+    its chunk ids.
     """
 
-    def __init__(self, *, client: aredis.Redis, cfg: IndexConfig, dims: int) -> None:
+    #: How long a read of the active generation is trusted by searches (writes always re-read).
+    STATE_TTL_S = 1.0
+
+    def __init__(
+        self,
+        *,
+        client: aredis.Redis,
+        cfg: IndexConfig,
+        dims: int,
+        spec: IndexSpec | None = None,
+        generation: int | None = None,
+    ) -> None:
         self._r = client
         self._cfg = cfg
         self._dims = dims
         self._tag_keys = ("tenant", *cfg.filter_keys)
         self._fields = tuple(dict.fromkeys((*_RETURN_FIELDS, *self._tag_keys)))
+        self.spec = spec or index_spec(cfg, model="unspecified", dims=dims, chunking=ChunkingConfig())
+        self.pinned = generation
+        self.registry = GenerationRegistry(client, cfg.name)
+        self._state: GenerationState | None = None
+        self._state_at = 0.0
 
     @property
     def cfg(self) -> IndexConfig:
         """This index's config."""
         return self._cfg
 
-    def _schema(self) -> IndexSchema:
-        return IndexSchema.from_dict(index_schema(self._cfg, dims=self._dims))
+    def _schema(self, generation: int) -> IndexSchema:
+        return IndexSchema.from_dict(index_schema(self._cfg, dims=self._dims, generation=generation))
 
     # Tenants never share a key: the tenant (no ':' allowed) leads every per-doc key.
-    def _chunk_key(self, tenant: str, chunk_id: str) -> str:
-        return f"{self._cfg.chunk_prefix}{tenant}:{chunk_id}"
+    def _chunk_key(self, gen: int, tenant: str, chunk_id: str) -> str:
+        return f"{key_root(self._cfg.name, gen)}chunk:{tenant}:{chunk_id}"
 
-    def _ver_key(self, tenant: str, doc_id: str) -> str:
-        return f"{self._cfg.name}:ver:{tenant}:{doc_id}"
+    def _ver_key(self, gen: int, tenant: str, doc_id: str) -> str:
+        return f"{key_root(self._cfg.name, gen)}ver:{tenant}:{doc_id}"
 
-    def _doc_key(self, tenant: str, doc_id: str) -> str:
-        return f"{self._cfg.name}:doc:{tenant}:{doc_id}"
+    def _doc_key(self, gen: int, tenant: str, doc_id: str) -> str:
+        return f"{key_root(self._cfg.name, gen)}doc:{tenant}:{doc_id}"
+
+    def _search_name(self) -> str:
+        return self._cfg.name if self.pinned is None else physical_name(self._cfg.name, self.pinned)
+
+    def _mismatch(self, state: GenerationState) -> str | None:
+        if state.spec is None or state.spec == self.spec:
+            return None
+        return (
+            f"the active index generation {state.active} of {self._cfg.name!r} was built with "
+            f"{state.spec.describe()}, this process has {self.spec.describe()}: restart it with the "
+            "settings the index was built with (or run `agentmemd reindex` with these)"
+        )
+
+    async def state(self, *, fresh: bool = False) -> GenerationState:
+        """The generation registry, cached for ``STATE_TTL_S`` unless ``fresh``."""
+        now = time.monotonic()
+        if fresh or self._state is None or now - self._state_at > self.STATE_TTL_S:
+            async with translate_errors("generation read"):
+                self._state = await self.registry.state()
+            self._state_at = now
+        return self._state
+
+    async def mismatch(self) -> str | None:
+        """Why this process may not use the active generation, or ``None`` when it may."""
+        if self.pinned is not None:
+            return None
+        return self._mismatch(await self.state(fresh=True))
+
+    async def _generation(self) -> int:
+        """The generation reads and writes go to (following: the active one)."""
+        if self.pinned is not None:
+            return self.pinned
+        state = await self.state()
+        if state.active == 0:
+            raise NotFound(f"index {self._cfg.name!r} has no generation yet; start the daemon once to create it")
+        return state.active
 
     async def ensure(self) -> bool:
-        """Create the index if it is missing. Returns True when it was created."""
+        """Create the index (the pinned generation, or generation 1 behind the alias) if missing.
+
+        Returns True when it was created. A spec mismatch is logged, not raised: the daemon
+        still starts, reports it as not ready and refuses writes until restarted.
+        """
+        created = False
         async with translate_errors("index creation"):
-            index = AsyncSearchIndex(self._schema(), redis_client=self._r)
-            if await index.exists():
-                return False
+            if self.pinned is not None:
+                return await self._create(self.pinned)
+            state = await self.registry.state()
+            gen = state.active or 1
+            created = await self._create(gen)
+            if state.active == 0:
+                await self.registry.bootstrap(self.spec)
+        why = await self.mismatch()
+        if why:
+            log.error("index.spec_mismatch", index=self._cfg.name, reason=why)
+        return created
+
+    async def _create(self, gen: int) -> bool:
+        index = AsyncSearchIndex(self._schema(gen), redis_client=self._r)
+        if await index.exists():
+            return False
+        try:
             await index.create(overwrite=False)
-        log.info("index.created", index=self._cfg.name, dims=self._dims)
+        except RedisVLError as exc:  # another daemon created it a moment ago
+            if "already exists" not in str(exc.__cause__ or exc).lower():
+                raise
+            return False
+        log.info("index.created", index=physical_name(self._cfg.name, gen), dims=self._dims)
         return True
 
     async def drop(self, *, delete_documents: bool = True) -> None:
-        """Drop the index (and its chunk hashes); used by tests and reindexing."""
+        """Drop this object's generation: its physical index, chunk hashes and bookkeeping keys.
+
+        Following (not pinned), this resets the index name: the active generation and the
+        registry go, and the next ``ensure()`` creates generation 1 again. Used by tests,
+        benchmarks and reindexing (an aborted build, or the old generation after a switch).
+        """
+        if self.pinned is None and (await self.state(fresh=True)).active == 0:
+            return
+        gen = await self._generation()
         async with translate_errors("index drop"):
-            index = AsyncSearchIndex(self._schema(), redis_client=self._r)
+            index = AsyncSearchIndex(self._schema(gen), redis_client=self._r)
             if await index.exists():
                 await index.delete(drop=delete_documents)
+            if delete_documents:
+                batch: list[Any] = []
+                async for key in self._r.scan_iter(match=key_root(self._cfg.name, gen) + "*", count=1000):
+                    batch.append(key)
+                    if len(batch) >= 500:
+                        await self._r.unlink(*batch)
+                        batch = []
+                if batch:
+                    await self._r.unlink(*batch)
+                if self.pinned is None:
+                    # Dropping what this process follows is a reset: the next ensure() starts over.
+                    await self._r.delete(self.registry.key)
+        self._state = None
 
     async def ping(self) -> None:
         """Raise BackendUnavailable unless Redis answers."""
@@ -171,8 +273,9 @@ class ChunkIndex:
         """Last applied version of each doc that has one."""
         if not doc_ids:
             return {}
+        gen = await self._generation()
         async with translate_errors("version read"):
-            values = await self._r.mget([self._ver_key(tenant, d) for d in doc_ids])
+            values = await self._r.mget([self._ver_key(gen, tenant, d) for d in doc_ids])
         return {d: int(v) for d, v in zip(doc_ids, values, strict=True) if v is not None}
 
     async def apply(
@@ -193,11 +296,12 @@ class ChunkIndex:
             BackendUnavailable: Redis is unreachable.
             IndexError_: the transaction kept conflicting.
         """
-        ver_key, doc_key = self._ver_key(tenant, doc_id), self._doc_key(tenant, doc_id)
         async with translate_errors("chunk write"):
             for _ in range(_WATCH_RETRIES):
                 async with self._r.pipeline(transaction=True) as pipe:
                     try:
+                        gen = await self._write_generation(pipe)
+                        ver_key, doc_key = self._ver_key(gen, tenant, doc_id), self._doc_key(gen, tenant, doc_id)
                         await pipe.watch(ver_key, doc_key)
                         stored = await pipe.get(ver_key)
                         stored_version = int(stored) if stored is not None else None
@@ -206,12 +310,12 @@ class ChunkIndex:
                         old_ids = {_to_str(m) for m in await pipe.smembers(doc_key)}
                         new_ids = {c.chunk_id for c in chunks}
                         pipe.multi()  # type: ignore[no-untyped-call]
-                        stale = [self._chunk_key(tenant, c) for c in old_ids - new_ids]
+                        stale = [self._chunk_key(gen, tenant, c) for c in old_ids - new_ids]
                         if stale:
                             pipe.delete(*stale)
                         pipe.delete(doc_key)
                         for rec, vec in zip(chunks, vectors, strict=True):
-                            key = self._chunk_key(tenant, rec.chunk_id)
+                            key = self._chunk_key(gen, tenant, rec.chunk_id)
                             # Replace, not merge: a tag dropped by an edit must not linger.
                             pipe.delete(key)
                             pipe.hset(key, mapping=_record_mapping(rec, vec))  # type: ignore[arg-type]
@@ -225,30 +329,89 @@ class ChunkIndex:
                         continue
         raise IndexError_(f"write of {doc_id!r} kept conflicting; giving up after {_WATCH_RETRIES} tries")
 
+    async def _write_generation(self, pipe: Any) -> int:
+        """Inside a WATCH transaction: the generation to write to, with the registry watched.
+
+        Watching the registry is what makes the reindex switch safe: a write that read the
+        old generation and has not executed yet fails and retries against the new one.
+        """
+        if self.pinned is not None:
+            return self.pinned
+        await pipe.watch(self.registry.key)
+        active_raw = await pipe.hget(self.registry.key, "active")
+        if active_raw is None:
+            raise NotFound(f"index {self._cfg.name!r} has no generation yet; start the daemon once to create it")
+        active = int(active_raw)
+        spec_raw = await pipe.hget(self.registry.key, f"spec:{active}")
+        state = GenerationState(active=active, spec=IndexSpec.model_validate_json(spec_raw) if spec_raw else None)
+        self._state, self._state_at = state, time.monotonic()
+        if why := self._mismatch(state):
+            raise IndexMismatch(why)
+        return active
+
     async def chunk_ids(self, doc_id: str, tenant: str = DEFAULT_TENANT) -> set[str]:
         """The chunk ids currently stored for a doc."""
+        gen = await self._generation()
         async with translate_errors("chunk listing"):
-            return {_to_str(m) for m in await self._r.smembers(self._doc_key(tenant, doc_id))}
+            return {_to_str(m) for m in await self._r.smembers(self._doc_key(gen, tenant, doc_id))}
 
     async def texts(self, chunk_ids: Sequence[str], tenant: str = DEFAULT_TENANT) -> dict[str, str]:
         """Stored text of each chunk that exists."""
+        gen = await self._generation()
         async with translate_errors("chunk read"), self._r.pipeline(transaction=False) as pipe:
             for cid in chunk_ids:
-                pipe.hget(self._chunk_key(tenant, cid), "text")
+                pipe.hget(self._chunk_key(gen, tenant, cid), "text")
             values = await pipe.execute()
         return {c: _to_str(v) for c, v in zip(chunk_ids, values, strict=True) if v is not None}
 
     async def count(self) -> int:
         """Number of indexed chunks."""
         async with translate_errors("index info"):
-            info = await self._r.ft(self._cfg.name).info()  # type: ignore[no-untyped-call]
+            info = await self._r.ft(self._search_name()).info()  # type: ignore[no-untyped-call]
         return int(info.get("num_docs", 0))
+
+    async def community_records(self, *, since: float = 0.0, page: int = 500) -> list[ChunkRecord]:
+        """Every community-summary chunk of this index (written at or after ``since``).
+
+        Summaries come from the graph, not from Kafka, so a reindex carries them over from
+        the old generation instead of replaying them.
+        """
+        out: list[ChunkRecord] = []
+        fields = (*self._fields, "position", "version", "timestamp")
+        query = f"@kind:{{community}} @timestamp:[{since!r} +inf]"
+        offset = 0
+        while True:
+            q = Query(query).paging(offset, page).return_fields(*fields).sort_by("timestamp").dialect(2)
+            async with translate_errors("community listing"):
+                res = await self._r.ft(self._search_name()).search(q)
+            for doc in res.docs:
+                stored = _stored(doc, self._tag_keys)
+                tags = dict(stored.tags)
+                tenant = tags.pop("tenant", DEFAULT_TENANT)
+                out.append(
+                    ChunkRecord(
+                        chunk_id=stored.chunk_id,
+                        doc_id=stored.doc_id,
+                        position=int(_to_str(getattr(doc, "position", "0"))),
+                        text=stored.text,
+                        kind="community",
+                        source=stored.source,
+                        tags=tags,
+                        metadata=stored.metadata,
+                        version=int(float(_to_str(getattr(doc, "version", "0")))),
+                        timestamp=float(_to_str(getattr(doc, "timestamp", "0"))),
+                        tenant=tenant,
+                    )
+                )
+            offset += len(res.docs)
+            if len(res.docs) < page:
+                return out
 
     async def search_text(self, query: str, *, k: int) -> list[StoredChunk]:
         """The BM25 leg: ``query`` is a full, already-escaped RediSearch query."""
         q = Query(query).scorer("BM25STD").paging(0, k).return_fields(*self._fields).dialect(2)
         async with translate_errors("text search"):
-            res = await self._r.ft(self._cfg.name).search(q)
+            res = await self._r.ft(self._search_name()).search(q)
         return [_stored(d, self._tag_keys) for d in res.docs]
 
     async def search_vector(self, vector: np.ndarray, *, filter_query: str, k: int) -> list[StoredChunk]:
@@ -261,7 +424,10 @@ class ChunkIndex:
             .return_fields(*self._fields, "vector_distance")
             .dialect(2)
         )
+        if self.pinned is None and (why := self._mismatch(await self.state())):
+            # The query was embedded with this process's model: meaningless to this index.
+            raise IndexMismatch(why)
         params = {"vec": np.asarray(vector, dtype=np.float32).tobytes(), "ef": max(self._cfg.hnsw_ef_runtime, k)}
         async with translate_errors("vector search"):
-            res = await self._r.ft(self._cfg.name).search(q, query_params=params)  # type: ignore[arg-type]
+            res = await self._r.ft(self._search_name()).search(q, query_params=params)  # type: ignore[arg-type]
         return [_stored(d, self._tag_keys) for d in res.docs]

@@ -12,8 +12,18 @@ from memory.filters import hash_field
 TAG_SEPARATOR = "\x1f"
 
 
-def index_schema(cfg: IndexConfig, *, dims: int) -> dict[str, Any]:
-    """A redisvl ``IndexSchema`` dict for chunk hashes.
+def physical_name(name: str, generation: int) -> str:
+    """The RediSearch index of one generation (the alias ``name`` points at the active one)."""
+    return f"{name}-g{generation}"
+
+
+def key_root(name: str, generation: int) -> str:
+    """Prefix of every key (chunks, versions, chunk sets) that belongs to one generation."""
+    return f"{name}:g{generation}:"
+
+
+def index_schema(cfg: IndexConfig, *, dims: int, generation: int) -> dict[str, Any]:
+    """A redisvl ``IndexSchema`` dict for the chunk hashes of one index generation.
 
     ``stopwords: []`` (``STOPWORDS 0``) is deliberate: stopwords are dropped from queries
     by ``memory.text`` instead, and with the default list this RediSearch crashes on an
@@ -49,8 +59,8 @@ def index_schema(cfg: IndexConfig, *, dims: int) -> dict[str, Any]:
         fields.append({"name": hash_field(key), "type": "numeric"})
     return {
         "index": {
-            "name": cfg.name,
-            "prefix": cfg.chunk_prefix,
+            "name": physical_name(cfg.name, generation),
+            "prefix": key_root(cfg.name, generation) + "chunk:",
             "key_separator": ":",
             "storage_type": "hash",
             "stopwords": [],

@@ -163,7 +163,10 @@ async def wait_for_chunks(client: Any, name: str, want: dict[str, str], timeout:
 
 async def stored_chunks(client: Any, name: str) -> dict[str, str]:
     out: dict[str, str] = {}
-    async for key in client.scan_iter(match=f"{name}:chunk:*", count=1000):
+    active = await client.hget(f"{name}:generations", "active")
+    if active is None:
+        return out
+    async for key in client.scan_iter(match=f"{name}:g{int(active)}:chunk:*", count=1000):
         cid, text, kind = await client.hmget(key, ["chunk_id", "text", "kind"])
         if cid is not None and text is not None and kind != b"community":  # a key may vanish mid-scan
             out[cid.decode()] = text.decode()

@@ -23,7 +23,7 @@ def test_example_toml_lists_every_setting() -> None:
 def test_example_index_schema_is_current() -> None:
     """config/index.yaml is the schema the default settings create."""
     on_disk = yaml.safe_load((ROOT / "config" / "index.yaml").read_text())
-    assert on_disk == index_schema(Settings().index, dims=384)
+    assert on_disk == index_schema(Settings().index, dims=384, generation=1)
 
 
 def test_env_overrides_nested_settings(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,0 +1,324 @@
+"""`agentmemd reindex`: rebuild the index from Kafka into a new generation, then switch.
+
+The steps, and why each is there (``memory.generations`` has the model):
+
+1. Claim the build slot in Redis (one reindex at a time across the deployment) and create
+   generation N+1 with *this process's* settings (a new model, chunking or schema).
+2. Replay the documents and transcripts topics from the earliest offset (or a timestamp)
+   up to their end offsets, through the same decoding and ``Ingestor`` the daemon uses,
+   pinned to N+1. The live daemons keep consuming and writing to N, and queries keep
+   going to N through the alias, the whole time.
+3. Copy community summaries (they come from the graph, not from Kafka) from N, re-embedded.
+4. Switch: one Redis script makes N+1 active and moves the alias. Writers read the active
+   generation inside their WATCH transaction, so none can land in N afterwards.
+5. Catch up: replay again up to end offsets read *after* the switch, and copy summaries
+   written meanwhile. Anything a live daemon wrote to N before the switch came from an
+   event below those offsets, so N+1 misses nothing; versions make double applies no-ops.
+6. Drop generation N (unless asked to keep it).
+
+Invalid events are skipped and counted (the live daemons already dead-lettered them).
+Before the switch, any failure drops N+1 and releases the slot: queries never noticed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import structlog
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import KafkaError
+
+from consumers.decoding import decode_records, tenant_from_topic
+from daemon.connections import kafka_options, redis_client
+from daemon.settings import Settings
+from memory.embedder import SentenceTransformerEmbedder
+from memory.errors import BackendUnavailable, NotFound
+from memory.generations import GenerationRegistry, index_spec
+from memory.index import ChunkIndex, translate_errors
+from memory.ingest import Ingestor
+
+log = structlog.get_logger()
+
+HEARTBEAT_S = 10.0
+
+
+@dataclass
+class ReindexProgress:
+    """Where a reindex is: its phase, and records replayed out of those to replay."""
+
+    phase: str = "starting"
+    generation: int = 0
+    total: int = 0
+    done: int = 0
+    applied: int = 0
+    skipped: int = 0
+    invalid: int = 0
+    failed: int = 0
+    communities: int = 0
+
+
+@dataclass
+class ReindexReport:
+    """The outcome: generations before and after, and what was replayed."""
+
+    old_generation: int
+    new_generation: int
+    progress: ReindexProgress
+    old_dropped: bool
+    took_s: float
+    chunks: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+def source_topics(settings: Settings, topics: set[str]) -> dict[str, tuple[str, str]]:
+    """Replayed topic -> (kind, base topic): documents and transcripts, per tenant in topic mode."""
+    out: dict[str, tuple[str, str]] = {}
+    for kind, base in (("document", settings.topics.documents), ("transcript", settings.topics.transcripts)):
+        for topic in topics:
+            if settings.consumer.tenancy == "single":
+                if topic == base:
+                    out[topic] = (kind, base)
+            elif tenant_from_topic(topic, base, "topic") is not None:
+                out[topic] = (kind, base)
+    return out
+
+
+class _Replayer:
+    """Reads the source topics partition by partition and applies them to the new generation."""
+
+    def __init__(self, settings: Settings, ingestor: Ingestor, progress: ReindexProgress, report: Callable[[], None]):
+        self._s = settings
+        self._ingestor = ingestor
+        self._p = progress
+        self._report = report
+        self.consumer = AIOKafkaConsumer(
+            bootstrap_servers=settings.kafka_bootstrap,
+            group_id=None,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            fetch_max_wait_ms=settings.consumer.ingest_fetch_max_wait_ms,
+            max_poll_records=settings.consumer.ingest_max_records,
+            **kafka_options(settings),
+        )
+        self.sources: dict[str, tuple[str, str]] = {}
+
+    async def start(self, since_ms: int | None) -> None:
+        await self.consumer.start()
+        self.sources = source_topics(self._s, await self.consumer.topics())
+        tps = [TopicPartition(t, p) for t in sorted(self.sources) for p in self._partitions(t)]
+        self.consumer.assign(tps)
+        if not tps:
+            return
+        if since_ms is None:
+            await self.consumer.seek_to_beginning(*tps)
+            return
+        found = await self.consumer.offsets_for_times(dict.fromkeys(tps, since_ms))
+        ends = await self.consumer.end_offsets(tps)
+        for tp in tps:
+            hit = found.get(tp)
+            self.consumer.seek(tp, hit.offset if hit is not None else ends[tp])
+
+    def _partitions(self, topic: str) -> list[int]:
+        return sorted(self.consumer.partitions_for_topic(topic) or ())
+
+    async def replay_to_end(self) -> None:
+        """Apply every record below the end offsets as they are now."""
+        tps = sorted(self.consumer.assignment(), key=lambda tp: (tp.topic, tp.partition))
+        if not tps:
+            return
+        ends = await self.consumer.end_offsets(tps)
+        positions = {tp: await self.consumer.position(tp) for tp in tps}
+        self._p.total += sum(max(0, ends[tp] - positions[tp]) for tp in tps)
+        self._report()
+        while any(positions[tp] < ends[tp] for tp in tps):
+            batches = await self.consumer.getmany(timeout_ms=500, max_records=self._s.consumer.ingest_max_records)
+            for tp, records in batches.items():
+                wanted = [r for r in records if r.offset < ends[tp]]
+                if wanted:
+                    await self._apply(tp.topic, wanted)
+                self._p.done += len(wanted)
+                if len(wanted) < len(records):  # read past the end: come back to it next time
+                    self.consumer.seek(tp, ends[tp])
+            for tp in tps:
+                positions[tp] = await self.consumer.position(tp)
+            self._report()
+
+    async def _apply(self, topic: str, records: list[Any]) -> None:
+        kind, base = self.sources[topic]
+        good, dead = decode_records(
+            records,
+            kind=kind,
+            filter_keys=self._s.index.filter_keys,
+            max_content_bytes=self._s.ingest.max_content_bytes,
+            tenant_of=lambda t: tenant_from_topic(t, base, self._s.consumer.tenancy),
+        )
+        self._p.invalid += len(dead)
+        if not good:
+            return
+        rep = await self._ingestor.apply([d.item for d in good])
+        self._p.applied += len(rep.applied)
+        self._p.skipped += len(rep.skipped)
+        self._p.failed += len(rep.failed)
+        for item, exc in rep.failed:
+            log.warning("reindex.item_failed", doc_id=item.doc_id, code=exc.code, error=str(exc))
+
+
+async def _copy_communities(
+    source: ChunkIndex, target: ChunkIndex, embedder: SentenceTransformerEmbedder, since: float
+) -> int:
+    records = await source.community_records(since=since)
+    if not records:
+        return 0
+    vectors = await embedder.embed_documents([r.text for r in records])
+    for rec, vec in zip(records, vectors, strict=True):
+        await target.apply(rec.doc_id, None, [rec], vec[None, :], rec.tenant)
+    return len(records)
+
+
+async def _drop_vanished_communities(source: ChunkIndex, target: ChunkIndex, before: float) -> int:
+    """Summaries removed from the old generation after they were copied (and not rewritten since)."""
+    keep = {(r.tenant, r.doc_id) for r in await source.community_records()}
+    gone = [r for r in await target.community_records() if (r.tenant, r.doc_id) not in keep and r.timestamp < before]
+    for rec in gone:
+        await target.apply(rec.doc_id, None, [], np.zeros((0, 1), np.float32), rec.tenant)
+    return len(gone)
+
+
+async def reindex(
+    settings: Settings,
+    *,
+    since_ms: int | None = None,
+    keep_old: bool = False,
+    on_progress: Callable[[ReindexProgress], None] = lambda _p: None,
+) -> ReindexReport:
+    """Rebuild the index into a new generation from Kafka with ``settings`` and switch to it.
+
+    Args:
+        settings: the settings to build with (model, chunking, schema) and to reach Kafka/Redis.
+        since_ms: replay from the first offsets at or after this Unix time in ms (None: earliest).
+        keep_old: keep the old generation's index and keys after the switch.
+        on_progress: called as the replay advances (from the event loop; keep it quick).
+
+    Raises:
+        NotFound: there is no index to rebuild yet.
+        ReindexConflict: another reindex is running.
+        BackendUnavailable: Redis or Kafka went away before the switch (nothing changed).
+    """
+    from daemon.app import offline_environment
+
+    t0 = time.monotonic()
+    offline_environment()
+    owner = f"reindex-{uuid.uuid4().hex[:8]}"
+    progress = ReindexProgress()
+
+    def report() -> None:
+        on_progress(progress)
+
+    redis = redis_client(settings)
+    embedder = await SentenceTransformerEmbedder.load(settings.embedding)
+    spec = index_spec(settings.index, model=settings.embedding.model, dims=embedder.dims, chunking=settings.chunking)
+    registry = GenerationRegistry(redis, settings.index.name)
+    replayer: _Replayer | None = None
+    heartbeat: asyncio.Task[None] | None = None
+    switched = False
+    target: ChunkIndex | None = None
+    try:
+        async with translate_errors("reindex start"):
+            state = await registry.state()
+        if state.active == 0:
+            raise NotFound(f"index {settings.index.name!r} has no generation yet: start the daemon once to create it")
+        old = state.active
+        async with translate_errors("reindex claim"):
+            gen = await registry.claim(owner)
+        progress.generation = gen
+        log.info("reindex.started", index=settings.index.name, old_generation=old, generation=gen, owner=owner)
+
+        async def beat() -> None:
+            while True:
+                await asyncio.sleep(HEARTBEAT_S)
+                async with translate_errors("reindex heartbeat"):
+                    await registry.heartbeat(owner)
+
+        heartbeat = asyncio.create_task(beat())
+        target = ChunkIndex(client=redis, cfg=settings.index, dims=embedder.dims, spec=spec, generation=gen)
+        source = ChunkIndex(client=redis, cfg=settings.index, dims=embedder.dims, spec=spec, generation=old)
+        await target.ensure()
+        ingestor = Ingestor(index=target, embedder=embedder, chunking=settings.chunking, cfg=settings.ingest)
+        replayer = _Replayer(settings, ingestor, progress, report)
+        try:
+            await replayer.start(since_ms)
+            progress.phase = "replaying"
+            await replayer.replay_to_end()
+        except KafkaError as exc:
+            raise BackendUnavailable(f"kafka failed during the replay: {exc}") from exc
+
+        progress.phase = "copying summaries"
+        report()
+        copy_started = time.time()
+        progress.communities = await _copy_communities(source, target, embedder, 0.0)
+        if heartbeat.done():  # the slot was lost (or Redis failed) while replaying
+            heartbeat.result()
+
+        progress.phase = "switching"
+        report()
+        async with translate_errors("reindex switch"):
+            await registry.switch(owner, gen, spec)
+        switched = True
+        switched_at = time.time()
+        log.info("reindex.switched", index=settings.index.name, old_generation=old, generation=gen)
+
+        # From here on the new generation is live: failures are reported, not rolled back.
+        errors: list[str] = []
+        progress.phase = "catching up"
+        report()
+        try:
+            await replayer.replay_to_end()
+            progress.communities += await _copy_communities(source, target, embedder, copy_started)
+            await _drop_vanished_communities(source, target, switched_at)
+        except (KafkaError, BackendUnavailable) as exc:
+            errors.append(f"catch-up after the switch failed: {exc}; the live daemons carry on from their offsets")
+            log.error("reindex.catch_up_failed", error=str(exc))
+        dropped = False
+        if not keep_old:
+            progress.phase = "dropping the old generation"
+            report()
+            await source.drop()
+            dropped = True
+        progress.phase = "done"
+        report()
+        chunks = await target.count()
+        took = time.monotonic() - t0
+        log.info(
+            "reindex.finished",
+            index=settings.index.name,
+            generation=gen,
+            records=progress.done,
+            applied=progress.applied,
+            invalid=progress.invalid,
+            chunks=chunks,
+            took_s=round(took, 1),
+        )
+        return ReindexReport(old, gen, progress, dropped, took, chunks, errors)
+    finally:
+        if heartbeat is not None:
+            heartbeat.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await heartbeat
+        if not switched and target is not None:
+            # Nothing was switched: leave no trace of the build.
+            with contextlib.suppress(Exception):
+                await target.drop()
+            with contextlib.suppress(Exception):
+                await registry.release(owner)
+        if replayer is not None:
+            with contextlib.suppress(Exception):
+                await replayer.consumer.stop()
+        await redis.aclose()
+        embedder.close()

@@ -1,0 +1,211 @@
+"""Index generations: several physical indexes behind one alias, switched atomically.
+
+Why: rebuilding the index (a new embedding model, a chunking change, or repairing the
+BM25 statistics RediSearch 2.10 double-counts after an AOF reload) must not stop queries.
+Every physical index is one *generation* ``<name>-g<N>`` with its own key prefix
+``<name>:g<N>:``; the search alias ``<name>`` points at the active one, so queries never
+name a generation. A small Redis hash (``<name>:generations``) records which generation is
+active, which one is being built, and the spec (model, dims, chunking, schema) each was
+built with. Writers read the active generation inside their WATCH transaction, so once
+the switch script has run no write can land in the old generation.
+
+A daemon whose settings do not match the active generation's spec (it still runs the old
+model after a reindex, say) must neither write vectors of the wrong model nor embed
+queries that mean nothing to the index: it reports ``IndexMismatch`` (an outage to it, so
+ingestion backs off without committing, and nothing is lost) until it is restarted with the
+new settings.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass
+
+import redis.asyncio as aredis
+from pydantic import BaseModel, ConfigDict
+
+from memory.config import ChunkingConfig, IndexConfig
+from memory.errors import BackendUnavailable, MemdError
+from memory.schema import index_schema, physical_name
+
+
+class IndexMismatch(BackendUnavailable):
+    """The active index generation was built with other settings than this process has."""
+
+
+class ReindexConflict(MemdError):
+    """Another reindex holds the build slot, or the build in progress is not ours."""
+
+    code = "conflict"
+
+
+class IndexSpec(BaseModel):
+    """What decides the content of an index: equal specs make interchangeable vectors/chunks."""
+
+    model_config = ConfigDict(frozen=True)
+
+    model: str
+    dims: int
+    max_tokens: int
+    overlap: int
+    schema_digest: str
+
+    def fingerprint(self) -> str:
+        """A short stable digest of the spec."""
+        return hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:16]
+
+    def describe(self) -> str:
+        """The spec in words, for error messages."""
+        return (
+            f"model={self.model} dims={self.dims} chunking={self.max_tokens}/{self.overlap} "
+            f"schema={self.schema_digest}"
+        )
+
+
+def index_spec(cfg: IndexConfig, *, model: str, dims: int, chunking: ChunkingConfig) -> IndexSpec:
+    """The spec of an index built with these settings (pure)."""
+    schema = index_schema(cfg, dims=dims, generation=0)
+    digest = hashlib.sha256(json.dumps(schema["fields"], sort_keys=True).encode()).hexdigest()[:12]
+    return IndexSpec(
+        model=model, dims=dims, max_tokens=chunking.max_tokens, overlap=chunking.overlap, schema_digest=digest
+    )
+
+
+def registry_key(name: str) -> str:
+    """The hash that records the active and building generations and their specs."""
+    return f"{name}:generations"
+
+
+@dataclass(frozen=True)
+class GenerationState:
+    """A read of the registry: the active generation (0 = none yet) and its spec."""
+
+    active: int
+    spec: IndexSpec | None
+    building: int = 0
+    building_owner: str = ""
+    building_heartbeat: float = 0.0
+
+
+# Create the first generation once, however many daemons start together.
+_BOOTSTRAP = """
+if redis.call('HEXISTS', KEYS[1], 'active') == 1 then return 0 end
+redis.call('HSET', KEYS[1], 'active', 1, 'seq', 1, 'spec:1', ARGV[1])
+redis.call('FT.ALIASADD', ARGV[2], ARGV[3])
+return 1
+"""
+
+# Take the build slot unless a live reindex holds it (its heartbeat is recent).
+_CLAIM = """
+local b = redis.call('HGET', KEYS[1], 'building')
+if b and b ~= '' then
+  local hb = tonumber(redis.call('HGET', KEYS[1], 'building_heartbeat') or '0')
+  if tonumber(ARGV[2]) - hb < tonumber(ARGV[3]) then
+    return {-1, redis.call('HGET', KEYS[1], 'building_owner') or '', b}
+  end
+end
+local g = redis.call('HINCRBY', KEYS[1], 'seq', 1)
+redis.call('HSET', KEYS[1], 'building', g, 'building_owner', ARGV[1], 'building_heartbeat', ARGV[2])
+return {g, ARGV[1], tostring(g)}
+"""
+
+_HEARTBEAT = """
+if redis.call('HGET', KEYS[1], 'building_owner') ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'building_heartbeat', ARGV[2])
+return 1
+"""
+
+# The switch: active generation, its spec and the alias change in one step.
+_SWITCH = """
+if redis.call('HGET', KEYS[1], 'building_owner') ~= ARGV[1] then return -1 end
+if redis.call('HGET', KEYS[1], 'building') ~= ARGV[2] then return -1 end
+local old = tonumber(redis.call('HGET', KEYS[1], 'active') or '0')
+redis.call('HSET', KEYS[1], 'active', ARGV[2], 'spec:' .. ARGV[2], ARGV[3])
+redis.call('HDEL', KEYS[1], 'building', 'building_owner', 'building_heartbeat')
+redis.call('FT.ALIASUPDATE', ARGV[4], ARGV[5])
+return old
+"""
+
+_RELEASE = """
+if redis.call('HGET', KEYS[1], 'building_owner') ~= ARGV[1] then return 0 end
+redis.call('HDEL', KEYS[1], 'building', 'building_owner', 'building_heartbeat')
+return 1
+"""
+
+
+class GenerationRegistry:
+    """Reads and changes the generation registry of one index name (Redis I/O).
+
+    Callers wrap calls in ``memory.index.translate_errors``.
+    """
+
+    #: A build whose heartbeat is older than this is considered abandoned.
+    STALE_BUILD_S = 60.0
+
+    def __init__(self, client: aredis.Redis, name: str) -> None:
+        self._r = client
+        self.name = name
+        self.key = registry_key(name)
+
+    async def state(self) -> GenerationState:
+        """The registry as it is now."""
+        raw = {
+            (k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
+            for k, v in (await self._r.hgetall(self.key)).items()
+        }
+        active = int(raw.get("active", 0) or 0)
+        spec_raw = raw.get(f"spec:{active}")
+        return GenerationState(
+            active=active,
+            spec=IndexSpec.model_validate_json(spec_raw) if spec_raw else None,
+            building=int(raw.get("building", 0) or 0),
+            building_owner=raw.get("building_owner", ""),
+            building_heartbeat=float(raw.get("building_heartbeat", 0) or 0),
+        )
+
+    async def bootstrap(self, spec: IndexSpec) -> bool:
+        """Make generation 1 active (its physical index must exist). True if this call did it."""
+        done = await self._r.eval(
+            _BOOTSTRAP, 1, self.key, spec.model_dump_json(), self.name, physical_name(self.name, 1)
+        )
+        return bool(done)
+
+    async def claim(self, owner: str) -> int:
+        """Take the build slot and return the new generation's number.
+
+        Raises:
+            ReindexConflict: another reindex is running.
+        """
+        res = await self._r.eval(_CLAIM, 1, self.key, owner, time.time(), self.STALE_BUILD_S)
+        gen = int(res[0])
+        if gen < 0:
+            other = res[1].decode() if isinstance(res[1], bytes) else res[1]
+            raise ReindexConflict(f"another reindex ({other}) is building generation {int(res[2])}")
+        return gen
+
+    async def heartbeat(self, owner: str) -> None:
+        """Keep the build slot; raises ReindexConflict if it was taken over."""
+        if not await self._r.eval(_HEARTBEAT, 1, self.key, owner, time.time()):
+            raise ReindexConflict("the build slot was taken over by another reindex")
+
+    async def switch(self, owner: str, generation: int, spec: IndexSpec) -> int:
+        """Atomically make ``generation`` active and point the alias at it; returns the old one."""
+        old = await self._r.eval(
+            _SWITCH,
+            1,
+            self.key,
+            owner,
+            str(generation),
+            spec.model_dump_json(),
+            self.name,
+            physical_name(self.name, generation),
+        )
+        if int(old) < 0:
+            raise ReindexConflict(f"generation {generation} is no longer the build in progress")
+        return int(old)
+
+    async def release(self, owner: str) -> None:
+        """Give the build slot up (after an aborted build)."""
+        await self._r.eval(_RELEASE, 1, self.key, owner)

@@ -1,0 +1,190 @@
+"""`agentmemd reindex`: a rebuild from Kafka into a new generation while the daemon serves and ingests."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from daemon.app import Daemon, start_daemon
+from daemon.reindex import reindex
+from daemon.settings import Settings
+from memory.config import ChunkingConfig
+from memory.generations import GenerationRegistry
+from memory.schema import physical_name
+from tests.conftest import unique
+from tests.helpers import PlainClient, eventually, isolated_settings, settings_env, stored_chunks
+
+pytestmark = pytest.mark.integration
+
+N_DOCS = 24
+# ~80 more tokens: one chunk at 254 tokens, two or more at 64
+LONG = 3 * "The on-call engineer checked the connection pool, the replica lag and the queue depth first. "
+
+
+def doc(i: int, version: int, extra: str = "") -> dict[str, Any]:
+    return {
+        "event_id": uuid.uuid4().hex,
+        "op": "upsert",
+        "doc_id": f"rx/{i}",
+        "version": version,
+        "content": f"Runbook {i}: the payments-service raised ERR_RX_{i:04d} on db-{i % 3}.prod "
+        f"(ticket OPS-{1000 + i}). {extra}",
+        "metadata": {"env": "production", "service": "payments-service"},
+    }
+
+
+async def _all_indexed(daemon: Daemon, ids: dict[str, int]) -> bool:
+    versions = await daemon.index.versions(list(ids))
+    return versions == ids
+
+
+@pytest.fixture
+async def env(
+    kafka_bootstrap: str, redis_url: str, request: pytest.FixtureRequest
+) -> AsyncIterator[tuple[Settings, Daemon, PlainClient]]:
+    name = unique(request.node.nodeid)
+    settings = isolated_settings(name, kafka_bootstrap, redis_url)
+    daemon = await start_daemon(settings)
+    client = PlainClient(kafka_bootstrap, settings.topics, settings.topics.replies)
+    await client.start()
+    try:
+        yield settings, daemon, client
+    finally:
+        await client.stop()
+        await daemon.stop()
+
+
+async def _seed(daemon: Daemon, client: PlainClient) -> None:
+    for i in range(N_DOCS):
+        await client.send(client.topics.documents, doc(i, 1), key=f"rx/{i}")
+    await eventually(
+        lambda: _all_indexed(daemon, {f"rx/{i}": 1 for i in range(N_DOCS)}), timeout=120, what="seed docs indexed"
+    )
+    assert daemon.graph is not None
+    await daemon.graph.service().recompute(force=True)
+
+    async def summarized() -> bool:
+        return (await daemon.graph.store().stale())[0] == 0  # type: ignore[union-attr]
+
+    await eventually(summarized, timeout=90, what="community summaries written")
+
+
+async def test_reindex_switches_atomically_while_queries_and_writes_go_on(
+    env: tuple[Settings, Daemon, PlainClient],
+) -> None:
+    """Every query during the rebuild is answered correctly; writes made meanwhile survive the switch."""
+    settings, daemon, client = env
+    await _seed(daemon, client)
+    communities_before = {r.doc_id for r in await daemon.index.community_records()}
+    assert communities_before, "the seed corpus should form communities"
+
+    answered: list[int] = []
+    wrong: list[str] = []
+    stop = asyncio.Event()
+
+    async def ask_forever() -> None:
+        i = 0
+        while not stop.is_set():
+            k = i % N_DOCS
+            _, reply = await client.ask({"query_id": f"q{i}", "search_text": f"ERR_RX_{k:04d}", "top_k": 3})
+            top = (reply.get("results") or [{}])[0]
+            if top.get("doc_id") != f"rx/{k}":
+                wrong.append(f"q{i}: {reply}")
+            answered.append(i)
+            i += 1
+
+    async def write_meanwhile() -> None:
+        # updates of old docs and new docs, published while the replay runs
+        for i in range(6):
+            await client.send(client.topics.documents, doc(i, 2, f"Fixed in release R{i}."), key=f"rx/{i}")
+            await client.send(client.topics.documents, doc(100 + i, 1), key=f"rx/{100 + i}")
+            await asyncio.sleep(0.3)
+
+    phases: list[str] = []
+    askers = asyncio.create_task(ask_forever())
+    writer = asyncio.create_task(write_meanwhile())
+    rep = await reindex(settings, on_progress=lambda p: phases.append(p.phase))
+    await writer
+    # the daemon applies the last writes to whichever generation is active
+    want = {f"rx/{i}": 1 for i in range(6, N_DOCS)} | {f"rx/{i}": 2 for i in range(6)}
+    want |= {f"rx/{100 + i}": 1 for i in range(6)}
+    await eventually(lambda: _all_indexed(daemon, want), timeout=60, what="writes made during the rebuild")
+    await asyncio.sleep(1.0)  # a few more queries against the new generation
+    stop.set()
+    await askers
+
+    assert not wrong, wrong[:3]
+    assert len(answered) >= 10, "queries kept being answered during the rebuild"
+    assert rep.old_generation == 1 and rep.new_generation == 2 and rep.old_dropped
+    assert rep.progress.done >= N_DOCS and rep.progress.invalid == 0 and rep.progress.failed == 0
+    assert "switching" in phases and phases[-1] == "done"
+
+    redis = daemon.redis
+    state = await GenerationRegistry(redis, settings.index.name).state()
+    assert state.active == 2 and state.building == 0
+    indexes = {x.decode() for x in await redis.execute_command("FT._LIST")}
+    assert physical_name(settings.index.name, 2) in indexes and physical_name(settings.index.name, 1) not in indexes
+    assert not [k async for k in redis.scan_iter(match=f"{settings.index.name}:g1:*")], "old generation left keys"
+    # the new generation holds exactly the latest state of every doc, and the summaries
+    chunks = await stored_chunks(redis, settings.index.name)
+    assert {c.rsplit("_p", 1)[0] for c in chunks} == set(want)
+    assert all("Fixed in release" in chunks[f"rx/{i}_p0"] for i in range(6))
+    assert {r.doc_id for r in await daemon.index.community_records()} >= communities_before
+    _, reply = await client.ask({"query_id": "after", "search_text": "release R3", "top_k": 1})
+    assert reply["results"][0]["doc_id"] == "rx/3"
+
+
+async def test_reindex_with_new_chunking_pauses_old_daemons_until_restarted(
+    env: tuple[Settings, Daemon, PlainClient], tmp_path: Path
+) -> None:
+    """`agentmemd reindex` with other settings: old daemons stop writing and say why; nothing is lost."""
+    settings, daemon, client = env
+    for i in range(8):
+        await client.send(client.topics.documents, doc(i, 1, LONG), key=f"rx/{i}")
+    await eventually(lambda: _all_indexed(daemon, {f"rx/{i}": 1 for i in range(8)}), timeout=120, what="indexed")
+
+    new_env = {**settings_env(settings), "AGENTMEM_CHUNKING__MAX_TOKENS": "64", "AGENTMEM_CHUNKING__OVERLAP": "8"}
+    agentmemd = str(Path(sys.executable).parent / "agentmemd")
+    res = await asyncio.to_thread(
+        subprocess.run,
+        [agentmemd, "reindex"],
+        env={**os.environ, "COLUMNS": "200", **new_env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "generation 2 is live (was 1)" in res.stdout and "8 applied" in res.stdout
+
+    # the old daemon (254-token chunks) now refuses to write or embed queries for this index
+    why = await daemon.index.mismatch()
+    assert why is not None and "chunking=64/8" in why
+    _, reply = await client.ask({"query_id": "old", "search_text": "ERR_RX_0003", "top_k": 3})
+    assert reply["error"]["code"] == "unavailable" and "restart" in reply["error"]["message"]
+    await client.send(client.topics.documents, doc(50, 1, LONG), key="rx/50")
+    await asyncio.sleep(2)
+    assert await daemon.index.versions(["rx/50"]) == {}  # not written, and not committed either
+    await daemon.stop()
+
+    # a daemon with the new settings picks the uncommitted event up and serves queries
+    new_settings = settings.model_copy(update={"chunking": ChunkingConfig(max_tokens=64, overlap=8)})
+    fresh = await start_daemon(new_settings)
+    try:
+        await eventually(lambda: _all_indexed(fresh, {"rx/50": 1}), timeout=90, what="the paused event applied")
+        assert await fresh.index.mismatch() is None
+        _, reply = await client.ask({"query_id": "new", "search_text": "ERR_RX_0003", "top_k": 3})
+        assert reply["results"][0]["doc_id"] == "rx/3", reply
+        chunks = await stored_chunks(fresh.redis, settings.index.name)
+        assert len(chunks) >= 18, "64-token chunks split every doc in two or more"
+    finally:
+        await fresh.stop()
+

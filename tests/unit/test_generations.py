@@ -1,0 +1,56 @@
+"""Pure parts of index generations and reindexing: specs, names, which topics are replayed."""
+
+from __future__ import annotations
+
+from daemon.reindex import source_topics
+from daemon.settings import Settings
+from memory.config import ChunkingConfig, IndexConfig
+from memory.generations import index_spec
+from memory.schema import index_schema, key_root, physical_name
+
+
+def test_spec_changes_with_what_changes_the_index_content() -> None:
+    base = index_spec(IndexConfig(), model="m", dims=384, chunking=ChunkingConfig())
+    assert base == index_spec(IndexConfig(name="other"), model="m", dims=384, chunking=ChunkingConfig())
+    assert base.fingerprint() == index_spec(IndexConfig(), model="m", dims=384, chunking=ChunkingConfig()).fingerprint()
+    variants = [
+        index_spec(IndexConfig(), model="m2", dims=384, chunking=ChunkingConfig()),
+        index_spec(IndexConfig(), model="m", dims=768, chunking=ChunkingConfig()),
+        index_spec(IndexConfig(), model="m", dims=384, chunking=ChunkingConfig(max_tokens=128)),
+        index_spec(IndexConfig(extra_filter_keys=["team"]), model="m", dims=384, chunking=ChunkingConfig()),
+        index_spec(IndexConfig(hnsw_m=32), model="m", dims=384, chunking=ChunkingConfig()),
+    ]
+    assert all(v != base and v.fingerprint() != base.fingerprint() for v in variants)
+    assert "chunking=128/32" in variants[2].describe()
+
+
+def test_each_generation_has_its_own_index_and_key_prefix() -> None:
+    cfg = IndexConfig(name="mem")
+    one, two = (index_schema(cfg, dims=4, generation=g)["index"] for g in (1, 2))
+    assert (one["name"], one["prefix"]) == ("mem-g1", "mem:g1:chunk:")
+    assert (two["name"], two["prefix"]) == ("mem-g2", "mem:g2:chunk:")
+    assert physical_name("mem", 3) == "mem-g3" and key_root("mem", 3) == "mem:g3:"
+    # g1's prefix is not a prefix of g10's keys
+    assert not key_root("mem", 10).startswith(key_root("mem", 1))
+
+
+def test_replayed_topics_single_and_per_tenant() -> None:
+    existing = {
+        "memory.documents",
+        "memory.transcripts",
+        "memory.requests",
+        "memory.documents.acme",
+        "memory.transcripts.acme",
+        "memory.documents.bad name",
+        "memory.dlq",
+    }
+    single = source_topics(Settings(), existing)
+    assert single == {
+        "memory.documents": ("document", "memory.documents"),
+        "memory.transcripts": ("transcript", "memory.transcripts"),
+    }
+    per_tenant = source_topics(Settings(consumer={"tenancy": "topic"}), existing)
+    assert per_tenant == {
+        "memory.documents.acme": ("document", "memory.documents"),
+        "memory.transcripts.acme": ("transcript", "memory.transcripts"),
+    }
