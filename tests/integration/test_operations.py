@@ -178,10 +178,13 @@ async def test_status_page_in_a_real_browser(env: Env) -> None:
     await eventually(indexed, timeout=120, what="page doc indexed")
     svc = env.daemon.graph.service()
 
-    async def recomputed() -> bool:  # the daemon's own recompute loop may hold the lock
-        return await svc.recompute(force=True) is not None
+    async def recomputed() -> bool:
+        # The doc's chunks are written before its graph contribution (spaCy runs after the
+        # write), so a recompute right away may see no entities yet; and the daemon's own
+        # recompute loop may hold the lock. Retry until communities exist, all marked stale.
+        return await svc.recompute(force=True) is not None and (await svc.store.stale())[0] > 0
 
-    await eventually(recomputed, what="a forced recompute")  # communities of the docs so far, all marked stale
+    await eventually(recomputed, what="a forced recompute that marks communities stale")
 
     async def sampled() -> bool:
         depth, _ = await svc.store.stale()
