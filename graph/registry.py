@@ -16,7 +16,6 @@ from graph.store import ApplyOutcome, GraphStore
 from memory.embedder import Embedder
 from memory.errors import MemdError
 from memory.index import ChunkIndex, translate_errors
-from memory.metrics import STALE_DEPTH, STALE_OLDEST
 from memory.records import DEFAULT_TENANT, ChunkRecord, MemoryItem
 
 log = structlog.get_logger()
@@ -121,10 +120,9 @@ class GraphRegistry:
             async def measure(s: GraphService) -> None:
                 depth, items = await s.store.stale(limit=1)
                 oldest = time.time() - items[0].first_marked_at if items else 0.0
+                # The gauges belong to daemon.status's sampler; this is the log line operators grep.
                 log.info(
                     "graph.stale_queue_measured", tenant=s.store.tenant, depth=depth, oldest_age_s=round(oldest, 1)
                 )
-                STALE_DEPTH.labels(s.store.tenant).set(depth)
-                STALE_OLDEST.labels(s.store.tenant).set(oldest)
 
             await self._each("queue-log", measure)
