@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from memory.filters import BASE_FILTER_KEYS
@@ -56,6 +58,14 @@ class EmbeddingConfig(BaseModel):
         ge=0,
         le=256,
         description="torch intra-op threads (0 = torch's default). 1 keeps a core free for Redis and the broker.",
+    )
+    precision: Literal["auto", "float32", "bfloat16"] = Field(
+        "auto",
+        description=(
+            "Compute precision of encode(): 'bfloat16' runs the model under bf16 autocast (outputs stay "
+            "float32; cosine to float32 vectors 0.99999, measured); 'auto' picks it only where the CPU "
+            "has native bf16 (AVX512-BF16 or AMX), where it is ~1.8x faster, and float32 elsewhere."
+        ),
     )
 
 

@@ -61,12 +61,28 @@ def resolve_model_path(model: str) -> str:
     return model
 
 
+def native_bf16() -> bool:
+    """Whether this CPU computes bfloat16 in hardware (emulated bf16 is slower than float32)."""
+    import torch
+
+    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    return any(bool(getattr(torch.cpu, p, lambda: False)()) for p in probes)
+
+
+def use_bf16(cfg: EmbeddingConfig) -> bool:
+    """Whether encode() runs under bfloat16 autocast with these settings on this machine."""
+    if cfg.precision == "auto":
+        return cfg.device == "cpu" and native_bf16()
+    return cfg.precision == "bfloat16"
+
+
 class SentenceTransformerEmbedder:
     """A sentence-transformers model with normalized float32 output and a query cache."""
 
     def __init__(self, *, cfg: EmbeddingConfig, model: Any) -> None:
         self._cfg = cfg
         self._model = model
+        self.bf16 = use_bf16(cfg)
         dim_of = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
         self._dims = int(dim_of())
         self._docs_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed-docs")
@@ -99,8 +115,9 @@ class SentenceTransformerEmbedder:
             model = await asyncio.to_thread(_load)
         except (OSError, ValueError) as exc:
             raise EmbedderError(f"cannot load embedding model {cfg.model!r}: {exc}") from exc
-        log.info("embed.model_loaded", model=cfg.model, path=path)
-        return cls(cfg=cfg, model=model)
+        embedder = cls(cfg=cfg, model=model)
+        log.info("embed.model_loaded", model=cfg.model, path=path, bf16=embedder.bf16)
+        return embedder
 
     @property
     def dims(self) -> int:
@@ -108,13 +125,17 @@ class SentenceTransformerEmbedder:
         return self._dims
 
     def _encode(self, texts: Sequence[str]) -> np.ndarray:
-        out = self._model.encode(
-            list(texts),
-            batch_size=self._cfg.batch_size,
-            normalize_embeddings=True,
-            convert_to_numpy=True,
-            show_progress_bar=False,
-        )
+        import torch
+
+        # Autocast state is per thread: this runs in the executor thread that encodes.
+        with torch.autocast(self._cfg.device.split(":")[0], dtype=torch.bfloat16, enabled=self.bf16):
+            out = self._model.encode(
+                list(texts),
+                batch_size=self._cfg.batch_size,
+                normalize_embeddings=True,
+                convert_to_numpy=True,
+                show_progress_bar=False,
+            )
         return np.asarray(out, dtype=np.float32)
 
     async def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
