@@ -165,6 +165,13 @@ async def test_reindex_with_new_chunking_pauses_old_daemons_until_restarted(
     assert res.returncode == 0, res.stdout + res.stderr
     assert "generation 2 is live (was 1)" in res.stdout and "8 applied" in res.stdout
 
+    # doctor with the old settings names the mismatch; with the new ones all is well
+    old_doc = await asyncio.to_thread(
+        subprocess.run, [agentmemd, "doctor"], env={**os.environ, "COLUMNS": "200", **settings_env(settings)},
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert old_doc.returncode == 1 and "✗ index generation" in old_doc.stdout and "chunking=64/8" in old_doc.stdout
+
     # the old daemon (254-token chunks) now refuses to write or embed queries for this index
     why = await daemon.index.mismatch()
     assert why is not None and "chunking=64/8" in why
