@@ -209,6 +209,7 @@ async def start_daemon(settings: Settings, *, ready_timeout_s: float = 120.0) ->
             filter_keys=settings.index.filter_keys,
             max_content_bytes=settings.ingest.max_content_bytes,
             on_assigned=on_assigned,
+            publish_reply=lambda body, topic, cid: broker.publish(body, topic=topic, correlation_id=cid),
             on_query_done=status.record_query,
             attempts_counter=AttemptCounter(client=redis, name=settings.index.name),
             max_attempts=settings.ingest.max_attempts,
