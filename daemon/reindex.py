@@ -123,7 +123,10 @@ class _Replayer:
         ends = await self.consumer.end_offsets(tps)
         for tp in tps:
             hit = found.get(tp)
-            self.consumer.seek(tp, hit.offset if hit is not None else ends[tp])
+            # No record at or after the time: Kafka answers none; tansu answers offset 0
+            # with timestamp -1. Both mean "nothing to replay here".
+            none = hit is None or hit.timestamp < 0
+            self.consumer.seek(tp, ends[tp] if none else hit.offset)
 
     def _partitions(self, topic: str) -> list[int]:
         return sorted(self.consumer.partitions_for_topic(topic) or ())

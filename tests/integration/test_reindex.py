@@ -6,6 +6,7 @@ import asyncio
 import os
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -194,4 +195,27 @@ async def test_reindex_with_new_chunking_pauses_old_daemons_until_restarted(
         assert len(chunks) >= 18, "64-token chunks split every doc in two or more"
     finally:
         await fresh.stop()
+
+
+async def test_reindex_since_a_time_replays_only_later_events(env: tuple[Settings, Daemon, PlainClient]) -> None:
+    """--since: the new generation holds what was published from that time on, nothing older."""
+    settings, daemon, client = env
+    for i in range(4):
+        await client.send(client.topics.documents, doc(i, 1), key=f"rx/{i}")
+    await eventually(lambda: _all_indexed(daemon, {f"rx/{i}": 1 for i in range(4)}), timeout=120, what="old docs")
+    await asyncio.sleep(1.0)
+    since_ms = int(time.time() * 1000)
+    for i in range(4, 7):
+        await client.send(client.topics.documents, doc(i, 1), key=f"rx/{i}")
+    await eventually(lambda: _all_indexed(daemon, {f"rx/{i}": 1 for i in range(7)}), timeout=60, what="new docs")
+
+    rep = await reindex(settings, since_ms=since_ms)
+    assert rep.progress.done == 3 and rep.progress.applied == 3
+    chunks = await stored_chunks(daemon.redis, settings.index.name)
+    assert {c.rsplit("_p", 1)[0] for c in chunks} == {"rx/4", "rx/5", "rx/6"}
+
+    # a time after every event replays nothing (and still switches to an empty generation)
+    rep = await reindex(settings, since_ms=int(time.time() * 1000) + 60_000)
+    assert rep.progress.done == 0 and rep.new_generation == 3
+    assert await stored_chunks(daemon.redis, settings.index.name) == {}
 
