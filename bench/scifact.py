@@ -308,12 +308,15 @@ async def main_async(args: argparse.Namespace, redis_url: str) -> Result:
     )
     client = aredis.from_url(redis_url, socket_timeout=60)
     inner: SentenceTransformerEmbedder | None = None
-    cache_path = args.cache_dir / "embeddings.npz"
-    if args.rebuild and cache_path.exists():
-        cache_path.unlink()
     try:
         await wait_redis_ready(client)
         inner = await SentenceTransformerEmbedder.load(emb_cfg)
+        # One cache per compute precision (float32 vectors are not what a bf16 daemon writes).
+        precision = "bfloat16" if inner.bf16 else "float32"
+        result.doc["params"]["precision"] = precision
+        cache_path = args.cache_dir / ("embeddings.npz" if precision == "float32" else f"embeddings-{precision}.npz")
+        if args.rebuild and cache_path.exists():
+            cache_path.unlink()
         embedder = CachedEmbedder(inner, cache_path, emb_cfg.model)
         print(f"{len(embedder.vectors)} chunk embeddings in the cache ({cache_path})", flush=True)
         index = ChunkIndex(client=client, cfg=IndexConfig(name=INDEX), dims=embedder.dims)
