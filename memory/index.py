@@ -25,6 +25,7 @@ from memory.filters import hash_field, value_hash
 from memory.identifiers import identifiers
 from memory.records import DEFAULT_TENANT, ApplyResult, ChunkRecord, StoredChunk
 from memory.schema import index_schema
+from memory.text import index_terms
 
 log = structlog.get_logger()
 
@@ -77,6 +78,7 @@ def _record_mapping(rec: ChunkRecord, vector: np.ndarray) -> dict[str, Any]:
         "doc_id": rec.doc_id,
         "position": rec.position,
         "text": rec.text,
+        "terms": index_terms(rec.text),
         "idents": " ".join(identifiers(rec.text)),
         "kind": rec.kind,
         "source": rec.source,
@@ -245,8 +247,12 @@ class ChunkIndex:
         return int(info.get("num_docs", 0))
 
     async def search_text(self, query: str, *, k: int) -> list[StoredChunk]:
-        """The BM25 leg: ``query`` is a full, already-escaped RediSearch query."""
-        q = Query(query).scorer("BM25STD").paging(0, k).return_fields(*self._fields).dialect(2)
+        """A BM25 leg: ``query`` is a full, already-escaped RediSearch query over analyzed terms.
+
+        ``VERBATIM``: the terms were analyzed by ``memory.text`` (or are identifiers) and
+        the fields are NOSTEM, so RediSearch must not expand them with its own stemmer.
+        """
+        q = Query(query).scorer("BM25STD").verbatim().paging(0, k).return_fields(*self._fields).dialect(2)
         async with translate_errors("text search"):
             res = await self._r.ft(self._cfg.name).search(q)
         return [_stored(d, self._tag_keys) for d in res.docs]
