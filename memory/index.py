@@ -29,7 +29,7 @@ from memory.text import index_terms
 
 log = structlog.get_logger()
 
-_RETURN_FIELDS = ("chunk_id", "text", "doc_id", "source", "kind", "metadata")
+_RETURN_FIELDS = ("chunk_id", "text", "doc_id", "source", "kind", "metadata", "idents")
 _WATCH_RETRIES = 16
 
 
@@ -111,6 +111,7 @@ def _stored(doc: Any, tag_keys: Sequence[str]) -> StoredChunk:
         kind=_to_str(getattr(doc, "kind", "")),
         metadata=metadata if isinstance(metadata, dict) else {},
         tags={k: _to_str(getattr(doc, k)) for k in tag_keys if getattr(doc, k, None) is not None},
+        idents=tuple(_to_str(getattr(doc, "idents", "")).split()),
     )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from memory.identifiers import identifiers, normalize_identifier
+from memory.identifiers import identifier_ranks, identifiers, normalize_identifier
 
 
 @pytest.mark.parametrize(
@@ -36,3 +36,26 @@ def test_normalize_and_limit() -> None:
 def test_upper_case_names_but_not_labels() -> None:
     """SIGTERM-like names are identifiers; labels such as HTTP or SQLSTATE are not."""
     assert identifiers("the worker got SIGTERM then NOAUTH over HTTP") == ["sigterm", "noauth"]
+
+
+@pytest.mark.parametrize(
+    ("hits", "wanted", "ranks"),
+    [
+        # one identifier: every chunk holding it ties at rank 1, whatever else it holds
+        ([("a", ["x", "q", "r"]), ("b", ["x"])], ["x"], {"a": 1, "b": 1}),
+        # more of the query's identifiers rank first; equal counts tie (competition ranking)
+        (
+            [("a", ["x"]), ("b", ["x", "y"]), ("c", ["y"]), ("d", ["x", "y"])],
+            ["x", "y"],
+            {"a": 3, "b": 1, "c": 3, "d": 1},
+        ),
+        # a hit naming none of them (it cannot happen through the engine) ranks last
+        ([("a", []), ("b", ["x"])], ["x"], {"a": 2, "b": 1}),
+        # a repeated hit keeps its first entry
+        ([("a", ["x"]), ("a", [])], ["x"], {"a": 1}),
+        ([], ["x"], {}),
+    ],
+)
+def test_identifier_ranks_tie_hits_naming_as_many_identifiers(hits, wanted, ranks) -> None:
+    """Identifier-leg hits rank by how many query identifiers they name, ties sharing a rank."""
+    assert identifier_ranks(hits, wanted) == ranks
