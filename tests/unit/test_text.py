@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from memory.text import analyze, bm25_query, escape_tag, escape_term, index_terms, query_terms, stem, tokenize
+from memory.text import (
+    analyze,
+    bm25_query,
+    compounds,
+    escape_tag,
+    escape_term,
+    index_terms,
+    query_terms,
+    stem,
+    tokenize,
+)
 
 
 @pytest.mark.parametrize(
@@ -61,7 +71,8 @@ def test_stem_alphabetic_terms_only(term: str, stemmed: str) -> None:
     ("text", "terms"),
     [
         ("The patient's connections timed out", ["patient", "connect", "time", "out"]),
-        ("ERR_CONN_RESET_4F2A on billing-service", ["err_conn_reset_4f2a", "bill", "servic"]),
+        ("ERR_CONN_RESET_4F2A on billing-service", ["err_conn_reset_4f2a", "bill", "servic", "billingservic"]),
+        ("IL-6 and state-of-the-art", ["il", "6", "state", "art", "il6", "stateoftheart"]),
         ("is an the of", []),
         ("", []),
         ("pool pools pool", ["pool", "pool", "pool"]),
@@ -72,10 +83,26 @@ def test_analyze_tokenizes_drops_stopwords_and_stems(text: str, terms: list[str]
     assert analyze(text) == terms
 
 
+@pytest.mark.parametrize(
+    ("text", "joined"),
+    [
+        ("IL-6", ["il6"]),
+        ("an e-mail, then x-ray-based tests", ["email", "xraybased"]),
+        ("foo-bar_baz", ["foobar_baz"]),
+        ("-x y- a - b", []),
+        ("no hyphens here", []),
+    ],
+)
+def test_compounds_join_hyphenated_words(text: str, joined: list[str]) -> None:
+    """A hyphenated word also gives its parts joined; a lone or dangling hyphen gives nothing."""
+    assert compounds(text) == joined
+
+
 def test_chunk_and_query_analysis_agree() -> None:
     """A query word matches a chunk's other form of it: both sides share one analyzer."""
     chunk = set(index_terms("Pool connections were exhausted by retrying clients").split())
     assert set(query_terms("exhausting connection pool retries")) <= chunk
+    assert "il6" in query_terms("IL6 levels") and "il6" in index_terms("IL-6 levels")
 
 
 def test_query_terms_are_bounded() -> None:
