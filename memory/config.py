@@ -36,7 +36,7 @@ class IndexConfig(BaseModel):
 
 
 _RESERVED_FIELDS = frozenset(
-    {"text", "idents", "vector", "chunk_id", "version", "timestamp", "metadata", "position", "tenant"}
+    {"text", "terms", "idents", "vector", "chunk_id", "version", "timestamp", "metadata", "position", "tenant"}
 )
 
 

@@ -17,7 +17,7 @@ class Fused:
 
 
 def fuse_rrf(
-    legs: Mapping[str, Sequence[str]],
+    legs: Mapping[str, Sequence[str] | Mapping[str, int]],
     weights: Mapping[str, float],
     k: int = 60,
 ) -> list[Fused]:
@@ -28,7 +28,8 @@ def fuse_rrf(
     order is stable run to run.
 
     Args:
-        legs: leg name -> ids, best first.
+        legs: leg name -> ids, best first; or id -> rank for a leg whose hits can tie
+            (the identifier leg: see ``memory.identifiers.identifier_ranks``).
         weights: leg name -> weight (a missing leg weighs 1.0).
         k: the RRF constant; larger flattens the head of each list.
 
@@ -46,9 +47,12 @@ def fuse_rrf(
         weight = weights.get(leg, 1.0)
         if weight < 0:
             raise ValueError(f"weight of leg {leg!r} must be >= 0, got {weight}")
-        for rank, doc_id in enumerate(ids, start=1):
+        ranked = ids.items() if isinstance(ids, Mapping) else ((d, r) for r, d in enumerate(ids, start=1))
+        for doc_id, rank in ranked:
             if leg in ranks[doc_id]:
                 continue
+            if rank < 1:
+                raise ValueError(f"rank of {doc_id!r} in leg {leg!r} must be >= 1, got {rank}")
             ranks[doc_id][leg] = rank
             scores[doc_id] += weight / (k + rank)
     fused = [Fused(id=d, score=s, ranks=ranks[d]) for d, s in scores.items()]

@@ -27,10 +27,11 @@ from memory.generations import GenerationRegistry, GenerationState, IndexMismatc
 from memory.identifiers import identifiers
 from memory.records import DEFAULT_TENANT, ApplyResult, ChunkRecord, StoredChunk
 from memory.schema import index_schema, key_root, physical_name
+from memory.text import index_terms
 
 log = structlog.get_logger()
 
-_RETURN_FIELDS = ("chunk_id", "text", "doc_id", "source", "kind", "metadata")
+_RETURN_FIELDS = ("chunk_id", "text", "doc_id", "source", "kind", "metadata", "idents")
 _WATCH_RETRIES = 16
 
 
@@ -79,6 +80,7 @@ def _record_mapping(rec: ChunkRecord, vector: np.ndarray) -> dict[str, Any]:
         "doc_id": rec.doc_id,
         "position": rec.position,
         "text": rec.text,
+        "terms": index_terms(rec.text),
         "idents": " ".join(identifiers(rec.text)),
         "kind": rec.kind,
         "source": rec.source,
@@ -111,6 +113,7 @@ def _stored(doc: Any, tag_keys: Sequence[str]) -> StoredChunk:
         kind=_to_str(getattr(doc, "kind", "")),
         metadata=metadata if isinstance(metadata, dict) else {},
         tags={k: _to_str(getattr(doc, k)) for k in tag_keys if getattr(doc, k, None) is not None},
+        idents=tuple(_to_str(getattr(doc, "idents", "")).split()),
     )
 
 
@@ -408,8 +411,12 @@ class ChunkIndex:
                 return out
 
     async def search_text(self, query: str, *, k: int) -> list[StoredChunk]:
-        """The BM25 leg: ``query`` is a full, already-escaped RediSearch query."""
-        q = Query(query).scorer("BM25STD").paging(0, k).return_fields(*self._fields).dialect(2)
+        """A BM25 leg: ``query`` is a full, already-escaped RediSearch query over analyzed terms.
+
+        ``VERBATIM``: the terms were analyzed by ``memory.text`` (or are identifiers) and
+        the fields are NOSTEM, so RediSearch must not expand them with its own stemmer.
+        """
+        q = Query(query).scorer("BM25STD").verbatim().paging(0, k).return_fields(*self._fields).dialect(2)
         async with translate_errors("text search"):
             res = await self._r.ft(self._search_name()).search(q)
         return [_stored(d, self._tag_keys) for d in res.docs]

@@ -60,6 +60,7 @@ class StoredChunk:
     kind: str
     metadata: dict[str, Any]
     tags: dict[str, str] = field(default_factory=dict)  # tenant and filterable values, as stored
+    idents: tuple[str, ...] = ()  # normalized identifiers the chunk holds (memory.identifiers)
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,7 @@ from memory.embedder import Embedder
 from memory.errors import InvalidRequest
 from memory.filters import hash_clause, matches, normalize_filter, tag_clause
 from memory.fusion import fuse_rrf
-from memory.identifiers import identifiers
+from memory.identifiers import identifier_ranks, identifiers
 from memory.index import ChunkIndex
 from memory.metrics import LEG_SECONDS
 from memory.records import DEFAULT_TENANT, StoredChunk
@@ -152,12 +152,17 @@ class Retriever:
             coros.append(self._identifier(idents, hash_query, k, timings))
         results = await asyncio.gather(*coros)
         by_id: dict[str, StoredChunk] = {}
-        legs: dict[str, list[str]] = {}
+        legs: dict[str, list[str] | dict[str, int]] = {}
         for name, found in zip(names, results, strict=True):
             # A hash collision could let a text leg return a chunk outside the filter: every
             # hit is checked against the exact values (the tenant above all) before fusion.
             hits = [h for h in found if matches(h.tags, flt)]
-            legs[name] = [h.chunk_id for h in hits]
+            if name == "identifier":
+                # An exact identifier match says which chunks, not in what order: hits naming
+                # as many of the query's identifiers tie, and the other legs order them.
+                legs[name] = identifier_ranks([(h.chunk_id, h.idents) for h in hits], idents)
+            else:
+                legs[name] = [h.chunk_id for h in hits]
             for h in hits:
                 by_id.setdefault(h.chunk_id, h)
         weights = {"dense": spec.dense_weight, "sparse": spec.sparse_weight, "identifier": spec.identifier_weight}

@@ -25,12 +25,16 @@ def key_root(name: str, generation: int) -> str:
 def index_schema(cfg: IndexConfig, *, dims: int, generation: int) -> dict[str, Any]:
     """A redisvl ``IndexSchema`` dict for the chunk hashes of one index generation.
 
-    ``stopwords: []`` (``STOPWORDS 0``) is deliberate: stopwords are dropped from queries
-    by ``memory.text`` instead, and with the default list this RediSearch crashes on an
-    OR group led by two stopwords.
+    ``stopwords: []`` (``STOPWORDS 0``) is deliberate: stopwords are dropped from chunks and
+    queries by ``memory.text`` instead, and with the default list this RediSearch crashes
+    on an OR group led by two stopwords.
     """
     fields: list[dict[str, Any]] = [
-        {"name": "text", "type": "text", "attrs": {"weight": 1.0}},
+        # BM25 terms of the chunk, analyzed by memory.text (stopwords dropped, Snowball
+        # stems) and so NOSTEM here; the raw ``text`` stays in the hash, unindexed, for
+        # replies. RediSearch's own stemming scores a word's exact and stemmed entries
+        # separately (0.648 nDCG@10 on SciFact against 0.682 for these terms).
+        {"name": "terms", "type": "text", "attrs": {"weight": 1.0, "no_stem": True}},
         # Normalized exact identifiers of the chunk (memory.identifiers), unstemmed: the
         # identifier leg ranks them with BM25 among themselves.
         {"name": "idents", "type": "text", "attrs": {"weight": 1.0, "no_stem": True}},

@@ -217,9 +217,9 @@ async def test_filters_do_not_change_bm25_scores(stack) -> None:
     """On this corpus, a filter distributed into each term keeps the unfiltered BM25 ranking."""
     index, _, _ = stack
     from memory.filters import hash_clause
-    from memory.text import bm25_query
+    from memory.text import bm25_query, query_terms
 
-    terms = ["timeout", "pool", "connection", "gateway", "504"]  # no ties among the matching chunks
+    terms = query_terms("timeout pool connection gateway 504")  # no ties among the matching chunks
     plain = await index.search_text(bm25_query(terms), k=10)
     filtered = await index.search_text(bm25_query(terms, within=hash_clause({"tenant": ["default"]})), k=10)
     assert [h.chunk_id for h in plain] == [h.chunk_id for h in filtered] and len(plain) >= 3

@@ -62,3 +62,18 @@ def test_rejects_negative_weights_and_k(weights, k) -> None:
     """Negative weights or k are programming errors."""
     with pytest.raises(ValueError):
         fuse_rrf({"dense": ["a"]}, weights, k=k)
+
+
+def test_a_leg_given_as_ranks_can_tie() -> None:
+    """A leg given as id -> rank scores tied ids alike and reports those ranks."""
+    fused = {f.id: f for f in fuse_rrf({"sparse": ["b", "a"], "identifier": {"a": 1, "b": 1, "c": 3}}, {})}
+    assert fused["a"].ranks == {"sparse": 2, "identifier": 1}
+    assert fused["b"].score == pytest.approx(1 / 61 + 1 / 61)
+    assert fused["a"].score == pytest.approx(1 / 62 + 1 / 61)
+    assert fused["c"].score == pytest.approx(1 / 63)
+
+
+def test_rejects_ranks_below_one() -> None:
+    """An explicit rank must be 1-based."""
+    with pytest.raises(ValueError):
+        fuse_rrf({"identifier": {"a": 0}}, {})

@@ -4,21 +4,21 @@ from __future__ import annotations
 
 import pytest
 
-from memory.identifiers import identifiers, normalize_identifier
+from memory.identifiers import identifier_ranks, identifiers, normalize_identifier
 
 
 @pytest.mark.parametrize(
     ("text", "found"),
     [
-        ("failed with ERR_CONN_RESET_4F2A", ["err_conn_reset_4f2a"]),
+        ("failed with ERR_CONN_RESET_4F2A", ["errconnreset4f2a"]),
         ("SQLSTATE 42P01 undefined table", ["42p01"]),
         ("unique violation 23505", ["23505"]),
         ("socket ECONNRESET then ECONNREFUSED", ["econnreset", "econnrefused"]),
         ("HTTP 504 gateway timeout", ["504"]),
-        ("see INC-4411 and DEPLOY-77", ["inc_4411", "deploy_77"]),
+        ("see INC-4411 and DEPLOY-77", ["inc4411", "deploy77"]),
         ("raised PoolTimeoutError", ["pooltimeouterror"]),
-        ("call db.pool.acquire() now", ["db_pool_acquire"]),
-        ("raise max_connections", ["max_connections"]),
+        ("call db.pool.acquire() now", ["dbpoolacquire"]),
+        ("raise max_connections", ["maxconnections"]),
         ("plain words only, 12 of them", []),
     ],
 )
@@ -28,11 +28,35 @@ def test_identifiers(text: str, found: list[str]) -> None:
 
 
 def test_normalize_and_limit() -> None:
-    """Punctuation becomes underscores; the number per text is bounded."""
-    assert normalize_identifier("INC-4411") == "inc_4411"
+    """Separators are dropped, so spellings of one identifier agree; the number per text is bounded."""
+    assert normalize_identifier("INC-4411") == normalize_identifier("INC4411") == "inc4411"
+    assert normalize_identifier("ERR-CONN_RESET") == normalize_identifier("err_conn.reset") == "errconnreset"
     assert len(identifiers(" ".join(f"ERR_{i}" for i in range(1000)), limit=10)) == 10
 
 
 def test_upper_case_names_but_not_labels() -> None:
     """SIGTERM-like names are identifiers; labels such as HTTP or SQLSTATE are not."""
     assert identifiers("the worker got SIGTERM then NOAUTH over HTTP") == ["sigterm", "noauth"]
+
+
+@pytest.mark.parametrize(
+    ("hits", "wanted", "ranks"),
+    [
+        # one identifier: every chunk holding it ties at rank 1, whatever else it holds
+        ([("a", ["x", "q", "r"]), ("b", ["x"])], ["x"], {"a": 1, "b": 1}),
+        # more of the query's identifiers rank first; equal counts tie (competition ranking)
+        (
+            [("a", ["x"]), ("b", ["x", "y"]), ("c", ["y"]), ("d", ["x", "y"])],
+            ["x", "y"],
+            {"a": 3, "b": 1, "c": 3, "d": 1},
+        ),
+        # a hit naming none of them (it cannot happen through the engine) ranks last
+        ([("a", []), ("b", ["x"])], ["x"], {"a": 2, "b": 1}),
+        # a repeated hit keeps its first entry
+        ([("a", ["x"]), ("a", [])], ["x"], {"a": 1}),
+        ([], ["x"], {}),
+    ],
+)
+def test_identifier_ranks_tie_hits_naming_as_many_identifiers(hits, wanted, ranks) -> None:
+    """Identifier-leg hits rank by how many query identifiers they name, ties sharing a rank."""
+    assert identifier_ranks(hits, wanted) == ranks

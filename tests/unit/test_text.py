@@ -1,10 +1,20 @@
-"""Query tokenizing, stopwords and escaping for RediSearch."""
+"""BM25 text analysis (tokenizing, stopwords, stemming) and escaping for RediSearch."""
 
 from __future__ import annotations
 
 import pytest
 
-from memory.text import bm25_query, escape_tag, escape_term, query_terms, tokenize
+from memory.text import (
+    analyze,
+    bm25_query,
+    compounds,
+    escape_tag,
+    escape_term,
+    index_terms,
+    query_terms,
+    stem,
+    tokenize,
+)
 
 
 @pytest.mark.parametrize(
@@ -32,6 +42,69 @@ def test_query_terms_drop_stopwords_and_duplicates() -> None:
     assert query_terms("is an hip the hip HIP of pool") == ["hip", "pool"]
 
 
+def test_query_terms_collapse_forms_of_one_word() -> None:
+    """Forms that stem alike are one query term."""
+    assert query_terms("Timeouts timeout timed out") == ["timeout", "time", "out"]
+
+
+@pytest.mark.parametrize(
+    ("term", "stemmed"),
+    [
+        ("timeouts", "timeout"),
+        ("connections", "connect"),
+        ("running", "run"),
+        ("patients", "patient"),
+        ("econnrefused", "econnrefus"),  # alphabetic: stemmed, the same on both sides
+        ("err_conn_reset_4f2a", "err_conn_reset_4f2a"),  # identifiers are kept whole
+        ("apoe4", "apoe4"),
+        ("il_6", "il_6"),
+        ("504", "504"),
+        ("naïve", "naïv"),
+    ],
+)
+def test_stem_alphabetic_terms_only(term: str, stemmed: str) -> None:
+    """Snowball English stems words; terms with digits or underscores stay as they are."""
+    assert stem(term) == stemmed
+
+
+@pytest.mark.parametrize(
+    ("text", "terms"),
+    [
+        ("The patient's connections timed out", ["patient", "connect", "time", "out"]),
+        ("ERR_CONN_RESET_4F2A on billing-service", ["err_conn_reset_4f2a", "bill", "servic", "billingservic"]),
+        ("IL-6 and state-of-the-art", ["il", "6", "state", "art", "il6", "stateoftheart"]),
+        ("is an the of", []),
+        ("", []),
+        ("pool pools pool", ["pool", "pool", "pool"]),
+    ],
+)
+def test_analyze_tokenizes_drops_stopwords_and_stems(text: str, terms: list[str]) -> None:
+    """analyze keeps repeats (term frequency counts for chunks) and drops stopwords and the possessive s."""
+    assert analyze(text) == terms
+
+
+@pytest.mark.parametrize(
+    ("text", "joined"),
+    [
+        ("IL-6", ["il6"]),
+        ("an e-mail, then x-ray-based tests", ["email", "xraybased"]),
+        ("foo-bar_baz", ["foobar_baz"]),
+        ("-x y- a - b", []),
+        ("no hyphens here", []),
+    ],
+)
+def test_compounds_join_hyphenated_words(text: str, joined: list[str]) -> None:
+    """A hyphenated word also gives its parts joined; a lone or dangling hyphen gives nothing."""
+    assert compounds(text) == joined
+
+
+def test_chunk_and_query_analysis_agree() -> None:
+    """A query word matches a chunk's other form of it: both sides share one analyzer."""
+    chunk = set(index_terms("Pool connections were exhausted by retrying clients").split())
+    assert set(query_terms("exhausting connection pool retries")) <= chunk
+    assert "il6" in query_terms("IL6 levels") and "il6" in index_terms("IL-6 levels")
+
+
 def test_query_terms_are_bounded() -> None:
     """A huge query is cut to max_terms terms."""
     assert len(query_terms(" ".join(f"w{i}" for i in range(500)), max_terms=64)) == 64
@@ -54,8 +127,8 @@ def test_escape_tag_makes_syntax_literal(value: str, escaped: str) -> None:
 
 
 def test_bm25_query_is_an_or_of_escaped_terms() -> None:
-    """The BM25 leg ORs terms on the text field."""
-    assert bm25_query(["http", "504"]) == "@text:(http|504)"
+    """The BM25 leg ORs terms on the analyzed terms field."""
+    assert bm25_query(["http", "504"]) == "@terms:(http|504)"
     assert escape_term("a.b") == r"a\.b"
     with pytest.raises(ValueError):
         bm25_query([])
@@ -63,5 +136,5 @@ def test_bm25_query_is_an_or_of_escaped_terms() -> None:
 
 def test_bm25_query_distributes_a_filter_into_each_term() -> None:
     """A filter is repeated inside each term's group, never wrapped around the OR."""
-    assert bm25_query(["a", "b"], within="@h_t:[1 1]") == "(@text:a @h_t:[1 1]) | (@text:b @h_t:[1 1])"
+    assert bm25_query(["a", "b"], within="@h_t:[1 1]") == "(@terms:a @h_t:[1 1]) | (@terms:b @h_t:[1 1])"
     assert bm25_query(["x.y"], field="idents", within="*") == r"@idents:(x\.y)"
