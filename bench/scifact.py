@@ -389,6 +389,16 @@ async def main_async(args: argparse.Namespace, redis_url: str) -> Result:
         max(bm25["ndcg@10"], dense["ndcg@10"]) + 0.01,
         expr=f"best = {best['name']}",
     )
+    default = next((r for r in rows if r["key"] == "rrf_default_all_legs"), None)
+    equal = next(r for r in rows if r["key"] == "rrf_equal_k60")
+    if default is not None:
+        result.target(
+            "identifier leg's cost on SciFact (all legs at defaults - RRF k=60 equal, no identifier leg)",
+            round(default["ndcg@10"] - equal["ndcg@10"], 4),
+            ">=",
+            -0.005,
+            expr=f"{default['ndcg@10']:.4f} - {equal['ndcg@10']:.4f}",
+        )
     result.note(
         "documents went through memory.ingest.Ingestor in-process (same chunking, embedding and Redis writes as "
         "the daemon), not through Kafka; queries through memory.retrieval.Retriever against Redis"
