@@ -217,8 +217,9 @@ class ChunkIndex:
             if self.pinned is not None:
                 return await self._create(self.pinned)
             state = await self.registry.state()
-            gen = state.active or 1
-            created = await self._create(gen)
+            # Never (re)create the active generation's index with settings it was not built with.
+            if self._mismatch(state) is None:
+                created = await self._create(state.active or 1)
             if state.active == 0:
                 await self.registry.bootstrap(self.spec)
         why = await self.mismatch()
