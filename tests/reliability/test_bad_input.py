@@ -24,16 +24,22 @@ pytestmark = pytest.mark.integration
 LIMIT = 2048
 
 
+DOC: dict[str, Any] = {"event_id": "e", "op": "upsert", "doc_id": "bad/x.md", "version": 1, "content": "fine"}
+TURN: dict[str, Any] = {"event_id": "e", "agent_id": "a", "session_id": "s", "turn": 1, "content": "fine"}
+
+
+def _event(base: dict[str, Any], over: dict[str, Any]) -> bytes:
+    """``base`` with ``over`` applied; a value of ``...`` removes the field."""
+    merged = {**base, **over}
+    return json.dumps({k: v for k, v in merged.items() if v is not ...}).encode()
+
+
 def doc(**over: Any) -> bytes:
-    base: dict[str, Any] = {"event_id": "e", "op": "upsert", "doc_id": "bad/x.md", "version": 1, "content": "fine"}
-    base.update(over)
-    return json.dumps({k: v for k, v in base.items() if v is not ...}).encode()
+    return _event(DOC, over)
 
 
 def turn(**over: Any) -> bytes:
-    base: dict[str, Any] = {"event_id": "e", "agent_id": "a", "session_id": "s", "turn": 1, "content": "fine"}
-    base.update(over)
-    return json.dumps({k: v for k, v in base.items() if v is not ...}).encode()
+    return _event(TURN, over)
 
 
 # (name, topic kind, raw bytes, headers, fragment expected in the DLQ reason)
