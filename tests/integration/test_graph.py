@@ -207,6 +207,23 @@ async def test_community_edited_while_being_summarized_stays_stale(stack: Stack)
     assert (await stack.store.is_stale([comm.id]))[comm.id] is False
 
 
+async def test_ner_alone_finds_what_it_found_with_the_tagger(ner: SpacyNer) -> None:
+    """Running only spaCy's ner component gives the same entities as with tagger and attribute ruler."""
+    assert ner._nlp.pipe_names == ["ner"]
+    texts = [*CORPUS.values(), "Jane Doe of Stripe met the Google Cloud team in Berlin on Monday about Kafka."]
+    alone = [[(e.text, e.label_, e.start_char) for e in d.ents] for d in ner._nlp.pipe(texts)]
+    tagger = ["tok2vec", "tagger", "attribute_ruler"]  # the parser stays off, as it always was
+    for name in tagger:
+        ner._nlp.enable_pipe(name)
+    try:
+        assert ner._nlp.pipe_names == [*tagger, "ner"]
+        tagged = [[(e.text, e.label_, e.start_char) for e in d.ents] for d in ner._nlp.pipe(texts)]
+    finally:
+        for name in tagger:
+            ner._nlp.disable_pipe(name)
+    assert alone == tagged and any(alone)
+
+
 async def test_delete_everything_then_reingest_gives_the_same_communities(stack: Stack) -> None:
     """Deleting every doc empties the graph; re-ingesting brings back the same communities and ids."""
     await stack.graph.recompute(force=True)
