@@ -158,7 +158,7 @@ async def start_daemon(settings: Settings, *, ready_timeout_s: float = 120.0) ->
         embedder=embedder,
         chunking=settings.chunking,
         cfg=settings.ingest,
-        on_applied=graph.on_change if graph is not None else None,
+        hook=graph,
     )
     retrieval_cfg = settings.retrieval.model_copy(
         update={"engine_tenant_filter": settings.retrieval.engine_tenant_filter or settings.consumer.tenancy == "topic"}

@@ -7,7 +7,7 @@ from memory.errors import BackendUnavailable, InvalidEvent, InvalidRequest, Memd
 from memory.filters import BASE_FILTER_KEYS, build_filter
 from memory.fusion import Fused, fuse_rrf
 from memory.index import ChunkIndex
-from memory.ingest import Ingestor, IngestReport
+from memory.ingest import ChangeHook, Ingestor, IngestReport
 from memory.records import ApplyResult, ChunkRecord, MemoryItem, StoredChunk
 from memory.retrieval import Retriever, SearchHit, SearchOutcome, SearchSpec
 
@@ -15,6 +15,7 @@ __all__ = [
     "BASE_FILTER_KEYS",
     "ApplyResult",
     "BackendUnavailable",
+    "ChangeHook",
     "ChunkIndex",
     "ChunkRecord",
     "ChunkSpan",
