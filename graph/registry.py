@@ -13,6 +13,7 @@ from graph.config import GraphConfig
 from graph.ner import SpacyNer
 from graph.service import GraphService
 from graph.store import ApplyOutcome, Contribution, GraphStore
+from memory.activity import IngestActivity
 from memory.embedder import Embedder
 from memory.errors import MemdError
 from memory.index import ChunkIndex, translate_errors
@@ -34,9 +35,11 @@ class GraphRegistry:
         embedder: Embedder | None,
         ner: SpacyNer | None,
         cfg: GraphConfig,
+        activity: IngestActivity | None = None,
         mock_llm_response: str | None = None,
     ) -> None:
         self._r = client
+        self._activity = activity
         self._name = name
         self._index = index
         self._embedder = embedder
@@ -57,6 +60,7 @@ class GraphRegistry:
                 embedder=self._embedder,
                 ner=self._ner,
                 cfg=self._cfg,
+                activity=self._activity,
                 mock_llm_response=self._mock,
             )
             svc.stop = self.stop

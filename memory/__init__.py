@@ -1,5 +1,6 @@
 """Chunks, embeddings, the Redis index, hybrid retrieval and RRF. Imports nothing above it."""
 
+from memory.activity import IngestActivity, background_wait
 from memory.chunking import ChunkSpan, chunk_id, chunk_spans
 from memory.config import ChunkingConfig, EmbeddingConfig, IndexConfig, IngestConfig, RetrievalConfig
 from memory.embedder import Embedder, SentenceTransformerEmbedder
@@ -24,6 +25,7 @@ __all__ = [
     "EmbeddingConfig",
     "Fused",
     "IndexConfig",
+    "IngestActivity",
     "IngestConfig",
     "IngestReport",
     "Ingestor",
@@ -39,6 +41,7 @@ __all__ = [
     "SearchSpec",
     "SentenceTransformerEmbedder",
     "StoredChunk",
+    "background_wait",
     "build_filter",
     "chunk_id",
     "chunk_spans",

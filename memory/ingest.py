@@ -11,6 +11,7 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 import structlog
 
+from memory.activity import IngestActivity
 from memory.chunking import chunk_id, chunk_spans
 from memory.config import ChunkingConfig, IngestConfig
 from memory.embedder import Embedder
@@ -105,12 +106,14 @@ class Ingestor:
         chunking: ChunkingConfig,
         cfg: IngestConfig,
         hook: ChangeHook[Any] | None = None,
+        activity: IngestActivity | None = None,
     ) -> None:
         self._index = index
         self._embedder = embedder
         self._chunking = chunking
         self._cfg = cfg
         self._hook = hook
+        self.activity = activity if activity is not None else IngestActivity()
         self.stopping = asyncio.Event()
 
     async def _retrying(self, what: str, fn: Callable[[], Awaitable[T]]) -> T:
@@ -226,6 +229,8 @@ class Ingestor:
     async def apply(self, items: Sequence[MemoryItem]) -> IngestReport:
         """Apply a batch of items in order of their docs' first appearance.
 
+        While it runs, ``activity`` counts it in flight (background work yields to it).
+
         The batch is embedded in groups of about ``embed_group_chunks`` chunks; a group's
         docs are written (and handed to the hook) while the next group is embedded, so
         the embedding thread never waits for Redis or the hook, and the first docs of a
@@ -234,6 +239,10 @@ class Ingestor:
         Raises:
             BackendUnavailable: only when stopping while Redis is down.
         """
+        with self.activity.batch():
+            return await self._apply(items)
+
+    async def _apply(self, items: Sequence[MemoryItem]) -> IngestReport:
         report = IngestReport()
         todo = coalesce(items)
         stored: dict[tuple[str, str], int] = {}
