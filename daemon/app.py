@@ -21,6 +21,7 @@ from daemon.topics import ensure_topics
 from graph.ner import SpacyNer
 from graph.registry import GraphRegistry
 from graph.search import ScopedSearch
+from memory.activity import IngestActivity
 from memory.attempts import AttemptCounter
 from memory.embedder import SentenceTransformerEmbedder
 from memory.errors import BackendUnavailable
@@ -151,6 +152,8 @@ async def start_daemon(settings: Settings, *, ready_timeout_s: float = 120.0) ->
             timeout_s=ready_timeout_s,
             options=kafka_options(settings),
         )
+    # Ingestion marks its batches here; the graph's summarizer waits for quiet moments.
+    activity = IngestActivity()
     graph: GraphRegistry | None = None
     if settings.graph.enabled:
         ner = await SpacyNer.load(settings.graph.spacy_model) if settings.graph.spacy_model else None
@@ -161,13 +164,15 @@ async def start_daemon(settings: Settings, *, ready_timeout_s: float = 120.0) ->
             embedder=embedder,
             ner=ner,
             cfg=settings.graph,
+            activity=activity,
         )
     ingestor = Ingestor(
         index=index,
         embedder=embedder,
         chunking=settings.chunking,
         cfg=settings.ingest,
-        on_applied=graph.on_change if graph is not None else None,
+        hook=graph,
+        activity=activity,
     )
     retrieval_cfg = settings.retrieval.model_copy(
         update={"engine_tenant_filter": settings.retrieval.engine_tenant_filter or settings.consumer.tenancy == "topic"}

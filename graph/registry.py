@@ -12,7 +12,8 @@ import structlog
 from graph.config import GraphConfig
 from graph.ner import SpacyNer
 from graph.service import GraphService
-from graph.store import ApplyOutcome, GraphStore
+from graph.store import ApplyOutcome, Contribution, GraphStore
+from memory.activity import IngestActivity
 from memory.embedder import Embedder
 from memory.errors import MemdError
 from memory.index import ChunkIndex, translate_errors
@@ -33,9 +34,11 @@ class GraphRegistry:
         embedder: Embedder | None,
         ner: SpacyNer | None,
         cfg: GraphConfig,
+        activity: IngestActivity | None = None,
         mock_llm_response: str | None = None,
     ) -> None:
         self._r = client
+        self._activity = activity
         self._name = name
         self._index = index
         self._embedder = embedder
@@ -56,6 +59,7 @@ class GraphRegistry:
                 embedder=self._embedder,
                 ner=self._ner,
                 cfg=self._cfg,
+                activity=self._activity,
                 mock_llm_response=self._mock,
             )
             svc.stop = self.stop
@@ -74,13 +78,33 @@ class GraphRegistry:
             }
         return sorted(found | self._known)
 
-    async def on_change(self, item: MemoryItem, chunks: Sequence[ChunkRecord]) -> ApplyOutcome:
-        """Route a document change to its tenant's graph."""
-        if item.tenant not in self._known:
+    async def _known_tenant(self, tenant: str) -> None:
+        if tenant not in self._known:
             async with translate_errors("tenant list"):
-                await self._r.sadd(f"{self._name}:tenants", item.tenant)
-            self._known.add(item.tenant)
-        return await self.service(item.tenant).on_change(item, chunks)
+                await self._r.sadd(f"{self._name}:tenants", tenant)
+            self._known.add(tenant)
+
+    async def prepare(self, changes: Sequence[tuple[MemoryItem, Sequence[ChunkRecord]]]) -> list[Contribution | None]:
+        """Each change's contribution, extracted per tenant in one call each; writes nothing."""
+        out: list[Contribution | None] = [None] * len(changes)
+        by_tenant: dict[str, list[int]] = {}
+        for i, (item, _) in enumerate(changes):
+            by_tenant.setdefault(item.tenant, []).append(i)
+        for tenant, idx in by_tenant.items():
+            found = await self.service(tenant).prepare([changes[i] for i in idx])
+            for i, contrib in zip(idx, found, strict=True):
+                out[i] = contrib
+        return out
+
+    async def apply(self, item: MemoryItem, contrib: Contribution | None) -> ApplyOutcome:
+        """Route a prepared change to its tenant's graph."""
+        await self._known_tenant(item.tenant)
+        return await self.service(item.tenant).apply(item, contrib)
+
+    async def on_change(self, item: MemoryItem, chunks: Sequence[ChunkRecord]) -> ApplyOutcome:
+        """Route a document change to its tenant's graph (``prepare`` and ``apply`` in one call)."""
+        (contrib,) = await self.prepare([(item, chunks)])
+        return await self.apply(item, contrib)
 
     async def _sleep(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):

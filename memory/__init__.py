@@ -1,5 +1,6 @@
 """Chunks, embeddings, the Redis index, hybrid retrieval and RRF. Imports nothing above it."""
 
+from memory.activity import IngestActivity, background_wait
 from memory.chunking import ChunkSpan, chunk_id, chunk_spans
 from memory.config import ChunkingConfig, EmbeddingConfig, IndexConfig, IngestConfig, RetrievalConfig
 from memory.embedder import Embedder, SentenceTransformerEmbedder
@@ -7,7 +8,7 @@ from memory.errors import BackendUnavailable, InvalidEvent, InvalidRequest, Memd
 from memory.filters import BASE_FILTER_KEYS, build_filter
 from memory.fusion import Fused, fuse_rrf
 from memory.index import ChunkIndex
-from memory.ingest import Ingestor, IngestReport
+from memory.ingest import ChangeHook, Ingestor, IngestReport
 from memory.records import ApplyResult, ChunkRecord, MemoryItem, StoredChunk
 from memory.retrieval import Retriever, SearchHit, SearchOutcome, SearchSpec
 
@@ -15,6 +16,7 @@ __all__ = [
     "BASE_FILTER_KEYS",
     "ApplyResult",
     "BackendUnavailable",
+    "ChangeHook",
     "ChunkIndex",
     "ChunkRecord",
     "ChunkSpan",
@@ -23,6 +25,7 @@ __all__ = [
     "EmbeddingConfig",
     "Fused",
     "IndexConfig",
+    "IngestActivity",
     "IngestConfig",
     "IngestReport",
     "Ingestor",
@@ -38,6 +41,7 @@ __all__ = [
     "SearchSpec",
     "SentenceTransformerEmbedder",
     "StoredChunk",
+    "background_wait",
     "build_filter",
     "chunk_id",
     "chunk_spans",

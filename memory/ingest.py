@@ -1,4 +1,4 @@
-"""Applying document and transcript changes: chunk, embed in one batch, write per doc."""
+"""Applying document and transcript changes: chunk, embed in large groups, write per doc."""
 
 from __future__ import annotations
 
@@ -6,11 +6,12 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 import structlog
 
+from memory.activity import IngestActivity
 from memory.chunking import chunk_id, chunk_spans
 from memory.config import ChunkingConfig, IngestConfig
 from memory.embedder import Embedder
@@ -21,6 +22,7 @@ from memory.records import ApplyResult, ChunkRecord, MemoryItem
 log = structlog.get_logger()
 
 T = TypeVar("T")
+P = TypeVar("P")
 
 
 @dataclass
@@ -48,6 +50,51 @@ def coalesce(items: Sequence[MemoryItem]) -> list[MemoryItem]:
     return list(best.values())
 
 
+def embedding_groups(sizes: Sequence[int], target: int) -> list[range]:
+    """Split a batch's docs, in order, into groups of about ``target`` chunks each.
+
+    A group is closed as soon as it holds ``target`` chunks or more, so a doc is never
+    split and only the last group may be smaller. Docs without chunks (deletes) ride
+    along with their neighbours.
+
+    Args:
+        sizes: the number of chunks of each doc.
+        target: chunks per group (at least 1).
+
+    Returns:
+        Consecutive index ranges covering every doc; empty for an empty batch.
+    """
+    groups: list[range] = []
+    start, chunks = 0, 0
+    for i, n in enumerate(sizes):
+        chunks += n
+        if chunks >= max(target, 1):
+            groups.append(range(start, i + 1))
+            start, chunks = i + 1, 0
+    if start < len(sizes):
+        groups.append(range(start, len(sizes)))
+    return groups
+
+
+class ChangeHook(Protocol[P]):
+    """Follow-up work on every applied change (the graph layer), in two steps.
+
+    ``prepare`` is the CPU-heavy part (entity extraction) for a group of changes: the
+    Ingestor runs it while the same group is being embedded, so the two models work on
+    both cores at once instead of one after the other. ``apply`` writes one doc's result;
+    it is called right after that doc's chunks are stored, and before the batch returns
+    (so before its offsets are committed).
+    """
+
+    async def prepare(self, changes: Sequence[tuple[MemoryItem, Sequence[ChunkRecord]]]) -> Sequence[P]:
+        """One result per change, in order; must not write anything."""
+        ...
+
+    async def apply(self, item: MemoryItem, prepared: P) -> object:
+        """Write one change's prepared result (idempotent: it may be handed on again)."""
+        ...
+
+
 class Ingestor:
     """Turns memory items into chunks in the index, at-least-once and version-safe."""
 
@@ -58,13 +105,15 @@ class Ingestor:
         embedder: Embedder,
         chunking: ChunkingConfig,
         cfg: IngestConfig,
-        on_applied: Callable[[MemoryItem, Sequence[ChunkRecord]], Awaitable[object]] | None = None,
+        hook: ChangeHook[Any] | None = None,
+        activity: IngestActivity | None = None,
     ) -> None:
         self._index = index
         self._embedder = embedder
         self._chunking = chunking
         self._cfg = cfg
-        self._on_applied = on_applied
+        self._hook = hook
+        self.activity = activity if activity is not None else IngestActivity()
         self.stopping = asyncio.Event()
 
     async def _retrying(self, what: str, fn: Callable[[], Awaitable[T]]) -> T:
@@ -87,10 +136,6 @@ class Ingestor:
                     await asyncio.wait_for(self.stopping.wait(), timeout=delay)
                 delay = min(delay * 2, self._cfg.retry_max_s)
 
-    async def _hook(self, item: MemoryItem, chunks: Sequence[ChunkRecord]) -> None:
-        assert self._on_applied is not None
-        await self._on_applied(item, chunks)
-
     async def _chunks(self, item: MemoryItem, version: int) -> list[ChunkRecord]:
         offsets = await self._embedder.token_offsets(item.content)
         spans = chunk_spans(item.content, offsets, max_tokens=self._chunking.max_tokens, overlap=self._chunking.overlap)
@@ -111,12 +156,93 @@ class Ingestor:
             for s in spans
         ]
 
+    async def _prepare(self, items: Sequence[MemoryItem], chunks: Sequence[list[ChunkRecord]]) -> Sequence[Any]:
+        if self._hook is None or not items:
+            return [None] * len(items)
+        hook, changes = self._hook, list(zip(items, chunks, strict=True))
+        prepared = await self._retrying("change hook", lambda: hook.prepare(changes))
+        if len(prepared) != len(items):
+            raise MemdError(f"change hook prepared {len(prepared)} results for {len(items)} changes")
+        return prepared
+
+    async def _embed_and_prepare(
+        self, items: Sequence[MemoryItem], chunks: Sequence[list[ChunkRecord]]
+    ) -> tuple[np.ndarray | MemdError, Sequence[Any]]:
+        """Embed a group and run the hook's extraction on it at the same time (two threads).
+
+        An embedding failure is returned (the group's docs fail); a hook failure is raised.
+        """
+        texts = [c.text for cs in chunks for c in cs]
+        vectors, prepared = await asyncio.gather(
+            self._embedder.embed_documents(texts), self._prepare(items, chunks), return_exceptions=True
+        )
+        if isinstance(prepared, BaseException):
+            raise prepared
+        if isinstance(vectors, MemdError):
+            return vectors, prepared
+        if isinstance(vectors, BaseException):
+            raise vectors
+        return vectors, prepared
+
+    async def _write(
+        self,
+        items: Sequence[MemoryItem],
+        chunks: Sequence[list[ChunkRecord]],
+        vectors: np.ndarray | MemdError,
+        prepared: Sequence[Any],
+        report: IngestReport,
+    ) -> None:
+        """Store each doc of a group, then hand it to the hook, one doc at a time, in order."""
+        if isinstance(vectors, MemdError):
+            report.failed.extend((item, vectors) for item in items)
+            return
+        hook = self._hook
+        offset = 0
+        for item, doc_chunks, ready in zip(items, chunks, prepared, strict=True):
+            vecs = vectors[offset : offset + len(doc_chunks)] if doc_chunks else np.zeros((0, 1), np.float32)
+            offset += len(doc_chunks)
+            try:
+                result = await self._retrying(
+                    "chunk write",
+                    lambda item=item, doc_chunks=doc_chunks, vecs=vecs: self._index.apply(  # type: ignore[misc]
+                        item.doc_id, item.version, doc_chunks, vecs, item.tenant
+                    ),
+                )
+            except MemdError as exc:
+                if exc.retryable:
+                    raise
+                report.failed.append((item, exc))
+                log.error("ingest.doc_failed", doc_id=item.doc_id, code=exc.code, error=str(exc))
+                continue
+            if result.applied:
+                report.applied.append(result)
+                report.chunks_written += result.chunks
+                log.info(
+                    "ingest.doc_applied", doc_id=item.doc_id, op=item.op, version=item.version, chunks=result.chunks
+                )
+                if hook is not None:
+                    await self._retrying("change hook", lambda item=item, ready=ready: hook.apply(item, ready))  # type: ignore[misc]
+            else:
+                report.skipped.append(result)
+                log.info("ingest.stale_skipped", doc_id=item.doc_id, version=item.version, stored=result.stored_version)
+
     async def apply(self, items: Sequence[MemoryItem]) -> IngestReport:
         """Apply a batch of items in order of their docs' first appearance.
+
+        While it runs, ``activity`` counts it in flight (background work yields to it).
+
+        The batch is embedded in groups of about ``embed_group_chunks`` chunks; a group's
+        docs are written (and handed to the hook) while the next group is embedded, so
+        the embedding thread never waits for Redis or the hook, and the first docs of a
+        large batch become searchable after one group's embedding, not the whole batch's.
 
         Raises:
             BackendUnavailable: only when stopping while Redis is down.
         """
+        with self.activity.batch():
+            return await self._apply(items)
+
+    async def _apply(self, items: Sequence[MemoryItem]) -> IngestReport:
         report = IngestReport()
         todo = coalesce(items)
         stored: dict[tuple[str, str], int] = {}
@@ -142,50 +268,30 @@ class Ingestor:
         # A redelivery of the version already in the index may be one whose follow-up
         # work (the graph) was cut short by a crash: hand it on again. The hook has its
         # own version check, so a complete replay is a no-op there.
-        if self._on_applied is not None:
-            for item in replays:
-                chunks = await self._chunks(item, item.version or 0) if item.op == "upsert" else []
-                await self._retrying("change hook", lambda item=item, chunks=chunks: self._hook(item, chunks))  # type: ignore[misc]
+        if self._hook is not None and replays:
+            hook = self._hook
+            replay_chunks = [await self._chunks(i, i.version or 0) if i.op == "upsert" else [] for i in replays]
+            prepared = await self._prepare(replays, replay_chunks)
+            for item, ready in zip(replays, prepared, strict=True):
+                await self._retrying("change hook", lambda item=item, ready=ready: hook.apply(item, ready))  # type: ignore[misc]
 
         per_item: list[list[ChunkRecord]] = []
         for item in live:
-            if item.op == "upsert":
-                per_item.append(await self._chunks(item, item.version or 0))
-            else:
-                per_item.append([])
-        texts = [c.text for chunks in per_item for c in chunks]
-        try:
-            vectors = await self._embedder.embed_documents(texts)
-        except MemdError as exc:
-            report.failed.extend((item, exc) for item in live)
-            return report
+            per_item.append(await self._chunks(item, item.version or 0) if item.op == "upsert" else [])
 
-        offset = 0
-        for item, chunks in zip(live, per_item, strict=True):
-            vecs = vectors[offset : offset + len(chunks)] if chunks else np.zeros((0, 1), np.float32)
-            offset += len(chunks)
-            try:
-                result = await self._retrying(
-                    "chunk write",
-                    lambda item=item, chunks=chunks, vecs=vecs: self._index.apply(  # type: ignore[misc]
-                        item.doc_id, item.version, chunks, vecs, item.tenant
-                    ),
-                )
-            except MemdError as exc:
-                if exc.retryable:
+        writing: asyncio.Task[None] | None = None
+        for group in embedding_groups([len(c) for c in per_item], self._cfg.embed_group_chunks):
+            items_g, chunks_g = [live[i] for i in group], [per_item[i] for i in group]
+            work = asyncio.ensure_future(self._embed_and_prepare(items_g, chunks_g))
+            if writing is not None:
+                try:
+                    await writing
+                except BaseException:
+                    work.cancel()
+                    await asyncio.gather(work, return_exceptions=True)
                     raise
-                report.failed.append((item, exc))
-                log.error("ingest.doc_failed", doc_id=item.doc_id, code=exc.code, error=str(exc))
-                continue
-            if result.applied:
-                report.applied.append(result)
-                report.chunks_written += result.chunks
-                log.info(
-                    "ingest.doc_applied", doc_id=item.doc_id, op=item.op, version=item.version, chunks=result.chunks
-                )
-                if self._on_applied is not None:
-                    await self._retrying("change hook", lambda item=item, chunks=chunks: self._hook(item, chunks))  # type: ignore[misc]
-            else:
-                report.skipped.append(result)
-                log.info("ingest.stale_skipped", doc_id=item.doc_id, version=item.version, stored=result.stored_version)
+            vectors, prepared = await work
+            writing = asyncio.ensure_future(self._write(items_g, chunks_g, vectors, prepared, report))
+        if writing is not None:
+            await writing
         return report

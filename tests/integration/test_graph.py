@@ -112,9 +112,7 @@ async def make_stack(redis_url: str, embedder: Any, ner: SpacyNer, name: str, **
     graph = GraphService(
         store=store, index=index, embedder=embedder, ner=ner, cfg=cfg, mock_llm_response=graph_cfg.get("mock")
     )
-    ingestor = Ingestor(
-        index=index, embedder=embedder, chunking=ChunkingConfig(), cfg=IngestConfig(), on_applied=graph.on_change
-    )
+    ingestor = Ingestor(index=index, embedder=embedder, chunking=ChunkingConfig(), cfg=IngestConfig(), hook=graph)
     search = ScopedSearch(
         retriever=Retriever(index=index, embedder=embedder, cfg=RetrievalConfig()), stores=lambda _tenant: store
     )
@@ -205,6 +203,76 @@ async def test_community_edited_while_being_summarized_stays_stale(stack: Stack)
     while await stack.graph.work_once():
         pass
     assert (await stack.store.is_stale([comm.id]))[comm.id] is False
+
+
+async def test_extraction_runs_while_the_chunks_are_embedded(stack: Stack) -> None:
+    """The hook's prepare (NER) finishes while the doc's embedding is held; apply follows the chunk write."""
+    embedder: GatedEmbedder = stack.graph._embedder  # type: ignore[assignment]
+    prepared = asyncio.Event()
+    applied_after_write: list[bool] = []
+
+    class Spy:
+        async def prepare(self, changes: Sequence[tuple[MemoryItem, Sequence[Any]]]) -> list[Any]:
+            out = await stack.graph.prepare(changes)
+            prepared.set()
+            return out
+
+        async def apply(self, item: MemoryItem, contrib: Any) -> object:
+            applied_after_write.append(bool(await stack.index.chunk_ids(item.doc_id)))
+            return await stack.graph.apply(item, contrib)
+
+    ingestor = Ingestor(index=stack.index, embedder=embedder, chunking=ChunkingConfig(), cfg=IngestConfig(), hook=Spy())
+    doc = "incidents/INC-7000.md"
+    embedder.armed = True
+    task = asyncio.create_task(
+        ingestor.apply([MemoryItem("upsert", doc, 1, content="billing-service hit ERR_LEDGER_LOCK_9C1 on Stripe.")])
+    )
+    await asyncio.wait_for(embedder.entered.wait(), 30)
+    await asyncio.wait_for(prepared.wait(), 30)  # extraction done, embedding still held
+    assert applied_after_write == [] and await stack.store.entity_docs("err_ledger_lock_9c1") == set()
+    embedder.release.set()
+    report = await task
+    assert [r.doc_id for r in report.applied] == [doc] and applied_after_write == [True]
+    assert await stack.store.entity_docs("err_ledger_lock_9c1") == {doc}
+
+
+async def test_one_batch_in_many_embedding_groups_gives_the_same_graph(
+    stack: Stack, redis_url: str, embedder: Any, ner: SpacyNer
+) -> None:
+    """A batch written group by group (writes overlapping the next group's embedding) equals docs put one by one."""
+    batched = await make_stack(redis_url, embedder, ner, unique("batched-groups"))
+    ingestor = Ingestor(
+        index=batched.index,
+        embedder=embedder,
+        chunking=ChunkingConfig(),
+        cfg=IngestConfig(embed_group_chunks=1),
+        hook=batched.graph,
+    )
+    items = [MemoryItem("upsert", d, 1, content=t) for d, t in CORPUS.items()]
+    items.append(MemoryItem("delete", "incidents/INC-5120.md", 2))
+    report = await ingestor.apply(items)
+    assert len(report.applied) == len(CORPUS) and not report.failed
+    await stack.delete("incidents/INC-5120.md")
+    assert await batched.store.graph() == await stack.store.graph()
+    for key in (await stack.store.graph())[0]:
+        assert await batched.store.entity_docs(key) == await stack.store.entity_docs(key)
+
+
+async def test_ner_alone_finds_what_it_found_with_the_tagger(ner: SpacyNer) -> None:
+    """Running only spaCy's ner component gives the same entities as with tagger and attribute ruler."""
+    assert ner._nlp.pipe_names == ["ner"]
+    texts = [*CORPUS.values(), "Jane Doe of Stripe met the Google Cloud team in Berlin on Monday about Kafka."]
+    alone = [[(e.text, e.label_, e.start_char) for e in d.ents] for d in ner._nlp.pipe(texts)]
+    tagger = ["tok2vec", "tagger", "attribute_ruler"]  # the parser stays off, as it always was
+    for name in tagger:
+        ner._nlp.enable_pipe(name)
+    try:
+        assert ner._nlp.pipe_names == [*tagger, "ner"]
+        tagged = [[(e.text, e.label_, e.start_char) for e in d.ents] for d in ner._nlp.pipe(texts)]
+    finally:
+        for name in tagger:
+            ner._nlp.disable_pipe(name)
+    assert alone == tagged and any(alone)
 
 
 async def test_delete_everything_then_reingest_gives_the_same_communities(stack: Stack) -> None:

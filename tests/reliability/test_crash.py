@@ -188,7 +188,7 @@ async def test_kill_9_mid_stream_loses_and_duplicates_nothing(
         embedder=embedder,
         chunking=ChunkingConfig(),
         cfg=IngestConfig(),
-        on_applied=fresh_graph.on_change,
+        hook=fresh_graph,
     )
     items = [
         DocumentEvent.model_validate(p).to_item(BASE_FILTER_KEYS) for p in state["docs"].values() if p["op"] == "upsert"

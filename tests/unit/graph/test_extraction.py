@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from graph.extraction import cooccurrence, extract_identifiers, merge_entities, ner_pairs, normalize
+from graph.extraction import (
+    contribution_parts,
+    cooccurrence,
+    extract_identifiers,
+    merge_entities,
+    ner_pairs,
+    normalize,
+)
 
 
 @pytest.mark.parametrize(
@@ -72,3 +79,41 @@ def test_cooccurrence_counts_chunks_per_pair() -> None:
     """An edge's weight is the number of chunks holding both ends."""
     edges = cooccurrence([["a", "b", "c"], ["b", "a"], ["c"], ["a", "a", "b"]])
     assert edges == {("a", "b"): 3, ("a", "c"): 1, ("b", "c"): 1}
+
+
+@pytest.mark.parametrize(
+    ("texts", "ner", "entities", "edges"),
+    [
+        ([], [], {}, {}),
+        (
+            ["billing-service hit HTTP 504", "billing-service raised max_connections"],
+            [[], []],
+            {
+                "billing-service": ("billing-service", "service", ["d_p0", "d_p1"]),
+                "http 504": ("HTTP 504", "http_status", ["d_p0"]),
+                "max_connections": ("max_connections", "config_key", ["d_p1"]),
+            },
+            {("billing-service", "http 504"): 1, ("billing-service", "max_connections"): 1},
+        ),
+        (
+            ["Stripe called billing-service", "Stripe again"],
+            [[("Stripe", "ORG"), ("two", "CARDINAL")], [("Stripe", "ORG")]],
+            {
+                "stripe": ("Stripe", "org", ["d_p0", "d_p1"]),
+                "billing-service": ("billing-service", "service", ["d_p0"]),
+            },
+            {("billing-service", "stripe"): 1},
+        ),
+    ],
+)
+def test_contribution_parts_list_chunk_ids_per_entity_and_count_edges_per_chunk(
+    texts: list[str],
+    ner: list[list[tuple[str, str]]],
+    entities: dict[str, tuple[str, str, list[str]]],
+    edges: dict[tuple[str, str], int],
+) -> None:
+    """Each entity lists the chunks naming it; each edge counts the chunks holding both ends."""
+    ids = [f"d_p{i}" for i in range(len(texts))]
+    got_entities, got_edges = contribution_parts(ids, texts, ner, [[] for _ in texts])
+    assert got_entities == entities
+    assert dict(got_edges) == edges
