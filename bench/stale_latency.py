@@ -208,8 +208,8 @@ async def main_async(args: argparse.Namespace, redis_url: str) -> Result:
         "marks_not_found": unverified,
     }
     result.figure("communities (all levels)", communities)
-    result.figure("change -> marked stale, graph layer (on_change) p50", g["p50_ms"], "ms")
-    result.figure("change -> marked stale, graph layer (on_change) p95", g["p95_ms"], "ms")
+    result.figure("change -> marked stale, graph layer (prepare + apply) p50", g["p50_ms"], "ms")
+    result.figure("change -> marked stale, graph layer (prepare + apply) p95", g["p95_ms"], "ms")
     result.figure("change -> marked stale, from Ingestor.apply p50", e["p50_ms"], "ms")
     result.figure("change -> marked stale, from Ingestor.apply p95", e["p95_ms"], "ms")
     avg_marked = sum(marked) / len(marked) if marked else 0.0
@@ -225,7 +225,7 @@ def plot(path: Any, graph_s: list[float], e2e_s: list[float]) -> None:
     import matplotlib.pyplot as plt
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
-    for values, label in ((graph_s, "graph layer (on_change)"), (e2e_s, "from Ingestor.apply")):
+    for values, label in ((graph_s, "graph layer (prepare + apply)"), (e2e_s, "from Ingestor.apply")):
         ms = sorted(v * 1000 for v in values)
         if ms:
             ax1.step(ms, [(i + 1) / len(ms) for i in range(len(ms))], where="post", label=label)
