@@ -22,6 +22,7 @@ import hashlib
 import json
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import redis.asyncio as aredis
 from pydantic import BaseModel, ConfigDict
@@ -149,11 +150,11 @@ class GenerationRegistry:
         self.name = name
         self.key = registry_key(name)
 
-    async def state(self) -> GenerationState:
-        """The registry as it is now."""
+    async def state(self, reader: Any = None) -> GenerationState:
+        """The registry as it is now, read through ``reader`` (e.g. a watching pipeline) or the client."""
         raw = {
             (k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
-            for k, v in (await self._r.hgetall(self.key)).items()
+            for k, v in (await (reader or self._r).hgetall(self.key)).items()
         }
         active = int(raw.get("active", 0) or 0)
         spec_raw = raw.get(f"spec:{active}")

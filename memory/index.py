@@ -203,8 +203,11 @@ class ChunkIndex:
             return self.pinned
         state = await self.state()
         if state.active == 0:
-            raise NotFound(f"index {self._cfg.name!r} has no generation yet; start the daemon once to create it")
+            raise self._no_generation()
         return state.active
+
+    def _no_generation(self) -> NotFound:
+        return NotFound(f"index {self._cfg.name!r} has no generation yet; start the daemon once to create it")
 
     async def ensure(self) -> bool:
         """Create the index (the pinned generation, or generation 1 behind the alias) if missing.
@@ -342,16 +345,13 @@ class ChunkIndex:
         if self.pinned is not None:
             return self.pinned
         await pipe.watch(self.registry.key)
-        active_raw = await pipe.hget(self.registry.key, "active")
-        if active_raw is None:
-            raise NotFound(f"index {self._cfg.name!r} has no generation yet; start the daemon once to create it")
-        active = int(active_raw)
-        spec_raw = await pipe.hget(self.registry.key, f"spec:{active}")
-        state = GenerationState(active=active, spec=IndexSpec.model_validate_json(spec_raw) if spec_raw else None)
+        state = await self.registry.state(pipe)
         self._state, self._state_at = state, time.monotonic()
+        if state.active == 0:
+            raise self._no_generation()
         if why := self._mismatch(state):
             raise IndexMismatch(why)
-        return active
+        return state.active
 
     async def chunk_ids(self, doc_id: str, tenant: str = DEFAULT_TENANT) -> set[str]:
         """The chunk ids currently stored for a doc."""
