@@ -121,3 +121,9 @@ class IngestConfig(BaseModel):
     embed_group_chunks: int = Field(
         256, ge=1, le=100_000, description="Chunks embedded per call; a group is written while the next is embedded."
     )
+    write_concurrency: int = Field(
+        8,
+        ge=1,
+        le=256,
+        description="Docs of a group written to Redis at once (the change hook still sees them in order).",
+    )

@@ -1,8 +1,9 @@
-"""Sentence embeddings, computed off the event loop.
+"""Sentence embeddings, computed outside the event loop's interpreter.
 
-Model loading and ``encode`` are CPU-bound; each runs in a dedicated single-thread
-executor. Queries and ingestion get separate executors so that a large ingest batch
-never queues in front of an asker's query embedding.
+The model runs in a worker process (``memory.embed_worker``: why a process); this module
+is the daemon's asynchronous face on it. Queries and ingestion use separate channels and
+executor threads, so a large ingest batch never queues in front of an asker's query
+embedding. The model's tokenizer (fast, Rust) is loaded here too, for chunking.
 """
 
 from __future__ import annotations
@@ -18,17 +19,13 @@ import numpy as np
 import structlog
 
 from memory.config import EmbeddingConfig
-from memory.errors import MemdError
+from memory.embed_worker import EmbedderError, EmbeddingWorker, native_bf16, use_bf16
 
 log = structlog.get_logger()
 
 PACKAGED_MINILM = "packaged:all-MiniLM-L6-v2"
 
-
-class EmbedderError(MemdError):
-    """The embedding model could not be loaded or failed on an input."""
-
-    code = "embedding_failed"
+__all__ = ["Embedder", "EmbedderError", "SentenceTransformerEmbedder", "native_bf16", "resolve_model_path", "use_bf16"]
 
 
 class Embedder(Protocol):
@@ -61,62 +58,49 @@ def resolve_model_path(model: str) -> str:
     return model
 
 
-def native_bf16() -> bool:
-    """Whether this CPU computes bfloat16 in hardware (emulated bf16 is slower than float32)."""
-    import torch
-
-    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
-    return any(bool(getattr(torch.cpu, p, lambda: False)()) for p in probes)
-
-
-def use_bf16(cfg: EmbeddingConfig) -> bool:
-    """Whether encode() runs under bfloat16 autocast with these settings on this machine."""
-    if cfg.precision == "auto":
-        return cfg.device == "cpu" and native_bf16()
-    return cfg.precision == "bfloat16"
-
-
 class SentenceTransformerEmbedder:
-    """A sentence-transformers model with normalized float32 output and a query cache."""
+    """A sentence-transformers model in a worker process: normalized float32 output, a query cache."""
 
-    def __init__(self, *, cfg: EmbeddingConfig, model: Any) -> None:
+    def __init__(self, *, cfg: EmbeddingConfig, worker: EmbeddingWorker, tokenizer: Any) -> None:
         self._cfg = cfg
-        self._model = model
-        self.bf16 = use_bf16(cfg)
-        dim_of = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
-        self._dims = int(dim_of())
+        self._worker = worker
+        self._tokenizer = tokenizer
+        self._dims = worker.dims
         self._docs_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed-docs")
         self._query_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed-query")
+        # Tokenizing for chunking must not wait behind a docs batch in the worker.
+        self._token_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenize")
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self._pending: list[tuple[str, asyncio.Future[np.ndarray]]] = []
         self._drainer: asyncio.Task[None] | None = None
 
     @classmethod
     async def load(cls, cfg: EmbeddingConfig) -> SentenceTransformerEmbedder:
-        """Load the configured model in a worker thread (takes seconds).
+        """Start the worker process and load the tokenizer (takes seconds).
 
         Raises:
             EmbedderError: the model cannot be found or loaded.
         """
         path = resolve_model_path(cfg.model)
 
-        def _load() -> Any:
+        def _tokenizer() -> Any:
             import transformers
-            from sentence_transformers import SentenceTransformer
 
             transformers.logging.set_verbosity_error()  # type: ignore[no-untyped-call]
-            if cfg.torch_threads:
-                import torch
+            return transformers.AutoTokenizer.from_pretrained(path, local_files_only=True)
 
-                torch.set_num_threads(cfg.torch_threads)
-            return SentenceTransformer(path, device=cfg.device, local_files_only=True)
-
+        worker = EmbeddingWorker(path, cfg)
         try:
-            model = await asyncio.to_thread(_load)
+            # The worker loads the model while this process loads the tokenizer.
+            tokenizer, _ = await asyncio.gather(asyncio.to_thread(_tokenizer), asyncio.to_thread(worker.start))
         except (OSError, ValueError) as exc:
+            worker.close()
             raise EmbedderError(f"cannot load embedding model {cfg.model!r}: {exc}") from exc
-        embedder = cls(cfg=cfg, model=model)
-        log.info("embed.model_loaded", model=cfg.model, path=path, bf16=embedder.bf16)
+        except BaseException:
+            worker.close()
+            raise
+        embedder = cls(cfg=cfg, worker=worker, tokenizer=tokenizer)
+        log.info("embed.model_loaded", model=cfg.model, path=path, bf16=worker.bf16)
         return embedder
 
     @property
@@ -124,26 +108,17 @@ class SentenceTransformerEmbedder:
         """Vector dimensionality."""
         return self._dims
 
-    def _encode(self, texts: Sequence[str]) -> np.ndarray:
-        import torch
-
-        # Autocast state is per thread: this runs in the executor thread that encodes.
-        with torch.autocast(self._cfg.device.split(":")[0], dtype=torch.bfloat16, enabled=self.bf16):
-            out = self._model.encode(
-                list(texts),
-                batch_size=self._cfg.batch_size,
-                normalize_embeddings=True,
-                convert_to_numpy=True,
-                show_progress_bar=False,
-            )
-        return np.asarray(out, dtype=np.float32)
+    @property
+    def bf16(self) -> bool:
+        """Whether the worker encodes under bfloat16 autocast."""
+        return self._worker.bf16
 
     async def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         """Embed chunk texts in batches; returns an ``(n, dims)`` float32 array."""
         if not texts:
             return np.zeros((0, self._dims), dtype=np.float32)
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._docs_pool, self._encode, texts)
+        return await loop.run_in_executor(self._docs_pool, self._worker.encode, "docs", list(texts))
 
     async def embed_query(self, text: str) -> np.ndarray:
         """Embed one query, from the LRU cache when it was asked before."""
@@ -172,11 +147,13 @@ class SentenceTransformerEmbedder:
             del self._pending[: len(batch)]
             texts = list(dict.fromkeys(t for t, _ in batch))
             try:
-                vectors = await loop.run_in_executor(self._query_pool, self._encode, texts)
+                vectors = await loop.run_in_executor(self._query_pool, self._worker.encode, "query", texts)
             except Exception as exc:  # handed to every waiting asker, never lost
                 for _, fut in batch:
                     if not fut.done():
-                        fut.set_exception(EmbedderError(f"query embedding failed: {exc}"))
+                        fut.set_exception(
+                            exc if isinstance(exc, EmbedderError) else EmbedderError(f"query embedding failed: {exc}")
+                        )
                 continue
             row = {t: i for i, t in enumerate(texts)}
             for text, fut in batch:
@@ -184,7 +161,7 @@ class SentenceTransformerEmbedder:
                     fut.set_result(vectors[row[text]])
 
     def _offsets(self, text: str) -> list[tuple[int, int]]:
-        enc = self._model.tokenizer(
+        enc = self._tokenizer(
             text, add_special_tokens=False, return_offsets_mapping=True, truncation=False, verbose=False
         )
         return [(int(a), int(b)) for a, b in enc["offset_mapping"]]
@@ -192,9 +169,10 @@ class SentenceTransformerEmbedder:
     async def token_offsets(self, text: str) -> list[tuple[int, int]]:
         """Character offsets of the model's own tokens (for chunking)."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._docs_pool, self._offsets, text)
+        return await loop.run_in_executor(self._token_pool, self._offsets, text)
 
     def close(self) -> None:
-        """Stop the worker threads."""
-        self._docs_pool.shutdown(wait=False, cancel_futures=True)
-        self._query_pool.shutdown(wait=False, cancel_futures=True)
+        """Stop the worker threads and the worker process."""
+        for pool in (self._docs_pool, self._query_pool, self._token_pool):
+            pool.shutdown(wait=False, cancel_futures=True)
+        self._worker.close()

@@ -60,8 +60,7 @@ class IndexSpec(BaseModel):
     def describe(self) -> str:
         """The spec in words, for error messages."""
         return (
-            f"model={self.model} dims={self.dims} chunking={self.max_tokens}/{self.overlap} "
-            f"schema={self.schema_digest}"
+            f"model={self.model} dims={self.dims} chunking={self.max_tokens}/{self.overlap} schema={self.schema_digest}"
         )
 
 

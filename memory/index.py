@@ -9,6 +9,7 @@ import json
 import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -74,14 +75,31 @@ async def translate_errors(what: str) -> AsyncIterator[None]:
         raise ours from exc
 
 
-def _record_mapping(rec: ChunkRecord, vector: np.ndarray) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class Analysis:
+    """A chunk text's BM25 terms and identifiers, as the ``terms`` and ``idents`` fields hold them."""
+
+    terms: str
+    idents: str
+
+
+def analyze(texts: Sequence[str]) -> list[Analysis]:
+    """The text analysis of each chunk (pure CPU: ~2.5 ms per 250-token chunk).
+
+    Ingestion runs it while the batch is being embedded, so that writing a batch after its
+    vectors arrive costs Redis round trips only.
+    """
+    return [Analysis(index_terms(t), " ".join(identifiers(t))) for t in texts]
+
+
+def _record_mapping(rec: ChunkRecord, vector: np.ndarray, analysis: Analysis) -> dict[str, Any]:
     mapping: dict[str, Any] = {
         "chunk_id": rec.chunk_id,
         "doc_id": rec.doc_id,
         "position": rec.position,
         "text": rec.text,
-        "terms": index_terms(rec.text),
-        "idents": " ".join(identifiers(rec.text)),
+        "terms": analysis.terms,
+        "idents": analysis.idents,
         "kind": rec.kind,
         "source": rec.source,
         "version": rec.version,
@@ -292,8 +310,11 @@ class ChunkIndex:
         chunks: Sequence[ChunkRecord],
         vectors: np.ndarray,
         tenant: str = DEFAULT_TENANT,
+        analyses: Sequence[Analysis] | None = None,
     ) -> ApplyResult:
         """Replace every chunk of ``doc_id`` with ``chunks`` (none = delete), atomically.
+
+        ``analyses`` (from :func:`analyze`, one per chunk) saves computing them here.
 
         With a ``version``, applies only when it is above the stored one and then stores it;
         the check and the write form one optimistic transaction (WATCH), so two daemons
@@ -303,6 +324,10 @@ class ChunkIndex:
             BackendUnavailable: Redis is unreachable.
             IndexError_: the transaction kept conflicting.
         """
+        if analyses is None:
+            analyses = analyze([c.text for c in chunks])
+        elif len(analyses) != len(chunks):
+            raise MemdError(f"{len(analyses)} analyses for {len(chunks)} chunks of {doc_id!r}")
         async with translate_errors("chunk write"):
             for _ in range(_WATCH_RETRIES):
                 async with self._r.pipeline(transaction=True) as pipe:
@@ -321,11 +346,11 @@ class ChunkIndex:
                         if stale:
                             pipe.delete(*stale)
                         pipe.delete(doc_key)
-                        for rec, vec in zip(chunks, vectors, strict=True):
+                        for rec, vec, analysis in zip(chunks, vectors, analyses, strict=True):
                             key = self._chunk_key(gen, tenant, rec.chunk_id)
                             # Replace, not merge: a tag dropped by an edit must not linger.
                             pipe.delete(key)
-                            pipe.hset(key, mapping=_record_mapping(rec, vec))  # type: ignore[arg-type]
+                            pipe.hset(key, mapping=_record_mapping(rec, vec, analysis))  # type: ignore[arg-type]
                         if new_ids:
                             pipe.sadd(doc_key, *sorted(new_ids))
                         if version is not None:

@@ -16,7 +16,7 @@ from memory.chunking import chunk_id, chunk_spans
 from memory.config import ChunkingConfig, IngestConfig
 from memory.embedder import Embedder
 from memory.errors import BackendUnavailable, MemdError
-from memory.index import ChunkIndex
+from memory.index import Analysis, ChunkIndex, analyze
 from memory.records import ApplyResult, ChunkRecord, MemoryItem
 
 log = structlog.get_logger()
@@ -156,6 +156,14 @@ class Ingestor:
             for s in spans
         ]
 
+    async def _chunk_all(self, items: Sequence[MemoryItem]) -> list[list[ChunkRecord]]:
+        """Chunks of each item (none for deletes); the tokenizer thread works through them back to back."""
+
+        async def one(item: MemoryItem) -> list[ChunkRecord]:
+            return await self._chunks(item, item.version or 0) if item.op == "upsert" else []
+
+        return list(await asyncio.gather(*(one(i) for i in items)))
+
     async def _prepare(self, items: Sequence[MemoryItem], chunks: Sequence[list[ChunkRecord]]) -> Sequence[Any]:
         if self._hook is None or not items:
             return [None] * len(items)
@@ -167,22 +175,29 @@ class Ingestor:
 
     async def _embed_and_prepare(
         self, items: Sequence[MemoryItem], chunks: Sequence[list[ChunkRecord]]
-    ) -> tuple[np.ndarray | MemdError, Sequence[Any]]:
-        """Embed a group and run the hook's extraction on it at the same time (two threads).
+    ) -> tuple[np.ndarray | MemdError, Sequence[Any], list[Analysis]]:
+        """Embed a group while its text analysis and the hook's extraction run beside it.
 
+        The model works in its own process, so the analysis (BM25 terms, identifiers) and
+        the extraction (spaCy, a thread) take the other core instead of following it.
         An embedding failure is returned (the group's docs fail); a hook failure is raised.
         """
         texts = [c.text for cs in chunks for c in cs]
-        vectors, prepared = await asyncio.gather(
-            self._embedder.embed_documents(texts), self._prepare(items, chunks), return_exceptions=True
+        vectors, prepared, analyses = await asyncio.gather(
+            self._embedder.embed_documents(texts),
+            self._prepare(items, chunks),
+            asyncio.to_thread(analyze, texts),
+            return_exceptions=True,
         )
         if isinstance(prepared, BaseException):
             raise prepared
+        if isinstance(analyses, BaseException):
+            raise analyses
         if isinstance(vectors, MemdError):
-            return vectors, prepared
+            return vectors, prepared, analyses
         if isinstance(vectors, BaseException):
             raise vectors
-        return vectors, prepared
+        return vectors, prepared, analyses
 
     async def _write(
         self,
@@ -190,41 +205,65 @@ class Ingestor:
         chunks: Sequence[list[ChunkRecord]],
         vectors: np.ndarray | MemdError,
         prepared: Sequence[Any],
+        analyses: Sequence[Analysis],
         report: IngestReport,
     ) -> None:
-        """Store each doc of a group, then hand it to the hook, one doc at a time, in order."""
+        """Store the docs of a group, a few at a time, and hand each to the hook in order.
+
+        Docs of one batch are distinct (``coalesce``), so their writes commute; writing
+        them concurrently hides Redis round trips (six per doc) behind each other. The hook
+        still sees doc after doc, each only once its own chunks are stored.
+        """
         if isinstance(vectors, MemdError):
             report.failed.extend((item, vectors) for item in items)
             return
         hook = self._hook
-        offset = 0
-        for item, doc_chunks, ready in zip(items, chunks, prepared, strict=True):
-            vecs = vectors[offset : offset + len(doc_chunks)] if doc_chunks else np.zeros((0, 1), np.float32)
-            offset += len(doc_chunks)
-            try:
-                result = await self._retrying(
+        gate = asyncio.Semaphore(self._cfg.write_concurrency)
+
+        async def store(
+            item: MemoryItem, doc_chunks: list[ChunkRecord], vecs: np.ndarray, an: Sequence[Analysis]
+        ) -> ApplyResult:
+            async with gate:
+                return await self._retrying(
                     "chunk write",
-                    lambda item=item, doc_chunks=doc_chunks, vecs=vecs: self._index.apply(  # type: ignore[misc]
-                        item.doc_id, item.version, doc_chunks, vecs, item.tenant
-                    ),
+                    lambda: self._index.apply(item.doc_id, item.version, doc_chunks, vecs, item.tenant, an),
                 )
-            except MemdError as exc:
-                if exc.retryable:
-                    raise
-                report.failed.append((item, exc))
-                log.error("ingest.doc_failed", doc_id=item.doc_id, code=exc.code, error=str(exc))
-                continue
-            if result.applied:
-                report.applied.append(result)
-                report.chunks_written += result.chunks
-                log.info(
-                    "ingest.doc_applied", doc_id=item.doc_id, op=item.op, version=item.version, chunks=result.chunks
-                )
-                if hook is not None:
-                    await self._retrying("change hook", lambda item=item, ready=ready: hook.apply(item, ready))  # type: ignore[misc]
-            else:
-                report.skipped.append(result)
-                log.info("ingest.stale_skipped", doc_id=item.doc_id, version=item.version, stored=result.stored_version)
+
+        writes: list[asyncio.Future[ApplyResult]] = []
+        offset = 0
+        for item, doc_chunks in zip(items, chunks, strict=True):
+            vecs = vectors[offset : offset + len(doc_chunks)] if doc_chunks else np.zeros((0, 1), np.float32)
+            doc_analyses = analyses[offset : offset + len(doc_chunks)]
+            offset += len(doc_chunks)
+            writes.append(asyncio.ensure_future(store(item, doc_chunks, vecs, doc_analyses)))
+        try:
+            for item, write, ready in zip(items, writes, prepared, strict=True):
+                try:
+                    result = await write
+                except MemdError as exc:
+                    if exc.retryable:
+                        raise
+                    report.failed.append((item, exc))
+                    log.error("ingest.doc_failed", doc_id=item.doc_id, code=exc.code, error=str(exc))
+                    continue
+                if result.applied:
+                    report.applied.append(result)
+                    report.chunks_written += result.chunks
+                    log.info(
+                        "ingest.doc_applied", doc_id=item.doc_id, op=item.op, version=item.version, chunks=result.chunks
+                    )
+                    if hook is not None:
+                        await self._retrying("change hook", lambda item=item, ready=ready: hook.apply(item, ready))  # type: ignore[misc]
+                else:
+                    report.skipped.append(result)
+                    log.info(
+                        "ingest.stale_skipped", doc_id=item.doc_id, version=item.version, stored=result.stored_version
+                    )
+        finally:
+            # On the way out with an error: no write of this group keeps running unobserved.
+            for w in writes:
+                w.cancel()
+            await asyncio.gather(*writes, return_exceptions=True)
 
     async def apply(self, items: Sequence[MemoryItem]) -> IngestReport:
         """Apply a batch of items in order of their docs' first appearance.
@@ -270,14 +309,12 @@ class Ingestor:
         # own version check, so a complete replay is a no-op there.
         if self._hook is not None and replays:
             hook = self._hook
-            replay_chunks = [await self._chunks(i, i.version or 0) if i.op == "upsert" else [] for i in replays]
+            replay_chunks = await self._chunk_all(replays)
             prepared = await self._prepare(replays, replay_chunks)
             for item, ready in zip(replays, prepared, strict=True):
                 await self._retrying("change hook", lambda item=item, ready=ready: hook.apply(item, ready))  # type: ignore[misc]
 
-        per_item: list[list[ChunkRecord]] = []
-        for item in live:
-            per_item.append(await self._chunks(item, item.version or 0) if item.op == "upsert" else [])
+        per_item = await self._chunk_all(live)
 
         writing: asyncio.Task[None] | None = None
         for group in embedding_groups([len(c) for c in per_item], self._cfg.embed_group_chunks):
@@ -290,8 +327,8 @@ class Ingestor:
                     work.cancel()
                     await asyncio.gather(work, return_exceptions=True)
                     raise
-            vectors, prepared = await work
-            writing = asyncio.ensure_future(self._write(items_g, chunks_g, vectors, prepared, report))
+            vectors, prepared, analyses = await work
+            writing = asyncio.ensure_future(self._write(items_g, chunks_g, vectors, prepared, analyses, report))
         if writing is not None:
             await writing
         return report

@@ -1,14 +1,17 @@
-"""The packaged model under both precisions: bf16 autocast must give the float32 vectors."""
+"""The packaged model in its worker process: precisions, bad input, a worker that dies."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 from typing import Any
 
 import numpy as np
 import pytest
 
 from memory.config import EmbeddingConfig
-from memory.embedder import SentenceTransformerEmbedder, native_bf16, use_bf16
+from memory.embedder import EmbedderError, SentenceTransformerEmbedder, native_bf16, use_bf16
 
 pytestmark = pytest.mark.integration
 
@@ -19,10 +22,10 @@ TEXTS = [
 ]
 
 
-async def test_bfloat16_vectors_match_float32(embedder: Any) -> None:
+async def test_bfloat16_vectors_match_float32() -> None:
     """Same model, same texts: cosine >= 0.9999 between the two precisions, queries and docs alike."""
-    f32 = SentenceTransformerEmbedder(cfg=EmbeddingConfig(precision="float32"), model=embedder._model)
-    b16 = SentenceTransformerEmbedder(cfg=EmbeddingConfig(precision="bfloat16"), model=embedder._model)
+    f32 = await SentenceTransformerEmbedder.load(EmbeddingConfig(precision="float32"))
+    b16 = await SentenceTransformerEmbedder.load(EmbeddingConfig(precision="bfloat16"))
     try:
         assert not f32.bf16 and b16.bf16
         a, b = await f32.embed_documents(TEXTS), await b16.embed_documents(TEXTS)
@@ -42,3 +45,42 @@ def test_auto_precision_follows_the_cpu() -> None:
     assert use_bf16(EmbeddingConfig(precision="auto")) == native_bf16()
     assert use_bf16(EmbeddingConfig(precision="auto", device="cuda")) is False
     assert use_bf16(EmbeddingConfig(precision="float32")) is False
+
+
+async def test_worker_survives_bad_input_and_restarts_after_a_kill(embedder: Any) -> None:
+    """A failing input is an error for that caller only; a killed worker comes back."""
+    before = await embedder.embed_documents(TEXTS[:1])
+    with pytest.raises(EmbedderError):
+        await embedder.embed_documents([None])  # not a string: the model raises in the worker
+    assert np.array_equal(await embedder.embed_documents(TEXTS[:1]), before)
+
+    worker = embedder._worker
+    old_pid = worker._proc.pid
+    os.kill(old_pid, signal.SIGKILL)
+    worker._proc.join(10)
+    # The first call after the death either fails cleanly or already lands on the new worker;
+    # it never hangs and never returns garbage.
+    with contextlib.suppress(EmbedderError):
+        await embedder.embed_query("after the kill")
+    again = await embedder.embed_documents(TEXTS[:1])
+    assert worker._proc.pid != old_pid and worker.restarts >= 1
+    assert float((again @ before.T).min()) >= 0.9999
+
+
+async def test_worker_exits_with_its_parent_pipes() -> None:
+    """Closing the embedder ends the worker process (no orphan)."""
+    emb = await SentenceTransformerEmbedder.load(EmbeddingConfig())
+    proc = emb._worker._proc
+    assert proc.is_alive()
+    emb.close()
+    proc.join(10)
+    assert not proc.is_alive()
+
+
+async def test_batched_rows_stay_in_input_order(embedder: Any) -> None:
+    """Texts of mixed length are batched by length inside the worker; row i is still text i."""
+    texts = [TEXTS[2], "short", TEXTS[0], TEXTS[2][:120], "a query about pgbouncer", TEXTS[1]]
+    together = await embedder.embed_documents(texts)
+    for i, text in enumerate(texts):
+        alone = await embedder.embed_documents([text])
+        assert float(together[i] @ alone[0]) >= 0.9999, i

@@ -168,8 +168,13 @@ async def test_reindex_with_new_chunking_pauses_old_daemons_until_restarted(
 
     # doctor with the old settings names the mismatch; with the new ones all is well
     old_doc = await asyncio.to_thread(
-        subprocess.run, [agentmemd, "doctor"], env={**os.environ, "COLUMNS": "200", **settings_env(settings)},
-        capture_output=True, text=True, timeout=120, check=False,
+        subprocess.run,
+        [agentmemd, "doctor"],
+        env={**os.environ, "COLUMNS": "200", **settings_env(settings)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert old_doc.returncode == 1 and "✗ index generation" in old_doc.stdout and "chunking=64/8" in old_doc.stdout
 
@@ -218,4 +223,3 @@ async def test_reindex_since_a_time_replays_only_later_events(env: tuple[Setting
     rep = await reindex(settings, since_ms=int(time.time() * 1000) + 60_000)
     assert rep.progress.done == 0 and rep.new_generation == 3
     assert await stored_chunks(daemon.redis, settings.index.name) == {}
-

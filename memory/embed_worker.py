@@ -1,0 +1,259 @@
+"""The embedding model's own process, and the daemon's handle on it.
+
+Why a process and not a thread: torch releases the GIL inside each op but takes it back
+between ops, and one forward pass of the model is a few hundred ops. In a thread of the
+daemon, every one of those hand-overs waits for the event loop (or spaCy, or the stemmer)
+to reach the interpreter's switch interval, and the event loop in turn stalls behind the
+encoder's Python glue. Measured on this machine: a batch encoded next to one busy Python
+thread takes ~20% longer; next to a busy *process*, no longer at all. In its own
+interpreter the model competes for cores only, which the OS schedules well.
+
+Protocol: one duplex pipe per channel ("query", "docs"), so a large ingest batch never
+queues in front of an asker's query. The parent sends a list of texts and blocks on the
+answer in that channel's executor thread (``recv`` releases the GIL); the worker answers
+``("ok", float32 array)`` or ``("error", message)``. The worker exits when its pipes close,
+so it never outlives the daemon, even one killed with SIGKILL.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import threading
+from collections.abc import Sequence
+from multiprocessing.connection import Connection
+from typing import Any
+
+import numpy as np
+import structlog
+
+from memory.config import EmbeddingConfig
+from memory.errors import MemdError
+
+log = structlog.get_logger()
+
+CHANNELS = ("query", "docs")
+READY_TIMEOUT_S = 600.0
+
+
+class EmbedderError(MemdError):
+    """The embedding model could not be loaded or failed on an input."""
+
+    code = "embedding_failed"
+
+
+def native_bf16() -> bool:
+    """Whether this CPU computes bfloat16 in hardware (emulated bf16 is slower than float32)."""
+    import torch
+
+    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    return any(bool(getattr(torch.cpu, p, lambda: False)()) for p in probes)
+
+
+def use_bf16(cfg: EmbeddingConfig) -> bool:
+    """Whether encode() runs under bfloat16 autocast with these settings on this machine."""
+    if cfg.precision == "auto":
+        return cfg.device == "cpu" and native_bf16()
+    return cfg.precision == "bfloat16"
+
+
+# --- the worker side (runs in the child process) -------------------------------------------
+
+
+def _load_model(path: str, cfg: EmbeddingConfig) -> Any:
+    import torch
+    import transformers
+    from sentence_transformers import SentenceTransformer
+
+    transformers.logging.set_verbosity_error()  # type: ignore[no-untyped-call]
+    if cfg.torch_threads:
+        torch.set_num_threads(cfg.torch_threads)
+    return SentenceTransformer(path, device=cfg.device, local_files_only=True)
+
+
+def length_batches(
+    lengths: Sequence[int], batch_size: int, max_waste: float = 0.1, min_slack: int = 16
+) -> list[list[int]]:
+    """Indices of ``lengths`` cut into model batches of similar length (pure).
+
+    Every sequence of a batch is padded to the batch's longest, and the padding is
+    computed like real tokens. sentence-transformers sorts one ``encode()`` call's texts
+    and cuts them every ``batch_size``; when a call holds a streaming batch of a few
+    hundred chunks of mixed length, those cuts span wide length ranges (measured on the
+    ingest benchmark's chunks: 13% padding in 128-doc groups, 3% over the whole corpus
+    sorted at once). Here a batch also ends where the next text is more than
+    ``max_waste`` (and more than ``min_slack`` tokens) shorter than the batch's first
+    (longest) one, so little is padded whatever the call's size. Short texts (queries)
+    stay together: for them a batch's fixed cost (a few ms of Python) outweighs padding.
+    """
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    batches: list[list[int]] = []
+    for i in order:
+        if batches:
+            cur = batches[-1]
+            head = lengths[cur[0]]
+            if len(cur) < batch_size and head - lengths[i] <= max(max_waste * head, min_slack):
+                cur.append(i)
+                continue
+        batches.append([i])
+    return batches
+
+
+def _encode(model: Any, cfg: EmbeddingConfig, bf16: bool, texts: Sequence[str]) -> np.ndarray:
+    import torch
+
+    texts = list(texts)
+    lengths = [
+        len(ids) for ids in model.tokenizer(texts, truncation=True, max_length=model.max_seq_length)["input_ids"]
+    ]
+    out = np.zeros((len(texts), model.get_sentence_embedding_dimension()), dtype=np.float32)
+    # Autocast state is per thread: this runs in the thread that encodes.
+    with torch.autocast(cfg.device.split(":")[0], dtype=torch.bfloat16, enabled=bf16):
+        for batch in length_batches(lengths, cfg.batch_size):
+            out[batch] = model.encode(
+                [texts[i] for i in batch],
+                batch_size=len(batch),
+                normalize_embeddings=True,
+                convert_to_numpy=True,
+                show_progress_bar=False,
+            )
+    return out
+
+
+def _serve_channel(model: Any, cfg: EmbeddingConfig, bf16: bool, conn: Connection) -> None:
+    while True:
+        try:
+            texts = conn.recv()
+        except (EOFError, OSError):
+            return  # the daemon closed its end (or died): nothing left to serve
+        try:
+            reply: tuple[str, Any] = ("ok", _encode(model, cfg, bf16, texts))
+        except Exception as exc:  # one bad input must not end the worker
+            reply = ("error", f"{type(exc).__name__}: {exc}")
+        try:
+            conn.send(reply)
+        except (BrokenPipeError, OSError):
+            return
+
+
+def serve(path: str, cfg_json: str, ready: Connection, conns: list[Connection]) -> None:
+    """Child process entry point: load the model, report, then answer every channel."""
+    cfg = EmbeddingConfig.model_validate_json(cfg_json)
+    try:
+        model = _load_model(path, cfg)
+        dim_of = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+        bf16 = use_bf16(cfg)
+    except Exception as exc:
+        ready.send(("error", f"{type(exc).__name__}: {exc}"))
+        return
+    ready.send(("ready", int(dim_of()), bf16))
+    ready.close()
+    threads = [
+        threading.Thread(target=_serve_channel, args=(model, cfg, bf16, c), name=f"embed-{n}", daemon=True)
+        for n, c in zip(CHANNELS, conns, strict=True)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+# --- the daemon side ------------------------------------------------------------------------
+
+
+class EmbeddingWorker:
+    """A handle on the worker process; restarts it when it has died.
+
+    Blocking methods: call each channel's ``encode`` from one thread at a time (the
+    embedder gives every channel its own single-thread executor).
+    """
+
+    def __init__(self, path: str, cfg: EmbeddingConfig) -> None:
+        self._path, self._cfg = path, cfg
+        self._lock = threading.Lock()
+        self._proc: Any = None
+        self._conns: dict[str, Connection] = {}
+        self.dims = 0
+        self.bf16 = False
+        self.restarts = 0
+
+    def start(self) -> None:
+        """Spawn the worker and wait until its model is loaded (seconds).
+
+        Raises:
+            EmbedderError: the worker could not load the model or died while loading.
+        """
+        # spawn, not fork: a fork of a process with live threads (asyncio's, torch's) can
+        # deadlock in the child.
+        ctx = mp.get_context("spawn")
+        ready_parent, ready_child = ctx.Pipe(duplex=False)
+        pairs = {name: ctx.Pipe(duplex=True) for name in CHANNELS}
+        proc = ctx.Process(
+            target=serve,
+            args=(self._path, self._cfg.model_dump_json(), ready_child, [child for _, child in pairs.values()]),
+            name="agentmemd-embed",
+            daemon=True,
+        )
+        proc.start()
+        # Close the child's ends here, so that the worker's death shows as EOF on ours.
+        ready_child.close()
+        for _, child in pairs.values():
+            child.close()
+        try:
+            if not ready_parent.poll(READY_TIMEOUT_S):
+                proc.kill()
+                raise EmbedderError(f"embedding worker did not load the model within {READY_TIMEOUT_S:.0f} s")
+            msg = ready_parent.recv()
+        except EOFError as exc:
+            proc.join(5)
+            raise EmbedderError(f"embedding worker exited while loading (exit code {proc.exitcode})") from exc
+        finally:
+            ready_parent.close()
+        if msg[0] != "ready":
+            proc.join(5)
+            raise EmbedderError(f"cannot load embedding model {self._cfg.model!r}: {msg[1]}")
+        self.dims, self.bf16 = int(msg[1]), bool(msg[2])
+        self._proc, self._conns = proc, {name: parent for name, (parent, _) in pairs.items()}
+        log.info("embed.worker_started", pid=proc.pid, dims=self.dims, bf16=self.bf16)
+
+    def _channel(self, channel: str) -> Connection:
+        with self._lock:
+            if self._proc is None or not self._proc.is_alive():
+                if self._proc is not None:
+                    log.error("embed.worker_died", exit_code=self._proc.exitcode, restarts=self.restarts)
+                    self._close_conns()
+                    self.restarts += 1
+                self.start()
+            return self._conns[channel]
+
+    def encode(self, channel: str, texts: Sequence[str]) -> np.ndarray:
+        """Embed ``texts`` on ``channel`` (blocks; run it in that channel's executor thread).
+
+        Raises:
+            EmbedderError: the model failed on this input, or the worker died meanwhile (it
+                is restarted by the next call).
+        """
+        conn = self._channel(channel)
+        try:
+            conn.send(list(texts))
+            status, payload = conn.recv()
+        except (EOFError, BrokenPipeError, OSError) as exc:
+            raise EmbedderError(f"the embedding worker exited during a request ({exc or 'EOF'}); restarting") from exc
+        if status != "ok":
+            raise EmbedderError(str(payload))
+        return np.asarray(payload, dtype=np.float32)
+
+    def _close_conns(self) -> None:
+        for conn in self._conns.values():
+            conn.close()
+        self._conns = {}
+
+    def close(self) -> None:
+        """Stop the worker: closing the pipes ends it; a stuck one is killed."""
+        with self._lock:
+            proc, self._proc = self._proc, None
+            self._close_conns()
+        if proc is not None:
+            proc.join(5)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(5)
