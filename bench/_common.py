@@ -167,6 +167,20 @@ def peak_rss_mb() -> float:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
+def pid_peak_rss_mb(pid: int | None) -> float:
+    """Another live process's peak resident set size (VmHWM); 0 when unknown."""
+    if pid is None:
+        return 0.0
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        pass
+    return 0.0
+
+
 # -- synthetic text ------------------------------------------------------------------------
 
 SERVICES = [

@@ -333,7 +333,7 @@ async def main_async(args: argparse.Namespace, servers: Servers) -> Result:
         result.target(f"freshness p95 ({tag})", p95 / 1000, "<=", 1.0, "s")
     result.note(
         "daemon, client and servers share this machine's cores; the daemon runs in this process "
-        "(start_daemon), the servers are child processes"
+        "(start_daemon), the servers and the daemon's embedding worker are child processes"
     )
     result.note(
         "raw embedding = SentenceTransformerEmbedder.embed_documents on the same chunk texts, "

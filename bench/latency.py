@@ -369,7 +369,8 @@ async def main_async(args: argparse.Namespace, servers: Servers) -> Result:
     )
     result.note(
         "askers, daemon and the empty handler share one process and event loop; Redis and tansu are child "
-        f"processes; graph layer {'on' if args.graph else 'off (queries with scope=chunks never touch it)'}"
+        "processes, and so is the daemon's embedding worker; graph layer "
+        f"{'on' if args.graph else 'off (queries with scope=chunks never touch it)'}"
     )
     plot(png_path(args.out, BENCH), data, targets)
     return result

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import sys
 from dataclasses import dataclass, field
@@ -237,6 +238,10 @@ async def start_daemon(settings: Settings, *, ready_timeout_s: float = 120.0) ->
     status.assigned = daemon.assigned
     sampler = Sampler(settings=settings, state=status, index=index, graph=graph, interval_s=settings.status_sample_s)
     daemon.tasks.append(asyncio.create_task(sampler.run(asyncio.Event()), name="status-sampler"))
+    # Everything loaded so far (models, tokenizers, spaCy, libraries) lives as long as the
+    # daemon: move it out of the collector's view, or every full collection walks it
+    # (measured: 8 gen-2 collections of up to 190 ms in 1,500 queries, the whole p99 tail).
+    gc.freeze()
     log.info("daemon.ready", assigned=daemon.assigned, index=settings.index.name, kafka=settings.kafka_bootstrap)
     print(f"agentmemd ready: consuming {', '.join(settings.topics.all()[:3])}", file=sys.stdout, flush=True)
     return daemon

@@ -55,7 +55,9 @@ def _leiden(
 
     # Nodes go in as contiguous ints in sorted-name order: deterministic, and it sidesteps
     # cdlib's conversion, which crashes on bipartite graphs (stars, pairs) with str names.
-    names = sorted(set(nodes))
+    # Edges are read apart from nodes while ingestion goes on, so an edge may name an entity
+    # the node read missed: it exists (an edge is only stored with its ends), so take it in.
+    names = sorted({*nodes, *(e[0] for e in edges), *(e[1] for e in edges)})
     ids = {n: i for i, n in enumerate(names)}
     g = nx.Graph()
     g.add_nodes_from(range(len(names)))

@@ -109,6 +109,12 @@ class SentenceTransformerEmbedder:
         return self._dims
 
     @property
+    def worker_pid(self) -> int | None:
+        """The embedding worker process's pid (None before it starts or after close)."""
+        proc = self._worker._proc
+        return None if proc is None else int(proc.pid)
+
+    @property
     def bf16(self) -> bool:
         """Whether the worker encodes under bfloat16 autocast."""
         return self._worker.bf16

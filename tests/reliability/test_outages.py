@@ -64,7 +64,13 @@ async def test_redis_outage_retries_commits_nothing_early_and_catches_up(kafka_b
         assert (await committed(kafka_bootstrap, f"{name}.documents", settings.topics.documents, 1))[0] == offset_before
 
         redis = start_redis(url, data_dir=data)  # same AOF: the index and the older docs come back
-        await eventually(lambda: _has(daemon, "during/19"), timeout=60, what="catch-up after Redis returned")
+
+        # The docs of one batch are written a few at a time, each retrying on its own, so they
+        # land in any order: wait for all of them.
+        async def all_during() -> bool:
+            return all([await _has(daemon, f"during/{i}") for i in range(20)])
+
+        await eventually(all_during, timeout=60, what="catch-up after Redis returned")
         for i in range(20):
             assert await daemon.index.chunk_ids(f"during/{i}") == {f"during/{i}_p0"}
         assert await daemon.index.chunk_ids("before/0") == {"before/0_p0"}

@@ -81,3 +81,10 @@ def test_bipartite_graphs_with_string_names() -> None:
     star = [("hub", f"leaf{i}", 1.0) for i in range(4)]
     (only,) = detect(sorted({n for e in star for n in e[:2]}), star, seed=1)
     assert only.members == frozenset({"hub", "leaf0", "leaf1", "leaf2", "leaf3"})
+
+
+def test_an_edge_to_an_entity_the_node_read_missed_is_taken_in() -> None:
+    # nodes and edges are read apart while ingestion writes: an edge may be newer than the nodes
+    edges = [("a", "b", 1.0), ("b", "c", 1.0), ("a", "c", 1.0)]
+    found = detect(["a", "b"], edges, seed=1)
+    assert [c.members for c in found] == [frozenset({"a", "b", "c"})]
