@@ -105,18 +105,21 @@ def _encode(model: Any, cfg: EmbeddingConfig, bf16: bool, texts: Sequence[str]) 
     lengths = [
         len(ids) for ids in model.tokenizer(texts, truncation=True, max_length=model.max_seq_length)["input_ids"]
     ]
-    out = np.zeros((len(texts), model.get_sentence_embedding_dimension()), dtype=np.float32)
+    out: np.ndarray | None = None
     # Autocast state is per thread: this runs in the thread that encodes.
     with torch.autocast(cfg.device.split(":")[0], dtype=torch.bfloat16, enabled=bf16):
         for batch in length_batches(lengths, cfg.batch_size):
-            out[batch] = model.encode(
+            rows = model.encode(
                 [texts[i] for i in batch],
                 batch_size=len(batch),
                 normalize_embeddings=True,
                 convert_to_numpy=True,
                 show_progress_bar=False,
             )
-    return out
+            if out is None:
+                out = np.zeros((len(texts), rows.shape[1]), dtype=np.float32)
+            out[batch] = rows
+    return out if out is not None else np.zeros((0, 0), dtype=np.float32)
 
 
 def _serve_channel(model: Any, cfg: EmbeddingConfig, bf16: bool, conn: Connection) -> None:
