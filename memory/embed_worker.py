@@ -27,7 +27,7 @@ import numpy as np
 import structlog
 
 from memory.config import EmbeddingConfig
-from memory.errors import MemdError
+from memory.errors import BackendUnavailable, MemdError
 
 log = structlog.get_logger()
 
@@ -39,6 +39,10 @@ class EmbedderError(MemdError):
     """The embedding model could not be loaded or failed on an input."""
 
     code = "embedding_failed"
+
+
+class EmbedderUnavailable(BackendUnavailable):
+    """The worker process died under a request: an outage, retried (never a dead letter)."""
 
 
 def native_bf16() -> bool:
@@ -232,15 +236,17 @@ class EmbeddingWorker:
         """Embed ``texts`` on ``channel`` (blocks; run it in that channel's executor thread).
 
         Raises:
-            EmbedderError: the model failed on this input, or the worker died meanwhile (it
-                is restarted by the next call).
+            EmbedderError: the model failed on this input.
+            EmbedderUnavailable: the worker died meanwhile (the next call restarts it).
         """
         conn = self._channel(channel)
         try:
             conn.send(list(texts))
             status, payload = conn.recv()
         except (EOFError, BrokenPipeError, OSError) as exc:
-            raise EmbedderError(f"the embedding worker exited during a request ({exc or 'EOF'}); restarting") from exc
+            raise EmbedderUnavailable(
+                f"the embedding worker exited during a request ({exc or 'EOF'}); it restarts on the next one"
+            ) from exc
         if status != "ok":
             raise EmbedderError(str(payload))
         return np.asarray(payload, dtype=np.float32)

@@ -19,13 +19,21 @@ import numpy as np
 import structlog
 
 from memory.config import EmbeddingConfig
-from memory.embed_worker import EmbedderError, EmbeddingWorker, native_bf16, use_bf16
+from memory.embed_worker import EmbedderError, EmbedderUnavailable, EmbeddingWorker, native_bf16, use_bf16
 
 log = structlog.get_logger()
 
 PACKAGED_MINILM = "packaged:all-MiniLM-L6-v2"
 
-__all__ = ["Embedder", "EmbedderError", "SentenceTransformerEmbedder", "native_bf16", "resolve_model_path", "use_bf16"]
+__all__ = [
+    "Embedder",
+    "EmbedderError",
+    "EmbedderUnavailable",
+    "SentenceTransformerEmbedder",
+    "native_bf16",
+    "resolve_model_path",
+    "use_bf16",
+]
 
 
 class Embedder(Protocol):
@@ -158,7 +166,9 @@ class SentenceTransformerEmbedder:
                 for _, fut in batch:
                     if not fut.done():
                         fut.set_exception(
-                            exc if isinstance(exc, EmbedderError) else EmbedderError(f"query embedding failed: {exc}")
+                            exc
+                            if isinstance(exc, EmbedderError | EmbedderUnavailable)
+                            else EmbedderError(f"query embedding failed: {exc}")
                         )
                 continue
             row = {t: i for i, t in enumerate(texts)}

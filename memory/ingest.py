@@ -184,7 +184,8 @@ class Ingestor:
         """
         texts = [c.text for cs in chunks for c in cs]
         vectors, prepared, analyses = await asyncio.gather(
-            self._embedder.embed_documents(texts),
+            # A dead embedding worker is an outage like Redis down: wait it out, never DLQ.
+            self._retrying("embedding", lambda: self._embedder.embed_documents(texts)),
             self._prepare(items, chunks),
             asyncio.to_thread(analyze, texts),
             return_exceptions=True,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
 import os
 import signal
 from typing import Any
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from memory.config import EmbeddingConfig
-from memory.embedder import EmbedderError, SentenceTransformerEmbedder, native_bf16, use_bf16
+from memory.embedder import EmbedderError, EmbedderUnavailable, SentenceTransformerEmbedder, native_bf16, use_bf16
 
 pytestmark = pytest.mark.integration
 
@@ -56,12 +56,14 @@ async def test_worker_survives_bad_input_and_restarts_after_a_kill(embedder: Any
 
     worker = embedder._worker
     old_pid = worker._proc.pid
+    # Killed under a request: that request fails as an outage (retried by ingestion, never
+    # dead-lettered; `unavailable` to an asker), and the next call gets a new worker.
+    in_flight = asyncio.ensure_future(embedder.embed_documents([TEXTS[2]] * 256))
+    await asyncio.sleep(0.5)
     os.kill(old_pid, signal.SIGKILL)
-    worker._proc.join(10)
-    # The first call after the death either fails cleanly or already lands on the new worker;
-    # it never hangs and never returns garbage.
-    with contextlib.suppress(EmbedderError):
-        await embedder.embed_query("after the kill")
+    with pytest.raises(EmbedderUnavailable) as caught:
+        await in_flight
+    assert caught.value.retryable and caught.value.code == "unavailable"
     again = await embedder.embed_documents(TEXTS[:1])
     assert worker._proc.pid != old_pid and worker.restarts >= 1
     assert float((again @ before.T).min()) >= 0.9999
