@@ -18,8 +18,11 @@ so it never outlives the daemon, even one killed with SIGKILL.
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
+import signal
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -102,18 +105,26 @@ def length_batches(
     return batches
 
 
-def _encode(model: Any, cfg: EmbeddingConfig, bf16: bool, texts: Sequence[str]) -> np.ndarray:
+@dataclass(frozen=True)
+class _Loaded:
+    model: Any
+    probe: Any  # a tokenizer of its own for length probes (see _encode)
+    cfg: EmbeddingConfig
+    bf16: bool
+
+
+def _encode(w: _Loaded, texts: Sequence[str]) -> np.ndarray:
     import torch
 
     texts = list(texts)
-    lengths = [
-        len(ids) for ids in model.tokenizer(texts, truncation=True, max_length=model.max_seq_length)["input_ids"]
-    ]
+    # Not model.tokenizer: transformers switches a fast tokenizer's padding on and off per
+    # call, and the other channel's encode() may be using it (with padding) right now.
+    lengths = [len(ids) for ids in w.probe(texts, truncation=True, max_length=w.model.max_seq_length)["input_ids"]]
     out: np.ndarray | None = None
     # Autocast state is per thread: this runs in the thread that encodes.
-    with torch.autocast(cfg.device.split(":")[0], dtype=torch.bfloat16, enabled=bf16):
-        for batch in length_batches(lengths, cfg.batch_size):
-            rows = model.encode(
+    with torch.autocast(w.cfg.device.split(":")[0], dtype=torch.bfloat16, enabled=w.bf16):
+        for batch in length_batches(lengths, w.cfg.batch_size):
+            rows = w.model.encode(
                 [texts[i] for i in batch],
                 batch_size=len(batch),
                 normalize_embeddings=True,
@@ -126,36 +137,51 @@ def _encode(model: Any, cfg: EmbeddingConfig, bf16: bool, texts: Sequence[str]) 
     return out if out is not None else np.zeros((0, 0), dtype=np.float32)
 
 
-def _serve_channel(model: Any, cfg: EmbeddingConfig, bf16: bool, conn: Connection) -> None:
-    while True:
-        try:
-            texts = conn.recv()
-        except (EOFError, OSError):
-            return  # the daemon closed its end (or died): nothing left to serve
-        try:
-            reply: tuple[str, Any] = ("ok", _encode(model, cfg, bf16, texts))
-        except Exception as exc:  # one bad input must not end the worker
-            reply = ("error", f"{type(exc).__name__}: {exc}")
-        try:
+def _serve_channel(w: _Loaded, conn: Connection) -> None:
+    try:
+        while True:
+            try:
+                texts = conn.recv()
+            except (EOFError, OSError):
+                break  # the daemon closed its end (or died): nothing left to serve
+            try:
+                reply: tuple[str, Any] = ("ok", _encode(w, texts))
+            except Exception as exc:  # one bad input must not end the worker
+                reply = ("error", f"{type(exc).__name__}: {exc}")
             conn.send(reply)
-        except (BrokenPipeError, OSError):
-            return
+    except (BrokenPipeError, OSError):
+        pass
+    except BaseException:
+        # Anything else (MemoryError, a pickling error) leaves this channel unable to answer:
+        # end the whole worker, so the daemon sees it dead and starts a fresh one, rather
+        # than a live process that never replies.
+        os._exit(1)
+    # A channel whose daemon end closed means the daemon is gone or closing: end it all.
+    os._exit(0)
 
 
 def serve(path: str, cfg_json: str, ready: Connection, conns: list[Connection]) -> None:
     """Child process entry point: load the model, report, then answer every channel."""
+    # The worker's lifetime is its pipes': a Ctrl-C or a service manager's SIGTERM sent to
+    # the whole process group must reach the daemon, which then closes them, not kill the
+    # model under a request during a clean stop.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     cfg = EmbeddingConfig.model_validate_json(cfg_json)
     try:
         model = _load_model(path, cfg)
+        from transformers import AutoTokenizer
+
+        probe = AutoTokenizer.from_pretrained(path, local_files_only=True)
         dim_of = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
-        bf16 = use_bf16(cfg)
+        loaded = _Loaded(model, probe, cfg, use_bf16(cfg))
     except Exception as exc:
         ready.send(("error", f"{type(exc).__name__}: {exc}"))
         return
-    ready.send(("ready", int(dim_of()), bf16))
+    ready.send(("ready", int(dim_of()), loaded.bf16))
     ready.close()
     threads = [
-        threading.Thread(target=_serve_channel, args=(model, cfg, bf16, c), name=f"embed-{n}", daemon=True)
+        threading.Thread(target=_serve_channel, args=(loaded, c), name=f"embed-{n}", daemon=True)
         for n, c in zip(CHANNELS, conns, strict=True)
     ]
     for t in threads:
@@ -182,6 +208,7 @@ class EmbeddingWorker:
         self.dims = 0
         self.bf16 = False
         self.restarts = 0
+        self._closed = False
 
     def start(self) -> None:
         """Spawn the worker and wait until its model is loaded (seconds).
@@ -222,30 +249,55 @@ class EmbeddingWorker:
         self._proc, self._conns = proc, {name: parent for name, (parent, _) in pairs.items()}
         log.info("embed.worker_started", pid=proc.pid, dims=self.dims, bf16=self.bf16)
 
-    def _channel(self, channel: str) -> Connection:
+    def _channel(self, channel: str) -> tuple[Any, Connection]:
         with self._lock:
+            if self._closed:
+                raise EmbedderUnavailable("the embedder is closed")
             if self._proc is None or not self._proc.is_alive():
                 if self._proc is not None:
                     log.error("embed.worker_died", exit_code=self._proc.exitcode, restarts=self.restarts)
                     self._close_conns()
+                    self._proc = None
                     self.restarts += 1
-                self.start()
-            return self._conns[channel]
+                try:
+                    self.start()
+                except EmbedderError as exc:
+                    # It loaded once, so this is the machine (memory, a kill), not the model:
+                    # an outage to wait out, not a verdict on the input.
+                    raise EmbedderUnavailable(f"the embedding worker could not be restarted: {exc}") from exc
+                if self._closed:  # closed while it was loading
+                    self._discard()
+                    raise EmbedderUnavailable("the embedder is closed")
+            return self._proc, self._conns[channel]
 
     def encode(self, channel: str, texts: Sequence[str]) -> np.ndarray:
         """Embed ``texts`` on ``channel`` (blocks; run it in that channel's executor thread).
 
         Raises:
             EmbedderError: the model failed on this input.
-            EmbedderUnavailable: the worker died meanwhile (the next call restarts it).
+            EmbedderUnavailable: the worker died meanwhile (the next call restarts it), or
+                the embedder is closed.
         """
-        conn = self._channel(channel)
+        proc, conn = self._channel(channel)
         try:
             conn.send(list(texts))
+            # Never an unbounded recv(): a worker that is gone must not leave us waiting.
+            while not conn.poll(1.0):
+                if not proc.is_alive():
+                    raise EOFError(f"worker exited with code {proc.exitcode}")
             status, payload = conn.recv()
         except (EOFError, BrokenPipeError, OSError) as exc:
             raise EmbedderUnavailable(
                 f"the embedding worker exited during a request ({exc or 'EOF'}); it restarts on the next one"
+            ) from exc
+        except BaseException as exc:
+            # A reply may still be unread on this pipe: the next request would read it as its
+            # own. Discard the worker rather than risk answers out of step.
+            with self._lock:
+                if self._proc is proc:
+                    self._discard()
+            raise EmbedderUnavailable(
+                f"embedding request interrupted ({type(exc).__name__}); worker restarted"
             ) from exc
         if status != "ok":
             raise EmbedderError(str(payload))
@@ -256,11 +308,28 @@ class EmbeddingWorker:
             conn.close()
         self._conns = {}
 
+    def _discard(self) -> None:
+        """With the lock held: close the pipes and kill the process (the next call starts anew)."""
+        proc, self._proc = self._proc, None
+        self._close_conns()
+        if proc is not None and proc.is_alive():
+            proc.kill()
+            proc.join(5)
+
     def close(self) -> None:
-        """Stop the worker: closing the pipes ends it; a stuck one is killed."""
-        with self._lock:
+        """Stop the worker: closing the pipes ends it; a stuck one is killed.
+
+        Never waits out a restart in progress (that can take minutes): the restarting
+        thread sees the flag and discards what it started.
+        """
+        self._closed = True
+        if not self._lock.acquire(timeout=1.0):
+            return
+        try:
             proc, self._proc = self._proc, None
             self._close_conns()
+        finally:
+            self._lock.release()
         if proc is not None:
             proc.join(5)
             if proc.is_alive():

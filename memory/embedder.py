@@ -98,15 +98,18 @@ class SentenceTransformerEmbedder:
             return transformers.AutoTokenizer.from_pretrained(path, local_files_only=True)
 
         worker = EmbeddingWorker(path, cfg)
-        try:
-            # The worker loads the model while this process loads the tokenizer.
-            tokenizer, _ = await asyncio.gather(asyncio.to_thread(_tokenizer), asyncio.to_thread(worker.start))
-        except (OSError, ValueError) as exc:
-            worker.close()
-            raise EmbedderError(f"cannot load embedding model {cfg.model!r}: {exc}") from exc
-        except BaseException:
-            worker.close()
-            raise
+        # The worker loads the model while this process loads the tokenizer; both are
+        # awaited to the end, so a failure of one never leaves the other's worker behind.
+        outcomes: list[Any] = list(
+            await asyncio.gather(asyncio.to_thread(_tokenizer), asyncio.to_thread(worker.start), return_exceptions=True)
+        )
+        tokenizer, started = outcomes
+        for outcome in (started, tokenizer):
+            if isinstance(outcome, BaseException):
+                worker.close()
+                if isinstance(outcome, OSError | ValueError):
+                    raise EmbedderError(f"cannot load embedding model {cfg.model!r}: {outcome}") from outcome
+                raise outcome
         embedder = cls(cfg=cfg, worker=worker, tokenizer=tokenizer)
         log.info("embed.model_loaded", model=cfg.model, path=path, bf16=worker.bf16)
         return embedder

@@ -180,7 +180,8 @@ class Ingestor:
 
         The model works in its own process, so the analysis (BM25 terms, identifiers) and
         the extraction (spaCy, a thread) take the other core instead of following it.
-        An embedding failure is returned (the group's docs fail); a hook failure is raised.
+        A failure of the model on this input is returned (the group's docs fail); an outage
+        (the worker died) and a hook failure are raised.
         """
         texts = [c.text for cs in chunks for c in cs]
         vectors, prepared, analyses = await asyncio.gather(
@@ -194,8 +195,8 @@ class Ingestor:
             raise prepared
         if isinstance(analyses, BaseException):
             raise analyses
-        if isinstance(vectors, MemdError):
-            return vectors, prepared, analyses
+        if isinstance(vectors, MemdError) and not vectors.retryable:
+            return vectors, prepared, analyses  # the input's fault: these docs fail
         if isinstance(vectors, BaseException):
             raise vectors
         return vectors, prepared, analyses

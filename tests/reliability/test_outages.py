@@ -5,6 +5,8 @@ is committed past unindexed data, and askers hear `unavailable` instead of silen
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -143,3 +145,42 @@ async def test_broker_restart_daemon_reconnects_by_itself(redis_url: str, tmp_pa
     finally:
         await daemon.stop()
         broker.stop()
+
+
+async def test_embedding_worker_killed_under_ingestion_is_an_outage_not_a_dead_letter(
+    kafka_bootstrap: str, redis_url: str
+) -> None:
+    """The model's process dies mid-batch: the batch waits for a new worker; nothing is dead-lettered."""
+    name = unique("embed-kill")
+    settings = isolated_settings(name, kafka_bootstrap, redis_url, topic_partitions=1)
+    await ensure_topics(kafka_bootstrap, [f"{name}.my-replies"], partitions=1, replication=1)
+    daemon = await start_daemon(settings)
+    client = PlainClient(kafka_bootstrap, settings.topics, f"{name}.my-replies")
+    await client.start()
+    try:
+        body = " ".join(f"Sentence {i} of the walrus migration runbook, step {i} of many." for i in range(60))
+        for i in range(48):  # ~190 chunks: several seconds of embedding
+            await client.send(settings.topics.documents, doc(f"kill/{i}", f"{body} Doc {i}."), key=f"k{i}")
+        await asyncio.sleep(1.5)
+        old_pid = daemon.embedder.worker_pid
+        assert old_pid is not None
+        os.kill(old_pid, signal.SIGKILL)
+
+        async def all_in() -> bool:
+            return all([await _has(daemon, f"kill/{i}") for i in range(48)])
+
+        await eventually(all_in, timeout=180, what="every doc indexed by the restarted worker")
+        assert daemon.embedder.worker_pid not in (None, old_pid)
+        probe = AIOKafkaConsumer(bootstrap_servers=kafka_bootstrap)
+        await probe.start()
+        try:
+            dlq = settings.topics.dlq
+            tps = [TopicPartition(dlq, p) for p in sorted(probe.partitions_for_topic(dlq) or [])]
+            assert tps, "the DLQ topic exists"
+            probe.assign(tps)
+            assert sum((await probe.end_offsets(tps)).values()) == 0, "nothing was dead-lettered"
+        finally:
+            await probe.stop()
+    finally:
+        await client.stop()
+        await daemon.stop()
