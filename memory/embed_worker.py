@@ -77,6 +77,18 @@ def _load_model(path: str, cfg: EmbeddingConfig) -> Any:
     return SentenceTransformer(path, device=cfg.device, local_files_only=True)
 
 
+def load_tokenizer(path: str) -> Any:
+    """The model's tokenizer, from its local folder only (never a download).
+
+    The daemon and the worker each load their own: a fast tokenizer carries padding state
+    that ``encode()`` switches on and off, so one instance is never shared across users.
+    """
+    import transformers
+
+    transformers.logging.set_verbosity_error()  # type: ignore[no-untyped-call]
+    return transformers.AutoTokenizer.from_pretrained(path, local_files_only=True)
+
+
 def length_batches(
     lengths: Sequence[int], batch_size: int, max_waste: float = 0.1, min_slack: int = 16
 ) -> list[list[int]]:
@@ -170,9 +182,7 @@ def serve(path: str, cfg_json: str, ready: Connection, conns: list[Connection]) 
     cfg = EmbeddingConfig.model_validate_json(cfg_json)
     try:
         model = _load_model(path, cfg)
-        from transformers import AutoTokenizer
-
-        probe = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        probe = load_tokenizer(path)
         dim_of = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
         loaded = _Loaded(model, probe, cfg, use_bf16(cfg))
     except Exception as exc:
@@ -209,6 +219,12 @@ class EmbeddingWorker:
         self.bf16 = False
         self.restarts = 0
         self._closed = False
+
+    @property
+    def pid(self) -> int | None:
+        """The worker process's pid (None before it starts, after it died or after close)."""
+        proc = self._proc
+        return None if proc is None else int(proc.pid)
 
     def start(self) -> None:
         """Spawn the worker and wait until its model is loaded (seconds).

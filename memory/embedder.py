@@ -19,7 +19,14 @@ import numpy as np
 import structlog
 
 from memory.config import EmbeddingConfig
-from memory.embed_worker import EmbedderError, EmbedderUnavailable, EmbeddingWorker, native_bf16, use_bf16
+from memory.embed_worker import (
+    EmbedderError,
+    EmbedderUnavailable,
+    EmbeddingWorker,
+    load_tokenizer,
+    native_bf16,
+    use_bf16,
+)
 
 log = structlog.get_logger()
 
@@ -91,17 +98,13 @@ class SentenceTransformerEmbedder:
         """
         path = resolve_model_path(cfg.model)
 
-        def _tokenizer() -> Any:
-            import transformers
-
-            transformers.logging.set_verbosity_error()  # type: ignore[no-untyped-call]
-            return transformers.AutoTokenizer.from_pretrained(path, local_files_only=True)
-
         worker = EmbeddingWorker(path, cfg)
         # The worker loads the model while this process loads the tokenizer; both are
         # awaited to the end, so a failure of one never leaves the other's worker behind.
         outcomes: list[Any] = list(
-            await asyncio.gather(asyncio.to_thread(_tokenizer), asyncio.to_thread(worker.start), return_exceptions=True)
+            await asyncio.gather(
+                asyncio.to_thread(load_tokenizer, path), asyncio.to_thread(worker.start), return_exceptions=True
+            )
         )
         tokenizer, started = outcomes
         for outcome in (started, tokenizer):
@@ -122,8 +125,7 @@ class SentenceTransformerEmbedder:
     @property
     def worker_pid(self) -> int | None:
         """The embedding worker process's pid (None before it starts or after close)."""
-        proc = self._worker._proc
-        return None if proc is None else int(proc.pid)
+        return self._worker.pid
 
     @property
     def bf16(self) -> bool:

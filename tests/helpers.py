@@ -6,13 +6,17 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from consumers.config import Topics
 from daemon.settings import Settings, namespaced
+
+if TYPE_CHECKING:
+    from daemon.app import Daemon
 
 
 def isolated_settings(name: str, kafka_bootstrap: str, redis_url: str, **over: Any) -> Settings:
@@ -51,6 +55,28 @@ async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 20.0
             return
         await asyncio.sleep(0.05)
     raise AssertionError(f"not reached within {timeout}s: {what}")
+
+
+@asynccontextmanager
+async def daemon_and_client(
+    settings: Settings, reply_topic: str | None = None
+) -> AsyncIterator[tuple[Daemon, PlainClient]]:
+    """An in-process daemon and a ``PlainClient`` reading ``reply_topic`` (default: the daemon's
+    reply topic; any other is created first); both are stopped on the way out."""
+    from daemon.app import start_daemon
+    from daemon.topics import ensure_topics
+
+    reply_topic = reply_topic or settings.topics.replies
+    if reply_topic != settings.topics.replies:
+        await ensure_topics(settings.kafka_bootstrap, [reply_topic], partitions=1, replication=1)
+    daemon = await start_daemon(settings)
+    client = PlainClient(settings.kafka_bootstrap, settings.topics, reply_topic)
+    try:
+        await client.start()
+        yield daemon, client
+    finally:
+        await client.stop()
+        await daemon.stop()
 
 
 class PlainClient:

@@ -11,10 +11,9 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaConsumer
 
-from daemon.app import Daemon, start_daemon
-from daemon.topics import ensure_topics
+from daemon.app import Daemon
 from tests.conftest import unique
-from tests.helpers import PlainClient, eventually, isolated_settings
+from tests.helpers import PlainClient, daemon_and_client, eventually, isolated_settings
 
 pytestmark = pytest.mark.integration
 
@@ -23,15 +22,10 @@ pytestmark = pytest.mark.integration
 async def env(kafka_bootstrap: str, redis_url: str) -> AsyncIterator[tuple[Daemon, PlainClient]]:
     name = unique(__name__)
     settings = isolated_settings(name, kafka_bootstrap, redis_url)
-    await ensure_topics(kafka_bootstrap, [f"{name}.my-replies"], partitions=1, replication=1)
-    daemon = await start_daemon(settings)
-    await daemon.index.drop()
-    await daemon.index.ensure()
-    client = PlainClient(kafka_bootstrap, settings.topics, f"{name}.my-replies")
-    await client.start()
-    yield daemon, client
-    await client.stop()
-    await daemon.stop()
+    async with daemon_and_client(settings, f"{name}.my-replies") as (daemon, client):
+        await daemon.index.drop()
+        await daemon.index.ensure()
+        yield daemon, client
 
 
 def doc_event(doc_id: str, version: int, content: str, env: str, service: str) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from memory.config import ChunkingConfig
 from memory.generations import GenerationRegistry
 from memory.schema import physical_name
 from tests.conftest import unique
-from tests.helpers import PlainClient, eventually, isolated_settings, settings_env, stored_chunks
+from tests.helpers import PlainClient, daemon_and_client, eventually, isolated_settings, settings_env, stored_chunks
 
 pytestmark = pytest.mark.integration
 
@@ -53,14 +53,8 @@ async def env(
 ) -> AsyncIterator[tuple[Settings, Daemon, PlainClient]]:
     name = unique(request.node.nodeid)
     settings = isolated_settings(name, kafka_bootstrap, redis_url)
-    daemon = await start_daemon(settings)
-    client = PlainClient(kafka_bootstrap, settings.topics, settings.topics.replies)
-    await client.start()
-    try:
+    async with daemon_and_client(settings) as (daemon, client):
         yield settings, daemon, client
-    finally:
-        await client.stop()
-        await daemon.stop()
 
 
 async def _seed(daemon: Daemon, client: PlainClient) -> None:

@@ -22,7 +22,7 @@ from daemon.connections import redis_client
 from daemon.launcher import free_port, start_redis
 from memory.errors import Unauthorized
 from tests.conftest import unique
-from tests.helpers import PlainClient, eventually, isolated_settings
+from tests.helpers import daemon_and_client, eventually, isolated_settings
 
 pytestmark = pytest.mark.integration
 
@@ -47,10 +47,7 @@ async def test_redis_acl_user_works_and_bad_credentials_fail_fast(kafka_bootstra
             name, kafka_bootstrap, url, redis_username="agentmem", redis_password=SecretStr("agent-secret")
         )
         assert "agent-secret" not in json.dumps(settings.model_dump(mode="json"))  # secrets never serialize
-        daemon = await start_daemon(settings)
-        client = PlainClient(kafka_bootstrap, settings.topics, settings.topics.replies)
-        await client.start()
-        try:
+        async with daemon_and_client(settings) as (daemon, client):
             await client.send(
                 settings.topics.documents,
                 {
@@ -68,9 +65,6 @@ async def test_redis_acl_user_works_and_bad_credentials_fail_fast(kafka_bootstra
             await eventually(stored, what="doc stored through the ACL user")
             _, reply = await client.ask({"query_id": uuid.uuid4().hex, "search_text": "ACL user", "top_k": 1})
             assert reply["results"][0]["doc_id"] == "acl.md"
-        finally:
-            await client.stop()
-            await daemon.stop()
         probe = redis_client(settings)
         assert await probe.acl_whoami() == "agentmem"
         await probe.aclose()

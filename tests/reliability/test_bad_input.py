@@ -13,11 +13,10 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaConsumer
 
-from daemon.app import Daemon, start_daemon
-from daemon.topics import ensure_topics
+from daemon.app import Daemon
 from memory.config import IngestConfig
 from tests.conftest import unique
-from tests.helpers import PlainClient, eventually, isolated_settings
+from tests.helpers import PlainClient, daemon_and_client, eventually, isolated_settings
 
 pytestmark = pytest.mark.integration
 
@@ -122,13 +121,8 @@ async def env(kafka_bootstrap: str, redis_url: str) -> AsyncIterator[tuple[Daemo
     settings = isolated_settings(
         name, kafka_bootstrap, redis_url, ingest=IngestConfig(max_content_bytes=LIMIT, max_attempts=2)
     )
-    await ensure_topics(kafka_bootstrap, [f"{name}.my-replies"], partitions=1, replication=1)
-    daemon = await start_daemon(settings)
-    client = PlainClient(kafka_bootstrap, settings.topics, f"{name}.my-replies")
-    await client.start()
-    yield daemon, client
-    await client.stop()
-    await daemon.stop()
+    async with daemon_and_client(settings, f"{name}.my-replies") as (daemon, client):
+        yield daemon, client
 
 
 async def read_dlq(client: PlainClient, want: int, timeout: float = 30) -> list[dict[str, Any]]:

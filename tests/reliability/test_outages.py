@@ -16,9 +16,8 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from daemon.app import start_daemon
 from daemon.launcher import free_port, start_redis, start_tansu
-from daemon.topics import ensure_topics
 from tests.conftest import unique
-from tests.helpers import PlainClient, eventually, isolated_settings
+from tests.helpers import PlainClient, daemon_and_client, eventually, isolated_settings
 
 pytestmark = pytest.mark.integration
 
@@ -47,46 +46,47 @@ async def test_redis_outage_retries_commits_nothing_early_and_catches_up(kafka_b
     redis = start_redis(url, data_dir=data)
     name = unique("redis-outage")
     settings = isolated_settings(name, kafka_bootstrap, url, topic_partitions=1)
-    await ensure_topics(kafka_bootstrap, [f"{name}.my-replies"], partitions=1, replication=1)
-    daemon = await start_daemon(settings)
-    client = PlainClient(kafka_bootstrap, settings.topics, f"{name}.my-replies")
-    await client.start()
     try:
-        for i in range(5):
-            await client.send(settings.topics.documents, doc(f"before/{i}", f"before outage {i} walrus"), key=f"b{i}")
-        await eventually(lambda: _has(daemon, "before/4"), what="docs before the outage")
-        offset_before = (await committed(kafka_bootstrap, f"{name}.documents", settings.topics.documents, 1))[0]
+        async with daemon_and_client(settings, f"{name}.my-replies") as (daemon, client):
+            for i in range(5):
+                await client.send(
+                    settings.topics.documents, doc(f"before/{i}", f"before outage {i} walrus"), key=f"b{i}"
+                )
+            await eventually(lambda: _has(daemon, "before/4"), what="docs before the outage")
+            offset_before = (await committed(kafka_bootstrap, f"{name}.documents", settings.topics.documents, 1))[0]
 
-        redis.stop()  # SIGTERM: Redis flushes its AOF and exits
-        for i in range(20):
-            await client.send(settings.topics.documents, doc(f"during/{i}", f"during outage {i} narwhal"), key=f"d{i}")
-        _, reply = await client.ask({"query_id": "down", "search_text": "walrus", "top_k": 3})
-        assert reply.get("error", {}).get("code") == "unavailable", reply
-        await asyncio.sleep(2)  # several retry rounds happen while Redis is down
-        assert (await committed(kafka_bootstrap, f"{name}.documents", settings.topics.documents, 1))[0] == offset_before
+            redis.stop()  # SIGTERM: Redis flushes its AOF and exits
+            for i in range(20):
+                await client.send(
+                    settings.topics.documents, doc(f"during/{i}", f"during outage {i} narwhal"), key=f"d{i}"
+                )
+            _, reply = await client.ask({"query_id": "down", "search_text": "walrus", "top_k": 3})
+            assert reply.get("error", {}).get("code") == "unavailable", reply
+            await asyncio.sleep(2)  # several retry rounds happen while Redis is down
+            assert (await committed(kafka_bootstrap, f"{name}.documents", settings.topics.documents, 1))[
+                0
+            ] == offset_before
 
-        redis = start_redis(url, data_dir=data)  # same AOF: the index and the older docs come back
+            redis = start_redis(url, data_dir=data)  # same AOF: the index and the older docs come back
 
-        # The docs of one batch are written a few at a time, each retrying on its own, so they
-        # land in any order: wait for all of them.
-        async def all_during() -> bool:
-            return all([await _has(daemon, f"during/{i}") for i in range(20)])
+            # The docs of one batch are written a few at a time, each retrying on its own, so they
+            # land in any order: wait for all of them.
+            async def all_during() -> bool:
+                return all([await _has(daemon, f"during/{i}") for i in range(20)])
 
-        await eventually(all_during, timeout=60, what="catch-up after Redis returned")
-        for i in range(20):
-            assert await daemon.index.chunk_ids(f"during/{i}") == {f"during/{i}_p0"}
-        assert await daemon.index.chunk_ids("before/0") == {"before/0_p0"}
+            await eventually(all_during, timeout=60, what="catch-up after Redis returned")
+            for i in range(20):
+                assert await daemon.index.chunk_ids(f"during/{i}") == {f"during/{i}_p0"}
+            assert await daemon.index.chunk_ids("before/0") == {"before/0_p0"}
 
-        async def committed_all() -> bool:
-            got = await committed(kafka_bootstrap, f"{name}.documents", settings.topics.documents, 1)
-            return got[0] == offset_before + 20
+            async def committed_all() -> bool:
+                got = await committed(kafka_bootstrap, f"{name}.documents", settings.topics.documents, 1)
+                return got[0] == offset_before + 20
 
-        await eventually(committed_all, what="offsets committed after the writes")
-        _, reply = await client.ask({"query_id": "up", "search_text": "narwhal", "top_k": 3})
-        assert reply["results"], reply
+            await eventually(committed_all, what="offsets committed after the writes")
+            _, reply = await client.ask({"query_id": "up", "search_text": "narwhal", "top_k": 3})
+            assert reply["results"], reply
     finally:
-        await client.stop()
-        await daemon.stop()
         redis.stop()
 
 
@@ -153,11 +153,7 @@ async def test_embedding_worker_killed_under_ingestion_is_an_outage_not_a_dead_l
     """The model's process dies mid-batch: the batch waits for a new worker; nothing is dead-lettered."""
     name = unique("embed-kill")
     settings = isolated_settings(name, kafka_bootstrap, redis_url, topic_partitions=1)
-    await ensure_topics(kafka_bootstrap, [f"{name}.my-replies"], partitions=1, replication=1)
-    daemon = await start_daemon(settings)
-    client = PlainClient(kafka_bootstrap, settings.topics, f"{name}.my-replies")
-    await client.start()
-    try:
+    async with daemon_and_client(settings, f"{name}.my-replies") as (daemon, client):
         body = " ".join(f"Sentence {i} of the walrus migration runbook, step {i} of many." for i in range(60))
         for i in range(48):  # ~190 chunks: several seconds of embedding
             await client.send(settings.topics.documents, doc(f"kill/{i}", f"{body} Doc {i}."), key=f"k{i}")
@@ -181,6 +177,3 @@ async def test_embedding_worker_killed_under_ingestion_is_an_outage_not_a_dead_l
             assert sum((await probe.end_offsets(tps)).values()) == 0, "nothing was dead-lettered"
         finally:
             await probe.stop()
-    finally:
-        await client.stop()
-        await daemon.stop()

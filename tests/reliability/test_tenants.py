@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from consumers.config import ConsumerConfig
-from daemon.app import Daemon, start_daemon
+from daemon.app import Daemon
 from daemon.topics import ensure_topics
 from tests.conftest import unique
-from tests.helpers import PlainClient, eventually, isolated_settings
+from tests.helpers import PlainClient, daemon_and_client, eventually, isolated_settings
 from tests.reliability.test_bad_input import read_dlq
 
 pytestmark = pytest.mark.integration
@@ -42,12 +42,8 @@ async def env(kafka_bootstrap: str, redis_url: str) -> AsyncIterator[tuple[Daemo
     await ensure_topics(
         kafka_bootstrap, [*tenant_topics, f"{name}.my-replies", f"{t.documents}.a.b"], partitions=1, replication=1
     )
-    daemon = await start_daemon(settings)
-    client = PlainClient(kafka_bootstrap, t, f"{name}.my-replies")
-    await client.start()
-    yield daemon, client, name
-    await client.stop()
-    await daemon.stop()
+    async with daemon_and_client(settings, f"{name}.my-replies") as (daemon, client):
+        yield daemon, client, name
 
 
 async def ask(client: PlainClient, tenant: str, payload: dict[str, Any]) -> dict[str, Any]:
