@@ -149,7 +149,16 @@ def _encode(w: _Loaded, texts: Sequence[str]) -> np.ndarray:
     return out if out is not None else np.zeros((0, 0), dtype=np.float32)
 
 
-def _serve_channel(w: _Loaded, conn: Connection) -> None:
+def _serve_channel(w: _Loaded, conn: Connection, threads: int) -> None:
+    if threads:
+        import torch
+
+        # OpenMP's thread count is a per-thread setting, so the query channel can use more
+        # cores than the document channel. get_num_threads() first: torch initializes a
+        # thread's count from a process-wide value on its first parallel call, which would
+        # undo a setting made before it (and the two channels set different values).
+        torch.get_num_threads()
+        torch.set_num_threads(threads)
     try:
         while True:
             try:
@@ -190,8 +199,9 @@ def serve(path: str, cfg_json: str, ready: Connection, conns: list[Connection]) 
         return
     ready.send(("ready", int(dim_of()), loaded.bf16))
     ready.close()
+    threads_of = {"query": cfg.query_torch_threads, "docs": cfg.torch_threads}
     threads = [
-        threading.Thread(target=_serve_channel, args=(loaded, c), name=f"embed-{n}", daemon=True)
+        threading.Thread(target=_serve_channel, args=(loaded, c, threads_of[n]), name=f"embed-{n}", daemon=True)
         for n, c in zip(CHANNELS, conns, strict=True)
     ]
     for t in threads:

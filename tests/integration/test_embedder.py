@@ -8,6 +8,7 @@ import signal
 from typing import Any
 
 import numpy as np
+import psutil
 import pytest
 
 from memory.config import EmbeddingConfig
@@ -77,6 +78,37 @@ async def test_worker_exits_with_its_parent_pipes() -> None:
     emb.close()
     proc.join(10)
     assert not proc.is_alive()
+
+
+@pytest.mark.parametrize(("docs_threads", "query_threads"), [(1, 2), (2, 1)])
+async def test_each_channel_computes_on_its_own_thread_count(docs_threads: int, query_threads: int) -> None:
+    """Queries run on query_torch_threads and documents on torch_threads, in one worker process.
+
+    A thread that computes on n threads gets an OpenMP team of n - 1 more threads in the
+    process: the two-thread channel adds one, the one-thread channel none, whichever it is.
+    """
+    emb = await SentenceTransformerEmbedder.load(
+        EmbeddingConfig(torch_threads=docs_threads, query_torch_threads=query_threads)
+    )
+    serial_first = query_threads == 1
+
+    async def docs() -> None:
+        await emb.embed_documents(TEXTS * 4)
+
+    async def queries() -> None:
+        await asyncio.gather(*(emb.embed_query(f"{t} {i}") for i, t in enumerate(TEXTS * 4)))
+
+    one, two = (queries, docs) if serial_first else (docs, queries)
+    try:
+        proc = psutil.Process(emb.worker_pid)
+        await one()  # also starts the tokenizer's own pool
+        before = proc.num_threads()
+        await two()
+        assert proc.num_threads() == before + 1
+        await one()
+        assert proc.num_threads() == before + 1
+    finally:
+        emb.close()
 
 
 async def test_batched_rows_stay_in_input_order(embedder: Any) -> None:
