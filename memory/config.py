@@ -135,6 +135,15 @@ class IngestConfig(BaseModel):
     embed_group_chunks: int = Field(
         256, ge=1, le=100_000, description="Chunks embedded per call; a group is written while the next is embedded."
     )
+    embed_crash_limit: int = Field(
+        3,
+        ge=1,
+        le=100,
+        description=(
+            "Embedding-worker deaths in a row on one input before it is judged the cause: a group is then "
+            "retried doc by doc, and a doc the worker dies on this often is dead-lettered."
+        ),
+    )
     write_concurrency: int = Field(
         8,
         ge=1,

@@ -35,6 +35,9 @@ from memory.errors import BackendUnavailable, MemdError
 log = structlog.get_logger()
 
 CHANNELS = ("query", "docs")
+# Fault injection for the test suite: the worker aborts, as a crash in native code would,
+# on any text containing this variable's value. Never set in a deployment.
+CRASH_MARKER_ENV = "AGENTMEM_TEST_EMBED_CRASH_MARKER"
 READY_TIMEOUT_S = 600.0
 
 
@@ -45,7 +48,19 @@ class EmbedderError(MemdError):
 
 
 class EmbedderUnavailable(BackendUnavailable):
-    """The worker process died under a request: an outage, retried (never a dead letter)."""
+    """The worker is gone or cannot be started: an outage, retried (never a dead letter)."""
+
+
+class WorkerCrashed(EmbedderUnavailable):
+    """The worker process died while it was encoding a request.
+
+    Usually the machine (the OOM killer, a kill): retried like any outage. Ingestion also
+    counts these per input, since a text that crashes native code would crash it again.
+    """
+
+
+class InputCrashesWorker(EmbedderError):
+    """The worker died every time it was given this input: a verdict on the input."""
 
 
 def native_bf16() -> bool:
@@ -150,6 +165,7 @@ def _encode(w: _Loaded, texts: Sequence[str]) -> np.ndarray:
 
 
 def _serve_channel(w: _Loaded, conn: Connection, threads: int) -> None:
+    crash_marker = os.environ.get(CRASH_MARKER_ENV)
     if threads:
         import torch
 
@@ -165,6 +181,8 @@ def _serve_channel(w: _Loaded, conn: Connection, threads: int) -> None:
                 texts = conn.recv()
             except (EOFError, OSError):
                 break  # the daemon closed its end (or died): nothing left to serve
+            if crash_marker and any(isinstance(t, str) and crash_marker in t for t in texts):
+                os.abort()
             try:
                 reply: tuple[str, Any] = ("ok", _encode(w, texts))
             except Exception as exc:  # one bad input must not end the worker
@@ -313,7 +331,7 @@ class EmbeddingWorker:
                     raise EOFError(f"worker exited with code {proc.exitcode}")
             status, payload = conn.recv()
         except (EOFError, BrokenPipeError, OSError) as exc:
-            raise EmbedderUnavailable(
+            raise WorkerCrashed(
                 f"the embedding worker exited during a request ({exc or 'EOF'}); it restarts on the next one"
             ) from exc
         except BaseException as exc:

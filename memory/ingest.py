@@ -14,7 +14,7 @@ import structlog
 from memory.activity import IngestActivity
 from memory.chunking import chunk_id, chunk_spans
 from memory.config import ChunkingConfig, IngestConfig
-from memory.embedder import Embedder
+from memory.embedder import Embedder, InputCrashesWorker, WorkerCrashed
 from memory.errors import BackendUnavailable, MemdError
 from memory.index import Analysis, ChunkIndex, analyze
 from memory.records import ApplyResult, ChunkRecord, MemoryItem
@@ -173,6 +173,29 @@ class Ingestor:
             raise MemdError(f"change hook prepared {len(prepared)} results for {len(items)} changes")
         return prepared
 
+    async def _embed(self, texts: list[str]) -> np.ndarray:
+        """Embed a group's texts, waiting out worker outages like Redis outages.
+
+        A worker that dies under this very input ``embed_crash_limit`` times in a row is
+        not an outage but the input (a text that crashes native code would never get
+        through): then ``InputCrashesWorker``, instead of blocking the partition forever.
+        """
+        crashes = 0
+
+        async def once() -> np.ndarray:
+            nonlocal crashes
+            try:
+                return await self._embedder.embed_documents(texts)
+            except WorkerCrashed as exc:
+                crashes += 1
+                if crashes >= self._cfg.embed_crash_limit:
+                    raise InputCrashesWorker(
+                        f"the embedding worker died {crashes} times in a row on this input ({exc})"
+                    ) from exc
+                raise
+
+        return await self._retrying("embedding", once)
+
     async def _embed_and_prepare(
         self, items: Sequence[MemoryItem], chunks: Sequence[list[ChunkRecord]]
     ) -> tuple[np.ndarray | MemdError, Sequence[Any], list[Analysis]]:
@@ -185,8 +208,7 @@ class Ingestor:
         """
         texts = [c.text for cs in chunks for c in cs]
         vectors, prepared, analyses = await asyncio.gather(
-            # A dead embedding worker is an outage like Redis down: wait it out, never DLQ.
-            self._retrying("embedding", lambda: self._embedder.embed_documents(texts)),
+            self._embed(texts),
             self._prepare(items, chunks),
             asyncio.to_thread(analyze, texts),
             return_exceptions=True,
@@ -195,6 +217,10 @@ class Ingestor:
             raise prepared
         if isinstance(analyses, BaseException):
             raise analyses
+        if isinstance(vectors, InputCrashesWorker) and len(items) > 1:
+            # Which doc is it? Raised, not returned: _apply then embeds the group's docs one
+            # by one, and only the culprit fails (as the single doc of its own group).
+            raise vectors
         if isinstance(vectors, MemdError) and not vectors.retryable:
             return vectors, prepared, analyses  # the input's fault: these docs fail
         if isinstance(vectors, BaseException):
@@ -319,8 +345,12 @@ class Ingestor:
         per_item = await self._chunk_all(live)
 
         writing: asyncio.Task[None] | None = None
-        for group in embedding_groups([len(c) for c in per_item], self._cfg.embed_group_chunks):
-            items_g, chunks_g = [live[i] for i in group], [per_item[i] for i in group]
+        todo_groups = [
+            ([live[i] for i in group], [per_item[i] for i in group])
+            for group in embedding_groups([len(c) for c in per_item], self._cfg.embed_group_chunks)
+        ]
+        while todo_groups:
+            items_g, chunks_g = todo_groups.pop(0)
             work = asyncio.ensure_future(self._embed_and_prepare(items_g, chunks_g))
             if writing is not None:
                 try:
@@ -329,7 +359,12 @@ class Ingestor:
                     work.cancel()
                     await asyncio.gather(work, return_exceptions=True)
                     raise
-            vectors, prepared, analyses = await work
+            try:
+                vectors, prepared, analyses = await work
+            except InputCrashesWorker as exc:
+                log.warning("ingest.group_split", docs=len(items_g), error=str(exc))
+                todo_groups[:0] = [([item], [doc_chunks]) for item, doc_chunks in zip(items_g, chunks_g, strict=True)]
+                continue
             writing = asyncio.ensure_future(self._write(items_g, chunks_g, vectors, prepared, analyses, report))
         if writing is not None:
             await writing

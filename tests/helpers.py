@@ -197,3 +197,24 @@ async def stored_chunks(client: Any, name: str) -> dict[str, str]:
         if cid is not None and text is not None and kind != b"community":  # a key may vanish mid-scan
             out[cid.decode()] = text.decode()
     return out
+
+
+async def read_dlq(client: PlainClient, want: int, timeout: float = 30) -> list[dict[str, Any]]:
+    """Dead letters from the start of the DLQ topic, until ``want`` are read or ``timeout``."""
+    consumer = AIOKafkaConsumer(
+        client.topics.dlq,
+        bootstrap_servers=client.bootstrap,
+        auto_offset_reset="earliest",
+        group_id=f"dlq-reader-{uuid.uuid4().hex}",
+        fetch_max_wait_ms=5,
+    )
+    await consumer.start()
+    out: list[dict[str, Any]] = []
+    try:
+        deadline = time.monotonic() + timeout
+        while len(out) < want and time.monotonic() < deadline:
+            for records in (await consumer.getmany(timeout_ms=200)).values():
+                out += [json.loads(r.value) for r in records]
+    finally:
+        await consumer.stop()
+    return out

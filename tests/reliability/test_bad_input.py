@@ -5,18 +5,16 @@ reply with a clear reason, the daemon stays up, and later events in the same par
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaConsumer
 
 from daemon.app import Daemon
 from memory.config import IngestConfig
 from tests.conftest import unique
-from tests.helpers import PlainClient, daemon_and_client, eventually, isolated_settings
+from tests.helpers import PlainClient, daemon_and_client, eventually, isolated_settings, read_dlq
 
 pytestmark = pytest.mark.integration
 
@@ -123,26 +121,6 @@ async def env(kafka_bootstrap: str, redis_url: str) -> AsyncIterator[tuple[Daemo
     )
     async with daemon_and_client(settings, f"{name}.my-replies") as (daemon, client):
         yield daemon, client
-
-
-async def read_dlq(client: PlainClient, want: int, timeout: float = 30) -> list[dict[str, Any]]:
-    consumer = AIOKafkaConsumer(
-        client.topics.dlq,
-        bootstrap_servers=client.bootstrap,
-        auto_offset_reset="earliest",
-        group_id=unique(uuid.uuid4().hex),
-        fetch_max_wait_ms=5,
-    )
-    await consumer.start()
-    out: list[dict[str, Any]] = []
-    try:
-        deadline = time.monotonic() + timeout
-        while len(out) < want and time.monotonic() < deadline:
-            for records in (await consumer.getmany(timeout_ms=200)).values():
-                out += [json.loads(r.value) for r in records]
-    finally:
-        await consumer.stop()
-    return out
 
 
 async def test_every_bad_event_is_dead_lettered_and_the_partition_flows(env) -> None:

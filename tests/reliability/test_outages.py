@@ -5,9 +5,11 @@ is committed past unindexed data, and askers hear `unavailable` instead of silen
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +18,10 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from daemon.app import start_daemon
 from daemon.launcher import free_port, start_redis, start_tansu
+from memory.config import IngestConfig
+from memory.embed_worker import CRASH_MARKER_ENV
 from tests.conftest import unique
-from tests.helpers import PlainClient, daemon_and_client, eventually, isolated_settings
+from tests.helpers import PlainClient, daemon_and_client, eventually, isolated_settings, read_dlq
 
 pytestmark = pytest.mark.integration
 
@@ -177,3 +181,34 @@ async def test_embedding_worker_killed_under_ingestion_is_an_outage_not_a_dead_l
             assert sum((await probe.end_offsets(tps)).values()) == 0, "nothing was dead-lettered"
         finally:
             await probe.stop()
+
+
+async def test_input_that_crashes_the_worker_is_dead_lettered_and_the_rest_flows(
+    kafka_bootstrap: str, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A text that kills the model's process every time (as a native crash would) is not an
+    outage to wait out forever: after embed_crash_limit deaths its group is split, only that
+    doc is dead-lettered, and its neighbours in the batch and later events are indexed."""
+    marker = f"crash-{uuid.uuid4().hex[:8]}"
+    monkeypatch.setenv(CRASH_MARKER_ENV, marker)  # read by the worker process it spawns
+    name = unique("embed-poison")
+    settings = isolated_settings(
+        name, kafka_bootstrap, redis_url, topic_partitions=1, ingest=IngestConfig(embed_crash_limit=2)
+    )
+    async with daemon_and_client(settings, f"{name}.my-replies") as (daemon, client):
+        first_pid = daemon.embedder.worker_pid
+        for i, text in enumerate(["walrus ledger one", f"walrus ledger {marker}", "walrus ledger three"]):
+            await client.send(settings.topics.documents, doc(f"poison/{i}", text), key=f"p{i}")
+        dead = await read_dlq(client, want=1, timeout=120)
+        assert [json.loads(d["original_text"])["doc_id"] for d in dead] == ["poison/1"]
+        assert dead[0]["error_code"] == "embedding_failed", dead[0]
+        assert "died 2 times in a row" in dead[0]["reason"], dead[0]
+
+        async def neighbours_in() -> bool:
+            return await _has(daemon, "poison/0") and await _has(daemon, "poison/2")
+
+        await eventually(neighbours_in, timeout=60, what="the crashing doc's neighbours indexed")
+        assert not await _has(daemon, "poison/1")
+        await client.send(settings.topics.documents, doc("poison/after", "walrus ledger after"), key="p9")
+        await eventually(lambda: _has(daemon, "poison/after"), timeout=60, what="the partition flows on")
+        assert daemon.embedder.worker_pid not in (None, first_pid)
