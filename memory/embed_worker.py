@@ -52,11 +52,20 @@ class EmbedderUnavailable(BackendUnavailable):
 
 
 class WorkerCrashed(EmbedderUnavailable):
-    """The worker process died while it was encoding a request.
+    """The worker process died while it was encoding a request: retried like any outage.
 
-    Usually the machine (the OOM killer, a kill): retried like any outage. Ingestion also
-    counts these per input, since a text that crashes native code would crash it again.
+    ``attributable`` says whether the input may be the cause: the worker died of a crash
+    signal (SIGSEGV, SIGABRT, ...; not SIGKILL, which is the OOM killer or an operator) and
+    this request was the only one in flight. Ingestion counts only those against an input.
     """
+
+    def __init__(self, message: str, *, attributable: bool = False) -> None:
+        super().__init__(message)
+        self.attributable = attributable
+
+
+# How native code dies; SIGKILL (the OOM killer, kill -9) and SIGTERM say nothing of the input.
+CRASH_SIGNALS = frozenset({signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS, signal.SIGILL, signal.SIGFPE})
 
 
 class InputCrashesWorker(EmbedderError):
@@ -164,17 +173,23 @@ def _encode(w: _Loaded, texts: Sequence[str]) -> np.ndarray:
     return out if out is not None else np.zeros((0, 0), dtype=np.float32)
 
 
-def _serve_channel(w: _Loaded, conn: Connection, threads: int) -> None:
-    crash_marker = os.environ.get(CRASH_MARKER_ENV)
-    if threads:
-        import torch
+def _abort() -> None:
+    import resource
 
-        # OpenMP's thread count is a per-thread setting, so the query channel can use more
-        # cores than the document channel. get_num_threads() first: torch initializes a
-        # thread's count from a process-wide value on its first parallel call, which would
-        # undo a setting made before it (and the two channels set different values).
-        torch.get_num_threads()
-        torch.set_num_threads(threads)
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # no core file of a model-sized process
+    os.abort()
+
+
+def _serve_channel(w: _Loaded, conn: Connection, threads: int) -> None:
+    import torch
+
+    crash_marker = os.environ.get(CRASH_MARKER_ENV)
+    # OpenMP's thread count is a per-thread setting, so the query channel can use more
+    # cores than the document channel. get_num_threads() first: torch initializes a
+    # thread's count from a process-wide value on its first parallel call, which would
+    # undo a setting made before it (and the two channels set different values).
+    torch.get_num_threads()
+    torch.set_num_threads(threads)
     try:
         while True:
             try:
@@ -182,7 +197,7 @@ def _serve_channel(w: _Loaded, conn: Connection, threads: int) -> None:
             except (EOFError, OSError):
                 break  # the daemon closed its end (or died): nothing left to serve
             if crash_marker and any(isinstance(t, str) and crash_marker in t for t in texts):
-                os.abort()
+                _abort()
             try:
                 reply: tuple[str, Any] = ("ok", _encode(w, texts))
             except Exception as exc:  # one bad input must not end the worker
@@ -207,6 +222,10 @@ def serve(path: str, cfg_json: str, ready: Connection, conns: list[Connection]) 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     cfg = EmbeddingConfig.model_validate_json(cfg_json)
+    import torch
+
+    # What a setting of 0 means: torch's own default, read before _load_model sets anything.
+    default_threads = torch.get_num_threads()
     try:
         model = _load_model(path, cfg)
         probe = load_tokenizer(path)
@@ -217,7 +236,7 @@ def serve(path: str, cfg_json: str, ready: Connection, conns: list[Connection]) 
         return
     ready.send(("ready", int(dim_of()), loaded.bf16))
     ready.close()
-    threads_of = {"query": cfg.query_torch_threads, "docs": cfg.torch_threads}
+    threads_of = {"query": cfg.query_torch_threads or default_threads, "docs": cfg.torch_threads or default_threads}
     threads = [
         threading.Thread(target=_serve_channel, args=(loaded, c, threads_of[n]), name=f"embed-{n}", daemon=True)
         for n, c in zip(CHANNELS, conns, strict=True)
@@ -247,10 +266,15 @@ class EmbeddingWorker:
         self.bf16 = False
         self.restarts = 0
         self._closed = False
+        # Channels with a request in the worker now, and, per dead worker, those that had
+        # one when it died: a crash is pinned on an input only if it was alone in there.
+        self._busy: set[str] = set()
+        self._deaths: dict[int, frozenset[str]] = {}
 
     @property
     def pid(self) -> int | None:
-        """The worker process's pid (None before it starts, after it died or after close)."""
+        """The worker process's pid (None before it starts and after close; a dead worker's
+        pid until the next request replaces it)."""
         proc = self._proc
         return None if proc is None else int(proc.pid)
 
@@ -323,6 +347,7 @@ class EmbeddingWorker:
                 the embedder is closed.
         """
         proc, conn = self._channel(channel)
+        self._busy.add(channel)
         try:
             conn.send(list(texts))
             # Never an unbounded recv(): a worker that is gone must not leave us waiting.
@@ -330,11 +355,22 @@ class EmbeddingWorker:
                 if not proc.is_alive():
                     raise EOFError(f"worker exited with code {proc.exitcode}")
             status, payload = conn.recv()
+            self._busy.discard(channel)
         except (EOFError, BrokenPipeError, OSError) as exc:
+            with self._lock:  # the first channel to see the death records who was in there
+                in_flight = self._deaths.setdefault(proc.pid, frozenset(self._busy))
+                self._busy.discard(channel)
+                while len(self._deaths) > 8:
+                    del self._deaths[next(iter(self._deaths))]
+            proc.join(2)  # reaped, its exit code says how it died
+            code = proc.exitcode
+            crashed = code is not None and code < 0 and -code in CRASH_SIGNALS
             raise WorkerCrashed(
-                f"the embedding worker exited during a request ({exc or 'EOF'}); it restarts on the next one"
+                f"the embedding worker exited during a request (exit code {code}); it restarts on the next one",
+                attributable=crashed and in_flight == {channel},
             ) from exc
         except BaseException as exc:
+            self._busy.discard(channel)
             # A reply may still be unread on this pipe: the next request would read it as its
             # own. Discard the worker rather than risk answers out of step.
             with self._lock:

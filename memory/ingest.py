@@ -176,9 +176,10 @@ class Ingestor:
     async def _embed(self, texts: list[str]) -> np.ndarray:
         """Embed a group's texts, waiting out worker outages like Redis outages.
 
-        A worker that dies under this very input ``embed_crash_limit`` times in a row is
-        not an outage but the input (a text that crashes native code would never get
-        through): then ``InputCrashesWorker``, instead of blocking the partition forever.
+        A worker that crashes under this very input ``embed_crash_limit`` times (by a crash
+        signal, with no query in the worker at the time) is not an outage but the input: a
+        text that crashes native code would never get through. Then ``InputCrashesWorker``,
+        instead of blocking the partition forever.
         """
         crashes = 0
 
@@ -187,7 +188,7 @@ class Ingestor:
             try:
                 return await self._embedder.embed_documents(texts)
             except WorkerCrashed as exc:
-                crashes += 1
+                crashes += exc.attributable  # a kill or the OOM killer is an outage, not the input
                 if crashes >= self._cfg.embed_crash_limit:
                     raise InputCrashesWorker(
                         f"the embedding worker died {crashes} times in a row on this input ({exc})"

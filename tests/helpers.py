@@ -7,7 +7,7 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -69,14 +69,13 @@ async def daemon_and_client(
     reply_topic = reply_topic or settings.topics.replies
     if reply_topic != settings.topics.replies:
         await ensure_topics(settings.kafka_bootstrap, [reply_topic], partitions=1, replication=1)
-    daemon = await start_daemon(settings)
-    client = PlainClient(settings.kafka_bootstrap, settings.topics, reply_topic)
-    try:
+    async with AsyncExitStack() as stack:  # the daemon is stopped even if the client's stop fails
+        daemon = await start_daemon(settings)
+        stack.push_async_callback(daemon.stop)
+        client = PlainClient(settings.kafka_bootstrap, settings.topics, reply_topic)
+        stack.push_async_callback(client.stop)
         await client.start()
         yield daemon, client
-    finally:
-        await client.stop()
-        await daemon.stop()
 
 
 class PlainClient:

@@ -197,8 +197,11 @@ async def test_input_that_crashes_the_worker_is_dead_lettered_and_the_rest_flows
     )
     async with daemon_and_client(settings, f"{name}.my-replies") as (daemon, client):
         first_pid = daemon.embedder.worker_pid
+        # One produce batch, so one poll and one embedding group: the group must be split.
         for i, text in enumerate(["walrus ledger one", f"walrus ledger {marker}", "walrus ledger three"]):
-            await client.send(settings.topics.documents, doc(f"poison/{i}", text), key=f"p{i}")
+            body = json.dumps(doc(f"poison/{i}", text)).encode()
+            await client.producer.send(settings.topics.documents, body, key=f"p{i}".encode())
+        await client.producer.flush()
         dead = await read_dlq(client, want=1, timeout=120)
         assert [json.loads(d["original_text"])["doc_id"] for d in dead] == ["poison/1"]
         assert dead[0]["error_code"] == "embedding_failed", dead[0]
@@ -212,3 +215,4 @@ async def test_input_that_crashes_the_worker_is_dead_lettered_and_the_rest_flows
         await client.send(settings.topics.documents, doc("poison/after", "walrus ledger after"), key="p9")
         await eventually(lambda: _has(daemon, "poison/after"), timeout=60, what="the partition flows on")
         assert daemon.embedder.worker_pid not in (None, first_pid)
+        assert len(await read_dlq(client, want=2, timeout=3)) == 1, "only the crashing doc was dead-lettered"

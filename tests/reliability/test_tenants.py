@@ -16,8 +16,7 @@ from consumers.config import ConsumerConfig
 from daemon.app import Daemon
 from daemon.topics import ensure_topics
 from tests.conftest import unique
-from tests.helpers import PlainClient, daemon_and_client, eventually, isolated_settings
-from tests.reliability.test_bad_input import read_dlq
+from tests.helpers import PlainClient, daemon_and_client, eventually, isolated_settings, read_dlq
 
 pytestmark = pytest.mark.integration
 
