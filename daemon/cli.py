@@ -416,6 +416,10 @@ def reindex(
         str | None, typer.Option(help="Replay from this time (ISO 8601 or Unix ms) instead of the earliest offset.")
     ] = None,
     keep_old: Annotated[bool, typer.Option("--keep-old", help="Keep the old generation after the switch.")] = False,
+    allow_losses: Annotated[
+        bool,
+        typer.Option("--allow-losses", help="Switch even if docs the live generation serves failed in the new build."),
+    ] = False,
 ) -> None:
     """Rebuild the index from Kafka with the current settings into a new generation, then switch
     queries to it atomically. The old generation serves queries until the switch."""
@@ -435,7 +439,11 @@ def reindex(
             )
 
         try:
-            rep = asyncio.run(run_reindex(settings, since_ms=_since_ms(since), keep_old=keep_old, on_progress=show))
+            rep = asyncio.run(
+                run_reindex(
+                    settings, since_ms=_since_ms(since), keep_old=keep_old, allow_losses=allow_losses, on_progress=show
+                )
+            )
         except MemdError as exc:
             raise _fail(exc) from exc
     p = rep.progress

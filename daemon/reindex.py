@@ -18,6 +18,8 @@ The steps, and why each is there (``memory.generations`` has the model):
 
 Invalid events are skipped and counted (the live daemons already dead-lettered them).
 Before the switch, any failure drops N+1 and releases the slot: queries never noticed.
+So does a doc that failed in N+1 (the new model cannot embed it, or crashes on it) while
+N serves it: switching would lose it, unless the caller allows losses.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from daemon.connections import kafka_options, redis_client
 from daemon.settings import Settings
 from memory.embedder import SentenceTransformerEmbedder
 from memory.errors import BackendUnavailable, NotFound
-from memory.generations import GenerationRegistry, index_spec
+from memory.generations import GenerationRegistry, ReindexWouldLose, index_spec
 from memory.index import ChunkIndex, translate_errors
 from memory.ingest import Ingestor
 
@@ -108,6 +110,8 @@ class _Replayer:
             **kafka_options(settings),
         )
         self.sources: dict[str, tuple[str, str]] = {}
+        # (tenant, doc_id) -> why it failed in the new generation (its last failure)
+        self.failed: dict[tuple[str, str], str] = {}
 
     async def start(self, since_ms: int | None) -> None:
         await self.consumer.start()
@@ -170,6 +174,7 @@ class _Replayer:
         self._p.skipped += len(rep.skipped)
         self._p.failed += len(rep.failed)
         for item, exc in rep.failed:
+            self.failed[(item.tenant, item.doc_id)] = f"{exc.code}: {exc}"
             log.warning("reindex.item_failed", doc_id=item.doc_id, code=exc.code, error=str(exc))
 
 
@@ -194,11 +199,22 @@ async def _drop_vanished_communities(source: ChunkIndex, target: ChunkIndex, bef
     return len(gone)
 
 
+async def lost_docs(source: ChunkIndex, target: ChunkIndex, failed: dict[tuple[str, str], str]) -> dict[str, str]:
+    """Docs that failed in the new generation, are served by the old one and are absent from
+    the new one (a later version may have succeeded): ``tenant/doc_id`` -> why."""
+    lost: dict[str, str] = {}
+    for (tenant, doc_id), why in sorted(failed.items()):
+        if await source.chunk_ids(doc_id, tenant) and not await target.chunk_ids(doc_id, tenant):
+            lost[f"{tenant}/{doc_id}"] = why
+    return lost
+
+
 async def reindex(
     settings: Settings,
     *,
     since_ms: int | None = None,
     keep_old: bool = False,
+    allow_losses: bool = False,
     on_progress: Callable[[ReindexProgress], None] = lambda _p: None,
 ) -> ReindexReport:
     """Rebuild the index into a new generation from Kafka with ``settings`` and switch to it.
@@ -207,11 +223,14 @@ async def reindex(
         settings: the settings to build with (model, chunking, schema) and to reach Kafka/Redis.
         since_ms: replay from the first offsets at or after this Unix time in ms (None: earliest).
         keep_old: keep the old generation's index and keys after the switch.
+        allow_losses: switch even if docs the old generation serves failed in the new one.
         on_progress: called as the replay advances (from the event loop; keep it quick).
 
     Raises:
         NotFound: there is no index to rebuild yet.
         ReindexConflict: another reindex is running.
+        ReindexWouldLose: docs the old generation serves failed in the new one (and
+            ``allow_losses`` is not set); nothing changed.
         BackendUnavailable: Redis or Kafka went away before the switch (nothing changed).
     """
     from daemon.app import offline_environment
@@ -268,6 +287,17 @@ async def reindex(
         progress.communities = await _copy_communities(source, target, embedder, 0.0)
         if heartbeat.done():  # the slot was lost (or Redis failed) while replaying
             heartbeat.result()
+
+        lost = await lost_docs(source, target, replayer.failed)
+        if lost and not allow_losses:
+            shown = "; ".join(f"{d} ({why})" for d, why in list(lost.items())[:10])
+            raise ReindexWouldLose(
+                f"{len(lost)} doc(s) served by generation {old} failed in the new build, so the switch would "
+                f"lose them: {shown}{' ...' if len(lost) > 10 else ''}. Nothing was switched; fix or delete "
+                "them, or pass --allow-losses"
+            )
+        if lost:
+            log.warning("reindex.losses_allowed", lost=len(lost), docs=list(lost)[:50])
 
         progress.phase = "switching"
         report()

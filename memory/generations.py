@@ -42,6 +42,10 @@ class ReindexConflict(MemdError):
     code = "conflict"
 
 
+class ReindexWouldLose(ReindexConflict):
+    """The new generation failed docs that the live one serves: switching would lose them."""
+
+
 class IndexSpec(BaseModel):
     """What decides the content of an index: equal specs make interchangeable vectors/chunks."""
 

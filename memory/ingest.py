@@ -191,7 +191,7 @@ class Ingestor:
                 crashes += exc.attributable  # a kill or the OOM killer is an outage, not the input
                 if crashes >= self._cfg.embed_crash_limit:
                     raise InputCrashesWorker(
-                        f"the embedding worker died {crashes} times in a row on this input ({exc})"
+                        f"the embedding worker crashed on this input {crashes} time(s) ({exc})"
                     ) from exc
                 raise
 

@@ -18,7 +18,8 @@ from daemon.app import Daemon, start_daemon
 from daemon.reindex import reindex
 from daemon.settings import Settings
 from memory.config import ChunkingConfig
-from memory.generations import GenerationRegistry
+from memory.embed_worker import CRASH_MARKER_ENV
+from memory.generations import GenerationRegistry, ReindexWouldLose
 from memory.schema import physical_name
 from tests.conftest import unique
 from tests.helpers import PlainClient, daemon_and_client, eventually, isolated_settings, settings_env, stored_chunks
@@ -217,3 +218,36 @@ async def test_reindex_since_a_time_replays_only_later_events(env: tuple[Setting
     rep = await reindex(settings, since_ms=int(time.time() * 1000) + 60_000)
     assert rep.progress.done == 0 and rep.new_generation == 3
     assert await stored_chunks(daemon.redis, settings.index.name) == {}
+
+
+async def test_reindex_refuses_to_switch_when_the_new_build_would_lose_docs(
+    env: tuple[Settings, Daemon, PlainClient], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A doc the live generation serves but the new build cannot embed (here: its worker
+    crashes on it) stops the switch; nothing changes until the operator allows the loss."""
+    settings, daemon, client = env
+    marker = f"crash-{uuid.uuid4().hex[:8]}"
+    for i, extra in ((0, ""), (1, f"Marked {marker}."), (2, "")):
+        await client.send(client.topics.documents, doc(i, 1, extra), key=f"rx/{i}")
+    await eventually(lambda: _all_indexed(daemon, {f"rx/{i}": 1 for i in range(3)}), what="docs live")
+    registry = GenerationRegistry(daemon.redis, settings.index.name)
+    before = (await registry.state()).active
+
+    # Only workers spawned from now on (the rebuild's) crash on the marked doc.
+    monkeypatch.setenv(CRASH_MARKER_ENV, marker)
+    build = settings.model_copy(update={"ingest": settings.ingest.model_copy(update={"embed_crash_limit": 1})})
+    with pytest.raises(ReindexWouldLose) as refused:
+        await reindex(build)
+    assert "rx/1" in str(refused.value) and "rx/0" not in str(refused.value)
+    state = await registry.state()
+    assert state.active == before and state.building == 0, state
+    _, reply = await client.ask({"query_id": "still", "search_text": "ERR_RX_0001", "top_k": 1})
+    assert reply["results"][0]["doc_id"] == "rx/1", reply
+
+    rep = await reindex(build, allow_losses=True)
+    assert rep.new_generation != before and rep.progress.failed >= 1
+
+    async def switched_without_rx1() -> bool:
+        return not await daemon.index.chunk_ids("rx/1") and bool(await daemon.index.chunk_ids("rx/0"))
+
+    await eventually(switched_without_rx1, what="the new generation serves, without the lost doc")

@@ -205,7 +205,7 @@ async def test_input_that_crashes_the_worker_is_dead_lettered_and_the_rest_flows
         dead = await read_dlq(client, want=1, timeout=120)
         assert [json.loads(d["original_text"])["doc_id"] for d in dead] == ["poison/1"]
         assert dead[0]["error_code"] == "embedding_failed", dead[0]
-        assert "died 2 times in a row" in dead[0]["reason"], dead[0]
+        assert "crashed on this input 2 time(s)" in dead[0]["reason"], dead[0]
 
         async def neighbours_in() -> bool:
             return await _has(daemon, "poison/0") and await _has(daemon, "poison/2")
