@@ -14,7 +14,9 @@ The steps, and why each is there (``memory.generations`` has the model):
 5. Catch up: replay again up to end offsets read *after* the switch, and copy summaries
    written meanwhile. Anything a live daemon wrote to N before the switch came from an
    event below those offsets, so N+1 misses nothing; versions make double applies no-ops.
-6. Drop generation N (unless asked to keep it).
+6. After a chunking change, re-point the graph: every doc re-extracted from its new chunks,
+   replaced at the same version (the graph is shared, not per generation).
+7. Drop generation N (unless asked to keep it).
 
 Invalid events are skipped and counted (the live daemons already dead-lettered them).
 Before the switch, any failure drops N+1 and releases the slot: queries never noticed.
@@ -41,7 +43,7 @@ from consumers.decoding import decode_records, tenant_from_topic
 from daemon.connections import kafka_options, redis_client
 from daemon.settings import Settings
 from memory.embedder import SentenceTransformerEmbedder
-from memory.errors import BackendUnavailable, NotFound
+from memory.errors import BackendUnavailable, MemdError, NotFound
 from memory.generations import GenerationRegistry, ReindexWouldLose, index_spec
 from memory.index import ChunkIndex, translate_errors
 from memory.ingest import Ingestor
@@ -64,6 +66,7 @@ class ReindexProgress:
     invalid: int = 0
     failed: int = 0
     communities: int = 0
+    graph_docs: int = 0
 
 
 @dataclass
@@ -199,6 +202,21 @@ async def _drop_vanished_communities(source: ChunkIndex, target: ChunkIndex, bef
     return len(gone)
 
 
+async def _repoint_graph(
+    settings: Settings, redis: Any, target: ChunkIndex, embedder: SentenceTransformerEmbedder
+) -> int:
+    """After a chunking change, every tenant's graph re-extracted from the new chunks: its
+    entities' chunk references and co-occurrence edges would otherwise name the old ones."""
+    from graph.ner import SpacyNer
+    from graph.registry import GraphRegistry
+
+    ner = await SpacyNer.load(settings.graph.spacy_model) if settings.graph.spacy_model else None
+    registry = GraphRegistry(
+        client=redis, name=settings.index.name, index=target, embedder=embedder, ner=ner, cfg=settings.graph
+    )
+    return sum([await registry.service(tenant).repoint(target) for tenant in await registry.tenants()])
+
+
 async def lost_docs(source: ChunkIndex, target: ChunkIndex, failed: dict[tuple[str, str], str]) -> dict[str, str]:
     """Docs that failed in the new generation, are served by the old one and are absent from
     the new one (a later version may have succeeded): ``tenant/doc_id`` -> why."""
@@ -257,6 +275,7 @@ async def reindex(
         if state.active == 0:
             raise NotFound(f"index {settings.index.name!r} has no generation yet: start the daemon once to create it")
         old = state.active
+        rechunked = state.spec is None or (state.spec.max_tokens, state.spec.overlap) != (spec.max_tokens, spec.overlap)
         async with translate_errors("reindex claim"):
             gen = await registry.claim(owner)
         progress.generation = gen
@@ -318,6 +337,14 @@ async def reindex(
         except (KafkaError, BackendUnavailable) as exc:
             errors.append(f"catch-up after the switch failed: {exc}; the live daemons carry on from their offsets")
             log.error("reindex.catch_up_failed", error=str(exc))
+        if rechunked and settings.graph.enabled:
+            progress.phase = "re-pointing the graph"
+            report()
+            try:
+                progress.graph_docs = await _repoint_graph(settings, redis, target, embedder)
+            except MemdError as exc:
+                errors.append(f"the graph still points at the old chunks: {exc}; run the reindex again to retry")
+                log.error("reindex.graph_repoint_failed", error=str(exc))
         dropped = False
         if not keep_old:
             progress.phase = "dropping the old generation"

@@ -21,6 +21,7 @@ from graph.ner import SpacyNer
 from graph.store import ApplyOutcome, Contribution, GraphStore
 from graph.summaries import extractive_summary
 from memory.activity import IngestActivity
+from memory.chunking import chunk_position
 from memory.embedder import Embedder
 from memory.errors import MemdError
 from memory.index import ChunkIndex
@@ -101,7 +102,11 @@ class GraphService:
         One NER call covers every chunk of every doc: spaCy batches them, and the caller
         pays one hop to the NER thread instead of one per doc.
         """
-        texts = [c.text for chunks in docs for c in chunks]
+        return await self.extract_chunks([[(c.chunk_id, c.text) for c in chunks] for chunks in docs])
+
+    async def extract_chunks(self, docs: Sequence[Sequence[tuple[str, str]]]) -> list[Contribution]:
+        """``extract_many`` over ``(chunk_id, text)`` pairs per doc."""
+        texts = [text for chunks in docs for _, text in chunks]
         ner = await self._ner.entities(texts) if self._ner is not None else [[] for _ in texts]
         llm = (
             await self._llm_entities(texts) if self._cfg.llm_extraction and self._cfg.llm_model else [[] for _ in texts]
@@ -112,7 +117,7 @@ class GraphService:
             span = slice(offset, offset + len(chunks))
             offset += len(chunks)
             entities, edges = contribution_parts(
-                [c.chunk_id for c in chunks],
+                [cid for cid, _ in chunks],
                 texts[span],
                 ner[span],
                 llm[span],
@@ -151,6 +156,35 @@ class GraphService:
                 change_to_stale_ms=round((time.monotonic() - t0) * 1000, 2),
             )
         return out
+
+    async def repoint(self, index: ChunkIndex, *, page: int = 64) -> int:
+        """Re-extract every doc of this graph from ``index``'s chunks and replace its
+        contribution at the same version: after a reindex that changed the chunking, the
+        entities' chunk references (and co-occurrence edges) follow the new chunks.
+
+        A doc the index does not hold (yet) is left as it is; a doc a live daemon has since
+        applied at a newer version is skipped by the store's version check. Returns the
+        number of docs refreshed.
+        """
+        tenant = self.store.tenant
+        refreshed = 0
+        doc_ids = await self.store.doc_ids()
+        for start in range(0, len(doc_ids), page):
+            batch: list[tuple[str, int | None, list[tuple[str, str]]]] = []
+            for doc_id in doc_ids[start : start + page]:
+                ids = sorted(await index.chunk_ids(doc_id, tenant), key=chunk_position)
+                texts = await index.texts(ids, tenant)
+                chunks = [(cid, texts[cid]) for cid in ids if cid in texts]
+                if not chunks:
+                    continue
+                version = (await index.versions([doc_id], tenant)).get(doc_id)
+                batch.append((doc_id, version, chunks))
+            contribs = await self.extract_chunks([chunks for _, _, chunks in batch])
+            for (doc_id, version, _), contrib in zip(batch, contribs, strict=True):
+                out = await self.store.apply(doc_id, version, contrib, refresh=True)
+                refreshed += out.applied
+        log.info("graph.repointed", tenant=tenant, docs=len(doc_ids), refreshed=refreshed)
+        return refreshed
 
     async def on_change(self, item: MemoryItem, chunks: Sequence[ChunkRecord]) -> ApplyOutcome:
         """Apply one document change to the graph: ``prepare`` and ``apply`` in one call."""

@@ -29,7 +29,7 @@ log = structlog.get_logger()
 EDGE_SEP = "\x1f"
 
 _APPLY = r"""
-local P, doc, newj, ver, now = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
+local P, doc, newj, ver, now, refresh = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]), ARGV[6]
 local function vgt(a, b)
   if #a ~= #b then return #a > #b end
   return a > b
@@ -38,7 +38,8 @@ local oldj = redis.call('GET', KEYS[1])
 local old = nil
 if oldj then old = cjson.decode(oldj) end
 if ver ~= '' and old and type(old.v) == 'string' and not vgt(ver, old.v) then
-  return {0, '[]', '[]'}
+  -- a replay; only a refresh (same version, re-chunked) may replace it, never an older one
+  if not (refresh == '1' and ver == old.v) then return {0, '[]', '[]'} end
 end
 local touched, inold, innew, delta = {}, {}, {}, {}
 if old then
@@ -185,21 +186,41 @@ class GraphStore:
         return f"{self.prefix}:{suffix}"
 
     async def apply(
-        self, doc_id: str, version: int | None, contrib: Contribution | None, *, now: float | None = None
+        self,
+        doc_id: str,
+        version: int | None,
+        contrib: Contribution | None,
+        *,
+        now: float | None = None,
+        refresh: bool = False,
     ) -> ApplyOutcome:
         """Replace ``doc_id``'s contribution (``None`` = delete) and mark touched communities stale.
 
-        Versioned changes at or below the stored version are ignored (a replay).
+        Versioned changes at or below the stored version are ignored (a replay), except that
+        ``refresh`` replaces a contribution of the same version (the doc was re-chunked).
         """
         newj = contrib.to_json(version) if contrib is not None else ""
         async with translate_errors("graph apply"):
             res = await self._apply(
                 keys=[self._k(f"contrib:{doc_id}")],
-                args=[self.prefix, doc_id, newj, "" if version is None else str(version), repr(now or time.time())],
+                args=[
+                    self.prefix,
+                    doc_id,
+                    newj,
+                    "" if version is None else str(version),
+                    repr(now or time.time()),
+                    "1" if refresh else "0",
+                ],
             )
         applied, touched, marked = int(res[0]), json.loads(res[1]), json.loads(res[2])
         # cjson encodes an empty Lua table as {}: normalize to lists.
         return ApplyOutcome(bool(applied), list(touched or []), sorted(marked or []))
+
+    async def doc_ids(self) -> list[str]:
+        """Every doc with a contribution in this graph."""
+        head = len(self._k("contrib:"))
+        async with translate_errors("graph doc listing"):
+            return sorted({_s(k)[head:] async for k in self._r.scan_iter(match=f"{self._k('contrib:')}*", count=1000)})
 
     async def graph(self) -> tuple[dict[str, tuple[str, str]], list[tuple[str, str, int]]]:
         """All nodes (key -> (name, type)) and weighted edges."""

@@ -30,6 +30,12 @@ def chunk_id(doc_id: str, index: int) -> str:
     return f"{doc_id}_p{index}"
 
 
+def chunk_position(chunk_id_: str) -> int:
+    """The position in a ``chunk_id``: ``doc_8832_p4`` gives 4 (0 for an id without one)."""
+    _, _, n = chunk_id_.rpartition("_p")
+    return int(n) if n.isdigit() else 0
+
+
 def _is_boundary(text: str, offsets: Offsets, k: int) -> bool:
     """True when a chunk may end just before token ``k`` (after a sentence or line)."""
     prev_start, prev_end = offsets[k - 1]

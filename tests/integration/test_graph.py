@@ -20,7 +20,7 @@ from graph.config import GraphConfig
 from graph.ner import SpacyNer
 from graph.search import ScopedSearch
 from graph.service import GraphService
-from graph.store import GraphStore
+from graph.store import Contribution, GraphStore
 from memory.config import ChunkingConfig, IndexConfig, IngestConfig, RetrievalConfig
 from memory.index import ChunkIndex
 from memory.ingest import Ingestor
@@ -387,3 +387,22 @@ async def test_stale_cli_reports_the_queue(stack: Stack, redis_url: str) -> None
     assert len(json.loads(res.stdout)["communities"]) == data["depth"]
     res = subprocess.run([agentmemd, "graph", "rebuild"], env=env, capture_output=True, text=True, check=True)
     assert "communities" in res.stdout
+
+
+async def test_refresh_replaces_only_the_same_version(redis_url: str) -> None:
+    """A replay never replaces a contribution; a refresh (re-chunked doc) does at the same
+    version, and never brings an older version back."""
+    client = aredis.from_url(redis_url)
+    store = GraphStore(client=client, name=unique("graph-refresh"))
+    first = Contribution(entities={"err_a_1": ("ERR_A_1", "error_code", ["d_p0"])}, edges={})
+    moved = Contribution(entities={"err_a_1": ("ERR_A_1", "error_code", ["d_p3"])}, edges={})
+    try:
+        assert (await store.apply("d", 2, first)).applied
+        assert not (await store.apply("d", 2, moved)).applied  # a replay
+        assert await store.entity_chunks(["err_a_1"]) == ["d_p0"]
+        assert not (await store.apply("d", 1, moved, refresh=True)).applied  # older: never
+        assert (await store.apply("d", 2, moved, refresh=True)).applied
+        assert await store.entity_chunks(["err_a_1"]) == ["d_p3"]
+        assert await store.doc_ids() == ["d"]
+    finally:
+        await client.aclose()

@@ -17,6 +17,7 @@ import pytest
 from daemon.app import Daemon, start_daemon
 from daemon.reindex import reindex
 from daemon.settings import Settings
+from graph.store import GraphStore
 from memory.config import ChunkingConfig
 from memory.embed_worker import CRASH_MARKER_ENV
 from memory.generations import GenerationRegistry, ReindexWouldLose
@@ -143,9 +144,12 @@ async def test_reindex_with_new_chunking_pauses_old_daemons_until_restarted(
 ) -> None:
     """`agentmemd reindex` with other settings: old daemons stop writing and say why; nothing is lost."""
     settings, daemon, client = env
+    # An error code at the end: in the one 254-token chunk now, in a later chunk at 64 tokens.
     for i in range(8):
-        await client.send(client.topics.documents, doc(i, 1, LONG), key=f"rx/{i}")
+        late = f"{LONG} Escalated with ERR_ESC_{7000 + i}."
+        await client.send(client.topics.documents, doc(i, 1, late), key=f"rx/{i}")
     await eventually(lambda: _all_indexed(daemon, {f"rx/{i}": 1 for i in range(8)}), timeout=120, what="indexed")
+    graph = GraphStore(client=daemon.redis, name=settings.index.name)
 
     new_env = {**settings_env(settings), "AGENTMEM_CHUNKING__MAX_TOKENS": "64", "AGENTMEM_CHUNKING__OVERLAP": "8"}
     agentmemd = str(Path(sys.executable).parent / "agentmemd")
@@ -160,6 +164,17 @@ async def test_reindex_with_new_chunking_pauses_old_daemons_until_restarted(
     )
     assert res.returncode == 0, res.stdout + res.stderr
     assert "generation 2 is live (was 1)" in res.stdout and "8 applied" in res.stdout
+    assert "8 graph docs re-pointed to the new chunks" in res.stdout, res.stdout
+
+    # the graph follows the new chunks: each late error code points at the chunk that now holds it
+    nodes, _ = await graph.graph()
+    texts = await stored_chunks(daemon.redis, settings.index.name)
+    for i in range(8):
+        keys = [k for k, (name, _) in nodes.items() if f"ERR_ESC_{7000 + i}" in name]
+        assert len(keys) == 1, (i, keys)
+        refs = await graph.entity_chunks(keys)
+        assert refs and all(f"ERR_ESC_{7000 + i}" in texts[c] for c in refs), (refs, [texts.get(c) for c in refs])
+        assert all(not c.endswith("_p0") for c in refs), refs
 
     # doctor with the old settings names the mismatch; with the new ones all is well
     old_doc = await asyncio.to_thread(

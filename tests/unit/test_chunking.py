@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from memory.chunking import chunk_id, chunk_spans
+from memory.chunking import chunk_id, chunk_position, chunk_spans
 
 
 def offsets(text: str) -> list[tuple[int, int]]:
@@ -63,3 +63,10 @@ def test_bad_parameters(max_tokens: int, overlap: int) -> None:
 def test_chunk_ids() -> None:
     """Chunk ids are the doc id and the position."""
     assert chunk_id("doc_8832", 4) == "doc_8832_p4"
+
+
+def test_chunk_position_reads_the_id_back() -> None:
+    """The position comes back from an id, also when the doc id itself holds ``_p``."""
+    assert chunk_position(chunk_id("doc_8832", 4)) == 4
+    assert chunk_position(chunk_id("runbook_part_p2", 13)) == 13
+    assert chunk_position("no-position") == 0
