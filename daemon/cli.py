@@ -393,6 +393,29 @@ def graph_rebuild(tenant: TenantOpt = "default") -> None:
     )
 
 
+@graph_app.command("repoint")
+def graph_repoint() -> None:
+    """Re-extract every graph doc of every tenant from the active index's chunks, so entities
+    cite the chunks that hold them now (`reindex` does it after a chunking change)."""
+    from daemon.reindex import repoint_graph
+    from memory.index import ChunkIndex
+
+    settings = _settings()
+
+    async def main() -> int:
+        client = redis_client(settings)
+        try:
+            return await repoint_graph(settings, client, ChunkIndex(client=client, cfg=settings.index, dims=0))
+        finally:
+            await client.aclose()
+
+    try:
+        done = asyncio.run(main())
+    except MemdError as exc:
+        raise _fail(exc) from exc
+    out.print(f"{done} graph docs re-pointed to the active index's chunks")
+
+
 def _since_ms(value: str | None) -> int | None:
     """``--since``: Unix milliseconds, or an ISO 8601 time (UTC when it names no zone)."""
     if value is None:

@@ -14,9 +14,9 @@ The steps, and why each is there (``memory.generations`` has the model):
 5. Catch up: replay again up to end offsets read *after* the switch, and copy summaries
    written meanwhile. Anything a live daemon wrote to N before the switch came from an
    event below those offsets, so N+1 misses nothing; versions make double applies no-ops.
-6. After a chunking change, re-point the graph: every doc re-extracted from its new chunks,
-   replaced at the same version (the graph is shared, not per generation).
-7. Drop generation N (unless asked to keep it).
+6. Drop generation N (unless asked to keep it).
+7. After a chunking or model change, re-point the graph: every doc re-extracted from its new
+   chunks, replaced at the same version (the graph is shared, not per generation).
 
 Invalid events are skipped and counted (the live daemons already dead-lettered them).
 Before the switch, any failure drops N+1 and releases the slot: queries never noticed.
@@ -43,7 +43,7 @@ from consumers.decoding import decode_records, tenant_from_topic
 from daemon.connections import kafka_options, redis_client
 from daemon.settings import Settings
 from memory.embedder import SentenceTransformerEmbedder
-from memory.errors import BackendUnavailable, MemdError, NotFound
+from memory.errors import BackendUnavailable, NotFound
 from memory.generations import GenerationRegistry, ReindexWouldLose, index_spec
 from memory.index import ChunkIndex, translate_errors
 from memory.ingest import Ingestor
@@ -115,6 +115,8 @@ class _Replayer:
         self.sources: dict[str, tuple[str, str]] = {}
         # (tenant, doc_id) -> why it failed in the new generation (its last failure)
         self.failed: dict[tuple[str, str], str] = {}
+        self.switched = False
+        self.failed_after_switch: set[str] = set()
 
     async def start(self, since_ms: int | None) -> None:
         await self.consumer.start()
@@ -178,6 +180,8 @@ class _Replayer:
         self._p.failed += len(rep.failed)
         for item, exc in rep.failed:
             self.failed[(item.tenant, item.doc_id)] = f"{exc.code}: {exc}"
+            if self.switched:
+                self.failed_after_switch.add(f"{item.tenant}/{item.doc_id}")
             log.warning("reindex.item_failed", doc_id=item.doc_id, code=exc.code, error=str(exc))
 
 
@@ -202,19 +206,31 @@ async def _drop_vanished_communities(source: ChunkIndex, target: ChunkIndex, bef
     return len(gone)
 
 
-async def _repoint_graph(
-    settings: Settings, redis: Any, target: ChunkIndex, embedder: SentenceTransformerEmbedder
-) -> int:
+async def repoint_graph(settings: Settings, redis: Any, target: ChunkIndex, embedder: Any = None) -> int:
     """After a chunking change, every tenant's graph re-extracted from the new chunks: its
-    entities' chunk references and co-occurrence edges would otherwise name the old ones."""
+    entities' chunk references and co-occurrence edges would otherwise name the old ones.
+    Every tenant is tried even if one fails; the first failure is raised at the end."""
     from graph.ner import SpacyNer
     from graph.registry import GraphRegistry
 
     ner = await SpacyNer.load(settings.graph.spacy_model) if settings.graph.spacy_model else None
-    registry = GraphRegistry(
-        client=redis, name=settings.index.name, index=target, embedder=embedder, ner=ner, cfg=settings.graph
-    )
-    return sum([await registry.service(tenant).repoint(target) for tenant in await registry.tenants()])
+    try:
+        registry = GraphRegistry(
+            client=redis, name=settings.index.name, index=target, embedder=embedder, ner=ner, cfg=settings.graph
+        )
+        done, failure = 0, None
+        for tenant in await registry.tenants():
+            try:
+                done += await registry.service(tenant).repoint(target)
+            except Exception as exc:
+                log.error("reindex.graph_repoint_tenant_failed", tenant=tenant, error=str(exc))
+                failure = failure or exc
+        if failure is not None:
+            raise failure
+        return done
+    finally:
+        if ner is not None:
+            ner.close()
 
 
 async def lost_docs(source: ChunkIndex, target: ChunkIndex, failed: dict[tuple[str, str], str]) -> dict[str, str]:
@@ -275,7 +291,12 @@ async def reindex(
         if state.active == 0:
             raise NotFound(f"index {settings.index.name!r} has no generation yet: start the daemon once to create it")
         old = state.active
-        rechunked = state.spec is None or (state.spec.max_tokens, state.spec.overlap) != (spec.max_tokens, spec.overlap)
+        # Chunk boundaries come from the model's tokenizer too.
+        rechunked = state.spec is None or (state.spec.model, state.spec.max_tokens, state.spec.overlap) != (
+            spec.model,
+            spec.max_tokens,
+            spec.overlap,
+        )
         async with translate_errors("reindex claim"):
             gen = await registry.claim(owner)
         progress.generation = gen
@@ -322,7 +343,7 @@ async def reindex(
         report()
         async with translate_errors("reindex switch"):
             await registry.switch(owner, gen, spec)
-        switched = True
+        switched = replayer.switched = True
         switched_at = time.time()
         log.info("reindex.switched", index=settings.index.name, old_generation=old, generation=gen)
 
@@ -337,20 +358,28 @@ async def reindex(
         except (KafkaError, BackendUnavailable) as exc:
             errors.append(f"catch-up after the switch failed: {exc}; the live daemons carry on from their offsets")
             log.error("reindex.catch_up_failed", error=str(exc))
-        if rechunked and settings.graph.enabled:
-            progress.phase = "re-pointing the graph"
-            report()
-            try:
-                progress.graph_docs = await _repoint_graph(settings, redis, target, embedder)
-            except MemdError as exc:
-                errors.append(f"the graph still points at the old chunks: {exc}; run the reindex again to retry")
-                log.error("reindex.graph_repoint_failed", error=str(exc))
+        if replayer.failed_after_switch:
+            errors.append(
+                f"{len(replayer.failed_after_switch)} doc(s) failed in the catch-up after the switch: "
+                + ", ".join(sorted(replayer.failed_after_switch)[:10])
+            )
         dropped = False
         if not keep_old:
             progress.phase = "dropping the old generation"
             report()
             await source.drop()
             dropped = True
+        if rechunked and settings.graph.enabled:
+            progress.phase = "re-pointing the graph"
+            report()
+            try:
+                progress.graph_docs = await repoint_graph(settings, redis, target, embedder)
+            except Exception as exc:  # the switch is done: report, never leave the reindex half-told
+                errors.append(
+                    f"the graph still points at the old chunks ({type(exc).__name__}: {exc}); "
+                    "run `agentmemd graph repoint` to retry"
+                )
+                log.error("reindex.graph_repoint_failed", error=str(exc))
         progress.phase = "done"
         report()
         chunks = await target.count()

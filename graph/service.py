@@ -162,22 +162,28 @@ class GraphService:
         contribution at the same version: after a reindex that changed the chunking, the
         entities' chunk references (and co-occurrence edges) follow the new chunks.
 
-        A doc the index does not hold (yet) is left as it is; a doc a live daemon has since
-        applied at a newer version is skipped by the store's version check. Returns the
+        Left as they are: a doc the index does not hold; an unversioned doc (a transcript
+        turn: nothing orders a refresh against a live edit of it, and a turn is mostly one
+        chunk anyway); a doc that changed in the index while it was read; a doc a live
+        daemon has since applied at a newer version (the store's version check). Returns the
         number of docs refreshed.
         """
         tenant = self.store.tenant
         refreshed = 0
         doc_ids = await self.store.doc_ids()
         for start in range(0, len(doc_ids), page):
-            batch: list[tuple[str, int | None, list[tuple[str, str]]]] = []
+            batch: list[tuple[str, int, list[tuple[str, str]]]] = []
             for doc_id in doc_ids[start : start + page]:
+                version = (await index.versions([doc_id], tenant)).get(doc_id)
+                if version is None:
+                    continue
                 ids = sorted(await index.chunk_ids(doc_id, tenant), key=chunk_position)
                 texts = await index.texts(ids, tenant)
                 chunks = [(cid, texts[cid]) for cid in ids if cid in texts]
-                if not chunks:
+                # Read again: a live write between the reads would pair new text with an old
+                # version (or the reverse), and the store could not tell.
+                if not chunks or (await index.versions([doc_id], tenant)).get(doc_id) != version:
                     continue
-                version = (await index.versions([doc_id], tenant)).get(doc_id)
                 batch.append((doc_id, version, chunks))
             contribs = await self.extract_chunks([chunks for _, _, chunks in batch])
             for (doc_id, version, _), contrib in zip(batch, contribs, strict=True):

@@ -41,6 +41,8 @@ if ver ~= '' and old and type(old.v) == 'string' and not vgt(ver, old.v) then
   -- a replay; only a refresh (same version, re-chunked) may replace it, never an older one
   if not (refresh == '1' and ver == old.v) then return {0, '[]', '[]'} end
 end
+-- a refresh only ever replaces a contribution of its own version: never one deleted meanwhile
+if refresh == '1' and (ver == '' or not old or old.v ~= ver or old.d) then return {0, '[]', '[]'} end
 local touched, inold, innew, delta = {}, {}, {}, {}
 if old then
   for key, info in pairs(old.e) do
@@ -76,7 +78,7 @@ if newj ~= '' then
   end
   redis.call('SET', KEYS[1], newj)
 elseif ver ~= '' then
-  redis.call('SET', KEYS[1], cjson.encode({v = ver, e = {}, x = {}}))
+  redis.call('SET', KEYS[1], cjson.encode({v = ver, e = {}, x = {}, d = 1}))  -- a delete's tombstone
 else
   redis.call('DEL', KEYS[1])
 end

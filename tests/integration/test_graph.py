@@ -404,5 +404,11 @@ async def test_refresh_replaces_only_the_same_version(redis_url: str) -> None:
         assert (await store.apply("d", 2, moved, refresh=True)).applied
         assert await store.entity_chunks(["err_a_1"]) == ["d_p3"]
         assert await store.doc_ids() == ["d"]
+        # never on an unversioned doc, nor on one deleted meanwhile
+        assert (await store.apply("t", None, first)).applied
+        assert not (await store.apply("t", None, moved, refresh=True)).applied
+        assert (await store.apply("d", 3, None)).applied  # a versioned delete
+        assert not (await store.apply("d", 3, moved, refresh=True)).applied
+        assert await store.entity_chunks(["err_a_1"]) == ["d_p0"]  # t's own, unrefreshed; d's gone
     finally:
         await client.aclose()

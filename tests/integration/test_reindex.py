@@ -151,6 +151,11 @@ async def test_reindex_with_new_chunking_pauses_old_daemons_until_restarted(
     await eventually(lambda: _all_indexed(daemon, {f"rx/{i}": 1 for i in range(8)}), timeout=120, what="indexed")
     graph = GraphStore(client=daemon.redis, name=settings.index.name)
 
+    async def graph_has_all() -> bool:  # the graph is written right after each doc's chunks
+        return len(await graph.doc_ids()) == 8
+
+    await eventually(graph_has_all, what="every doc in the graph")
+
     new_env = {**settings_env(settings), "AGENTMEM_CHUNKING__MAX_TOKENS": "64", "AGENTMEM_CHUNKING__OVERLAP": "8"}
     agentmemd = str(Path(sys.executable).parent / "agentmemd")
     res = await asyncio.to_thread(
@@ -175,6 +180,16 @@ async def test_reindex_with_new_chunking_pauses_old_daemons_until_restarted(
         refs = await graph.entity_chunks(keys)
         assert refs and all(f"ERR_ESC_{7000 + i}" in texts[c] for c in refs), (refs, [texts.get(c) for c in refs])
         assert all(not c.endswith("_p0") for c in refs), refs
+    again = await asyncio.to_thread(
+        subprocess.run,
+        [agentmemd, "graph", "repoint"],
+        env={**os.environ, "COLUMNS": "200", **new_env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert again.returncode == 0 and "8 graph docs re-pointed" in again.stdout, again.stdout + again.stderr
 
     # doctor with the old settings names the mismatch; with the new ones all is well
     old_doc = await asyncio.to_thread(
