@@ -274,20 +274,14 @@ app.add_typer(graph_app, name="graph")
 TenantOpt = Annotated[str, typer.Option("--tenant", help="Whose graph (topic tenancy); 'default' otherwise.")]
 
 
-def _with_graph(fn: Callable[[Any], Awaitable[T]], tenant: str = "default") -> T:
-    from graph.service import GraphService
-    from graph.store import GraphStore
-    from memory.index import ChunkIndex
-
+def _with_redis(fn: Callable[[Settings, Any], Awaitable[T]]) -> T:
+    """Run ``fn(settings, redis client)`` to the end; a MemdError becomes a clean CLI failure."""
     settings = _settings()
 
     async def main() -> T:
         client = redis_client(settings)
         try:
-            store = GraphStore(client=client, name=settings.index.name, tenant=tenant)
-            index = ChunkIndex(client=client, cfg=settings.index, dims=0)
-            service = GraphService(store=store, index=index, embedder=None, ner=None, cfg=settings.graph)
-            return await fn(service)
+            return await fn(settings, client)
         finally:
             await client.aclose()
 
@@ -295,6 +289,19 @@ def _with_graph(fn: Callable[[Any], Awaitable[T]], tenant: str = "default") -> T
         return asyncio.run(main())
     except MemdError as exc:
         raise _fail(exc) from exc
+
+
+def _with_graph(fn: Callable[[Any], Awaitable[T]], tenant: str = "default") -> T:
+    from graph.service import GraphService
+    from graph.store import GraphStore
+    from memory.index import ChunkIndex
+
+    async def run(settings: Settings, client: Any) -> T:
+        store = GraphStore(client=client, name=settings.index.name, tenant=tenant)
+        index = ChunkIndex(client=client, cfg=settings.index, dims=0)
+        return await fn(GraphService(store=store, index=index, embedder=None, ner=None, cfg=settings.graph))
+
+    return _with_redis(run)
 
 
 @app.command()
@@ -400,19 +407,9 @@ def graph_repoint() -> None:
     from daemon.reindex import repoint_graph
     from memory.index import ChunkIndex
 
-    settings = _settings()
-
-    async def main() -> int:
-        client = redis_client(settings)
-        try:
-            return await repoint_graph(settings, client, ChunkIndex(client=client, cfg=settings.index, dims=0))
-        finally:
-            await client.aclose()
-
-    try:
-        done = asyncio.run(main())
-    except MemdError as exc:
-        raise _fail(exc) from exc
+    done = _with_redis(
+        lambda settings, client: repoint_graph(settings, client, ChunkIndex(client=client, cfg=settings.index, dims=0))
+    )
     out.print(f"{done} graph docs re-pointed to the active index's chunks")
 
 

@@ -172,19 +172,17 @@ class GraphService:
         refreshed = 0
         doc_ids = await self.store.doc_ids()
         for start in range(0, len(doc_ids), page):
-            batch: list[tuple[str, int, list[tuple[str, str]]]] = []
-            for doc_id in doc_ids[start : start + page]:
-                version = (await index.versions([doc_id], tenant)).get(doc_id)
-                if version is None:
-                    continue
+            page_ids = doc_ids[start : start + page]
+            before = await index.versions(page_ids, tenant)
+            read: dict[str, list[tuple[str, str]]] = {}
+            for doc_id in before:
                 ids = sorted(await index.chunk_ids(doc_id, tenant), key=chunk_position)
                 texts = await index.texts(ids, tenant)
-                chunks = [(cid, texts[cid]) for cid in ids if cid in texts]
-                # Read again: a live write between the reads would pair new text with an old
-                # version (or the reverse), and the store could not tell.
-                if not chunks or (await index.versions([doc_id], tenant)).get(doc_id) != version:
-                    continue
-                batch.append((doc_id, version, chunks))
+                read[doc_id] = [(cid, texts[cid]) for cid in ids if cid in texts]
+            # Versions again, after the chunk reads: a live write between them would pair new
+            # text with an old version (or the reverse), and the store could not tell.
+            after = await index.versions(page_ids, tenant)
+            batch = [(d, v, read[d]) for d, v in before.items() if read[d] and after.get(d) == v]
             contribs = await self.extract_chunks([chunks for _, _, chunks in batch])
             for (doc_id, version, _), contrib in zip(batch, contribs, strict=True):
                 out = await self.store.apply(doc_id, version, contrib, refresh=True)

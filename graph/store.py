@@ -37,12 +37,13 @@ end
 local oldj = redis.call('GET', KEYS[1])
 local old = nil
 if oldj then old = cjson.decode(oldj) end
-if ver ~= '' and old and type(old.v) == 'string' and not vgt(ver, old.v) then
-  -- a replay; only a refresh (same version, re-chunked) may replace it, never an older one
-  if not (refresh == '1' and ver == old.v) then return {0, '[]', '[]'} end
+if refresh == '1' then
+  -- a re-chunked doc: replaces only a live contribution of its own version (never an older or
+  -- newer one, a delete's tombstone, or an unversioned one)
+  if ver == '' or not old or old.v ~= ver or old.d then return {0, '[]', '[]'} end
+elseif ver ~= '' and old and type(old.v) == 'string' and not vgt(ver, old.v) then
+  return {0, '[]', '[]'}  -- a replay
 end
--- a refresh only ever replaces a contribution of its own version: never one deleted meanwhile
-if refresh == '1' and (ver == '' or not old or old.v ~= ver or old.d) then return {0, '[]', '[]'} end
 local touched, inold, innew, delta = {}, {}, {}, {}
 if old then
   for key, info in pairs(old.e) do

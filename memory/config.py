@@ -140,8 +140,9 @@ class IngestConfig(BaseModel):
         ge=1,
         le=100,
         description=(
-            "Embedding-worker deaths in a row on one input before it is judged the cause: a group is then "
-            "retried doc by doc, and a doc the worker dies on this often is dead-lettered."
+            "Embedding-worker crashes under one input (by a crash signal, with no query in the worker) "
+            "before it is judged the cause: a group is then retried doc by doc, and a doc the worker "
+            "crashes on this often is dead-lettered."
         ),
     )
     write_concurrency: int = Field(
