@@ -44,6 +44,20 @@ def doc(i: int, version: int, extra: str = "") -> dict[str, Any]:
     }
 
 
+async def agentmemd(args: list[str], env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """The CLI of this virtualenv with ``env`` added, run to the end off the event loop."""
+    exe = str(Path(sys.executable).parent / "agentmemd")
+    return await asyncio.to_thread(
+        subprocess.run,
+        [exe, *args],
+        env={**os.environ, "COLUMNS": "200", **env},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
 async def _all_indexed(daemon: Daemon, ids: dict[str, int]) -> bool:
     versions = await daemon.index.versions(list(ids))
     return versions == ids
@@ -157,16 +171,7 @@ async def test_reindex_with_new_chunking_pauses_old_daemons_until_restarted(
     await eventually(graph_has_all, what="every doc in the graph")
 
     new_env = {**settings_env(settings), "AGENTMEM_CHUNKING__MAX_TOKENS": "64", "AGENTMEM_CHUNKING__OVERLAP": "8"}
-    agentmemd = str(Path(sys.executable).parent / "agentmemd")
-    res = await asyncio.to_thread(
-        subprocess.run,
-        [agentmemd, "reindex"],
-        env={**os.environ, "COLUMNS": "200", **new_env},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    res = await agentmemd(["reindex"], new_env, timeout=300)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "generation 2 is live (was 1)" in res.stdout and "8 applied" in res.stdout
     assert "8 graph docs re-pointed to the new chunks" in res.stdout, res.stdout
@@ -180,27 +185,11 @@ async def test_reindex_with_new_chunking_pauses_old_daemons_until_restarted(
         refs = await graph.entity_chunks(keys)
         assert refs and all(f"ERR_ESC_{7000 + i}" in texts[c] for c in refs), (refs, [texts.get(c) for c in refs])
         assert all(not c.endswith("_p0") for c in refs), refs
-    again = await asyncio.to_thread(
-        subprocess.run,
-        [agentmemd, "graph", "repoint"],
-        env={**os.environ, "COLUMNS": "200", **new_env},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    again = await agentmemd(["graph", "repoint"], new_env)
     assert again.returncode == 0 and "8 graph docs re-pointed" in again.stdout, again.stdout + again.stderr
 
     # doctor with the old settings names the mismatch; with the new ones all is well
-    old_doc = await asyncio.to_thread(
-        subprocess.run,
-        [agentmemd, "doctor"],
-        env={**os.environ, "COLUMNS": "200", **settings_env(settings)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    old_doc = await agentmemd(["doctor"], settings_env(settings))
     assert old_doc.returncode == 1 and "✗ index generation" in old_doc.stdout and "chunking=64/8" in old_doc.stdout
 
     # the old daemon (254-token chunks) now refuses to write or embed queries for this index
