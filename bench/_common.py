@@ -181,6 +181,60 @@ def pid_peak_rss_mb(pid: int | None) -> float:
     return 0.0
 
 
+def _role(proc: Any) -> str:
+    """What a process of the benchmark's tree is, for CPU accounting."""
+    try:
+        cmd = " ".join(proc.cmdline())
+    except Exception:
+        return "other"
+    if proc.pid == os.getpid():
+        return "bench process (askers, daemon or handler)"
+    if "redis-server" in cmd:
+        return "redis"
+    if "tansu" in cmd:
+        return "tansu broker"
+    if "multiprocessing" in cmd:
+        return "embedding worker"
+    return "other"
+
+
+def cpu_snapshot() -> dict[str, Any]:
+    """CPU seconds (user + system) used so far by this process and its descendants, by role,
+    and by the whole machine (non-idle): a delta of two snapshots says what a phase cost."""
+    import psutil
+
+    me = psutil.Process()
+    by_role: dict[str, float] = {}
+    for proc in [me, *me.children(recursive=True)]:
+        try:
+            t = proc.cpu_times()
+        except psutil.Error:
+            continue
+        role = _role(proc)
+        by_role[role] = by_role.get(role, 0.0) + t.user + t.system
+    total = psutil.cpu_times()
+    busy = sum(total) - total.idle - getattr(total, "iowait", 0.0)
+    return {"roles": by_role, "machine": busy, "at": time.perf_counter()}
+
+
+def cpu_delta(before: dict[str, Any], after: dict[str, Any], queries: int) -> dict[str, Any]:
+    """Core-milliseconds per query, per role and in total, between two snapshots (pure).
+
+    A process that started between them (a restarted worker) counts from zero; with
+    ``cores`` cores a closed loop of n askers cannot turn faster than n x total / cores.
+    """
+    roles = {r: after["roles"][r] - before["roles"].get(r, 0.0) for r in after["roles"]}
+    per_q = {r: round(v * 1000 / max(queries, 1), 3) for r, v in sorted(roles.items())}
+    tree = sum(roles.values())
+    wall = after["at"] - before["at"]
+    return {
+        "core_ms_per_query": round(tree * 1000 / max(queries, 1), 3),
+        "by_role_core_ms_per_query": per_q,
+        "cores_busy_tree": round(tree / wall, 3) if wall > 0 else float("nan"),
+        "cores_busy_machine": round((after["machine"] - before["machine"]) / wall, 3) if wall > 0 else float("nan"),
+    }
+
+
 # -- synthetic text ------------------------------------------------------------------------
 
 SERVICES = [

@@ -34,6 +34,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import time
 import uuid
 from collections.abc import Callable
@@ -44,6 +45,8 @@ from _common import (
     Servers,
     SyntheticText,
     add_common_args,
+    cpu_delta,
+    cpu_snapshot,
     png_path,
     run_benchmark,
     summary_ms,
@@ -142,9 +145,11 @@ async def closed_loop(
                 errors += 1
             latencies.append(seconds)
 
+    cpu0 = cpu_snapshot()
     t0 = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     wall = time.perf_counter() - t0
+    cpu = cpu_delta(cpu0, cpu_snapshot(), len(latencies))
     return {
         "concurrency": concurrency,
         "requests": total,
@@ -153,6 +158,7 @@ async def closed_loop(
         "timeouts": timeouts,
         "wall_s": round(wall, 3),
         "qps": round(len(latencies) / wall, 2),
+        "cpu": cpu,
     }
 
 
@@ -275,7 +281,11 @@ async def main_async(args: argparse.Namespace, servers: Servers) -> Result:
                 total, warm = max(args.requests, c * 4), 2 if c <= 16 else 1
                 e = await closed_loop(to_echo, echo_body, c, total, warm, args.timeout)
                 out.append(e)
-                print(f"{c:>3} askers: empty handler p50 {e['p50_ms']:.1f} p99 {e['p99_ms']:.1f} ms", flush=True)
+                print(
+                    f"{c:>3} askers: empty handler p50 {e['p50_ms']:.1f} p99 {e['p99_ms']:.1f} ms, "
+                    f"{e['cpu']['core_ms_per_query']} core-ms/query",
+                    flush=True,
+                )
         finally:
             await to_echo.stop()
             await echo.stop()
@@ -338,7 +348,8 @@ async def main_async(args: argparse.Namespace, servers: Servers) -> Result:
             rows["daemon"].append(d)
             print(
                 f"{c:>3} askers: daemon p50 {d['p50_ms']:.1f} p95 {d['p95_ms']:.1f} p99 {d['p99_ms']:.1f} ms, "
-                f"{d['qps']} q/s",
+                f"{d['qps']} q/s, {d['cpu']['core_ms_per_query']} core-ms/query "
+                f"({d['cpu']['cores_busy_tree']} cores busy; machine {d['cpu']['cores_busy_machine']})",
                 flush=True,
             )
     finally:
@@ -349,7 +360,12 @@ async def main_async(args: argparse.Namespace, servers: Servers) -> Result:
     for e1, e2 in zip(echo_before, echo_after, strict=True):
         keys = ("p50_ms", "p95_ms", "p99_ms", "qps")
         rows["echo"].append(
-            {"concurrency": e1["concurrency"], **{k: round((e1[k] + e2[k]) / 2, 3) for k in keys}, "runs": [e1, e2]}
+            {
+                "concurrency": e1["concurrency"],
+                **{k: round((e1[k] + e2[k]) / 2, 3) for k in keys},
+                "core_ms_per_query": round((e1["cpu"]["core_ms_per_query"] + e2["cpu"]["core_ms_per_query"]) / 2, 3),
+                "runs": [e1, e2],
+            }
         )
 
     data = {"chunks_indexed": chunks, "embedding": embedding, "embedding_16": embedding16, **rows}
@@ -386,6 +402,30 @@ async def main_async(args: argparse.Namespace, servers: Servers) -> Result:
             "p99 at 16 askers <= 3 x (a + b)", d["p99_ms"], "<=", targets["p99"], "ms",
             expr=f"a = {a:.2f} ms (empty handler p50 at 16), b = {b:.2f} ms",
         )  # fmt: skip
+        # What the CPU allows: a closed loop of n askers, each query costing C core-ms over the
+        # whole process tree (askers, daemon, worker, Redis, broker), turns at most every
+        # n x C / cores ms. This is what bounds p50 on a small machine, measured, not argued.
+        cores = os.cpu_count() or 1
+        cd = d["cpu"]["core_ms_per_query"]
+        result.figure(
+            "CPU per query at 16 askers, whole process tree: daemon / empty handler (a)",
+            f"{cd:.2f} / {e['core_ms_per_query']:.2f}",
+            "core-ms",
+        )
+        result.figure(
+            "daemon CPU per query at 16 askers by process",
+            ", ".join(f"{r} {v:.2f}" for r, v in d["cpu"]["by_role_core_ms_per_query"].items()),
+            "core-ms",
+        )
+        result.figure(
+            f"CPU-bound p50 floor at 16 askers (16 x {cd:.2f} core-ms / {cores} cores)", 16 * cd / cores, "ms"
+        )
+        result.note(
+            f"CPU budget: the p50 target needs at most {targets['p50'] * cores / 16:.2f} core-ms per query "
+            f"over the whole tree at 16 askers on {cores} cores; the empty handler alone uses "
+            f"{e['core_ms_per_query']:.2f} and the daemon {cd:.2f} (cores busy: {d['cpu']['cores_busy_tree']} "
+            f"of the tree, {d['cpu']['cores_busy_machine']} of the machine)"
+        )
     else:
         result.note("16 askers not among --concurrency: targets not evaluated")
     result.note(

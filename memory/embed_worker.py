@@ -17,6 +17,7 @@ so it never outlives the daemon, even one killed with SIGKILL.
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing as mp
 import os
 import signal
@@ -155,12 +156,52 @@ class _Loaded:
     probe: Any  # a tokenizer of its own for length probes (see _encode)
     cfg: EmbeddingConfig
     bf16: bool
+    direct: bool  # whether _mean_pooled computes what the model's pipeline computes
 
 
-def _encode(w: _Loaded, texts: Sequence[str]) -> np.ndarray:
+def _is_mean_pooled_text_model(model: Any) -> bool:
+    """Whether the pipeline is Transformer -> mean Pooling [-> Normalize], nothing else.
+
+    That is all-MiniLM-L6-v2's, and most sentence-transformers text models'. Anything else
+    (CLS pooling, a Dense head, a lowercasing module, a prompt excluded from pooling) takes
+    the library's own encode().
+    """
+    names = [type(m).__name__ for m in model]
+    if names not in (["Transformer", "Pooling"], ["Transformer", "Pooling", "Normalize"]):
+        return False
+    transformer, pooling = model[0], model[1]
+    return (
+        getattr(pooling, "pooling_mode", None) == "mean"
+        and getattr(pooling, "include_prompt", True)
+        and not getattr(transformer, "do_lower_case", False)
+        and getattr(transformer, "auto_model", None) is not None
+    )
+
+
+def _mean_pooled(w: _Loaded, tok: Any, texts: list[str]) -> np.ndarray:
+    """One batch through the bare transformer, mean-pooled and normalized (runs under autocast).
+
+    What the pipeline's encode() computes, bit for bit on this model (checked at load), minus
+    its per-call glue: ~1.5 ms of a 9 ms single-query call, ~4 ms of a 16-query one,
+    measured here. Queries are encoded one small batch at a time, so that glue is most of
+    what batching cannot amortize.
+    """
+    import torch
+
+    enc = tok(texts, padding=True, truncation=True, max_length=w.model.max_seq_length, return_tensors="pt")
+    with torch.inference_mode():
+        hidden = w.model[0].auto_model(**enc).last_hidden_state
+        mask = enc["attention_mask"].unsqueeze(-1).expand(hidden.size()).to(hidden.dtype)
+        pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+        return torch.nn.functional.normalize(pooled.float(), p=2, dim=1).numpy()
+
+
+def _encode(w: _Loaded, tok: Any, texts: Sequence[str], *, direct: bool | None = None) -> np.ndarray:
+    """Embed ``texts`` with the calling channel's own tokenizer ``tok`` (see load_tokenizer)."""
     import torch
 
     texts = list(texts)
+    direct = w.direct if direct is None else direct
     # Not model.tokenizer: transformers switches a fast tokenizer's padding on and off per
     # call, and the other channel's encode() may be using it (with padding) right now.
     lengths = [len(ids) for ids in w.probe(texts, truncation=True, max_length=w.model.max_seq_length)["input_ids"]]
@@ -168,17 +209,43 @@ def _encode(w: _Loaded, texts: Sequence[str]) -> np.ndarray:
     # Autocast state is per thread: this runs in the thread that encodes.
     with torch.autocast(w.cfg.device.split(":")[0], dtype=torch.bfloat16, enabled=w.bf16):
         for batch in length_batches(lengths, w.cfg.batch_size):
-            rows = w.model.encode(
-                [texts[i] for i in batch],
-                batch_size=len(batch),
-                normalize_embeddings=True,
-                convert_to_numpy=True,
-                show_progress_bar=False,
-            )
+            chunk = [texts[i] for i in batch]
+            if direct:
+                rows = _mean_pooled(w, tok, chunk)
+            else:
+                rows = w.model.encode(
+                    chunk,
+                    batch_size=len(batch),
+                    normalize_embeddings=True,
+                    convert_to_numpy=True,
+                    show_progress_bar=False,
+                )
             if out is None:
                 out = np.zeros((len(texts), rows.shape[1]), dtype=np.float32)
             out[batch] = rows
     return out if out is not None else np.zeros((0, 0), dtype=np.float32)
+
+
+# Texts of different lengths and cases, so padding, masking and truncation are all exercised.
+_DIRECT_CHECK = (
+    "Connection refused: SQLSTATE 08006 after failover",
+    "why",
+    "The deploy of build 4411 failed twice on the EU cluster while the cache was being warmed, "
+    "and the on-call engineer rolled it back after the error budget alarm fired. " * 12,
+)
+
+
+def _direct_matches(w: _Loaded, tok: Any) -> bool:
+    """Whether the direct path gives the pipeline's vectors on this model (else it is not used)."""
+    if not _is_mean_pooled_text_model(w.model):
+        return False
+    try:
+        ours = _encode(w, tok, _DIRECT_CHECK, direct=True)
+    except Exception as exc:
+        log.warning("embed.direct_path_failed", error=f"{type(exc).__name__}: {exc}")
+        return False
+    theirs = _encode(w, tok, _DIRECT_CHECK, direct=False)
+    return ours.shape == theirs.shape and float(np.abs(ours - theirs).max()) < 1e-5
 
 
 def _abort() -> None:
@@ -188,7 +255,7 @@ def _abort() -> None:
     os.abort()
 
 
-def _serve_channel(w: _Loaded, conn: Connection, threads: int) -> None:
+def _serve_channel(w: _Loaded, tok: Any, conn: Connection, threads: int) -> None:
     import torch
 
     crash_marker = os.environ.get(CRASH_MARKER_ENV)
@@ -207,7 +274,7 @@ def _serve_channel(w: _Loaded, conn: Connection, threads: int) -> None:
             if crash_marker and any(isinstance(t, str) and crash_marker in t for t in texts):
                 _abort()
             try:
-                reply: tuple[str, Any] = ("ok", _encode(w, texts))
+                reply: tuple[str, Any] = ("ok", _encode(w, tok, texts))
             except Exception as exc:  # one bad input must not end the worker
                 reply = ("error", f"{type(exc).__name__}: {exc}")
             conn.send(reply)
@@ -237,16 +304,20 @@ def serve(path: str, cfg_json: str, ready: Connection, conns: list[Connection]) 
     try:
         model = _load_model(path, cfg)
         probe = load_tokenizer(path)
+        toks = {name: load_tokenizer(path) for name in CHANNELS}  # one per channel (padding state)
         dim_of = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
-        loaded = _Loaded(model, probe, cfg, use_bf16(cfg))
+        loaded = _Loaded(model, probe, cfg, use_bf16(cfg), direct=False)
+        loaded = dataclasses.replace(loaded, direct=_direct_matches(loaded, toks["query"]))
     except Exception as exc:
         ready.send(("error", f"{type(exc).__name__}: {exc}"))
         return
-    ready.send(("ready", int(dim_of()), loaded.bf16))
+    ready.send(("ready", int(dim_of()), loaded.bf16, loaded.direct))
     ready.close()
     threads_of = {"query": cfg.query_torch_threads or default_threads, "docs": cfg.torch_threads or default_threads}
     threads = [
-        threading.Thread(target=_serve_channel, args=(loaded, c, threads_of[n]), name=f"embed-{n}", daemon=True)
+        threading.Thread(
+            target=_serve_channel, args=(loaded, toks[n], c, threads_of[n]), name=f"embed-{n}", daemon=True
+        )
         for n, c in zip(CHANNELS, conns, strict=True)
     ]
     for t in threads:
@@ -272,6 +343,7 @@ class EmbeddingWorker:
         self._conns: dict[str, Connection] = {}
         self.dims = 0
         self.bf16 = False
+        self.direct = False  # whether the worker skips the pipeline's encode() glue (_mean_pooled)
         self.restarts = 0
         self._closed = False
         # Channels with a request in the worker now, and, per dead worker, those that had
@@ -321,9 +393,9 @@ class EmbeddingWorker:
         if msg[0] != "ready":
             proc.join(5)
             raise EmbedderError(f"cannot load embedding model {self._cfg.model!r}: {msg[1]}")
-        self.dims, self.bf16 = int(msg[1]), bool(msg[2])
+        self.dims, self.bf16, self.direct = int(msg[1]), bool(msg[2]), bool(msg[3])
         self._proc, self._conns = proc, {name: parent for name, (parent, _) in pairs.items()}
-        log.info("embed.worker_started", pid=proc.pid, dims=self.dims, bf16=self.bf16)
+        log.info("embed.worker_started", pid=proc.pid, dims=self.dims, bf16=self.bf16, direct=self.direct)
 
     def _channel(self, channel: str) -> tuple[Any, Connection]:
         with self._lock:

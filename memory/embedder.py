@@ -136,6 +136,11 @@ class SentenceTransformerEmbedder:
         """Whether the worker encodes under bfloat16 autocast."""
         return self._worker.bf16
 
+    @property
+    def direct(self) -> bool:
+        """Whether the worker runs the bare transformer and pools itself (see embed_worker)."""
+        return self._worker.direct
+
     async def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         """Embed chunk texts in batches; returns an ``(n, dims)`` float32 array."""
         if not texts:

@@ -48,6 +48,32 @@ def test_auto_precision_follows_the_cpu() -> None:
     assert use_bf16(EmbeddingConfig(precision="float32")) is False
 
 
+async def test_direct_path_gives_the_pipelines_vectors() -> None:
+    """The worker skips sentence-transformers' encode() glue on the packaged model, and its
+    vectors are still the library's own, computed here in this process."""
+    from sentence_transformers import SentenceTransformer
+
+    from memory.embed_worker import _is_mean_pooled_text_model
+    from memory.embedder import resolve_model_path
+
+    path = resolve_model_path(EmbeddingConfig().model)
+    emb = await SentenceTransformerEmbedder.load(EmbeddingConfig(precision="float32"))
+    try:
+        assert emb.direct
+        texts = [*TEXTS, "why", "SQLSTATE 40P01"]
+        ours = np.vstack([await emb.embed_documents(texts), await emb.embed_query("deadlock SQLSTATE 40P01")])
+    finally:
+        emb.close()
+    model = SentenceTransformer(path, device="cpu", local_files_only=True)
+    theirs = model.encode([*texts, "deadlock SQLSTATE 40P01"], normalize_embeddings=True, convert_to_numpy=True)
+    assert np.abs(ours - theirs).max() < 1e-5
+    # A pipeline it does not reproduce (CLS pooling) keeps the library's encode().
+    from sentence_transformers.models import Pooling
+
+    cls = SentenceTransformer(modules=[model[0], Pooling(emb.dims, pooling_mode="cls")], device="cpu")
+    assert _is_mean_pooled_text_model(model) and not _is_mean_pooled_text_model(cls)
+
+
 async def test_worker_survives_bad_input_and_restarts_after_a_kill(embedder: Any) -> None:
     """A failing input is an error for that caller only; a killed worker comes back."""
     before = await embedder.embed_documents(TEXTS[:1])
@@ -103,8 +129,8 @@ async def test_each_channel_computes_on_its_own_thread_count(
         await asyncio.gather(*(emb.embed_query(f"{t} {i}") for i, t in enumerate(TEXTS * 4)))
         after_queries = proc.num_threads()
         await emb.embed_documents(TEXTS[::-1] * 4)
-        # The worker's very first encode also starts one thread of torch's own (with any setting).
-        assert after_docs - base - 1 == docs_threads - 1
+        # The worker's load-time check (_direct_matches) has already started torch's own thread.
+        assert after_docs - base == docs_threads - 1
         assert after_queries - after_docs == query_threads - 1
         assert proc.num_threads() == after_queries
     finally:
