@@ -157,6 +157,7 @@ class _Loaded:
     cfg: EmbeddingConfig
     bf16: bool
     direct: bool  # whether _mean_pooled computes what the model's pipeline computes
+    traced: Any = None  # the transformer traced for the query channel (see _trace_encoder), if any
 
 
 def _is_mean_pooled_text_model(model: Any) -> bool:
@@ -178,26 +179,84 @@ def _is_mean_pooled_text_model(model: Any) -> bool:
     )
 
 
-def _mean_pooled(w: _Loaded, tok: Any, texts: list[str]) -> np.ndarray:
+def _mean_pooled(w: _Loaded, tok: Any, texts: list[str], *, traced: bool = False) -> np.ndarray:
     """One batch through the bare transformer, mean-pooled and normalized (runs under autocast).
 
     What the pipeline's encode() computes, bit for bit on this model (checked at load), minus
     its per-call glue: ~1.5 ms of a 9 ms single-query call, ~4 ms of a 16-query one,
     measured here. Queries are encoded one small batch at a time, so that glue is most of
-    what batching cannot amortize.
+    what batching cannot amortize. ``traced`` runs the traced transformer instead of the
+    eager one (the query channel's; see _trace_encoder).
     """
     import torch
 
     enc = tok(texts, padding=True, truncation=True, max_length=w.model.max_seq_length, return_tensors="pt")
     with torch.inference_mode():
-        hidden = w.model[0].auto_model(**enc).last_hidden_state
+        if traced and w.traced is not None:
+            hidden = w.traced(*(enc[k] for k in _encoder_inputs(enc)))
+        else:
+            hidden = w.model[0].auto_model(**enc).last_hidden_state
         mask = enc["attention_mask"].unsqueeze(-1).expand(hidden.size()).to(hidden.dtype)
         pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
         return torch.nn.functional.normalize(pooled.float(), p=2, dim=1).numpy()
 
 
-def _encode(w: _Loaded, tok: Any, texts: Sequence[str], *, direct: bool | None = None) -> np.ndarray:
-    """Embed ``texts`` with the calling channel's own tokenizer ``tok`` (see load_tokenizer)."""
+def _encoder_inputs(enc: Any) -> list[str]:
+    return [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in enc]
+
+
+def _trace_encoder(w: _Loaded, tok: Any) -> Any:
+    """The transformer traced and frozen with TorchScript, or None where that fails or differs.
+
+    Why: at query sizes (a few short texts) the eager forward pass is mostly per-op dispatch,
+    not arithmetic. Traced and frozen, the same ops (the autocast casts recorded into the
+    graph) run ~25% faster per call at 1-5 queries and ~10-15% at 16, measured on this
+    machine, with bit-identical vectors. For documents (long batches) it measured no faster,
+    so only the query channel uses it. The trace is taken on a padded batch: the attention
+    mask's code path is recorded, and a batch without padding computes the same through it.
+    Verified against the eager path on texts of several lengths before it is used.
+    """
+    import warnings
+
+    import torch
+
+    class _Hidden(torch.nn.Module):
+        def __init__(self, model: Any, keys: list[str]) -> None:
+            super().__init__()
+            self.model, self.keys = model, keys
+
+        def forward(self, *inputs: Any) -> Any:
+            return self.model(**dict(zip(self.keys, inputs, strict=True))).last_hidden_state
+
+    try:
+        enc = tok(list(_DIRECT_CHECK[:2]), padding=True, truncation=True, return_tensors="pt")
+        keys = _encoder_inputs(enc)
+        device = w.cfg.device.split(":")[0]
+        with warnings.catch_warnings(), torch.inference_mode():
+            warnings.simplefilter("ignore")  # TracerWarnings on shape checks the check below covers
+            with torch.autocast(device, dtype=torch.bfloat16, enabled=w.bf16, cache_enabled=False):
+                module = torch.jit.trace(
+                    _Hidden(w.model[0].auto_model, keys).eval(), tuple(enc[k] for k in keys), check_trace=False
+                )
+            module = torch.jit.freeze(module.eval())
+        traced = dataclasses.replace(w, traced=module)
+        texts = list(_DIRECT_CHECK)
+        for batch in (texts, texts[:2], texts[1:2]):
+            ours = _encode(traced, tok, batch, traced=True)
+            if float(np.abs(ours - _encode(w, tok, batch)).max()) >= 1e-5:
+                log.warning("embed.trace_differs")
+                return None
+        return module
+    except Exception as exc:
+        log.warning("embed.trace_failed", error=f"{type(exc).__name__}: {exc}")
+        return None
+
+
+def _encode(
+    w: _Loaded, tok: Any, texts: Sequence[str], *, direct: bool | None = None, traced: bool = False
+) -> np.ndarray:
+    """Embed ``texts`` with the calling channel's own tokenizer ``tok`` (see load_tokenizer);
+    ``traced``: through the traced transformer where there is one (the query channel)."""
     import torch
 
     texts = list(texts)
@@ -207,11 +266,12 @@ def _encode(w: _Loaded, tok: Any, texts: Sequence[str], *, direct: bool | None =
     lengths = [len(ids) for ids in w.probe(texts, truncation=True, max_length=w.model.max_seq_length)["input_ids"]]
     out: np.ndarray | None = None
     # Autocast state is per thread: this runs in the thread that encodes.
-    with torch.autocast(w.cfg.device.split(":")[0], dtype=torch.bfloat16, enabled=w.bf16):
+    # No cast cache: the Linear weights are bf16 already, and a traced graph wants none.
+    with torch.autocast(w.cfg.device.split(":")[0], dtype=torch.bfloat16, enabled=w.bf16, cache_enabled=False):
         for batch in length_batches(lengths, w.cfg.batch_size):
             chunk = [texts[i] for i in batch]
             if direct:
-                rows = _mean_pooled(w, tok, chunk)
+                rows = _mean_pooled(w, tok, chunk, traced=traced)
             else:
                 rows = w.model.encode(
                     chunk,
@@ -255,7 +315,7 @@ def _abort() -> None:
     os.abort()
 
 
-def _serve_channel(w: _Loaded, tok: Any, conn: Connection, threads: int) -> None:
+def _serve_channel(w: _Loaded, tok: Any, conn: Connection, threads: int, traced: bool) -> None:
     import torch
 
     crash_marker = os.environ.get(CRASH_MARKER_ENV)
@@ -274,7 +334,7 @@ def _serve_channel(w: _Loaded, tok: Any, conn: Connection, threads: int) -> None
             if crash_marker and any(isinstance(t, str) and crash_marker in t for t in texts):
                 _abort()
             try:
-                reply: tuple[str, Any] = ("ok", _encode(w, tok, texts))
+                reply: tuple[str, Any] = ("ok", _encode(w, tok, texts, traced=traced))
             except Exception as exc:  # one bad input must not end the worker
                 reply = ("error", f"{type(exc).__name__}: {exc}")
             conn.send(reply)
@@ -308,15 +368,20 @@ def serve(path: str, cfg_json: str, ready: Connection, conns: list[Connection]) 
         dim_of = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
         loaded = _Loaded(model, probe, cfg, use_bf16(cfg), direct=False)
         loaded = dataclasses.replace(loaded, direct=_direct_matches(loaded, toks["query"]))
+        if loaded.direct:
+            loaded = dataclasses.replace(loaded, traced=_trace_encoder(loaded, toks["query"]))
     except Exception as exc:
         ready.send(("error", f"{type(exc).__name__}: {exc}"))
         return
-    ready.send(("ready", int(dim_of()), loaded.bf16, loaded.direct))
+    ready.send(("ready", int(dim_of()), loaded.bf16, loaded.direct, loaded.traced is not None))
     ready.close()
     threads_of = {"query": cfg.query_torch_threads or default_threads, "docs": cfg.torch_threads or default_threads}
     threads = [
         threading.Thread(
-            target=_serve_channel, args=(loaded, toks[n], c, threads_of[n]), name=f"embed-{n}", daemon=True
+            target=_serve_channel,
+            args=(loaded, toks[n], c, threads_of[n], n == "query"),
+            name=f"embed-{n}",
+            daemon=True,
         )
         for n, c in zip(CHANNELS, conns, strict=True)
     ]
@@ -344,6 +409,7 @@ class EmbeddingWorker:
         self.dims = 0
         self.bf16 = False
         self.direct = False  # whether the worker skips the pipeline's encode() glue (_mean_pooled)
+        self.traced = False  # whether queries run through the traced transformer (_trace_encoder)
         self.restarts = 0
         self._closed = False
         # Channels with a request in the worker now, and, per dead worker, those that had
@@ -393,9 +459,11 @@ class EmbeddingWorker:
         if msg[0] != "ready":
             proc.join(5)
             raise EmbedderError(f"cannot load embedding model {self._cfg.model!r}: {msg[1]}")
-        self.dims, self.bf16, self.direct = int(msg[1]), bool(msg[2]), bool(msg[3])
+        self.dims, self.bf16, self.direct, self.traced = int(msg[1]), bool(msg[2]), bool(msg[3]), bool(msg[4])
         self._proc, self._conns = proc, {name: parent for name, (parent, _) in pairs.items()}
-        log.info("embed.worker_started", pid=proc.pid, dims=self.dims, bf16=self.bf16, direct=self.direct)
+        log.info(
+            "embed.worker_started", pid=proc.pid, dims=self.dims, bf16=self.bf16, direct=self.direct, traced=self.traced
+        )
 
     def _channel(self, channel: str) -> tuple[Any, Connection]:
         with self._lock:

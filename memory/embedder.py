@@ -141,6 +141,11 @@ class SentenceTransformerEmbedder:
         """Whether the worker runs the bare transformer and pools itself (see embed_worker)."""
         return self._worker.direct
 
+    @property
+    def query_traced(self) -> bool:
+        """Whether the worker encodes queries with the traced transformer (see embed_worker)."""
+        return self._worker.traced
+
     async def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         """Embed chunk texts in batches; returns an ``(n, dims)`` float32 array."""
         if not texts:

@@ -37,6 +37,10 @@ async def test_bfloat16_vectors_match_float32() -> None:
         assert float(qa @ qb) >= 0.9999
         # and they are not the same computation (the setting is not ignored)
         assert not np.array_equal(a, b)
+        # Queries go through the traced transformer, documents through the eager one: in bf16
+        # too, the two give the same vector for the same text.
+        assert b16.query_traced
+        assert np.abs(qb - (await b16.embed_documents([TEXTS[1]]))[0]).max() < 1e-6
     finally:
         f32.close()
         b16.close()
@@ -49,8 +53,9 @@ def test_auto_precision_follows_the_cpu() -> None:
 
 
 async def test_direct_path_gives_the_pipelines_vectors() -> None:
-    """The worker skips sentence-transformers' encode() glue on the packaged model, and its
-    vectors are still the library's own, computed here in this process."""
+    """The worker skips sentence-transformers' encode() glue on the packaged model (and runs
+    queries through a traced transformer), and its vectors are still the library's own,
+    computed here in this process."""
     from sentence_transformers import SentenceTransformer
 
     from memory.embed_worker import _is_mean_pooled_text_model
@@ -59,13 +64,16 @@ async def test_direct_path_gives_the_pipelines_vectors() -> None:
     path = resolve_model_path(EmbeddingConfig().model)
     emb = await SentenceTransformerEmbedder.load(EmbeddingConfig(precision="float32"))
     try:
-        assert emb.direct
+        assert emb.direct and emb.query_traced
         texts = [*TEXTS, "why", "SQLSTATE 40P01"]
-        ours = np.vstack([await emb.embed_documents(texts), await emb.embed_query("deadlock SQLSTATE 40P01")])
+        queries = ["deadlock SQLSTATE 40P01", "why", TEXTS[0]]  # one batch of three, padded
+        ours = np.vstack(
+            [await emb.embed_documents(texts), *await asyncio.gather(*(emb.embed_query(q) for q in queries))]
+        )
     finally:
         emb.close()
     model = SentenceTransformer(path, device="cpu", local_files_only=True)
-    theirs = model.encode([*texts, "deadlock SQLSTATE 40P01"], normalize_embeddings=True, convert_to_numpy=True)
+    theirs = model.encode([*texts, *queries], normalize_embeddings=True, convert_to_numpy=True)
     assert np.abs(ours - theirs).max() < 1e-5
     # A pipeline it does not reproduce (CLS pooling) keeps the library's encode().
     from sentence_transformers.models import Pooling
