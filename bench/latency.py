@@ -12,9 +12,10 @@ daemon's own ``Ingestor``, to save time; queries then do real BM25 + HNSW work).
 Measured, level by level (each level: the baseline first, then the daemon):
 
 * the daemon: plain aiokafka askers (one producer, ``acks=all``, ``linger_ms=0``; one reply
-  reader, ``fetch_max_wait_ms=5``) publish contract requests with ``reply_to`` and
-  ``correlation_id`` headers and time each round trip; every query text is distinct, so
-  the query-embedding cache never answers;
+  reader of a one-partition reply topic, ``fetch_max_wait_ms=--reply-wait-ms``, 500 by
+  default: the broker answers such a fetch when a reply lands) publish contract requests with
+  ``reply_to`` and ``correlation_id`` headers and time each round trip; every query text is
+  distinct, so the query-embedding cache never answers;
 * (a) an empty FastStream handler on the same broker with the same settings (a
   ``KafkaBroker`` subscriber with ``fetch_max_wait_ms=5``, the daemon's worker count, that
   publishes a reply to ``reply_to`` at once, as ``consumers/routers.py`` does);
@@ -74,10 +75,14 @@ BENCH = "latency"
 class Asker:
     """Plain aiokafka request/reply: JSON in, reply_to + correlation_id headers, replies read by id."""
 
-    def __init__(self, bootstrap: str, requests: str, replies: str) -> None:
+    def __init__(self, bootstrap: str, requests: str, replies: str, reply_wait_ms: int) -> None:
         self.bootstrap, self.requests, self.replies = bootstrap, requests, replies
         self.producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=0)
-        self.consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, fetch_max_wait_ms=5, enable_auto_commit=False)
+        # The reply topics here have one partition, whose fetch the broker answers as soon as a
+        # reply lands (see consumers/replies.py), so the reader may wait long instead of polling.
+        self.consumer = AIOKafkaConsumer(
+            bootstrap_servers=bootstrap, fetch_max_wait_ms=reply_wait_ms, enable_auto_commit=False
+        )
         self.pending: dict[str, asyncio.Future[bytes]] = {}
         self.reader: asyncio.Task[None] | None = None
 
@@ -242,6 +247,7 @@ async def main_async(args: argparse.Namespace, servers: Servers) -> Result:
             "graph": args.graph,
             "query_workers": settings.consumer.query_workers,
             "query_fetch_max_wait_ms": settings.consumer.query_fetch_max_wait_ms,
+            "asker_reply_fetch_max_wait_ms": args.reply_wait_ms,
             "topic_partitions": settings.topic_partitions,
         },
         smoke=args.docs < 300 or args.requests < 500,
@@ -273,7 +279,7 @@ async def main_async(args: argparse.Namespace, servers: Servers) -> Result:
         echo = await start_echo(
             servers, echo_requests, settings.consumer.query_workers, settings.consumer.query_fetch_max_wait_ms
         )
-        to_echo = Asker(servers.kafka_bootstrap, echo_requests, f"{name}.echo.replies")
+        to_echo = Asker(servers.kafka_bootstrap, echo_requests, f"{name}.echo.replies", args.reply_wait_ms)
         out: list[dict[str, Any]] = []
         try:
             await to_echo.start()
@@ -339,7 +345,7 @@ async def main_async(args: argparse.Namespace, servers: Servers) -> Result:
         embedding16 = summary_ms(together)
         print(f"16 concurrent query embeddings p50 {embedding16['p50_ms']} ms", flush=True)
 
-        to_daemon = Asker(servers.kafka_bootstrap, settings.topics.requests, f"{name}.my-replies")
+        to_daemon = Asker(servers.kafka_bootstrap, settings.topics.requests, f"{name}.my-replies", args.reply_wait_ms)
         await to_daemon.start()
         for c in levels:
             d = await closed_loop(
@@ -456,6 +462,12 @@ def main() -> None:
     parser.add_argument("--embed-samples", type=int, default=100)
     parser.add_argument("--graph", action="store_true", help="run the daemon with the graph layer on")
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for one reply")
+    parser.add_argument(
+        "--reply-wait-ms",
+        type=int,
+        default=500,
+        help="the askers' reply reader's fetch_max_wait_ms (one-partition reply topics: default 500; 5 polls)",
+    )
     parser.add_argument("--seed", type=int, default=11)
     add_common_args(parser)
     args = parser.parse_args()

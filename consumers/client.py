@@ -1,7 +1,8 @@
 """A small typed async client of the wire contract, on plain aiokafka.
 
 Any language's Kafka client can do the same: publish JSON, set ``reply_to`` and
-``correlation_id`` headers, read the reply topic for the matching ``correlation_id``.
+``correlation_id`` headers (and optionally ``reply_partition``), read the reply topic (or
+that partition of it) for the matching ``correlation_id``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from aiokafka.errors import KafkaError
 
 from consumers.config import Topics
 from consumers.models import ErrorReply, QueryReply
+from consumers.replies import REPLY_PARTITION_HEADER
 from memory.errors import BackendUnavailable, MemdError, NotFound
 
 
@@ -46,12 +48,20 @@ class MemoryClient:
         bootstrap: str,
         topics: Topics | None = None,
         reply_topic: str | None = None,
+        reply_partition: int | None = None,
         timeout_s: float = 30.0,
         kafka_options: dict[str, Any] | None = None,
     ) -> None:
+        """``reply_partition``: read only this partition of the reply topic, and ask the daemon
+        to reply there (the ``reply_partition`` header). Give each client sharing a reply topic
+        its own: none reads the others' replies, and the reader can wait on the broker instead
+        of polling. Without it, the client reads every partition."""
+        if reply_partition is not None and reply_partition < 0:
+            raise ValueError("reply_partition must be >= 0")
         self._bootstrap = bootstrap
         self.topics = topics or Topics()
         self._reply_topic = reply_topic or self.topics.replies
+        self._reply_partition = reply_partition
         self._timeout = timeout_s
         self._options = dict(kafka_options or {})
         self._producer: AIOKafkaProducer | None = None
@@ -83,16 +93,29 @@ class MemoryClient:
     async def _ensure_reader(self) -> None:
         if self._reader is not None:
             return
-        # No consumer group: every client reads every reply partition from "now" and
-        # picks its own correlation ids, so many clients can share one reply topic.
+        # No consumer group: every client reads the reply partitions (all, or its own) from
+        # "now" and picks its own correlation ids, so many clients can share one reply topic.
+        # One partition: a fetch waits on the broker, which answers when a reply lands. Several:
+        # poll every 5 ms, since a broker may hold such a fetch for its whole wait (tansu does).
+        wait_ms = 5 if self._reply_partition is None else 500
         consumer = AIOKafkaConsumer(
-            bootstrap_servers=self._bootstrap, fetch_max_wait_ms=5, enable_auto_commit=False, **self._options
+            bootstrap_servers=self._bootstrap, fetch_max_wait_ms=wait_ms, enable_auto_commit=False, **self._options
         )
         await consumer.start()
         parts = consumer.partitions_for_topic(self._reply_topic)
+        missing = None
         if not parts:
+            missing = f"reply topic {self._reply_topic!r} does not exist"
+        elif self._reply_partition is not None and self._reply_partition not in parts:
+            missing = f"reply topic {self._reply_topic!r} has no partition {self._reply_partition}"
+        if missing is not None:
+            # One turn of the loop first: aiokafka's stop() awaits a task it cancels, and a task
+            # cancelled before it ever ran raises CancelledError out of stop().
+            await asyncio.sleep(0)
             await consumer.stop()
-            raise NotFound(f"reply topic {self._reply_topic!r} does not exist")
+            raise NotFound(missing)
+        if self._reply_partition is not None:
+            parts = {self._reply_partition}
         tps = [TopicPartition(self._reply_topic, p) for p in sorted(parts)]
         consumer.assign(tps)
         await consumer.seek_to_end(*tps)
@@ -170,13 +193,11 @@ class MemoryClient:
         cid = uuid.uuid4().hex
         fut: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
         self._pending[cid] = fut
+        headers = [("reply_to", self._reply_topic.encode()), ("correlation_id", cid.encode())]
+        if self._reply_partition is not None:
+            headers.append((REPLY_PARTITION_HEADER, str(self._reply_partition).encode()))
         try:
-            await self._send(
-                self.topics.requests,
-                payload,
-                key=payload["query_id"],
-                headers=[("reply_to", self._reply_topic.encode()), ("correlation_id", cid.encode())],
-            )
+            await self._send(self.topics.requests, payload, key=payload["query_id"], headers=headers)
             raw = await asyncio.wait_for(fut, timeout=self._timeout)
         finally:
             self._pending.pop(cid, None)

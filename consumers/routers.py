@@ -22,6 +22,7 @@ from consumers.config import ConsumerConfig, Topics
 from consumers.decoding import Decoded, dead_letter, decode_records, tenant_from_topic, valid_topic
 from consumers.models import DlqRecord, ErrorBody, ErrorReply, QueryReply
 from consumers.queries import answer, guess_query_id
+from consumers.replies import PartitionCounts, reply_partition
 from graph.search import ScopedSearch
 from memory.attempts import AttemptCounter
 from memory.errors import MemdError
@@ -94,12 +95,15 @@ def build_router(
     on_assigned: Callable[[str, int], None],
     attempts_counter: AttemptCounter,
     max_attempts: int,
-    publish_reply: Callable[[dict[str, Any], str, str | None], Awaitable[object]],
+    publish_reply: Callable[[dict[str, Any], str, str | None, int | None], Awaitable[object]],
+    partition_counts: PartitionCounts,
     on_query_done: Callable[[float, str], None] = lambda _s, _o: None,
 ) -> KafkaRouter:
     """The daemon's three subscribers: documents, transcripts (batched) and queries.
 
-    ``publish_reply(body, topic, correlation_id)`` publishes a reply (the broker's publish).
+    ``publish_reply(body, topic, correlation_id, partition)`` publishes a reply (the broker's
+    publish; partition None: the default partitioner); ``partition_counts`` checks the
+    partition an asker names (see consumers.replies).
     """
     router = KafkaRouter()
     dlq = router.publisher(topics.dlq, title="dlq", description="Rejected events with the reason.")
@@ -239,8 +243,20 @@ def build_router(
         t0 = time.monotonic()
         target = message.reply_to or topics.replies
         reply: QueryReply | ErrorReply
+        partition: int | None = None
         if valid_topic(target):
-            reply = await answer(record.value, search, tenant_from_topic(record.topic, topics.requests, cfg.tenancy))
+            try:
+                partition = await reply_partition(record.headers, target, partition_counts)
+            except MemdError as exc:
+                # Not answered: the asker reads a partition we cannot reach. The error goes to
+                # the topic, where a reader of every partition (or an operator) sees it.
+                reply = ErrorReply(
+                    query_id=guess_query_id(record.value), error=ErrorBody(code=exc.code, message=str(exc))
+                )
+            else:
+                reply = await answer(
+                    record.value, search, tenant_from_topic(record.topic, topics.requests, cfg.tenancy)
+                )
         else:
             # Never publish to a topic named by garbage; tell the asker on the default topic.
             reply = ErrorReply(
@@ -254,7 +270,7 @@ def build_router(
         QUERY_SECONDS.labels(scope_of(record.value), outcome).observe(time.monotonic() - t0)
         on_query_done(time.monotonic() - t0, outcome)
         try:
-            await publish_reply(reply.model_dump(mode="json"), target, message.correlation_id)
+            await publish_reply(reply.model_dump(mode="json"), target, message.correlation_id, partition)
         except KafkaError as exc:
             log.error("query.reply_failed", topic=target, error=str(exc))
 

@@ -13,6 +13,7 @@ import structlog
 from aiohttp import web
 from faststream.kafka import KafkaBroker
 
+from consumers.replies import PartitionCounts
 from consumers.routers import build_router
 from daemon.connections import kafka_options, redis_client
 from daemon.http import build_app, readiness_checks, start_http
@@ -63,6 +64,7 @@ class Daemon:
     assigned: dict[str, int] = field(default_factory=dict)
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     stopped: bool = False
+    partition_counts: PartitionCounts | None = None
 
     async def stop(self) -> None:
         """Stop consuming (draining in-flight messages), then close clients in reverse order.
@@ -75,6 +77,8 @@ class Daemon:
         log.info("daemon.shutdown_started")
         self.ingestor.stopping.set()
         await self.broker.stop()
+        if self.partition_counts is not None:
+            await self.partition_counts.close()
         if self.graph is not None:
             self.graph.stop.set()
         for task in self.tasks:
@@ -194,7 +198,10 @@ async def start_daemon(settings: Settings, *, ready_timeout_s: float = 120.0) ->
             graceful_timeout=settings.shutdown_timeout_s,
             logger=None,
         )
-        daemon = Daemon(settings, redis, embedder, index, ingestor, retriever, broker, graph)
+        partition_counts = PartitionCounts(settings.kafka_bootstrap, settings.kafka_security.aiokafka_kwargs())
+        daemon = Daemon(
+            settings, redis, embedder, index, ingestor, retriever, broker, graph, partition_counts=partition_counts
+        )
     except BaseException:
         embedder.close()
         raise
@@ -224,7 +231,10 @@ async def start_daemon(settings: Settings, *, ready_timeout_s: float = 120.0) ->
             filter_keys=settings.index.filter_keys,
             max_content_bytes=settings.ingest.max_content_bytes,
             on_assigned=on_assigned,
-            publish_reply=lambda body, topic, cid: broker.publish(body, topic=topic, correlation_id=cid),
+            publish_reply=lambda body, topic, cid, partition: broker.publish(
+                body, topic=topic, correlation_id=cid, partition=partition
+            ),
+            partition_counts=partition_counts,
             on_query_done=status.record_query,
             attempts_counter=AttemptCounter(client=redis, name=settings.index.name),
             max_attempts=settings.ingest.max_attempts,

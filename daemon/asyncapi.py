@@ -33,7 +33,10 @@ def asyncapi_document(settings: Settings, *, version: str = "0.1.0") -> dict[str
     @broker.subscriber(
         t.requests + suffix,
         title="requests",
-        description="Memory queries; headers reply_to (default: the replies topic) and correlation_id.",
+        description=(
+            "Memory queries; headers reply_to (default: the replies topic), correlation_id and, "
+            "optionally, reply_partition (the partition of reply_to the reply goes to)."
+        ),
     )
     @broker.publisher(t.replies, title="replies", schema=QueryReply, description="Results, best first.")
     async def requests(request: QueryRequest) -> QueryReply:

@@ -235,7 +235,7 @@ def _trace_encoder(w: _Loaded, tok: Any) -> Any:
         with warnings.catch_warnings(), torch.inference_mode():
             warnings.simplefilter("ignore")  # TracerWarnings on shape checks the check below covers
             with torch.autocast(device, dtype=torch.bfloat16, enabled=w.bf16, cache_enabled=False):
-                module = torch.jit.trace(
+                module = torch.jit.trace(  # type: ignore[no-untyped-call]
                     _Hidden(w.model[0].auto_model, keys).eval(), tuple(enc[k] for k in keys), check_trace=False
                 )
             module = torch.jit.freeze(module.eval())

@@ -205,6 +205,65 @@ async def test_reply_defaults_to_replies_topic_and_echoes_correlation_id(env) ->
         await other.stop()
 
 
+async def _replies_by_cid(bootstrap: str, topic: str, cids: set[str], timeout: float = 20.0) -> dict[str, Any]:
+    """Every partition of ``topic`` read from the start: correlation_id -> (partition, reply)."""
+    reader = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=5)
+    await reader.start()
+    found: dict[str, Any] = {}
+    try:
+        deadline = time.monotonic() + timeout
+        while not cids <= found.keys() and time.monotonic() < deadline:
+            for records in (await reader.getmany(timeout_ms=100)).values():
+                for r in records:
+                    cid = dict(r.headers).get("correlation_id", b"").decode()
+                    if cid in cids:
+                        found[cid] = (r.partition, json.loads(r.value))
+    finally:
+        await reader.stop()
+    return found
+
+
+async def test_reply_partition_header_routes_the_reply(env) -> None:
+    """reply_partition puts the reply on that partition; garbage or a partition the topic lacks
+    gets an error reply on the topic instead, and the asker's query is not answered."""
+    _, client = env
+    replies = client.topics.replies  # the daemon's own: 2 partitions in these tests
+    cids = {name: uuid.uuid4().hex for name in ("p0", "p1", "garbage", "missing")}
+    partition_header = {"p0": b"0", "p1": b"1", "garbage": b"1; drop", "missing": b"7"}
+    for name, cid in cids.items():
+        await client.send(
+            client.topics.requests,
+            {"query_id": name, "search_text": "pool", "top_k": 1},
+            headers=[
+                ("reply_to", replies.encode()),
+                ("correlation_id", cid.encode()),
+                ("reply_partition", partition_header[name]),
+            ],
+        )
+    found = await _replies_by_cid(client.bootstrap, replies, set(cids.values()))
+    assert found[cids["p0"]][0] == 0 and found[cids["p1"]][0] == 1
+    assert "results" in found[cids["p0"]][1] and "results" in found[cids["p1"]][1]
+    for name, why in (("garbage", "is not a partition number"), ("missing", "has 2 partition(s)")):
+        error = found[cids[name]][1]["error"]
+        assert error["code"] == "invalid_request" and why in error["message"], error
+
+
+async def test_memory_client_reads_only_its_reply_partition(env) -> None:
+    """The typed client with reply_partition asks for it and reads that partition alone."""
+    from consumers.client import MemoryClient
+    from memory.errors import NotFound
+
+    _, client = env
+    async with MemoryClient(bootstrap=client.bootstrap, topics=client.topics, reply_partition=1) as memory:
+        for text in ("pool", "postgres timeout"):
+            reply = await memory.query(text, top_k=1)
+            assert reply.total_retrieved == len(reply.results)
+        assert memory._consumer is not None and {tp.partition for tp in memory._consumer.assignment()} == {1}
+    async with MemoryClient(bootstrap=client.bootstrap, topics=client.topics, reply_partition=5) as memory:
+        with pytest.raises(NotFound, match="no partition 5"):
+            await memory.query("pool")
+
+
 async def test_transcript_is_searchable_and_filterable_by_agent(env) -> None:
     """An observation is indexed as kind=transcript and filterable by agent_id."""
     daemon, client = env
