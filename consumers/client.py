@@ -49,19 +49,26 @@ class MemoryClient:
         topics: Topics | None = None,
         reply_topic: str | None = None,
         reply_partition: int | None = None,
+        reply_fetch_wait_ms: int = 5,
         timeout_s: float = 30.0,
         kafka_options: dict[str, Any] | None = None,
     ) -> None:
         """``reply_partition``: read only this partition of the reply topic, and ask the daemon
         to reply there (the ``reply_partition`` header). Give each client sharing a reply topic
-        its own: none reads the others' replies, and the reader can wait on the broker instead
-        of polling. Without it, the client reads every partition."""
+        its own, so none reads the others' replies. Without it, the client reads every
+        partition.
+
+        ``reply_fetch_wait_ms``: how long the broker may hold the reply reader's fetch. Apache
+        Kafka answers it when a reply lands, so a long wait (500) costs nothing there and
+        saves polling; tansu (the embedded broker) may hold it to the end, hence 5.
+        """
         if reply_partition is not None and reply_partition < 0:
             raise ValueError("reply_partition must be >= 0")
         self._bootstrap = bootstrap
         self.topics = topics or Topics()
         self._reply_topic = reply_topic or self.topics.replies
         self._reply_partition = reply_partition
+        self._reply_wait_ms = reply_fetch_wait_ms
         self._timeout = timeout_s
         self._options = dict(kafka_options or {})
         self._producer: AIOKafkaProducer | None = None
@@ -95,11 +102,11 @@ class MemoryClient:
             return
         # No consumer group: every client reads the reply partitions (all, or its own) from
         # "now" and picks its own correlation ids, so many clients can share one reply topic.
-        # One partition: a fetch waits on the broker, which answers when a reply lands. Several:
-        # poll every 5 ms, since a broker may hold such a fetch for its whole wait (tansu does).
-        wait_ms = 5 if self._reply_partition is None else 500
         consumer = AIOKafkaConsumer(
-            bootstrap_servers=self._bootstrap, fetch_max_wait_ms=wait_ms, enable_auto_commit=False, **self._options
+            bootstrap_servers=self._bootstrap,
+            fetch_max_wait_ms=self._reply_wait_ms,
+            enable_auto_commit=False,
+            **self._options,
         )
         await consumer.start()
         parts = consumer.partitions_for_topic(self._reply_topic)
