@@ -193,7 +193,7 @@ def _role(proc: Any) -> str:
         return "redis"
     if "tansu" in cmd:
         return "tansu broker"
-    if "multiprocessing" in cmd:
+    if "multiprocessing" in cmd and "resource_tracker" not in cmd:
         return "embedding worker"
     return "other"
 
@@ -213,7 +213,9 @@ def cpu_snapshot() -> dict[str, Any]:
         role = _role(proc)
         by_role[role] = by_role.get(role, 0.0) + t.user + t.system
     total = psutil.cpu_times()
-    busy = sum(total) - total.idle - getattr(total, "iowait", 0.0)
+    # Linux counts guest time inside user time, and steal is time the VM did not run at all.
+    not_ours = ("idle", "iowait", "steal", "guest", "guest_nice")
+    busy = sum(total) - sum(getattr(total, f, 0.0) for f in not_ours)
     return {"roles": by_role, "machine": busy, "at": time.perf_counter()}
 
 

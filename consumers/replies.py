@@ -17,7 +17,7 @@ import asyncio
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
-from aiokafka.errors import KafkaError
+from aiokafka.errors import KafkaError, UnknownTopicOrPartitionError
 
 from memory.errors import BackendUnavailable, InvalidRequest
 
@@ -41,40 +41,67 @@ def parse_reply_partition(headers: list[tuple[str, bytes]] | None) -> int | None
     return int(text)
 
 
+class UnknownReplyTopic(InvalidRequest):
+    """The reply_to topic does not exist: the error reply goes to the default reply topic."""
+
+
+# A lookup waits this long at most: a query worker must not hang on a topic nobody created.
+LOOKUP_TIMEOUT_S = 3.0
+
+
 class PartitionCounts:
     """How many partitions a topic has, from the broker's metadata (aiokafka caches it).
 
     Connected on first use: a deployment whose askers never name a reply partition never
-    opens this connection.
+    opens this connection. ``metadata_max_age_ms`` should be the reply producer's, so both
+    learn of new partitions alike; a partition above the known count forces one refresh
+    before it is refused.
     """
 
-    def __init__(self, bootstrap: str, options: dict[str, Any] | None = None) -> None:
+    def __init__(self, bootstrap: str, options: dict[str, Any] | None = None, *, metadata_max_age_ms: int = 30_000):
         self._bootstrap, self._options = bootstrap, dict(options or {})
+        self._max_age_ms = metadata_max_age_ms
         self._producer: AIOKafkaProducer | None = None
         self._lock = asyncio.Lock()
 
-    async def count(self, topic: str) -> int:
-        """Partitions of ``topic`` (0 when the broker does not know it).
+    async def _connected(self) -> AIOKafkaProducer:
+        async with self._lock:
+            if self._producer is None:
+                producer = AIOKafkaProducer(
+                    bootstrap_servers=self._bootstrap,
+                    request_timeout_ms=int(LOOKUP_TIMEOUT_S * 1000),
+                    metadata_max_age_ms=self._max_age_ms,
+                    **self._options,
+                )
+                try:
+                    await producer.start()
+                except BaseException:
+                    await producer.stop()  # its sockets and tasks, even half started
+                    raise
+                self._producer = producer
+            return self._producer
+
+    async def count(self, topic: str, *, refresh: bool = False) -> int:
+        """Partitions of ``topic``; ``refresh`` asks the broker first (else aiokafka's cache).
 
         Raises:
-            BackendUnavailable: the broker cannot be asked.
+            UnknownReplyTopic: the broker does not know the topic.
+            BackendUnavailable: the broker cannot be asked (within LOOKUP_TIMEOUT_S).
         """
         try:
-            async with self._lock:
-                if self._producer is None:
-                    producer = AIOKafkaProducer(
-                        bootstrap_servers=self._bootstrap, request_timeout_ms=10_000, **self._options
-                    )
-                    await producer.start()
-                    self._producer = producer
-            return len(await self._producer.partitions_for(topic) or ())
-        except KafkaError as exc:
-            raise BackendUnavailable(f"partitions of {topic!r} unknown: {exc}") from exc
+            producer = await self._connected()
+            if refresh:
+                await asyncio.wait_for(producer.client.force_metadata_update(), LOOKUP_TIMEOUT_S)
+            return len(await asyncio.wait_for(producer.partitions_for(topic), LOOKUP_TIMEOUT_S) or ())
+        except UnknownTopicOrPartitionError as exc:
+            raise UnknownReplyTopic(f"reply_to topic {topic!r} does not exist") from exc
+        except (KafkaError, TimeoutError) as exc:
+            raise BackendUnavailable(f"partitions of {topic!r} unknown: {type(exc).__name__}: {exc}") from exc
 
     async def close(self) -> None:
         if self._producer is not None:
-            await self._producer.stop()
-            self._producer = None
+            producer, self._producer = self._producer, None
+            await producer.stop()
 
 
 async def reply_partition(headers: list[tuple[str, bytes]] | None, topic: str, counts: PartitionCounts) -> int | None:
@@ -82,12 +109,15 @@ async def reply_partition(headers: list[tuple[str, bytes]] | None, topic: str, c
 
     Raises:
         InvalidRequest: the header is garbage or names a partition ``topic`` does not have.
+        UnknownReplyTopic: ``topic`` does not exist.
         BackendUnavailable: the broker cannot say how many partitions ``topic`` has.
     """
     partition = parse_reply_partition(headers)
     if partition is None:
         return None
     have = await counts.count(topic)
+    if partition >= have:  # partitions may have been added since aiokafka last looked
+        have = await counts.count(topic, refresh=True)
     if partition >= have:
         raise InvalidRequest(
             f"{REPLY_PARTITION_HEADER} {partition} does not exist: topic {topic!r} has {have} partition(s)"

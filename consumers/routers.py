@@ -14,7 +14,6 @@ from typing import Any
 import structlog
 from aiokafka import ConsumerRecord
 from aiokafka.abc import ConsumerRebalanceListener
-from aiokafka.errors import KafkaError
 from faststream import AckPolicy
 from faststream.kafka import KafkaRouter
 
@@ -22,7 +21,7 @@ from consumers.config import ConsumerConfig, Topics
 from consumers.decoding import Decoded, dead_letter, decode_records, tenant_from_topic, valid_topic
 from consumers.models import DlqRecord, ErrorBody, ErrorReply, QueryReply
 from consumers.queries import answer, guess_query_id
-from consumers.replies import PartitionCounts, reply_partition
+from consumers.replies import PartitionCounts, UnknownReplyTopic, reply_partition
 from graph.search import ScopedSearch
 from memory.attempts import AttemptCounter
 from memory.errors import MemdError
@@ -249,10 +248,13 @@ def build_router(
                 partition = await reply_partition(record.headers, target, partition_counts)
             except MemdError as exc:
                 # Not answered: the asker reads a partition we cannot reach. The error goes to
-                # the topic, where a reader of every partition (or an operator) sees it.
+                # the topic (or, when it does not exist, the default one), where a reader of
+                # every partition or an operator sees it.
                 reply = ErrorReply(
                     query_id=guess_query_id(record.value), error=ErrorBody(code=exc.code, message=str(exc))
                 )
+                if isinstance(exc, UnknownReplyTopic):
+                    target = topics.replies
             else:
                 reply = await answer(
                     record.value, search, tenant_from_topic(record.topic, topics.requests, cfg.tenancy)
@@ -271,7 +273,7 @@ def build_router(
         on_query_done(time.monotonic() - t0, outcome)
         try:
             await publish_reply(reply.model_dump(mode="json"), target, message.correlation_id, partition)
-        except KafkaError as exc:
-            log.error("query.reply_failed", topic=target, error=str(exc))
+        except Exception as exc:  # KafkaError, or aiokafka's own check of the partition
+            log.error("query.reply_failed", topic=target, partition=partition, error=f"{type(exc).__name__}: {exc}")
 
     return router

@@ -78,7 +78,10 @@ class Daemon:
         self.ingestor.stopping.set()
         await self.broker.stop()
         if self.partition_counts is not None:
-            await self.partition_counts.close()
+            try:
+                await self.partition_counts.close()
+            except Exception as exc:  # the rest must still be closed
+                log.warning("daemon.close_failed", part="partition_counts", error=str(exc))
         if self.graph is not None:
             self.graph.stop.set()
         for task in self.tasks:
@@ -198,7 +201,11 @@ async def start_daemon(settings: Settings, *, ready_timeout_s: float = 120.0) ->
             graceful_timeout=settings.shutdown_timeout_s,
             logger=None,
         )
-        partition_counts = PartitionCounts(settings.kafka_bootstrap, settings.kafka_security.aiokafka_kwargs())
+        partition_counts = PartitionCounts(
+            settings.kafka_bootstrap,
+            settings.kafka_security.aiokafka_kwargs(),
+            metadata_max_age_ms=settings.consumer.metadata_max_age_ms,
+        )
         daemon = Daemon(
             settings, redis, embedder, index, ingestor, retriever, broker, graph, partition_counts=partition_counts
         )

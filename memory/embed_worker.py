@@ -182,23 +182,36 @@ def _is_mean_pooled_text_model(model: Any) -> bool:
 def _mean_pooled(w: _Loaded, tok: Any, texts: list[str], *, traced: bool = False) -> np.ndarray:
     """One batch through the bare transformer, mean-pooled and normalized (runs under autocast).
 
-    What the pipeline's encode() computes, bit for bit on this model (checked at load), minus
-    its per-call glue: ~1.5 ms of a 9 ms single-query call, ~4 ms of a 16-query one,
-    measured here. Queries are encoded one small batch at a time, so that glue is most of
-    what batching cannot amortize. ``traced`` runs the traced transformer instead of the
-    eager one (the query channel's; see _trace_encoder).
+    What the pipeline's encode() computes (equal within 1e-5, checked at load; bit-identical
+    on this model here), minus its per-call glue: ~1.5 ms of a 9 ms single-query call, ~4 ms
+    of a 16-query one, measured here. Queries are encoded one small batch at a time, so that
+    glue is most of what batching cannot amortize. ``traced`` runs the traced transformer
+    instead of the eager one (the query channel's; see _trace_encoder); should it ever fail
+    on a batch, that batch and every later one run eagerly.
     """
     import torch
 
     enc = tok(texts, padding=True, truncation=True, max_length=w.model.max_seq_length, return_tensors="pt")
+    enc = enc.to(w.cfg.device)
     with torch.inference_mode():
-        if traced and w.traced is not None:
-            hidden = w.traced(*(enc[k] for k in _encoder_inputs(enc)))
-        else:
+        hidden = None
+        if traced and w.traced is not None and not _TRACE_FAILED.is_set():
+            try:
+                hidden = w.traced(*(enc[k] for k in _encoder_inputs(enc)))
+            except Exception as exc:  # a shape the load-time check did not cover
+                _TRACE_FAILED.set()
+                log.error("embed.trace_failed_at_run_time", error=f"{type(exc).__name__}: {exc}")
+        if hidden is None:
             hidden = w.model[0].auto_model(**enc).last_hidden_state
+        # Sums in float32 whatever the hidden states' dtype, as sentence-transformers pools.
         mask = enc["attention_mask"].unsqueeze(-1).expand(hidden.size()).to(hidden.dtype)
-        pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-        return torch.nn.functional.normalize(pooled.float(), p=2, dim=1).numpy()
+        summed = (hidden * mask).sum(1, dtype=torch.float32)
+        pooled = summed / mask.sum(1, dtype=torch.float32).clamp(min=1e-9)
+        return torch.nn.functional.normalize(pooled, p=2, dim=1).cpu().numpy()
+
+
+# Set once the traced transformer has failed on a batch: the worker then stays eager.
+_TRACE_FAILED = threading.Event()
 
 
 def _encoder_inputs(enc: Any) -> list[str]:
@@ -211,7 +224,7 @@ def _trace_encoder(w: _Loaded, tok: Any) -> Any:
     Why: at query sizes (a few short texts) the eager forward pass is mostly per-op dispatch,
     not arithmetic. Traced and frozen, the same ops (the autocast casts recorded into the
     graph) run ~25% faster per call at 1-5 queries and ~10-15% at 16, measured on this
-    machine, with bit-identical vectors. For documents (long batches) it measured no faster,
+    machine, with the same vectors (bit-identical here). For documents (long batches) it measured no faster,
     so only the query channel uses it. The trace is taken on a padded batch: the attention
     mask's code path is recorded, and a batch without padding computes the same through it.
     Verified against the eager path on texts of several lengths before it is used.
@@ -241,10 +254,11 @@ def _trace_encoder(w: _Loaded, tok: Any) -> Any:
             module = torch.jit.freeze(module.eval())
         traced = dataclasses.replace(w, traced=module)
         texts = list(_DIRECT_CHECK)
-        for batch in (texts, texts[:2], texts[1:2]):
+        for batch in (texts, texts[:2], texts[1:2], _QUERY_CHECK):
             ours = _encode(traced, tok, batch, traced=True)
-            if float(np.abs(ours - _encode(w, tok, batch)).max()) >= 1e-5:
-                log.warning("embed.trace_differs")
+            diff = float(np.abs(ours - _encode(w, tok, batch)).max())
+            if _TRACE_FAILED.is_set() or diff >= 1e-5:
+                log.warning("embed.trace_differs", max_abs_diff=diff)
                 return None
         return module
     except Exception as exc:
@@ -286,12 +300,25 @@ def _encode(
     return out if out is not None else np.zeros((0, 0), dtype=np.float32)
 
 
-# Texts of different lengths and cases, so padding, masking and truncation are all exercised.
+# Texts of different lengths, cases and scripts (an empty one, spaces only, non-ASCII), so
+# padding, masking, truncation and the tokenizer's edge cases are all exercised.
 _DIRECT_CHECK = (
     "Connection refused: SQLSTATE 08006 after failover",
     "why",
     "The deploy of build 4411 failed twice on the EU cluster while the cache was being warmed, "
     "and the on-call engineer rolled it back after the error budget alarm fired. " * 12,
+    "",
+    "   ",
+    "  Köln → Zürich: ¿qué pasó? 東京のデプロイは失敗した  ",
+)
+# A query micro-batch as the daemon sends them: several texts of mixed short lengths.
+_QUERY_CHECK = (
+    "pool timeout",
+    "ERR_CONN_RESET_4F2A on db-01",
+    "how do I rotate the TLS certificate of the ingress controller",
+    "why",
+    "deadlock detected SQLSTATE 40P01 in the billing service",
+    "latency",
 )
 
 
@@ -305,7 +332,11 @@ def _direct_matches(w: _Loaded, tok: Any) -> bool:
         log.warning("embed.direct_path_failed", error=f"{type(exc).__name__}: {exc}")
         return False
     theirs = _encode(w, tok, _DIRECT_CHECK, direct=False)
-    return ours.shape == theirs.shape and float(np.abs(ours - theirs).max()) < 1e-5
+    diff = float(np.abs(ours - theirs).max()) if ours.shape == theirs.shape else float("inf")
+    if diff >= 1e-5:
+        log.warning("embed.direct_path_differs", max_abs_diff=diff)
+        return False
+    return True
 
 
 def _abort() -> None:
@@ -364,6 +395,9 @@ def serve(path: str, cfg_json: str, ready: Connection, conns: list[Connection]) 
     try:
         model = _load_model(path, cfg)
         probe = load_tokenizer(path)
+        # Set the probe's truncation once, here: both channel threads use it, and two first
+        # calls at once could both try to switch it ("Already borrowed").
+        probe(["warm"], truncation=True, max_length=model.max_seq_length)
         toks = {name: load_tokenizer(path) for name in CHANNELS}  # one per channel (padding state)
         dim_of = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
         loaded = _Loaded(model, probe, cfg, use_bf16(cfg), direct=False)

@@ -1,10 +1,10 @@
-"""The reply_partition header, parsed (pure)."""
+"""The reply_partition header: parsed (pure), and checked against a topic's partition count."""
 
 from __future__ import annotations
 
 import pytest
 
-from consumers.replies import parse_reply_partition
+from consumers.replies import PartitionCounts, parse_reply_partition, reply_partition
 from memory.errors import InvalidRequest
 
 
@@ -27,3 +27,28 @@ def test_parses_a_partition_number(headers: list[tuple[str, bytes]] | None, want
 def test_garbage_is_an_invalid_request(value: bytes) -> None:
     with pytest.raises(InvalidRequest, match="reply_partition header"):
         parse_reply_partition([("reply_partition", value)])
+
+
+class _Counts(PartitionCounts):
+    """A topic's partition count as the broker would say it, first stale, then refreshed."""
+
+    def __init__(self, cached: int, fresh: int) -> None:
+        super().__init__("unused:9092")
+        self.cached, self.fresh, self.asked = cached, fresh, 0
+
+    async def count(self, topic: str, *, refresh: bool = False) -> int:
+        self.asked += 1
+        return self.fresh if refresh else self.cached
+
+
+async def test_no_header_asks_nothing() -> None:
+    counts = _Counts(2, 2)
+    assert await reply_partition([("reply_to", b"r")], "r", counts) is None and counts.asked == 0
+
+
+async def test_a_partition_beyond_the_cached_count_is_looked_up_again() -> None:
+    assert await reply_partition([("reply_partition", b"3")], "r", _Counts(cached=2, fresh=4)) == 3
+    with pytest.raises(InvalidRequest, match="has 2 partition"):
+        await reply_partition([("reply_partition", b"2")], "r", _Counts(cached=2, fresh=2))
+    counts = _Counts(cached=4, fresh=4)
+    assert await reply_partition([("reply_partition", b"1")], "r", counts) == 1 and counts.asked == 1
