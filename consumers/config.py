@@ -45,13 +45,29 @@ class ConsumerConfig(BaseModel):
         ),
     )
     ingest_max_records: int = Field(128, ge=1, le=10_000, description="Most records handled as one ingest batch.")
-    ingest_fetch_max_wait_ms: int = Field(20, ge=0, le=5000, description="Broker wait for more ingest data.")
+    ingest_fetch_max_wait_ms: int = Field(
+        100,
+        ge=0,
+        le=5000,
+        description=(
+            "Broker wait for more ingest data. Apache Kafka answers early when data arrives; tansu may "
+            "hold a fetch for all of it, so there it adds up to this much to ingest latency, while "
+            "shorter waits poll more (an idle daemon here: 0.30 cores at 20 ms, 0.24 at 100)."
+        ),
+    )
     ingest_batch_timeout_ms: int = Field(50, ge=1, le=10_000, description="How long a batch poll waits for records.")
     query_workers: int = Field(
         32, ge=1, le=256, description="Queries answered concurrently (their embeddings are micro-batched)."
     )
     query_fetch_max_wait_ms: int = Field(
-        5, ge=0, le=5000, description="Broker wait on the request topic; low keeps round trips fast."
+        5,
+        ge=0,
+        le=5000,
+        description=(
+            "Broker wait on the request topic; low keeps round trips fast on tansu, which may hold a "
+            "fetch for all of it (an idle daemon here: 0.30 cores at 5 ms, 0.15 at 100). On Apache "
+            "Kafka, 500 costs no latency."
+        ),
     )
 
 
