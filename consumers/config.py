@@ -46,7 +46,7 @@ class ConsumerConfig(BaseModel):
     )
     ingest_max_records: int = Field(128, ge=1, le=10_000, description="Most records handled as one ingest batch.")
     ingest_fetch_max_wait_ms: int = Field(
-        100,
+        20,
         ge=0,
         le=5000,
         description=(
