@@ -20,6 +20,7 @@ from daemon.http import build_app, readiness_checks, start_http
 from daemon.settings import Settings
 from daemon.status import Sampler, StatusState
 from daemon.topics import ensure_topics
+from graph import communities
 from graph.ner import SpacyNer
 from graph.registry import GraphRegistry
 from graph.search import ScopedSearch
@@ -139,6 +140,13 @@ async def _start_broker(broker: KafkaBroker) -> None:
     broker.running = True
 
 
+async def _preload_graph() -> None:
+    try:
+        await asyncio.to_thread(communities.preload)
+    except Exception as exc:  # the first recompute will say it again, where it matters
+        log.warning("graph.preload_failed", error=f"{type(exc).__name__}: {exc}")
+
+
 async def start_daemon(settings: Settings, *, ready_timeout_s: float = 120.0) -> Daemon:
     """Start everything and return once every subscriber has joined its group.
 
@@ -147,7 +155,13 @@ async def start_daemon(settings: Settings, *, ready_timeout_s: float = 120.0) ->
     """
     offline_environment()
     redis = redis_client(settings)
-    embedder = await SentenceTransformerEmbedder.load(settings.embedding)
+    # The graph layer's heavy imports load while the embedding worker loads its model.
+    preload = asyncio.create_task(_preload_graph()) if settings.graph.enabled else None
+    try:
+        embedder = await SentenceTransformerEmbedder.load(settings.embedding)
+    finally:
+        if preload is not None:
+            await preload
     # Until the Daemon exists, nothing else would stop the embedding worker on a failure.
     try:
         spec = index_spec(
