@@ -269,6 +269,10 @@ async def main_async(args: argparse.Namespace, servers: Servers) -> Result:
 
     rows: dict[str, list[dict[str, Any]]] = {"daemon": [], "echo": []}
 
+    async def run_level(asker: Asker, body: Callable[[], bytes], c: int) -> dict[str, Any]:
+        """One level's closed loop, sized alike for both sides: timed requests and warm-up rounds."""
+        return await closed_loop(asker, body, c, max(args.requests, c * 4), 2 if c <= 16 else 1, args.timeout)
+
     # (a), the empty handler alone, before and after the daemon's phase (a is their mean, as the
     # ingest benchmark brackets its raw baseline): its consumers poll the broker every 5 ms even
     # when idle, and so do the daemon's, so each side is measured with the other stopped
@@ -284,8 +288,7 @@ async def main_async(args: argparse.Namespace, servers: Servers) -> Result:
         try:
             await to_echo.start()
             for c in levels:
-                total, warm = max(args.requests, c * 4), 2 if c <= 16 else 1
-                e = await closed_loop(to_echo, echo_body, c, total, warm, args.timeout)
+                e = await run_level(to_echo, echo_body, c)
                 out.append(e)
                 print(
                     f"{c:>3} askers: empty handler p50 {e['p50_ms']:.1f} p99 {e['p99_ms']:.1f} ms, "
@@ -348,9 +351,7 @@ async def main_async(args: argparse.Namespace, servers: Servers) -> Result:
         to_daemon = Asker(servers.kafka_bootstrap, settings.topics.requests, f"{name}.my-replies", args.reply_wait_ms)
         await to_daemon.start()
         for c in levels:
-            d = await closed_loop(
-                to_daemon, query_body, c, max(args.requests, c * 4), 2 if c <= 16 else 1, args.timeout
-            )
+            d = await run_level(to_daemon, query_body, c)
             rows["daemon"].append(d)
             print(
                 f"{c:>3} askers: daemon p50 {d['p50_ms']:.1f} p95 {d['p95_ms']:.1f} p99 {d['p99_ms']:.1f} ms, "

@@ -42,7 +42,8 @@ def parse_reply_partition(headers: list[tuple[str, bytes]] | None) -> int | None
 
 
 class UnknownReplyTopic(InvalidRequest):
-    """The reply_to topic does not exist: the error reply goes to the default reply topic."""
+    """reply_to names no topic that exists (or no valid topic name at all): the error reply
+    goes to the default reply topic."""
 
 
 # A lookup waits this long at most: a query worker must not hang on a topic nobody created.

@@ -243,31 +243,20 @@ def build_router(
         target = message.reply_to or topics.replies
         reply: QueryReply | ErrorReply
         partition: int | None = None
-        if valid_topic(target):
-            try:
-                partition = await reply_partition(record.headers, target, partition_counts)
-            except MemdError as exc:
-                # Not answered: the asker reads a partition we cannot reach. The error goes to
-                # the topic (or, when it does not exist, the default one), where a reader of
-                # every partition or an operator sees it.
-                reply = ErrorReply(
-                    query_id=guess_query_id(record.value), error=ErrorBody(code=exc.code, message=str(exc))
-                )
-                if isinstance(exc, UnknownReplyTopic):
-                    target = topics.replies
-            else:
-                reply = await answer(
-                    record.value, search, tenant_from_topic(record.topic, topics.requests, cfg.tenancy)
-                )
+        try:
+            if not valid_topic(target):
+                # Never publish to a topic named by garbage; tell the asker on the default topic.
+                raise UnknownReplyTopic(f"reply_to header {target!r} is not a valid topic name")
+            partition = await reply_partition(record.headers, target, partition_counts)
+        except MemdError as exc:
+            # Not answered: the asker reads a topic or partition we cannot reach. The error goes
+            # to the topic (or, when there is none, the default one), where a reader of every
+            # partition or an operator sees it.
+            reply = ErrorReply(query_id=guess_query_id(record.value), error=ErrorBody(code=exc.code, message=str(exc)))
+            if isinstance(exc, UnknownReplyTopic):
+                target = topics.replies
         else:
-            # Never publish to a topic named by garbage; tell the asker on the default topic.
-            reply = ErrorReply(
-                query_id=guess_query_id(record.value),
-                error=ErrorBody(
-                    code="invalid_request", message=f"reply_to header {target!r} is not a valid topic name"
-                ),
-            )
-            target = topics.replies
+            reply = await answer(record.value, search, tenant_from_topic(record.topic, topics.requests, cfg.tenancy))
         outcome = "error" if isinstance(reply, ErrorReply) else "ok"
         QUERY_SECONDS.labels(scope_of(record.value), outcome).observe(time.monotonic() - t0)
         on_query_done(time.monotonic() - t0, outcome)

@@ -9,6 +9,7 @@ graph built from scratch gets the same ids.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import io
 from collections.abc import Sequence
@@ -45,17 +46,23 @@ class Assignment:
     events: list[dict[str, Any]] = field(default_factory=list)  # merges and splits
 
 
+@functools.cache
+def _cdlib_algorithms() -> Any:
+    """cdlib's algorithms module, imported once (stdout redirected only for that import)."""
+    with contextlib.redirect_stdout(io.StringIO()):  # cdlib prints notes on import
+        from cdlib import algorithms
+    return algorithms
+
+
 def preload() -> None:
     """Import cdlib and its Leiden backend now rather than at the first recompute.
 
     Why: the import takes seconds of CPU with the GIL held (measured: ~14% of the daemon
     process's samples over the first 30 s of an ingest benchmark, stalling the event loop and
     NER). The daemon calls this at start-up, while the embedding worker loads its model.
-    It also keeps the stdout redirect below (process-wide) out of a running daemon's threads.
+    It also keeps the import's stdout redirect (process-wide) out of a running daemon's threads.
     """
-    with contextlib.redirect_stdout(io.StringIO()):  # cdlib prints notes on import
-        from cdlib import algorithms  # noqa: F401
-
+    _cdlib_algorithms()
     import igraph  # noqa: F401
     import leidenalg  # noqa: F401
 
@@ -65,9 +72,7 @@ def _leiden(
 ) -> list[frozenset[str]]:
     import networkx as nx
 
-    with contextlib.redirect_stdout(io.StringIO()):  # cdlib prints notes on import
-        from cdlib import algorithms
-
+    algorithms = _cdlib_algorithms()
     # Nodes go in as contiguous ints in sorted-name order: deterministic, and it sidesteps
     # cdlib's conversion, which crashes on bipartite graphs (stars, pairs) with str names.
     # Edges are read apart from nodes while ingestion goes on, so an edge may name an entity

@@ -191,8 +191,7 @@ def _mean_pooled(w: _Loaded, tok: Any, texts: list[str], *, traced: bool = False
     """
     import torch
 
-    enc = tok(texts, padding=True, truncation=True, max_length=w.model.max_seq_length, return_tensors="pt")
-    enc = enc.to(w.cfg.device)
+    enc = _model_inputs(w, tok, texts)
     with torch.inference_mode():
         hidden = None
         if traced and w.traced is not None and not _TRACE_FAILED.is_set():
@@ -214,8 +213,27 @@ def _mean_pooled(w: _Loaded, tok: Any, texts: list[str], *, traced: bool = False
 _TRACE_FAILED = threading.Event()
 
 
+def _model_inputs(w: _Loaded, tok: Any, texts: list[str]) -> Any:
+    """``texts`` tokenized for the bare transformer: padded, truncated, on the model's device."""
+    enc = tok(texts, padding=True, truncation=True, max_length=w.model.max_seq_length, return_tensors="pt")
+    return enc.to(w.cfg.device)
+
+
 def _encoder_inputs(enc: Any) -> list[str]:
     return [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in enc]
+
+
+# How far the fast paths may be from the path they replace (max abs difference per component).
+_SAME_WITHIN = 1e-5
+
+
+def _differs(ours: np.ndarray, theirs: np.ndarray, event: str) -> bool:
+    """Whether two encodings of the same texts differ by ``_SAME_WITHIN`` or more (logged)."""
+    diff = float(np.abs(ours - theirs).max()) if ours.shape == theirs.shape else float("inf")
+    if diff >= _SAME_WITHIN:
+        log.warning(event, max_abs_diff=diff)
+        return True
+    return False
 
 
 def _trace_encoder(w: _Loaded, tok: Any) -> Any:
@@ -242,7 +260,7 @@ def _trace_encoder(w: _Loaded, tok: Any) -> Any:
             return self.model(**dict(zip(self.keys, inputs, strict=True))).last_hidden_state
 
     try:
-        enc = tok(list(_DIRECT_CHECK[:2]), padding=True, truncation=True, return_tensors="pt")
+        enc = _model_inputs(w, tok, list(_DIRECT_CHECK[:2]))
         keys = _encoder_inputs(enc)
         device = w.cfg.device.split(":")[0]
         with warnings.catch_warnings(), torch.inference_mode():
@@ -256,9 +274,7 @@ def _trace_encoder(w: _Loaded, tok: Any) -> Any:
         texts = list(_DIRECT_CHECK)
         for batch in (texts, texts[:2], texts[1:2], _QUERY_CHECK):
             ours = _encode(traced, tok, batch, traced=True)
-            diff = float(np.abs(ours - _encode(w, tok, batch)).max())
-            if _TRACE_FAILED.is_set() or diff >= 1e-5:
-                log.warning("embed.trace_differs", max_abs_diff=diff)
+            if _TRACE_FAILED.is_set() or _differs(ours, _encode(w, tok, batch), "embed.trace_differs"):
                 return None
         return module
     except Exception as exc:
@@ -331,12 +347,7 @@ def _direct_matches(w: _Loaded, tok: Any) -> bool:
     except Exception as exc:
         log.warning("embed.direct_path_failed", error=f"{type(exc).__name__}: {exc}")
         return False
-    theirs = _encode(w, tok, _DIRECT_CHECK, direct=False)
-    diff = float(np.abs(ours - theirs).max()) if ours.shape == theirs.shape else float("inf")
-    if diff >= 1e-5:
-        log.warning("embed.direct_path_differs", max_abs_diff=diff)
-        return False
-    return True
+    return not _differs(ours, _encode(w, tok, _DIRECT_CHECK, direct=False), "embed.direct_path_differs")
 
 
 def _abort() -> None:
