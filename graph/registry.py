@@ -21,6 +21,10 @@ from memory.records import DEFAULT_TENANT, ChunkRecord, MemoryItem
 
 log = structlog.get_logger()
 
+# Pause of a background loop after an unexpected error, so a persistent one logs every few
+# seconds instead of spinning.
+_ERROR_PAUSE_S = 5.0
+
 
 class GraphRegistry:
     """Every tenant has its own graph, communities and stale queue; daemons share the list in Redis."""
@@ -120,6 +124,12 @@ class GraphRegistry:
                 done += result if isinstance(result, int) else 0
         except MemdError as exc:
             log.warning("graph.loop_paused", loop=what, error=str(exc))
+        except Exception as exc:
+            # A bug or a broken install (cdlib failing to import) must not end the loop
+            # silently: the task would be gone and communities never recomputed again.
+            # Logged with its traceback; the loop carries on after a pause.
+            log.exception("graph.loop_failed", loop=what, error=f"{type(exc).__name__}: {exc}")
+            await self._sleep(_ERROR_PAUSE_S)
         return done
 
     async def run_worker(self) -> None:

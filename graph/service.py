@@ -16,7 +16,7 @@ import structlog
 from graph.communities import assign_ids, detect
 from graph.config import GraphConfig
 from graph.extraction import contribution_parts
-from graph.llm import EXTRACT_SYSTEM, SUMMARY_SYSTEM, complete, parse_entities, summary_prompt
+from graph.llm import EXTRACT_SYSTEM, SUMMARY_SYSTEM, LlmFailed, complete, parse_entities, summary_prompt
 from graph.ner import SpacyNer
 from graph.store import ApplyOutcome, Contribution, GraphStore
 from graph.summaries import extractive_summary
@@ -93,7 +93,14 @@ class GraphService:
             )
             self.llm_tokens += res.prompt_tokens + res.completion_tokens
             LLM_TOKENS.labels("extraction").inc(res.prompt_tokens + res.completion_tokens)
-            out.append(parse_entities(res.text))
+            try:
+                out.append(parse_entities(res.text))
+            except LlmFailed as exc:
+                # A reply that is not the JSON asked for would fail the same way on every
+                # redelivery and hold the partition for good: this chunk keeps its
+                # identifier and NER entities instead, and the miss is logged.
+                log.warning("graph.llm_reply_unusable", error=str(exc))
+                out.append([])
         return out
 
     async def extract_many(self, docs: Sequence[Sequence[ChunkRecord]]) -> list[Contribution]:
@@ -203,17 +210,18 @@ class GraphService:
         Returns:
             The report, or ``None`` when not needed or another daemon holds the lock.
         """
-        drift = await self.store.drift()
-        if not force and drift < self._cfg.drift_threshold:
-            return None
-        # During a bulk load drift passes the threshold every few seconds; recomputing that
-        # often would spend the cores on Leiden and re-summaries instead of ingestion.
-        if not force and time.time() - await self.store.last_recompute() < self._cfg.recompute_min_interval_s:
+        if not force and not await self._recompute_due():
             return None
         if not await self.store.lock("recompute", self._owner, ttl_s=600):
             return None
         t0 = time.monotonic()
         try:
+            # Read again under the lock: another daemon may have recomputed (and subtracted
+            # the drift it saw) since the check above; subtracting it twice would take the
+            # drift below zero and delay every later recompute.
+            if not force and not await self._recompute_due():
+                return None
+            drift = await self.store.drift()
             nodes, edges = await self.store.graph()
             raw = await asyncio.to_thread(
                 detect,
@@ -235,10 +243,7 @@ class GraphService:
                 drift_seen=drift,
                 now=now,
             )
-            for cid in result.removed:
-                await self._index.apply(
-                    COMMUNITY_PREFIX + cid, None, [], np.zeros((0, 1), np.float32), self.store.tenant
-                )
+            await self.drop_removed()
         finally:
             await self.store.unlock("recompute", self._owner)
         report = RecomputeReport(
@@ -263,6 +268,34 @@ class GraphService:
         )
         return report
 
+    async def _recompute_due(self) -> bool:
+        if await self.store.drift() < self._cfg.drift_threshold:
+            return False
+        # During a bulk load drift passes the threshold every few seconds; recomputing that
+        # often would spend the cores on Leiden and re-summaries instead of ingestion.
+        return time.time() - await self.store.last_recompute() >= self._cfg.recompute_min_interval_s
+
+    async def drop_removed(self) -> int:
+        """Delete the summary chunks of removed communities from the index; returns how many.
+
+        A recompute records removed ids in the same transaction that forgets them, so a
+        failure here (or a crash) leaves them for the next pass instead of in the index for
+        good. Each delete is versioned with a fresh fencing token: a summary of the old
+        community still being written (an earlier token) can no longer land after it.
+        """
+        done = 0
+        pending = await self.store.pending_drops()
+        live = {c.id for c in await self.store.communities()} if pending else set()
+        for cid in pending:
+            if cid not in live:  # else the id came back in a later recompute: its summary is live
+                token = await self.store.fence()
+                await self._index.apply(
+                    COMMUNITY_PREFIX + cid, token, [], np.zeros((0, 1), np.float32), self.store.tenant
+                )
+            await self.store.dropped(cid)
+            done += 1
+        return done
+
     # -- summaries ---------------------------------------------------------------------
 
     async def _excerpts(self, members: Sequence[str]) -> list[str]:
@@ -275,26 +308,44 @@ class GraphService:
         texts = await self._index.texts(ranked, self.store.tenant)
         return [texts[c] for c in ranked if c in texts]
 
-    async def summarize(self, cid: str) -> SummaryResult | None:
+    async def summarize(self, cid: str, token: int | None = None) -> SummaryResult | None:
         """Write one community's summary, index it as ``kind=community``, clear its mark.
 
         The mark is cleared only if the community was not marked again while this ran.
+        ``token`` is the claim's fencing token (a fresh one when not given): the chunk and
+        the record are stored only if no summary of a later token was, and the record only
+        while the community exists, so a worker whose claim expired mid-summary can never
+        overwrite a newer summary or bring back a removed community's.
 
         Returns:
-            The result, or ``None`` when the community no longer exists (it is dropped).
+            The result, or ``None`` when the community no longer exists (it is dropped) or
+            a later summary or removal superseded this one.
 
         Raises:
             MemdError: the summary could not be written (the caller retries with backoff).
         """
+        if token is None:
+            token = await self.store.fence()
         gen = await self.store.generation(cid)
         comms = {c.id: c for c in await self.store.communities()}
         comm = comms.get(cid)
         if comm is None:
             await self.store.clear_if_unchanged(cid, gen)
             return None
-        members = sorted(comm.members)
-        nodes = await self.store.nodes(members)
-        names = {m: nodes[m][0] if m in nodes else m for m in members}
+        doc_id = COMMUNITY_PREFIX + cid
+        # Members whose every document was deleted since the last recompute are gone from the
+        # graph; membership only changes at a recompute, so drop them here, or the summary
+        # would keep naming what no document says any more.
+        nodes = await self.store.nodes(sorted(comm.members))
+        members = sorted(m for m in comm.members if m in nodes)
+        if not members:
+            wrote = await self._index.apply(doc_id, token, [], np.zeros((0, 1), np.float32), self.store.tenant)
+            cleared = False
+            if wrote.applied:
+                _, cleared = await self.store.commit_summary(cid, token, gen, None)
+            log.info("graph.summary_dropped", community_id=cid, reason="no live members", cleared=cleared)
+            return None
+        names = {m: nodes[m][0] for m in members}
         weights = {m: float(len(await self.store.entity_chunks([m]))) for m in members}
         excerpts = await self._excerpts(members)
         tokens = 0
@@ -325,7 +376,6 @@ class GraphService:
                 word_budget=self._cfg.summary_token_budget,
             )
             model = "extractive"
-        doc_id = COMMUNITY_PREFIX + cid
         now = time.time()
         top = sorted(members, key=lambda m: (-weights[m], m))[:20]
         record = ChunkRecord(
@@ -351,11 +401,17 @@ class GraphService:
         if self._embedder is None:
             raise MemdError("summaries need an embedder")
         vectors = await self._embedder.embed_documents([text])
-        await self._index.apply(doc_id, None, [record], vectors, self.store.tenant)
-        await self.store.write_summary(
-            cid, {"text": text, "model": model, "gen": gen, "written_at": now, "level": comm.level}
-        )
-        cleared = await self.store.clear_if_unchanged(cid, gen)
+        wrote = await self._index.apply(doc_id, token, [record], vectors, self.store.tenant)
+        written = cleared = False
+        if wrote.applied:
+            written, cleared = await self.store.commit_summary(
+                cid, token, gen, {"text": text, "model": model, "gen": gen, "written_at": now, "level": comm.level}
+            )
+        if not written:
+            # A later claim's summary, or the community's removal, got there first; a removal
+            # deletes the chunk under its own (later) token.
+            log.info("graph.summary_superseded", community_id=cid, token=token)
+            return None
         self.summaries_written += 1
         SUMMARIES_WRITTEN.inc()
         await self.store.incr("summaries_written")
@@ -371,15 +427,18 @@ class GraphService:
     async def work_once(self) -> int:
         """Summarize what is due right now (used by the worker and by tests). Returns how many."""
         done = 0
+        await self.drop_removed()
         for cid in await self.due(max(self._cfg.summarizer_concurrency, 1) * 4):
             await self._yield_to_ingestion()
             if self.stop.is_set():
                 break
-            if not await self.store.claim(cid, self._owner, self._cfg.claim_ttl_s):
+            # Taken only while still due: another worker may have summarized it since `due`.
+            token = await self.store.claim(cid, self._owner, self._cfg.claim_ttl_s)
+            if token is None:
                 continue
             try:
-                await self.summarize(cid)
-                done += 1
+                if await self.summarize(cid, token) is not None:
+                    done += 1
             except MemdError as exc:
                 attempts = await self.store.failures(cid) + 1
                 delay = min(self._cfg.summary_retry_initial_s * 2 ** (attempts - 1), self._cfg.summary_retry_max_s)
@@ -389,7 +448,7 @@ class GraphService:
                     "graph.summary_failed", community_id=cid, attempts=attempts, retry_in_s=delay, error=str(exc)
                 )
             finally:
-                await self.store.release(cid)
+                await self.store.release(cid, self._owner, token)
             await self._sleep(60.0 / self._cfg.summarizer_rate_per_min)
         return done
 

@@ -43,6 +43,8 @@ if refresh == '1' then
   if ver == '' or not old or old.v ~= ver or old.d then return {0, '[]', '[]'} end
 elseif ver ~= '' and old and type(old.v) == 'string' and not vgt(ver, old.v) then
   return {0, '[]', '[]'}  -- a replay
+elseif ver == '' and oldj and oldj == newj then
+  return {0, '[]', '[]'}  -- an unversioned item delivered again, unchanged (at-least-once)
 end
 local touched, inold, innew, delta = {}, {}, {}, {}
 if old then
@@ -116,6 +118,7 @@ for cid, _ in pairs(marked) do
     redis.call('ZADD', P .. ':stale_q', now, cid)
   end
   redis.call('HSET', P .. ':stale', cid, cjson.encode(rec))
+  redis.call('ZADD', P .. ':stale_first', 'NX', rec.first, cid)
   redis.call('SADD', P .. ':stale_docs:' .. cid, doc)
   redis.call('HINCRBY', P .. ':gen', cid, 1)
 end
@@ -128,9 +131,52 @@ local cur = redis.call('HGET', P .. ':gen', cid) or '0'
 if cur ~= gen then return 0 end
 redis.call('HDEL', P .. ':stale', cid)
 redis.call('ZREM', P .. ':stale_q', cid)
+redis.call('ZREM', P .. ':stale_first', cid)
 redis.call('DEL', P .. ':stale_docs:' .. cid)
 redis.call('HDEL', P .. ':failures', cid)
 return 1
+"""
+
+# A claim is taken only while the community is due (still stale, its backoff over), so a
+# worker that read an old due list never redoes what another worker just finished. The
+# claim's value carries a fencing token from one counter: later claims get larger tokens.
+_CLAIM = r"""
+local P, cid, owner, ttl, now = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
+local score = redis.call('ZSCORE', P .. ':stale_q', cid)
+if not score or tonumber(score) > now then return 0 end
+local token = redis.call('INCR', P .. ':fence')
+if not redis.call('SET', P .. ':claim:' .. cid, owner .. '|' .. token, 'NX', 'PX', ttl) then return 0 end
+return token
+"""
+
+# Delete a key only while it still holds our value (a lease that expired may be someone else's now).
+_RELEASE = r"""
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+# Store a summary record only if the community still exists and no summary of a later token
+# was stored; then clear the mark unless the community was marked again since ``gen``.
+# Returns {written, cleared}.
+_COMMIT_SUMMARY = r"""
+local P, cid, token, gen = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
+if redis.call('HEXISTS', P .. ':comms', cid) == 0 then return {0, 0} end
+local skey = P .. ':summary:' .. cid
+local stored = redis.call('HGET', skey, 'token')
+if stored and tonumber(stored) >= token then return {0, 0} end
+redis.call('DEL', skey)
+if #ARGV > 4 then
+  for i = 5, #ARGV, 2 do redis.call('HSET', skey, ARGV[i], ARGV[i + 1]) end
+  redis.call('HSET', skey, 'token', ARGV[3])
+end
+local cur = redis.call('HGET', P .. ':gen', cid) or '0'
+if cur ~= gen then return {1, 0} end
+redis.call('HDEL', P .. ':stale', cid)
+redis.call('ZREM', P .. ':stale_q', cid)
+redis.call('ZREM', P .. ':stale_first', cid)
+redis.call('DEL', P .. ':stale_docs:' .. cid)
+redis.call('HDEL', P .. ':failures', cid)
+return {1, 1}
 """
 
 
@@ -184,6 +230,9 @@ class GraphStore:
         self.prefix = "{" + f"{name}:{tenant}" + "}:g"
         self._apply = client.register_script(_APPLY)
         self._clear = client.register_script(_CLEAR_IF_GEN)
+        self._claim = client.register_script(_CLAIM)
+        self._release = client.register_script(_RELEASE)
+        self._commit = client.register_script(_COMMIT_SUMMARY)
 
     def _k(self, suffix: str) -> str:
         return f"{self.prefix}:{suffix}"
@@ -317,9 +366,16 @@ class GraphStore:
                 )
             if ent_comm:
                 pipe.hset(self._k("ent_comm"), mapping={k: json.dumps(sorted(v)) for k, v in ent_comm.items()})
+            # A removed community's summary chunk is deleted from the index after this
+            # transaction; until that succeeds its id waits here (see pending_drops).
+            if removed:
+                pipe.sadd(self._k("pending_drop"), *sorted(removed))
+            if communities:
+                pipe.srem(self._k("pending_drop"), *sorted(c.id for c in communities))
             for cid in removed:
                 pipe.hdel(self._k("stale"), cid)
                 pipe.zrem(self._k("stale_q"), cid)
+                pipe.zrem(self._k("stale_first"), cid)
                 pipe.delete(self._k(f"stale_docs:{cid}"), self._k(f"summary:{cid}"))
                 pipe.hdel(self._k("gen"), cid)
                 pipe.hdel(self._k("failures"), cid)
@@ -329,6 +385,7 @@ class GraphStore:
                     self._k("stale"), cid, json.dumps({"level": levels[cid], "first": now, "last": now, "count": 0})
                 )
                 pipe.zadd(self._k("stale_q"), {cid: now}, nx=True)
+                pipe.zadd(self._k("stale_first"), {cid: now}, nx=True)
                 pipe.hincrby(self._k("gen"), cid, 1)
             pipe.decrby(self._k("drift"), drift_seen)
             pipe.set(self._k("last_recompute"), repr(now))
@@ -338,10 +395,17 @@ class GraphStore:
             await pipe.execute()
 
     async def stale(self, limit: int = 100) -> tuple[int, list[StaleItem]]:
-        """Queue depth and the oldest ``limit`` stale communities, oldest first."""
+        """Queue depth and the oldest ``limit`` stale communities, oldest first.
+
+        Ordered by when each was first marked (``stale_first``), not by the work queue's
+        score: a failed summary's score is its retry time, and ordering by it would hide the
+        oldest communities exactly while summaries fail.
+        """
         async with translate_errors("stale read"):
             depth = int(await self._r.zcard(self._k("stale_q")))
-            cids = [_s(c) for c in await self._r.zrange(self._k("stale_q"), 0, max(limit, 1) - 1)]
+            if depth != int(await self._r.zcard(self._k("stale_first"))):
+                await self._repair_stale_first()
+            cids = [_s(c) for c in await self._r.zrange(self._k("stale_first"), 0, max(limit, 1) - 1)]
             recs = await self._r.hmget(self._k("stale"), cids) if cids else []
             items = []
             for cid, rec in zip(cids, recs, strict=True):
@@ -353,6 +417,20 @@ class GraphStore:
                     StaleItem(cid, int(d["level"]), float(d["first"]), float(d["last"]), int(d["count"]), docs)
                 )
         return depth, items
+
+    async def _repair_stale_first(self) -> None:
+        """Rebuild the first-marked index from the queue (stores written before it existed)."""
+        queued = {_s(c) for c in await self._r.zrange(self._k("stale_q"), 0, -1)}
+        listed = {_s(c) for c in await self._r.zrange(self._k("stale_first"), 0, -1)}
+        if listed - queued:
+            await self._r.zrem(self._k("stale_first"), *sorted(listed - queued))
+        missing = sorted(queued - listed)
+        if missing:
+            recs = await self._r.hmget(self._k("stale"), missing)
+            firsts = {
+                c: float(json.loads(r)["first"]) if r else time.time() for c, r in zip(missing, recs, strict=True)
+            }
+            await self._r.zadd(self._k("stale_first"), firsts, nx=True)
 
     async def is_stale(self, cids: Sequence[str]) -> dict[str, bool]:
         """Whether each community's summary is stale right now."""
@@ -372,15 +450,56 @@ class GraphStore:
         async with translate_errors("stale clear"):
             return bool(await self._clear(keys=[self._k("stale")], args=[self.prefix, cid, gen]))
 
-    async def claim(self, cid: str, owner: str, ttl_s: float) -> bool:
-        """A short lease on summarizing one community, so daemons never duplicate work."""
-        async with translate_errors("claim"):
-            return bool(await self._r.set(self._k(f"claim:{cid}"), owner, nx=True, px=int(ttl_s * 1000)))
+    async def claim(self, cid: str, owner: str, ttl_s: float, *, now: float | None = None) -> int | None:
+        """A short lease on summarizing one community that is due, so daemons never duplicate work.
 
-    async def release(self, cid: str) -> None:
-        """Give a claim back."""
+        Returns:
+            The lease's fencing token (larger for every later claim, cluster-wide), or
+            ``None`` when another worker holds the community or it is not due any more.
+        """
         async with translate_errors("claim"):
-            await self._r.delete(self._k(f"claim:{cid}"))
+            token = await self._claim(
+                keys=[self._k(f"claim:{cid}")],
+                args=[self.prefix, cid, owner, int(ttl_s * 1000), repr(now if now is not None else time.time())],
+            )
+        return int(token) or None
+
+    async def release(self, cid: str, owner: str, token: int) -> None:
+        """Give a claim back, if it is still this lease (an expired one may be another's now)."""
+        async with translate_errors("claim"):
+            await self._release(keys=[self._k(f"claim:{cid}")], args=[f"{owner}|{token}"])
+
+    async def fence(self) -> int:
+        """A new fencing token (for writes of community chunks outside a claim)."""
+        async with translate_errors("claim"):
+            return int(await self._r.incr(self._k("fence")))
+
+    async def commit_summary(self, cid: str, token: int, gen: str, summary: dict[str, Any] | None) -> tuple[bool, bool]:
+        """Store a summary record (``None``: drop it) and clear the mark, fenced by ``token``.
+
+        Nothing is stored when the community no longer exists or a summary of a later token
+        is already stored; the mark is cleared only if the community was not marked again
+        since ``gen``.
+
+        Returns:
+            (written, cleared).
+        """
+        fields: list[str] = []
+        for k, v in (summary or {}).items():
+            fields += [k, json.dumps(v)]
+        async with translate_errors("summary write"):
+            res = await self._commit(keys=[self._k(f"summary:{cid}")], args=[self.prefix, cid, token, gen, *fields])
+        return bool(int(res[0])), bool(int(res[1]))
+
+    async def pending_drops(self) -> list[str]:
+        """Removed communities whose summary chunks may still be in the index."""
+        async with translate_errors("graph read"):
+            return sorted(_s(c) for c in await self._r.smembers(self._k("pending_drop")))
+
+    async def dropped(self, cid: str) -> None:
+        """A removed community's summary chunk is gone from the index."""
+        async with translate_errors("graph write"):
+            await self._r.srem(self._k("pending_drop"), cid)
 
     async def record_failure(self, cid: str, retry_at: float) -> int:
         """Count a failed summary and defer the community until ``retry_at``; returns attempts."""
@@ -389,11 +508,6 @@ class GraphStore:
             await self._r.zadd(self._k("stale_q"), {cid: retry_at}, xx=True)
             await self._r.incr(self._k("summary_failures"))
         return attempts
-
-    async def write_summary(self, cid: str, summary: dict[str, Any]) -> None:
-        """Store a community's summary record."""
-        async with translate_errors("summary write"):
-            await self._r.hset(self._k(f"summary:{cid}"), mapping={k: json.dumps(v) for k, v in summary.items()})
 
     async def summary(self, cid: str) -> dict[str, Any] | None:
         """A community's summary record, if written."""
@@ -407,10 +521,9 @@ class GraphStore:
             return bool(await self._r.set(self._k(f"lock:{name}"), owner, nx=True, px=int(ttl_s * 1000)))
 
     async def unlock(self, name: str, owner: str) -> None:
-        """Release a lock this owner holds."""
+        """Release a lock this owner holds (one atomic compare-and-delete)."""
         async with translate_errors("lock"):
-            if _s(await self._r.get(self._k(f"lock:{name}")) or b"") == owner:
-                await self._r.delete(self._k(f"lock:{name}"))
+            await self._release(keys=[self._k(f"lock:{name}")], args=[owner])
 
     async def counter(self, name: str) -> int:
         """A graph counter (``summary_failures``, ``summaries_written``)."""

@@ -1,0 +1,311 @@
+"""Graph work shared by several daemons, on real Redis: claims, fencing, drops, the stale view.
+
+Contributions go to the store directly (no NER): these tests are about coordination, not
+extraction. Summaries are embedded by the real model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+import redis.asyncio as aredis
+from structlog.testing import capture_logs
+
+from graph import communities
+from graph.config import GraphConfig
+from graph.registry import GraphRegistry
+from graph.service import COMMUNITY_PREFIX, GraphService
+from graph.store import Contribution, GraphStore
+from memory.config import IndexConfig
+from memory.errors import BackendUnavailable
+from memory.index import ChunkIndex
+from tests.conftest import unique
+from tests.integration.test_graph import GatedEmbedder
+
+pytestmark = pytest.mark.integration
+
+
+def contrib(chunk: str, *keys: str, names: dict[str, str] | None = None) -> Contribution:
+    """One chunk in which every entity co-occurs with every other."""
+    names = names or {}
+    ks = sorted(keys)
+    return Contribution(
+        entities={k: (names.get(k, k), "concept", [chunk]) for k in ks},
+        edges={(a, b): 1 for i, a in enumerate(ks) for b in ks[i + 1 :]},
+    )
+
+
+class Daemons:
+    """Two daemons' graph services over one Redis and one index."""
+
+    def __init__(self, client: aredis.Redis, index: ChunkIndex, name: str, embedder: Any, **cfg: Any) -> None:
+        self.client, self.index, self.name = client, index, name
+        conf = GraphConfig(summarizer_rate_per_min=60_000, summarizer_quiet_s=0, **cfg)
+        self.store = GraphStore(client=client, name=name)
+        self.a = GraphService(store=self.store, index=index, embedder=embedder, ner=None, cfg=conf)
+        self.b = GraphService(
+            store=GraphStore(client=client, name=name), index=index, embedder=embedder, ner=None, cfg=conf
+        )
+
+    async def summary_chunk(self, cid: str) -> str | None:
+        return (await self.index.texts([COMMUNITY_PREFIX + cid])).get(COMMUNITY_PREFIX + cid)
+
+
+async def make(redis_url: str, embedder: Any, name: str, **cfg: Any) -> Daemons:
+    client = aredis.from_url(redis_url)
+    index = ChunkIndex(client=client, cfg=IndexConfig(name=name), dims=embedder.dims)
+    await index.drop()
+    await index.ensure()
+    return Daemons(client, index, name, GatedEmbedder(embedder), **cfg)
+
+
+@pytest.fixture
+async def two(redis_url: str, embedder: Any, request: pytest.FixtureRequest) -> Any:
+    d = await make(redis_url, embedder, unique(request.node.nodeid))
+    yield d
+    await d.client.aclose()
+
+
+async def one_community(d: Daemons) -> str:
+    await d.store.apply("doc1", 1, contrib("doc1#0", "alpha-svc", "beta-svc", "gamma-svc"))
+    await d.a.recompute(force=True)
+    (comm,) = await d.store.communities()
+    return comm.id
+
+
+async def test_an_expired_claim_released_late_keeps_the_new_holder(two: Daemons) -> None:
+    """A's claim expires, B claims; A's late release must not free B's claim for a third daemon."""
+    cid = await one_community(two)
+    token_a = await two.store.claim(cid, "daemon-a", ttl_s=0.05)
+    assert token_a is not None
+    await asyncio.sleep(0.1)
+    token_b = await two.store.claim(cid, "daemon-b", ttl_s=30)
+    assert token_b is not None and token_b > token_a
+    await two.store.release(cid, "daemon-a", token_a)
+    assert await two.store.claim(cid, "daemon-c", ttl_s=30) is None
+    await two.store.release(cid, "daemon-b", token_b)
+    assert await two.store.claim(cid, "daemon-c", ttl_s=30) is not None
+
+
+async def test_a_claim_is_refused_once_the_community_is_not_due(two: Daemons) -> None:
+    """A worker holding an old due list cannot redo a community another worker just finished."""
+    cid = await one_community(two)
+    due_before = await two.b.due(10)
+    assert due_before == [cid]
+    assert await two.a.work_once() == 1  # A summarizes and clears
+    assert await two.store.claim(cid, "daemon-b", ttl_s=30) is None  # B's list is out of date
+    # A failed community is not due before its backoff either.
+    await two.store.apply("doc1", 2, contrib("doc1#0", "alpha-svc", "beta-svc", "gamma-svc", "delta-svc"))
+    await two.store.record_failure(cid, time.time() + 60)
+    assert await two.store.claim(cid, "daemon-b", ttl_s=30) is None
+
+
+async def test_two_workers_write_one_summary_per_stale_community(two: Daemons) -> None:
+    """Both daemons' workers run at once over two stale communities: two summaries, not more."""
+    await two.store.apply("doc1", 1, contrib("doc1#0", "alpha-svc", "beta-svc", "gamma-svc"))
+    await two.store.apply("doc2", 1, contrib("doc2#0", "x-svc", "y-svc", "z-svc"))
+    await two.a.recompute(force=True)
+    assert len(await two.store.communities()) == 2
+    done = await asyncio.gather(two.a.work_once(), two.b.work_once())
+    assert sum(done) == 2 and await two.store.counter("summaries_written") == 2
+    assert (await two.store.stale())[0] == 0
+
+
+async def test_a_summary_from_an_earlier_lease_never_replaces_a_later_one(two: Daemons) -> None:
+    """A stalls past its claim; B summarizes the newer state; A's late write is refused."""
+    cid = await one_community(two)
+    embedder: GatedEmbedder = two.a._embedder  # type: ignore[assignment]
+    embedder.armed = True
+    early = await two.store.fence()
+    task = asyncio.create_task(two.a.summarize(cid, early))
+    await asyncio.wait_for(embedder.entered.wait(), 30)  # A's text is built, not yet stored
+    await two.store.apply(
+        "doc1", 2, contrib("doc1#0", "alpha-svc", "beta-svc", "gamma-svc", "delta-svc"), now=time.time()
+    )
+    gen_b = await two.store.generation(cid)
+    later = await two.b.summarize(cid)
+    assert later is not None and later.cleared
+    embedder.release.set()
+    assert await task is None  # superseded
+    summary = await two.store.summary(cid)
+    assert summary is not None and summary["gen"] == gen_b and summary["text"] == later.text
+    assert await two.summary_chunk(cid) == later.text
+    assert (await two.store.is_stale([cid]))[cid] is False
+
+
+async def test_a_community_removed_mid_summary_does_not_come_back(two: Daemons) -> None:
+    """The summary being written when a recompute removes its community never reaches the index."""
+    cid = await one_community(two)
+    embedder: GatedEmbedder = two.a._embedder  # type: ignore[assignment]
+    embedder.armed = True
+    task = asyncio.create_task(two.a.summarize(cid))
+    await asyncio.wait_for(embedder.entered.wait(), 30)
+    await two.store.apply("doc1", 2, None)
+    await two.store.apply("doc2", 1, contrib("doc2#0", "x-svc", "y-svc", "z-svc"))
+    report = await two.b.recompute(force=True)
+    assert report is not None and cid in report.removed
+    embedder.release.set()
+    assert await task is None
+    assert cid not in {c.id for c in await two.store.communities()}
+    assert await two.summary_chunk(cid) is None
+    assert await two.store.summary(cid) is None
+    assert await two.store.pending_drops() == []
+
+
+async def test_a_failed_drop_of_a_removed_summary_is_retried(two: Daemons, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Redis fails while a recompute deletes a removed community's chunk: the next pass deletes it."""
+    cid = await one_community(two)
+    assert await two.a.work_once() == 1 and await two.summary_chunk(cid) is not None
+    await two.store.apply("doc1", 2, None)
+    await two.store.apply("doc2", 1, contrib("doc2#0", "x-svc", "y-svc", "z-svc"))
+    real_apply = two.index.apply
+
+    async def failing_apply(doc_id: str, *args: Any, **kwargs: Any) -> Any:
+        if doc_id.startswith(COMMUNITY_PREFIX):
+            raise BackendUnavailable("redis went away")
+        return await real_apply(doc_id, *args, **kwargs)
+
+    monkeypatch.setattr(two.index, "apply", failing_apply)
+    with pytest.raises(BackendUnavailable):
+        await two.a.recompute(force=True)
+    assert cid not in {c.id for c in await two.store.communities()}
+    assert await two.store.pending_drops() == [cid] and await two.summary_chunk(cid) is not None
+    monkeypatch.setattr(two.index, "apply", real_apply)
+    await two.b.work_once()
+    assert await two.summary_chunk(cid) is None and await two.store.pending_drops() == []
+
+
+async def test_a_re_summary_after_a_delete_names_only_live_entities(two: Daemons) -> None:
+    """Membership changes only at a recompute; a summary in between leaves out deleted entities."""
+    await two.store.apply("doc1", 1, contrib("doc1#0", "acme-gateway", "shared-db"))
+    await two.store.apply("doc2", 1, contrib("doc2#0", "shared-db", "project-x-service"))
+    await two.a.recompute(force=True)
+    (comm,) = await two.store.communities()
+    assert await two.a.work_once() == 1
+    await two.store.apply("doc2", 2, None)  # project-x-service is in no document any more
+    assert (await two.store.is_stale([comm.id]))[comm.id] is True
+    assert await two.a.work_once() == 1
+    summary = await two.store.summary(comm.id)
+    assert summary is not None and "project-x-service" not in summary["text"]
+    assert "acme-gateway" in summary["text"]
+    # Every member gone: the summary is dropped, not rewritten from the member list.
+    await two.store.apply("doc1", 2, None)
+    await two.a.work_once()
+    assert await two.summary_chunk(comm.id) is None and await two.store.summary(comm.id) is None
+    assert (await two.store.stale())[0] == 0
+
+
+async def test_an_unversioned_item_delivered_again_marks_nothing(two: Daemons) -> None:
+    """At-least-once redelivery of an unchanged transcript turn is not a change."""
+    await two.store.apply("turn-1", None, contrib("turn-1#0", "alpha-svc", "beta-svc"))
+    await two.a.recompute(force=True)
+    assert await two.a.work_once() == 1
+    drift = await two.store.drift()
+    again = await two.store.apply("turn-1", None, contrib("turn-1#0", "alpha-svc", "beta-svc"))
+    assert not again.applied and again.marked == []
+    assert (await two.store.stale())[0] == 0 and await two.store.drift() == drift
+    changed = await two.store.apply("turn-1", None, contrib("turn-1#0", "alpha-svc", "beta-svc", "gamma-svc"))
+    assert changed.applied and changed.marked
+
+
+async def test_drift_is_read_again_under_the_recompute_lock(redis_url: str, embedder: Any) -> None:
+    """Another daemon recomputing between A's check and A's lock must not make A subtract drift twice."""
+    d = await make(redis_url, embedder, unique("drift-lock"), drift_threshold=2, recompute_min_interval_s=0)
+    try:
+        await d.store.apply("doc1", 1, contrib("doc1#0", "alpha-svc", "beta-svc", "gamma-svc"))
+        real_lock = d.a.store.lock
+
+        async def lock_after_b_recomputed(name: str, owner: str, ttl_s: float) -> bool:
+            assert await d.b.recompute() is not None
+            return await real_lock(name, owner, ttl_s)
+
+        d.a.store.lock = lock_after_b_recomputed  # type: ignore[method-assign]
+        assert await d.a.recompute() is None
+        assert await d.store.drift() == 0
+    finally:
+        await d.client.aclose()
+
+
+async def test_the_stale_view_keeps_a_failing_community_oldest(two: Daemons) -> None:
+    """A failed summary moves its retry time, not its place in the operators' oldest-first view."""
+    await two.store.apply("doc1", 1, contrib("doc1#0", "alpha-svc", "beta-svc"))
+    await two.store.apply("doc2", 1, contrib("doc2#0", "x-svc", "y-svc"))
+    await two.a.recompute(force=True)
+    while await two.a.work_once():
+        pass
+    await two.store.apply("doc1", 2, contrib("doc1#0", "alpha-svc", "beta-svc", "gamma-svc"), now=1000.0)
+    await two.store.apply("doc2", 2, contrib("doc2#0", "x-svc", "y-svc", "z-svc"), now=2000.0)
+    (first,) = [c.id for c in await two.store.communities() if "alpha-svc" in c.members]
+    await two.store.record_failure(first, time.time() + 3600)
+    depth, items = await two.store.stale(limit=1)
+    assert depth == 2 and items[0].community_id == first and items[0].first_marked_at == 1000.0
+
+
+async def test_a_stale_view_of_an_older_store_is_rebuilt(two: Daemons) -> None:
+    """Stores written before the first-marked index existed are listed all the same."""
+    cid = await one_community(two)
+    await two.store._r.delete(two.store._k("stale_first"))
+    depth, items = await two.store.stale()
+    assert depth == 1 and [i.community_id for i in items] == [cid]
+
+
+async def test_a_background_loop_logs_an_unexpected_error_and_carries_on(
+    redis_url: str, embedder: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """cdlib failing to import must be logged, and the recompute loop must live to try again."""
+    name = unique("loop-error")
+    d = await make(redis_url, embedder, name)
+    reg = GraphRegistry(
+        client=d.client,
+        name=name,
+        index=d.index,
+        embedder=None,
+        ner=None,
+        cfg=GraphConfig(drift_threshold=1, recompute_min_interval_s=0, recompute_check_s=0.05),
+    )
+    await d.client.sadd(f"{name}:tenants", "default")  # as a daemon that saw the tenant would
+    await reg.service("default").store.apply("doc1", 1, contrib("doc1#0", "alpha-svc", "beta-svc"))
+    calls: list[int] = []
+
+    def broken() -> Any:
+        calls.append(1)
+        raise ModuleNotFoundError("No module named 'leidenalg'")
+
+    monkeypatch.setattr(communities, "_cdlib_algorithms", broken)
+    monkeypatch.setattr("graph.registry._ERROR_PAUSE_S", 0.05)
+    with capture_logs() as logs:
+        task = asyncio.create_task(reg.run_recompute())
+        for _ in range(200):
+            if len(calls) >= 2:
+                break
+            await asyncio.sleep(0.02)
+    try:
+        assert len(calls) >= 2 and not task.done()
+        assert any(e["event"] == "graph.loop_failed" and "leidenalg" in e["error"] for e in logs)
+    finally:
+        reg.stop.set()
+        await asyncio.wait_for(task, 10)
+        await d.client.aclose()
+
+
+async def test_an_unusable_llm_extraction_reply_keeps_the_other_entities(redis_url: str, embedder: Any) -> None:
+    """A reply that is not the JSON asked for fails the same way every time: it must not be retried forever."""
+    d = await make(redis_url, embedder, unique("llm-bad-reply"))
+    try:
+        svc = GraphService(
+            store=d.store,
+            index=d.index,
+            embedder=embedder,
+            ner=None,
+            cfg=GraphConfig(llm_model="gpt-4o-mini", llm_extraction=True),
+            mock_llm_response="Sorry, I cannot help with that.",
+        )
+        docs: Sequence[Sequence[tuple[str, str]]] = [[("d#0", "billing-service hit ERR_LEDGER_LOCK_9C1 on db-01")]]
+        (found,) = await svc.extract_chunks(docs)
+        assert "err_ledger_lock_9c1" in found.entities
+    finally:
+        await d.client.aclose()
