@@ -52,7 +52,9 @@ STOPWORDS: frozenset[str] = frozenset(
 _SEPARATORS = frozenset(set(string.punctuation) - {"_"}) | frozenset(string.whitespace)
 _SAFE = re.compile(r"[A-Za-z0-9_]")
 # Words joined by ASCII hyphens: "IL-6", "e-mail", "state-of-the-art", "x-ray-based".
-_COMPOUND = re.compile(r"\w+(?:-\w+)+")
+# Anchored at a word start: unanchored, a long run of word characters with no hyphen was
+# retried from every position inside it (quadratic: 19 s for one 40,000-character word).
+_COMPOUND = re.compile(r"\b\w+(?:-\w+)+")
 
 
 def _is_separator(ch: str) -> bool:

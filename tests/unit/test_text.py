@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import random
+import re
+
 import pytest
 
 from memory.text import (
@@ -96,6 +99,23 @@ def test_analyze_tokenizes_drops_stopwords_and_stems(text: str, terms: list[str]
 def test_compounds_join_hyphenated_words(text: str, joined: list[str]) -> None:
     """A hyphenated word also gives its parts joined; a lone or dangling hyphen gives nothing."""
     assert compounds(text) == joined
+
+
+def test_compounds_match_the_unanchored_pattern_on_random_text() -> None:
+    """Anchoring the pattern at word starts changes no match (it only stops the retries)."""
+    rng = random.Random(5)
+    alphabet = "ab_9é- .,-"
+    unanchored = re.compile(r"\w+(?:-\w+)+")
+    for _ in range(3000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
+        assert compounds(text) == [m.group().replace("-", "").lower() for m in unanchored.finditer(text)]
+
+
+def test_one_huge_word_is_analyzed() -> None:
+    """A 200,000-character word (one [UNK] token, so one chunk) is analyzed; the unanchored
+    pattern needed ~20 s for 40,000 characters and would hold ingestion for minutes here."""
+    word = "x" * 200_000
+    assert compounds(word) == [] and len(analyze(word)) == 1
 
 
 def test_chunk_and_query_analysis_agree() -> None:
