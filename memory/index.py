@@ -42,6 +42,19 @@ class IndexError_(MemdError):
     code = "index_error"
 
 
+# Refusals that pass: memory full (maxmemory), a replica after a failover, a failed
+# snapshot write, a busy script, a cluster resharding. Reported as outages, so ingestion
+# backs off without committing, instead of dead-lettering every event it holds.
+_REFUSED_FOR_NOW = (
+    rexc.OutOfMemoryError,
+    rexc.ReadOnlyError,
+    rexc.MasterDownError,
+    rexc.ClusterDownError,
+    rexc.TryAgainError,
+)
+_REFUSED_PREFIXES = ("OOM", "READONLY", "MASTERDOWN", "MISCONF", "BUSY ", "TRYAGAIN", "CLUSTERDOWN", "NOREPLICAS")
+
+
 def _translated(exc: BaseException, what: str) -> MemdError | None:
     """Our error for a redis (or redisvl-wrapped redis) exception, or ``None``."""
     seen = 0
@@ -51,11 +64,13 @@ def _translated(exc: BaseException, what: str) -> MemdError | None:
             return Unauthorized(f"redis refused the credentials during {what}: {cur}")
         if isinstance(cur, rexc.ConnectionError | rexc.TimeoutError | rexc.BusyLoadingError | OSError):
             return BackendUnavailable(f"redis unavailable during {what}: {cur}")
+        if isinstance(cur, _REFUSED_FOR_NOW):
+            return BackendUnavailable(f"redis refused the command for now during {what}: {cur}")
         if isinstance(cur, rexc.ResponseError):
             text = str(cur)
             if text.startswith(("NOAUTH", "WRONGPASS", "NOPERM")):
                 return Unauthorized(f"redis refused access during {what}: {cur}")
-            if "LOADING" in text or "MASTERDOWN" in text:
+            if "LOADING" in text or text.startswith(_REFUSED_PREFIXES):
                 return BackendUnavailable(f"redis not ready during {what}: {cur}")
             return IndexError_(f"redis error during {what}: {cur}")
         cur = cur.__cause__ or cur.__context__

@@ -1,0 +1,45 @@
+"""Which Redis errors are outages (back off, commit nothing) and which are our fault."""
+
+from __future__ import annotations
+
+import pytest
+import redis.exceptions as rexc
+
+from memory.errors import BackendUnavailable, Unauthorized
+from memory.index import IndexError_, _translated
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        rexc.OutOfMemoryError("command not allowed when used memory > 'maxmemory'."),
+        rexc.ReadOnlyError("You can't write against a read only replica."),
+        rexc.ResponseError("MISCONF Redis is configured to save RDB snapshots, but it's currently unable to persist"),
+        rexc.ResponseError("BUSY Redis is busy running a script."),
+        rexc.TryAgainError("Multiple keys request during rehashing of slot"),
+        rexc.ClusterDownError("The cluster is down"),
+        rexc.BusyLoadingError("Redis is loading the dataset in memory"),
+        rexc.ConnectionError("Connection refused"),
+    ],
+)
+def test_refusals_that_pass_are_outages(exc: Exception) -> None:
+    """Memory full, a read-only replica, a failed snapshot: ingestion must wait, not dead-letter."""
+    assert isinstance(_translated(exc, "chunk write"), BackendUnavailable)
+
+
+def test_wrapped_refusal_is_found() -> None:
+    """redisvl wraps the redis error it hit; the cause decides."""
+    try:
+        try:
+            raise rexc.OutOfMemoryError("command not allowed when used memory > 'maxmemory'.")
+        except rexc.RedisError as inner:
+            raise RuntimeError("redisvl: failed to load") from inner
+    except RuntimeError as outer:
+        assert isinstance(_translated(outer, "index creation"), BackendUnavailable)
+
+
+def test_bad_commands_and_credentials_are_not_outages() -> None:
+    """A syntax error is ours to fix; retrying it forever would block the partition."""
+    assert isinstance(_translated(rexc.ResponseError("Syntax error at offset 3"), "text search"), IndexError_)
+    assert isinstance(_translated(rexc.ResponseError("NOPERM this user has no permissions"), "x"), Unauthorized)
+    assert _translated(ValueError("not redis"), "x") is None
