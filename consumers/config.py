@@ -69,6 +69,16 @@ class ConsumerConfig(BaseModel):
             "Kafka, 500 costs no latency."
         ),
     )
+    dlq_max_record_bytes: int = Field(
+        900_000,
+        ge=4096,
+        le=100 * 1024 * 1024,
+        description=(
+            "Largest dead-letter record published. A record that would be larger leaves the original "
+            "out (original_truncated; topic, partition and offset still point at it): the default fits "
+            "Apache Kafka's 1 MB message limit and the producer's 1 MiB request limit."
+        ),
+    )
 
 
 class KafkaSecurity(BaseModel):

@@ -90,7 +90,27 @@ def dead_letter(record: RecordLike, reason: str, code: str, attempts: int = 1) -
         headers=headers_of(record),
         attempts=attempts,
         failed_at=datetime.now(UTC).isoformat(),
-    )
+        original_size=len(raw),
+    ).with_raw_key(key)
+
+
+def dlq_body(record: DlqRecord, max_bytes: int) -> bytes:
+    """The record's JSON, made to fit ``max_bytes`` by leaving the original out if it must.
+
+    Both copies of the original make a record ~2.3 times its event. One that does not fit
+    could never be published (the producer's and Apache Kafka's limits are 1 MB by
+    default), and its batch would be redelivered forever. So ``original_text`` goes first,
+    then ``original_b64`` (``original_truncated`` says so; ``original_size`` keeps the
+    length, and topic, partition and offset still point at the original while it is retained).
+    """
+    body = record.model_dump_json().encode()
+    if len(body) <= max_bytes:
+        return body
+    slim = record.model_copy(update={"original_text": None})
+    body = slim.model_dump_json().encode()
+    if len(body) <= max_bytes:
+        return body
+    return slim.model_copy(update={"original_b64": "", "original_truncated": True}).model_dump_json().encode()
 
 
 def _reason(exc: ValidationError) -> str:

@@ -10,7 +10,7 @@ from collections.abc import Collection
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StringConstraints, field_validator
 
 from memory.records import DEFAULT_TENANT, MemoryItem
 
@@ -49,6 +49,11 @@ def _tags(metadata: dict[str, Any], filter_keys: Collection[str]) -> dict[str, s
     return tags
 
 
+#: doc_id prefixes the daemon writes itself (transcript turns, community summaries): a
+#: document event naming one could overwrite or delete what it did not write.
+RESERVED_DOC_PREFIXES = ("transcript:", "community:")
+
+
 class DocumentEvent(_Event):
     """A change to a document; Kafka key = doc_id."""
 
@@ -63,21 +68,21 @@ class DocumentEvent(_Event):
 
     _check = field_validator("metadata")(_check_metadata)
 
-    @field_validator("content")
+    @field_validator("doc_id")
     @classmethod
-    def _content_not_blank(cls, value: str | None) -> str | None:
-        if value is not None and not value.strip():
-            raise ValueError("content is empty")
+    def _not_reserved(cls, value: str) -> str:
+        if value.startswith(RESERVED_DOC_PREFIXES):
+            raise ValueError(f"doc_id may not start with {' or '.join(RESERVED_DOC_PREFIXES)} (the daemon's own ids)")
         return value
 
     def to_item(self, filter_keys: Collection[str], tenant: str = DEFAULT_TENANT) -> MemoryItem:
-        """The memory item this event asks for.
+        """The memory item this event asks for (a delete's content, if any, is ignored).
 
         Raises:
-            ValueError: an upsert without content.
+            ValueError: an upsert without content, or with blank content.
         """
-        if self.op == "upsert" and self.content is None:
-            raise ValueError("an upsert needs content")
+        if self.op == "upsert" and (self.content is None or not self.content.strip()):
+            raise ValueError("an upsert needs content" if self.content is None else "content is empty")
         return MemoryItem(
             op=self.op,
             doc_id=self.doc_id,
@@ -90,6 +95,10 @@ class DocumentEvent(_Event):
             timestamp=_epoch(self.timestamp),
             tenant=tenant,
         )
+
+
+def _id_part(value: str) -> str:
+    return value.replace("%", "%25").replace("/", "%2F")
 
 
 class TranscriptEvent(_Event):
@@ -115,8 +124,13 @@ class TranscriptEvent(_Event):
 
     @property
     def doc_id(self) -> str:
-        """The stable id of this turn's chunks."""
-        return f"transcript:{self.agent_id}/{self.session_id}/{self.turn}"
+        """The stable id of this turn's chunks.
+
+        ``%`` and ``/`` in the agent and session ids are percent-encoded, so that
+        (``ops/east``, ``s1``) and (``ops``, ``east/s1``) stay two sessions; every other id
+        keeps the form it always had.
+        """
+        return f"transcript:{_id_part(self.agent_id)}/{_id_part(self.session_id)}/{self.turn}"
 
     def to_item(self, filter_keys: Collection[str], tenant: str = DEFAULT_TENANT) -> MemoryItem:
         """The memory item for this turn (unversioned: a redelivery overwrites identically)."""
@@ -238,3 +252,18 @@ class DlqRecord(BaseModel):
     headers: dict[str, str]
     attempts: int = 1
     failed_at: str
+    original_size: int = 0
+    original_truncated: bool = False
+    # The record's key as it arrived (the DLQ record is published under it); ``key`` above
+    # is its text form, base64 when not UTF-8.
+    _raw_key: bytes | None = PrivateAttr(default=None)
+
+    @property
+    def raw_key(self) -> bytes | None:
+        """The original record's key, byte for byte (the DLQ record's Kafka key)."""
+        return self._raw_key
+
+    def with_raw_key(self, key: bytes | None) -> DlqRecord:
+        """This record, remembering the original key's bytes."""
+        self._raw_key = key
+        return self

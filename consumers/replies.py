@@ -14,11 +14,15 @@ a waiting fetch when data arrives. See bench/README.md.)
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError, UnknownTopicOrPartitionError
+from aiokafka.protocol.metadata import MetadataRequest
 
+from consumers.decoding import valid_topic
 from memory.errors import BackendUnavailable, InvalidRequest
 
 REPLY_PARTITION_HEADER = "reply_partition"
@@ -42,8 +46,37 @@ def parse_reply_partition(headers: list[tuple[str, bytes]] | None) -> int | None
 
 
 class UnknownReplyTopic(InvalidRequest):
-    """reply_to names no topic that exists (or no valid topic name at all): the error reply
-    goes to the default reply topic."""
+    """reply_to names no topic that exists, no valid topic name, or a topic replies may not go
+    to: the error reply goes to the default reply topic."""
+
+
+def default_reply_topic(replies: str, tenancy: str, tenant: str | None) -> str:
+    """Where a reply goes without ``reply_to``: the replies topic, per tenant in topic tenancy.
+
+    In topic tenancy a shared default would hand one tenant's chunks to every reader of it;
+    ``<replies>.<tenant>`` is readable under the same ACLs as the tenant's other topics.
+    A request on a topic that names no valid tenant has no tenant reply topic: the shared
+    one gets its error (it carries nothing of any tenant).
+    """
+    if tenancy == "single" or tenant is None:
+        return replies
+    return f"{replies}.{tenant}"
+
+
+def check_reply_to(topic: str, inputs: Sequence[str]) -> None:
+    """Refuse a ``reply_to`` that is no valid topic name or is one of the daemon's inputs (pure).
+
+    ``inputs`` are the documents, transcripts, requests and DLQ topics; their tenant topics
+    (``<input>.<tenant>``) count too. A reply published there would be read back as an event,
+    a request or a dead letter.
+
+    Raises:
+        UnknownReplyTopic: with the reason.
+    """
+    if not valid_topic(topic):
+        raise UnknownReplyTopic(f"reply_to header {topic!r} is not a valid topic name")
+    if any(topic == base or topic.startswith(base + ".") for base in inputs):
+        raise UnknownReplyTopic(f"reply_to {topic!r} is one of the daemon's input topics")
 
 
 # A lookup waits this long at most: a query worker must not hang on a topic nobody created.
@@ -64,6 +97,7 @@ class PartitionCounts:
         self._max_age_ms = metadata_max_age_ms
         self._producer: AIOKafkaProducer | None = None
         self._lock = asyncio.Lock()
+        self._seen: dict[str, float] = {}  # topic -> until when it is known to exist (monotonic)
 
     async def _connected(self) -> AIOKafkaProducer:
         async with self._lock:
@@ -81,6 +115,39 @@ class PartitionCounts:
                     raise
                 self._producer = producer
             return self._producer
+
+    async def require(self, topic: str) -> None:
+        """Check that ``topic`` exists, without ever creating it.
+
+        A metadata request for one topic asks the broker to auto-create it where that is
+        enabled (aiokafka's always do, as does Apache Kafka's default config, and tansu), so
+        this asks with auto-creation off. Topics seen to exist are remembered for the
+        metadata max age.
+
+        Raises:
+            UnknownReplyTopic: the broker does not know the topic.
+            BackendUnavailable: the broker cannot be asked (within LOOKUP_TIMEOUT_S).
+        """
+        now = time.monotonic()
+        if self._seen.get(topic, 0.0) > now:
+            return
+        try:
+            producer = await self._connected()
+            client = producer.client
+            node = client.get_random_node()
+            if node is None:
+                await asyncio.wait_for(client.force_metadata_update(), LOOKUP_TIMEOUT_S)
+                node = client.get_random_node()
+            request = MetadataRequest([topic], allow_auto_topic_creation=False)
+            response = await asyncio.wait_for(client.send(node, request), LOOKUP_TIMEOUT_S)
+        except (KafkaError, TimeoutError) as exc:
+            raise BackendUnavailable(f"cannot tell whether {topic!r} exists: {type(exc).__name__}: {exc}") from exc
+        # Each topic entry starts (error_code, name, ...) in every version of the response.
+        if not any(t[1] == topic and t[0] == 0 for t in response.topics):
+            raise UnknownReplyTopic(f"reply_to topic {topic!r} does not exist")
+        if len(self._seen) > 10_000:  # askers with ever new reply topics
+            self._seen.clear()
+        self._seen[topic] = now + self._max_age_ms / 1000
 
     async def count(self, topic: str, *, refresh: bool = False) -> int:
         """Partitions of ``topic``; ``refresh`` asks the broker first (else aiokafka's cache).

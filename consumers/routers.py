@@ -18,10 +18,16 @@ from faststream import AckPolicy
 from faststream.kafka import KafkaRouter
 
 from consumers.config import ConsumerConfig, Topics
-from consumers.decoding import Decoded, dead_letter, decode_records, tenant_from_topic, valid_topic
+from consumers.decoding import Decoded, dead_letter, decode_records, dlq_body, tenant_from_topic
 from consumers.models import DlqRecord, ErrorBody, ErrorReply, QueryReply
 from consumers.queries import answer, guess_query_id
-from consumers.replies import PartitionCounts, UnknownReplyTopic, reply_partition
+from consumers.replies import (
+    PartitionCounts,
+    UnknownReplyTopic,
+    check_reply_to,
+    default_reply_topic,
+    reply_partition,
+)
 from graph.search import ScopedSearch
 from memory.attempts import AttemptCounter
 from memory.errors import MemdError
@@ -105,6 +111,7 @@ def build_router(
     partition an asker names (see consumers.replies).
     """
     router = KafkaRouter()
+    input_topics = (topics.documents, topics.transcripts, topics.requests, topics.dlq)
     dlq = router.publisher(topics.dlq, title="dlq", description="Rejected events with the reason.")
 
     async def ingest(records: Sequence[ConsumerRecord[Any, Any]], kind: str) -> None:
@@ -122,9 +129,11 @@ def build_router(
             await publish_dead(record)
         raw = {(r.topic, r.partition, r.offset): r for r in records}
         report = await apply_isolated(good, raw)
-        by_doc: dict[str, Decoded] = {g.item.doc_id: g for g in good}
+        # By the item itself: a batch may hold the same doc_id in two tenants (topic
+        # tenancy) or in several versions, and the DLQ must get the record that failed.
+        by_item: dict[int, Decoded] = {id(g.item): g for g in good}
         for item, exc in report.failed:
-            d = by_doc[item.doc_id]
+            d = by_item[id(item)]
             await publish_dead(dead_letter(raw[(d.topic, d.partition, d.offset)], str(exc), exc.code))
 
     async def apply_isolated(good: Sequence[Decoded], raw: dict[tuple[str, int, int], Any]) -> IngestReport:
@@ -176,7 +185,20 @@ def build_router(
             offset=record.offset,
             reason=record.reason,
         )
-        await dlq.publish(record.model_dump(mode="json"), key=(record.key or "").encode() or None)
+        body = dlq_body(record, cfg.dlq_max_record_bytes)
+        try:
+            await dlq.publish(body, key=record.raw_key, headers={"content-type": "application/json"})
+        except Exception as exc:
+            # Not swallowed (the batch is redelivered, nothing is lost), but never silent.
+            log.error(
+                "ingest.dead_letter_failed",
+                topic=record.topic,
+                partition=record.partition,
+                offset=record.offset,
+                bytes=len(body),
+                error=f"{type(exc).__name__}: {exc}",
+            )
+            raise
 
     def source(base: str) -> tuple[str, ...]:
         return (base,) if cfg.tenancy == "single" else ()
@@ -240,13 +262,17 @@ def build_router(
         record = message.raw_message
         assert isinstance(record, ConsumerRecord)
         t0 = time.monotonic()
-        target = message.reply_to or topics.replies
+        tenant = tenant_from_topic(record.topic, topics.requests, cfg.tenancy)
+        default_target = default_reply_topic(topics.replies, cfg.tenancy, tenant)
+        target = message.reply_to or default_target
         reply: QueryReply | ErrorReply
         partition: int | None = None
         try:
-            if not valid_topic(target):
-                # Never publish to a topic named by garbage; tell the asker on the default topic.
-                raise UnknownReplyTopic(f"reply_to header {target!r} is not a valid topic name")
+            if message.reply_to:
+                # Never publish to a topic named by garbage or to one of our inputs, and never
+                # make a broker auto-create one (or wait on one nobody created): it must exist.
+                check_reply_to(target, input_topics)
+                await partition_counts.require(target)
             partition = await reply_partition(record.headers, target, partition_counts)
         except MemdError as exc:
             # Not answered: the asker reads a topic or partition we cannot reach. The error goes
@@ -254,9 +280,9 @@ def build_router(
             # partition or an operator sees it.
             reply = ErrorReply(query_id=guess_query_id(record.value), error=ErrorBody(code=exc.code, message=str(exc)))
             if isinstance(exc, UnknownReplyTopic):
-                target = topics.replies
+                target = default_target
         else:
-            reply = await answer(record.value, search, tenant_from_topic(record.topic, topics.requests, cfg.tenancy))
+            reply = await answer(record.value, search, tenant)
         outcome = "error" if isinstance(reply, ErrorReply) else "ok"
         QUERY_SECONDS.labels(scope_of(record.value), outcome).observe(time.monotonic() - t0)
         on_query_done(time.monotonic() - t0, outcome)

@@ -35,6 +35,14 @@ class IngestReport:
     failed: list[tuple[MemoryItem, MemdError]] = field(default_factory=list)
 
 
+class _SplitGroup(Exception):
+    """An embedding group failed on some input of it: embed its docs one by one."""
+
+    def __init__(self, cause: MemdError) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
 def coalesce(items: Sequence[MemoryItem]) -> list[MemoryItem]:
     """Keep one item per doc: the highest version, or the last one when unversioned.
 
@@ -218,12 +226,12 @@ class Ingestor:
             raise prepared
         if isinstance(analyses, BaseException):
             raise analyses
-        if isinstance(vectors, InputCrashesWorker) and len(items) > 1:
-            # Which doc is it? Raised, not returned: _apply then embeds the group's docs one
-            # by one, and only the culprit fails (as the single doc of its own group).
-            raise vectors
         if isinstance(vectors, MemdError) and not vectors.retryable:
-            return vectors, prepared, analyses  # the input's fault: these docs fail
+            if len(items) > 1:
+                # Which doc is it? Raised, not returned: _apply then embeds the group's docs
+                # one by one, and only the culprit fails (as the single doc of its own group).
+                raise _SplitGroup(vectors)
+            return vectors, prepared, analyses  # the input's fault: this doc fails
         if isinstance(vectors, BaseException):
             raise vectors
         return vectors, prepared, analyses
@@ -299,6 +307,10 @@ class Ingestor:
 
         While it runs, ``activity`` counts it in flight (background work yields to it).
 
+        Only each doc's final state is applied (``coalesce``). Should that item fail (it is
+        in ``failed``, for the DLQ), the doc's next best item of the batch is applied in its
+        place, as it would have been had the batch been polled one event at a time.
+
         The batch is embedded in groups of about ``embed_group_chunks`` chunks; a group's
         docs are written (and handed to the hook) while the next group is embedded, so
         the embedding thread never waits for Redis or the hook, and the first docs of a
@@ -308,7 +320,24 @@ class Ingestor:
             BackendUnavailable: only when stopping while Redis is down.
         """
         with self.activity.batch():
-            return await self._apply(items)
+            report = await self._apply(items)
+            tried = {id(i) for i in coalesce(items)}
+            just_failed = report.failed
+            while just_failed:
+                failed = {(i.tenant, i.doc_id) for i, _ in just_failed}
+                rest = [i for i in items if (i.tenant, i.doc_id) in failed and id(i) not in tried]
+                if not rest:
+                    break
+                # Each round tries at least one more item, so this ends; a doc whose
+                # replacement was applied is not in the round's failures and stops there.
+                tried |= {id(i) for i in coalesce(rest)}
+                more = await self._apply(rest)
+                report.applied += more.applied
+                report.skipped += more.skipped
+                report.chunks_written += more.chunks_written
+                report.failed += more.failed
+                just_failed = more.failed
+            return report
 
     async def _apply(self, items: Sequence[MemoryItem]) -> IngestReport:
         report = IngestReport()
@@ -362,8 +391,8 @@ class Ingestor:
                     raise
             try:
                 vectors, prepared, analyses = await work
-            except InputCrashesWorker as exc:
-                log.warning("ingest.group_split", docs=len(items_g), error=str(exc))
+            except _SplitGroup as exc:
+                log.warning("ingest.group_split", docs=len(items_g), error=str(exc.cause))
                 todo_groups[:0] = [([item], [doc_chunks]) for item, doc_chunks in zip(items_g, chunks_g, strict=True)]
                 continue
             writing = asyncio.ensure_future(self._write(items_g, chunks_g, vectors, prepared, analyses, report))

@@ -13,7 +13,7 @@ import structlog
 from memory.config import RetrievalConfig
 from memory.embedder import Embedder
 from memory.errors import InvalidRequest
-from memory.filters import hash_clause, matches, normalize_filter, tag_clause
+from memory.filters import hash_clause, matches, normalize_filter
 from memory.fusion import fuse_rrf
 from memory.identifiers import identifier_ranks, identifiers
 from memory.index import ChunkIndex
@@ -130,7 +130,11 @@ class Retriever:
             flt["kind"] = [k for k in flt.get("kind", spec.kinds) if k in spec.kinds]
             if not flt["kind"]:  # the request's kind filter and its scope exclude each other
                 return SearchOutcome(hits=[], took_ms=(time.monotonic() - t0) * 1000)
-        tag_query = tag_clause(flt)
+        # The vector leg filters on the hashes of the exact values, not on the TAG fields:
+        # RediSearch trims TAG values when it indexes them (and splits them at the
+        # separator), so a value like "production " could never match there, while the
+        # text legs, which filter on the hashes, would find it.
+        knn_query = hash_clause(flt)
         # Text legs: the tenant goes into the engine query only where several tenants share
         # the index (see RetrievalConfig.engine_tenant_filter); `matches` below re-checks it.
         hash_query = hash_clause(
@@ -145,7 +149,7 @@ class Retriever:
             coros.append(self._sparse(spec.text, hash_query, k, timings))
         if spec.dense_weight > 0:
             names.append("dense")
-            coros.append(self._dense(spec.text, tag_query, k, timings))
+            coros.append(self._dense(spec.text, knn_query, k, timings))
         idents = identifiers(spec.text, limit=32) if spec.identifier_weight > 0 else []
         if idents:
             names.append("identifier")

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer
+from aiokafka.admin import AIOKafkaAdminClient
 
 from daemon.app import Daemon
 from tests.conftest import unique
@@ -355,3 +356,29 @@ async def test_scope_communities_over_kafka(env) -> None:
     assert top["community"]["community_id"] == top["metadata"]["community_id"]
     _, bad = await client.ask({"query_id": "s", "search_text": "x", "scope": "everything"})
     assert bad["error"]["code"] == "invalid_request"
+
+
+async def test_reply_to_an_input_or_a_missing_topic_gets_an_error_on_the_default_topic(env) -> None:
+    """The daemon never publishes a reply into its own inputs, nor into a topic nobody created."""
+    _, client = env
+    replies = client.topics.replies
+    missing = f"{replies}-nobody-made-{uuid.uuid4().hex[:8]}"
+    cids = {name: uuid.uuid4().hex for name in ("input", "missing")}
+    targets = {"input": client.topics.documents, "missing": missing}
+    for name, cid in cids.items():
+        await client.send(
+            client.topics.requests,
+            {"query_id": name, "search_text": "pool", "top_k": 1},
+            headers=[("reply_to", targets[name].encode()), ("correlation_id", cid.encode())],
+        )
+    found = await _replies_by_cid(client.bootstrap, replies, set(cids.values()))
+    for name, why in (("input", "input topics"), ("missing", "does not exist")):
+        (only,) = found[cids[name]]
+        error = only[1]["error"]
+        assert error["code"] == "invalid_request" and why in error["message"], error
+    admin = AIOKafkaAdminClient(bootstrap_servers=client.bootstrap)
+    await admin.start()
+    try:
+        assert missing not in await admin.list_topics()  # not auto-created by a publish
+    finally:
+        await admin.close()

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
 
 import pytest
 import redis.asyncio as aredis
 
 from memory.config import ChunkingConfig, IndexConfig, IngestConfig, RetrievalConfig
+from memory.embedder import EmbedderError
 from memory.errors import InvalidRequest
 from memory.index import ChunkIndex
 from memory.ingest import Ingestor
@@ -236,3 +238,72 @@ async def test_concurrent_query_embeddings_are_batched_and_exact(embedder) -> No
     alone = [await embedder.embed_documents([t]) for t in texts]
     for a, b in zip(together, alone, strict=True):
         assert np.allclose(a, b[0], atol=1e-5)
+
+
+class FailsOnMarker:
+    """The real embedder, failing the way the worker reports a model error on one input."""
+
+    MARKER = "UNEMBEDDABLE"
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.dims = inner, inner.dims
+        self.calls: list[int] = []
+
+    async def embed_documents(self, texts: Sequence[str]) -> Any:
+        self.calls.append(len(texts))
+        if any(self.MARKER in t for t in texts):
+            raise EmbedderError("the model failed on this input (injected)")
+        return await self.inner.embed_documents(texts)
+
+    async def embed_query(self, text: str) -> Any:
+        return await self.inner.embed_query(text)
+
+    async def token_offsets(self, text: str) -> list[tuple[int, int]]:
+        return await self.inner.token_offsets(text)
+
+
+async def test_one_input_the_model_fails_on_fails_only_its_doc(stack, embedder) -> None:
+    """The group is embedded again doc by doc: the neighbours of the bad doc are indexed."""
+    index, _, _ = stack
+    failing = FailsOnMarker(embedder)
+    ingestor = Ingestor(index=index, embedder=failing, chunking=ChunkingConfig(), cfg=IngestConfig())
+    docs = ["wiki/group-a.md", "wiki/group-bad.md", "wiki/group-b.md"]
+    report = await ingestor.apply(
+        [
+            item(docs[0], text="pgbouncer pool notes"),
+            item(docs[1], text=f"{FailsOnMarker.MARKER} text"),
+            item(docs[2], text="session cache notes"),
+        ]
+    )
+    assert [i.doc_id for i, _ in report.failed] == [docs[1]]
+    assert report.failed[0][1].code == "embedding_failed"
+    assert sorted(r.doc_id for r in report.applied) == [docs[0], docs[2]]
+    assert await index.versions(docs) == {docs[0]: 1, docs[2]: 1}
+    assert failing.calls[0] == 3  # one group first, then doc by doc
+
+
+async def test_a_failed_newest_version_falls_back_to_the_next_in_the_batch(stack, embedder) -> None:
+    """Stored v3, batch v4 (fine) + v5 (fails): v5 is reported failed and v4 is applied, as one-by-one polling would."""
+    index, ingestor, _ = stack
+    doc = "wiki/fallback.md"
+    await ingestor.apply([item(doc, 3, text="three")])
+    failing = Ingestor(index=index, embedder=FailsOnMarker(embedder), chunking=ChunkingConfig(), cfg=IngestConfig())
+    report = await failing.apply([item(doc, 4, text="four"), item(doc, 5, text=f"{FailsOnMarker.MARKER} five")])
+    assert [(i.version, e.code) for i, e in report.failed] == [(5, "embedding_failed")]
+    assert [r.stored_version for r in report.applied] == [4]
+    assert await index.versions([doc]) == {doc: 4}
+
+
+async def test_a_filter_value_with_edge_spaces_matches_in_the_vector_leg(stack) -> None:
+    """RediSearch trims TAG values; the vector leg filters on exact values, like the text legs."""
+    _, ingestor, retriever = stack
+    await ingestor.apply([item("wiki/spaced.md", env="canary ", text="walrus migration runbook")])
+    for weights in ({"sparse_weight": 0.0}, {"dense_weight": 0.0}):
+        out = await retriever.search(
+            SearchSpec(text="walrus migration", top_k=3, metadata_filter={"environment": "canary "}, **weights)
+        )
+        assert [h.chunk.doc_id for h in out.hits] == ["wiki/spaced.md"], weights
+    out = await retriever.search(
+        SearchSpec(text="walrus migration", top_k=3, metadata_filter={"environment": "canary"}, sparse_weight=0.0)
+    )
+    assert out.hits == []

@@ -148,3 +148,23 @@ async def test_topics_without_a_valid_tenant_are_refused(env) -> None:
         if ":" not in tenant:
             assert await daemon.index.chunk_ids("nowhere.md", tenant) == set()
     json.dumps(dead)  # the record is plain JSON
+
+
+async def test_a_reply_without_reply_to_goes_to_the_tenants_own_topic(env, kafka_bootstrap: str) -> None:
+    """In topic tenancy the default reply topic is <replies>.<tenant>, never a topic all tenants share."""
+    _, client, _ = env
+    t = client.topics
+    await ensure_topics(kafka_bootstrap, [f"{t.replies}.acme"], partitions=1, replication=1)
+    acme = PlainClient(client.bootstrap, t, f"{t.replies}.acme")
+    await acme.start()
+    try:
+        cid = uuid.uuid4().hex
+        await acme.send(
+            f"{t.requests}.acme",
+            {"query_id": "acme-default", "search_text": "vault_token", "top_k": 3},
+            headers=[("correlation_id", cid.encode())],
+        )
+        _, reply = await acme.reply(cid)
+        assert reply["query_id"] == "acme-default" and "results" in reply
+    finally:
+        await acme.stop()

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from consumers.decoding import decode_records
+from consumers.decoding import dead_letter, decode_records, dlq_body
 from consumers.queries import guess_query_id, parse_request
 from memory.errors import InvalidRequest
 from memory.filters import BASE_FILTER_KEYS
@@ -92,6 +92,8 @@ def test_valid_transcript_becomes_an_unversioned_item() -> None:
         (doc(metadata={"a": {"nested": 1}}), "metadata"),
         (doc(metadata={"a": [1, 2]}), "metadata"),
         (doc(metadata="x"), "metadata"),
+        (doc(doc_id="transcript:planner-7/s1/12"), "may not start with"),
+        (doc(doc_id="community:c0-4a9febc087"), "may not start with"),
         (doc(content="x" * 2000), "content larger than 1024 bytes"),
         (doc(timestamp="yesterday"), "timestamp"),
     ],
@@ -134,3 +136,48 @@ def test_guess_query_id() -> None:
     assert guess_query_id(b'{"query_id": "q9", "top_k": "x"}') == "q9"
     assert guess_query_id(b"{") is None
     assert guess_query_id(b'{"query_id": 5}') is None
+
+
+def transcript(agent_id: str, session_id: str) -> bytes:
+    return json.dumps(
+        {"event_id": "e", "agent_id": agent_id, "session_id": session_id, "turn": 1, "content": "hi"}
+    ).encode()
+
+
+def test_transcript_ids_with_slashes_stay_distinct() -> None:
+    """(ops/east, s1) and (ops, east/s1) are two sessions; ids without '/' or '%' keep their form."""
+    ids = {
+        decode(transcript(a, s), kind="transcript")[0][0].item.doc_id
+        for a, s in [("ops/east", "s1"), ("ops", "east/s1")]
+    }
+    assert len(ids) == 2
+    assert decode(transcript("ops%2Feast", "s1"), kind="transcript")[0][0].item.doc_id not in ids
+    assert decode(transcript("planner-7", "s1"), kind="transcript")[0][0].item.doc_id == "transcript:planner-7/s1/1"
+
+
+def test_a_delete_may_carry_blank_content() -> None:
+    """Content is required for upserts only; a delete's is ignored."""
+    (good,), dead = decode(doc(op="delete", content=""))
+    assert dead == [] and good.item.op == "delete"
+
+
+def test_a_dead_letter_keeps_the_original_key_bytes() -> None:
+    """A key that is not UTF-8 is base64 in the body, and the record is published under the raw bytes."""
+    rec = Rec(b"junk", key=b"\xff\xfedoc")
+    dead = dead_letter(rec, "bad", "invalid_event")
+    assert dead.key == base64.b64encode(b"\xff\xfedoc").decode() and dead.raw_key == b"\xff\xfedoc"
+
+
+def test_a_dead_letter_too_large_for_kafka_leaves_the_original_out() -> None:
+    """Both copies first, then the base64 copy only, then neither: the record always fits."""
+    value = doc(content="x" * 250_000, version="3")  # invalid (a string version), ~250 kB
+    (dead,) = decode_records([Rec(value)], kind="document", filter_keys=BASE_FILTER_KEYS, max_content_bytes=10**7)[1]
+    full = json.loads(dlq_body(dead, 10**7))
+    assert full["original_text"] and base64.b64decode(full["original_b64"]) == value and not full["original_truncated"]
+    b64_only = json.loads(dlq_body(dead, 400_000))
+    assert b64_only["original_text"] is None and base64.b64decode(b64_only["original_b64"]) == value
+    bare = dlq_body(dead, 100_000)
+    assert len(bare) <= 100_000
+    record = json.loads(bare)
+    assert record["original_truncated"] and record["original_b64"] == "" and record["original_size"] == len(value)
+    assert (record["topic"], record["offset"], record["error_code"]) == ("memory.documents", 7, "invalid_event")

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from consumers.replies import PartitionCounts, parse_reply_partition, reply_partition
+from consumers.replies import (
+    PartitionCounts,
+    UnknownReplyTopic,
+    check_reply_to,
+    default_reply_topic,
+    parse_reply_partition,
+    reply_partition,
+)
 from memory.errors import InvalidRequest
 
 
@@ -52,3 +59,28 @@ async def test_a_partition_beyond_the_cached_count_is_looked_up_again() -> None:
         await reply_partition([("reply_partition", b"2")], "r", _Counts(cached=2, fresh=2))
     counts = _Counts(cached=4, fresh=4)
     assert await reply_partition([("reply_partition", b"1")], "r", counts) == 1 and counts.asked == 1
+
+
+INPUTS = ("memory.documents", "memory.transcripts", "memory.requests", "memory.dlq")
+
+
+def test_the_default_reply_topic_is_per_tenant_in_topic_tenancy() -> None:
+    """A shared default would hand one tenant's chunks to every reader of it."""
+    assert default_reply_topic("memory.replies", "single", "default") == "memory.replies"
+    assert default_reply_topic("memory.replies", "topic", "acme") == "memory.replies.acme"
+    assert default_reply_topic("memory.replies", "topic", None) == "memory.replies"
+
+
+@pytest.mark.parametrize(
+    "topic", ["memory.documents", "memory.requests", "memory.dlq", "memory.transcripts.acme", "bad name", "", "a" * 250]
+)
+def test_replies_never_go_to_inputs_or_invalid_names(topic: str) -> None:
+    """A reply published to an input would be read back as an event, a request or a dead letter."""
+    with pytest.raises(UnknownReplyTopic):
+        check_reply_to(topic, INPUTS)
+
+
+@pytest.mark.parametrize("topic", ["memory.replies", "memory.replies.acme", "agent-7.replies", "memory.documentsX"])
+def test_other_valid_topics_may_take_replies(topic: str) -> None:
+    """Only the inputs and their tenant topics are refused; any other valid name is the asker's choice."""
+    check_reply_to(topic, INPUTS)
