@@ -157,14 +157,15 @@ class TranscriptEvent(_Event):
 
 
 class HybridParams(BaseModel):
-    """Leg weights and the RRF constant of one query."""
+    """Leg weights and the RRF constant of one query; each left out takes the daemon's
+    configured default (``AGENTMEM_RETRIEVAL__*``: 1.0, 1.0, 1.0 and 60 unless set)."""
 
     model_config = ConfigDict(strict=True, extra="forbid")
 
-    dense_weight: float = Field(1.0, ge=0.0, le=1000.0)
-    sparse_weight: float = Field(1.0, ge=0.0, le=1000.0)
-    identifier_weight: float = Field(1.0, ge=0.0, le=1000.0)
-    rrf_k_constant: int = Field(60, ge=0, le=10_000)
+    dense_weight: float | None = Field(None, ge=0.0, le=1000.0)
+    sparse_weight: float | None = Field(None, ge=0.0, le=1000.0)
+    identifier_weight: float | None = Field(None, ge=0.0, le=1000.0)
+    rrf_k_constant: int | None = Field(None, ge=0, le=10_000)
 
     @field_validator("dense_weight", "sparse_weight", "identifier_weight", mode="before")
     @classmethod

@@ -11,7 +11,9 @@ from pydantic import ValidationError
 from consumers.decoding import parse_event
 from consumers.models import CommunityInfo, ErrorBody, ErrorReply, QueryReply, QueryRequest, ResultItem
 from graph.search import ScopedSearch
-from memory.errors import InvalidRequest, MemdError
+from memory.embedder import EmbedderError
+from memory.errors import InvalidRequest, MemdError, NotFound
+from memory.index import IndexError_
 from memory.records import DEFAULT_TENANT
 from memory.retrieval import SearchHit, SearchOutcome, SearchSpec
 
@@ -89,6 +91,23 @@ def to_reply(req: QueryRequest, outcome: SearchOutcome, stale: dict[str, bool] |
     )
 
 
+#: The error codes a reply may carry (docs/contract.md); askers switch on them.
+REPLY_CODES = frozenset({"invalid_request", "unavailable", "unauthorized", "internal"})
+
+
+def reply_code(exc: MemdError) -> str:
+    """The contract's code for an error: its own when it is one of them, else what it means to
+    the asker. A missing index (Redis came back empty), an index that refused the command or a
+    query embedding that failed are ``unavailable`` (try again later; the message says what);
+    anything else is ``internal``.
+    """
+    if exc.code in REPLY_CODES:
+        return exc.code
+    if exc.retryable or isinstance(exc, NotFound | IndexError_ | EmbedderError):
+        return "unavailable"
+    return "internal"
+
+
 async def answer(
     raw: bytes | None, search: ScopedSearch, tenant: str | None = DEFAULT_TENANT
 ) -> QueryReply | ErrorReply:
@@ -106,8 +125,9 @@ async def answer(
         return to_reply(req, outcome, stale)
     except MemdError as exc:
         qid = query_id or guess_query_id(raw)
-        log.info("query.request_failed", query_id=qid, code=exc.code, error=str(exc))
-        return ErrorReply(query_id=qid, error=ErrorBody(code=exc.code, message=str(exc)))
+        code = reply_code(exc)
+        log.info("query.request_failed", query_id=qid, code=code, cause=exc.code, error=str(exc))
+        return ErrorReply(query_id=qid, error=ErrorBody(code=code, message=str(exc)))
     except Exception as exc:  # a bug must still answer the asker, and be logged loudly
         qid = query_id or guess_query_id(raw)
         log.exception("query.request_crashed", query_id=qid)

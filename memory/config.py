@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
-from memory.filters import BASE_FILTER_KEYS
+from memory.filters import BASE_FILTER_KEYS, HASH_FIELD_PREFIX
 
 
 class IndexConfig(BaseModel):
@@ -25,8 +25,13 @@ class IndexConfig(BaseModel):
     @classmethod
     def _valid_keys(cls, keys: list[str]) -> list[str]:
         for key in keys:
-            if not key.isidentifier() or key in BASE_FILTER_KEYS or key in _RESERVED_FIELDS:
-                raise ValueError(f"invalid extra filter key {key!r}")
+            if (
+                not key.isidentifier()
+                or key in BASE_FILTER_KEYS
+                or key.lower() in _RESERVED_FIELDS
+                or key.startswith(HASH_FIELD_PREFIX)
+            ):
+                raise ValueError(f"invalid extra filter key {key!r} (reserved, or not an identifier)")
         return keys
 
     @property
@@ -35,8 +40,11 @@ class IndexConfig(BaseModel):
         return (*BASE_FILTER_KEYS, *self.extra_filter_keys)
 
 
+# The index's own fields, and names redis-py's search results use for themselves (a field
+# called ``payload`` or ``id`` breaks or vanishes from every result that carries it).
 _RESERVED_FIELDS = frozenset(
     {"text", "terms", "idents", "vector", "chunk_id", "version", "timestamp", "metadata", "position", "tenant"}
+    | {"id", "payload", "score", "json", "vector_distance", "__score"}
 )
 
 

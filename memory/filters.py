@@ -30,9 +30,13 @@ def value_hash(value: str) -> int:
     return int.from_bytes(hashlib.blake2b(value.encode("utf-8"), digest_size=8).digest(), "big") >> 11
 
 
+#: Prefix of the NUMERIC hash fields (so no filter key may start with it).
+HASH_FIELD_PREFIX = "h_"
+
+
 def hash_field(key: str) -> str:
     """The NUMERIC field holding ``value_hash`` of a TAG field's value."""
-    return f"h_{key}"
+    return f"{HASH_FIELD_PREFIX}{key}"
 
 
 def normalize_filter(

@@ -30,10 +30,11 @@ class SearchSpec:
 
     text: str
     top_k: int
-    dense_weight: float = 1.0
-    sparse_weight: float = 1.0
-    identifier_weight: float = 1.0
-    rrf_k: int = 60
+    # None: the retriever's configured default (RetrievalConfig).
+    dense_weight: float | None = None
+    sparse_weight: float | None = None
+    identifier_weight: float | None = None
+    rrf_k: int | None = None
     metadata_filter: Mapping[str, str | Sequence[str]] | None = None
     kinds: tuple[str, ...] | None = None  # restricts results to these kinds (the query's scope)
     tenant: str = DEFAULT_TENANT  # from the topic the request came on; never from its payload
@@ -78,14 +79,14 @@ class Retriever:
         """Candidates each leg fetches: ``ceil(top_k * fetch_multiplier)``."""
         return max(top_k, math.ceil(top_k * self._cfg.fetch_multiplier))
 
-    def _validate(self, spec: SearchSpec) -> None:
+    def _validate(self, spec: SearchSpec, weights: dict[str, float]) -> None:
         if not 1 <= spec.top_k <= self._cfg.max_top_k:
             raise InvalidRequest(f"top_k must be in 1..{self._cfg.max_top_k}, got {spec.top_k}")
         if not spec.text.strip():
             raise InvalidRequest("search_text is empty")
         if len(spec.text) > self._cfg.max_query_chars:
             raise InvalidRequest(f"search_text is longer than {self._cfg.max_query_chars} characters")
-        if spec.dense_weight <= 0 and spec.sparse_weight <= 0:
+        if weights["dense"] <= 0 and weights["sparse"] <= 0:
             raise InvalidRequest("at least one of dense_weight and sparse_weight must be > 0")
 
     async def _sparse(self, text: str, filter_query: str, k: int, timings: dict[str, LegTiming]) -> list[StoredChunk]:
@@ -112,6 +113,20 @@ class Retriever:
         timings["dense"] = LegTiming(start, time.monotonic(), embedded)
         return hits
 
+    def weights(self, spec: SearchSpec) -> tuple[dict[str, float], int]:
+        """The legs' weights and the RRF k of ``spec``, the configured default for each it leaves out."""
+        cfg = self._cfg
+
+        def pick(value: float | None, default: float) -> float:
+            return default if value is None else value
+
+        weights = {
+            "dense": pick(spec.dense_weight, cfg.dense_weight),
+            "sparse": pick(spec.sparse_weight, cfg.sparse_weight),
+            "identifier": pick(spec.identifier_weight, cfg.identifier_weight),
+        }
+        return weights, cfg.rrf_k if spec.rrf_k is None else spec.rrf_k
+
     async def search(self, spec: SearchSpec) -> SearchOutcome:
         """Run both legs concurrently and fuse them with weighted RRF.
 
@@ -123,7 +138,8 @@ class Retriever:
             BackendUnavailable: Redis is unreachable.
         """
         t0 = time.monotonic()
-        self._validate(spec)
+        weights, rrf_k = self.weights(spec)
+        self._validate(spec, weights)
         flt = normalize_filter(spec.metadata_filter, allowed=self._index.cfg.filter_keys)
         flt["tenant"] = [spec.tenant]
         if spec.kinds:
@@ -144,13 +160,13 @@ class Retriever:
         timings: dict[str, LegTiming] = {}
         names: list[str] = []
         coros = []
-        if spec.sparse_weight > 0:
+        if weights["sparse"] > 0:
             names.append("sparse")
             coros.append(self._sparse(spec.text, hash_query, k, timings))
-        if spec.dense_weight > 0:
+        if weights["dense"] > 0:
             names.append("dense")
             coros.append(self._dense(spec.text, knn_query, k, timings))
-        idents = identifiers(spec.text, limit=32) if spec.identifier_weight > 0 else []
+        idents = identifiers(spec.text, limit=32) if weights["identifier"] > 0 else []
         if idents:
             names.append("identifier")
             coros.append(self._identifier(idents, hash_query, k, timings))
@@ -169,8 +185,7 @@ class Retriever:
                 legs[name] = [h.chunk_id for h in hits]
             for h in hits:
                 by_id.setdefault(h.chunk_id, h)
-        weights = {"dense": spec.dense_weight, "sparse": spec.sparse_weight, "identifier": spec.identifier_weight}
-        fused = fuse_rrf(legs, weights, k=spec.rrf_k)[: spec.top_k]
+        fused = fuse_rrf(legs, weights, k=rrf_k)[: spec.top_k]
         hits_out = [SearchHit(chunk=by_id[f.id], score=f.score, ranks=f.ranks) for f in fused]
         took_ms = (time.monotonic() - t0) * 1000
         log.info(

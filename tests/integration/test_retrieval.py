@@ -307,3 +307,19 @@ async def test_a_filter_value_with_edge_spaces_matches_in_the_vector_leg(stack) 
         SearchSpec(text="walrus migration", top_k=3, metadata_filter={"environment": "canary"}, sparse_weight=0.0)
     )
     assert out.hits == []
+
+
+async def test_configured_weights_and_k_are_the_defaults(stack, embedder) -> None:
+    """AGENTMEM_RETRIEVAL__* set what a request leaves out; a request's own values still win."""
+    index, _, _ = stack
+    retriever = Retriever(
+        index=index, embedder=embedder, cfg=RetrievalConfig(rrf_k=10, sparse_weight=0.0, identifier_weight=0.0)
+    )
+    out = await retriever.search(SearchSpec(text="billing-service HTTP 504 gateway timeout", top_k=3))
+    assert out.hits and all(set(h.ranks) == {"dense"} for h in out.hits)
+    assert [h.score for h in out.hits] == pytest.approx([1 / (10 + h.ranks["dense"]) for h in out.hits])
+    out = await retriever.search(
+        SearchSpec(text="billing-service HTTP 504 gateway timeout", top_k=3, sparse_weight=1.0, rrf_k=60)
+    )
+    assert any("sparse" in h.ranks for h in out.hits)
+    assert all(h.score <= 2 / 61 + 1e-12 for h in out.hits)

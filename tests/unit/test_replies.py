@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from consumers.queries import REPLY_CODES, reply_code
 from consumers.replies import (
     PartitionCounts,
     UnknownReplyTopic,
@@ -12,7 +13,9 @@ from consumers.replies import (
     parse_reply_partition,
     reply_partition,
 )
-from memory.errors import InvalidRequest
+from memory.embedder import EmbedderError
+from memory.errors import BackendUnavailable, InvalidRequest, MemdError, NotFound
+from memory.index import IndexError_
 
 
 @pytest.mark.parametrize(
@@ -84,3 +87,19 @@ def test_replies_never_go_to_inputs_or_invalid_names(topic: str) -> None:
 def test_other_valid_topics_may_take_replies(topic: str) -> None:
     """Only the inputs and their tenant topics are refused; any other valid name is the asker's choice."""
     check_reply_to(topic, INPUTS)
+
+
+@pytest.mark.parametrize(
+    ("exc", "code"),
+    [
+        (InvalidRequest("top_k"), "invalid_request"),
+        (BackendUnavailable("redis down"), "unavailable"),
+        (NotFound("index 'agentmem' has no generation yet"), "unavailable"),
+        (IndexError_("redis error during text search: no such index"), "unavailable"),
+        (EmbedderError("query embedding failed"), "unavailable"),
+        (MemdError("something else"), "internal"),
+    ],
+)
+def test_error_replies_carry_only_the_contracts_codes(exc: MemdError, code: str) -> None:
+    """Askers switch on four codes; internal error types never leak into replies."""
+    assert reply_code(exc) == code and code in REPLY_CODES

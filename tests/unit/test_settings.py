@@ -47,7 +47,14 @@ def test_toml_file_is_read_below_env(monkeypatch: pytest.MonkeyPatch, tmp_path: 
 
 @pytest.mark.parametrize(
     ("var", "value"),
-    [("AGENTMEM_CHUNKING__OVERLAP", "500"), ("AGENTMEM_INDEX__EXTRA_FILTER_KEYS", '["text"]')],
+    [
+        ("AGENTMEM_CHUNKING__OVERLAP", "500"),
+        ("AGENTMEM_INDEX__EXTRA_FILTER_KEYS", '["text"]'),
+        # names redis-py's search results use for themselves, and the hash fields' prefix
+        ("AGENTMEM_INDEX__EXTRA_FILTER_KEYS", '["payload"]'),
+        ("AGENTMEM_INDEX__EXTRA_FILTER_KEYS", '["id"]'),
+        ("AGENTMEM_INDEX__EXTRA_FILTER_KEYS", '["h_team"]'),
+    ],
 )
 def test_invalid_settings_are_rejected(monkeypatch: pytest.MonkeyPatch, var: str, value: str) -> None:
     """Inconsistent settings fail at startup with a clear error."""
