@@ -47,6 +47,8 @@ elseif ver == '' and oldj and oldj == newj then
   return {0, '[]', '[]'}  -- an unversioned item delivered again, unchanged (at-least-once)
 end
 local touched, inold, innew, delta = {}, {}, {}, {}
+local new = nil
+if newj ~= '' then new = cjson.decode(newj) end
 if old then
   for key, info in pairs(old.e) do
     touched[key] = true
@@ -56,6 +58,12 @@ if old then
     if redis.call('SCARD', P .. ':ent_docs:' .. key) == 0 then
       redis.call('HDEL', P .. ':nodes', key)
       redis.call('DEL', P .. ':ent_chunks:' .. key)
+    elseif not (new and new.e[key]) and redis.call('HGET', P .. ':nodes', key) == cjson.encode({info[1], info[2]}) then
+      -- this doc may have set the node's name and type, and no longer mentions it: take them
+      -- from a document that still does, so they are never ones no document states
+      local other = redis.call('GET', P .. ':contrib:' .. redis.call('SRANDMEMBER', P .. ':ent_docs:' .. key))
+      local oi = other and cjson.decode(other).e[key]
+      if oi then redis.call('HSET', P .. ':nodes', key, cjson.encode({oi[1], oi[2]})) end
     end
   end
   for _, e in ipairs(old.x) do
@@ -65,8 +73,7 @@ if old then
     if w <= 0 then redis.call('HDEL', P .. ':edges', f) end
   end
 end
-if newj ~= '' then
-  local new = cjson.decode(newj)
+if new then
   for key, info in pairs(new.e) do
     touched[key] = true
     innew[key] = true

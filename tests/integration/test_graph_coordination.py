@@ -309,3 +309,16 @@ async def test_an_unusable_llm_extraction_reply_keeps_the_other_entities(redis_u
         assert "err_ledger_lock_9c1" in found.entities
     finally:
         await d.client.aclose()
+
+
+async def test_a_nodes_name_and_type_come_from_a_document_that_still_mentions_it(two: Daemons) -> None:
+    """The doc that named an entity is deleted: its name and type go with it."""
+    a = Contribution(entities={"billing-service": ("BILLING-SERVICE", "org", ["a#0"])}, edges={})
+    b = Contribution(entities={"billing-service": ("billing-service", "service", ["b#0"])}, edges={})
+    await two.store.apply("a", 1, a)
+    await two.store.apply("b", 1, b)
+    assert await two.store.nodes(["billing-service"]) == {"billing-service": ("BILLING-SERVICE", "org")}
+    await two.store.apply("a", 2, None)
+    assert await two.store.nodes(["billing-service"]) == {"billing-service": ("billing-service", "service")}
+    await two.store.apply("b", 2, None)
+    assert await two.store.nodes(["billing-service"]) == {}
