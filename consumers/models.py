@@ -6,6 +6,7 @@ client that sends strings where numbers belong has a bug the DLQ should show.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
@@ -26,9 +27,12 @@ class _Event(BaseModel):
 def _check_metadata(meta: dict[str, Any]) -> dict[str, Any]:
     if len(meta) > 64:
         raise ValueError("metadata has more than 64 keys")
-    for key in meta:
+    for key, value in meta.items():
         if not key or len(key) > 128:
             raise ValueError(f"metadata key {key!r} must be 1..128 characters")
+        # Python's JSON reader takes NaN and Infinity; they are not JSON, and replies must be.
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"metadata[{key!r}] is not a finite number")
     return meta
 
 

@@ -182,7 +182,7 @@ async def start_daemon(settings: Settings, *, ready_timeout_s: float = 120.0) ->
         spec = index_spec(
             settings.index, model=settings.embedding.model, dims=embedder.dims, chunking=settings.chunking
         )
-        index = ChunkIndex(client=redis, cfg=settings.index, dims=embedder.dims, spec=spec)
+        index = ChunkIndex(client=redis, cfg=settings.index, dims=embedder.dims, spec=spec, recreate=True)
         await _ensure_index(index, ready_timeout_s)
         if settings.create_topics:
             await ensure_topics(

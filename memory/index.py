@@ -36,6 +36,10 @@ _RETURN_FIELDS = ("chunk_id", "text", "doc_id", "source", "kind", "metadata", "i
 _WATCH_RETRIES = 16
 
 
+class _NoGeneration(NotFound):
+    """The index has no active generation (never created, or lost with Redis's data)."""
+
+
 class IndexError_(MemdError):
     """Redis rejected an index command (schema mismatch, bad query)."""
 
@@ -173,8 +177,10 @@ class ChunkIndex:
         dims: int,
         spec: IndexSpec | None = None,
         generation: int | None = None,
+        recreate: bool = False,
     ) -> None:
         self._r = client
+        self._recreate = recreate and generation is None
         self._cfg = cfg
         self._dims = dims
         self._tag_keys = ("tenant", *cfg.filter_keys)
@@ -243,12 +249,28 @@ class ChunkIndex:
         if self.pinned is not None:
             return self.pinned
         state = await self.state()
+        if state.active == 0 and self._recreate:
+            await self._recover()
+            state = await self.state(fresh=True)
         if state.active == 0:
             raise self._no_generation()
         return state.active
 
     def _no_generation(self) -> NotFound:
-        return NotFound(f"index {self._cfg.name!r} has no generation yet; start the daemon once to create it")
+        return _NoGeneration(f"index {self._cfg.name!r} has no generation yet; start the daemon once to create it")
+
+    async def _recover(self) -> None:
+        """The registry is gone while running (Redis restarted without persistence, or was
+        flushed): create the index again so ingestion and queries go on, and say loudly that
+        what was indexed before is gone. Otherwise every event would fail its attempts and be
+        dead-lettered. ``agentmemd reindex`` rebuilds the rest from Kafka.
+        """
+        log.error(
+            "index.lost",
+            index=self._cfg.name,
+            action="recreated empty; run `agentmemd reindex` to rebuild it from what Kafka retains",
+        )
+        await self.ensure()
 
     async def ensure(self) -> bool:
         """Create the index (the pinned generation, or generation 1 behind the alias) if missing.
@@ -351,6 +373,23 @@ class ChunkIndex:
             analyses = analyze([c.text for c in chunks])
         elif len(analyses) != len(chunks):
             raise MemdError(f"{len(analyses)} analyses for {len(chunks)} chunks of {doc_id!r}")
+        try:
+            return await self._apply(doc_id, version, chunks, vectors, tenant, analyses)
+        except _NoGeneration:
+            if not self._recreate:
+                raise
+            await self._recover()
+            return await self._apply(doc_id, version, chunks, vectors, tenant, analyses)
+
+    async def _apply(
+        self,
+        doc_id: str,
+        version: int | None,
+        chunks: Sequence[ChunkRecord],
+        vectors: np.ndarray,
+        tenant: str,
+        analyses: Sequence[Analysis],
+    ) -> ApplyResult:
         async with translate_errors("chunk write"):
             for _ in range(_WATCH_RETRIES):
                 async with self._r.pipeline(transaction=True) as pipe:

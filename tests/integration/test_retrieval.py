@@ -10,7 +10,7 @@ import redis.asyncio as aredis
 
 from memory.config import ChunkingConfig, IndexConfig, IngestConfig, RetrievalConfig
 from memory.embedder import EmbedderError
-from memory.errors import InvalidRequest
+from memory.errors import InvalidRequest, NotFound
 from memory.index import ChunkIndex
 from memory.ingest import Ingestor
 from memory.records import MemoryItem
@@ -323,3 +323,27 @@ async def test_configured_weights_and_k_are_the_defaults(stack, embedder) -> Non
     )
     assert any("sparse" in h.ranks for h in out.hits)
     assert all(h.score <= 2 / 61 + 1e-12 for h in out.hits)
+
+
+async def test_an_index_lost_with_redis_data_is_recreated_by_the_daemons_writer(redis_url: str, embedder) -> None:
+    """Redis restarted empty: the daemon's index recreates itself (and says so) instead of
+    failing every event into the DLQ; tools that only read never create it."""
+    client = aredis.from_url(redis_url)
+    name = unique("lost-index")
+    daemon_index = ChunkIndex(client=client, cfg=IndexConfig(name=name), dims=embedder.dims, recreate=True)
+    tool_index = ChunkIndex(client=client, cfg=IndexConfig(name=name), dims=embedder.dims)
+    try:
+        await daemon_index.ensure()
+        ingestor = Ingestor(index=daemon_index, embedder=embedder, chunking=ChunkingConfig(), cfg=IngestConfig())
+        await ingestor.apply([item("wiki/before.md", text="before the flush")])
+        await daemon_index.drop()  # what a flush leaves: no registry, no index, no keys
+        with pytest.raises(NotFound):
+            await tool_index.versions(["wiki/before.md"])
+        report = await ingestor.apply([item("wiki/after.md", text="walrus after the flush")])
+        assert [r.doc_id for r in report.applied] == ["wiki/after.md"] and not report.failed
+        retriever = Retriever(index=daemon_index, embedder=embedder, cfg=RetrievalConfig())
+        out = await retriever.search(SearchSpec(text="walrus after the flush", top_k=2))
+        assert [h.chunk.doc_id for h in out.hits] == ["wiki/after.md"]
+    finally:
+        await daemon_index.drop()
+        await client.aclose()

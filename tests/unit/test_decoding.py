@@ -92,6 +92,8 @@ def test_valid_transcript_becomes_an_unversioned_item() -> None:
         (doc(metadata={"a": {"nested": 1}}), "metadata"),
         (doc(metadata={"a": [1, 2]}), "metadata"),
         (doc(metadata="x"), "metadata"),
+        (doc(content="x").replace(b'"metadata": {', b'"metadata": {"n": NaN, '), "not a finite number"),
+        (doc(content="x").replace(b'"metadata": {', b'"metadata": {"n": -Infinity, '), "not a finite number"),
         (doc(doc_id="transcript:planner-7/s1/12"), "may not start with"),
         (doc(doc_id="community:c0-4a9febc087"), "may not start with"),
         (doc(content="x" * 2000), "content larger than 1024 bytes"),
