@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 import uuid
@@ -14,7 +15,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from daemon.app import Daemon
 from tests.conftest import unique
-from tests.helpers import PlainClient, daemon_and_client, eventually, isolated_settings
+from tests.helpers import PlainClient, daemon_and_client, eventually, isolated_settings, read_dlq
 
 pytestmark = pytest.mark.integration
 
@@ -382,3 +383,21 @@ async def test_reply_to_an_input_or_a_missing_topic_gets_an_error_on_the_default
         assert missing not in await admin.list_topics()  # not auto-created by a publish
     finally:
         await admin.close()
+
+
+async def test_a_dead_letter_too_big_for_kafka_is_cut_and_the_partition_keeps_flowing(env) -> None:
+    """A 600 KB invalid event makes a ~1.4 MB dead letter with both copies: it is cut to fit,
+    published, and the next event on the key is applied (it used to redeliver forever)."""
+    daemon, client = env
+    t = client.topics
+    key = f"e2e/big-{uuid.uuid4().hex[:6]}"
+    big = {"event_id": "big", "op": "upsert", "doc_id": key, "version": "1", "content": "x" * 600_000}
+    await client.send(t.documents, big, key=key)
+    await client.send(t.documents, doc_event(f"{key}-after.md", 1, "after the big one", "production", "s"), key=key)
+    await eventually(lambda: _has(daemon, f"{key}-after.md"), what="event after the big bad one processed")
+    letters = [d for d in await read_dlq(client, want=10_000, timeout=5) if d["key"] == key]
+    assert letters, "no dead letter for the big event"
+    letter = letters[0]
+    assert letter["original_text"] is None and letter["original_size"] > 600_000
+    assert len(base64.b64decode(letter["original_b64"])) == letter["original_size"]
+    assert not letter["original_truncated"] and letter["error_code"] == "invalid_event"
