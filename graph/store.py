@@ -156,6 +156,13 @@ if not redis.call('SET', P .. ':claim:' .. cid, owner .. '|' .. token, 'NX', 'PX
 return token
 """
 
+_RECORD_FAILURE = r"""
+local P, cid, retry_at = ARGV[1], ARGV[2], ARGV[3]
+if not redis.call('ZSCORE', P .. ':stale_q', cid) then return 0 end
+redis.call('ZADD', P .. ':stale_q', 'XX', retry_at, cid)
+return redis.call('HINCRBY', P .. ':failures', cid, 1)
+"""
+
 # Delete a key only while it still holds our value (a lease that expired may be someone else's now).
 _RELEASE = r"""
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
@@ -240,6 +247,7 @@ class GraphStore:
         self._claim = client.register_script(_CLAIM)
         self._release = client.register_script(_RELEASE)
         self._commit = client.register_script(_COMMIT_SUMMARY)
+        self._fail = client.register_script(_RECORD_FAILURE)
 
     def _k(self, suffix: str) -> str:
         return f"{self.prefix}:{suffix}"
@@ -509,10 +517,13 @@ class GraphStore:
             await self._r.srem(self._k("pending_drop"), cid)
 
     async def record_failure(self, cid: str, retry_at: float) -> int:
-        """Count a failed summary and defer the community until ``retry_at``; returns attempts."""
+        """Count a failed summary and defer the community until ``retry_at``; returns attempts.
+
+        Only while the community is still queued: one removed or summarized meanwhile keeps
+        no failure count (it would never be cleared).
+        """
         async with translate_errors("stale write"):
-            attempts = int(await self._r.hincrby(self._k("failures"), cid, 1))
-            await self._r.zadd(self._k("stale_q"), {cid: retry_at}, xx=True)
+            attempts = int(await self._fail(keys=[self._k("stale_q")], args=[self.prefix, cid, repr(retry_at)]))
             await self._r.incr(self._k("summary_failures"))
         return attempts
 

@@ -322,3 +322,13 @@ async def test_a_nodes_name_and_type_come_from_a_document_that_still_mentions_it
     assert await two.store.nodes(["billing-service"]) == {"billing-service": ("billing-service", "service")}
     await two.store.apply("b", 2, None)
     assert await two.store.nodes(["billing-service"]) == {}
+
+
+async def test_a_failure_of_a_community_no_longer_queued_is_not_kept(two: Daemons) -> None:
+    """A summary that fails after its community left the queue leaves no failure count behind."""
+    cid = await one_community(two)
+    assert await two.store.record_failure(cid, time.time() + 60) == 1
+    assert await two.store.failures(cid) == 1
+    await two.store.clear_if_unchanged(cid, await two.store.generation(cid))
+    assert await two.store.record_failure(cid, time.time() + 60) == 0
+    assert await two.store.failures(cid) == 0 and (await two.store.stale())[0] == 0
