@@ -8,21 +8,24 @@ that partition of it) for the matching ``correlation_id``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import time
 import uuid
 from collections.abc import Mapping, Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal
 
+import structlog
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from consumers.config import Topics
+from consumers.decoding import tenant_from_topic
 from consumers.models import ErrorReply, QueryReply
 from consumers.replies import REPLY_PARTITION_HEADER
-from memory.errors import BackendUnavailable, MemdError, NotFound
+from memory.errors import BackendUnavailable, InvalidRequest, MemdError, NotFound
+
+log = structlog.get_logger()
 
 
 class QueryFailed(MemdError):
@@ -75,6 +78,9 @@ class MemoryClient:
         self._consumer: AIOKafkaConsumer | None = None
         self._pending: dict[str, asyncio.Future[bytes]] = {}
         self._reader: asyncio.Task[None] | None = None
+        # Starting the reader awaits the broker: without the lock, queries racing to start it
+        # would each start a consumer, and only the last would ever be stopped.
+        self._reader_lock = asyncio.Lock()
 
     async def __aenter__(self) -> MemoryClient:
         await self.start()
@@ -98,8 +104,22 @@ class MemoryClient:
             raise BackendUnavailable(f"kafka at {self._bootstrap} unreachable: {exc}") from exc
 
     async def _ensure_reader(self) -> None:
-        if self._reader is not None:
-            return
+        """Start the reply reader, or a new one if the last one died.
+
+        Raises:
+            NotFound: the reply topic, or the reply partition asked for, does not exist.
+            BackendUnavailable: the broker cannot be read.
+        """
+        async with self._reader_lock:
+            if self._reader is not None and not self._reader.done():
+                return
+            # A dead reader already failed the queries it held; its consumer may still be open.
+            await self._stop_reader()
+            consumer = await self._start_consumer()
+            self._consumer = consumer
+            self._reader = asyncio.create_task(self._read_replies(consumer))
+
+    async def _start_consumer(self) -> AIOKafkaConsumer:
         # No consumer group: every client reads the reply partitions (all, or its own) from
         # "now" and picks its own correlation ids, so many clients can share one reply topic.
         consumer = AIOKafkaConsumer(
@@ -108,48 +128,83 @@ class MemoryClient:
             enable_auto_commit=False,
             **self._options,
         )
-        await consumer.start()
-        parts = consumer.partitions_for_topic(self._reply_topic)
-        missing = None
-        if not parts:
-            missing = f"reply topic {self._reply_topic!r} does not exist"
-        elif self._reply_partition is not None and self._reply_partition not in parts:
-            missing = f"reply topic {self._reply_topic!r} has no partition {self._reply_partition}"
-        if missing is not None:
+        try:
+            try:
+                await consumer.start()
+                tps = self._reply_partitions(consumer.partitions_for_topic(self._reply_topic))
+                consumer.assign(tps)
+                await consumer.seek_to_end(*tps)
+                for tp in tps:
+                    await consumer.position(tp)
+            except KafkaError as exc:
+                raise BackendUnavailable(f"reply topic {self._reply_topic!r} unreadable: {exc}") from exc
+        except BaseException:
             # One turn of the loop first: aiokafka's stop() awaits a task it cancels, and a task
             # cancelled before it ever ran raises CancelledError out of stop().
             await asyncio.sleep(0)
-            await consumer.stop()
-            raise NotFound(missing)
-        if self._reply_partition is not None:
-            parts = {self._reply_partition}
-        tps = [TopicPartition(self._reply_topic, p) for p in sorted(parts)]
-        consumer.assign(tps)
-        await consumer.seek_to_end(*tps)
-        for tp in tps:
-            await consumer.position(tp)
-        self._consumer = consumer
-        self._reader = asyncio.create_task(self._read_replies())
+            await _stop_quietly(consumer, "reply consumer")
+            raise
+        return consumer
 
-    async def _read_replies(self) -> None:
-        assert self._consumer is not None
-        async for msg in self._consumer:
-            headers = {k: v for k, v in (msg.headers or ())}
-            cid = (headers.get("correlation_id") or b"").decode("utf-8", "replace")
-            fut = self._pending.pop(cid, None)
-            if fut is not None and not fut.done():
-                fut.set_result(msg.value or b"")
+    def _reply_partitions(self, parts: set[int] | None) -> list[TopicPartition]:
+        """The reply partitions to read, of those the topic has (``None``: no such topic).
+
+        Raises:
+            NotFound: the topic, or the partition asked for, does not exist.
+        """
+        if not parts:
+            raise NotFound(f"reply topic {self._reply_topic!r} does not exist")
+        if self._reply_partition is not None:
+            if self._reply_partition not in parts:
+                raise NotFound(f"reply topic {self._reply_topic!r} has no partition {self._reply_partition}")
+            parts = {self._reply_partition}
+        return [TopicPartition(self._reply_topic, p) for p in sorted(parts)]
+
+    async def _read_replies(self, consumer: AIOKafkaConsumer) -> None:
+        cause: Exception | None = None
+        try:
+            async for msg in consumer:
+                headers = {k: v for k, v in (msg.headers or ())}
+                cid = (headers.get("correlation_id") or b"").decode("utf-8", "replace")
+                fut = self._pending.pop(cid, None)
+                if fut is not None and not fut.done():
+                    fut.set_result(msg.value or b"")
+            why = "stopped"
+        except Exception as exc:  # whatever it was, nobody else would see it: the task just ends
+            log.warning("client.reply_reader_failed", topic=self._reply_topic, error=f"{type(exc).__name__}: {exc}")
+            why, cause = f"failed ({type(exc).__name__}: {exc})", exc
+        # Nothing reads their replies any more: fail them now rather than at their timeouts.
+        # The next query starts a new reader (the task is done from here on).
+        message = f"the reply reader of {self._reply_topic!r} {why}; the next query restarts it"
+        pending, self._pending = self._pending, {}
+        for fut in pending.values():
+            if not fut.done():
+                error = BackendUnavailable(message)
+                error.__cause__ = cause
+                fut.set_exception(error)
+
+    async def _stop_reader(self) -> None:
+        reader, self._reader = self._reader, None
+        consumer, self._consumer = self._consumer, None
+        if reader is not None:
+            reader.cancel()
+            await asyncio.wait([reader])  # unlike awaiting it, never raises what it raised
+        if consumer is not None:
+            await _stop_quietly(consumer, "reply consumer")
 
     async def close(self) -> None:
-        """Disconnect."""
-        if self._reader is not None:
-            self._reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reader
-        if self._consumer is not None:
-            await self._consumer.stop()
-        if self._producer is not None:
-            await self._producer.stop()
+        """Disconnect: stop the reply reader, its consumer and the producer.
+
+        Each is stopped even if stopping another fails, or the reader died; such errors are
+        logged (``client.stop_failed``), not raised.
+        """
+        try:
+            async with self._reader_lock:  # a reader being started is stopped, not leaked
+                await self._stop_reader()
+        finally:
+            producer, self._producer = self._producer, None
+            if producer is not None:
+                await _stop_quietly(producer, "producer")
 
     async def _send(
         self, topic: str, payload: Mapping[str, Any], key: str, headers: list[tuple[str, bytes]] | None = None
@@ -173,19 +228,49 @@ class MemoryClient:
         sparse_weight: float | None = None,
         rrf_k: int | None = None,
         query_id: str | None = None,
+        identifier_weight: float | None = None,
+        scope: Literal["chunks", "communities", "all"] | None = None,
+        tenant: str | None = None,
     ) -> QueryReply:
         """Ask a query and wait for its reply.
 
+        Args:
+            text: what to search for.
+            top_k: results wanted (1..100).
+            metadata_filter: key -> value, or values (any of them).
+            dense_weight: weight of the vector leg (0 skips it); the daemon's default if None.
+            sparse_weight: weight of the BM25 leg (0 skips it); the daemon's default if None.
+            rrf_k: the RRF constant; the daemon's default if None.
+            query_id: echoed in the reply; a random one if None.
+            identifier_weight: weight of the identifier leg (0 skips it); the daemon's default if None.
+            scope: ``chunks``, ``communities`` or ``all`` (see docs/contract.md); the daemon's
+                default (``chunks``) if None.
+            tenant: ask this tenant's memory, on ``<requests topic>.<tenant>`` (for a daemon in
+                topic tenancy); None asks on the requests topic itself. The reply still goes to
+                this client's reply topic: give a tenant's client ``reply_topic=<replies>.<tenant>``
+                to keep its replies off the topic every tenant reads.
+
         Raises:
             QueryFailed: the daemon replied with an error.
+            InvalidRequest: ``tenant`` is no valid tenant name.
+            NotFound: the reply topic, or the reply partition, does not exist.
+            BackendUnavailable: the broker cannot be reached, or the reply reader failed while
+                this query waited (the next query starts a new one).
             TimeoutError: no reply within the client's timeout.
         """
+        topic = self.topics.requests
+        if tenant is not None:
+            topic = f"{topic}.{tenant}"
+            if tenant_from_topic(topic, self.topics.requests, "topic") != tenant:
+                raise InvalidRequest(f"tenant {tenant!r} is not 1-64 of A-Z a-z 0-9 _ -")
         await self._ensure_reader()
         hybrid: dict[str, Any] = {}
         if dense_weight is not None:
             hybrid["dense_weight"] = dense_weight
         if sparse_weight is not None:
             hybrid["sparse_weight"] = sparse_weight
+        if identifier_weight is not None:
+            hybrid["identifier_weight"] = identifier_weight
         if rrf_k is not None:
             hybrid["rrf_k_constant"] = rrf_k
         payload: dict[str, Any] = {
@@ -197,6 +282,8 @@ class MemoryClient:
             payload["hybrid_params"] = hybrid
         if metadata_filter:
             payload["metadata_filter"] = {k: v if isinstance(v, str) else list(v) for k, v in metadata_filter.items()}
+        if scope is not None:
+            payload["scope"] = scope
         cid = uuid.uuid4().hex
         fut: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
         self._pending[cid] = fut
@@ -204,10 +291,12 @@ class MemoryClient:
         if self._reply_partition is not None:
             headers.append((REPLY_PARTITION_HEADER, str(self._reply_partition).encode()))
         try:
-            await self._send(self.topics.requests, payload, key=payload["query_id"], headers=headers)
+            await self._send(topic, payload, key=payload["query_id"], headers=headers)
             raw = await asyncio.wait_for(fut, timeout=self._timeout)
         finally:
             self._pending.pop(cid, None)
+            if fut.done() and not fut.cancelled():
+                fut.exception()  # seen: a reader failure during a failed send is no "never retrieved"
         data = json.loads(raw)
         if "error" in data:
             raise QueryFailed(ErrorReply.model_validate(data))
@@ -264,3 +353,11 @@ class MemoryClient:
             "metadata": dict(metadata or {}),
         }
         await self._send(self.topics.transcripts, payload, key=f"{agent_id}/{session_id}")
+
+
+async def _stop_quietly(client: AIOKafkaConsumer | AIOKafkaProducer, what: str) -> None:
+    """Stop an aiokafka client; a failure is logged, so the caller goes on to stop the rest."""
+    try:
+        await client.stop()
+    except Exception as exc:
+        log.warning("client.stop_failed", client=what, error=f"{type(exc).__name__}: {exc}")

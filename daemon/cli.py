@@ -8,7 +8,7 @@ import signal
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import typer
 from rich.console import Console
@@ -22,6 +22,7 @@ from daemon.launcher import embedded_servers
 from daemon.logging import configure_logging
 from daemon.settings import Settings, render_toml
 from memory.errors import MemdError
+from memory.records import DEFAULT_TENANT
 
 T = TypeVar("T")
 
@@ -111,12 +112,17 @@ def _pairs(values: list[str] | None, what: str) -> dict[str, Any]:
     return result
 
 
-def _with_client(fn: Callable[[MemoryClient], Awaitable[T]]) -> T:
-    settings = _settings()
+def _with_client(
+    fn: Callable[[MemoryClient], Awaitable[T]], settings: Settings | None = None, reply_topic: str | None = None
+) -> T:
+    settings = _settings() if settings is None else settings
 
     async def main() -> T:
         async with MemoryClient(
-            bootstrap=settings.kafka_bootstrap, topics=settings.topics, kafka_options=kafka_options(settings)
+            bootstrap=settings.kafka_bootstrap,
+            topics=settings.topics,
+            reply_topic=reply_topic,
+            kafka_options=kafka_options(settings),
         ) as client:
             return await fn(client)
 
@@ -128,6 +134,28 @@ def _with_client(fn: Callable[[MemoryClient], Awaitable[T]]) -> T:
         raise _fail(exc if str(exc) else TimeoutError("no reply in time")) from exc
 
 
+def _query_tenant(tenancy: str, tenant: str | None) -> str | None:
+    """The tenant whose requests topic ``--tenant`` names under ``tenancy`` (None: the bare topic).
+
+    Raises:
+        typer.BadParameter: topic tenancy without a tenant (nobody reads the bare requests
+            topic there, so the query would only time out), or another tenant than the
+            default one in single mode.
+    """
+    if tenancy == "topic":
+        if tenant is None:
+            raise typer.BadParameter(
+                "the daemon runs in topic tenancy (AGENTMEM_CONSUMER__TENANCY=topic): name the tenant with --tenant"
+            )
+        return tenant
+    if tenant not in (None, DEFAULT_TENANT):
+        raise typer.BadParameter(
+            f"--tenant {tenant} needs AGENTMEM_CONSUMER__TENANCY=topic; in single mode every query is the "
+            f"{DEFAULT_TENANT!r} tenant's"
+        )
+    return None
+
+
 @app.command()
 def query(
     text: Annotated[str, typer.Argument(help="What to search for.")],
@@ -135,11 +163,25 @@ def query(
     filters: Annotated[list[str] | None, typer.Option("--filter", help="key=value; repeat a key for any-of.")] = None,
     dense_weight: Annotated[float | None, typer.Option("--dense-weight")] = None,
     sparse_weight: Annotated[float | None, typer.Option("--sparse-weight")] = None,
+    identifier_weight: Annotated[float | None, typer.Option("--identifier-weight")] = None,
     rrf_k: Annotated[int | None, typer.Option("--rrf-k")] = None,
+    scope: Annotated[
+        Literal["chunks", "communities", "all"] | None,
+        typer.Option("--scope", help="chunks (default), communities (graph summaries) or all (both, fused)."),
+    ] = None,
+    tenant: Annotated[
+        str | None,
+        typer.Option(
+            "--tenant",
+            help="Whose memory (topic tenancy): asks on <requests topic>.<tenant>, reads <replies topic>.<tenant>.",
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the raw reply.")] = False,
 ) -> None:
     """Ask the memory a question over Kafka request/reply."""
     flt = _pairs(filters, "--filter")
+    settings = _settings()
+    target = _query_tenant(settings.consumer.tenancy, tenant)
     reply = _with_client(
         lambda c: c.query(
             text,
@@ -147,8 +189,15 @@ def query(
             metadata_filter=flt or None,
             dense_weight=dense_weight,
             sparse_weight=sparse_weight,
+            identifier_weight=identifier_weight,
             rrf_k=rrf_k,
-        )
+            scope=scope,
+            tenant=target,
+        ),
+        settings,
+        # The tenant's own reply topic, as the daemon's default for it: never the shared one,
+        # which every tenant reads and topic ACLs may not grant.
+        reply_topic=None if target is None else f"{settings.topics.replies}.{target}",
     )
     if as_json:
         print(reply.model_dump_json(indent=2))

@@ -1,0 +1,277 @@
+"""The typed client (`MemoryClient`) and `agentmemd query` against the real broker and daemon.
+
+One daemon in topic tenancy serves the module: every query names its tenant, so each test also
+shows the request reached `<requests>.<tenant>` (nobody answers the bare requests topic there).
+Reader faults are injected into the client's real aiokafka consumer, never into a fake broker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import KafkaError
+from structlog.testing import capture_logs
+
+import consumers.client
+from consumers.client import MemoryClient
+from consumers.config import ConsumerConfig
+from daemon.app import Daemon
+from daemon.settings import Settings
+from daemon.topics import ensure_topics
+from memory.errors import BackendUnavailable, InvalidRequest
+from tests.conftest import unique
+from tests.helpers import PlainClient, daemon_and_client, eventually, isolated_settings, settings_env
+
+pytestmark = pytest.mark.integration
+
+AGENTMEMD = str(Path(sys.executable).parent / "agentmemd")
+TENANT, OTHER = "acme", "globex"
+DOCS = ("client/ledger-0.md", "client/ledger-1.md")
+TEXT = "The ledger-service writes to ledger_entries; ERR_LEDGER_LOCK_9C1 means lock_timeout is too low."
+TEXT2 = "Incident: ledger-service hit ERR_LEDGER_LOCK_9C1 again; we raised lock_timeout on ledger_entries."
+
+
+@pytest.fixture(scope="module")
+async def env(kafka_bootstrap: str, redis_url: str) -> AsyncIterator[tuple[Daemon, PlainClient, Settings]]:
+    name = unique(__name__)
+    settings = isolated_settings(
+        name,
+        kafka_bootstrap,
+        redis_url,
+        consumer=ConsumerConfig(group_id=name, tenancy="topic", metadata_max_age_ms=500),
+    )
+    t = settings.topics
+    await ensure_topics(
+        kafka_bootstrap,
+        [f"{base}.{tenant}" for tenant in (TENANT, OTHER) for base in (t.documents, t.requests, t.replies)],
+        partitions=1,
+        replication=1,
+    )
+    async with daemon_and_client(settings) as (daemon, client):
+        yield daemon, client, settings
+
+
+class InjectedConsumer(AIOKafkaConsumer):
+    """The client's real reply consumer, recorded, with faults to arm: the next record fetched
+    raises instead of being returned; ``stop()`` stops and then raises."""
+
+    created: ClassVar[list[InjectedConsumer]] = []
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fail_next_record = False
+        self.fail_stop = False
+        InjectedConsumer.created.append(self)
+
+    async def getone(self, *partitions: Any) -> Any:
+        record = await super().getone(*partitions)
+        if self.fail_next_record:
+            self.fail_next_record = False
+            raise KafkaError("injected reply reader failure")
+        return record
+
+    async def stop(self) -> None:
+        await super().stop()
+        if self.fail_stop:
+            raise KafkaError("injected stop failure")
+
+    @property
+    def stopped(self) -> bool:
+        return self._closed is True
+
+
+@pytest.fixture
+def injected(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[InjectedConsumer]]:
+    """Every reply consumer the client creates during the test, in creation order."""
+    InjectedConsumer.created = []
+    monkeypatch.setattr(consumers.client, "AIOKafkaConsumer", InjectedConsumer)
+    yield InjectedConsumer.created
+
+
+def client_of(env: Any, **kw: Any) -> MemoryClient:
+    _, plain, _ = env
+    return MemoryClient(bootstrap=plain.bootstrap, topics=plain.topics, **kw)
+
+
+def tenant_client(env: Any, **kw: Any) -> MemoryClient:
+    """A client whose requests topic is TENANT's own, as a client without ``tenant=`` would
+    configure it: the reader tests need nothing else of the client."""
+    _, plain, _ = env
+    topics = plain.topics.model_copy(update={"requests": f"{plain.topics.requests}.{TENANT}"})
+    return MemoryClient(bootstrap=plain.bootstrap, topics=topics, **kw)
+
+
+async def test_concurrent_first_queries_share_one_reply_reader(env, injected) -> None:
+    """Queries racing to start the reply reader start one consumer, and close() stops it."""
+    memory = tenant_client(env)
+    await memory.start()
+    try:
+        replies = await asyncio.gather(*(memory.query(f"pool {i}", top_k=1) for i in range(6)))
+        assert all(r.total_retrieved == len(r.results) for r in replies)
+        assert len(injected) == 1
+    finally:
+        await memory.close()
+    assert all(c.stopped for c in injected)
+
+
+async def test_reader_failure_fails_the_pending_query_and_the_next_query_restarts_it(env, injected) -> None:
+    """A reply reader that raises fails its waiting query at once with BackendUnavailable (not a
+    timeout), is logged, and the next query gets a fresh reader that answers."""
+    memory = tenant_client(env, timeout_s=5)
+    await memory.start()
+    producer = memory._producer
+    try:
+        await memory.query("pool", top_k=1)
+        (first,) = injected
+        first.fail_next_record = True
+        with capture_logs() as logs, pytest.raises(BackendUnavailable, match="reply reader"):
+            await memory.query("pool", top_k=1)
+        assert "client.reply_reader_failed" in [e["event"] for e in logs]
+        reply = await memory.query("pool", top_k=1)
+        assert reply.total_retrieved == len(reply.results)
+        assert len(injected) == 2 and first.stopped and not injected[1].stopped
+    finally:
+        await memory.close()
+    assert all(c.stopped for c in injected)
+    assert producer is not None and producer._closed
+
+
+async def test_close_after_reader_death_stops_consumer_and_producer(env, injected) -> None:
+    """close() after the reader died raises nothing and still stops the consumer and the producer."""
+    memory = tenant_client(env, timeout_s=5)
+    await memory.start()
+    producer = memory._producer
+    await memory.query("pool", top_k=1)
+    injected[0].fail_next_record = True
+    with contextlib.suppress(BackendUnavailable, TimeoutError):
+        await memory.query("pool", top_k=1)
+    await memory.close()
+    assert injected[0].stopped
+    assert producer is not None and producer._closed
+
+
+async def test_close_stops_the_producer_when_the_consumer_fails_to_stop(env, injected) -> None:
+    """A reply consumer whose stop() raises is logged, and the producer is stopped anyway."""
+    memory = tenant_client(env)
+    await memory.start()
+    producer = memory._producer
+    await memory.query("pool", top_k=1)
+    injected[0].fail_stop = True
+    with capture_logs() as logs:
+        await memory.close()
+    assert "client.stop_failed" in [e["event"] for e in logs]
+    assert producer is not None and producer._closed
+
+
+async def _ledger_indexed(daemon: Daemon, plain: PlainClient) -> None:
+    """The two ledger docs in TENANT's memory, summarized into a community (once per module)."""
+    if await daemon.index.chunk_ids(DOCS[-1], TENANT):
+        return
+    for doc_id, text in zip(DOCS, (TEXT, TEXT2), strict=True):
+        event = {"event_id": doc_id, "op": "upsert", "doc_id": doc_id, "version": 1, "content": text}
+        await plain.send(f"{plain.topics.documents}.{TENANT}", event, key=doc_id)
+
+    async def indexed() -> bool:
+        return all([await daemon.index.chunk_ids(d, TENANT) for d in DOCS])
+
+    await eventually(indexed, timeout=60, what="the tenant's docs indexed")
+    assert daemon.graph is not None
+    service = daemon.graph.service(TENANT)
+    await service.recompute(force=True)
+
+    async def summarized() -> bool:
+        return (await service.store.stale())[0] == 0
+
+    await eventually(summarized, timeout=60, what="the tenant's communities summarized")
+
+
+async def test_query_sends_scope_identifier_weight_and_tenant(env) -> None:
+    """query() sends scope and hybrid_params.identifier_weight, and asks the named tenant only."""
+    daemon, plain, _ = env
+    await _ledger_indexed(daemon, plain)
+    async with client_of(env) as memory:
+        weights = {"dense_weight": 1.0, "sparse_weight": 1.0, "identifier_weight": 2.5}
+        reply = await memory.query("ERR_LEDGER_LOCK_9C1", top_k=1, tenant=TENANT, rrf_k=60, **weights)
+        (hit,) = reply.results
+        assert hit.doc_id in DOCS and set(hit.ranks) == {"dense", "sparse", "identifier"}
+        leg_weight = {"dense": 1.0, "sparse": 1.0, "identifier": 2.5}
+        assert hit.rrf_score == pytest.approx(sum(leg_weight[k] / (60 + r) for k, r in hit.ranks.items()))
+        off = await memory.query("ERR_LEDGER_LOCK_9C1", top_k=3, tenant=TENANT, identifier_weight=0.0)
+        assert off.results and all("identifier" not in r.ranks for r in off.results)
+
+        chunks = await memory.query("ledger lock timeouts", top_k=5, tenant=TENANT, scope="chunks")
+        assert chunks.results and {r.kind for r in chunks.results} == {"document"}
+        comms = await memory.query("ledger lock timeouts", top_k=5, tenant=TENANT, scope="communities")
+        assert comms.results and {r.kind for r in comms.results} == {"community"}
+        both = await memory.query("ledger lock timeouts", top_k=10, tenant=TENANT, scope="all")
+        assert {r.kind for r in both.results} == {"document", "community"}
+
+        other = await memory.query("ERR_LEDGER_LOCK_9C1", top_k=5, tenant=OTHER, scope="all")
+        assert other.results == []
+        with pytest.raises(InvalidRequest, match="tenant"):
+            await memory.query("x", tenant="a.b")
+
+
+async def _agentmemd(settings: Settings, *args: str) -> tuple[int, str, str]:
+    env = {**os.environ, **settings_env(settings), "AGENTMEM_CONSUMER__TENANCY": "topic", "COLUMNS": "200"}
+    proc = await asyncio.create_subprocess_exec(
+        AGENTMEMD, *args, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), timeout=90)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def _end_offset(bootstrap: str, topic: str) -> int:
+    tp = TopicPartition(topic, 0)
+    reader = AIOKafkaConsumer(bootstrap_servers=bootstrap)
+    await reader.start()
+    try:
+        return int((await reader.end_offsets([tp]))[tp])
+    finally:
+        await reader.stop()
+
+
+async def test_cli_query_takes_scope_identifier_weight_and_tenant(env) -> None:
+    """`agentmemd query --tenant --scope --identifier-weight` asks that tenant with those params,
+    and reads the reply on the tenant's own reply topic."""
+    daemon, plain, settings = env
+    await _ledger_indexed(daemon, plain)
+    tenant_replies = f"{settings.topics.replies}.{TENANT}"
+    before = await _end_offset(plain.bootstrap, tenant_replies)
+    rc, out, err = await _agentmemd(
+        settings, "query", "ERR_LEDGER_LOCK_9C1", "--tenant", TENANT, "--identifier-weight", "0", "--json"
+    )
+    assert rc == 0, err
+    reply = json.loads(out)
+    assert reply["results"] and reply["results"][0]["doc_id"] in DOCS
+    assert all("identifier" not in r["ranks"] for r in reply["results"])
+    rc, out, err = await _agentmemd(
+        settings, "query", "ledger lock timeouts", "--tenant", TENANT, "--scope", "communities", "--json"
+    )
+    assert rc == 0, err
+    reply = json.loads(out)
+    assert reply["results"] and {r["kind"] for r in reply["results"]} == {"community"}
+    rc, out, err = await _agentmemd(settings, "query", "ledger lock timeouts", "--tenant", TENANT, "--scope", "all")
+    assert rc == 0, err
+    assert "community:" in out and "client/ledger-" in out
+    assert await _end_offset(plain.bootstrap, tenant_replies) == before + 3
+
+
+async def test_cli_query_in_topic_tenancy_needs_a_tenant_and_its_reply_topic(env) -> None:
+    """Without --tenant, or without the tenant's reply topic, topic tenancy fails at once saying
+    why (instead of waiting out the timeout)."""
+    _, _, settings = env
+    rc, _out, err = await _agentmemd(settings, "query", "pool")
+    assert rc == 2 and "--tenant" in err
+    rc, _out, err = await _agentmemd(settings, "query", "pool", "--tenant", "nobody")
+    assert rc == 1 and f"{settings.topics.replies}.nobody" in err and "does not exist" in err
