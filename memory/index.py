@@ -6,6 +6,7 @@ Every redis exception is translated here; none leaves ``memory/``.
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -56,7 +57,11 @@ _REFUSED_FOR_NOW = (
     rexc.ClusterDownError,
     rexc.TryAgainError,
 )
-_REFUSED_PREFIXES = ("OOM", "READONLY", "MASTERDOWN", "MISCONF", "BUSY ", "TRYAGAIN", "CLUSTERDOWN", "NOREPLICAS")
+# The error code leads the message of a single command; inside a transaction redis-py
+# rewrites it as 'Command # 1 (DEL …) of pipeline caused error: ("MISCONF …",)'.
+_AT_CODE = r"(?:^|caused error: \(['\"])"
+_REFUSED = re.compile(_AT_CODE + r"(?:OOM|READONLY|MASTERDOWN|MISCONF|BUSY |TRYAGAIN|CLUSTERDOWN|NOREPLICAS)")
+_DENIED = re.compile(_AT_CODE + r"(?:NOAUTH|WRONGPASS|NOPERM)")
 
 
 def _translated(exc: BaseException, what: str) -> MemdError | None:
@@ -70,11 +75,13 @@ def _translated(exc: BaseException, what: str) -> MemdError | None:
             return BackendUnavailable(f"redis unavailable during {what}: {cur}")
         if isinstance(cur, _REFUSED_FOR_NOW):
             return BackendUnavailable(f"redis refused the command for now during {what}: {cur}")
+        if isinstance(cur, rexc.NoPermissionError | rexc.AuthorizationError):
+            return Unauthorized(f"redis refused access during {what}: {cur}")
         if isinstance(cur, rexc.ResponseError):
             text = str(cur)
-            if text.startswith(("NOAUTH", "WRONGPASS", "NOPERM")):
+            if _DENIED.search(text):
                 return Unauthorized(f"redis refused access during {what}: {cur}")
-            if "LOADING" in text or text.startswith(_REFUSED_PREFIXES):
+            if "LOADING" in text or _REFUSED.search(text):
                 return BackendUnavailable(f"redis not ready during {what}: {cur}")
             return IndexError_(f"redis error during {what}: {cur}")
         cur = cur.__cause__ or cur.__context__

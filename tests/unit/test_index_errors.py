@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import redis.exceptions as rexc
+from redis._parsers import BaseParser
 
 from memory.errors import BackendUnavailable, Unauthorized
 from memory.index import IndexError_, _translated
@@ -25,6 +26,27 @@ from memory.index import IndexError_, _translated
 def test_refusals_that_pass_are_outages(exc: Exception) -> None:
     """Memory full, a read-only replica, a failed snapshot: ingestion must wait, not dead-letter."""
     assert isinstance(_translated(exc, "chunk write"), BackendUnavailable)
+
+
+def test_refusal_inside_a_transaction_is_found() -> None:
+    """redis-py rewrites a pipeline's error message; the code is still read (MISCONF here)."""
+    text = (
+        "Command # 1 (DEL rvmis:g1:doc:default:doc-1) of pipeline caused error: "
+        '("MISCONF Redis is configured to save RDB snapshots, but it\'s currently unable to persist",)'
+    )
+    assert isinstance(_translated(rexc.ResponseError(text), "chunk write"), BackendUnavailable)
+
+
+def test_errors_as_redis_py_parses_them_off_the_wire() -> None:
+    """The parser strips some codes into classes (NOPERM -> NoPermissionError): classes count too."""
+    for wire, kind in [
+        ("NOPERM User agentmem has no permissions to run the 'ft.search' command", Unauthorized),
+        ("OOM command not allowed when used memory > 'maxmemory'.", BackendUnavailable),
+        ("READONLY You can't write against a read only replica.", BackendUnavailable),
+        ("MISCONF Redis is configured to save RDB snapshots", BackendUnavailable),
+        ("Syntax error at offset 3", IndexError_),
+    ]:
+        assert isinstance(_translated(BaseParser.parse_error(wire), "x"), kind), wire
 
 
 def test_wrapped_refusal_is_found() -> None:
