@@ -94,23 +94,32 @@ def dead_letter(record: RecordLike, reason: str, code: str, attempts: int = 1) -
     ).with_raw_key(key)
 
 
-def dlq_body(record: DlqRecord, max_bytes: int) -> bytes:
-    """The record's JSON, made to fit ``max_bytes`` by leaving the original out if it must.
+def dlq_body(record: DlqRecord, max_bytes: int) -> tuple[bytes, bytes | None]:
+    """The record's JSON and Kafka key, made to fit ``max_bytes`` together.
 
-    Both copies of the original make a record ~2.3 times its event. One that does not fit
-    could never be published (the producer's and Apache Kafka's limits are 1 MB by
-    default), and its batch would be redelivered forever. So ``original_text`` goes first,
-    then ``original_b64`` (``original_truncated`` says so; ``original_size`` keeps the
-    length, and topic, partition and offset still point at the original while it is retained).
+    Both copies of the original make a record ~2.3 times its event, and the key travels
+    twice (as the Kafka key and in the body). One that does not fit could never be published
+    (the producer's and Apache Kafka's limits are 1 MB by default), and its batch would be
+    redelivered forever. So, until it fits: ``original_text`` goes, then ``original_b64``
+    (``original_truncated`` says so; ``original_size`` keeps the length), then the headers
+    and the key (published without one). Topic, partition and offset still point at the
+    original while the topic retains it.
     """
-    body = record.model_dump_json().encode()
-    if len(body) <= max_bytes:
-        return body
-    slim = record.model_copy(update={"original_text": None})
-    body = slim.model_dump_json().encode()
-    if len(body) <= max_bytes:
-        return body
-    return slim.model_copy(update={"original_b64": "", "original_truncated": True}).model_dump_json().encode()
+    key = record.raw_key
+    steps: list[dict[str, Any]] = [
+        {},
+        {"original_text": None},
+        {"original_text": None, "original_b64": "", "original_truncated": True},
+        {"original_text": None, "original_b64": "", "original_truncated": True, "headers": {}, "key": None},
+    ]
+    body = b""
+    for i, update in enumerate(steps):
+        if i == len(steps) - 1:
+            key = None
+        body = record.model_copy(update=update).model_dump_json().encode()
+        if len(body) + len(key or b"") <= max_bytes:
+            break
+    return body, key
 
 
 def _reason(exc: ValidationError) -> str:

@@ -185,9 +185,9 @@ def build_router(
             offset=record.offset,
             reason=record.reason,
         )
-        body = dlq_body(record, cfg.dlq_max_record_bytes)
+        body, key = dlq_body(record, cfg.dlq_max_record_bytes)
         try:
-            await dlq.publish(body, key=record.raw_key, headers={"content-type": "application/json"})
+            await dlq.publish(body, key=key, headers={"content-type": "application/json"})
         except Exception as exc:
             # Not swallowed (the batch is redelivered, nothing is lost), but never silent.
             log.error(

@@ -174,12 +174,28 @@ def test_a_dead_letter_too_large_for_kafka_leaves_the_original_out() -> None:
     """Both copies first, then the base64 copy only, then neither: the record always fits."""
     value = doc(content="x" * 250_000, version="3")  # invalid (a string version), ~250 kB
     (dead,) = decode_records([Rec(value)], kind="document", filter_keys=BASE_FILTER_KEYS, max_content_bytes=10**7)[1]
-    full = json.loads(dlq_body(dead, 10**7))
+    body, key = dlq_body(dead, 10**7)
+    full = json.loads(body)
     assert full["original_text"] and base64.b64decode(full["original_b64"]) == value and not full["original_truncated"]
-    b64_only = json.loads(dlq_body(dead, 400_000))
+    assert key == b"k"
+    b64_only = json.loads(dlq_body(dead, 400_000)[0])
     assert b64_only["original_text"] is None and base64.b64decode(b64_only["original_b64"]) == value
-    bare = dlq_body(dead, 100_000)
-    assert len(bare) <= 100_000
+    bare, key = dlq_body(dead, 100_000)
+    assert len(bare) + len(key or b"") <= 100_000
     record = json.loads(bare)
     assert record["original_truncated"] and record["original_b64"] == "" and record["original_size"] == len(value)
     assert (record["topic"], record["offset"], record["error_code"]) == ("memory.documents", 7, "invalid_event")
+    assert record["key"] == "k" and key == b"k"  # the key fits: kept
+
+
+def test_a_huge_key_or_headers_never_push_a_dead_letter_past_the_limit() -> None:
+    """The key travels twice and invalid UTF-8 headers grow ~3x: they go last, but they go."""
+    for rec in (
+        Rec(b"junk", key=b"k" * 600_000),
+        Rec(b"junk", headers=[("h", b"\xff" * 400_000)]),
+    ):
+        dead = dead_letter(rec, "bad", "invalid_event")
+        body, key = dlq_body(dead, 900_000)
+        assert len(body) + len(key or b"") <= 900_000
+        record = json.loads(body)
+        assert record["original_truncated"] and key is None and record["key"] is None and record["headers"] == {}
