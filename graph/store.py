@@ -58,11 +58,15 @@ if old then
     if redis.call('SCARD', P .. ':ent_docs:' .. key) == 0 then
       redis.call('HDEL', P .. ':nodes', key)
       redis.call('DEL', P .. ':ent_chunks:' .. key)
-    elseif not (new and new.e[key]) and redis.call('HGET', P .. ':nodes', key) == cjson.encode({info[1], info[2]}) then
-      -- this doc may have set the node's name and type, and no longer mentions it: take them
-      -- from a document that still does, so they are never ones no document states
-      local other = redis.call('GET', P .. ':contrib:' .. redis.call('SRANDMEMBER', P .. ':ent_docs:' .. key))
-      local oi = other and cjson.decode(other).e[key]
+    elseif redis.call('HGET', P .. ':nodes', key) == cjson.encode({info[1], info[2]}) then
+      -- this doc may have set the node's name and type: take them from its new version if it
+      -- still mentions the entity, else from a document that still does, so they are never
+      -- ones no document states
+      local oi = new and new.e[key]
+      if not oi then
+        local other = redis.call('GET', P .. ':contrib:' .. redis.call('SRANDMEMBER', P .. ':ent_docs:' .. key))
+        oi = other and cjson.decode(other).e[key]
+      end
       if oi then redis.call('HSET', P .. ':nodes', key, cjson.encode({oi[1], oi[2]})) end
     end
   end
@@ -176,12 +180,14 @@ _COMMIT_SUMMARY = r"""
 local P, cid, token, gen = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 if redis.call('HEXISTS', P .. ':comms', cid) == 0 then return {0, 0} end
 local skey = P .. ':summary:' .. cid
-local stored = redis.call('HGET', skey, 'token')
+-- The token of the last stored summary (or drop) lives apart from the record, so that a
+-- drop, which deletes the record, still fences off every earlier lease.
+local stored = redis.call('HGET', P .. ':summary_token', cid) or redis.call('HGET', skey, 'token')
 if stored and tonumber(stored) >= token then return {0, 0} end
+redis.call('HSET', P .. ':summary_token', cid, ARGV[3])
 redis.call('DEL', skey)
 if #ARGV > 4 then
   for i = 5, #ARGV, 2 do redis.call('HSET', skey, ARGV[i], ARGV[i + 1]) end
-  redis.call('HSET', skey, 'token', ARGV[3])
 end
 local cur = redis.call('HGET', P .. ':gen', cid) or '0'
 if cur ~= gen then return {1, 0} end
@@ -392,6 +398,10 @@ class GraphStore:
                 pipe.zrem(self._k("stale_q"), cid)
                 pipe.zrem(self._k("stale_first"), cid)
                 pipe.delete(self._k(f"stale_docs:{cid}"), self._k(f"summary:{cid}"))
+                # A writer of the removed community's summary cannot commit (the community is
+                # gone) and its chunk write is refused by the drop's later token: no need to
+                # keep its fencing token.
+                pipe.hdel(self._k("summary_token"), cid)
                 pipe.hdel(self._k("gen"), cid)
                 pipe.hdel(self._k("failures"), cid)
             levels = {c.id: c.level for c in communities}

@@ -332,3 +332,28 @@ async def test_a_failure_of_a_community_no_longer_queued_is_not_kept(two: Daemon
     await two.store.clear_if_unchanged(cid, await two.store.generation(cid))
     assert await two.store.record_failure(cid, time.time() + 60) == 0
     assert await two.store.failures(cid) == 0 and (await two.store.stale())[0] == 0
+
+
+async def test_a_dropped_summary_still_fences_off_earlier_leases(two: Daemons) -> None:
+    """After a later lease drops a summary, an earlier lease's commit is refused (and the record
+    carries no fencing internals)."""
+    cid = await one_community(two)
+    early, late = await two.store.fence(), await two.store.fence()
+    gen = await two.store.generation(cid)
+    assert await two.store.commit_summary(cid, late, gen, None) == (True, True)
+    assert await two.store.commit_summary(cid, early, gen, {"text": "ghost", "gen": gen}) == (False, False)
+    assert await two.store.summary(cid) is None
+    newer = await two.store.fence()
+    assert (await two.store.commit_summary(cid, newer, gen, {"text": "fresh", "gen": gen}))[0]
+    assert await two.store.summary(cid) == {"text": "fresh", "gen": gen}
+
+
+async def test_a_renamed_entity_takes_the_new_name(two: Daemons) -> None:
+    """The doc that named an entity still mentions it under another name: the node follows."""
+    a1 = Contribution(entities={"billing-service": ("BILLING-SERVICE", "org", ["a#0"])}, edges={})
+    a2 = Contribution(entities={"billing-service": ("Billing Service", "service", ["a#0"])}, edges={})
+    b = Contribution(entities={"billing-service": ("billing-service", "service", ["b#0"])}, edges={})
+    await two.store.apply("a", 1, a1)
+    await two.store.apply("b", 1, b)
+    await two.store.apply("a", 2, a2)
+    assert await two.store.nodes(["billing-service"]) == {"billing-service": ("Billing Service", "service")}
