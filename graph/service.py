@@ -243,7 +243,7 @@ class GraphService:
                 drift_seen=drift,
                 now=now,
             )
-            await self.drop_removed()
+            await self.drop_removed(locked=True)
         finally:
             await self.store.unlock("recompute", self._owner)
         report = RecomputeReport(
@@ -275,7 +275,7 @@ class GraphService:
         # often would spend the cores on Leiden and re-summaries instead of ingestion.
         return time.time() - await self.store.last_recompute() >= self._cfg.recompute_min_interval_s
 
-    async def drop_removed(self) -> int:
+    async def drop_removed(self, *, locked: bool = False) -> int:
         """Delete the summary chunks of removed communities from the index; returns how many.
 
         A recompute records removed ids in the same transaction that forgets them, so a
@@ -283,18 +283,28 @@ class GraphService:
         good. Each delete is versioned with a fresh fencing token: a summary of the old
         community still being written (an earlier token) can no longer land after it.
         """
-        done = 0
         pending = await self.store.pending_drops()
-        live = {c.id for c in await self.store.communities()} if pending else set()
-        for cid in pending:
-            if cid not in live:  # else the id came back in a later recompute: its summary is live
-                token = await self.store.fence()
-                await self._index.apply(
-                    COMMUNITY_PREFIX + cid, token, [], np.zeros((0, 1), np.float32), self.store.tenant
-                )
-            await self.store.dropped(cid)
-            done += 1
-        return done
+        if not pending:
+            return 0
+        # Under the recompute lock (``locked``: the caller holds it), so that no recompute can
+        # bring an id back between the check below and its delete.
+        if not locked and not await self.store.lock("recompute", self._owner, ttl_s=600):
+            return 0  # a recompute is running; it drops them itself
+        try:
+            done = 0
+            live = {c.id for c in await self.store.communities()}
+            for cid in await self.store.pending_drops():
+                if cid not in live:  # else the id came back in a later recompute: its summary is live
+                    token = await self.store.fence()
+                    await self._index.apply(
+                        COMMUNITY_PREFIX + cid, token, [], np.zeros((0, 1), np.float32), self.store.tenant
+                    )
+                await self.store.dropped(cid)
+                done += 1
+            return done
+        finally:
+            if not locked:
+                await self.store.unlock("recompute", self._owner)
 
     # -- summaries ---------------------------------------------------------------------
 
