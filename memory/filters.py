@@ -96,6 +96,28 @@ def hash_clause(flt: Mapping[str, Sequence[str]]) -> str:
     return " ".join(clauses)
 
 
+def _tag_safe(value: str) -> bool:
+    # RediSearch trims TAG values when it indexes them and splits them at the separator, so
+    # a value with edge whitespace or a separator can only be matched exactly by its hash.
+    return value == value.strip() and "\x1f" not in value
+
+
+def knn_clause(flt: Mapping[str, Sequence[str]]) -> str:
+    """The filter for the vector leg's KNN pre-filter: TAG clauses, or hash ranges for a key
+    with a value a TAG cannot match exactly; ``"*"`` when empty.
+
+    Why not hashes throughout: a KNN filtered by a numeric range measured ~10% slower than
+    by the same TAG clause (20,000 vectors here), and nothing is scored in this leg.
+    """
+    if not flt:
+        return "*"
+    parts = []
+    for key in sorted(flt):
+        one = {key: flt[key]}
+        parts.append(tag_clause(one) if all(_tag_safe(v) for v in flt[key]) else hash_clause(one))
+    return " ".join(parts)
+
+
 def matches(tags: Mapping[str, str], flt: Mapping[str, Sequence[str]]) -> bool:
     """Whether a stored chunk's tag values satisfy the filter (exact string comparison)."""
     return all(tags.get(key) in values for key, values in flt.items())

@@ -13,7 +13,7 @@ import structlog
 from memory.config import RetrievalConfig
 from memory.embedder import Embedder
 from memory.errors import InvalidRequest
-from memory.filters import hash_clause, matches, normalize_filter
+from memory.filters import hash_clause, knn_clause, matches, normalize_filter
 from memory.fusion import fuse_rrf
 from memory.identifiers import identifier_ranks, identifiers
 from memory.index import ChunkIndex
@@ -146,16 +146,15 @@ class Retriever:
             flt["kind"] = [k for k in flt.get("kind", spec.kinds) if k in spec.kinds]
             if not flt["kind"]:  # the request's kind filter and its scope exclude each other
                 return SearchOutcome(hits=[], took_ms=(time.monotonic() - t0) * 1000)
-        # The vector leg filters on the hashes of the exact values, not on the TAG fields:
-        # RediSearch trims TAG values when it indexes them (and splits them at the
-        # separator), so a value like "production " could never match there, while the
-        # text legs, which filter on the hashes, would find it.
-        knn_query = hash_clause(flt)
-        # Text legs: the tenant goes into the engine query only where several tenants share
-        # the index (see RetrievalConfig.engine_tenant_filter); `matches` below re-checks it.
-        hash_query = hash_clause(
-            flt if self._cfg.engine_tenant_filter else {k: v for k, v in flt.items() if k != "tenant"}
-        )
+        # The tenant goes into the engine queries only where several tenants share the index
+        # (see RetrievalConfig.engine_tenant_filter); `matches` below re-checks it. In the
+        # vector leg, a filter that every chunk passes still costs: 2.2 ms against 0.5 ms
+        # per KNN over 20,000 vectors, measured here.
+        engine_flt = flt if self._cfg.engine_tenant_filter else {k: v for k, v in flt.items() if k != "tenant"}
+        hash_query = hash_clause(engine_flt)
+        # Exact values in the vector leg too: see knn_clause (a TAG clause alone would never
+        # match a value like "production ", which RediSearch trimmed when it indexed it).
+        knn_query = knn_clause(engine_flt)
         k = self.fetch_k(spec.top_k)
         timings: dict[str, LegTiming] = {}
         names: list[str] = []

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from memory.errors import InvalidRequest
-from memory.filters import BASE_FILTER_KEYS, build_filter
+from memory.filters import BASE_FILTER_KEYS, build_filter, knn_clause, value_hash
 
 ALLOWED = set(BASE_FILTER_KEYS)
 
@@ -63,3 +63,12 @@ def test_hash_clause_and_matches() -> None:
     assert not matches({"environment": "prod", "service": "c"}, flt)
     assert not matches({"service": "a"}, flt)
     assert hash_clause({}) == "*" == tag_clause({})
+
+
+def test_knn_clause_uses_tags_unless_a_value_cannot_match_as_a_tag() -> None:
+    """Edge whitespace or the separator: that key is filtered by the exact-value hash instead."""
+    assert knn_clause({}) == "*"
+    assert knn_clause({"environment": ["production"]}) == "@environment:{production}"
+    spaced = knn_clause({"environment": ["production "], "service": ["billing"]})
+    assert spaced == f"@h_environment:[{value_hash('production ')} {value_hash('production ')}] @service:{{billing}}"
+    assert knn_clause({"service": ["a\x1fb"]}).startswith("@h_service:[")
