@@ -295,16 +295,18 @@ class GraphService:
             live = {c.id for c in await self.store.communities()}
             for cid in await self.store.pending_drops():
                 if cid not in live:  # else the id came back in a later recompute: its summary is live
-                    token = await self.store.fence()
-                    await self._index.apply(
-                        COMMUNITY_PREFIX + cid, token, [], np.zeros((0, 1), np.float32), self.store.tenant
-                    )
+                    await self._delete_summary_chunk(cid, await self.store.fence())
                 await self.store.dropped(cid)
                 done += 1
             return done
         finally:
             if not locked:
                 await self.store.unlock("recompute", self._owner)
+
+    async def _delete_summary_chunk(self, cid: str, token: int) -> bool:
+        """Delete a community's summary chunk, versioned by ``token``; false when a later token won."""
+        empty = np.zeros((0, 1), np.float32)
+        return (await self._index.apply(COMMUNITY_PREFIX + cid, token, [], empty, self.store.tenant)).applied
 
     # -- summaries ---------------------------------------------------------------------
 
@@ -349,9 +351,8 @@ class GraphService:
         nodes = await self.store.nodes(sorted(comm.members))
         members = sorted(m for m in comm.members if m in nodes)
         if not members:
-            wrote = await self._index.apply(doc_id, token, [], np.zeros((0, 1), np.float32), self.store.tenant)
             cleared = False
-            if wrote.applied:
+            if await self._delete_summary_chunk(cid, token):
                 _, cleared = await self.store.commit_summary(cid, token, gen, None)
             log.info("graph.summary_dropped", community_id=cid, reason="no live members", cleared=cleared)
             return None

@@ -136,17 +136,27 @@ end
 return {1, cjson.encode(keys), cjson.encode(cids)}
 """
 
-_CLEAR_IF_GEN = r"""
-local P, cid, gen = ARGV[1], ARGV[2], ARGV[3]
-local cur = redis.call('HGET', P .. ':gen', cid) or '0'
-if cur ~= gen then return 0 end
-redis.call('HDEL', P .. ':stale', cid)
-redis.call('ZREM', P .. ':stale_q', cid)
-redis.call('ZREM', P .. ':stale_first', cid)
-redis.call('DEL', P .. ':stale_docs:' .. cid)
-redis.call('HDEL', P .. ':failures', cid)
-return 1
+# Clear community ``cid``'s stale mark unless it was marked again since ``gen``: true when
+# cleared. One Lua function, shared by the scripts that clear a mark.
+_CLEAR_FN = r"""
+local function clear_if_gen(P, cid, gen)
+  if (redis.call('HGET', P .. ':gen', cid) or '0') ~= gen then return false end
+  redis.call('HDEL', P .. ':stale', cid)
+  redis.call('ZREM', P .. ':stale_q', cid)
+  redis.call('ZREM', P .. ':stale_first', cid)
+  redis.call('DEL', P .. ':stale_docs:' .. cid)
+  redis.call('HDEL', P .. ':failures', cid)
+  return true
+end
 """
+
+_CLEAR_IF_GEN = (
+    _CLEAR_FN
+    + r"""
+if clear_if_gen(ARGV[1], ARGV[2], ARGV[3]) then return 1 end
+return 0
+"""
+)
 
 # A claim is taken only while the community is due (still stale, its backoff over), so a
 # worker that read an old due list never redoes what another worker just finished. The
@@ -176,7 +186,9 @@ return 0
 # Store a summary record only if the community still exists and no summary of a later token
 # was stored; then clear the mark unless the community was marked again since ``gen``.
 # Returns {written, cleared}.
-_COMMIT_SUMMARY = r"""
+_COMMIT_SUMMARY = (
+    _CLEAR_FN
+    + r"""
 local P, cid, token, gen = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 if redis.call('HEXISTS', P .. ':comms', cid) == 0 then return {0, 0} end
 local skey = P .. ':summary:' .. cid
@@ -189,15 +201,10 @@ redis.call('DEL', skey)
 if #ARGV > 4 then
   for i = 5, #ARGV, 2 do redis.call('HSET', skey, ARGV[i], ARGV[i + 1]) end
 end
-local cur = redis.call('HGET', P .. ':gen', cid) or '0'
-if cur ~= gen then return {1, 0} end
-redis.call('HDEL', P .. ':stale', cid)
-redis.call('ZREM', P .. ':stale_q', cid)
-redis.call('ZREM', P .. ':stale_first', cid)
-redis.call('DEL', P .. ':stale_docs:' .. cid)
-redis.call('HDEL', P .. ':failures', cid)
-return {1, 1}
+if clear_if_gen(P, cid, gen) then return {1, 1} end
+return {1, 0}
 """
+)
 
 
 @dataclass(frozen=True, slots=True)
