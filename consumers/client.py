@@ -52,6 +52,7 @@ class MemoryClient:
         topics: Topics | None = None,
         reply_topic: str | None = None,
         reply_partition: int | None = None,
+        tenant: str | None = None,
         reply_fetch_wait_ms: int = 5,
         timeout_s: float = 30.0,
         kafka_options: dict[str, Any] | None = None,
@@ -64,12 +65,24 @@ class MemoryClient:
         ``reply_fetch_wait_ms``: how long the broker may hold the reply reader's fetch. Apache
         Kafka answers it when a reply lands, so a long wait (500) costs nothing there and
         saves polling; tansu (the embedded broker) may hold it to the end, hence 5.
+
+        ``tenant``: for a daemon in topic tenancy, the tenant every call publishes for (on
+        ``<topic>.<tenant>``; a call's own ``tenant=`` wins), with replies read on
+        ``<replies topic>.<tenant>`` unless ``reply_topic`` says otherwise. Without it, calls
+        use the bare topics, which only a daemon in single tenancy reads.
+
+        Raises:
+            InvalidRequest: ``tenant`` is no valid tenant name.
         """
         if reply_partition is not None and reply_partition < 0:
             raise ValueError("reply_partition must be >= 0")
         self._bootstrap = bootstrap
         self.topics = topics or Topics()
-        self._reply_topic = reply_topic or self.topics.replies
+        self.tenant = tenant
+        if tenant is not None:
+            _tenant_topic(self.topics.replies, tenant)  # validates the name before anything connects
+        default_reply = self.topics.replies if tenant is None else f"{self.topics.replies}.{tenant}"
+        self._reply_topic = reply_topic or default_reply
         self._reply_partition = reply_partition
         self._reply_wait_ms = reply_fetch_wait_ms
         self._timeout = timeout_s
@@ -218,6 +231,11 @@ class MemoryClient:
         except KafkaError as exc:
             raise BackendUnavailable(f"publish to {topic} failed: {exc}") from exc
 
+    def _topic(self, base: str, tenant: str | None) -> str:
+        """Where a call publishes: ``base`` itself, or the tenant's ``<base>.<tenant>``."""
+        tenant = self.tenant if tenant is None else tenant
+        return base if tenant is None else _tenant_topic(base, tenant)
+
     async def query(
         self,
         text: str,
@@ -246,9 +264,9 @@ class MemoryClient:
             scope: ``chunks``, ``communities`` or ``all`` (see docs/contract.md); the daemon's
                 default (``chunks``) if None.
             tenant: ask this tenant's memory, on ``<requests topic>.<tenant>`` (for a daemon in
-                topic tenancy); None asks on the requests topic itself. The reply still goes to
-                this client's reply topic: give a tenant's client ``reply_topic=<replies>.<tenant>``
-                to keep its replies off the topic every tenant reads.
+                topic tenancy); None: the client's tenant, else the requests topic itself. The
+                reply still goes to this client's reply topic: a client built with ``tenant=``
+                reads its tenant's own, keeping replies off the topic every tenant reads.
 
         Raises:
             QueryFailed: the daemon replied with an error.
@@ -258,11 +276,7 @@ class MemoryClient:
                 this query waited (the next query starts a new one).
             TimeoutError: no reply within the client's timeout.
         """
-        topic = self.topics.requests
-        if tenant is not None:
-            topic = f"{topic}.{tenant}"
-            if tenant_from_topic(topic, self.topics.requests, "topic") != tenant:
-                raise InvalidRequest(f"tenant {tenant!r} is not 1-64 of A-Z a-z 0-9 _ -")
+        topic = self._topic(self.topics.requests, tenant)
         await self._ensure_reader()
         hybrid: dict[str, Any] = {}
         if dense_weight is not None:
@@ -310,8 +324,12 @@ class MemoryClient:
         version: int | None = None,
         source: str | None = None,
         metadata: Mapping[str, Any] | None = None,
+        tenant: str | None = None,
     ) -> int:
-        """Upsert a document; returns the version used (wall-clock based when not given)."""
+        """Upsert a document; returns the version used (wall-clock based when not given).
+
+        ``tenant``: publish into this tenant's memory (topic tenancy; see ``query``).
+        """
         version = default_version() if version is None else version
         payload = {
             "event_id": uuid.uuid4().hex,
@@ -322,14 +340,14 @@ class MemoryClient:
             "content": content,
             "metadata": dict(metadata or {}),
         }
-        await self._send(self.topics.documents, payload, key=doc_id)
+        await self._send(self._topic(self.topics.documents, tenant), payload, key=doc_id)
         return version
 
-    async def delete_document(self, doc_id: str, *, version: int | None = None) -> int:
-        """Delete a document; returns the version used."""
+    async def delete_document(self, doc_id: str, *, version: int | None = None, tenant: str | None = None) -> int:
+        """Delete a document; returns the version used. ``tenant``: as for ``publish_document``."""
         version = default_version() if version is None else version
         payload = {"event_id": uuid.uuid4().hex, "op": "delete", "doc_id": doc_id, "version": version}
-        await self._send(self.topics.documents, payload, key=doc_id)
+        await self._send(self._topic(self.topics.documents, tenant), payload, key=doc_id)
         return version
 
     async def publish_observation(
@@ -341,8 +359,9 @@ class MemoryClient:
         content: str,
         role: str = "assistant",
         metadata: Mapping[str, Any] | None = None,
+        tenant: str | None = None,
     ) -> None:
-        """Record one transcript turn or observation."""
+        """Record one transcript turn or observation. ``tenant``: as for ``publish_document``."""
         payload = {
             "event_id": uuid.uuid4().hex,
             "agent_id": agent_id,
@@ -352,7 +371,20 @@ class MemoryClient:
             "content": content,
             "metadata": dict(metadata or {}),
         }
-        await self._send(self.topics.transcripts, payload, key=f"{agent_id}/{session_id}")
+        await self._send(self._topic(self.topics.transcripts, tenant), payload, key=f"{agent_id}/{session_id}")
+
+
+def _tenant_topic(base: str, tenant: str) -> str:
+    """``<base>.<tenant>``, the topic a daemon in topic tenancy reads for ``tenant``.
+
+    Raises:
+        InvalidRequest: ``tenant`` is no valid tenant name (the daemon would dead-letter the
+            record, or never read the topic).
+    """
+    topic = f"{base}.{tenant}"
+    if tenant_from_topic(topic, base, "topic") != tenant:
+        raise InvalidRequest(f"tenant {tenant!r} is not 1-64 of A-Z a-z 0-9 _ -")
+    return topic
 
 
 async def _stop_quietly(client: AIOKafkaConsumer | AIOKafkaProducer, what: str) -> None:

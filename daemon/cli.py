@@ -113,15 +113,18 @@ def _pairs(values: list[str] | None, what: str) -> dict[str, Any]:
 
 
 def _with_client(
-    fn: Callable[[MemoryClient], Awaitable[T]], settings: Settings | None = None, reply_topic: str | None = None
+    fn: Callable[[MemoryClient], Awaitable[T]], settings: Settings | None = None, tenant: str | None = None
 ) -> T:
+    """Run ``fn`` with a client of ``tenant`` (see ``_tenant_target``), failing as the CLI does."""
     settings = _settings() if settings is None else settings
 
     async def main() -> T:
         async with MemoryClient(
             bootstrap=settings.kafka_bootstrap,
             topics=settings.topics,
-            reply_topic=reply_topic,
+            # A tenant's client reads the tenant's own reply topic, as the daemon's default for
+            # it: never the shared one, which every tenant reads and topic ACLs may not grant.
+            tenant=tenant,
             kafka_options=kafka_options(settings),
         ) as client:
             return await fn(client)
@@ -134,12 +137,12 @@ def _with_client(
         raise _fail(exc if str(exc) else TimeoutError("no reply in time")) from exc
 
 
-def _query_tenant(tenancy: str, tenant: str | None) -> str | None:
-    """The tenant whose requests topic ``--tenant`` names under ``tenancy`` (None: the bare topic).
+def _tenant_target(tenancy: str, tenant: str | None) -> str | None:
+    """The tenant whose topics ``--tenant`` names under ``tenancy`` (None: the bare topics).
 
     Raises:
-        typer.BadParameter: topic tenancy without a tenant (nobody reads the bare requests
-            topic there, so the query would only time out), or another tenant than the
+        typer.BadParameter: topic tenancy without a tenant (nobody reads the bare topics there:
+            a query would only time out, a publish would be lost), or another tenant than the
             default one in single mode.
     """
     if tenancy == "topic":
@@ -181,7 +184,7 @@ def query(
     """Ask the memory a question over Kafka request/reply."""
     flt = _pairs(filters, "--filter")
     settings = _settings()
-    target = _query_tenant(settings.consumer.tenancy, tenant)
+    target = _tenant_target(settings.consumer.tenancy, tenant)
     reply = _with_client(
         lambda c: c.query(
             text,
@@ -192,12 +195,9 @@ def query(
             identifier_weight=identifier_weight,
             rrf_k=rrf_k,
             scope=scope,
-            tenant=target,
         ),
         settings,
-        # The tenant's own reply topic, as the daemon's default for it: never the shared one,
-        # which every tenant reads and topic ACLs may not grant.
-        reply_topic=None if target is None else f"{settings.topics.replies}.{target}",
+        target,
     )
     if as_json:
         print(reply.model_dump_json(indent=2))
@@ -213,14 +213,23 @@ def query(
     out.print(table)
 
 
+PublishTenantOpt = Annotated[
+    str | None,
+    typer.Option("--tenant", help="Whose memory (topic tenancy): publishes on <topic>.<tenant>."),
+]
+
+
 @publish_app.command("doc")
 def publish_doc(
     paths: Annotated[list[Path], typer.Argument(help="Files to publish (UTF-8 text).", exists=True, dir_okay=False)],
     doc_id: Annotated[str | None, typer.Option("--doc-id", help="Only with one path; default: the path.")] = None,
     meta: Annotated[list[str] | None, typer.Option("--meta", help="key=value metadata.")] = None,
     version: Annotated[int | None, typer.Option("--version", help="Default: wall-clock microseconds.")] = None,
+    tenant: PublishTenantOpt = None,
 ) -> None:
     """Upsert documents from files."""
+    settings = _settings()
+    target = _tenant_target(settings.consumer.tenancy, tenant)
     if doc_id and len(paths) != 1:
         raise typer.BadParameter("--doc-id needs exactly one path")
     metadata = _pairs(meta, "--meta")
@@ -237,7 +246,7 @@ def publish_doc(
                 progress.advance(task)
         return len(paths)
 
-    n = _with_client(send)
+    n = _with_client(send, settings, target)
     out.print(f"published {n} document(s)")
 
 
@@ -245,9 +254,12 @@ def publish_doc(
 def publish_delete(
     doc_id: Annotated[str, typer.Argument()],
     version: Annotated[int | None, typer.Option("--version")] = None,
+    tenant: PublishTenantOpt = None,
 ) -> None:
     """Delete a document (every chunk of it)."""
-    v = _with_client(lambda c: c.delete_document(doc_id, version=version))
+    settings = _settings()
+    target = _tenant_target(settings.consumer.tenancy, tenant)
+    v = _with_client(lambda c: c.delete_document(doc_id, version=version), settings, target)
     out.print(f"delete of {doc_id} published at version {v}")
 
 
@@ -259,13 +271,18 @@ def publish_observation(
     turn: Annotated[int, typer.Option("--turn")],
     role: Annotated[str, typer.Option("--role")] = "assistant",
     meta: Annotated[list[str] | None, typer.Option("--meta", help="key=value metadata.")] = None,
+    tenant: PublishTenantOpt = None,
 ) -> None:
     """Record one transcript turn or observation of an agent."""
     metadata = _pairs(meta, "--meta")
+    settings = _settings()
+    target = _tenant_target(settings.consumer.tenancy, tenant)
     _with_client(
         lambda c: c.publish_observation(
             agent_id=agent_id, session_id=session_id, turn=turn, content=text, role=role, metadata=metadata
-        )
+        ),
+        settings,
+        target,
     )
     out.print("observation published")
 

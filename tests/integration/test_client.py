@@ -35,6 +35,7 @@ pytestmark = pytest.mark.integration
 
 AGENTMEMD = str(Path(sys.executable).parent / "agentmemd")
 TENANT, OTHER = "acme", "globex"
+WRITER = "initech"  # the tenant the publish tests write to (OTHER must stay empty)
 DOCS = ("client/ledger-0.md", "client/ledger-1.md")
 TEXT = "The ledger-service writes to ledger_entries; ERR_LEDGER_LOCK_9C1 means lock_timeout is too low."
 TEXT2 = "Incident: ledger-service hit ERR_LEDGER_LOCK_9C1 again; we raised lock_timeout on ledger_entries."
@@ -52,7 +53,11 @@ async def env(kafka_bootstrap: str, redis_url: str) -> AsyncIterator[tuple[Daemo
     t = settings.topics
     await ensure_topics(
         kafka_bootstrap,
-        [f"{base}.{tenant}" for tenant in (TENANT, OTHER) for base in (t.documents, t.requests, t.replies)],
+        [
+            f"{base}.{tenant}"
+            for tenant in (TENANT, OTHER, WRITER)
+            for base in (t.documents, t.transcripts, t.requests, t.replies)
+        ],
         partitions=1,
         replication=1,
     )
@@ -275,3 +280,71 @@ async def test_cli_query_in_topic_tenancy_needs_a_tenant_and_its_reply_topic(env
     assert rc == 2 and "--tenant" in err
     rc, _out, err = await _agentmemd(settings, "query", "pool", "--tenant", "nobody")
     assert rc == 1 and f"{settings.topics.replies}.nobody" in err and "does not exist" in err
+
+
+async def test_a_tenants_client_publishes_deletes_and_asks_in_that_tenants_memory(env) -> None:
+    """``MemoryClient(tenant=...)`` publishes docs, deletes and observations on the tenant's
+    topics (the bare ones are read by nobody in topic tenancy) and reads its replies on
+    ``<replies>.<tenant>``."""
+    daemon, plain, settings = env
+    doc = "client/writer-runbook.md"
+    text = "Rotate the kestrel-gateway certificate with KGW_ROTATE_77 before it expires."
+    tenant_replies = f"{settings.topics.replies}.{WRITER}"
+    async with MemoryClient(bootstrap=plain.bootstrap, topics=plain.topics, tenant=WRITER) as memory:
+        await memory.publish_document(doc, text, version=1)
+        await memory.publish_observation(
+            agent_id="agent-7", session_id="s-1", turn=1, content="Rotated KGW_ROTATE_77 on the kestrel-gateway."
+        )
+
+        async def stored() -> bool:
+            return bool(await daemon.index.chunk_ids(doc, WRITER)) and bool(
+                await daemon.index.chunk_ids("transcript:agent-7/s-1/1", WRITER)
+            )
+
+        await eventually(stored, timeout=60, what="the tenant's doc and observation indexed")
+        assert not await daemon.index.chunk_ids(doc, TENANT) and not await daemon.index.chunk_ids(doc, "default")
+
+        before = await _end_offset(plain.bootstrap, tenant_replies)
+        reply = await memory.query("KGW_ROTATE_77", top_k=5)
+        assert {r.doc_id for r in reply.results} >= {doc}
+        assert await _end_offset(plain.bootstrap, tenant_replies) == before + 1
+
+        await memory.delete_document(doc, version=2)
+
+        async def deleted() -> bool:
+            return not await daemon.index.chunk_ids(doc, WRITER)
+
+        await eventually(deleted, timeout=60, what="the tenant's doc deleted")
+    with pytest.raises(InvalidRequest, match="tenant"):
+        MemoryClient(bootstrap=plain.bootstrap, topics=plain.topics, tenant="a.b")
+
+
+async def test_cli_publish_in_topic_tenancy_needs_a_tenant_and_writes_to_its_topics(env, tmp_path: Path) -> None:
+    """`agentmemd publish doc|delete|observation` fail at once without --tenant in topic tenancy
+    (the record would be lost on the bare topic), and with it land in that tenant's memory."""
+    daemon, _, settings = env
+    path = tmp_path / "cli-writer.md"
+    path.write_text("The osprey-batch job retries OSP_RETRY_5 three times.", encoding="utf-8")
+    for args in (
+        ("publish", "doc", str(path)),
+        ("publish", "delete", "x.md"),
+        ("publish", "observation", "hi", "--agent-id", "a", "--session-id", "s", "--turn", "1"),
+    ):
+        rc, _out, err = await _agentmemd(settings, *args)
+        assert rc == 2 and "--tenant" in err, (args, err)
+    rc, _out, err = await _agentmemd(
+        settings, "publish", "doc", str(path), "--doc-id", "cli/osprey.md", "--tenant", WRITER
+    )
+    assert rc == 0, err
+
+    async def stored() -> bool:
+        return bool(await daemon.index.chunk_ids("cli/osprey.md", WRITER))
+
+    await eventually(stored, timeout=60, what="the CLI's doc in the tenant's memory")
+    rc, _out, err = await _agentmemd(settings, "publish", "delete", "cli/osprey.md", "--tenant", WRITER)
+    assert rc == 0, err
+
+    async def deleted() -> bool:
+        return not await daemon.index.chunk_ids("cli/osprey.md", WRITER)
+
+    await eventually(deleted, timeout=60, what="the CLI's delete in the tenant's memory")
