@@ -21,6 +21,11 @@ BASE_FILTER_KEYS: tuple[str, ...] = (
     "source",
 )
 
+#: Unit separator: a TAG value may contain commas (the RediSearch default separator),
+#: so no printable character is used to split values. The schema declares it; the
+#: filters must know it to tell which values a TAG clause can match.
+TAG_SEPARATOR = "\x1f"
+
 MAX_VALUES_PER_KEY = 64
 MAX_VALUE_LENGTH = 512
 
@@ -99,7 +104,7 @@ def hash_clause(flt: Mapping[str, Sequence[str]]) -> str:
 def _tag_safe(value: str) -> bool:
     # RediSearch trims TAG values when it indexes them and splits them at the separator, so
     # a value with edge whitespace or a separator can only be matched exactly by its hash.
-    return value == value.strip() and "\x1f" not in value
+    return value == value.strip() and TAG_SEPARATOR not in value
 
 
 def knn_clause(flt: Mapping[str, Sequence[str]]) -> str:

@@ -5,11 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from memory.config import IndexConfig
-from memory.filters import hash_field
-
-#: Unit separator: a TAG value may contain commas (the RediSearch default separator),
-#: so no printable character is used to split values.
-TAG_SEPARATOR = "\x1f"
+from memory.filters import TAG_SEPARATOR, hash_field
 
 
 def physical_name(name: str, generation: int) -> str:

@@ -6,7 +6,7 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -76,6 +76,36 @@ async def daemon_and_client(
         stack.push_async_callback(client.stop)
         await client.start()
         yield daemon, client
+
+
+@asynccontextmanager
+async def topic_tenancy_daemon(
+    name: str,
+    kafka_bootstrap: str,
+    redis_url: str,
+    tenants: Sequence[str],
+    kinds: Sequence[str] = ("documents", "transcripts", "requests", "replies"),
+    extra_topics: Sequence[str] = (),
+    reply_topic: str | None = None,
+) -> AsyncIterator[tuple[Daemon, PlainClient, Settings]]:
+    """``daemon_and_client`` for a daemon in topic tenancy: one-partition topics, every
+    ``<kind topic>.<tenant>`` (and ``extra_topics``) created first, and topic metadata refreshed
+    every 500 ms so the pattern subscriptions find them at once."""
+    from consumers.config import ConsumerConfig
+    from daemon.topics import ensure_topics
+
+    settings = isolated_settings(
+        name,
+        kafka_bootstrap,
+        redis_url,
+        topic_partitions=1,
+        consumer=ConsumerConfig(group_id=name, tenancy="topic", metadata_max_age_ms=500),
+    )
+    bases = settings.topics.model_dump()
+    topics = [f"{bases[kind]}.{tenant}" for tenant in tenants for kind in kinds]
+    await ensure_topics(kafka_bootstrap, [*topics, *extra_topics], partitions=1, replication=1)
+    async with daemon_and_client(settings, reply_topic) as (daemon, client):
+        yield daemon, client, settings
 
 
 class PlainClient:

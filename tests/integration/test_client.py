@@ -23,13 +23,11 @@ from structlog.testing import capture_logs
 
 import consumers.client
 from consumers.client import MemoryClient
-from consumers.config import ConsumerConfig
 from daemon.app import Daemon
 from daemon.settings import Settings
-from daemon.topics import ensure_topics
 from memory.errors import BackendUnavailable, InvalidRequest
 from tests.conftest import unique
-from tests.helpers import PlainClient, daemon_and_client, eventually, isolated_settings, settings_env
+from tests.helpers import PlainClient, eventually, settings_env, topic_tenancy_daemon
 
 pytestmark = pytest.mark.integration
 
@@ -43,26 +41,8 @@ TEXT2 = "Incident: ledger-service hit ERR_LEDGER_LOCK_9C1 again; we raised lock_
 
 @pytest.fixture(scope="module")
 async def env(kafka_bootstrap: str, redis_url: str) -> AsyncIterator[tuple[Daemon, PlainClient, Settings]]:
-    name = unique(__name__)
-    settings = isolated_settings(
-        name,
-        kafka_bootstrap,
-        redis_url,
-        consumer=ConsumerConfig(group_id=name, tenancy="topic", metadata_max_age_ms=500),
-    )
-    t = settings.topics
-    await ensure_topics(
-        kafka_bootstrap,
-        [
-            f"{base}.{tenant}"
-            for tenant in (TENANT, OTHER, WRITER)
-            for base in (t.documents, t.transcripts, t.requests, t.replies)
-        ],
-        partitions=1,
-        replication=1,
-    )
-    async with daemon_and_client(settings) as (daemon, client):
-        yield daemon, client, settings
+    async with topic_tenancy_daemon(unique(__name__), kafka_bootstrap, redis_url, (TENANT, OTHER, WRITER)) as env:
+        yield env
 
 
 class InjectedConsumer(AIOKafkaConsumer):

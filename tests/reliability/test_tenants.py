@@ -12,11 +12,10 @@ from typing import Any
 
 import pytest
 
-from consumers.config import ConsumerConfig
 from daemon.app import Daemon
 from daemon.topics import ensure_topics
 from tests.conftest import unique
-from tests.helpers import PlainClient, daemon_and_client, eventually, isolated_settings, read_dlq
+from tests.helpers import PlainClient, eventually, read_dlq, topic_tenancy_daemon
 
 pytestmark = pytest.mark.integration
 
@@ -29,19 +28,16 @@ SECRETS = {
 @pytest.fixture(scope="module")
 async def env(kafka_bootstrap: str, redis_url: str) -> AsyncIterator[tuple[Daemon, PlainClient, str]]:
     name = unique(__name__)
-    settings = isolated_settings(
+    async with topic_tenancy_daemon(
         name,
         kafka_bootstrap,
         redis_url,
-        topic_partitions=1,
-        consumer=ConsumerConfig(group_id=name, tenancy="topic", metadata_max_age_ms=500),
-    )
-    t = settings.topics
-    tenant_topics = [f"{base}.{tenant}" for tenant in SECRETS for base in (t.documents, t.transcripts, t.requests)]
-    await ensure_topics(
-        kafka_bootstrap, [*tenant_topics, f"{name}.my-replies", f"{t.documents}.a.b"], partitions=1, replication=1
-    )
-    async with daemon_and_client(settings, f"{name}.my-replies") as (daemon, client):
+        SECRETS,
+        kinds=("documents", "transcripts", "requests"),
+        extra_topics=[f"{name}.documents.a.b"],
+        reply_topic=f"{name}.my-replies",
+    ) as (daemon, client, settings):
+        assert settings.topics.documents == f"{name}.documents"  # the extra topic's base
         yield daemon, client, name
 
 

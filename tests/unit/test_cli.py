@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import typer
 
-from daemon.cli import _query_tenant
+from daemon.cli import _tenant_target
 
 
 @pytest.mark.parametrize(
@@ -17,9 +17,9 @@ from daemon.cli import _query_tenant
         ("topic", "default", "default"),  # a tenant like any other there
     ],
 )
-def test_query_tenant(tenancy: str, tenant: str | None, want: str | None) -> None:
+def test_tenant_target(tenancy: str, tenant: str | None, want: str | None) -> None:
     """`agentmemd query --tenant` names a tenant's requests topic only in topic tenancy."""
-    assert _query_tenant(tenancy, tenant) == want
+    assert _tenant_target(tenancy, tenant) == want
 
 
 @pytest.mark.parametrize(
@@ -29,7 +29,7 @@ def test_query_tenant(tenancy: str, tenant: str | None, want: str | None) -> Non
         ("topic", None, "name the tenant with --tenant"),
     ],
 )
-def test_query_tenant_refused(tenancy: str, tenant: str | None, why: str) -> None:
+def test_tenant_target_refused(tenancy: str, tenant: str | None, why: str) -> None:
     """A tenant in single mode, or none in topic tenancy, is a usage error (never a timeout)."""
     with pytest.raises(typer.BadParameter, match=why):
-        _query_tenant(tenancy, tenant)
+        _tenant_target(tenancy, tenant)
