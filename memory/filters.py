@@ -104,7 +104,9 @@ def hash_clause(flt: Mapping[str, Sequence[str]]) -> str:
 def _tag_safe(value: str) -> bool:
     # RediSearch trims TAG values when it indexes them and splits them at the separator, so
     # a value with edge whitespace or a separator can only be matched exactly by its hash.
-    return value == value.strip() and TAG_SEPARATOR not in value
+    # Nor can a TAG query hold an ASCII control character, escaped or not (NUL, \x01, \x7f:
+    # a syntax error, found by fuzzing): those values are matched by hash too.
+    return value == value.strip() and TAG_SEPARATOR not in value and not any(ch < " " or ch == "\x7f" for ch in value)
 
 
 def knn_clause(flt: Mapping[str, Sequence[str]]) -> str:

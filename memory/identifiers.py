@@ -18,6 +18,8 @@ from __future__ import annotations
 import re
 from collections.abc import Collection, Iterable, Sequence
 
+from memory.text import MAX_TERM_BYTES, STOPWORDS
+
 _PATTERNS = [
     re.compile(r"\b[A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)+\b"),  # ERR_CONN_RESET_4F2A, max_connections
     re.compile(r"\bE[A-Z][A-Z0-9]{1,}\b"),  # errno names: ECONNRESET, EPIPE
@@ -27,14 +29,20 @@ _PATTERNS = [
     re.compile(r"\b[1-5][0-9]{2}\b"),  # HTTP status codes
     re.compile(r"\b[A-Z][A-Z0-9]{1,9}-[0-9]{1,9}\b"),  # tickets and deploys: INC-4411, DEPLOY-77
     re.compile(r"\b[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]+)+\b"),  # CamelCase: PoolTimeoutError
-    re.compile(r"\b[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*(?=\()"),  # function calls: db.pool.acquire(
 ]
+# Function calls (db.pool.acquire(): a dotted name, kept when "(" follows it. Not a lookahead
+# in the pattern: a failed "(?=\()" backtracked through the dotted name from every segment's
+# start, quadratic on "a.a.a…" (1.5 s for 16k characters of query text, on the event loop).
+_DOTTED = re.compile(r"\b[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
 _NON_TERM = re.compile(r"[^a-z0-9]+")
 # Upper-case words that label identifiers rather than being one.
-_NOT_IDENTIFIERS = frozenset(
-    "http https sqlstate json yaml xml html post get put patch delete head null true false none "
-    "note todo fixme warn warning info error debug fatal critical errno signal".split()
-)
+_NOT_IDENTIFIERS = (
+    frozenset(
+        "http https sqlstate json yaml xml html post get put patch delete head null true false none "
+        "note todo fixme warn warning info error debug fatal critical errno signal".split()
+    )
+    | STOPWORDS
+)  # WITH, THIS, not(: no identifiers, and an OR led by stopwords can crash RediSearch
 
 
 def normalize_identifier(raw: str) -> str:
@@ -42,16 +50,28 @@ def normalize_identifier(raw: str) -> str:
     return _NON_TERM.sub("", raw.lower())
 
 
-def identifiers(text: str, *, limit: int = 256) -> list[str]:
-    """Distinct normalized identifiers of ``text``, in first-seen order, at most ``limit``."""
-    seen: dict[str, None] = {}
+def _matches(text: str) -> Iterable[str]:
     for pattern in _PATTERNS:
         for m in pattern.finditer(text):
-            term = normalize_identifier(m.group(0))
-            if len(term) >= 3 and term not in seen and term not in _NOT_IDENTIFIERS:
-                seen[term] = None
-                if len(seen) >= limit:
-                    return list(seen)
+            yield m.group(0)
+    for m in _DOTTED.finditer(text):
+        if text.startswith("(", m.end()):
+            yield m.group(0)
+
+
+def identifiers(text: str, *, limit: int = 256) -> list[str]:
+    """Distinct normalized identifiers of ``text``, in first-seen order, at most ``limit``.
+
+    Each is cut to ``MAX_TERM_BYTES`` (as RediSearch cuts what it indexes); stopwords are
+    never identifiers.
+    """
+    seen: dict[str, None] = {}
+    for raw in _matches(text):
+        term = normalize_identifier(raw)[:MAX_TERM_BYTES]  # ASCII: bytes are characters
+        if len(term) >= 3 and term not in seen and term not in _NOT_IDENTIFIERS:
+            seen[term] = None
+            if len(seen) >= limit:
+                break
     return list(seen)
 
 

@@ -17,10 +17,14 @@ SciFact (chunks, BM25STD, this RediSearch 2.10): its stemming 0.648 nDCG@10, no 
 at all 0.646, our Snowball English terms 0.682 (Porter, as Anserini uses: 0.682 too;
 stemming every token rather than alphabetic ones only: the same 0.684 with ``idents``).
 
-User text is never sent to RediSearch raw: whatever a term still holds that is not a
-letter, digit or underscore is backslash-escaped, so query syntax inside user text
+User text is never sent to RediSearch raw: whatever a term still holds that is not an
+ASCII letter or digit is backslash-escaped, so query syntax inside user text
 (``@f:{x} | *``, ``-foo``, quotes, braces) is searched as words and can never widen or
-leave the filter.
+leave the filter. That includes ``_``: a lone ``_`` term (``"what does _ mean"``) is a
+syntax error to this RediSearch, found by fuzzing; escaped, it is searched like any term.
+
+Terms are cut to 128 UTF-8 bytes (:data:`MAX_TERM_BYTES`), as RediSearch cuts the tokens it
+indexes: uncut, a longer query term never matched the chunk it came from.
 
 Stopwords are removed here rather than by the index: the index is created with
 ``STOPWORDS 0`` because this RediSearch segfaults on an OR group led by two default
@@ -50,7 +54,10 @@ STOPWORDS: frozenset[str] = frozenset(
 )
 
 _SEPARATORS = frozenset(set(string.punctuation) - {"_"}) | frozenset(string.whitespace)
-_SAFE = re.compile(r"[A-Za-z0-9_]")
+_SAFE = re.compile(r"[A-Za-z0-9]")
+
+#: RediSearch indexes at most this many bytes of a token; longer ones are cut.
+MAX_TERM_BYTES = 128
 # Words joined by ASCII hyphens: "IL-6", "e-mail", "state-of-the-art", "x-ray-based".
 # Anchored at a word start: unanchored, a long run of word characters with no hyphen was
 # retried from every position inside it (quadratic: 19 s for one 40,000-character word).
@@ -105,6 +112,13 @@ def stem(term: str) -> str:
     return str(_stemmer().stemWord(term)) if term.isalpha() else term
 
 
+def cap_term(term: str) -> str:
+    """``term`` cut to :data:`MAX_TERM_BYTES` UTF-8 bytes, at a character boundary."""
+    if len(term) * 4 <= MAX_TERM_BYTES:  # fast path: cannot be over, whatever the characters
+        return term
+    return term.encode("utf-8")[:MAX_TERM_BYTES].decode("utf-8", "ignore")
+
+
 def compounds(text: str) -> list[str]:
     """Hyphenated words of a text joined into one lowercase term: ``IL-6`` gives ``il6``.
 
@@ -132,10 +146,11 @@ def analyze(text: str) -> list[str]:
         text: any user or document text.
 
     Returns:
-        Terms in order of appearance, then the joined compounds; possibly repeated.
+        Terms in order of appearance, then the joined compounds; possibly repeated; each at
+        most :data:`MAX_TERM_BYTES` bytes.
     """
-    terms = [stem(tok) for tok in tokenize(text) if tok not in STOPWORDS]
-    terms.extend(stem(c) for c in compounds(text))
+    terms = [cap_term(stem(tok)) for tok in tokenize(text) if tok not in STOPWORDS]
+    terms.extend(cap_term(stem(c)) for c in compounds(text))
     return terms
 
 
@@ -169,16 +184,17 @@ def query_terms(text: str, *, max_terms: int = 64) -> list[str]:
 
 
 def escape_term(term: str) -> str:
-    """Backslash-escape every character of a term that is not ``[A-Za-z0-9_]`` or non-ASCII."""
+    """Backslash-escape every ASCII character of a term that is not a letter or digit."""
     return "".join(ch if _SAFE.match(ch) or ord(ch) > 127 else "\\" + ch for ch in term)
 
 
 def escape_tag(value: str) -> str:
     """Escape a TAG value so that it matches literally inside ``@field:{...}``.
 
-    Every ASCII character that is not a letter, digit or underscore is escaped,
-    whitespace included: RediSearch would otherwise read ``|``, ``}``, ``*`` or a space
-    as syntax.
+    Every ASCII character that is not a letter or digit is escaped, whitespace and ``_``
+    included: RediSearch would otherwise read ``|``, ``}``, ``*`` or a space as syntax, and
+    rejects a lone ``_``. (Control characters cannot be escaped there: ``filters.knn_clause``
+    matches values holding them by hash.)
     """
     return "".join(ch if _SAFE.match(ch) or ord(ch) > 127 else "\\" + ch for ch in value)
 

@@ -309,6 +309,33 @@ async def test_a_filter_value_with_edge_spaces_matches_in_the_vector_leg(stack) 
     assert out.hits == []
 
 
+async def test_fuzzed_inputs_that_were_redisearch_syntax_errors(stack) -> None:
+    """Found by fuzzing against this RediSearch: a lone ``_`` term and filter values holding
+    ASCII control characters (or only ``_``) were syntax errors (answered ``unavailable``);
+    a term over 128 bytes never matched its own chunk. Each now works in every leg."""
+    index, ingestor, retriever = stack
+    await ingestor.apply(
+        [
+            item("wiki/underscore.md", env="_", text="what does _ mean in the heron shell"),
+            item("wiki/control.md", env="a\x00b", text="heron relay control characters"),
+            item("wiki/del.md", env="\x7f", text="heron relay delete character"),
+            item("wiki/long.md", env="long", text=f"{'q' * 300} and {'ü' * 100} and ERR_{'X' * 200}"),
+        ]
+    )
+    for weights in ({"dense_weight": 0.0}, {"sparse_weight": 0.0}, {}):
+        out = await retriever.search(SearchSpec(text="what does _ mean", top_k=3, **weights))
+        assert "wiki/underscore.md" in {h.chunk.doc_id for h in out.hits}, weights
+        for env, doc in (("_", "wiki/underscore.md"), ("a\x00b", "wiki/control.md"), ("\x7f", "wiki/del.md")):
+            out = await retriever.search(
+                SearchSpec(text="heron _", top_k=3, metadata_filter={"environment": env}, **weights)
+            )
+            assert [h.chunk.doc_id for h in out.hits] == [doc], (env, weights)
+    for text in ("q" * 300, "ü" * 100, "ERR_" + "X" * 200):
+        out = await retriever.search(SearchSpec(text=text, top_k=3, dense_weight=0.0))
+        assert [h.chunk.doc_id for h in out.hits] == ["wiki/long.md"], text[:8]
+    await index.ping()
+
+
 async def test_configured_weights_and_k_are_the_defaults(stack, embedder) -> None:
     """AGENTMEM_RETRIEVAL__* set what a request leaves out; a request's own values still win."""
     index, _, _ = stack

@@ -72,3 +72,7 @@ def test_knn_clause_uses_tags_unless_a_value_cannot_match_as_a_tag() -> None:
     spaced = knn_clause({"environment": ["production "], "service": ["billing"]})
     assert spaced == f"@h_environment:[{value_hash('production ')} {value_hash('production ')}] @service:{{billing}}"
     assert knn_clause({"service": ["a\x1fb"]}).startswith("@h_service:[")
+    # ASCII control characters are a syntax error in a TAG query, escaped or not
+    for value in ("\x00", "a\x00b", "\x01", "_\x01", "\x7f"):
+        assert knn_clause({"service": [value]}).startswith("@h_service:["), repr(value)
+    assert knn_clause({"service": ["_"]}) == "@service:{\\_}"

@@ -34,6 +34,19 @@ def test_normalize_and_limit() -> None:
     assert len(identifiers(" ".join(f"ERR_{i}" for i in range(1000)), limit=10)) == 10
 
 
+def test_stopwords_are_never_identifiers() -> None:
+    """Upper-case stopwords and stopword calls are not identifiers: an OR group led by
+    stopwords can crash a RediSearch index that keeps its default stopword list."""
+    assert identifiers("THIS THAT hip( WITH INTO not(x) SIGTERM") == ["sigterm", "hip"]
+
+
+def test_calls_and_long_identifiers() -> None:
+    """A dotted name counts as a call only when "(" follows it; identifiers are cut to the
+    128 bytes RediSearch indexes."""
+    assert identifiers("ab.cd.ef gh.ij( kl.mn (") == ["ghij"]
+    assert identifiers("ERR_" + "X" * 200) == [("err" + "x" * 200)[:128]]
+
+
 def test_upper_case_names_but_not_labels() -> None:
     """SIGTERM-like names are identifiers; labels such as HTTP or SQLSTATE are not."""
     assert identifiers("the worker got SIGTERM then NOAUTH over HTTP") == ["sigterm", "noauth"]

@@ -8,6 +8,7 @@ import re
 import pytest
 
 from memory.text import (
+    MAX_TERM_BYTES,
     analyze,
     bm25_query,
     compounds,
@@ -138,7 +139,9 @@ def test_query_terms_are_bounded() -> None:
         ("x} | @kind:{transcript", r"x\}\ \|\ \@kind\:\{transcript"),
         ("*", r"\*"),
         ("wiki/infra.md", r"wiki\/infra\.md"),
-        ("plain_1", "plain_1"),
+        ("plain_1", r"plain\_1"),
+        ("_", r"\_"),
+        ("plain1", "plain1"),
     ],
 )
 def test_escape_tag_makes_syntax_literal(value: str, escaped: str) -> None:
@@ -150,6 +153,7 @@ def test_bm25_query_is_an_or_of_escaped_terms() -> None:
     """The BM25 leg ORs terms on the analyzed terms field."""
     assert bm25_query(["http", "504"]) == "@terms:(http|504)"
     assert escape_term("a.b") == r"a\.b"
+    assert escape_term("_") == r"\_"  # a lone "_" is a syntax error to RediSearch unescaped
     with pytest.raises(ValueError):
         bm25_query([])
 
@@ -158,3 +162,14 @@ def test_bm25_query_distributes_a_filter_into_each_term() -> None:
     """A filter is repeated inside each term's group, never wrapped around the OR."""
     assert bm25_query(["a", "b"], within="@h_t:[1 1]") == "(@terms:a @h_t:[1 1]) | (@terms:b @h_t:[1 1])"
     assert bm25_query(["x.y"], field="idents", within="*") == r"@idents:(x\.y)"
+
+
+def test_terms_are_cut_to_what_redisearch_indexes() -> None:
+    """Terms longer than 128 UTF-8 bytes are cut there (at a character boundary), on both
+    sides, since RediSearch indexes only that much of a token."""
+    assert query_terms("q" * 300) == ["q" * MAX_TERM_BYTES]
+    assert index_terms("q" * 300) == "q" * MAX_TERM_BYTES
+    (umlauts,) = query_terms("ü" * 100)
+    assert umlauts == "ü" * 64 and len(umlauts.encode()) == MAX_TERM_BYTES
+    (odd,) = query_terms("x" + "ü" * 100)  # 129 bytes: the cut may not split a character
+    assert odd == "x" + "ü" * 63
