@@ -2,26 +2,35 @@
 
 The steps, and why each is there (``memory.generations`` has the model):
 
-1. Claim the build slot in Redis (one reindex at a time across the deployment) and create
-   generation N+1 with *this process's* settings (a new model, chunking or schema).
+1. Claim the build slot in Redis (one reindex at a time across the deployment; a build
+   whose heartbeat stopped is taken over and its leftovers dropped) and create generation
+   N+1 with *this process's* settings (a new model, chunking or schema).
 2. Replay the documents and transcripts topics from the earliest offset (or a timestamp)
    up to their end offsets, through the same decoding and ``Ingestor`` the daemon uses,
    pinned to N+1. The live daemons keep consuming and writing to N, and queries keep
    going to N through the alias, the whole time.
-3. Copy community summaries (they come from the graph, not from Kafka) from N, re-embedded.
-4. Switch: one Redis script makes N+1 active and moves the alias. Writers read the active
+3. Copy community summaries (they come from the graph, not from Kafka) from N, re-embedded,
+   at their fencing tokens, and the tombstones of removed ones.
+4. Check completeness: snapshot the docs N serves, catch up to end offsets read after the
+   snapshot, and compare. A doc N+1 lacks (or holds at an older version) was not
+   reproduced: its events are gone from Kafka (retention, a restarted in-memory broker,
+   ``--since``), the new settings reject it, or it failed. With an unchanged spec it is
+   copied over verbatim from N; otherwise the switch is refused unless losses are allowed.
+5. Switch: one Redis script makes N+1 active and moves the alias. Writers read the active
    generation inside their WATCH transaction, so none can land in N afterwards.
-5. Catch up: replay again up to end offsets read *after* the switch, and copy summaries
-   written meanwhile. Anything a live daemon wrote to N before the switch came from an
-   event below those offsets, so N+1 misses nothing; versions make double applies no-ops.
-6. Drop generation N (unless asked to keep it).
-7. After a chunking or model change, re-point the graph: every doc re-extracted from its new
+6. Catch up (retried): replay again up to end offsets read *after* the switch, re-listing
+   topics first (a tenant onboarded mid-build), and sync summaries again. Anything a live
+   daemon wrote to N before the switch came from an event below those offsets.
+7. Drop generation N (unless asked to keep it), but only if N+1 now covers every doc N
+   holds: N takes no writes after the switch, so that check is exact. Otherwise N is kept
+   and the report says why.
+8. After a chunking or model change, re-point the graph: every doc re-extracted from its new
    chunks, replaced at the same version (the graph is shared, not per generation).
+9. Release the build slot (held to the end, so no second reindex drops what this one
+   still works on).
 
 Invalid events are skipped and counted (the live daemons already dead-lettered them).
 Before the switch, any failure drops N+1 and releases the slot: queries never noticed.
-So does a doc that failed in N+1 (the new model cannot embed it, or crashes on it) while
-N serves it: switching would lose it, unless the caller allows losses.
 """
 
 from __future__ import annotations
@@ -45,12 +54,19 @@ from daemon.settings import Settings
 from memory.embedder import SentenceTransformerEmbedder
 from memory.errors import BackendUnavailable, NotFound
 from memory.generations import GenerationRegistry, ReindexWouldLose, index_spec
-from memory.index import ChunkIndex, translate_errors
+from memory.index import ChunkIndex, DocState, translate_errors
 from memory.ingest import Ingestor
+from memory.records import COMMUNITY_PREFIX
 
 log = structlog.get_logger()
 
 HEARTBEAT_S = 10.0
+#: Tries of the catch-up after the switch, before the old generation is kept for safety.
+CATCH_UP_TRIES = 4
+NOT_REPLAYED = (
+    "not reproduced by the replay: its events are gone from the topics (retention, a restarted "
+    "in-memory broker, --since) or the new settings reject them"
+)
 
 
 @dataclass
@@ -67,6 +83,7 @@ class ReindexProgress:
     failed: int = 0
     communities: int = 0
     graph_docs: int = 0
+    carried: int = 0  # docs copied from the old generation: the replay did not reproduce them
 
 
 @dataclass
@@ -113,6 +130,7 @@ class _Replayer:
             **kafka_options(settings),
         )
         self.sources: dict[str, tuple[str, str]] = {}
+        self._since_ms: int | None = None
         # (tenant, doc_id) -> why it failed in the new generation (its last failure)
         self.failed: dict[tuple[str, str], str] = {}
         self.switched = False
@@ -120,28 +138,45 @@ class _Replayer:
 
     async def start(self, since_ms: int | None) -> None:
         await self.consumer.start()
-        self.sources = source_topics(self._s, await self.consumer.topics())
-        tps = [TopicPartition(t, p) for t in sorted(self.sources) for p in self._partitions(t)]
-        self.consumer.assign(tps)
-        if not tps:
+        self._since_ms = since_ms
+        await self._assign_new()
+
+    async def _assign_new(self) -> None:
+        """Assign every source topic partition not assigned yet, from the start (or the time).
+
+        Run before each replay pass: a tenant onboarded, or a partition added, while the
+        build ran was written to the old generation by the live daemons, and would be lost
+        at the drop if only the first pass's partitions were replayed.
+        """
+        # The consumer's own metadata may not list topics created since it started; a fresh
+        # read of the whole cluster's does (aiokafka has no public call returning partitions).
+        cluster = await self.consumer._client.fetch_all_metadata()
+        self.sources = source_topics(self._s, cluster.topics())
+        current = {tp: await self.consumer.position(tp) for tp in self.consumer.assignment()}
+        every = [
+            TopicPartition(t, p) for t in sorted(self.sources) for p in sorted(cluster.partitions_for_topic(t) or ())
+        ]
+        new = [tp for tp in every if tp not in current]
+        if not new:
             return
-        if since_ms is None:
-            await self.consumer.seek_to_beginning(*tps)
+        self.consumer.assign(every)  # a new assignment: positions must be set again
+        for tp, position in current.items():
+            self.consumer.seek(tp, position)
+        if self._since_ms is None:
+            await self.consumer.seek_to_beginning(*new)
             return
-        found = await self.consumer.offsets_for_times(dict.fromkeys(tps, since_ms))
-        ends = await self.consumer.end_offsets(tps)
-        for tp in tps:
+        found = await self.consumer.offsets_for_times(dict.fromkeys(new, self._since_ms))
+        ends = await self.consumer.end_offsets(new)
+        for tp in new:
             hit = found.get(tp)
             # No record at or after the time: Kafka answers none; tansu answers offset 0
             # with timestamp -1. Both mean "nothing to replay here".
             none = hit is None or hit.timestamp < 0
             self.consumer.seek(tp, ends[tp] if none else hit.offset)
 
-    def _partitions(self, topic: str) -> list[int]:
-        return sorted(self.consumer.partitions_for_topic(topic) or ())
-
     async def replay_to_end(self) -> None:
-        """Apply every record below the end offsets as they are now."""
+        """Apply every record below the end offsets as they are now (new partitions included)."""
+        await self._assign_new()
         tps = sorted(self.consumer.assignment(), key=lambda tp: (tp.topic, tp.partition))
         if not tps:
             return
@@ -185,25 +220,52 @@ class _Replayer:
             log.warning("reindex.item_failed", doc_id=item.doc_id, code=exc.code, error=str(exc))
 
 
-async def _copy_communities(
-    source: ChunkIndex, target: ChunkIndex, embedder: SentenceTransformerEmbedder, since: float
-) -> int:
-    records = await source.community_records(since=since)
-    if not records:
+def _is_summary(key: tuple[str, str]) -> bool:
+    return key[1].startswith(COMMUNITY_PREFIX)
+
+
+async def _sync_communities(source: ChunkIndex, target: ChunkIndex, embedder: SentenceTransformerEmbedder) -> int:
+    """Bring the new generation's community summaries level with the old one's: each summary
+    (or tombstone of a removed one) the new generation lacks at the old one's fencing token
+    is written there at that token, re-embedded.
+
+    Summaries come from the graph, not from Kafka. Copied with their tokens, a worker whose
+    claim expired can no more overwrite a newer summary in the new generation than in the
+    old, nor bring back one a recompute removed; a summary a live worker already wrote to
+    the new generation (a later token) is left alone.
+    """
+    held = {k: st for k, st in (await source.doc_versions()).items() if _is_summary(k)}
+    todo = set(await target.behind(held))
+    if not todo:
         return 0
-    vectors = await embedder.embed_documents([r.text for r in records])
-    for rec, vec in zip(records, vectors, strict=True):
-        await target.apply(rec.doc_id, None, [rec], vec[None, :], rec.tenant)
-    return len(records)
+    records = [r for r in await source.community_records() if (r.tenant, r.doc_id) in todo]
+    if records:
+        vectors = await embedder.embed_documents([r.text for r in records])
+        for rec, vec in zip(records, vectors, strict=True):
+            await target.apply(rec.doc_id, held[(rec.tenant, rec.doc_id)].version, [rec], vec[None, :], rec.tenant)
+    tombstones = [k for k in todo if not held[k].has_chunks and held[k].version is not None]
+    for tenant, doc_id in tombstones:
+        await target.apply(doc_id, held[(tenant, doc_id)].version, [], np.zeros((0, 1), np.float32), tenant)
+    return len(records) + len(tombstones)
 
 
-async def _drop_vanished_communities(source: ChunkIndex, target: ChunkIndex, before: float) -> int:
-    """Summaries removed from the old generation after they were copied (and not rewritten since)."""
-    keep = {(r.tenant, r.doc_id) for r in await source.community_records()}
-    gone = [r for r in await target.community_records() if (r.tenant, r.doc_id) not in keep and r.timestamp < before]
-    for rec in gone:
-        await target.apply(rec.doc_id, None, [], np.zeros((0, 1), np.float32), rec.tenant)
-    return len(gone)
+def _served(held: dict[tuple[str, str], DocState]) -> dict[tuple[str, str], DocState]:
+    """The docs (not summaries) a generation serves: those with chunks."""
+    return {k: st for k, st in held.items() if st.has_chunks and not _is_summary(k)}
+
+
+async def _carry_over(source: ChunkIndex, target: ChunkIndex, keys: list[tuple[str, str]]) -> int:
+    """Copy docs the rebuild did not reproduce verbatim from the old generation (same spec only)."""
+    assert source.pinned is not None
+    copied = 0
+    for tenant, doc_id in keys:
+        copied += await target.copy_doc(source.pinned, tenant, doc_id)
+    return copied
+
+
+def _why_missing(keys: list[tuple[str, str]], failed: dict[tuple[str, str], str]) -> dict[str, str]:
+    """``tenant/doc_id`` -> why the new generation lacks it."""
+    return {f"{t}/{d}": failed.get((t, d), NOT_REPLAYED) for t, d in keys}
 
 
 async def repoint_graph(settings: Settings, redis: Any, target: ChunkIndex, embedder: Any = None) -> int:
@@ -233,16 +295,6 @@ async def repoint_graph(settings: Settings, redis: Any, target: ChunkIndex, embe
             ner.close()
 
 
-async def lost_docs(source: ChunkIndex, target: ChunkIndex, failed: dict[tuple[str, str], str]) -> dict[str, str]:
-    """Docs that failed in the new generation, are served by the old one and are absent from
-    the new one (a later version may have succeeded): ``tenant/doc_id`` -> why."""
-    lost: dict[str, str] = {}
-    for (tenant, doc_id), why in sorted(failed.items()):
-        if await source.chunk_ids(doc_id, tenant) and not await target.chunk_ids(doc_id, tenant):
-            lost[f"{tenant}/{doc_id}"] = why
-    return lost
-
-
 async def reindex(
     settings: Settings,
     *,
@@ -257,13 +309,14 @@ async def reindex(
         settings: the settings to build with (model, chunking, schema) and to reach Kafka/Redis.
         since_ms: replay from the first offsets at or after this Unix time in ms (None: earliest).
         keep_old: keep the old generation's index and keys after the switch.
-        allow_losses: switch even if docs the old generation serves failed in the new one.
+        allow_losses: switch even if docs the old generation serves are not in the new one
+            (and cannot be copied over: another spec).
         on_progress: called as the replay advances (from the event loop; keep it quick).
 
     Raises:
         NotFound: there is no index to rebuild yet.
         ReindexConflict: another reindex is running.
-        ReindexWouldLose: docs the old generation serves failed in the new one (and
+        ReindexWouldLose: docs the old generation serves are not in the new one (and
             ``allow_losses`` is not set); nothing changed.
         BackendUnavailable: Redis or Kafka went away before the switch (nothing changed).
     """
@@ -283,7 +336,7 @@ async def reindex(
     registry = GenerationRegistry(redis, settings.index.name)
     replayer: _Replayer | None = None
     heartbeat: asyncio.Task[None] | None = None
-    switched = False
+    switched = claimed = False
     target: ChunkIndex | None = None
     try:
         async with translate_errors("reindex start"):
@@ -298,15 +351,26 @@ async def reindex(
             spec.overlap,
         )
         async with translate_errors("reindex claim"):
-            gen = await registry.claim(owner)
+            gen, abandoned = await registry.claim(owner)
+        claimed = True
         progress.generation = gen
         log.info("reindex.started", index=settings.index.name, old_generation=old, generation=gen, owner=owner)
+        if abandoned and abandoned != old:
+            # A reindex that died mid-build left its generation's index and keys behind
+            # (one that died after its switch left the active one: that stays).
+            log.warning("reindex.abandoned_build_dropped", generation=abandoned)
+            await ChunkIndex(client=redis, cfg=settings.index, dims=embedder.dims, generation=abandoned).drop()
 
         async def beat() -> None:
             while True:
                 await asyncio.sleep(HEARTBEAT_S)
-                async with translate_errors("reindex heartbeat"):
-                    await registry.heartbeat(owner)
+                try:
+                    async with translate_errors("reindex heartbeat"):
+                        await registry.heartbeat(owner)
+                except BackendUnavailable as exc:
+                    # A blip must not end the build: the slot only goes stale after
+                    # STALE_BUILD_S without a beat, and the next beat retries.
+                    log.warning("reindex.heartbeat_failed", error=str(exc))
 
         heartbeat = asyncio.create_task(beat())
         target = ChunkIndex(client=redis, cfg=settings.index, dims=embedder.dims, spec=spec, generation=gen)
@@ -323,48 +387,90 @@ async def reindex(
 
         progress.phase = "copying summaries"
         report()
-        copy_started = time.time()
-        progress.communities = await _copy_communities(source, target, embedder, 0.0)
-        if heartbeat.done():  # the slot was lost (or Redis failed) while replaying
+        progress.communities = await _sync_communities(source, target, embedder)
+        if heartbeat.done():  # the slot was lost while replaying
             heartbeat.result()
 
-        lost = await lost_docs(source, target, replayer.failed)
+        # Completeness: every doc N serves must be in N+1 at its version or a later one.
+        # The replay alone does not prove it: events may be gone from the topics, or be
+        # rejected by the new settings. Snapshot N first, then catch up to end offsets read
+        # after it: whatever a live daemon wrote to N came from an event below them.
+        progress.phase = "checking"
+        report()
+        snapshot = _served(await source.doc_versions())
+        try:
+            await replayer.replay_to_end()
+        except KafkaError as exc:
+            raise BackendUnavailable(f"kafka failed during the replay: {exc}") from exc
+        same_spec = state.spec == spec
+        missing = await target.behind(snapshot)
+        if missing and same_spec:
+            # Same model, chunking and schema: N's chunks are what a replay would write.
+            progress.carried = await _carry_over(source, target, missing)
+            missing = await target.behind(snapshot)
+        lost = _why_missing(missing, replayer.failed)
         if lost and not allow_losses:
             shown = "; ".join(f"{d} ({why})" for d, why in list(lost.items())[:10])
             raise ReindexWouldLose(
-                f"{len(lost)} doc(s) served by generation {old} failed in the new build, so the switch would "
-                f"lose them: {shown}{' ...' if len(lost) > 10 else ''}. Nothing was switched; fix or delete "
-                "them, or pass --allow-losses"
+                f"{len(lost)} doc(s) served by generation {old} are not in the new build, so the switch would "
+                f"lose them: {shown}{' ...' if len(lost) > 10 else ''}. Nothing was switched; republish, fix or "
+                "delete them, or pass --allow-losses"
             )
         if lost:
             log.warning("reindex.losses_allowed", lost=len(lost), docs=list(lost)[:50])
+        accepted = set(missing)
 
         progress.phase = "switching"
         report()
         async with translate_errors("reindex switch"):
             await registry.switch(owner, gen, spec)
         switched = replayer.switched = True
-        switched_at = time.time()
         log.info("reindex.switched", index=settings.index.name, old_generation=old, generation=gen)
 
         # From here on the new generation is live: failures are reported, not rolled back.
         errors: list[str] = []
         progress.phase = "catching up"
         report()
-        try:
-            await replayer.replay_to_end()
-            progress.communities += await _copy_communities(source, target, embedder, copy_started)
-            await _drop_vanished_communities(source, target, switched_at)
-        except (KafkaError, BackendUnavailable) as exc:
-            errors.append(f"catch-up after the switch failed: {exc}; the live daemons carry on from their offsets")
-            log.error("reindex.catch_up_failed", error=str(exc))
+        for attempt in range(CATCH_UP_TRIES):
+            try:
+                await replayer.replay_to_end()
+                progress.communities += await _sync_communities(source, target, embedder)
+                break
+            except (KafkaError, BackendUnavailable) as exc:
+                log.warning("reindex.catch_up_retry", attempt=attempt + 1, error=str(exc))
+                if attempt == CATCH_UP_TRIES - 1:
+                    errors.append(f"catch-up after the switch failed: {exc}")
+                    log.error("reindex.catch_up_failed", error=str(exc))
+                else:
+                    await asyncio.sleep(2.0**attempt)
         if replayer.failed_after_switch:
             errors.append(
                 f"{len(replayer.failed_after_switch)} doc(s) failed in the catch-up after the switch: "
                 + ", ".join(sorted(replayer.failed_after_switch)[:10])
             )
+        # N takes no writes since the switch: this check is exact. N is dropped only if N+1
+        # holds everything N does (but the losses allowed above).
+        short: list[tuple[str, str]] = []
+        try:
+            served = _served(await source.doc_versions())
+            short = await target.behind(served)
+            if short and same_spec:
+                progress.carried += await _carry_over(source, target, short)
+                short = await target.behind(served)
+        except BackendUnavailable as exc:
+            errors.append(f"could not check the new generation against the old: {exc}")
+            short = [("?", "?")]
+        unexpected = [k for k in short if k not in accepted]
         dropped = False
-        if not keep_old:
+        if unexpected and not keep_old:
+            shown = ", ".join(f"{t}/{d}" for t, d in unexpected[:10])
+            errors.append(
+                f"generation {old} was kept: {len(unexpected)} doc(s) it holds are missing or older in generation "
+                f"{gen} ({shown}); they are still in generation {old}'s keys. Run `agentmemd reindex` again "
+                "once the cause (above) is fixed"
+            )
+            log.error("reindex.old_generation_kept", generation=old, missing=len(unexpected))
+        elif not keep_old:
             progress.phase = "dropping the old generation"
             report()
             await source.drop()
@@ -404,6 +510,7 @@ async def reindex(
             # Nothing was switched: leave no trace of the build.
             with contextlib.suppress(Exception):
                 await target.drop()
+        if claimed:
             with contextlib.suppress(Exception):
                 await registry.release(owner)
         if replayer is not None:

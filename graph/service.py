@@ -26,11 +26,10 @@ from memory.embedder import Embedder
 from memory.errors import MemdError
 from memory.index import ChunkIndex
 from memory.metrics import LLM_TOKENS, SUMMARIES_FAILED, SUMMARIES_WRITTEN
-from memory.records import ChunkRecord, MemoryItem
+from memory.records import COMMUNITY_PREFIX, ChunkRecord, MemoryItem
 
 log = structlog.get_logger()
 
-COMMUNITY_PREFIX = "community:"
 
 
 @dataclass

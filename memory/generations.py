@@ -101,18 +101,21 @@ redis.call('FT.ALIASADD', ARGV[2], ARGV[3])
 return 1
 """
 
-# Take the build slot unless a live reindex holds it (its heartbeat is recent).
+# Take the build slot unless a live reindex holds it (its heartbeat is recent). Also
+# returns the generation an abandoned build left behind (0 if none), for the caller to drop.
 _CLAIM = """
 local b = redis.call('HGET', KEYS[1], 'building')
+local abandoned = 0
 if b and b ~= '' then
   local hb = tonumber(redis.call('HGET', KEYS[1], 'building_heartbeat') or '0')
   if tonumber(ARGV[2]) - hb < tonumber(ARGV[3]) then
     return {-1, redis.call('HGET', KEYS[1], 'building_owner') or '', b}
   end
+  abandoned = tonumber(b)
 end
 local g = redis.call('HINCRBY', KEYS[1], 'seq', 1)
 redis.call('HSET', KEYS[1], 'building', g, 'building_owner', ARGV[1], 'building_heartbeat', ARGV[2])
-return {g, ARGV[1], tostring(g)}
+return {g, ARGV[1], tostring(abandoned)}
 """
 
 _HEARTBEAT = """
@@ -121,13 +124,14 @@ redis.call('HSET', KEYS[1], 'building_heartbeat', ARGV[2])
 return 1
 """
 
-# The switch: active generation, its spec and the alias change in one step.
+# The switch: active generation, its spec and the alias change in one step. The build slot
+# stays taken until the reindex releases it: its catch-up, drop and graph re-pointing still
+# run, and a second reindex claiming the slot meanwhile could drop what they work on.
 _SWITCH = """
 if redis.call('HGET', KEYS[1], 'building_owner') ~= ARGV[1] then return -1 end
 if redis.call('HGET', KEYS[1], 'building') ~= ARGV[2] then return -1 end
 local old = tonumber(redis.call('HGET', KEYS[1], 'active') or '0')
 redis.call('HSET', KEYS[1], 'active', ARGV[2], 'spec:' .. ARGV[2], ARGV[3])
-redis.call('HDEL', KEYS[1], 'building', 'building_owner', 'building_heartbeat')
 redis.call('FT.ALIASUPDATE', ARGV[4], ARGV[5])
 return old
 """
@@ -176,8 +180,10 @@ class GenerationRegistry:
         )
         return bool(done)
 
-    async def claim(self, owner: str) -> int:
-        """Take the build slot and return the new generation's number.
+    async def claim(self, owner: str) -> tuple[int, int]:
+        """Take the build slot: the new generation's number, and the generation an abandoned
+        build (one whose heartbeat stopped) left behind, 0 if none. The caller drops the
+        abandoned one unless it is the active generation (a reindex that died after its switch).
 
         Raises:
             ReindexConflict: another reindex is running.
@@ -187,7 +193,7 @@ class GenerationRegistry:
         if gen < 0:
             other = res[1].decode() if isinstance(res[1], bytes) else res[1]
             raise ReindexConflict(f"another reindex ({other}) is building generation {int(res[2])}")
-        return gen
+        return gen, int(res[2])
 
     async def heartbeat(self, owner: str) -> None:
         """Keep the build slot; raises ReindexConflict if it was taken over."""
@@ -211,5 +217,5 @@ class GenerationRegistry:
         return int(old)
 
     async def release(self, owner: str) -> None:
-        """Give the build slot up (after an aborted build)."""
+        """Give the build slot up (a build aborted, or a reindex finished)."""
         await self._r.eval(_RELEASE, 1, self.key, owner)

@@ -41,6 +41,14 @@ class _NoGeneration(NotFound):
     """The index has no active generation (never created, or lost with Redis's data)."""
 
 
+@dataclass(frozen=True, slots=True)
+class DocState:
+    """What one generation holds of a doc: its last applied version and whether it has chunks."""
+
+    version: int | None
+    has_chunks: bool
+
+
 class IndexError_(MemdError):
     """Redis rejected an index command (schema mismatch, bad query)."""
 
@@ -467,6 +475,100 @@ class ChunkIndex:
         async with translate_errors("index info"):
             info = await self._ft().info()
         return int(info.get("num_docs", 0))
+
+    async def doc_versions(self) -> dict[tuple[str, str], DocState]:
+        """Every doc this generation holds chunks or a version (tombstone) of:
+        ``(tenant, doc_id)`` -> its version (None: unversioned) and whether it has chunks.
+
+        A scan of the generation's keys: for a reindex's checks, not for the hot path.
+        """
+        gen = await self._generation()
+        root = key_root(self._cfg.name, gen)
+        found: dict[tuple[str, str], list[Any]] = {}
+        async with translate_errors("doc listing"):
+            for kind in ("doc", "ver"):
+                prefix = f"{root}{kind}:"
+                async for raw in self._r.scan_iter(match=prefix + "*", count=1000):
+                    tenant, _, doc_id = _to_str(raw)[len(prefix) :].partition(":")
+                    entry = found.setdefault((tenant, doc_id), [None, False])
+                    if kind == "doc":
+                        entry[1] = True
+            keys = list(found)
+            for start in range(0, len(keys), 1000):
+                part = keys[start : start + 1000]
+                values = await self._r.mget([self._ver_key(gen, t, d) for t, d in part])
+                for key, value in zip(part, values, strict=True):
+                    found[key][0] = int(value) if value is not None else None
+        return {k: DocState(version=v, has_chunks=c) for k, (v, c) in found.items()}
+
+    async def behind(self, held: dict[tuple[str, str], DocState]) -> list[tuple[str, str]]:
+        """The docs of ``held`` (another generation's served docs) this generation does not
+        cover: it has neither their version or a later one (a later delete counts), nor, for
+        an unversioned doc, any chunks."""
+        gen = await self._generation()
+        keys = sorted(held)
+        out: list[tuple[str, str]] = []
+        async with translate_errors("coverage check"):
+            for start in range(0, len(keys), 500):
+                part = keys[start : start + 500]
+                async with self._r.pipeline(transaction=False) as pipe:
+                    for t, d in part:
+                        pipe.get(self._ver_key(gen, t, d))
+                        pipe.exists(self._doc_key(gen, t, d))
+                    values = await pipe.execute()
+                for i, key in enumerate(part):
+                    ver, has_doc = values[2 * i], bool(values[2 * i + 1])
+                    want = held[key].version
+                    covered = has_doc if want is None else ver is not None and int(ver) >= want
+                    if not covered:
+                        out.append(key)
+        return out
+
+    async def copy_doc(self, source_generation: int, tenant: str, doc_id: str) -> bool:
+        """Copy a doc's chunks (hashes verbatim, vectors included) and version from another
+        generation built with the same spec into this one's, unless this one already has
+        that version or a later one. True if copied.
+
+        Why verbatim: a reindex must keep docs whose events Kafka no longer holds (past
+        retention, an in-memory broker restarted); with an unchanged spec their stored
+        chunks are exactly what a replay would have written.
+        """
+        gen = await self._generation()
+        src_doc = self._doc_key(source_generation, tenant, doc_id)
+        async with translate_errors("doc copy"):
+            src_ver = await self._r.get(self._ver_key(source_generation, tenant, doc_id))
+            chunk_ids = sorted(_to_str(m) for m in await self._r.smembers(src_doc))
+            hashes = []
+            for cid in chunk_ids:
+                hashes.append(await self._r.hgetall(self._chunk_key(source_generation, tenant, cid)))
+            for _ in range(_WATCH_RETRIES):
+                async with self._r.pipeline(transaction=True) as pipe:
+                    try:
+                        ver_key, doc_key = self._ver_key(gen, tenant, doc_id), self._doc_key(gen, tenant, doc_id)
+                        await pipe.watch(ver_key, doc_key)
+                        stored = await pipe.get(ver_key)
+                        if src_ver is not None and stored is not None and int(stored) >= int(src_ver):
+                            return False
+                        old_ids = {_to_str(m) for m in await pipe.smembers(doc_key)}
+                        pipe.multi()  # type: ignore[no-untyped-call]
+                        stale = [self._chunk_key(gen, tenant, c) for c in old_ids - set(chunk_ids)]
+                        if stale:
+                            pipe.delete(*stale)
+                        pipe.delete(doc_key)
+                        for cid, mapping in zip(chunk_ids, hashes, strict=True):
+                            if mapping:
+                                key = self._chunk_key(gen, tenant, cid)
+                                pipe.delete(key)
+                                pipe.hset(key, mapping=mapping)
+                        if chunk_ids:
+                            pipe.sadd(doc_key, *chunk_ids)
+                        if src_ver is not None:
+                            pipe.set(ver_key, src_ver)
+                        await pipe.execute()
+                        return True
+                    except rexc.WatchError:
+                        continue
+        raise IndexError_(f"copy of {doc_id!r} kept conflicting; giving up after {_WATCH_RETRIES} tries")
 
     async def community_records(self, *, since: float = 0.0, page: int = 500) -> list[ChunkRecord]:
         """Every community-summary chunk of this index (written at or after ``since``).

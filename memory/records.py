@@ -9,6 +9,8 @@ Kind = Literal["document", "transcript", "community"]
 
 #: The tenant of single-tenant deployments (and of everything not given one).
 DEFAULT_TENANT = "default"
+#: Doc id prefix of community summaries (the graph layer's chunks, versioned by fencing token).
+COMMUNITY_PREFIX = "community:"
 Scalar = str | int | float | bool
 
 

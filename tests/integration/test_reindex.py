@@ -217,7 +217,10 @@ async def test_reindex_with_new_chunking_pauses_old_daemons_until_restarted(
 
 
 async def test_reindex_since_a_time_replays_only_later_events(env: tuple[Settings, Daemon, PlainClient]) -> None:
-    """--since: the new generation holds what was published from that time on, nothing older."""
+    """--since replays what was published from that time on. Older docs are not lost: with
+    the same settings they are carried over from the old generation; with a new chunking the
+    switch is refused until losses are allowed, and then the new generation holds only the
+    replayed docs."""
     settings, daemon, client = env
     for i in range(4):
         await client.send(client.topics.documents, doc(i, 1), key=f"rx/{i}")
@@ -229,32 +232,43 @@ async def test_reindex_since_a_time_replays_only_later_events(env: tuple[Setting
     await eventually(lambda: _all_indexed(daemon, {f"rx/{i}": 1 for i in range(7)}), timeout=60, what="new docs")
 
     rep = await reindex(settings, since_ms=since_ms)
-    assert rep.progress.done == 3 and rep.progress.applied == 3
+    assert rep.progress.done == 3 and rep.progress.applied == 3 and rep.progress.carried == 4
+    chunks = await stored_chunks(daemon.redis, settings.index.name)
+    assert {c.rsplit("_p", 1)[0] for c in chunks} == {f"rx/{i}" for i in range(7)}
+
+    rechunked = settings.model_copy(update={"chunking": ChunkingConfig(max_tokens=64, overlap=8)})
+    with pytest.raises(ReindexWouldLose, match="rx/0"):
+        await reindex(rechunked, since_ms=since_ms)
+    rep = await reindex(rechunked, since_ms=since_ms, allow_losses=True)
+    assert rep.progress.done == 3 and rep.progress.carried == 0 and rep.old_dropped
     chunks = await stored_chunks(daemon.redis, settings.index.name)
     assert {c.rsplit("_p", 1)[0] for c in chunks} == {"rx/4", "rx/5", "rx/6"}
-
-    # a time after every event replays nothing (and still switches to an empty generation)
-    rep = await reindex(settings, since_ms=int(time.time() * 1000) + 60_000)
-    assert rep.progress.done == 0 and rep.new_generation == 3
-    assert await stored_chunks(daemon.redis, settings.index.name) == {}
 
 
 async def test_reindex_refuses_to_switch_when_the_new_build_would_lose_docs(
     env: tuple[Settings, Daemon, PlainClient], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A doc the live generation serves but the new build cannot embed (here: its worker
-    crashes on it) stops the switch; nothing changes until the operator allows the loss."""
+    crashes on it). With the same spec it is carried over from the old generation; with a new
+    one (here: chunking) it stops the switch, and nothing changes until the operator allows
+    the loss."""
     settings, daemon, client = env
     marker = f"crash-{uuid.uuid4().hex[:8]}"
     for i, extra in ((0, ""), (1, f"Marked {marker}."), (2, "")):
         await client.send(client.topics.documents, doc(i, 1, extra), key=f"rx/{i}")
     await eventually(lambda: _all_indexed(daemon, {f"rx/{i}": 1 for i in range(3)}), what="docs live")
     registry = GenerationRegistry(daemon.redis, settings.index.name)
-    before = (await registry.state()).active
 
     # Only workers spawned from now on (the rebuild's) crash on the marked doc.
     monkeypatch.setenv(CRASH_MARKER_ENV, marker)
-    build = settings.model_copy(update={"ingest": settings.ingest.model_copy(update={"embed_crash_limit": 1})})
+    same = settings.model_copy(update={"ingest": settings.ingest.model_copy(update={"embed_crash_limit": 1})})
+    rep = await reindex(same)
+    assert rep.progress.failed >= 1 and rep.progress.carried == 1 and rep.old_dropped, rep
+    await daemon.index.state(fresh=True)
+    assert await daemon.index.chunk_ids("rx/1")
+
+    before = (await registry.state()).active
+    build = same.model_copy(update={"chunking": ChunkingConfig(max_tokens=64, overlap=8)})
     with pytest.raises(ReindexWouldLose) as refused:
         await reindex(build)
     assert "rx/1" in str(refused.value) and "rx/0" not in str(refused.value)

@@ -1,0 +1,243 @@
+"""`agentmemd reindex` never loses what the live generation holds (from a helper review).
+
+Each case once made the reindex switch to an incomplete generation and drop the old one:
+the broker lost its log (tansu keeps it in memory; Apache Kafka has retention), the catch-up
+after the switch failed, or a tenant was onboarded mid-build. Also: summaries keep their
+fencing tokens, a heartbeat blip does not throw the build away, an abandoned build's
+leftovers are dropped, and the build slot is held until the reindex ends.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from aiokafka.errors import KafkaConnectionError
+
+import daemon.reindex as reindex_mod
+from daemon.launcher import free_port, start_tansu
+from daemon.reindex import reindex
+from daemon.topics import ensure_topics
+from memory.config import ChunkingConfig
+from memory.errors import BackendUnavailable
+from memory.generations import GenerationRegistry, ReindexConflict, ReindexWouldLose
+from memory.index import ChunkIndex
+from memory.schema import key_root, physical_name
+from tests.conftest import unique
+from tests.helpers import daemon_and_client, eventually, isolated_settings, topic_tenancy_daemon
+
+pytestmark = pytest.mark.integration
+
+
+def doc(doc_id: str, version: int, text: str) -> dict[str, Any]:
+    return {"event_id": uuid.uuid4().hex, "op": "upsert", "doc_id": doc_id, "version": version, "content": text}
+
+
+def runbook(i: int) -> str:
+    return f"Runbook {i}: the ledger-service raised ERR_SAFE_{i:04d} on db-{i % 3}.prod (ticket OPS-{2000 + i})."
+
+
+async def _versions(daemon: Any, want: dict[str, int], tenant: str = "default") -> bool:
+    return await daemon.index.versions(list(want), tenant) == want
+
+
+def _chunking_change(settings: Any) -> Any:
+    return settings.model_copy(update={"chunking": ChunkingConfig(max_tokens=64, overlap=8)})
+
+
+async def test_a_broker_that_lost_its_log_loses_no_doc(redis_url: str, tmp_path: Path) -> None:
+    """tansu restarted empty while Redis kept the index: with the same spec every doc is
+    carried over from the old generation; with another spec the switch is refused."""
+    bootstrap = f"127.0.0.1:{free_port()}"
+    broker = start_tansu(bootstrap, log_dir=tmp_path)
+    try:
+        settings = isolated_settings(unique("reindex-lost-log"), bootstrap, redis_url)
+        async with daemon_and_client(settings) as (daemon, client):
+            want = {f"lost/{i}": 1 for i in range(5)}
+            for d in want:
+                await client.send(settings.topics.documents, doc(d, 1, runbook(int(d[-1]))), key=d)
+            await client.send(settings.topics.documents, doc("lost/0", 2, runbook(100)), key="lost/0")
+            want["lost/0"] = 2
+            await eventually(lambda: _versions(daemon, want), timeout=120, what="docs indexed")
+            before = await _texts(daemon)
+
+            broker.stop()
+            broker = start_tansu(bootstrap, log_dir=tmp_path)
+            await ensure_topics(bootstrap, settings.topics.all(), partitions=settings.topic_partitions, replication=1)
+            registry = GenerationRegistry(daemon.redis, settings.index.name)
+
+            with pytest.raises(ReindexWouldLose, match="gone from the topics") as refused:
+                await reindex(_chunking_change(settings))
+            assert "default/lost/3" in str(refused.value)
+            state = await registry.state()
+            assert state.active == 1 and state.building == 0
+
+            rep = await reindex(settings)
+
+            await daemon.index.state(fresh=True)  # the daemon's 1 s cache of the active generation
+            assert rep.progress.carried == 5 and rep.old_dropped and rep.errors == [], rep
+            assert (await registry.state()).active == rep.new_generation
+            assert await daemon.index.versions(list(want)) == want
+            assert await _texts(daemon) == before  # chunks verbatim, in the new generation
+            hits = await daemon.index.search_text("@terms:(err_safe_0003)", k=5)  # and indexed there
+            assert [h.doc_id for h in hits] == ["lost/3"]
+    finally:
+        broker.stop()
+
+
+async def _texts(daemon: Any) -> dict[str, str]:
+    ids = set()
+    for i in range(5):
+        ids |= await daemon.index.chunk_ids(f"lost/{i}")
+    return await daemon.index.texts(sorted(ids))
+
+
+@pytest.fixture
+async def env(kafka_bootstrap: str, redis_url: str, request: pytest.FixtureRequest) -> Any:
+    settings = isolated_settings(unique(request.node.nodeid), kafka_bootstrap, redis_url)
+    async with daemon_and_client(settings) as (daemon, client):
+        yield settings, daemon, client
+
+
+async def test_a_failed_catch_up_never_loses_what_the_live_daemons_wrote(
+    env: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A doc the live daemon wrote to N after the last pre-switch replay, and a catch-up that
+    then fails every try: with the same spec the doc is carried over before N is dropped;
+    with another spec N is kept and the report says so. The slot stays held meanwhile, and
+    summaries arrive in N+1 at their fencing tokens."""
+    settings, daemon, client = env
+    seed = {f"safe/{i}": 1 for i in range(12)}
+    for d in seed:
+        await client.send(settings.topics.documents, doc(d, 1, runbook(int(d.split("/")[1]))), key=d)
+    await eventually(lambda: _versions(daemon, seed), timeout=120, what="seed indexed")
+    await daemon.graph.service().recompute(force=True)
+
+    async def summarized() -> bool:
+        return (await daemon.graph.store().stale())[0] == 0
+
+    await eventually(summarized, timeout=90, what="summaries written")
+    summaries = {r.doc_id for r in await daemon.index.community_records()}
+    assert summaries
+    tokens = await daemon.index.versions(sorted(summaries))
+    assert set(tokens) == summaries
+
+    real = reindex_mod._Replayer.replay_to_end
+    registry = GenerationRegistry(daemon.redis, settings.index.name)
+    late: list[str] = []
+    calls = 0
+
+    async def flaky(self: Any) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 2:  # the pre-switch check's replay; then a live write lands in N
+            await real(self)
+            d = f"late/{len(late)}"
+            late.append(d)
+            await client.send(settings.topics.documents, doc(d, 1, runbook(500 + len(late))), key=d)
+            await eventually(lambda: _versions(daemon, {d: 1}), timeout=60, what="the live write in N")
+            return
+        if calls >= 3:  # after the switch
+            with pytest.raises(ReindexConflict):
+                await registry.claim("intruder")
+            raise KafkaConnectionError("injected: the broker went away during the catch-up")
+        await real(self)
+
+    monkeypatch.setattr(reindex_mod._Replayer, "replay_to_end", flaky)
+    monkeypatch.setattr(reindex_mod, "CATCH_UP_TRIES", 2)
+
+    rep = await reindex(settings)
+
+    await daemon.index.state(fresh=True)  # the daemon's 1 s cache of the active generation
+    assert any("catch-up after the switch failed" in e for e in rep.errors), rep.errors
+    assert rep.progress.carried == 1 and rep.old_dropped, rep
+    assert await daemon.index.versions(["late/0"]) == {"late/0": 1}
+    assert (await registry.state()).building == 0  # released at the end
+    # summaries carry their tokens: a late, older summary write is refused in N+1
+    # (the late doc re-marked communities, so live workers may have written later tokens)
+    after = await daemon.index.versions(sorted(summaries))
+    assert set(after) == summaries and all(after[c] >= tokens[c] for c in summaries), (after, tokens)
+    cid = sorted(summaries)[0]
+    stale_write = await daemon.index.apply(cid, after[cid] - 1, [], np.zeros((0, 1), np.float32))
+    assert not stale_write.applied
+
+    calls = 0
+    rep = await reindex(_chunking_change(settings))
+    await daemon.index.state(fresh=True)  # the daemon's 1 s cache of the active generation
+    assert not rep.old_dropped and any("was kept" in e and "default/late/1" in e for e in rep.errors), rep.errors
+    old_root = key_root(settings.index.name, rep.old_generation)
+    assert await daemon.redis.exists(f"{old_root}ver:default:late/1")
+
+
+async def test_a_tenant_onboarded_mid_build_is_replayed(
+    kafka_bootstrap: str, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Topic tenancy: a tenant whose topic appears while the build runs is replayed by the
+    catch-up (not merely carried over), so its docs are in the new generation."""
+    name = unique("reindex-new-tenant")
+    async with topic_tenancy_daemon(name, kafka_bootstrap, redis_url, ("a",)) as (daemon, client, settings):
+        topic_a = f"{settings.topics.documents}.a"
+        await client.send(topic_a, doc("a1", 1, runbook(1)), key="a1")
+        await eventually(lambda: _versions(daemon, {"a1": 1}, "a"), timeout=120, what="tenant a indexed")
+        real = reindex_mod._Replayer.replay_to_end
+        calls = 0
+
+        async def onboard_b(self: Any) -> None:
+            nonlocal calls
+            calls += 1
+            await real(self)
+            if calls == 1:
+                topic_b = f"{settings.topics.documents}.b"
+                await ensure_topics(kafka_bootstrap, [topic_b], partitions=1, replication=1)
+                await client.send(topic_b, doc("b1", 1, runbook(2)), key="b1")
+                await eventually(lambda: _versions(daemon, {"b1": 1}, "b"), timeout=60, what="tenant b indexed live")
+
+        monkeypatch.setattr(reindex_mod._Replayer, "replay_to_end", onboard_b)
+        rep = await reindex(settings)
+        await daemon.index.state(fresh=True)  # the daemon's 1 s cache of the active generation
+        assert rep.old_dropped and rep.errors == [] and rep.progress.carried == 0, rep
+        assert rep.progress.applied == 2
+        assert await daemon.index.versions(["a1"], "a") == {"a1": 1}
+        assert await daemon.index.versions(["b1"], "b") == {"b1": 1}
+
+
+async def test_a_heartbeat_blip_keeps_the_build_and_an_abandoned_build_is_dropped(
+    env: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reindex that died mid-build left generation 2's index and keys: the next one takes
+    the slot over and drops them. One failed heartbeat does not end that next build."""
+    settings, daemon, client = env
+    await client.send(settings.topics.documents, doc("hb/1", 1, runbook(7)), key="hb/1")
+    await eventually(lambda: _versions(daemon, {"hb/1": 1}), timeout=120, what="doc indexed")
+
+    registry = GenerationRegistry(daemon.redis, settings.index.name)
+    dead, _ = await registry.claim("reindex-dead")
+    orphan = ChunkIndex(client=daemon.redis, cfg=settings.index, dims=daemon.embedder.dims, generation=dead)
+    await orphan.ensure()
+    await daemon.redis.set(f"{key_root(settings.index.name, dead)}ver:default:hb/1", 1)
+    await daemon.redis.hset(registry.key, "building_heartbeat", time.time() - 120)
+
+    real_beat = GenerationRegistry.heartbeat
+    beats = 0
+
+    async def blip(self: GenerationRegistry, owner: str) -> None:
+        nonlocal beats
+        beats += 1
+        if beats == 1:
+            raise BackendUnavailable("injected: redis blipped")
+        await real_beat(self, owner)
+
+    monkeypatch.setattr(GenerationRegistry, "heartbeat", blip)
+    monkeypatch.setattr(reindex_mod, "HEARTBEAT_S", 0.02)
+    rep = await reindex(settings)
+    await daemon.index.state(fresh=True)  # the daemon's 1 s cache of the active generation
+    assert beats >= 2 and rep.old_dropped and rep.errors == [], rep
+    assert rep.new_generation == dead + 1
+    listed = {x.decode() if isinstance(x, bytes) else x for x in await daemon.redis.execute_command("FT._LIST")}
+    assert physical_name(settings.index.name, dead) not in listed
+    assert not [k async for k in daemon.redis.scan_iter(match=key_root(settings.index.name, dead) + "*")]
+    assert await daemon.index.versions(["hb/1"]) == {"hb/1": 1}
