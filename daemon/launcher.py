@@ -38,12 +38,36 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _listening(host: str, port: int) -> bool:
+    with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=0.2):
+        return True
+    return False
+
+
+def _ensure_free(host: str, port: int, what: str, setting: str) -> None:
+    """Refuse to start a server on a port something already listens on.
+
+    Why: the child would fail to bind and exit, but the port check that follows its start
+    would connect to the other process and report success, so the daemon would silently use
+    someone else's server (another data directory, or a Redis without the search module).
+    """
+    if _listening(host, port):
+        raise LauncherError(
+            f"cannot start {what}: {host}:{port} is already in use (another `agentmemd up`? a system "
+            f"server?); stop it, or point {setting} at a free port"
+        )
+
+
 def _wait_port(host: str, port: int, proc: subprocess.Popen[bytes], timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise LauncherError(f"{what} exited with code {proc.returncode} before listening on {port}")
-        with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=0.2):
+        if _listening(host, port):
+            # Still ours? A child that lost a race for the port exits right after.
+            time.sleep(0.05)
+            if proc.poll() is not None:
+                raise LauncherError(f"{what} exited with code {proc.returncode}: {host}:{port} is another process's")
             return
         time.sleep(0.05)
     raise LauncherError(f"{what} did not listen on {host}:{port} within {timeout}s")
@@ -166,6 +190,7 @@ def start_redis(
     """
     binary, modules = find_redis()
     host, port = _host_port(url, 6379)
+    _ensure_free(host, port, "redis-server", "AGENTMEM_REDIS_URL")
     data_dir.mkdir(parents=True, exist_ok=True)
     args = [binary, "--bind", host, "--port", str(port), "--dir", str(data_dir.resolve())]
     args += ["--save", "", "--protected-mode", "no", "--daemonize", "no"]
@@ -208,6 +233,7 @@ def start_tansu(bootstrap: str, *, log_dir: Path | None = None, timeout: float =
     """
     binary = find_tansu()
     host, port = _host_port(bootstrap.split(",")[0], 9092)
+    _ensure_free(host, port, "the tansu broker", "AGENTMEM_KAFKA_BOOTSTRAP")
     listener = f"tcp://{host}:{port}"
     args = [binary, "broker", "--listener-url", listener, "--advertised-listener-url", listener]
     log_path = None

@@ -6,6 +6,7 @@ import asyncio
 import json
 import re
 import shutil
+import socket
 import subprocess
 import tempfile
 import urllib.error
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from daemon.app import Daemon, start_daemon
-from daemon.launcher import ServerProcess, free_port, start_redis, start_tansu
+from daemon.launcher import LauncherError, ServerProcess, free_port, start_redis, start_tansu
 from graph.config import GraphConfig
 from tests.conftest import unique
 from tests.helpers import PlainClient, eventually, isolated_settings
@@ -321,3 +322,16 @@ def test_asyncapi_matches_the_contract_models(tmp_path: Path) -> None:
         assert set(schemas[model.__name__]["properties"]) == set(model.model_json_schema()["properties"]), model
     payloads = {m["payload"]["$ref"].rsplit("/", 1)[1] for m in doc["components"]["messages"].values()}
     assert payloads == {"DocumentEvent", "TranscriptEvent", "QueryRequest", "QueryReply", "ErrorReply", "DlqRecord"}
+
+
+def test_embedded_servers_refuse_a_port_already_in_use(tmp_path: Path) -> None:
+    """Something already listens on the port: starting Redis or tansu there fails saying so,
+    instead of returning as if started while the daemon talks to the other process."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(LauncherError, match="already in use"):
+            start_redis(f"redis://127.0.0.1:{port}/0", data_dir=tmp_path / "redis")
+        with pytest.raises(LauncherError, match="already in use"):
+            start_tansu(f"127.0.0.1:{port}", log_dir=tmp_path)
