@@ -75,14 +75,21 @@ def _records(raw: Any) -> tuple[ConsumerRecord[Any, Any], ...]:
 
 
 class AssignmentWatcher(ConsumerRebalanceListener):  # type: ignore[misc]
-    """Notes which topics have partitions assigned, so the daemon can say it is ready."""
+    """Notes which consumers hold an assignment, so the daemon can say whether it is ready:
+    between a revocation (a rebalance, a lost group, a stop) and the next assignment a
+    consumer takes nothing."""
 
-    def __init__(self, name: str, on_assigned: Callable[[str, int], None]) -> None:
+    def __init__(
+        self, name: str, on_assigned: Callable[[str, int], None], on_revoked: Callable[[str], None] | None = None
+    ) -> None:
         self.name = name
         self._on_assigned = on_assigned
+        self._on_revoked = on_revoked
 
     async def on_partitions_revoked(self, revoked: Collection[Any]) -> None:
         log.info("consumer.partitions_revoked", subscriber=self.name, partitions=len(revoked))
+        if self._on_revoked is not None:
+            self._on_revoked(self.name)
 
     async def on_partitions_assigned(self, assigned: Collection[Any]) -> None:
         log.info("consumer.partitions_assigned", subscriber=self.name, partitions=len(assigned))
@@ -98,6 +105,7 @@ def build_router(
     filter_keys: Collection[str],
     max_content_bytes: int,
     on_assigned: Callable[[str, int], None],
+    on_revoked: Callable[[str], None] | None = None,
     attempts_counter: AttemptCounter,
     max_attempts: int,
     publish_reply: Callable[[dict[str, Any], str, str | None, int | None], Awaitable[object]],
@@ -227,7 +235,7 @@ def build_router(
         *source(topics.documents),
         group_id=f"{cfg.group_id}.documents",
         **pattern(topics.documents),
-        listener=AssignmentWatcher("documents", on_assigned),
+        listener=AssignmentWatcher("documents", on_assigned, on_revoked),
         **ingest_kwargs,
     )
     async def on_documents(message: Any) -> None:
@@ -238,7 +246,7 @@ def build_router(
         *source(topics.transcripts),
         group_id=f"{cfg.group_id}.transcripts",
         **pattern(topics.transcripts),
-        listener=AssignmentWatcher("transcripts", on_assigned),
+        listener=AssignmentWatcher("transcripts", on_assigned, on_revoked),
         **ingest_kwargs,
     )
     async def on_transcripts(message: Any) -> None:
@@ -255,7 +263,7 @@ def build_router(
         no_reply=True,
         parser=_parser_one,
         decoder=_message_as_body,
-        listener=AssignmentWatcher("requests", on_assigned),
+        listener=AssignmentWatcher("requests", on_assigned, on_revoked),
     )
     async def on_query(message: Any) -> None:
         """Memory queries; the reply goes to the reply_to header's topic (default: replies)."""

@@ -90,6 +90,7 @@ class Daemon:
         if self.stopped:
             return
         self.stopped = True
+        self.status.ready = False  # /readyz fails from the start of a drain, not after it
         log.info("daemon.shutdown_started")
         self.ingestor.stopping.set()
         await self.broker.stop()
@@ -258,6 +259,9 @@ async def start_daemon(settings: Settings, *, ready_timeout_s: float = 120.0) ->
         if all(s in daemon.assigned for s in SUBSCRIBERS) and not daemon.ready.is_set():
             daemon.ready.set()
 
+    def on_revoked(name: str) -> None:
+        daemon.assigned.pop(name, None)  # /readyz says so until the next assignment
+
     broker.include_router(
         build_router(
             ingestor=ingestor,
@@ -267,6 +271,7 @@ async def start_daemon(settings: Settings, *, ready_timeout_s: float = 120.0) ->
             filter_keys=settings.index.filter_keys,
             max_content_bytes=settings.ingest.max_content_bytes,
             on_assigned=on_assigned,
+            on_revoked=on_revoked,
             publish_reply=lambda body, topic, cid, partition: broker.publish(
                 body, topic=topic, correlation_id=cid, partition=partition
             ),
@@ -291,6 +296,18 @@ async def start_daemon(settings: Settings, *, ready_timeout_s: float = 120.0) ->
             daemon.spawn(graph.run_worker(), f"graph-summarizer-{i}")
     status.ready = True
     status.assigned = daemon.assigned
+    status.consumers = SUBSCRIBERS
+
+    def stopped_consumers() -> list[str]:
+        # A stopped consumer gets no revocation callback (aiokafka calls it only when it
+        # rejoins), so its subscriber's own flag is read too. Named by group role.
+        return [
+            str(getattr(sub, "group_id", "") or "?").rsplit(".", 1)[-1]
+            for sub in broker.subscribers
+            if not getattr(sub, "running", True)
+        ]
+
+    status.stopped_consumers = stopped_consumers
     sampler = Sampler(settings=settings, state=status, index=index, graph=graph, interval_s=settings.status_sample_s)
     daemon.spawn(sampler.run(asyncio.Event()), "status-sampler")
     # Everything loaded so far (models, tokenizers, spaCy, libraries) lives as long as the

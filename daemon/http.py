@@ -42,10 +42,13 @@ def readiness_checks(*, index: ChunkIndex, state: StatusState, stale_after_s: fl
                     problems["index"] = f"index generations unreadable: {exc}"
         else:
             problems["index"] = "not checked: redis is down"
+        unassigned = sorted({*state.stopped_consumers(), *(c for c in state.consumers if c not in state.assigned)})
         if not state.ready:
-            problems["kafka"] = "consumers not assigned yet"
+            problems["kafka"] = "consumers not assigned yet (starting or stopping)"
         elif state.lag_error is not None:
             problems["kafka"] = f"broker unreachable: {state.lag_error}"
+        elif unassigned:
+            problems["kafka"] = f"consumers stopped or rejoining their groups: {', '.join(unassigned)}"
         elif state.lag_measured_at and time.time() - state.lag_measured_at > stale_after_s:
             problems["kafka"] = f"no successful broker check for {time.time() - state.lag_measured_at:.0f}s"
         return problems

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,7 +43,9 @@ class StatusState:
 
     started_at: float = field(default_factory=time.time)
     ready: bool = False
-    assigned: dict[str, int] = field(default_factory=dict)
+    assigned: dict[str, int] = field(default_factory=dict)  # consumer -> partitions, while assigned
+    consumers: tuple[str, ...] = ()  # every consumer that must hold an assignment to be ready
+    stopped_consumers: Callable[[], list[str]] = field(default=lambda: [])  # those whose loop stopped
     lag: dict[str, dict[str, int]] = field(default_factory=dict)  # group -> "topic/partition" -> lag
     lag_error: str | None = None
     lag_measured_at: float = 0.0

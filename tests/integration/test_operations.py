@@ -335,3 +335,23 @@ def test_embedded_servers_refuse_a_port_already_in_use(tmp_path: Path) -> None:
             start_redis(f"redis://127.0.0.1:{port}/0", data_dir=tmp_path / "redis")
         with pytest.raises(LauncherError, match="already in use"):
             start_tansu(f"127.0.0.1:{port}", log_dir=tmp_path)
+
+
+async def test_readyz_fails_when_consumers_leave_their_groups_and_when_draining(env: Env) -> None:
+    """A consumer whose partitions were revoked (a rebalance, a lost group, a stop) takes
+    nothing: /readyz says which, until it is assigned again; a daemon that starts its drain
+    is not ready at once. (Last in the module: it stops the daemon.)"""
+    await eventually(lambda: ready_is(env, 200), timeout=60, what="ready")
+    (requests,) = [s for s in env.daemon.broker.subscribers if "requests" in str(getattr(s, "topics", ""))]
+    await requests.stop()
+
+    async def names_requests() -> bool:
+        status, body = await get(env.base + "/readyz")
+        return status == 503 and "requests" in json.loads(body)["checks"]["kafka"]
+
+    await eventually(names_requests, timeout=30, what="not ready, naming the requests consumer")
+    stopping = asyncio.create_task(env.daemon.stop())
+    await asyncio.sleep(0)
+    status, body = await get(env.base + "/readyz")
+    assert status == 503, body
+    await stopping
