@@ -61,6 +61,8 @@ from memory.records import COMMUNITY_PREFIX
 log = structlog.get_logger()
 
 HEARTBEAT_S = 10.0
+#: Seconds without a record before the replay re-reads end offsets (did the log shrink?).
+REPLAY_STALL_S = 30.0
 #: Tries of the catch-up after the switch, before the old generation is kept for safety.
 CATCH_UP_TRIES = 4
 NOT_REPLAYED = (
@@ -184,8 +186,20 @@ class _Replayer:
         positions = {tp: await self.consumer.position(tp) for tp in tps}
         self._p.total += sum(max(0, ends[tp] - positions[tp]) for tp in tps)
         self._report()
+        idle_since = time.monotonic()
         while any(positions[tp] < ends[tp] for tp in tps):
             batches = await self.consumer.getmany(timeout_ms=500, max_records=self._s.consumer.ingest_max_records)
+            if any(batches.values()):
+                idle_since = time.monotonic()
+            elif time.monotonic() - idle_since > REPLAY_STALL_S:
+                # The log shrank under the replay (a topic deleted and recreated, a broker
+                # that lost its log): nothing will ever arrive below the old end offsets, so
+                # the replay would wait forever. What was lost is the completeness check's.
+                now = await self.consumer.end_offsets(tps)
+                shrunk = {f"{tp.topic}/{tp.partition}": now[tp] for tp in tps if now[tp] < ends[tp]}
+                log.warning("reindex.replay_stalled", idle_s=REPLAY_STALL_S, shrunk=shrunk)
+                ends = {tp: min(ends[tp], now[tp]) for tp in tps}
+                idle_since = time.monotonic()
             for tp, records in batches.items():
                 wanted = [r for r in records if r.offset < ends[tp]]
                 if wanted:

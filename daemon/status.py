@@ -81,8 +81,10 @@ async def measure_lag(settings: Settings) -> tuple[dict[str, dict[str, int]], in
     t = settings.topics
     bases = {"documents": t.documents, "transcripts": t.transcripts, "requests": t.requests}
     probe = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, request_timeout_ms=5000, **opts)
-    await probe.start()
+    # start() inside the try: a start that fails or is cancelled (the sampler's timeout) has
+    # opened connections already, and each sample would leak a client while the broker hangs.
     try:
+        await probe.start()
         all_topics = await probe.topics()
         lag: dict[str, dict[str, int]] = {}
         for role, base in bases.items():
@@ -104,8 +106,8 @@ async def measure_lag(settings: Settings) -> tuple[dict[str, dict[str, int]], in
                 request_timeout_ms=5000,
                 **opts,
             )
-            await reader.start()
             try:
+                await reader.start()
                 lag[group] = {
                     f"{tp.topic}/{tp.partition}": max(0, ends[tp] - max(await reader.committed(tp) or 0, 0))
                     for tp in tps

@@ -89,6 +89,53 @@ async def test_a_broker_that_lost_its_log_loses_no_doc(redis_url: str, tmp_path:
         broker.stop()
 
 
+async def test_a_log_lost_mid_replay_ends_the_replay_and_loses_no_doc(
+    redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """tansu restarted empty while the replay reads: it no longer waits forever for records
+    below the old end offsets; the docs it did not get are carried over."""
+    bootstrap = f"127.0.0.1:{free_port()}"
+    broker = start_tansu(bootstrap, log_dir=tmp_path)
+    try:
+        settings = isolated_settings(unique("reindex-lost-mid"), bootstrap, redis_url)
+        async with daemon_and_client(settings) as (daemon, client):
+            want = {f"lost/{i}": 1 for i in range(20)}
+            for i, d in enumerate(want):
+                await client.send(settings.topics.documents, doc(d, 1, runbook(i)), key=d)
+            await eventually(lambda: _versions(daemon, want), timeout=120, what="docs indexed")
+
+            restarted: list[bool] = []
+
+            class LosesTheLog(reindex_mod.AIOKafkaConsumer):  # type: ignore[misc,name-defined]
+                """The replay's real consumer, held from fetching until it has read the end
+                offsets; right then the broker restarts empty (no prefetch races it)."""
+
+                async def seek_to_beginning(self, *partitions: Any) -> Any:
+                    if not restarted:
+                        self.pause(*partitions)
+                    return await super().seek_to_beginning(*partitions)
+
+                async def end_offsets(self, partitions: Any) -> Any:
+                    ends = await super().end_offsets(partitions)
+                    if not restarted:
+                        nonlocal broker
+                        restarted.append(True)
+                        broker.stop()
+                        broker = start_tansu(bootstrap, log_dir=tmp_path)
+                        await ensure_topics(bootstrap, settings.topics.all(), partitions=2, replication=1)
+                        self.resume(*self.paused())
+                    return ends
+
+            monkeypatch.setattr(reindex_mod, "AIOKafkaConsumer", LosesTheLog)
+            monkeypatch.setattr(reindex_mod, "REPLAY_STALL_S", 1.0)
+            rep = await reindex(settings)
+            await daemon.index.state(fresh=True)
+            assert restarted and rep.progress.applied == 0 and rep.progress.carried == 20, rep
+            assert rep.old_dropped and await daemon.index.versions(list(want)) == want
+    finally:
+        broker.stop()
+
+
 async def _texts(daemon: Any) -> dict[str, str]:
     ids = set()
     for i in range(5):
