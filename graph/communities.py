@@ -62,9 +62,12 @@ def preload() -> None:
     NER). The daemon calls this at start-up, while the embedding worker loads its model.
     It also keeps the import's stdout redirect (process-wide) out of a running daemon's threads.
     """
-    _cdlib_algorithms()
-    import igraph  # noqa: F401
-    import leidenalg  # noqa: F401
+    from memory.imports import HEAVY_IMPORTS
+
+    with HEAVY_IMPORTS:  # not at once with the tokenizer's import (see memory.imports)
+        _cdlib_algorithms()
+        import igraph  # noqa: F401
+        import leidenalg  # noqa: F401
 
 
 def _leiden(

@@ -31,7 +31,6 @@ from memory.records import COMMUNITY_PREFIX, ChunkRecord, MemoryItem
 log = structlog.get_logger()
 
 
-
 @dataclass
 class RecomputeReport:
     """What one community recompute did."""

@@ -116,7 +116,10 @@ def load_tokenizer(path: str) -> Any:
     The daemon and the worker each load their own: a fast tokenizer carries padding state
     that ``encode()`` switches on and off, so one instance is never shared across users.
     """
-    import transformers
+    from memory.imports import HEAVY_IMPORTS
+
+    with HEAVY_IMPORTS:
+        import transformers
 
     transformers.logging.set_verbosity_error()  # type: ignore[no-untyped-call]
     return transformers.AutoTokenizer.from_pretrained(path, local_files_only=True)
