@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,36 +92,48 @@ class GenerationState:
     building_heartbeat: float = 0.0
 
 
-# Create the first generation once, however many daemons start together.
+# Create the first generation once, however many daemons start together. The alias first:
+# a script is not rolled back on an error, and an alias that already exists (the registry
+# lost to eviction, say) must fail the start rather than leave writes going to generation 1
+# while searches go wherever the alias points.
 _BOOTSTRAP = """
 if redis.call('HEXISTS', KEYS[1], 'active') == 1 then return 0 end
-redis.call('HSET', KEYS[1], 'active', 1, 'seq', 1, 'spec:1', ARGV[1])
 redis.call('FT.ALIASADD', ARGV[2], ARGV[3])
+redis.call('HSET', KEYS[1], 'active', 1, 'seq', 1, 'spec:1', ARGV[1])
 return 1
 """
 
 # Take the build slot unless a live reindex holds it (its heartbeat is recent). Also
 # returns the generation an abandoned build left behind (0 if none), for the caller to drop.
-_CLAIM = """
+# Heartbeats are Redis's clock, not the hosts': a skewed host can neither take a live build
+# over nor keep a dead one's slot.
+_NOW = "local t = redis.call('TIME'); local now = tonumber(t[1]) + tonumber(t[2]) / 1e6\n"
+_CLAIM = (
+    _NOW
+    + """
 local b = redis.call('HGET', KEYS[1], 'building')
 local abandoned = 0
 if b and b ~= '' then
   local hb = tonumber(redis.call('HGET', KEYS[1], 'building_heartbeat') or '0')
-  if tonumber(ARGV[2]) - hb < tonumber(ARGV[3]) then
+  if now - hb < tonumber(ARGV[2]) then
     return {-1, redis.call('HGET', KEYS[1], 'building_owner') or '', b}
   end
   abandoned = tonumber(b)
 end
 local g = redis.call('HINCRBY', KEYS[1], 'seq', 1)
-redis.call('HSET', KEYS[1], 'building', g, 'building_owner', ARGV[1], 'building_heartbeat', ARGV[2])
+redis.call('HSET', KEYS[1], 'building', g, 'building_owner', ARGV[1], 'building_heartbeat', tostring(now))
 return {g, ARGV[1], tostring(abandoned)}
 """
+)
 
-_HEARTBEAT = """
+_HEARTBEAT = (
+    _NOW
+    + """
 if redis.call('HGET', KEYS[1], 'building_owner') ~= ARGV[1] then return 0 end
-redis.call('HSET', KEYS[1], 'building_heartbeat', ARGV[2])
+redis.call('HSET', KEYS[1], 'building_heartbeat', tostring(now))
 return 1
 """
+)
 
 # The switch: active generation, its spec and the alias change in one step. The build slot
 # stays taken until the reindex releases it: its catch-up, drop and graph re-pointing still
@@ -188,7 +199,7 @@ class GenerationRegistry:
         Raises:
             ReindexConflict: another reindex is running.
         """
-        res = await self._r.eval(_CLAIM, 1, self.key, owner, time.time(), self.STALE_BUILD_S)
+        res = await self._r.eval(_CLAIM, 1, self.key, owner, self.STALE_BUILD_S)
         gen = int(res[0])
         if gen < 0:
             other = res[1].decode() if isinstance(res[1], bytes) else res[1]
@@ -197,7 +208,7 @@ class GenerationRegistry:
 
     async def heartbeat(self, owner: str) -> None:
         """Keep the build slot; raises ReindexConflict if it was taken over."""
-        if not await self._r.eval(_HEARTBEAT, 1, self.key, owner, time.time()):
+        if not await self._r.eval(_HEARTBEAT, 1, self.key, owner):
             raise ReindexConflict("the build slot was taken over by another reindex")
 
     async def switch(self, owner: str, generation: int, spec: IndexSpec) -> int:
