@@ -5,6 +5,7 @@ and say in words what is wrong and how to fix it.
 from __future__ import annotations
 
 import asyncio
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +18,7 @@ from daemon.status import measure_lag
 from memory.errors import MemdError
 from memory.generations import GenerationRegistry, index_spec
 from memory.index import translate_errors
-from memory.schema import index_schema
+from memory.schema import index_schema, physical_name
 
 #: Vector dimensions of the packaged model, the default; other models are checked by name only.
 PACKAGED_DIMS = 384
@@ -145,7 +146,14 @@ async def _check_generation(client: Any, settings: Settings, dims: int | None) -
     want = index_spec(
         settings.index, model=settings.embedding.model, dims=dims or state.spec.dims, chunking=settings.chunking
     )
-    building = f"; generation {state.building} is being built by {state.building_owner}" if state.building else ""
+    building = ""
+    if state.building and state.building != state.active:
+        sec, usec = await client.time()  # heartbeats are Redis's clock
+        idle = sec + usec / 1e6 - state.building_heartbeat
+        building = f"; generation {state.building} is being built by {state.building_owner}"
+        if idle > GenerationRegistry.STALE_BUILD_S:
+            building += f" (abandoned: no heartbeat for {idle:.0f}s; the next reindex drops it)"
+    found = await _check_leftover_generations(client, settings, state.active, state.building)
     if want != state.spec:
         return [
             Finding(
@@ -154,9 +162,33 @@ async def _check_generation(client: Any, settings: Settings, dims: int | None) -
                 f"generation {state.active} was built with {state.spec.describe()}, "
                 f"these settings build {want.describe()}{building}",
                 "run `agentmemd reindex` with these settings, or run the daemon with the ones the index was built with",
-            )
+            ),
+            *found,
         ]
-    return [Finding("index generation", True, f"generation {state.active} matches the settings{building}")]
+    return [Finding("index generation", True, f"generation {state.active} matches the settings{building}"), *found]
+
+
+async def _check_leftover_generations(client: Any, settings: Settings, active: int, building: int) -> list[Finding]:
+    """Generations beside the active one and the one being built: kept by ``--keep-old``, or
+    left by a reindex that died after its switch. Not a fault, but memory an operator pays for."""
+    async with translate_errors("doctor"):
+        names = [n.decode() if isinstance(n, bytes) else str(n) for n in await client.execute_command("FT._LIST")]
+    pattern = re.compile(re.escape(settings.index.name) + r"-g(\d+)")
+    left = sorted(
+        int(m.group(1)) for n in names if (m := pattern.fullmatch(n)) and int(m.group(1)) not in (active, building)
+    )
+    if not left:
+        return []
+    drop = "; ".join(f"FT.DROPINDEX {physical_name(settings.index.name, g)} DD" for g in left)
+    return [
+        Finding(
+            "old generations",
+            True,
+            f"generation(s) {', '.join(map(str, left))} kept beside the active one (--keep-old, or a reindex that "
+            "died after its switch)",
+            f"when no longer wanted: {drop} (and UNLINK the {settings.index.name}:g<N>:* keys)",
+        )
+    ]
 
 
 async def _check_kafka(settings: Settings) -> list[Finding]:

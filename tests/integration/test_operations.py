@@ -305,6 +305,23 @@ async def test_doctor_exit_codes(env: Env) -> None:
     )
     assert res.returncode == 1 and "✗ redis" in res.stdout and "agentmemd servers" in res.stdout
 
+    # a generation left beside the active one, and a build whose heartbeat stopped: reported,
+    # with the way out, but not failures
+    name = settings.index.name
+    await client.execute_command(
+        "FT.CREATE", f"{name}-g7", "ON", "HASH", "PREFIX", "1", f"{name}:g7:chunk:", "SCHEMA", "text", "TEXT"
+    )
+    registry = f"{name}:generations"
+    await client.hset(registry, mapping={"building": 9, "building_owner": "reindex-gone", "building_heartbeat": 1.0})
+    try:
+        res = await asyncio.to_thread(run_cli, good, "doctor")
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert "generation(s) 7 kept" in res.stdout and f"FT.DROPINDEX {name}-g7 DD" in res.stdout, res.stdout
+        assert "generation 9 is being built by reindex-gone (abandoned" in res.stdout, res.stdout
+    finally:
+        await client.hdel(registry, "building", "building_owner", "building_heartbeat")
+        await client.execute_command("FT.DROPINDEX", f"{name}-g7")
+
 
 def test_asyncapi_matches_the_contract_models(tmp_path: Path) -> None:
     """`agentmemd docs asyncapi` describes every topic with the contract models' own JSON schemas."""
