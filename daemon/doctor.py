@@ -185,8 +185,7 @@ async def _check_leftover_generations(client: Any, settings: Settings, active: i
             "old generations",
             True,
             f"generation(s) {', '.join(map(str, left))} kept beside the active one (--keep-old, or a reindex that "
-            "died after its switch)",
-            f"when no longer wanted: {drop} (and UNLINK the {settings.index.name}:g<N>:* keys)",
+            f"died after its switch); when no longer wanted: {drop}, and UNLINK its {settings.index.name}:g<N>:* keys",
         )
     ]
 
