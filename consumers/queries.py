@@ -13,7 +13,7 @@ from consumers.models import CommunityInfo, ErrorBody, ErrorReply, QueryReply, Q
 from graph.search import ScopedSearch
 from memory.embedder import EmbedderError
 from memory.errors import InvalidRequest, MemdError, NotFound
-from memory.index import IndexError_
+from memory.index import IndexError_, QuerySyntaxError
 from memory.records import DEFAULT_TENANT
 from memory.retrieval import SearchHit, SearchOutcome, SearchSpec
 
@@ -103,6 +103,8 @@ def reply_code(exc: MemdError) -> str:
     """
     if exc.code in REPLY_CODES:
         return exc.code
+    if isinstance(exc, QuerySyntaxError):  # ours to fix: asking again would fail again
+        return "internal"
     if exc.retryable or isinstance(exc, NotFound | IndexError_ | EmbedderError):
         return "unavailable"
     return "internal"
@@ -126,7 +128,9 @@ async def answer(
     except MemdError as exc:
         qid = query_id or guess_query_id(raw)
         code = reply_code(exc)
-        log.info("query.request_failed", query_id=qid, code=code, cause=exc.code, error=str(exc))
+        # An internal code is a bug of ours (an operator's business); the rest is the asker's.
+        emit = log.error if code == "internal" else log.info
+        emit("query.request_failed", query_id=qid, code=code, cause=exc.code, error=str(exc))
         return ErrorReply(query_id=qid, error=ErrorBody(code=code, message=str(exc)))
     except Exception as exc:  # a bug must still answer the asker, and be logged loudly
         qid = query_id or guess_query_id(raw)

@@ -55,6 +55,11 @@ class IndexError_(MemdError):
     code = "index_error"
 
 
+class QuerySyntaxError(IndexError_):
+    """RediSearch could not parse a query we built: our bug, not an outage (retrying the
+    same query can only fail again)."""
+
+
 # Refusals that pass: memory full (maxmemory), a replica after a failover, a failed
 # snapshot write, a busy script, a cluster resharding. Reported as outages, so ingestion
 # backs off without committing, instead of dead-lettering every event it holds.
@@ -91,6 +96,8 @@ def _translated(exc: BaseException, what: str) -> MemdError | None:
                 return Unauthorized(f"redis refused access during {what}: {cur}")
             if "LOADING" in text or _REFUSED.search(text):
                 return BackendUnavailable(f"redis not ready during {what}: {cur}")
+            if text.startswith("Syntax error"):
+                return QuerySyntaxError(f"redis could not parse the query during {what}: {cur}")
             return IndexError_(f"redis error during {what}: {cur}")
         cur = cur.__cause__ or cur.__context__
         seen += 1

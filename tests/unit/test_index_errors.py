@@ -7,7 +7,7 @@ import redis.exceptions as rexc
 from redis._parsers import BaseParser
 
 from memory.errors import BackendUnavailable, Unauthorized
-from memory.index import IndexError_, _translated
+from memory.index import IndexError_, QuerySyntaxError, _translated
 
 
 @pytest.mark.parametrize(
@@ -62,6 +62,6 @@ def test_wrapped_refusal_is_found() -> None:
 
 def test_bad_commands_and_credentials_are_not_outages() -> None:
     """A syntax error is ours to fix; retrying it forever would block the partition."""
-    assert isinstance(_translated(rexc.ResponseError("Syntax error at offset 3"), "text search"), IndexError_)
+    assert isinstance(_translated(rexc.ResponseError("Syntax error at offset 3"), "text search"), QuerySyntaxError)
     assert isinstance(_translated(rexc.ResponseError("NOPERM this user has no permissions"), "x"), Unauthorized)
     assert _translated(ValueError("not redis"), "x") is None

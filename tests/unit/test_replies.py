@@ -15,7 +15,7 @@ from consumers.replies import (
 )
 from memory.embedder import EmbedderError
 from memory.errors import BackendUnavailable, InvalidRequest, MemdError, NotFound
-from memory.index import IndexError_
+from memory.index import IndexError_, QuerySyntaxError
 
 
 @pytest.mark.parametrize(
@@ -96,6 +96,7 @@ def test_other_valid_topics_may_take_replies(topic: str) -> None:
         (BackendUnavailable("redis down"), "unavailable"),
         (NotFound("index 'agentmem' has no generation yet"), "unavailable"),
         (IndexError_("redis error during text search: no such index"), "unavailable"),
+        (QuerySyntaxError("redis could not parse the query during text search: Syntax error"), "internal"),
         (EmbedderError("query embedding failed"), "unavailable"),
         (MemdError("something else"), "internal"),
     ],
