@@ -147,13 +147,20 @@ async def _check_generation(client: Any, settings: Settings, dims: int | None) -
         settings.index, model=settings.embedding.model, dims=dims or state.spec.dims, chunking=settings.chunking
     )
     building = ""
-    if state.building and state.building != state.active:
+    reindexing = False
+    if state.building:
         sec, usec = await client.time()  # heartbeats are Redis's clock
         idle = sec + usec / 1e6 - state.building_heartbeat
-        building = f"; generation {state.building} is being built by {state.building_owner}"
-        if idle > GenerationRegistry.STALE_BUILD_S:
-            building += f" (abandoned: no heartbeat for {idle:.0f}s; the next reindex drops it)"
-    found = await _check_leftover_generations(client, settings, state.active, state.building)
+        reindexing = idle <= GenerationRegistry.STALE_BUILD_S
+        if state.building == state.active:  # switched; catching up, dropping, re-pointing
+            building = f"; {state.building_owner} is finishing its switch to it"
+            if not reindexing:
+                building += f" (no heartbeat for {idle:.0f}s: it died; the next reindex takes the slot)"
+        else:
+            building = f"; generation {state.building} is being built by {state.building_owner}"
+            if not reindexing:
+                building += f" (abandoned: no heartbeat for {idle:.0f}s; the next reindex drops it)"
+    found = await _check_leftover_generations(client, settings, state.active, state.building, reindexing)
     if want != state.spec:
         return [
             Finding(
@@ -168,26 +175,35 @@ async def _check_generation(client: Any, settings: Settings, dims: int | None) -
     return [Finding("index generation", True, f"generation {state.active} matches the settings{building}"), *found]
 
 
-async def _check_leftover_generations(client: Any, settings: Settings, active: int, building: int) -> list[Finding]:
-    """Generations beside the active one and the one being built: kept by ``--keep-old``, or
-    left by a reindex that died after its switch. Not a fault, but memory an operator pays for."""
+async def _check_leftover_generations(
+    client: Any, settings: Settings, active: int, building: int, reindexing: bool
+) -> list[Finding]:
+    """Generations beside the active one and the one being built: kept by ``--keep-old``, kept
+    by a reindex because the new generation lacks some of their docs, or left by a reindex
+    that died after its switch. Not a fault, but memory an operator pays for."""
     async with translate_errors("doctor"):
         names = [n.decode() if isinstance(n, bytes) else str(n) for n in await client.execute_command("FT._LIST")]
+        kept = await GenerationRegistry(client, settings.index.name).kept()
     pattern = re.compile(re.escape(settings.index.name) + r"-g(\d+)")
     left = sorted(
         int(m.group(1)) for n in names if (m := pattern.fullmatch(n)) and int(m.group(1)) not in (active, building)
     )
     if not left:
         return []
-    drop = "; ".join(f"FT.DROPINDEX {physical_name(settings.index.name, g)} DD" for g in left)
-    return [
-        Finding(
-            "old generations",
-            True,
-            f"generation(s) {', '.join(map(str, left))} kept beside the active one (--keep-old, or a reindex that "
-            f"died after its switch); when no longer wanted: {drop}, and UNLINK its {settings.index.name}:g<N>:* keys",
-        )
-    ]
+    if reindexing:  # a running reindex still reads (and then drops) its old generation
+        return [Finding("old generations", True, f"generation(s) {', '.join(map(str, left))}: a reindex is running")]
+    found = []
+    for g in left:
+        if g in kept:
+            detail = f"generation {g} was kept by a reindex: {kept[g]}. Do not drop it before those docs are back"
+        else:
+            detail = (
+                f"generation {g} kept beside the active one (--keep-old, or a reindex that died after its switch); "
+                f"when no longer wanted: FT.DROPINDEX {physical_name(settings.index.name, g)} DD, and UNLINK its "
+                f"{settings.index.name}:g{g}:* keys"
+            )
+        found.append(Finding("old generations", True, detail))
+    return found
 
 
 async def _check_kafka(settings: Settings) -> list[Finding]:

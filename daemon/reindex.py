@@ -161,6 +161,7 @@ class _Replayer:
         new = [tp for tp in every if tp not in current]
         if not new:
             return
+        current = {tp: pos for tp, pos in current.items() if tp in every}  # a topic may be gone
         self.consumer.assign(every)  # a new assignment: positions must be set again
         for tp, position in current.items():
             self.consumer.seek(tp, position)
@@ -195,7 +196,12 @@ class _Replayer:
                 # The log shrank under the replay (a topic deleted and recreated, a broker
                 # that lost its log): nothing will ever arrive below the old end offsets, so
                 # the replay would wait forever. What was lost is the completeness check's.
-                now = await self.consumer.end_offsets(tps)
+                try:
+                    now = await self.consumer.end_offsets(tps)
+                except KafkaError as exc:  # the broker is away: keep waiting, as getmany does
+                    log.warning("reindex.replay_waiting", error=str(exc))
+                    idle_since = time.monotonic()
+                    continue
                 shrunk = {f"{tp.topic}/{tp.partition}": now[tp] for tp in tps if now[tp] < ends[tp]}
                 log.warning("reindex.replay_stalled", idle_s=REPLAY_STALL_S, shrunk=shrunk)
                 ends = {tp: min(ends[tp], now[tp]) for tp in tps}
@@ -266,6 +272,35 @@ async def _sync_communities(source: ChunkIndex, target: ChunkIndex, embedder: Se
 def _served(held: dict[tuple[str, str], DocState]) -> dict[tuple[str, str], DocState]:
     """The docs (not summaries) a generation serves: those with chunks."""
     return {k: st for k, st in held.items() if st.has_chunks and not _is_summary(k)}
+
+
+def _tombstones(held: dict[tuple[str, str], DocState]) -> dict[tuple[str, str], DocState]:
+    """Deleted docs (not summaries): a version and no chunks. Kept so that an older upsert,
+    redelivered or re-sent, can never bring the doc back; they hold no vectors, so they are
+    copied whatever the spec."""
+    return {k: st for k, st in held.items() if not st.has_chunks and st.version is not None and not _is_summary(k)}
+
+
+def _summaries(held: dict[tuple[str, str], DocState]) -> dict[tuple[str, str], DocState]:
+    return {k: st for k, st in held.items() if _is_summary(k)}
+
+
+async def _complete(
+    source: ChunkIndex, target: ChunkIndex, held: dict[tuple[str, str], DocState], same_spec: bool
+) -> tuple[list[tuple[str, str]], int]:
+    """Bring ``target`` level with the docs ``held`` from ``source`` where it can: tombstones
+    always, served docs verbatim when the spec is unchanged. Returns the docs still missing
+    (or older) in ``target``, and how many were copied."""
+    copied = 0
+    tombstones = _tombstones(held)
+    if short := await target.behind(tombstones):
+        copied += await _carry_over(source, target, short)
+    served = _served(held)
+    short = await target.behind(served)
+    if short and same_spec:
+        copied += await _carry_over(source, target, short)
+        short = await target.behind(served)
+    return short + await target.behind(tombstones), copied
 
 
 async def _carry_over(source: ChunkIndex, target: ChunkIndex, keys: list[tuple[str, str]]) -> int:
@@ -357,6 +392,11 @@ async def reindex(
             state = await registry.state()
         if state.active == 0:
             raise NotFound(f"index {settings.index.name!r} has no generation yet: start the daemon once to create it")
+        async with translate_errors("reindex claim"):
+            gen, abandoned = await registry.claim(owner)
+        claimed = True
+        async with translate_errors("reindex start"):  # a reindex may have switched meanwhile
+            state = await registry.state()
         old = state.active
         # Chunk boundaries come from the model's tokenizer too.
         rechunked = state.spec is None or (state.spec.model, state.spec.max_tokens, state.spec.overlap) != (
@@ -364,9 +404,6 @@ async def reindex(
             spec.max_tokens,
             spec.overlap,
         )
-        async with translate_errors("reindex claim"):
-            gen, abandoned = await registry.claim(owner)
-        claimed = True
         progress.generation = gen
         log.info("reindex.started", index=settings.index.name, old_generation=old, generation=gen, owner=owner)
         if abandoned and abandoned != old:
@@ -411,17 +448,14 @@ async def reindex(
         # after it: whatever a live daemon wrote to N came from an event below them.
         progress.phase = "checking"
         report()
-        snapshot = _served(await source.doc_versions())
+        snapshot = await source.doc_versions()
         try:
             await replayer.replay_to_end()
         except KafkaError as exc:
             raise BackendUnavailable(f"kafka failed during the replay: {exc}") from exc
         same_spec = state.spec == spec
-        missing = await target.behind(snapshot)
-        if missing and same_spec:
-            # Same model, chunking and schema: N's chunks are what a replay would write.
-            progress.carried = await _carry_over(source, target, missing)
-            missing = await target.behind(snapshot)
+        # Same model, chunking and schema: N's chunks are what a replay would write.
+        missing, progress.carried = await _complete(source, target, snapshot, same_spec)
         lost = _why_missing(missing, replayer.failed)
         if lost and not allow_losses:
             shown = "; ".join(f"{d} ({why})" for d, why in list(lost.items())[:10])
@@ -448,7 +482,6 @@ async def reindex(
         for attempt in range(CATCH_UP_TRIES):
             try:
                 await replayer.replay_to_end()
-                progress.communities += await _sync_communities(source, target, embedder)
                 break
             except (KafkaError, BackendUnavailable) as exc:
                 log.warning("reindex.catch_up_retry", attempt=attempt + 1, error=str(exc))
@@ -457,33 +490,49 @@ async def reindex(
                     log.error("reindex.catch_up_failed", error=str(exc))
                 else:
                     await asyncio.sleep(2.0**attempt)
+            except Exception as exc:  # the switch is done: report it, and keep N (below)
+                errors.append(f"catch-up after the switch failed: {type(exc).__name__}: {exc}")
+                log.error("reindex.catch_up_failed", error=str(exc))
+                break
         if replayer.failed_after_switch:
             errors.append(
                 f"{len(replayer.failed_after_switch)} doc(s) failed in the catch-up after the switch: "
                 + ", ".join(sorted(replayer.failed_after_switch)[:10])
             )
         # N takes no writes since the switch: this check is exact. N is dropped only if N+1
-        # holds everything N does (but the losses allowed above).
+        # holds everything N does, summaries and tombstones included (but the losses allowed
+        # above); what N+1 lacks is copied over first where it can be.
         short: list[tuple[str, str]] = []
         try:
-            served = _served(await source.doc_versions())
-            short = await target.behind(served)
-            if short and same_spec:
-                progress.carried += await _carry_over(source, target, short)
-                short = await target.behind(served)
-        except BackendUnavailable as exc:
-            errors.append(f"could not check the new generation against the old: {exc}")
+            held = await source.doc_versions()
+            for attempt in range(CATCH_UP_TRIES):
+                try:
+                    progress.communities += await _sync_communities(source, target, embedder)
+                    break
+                except (KafkaError, BackendUnavailable) as exc:
+                    if attempt == CATCH_UP_TRIES - 1:
+                        raise
+                    log.warning("reindex.summary_sync_retry", attempt=attempt + 1, error=str(exc))
+                    await asyncio.sleep(2.0**attempt)
+            short, copied = await _complete(source, target, held, same_spec)
+            progress.carried += copied
+            short += await target.behind(_summaries(held))
+        except Exception as exc:  # unknown is not complete: N stays
+            errors.append(f"could not bring the new generation level with the old: {type(exc).__name__}: {exc}")
+            log.error("reindex.final_check_failed", error=str(exc))
             short = [("?", "?")]
         unexpected = [k for k in short if k not in accepted]
         dropped = False
-        if unexpected and not keep_old:
+        if unexpected:
             shown = ", ".join(f"{t}/{d}" for t, d in unexpected[:10])
-            errors.append(
-                f"generation {old} was kept: {len(unexpected)} doc(s) it holds are missing or older in generation "
-                f"{gen} ({shown}); they are still in generation {old}'s keys. Run `agentmemd reindex` again "
-                "once the cause (above) is fixed"
+            why = (
+                f"{len(unexpected)} doc(s) it holds are missing or older in generation {gen} ({shown}); they are "
+                f"still in generation {old}'s keys"
             )
+            errors.append(f"generation {old} was kept: {why}. Run `agentmemd reindex` again once the cause is fixed")
             log.error("reindex.old_generation_kept", generation=old, missing=len(unexpected))
+            with contextlib.suppress(Exception):  # doctor shows it, and warns against dropping it
+                await registry.mark_kept(old, why)
         elif not keep_old:
             progress.phase = "dropping the old generation"
             report()

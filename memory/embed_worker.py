@@ -22,6 +22,7 @@ import multiprocessing as mp
 import os
 import signal
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -40,6 +41,18 @@ CHANNELS = ("query", "docs")
 # on any text containing this variable's value. Never set in a deployment.
 CRASH_MARKER_ENV = "AGENTMEM_TEST_EMBED_CRASH_MARKER"
 READY_TIMEOUT_S = 600.0
+class WorkerHung(Exception):
+    """A request outlived its deadline (not an OSError, unlike TimeoutError: the worker is
+    alive, so it must be killed, not mourned)."""
+
+
+#: How long one request may take before the worker is taken for hung (stopped, deadlocked,
+#: swapping) and killed, so the next request starts a new one. Alive but silent, it would
+#: otherwise hold every query and ingestion forever. Documents get a base plus a per-text
+#: allowance: a large batch on a busy 2-core machine takes tens of seconds.
+QUERY_DEADLINE_S = 60.0
+DOCS_DEADLINE_S = 120.0
+DOCS_DEADLINE_PER_TEXT_S = 2.0
 
 
 class EmbedderError(MemdError):
@@ -544,12 +557,16 @@ class EmbeddingWorker:
         """
         proc, conn = self._channel(channel)
         self._busy.add(channel)
+        limit = QUERY_DEADLINE_S if channel == "query" else DOCS_DEADLINE_S + DOCS_DEADLINE_PER_TEXT_S * len(texts)
+        deadline = time.monotonic() + limit
         try:
             conn.send(list(texts))
             # Never an unbounded recv(): a worker that is gone must not leave us waiting.
             while not conn.poll(1.0):
                 if not proc.is_alive():
                     raise EOFError(f"worker exited with code {proc.exitcode}")
+                if time.monotonic() > deadline:  # hung: the handler below kills it
+                    raise WorkerHung(f"the embedding worker did not answer within {limit:.0f}s")
             status, payload = conn.recv()
             self._busy.discard(channel)
         except (EOFError, BrokenPipeError, OSError) as exc:
@@ -573,7 +590,7 @@ class EmbeddingWorker:
                 if self._proc is proc:
                     self._discard()
             raise EmbedderUnavailable(
-                f"embedding request interrupted ({type(exc).__name__}); worker restarted"
+                f"embedding request interrupted ({type(exc).__name__}: {exc}); worker restarted"
             ) from exc
         if status != "ok":
             raise EmbedderError(str(payload))

@@ -154,7 +154,7 @@ class SentenceTransformerEmbedder:
         return await loop.run_in_executor(self._docs_pool, self._worker.encode, "docs", list(texts))
 
     async def embed_query(self, text: str) -> np.ndarray:
-        """Embed one query, from the LRU cache when it was asked before."""
+        """Embed one query, from the LRU cache when it was asked before (read-only: shared)."""
         cached = self._cache.get(text)
         if cached is not None:
             self._cache.move_to_end(text)
@@ -191,9 +191,16 @@ class SentenceTransformerEmbedder:
                         )
                 continue
             row = {t: i for i, t in enumerate(texts)}
+            own: dict[str, np.ndarray] = {}
+            for t, i in row.items():
+                # Its own read-only row, not a view into the batch: the cache hands the same
+                # array to every later asker of this text, so no caller may change it, and a
+                # cached row must not keep its whole batch alive.
+                vec = own[t] = vectors[i].copy()
+                vec.flags.writeable = False
             for text, fut in batch:
                 if not fut.done():
-                    fut.set_result(vectors[row[text]])
+                    fut.set_result(own[text])
 
     def _offsets(self, text: str) -> list[tuple[int, int]]:
         enc = self._tokenizer(

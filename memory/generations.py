@@ -118,7 +118,8 @@ if b and b ~= '' then
   if now - hb < tonumber(ARGV[2]) then
     return {-1, redis.call('HGET', KEYS[1], 'building_owner') or '', b}
   end
-  abandoned = tonumber(b)
+  -- A build that died after its switch left the active generation: never to be dropped.
+  if b ~= redis.call('HGET', KEYS[1], 'active') then abandoned = tonumber(b) end
 end
 local g = redis.call('HINCRBY', KEYS[1], 'seq', 1)
 redis.call('HSET', KEYS[1], 'building', g, 'building_owner', ARGV[1], 'building_heartbeat', tostring(now))
@@ -226,6 +227,20 @@ class GenerationRegistry:
         if int(old) < 0:
             raise ReindexConflict(f"generation {generation} is no longer the build in progress")
         return int(old)
+
+    async def mark_kept(self, generation: int, why: str) -> None:
+        """Record why an old generation was kept (``doctor`` shows it and warns not to drop it)."""
+        await self._r.hset(self.key, f"kept:{generation}", why)
+
+    async def kept(self) -> dict[int, str]:
+        """Generations kept for a reason (``mark_kept``) -> the reason."""
+        raw = await self._r.hgetall(self.key)
+        out: dict[int, str] = {}
+        for k, v in raw.items():
+            key = k.decode() if isinstance(k, bytes) else str(k)
+            if key.startswith("kept:"):
+                out[int(key[5:])] = v.decode() if isinstance(v, bytes) else str(v)
+        return out
 
     async def release(self, owner: str) -> None:
         """Give the build slot up (a build aborted, or a reindex finished)."""

@@ -541,21 +541,25 @@ class ChunkIndex:
         chunks are exactly what a replay would have written.
         """
         gen = await self._generation()
+        src_ver_key = self._ver_key(source_generation, tenant, doc_id)
         src_doc = self._doc_key(source_generation, tenant, doc_id)
         async with translate_errors("doc copy"):
-            src_ver = await self._r.get(self._ver_key(source_generation, tenant, doc_id))
-            chunk_ids = sorted(_to_str(m) for m in await self._r.smembers(src_doc))
-            hashes = []
-            for cid in chunk_ids:
-                hashes.append(await self._r.hgetall(self._chunk_key(source_generation, tenant, cid)))
             for _ in range(_WATCH_RETRIES):
                 async with self._r.pipeline(transaction=True) as pipe:
                     try:
                         ver_key, doc_key = self._ver_key(gen, tenant, doc_id), self._doc_key(gen, tenant, doc_id)
-                        await pipe.watch(ver_key, doc_key)
+                        # The source is watched too: a live write to it between these reads
+                        # (before a switch, daemons still write there) retries the copy, so
+                        # chunks and version are never copied from two different writes.
+                        await pipe.watch(src_ver_key, src_doc, ver_key, doc_key)
+                        src_ver = await pipe.get(src_ver_key)
+                        chunk_ids = sorted(_to_str(m) for m in await pipe.smembers(src_doc))
+                        hashes = [await pipe.hgetall(self._chunk_key(source_generation, tenant, c)) for c in chunk_ids]
                         stored = await pipe.get(ver_key)
                         if src_ver is not None and stored is not None and int(stored) >= int(src_ver):
                             return False
+                        if src_ver is None and await pipe.exists(doc_key):
+                            return False  # unversioned: whatever the target holds is as new
                         old_ids = {_to_str(m) for m in await pipe.smembers(doc_key)}
                         pipe.multi()  # type: ignore[no-untyped-call]
                         stale = [self._chunk_key(gen, tenant, c) for c in old_ids - set(chunk_ids)]

@@ -152,3 +152,37 @@ async def test_batched_rows_stay_in_input_order(embedder: Any) -> None:
     for i, text in enumerate(texts):
         alone = await embedder.embed_documents([text])
         assert float(together[i] @ alone[0]) >= 0.9999, i
+
+
+async def test_a_hung_worker_is_killed_and_replaced(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker alive but silent (here SIGSTOPped; a deadlock or swap storm alike) fails its
+    request as an outage once the deadline passes, is killed, and the next query gets a new
+    worker: before, every query and ingestion waited on it forever."""
+    import memory.embed_worker as embed_worker
+
+    monkeypatch.setattr(embed_worker, "QUERY_DEADLINE_S", 3.0)
+    emb = await SentenceTransformerEmbedder.load(EmbeddingConfig())  # type: ignore[call-arg]
+    try:
+        before = await emb.embed_query("the connection pool is exhausted")
+        pid = emb.worker_pid
+        assert pid is not None
+        os.kill(pid, signal.SIGSTOP)
+        with pytest.raises(EmbedderUnavailable, match="did not answer"):
+            await asyncio.wait_for(emb.embed_query("asked while the worker hangs"), timeout=60)
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+        again = await emb.embed_query("the connection pool is exhausted, again")
+        assert emb.worker_pid not in (None, pid) and float(again @ before) > 0.8
+    finally:
+        emb.close()
+
+
+async def test_cached_query_vectors_are_read_only_rows_of_their_own(embedder: Any) -> None:
+    """The cache hands one array to every asker of a text: nobody may change it, and it is
+    not a view that keeps its whole micro-batch alive."""
+    texts = [f"read-only cache row {i}" for i in range(4)]
+    vecs = await asyncio.gather(*(embedder.embed_query(t) for t in texts))
+    for t, v in zip(texts, vecs, strict=True):
+        assert v.base is None and not v.flags.writeable
+        with pytest.raises(ValueError):
+            v[0] = 9.0
+        assert await embedder.embed_query(t) is v

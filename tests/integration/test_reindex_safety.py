@@ -62,6 +62,10 @@ async def test_a_broker_that_lost_its_log_loses_no_doc(redis_url: str, tmp_path:
                 await client.send(settings.topics.documents, doc(d, 1, runbook(int(d[-1]))), key=d)
             await client.send(settings.topics.documents, doc("lost/0", 2, runbook(100)), key="lost/0")
             want["lost/0"] = 2
+            await client.send(settings.topics.documents, doc("gone", 1, runbook(200)), key="gone")
+            delete = {"event_id": "del", "op": "delete", "doc_id": "gone", "version": 2}
+            await client.send(settings.topics.documents, delete, key="gone")
+            want["gone"] = 2  # a tombstone: no chunks, and an older upsert must stay refused
             await eventually(lambda: _versions(daemon, want), timeout=120, what="docs indexed")
             before = await _texts(daemon)
 
@@ -79,12 +83,14 @@ async def test_a_broker_that_lost_its_log_loses_no_doc(redis_url: str, tmp_path:
             rep = await reindex(settings)
 
             await daemon.index.state(fresh=True)  # the daemon's 1 s cache of the active generation
-            assert rep.progress.carried == 5 and rep.old_dropped and rep.errors == [], rep
+            assert rep.progress.carried == 6 and rep.old_dropped and rep.errors == [], rep
             assert (await registry.state()).active == rep.new_generation
             assert await daemon.index.versions(list(want)) == want
             assert await _texts(daemon) == before  # chunks verbatim, in the new generation
             hits = await daemon.index.search_text("@terms:(err_safe_0003)", k=5)  # and indexed there
             assert [h.doc_id for h in hits] == ["lost/3"]
+            resurrect = await daemon.index.apply("gone", 1, [], np.zeros((0, 1), np.float32))
+            assert not resurrect.applied and not await daemon.index.chunk_ids("gone")
     finally:
         broker.stop()
 
@@ -218,6 +224,7 @@ async def test_a_failed_catch_up_never_loses_what_the_live_daemons_wrote(
     assert not rep.old_dropped and any("was kept" in e and "default/late/1" in e for e in rep.errors), rep.errors
     old_root = key_root(settings.index.name, rep.old_generation)
     assert await daemon.redis.exists(f"{old_root}ver:default:late/1")
+    assert "default/late/1" in (await registry.kept())[rep.old_generation]  # doctor shows why
 
 
 async def test_a_tenant_onboarded_mid_build_is_replayed(
@@ -288,3 +295,55 @@ async def test_a_heartbeat_blip_keeps_the_build_and_an_abandoned_build_is_droppe
     assert physical_name(settings.index.name, dead) not in listed
     assert not [k async for k in daemon.redis.scan_iter(match=key_root(settings.index.name, dead) + "*")]
     assert await daemon.index.versions(["hb/1"]) == {"hb/1": 1}
+
+
+async def test_a_summary_removed_in_the_check_window_stays_removed(env: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A community removed (its summary tombstoned) in N while the pre-switch check ran, and a
+    catch-up that then fails: the tombstone still reaches N+1 before N is dropped, so the
+    removed summary does not come back. (A review's probe, adopted.)"""
+    settings, daemon, client = env
+    seed = {f"safe/{i}": 1 for i in range(8)}
+    for d in seed:
+        await client.send(settings.topics.documents, doc(d, 1, runbook(int(d.split("/")[1]))), key=d)
+    await eventually(lambda: _versions(daemon, seed), timeout=120, what="seed indexed")
+    await daemon.graph.service().recompute(force=True)
+
+    async def summarized() -> bool:
+        return (await daemon.graph.store().stale())[0] == 0
+
+    await eventually(summarized, timeout=90, what="summaries written")
+    cid = sorted({r.doc_id for r in await daemon.index.community_records()})[0]
+    real = reindex_mod._Replayer.replay_to_end
+    calls = 0
+
+    async def flaky(self: Any) -> None:
+        nonlocal calls
+        calls += 1
+        if calls >= 3:
+            raise KafkaConnectionError("injected: the broker went away during the catch-up")
+        await real(self)
+        if calls == 2:  # the pre-switch check's replay: the community is removed in N meanwhile
+            token = await daemon.graph.store().fence()
+            assert (await daemon.index.apply(cid, token, [], np.zeros((0, 1), np.float32))).applied
+
+    monkeypatch.setattr(reindex_mod._Replayer, "replay_to_end", flaky)
+    monkeypatch.setattr(reindex_mod, "CATCH_UP_TRIES", 1)
+    rep = await reindex(settings)
+    await daemon.index.state(fresh=True)
+    assert rep.old_dropped and any("catch-up after the switch failed" in e for e in rep.errors), rep
+    assert await daemon.index.chunk_ids(cid) == set()
+
+
+async def test_a_build_that_died_after_its_switch_is_never_dropped(env: Any) -> None:
+    """The slot of a reindex that died after its switch names the active generation: the next
+    claim takes the slot over but reports nothing to drop."""
+    settings, daemon, _ = env
+    registry = GenerationRegistry(daemon.redis, settings.index.name)
+    gen, _ = await registry.claim("reindex-a")
+    await ChunkIndex(client=daemon.redis, cfg=settings.index, dims=daemon.embedder.dims, generation=gen).ensure()
+    await registry.switch("reindex-a", gen, (await registry.state()).spec)  # then A dies: no release
+    await daemon.redis.hset(registry.key, "building_heartbeat", time.time() - 120)
+    nxt, abandoned = await registry.claim("reindex-b")
+    assert (nxt, abandoned) == (gen + 1, 0)
+    assert (await registry.state()).active == gen
+    await registry.release("reindex-b")
