@@ -41,6 +41,8 @@ CHANNELS = ("query", "docs")
 # on any text containing this variable's value. Never set in a deployment.
 CRASH_MARKER_ENV = "AGENTMEM_TEST_EMBED_CRASH_MARKER"
 READY_TIMEOUT_S = 600.0
+
+
 class WorkerHung(Exception):
     """A request outlived its deadline (not an OSError, unlike TimeoutError: the worker is
     alive, so it must be killed, not mourned)."""
