@@ -570,7 +570,7 @@ class ChunkIndex:
                             if mapping:
                                 key = self._chunk_key(gen, tenant, cid)
                                 pipe.delete(key)
-                                pipe.hset(key, mapping=mapping)
+                                pipe.hset(key, mapping=mapping)  # type: ignore[arg-type]
                         if chunk_ids:
                             pipe.sadd(doc_key, *chunk_ids)
                         if src_ver is not None:
