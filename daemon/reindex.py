@@ -244,7 +244,12 @@ def _is_summary(key: tuple[str, str]) -> bool:
     return key[1].startswith(COMMUNITY_PREFIX)
 
 
-async def _sync_communities(source: ChunkIndex, target: ChunkIndex, embedder: SentenceTransformerEmbedder) -> int:
+async def _sync_communities(
+    source: ChunkIndex,
+    target: ChunkIndex,
+    embedder: SentenceTransformerEmbedder,
+    held: dict[tuple[str, str], DocState] | None = None,
+) -> int:
     """Bring the new generation's community summaries level with the old one's: each summary
     (or tombstone of a removed one) the new generation lacks at the old one's fencing token
     is written there at that token, re-embedded.
@@ -254,7 +259,7 @@ async def _sync_communities(source: ChunkIndex, target: ChunkIndex, embedder: Se
     old, nor bring back one a recompute removed; a summary a live worker already wrote to
     the new generation (a later token) is left alone.
     """
-    held = {k: st for k, st in (await source.doc_versions()).items() if _is_summary(k)}
+    held = _summaries(await source.doc_versions() if held is None else held)  # a scan: reuse one
     todo = set(await target.behind(held))
     if not todo:
         return 0
@@ -507,7 +512,7 @@ async def reindex(
             held = await source.doc_versions()
             for attempt in range(CATCH_UP_TRIES):
                 try:
-                    progress.communities += await _sync_communities(source, target, embedder)
+                    progress.communities += await _sync_communities(source, target, embedder, held)
                     break
                 except (KafkaError, BackendUnavailable) as exc:
                     if attempt == CATCH_UP_TRIES - 1:

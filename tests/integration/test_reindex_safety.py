@@ -149,6 +149,21 @@ async def _texts(daemon: Any) -> dict[str, str]:
     return await daemon.index.texts(sorted(ids))
 
 
+async def _seed_and_summarize(settings: Any, daemon: Any, client: Any, n: int) -> set[str]:
+    """``n`` runbooks indexed, communities recomputed and summarized: the summaries' doc ids."""
+    seed = {f"safe/{i}": 1 for i in range(n)}
+    for i, d in enumerate(seed):
+        await client.send(settings.topics.documents, doc(d, 1, runbook(i)), key=d)
+    await eventually(lambda: _versions(daemon, seed), timeout=120, what="seed indexed")
+    await daemon.graph.service().recompute(force=True)
+
+    async def summarized() -> bool:
+        return (await daemon.graph.store().stale())[0] == 0
+
+    await eventually(summarized, timeout=90, what="summaries written")
+    return {r.doc_id for r in await daemon.index.community_records()}
+
+
 @pytest.fixture
 async def env(kafka_bootstrap: str, redis_url: str, request: pytest.FixtureRequest) -> Any:
     settings = isolated_settings(unique(request.node.nodeid), kafka_bootstrap, redis_url)
@@ -164,17 +179,7 @@ async def test_a_failed_catch_up_never_loses_what_the_live_daemons_wrote(
     with another spec N is kept and the report says so. The slot stays held meanwhile, and
     summaries arrive in N+1 at their fencing tokens."""
     settings, daemon, client = env
-    seed = {f"safe/{i}": 1 for i in range(12)}
-    for d in seed:
-        await client.send(settings.topics.documents, doc(d, 1, runbook(int(d.split("/")[1]))), key=d)
-    await eventually(lambda: _versions(daemon, seed), timeout=120, what="seed indexed")
-    await daemon.graph.service().recompute(force=True)
-
-    async def summarized() -> bool:
-        return (await daemon.graph.store().stale())[0] == 0
-
-    await eventually(summarized, timeout=90, what="summaries written")
-    summaries = {r.doc_id for r in await daemon.index.community_records()}
+    summaries = await _seed_and_summarize(settings, daemon, client, 12)
     assert summaries
     tokens = await daemon.index.versions(sorted(summaries))
     assert set(tokens) == summaries
@@ -302,17 +307,7 @@ async def test_a_summary_removed_in_the_check_window_stays_removed(env: Any, mon
     catch-up that then fails: the tombstone still reaches N+1 before N is dropped, so the
     removed summary does not come back. (A review's probe, adopted.)"""
     settings, daemon, client = env
-    seed = {f"safe/{i}": 1 for i in range(8)}
-    for d in seed:
-        await client.send(settings.topics.documents, doc(d, 1, runbook(int(d.split("/")[1]))), key=d)
-    await eventually(lambda: _versions(daemon, seed), timeout=120, what="seed indexed")
-    await daemon.graph.service().recompute(force=True)
-
-    async def summarized() -> bool:
-        return (await daemon.graph.store().stale())[0] == 0
-
-    await eventually(summarized, timeout=90, what="summaries written")
-    cid = sorted({r.doc_id for r in await daemon.index.community_records()})[0]
+    cid = sorted(await _seed_and_summarize(settings, daemon, client, 8))[0]
     real = reindex_mod._Replayer.replay_to_end
     calls = 0
 
