@@ -15,6 +15,7 @@ from aiokafka.errors import KafkaError
 from daemon.connections import kafka_options, redis_client
 from daemon.settings import Settings
 from daemon.status import measure_lag
+from daemon.teardown import bounded
 from memory.errors import MemdError
 from memory.generations import GenerationRegistry, index_spec
 from memory.index import translate_errors
@@ -223,7 +224,7 @@ async def _check_kafka(settings: Settings) -> list[Finding]:
             Finding("kafka", False, f"cannot reach {settings.kafka_bootstrap}: {type(exc).__name__}: {exc}", with_fix)
         ]
     finally:
-        await consumer.stop()
+        await bounded("stop the kafka probe", consumer.stop())
     found.append(Finding("kafka", True, f"reachable at {settings.kafka_bootstrap}"))
     t = settings.topics
     wanted = [t.replies, t.dlq]

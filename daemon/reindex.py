@@ -51,6 +51,7 @@ from aiokafka.errors import KafkaError
 from consumers.decoding import decode_records, tenant_from_topic
 from daemon.connections import kafka_options, redis_client
 from daemon.settings import Settings
+from daemon.teardown import bounded, cancelled
 from memory.embedder import SentenceTransformerEmbedder
 from memory.errors import BackendUnavailable, NotFound
 from memory.generations import GenerationRegistry, ReindexWouldLose, index_spec
@@ -570,19 +571,16 @@ async def reindex(
         )
         return ReindexReport(old, gen, progress, dropped, took, chunks, errors)
     finally:
+        # Each step bounded: the work is done (or has failed) and was reported, so a close
+        # hanging in a client library must not keep the command from returning.
         if heartbeat is not None:
-            heartbeat.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await heartbeat
+            await cancelled("reindex heartbeat", heartbeat)
         if not switched and target is not None:
             # Nothing was switched: leave no trace of the build.
-            with contextlib.suppress(Exception):
-                await target.drop()
+            await bounded("drop the unswitched build", target.drop())
         if claimed:
-            with contextlib.suppress(Exception):
-                await registry.release(owner)
+            await bounded("release the build slot", registry.release(owner))
         if replayer is not None:
-            with contextlib.suppress(Exception):
-                await replayer.consumer.stop()
-        await redis.aclose()
+            await bounded("stop the replay consumer", replayer.consumer.stop())
+        await bounded("close redis", redis.aclose())
         embedder.close()

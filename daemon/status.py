@@ -19,6 +19,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from daemon.settings import Settings
+from daemon.teardown import bounded
 from graph.registry import GraphRegistry
 from memory.errors import MemdError
 from memory.index import ChunkIndex
@@ -113,12 +114,12 @@ async def measure_lag(settings: Settings) -> tuple[dict[str, dict[str, int]], in
                     for tp in tps
                 }
             finally:
-                await reader.stop()
+                await bounded("stop the lag reader", reader.stop())
         dlq_tps = [TopicPartition(t.dlq, p) for p in sorted(probe.partitions_for_topic(t.dlq) or ())]
         dlq = sum((await probe.end_offsets(dlq_tps)).values()) if dlq_tps else 0
         return lag, int(dlq)
     finally:
-        await probe.stop()
+        await bounded("stop the lag probe", probe.stop())
 
 
 class Sampler:

@@ -1,0 +1,62 @@
+"""Bounded teardown: closing a client must never hang a command whose work is done.
+
+A client's close can wait forever on its library's internals (a background task that
+missed its cancellation, a connection whose close never completes). A reindex that has
+switched and reported, or a probe that has its answer, must still return: each close
+gets a deadline, and one that misses it is logged and left behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+
+import structlog
+
+log = structlog.get_logger()
+
+#: Seconds one close may take before it is abandoned.
+CLOSE_TIMEOUT_S = 15.0
+
+
+async def bounded(what: str, aw: Awaitable[object], seconds: float = CLOSE_TIMEOUT_S) -> bool:
+    """Await a close for at most ``seconds``; True if it finished cleanly.
+
+    A failure or a timeout is logged, never raised: teardown runs in ``finally`` blocks,
+    where it must not replace the error (or the result) being returned. ``asyncio.wait``
+    rather than ``wait_for``: the latter waits for the cancelled close to end, which is
+    exactly what a close that swallows its cancellation never does.
+    """
+    task = asyncio.ensure_future(aw)
+    try:
+        done, _ = await asyncio.wait({task}, timeout=seconds)
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+    if not done:
+        task.cancel()
+        log.warning("teardown.timed_out", what=what, after_s=seconds)
+        return False
+    if task.cancelled():
+        log.warning("teardown.failed", what=what, error="cancelled")
+        return False
+    exc = task.exception()
+    if exc is not None:
+        log.warning("teardown.failed", what=what, error=f"{type(exc).__name__}: {exc}")
+        return False
+    return True
+
+
+async def cancelled(what: str, task: asyncio.Task[None], seconds: float = CLOSE_TIMEOUT_S) -> None:
+    """Cancel a background task and wait (bounded) for it to end.
+
+    What a task that had already ended raised is its owner's to report, not teardown's.
+    """
+    if task.done():
+        if not task.cancelled():
+            task.exception()  # retrieved: asyncio would otherwise log it as never retrieved
+        return
+    task.cancel()
+    done, _ = await asyncio.wait({task}, timeout=seconds)
+    if not done:
+        log.warning("teardown.timed_out", what=what, after_s=seconds)
