@@ -477,8 +477,17 @@ class EmbeddingWorker:
         self._closed = False
         # Channels with a request in the worker now, and, per dead worker, those that had
         # one when it died: a crash is pinned on an input only if it was alone in there.
+        # Guarded by _cv, never by _lock (held through restarts, which take seconds).
+        self._cv = threading.Condition()
         self._busy: set[str] = set()
         self._deaths: dict[int, frozenset[str]] = {}
+        # Channels whose next request runs alone in the worker, and the channel running (or
+        # waiting to run) alone now. Under steady query traffic a crash is rarely alone, so
+        # a doc that crashes native code would be retried as an outage forever, its partition
+        # blocked; after a crash shared with another request, each one's next try runs alone
+        # and a crash then is the input's.
+        self._isolate: set[str] = set()
+        self._exclusive: str | None = None
 
     @property
     def pid(self) -> int | None:
@@ -557,8 +566,41 @@ class EmbeddingWorker:
             EmbedderUnavailable: the worker died meanwhile (the next call restarts it), or
                 the embedder is closed.
         """
+        alone = self._enter(channel)
+        try:
+            status, payload = self._request(channel, texts)
+        finally:
+            self._leave(channel, alone)
+        if status != "ok":
+            raise EmbedderError(str(payload))
+        return np.asarray(payload, dtype=np.float32)
+
+    def _enter(self, channel: str) -> bool:
+        """Mark ``channel`` busy, first waiting its turn to run alone if it must (True then)."""
+        with self._cv:
+            while self._exclusive not in (None, channel):
+                self._cv.wait()
+            alone = channel in self._isolate
+            if alone:
+                # Reserved before the others drain, so that steady traffic on them cannot
+                # keep this request waiting.
+                self._exclusive = channel
+                self._isolate.discard(channel)
+                while self._busy - {channel}:
+                    self._cv.wait()
+            self._busy.add(channel)
+            return alone
+
+    def _leave(self, channel: str, alone: bool) -> None:
+        with self._cv:
+            self._busy.discard(channel)
+            if alone:
+                self._exclusive = None
+            self._cv.notify_all()
+
+    def _request(self, channel: str, texts: Sequence[str]) -> tuple[str, Any]:
+        """One request on ``channel``'s pipe, with the worker's death and hangs turned into errors."""
         proc, conn = self._channel(channel)
-        self._busy.add(channel)
         limit = QUERY_DEADLINE_S if channel == "query" else DOCS_DEADLINE_S + DOCS_DEADLINE_PER_TEXT_S * len(texts)
         deadline = time.monotonic() + limit
         try:
@@ -569,23 +611,26 @@ class EmbeddingWorker:
                     raise EOFError(f"worker exited with code {proc.exitcode}")
                 if time.monotonic() > deadline:  # hung: the handler below kills it
                     raise WorkerHung(f"the embedding worker did not answer within {limit:.0f}s")
-            status, payload = conn.recv()
-            self._busy.discard(channel)
+            result: tuple[str, Any] = conn.recv()
+            return result
         except (EOFError, BrokenPipeError, OSError) as exc:
-            with self._lock:  # the first channel to see the death records who was in there
+            with self._cv:  # the first channel to see the death records who was in there
                 in_flight = self._deaths.setdefault(proc.pid, frozenset(self._busy))
-                self._busy.discard(channel)
                 while len(self._deaths) > 8:
                     del self._deaths[next(iter(self._deaths))]
             proc.join(2)  # reaped, its exit code says how it died
             code = proc.exitcode
             crashed = code is not None and code < 0 and -code in CRASH_SIGNALS
+            attributable = crashed and in_flight == {channel}
+            if crashed and not attributable:
+                with self._cv:
+                    self._isolate.add(channel)
+                log.warning("embed.crash_shared", channel=channel, in_flight=sorted(in_flight), exit_code=code)
             raise WorkerCrashed(
                 f"the embedding worker exited during a request (exit code {code}); it restarts on the next one",
-                attributable=crashed and in_flight == {channel},
+                attributable=attributable,
             ) from exc
         except BaseException as exc:
-            self._busy.discard(channel)
             # A reply may still be unread on this pipe: the next request would read it as its
             # own. Discard the worker rather than risk answers out of step.
             with self._lock:
@@ -594,9 +639,6 @@ class EmbeddingWorker:
             raise EmbedderUnavailable(
                 f"embedding request interrupted ({type(exc).__name__}: {exc}); worker restarted"
             ) from exc
-        if status != "ok":
-            raise EmbedderError(str(payload))
-        return np.asarray(payload, dtype=np.float32)
 
     def _close_conns(self) -> None:
         for conn in self._conns.values():

@@ -6,7 +6,7 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -202,6 +202,14 @@ class DaemonProcess:
             return 0 if self.proc is None else int(self.proc.returncode)
         self.proc.send_signal(signal.SIGTERM)
         return int(self.proc.wait(timeout=60))
+
+
+async def in_graph(daemon: Any, doc_ids: Iterable[str], tenant: str = "default") -> bool:
+    """Whether every doc has its contribution in the tenant's graph. A doc's chunks are
+    written before its graph contribution (extraction finishes after the write), so a
+    forced recompute right after the chunks show may find no entities yet."""
+    assert daemon.graph is not None
+    return set(doc_ids) <= set(await daemon.graph.store(tenant).doc_ids())
 
 
 async def wait_for_chunks(client: Any, name: str, want: dict[str, str], timeout: float = 120) -> dict[str, str]:

@@ -27,7 +27,7 @@ from daemon.app import Daemon
 from daemon.settings import Settings
 from memory.errors import BackendUnavailable, InvalidRequest
 from tests.conftest import unique
-from tests.helpers import PlainClient, eventually, settings_env, topic_tenancy_daemon
+from tests.helpers import PlainClient, eventually, in_graph, settings_env, topic_tenancy_daemon
 
 pytestmark = pytest.mark.integration
 
@@ -166,9 +166,9 @@ async def _ledger_indexed(daemon: Daemon, plain: PlainClient) -> None:
         await plain.send(f"{plain.topics.documents}.{TENANT}", event, key=doc_id)
 
     async def indexed() -> bool:
-        return all([await daemon.index.chunk_ids(d, TENANT) for d in DOCS])
+        return all([await daemon.index.chunk_ids(d, TENANT) for d in DOCS]) and await in_graph(daemon, DOCS, TENANT)
 
-    await eventually(indexed, timeout=60, what="the tenant's docs indexed")
+    await eventually(indexed, timeout=60, what="the tenant's docs indexed and in its graph")
     assert daemon.graph is not None
     service = daemon.graph.service(TENANT)
     await service.recompute(force=True)

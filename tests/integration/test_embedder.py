@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import signal
+import uuid
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -12,7 +15,16 @@ import psutil
 import pytest
 
 from memory.config import EmbeddingConfig
-from memory.embedder import EmbedderError, EmbedderUnavailable, SentenceTransformerEmbedder, native_bf16, use_bf16
+from memory.embed_worker import CRASH_MARKER_ENV
+from memory.embedder import (
+    EmbedderError,
+    EmbedderUnavailable,
+    SentenceTransformerEmbedder,
+    WorkerCrashed,
+    native_bf16,
+    use_bf16,
+)
+from tests.helpers import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -186,3 +198,52 @@ async def test_cached_query_vectors_are_read_only_rows_of_their_own(embedder: An
         with pytest.raises(ValueError):
             v[0] = 9.0
         assert await embedder.embed_query(t) is v
+
+
+async def _at_least(count: Callable[[], int], n: int) -> bool:
+    return count() >= n
+
+
+async def test_a_crash_shared_with_queries_is_pinned_on_its_input_at_the_next_try(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Under steady query traffic a crash is rarely alone in the worker, and a crash shared
+    with a query says nothing of the doc: retried as an outage forever, it would block its
+    partition. The try after a shared crash runs alone, so its crash is the input's."""
+    marker = f"crash-{uuid.uuid4().hex[:8]}"
+    monkeypatch.setenv(CRASH_MARKER_ENV, marker)  # read by the worker process it spawns
+    emb = await SentenceTransformerEmbedder.load(EmbeddingConfig())
+    stop = asyncio.Event()
+    answered = 0
+
+    async def asker(n: int) -> None:
+        # Two askers keep the query channel's queue full: a query is in the worker nearly
+        # all the time. Every text is new, so none is answered from the cache.
+        nonlocal answered
+        for i in itertools.count():
+            if stop.is_set():
+                return
+            try:
+                await emb.embed_query(f"{TEXTS[2]} asker {n} query {i}")
+                answered += 1
+            except EmbedderUnavailable:
+                await asyncio.sleep(0)  # the worker died under it: ask again
+
+    askers = [asyncio.create_task(asker(n)) for n in range(2)]
+    try:
+        await eventually(lambda: _at_least(lambda: answered, 5), timeout=60, what="the queries flowing")
+        verdicts: list[bool] = []
+        for _ in range(3):
+            with pytest.raises(WorkerCrashed) as caught:
+                await emb.embed_documents([f"walrus ledger {marker}"])
+            verdicts.append(caught.value.attributable)
+            if caught.value.attributable:
+                break
+        # Shared (or, by chance, alone) the first time; alone, hence the input's, by the second.
+        assert verdicts[-1] and len(verdicts) <= 2, verdicts
+        before = answered
+        await eventually(lambda: _at_least(lambda: answered, before + 5), timeout=60, what="queries after the restart")
+    finally:
+        stop.set()
+        await asyncio.gather(*askers, return_exceptions=True)
+        emb.close()

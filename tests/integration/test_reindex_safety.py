@@ -28,7 +28,7 @@ from memory.generations import GenerationRegistry, ReindexConflict, ReindexWould
 from memory.index import ChunkIndex
 from memory.schema import key_root, physical_name
 from tests.conftest import unique
-from tests.helpers import daemon_and_client, eventually, isolated_settings, topic_tenancy_daemon
+from tests.helpers import daemon_and_client, eventually, in_graph, isolated_settings, topic_tenancy_daemon
 
 pytestmark = pytest.mark.integration
 
@@ -155,6 +155,7 @@ async def _seed_and_summarize(settings: Any, daemon: Any, client: Any, n: int) -
     for i, d in enumerate(seed):
         await client.send(settings.topics.documents, doc(d, 1, runbook(i)), key=d)
     await eventually(lambda: _versions(daemon, seed), timeout=120, what="seed indexed")
+    await eventually(lambda: in_graph(daemon, seed), timeout=60, what="seed in the graph")
     await daemon.graph.service().recompute(force=True)
 
     async def summarized() -> bool:

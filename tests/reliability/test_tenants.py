@@ -15,7 +15,7 @@ import pytest
 from daemon.app import Daemon
 from daemon.topics import ensure_topics
 from tests.conftest import unique
-from tests.helpers import PlainClient, eventually, read_dlq, topic_tenancy_daemon
+from tests.helpers import PlainClient, eventually, in_graph, read_dlq, topic_tenancy_daemon
 
 pytestmark = pytest.mark.integration
 
@@ -87,6 +87,9 @@ async def test_tenants_never_see_each_other(env) -> None:
         )
 
     await eventually(both_in, timeout=60, what="both tenants' docs indexed")
+    for tenant in SECRETS:
+        docs = ["shared/runbook.md", "transcript:agent-1/s-1/1"]
+        await eventually(lambda t=tenant, d=docs: in_graph(daemon, d, t), timeout=60, what="both in the graph")
     assert daemon.graph is not None
     for tenant in SECRETS:
         await daemon.graph.service(tenant).recompute(force=True)
