@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict
 from memory.config import ChunkingConfig, IndexConfig
 from memory.errors import BackendUnavailable, MemdError
 from memory.schema import index_schema, physical_name
+from memory.text import ANALYZER_VERSION
 
 
 class IndexMismatch(BackendUnavailable):
@@ -55,6 +56,8 @@ class IndexSpec(BaseModel):
     max_tokens: int
     overlap: int
     schema_digest: str
+    # Specs recorded before the analyzer was versioned were built by version 1.
+    analyzer: int = 1
 
     def fingerprint(self) -> str:
         """A short stable digest of the spec."""
@@ -63,7 +66,8 @@ class IndexSpec(BaseModel):
     def describe(self) -> str:
         """The spec in words, for error messages."""
         return (
-            f"model={self.model} dims={self.dims} chunking={self.max_tokens}/{self.overlap} schema={self.schema_digest}"
+            f"model={self.model} dims={self.dims} chunking={self.max_tokens}/{self.overlap} "
+            f"schema={self.schema_digest} analyzer={self.analyzer}"
         )
 
 
@@ -72,7 +76,12 @@ def index_spec(cfg: IndexConfig, *, model: str, dims: int, chunking: ChunkingCon
     schema = index_schema(cfg, dims=dims, generation=0)
     digest = hashlib.sha256(json.dumps(schema["fields"], sort_keys=True).encode()).hexdigest()[:12]
     return IndexSpec(
-        model=model, dims=dims, max_tokens=chunking.max_tokens, overlap=chunking.overlap, schema_digest=digest
+        model=model,
+        dims=dims,
+        max_tokens=chunking.max_tokens,
+        overlap=chunking.overlap,
+        schema_digest=digest,
+        analyzer=ANALYZER_VERSION,
     )
 
 

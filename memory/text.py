@@ -58,6 +58,14 @@ _SAFE = re.compile(r"[A-Za-z0-9]")
 
 #: RediSearch indexes at most this many bytes of a token; longer ones are cut.
 MAX_TERM_BYTES = 128
+
+#: The version of what the analysis writes into an index: this module's BM25 terms and
+#: ``memory.identifiers``' identifiers. Part of every generation's spec, so that after a
+#: change to either, daemons refuse a generation analyzed the old way (their queries would
+#: no longer match its terms) and ``agentmemd reindex`` re-analyzes rather than copying old
+#: chunks over verbatim. ``tests/unit/test_text.py`` holds a digest of the analysis of a
+#: fixed text per version: a change to the analysis fails it until this is bumped.
+ANALYZER_VERSION = 1
 # Words joined by ASCII hyphens: "IL-6", "e-mail", "state-of-the-art", "x-ray-based".
 # Anchored at a word start: unanchored, a long run of word characters with no hyphen was
 # retried from every position inside it (quadratic: 19 s for one 40,000-character word).

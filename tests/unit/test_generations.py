@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 from daemon.reindex import source_topics
 from daemon.settings import Settings
 from memory.config import ChunkingConfig, IndexConfig
-from memory.generations import index_spec
+from memory.generations import IndexSpec, index_spec
 from memory.schema import index_schema, key_root, physical_name
 
 
@@ -20,8 +22,16 @@ def test_spec_changes_with_what_changes_the_index_content() -> None:
         index_spec(IndexConfig(extra_filter_keys=["team"]), model="m", dims=384, chunking=ChunkingConfig()),
         index_spec(IndexConfig(hnsw_m=32), model="m", dims=384, chunking=ChunkingConfig()),
     ]
+    variants.append(base.model_copy(update={"analyzer": base.analyzer + 1}))
     assert all(v != base and v.fingerprint() != base.fingerprint() for v in variants)
     assert "chunking=128/32" in variants[2].describe()
+    assert f"analyzer={base.analyzer + 1}" in variants[-1].describe()
+
+
+def test_a_spec_recorded_before_the_analyzer_was_versioned_reads_as_version_1() -> None:
+    spec = index_spec(IndexConfig(), model="m", dims=384, chunking=ChunkingConfig())
+    old = spec.model_dump(exclude={"analyzer"})
+    assert IndexSpec.model_validate_json(json.dumps(old)).analyzer == 1
 
 
 def test_each_generation_has_its_own_index_and_key_prefix() -> None:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
 import random
 import re
 
 import pytest
 
+from memory.identifiers import identifiers
 from memory.text import (
+    ANALYZER_VERSION,
     MAX_TERM_BYTES,
     analyze,
     bm25_query,
@@ -173,3 +176,27 @@ def test_terms_are_cut_to_what_redisearch_indexes() -> None:
     assert umlauts == "ü" * 64 and len(umlauts.encode()) == MAX_TERM_BYTES
     (odd,) = query_terms("x" + "ü" * 100)  # 129 bytes: the cut may not split a character
     assert odd == "x" + "ü" * 63
+
+
+# What the analysis of _ANALYZED gives, per ANALYZER_VERSION. Generations record the version
+# they were analyzed with; a change to the analysis that keeps the version would mix two
+# analyses in one index (and let reindex copy old chunks verbatim into a new generation).
+_ANALYZER_DIGESTS = {1: "f9627197eaccb0cb"}
+_ANALYZED = [
+    "ERR_CONN_RESET_4F2A: the billing-service lost db-01.prod; SQLSTATE 42P01, ECONNRESET, INC-4411.",
+    "Runbook's steps: raise pool_size, restart pgbouncer (max_connections) and retry the e-mail x-ray-based jobs.",
+    "Timeouts and timed out workers: HTTP 504 from api.v2.fetch_user(); see SHP-2 / shp_2 / DEPLOY-77.",
+    "Ünïcödé naïve café résumé 東京 — en\u2013dash “quotes” \u2018single\u2019 … what does _ mean?",
+    "x" * 300 + " IL-6 apoe4 state-of-the-art it's don't",
+]
+
+
+def _analysis_digest() -> str:
+    parts = [f"{index_terms(t)}|{' '.join(identifiers(t))}|{' '.join(query_terms(t))}" for t in _ANALYZED]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def test_a_change_to_the_analysis_bumps_the_analyzer_version() -> None:
+    assert _ANALYZER_DIGESTS.get(ANALYZER_VERSION) == _analysis_digest(), (
+        f"the analysis changed: bump memory.text.ANALYZER_VERSION and record {_analysis_digest()!r} for it"
+    )
