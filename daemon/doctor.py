@@ -18,7 +18,7 @@ from daemon.status import measure_lag
 from daemon.teardown import bounded
 from memory.errors import MemdError
 from memory.generations import GenerationRegistry, index_spec
-from memory.index import translate_errors
+from memory.index import search_timeout_policy, translate_errors
 from memory.schema import index_schema, physical_name
 
 #: Vector dimensions of the packaged model, the default; other models are checked by name only.
@@ -85,6 +85,17 @@ async def _check_redis(settings: Settings) -> list[Finding]:
             )
             return found
         found.append(Finding("redis search module", True, "loaded"))
+        policy = await search_timeout_policy(client)
+        if policy is not None:
+            found.append(
+                Finding(
+                    "search timeout policy",
+                    policy == "fail",
+                    f"ON_TIMEOUT {policy}"
+                    + ("" if policy == "fail" else ": a slow query answers with partial results, silently"),
+                    "load the search module with ON_TIMEOUT FAIL (or run FT.CONFIG SET ON_TIMEOUT FAIL)",
+                )
+            )
         name = settings.index.name
         try:
             async with translate_errors("doctor"):

@@ -75,6 +75,9 @@ _REFUSED_FOR_NOW = (
 _AT_CODE = r"(?:^|caused error: \(['\"])"
 _REFUSED = re.compile(_AT_CODE + r"(?:OOM|READONLY|MASTERDOWN|MISCONF|BUSY |TRYAGAIN|CLUSTERDOWN|NOREPLICAS)")
 _DENIED = re.compile(_AT_CODE + r"(?:NOAUTH|WRONGPASS|NOPERM)")
+# The error for a query that outlived its timeout under ON_TIMEOUT FAIL (newer releases
+# prefix the message with a SEARCH_TIMEOUT code).
+_SEARCH_TIMEOUT = re.compile(r"Timeout limit was reached|\bSEARCH_TIMEOUT\b")
 
 
 def _translated(exc: BaseException, what: str) -> MemdError | None:
@@ -96,11 +99,41 @@ def _translated(exc: BaseException, what: str) -> MemdError | None:
                 return Unauthorized(f"redis refused access during {what}: {cur}")
             if "LOADING" in text or _REFUSED.search(text):
                 return BackendUnavailable(f"redis not ready during {what}: {cur}")
+            if _SEARCH_TIMEOUT.search(text):
+                return BackendUnavailable(f"redis search timed out during {what}: {cur}")
             if text.startswith("Syntax error"):
                 return QuerySyntaxError(f"redis could not parse the query during {what}: {cur}")
             return IndexError_(f"redis error during {what}: {cur}")
         cur = cur.__cause__ or cur.__context__
         seen += 1
+    return None
+
+
+async def search_timeout_policy(client: Any) -> str | None:
+    """RediSearch's ``ON_TIMEOUT`` policy, lowercased (``fail`` or ``return``); None if unreadable.
+
+    Under ``return`` (RediSearch's default) a query that outlives ``TIMEOUT`` answers with
+    what it found so far, and over RESP2 nothing says so: a search leg short of hits, a
+    version check missing docs, a reindex's summary listing cut short, all silently. Under
+    ``fail`` it is an error (an outage to retry; ``unavailable`` to an asker).
+    """
+    # FT.CONFIG is deprecated from Redis 8, whose own CONFIG names it search-on-timeout.
+    for command, name in (
+        (("FT.CONFIG", "GET", "ON_TIMEOUT"), "ON_TIMEOUT"),
+        (("CONFIG", "GET", "search-on-timeout"), "search-on-timeout"),
+    ):
+        try:
+            reply = await client.execute_command(*command)
+        except (rexc.RedisError, OSError):
+            continue
+        if isinstance(reply, dict):
+            pairs = list(reply.items())
+        else:  # [[name, value]] from FT.CONFIG, [name, value] from CONFIG (RESP2)
+            flat = [x for p in reply or () for x in (p if isinstance(p, list | tuple) else [p])]
+            pairs = list(zip(flat[::2], flat[1::2], strict=False))
+        for key, value in pairs:
+            if _to_str(key).lower() == name.lower() and value is not None:
+                return _to_str(value).lower()
     return None
 
 

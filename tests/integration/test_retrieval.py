@@ -10,11 +10,13 @@ import redis.asyncio as aredis
 
 from memory.config import ChunkingConfig, IndexConfig, IngestConfig, RetrievalConfig
 from memory.embedder import EmbedderError
-from memory.errors import InvalidRequest, NotFound
-from memory.index import ChunkIndex
+from memory.errors import BackendUnavailable, InvalidRequest, NotFound
+from memory.index import ChunkIndex, search_timeout_policy
 from memory.ingest import Ingestor
 from memory.records import MemoryItem
 from memory.retrieval import Retriever, SearchSpec
+from memory.schema import key_root
+from memory.text import bm25_query
 from tests.conftest import unique
 
 pytestmark = pytest.mark.integration
@@ -373,4 +375,39 @@ async def test_an_index_lost_with_redis_data_is_recreated_by_the_daemons_writer(
         assert [h.chunk.doc_id for h in out.hits] == ["wiki/after.md"]
     finally:
         await daemon_index.drop()
+        await client.aclose()
+
+
+async def test_a_search_that_outlives_the_timeout_fails_rather_than_answering_in_part(redis_url: str) -> None:
+    """Redis's search module answers a query that outlives its TIMEOUT with what it found so
+    far, silently, unless ON_TIMEOUT is FAIL. The Redis we start loads it that way, and the
+    timeout reaches the caller as an outage (``unavailable`` to an asker), never as a short
+    list of hits."""
+    client = aredis.from_url(redis_url)
+    index = ChunkIndex(client=client, cfg=IndexConfig(name=unique("search-timeout")), dims=4)
+    try:
+        assert await search_timeout_policy(client) == "fail"
+        await index.drop()
+        await index.ensure()
+        words = [f"w{i}" for i in range(200)]
+        root = f"{key_root(index._cfg.name, 1)}chunk:"
+        pipe = client.pipeline(transaction=False)
+        for i in range(20_000):  # ~400k postings for the OR below: milliseconds, not one
+            terms = " ".join(words[(i * 7 + j * 13) % 200] for j in range(20))
+            pipe.hset(f"{root}{i}", mapping={"terms": terms, "doc_id": f"d{i}", "tenant": "default"})
+            if i % 2000 == 1999:
+                await pipe.execute()
+        await pipe.execute()
+        query = bm25_query(words[:100])
+        assert len(await index.search_text(query, k=10)) == 10  # answers under the usual timeout
+        reply = await client.execute_command("FT.CONFIG", "GET", "TIMEOUT")
+        before = reply[b"TIMEOUT"] if isinstance(reply, dict) else reply[0][1]  # RESP3 or RESP2
+        await client.execute_command("FT.CONFIG", "SET", "TIMEOUT", "1")
+        try:
+            with pytest.raises(BackendUnavailable, match="timed out"):
+                await index.search_text(query, k=10)
+        finally:
+            await client.execute_command("FT.CONFIG", "SET", "TIMEOUT", before)
+    finally:
+        await index.drop()
         await client.aclose()

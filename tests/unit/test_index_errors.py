@@ -21,6 +21,7 @@ from memory.index import IndexError_, QuerySyntaxError, _translated
         rexc.ClusterDownError("The cluster is down"),
         rexc.BusyLoadingError("Redis is loading the dataset in memory"),
         rexc.ConnectionError("Connection refused"),
+        rexc.ResponseError("Timeout limit was reached"),  # a search under ON_TIMEOUT FAIL
     ],
 )
 def test_refusals_that_pass_are_outages(exc: Exception) -> None:
