@@ -31,9 +31,10 @@ from memory.attempts import AttemptCounter
 from memory.embedder import SentenceTransformerEmbedder
 from memory.errors import BackendUnavailable
 from memory.generations import index_spec
-from memory.index import ChunkIndex, search_timeout_policy
+from memory.index import ChunkIndex
 from memory.ingest import Ingestor
 from memory.retrieval import Retriever
+from memory.server_policies import unsafe_settings
 
 log = structlog.get_logger()
 
@@ -185,12 +186,9 @@ async def start_daemon(settings: Settings, *, ready_timeout_s: float = 120.0) ->
         )
         index = ChunkIndex(client=redis, cfg=settings.index, dims=embedder.dims, spec=spec, recreate=True)
         await _ensure_index(index, ready_timeout_s)
-        if (policy := await search_timeout_policy(redis)) not in ("fail", None):
-            log.warning(
-                "index.partial_results_on_timeout",
-                on_timeout=policy,
-                fix="load the search module with ON_TIMEOUT FAIL (or FT.CONFIG SET ON_TIMEOUT FAIL)",
-            )
+        for setting, value, fix in await unsafe_settings(redis):
+            # Not refused: managed Redis may not let these be changed. Loud, and doctor fails.
+            log.warning("daemon.redis_unsafe_setting", setting=setting, value=value, fix=fix)
         if settings.create_topics:
             await ensure_topics(
                 settings.kafka_bootstrap,

@@ -18,8 +18,9 @@ from daemon.status import measure_lag
 from daemon.teardown import bounded
 from memory.errors import MemdError
 from memory.generations import GenerationRegistry, index_spec
-from memory.index import search_timeout_policy, translate_errors
+from memory.index import translate_errors
 from memory.schema import index_schema, physical_name
+from memory.server_policies import EVICTION_FIX, SAFE_EVICTION, TIMEOUT_FIX, eviction_policy, search_timeout_policy
 
 #: Vector dimensions of the packaged model, the default; other models are checked by name only.
 PACKAGED_DIMS = 384
@@ -85,15 +86,25 @@ async def _check_redis(settings: Settings) -> list[Finding]:
             )
             return found
         found.append(Finding("redis search module", True, "loaded"))
-        policy = await search_timeout_policy(client)
-        if policy is not None:
+        if (timeout := await search_timeout_policy(client)) is not None:
             found.append(
                 Finding(
                     "search timeout policy",
-                    policy == "fail",
-                    f"ON_TIMEOUT {policy}"
-                    + ("" if policy == "fail" else ": a slow query answers with partial results, silently"),
-                    "load the search module with ON_TIMEOUT FAIL (or run FT.CONFIG SET ON_TIMEOUT FAIL)",
+                    timeout == "fail",
+                    f"ON_TIMEOUT {timeout}"
+                    + ("" if timeout == "fail" else ": a slow query answers with partial results, silently"),
+                    TIMEOUT_FIX,
+                )
+            )
+        if (eviction := await eviction_policy(client)) is not None:
+            safe = eviction in SAFE_EVICTION
+            found.append(
+                Finding(
+                    "eviction policy",
+                    safe,
+                    f"maxmemory-policy {eviction}"
+                    + ("" if safe else ": a full Redis deletes memory (chunks, versions, graph) silently"),
+                    EVICTION_FIX,
                 )
             )
         name = settings.index.name

@@ -202,7 +202,7 @@ def start_redis(
         args += ["--loadmodule", module]
         if "redisearch" in Path(module).name:
             # A query that outlives the search timeout fails instead of answering with
-            # what it found so far, silently (see memory.index.search_timeout_policy).
+            # what it found so far, silently (see memory.server_policies).
             args += ["ON_TIMEOUT", "FAIL"]
     log_path = data_dir / "redis.log"
     args += ["--logfile", str(log_path.resolve())]

@@ -109,34 +109,6 @@ def _translated(exc: BaseException, what: str) -> MemdError | None:
     return None
 
 
-async def search_timeout_policy(client: Any) -> str | None:
-    """RediSearch's ``ON_TIMEOUT`` policy, lowercased (``fail`` or ``return``); None if unreadable.
-
-    Under ``return`` (RediSearch's default) a query that outlives ``TIMEOUT`` answers with
-    what it found so far, and over RESP2 nothing says so: a search leg short of hits, a
-    version check missing docs, a reindex's summary listing cut short, all silently. Under
-    ``fail`` it is an error (an outage to retry; ``unavailable`` to an asker).
-    """
-    # FT.CONFIG is deprecated from Redis 8, whose own CONFIG names it search-on-timeout.
-    for command, name in (
-        (("FT.CONFIG", "GET", "ON_TIMEOUT"), "ON_TIMEOUT"),
-        (("CONFIG", "GET", "search-on-timeout"), "search-on-timeout"),
-    ):
-        try:
-            reply = await client.execute_command(*command)
-        except (rexc.RedisError, OSError):
-            continue
-        if isinstance(reply, dict):
-            pairs = list(reply.items())
-        else:  # [[name, value]] from FT.CONFIG, [name, value] from CONFIG (RESP2)
-            flat = [x for p in reply or () for x in (p if isinstance(p, list | tuple) else [p])]
-            pairs = list(zip(flat[::2], flat[1::2], strict=False))
-        for key, value in pairs:
-            if _to_str(key).lower() == name.lower() and value is not None:
-                return _to_str(value).lower()
-    return None
-
-
 @asynccontextmanager
 async def translate_errors(what: str) -> AsyncIterator[None]:
     """Turn redis exceptions into our hierarchy at the point they enter."""

@@ -291,9 +291,23 @@ async def test_doctor_exit_codes(env: Env) -> None:
     res = await asyncio.to_thread(run_cli, good, "doctor")
     assert res.returncode == 0, res.stdout + res.stderr
     assert "✓ index schema" in res.stdout and "✓ topics" in res.stdout and "✓ consumer groups" in res.stdout
+    assert "✓ search timeout policy" in res.stdout and "✓ eviction policy" in res.stdout, res.stdout
+
+    # a Redis set up to cut answers short (partial results on timeout) and to delete memory
+    # when full: both named, with the fix
+    client = env.daemon.redis
+    await client.config_set("maxmemory-policy", "allkeys-lru")
+    await client.execute_command("FT.CONFIG", "SET", "ON_TIMEOUT", "RETURN")
+    try:
+        res = await asyncio.to_thread(run_cli, good, "doctor")
+        assert res.returncode == 1, res.stdout + res.stderr
+        assert "✗ search timeout policy" in res.stdout and "ON_TIMEOUT return" in res.stdout, res.stdout
+        assert "✗ eviction policy" in res.stdout and "maxmemory-policy noeviction" in res.stdout, res.stdout
+    finally:
+        await client.config_set("maxmemory-policy", "noeviction")
+        await client.execute_command("FT.CONFIG", "SET", "ON_TIMEOUT", "FAIL")
 
     # an index of the same name with an older schema (no identifier field)
-    client = env.daemon.redis
     await client.execute_command(
         "FT.CREATE", "old-index", "ON", "HASH", "PREFIX", "1", "old-index:chunk:", "SCHEMA", "text", "TEXT"
     )

@@ -11,11 +11,12 @@ import redis.asyncio as aredis
 from memory.config import ChunkingConfig, IndexConfig, IngestConfig, RetrievalConfig
 from memory.embedder import EmbedderError
 from memory.errors import BackendUnavailable, InvalidRequest, NotFound
-from memory.index import ChunkIndex, search_timeout_policy
+from memory.index import ChunkIndex
 from memory.ingest import Ingestor
 from memory.records import MemoryItem
 from memory.retrieval import Retriever, SearchSpec
 from memory.schema import key_root
+from memory.server_policies import search_timeout_policy
 from memory.text import bm25_query
 from tests.conftest import unique
 

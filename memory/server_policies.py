@@ -1,0 +1,75 @@
+"""Redis server settings the memory depends on, read so that the daemon and ``doctor`` can
+say when a server is set up to lose or cut data silently (I/O at the edge, nothing else)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis.exceptions as rexc
+
+#: The ``maxmemory-policy`` values that never evict our keys. Chunks, versions, the graph and
+#: the generation registry have no TTL, so ``volatile-*`` leaves them alone, but it may evict
+#: a summary claim or the recompute lock before its time (two workers on one community).
+SAFE_EVICTION = frozenset({"noeviction"})
+
+TIMEOUT_FIX = "load the search module with ON_TIMEOUT FAIL (Redis 8: CONFIG SET search-on-timeout fail)"
+EVICTION_FIX = "CONFIG SET maxmemory-policy noeviction (then a full Redis refuses writes, which are retried)"
+
+
+def _str(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+async def _config(client: Any, commands: list[tuple[tuple[str, ...], str]]) -> str | None:
+    """The first readable value among ``(command, name)`` pairs, lowercased; None if none is."""
+    for command, name in commands:
+        try:
+            reply = await client.execute_command(*command)
+        except (rexc.RedisError, OSError):
+            continue
+        if isinstance(reply, dict):
+            pairs = list(reply.items())
+        else:  # [[name, value]] from FT.CONFIG, [name, value] from CONFIG (RESP2)
+            flat = [x for p in reply or () for x in (p if isinstance(p, list | tuple) else [p])]
+            pairs = list(zip(flat[::2], flat[1::2], strict=False))
+        for key, value in pairs:
+            if _str(key).lower() == name.lower() and value is not None:
+                return _str(value).lower()
+    return None
+
+
+async def search_timeout_policy(client: Any) -> str | None:
+    """RediSearch's ``ON_TIMEOUT`` policy (``fail`` or ``return``); None if unreadable.
+
+    Under ``return`` (RediSearch's default) a query that outlives ``TIMEOUT`` answers with
+    what it found so far, and over RESP2 nothing says so: a search leg short of hits, a
+    version check missing docs, a reindex's summary listing cut short, all silently. Under
+    ``fail`` it is an error (an outage to retry; ``unavailable`` to an asker).
+    """
+    # FT.CONFIG is deprecated from Redis 8, whose own CONFIG names it search-on-timeout.
+    return await _config(
+        client,
+        [
+            (("FT.CONFIG", "GET", "ON_TIMEOUT"), "ON_TIMEOUT"),
+            (("CONFIG", "GET", "search-on-timeout"), "search-on-timeout"),
+        ],
+    )
+
+
+async def eviction_policy(client: Any) -> str | None:
+    """Redis's ``maxmemory-policy``; None if unreadable (managed Redis may refuse CONFIG).
+
+    Under an ``allkeys-*`` policy a full Redis deletes keys to make room: chunks, doc
+    versions, the graph, the generation registry, each gone without a trace or an error.
+    """
+    return await _config(client, [(("CONFIG", "GET", "maxmemory-policy"), "maxmemory-policy")])
+
+
+async def unsafe_settings(client: Any) -> list[tuple[str, str, str]]:
+    """``(setting, value, fix)`` for each readable setting that can lose or cut data silently."""
+    out = []
+    if (timeout := await search_timeout_policy(client)) not in (None, "fail"):
+        out.append(("search ON_TIMEOUT", str(timeout), TIMEOUT_FIX))
+    if (eviction := await eviction_policy(client)) is not None and eviction not in SAFE_EVICTION:
+        out.append(("maxmemory-policy", eviction, EVICTION_FIX))
+    return out
