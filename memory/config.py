@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from memory.filters import BASE_FILTER_KEYS, HASH_FIELD_PREFIX
+
+_INDEX_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+_GENERATION_SUFFIX = re.compile(r"-g[0-9]+$")
 
 
 class IndexConfig(BaseModel):
@@ -20,6 +24,20 @@ class IndexConfig(BaseModel):
         default_factory=list,
         description="Metadata keys filterable in addition to the built-in ones (each a TAG field).",
     )
+
+    @field_validator("name")
+    @classmethod
+    def _valid_name(cls, name: str) -> str:
+        # The name roots every key (``<name>:g<N>:…``), the SCAN patterns that find and drop
+        # a generation's keys, and the physical index names (``<name>-g<N>``). A glob
+        # character (``*?[``) would make a drop's pattern match another index's keys; a colon
+        # or a trailing ``-g<N>`` would let two names share keys or index names.
+        if not _INDEX_NAME.fullmatch(name) or _GENERATION_SUFFIX.search(name):
+            raise ValueError(
+                f"invalid index name {name!r}: 1-64 of A-Z a-z 0-9 _ -, starting with a letter "
+                "or digit, and not ending in -g<digits>"
+            )
+        return name
 
     @field_validator("extra_filter_keys")
     @classmethod

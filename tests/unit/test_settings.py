@@ -54,6 +54,15 @@ def test_toml_file_is_read_below_env(monkeypatch: pytest.MonkeyPatch, tmp_path: 
         ("AGENTMEM_INDEX__EXTRA_FILTER_KEYS", '["payload"]'),
         ("AGENTMEM_INDEX__EXTRA_FILTER_KEYS", '["id"]'),
         ("AGENTMEM_INDEX__EXTRA_FILTER_KEYS", '["h_team"]'),
+        # index names that would let one index's key patterns or index names reach another's
+        ("AGENTMEM_INDEX__NAME", "mem*"),
+        ("AGENTMEM_INDEX__NAME", "mem?"),
+        ("AGENTMEM_INDEX__NAME", "mem[1]"),
+        ("AGENTMEM_INDEX__NAME", "mem:g1"),
+        ("AGENTMEM_INDEX__NAME", "mem-g1"),
+        ("AGENTMEM_INDEX__NAME", "my mem"),
+        ("AGENTMEM_INDEX__NAME", ""),
+        ("AGENTMEM_INDEX__NAME", "x" * 65),
     ],
 )
 def test_invalid_settings_are_rejected(monkeypatch: pytest.MonkeyPatch, var: str, value: str) -> None:
@@ -61,6 +70,12 @@ def test_invalid_settings_are_rejected(monkeypatch: pytest.MonkeyPatch, var: str
     monkeypatch.setenv(var, value)
     with pytest.raises(ValueError):
         Settings()
+
+
+def test_index_names_that_stay_apart_are_accepted(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("agentmem", "team-a_memory", "mem-g", "mem-gx1", "7days"):
+        monkeypatch.setenv("AGENTMEM_INDEX__NAME", name)
+        assert Settings().index.name == name
 
 
 def test_cli_prints_the_toml() -> None:
