@@ -75,9 +75,11 @@ class WorkerCrashed(EmbedderUnavailable):
     this request was the only one in flight. Ingestion counts only those against an input.
     """
 
-    def __init__(self, message: str, *, attributable: bool = False) -> None:
+    def __init__(self, message: str, *, attributable: bool = False, signalled: bool = False) -> None:
         super().__init__(message)
         self.attributable = attributable
+        #: Died of a crash signal: the input may be the cause (if it was alone in there).
+        self.signalled = signalled
 
 
 # How native code dies; SIGKILL (the OOM killer, kill -9) and SIGTERM say nothing of the input.
@@ -488,6 +490,10 @@ class EmbeddingWorker:
         # and a crash then is the input's.
         self._isolate: set[str] = set()
         self._exclusive: str | None = None
+        # multiprocessing reaps the worker with waitpid(); of two threads reaping it at once
+        # (the docs and query channels both see it die, or one restarts it meanwhile), the
+        # loser reads no exit code at all, and a crash would pass for a kill.
+        self._reap = threading.Lock()
 
     @property
     def pid(self) -> int | None:
@@ -541,9 +547,9 @@ class EmbeddingWorker:
         with self._lock:
             if self._closed:
                 raise EmbedderUnavailable("the embedder is closed")
-            if self._proc is None or not self._proc.is_alive():
+            if self._proc is None or not self._alive(self._proc):
                 if self._proc is not None:
-                    log.error("embed.worker_died", exit_code=self._proc.exitcode, restarts=self.restarts)
+                    log.error("embed.worker_died", exit_code=self._exit_code(self._proc, 0), restarts=self.restarts)
                     self._close_conns()
                     self._proc = None
                     self.restarts += 1
@@ -558,15 +564,17 @@ class EmbeddingWorker:
                     raise EmbedderUnavailable("the embedder is closed")
             return self._proc, self._conns[channel]
 
-    def encode(self, channel: str, texts: Sequence[str]) -> np.ndarray:
+    def encode(self, channel: str, texts: Sequence[str], *, alone: bool = False) -> np.ndarray:
         """Embed ``texts`` on ``channel`` (blocks; run it in that channel's executor thread).
+
+        ``alone``: run with no other request in the worker, so that a crash is this input's.
 
         Raises:
             EmbedderError: the model failed on this input.
             EmbedderUnavailable: the worker died meanwhile (the next call restarts it), or
                 the embedder is closed.
         """
-        alone = self._enter(channel)
+        alone = self._enter(channel, alone)
         try:
             status, payload = self._request(channel, texts)
         finally:
@@ -575,12 +583,12 @@ class EmbeddingWorker:
             raise EmbedderError(str(payload))
         return np.asarray(payload, dtype=np.float32)
 
-    def _enter(self, channel: str) -> bool:
+    def _enter(self, channel: str, alone: bool = False) -> bool:
         """Mark ``channel`` busy, first waiting its turn to run alone if it must (True then)."""
         with self._cv:
             while self._exclusive not in (None, channel):
                 self._cv.wait()
-            alone = channel in self._isolate
+            alone = alone or channel in self._isolate
             if alone:
                 # Reserved before the others drain, so that steady traffic on them cannot
                 # keep this request waiting.
@@ -607,8 +615,8 @@ class EmbeddingWorker:
             conn.send(list(texts))
             # Never an unbounded recv(): a worker that is gone must not leave us waiting.
             while not conn.poll(1.0):
-                if not proc.is_alive():
-                    raise EOFError(f"worker exited with code {proc.exitcode}")
+                if not self._alive(proc):
+                    raise EOFError("worker exited")
                 if time.monotonic() > deadline:  # hung: the handler below kills it
                     raise WorkerHung(f"the embedding worker did not answer within {limit:.0f}s")
             result: tuple[str, Any] = conn.recv()
@@ -618,8 +626,7 @@ class EmbeddingWorker:
                 in_flight = self._deaths.setdefault(proc.pid, frozenset(self._busy))
                 while len(self._deaths) > 8:
                     del self._deaths[next(iter(self._deaths))]
-            proc.join(2)  # reaped, its exit code says how it died
-            code = proc.exitcode
+            code = self._exit_code(proc, 10)  # it closed its pipes: it is exiting, if not gone
             crashed = code is not None and code < 0 and -code in CRASH_SIGNALS
             attributable = crashed and in_flight == {channel}
             if crashed and not attributable:
@@ -629,6 +636,7 @@ class EmbeddingWorker:
             raise WorkerCrashed(
                 f"the embedding worker exited during a request (exit code {code}); it restarts on the next one",
                 attributable=attributable,
+                signalled=crashed,
             ) from exc
         except BaseException as exc:
             # A reply may still be unread on this pipe: the next request would read it as its
@@ -640,6 +648,17 @@ class EmbeddingWorker:
                 f"embedding request interrupted ({type(exc).__name__}: {exc}); worker restarted"
             ) from exc
 
+    def _alive(self, proc: Any) -> bool:
+        with self._reap:
+            return bool(proc.is_alive())
+
+    def _exit_code(self, proc: Any, timeout: float) -> int | None:
+        """Wait up to ``timeout`` for the worker to end; its exit code (None: still running)."""
+        with self._reap:
+            proc.join(timeout)
+            code = proc.exitcode
+        return None if code is None else int(code)
+
     def _close_conns(self) -> None:
         for conn in self._conns.values():
             conn.close()
@@ -649,9 +668,9 @@ class EmbeddingWorker:
         """With the lock held: close the pipes and kill the process (the next call starts anew)."""
         proc, self._proc = self._proc, None
         self._close_conns()
-        if proc is not None and proc.is_alive():
+        if proc is not None and self._alive(proc):
             proc.kill()
-            proc.join(5)
+            self._exit_code(proc, 5)
 
     def close(self) -> None:
         """Stop the worker: closing the pipes ends it; a stuck one is killed.
@@ -668,7 +687,7 @@ class EmbeddingWorker:
         finally:
             self._lock.release()
         if proc is not None:
-            proc.join(5)
-            if proc.is_alive():
+            self._exit_code(proc, 5)
+            if self._alive(proc):
                 proc.kill()
-                proc.join(5)
+                self._exit_code(proc, 5)

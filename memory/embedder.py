@@ -9,6 +9,8 @@ embedding. The model's tokenizer (fast, Rust) is loaded here too, for chunking.
 from __future__ import annotations
 
 import asyncio
+import functools
+import hashlib
 from collections import OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -77,6 +79,24 @@ def resolve_model_path(model: str) -> str:
     return model
 
 
+#: Query texts remembered as crashing the worker (their digests, least recent dropped first).
+POISON_MAX = 1024
+POISON_REFUSAL = "this query crashed the embedding worker (twice, the second time alone): refused"
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _own_row(vectors: np.ndarray, i: int) -> np.ndarray:
+    # Its own read-only row, not a view into the batch: the cache hands the same array to
+    # every later asker of this text, so no caller may change it, and a cached row must not
+    # keep its whole batch alive.
+    vec: np.ndarray = vectors[i].copy()
+    vec.flags.writeable = False
+    return vec
+
+
 class SentenceTransformerEmbedder:
     """A sentence-transformers model in a worker process: normalized float32 output, a query cache."""
 
@@ -91,6 +111,8 @@ class SentenceTransformerEmbedder:
         self._token_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenize")
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self._pending: list[tuple[str, asyncio.Future[np.ndarray]]] = []
+        # Digests of query texts that crashed the worker alone: refused, never sent again.
+        self._poison: OrderedDict[str, None] = OrderedDict()
         self._drainer: asyncio.Task[None] | None = None
 
     @classmethod
@@ -179,28 +201,56 @@ class SentenceTransformerEmbedder:
             batch = self._pending[: self._cfg.query_batch_max]
             del self._pending[: len(batch)]
             texts = list(dict.fromkeys(t for t, _ in batch))
+            out: dict[str, np.ndarray | BaseException] = {}
+            for t in texts:
+                if _digest(t) in self._poison:
+                    out[t] = EmbedderError(POISON_REFUSAL)
+            todo = [t for t in texts if t not in out]
             try:
-                vectors = await loop.run_in_executor(self._query_pool, self._worker.encode, "query", texts)
+                if todo:
+                    vectors = await loop.run_in_executor(self._query_pool, self._worker.encode, "query", todo)
+                    out.update({t: _own_row(vectors, i) for i, t in enumerate(todo)})
+            except WorkerCrashed as exc:
+                if not exc.signalled:  # killed (OOM, an operator): an outage, nobody's input
+                    out.update(dict.fromkeys(todo, exc))
+                else:
+                    # A crash in native code may be one of these texts: each again, alone in
+                    # the worker. One that crashes it alone is refused from then on, so that
+                    # an asker repeating it cannot keep every query and ingestion down.
+                    for t in todo:
+                        out[t] = await self._alone(t)
             except Exception as exc:  # handed to every waiting asker, never lost
-                for _, fut in batch:
-                    if not fut.done():
-                        fut.set_exception(
-                            exc
-                            if isinstance(exc, EmbedderError | EmbedderUnavailable)
-                            else EmbedderError(f"query embedding failed: {exc}")
-                        )
-                continue
-            row = {t: i for i, t in enumerate(texts)}
-            own: dict[str, np.ndarray] = {}
-            for t, i in row.items():
-                # Its own read-only row, not a view into the batch: the cache hands the same
-                # array to every later asker of this text, so no caller may change it, and a
-                # cached row must not keep its whole batch alive.
-                vec = own[t] = vectors[i].copy()
-                vec.flags.writeable = False
+                err = exc if isinstance(exc, EmbedderError | EmbedderUnavailable) else None
+                out.update(dict.fromkeys(todo, err or EmbedderError(f"query embedding failed: {exc}")))
             for text, fut in batch:
-                if not fut.done():
-                    fut.set_result(own[text])
+                if fut.done():
+                    continue
+                result = out[text]
+                if isinstance(result, BaseException):
+                    fut.set_exception(result)
+                else:
+                    fut.set_result(result)
+
+    async def _alone(self, text: str) -> np.ndarray | BaseException:
+        """Embed one query alone in the worker; a crash then is the query's, and it is refused."""
+        loop = asyncio.get_running_loop()
+        try:
+            vectors = await loop.run_in_executor(
+                self._query_pool, functools.partial(self._worker.encode, "query", [text], alone=True)
+            )
+        except WorkerCrashed as exc:
+            if not exc.attributable:
+                return exc
+            self._poison[_digest(text)] = None
+            while len(self._poison) > POISON_MAX:
+                self._poison.popitem(last=False)
+            log.error("embed.query_refused", reason="crashed the embedding worker twice, the second time alone")
+            return EmbedderError(POISON_REFUSAL)
+        except (EmbedderError, EmbedderUnavailable) as exc:
+            return exc
+        except Exception as exc:
+            return EmbedderError(f"query embedding failed: {exc}")
+        return _own_row(vectors, 0)
 
     def _offsets(self, text: str) -> list[tuple[int, int]]:
         enc = self._tokenizer(

@@ -247,3 +247,35 @@ async def test_a_crash_shared_with_queries_is_pinned_on_its_input_at_the_next_tr
         stop.set()
         await asyncio.gather(*askers, return_exceptions=True)
         emb.close()
+
+
+async def test_a_query_that_crashes_the_worker_is_refused_and_its_batch_still_answered(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A query text that crashes native code, micro-batched with two others: after the crash
+    each is embedded again alone, the two get their vectors, and the culprit an error. Asked
+    again, it is refused without reaching the worker, so an asker repeating it cannot keep
+    every query and ingestion down."""
+    marker = f"crash-{uuid.uuid4().hex[:8]}"
+    monkeypatch.setenv(CRASH_MARKER_ENV, marker)  # read by the worker process it spawns
+    emb = await SentenceTransformerEmbedder.load(EmbeddingConfig())
+    try:
+        good = [f"{TEXTS[1]} first", f"{TEXTS[1]} second"]
+        poison = f"what does {marker} mean"
+        first_pid = emb.worker_pid
+        answers = await asyncio.gather(
+            emb.embed_query(good[0]), emb.embed_query(poison), emb.embed_query(good[1]), return_exceptions=True
+        )
+        assert isinstance(answers[1], EmbedderError) and "crashed the embedding worker" in str(answers[1]), answers
+        assert not answers[1].retryable
+        for text, vec in ((good[0], answers[0]), (good[1], answers[2])):
+            assert isinstance(vec, np.ndarray), vec
+            (doc,) = await emb.embed_documents([text])
+            assert float(vec @ doc) >= 0.99  # its own text's vector, not a neighbour's
+        pid = emb.worker_pid
+        assert pid != first_pid  # it did crash the worker
+        with pytest.raises(EmbedderError, match="refused"):
+            await emb.embed_query(poison)
+        assert emb.worker_pid == pid  # refused without being sent again: no crash this time
+    finally:
+        emb.close()
