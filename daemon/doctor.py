@@ -19,7 +19,7 @@ from daemon.teardown import bounded
 from memory.errors import MemdError
 from memory.generations import GenerationRegistry, index_spec
 from memory.index import translate_errors
-from memory.schema import index_schema, physical_name
+from memory.schema import compare_schema, index_schema, info_attributes, physical_name
 from memory.server_policies import EVICTION_FIX, SAFE_EVICTION, TIMEOUT_FIX, eviction_policy, search_timeout_policy
 
 #: Vector dimensions of the packaged model, the default; other models are checked by name only.
@@ -34,32 +34,6 @@ class Finding:
     ok: bool
     detail: str
     fix: str = ""
-
-
-def _attrs(info: dict[Any, Any]) -> dict[str, dict[str, Any]]:
-    """FT.INFO attributes as name -> {type, dim?} (redis-py returns flat lists)."""
-    out: dict[str, dict[str, Any]] = {}
-    for raw in info.get("attributes", []):
-        items = [x.decode() if isinstance(x, bytes) else x for x in raw]
-        d = {str(items[i]).lower(): items[i + 1] for i in range(0, len(items) - 1, 2)}
-        name = str(d.get("attribute") or d.get("identifier"))
-        out[name] = {"type": str(d.get("type", "")).lower(), "dim": d.get("dim")}
-    return out
-
-
-def compare_schema(expected: dict[str, Any], actual: dict[str, dict[str, Any]]) -> list[str]:
-    """What differs between the schema the settings want and the index in Redis (pure)."""
-    problems = []
-    for field in expected["fields"]:
-        name, typ = field["name"], field["type"]
-        have = actual.get(name)
-        if have is None:
-            problems.append(f"field {name!r} ({typ}) is missing")
-        elif have["type"] != typ:
-            problems.append(f"field {name!r} is {have['type']}, expected {typ}")
-        elif typ == "vector" and have.get("dim") is not None and int(have["dim"]) != int(field["attrs"]["dims"]):
-            problems.append(f"vector field has {have['dim']} dims, the model gives {field['attrs']['dims']}")
-    return problems
 
 
 async def _check_redis(settings: Settings) -> list[Finding]:
@@ -123,7 +97,7 @@ async def _check_redis(settings: Settings) -> list[Finding]:
             return found
         dims = PACKAGED_DIMS if settings.embedding.model.startswith("packaged:") else None
         expected = index_schema(settings.index, dims=dims or PACKAGED_DIMS, generation=1)
-        problems = compare_schema(expected, _attrs(info))
+        problems = compare_schema(expected, info_attributes(info))
         if dims is None:
             problems = [p for p in problems if "dims" not in p]
         if problems:
@@ -195,6 +169,10 @@ async def _check_generation(client: Any, settings: Settings, dims: int | None) -
             ),
             *found,
         ]
+    adopted = (await GenerationRegistry(client, settings.index.name).adopted()).get(state.active)
+    if adopted:
+        # Not a fault: the spec was assumed when the registry was rebuilt from the alias.
+        building += f" ({adopted}: if it was built with another model or chunking, reindex)"
     return [Finding("index generation", True, f"generation {state.active} matches the settings{building}"), *found]
 
 

@@ -112,6 +112,16 @@ redis.call('HSET', KEYS[1], 'active', 1, 'seq', 1, 'spec:1', ARGV[1])
 return 1
 """
 
+# Re-record a generation the alias still points at when the registry itself is gone.
+# Only while the registry has no active generation (another daemon may have done it), and
+# ``seq`` past every generation still in Redis, so that no later build reuses a number.
+_ADOPT = """
+if redis.call('HEXISTS', KEYS[1], 'active') == 1 then return 0 end
+redis.call('HSET', KEYS[1], 'active', ARGV[1], 'seq', ARGV[2], 'spec:' .. ARGV[1], ARGV[3])
+redis.call('HSET', KEYS[1], 'adopted:' .. ARGV[1], ARGV[4])
+return 1
+"""
+
 # Take the build slot unless a live reindex holds it (its heartbeat is recent). Also
 # returns the generation an abandoned build left behind (0 if none), for the caller to drop.
 # Heartbeats are Redis's clock, not the hosts': a skewed host can neither take a live build
@@ -201,6 +211,17 @@ class GenerationRegistry:
         )
         return bool(done)
 
+    async def adopt(self, generation: int, seq: int, spec: IndexSpec, why: str) -> bool:
+        """Record ``generation`` (behind the alias already) as active after the registry was lost.
+
+        ``spec`` is the adopting process's: what the generation was built with is lost with
+        the registry, and only its schema can be checked. True if this call did it.
+        """
+        done = await self._r.eval(
+            _ADOPT, 1, self.key, str(generation), str(max(seq, generation)), spec.model_dump_json(), why
+        )
+        return bool(done)
+
     async def claim(self, owner: str) -> tuple[int, int]:
         """Take the build slot: the new generation's number, and the generation an abandoned
         build (one whose heartbeat stopped) left behind, 0 if none. The caller drops the
@@ -243,12 +264,19 @@ class GenerationRegistry:
 
     async def kept(self) -> dict[int, str]:
         """Generations kept for a reason (``mark_kept``) -> the reason."""
+        return await self._notes("kept:")
+
+    async def adopted(self) -> dict[int, str]:
+        """Generations adopted from the alias after the registry was lost (``adopt``) -> how."""
+        return await self._notes("adopted:")
+
+    async def _notes(self, prefix: str) -> dict[int, str]:
         raw = await self._r.hgetall(self.key)
         out: dict[int, str] = {}
         for k, v in raw.items():
             key = k.decode() if isinstance(k, bytes) else str(k)
-            if key.startswith("kept:"):
-                out[int(key[5:])] = v.decode() if isinstance(v, bytes) else str(v)
+            if key.startswith(prefix):
+                out[int(key[len(prefix) :])] = v.decode() if isinstance(v, bytes) else str(v)
         return out
 
     async def release(self, owner: str) -> None:

@@ -28,7 +28,7 @@ from memory.filters import hash_field, value_hash
 from memory.generations import GenerationRegistry, GenerationState, IndexMismatch, IndexSpec, index_spec
 from memory.identifiers import identifiers
 from memory.records import DEFAULT_TENANT, ApplyResult, ChunkRecord, StoredChunk
-from memory.schema import index_schema, key_root, physical_name
+from memory.schema import compare_schema, index_schema, info_attributes, key_root, physical_name
 from memory.text import index_terms
 
 log = structlog.get_logger()
@@ -292,6 +292,9 @@ class ChunkIndex:
         what was indexed before is gone. Otherwise every event would fail its attempts and be
         dead-lettered. ``agentmemd reindex`` rebuilds the rest from Kafka.
         """
+        async with translate_errors("index recovery"):
+            if await self._adopt():  # only the registry is gone: the data is all there
+                return
         log.error(
             "index.lost",
             index=self._cfg.name,
@@ -310,6 +313,8 @@ class ChunkIndex:
             if self.pinned is not None:
                 return await self._create(self.pinned)
             state = await self.registry.state()
+            if state.active == 0 and await self._adopt():
+                state = await self.registry.state()
             # Never (re)create the active generation's index with settings it was not built with.
             if self._mismatch(state) is None:
                 created = await self._create(state.active or 1)
@@ -319,6 +324,56 @@ class ChunkIndex:
         if why:
             log.error("index.spec_mismatch", index=self._cfg.name, reason=why)
         return created
+
+    async def _adopt(self) -> bool:
+        """The registry is gone but the alias is not (a key deleted or evicted, a partial
+        restore): adopt the generation it points at instead of failing every start on an
+        alias that already exists, or starting an empty generation 1 beside the data.
+
+        Raises:
+            IndexError_: the alias names an index that is not one of this name's generations,
+                or one whose schema these settings would not build.
+        """
+        try:
+            info = await self._r.ft(self._cfg.name).info()  # type: ignore[no-untyped-call]
+        except rexc.ResponseError as exc:
+            if "unknown index name" in str(exc).lower() or "no such index" in str(exc).lower():
+                return False  # no alias, no index: a first start
+            raise
+        physical = _to_str(info.get("index_name", ""))
+        found = re.fullmatch(re.escape(self._cfg.name) + r"-g([0-9]+)", physical)
+        if found is None:
+            raise IndexError_(
+                f"a search index or alias {self._cfg.name!r} exists ({physical!r}) that is not one of this "
+                f"name's generations ({self._cfg.name}-g<N>): drop it (FT.DROPINDEX / FT.ALIASDEL) or "
+                "choose another AGENTMEM_INDEX__NAME"
+            )
+        gen = int(found.group(1))
+        expected = index_schema(self._cfg, dims=self._dims, generation=gen)
+        problems = compare_schema(expected, info_attributes(info))
+        if problems:
+            raise IndexError_(
+                f"the generation registry {self.registry.key!r} is gone and the alias {self._cfg.name!r} points "
+                f"at {physical!r}, which these settings would not build ({'; '.join(problems)}): start with the "
+                "settings it was built with, or drop it to start empty"
+            )
+        listed = [_to_str(x) for x in await self._r.execute_command("FT._LIST")]  # type: ignore[no-untyped-call]
+        pattern = re.compile(re.escape(self._cfg.name) + r"-g([0-9]+)")
+        seq = max([gen, *(int(m.group(1)) for x in listed if (m := pattern.fullmatch(x)))])
+        why = (
+            f"registry lost; adopted from the alias at {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}, "
+            "spec assumed from the adopting process's settings"
+        )
+        if await self.registry.adopt(gen, seq, self.spec, why):
+            log.error(
+                "index.registry_recovered",
+                index=self._cfg.name,
+                generation=gen,
+                seq=seq,
+                action="adopted the generation the alias points at; its model and chunking cannot be checked: "
+                "if it was built with other settings, run `agentmemd reindex`",
+            )
+        return True
 
     async def _create(self, gen: int) -> bool:
         index = AsyncSearchIndex(self._schema(gen), redis_client=self._r)

@@ -67,3 +67,29 @@ def index_schema(cfg: IndexConfig, *, dims: int, generation: int) -> dict[str, A
         },
         "fields": fields,
     }
+
+
+def info_attributes(info: dict[Any, Any]) -> dict[str, dict[str, Any]]:
+    """FT.INFO attributes as name -> {type, dim?} (redis-py returns flat lists)."""
+    out: dict[str, dict[str, Any]] = {}
+    for raw in info.get("attributes", []):
+        items = [x.decode() if isinstance(x, bytes) else x for x in raw]
+        d = {str(items[i]).lower(): items[i + 1] for i in range(0, len(items) - 1, 2)}
+        name = str(d.get("attribute") or d.get("identifier"))
+        out[name] = {"type": str(d.get("type", "")).lower(), "dim": d.get("dim")}
+    return out
+
+
+def compare_schema(expected: dict[str, Any], actual: dict[str, dict[str, Any]]) -> list[str]:
+    """What differs between the schema the settings want and the index in Redis (pure)."""
+    problems = []
+    for field in expected["fields"]:
+        name, typ = field["name"], field["type"]
+        have = actual.get(name)
+        if have is None:
+            problems.append(f"field {name!r} ({typ}) is missing")
+        elif have["type"] != typ:
+            problems.append(f"field {name!r} is {have['type']}, expected {typ}")
+        elif typ == "vector" and have.get("dim") is not None and int(have["dim"]) != int(field["attrs"]["dims"]):
+            problems.append(f"vector field has {have['dim']} dims, the model gives {field['attrs']['dims']}")
+    return problems

@@ -11,7 +11,7 @@ import redis.asyncio as aredis
 from memory.config import ChunkingConfig, IndexConfig, IngestConfig, RetrievalConfig
 from memory.embedder import EmbedderError
 from memory.errors import BackendUnavailable, InvalidRequest, NotFound
-from memory.index import ChunkIndex
+from memory.index import ChunkIndex, IndexError_
 from memory.ingest import Ingestor
 from memory.records import MemoryItem
 from memory.retrieval import Retriever, SearchSpec
@@ -376,6 +376,56 @@ async def test_an_index_lost_with_redis_data_is_recreated_by_the_daemons_writer(
         assert [h.chunk.doc_id for h in out.hits] == ["wiki/after.md"]
     finally:
         await daemon_index.drop()
+        await client.aclose()
+
+
+async def test_a_lost_registry_is_rebuilt_from_the_alias_and_the_data_kept(redis_url: str, embedder) -> None:
+    """The generation registry deleted (or evicted) while the alias and the index live on:
+    a start adopts the generation the alias points at (its data intact, no later build
+    reusing a number) instead of failing on an alias that already exists; a running writer
+    does the same instead of recreating the index empty. An alias whose index these
+    settings would not build is refused, naming both."""
+    client = aredis.from_url(redis_url)
+    name = unique("lost-registry")
+    cfg = IndexConfig(name=name)
+    index = ChunkIndex(client=client, cfg=cfg, dims=embedder.dims, recreate=True)
+    try:
+        await index.ensure()
+        ingestor = Ingestor(index=index, embedder=embedder, chunking=ChunkingConfig(), cfg=IngestConfig())
+        await ingestor.apply([item("wiki/kept.md", text="walrus ledger kept")])
+        # generation 3 active behind the alias, generation 4 left by a dead build
+        for gen in (3, 4):
+            await ChunkIndex(client=client, cfg=cfg, dims=embedder.dims, generation=gen).ensure()
+        await client.execute_command("FT.ALIASUPDATE", name, f"{name}-g3")
+        await client.hset(index.registry.key, mapping={"active": 3, "seq": 4})
+        await index.state(fresh=True)
+        await ingestor.apply([item("wiki/in-g3.md", text="walrus ledger in three")])
+
+        await client.delete(index.registry.key)
+        fresh = ChunkIndex(client=client, cfg=cfg, dims=embedder.dims, recreate=True)
+        await fresh.ensure()  # before: "Alias already exists", at every start
+        state = await fresh.state(fresh=True)
+        assert state.active == 3 and state.spec == fresh.spec
+        assert "registry lost" in (await fresh.registry.adopted())[3]  # doctor shows it
+        assert await fresh.versions(["wiki/in-g3.md"]) == {"wiki/in-g3.md": 1}
+        gen, _ = await fresh.registry.claim("reindex-next")
+        assert gen == 5  # past the leftover generation 4
+        await fresh.registry.release("reindex-next")
+
+        await client.delete(index.registry.key)  # now under a running writer
+        await index.state(fresh=True)
+        await ingestor.apply([item("wiki/after.md", text="walrus ledger after")])
+        assert (await index.state(fresh=True)).active == 3
+        assert await index.versions(["wiki/in-g3.md", "wiki/after.md"]) == {"wiki/in-g3.md": 1, "wiki/after.md": 1}
+
+        await client.delete(index.registry.key)
+        other = ChunkIndex(client=client, cfg=cfg, dims=embedder.dims + 1, recreate=True)
+        with pytest.raises(IndexError_, match=f"{name}-g3"):
+            await other.ensure()
+    finally:
+        for gen in (1, 3, 4):
+            await ChunkIndex(client=client, cfg=cfg, dims=embedder.dims, generation=gen).drop()
+        await index.drop()
         await client.aclose()
 
 
