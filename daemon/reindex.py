@@ -52,18 +52,20 @@ from consumers.decoding import decode_records, tenant_from_topic
 from daemon.connections import kafka_options, redis_client
 from daemon.settings import Settings
 from daemon.teardown import bounded, cancelled
-from memory.embedder import SentenceTransformerEmbedder
+from memory.embedder import EmbedderError, SentenceTransformerEmbedder
 from memory.errors import BackendUnavailable, NotFound
 from memory.generations import GenerationRegistry, ReindexWouldLose, index_spec
 from memory.index import ChunkIndex, DocState, translate_errors
 from memory.ingest import Ingestor
-from memory.records import COMMUNITY_PREFIX
+from memory.records import COMMUNITY_PREFIX, ChunkRecord
 
 log = structlog.get_logger()
 
 HEARTBEAT_S = 10.0
 #: Seconds without a record before the replay re-reads end offsets (did the log shrink?).
 REPLAY_STALL_S = 30.0
+#: Summaries embedded per request while they are copied into the new generation.
+SUMMARY_BATCH = 64
 #: Tries of the catch-up after the switch, before the old generation is kept for safety.
 CATCH_UP_TRIES = 4
 NOT_REPLAYED = (
@@ -265,14 +267,37 @@ async def _sync_communities(
     if not todo:
         return 0
     records = [r for r in await source.community_records() if (r.tenant, r.doc_id) in todo]
-    if records:
-        vectors = await embedder.embed_documents([r.text for r in records])
-        for rec, vec in zip(records, vectors, strict=True):
-            await target.apply(rec.doc_id, held[(rec.tenant, rec.doc_id)].version, [rec], vec[None, :], rec.tenant)
+    for rec, vec in await _embedded(embedder, records):
+        await target.apply(rec.doc_id, held[(rec.tenant, rec.doc_id)].version, [rec], vec[None, :], rec.tenant)
     tombstones = [k for k in todo if not held[k].has_chunks and held[k].version is not None]
     for tenant, doc_id in tombstones:
         await target.apply(doc_id, held[(tenant, doc_id)].version, [], np.zeros((0, 1), np.float32), tenant)
     return len(records) + len(tombstones)
+
+
+async def _embedded(
+    embedder: SentenceTransformerEmbedder, records: list[ChunkRecord]
+) -> list[tuple[ChunkRecord, np.ndarray]]:
+    """The summaries with their vectors, in batches. One the model fails on is left out and
+    logged, rather than ending the whole reindex: the new generation then lacks it, so the
+    exact check after the switch keeps the old generation and says which. An outage (the
+    worker gone) still ends the step, retried like any."""
+    out: list[tuple[ChunkRecord, np.ndarray]] = []
+    for start in range(0, len(records), SUMMARY_BATCH):
+        part = records[start : start + SUMMARY_BATCH]
+        try:  # an outage (EmbedderUnavailable) is not an EmbedderError: it ends the step
+            out.extend(zip(part, await embedder.embed_documents([r.text for r in part]), strict=True))
+            continue
+        except EmbedderError:
+            pass  # which one? each alone
+        for rec in part:
+            try:
+                (vec,) = await embedder.embed_documents([rec.text])
+            except EmbedderError as exc:
+                log.warning("reindex.summary_not_embedded", tenant=rec.tenant, doc_id=rec.doc_id, error=str(exc))
+                continue
+            out.append((rec, vec))
+    return out
 
 
 def _served(held: dict[tuple[str, str], DocState]) -> dict[tuple[str, str], DocState]:

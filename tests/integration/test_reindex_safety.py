@@ -23,6 +23,7 @@ from daemon.launcher import free_port, start_tansu
 from daemon.reindex import reindex
 from daemon.topics import ensure_topics
 from memory.config import ChunkingConfig
+from memory.embedder import EmbedderError, SentenceTransformerEmbedder
 from memory.errors import BackendUnavailable
 from memory.generations import GenerationRegistry, ReindexConflict, ReindexWouldLose
 from memory.index import ChunkIndex
@@ -343,3 +344,28 @@ async def test_a_build_that_died_after_its_switch_is_never_dropped(env: Any) -> 
     assert (nxt, abandoned) == (gen + 1, 0)
     assert (await registry.state()).active == gen
     await registry.release("reindex-b")
+
+
+async def test_a_summary_the_model_fails_on_keeps_the_old_generation_and_the_rest_switches(
+    env: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One community summary the model fails on: the reindex still switches, every other
+    summary copied at its token, and keeps the old generation, naming the one the new lacks.
+    (Before, that one summary ended the whole reindex before its switch.)"""
+    settings, daemon, client = env
+    summaries = await _seed_and_summarize(settings, daemon, client, 8)
+    bad = sorted(await daemon.index.community_records(), key=lambda r: r.doc_id)[0]
+    real = SentenceTransformerEmbedder.embed_documents
+
+    async def failing(self: Any, texts: Any) -> Any:
+        if bad.text in texts:
+            raise EmbedderError("injected: the model fails on this summary")
+        return await real(self, texts)
+
+    monkeypatch.setattr(SentenceTransformerEmbedder, "embed_documents", failing)
+    rep = await reindex(settings)
+    await daemon.index.state(fresh=True)
+    assert rep.new_generation == rep.old_generation + 1 and not rep.old_dropped, rep
+    assert any(f"default/{bad.doc_id}" in e and "kept" in e for e in rep.errors), rep.errors
+    others = sorted(summaries - {bad.doc_id})
+    assert set(await daemon.index.versions(others)) == set(others)  # served by the new generation
