@@ -496,6 +496,21 @@ def _since_ms(value: str | None) -> int | None:
     return int(when.timestamp() * 1000)
 
 
+@app.command("drop-generation")
+def drop_generation(
+    generation: Annotated[int, typer.Argument(help="The generation to drop (doctor lists those kept).")],
+    force: Annotated[
+        bool, typer.Option("--force", help="Drop even one a reindex kept because the live one lacks some of its docs.")
+    ] = False,
+) -> None:
+    """Drop an index generation kept beside the active one: its index and keys. Never the
+    active one, nor one a running reindex is building."""
+    from daemon.reindex import drop_generation as run_drop
+
+    keys = _with_redis(lambda settings, client: run_drop(settings, client, generation, force=force))
+    out.print(f"generation {generation} dropped ({keys} keys)")
+
+
 @app.command()
 def reindex(
     since: Annotated[

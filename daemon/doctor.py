@@ -196,12 +196,15 @@ async def _check_leftover_generations(
     found = []
     for g in left:
         if g in kept:
-            detail = f"generation {g} was kept by a reindex: {kept[g]}. Do not drop it before those docs are back"
+            detail = (
+                f"generation {g} was kept by a reindex: {kept[g]}. Do not drop it before those docs are back "
+                f"(then: `agentmemd drop-generation {g} --force`)"
+            )
         else:
             detail = (
                 f"generation {g} kept beside the active one (--keep-old, or a reindex that died after its switch); "
-                f"when no longer wanted: FT.DROPINDEX {physical_name(settings.index.name, g)} DD, and UNLINK its "
-                f"{settings.index.name}:g{g}:* keys"
+                f"when no longer wanted: `agentmemd drop-generation {g}` (FT.DROPINDEX "
+                f"{physical_name(settings.index.name, g)} DD and its {settings.index.name}:g{g}:* keys)"
             )
         found.append(Finding("old generations", True, detail))
     return found

@@ -58,6 +58,7 @@ from memory.generations import GenerationRegistry, ReindexWouldLose, index_spec
 from memory.index import ChunkIndex, DocState, translate_errors
 from memory.ingest import Ingestor
 from memory.records import COMMUNITY_PREFIX, ChunkRecord
+from memory.schema import key_root, physical_name
 
 log = structlog.get_logger()
 
@@ -609,3 +610,34 @@ async def reindex(
             await bounded("stop the replay consumer", replayer.consumer.stop())
         await bounded("close redis", redis.aclose())
         embedder.close()
+
+
+async def drop_generation(settings: Settings, redis: Any, generation: int, *, force: bool = False) -> int:
+    """Drop a generation kept beside the active one (``--keep-old``, a reindex that kept it,
+    one left by a reindex that died): its index, chunk hashes and bookkeeping keys. Returns
+    how many keys went.
+
+    Raises:
+        ReindexConflict: it is the active generation, or a live reindex is building it.
+        ReindexWouldLose: a reindex kept it because the active one lacks some of its docs
+            (unless ``force``).
+        NotFound: no such generation.
+    """
+    registry = GenerationRegistry(redis, settings.index.name)
+    async with translate_errors("generation drop"):
+        why = (await registry.kept()).get(generation)
+        if why and not force:
+            raise ReindexWouldLose(
+                f"generation {generation} was kept by a reindex: {why}. Dropping it loses those docs; "
+                "pass --force to drop it anyway"
+            )
+        root = key_root(settings.index.name, generation)
+        listed = {x.decode() if isinstance(x, bytes) else str(x) for x in await redis.execute_command("FT._LIST")}
+        keys = [k async for k in redis.scan_iter(match=root + "*", count=1000)]
+        if physical_name(settings.index.name, generation) not in listed and not keys:
+            raise NotFound(f"index {settings.index.name!r} has no generation {generation}")
+        await registry.forget(generation)
+    index = ChunkIndex(client=redis, cfg=settings.index, dims=1, generation=generation)
+    await index.drop()
+    log.info("reindex.generation_dropped", index=settings.index.name, generation=generation, keys=len(keys))
+    return len(keys)

@@ -122,11 +122,29 @@ redis.call('HSET', KEYS[1], 'adopted:' .. ARGV[1], ARGV[4])
 return 1
 """
 
-# Take the build slot unless a live reindex holds it (its heartbeat is recent). Also
-# returns the generation an abandoned build left behind (0 if none), for the caller to drop.
 # Heartbeats are Redis's clock, not the hosts': a skewed host can neither take a live build
 # over nor keep a dead one's slot.
 _NOW = "local t = redis.call('TIME'); local now = tonumber(t[1]) + tonumber(t[2]) / 1e6\n"
+
+# Forget a generation about to be dropped by hand: never the active one, never one a live
+# reindex is building (an abandoned build leaves the slot with it). -1 active, -2 building.
+_FORGET = (
+    _NOW
+    + """
+local active = tonumber(redis.call('HGET', KEYS[1], 'active') or '0')
+if tonumber(ARGV[1]) == active then return -1 end
+if redis.call('HGET', KEYS[1], 'building') == ARGV[1] then
+  local hb = tonumber(redis.call('HGET', KEYS[1], 'building_heartbeat') or '0')
+  if now - hb < tonumber(ARGV[2]) then return -2 end
+  redis.call('HDEL', KEYS[1], 'building', 'building_owner', 'building_heartbeat')
+end
+redis.call('HDEL', KEYS[1], 'kept:' .. ARGV[1], 'adopted:' .. ARGV[1], 'spec:' .. ARGV[1])
+return 1
+"""
+)
+
+# Take the build slot unless a live reindex holds it (its heartbeat is recent). Also
+# returns the generation an abandoned build left behind (0 if none), for the caller to drop.
 _CLAIM = (
     _NOW
     + """
@@ -221,6 +239,18 @@ class GenerationRegistry:
             _ADOPT, 1, self.key, str(generation), str(max(seq, generation)), spec.model_dump_json(), why
         )
         return bool(done)
+
+    async def forget(self, generation: int) -> None:
+        """Take ``generation`` out of the registry before it is dropped by hand.
+
+        Raises:
+            ReindexConflict: it is the active generation, or a live reindex is building it.
+        """
+        res = int(await self._r.eval(_FORGET, 1, self.key, str(generation), self.STALE_BUILD_S))
+        if res == -1:
+            raise ReindexConflict(f"generation {generation} is the active one: queries are served from it")
+        if res == -2:
+            raise ReindexConflict(f"generation {generation} is being built by a running reindex")
 
     async def claim(self, owner: str) -> tuple[int, int]:
         """Take the build slot: the new generation's number, and the generation an abandoned

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -255,3 +259,17 @@ async def read_dlq(client: PlainClient, want: int, timeout: float = 30) -> list[
     finally:
         await consumer.stop()
     return out
+
+
+async def agentmemd(args: list[str], env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """The CLI of this virtualenv with ``env`` added, run to the end off the event loop."""
+    exe = str(Path(sys.executable).parent / "agentmemd")
+    return await asyncio.to_thread(
+        subprocess.run,
+        [exe, *args],
+        env={**os.environ, "COLUMNS": "200", **env},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -23,7 +20,15 @@ from memory.embed_worker import CRASH_MARKER_ENV
 from memory.generations import GenerationRegistry, ReindexWouldLose
 from memory.schema import physical_name
 from tests.conftest import unique
-from tests.helpers import PlainClient, daemon_and_client, eventually, isolated_settings, settings_env, stored_chunks
+from tests.helpers import (
+    PlainClient,
+    agentmemd,
+    daemon_and_client,
+    eventually,
+    isolated_settings,
+    settings_env,
+    stored_chunks,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -42,20 +47,6 @@ def doc(i: int, version: int, extra: str = "") -> dict[str, Any]:
         f"(ticket OPS-{1000 + i}). {extra}",
         "metadata": {"env": "production", "service": "payments-service"},
     }
-
-
-async def agentmemd(args: list[str], env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """The CLI of this virtualenv with ``env`` added, run to the end off the event loop."""
-    exe = str(Path(sys.executable).parent / "agentmemd")
-    return await asyncio.to_thread(
-        subprocess.run,
-        [exe, *args],
-        env={**os.environ, "COLUMNS": "200", **env},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
 
 
 async def _all_indexed(daemon: Daemon, ids: dict[str, int]) -> bool:

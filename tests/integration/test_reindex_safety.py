@@ -24,12 +24,20 @@ from daemon.reindex import reindex
 from daemon.topics import ensure_topics
 from memory.config import ChunkingConfig
 from memory.embedder import EmbedderError, SentenceTransformerEmbedder
-from memory.errors import BackendUnavailable
+from memory.errors import BackendUnavailable, NotFound
 from memory.generations import GenerationRegistry, ReindexConflict, ReindexWouldLose
 from memory.index import ChunkIndex
 from memory.schema import key_root, physical_name
 from tests.conftest import unique
-from tests.helpers import daemon_and_client, eventually, in_graph, isolated_settings, topic_tenancy_daemon
+from tests.helpers import (
+    agentmemd,
+    daemon_and_client,
+    eventually,
+    in_graph,
+    isolated_settings,
+    settings_env,
+    topic_tenancy_daemon,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -369,3 +377,44 @@ async def test_a_summary_the_model_fails_on_keeps_the_old_generation_and_the_res
     assert any(f"default/{bad.doc_id}" in e and "kept" in e for e in rep.errors), rep.errors
     others = sorted(summaries - {bad.doc_id})
     assert set(await daemon.index.versions(others)) == set(others)  # served by the new generation
+
+
+async def test_drop_generation_drops_what_was_kept_and_refuses_what_is_live(env: Any) -> None:
+    """`agentmemd drop-generation N`: never the active generation nor one a live reindex is
+    building; one a reindex kept for missing docs only with --force; then its index, its keys
+    and its registry notes are gone, and nothing of the active generation is touched."""
+    settings, daemon, client = env
+    await client.send(settings.topics.documents, doc("drop/1", 1, runbook(3)), key="drop/1")
+    await eventually(lambda: _versions(daemon, {"drop/1": 1}), timeout=120, what="doc indexed")
+    registry = GenerationRegistry(daemon.redis, settings.index.name)
+    active = (await registry.state()).active
+    kept, _ = await registry.claim("reindex-kept")  # a generation left beside the active one
+    await ChunkIndex(client=daemon.redis, cfg=settings.index, dims=daemon.embedder.dims, generation=kept).ensure()
+    await daemon.redis.set(f"{key_root(settings.index.name, kept)}ver:default:drop/1", 1)
+    await registry.release("reindex-kept")
+    await registry.mark_kept(kept, "1 doc(s) missing in the new one")
+    env_vars = settings_env(settings)
+
+    res = await agentmemd(["drop-generation", str(active)], env_vars)
+    assert res.returncode == 1 and "active one" in res.stdout + res.stderr, res
+    res = await agentmemd(["drop-generation", str(kept)], env_vars)
+    assert res.returncode == 1 and "--force" in res.stdout + res.stderr, res
+    building, _ = await registry.claim("reindex-live")
+    await ChunkIndex(client=daemon.redis, cfg=settings.index, dims=daemon.embedder.dims, generation=building).ensure()
+    try:
+        with pytest.raises(ReindexConflict, match="running reindex"):
+            await reindex_mod.drop_generation(settings, daemon.redis, building)
+    finally:
+        await registry.release("reindex-live")
+        await ChunkIndex(client=daemon.redis, cfg=settings.index, dims=1, generation=building).drop()
+    with pytest.raises(NotFound):
+        await reindex_mod.drop_generation(settings, daemon.redis, 99)
+
+    res = await agentmemd(["drop-generation", str(kept), "--force"], env_vars)
+    assert res.returncode == 0 and f"generation {kept} dropped (1 keys)" in res.stdout, res
+    listed = {x.decode() if isinstance(x, bytes) else x for x in await daemon.redis.execute_command("FT._LIST")}
+    assert physical_name(settings.index.name, kept) not in listed
+    assert not [k async for k in daemon.redis.scan_iter(match=key_root(settings.index.name, kept) + "*")]
+    assert kept not in await registry.kept()
+    await daemon.index.state(fresh=True)
+    assert (await registry.state()).active == active and await daemon.index.versions(["drop/1"]) == {"drop/1": 1}
