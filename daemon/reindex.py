@@ -52,19 +52,22 @@ from consumers.decoding import decode_records, tenant_from_topic
 from daemon.connections import kafka_options, redis_client
 from daemon.settings import Settings
 from daemon.teardown import bounded, cancelled
-from memory.embedder import EmbedderError, SentenceTransformerEmbedder
+from memory.embedder import EmbedderError, SentenceTransformerEmbedder, WorkerCrashed
 from memory.errors import BackendUnavailable, NotFound
-from memory.generations import GenerationRegistry, ReindexWouldLose, index_spec
+from memory.generations import GenerationRegistry, ReindexConflict, ReindexWouldLose, index_spec
 from memory.index import ChunkIndex, DocState, translate_errors
 from memory.ingest import Ingestor
 from memory.records import COMMUNITY_PREFIX, ChunkRecord
-from memory.schema import key_root, physical_name
+from memory.schema import info_index_name, key_root, physical_name
 
 log = structlog.get_logger()
 
 HEARTBEAT_S = 10.0
 #: Seconds without a record before the replay re-reads end offsets (did the log shrink?).
 REPLAY_STALL_S = 30.0
+#: Seconds the drop of an unswitched build may take (a scan of the keyspace) before the
+#: slot is left to go stale instead.
+DROP_TIMEOUT_S = 600.0
 #: Summaries embedded per request while they are copied into the new generation.
 SUMMARY_BATCH = 64
 #: Tries of the catch-up after the switch, before the old generation is kept for safety.
@@ -279,10 +282,11 @@ async def _sync_communities(
 async def _embedded(
     embedder: SentenceTransformerEmbedder, records: list[ChunkRecord]
 ) -> list[tuple[ChunkRecord, np.ndarray]]:
-    """The summaries with their vectors, in batches. One the model fails on is left out and
-    logged, rather than ending the whole reindex: the new generation then lacks it, so the
-    exact check after the switch keeps the old generation and says which. An outage (the
-    worker gone) still ends the step, retried like any."""
+    """The summaries with their vectors, in batches. One the model fails on, or that crashes
+    the worker alone, is left out and logged rather than ending the whole reindex: the new
+    generation then lacks it, so the exact check after the switch keeps the old generation
+    and says which. An outage (the worker killed, a crash not pinned on one summary) still
+    ends the step, retried like any."""
     out: list[tuple[ChunkRecord, np.ndarray]] = []
     for start in range(0, len(records), SUMMARY_BATCH):
         part = records[start : start + SUMMARY_BATCH]
@@ -291,10 +295,15 @@ async def _embedded(
             continue
         except EmbedderError:
             pass  # which one? each alone
+        except WorkerCrashed as exc:
+            if not exc.signalled:  # killed: an outage
+                raise
         for rec in part:
             try:
                 (vec,) = await embedder.embed_documents([rec.text])
-            except EmbedderError as exc:
+            except (EmbedderError, WorkerCrashed) as exc:
+                if isinstance(exc, WorkerCrashed) and not exc.attributable:
+                    raise
                 log.warning("reindex.summary_not_embedded", tenant=rec.tenant, doc_id=rec.doc_id, error=str(exc))
                 continue
             out.append((rec, vec))
@@ -601,10 +610,13 @@ async def reindex(
         # hanging in a client library must not keep the command from returning.
         if heartbeat is not None:
             await cancelled("reindex heartbeat", heartbeat)
+        build_left = False
         if not switched and target is not None:
-            # Nothing was switched: leave no trace of the build.
-            await bounded("drop the unswitched build", target.drop())
-        if claimed:
+            # Nothing was switched: leave no trace of the build. A drop that fails or runs
+            # long keeps the slot: its heartbeat goes stale, and the next reindex's claim
+            # reports the build as abandoned and drops it.
+            build_left = not await bounded("drop the unswitched build", target.drop(), seconds=DROP_TIMEOUT_S)
+        if claimed and not build_left:
             await bounded("release the build slot", registry.release(owner))
         if replayer is not None:
             await bounded("stop the replay consumer", replayer.consumer.stop())
@@ -631,6 +643,11 @@ async def drop_generation(settings: Settings, redis: Any, generation: int, *, fo
                 f"generation {generation} was kept by a reindex: {why}. Dropping it loses those docs; "
                 "pass --force to drop it anyway"
             )
+        alias = await _alias_target(redis, settings.index.name)
+        if alias == physical_name(settings.index.name, generation):
+            raise ReindexConflict(
+                f"generation {generation} is the active one: the alias {settings.index.name!r} points at it"
+            )
         root = key_root(settings.index.name, generation)
         listed = {x.decode() if isinstance(x, bytes) else str(x) for x in await redis.execute_command("FT._LIST")}
         keys = [k async for k in redis.scan_iter(match=root + "*", count=1000)]
@@ -641,3 +658,14 @@ async def drop_generation(settings: Settings, redis: Any, generation: int, *, fo
     await index.drop()
     log.info("reindex.generation_dropped", index=settings.index.name, generation=generation, keys=len(keys))
     return len(keys)
+
+
+async def _alias_target(redis: Any, name: str) -> str | None:
+    """The index the search alias ``name`` points at, None if there is none."""
+    try:
+        info = await redis.ft(name).info()
+    except Exception as exc:
+        if "unknown index name" in str(exc).lower() or "no such index" in str(exc).lower():
+            return None
+        raise
+    return info_index_name(info) or None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable
+from typing import Any
 
 import structlog
 
@@ -17,6 +18,13 @@ log = structlog.get_logger()
 
 #: Seconds one close may take before it is abandoned.
 CLOSE_TIMEOUT_S = 15.0
+
+
+def _retrieved(task: asyncio.Future[Any]) -> None:
+    # What a close left behind raises once it ends is of no use to anyone by then; retrieved,
+    # so that asyncio does not log it as never retrieved.
+    if not task.cancelled():
+        task.exception()
 
 
 async def bounded(what: str, aw: Awaitable[object], seconds: float = CLOSE_TIMEOUT_S) -> bool:
@@ -35,6 +43,7 @@ async def bounded(what: str, aw: Awaitable[object], seconds: float = CLOSE_TIMEO
         raise
     if not done:
         task.cancel()
+        task.add_done_callback(_retrieved)
         log.warning("teardown.timed_out", what=what, after_s=seconds)
         return False
     if task.cancelled():
@@ -59,4 +68,5 @@ async def cancelled(what: str, task: asyncio.Task[None], seconds: float = CLOSE_
     task.cancel()
     done, _ = await asyncio.wait({task}, timeout=seconds)
     if not done:
+        task.add_done_callback(_retrieved)
         log.warning("teardown.timed_out", what=what, after_s=seconds)

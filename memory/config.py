@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 
 from memory.filters import BASE_FILTER_KEYS, HASH_FIELD_PREFIX
 
-_INDEX_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+_INDEX_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 _GENERATION_SUFFIX = re.compile(r"-g[0-9]+$")
 
 
@@ -34,7 +34,7 @@ class IndexConfig(BaseModel):
         # or a trailing ``-g<N>`` would let two names share keys or index names.
         if not _INDEX_NAME.fullmatch(name) or _GENERATION_SUFFIX.search(name):
             raise ValueError(
-                f"invalid index name {name!r}: 1-64 of A-Z a-z 0-9 _ -, starting with a letter "
+                f"invalid index name {name!r}: 1-64 of A-Z a-z 0-9 _ . -, starting with a letter "
                 "or digit, and not ending in -g<digits>"
             )
         return name

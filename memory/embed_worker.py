@@ -575,35 +575,61 @@ class EmbeddingWorker:
                 the embedder is closed.
         """
         alone = self._enter(channel, alone)
+        ok = False
         try:
             status, payload = self._request(channel, texts)
+            ok = True
         finally:
-            self._leave(channel, alone)
+            self._leave(channel, alone, ok)
         if status != "ok":
             raise EmbedderError(str(payload))
         return np.asarray(payload, dtype=np.float32)
 
     def _enter(self, channel: str, alone: bool = False) -> bool:
-        """Mark ``channel`` busy, first waiting its turn to run alone if it must (True then)."""
+        """Mark ``channel`` busy, first waiting its turn to run alone if it must (True then).
+
+        Raises:
+            EmbedderUnavailable: a query waited ``QUERY_DEADLINE_S`` for a request running
+                alone (documents wait as long as it takes).
+        """
+        limit = time.monotonic() + QUERY_DEADLINE_S if channel == "query" else None
         with self._cv:
             while self._exclusive not in (None, channel):
-                self._cv.wait()
+                self._wait(limit)
             alone = alone or channel in self._isolate
             if alone:
                 # Reserved before the others drain, so that steady traffic on them cannot
                 # keep this request waiting.
                 self._exclusive = channel
-                self._isolate.discard(channel)
-                while self._busy - {channel}:
-                    self._cv.wait()
+                try:
+                    while self._busy - {channel}:
+                        self._wait(limit)
+                except BaseException:
+                    self._exclusive = None
+                    self._cv.notify_all()
+                    raise
             self._busy.add(channel)
             return alone
 
-    def _leave(self, channel: str, alone: bool) -> None:
+    def _wait(self, limit: float | None) -> None:
+        """One wait on the condition (its lock held), up to ``limit`` (a monotonic time)."""
+        if limit is None:
+            self._cv.wait()
+            return
+        left = limit - time.monotonic()
+        if left <= 0:  # the caller's loop comes back here once the last wait ran out
+            raise EmbedderUnavailable(
+                f"the embedding worker was busy with a request running alone for {QUERY_DEADLINE_S:.0f}s"
+            )
+        self._cv.wait(left)
+
+    def _leave(self, channel: str, alone: bool, ok: bool) -> None:
         with self._cv:
             self._busy.discard(channel)
             if alone:
                 self._exclusive = None
+            if ok:  # isolated until a request of the channel gets through
+                self._isolate.discard(channel)
             self._cv.notify_all()
 
     def _request(self, channel: str, texts: Sequence[str]) -> tuple[str, Any]:
@@ -626,12 +652,16 @@ class EmbeddingWorker:
                 in_flight = self._deaths.setdefault(proc.pid, frozenset(self._busy))
                 while len(self._deaths) > 8:
                     del self._deaths[next(iter(self._deaths))]
-            code = self._exit_code(proc, 10)  # it closed its pipes: it is exiting, if not gone
+            # It closed its pipes, so it is exiting; a core dump of a big process takes a while.
+            code = self._exit_code(proc, 60)
             crashed = code is not None and code < 0 and -code in CRASH_SIGNALS
             attributable = crashed and in_flight == {channel}
-            if crashed and not attributable:
+            if crashed:
+                # This channel's requests run alone until one gets through: a doc that
+                # crashes the worker is then pinned on every try, not every other one.
                 with self._cv:
                     self._isolate.add(channel)
+            if crashed and not attributable:
                 log.warning("embed.crash_shared", channel=channel, in_flight=sorted(in_flight), exit_code=code)
             raise WorkerCrashed(
                 f"the embedding worker exited during a request (exit code {code}); it restarts on the next one",

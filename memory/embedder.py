@@ -82,6 +82,9 @@ def resolve_model_path(model: str) -> str:
 #: Query texts remembered as crashing the worker (their digests, least recent dropped first).
 POISON_MAX = 1024
 POISON_REFUSAL = "this query crashed the embedding worker (twice, the second time alone): refused"
+#: Embedded alone after a query crashed the worker alone: if this crashes it too, the worker
+#: is broken, not the query.
+CONTROL_TEXT = "ok"
 
 
 def _digest(text: str) -> str:
@@ -196,61 +199,90 @@ class SentenceTransformerEmbedder:
         # Natural micro-batching: the first query is encoded at once; queries that arrive
         # while it runs are encoded together next. One asker pays nothing extra; sixteen
         # share a few encode() calls instead of queueing for sixteen.
+        batch: list[tuple[str, asyncio.Future[np.ndarray]]] = []
+        try:
+            while self._pending:
+                batch = self._pending[: self._cfg.query_batch_max]
+                del self._pending[: len(batch)]
+                out = await self._encode_batch(list(dict.fromkeys(t for t, _ in batch)))
+                for text, fut in batch:
+                    if fut.done():
+                        continue
+                    result = out[text]
+                    if isinstance(result, BaseException):
+                        fut.set_exception(result)
+                    else:
+                        fut.set_result(result)
+        except BaseException:
+            # Cancelled (the embedder closing cancels the executor's futures): no asker may
+            # be left waiting on a future nobody will resolve.
+            closed = EmbedderUnavailable("the embedder is closed")
+            for _, fut in [*batch, *self._pending]:
+                if not fut.done():
+                    fut.set_exception(closed)
+            self._pending.clear()
+            raise
+
+    async def _encode_batch(self, texts: list[str]) -> dict[str, np.ndarray | BaseException]:
+        """Each text's vector, or the error its asker gets."""
         loop = asyncio.get_running_loop()
-        while self._pending:
-            batch = self._pending[: self._cfg.query_batch_max]
-            del self._pending[: len(batch)]
-            texts = list(dict.fromkeys(t for t, _ in batch))
-            out: dict[str, np.ndarray | BaseException] = {}
-            for t in texts:
-                if _digest(t) in self._poison:
-                    out[t] = EmbedderError(POISON_REFUSAL)
-            todo = [t for t in texts if t not in out]
-            try:
-                if todo:
-                    vectors = await loop.run_in_executor(self._query_pool, self._worker.encode, "query", todo)
-                    out.update({t: _own_row(vectors, i) for i, t in enumerate(todo)})
-            except WorkerCrashed as exc:
-                if not exc.signalled:  # killed (OOM, an operator): an outage, nobody's input
-                    out.update(dict.fromkeys(todo, exc))
-                else:
-                    # A crash in native code may be one of these texts: each again, alone in
-                    # the worker. One that crashes it alone is refused from then on, so that
-                    # an asker repeating it cannot keep every query and ingestion down.
-                    for t in todo:
-                        out[t] = await self._alone(t)
-            except Exception as exc:  # handed to every waiting asker, never lost
-                err = exc if isinstance(exc, EmbedderError | EmbedderUnavailable) else None
-                out.update(dict.fromkeys(todo, err or EmbedderError(f"query embedding failed: {exc}")))
-            for text, fut in batch:
-                if fut.done():
-                    continue
-                result = out[text]
-                if isinstance(result, BaseException):
-                    fut.set_exception(result)
-                else:
-                    fut.set_result(result)
+        out: dict[str, np.ndarray | BaseException] = {
+            t: EmbedderError(POISON_REFUSAL) for t in texts if _digest(t) in self._poison
+        }
+        todo = [t for t in texts if t not in out]
+        if not todo:
+            return out
+        try:
+            vectors = await loop.run_in_executor(self._query_pool, self._worker.encode, "query", todo)
+            out.update({t: _own_row(vectors, i) for i, t in enumerate(todo)})
+        except WorkerCrashed as exc:
+            if not exc.signalled:  # killed (OOM, an operator): an outage, nobody's input
+                out.update(dict.fromkeys(todo, exc))
+                return out
+            # A crash in native code may be one of these texts: each again, alone in the
+            # worker. One that crashes it alone is refused from then on, so that an asker
+            # repeating it cannot keep every query and ingestion down.
+            for i, t in enumerate(todo):
+                result = out[t] = await self._alone(t)
+                if isinstance(result, WorkerCrashed):  # the worker crashes whatever it is given
+                    out.update(dict.fromkeys(todo[i + 1 :], result))
+                    break
+        except Exception as exc:  # handed to every waiting asker, never lost
+            err = exc if isinstance(exc, EmbedderError | EmbedderUnavailable) else None
+            out.update(dict.fromkeys(todo, err or EmbedderError(f"query embedding failed: {exc}")))
+        return out
 
     async def _alone(self, text: str) -> np.ndarray | BaseException:
-        """Embed one query alone in the worker; a crash then is the query's, and it is refused."""
-        loop = asyncio.get_running_loop()
+        """Embed one query alone in the worker; if that crashes it, and a harmless text alone
+        then does not, the query is the cause and is refused from then on."""
         try:
-            vectors = await loop.run_in_executor(
-                self._query_pool, functools.partial(self._worker.encode, "query", [text], alone=True)
-            )
+            return _own_row(await self._encode_alone(text), 0)
         except WorkerCrashed as exc:
             if not exc.attributable:
                 return exc
-            self._poison[_digest(text)] = None
-            while len(self._poison) > POISON_MAX:
-                self._poison.popitem(last=False)
-            log.error("embed.query_refused", reason="crashed the embedding worker twice, the second time alone")
-            return EmbedderError(POISON_REFUSAL)
+            crashed = exc
         except (EmbedderError, EmbedderUnavailable) as exc:
             return exc
         except Exception as exc:
             return EmbedderError(f"query embedding failed: {exc}")
-        return _own_row(vectors, 0)
+        try:
+            # The control: a worker that dies on anything (a bad model file, a broken native
+            # library) must not get the query that happened to be alone in it refused.
+            await self._encode_alone(CONTROL_TEXT)
+        except Exception as exc:
+            log.error("embed.worker_crashes_on_anything", error=str(exc))
+            return crashed
+        self._poison[_digest(text)] = None
+        while len(self._poison) > POISON_MAX:
+            self._poison.popitem(last=False)
+        log.error("embed.query_refused", reason="crashed the embedding worker twice, the second time alone")
+        return EmbedderError(POISON_REFUSAL)
+
+    async def _encode_alone(self, text: str) -> np.ndarray:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self._query_pool, functools.partial(self._worker.encode, "query", [text], alone=True)
+        )
 
     def _offsets(self, text: str) -> list[tuple[int, int]]:
         enc = self._tokenizer(

@@ -117,7 +117,8 @@ return 1
 # ``seq`` past every generation still in Redis, so that no later build reuses a number.
 _ADOPT = """
 if redis.call('HEXISTS', KEYS[1], 'active') == 1 then return 0 end
-redis.call('HSET', KEYS[1], 'active', ARGV[1], 'seq', ARGV[2], 'spec:' .. ARGV[1], ARGV[3])
+local seq = math.max(tonumber(ARGV[2]), tonumber(redis.call('HGET', KEYS[1], 'seq') or '0'))
+redis.call('HSET', KEYS[1], 'active', ARGV[1], 'seq', seq, 'spec:' .. ARGV[1], ARGV[3])
 redis.call('HSET', KEYS[1], 'adopted:' .. ARGV[1], ARGV[4])
 return 1
 """
@@ -132,6 +133,7 @@ _FORGET = (
     _NOW
     + """
 local active = tonumber(redis.call('HGET', KEYS[1], 'active') or '0')
+if active == 0 then return -3 end
 if tonumber(ARGV[1]) == active then return -1 end
 if redis.call('HGET', KEYS[1], 'building') == ARGV[1] then
   local hb = tonumber(redis.call('HGET', KEYS[1], 'building_heartbeat') or '0')
@@ -251,6 +253,11 @@ class GenerationRegistry:
             raise ReindexConflict(f"generation {generation} is the active one: queries are served from it")
         if res == -2:
             raise ReindexConflict(f"generation {generation} is being built by a running reindex")
+        if res == -3:
+            raise ReindexConflict(
+                "the generation registry has no active generation (lost?): start a daemon, which adopts the "
+                "generation the alias points at, then drop the others"
+            )
 
     async def claim(self, owner: str) -> tuple[int, int]:
         """Take the build slot: the new generation's number, and the generation an abandoned

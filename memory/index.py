@@ -28,7 +28,7 @@ from memory.filters import hash_field, value_hash
 from memory.generations import GenerationRegistry, GenerationState, IndexMismatch, IndexSpec, index_spec
 from memory.identifiers import identifiers
 from memory.records import DEFAULT_TENANT, ApplyResult, ChunkRecord, StoredChunk
-from memory.schema import compare_schema, index_schema, info_attributes, key_root, physical_name
+from memory.schema import compare_schema, index_schema, info_attributes, info_index_name, key_root, physical_name
 from memory.text import index_terms
 
 log = structlog.get_logger()
@@ -75,9 +75,11 @@ _REFUSED_FOR_NOW = (
 _AT_CODE = r"(?:^|caused error: \(['\"])"
 _REFUSED = re.compile(_AT_CODE + r"(?:OOM|READONLY|MASTERDOWN|MISCONF|BUSY |TRYAGAIN|CLUSTERDOWN|NOREPLICAS)")
 _DENIED = re.compile(_AT_CODE + r"(?:NOAUTH|WRONGPASS|NOPERM)")
+#: Search timeout of bulk listings (a reindex's summaries), not of askers' queries.
+BULK_QUERY_TIMEOUT_MS = 60_000
 # The error for a query that outlived its timeout under ON_TIMEOUT FAIL (newer releases
 # prefix the message with a SEARCH_TIMEOUT code).
-_SEARCH_TIMEOUT = re.compile(r"Timeout limit was reached|\bSEARCH_TIMEOUT\b")
+_SEARCH_TIMEOUT = re.compile(r"Timeout limit was reached|^SEARCH_TIMEOUT\b")
 
 
 def _translated(exc: BaseException, what: str) -> MemdError | None:
@@ -340,7 +342,7 @@ class ChunkIndex:
             if "unknown index name" in str(exc).lower() or "no such index" in str(exc).lower():
                 return False  # no alias, no index: a first start
             raise
-        physical = _to_str(info.get("index_name", ""))
+        physical = info_index_name(info)
         found = re.fullmatch(re.escape(self._cfg.name) + r"-g([0-9]+)", physical)
         if found is None:
             raise IndexError_(
@@ -652,7 +654,16 @@ class ChunkIndex:
         query = f"@kind:{{community}} @timestamp:[{since!r} +inf]"
         offset = 0
         while True:
-            q = Query(query).paging(offset, page).return_fields(*fields).sort_by("timestamp").dialect(2)
+            # A bulk listing, not an asker's query: deep pages of a big index may outlive the
+            # search timeout, which now fails the query (ON_TIMEOUT FAIL) instead of cutting it.
+            q = (
+                Query(query)
+                .paging(offset, page)
+                .return_fields(*fields)
+                .sort_by("timestamp")
+                .timeout(BULK_QUERY_TIMEOUT_MS)
+                .dialect(2)
+            )
             async with translate_errors("community listing"):
                 res = await self._ft().search(q)
             for doc in res.docs:

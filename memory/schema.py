@@ -69,15 +69,37 @@ def index_schema(cfg: IndexConfig, *, dims: int, generation: int) -> dict[str, A
     }
 
 
-def info_attributes(info: dict[Any, Any]) -> dict[str, dict[str, Any]]:
-    """FT.INFO attributes as name -> {type, dim?} (redis-py returns flat lists)."""
+def info_attributes(info: Any) -> dict[str, dict[str, Any]]:
+    """FT.INFO attributes as name -> {type, dim?}, whatever shape the client returns them in
+    (flat lists by default; maps with ``legacy_responses=False``; bytes keys over raw RESP3)."""
     out: dict[str, dict[str, Any]] = {}
-    for raw in info.get("attributes", []):
-        items = [x.decode() if isinstance(x, bytes) else x for x in raw]
-        d = {str(items[i]).lower(): items[i + 1] for i in range(0, len(items) - 1, 2)}
+    for raw in _field(info, "attributes") or []:
+        if isinstance(raw, dict):
+            d = {_text(k).lower(): _text(v) if isinstance(v, bytes) else v for k, v in raw.items()}
+        else:
+            items = [_text(x) if isinstance(x, bytes) else x for x in raw]
+            d = {str(items[i]).lower(): items[i + 1] for i in range(0, len(items) - 1, 2)}
         name = str(d.get("attribute") or d.get("identifier"))
         out[name] = {"type": str(d.get("type", "")).lower(), "dim": d.get("dim")}
     return out
+
+
+def info_index_name(info: Any) -> str:
+    """The physical index an FT.INFO reply describes (through an alias: the one it points at)."""
+    got = _field(info, "index_name")
+    return _text(got) if got is not None else ""
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _field(info: Any, name: str) -> Any:
+    if isinstance(info, dict):
+        for k, v in info.items():
+            if _text(k) == name:
+                return v
+    return None
 
 
 def compare_schema(expected: dict[str, Any], actual: dict[str, dict[str, Any]]) -> list[str]:

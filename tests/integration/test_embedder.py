@@ -17,6 +17,7 @@ import pytest
 from memory.config import EmbeddingConfig
 from memory.embed_worker import CRASH_MARKER_ENV
 from memory.embedder import (
+    CONTROL_TEXT,
     EmbedderError,
     EmbedderUnavailable,
     SentenceTransformerEmbedder,
@@ -277,5 +278,19 @@ async def test_a_query_that_crashes_the_worker_is_refused_and_its_batch_still_an
         with pytest.raises(EmbedderError, match="refused"):
             await emb.embed_query(poison)
         assert emb.worker_pid == pid  # refused without being sent again: no crash this time
+    finally:
+        emb.close()
+
+
+async def test_a_worker_that_crashes_on_anything_gets_no_query_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A query that crashes the worker alone is refused only if a harmless text alone then
+    does not: a worker that dies on anything (here: on the control text too) is broken, and
+    the query that happened to be alone in it is answered as an outage, not blamed."""
+    monkeypatch.setenv(CRASH_MARKER_ENV, CONTROL_TEXT)  # the control text crashes it too
+    emb = await SentenceTransformerEmbedder.load(EmbeddingConfig())
+    try:
+        with pytest.raises(EmbedderUnavailable):
+            await emb.embed_query(f"is the ledger {CONTROL_TEXT}")
+        assert not emb._poison  # nothing refused
     finally:
         emb.close()

@@ -11,6 +11,7 @@ import redis.asyncio as aredis
 from memory.config import ChunkingConfig, IndexConfig, IngestConfig, RetrievalConfig
 from memory.embedder import EmbedderError
 from memory.errors import BackendUnavailable, InvalidRequest, NotFound
+from memory.generations import ReindexConflict
 from memory.index import ChunkIndex, IndexError_
 from memory.ingest import Ingestor
 from memory.records import MemoryItem
@@ -403,6 +404,8 @@ async def test_a_lost_registry_is_rebuilt_from_the_alias_and_the_data_kept(redis
 
         await client.delete(index.registry.key)
         fresh = ChunkIndex(client=client, cfg=cfg, dims=embedder.dims, recreate=True)
+        with pytest.raises(ReindexConflict, match="no active generation"):
+            await fresh.registry.forget(3)  # drop-generation: nothing is dropped blind
         await fresh.ensure()  # before: "Alias already exists", at every start
         state = await fresh.state(fresh=True)
         assert state.active == 3 and state.spec == fresh.spec
