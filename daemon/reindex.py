@@ -426,6 +426,7 @@ async def reindex(
     registry = GenerationRegistry(redis, settings.index.name)
     replayer: _Replayer | None = None
     heartbeat: asyncio.Task[None] | None = None
+    stop_beating = asyncio.Event()
     switched = claimed = False
     target: ChunkIndex | None = None
     try:
@@ -454,8 +455,12 @@ async def reindex(
             await ChunkIndex(client=redis, cfg=settings.index, dims=embedder.dims, generation=abandoned).drop()
 
         async def beat() -> None:
-            while True:
+            # The flag as well as the cancellation: a cancellation swallowed somewhere in a
+            # client library would otherwise leave this loop beating after the reindex ended.
+            while not stop_beating.is_set():
                 await asyncio.sleep(HEARTBEAT_S)
+                if stop_beating.is_set():
+                    return
                 try:
                     async with translate_errors("reindex heartbeat"):
                         await registry.heartbeat(owner)
@@ -608,6 +613,7 @@ async def reindex(
     finally:
         # Each step bounded: the work is done (or has failed) and was reported, so a close
         # hanging in a client library must not keep the command from returning.
+        stop_beating.set()
         if heartbeat is not None:
             await cancelled("reindex heartbeat", heartbeat)
         build_left = False

@@ -20,6 +20,19 @@ log = structlog.get_logger()
 CLOSE_TIMEOUT_S = 15.0
 
 
+def await_chain(task: asyncio.Task[Any]) -> list[str]:
+    """Where a task is suspended, outermost first (``Task.get_stack`` shows only the top
+    coroutine's frame, which does not say what it waits on)."""
+    where: list[str] = []
+    coro: Any = task.get_coro()
+    while coro is not None and len(where) < 40:
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None) or getattr(coro, "ag_frame", None)
+        if frame is not None:
+            where.append(f"{frame.f_code.co_filename}:{frame.f_lineno} {frame.f_code.co_name}")
+        coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None) or getattr(coro, "ag_await", None)
+    return where
+
+
 def _retrieved(task: asyncio.Future[Any]) -> None:
     # What a close left behind raises once it ends is of no use to anyone by then; retrieved,
     # so that asyncio does not log it as never retrieved.
@@ -69,4 +82,4 @@ async def cancelled(what: str, task: asyncio.Task[None], seconds: float = CLOSE_
     done, _ = await asyncio.wait({task}, timeout=seconds)
     if not done:
         task.add_done_callback(_retrieved)
-        log.warning("teardown.timed_out", what=what, after_s=seconds)
+        log.warning("teardown.timed_out", what=what, after_s=seconds, awaiting=await_chain(task))

@@ -13,7 +13,6 @@ import shutil
 import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -29,19 +28,6 @@ def unique(name: str, n: int = 10) -> str:
     return "t" + hashlib.sha1(name.encode()).hexdigest()[:n]
 
 
-def _await_chain(task: asyncio.Task[Any]) -> list[str]:
-    """Where a task is suspended, outermost first: ``Task.get_stack`` shows only the top
-    coroutine's frame, which says nothing about what it waits on."""
-    where: list[str] = []
-    coro: Any = task.get_coro()
-    while coro is not None:
-        frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None) or getattr(coro, "ag_frame", None)
-        if frame is not None:
-            where.append(f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}")
-        coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None) or getattr(coro, "ag_await", None)
-    return where
-
-
 @pytest.fixture(autouse=True)
 async def _asyncio_tasks_dumped_before_timeout(request: pytest.FixtureRequest) -> AsyncIterator[None]:
     """A test that hangs on an await shows, shortly before pytest-timeout fails it, every
@@ -55,13 +41,15 @@ async def _asyncio_tasks_dumped_before_timeout(request: pytest.FixtureRequest) -
         yield
         return
 
+    from daemon.teardown import await_chain
+
     def dump() -> None:
         # Written past output capture, so that the dump is in the log right where the
         # test hangs, even where the failure's captured sections are cut short.
         lines = [f"--- asyncio tasks {timeout - 15:.0f} s into {request.node.nodeid} ---"]
         for task in asyncio.all_tasks():
             lines.append(f"{task.get_name()}: {task.get_coro()!r}")
-            lines.extend(f"    {where}" for where in _await_chain(task))
+            lines.extend(f"    {where}" for where in await_chain(task))
         with capture.global_and_fixture_disabled():
             reporter.write_line("\n" + "\n".join(lines))
 

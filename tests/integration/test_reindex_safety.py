@@ -27,6 +27,7 @@ from memory.embedder import EmbedderError, SentenceTransformerEmbedder
 from memory.errors import BackendUnavailable, NotFound
 from memory.generations import GenerationRegistry, ReindexConflict, ReindexWouldLose
 from memory.index import ChunkIndex
+from memory.records import COMMUNITY_PREFIX
 from memory.schema import key_root, physical_name
 from tests.conftest import unique
 from tests.helpers import (
@@ -97,7 +98,9 @@ async def test_a_broker_that_lost_its_log_loses_no_doc(redis_url: str, tmp_path:
             assert await daemon.index.versions(list(want)) == want
             assert await _texts(daemon) == before  # chunks verbatim, in the new generation
             hits = await daemon.index.search_text("@terms:(err_safe_0003)", k=5)  # and indexed there
-            assert [h.doc_id for h in hits] == ["lost/3"]
+            # (a community summary quoting the runbook may match too, if the daemon's own
+            # recompute and summary ran meanwhile)
+            assert [h.doc_id for h in hits if not h.doc_id.startswith(COMMUNITY_PREFIX)] == ["lost/3"]
             resurrect = await daemon.index.apply("gone", 1, [], np.zeros((0, 1), np.float32))
             assert not resurrect.applied and not await daemon.index.chunk_ids("gone")
     finally:
