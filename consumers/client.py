@@ -201,9 +201,15 @@ class MemoryClient:
         consumer, self._consumer = self._consumer, None
         if reader is not None:
             reader.cancel()
-            await asyncio.wait([reader])  # unlike awaiting it, never raises what it raised
+            # asyncio.wait, unlike awaiting it, never raises what it raised; bounded, since a
+            # cancellation can be lost inside a client library (wait_for on Python 3.11).
+            await asyncio.wait([reader], timeout=5)
         if consumer is not None:
             await _stop_quietly(consumer, "reply consumer")
+        if reader is not None and not reader.done():
+            await asyncio.wait([reader], timeout=5)  # a stopped consumer ends its loop
+            if not reader.done():
+                log.warning("client.reply_reader_stuck", topic=self._reply_topic)
 
     async def close(self) -> None:
         """Disconnect: stop the reply reader, its consumer and the producer.
