@@ -174,15 +174,17 @@ def build_router(
 
     async def poison(g: Decoded, raw: dict[tuple[str, int, int], Any], exc: Exception) -> None:
         EVENTS_FAILED.labels(g.topic).inc()
-        attempts = await attempts_counter.incr(g.topic, g.partition, g.offset)
+        record = raw[(g.topic, g.partition, g.offset)]
+        stamp = int(getattr(record, "timestamp", 0) or 0)
+        attempts = await attempts_counter.incr(g.topic, g.partition, g.offset, stamp)
         if attempts < max_attempts:
             log.warning(
                 "ingest.event_failed", doc_id=g.item.doc_id, offset=g.offset, attempts=attempts, error=repr(exc)
             )
             raise exc  # not committed: redelivered, and the events before it are idempotent
         reason = f"handling failed {attempts} times: {type(exc).__name__}: {exc}"
-        await publish_dead(dead_letter(raw[(g.topic, g.partition, g.offset)], reason, "poison", attempts=attempts))
-        await attempts_counter.forget(g.topic, g.partition, g.offset)
+        await publish_dead(dead_letter(record, reason, "poison", attempts=attempts))
+        await attempts_counter.forget(g.topic, g.partition, g.offset, stamp)
 
     async def publish_dead(record: DlqRecord) -> None:
         EVENTS_DEAD_LETTERED.labels(record.topic, record.error_code).inc()
