@@ -21,7 +21,7 @@ from daemon.connections import kafka_options, redis_client
 from daemon.http import build_app, readiness_checks, start_http
 from daemon.settings import Settings
 from daemon.status import Sampler, StatusState
-from daemon.teardown import await_chain
+from daemon.teardown import await_chain, cancel_and_wait
 from daemon.topics import ensure_topics
 from graph import communities
 from graph.ner import SpacyNer
@@ -108,14 +108,7 @@ class Daemon:
         self.halt.set()
         if self.graph is not None:
             self.graph.stop.set()
-        pending = {t for t in self.tasks if not t.done()}
-        for _ in range(3):  # a lost cancellation is a race: cancelling again gets through
-            if not pending:
-                break
-            for task in pending:
-                task.cancel()
-            _, pending = await asyncio.wait(pending, timeout=5)
-        for task in pending:
+        for task in await cancel_and_wait(self.tasks, seconds=15):
             log.warning("daemon.task_stuck", task=task.get_name(), awaiting=await_chain(task))
         await asyncio.gather(*(t for t in self.tasks if t.done()), return_exceptions=True)
         if self.http is not None:

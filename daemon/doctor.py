@@ -5,7 +5,6 @@ and say in words what is wrong and how to fix it.
 from __future__ import annotations
 
 import asyncio
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -182,13 +181,11 @@ async def _check_leftover_generations(
     """Generations beside the active one and the one being built: kept by ``--keep-old``, kept
     by a reindex because the new generation lacks some of their docs, or left by a reindex
     that died after its switch. Not a fault, but memory an operator pays for."""
+    registry = GenerationRegistry(client, settings.index.name)
     async with translate_errors("doctor"):
-        names = [n.decode() if isinstance(n, bytes) else str(n) for n in await client.execute_command("FT._LIST")]
-        kept = await GenerationRegistry(client, settings.index.name).kept()
-    pattern = re.compile(re.escape(settings.index.name) + r"-g(\d+)")
-    left = sorted(
-        int(m.group(1)) for n in names if (m := pattern.fullmatch(n)) and int(m.group(1)) not in (active, building)
-    )
+        listed = await registry.listed()
+        kept = await registry.kept()
+    left = sorted(g for g in listed if g not in (active, building))
     if not left:
         return []
     if reindexing:  # a running reindex still reads (and then drops) its old generation

@@ -58,7 +58,7 @@ from memory.generations import GenerationRegistry, ReindexConflict, ReindexWould
 from memory.index import ChunkIndex, DocState, translate_errors
 from memory.ingest import Ingestor
 from memory.records import COMMUNITY_PREFIX, ChunkRecord
-from memory.schema import info_index_name, key_root, physical_name
+from memory.schema import generation_of, info_index_name, key_root
 
 log = structlog.get_logger()
 
@@ -649,29 +649,17 @@ async def drop_generation(settings: Settings, redis: Any, generation: int, *, fo
                 f"generation {generation} was kept by a reindex: {why}. Dropping it loses those docs; "
                 "pass --force to drop it anyway"
             )
-        alias = await _alias_target(redis, settings.index.name)
-        if alias == physical_name(settings.index.name, generation):
+        alias = await registry.alias_info()
+        if alias is not None and generation_of(settings.index.name, info_index_name(alias)) == generation:
             raise ReindexConflict(
                 f"generation {generation} is the active one: the alias {settings.index.name!r} points at it"
             )
         root = key_root(settings.index.name, generation)
-        listed = {x.decode() if isinstance(x, bytes) else str(x) for x in await redis.execute_command("FT._LIST")}
         keys = [k async for k in redis.scan_iter(match=root + "*", count=1000)]
-        if physical_name(settings.index.name, generation) not in listed and not keys:
+        if generation not in await registry.listed() and not keys:
             raise NotFound(f"index {settings.index.name!r} has no generation {generation}")
         await registry.forget(generation)
     index = ChunkIndex(client=redis, cfg=settings.index, dims=1, generation=generation)
     await index.drop()
     log.info("reindex.generation_dropped", index=settings.index.name, generation=generation, keys=len(keys))
     return len(keys)
-
-
-async def _alias_target(redis: Any, name: str) -> str | None:
-    """The index the search alias ``name`` points at, None if there is none."""
-    try:
-        info = await redis.ft(name).info()
-    except Exception as exc:
-        if "unknown index name" in str(exc).lower() or "no such index" in str(exc).lower():
-            return None
-        raise
-    return info_index_name(info) or None

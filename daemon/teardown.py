@@ -9,7 +9,7 @@ gets a deadline, and one that misses it is logged and left behind.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Collection
 from typing import Any
 
 import structlog
@@ -78,8 +78,25 @@ async def cancelled(what: str, task: asyncio.Task[None], seconds: float = CLOSE_
         if not task.cancelled():
             task.exception()  # retrieved: asyncio would otherwise log it as never retrieved
         return
-    task.cancel()
-    done, _ = await asyncio.wait({task}, timeout=seconds)
-    if not done:
-        task.add_done_callback(_retrieved)
+    if await cancel_and_wait([task], seconds=seconds):
         log.warning("teardown.timed_out", what=what, after_s=seconds, awaiting=await_chain(task))
+
+
+async def cancel_and_wait(
+    tasks: Collection[asyncio.Task[Any]], *, seconds: float = CLOSE_TIMEOUT_S, tries: int = 3
+) -> set[asyncio.Task[Any]]:
+    """Cancel tasks and wait up to ``seconds`` for them to end, cancelling again, ``tries``
+    times in all, those still running: a lost cancellation is a race (on Python 3.11,
+    asyncio.wait_for inside redis-py's command send returns normally when the send completes
+    as the cancellation arrives), so another one gets through. Returns the tasks still
+    running, left behind (what they raise once they end is retrieved)."""
+    pending = {t for t in tasks if not t.done()}
+    for _ in range(tries):
+        if not pending:
+            break
+        for task in pending:
+            task.cancel()
+        _, pending = await asyncio.wait(pending, timeout=seconds / tries)
+    for task in pending:
+        task.add_done_callback(_retrieved)
+    return pending

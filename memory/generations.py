@@ -24,11 +24,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio as aredis
+import redis.exceptions as rexc
 from pydantic import BaseModel, ConfigDict
 
 from memory.config import ChunkingConfig, IndexConfig
 from memory.errors import BackendUnavailable, MemdError
-from memory.schema import index_schema, physical_name
+from memory.schema import as_str, generation_of, index_schema, physical_name
 from memory.text import ANALYZER_VERSION
 
 
@@ -208,12 +209,12 @@ class GenerationRegistry:
         self.name = name
         self.key = registry_key(name)
 
+    async def _read(self, reader: Any = None) -> dict[str, str]:
+        return {as_str(k): as_str(v) for k, v in (await (reader or self._r).hgetall(self.key)).items()}
+
     async def state(self, reader: Any = None) -> GenerationState:
         """The registry as it is now, read through ``reader`` (e.g. a watching pipeline) or the client."""
-        raw = {
-            (k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
-            for k, v in (await (reader or self._r).hgetall(self.key)).items()
-        }
+        raw = await self._read(reader)
         active = int(raw.get("active", 0) or 0)
         spec_raw = raw.get(f"spec:{active}")
         return GenerationState(
@@ -308,13 +309,22 @@ class GenerationRegistry:
         return await self._notes("adopted:")
 
     async def _notes(self, prefix: str) -> dict[int, str]:
-        raw = await self._r.hgetall(self.key)
-        out: dict[int, str] = {}
-        for k, v in raw.items():
-            key = k.decode() if isinstance(k, bytes) else str(k)
-            if key.startswith(prefix):
-                out[int(key[len(prefix) :])] = v.decode() if isinstance(v, bytes) else str(v)
-        return out
+        return {int(k[len(prefix) :]): v for k, v in (await self._read()).items() if k.startswith(prefix)}
+
+    async def listed(self) -> set[int]:
+        """The generations of this name that have a search index in Redis."""
+        names = await self._r.execute_command("FT._LIST")  # type: ignore[no-untyped-call]
+        return {g for n in names if (g := generation_of(self.name, as_str(n))) is not None}
+
+    async def alias_info(self) -> Any:
+        """FT.INFO through the alias (describing the index it points at); None when there is
+        neither an alias nor an index of this name."""
+        try:
+            return await self._r.ft(self.name).info()  # type: ignore[no-untyped-call]
+        except rexc.ResponseError as exc:
+            if "unknown index name" in str(exc).lower() or "no such index" in str(exc).lower():
+                return None
+            raise
 
     async def release(self, owner: str) -> None:
         """Give the build slot up (a build aborted, or a reindex finished)."""

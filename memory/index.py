@@ -28,7 +28,16 @@ from memory.filters import hash_field, value_hash
 from memory.generations import GenerationRegistry, GenerationState, IndexMismatch, IndexSpec, index_spec
 from memory.identifiers import identifiers
 from memory.records import DEFAULT_TENANT, ApplyResult, ChunkRecord, StoredChunk
-from memory.schema import compare_schema, index_schema, info_attributes, info_index_name, key_root, physical_name
+from memory.schema import (
+    as_str,
+    compare_schema,
+    generation_of,
+    index_schema,
+    info_attributes,
+    info_index_name,
+    key_root,
+    physical_name,
+)
 from memory.text import index_terms
 
 log = structlog.get_logger()
@@ -161,25 +170,21 @@ def _record_mapping(rec: ChunkRecord, vector: np.ndarray, analysis: Analysis) ->
     return mapping
 
 
-def _to_str(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 def _stored(doc: Any, tag_keys: Sequence[str]) -> StoredChunk:
     raw_meta = getattr(doc, "metadata", "{}")
     try:
-        metadata = json.loads(_to_str(raw_meta))
+        metadata = json.loads(as_str(raw_meta))
     except ValueError:
         metadata = {}
     return StoredChunk(
-        chunk_id=_to_str(getattr(doc, "chunk_id", "")),
-        text=_to_str(getattr(doc, "text", "")),
-        doc_id=_to_str(getattr(doc, "doc_id", "")),
-        source=_to_str(getattr(doc, "source", "")),
-        kind=_to_str(getattr(doc, "kind", "")),
+        chunk_id=as_str(getattr(doc, "chunk_id", "")),
+        text=as_str(getattr(doc, "text", "")),
+        doc_id=as_str(getattr(doc, "doc_id", "")),
+        source=as_str(getattr(doc, "source", "")),
+        kind=as_str(getattr(doc, "kind", "")),
         metadata=metadata if isinstance(metadata, dict) else {},
-        tags={k: _to_str(getattr(doc, k)) for k in tag_keys if getattr(doc, k, None) is not None},
-        idents=tuple(_to_str(getattr(doc, "idents", "")).split()),
+        tags={k: as_str(getattr(doc, k)) for k in tag_keys if getattr(doc, k, None) is not None},
+        idents=tuple(as_str(getattr(doc, "idents", "")).split()),
     )
 
 
@@ -336,21 +341,17 @@ class ChunkIndex:
             IndexError_: the alias names an index that is not one of this name's generations,
                 or one whose schema these settings would not build.
         """
-        try:
-            info = await self._r.ft(self._cfg.name).info()  # type: ignore[no-untyped-call]
-        except rexc.ResponseError as exc:
-            if "unknown index name" in str(exc).lower() or "no such index" in str(exc).lower():
-                return False  # no alias, no index: a first start
-            raise
+        info = await self.registry.alias_info()
+        if info is None:
+            return False  # no alias, no index: a first start
         physical = info_index_name(info)
-        found = re.fullmatch(re.escape(self._cfg.name) + r"-g([0-9]+)", physical)
-        if found is None:
+        gen = generation_of(self._cfg.name, physical)
+        if gen is None:
             raise IndexError_(
                 f"a search index or alias {self._cfg.name!r} exists ({physical!r}) that is not one of this "
                 f"name's generations ({self._cfg.name}-g<N>): drop it (FT.DROPINDEX / FT.ALIASDEL) or "
                 "choose another AGENTMEM_INDEX__NAME"
             )
-        gen = int(found.group(1))
         expected = index_schema(self._cfg, dims=self._dims, generation=gen)
         problems = compare_schema(expected, info_attributes(info))
         if problems:
@@ -359,9 +360,7 @@ class ChunkIndex:
                 f"at {physical!r}, which these settings would not build ({'; '.join(problems)}): start with the "
                 "settings it was built with, or drop it to start empty"
             )
-        listed = [_to_str(x) for x in await self._r.execute_command("FT._LIST")]  # type: ignore[no-untyped-call]
-        pattern = re.compile(re.escape(self._cfg.name) + r"-g([0-9]+)")
-        seq = max([gen, *(int(m.group(1)) for x in listed if (m := pattern.fullmatch(x)))])
+        seq = max([gen, *await self.registry.listed()])
         why = (
             f"registry lost; adopted from the alias at {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}, "
             "spec assumed from the adopting process's settings"
@@ -485,7 +484,7 @@ class ChunkIndex:
                         stored_version = int(stored) if stored is not None else None
                         if version is not None and stored_version is not None and version <= stored_version:
                             return ApplyResult(doc_id, applied=False, stored_version=stored_version)
-                        old_ids = {_to_str(m) for m in await pipe.smembers(doc_key)}
+                        old_ids = {as_str(m) for m in await pipe.smembers(doc_key)}
                         new_ids = {c.chunk_id for c in chunks}
                         pipe.multi()  # type: ignore[no-untyped-call]
                         stale = [self._chunk_key(gen, tenant, c) for c in old_ids - new_ids]
@@ -528,7 +527,7 @@ class ChunkIndex:
         """The chunk ids currently stored for a doc."""
         gen = await self._generation()
         async with translate_errors("chunk listing"):
-            return {_to_str(m) for m in await self._r.smembers(self._doc_key(gen, tenant, doc_id))}
+            return {as_str(m) for m in await self._r.smembers(self._doc_key(gen, tenant, doc_id))}
 
     async def texts(self, chunk_ids: Sequence[str], tenant: str = DEFAULT_TENANT) -> dict[str, str]:
         """Stored text of each chunk that exists."""
@@ -537,7 +536,7 @@ class ChunkIndex:
             for cid in chunk_ids:
                 pipe.hget(self._chunk_key(gen, tenant, cid), "text")
             values = await pipe.execute()
-        return {c: _to_str(v) for c, v in zip(chunk_ids, values, strict=True) if v is not None}
+        return {c: as_str(v) for c, v in zip(chunk_ids, values, strict=True) if v is not None}
 
     async def count(self) -> int:
         """Number of indexed chunks."""
@@ -558,7 +557,7 @@ class ChunkIndex:
             for kind in ("doc", "ver"):
                 prefix = f"{root}{kind}:"
                 async for raw in self._r.scan_iter(match=prefix + "*", count=1000):
-                    tenant, _, doc_id = _to_str(raw)[len(prefix) :].partition(":")
+                    tenant, _, doc_id = as_str(raw)[len(prefix) :].partition(":")
                     entry = found.setdefault((tenant, doc_id), [None, False])
                     if kind == "doc":
                         entry[1] = True
@@ -615,14 +614,14 @@ class ChunkIndex:
                         # chunks and version are never copied from two different writes.
                         await pipe.watch(src_ver_key, src_doc, ver_key, doc_key)
                         src_ver = await pipe.get(src_ver_key)
-                        chunk_ids = sorted(_to_str(m) for m in await pipe.smembers(src_doc))
+                        chunk_ids = sorted(as_str(m) for m in await pipe.smembers(src_doc))
                         hashes = [await pipe.hgetall(self._chunk_key(source_generation, tenant, c)) for c in chunk_ids]
                         stored = await pipe.get(ver_key)
                         if src_ver is not None and stored is not None and int(stored) >= int(src_ver):
                             return False
                         if src_ver is None and await pipe.exists(doc_key):
                             return False  # unversioned: whatever the target holds is as new
-                        old_ids = {_to_str(m) for m in await pipe.smembers(doc_key)}
+                        old_ids = {as_str(m) for m in await pipe.smembers(doc_key)}
                         pipe.multi()  # type: ignore[no-untyped-call]
                         stale = [self._chunk_key(gen, tenant, c) for c in old_ids - set(chunk_ids)]
                         if stale:
@@ -674,14 +673,14 @@ class ChunkIndex:
                     ChunkRecord(
                         chunk_id=stored.chunk_id,
                         doc_id=stored.doc_id,
-                        position=int(_to_str(getattr(doc, "position", "0"))),
+                        position=int(as_str(getattr(doc, "position", "0"))),
                         text=stored.text,
                         kind="community",
                         source=stored.source,
                         tags=tags,
                         metadata=stored.metadata,
-                        version=int(float(_to_str(getattr(doc, "version", "0")))),
-                        timestamp=float(_to_str(getattr(doc, "timestamp", "0"))),
+                        version=int(float(as_str(getattr(doc, "version", "0")))),
+                        timestamp=float(as_str(getattr(doc, "timestamp", "0"))),
                         tenant=tenant,
                     )
                 )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from memory.config import IndexConfig
@@ -11,6 +12,18 @@ from memory.filters import TAG_SEPARATOR, hash_field
 def physical_name(name: str, generation: int) -> str:
     """The RediSearch index of one generation (the alias ``name`` points at the active one)."""
     return f"{name}-g{generation}"
+
+
+def generation_of(name: str, physical: str) -> int | None:
+    """The generation whose index ``physical`` is (``physical_name``'s inverse); None if it is
+    not one of ``name``'s."""
+    found = re.fullmatch(re.escape(name) + r"-g([0-9]+)", physical)
+    return int(found.group(1)) if found else None
+
+
+def as_str(value: Any) -> str:
+    """A Redis reply value as text (bytes decoded)."""
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def key_root(name: str, generation: int) -> str:
@@ -75,9 +88,9 @@ def info_attributes(info: Any) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for raw in _field(info, "attributes") or []:
         if isinstance(raw, dict):
-            d = {_text(k).lower(): _text(v) if isinstance(v, bytes) else v for k, v in raw.items()}
+            d = {as_str(k).lower(): as_str(v) if isinstance(v, bytes) else v for k, v in raw.items()}
         else:
-            items = [_text(x) if isinstance(x, bytes) else x for x in raw]
+            items = [as_str(x) if isinstance(x, bytes) else x for x in raw]
             d = {str(items[i]).lower(): items[i + 1] for i in range(0, len(items) - 1, 2)}
         name = str(d.get("attribute") or d.get("identifier"))
         out[name] = {"type": str(d.get("type", "")).lower(), "dim": d.get("dim")}
@@ -87,17 +100,13 @@ def info_attributes(info: Any) -> dict[str, dict[str, Any]]:
 def info_index_name(info: Any) -> str:
     """The physical index an FT.INFO reply describes (through an alias: the one it points at)."""
     got = _field(info, "index_name")
-    return _text(got) if got is not None else ""
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+    return as_str(got) if got is not None else ""
 
 
 def _field(info: Any, name: str) -> Any:
     if isinstance(info, dict):
         for k, v in info.items():
-            if _text(k) == name:
+            if as_str(k) == name:
                 return v
     return None
 

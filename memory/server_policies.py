@@ -7,6 +7,8 @@ from typing import Any
 
 import redis.exceptions as rexc
 
+from memory.schema import as_str
+
 #: The ``maxmemory-policy`` values that never evict our keys. Chunks, versions, the graph and
 #: the generation registry have no TTL, so ``volatile-*`` leaves them alone, but it may evict
 #: a summary claim or the recompute lock before its time (two workers on one community).
@@ -14,10 +16,6 @@ SAFE_EVICTION = frozenset({"noeviction"})
 
 TIMEOUT_FIX = "load the search module with ON_TIMEOUT FAIL (Redis 8: CONFIG SET search-on-timeout fail)"
 EVICTION_FIX = "CONFIG SET maxmemory-policy noeviction (then a full Redis refuses writes, which are retried)"
-
-
-def _str(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 async def _config(client: Any, commands: list[tuple[tuple[str, ...], str]]) -> str | None:
@@ -33,8 +31,8 @@ async def _config(client: Any, commands: list[tuple[tuple[str, ...], str]]) -> s
             flat = [x for p in reply or () for x in (p if isinstance(p, list | tuple) else [p])]
             pairs = list(zip(flat[::2], flat[1::2], strict=False))
         for key, value in pairs:
-            if _str(key).lower() == name.lower() and value is not None:
-                return _str(value).lower()
+            if as_str(key).lower() == name.lower() and value is not None:
+                return as_str(value).lower()
     return None
 
 
