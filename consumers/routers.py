@@ -70,6 +70,11 @@ def scope_of(raw: bytes | None) -> str:
     return scope if scope in {"chunks", "communities", "all"} else "invalid"
 
 
+def _stamp(record: ConsumerRecord[Any, Any]) -> int:
+    # With the position, tells a record from another one a lost log put at the same offset.
+    return int(getattr(record, "timestamp", 0) or 0)
+
+
 def _records(raw: Any) -> tuple[ConsumerRecord[Any, Any], ...]:
     return raw if isinstance(raw, tuple) else (raw,)
 
@@ -133,16 +138,19 @@ def build_router(
             max_content_bytes=max_content_bytes,
             tenant_of=lambda topic: tenant_from_topic(topic, base, cfg.tenancy),
         )
-        for record in dead:
-            await publish_dead(record)
         raw = {(r.topic, r.partition, r.offset): r for r in records}
+        # Applied first, dead-lettered after: a batch that fails (an outage, a poison event
+        # short of its attempts) is redelivered whole, and must not have published anything yet.
         report = await apply_isolated(good, raw)
+        for record in dead:
+            await publish_dead(record, _stamp(raw[(record.topic, record.partition, record.offset)]))
         # By the item itself: a batch may hold the same doc_id in two tenants (topic
         # tenancy) or in several versions, and the DLQ must get the record that failed.
         by_item: dict[int, Decoded] = {id(g.item): g for g in good}
         for item, exc in report.failed:
             d = by_item[id(item)]
-            await publish_dead(dead_letter(raw[(d.topic, d.partition, d.offset)], str(exc), exc.code))
+            r = raw[(d.topic, d.partition, d.offset)]
+            await publish_dead(dead_letter(r, str(exc), exc.code), _stamp(r))
 
     async def apply_isolated(good: Sequence[Decoded], raw: dict[tuple[str, int, int], Any]) -> IngestReport:
         # The batch is applied whole; only if it fails for an unexpected reason (a bug, not
@@ -175,18 +183,26 @@ def build_router(
     async def poison(g: Decoded, raw: dict[tuple[str, int, int], Any], exc: Exception) -> None:
         EVENTS_FAILED.labels(g.topic).inc()
         record = raw[(g.topic, g.partition, g.offset)]
-        stamp = int(getattr(record, "timestamp", 0) or 0)
+        stamp = _stamp(record)
         attempts = await attempts_counter.incr(g.topic, g.partition, g.offset, stamp)
         if attempts < max_attempts:
             log.warning(
                 "ingest.event_failed", doc_id=g.item.doc_id, offset=g.offset, attempts=attempts, error=repr(exc)
             )
             raise exc  # not committed: redelivered, and the events before it are idempotent
+        # The count is kept (it expires): if another event of this batch fails short of its
+        # attempts, the batch comes back, and this one must go straight past, not start over.
         reason = f"handling failed {attempts} times: {type(exc).__name__}: {exc}"
-        await publish_dead(dead_letter(record, reason, "poison", attempts=attempts))
-        await attempts_counter.forget(g.topic, g.partition, g.offset, stamp)
+        await publish_dead(dead_letter(record, reason, "poison", attempts=attempts), stamp)
 
-    async def publish_dead(record: DlqRecord) -> None:
+    async def publish_dead(record: DlqRecord, stamp: int) -> None:
+        position = (record.topic, record.partition, record.offset, stamp)
+        if await attempts_counter.dead_lettered(*position):
+            # A redelivered batch: this record's dead letter is already in the DLQ.
+            log.info(
+                "ingest.already_dead_lettered", topic=record.topic, partition=record.partition, offset=record.offset
+            )
+            return
         EVENTS_DEAD_LETTERED.labels(record.topic, record.error_code).inc()
         log.warning(
             "ingest.event_dead_lettered",
@@ -209,6 +225,7 @@ def build_router(
                 error=f"{type(exc).__name__}: {exc}",
             )
             raise
+        await attempts_counter.mark_dead_lettered(*position)
 
     def source(base: str) -> tuple[str, ...]:
         return (base,) if cfg.tenancy == "single" else ()

@@ -1,4 +1,4 @@
-"""Delivery attempts counted in a real Redis, per record (position and timestamp)."""
+"""Delivery attempts and dead-letter marks kept in a real Redis, per record (position and timestamp)."""
 
 from __future__ import annotations
 
@@ -22,8 +22,12 @@ async def test_a_new_record_at_a_reused_offset_starts_its_own_count(redis_url: s
         assert await counter.incr("docs", 0, 0, 1_700_000_000_000) == 2  # redelivered: same record
         # the log is lost; a different record now sits at offset 0
         assert await counter.incr("docs", 0, 0, 1_700_000_500_000) == 1
-        await counter.forget("docs", 0, 0, 1_700_000_500_000)
-        assert await counter.incr("docs", 0, 0, 1_700_000_500_000) == 1  # settled, then counted anew
         assert await counter.incr("docs", 0, 0, 1_700_000_000_000) == 3  # the old one's count is its own
+        # dead-letter marks are per record too
+        assert not await counter.dead_lettered("docs", 0, 0, 1_700_000_000_000)
+        await counter.mark_dead_lettered("docs", 0, 0, 1_700_000_000_000)
+        assert await counter.dead_lettered("docs", 0, 0, 1_700_000_000_000)
+        assert not await counter.dead_lettered("docs", 0, 0, 1_700_000_500_000)
+        assert not await counter.dead_lettered("docs", 0, 1, 1_700_000_000_000)
     finally:
         await client.aclose()

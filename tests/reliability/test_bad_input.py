@@ -13,6 +13,7 @@ import pytest
 
 from daemon.app import Daemon
 from memory.config import IngestConfig
+from memory.errors import BackendUnavailable
 from tests.conftest import unique
 from tests.helpers import PlainClient, daemon_and_client, eventually, isolated_settings, read_dlq
 
@@ -239,5 +240,33 @@ async def test_poison_event_is_dead_lettered_after_max_attempts(env) -> None:
         assert await _has(daemon, "poison/before.md") and not await _has(daemon, "poison/pill.md")
         dead = [d for d in await read_dlq(client, len(EVENT_CASES) + 1) if d["error_code"] == "poison"]
         assert len(dead) == 1 and dead[0]["attempts"] == 2 and "boom: unexpected bug" in dead[0]["reason"]
+    finally:
+        daemon.ingestor.apply = original  # type: ignore[method-assign]
+
+
+async def test_a_redelivered_batch_does_not_dead_letter_twice(env) -> None:
+    """A batch that fails for an outage is redelivered whole: its bad event reaches the DLQ
+    once, not once per delivery, and the good event behind it is applied."""
+    daemon, client = env
+    original = daemon.ingestor.apply
+    calls = 0
+
+    async def flaky(items):  # Redis "down" for the first two deliveries
+        nonlocal calls
+        calls += 1
+        if calls <= 2:
+            raise BackendUnavailable("redis unreachable (test)")
+        return await original(items)
+
+    mark = uuid.uuid4().hex
+    daemon.ingestor.apply = flaky  # type: ignore[method-assign]
+    try:
+        key = f"redelivered-{mark}"
+        await client.send(client.topics.documents, f"{{broken {mark}".encode(), key=key)
+        await client.send(client.topics.documents, json.loads(doc(doc_id=f"redelivered/{mark}.md")), key=key)
+        await eventually(lambda: _has(daemon, f"redelivered/{mark}.md"), timeout=60, what="the good event")
+        assert calls > 2
+        dead = [d for d in await read_dlq(client, 10**6, timeout=5) if mark in (d.get("original_text") or "")]
+        assert len(dead) == 1 and "Invalid JSON" in dead[0]["reason"], dead
     finally:
         daemon.ingestor.apply = original  # type: ignore[method-assign]
