@@ -21,7 +21,7 @@ from daemon.connections import kafka_options, redis_client
 from daemon.http import build_app, readiness_checks, start_http
 from daemon.settings import Settings
 from daemon.status import Sampler, StatusState
-from daemon.teardown import await_chain, cancel_and_wait
+from daemon.teardown import CLOSE_TIMEOUT_S, await_chain, bounded, cancel_and_wait
 from daemon.topics import ensure_topics
 from graph import communities
 from graph.ner import SpacyNer
@@ -99,12 +99,12 @@ class Daemon:
         self.status.ready = False  # /readyz fails from the start of a drain, not after it
         log.info("daemon.shutdown_started")
         self.ingestor.stopping.set()
-        await self.broker.stop()
+        # FastStream gives in-flight handlers shutdown_timeout_s; the consumers' and the
+        # producer's own closes (a final commit, a leave-group) get CLOSE_TIMEOUT_S beyond
+        # that, so a broker gone silent cannot hold the shutdown.
+        await bounded("kafka broker", self.broker.stop(), seconds=self.settings.shutdown_timeout_s + CLOSE_TIMEOUT_S)
         if self.partition_counts is not None:
-            try:
-                await self.partition_counts.close()
-            except Exception as exc:  # the rest must still be closed
-                log.warning("daemon.close_failed", part="partition_counts", error=str(exc))
+            await bounded("partition counts", self.partition_counts.close())
         self.halt.set()
         if self.graph is not None:
             self.graph.stop.set()
@@ -112,8 +112,8 @@ class Daemon:
             log.warning("daemon.task_stuck", task=task.get_name(), awaiting=await_chain(task))
         await asyncio.gather(*(t for t in self.tasks if t.done()), return_exceptions=True)
         if self.http is not None:
-            await self.http.cleanup()
-        await self.redis.aclose()
+            await bounded("http server", self.http.cleanup())
+        await bounded("redis", self.redis.aclose())
         self.embedder.close()
         log.info("daemon.shutdown_finished")
 

@@ -370,7 +370,9 @@ def test_embedded_servers_refuse_a_port_already_in_use(tmp_path: Path) -> None:
             start_tansu(f"127.0.0.1:{port}", log_dir=tmp_path)
 
 
-async def test_readyz_fails_when_consumers_leave_their_groups_and_when_draining(env: Env) -> None:
+async def test_readyz_fails_when_consumers_leave_their_groups_and_when_draining(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A consumer whose partitions were revoked (a rebalance, a lost group, a stop) takes
     nothing: /readyz says which, until it is assigned again; a daemon that starts its drain
     is not ready at once, and its drain ends even when background loops lose their
@@ -401,6 +403,20 @@ async def test_readyz_fails_when_consumers_leave_their_groups_and_when_draining(
 
     env.daemon.spawn(loses_one_cancel(), "loses-one-cancel")
     env.daemon.spawn(loses_every_cancel(), "loses-every-cancel")
+    # And a broker whose close never returns once its consumers are stopped (a final
+    # commit or leave-group to a broker gone silent): bounded by the drain's time plus one
+    # close's (1 s each here).
+    real_stop = env.daemon.broker.stop
+
+    async def stop_then_hang() -> None:
+        await real_stop()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(3600)
+        await asyncio.sleep(3600)
+
+    env.daemon.broker.stop = stop_then_hang  # type: ignore[method-assign]
+    env.daemon.settings = env.daemon.settings.model_copy(update={"shutdown_timeout_s": 1.0})
+    monkeypatch.setattr("daemon.app.CLOSE_TIMEOUT_S", 1.0)
     # The drain's first step, before anything is awaited (the HTTP server itself goes
     # within milliseconds, so the flag /readyz reads is what is checked).
     assert env.daemon.status.ready
@@ -411,5 +427,6 @@ async def test_readyz_fails_when_consumers_leave_their_groups_and_when_draining(
         await stopping
     stuck = [e["task"] for e in logs if e["event"] == "daemon.task_stuck"]
     assert stuck == ["loses-every-cancel"], logs
+    assert [e["what"] for e in logs if e["event"] == "teardown.timed_out"] == ["kafka broker"], logs
     assert any(e["event"] == "daemon.shutdown_finished" for e in logs)
     released.set()
