@@ -20,14 +20,28 @@ from memory.retrieval import SearchHit, SearchOutcome, SearchSpec
 log = structlog.get_logger()
 
 
-def guess_query_id(raw: bytes | None) -> str | None:
-    """The query_id of a request that failed validation, when one can be read at all."""
+def _peek(raw: bytes | None) -> dict[str, Any] | None:
+    """A request's top-level fields, read leniently (for one that may not validate); None if
+    it is no JSON object. Never raises: nesting deep enough for a RecursionError is as
+    unreadable as bad JSON."""
     try:
         data: Any = json.loads(raw or b"")
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
-    qid = data.get("query_id") if isinstance(data, dict) else None
+    return data if isinstance(data, dict) else None
+
+
+def guess_query_id(raw: bytes | None) -> str | None:
+    """The query_id of a request that failed validation, when one can be read at all."""
+    qid = (_peek(raw) or {}).get("query_id")
     return qid if isinstance(qid, str) and 0 < len(qid) <= 256 else None
+
+
+def scope_of(raw: bytes | None) -> str:
+    """The scope label of a request, for metrics (invalid requests count as 'invalid')."""
+    data = _peek(raw)
+    scope = "invalid" if data is None else data.get("scope", "chunks")
+    return scope if isinstance(scope, str) and scope in {"chunks", "communities", "all"} else "invalid"
 
 
 def parse_request(raw: bytes | None) -> QueryRequest:

@@ -6,7 +6,6 @@ like ``KafkaBroker`` may mean something else.
 """
 
 import dataclasses
-import json
 import time
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import Any
@@ -20,7 +19,7 @@ from faststream.kafka import KafkaRouter
 from consumers.config import ConsumerConfig, Topics
 from consumers.decoding import Decoded, dead_letter, decode_records, dlq_body, tenant_from_topic
 from consumers.models import DlqRecord, ErrorBody, ErrorReply, QueryReply
-from consumers.queries import answer, guess_query_id
+from consumers.queries import answer, guess_query_id, scope_of
 from consumers.replies import (
     PartitionCounts,
     UnknownReplyTopic,
@@ -59,15 +58,6 @@ async def _message_as_body(msg: Any) -> Any:
     # with a thread-pool hop per message, which under 16 askers cost ~9% of the event
     # loop's samples, contending for the GIL with the embedding thread.
     return msg
-
-
-def scope_of(raw: bytes | None) -> str:
-    """The scope label of a request, for metrics (invalid requests count as 'invalid')."""
-    try:
-        scope = json.loads(raw or b"").get("scope", "chunks")
-    except (ValueError, AttributeError):
-        return "invalid"
-    return scope if scope in {"chunks", "communities", "all"} else "invalid"
 
 
 def _stamp(record: ConsumerRecord[Any, Any]) -> int:
@@ -308,14 +298,23 @@ def build_router(
             reply = ErrorReply(query_id=guess_query_id(record.value), error=ErrorBody(code=exc.code, message=str(exc)))
             if isinstance(exc, UnknownReplyTopic):
                 target = default_target
+        except Exception as exc:  # a bug: the asker still hears back, on the default topic
+            log.exception("query.reply_route_crashed")
+            reply = ErrorReply(
+                query_id=guess_query_id(record.value),
+                error=ErrorBody(code="internal", message=f"internal error: {type(exc).__name__}"),
+            )
+            target, partition = default_target, None
         else:
             reply = await answer(record.value, search, tenant)
-        outcome = "error" if isinstance(reply, ErrorReply) else "ok"
-        QUERY_SECONDS.labels(scope_of(record.value), outcome).observe(time.monotonic() - t0)
-        on_query_done(time.monotonic() - t0, outcome)
+        elapsed = time.monotonic() - t0
         try:
             await publish_reply(reply.model_dump(mode="json"), target, message.correlation_id, partition)
         except Exception as exc:  # KafkaError, or aiokafka's own check of the partition
             log.error("query.reply_failed", topic=target, partition=partition, error=f"{type(exc).__name__}: {exc}")
+        # After the reply: whatever the accounting does, the asker has its answer.
+        outcome = "error" if isinstance(reply, ErrorReply) else "ok"
+        QUERY_SECONDS.labels(scope_of(record.value), outcome).observe(elapsed)
+        on_query_done(elapsed, outcome)
 
     return router

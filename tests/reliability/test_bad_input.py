@@ -109,6 +109,8 @@ QUERY_CASES: list[tuple[str, bytes, str]] = [
         "at least one",
     ),
     ("unknown scope", b'{"query_id": "q", "search_text": "x", "scope": "everything"}', "scope"),
+    ("scope as a list", b'{"query_id": "q", "search_text": "x", "scope": ["chunks"]}', "scope"),
+    ("deeply nested json", b'{"query_id": "q", "search_text": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "recursion"),
     ("missing query_id", b'{"search_text": "x"}', "query_id"),
     ("unknown field", b'{"query_id": "q", "search_text": "x", "filters": {}}', "filters"),
 ]

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from consumers.decoding import dead_letter, decode_records, dlq_body
-from consumers.queries import guess_query_id, parse_request
+from consumers.queries import guess_query_id, parse_request, scope_of
 from memory.errors import InvalidRequest
 from memory.filters import BASE_FILTER_KEYS
 
@@ -138,6 +138,18 @@ def test_guess_query_id() -> None:
     assert guess_query_id(b'{"query_id": "q9", "top_k": "x"}') == "q9"
     assert guess_query_id(b"{") is None
     assert guess_query_id(b'{"query_id": 5}') is None
+    # nesting deep enough for a RecursionError is as unreadable as bad JSON
+    assert guess_query_id(b'{"query_id": "q", "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}") is None
+
+
+def test_scope_label_never_raises() -> None:
+    """The metrics label of any request body: its scope, or 'invalid'."""
+    assert scope_of(b'{"scope": "all"}') == "all"
+    assert scope_of(b"{}") == "chunks"
+    assert scope_of(b'{"scope": ["chunks"]}') == "invalid"  # unhashable: once a crash with no reply
+    assert scope_of(b'{"scope": {"a": 1}}') == "invalid"
+    assert scope_of(b"[" * 100_000 + b"]" * 100_000) == "invalid"
+    assert scope_of(b"\xff") == "invalid"
 
 
 def transcript(agent_id: str, session_id: str) -> bytes:
