@@ -15,7 +15,7 @@ from memory.activity import IngestActivity
 from memory.chunking import chunk_id, chunk_spans
 from memory.config import ChunkingConfig, IngestConfig
 from memory.embedder import Embedder, InputCrashesWorker, WorkerCrashed
-from memory.errors import BackendUnavailable, MemdError
+from memory.errors import BackendUnavailable, InvalidEvent, MemdError
 from memory.index import Analysis, ChunkIndex, analyze
 from memory.records import ApplyResult, ChunkRecord, MemoryItem
 
@@ -289,13 +289,19 @@ class Ingestor:
                     log.info(
                         "ingest.doc_applied", doc_id=item.doc_id, op=item.op, version=item.version, chunks=result.chunks
                     )
-                    if hook is not None:
-                        await self._retrying("change hook", lambda item=item, ready=ready: hook.apply(item, ready))  # type: ignore[misc]
                 else:
                     report.skipped.append(result)
                     log.info(
                         "ingest.stale_skipped", doc_id=item.doc_id, version=item.version, stored=result.stored_version
                     )
+                # This very version found already stored is a write whose success went
+                # unseen (a reply lost to a timeout, then retried; another daemon that
+                # wrote it and died before its hook): its graph work may never have run,
+                # so it is handed on too. The hook's own version check makes that a no-op
+                # when it did.
+                same = item.version is not None and result.stored_version == item.version
+                if hook is not None and (result.applied or same):
+                    await self._retrying("change hook", lambda item=item, ready=ready: hook.apply(item, ready))  # type: ignore[misc]
         finally:
             # On the way out with an error: no write of this group keeps running unobserved.
             for w in writes:
@@ -373,6 +379,17 @@ class Ingestor:
                 await self._retrying("change hook", lambda item=item, ready=ready: hook.apply(item, ready))  # type: ignore[misc]
 
         per_item = await self._chunk_all(live)
+        # Content with no token at all (only format or control characters: a zero-width
+        # space, a BOM, NULs) chunks to nothing, and writing nothing would delete the doc
+        # as if the upsert were a delete. It is the input's fault: dead-lettered, and the
+        # doc's next item of the batch, if any, goes in its place.
+        empty = {i for i, (item, c) in enumerate(zip(live, per_item, strict=True)) if item.op == "upsert" and not c}
+        for i in sorted(empty):
+            report.failed.append(
+                (live[i], InvalidEvent("content has no tokens (only whitespace or control characters)"))
+            )
+        live = [item for i, item in enumerate(live) if i not in empty]
+        per_item = [c for i, c in enumerate(per_item) if i not in empty]
 
         writing: asyncio.Task[None] | None = None
         todo_groups = [

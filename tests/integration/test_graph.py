@@ -22,6 +22,7 @@ from graph.search import ScopedSearch
 from graph.service import GraphService
 from graph.store import Contribution, GraphStore
 from memory.config import ChunkingConfig, IndexConfig, IngestConfig, RetrievalConfig
+from memory.errors import BackendUnavailable
 from memory.index import ChunkIndex
 from memory.ingest import Ingestor
 from memory.records import MemoryItem
@@ -273,6 +274,30 @@ async def test_ner_alone_finds_what_it_found_with_the_tagger(ner: SpacyNer) -> N
         for name in tagger:
             ner._nlp.disable_pipe(name)
     assert alone == tagged and any(alone)
+
+
+async def test_a_write_whose_reply_was_lost_still_reaches_the_graph(
+    redis_url: str, embedder: Any, ner: SpacyNer
+) -> None:
+    """The chunk write succeeds in Redis but its reply is lost (a timeout, a reset): the retry
+    finds this very version stored and skips the write, and the doc's graph work must still run."""
+    s = await make_stack(redis_url, embedder, ner, unique("lost-reply"))
+    real_apply = s.index.apply
+    lost: list[str] = []
+
+    async def reply_lost_once(doc_id: str, *args: Any, **kwargs: Any) -> Any:
+        result = await real_apply(doc_id, *args, **kwargs)
+        if not lost:
+            lost.append(doc_id)
+            raise BackendUnavailable("redis unavailable during chunk write: connection reset (test)")
+        return result
+
+    s.index.apply = reply_lost_once  # type: ignore[method-assign]
+    doc_id = "runbooks/billing-504.md"
+    await s.put(doc_id, CORPUS[doc_id])
+    assert lost == [doc_id] and await s.index.chunk_ids(doc_id)
+    assert await s.store._r.get(s.store._k(f"contrib:{doc_id}")) is not None
+    assert doc_id in await s.store.entity_docs("err_conn_reset_4f2a")
 
 
 async def test_delete_everything_then_reingest_gives_the_same_communities(stack: Stack) -> None:

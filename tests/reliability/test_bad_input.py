@@ -60,6 +60,7 @@ EVENT_CASES: list[tuple[str, str, bytes, list[tuple[str, bytes]], str]] = [
     ("empty content", "documents", doc(content=""), [], "content is empty"),
     ("blank content", "documents", doc(content=" \n\t "), [], "content is empty"),
     ("upsert without content", "documents", doc(content=...), [], "needs content"),
+    ("content without a token", "documents", doc(content="\u200b\ufeff\u200b"), [], "no tokens"),
     ("content is a number", "documents", doc(content=42), [], "content"),
     ("content over the limit", "documents", doc(content="x" * (LIMIT + 10)), [], f"larger than {LIMIT}"),
     ("nested metadata", "documents", doc(metadata={"a": {"b": 1}}), [], "metadata"),
@@ -127,9 +128,9 @@ async def env(kafka_bootstrap: str, redis_url: str) -> AsyncIterator[tuple[Daemo
 
 
 async def test_every_bad_event_is_dead_lettered_and_the_partition_flows(env) -> None:
-    """30 bad events on one key (one partition): each is dead-lettered with its reason; the next good event applies."""
+    """31 bad events on one key (one partition): each is dead-lettered with its reason; the next good event applies."""
     daemon, client = env
-    assert len(EVENT_CASES) >= 30
+    assert len(EVENT_CASES) >= 31
     for _name, kind, raw, headers, _ in EVENT_CASES:
         topic = client.topics.documents if kind == "documents" else client.topics.transcripts
         await client.producer.send_and_wait(topic, raw, key=b"same-key", headers=headers)
