@@ -13,6 +13,13 @@ from memory.errors import MemdError
 
 log = structlog.get_logger()
 
+#: NER reads at most this much of a chunk. A chunk is a few KB of tokens, but MiniLM's
+#: tokenizer makes any word over 100 characters one [UNK] token, so a chunk holding one huge
+#: unbroken string (base64, a data URI) can be megabytes: spaCy refuses texts over its
+#: max_length (E088, 1,000,000 characters), which failed the whole doc, and its parser needs
+#: about 1 GB per 100,000 characters. Identifier extraction still reads the whole text.
+NER_MAX_CHARS = 100_000
+
 
 class NerUnavailable(MemdError):
     """The configured spaCy pipeline is not installed."""
@@ -86,7 +93,8 @@ class SpacyNer:
         return cls(nlp)
 
     def _run(self, texts: Sequence[str]) -> list[list[tuple[str, str]]]:
-        return [[(e.text, e.label_) for e in doc.ents] for doc in self._nlp.pipe(texts, batch_size=32)]
+        capped = (t[:NER_MAX_CHARS] for t in texts)
+        return [[(e.text, e.label_) for e in doc.ents] for doc in self._nlp.pipe(capped, batch_size=32)]
 
     async def entities(self, texts: Sequence[str]) -> list[list[tuple[str, str]]]:
         """``(text, label)`` of each text's named entities."""

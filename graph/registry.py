@@ -115,20 +115,32 @@ class GraphRegistry:
             await asyncio.wait_for(self.stop.wait(), timeout=seconds)
 
     async def _each(self, what: str, fn: Callable[[GraphService], Awaitable[object]]) -> int:
+        # Each tenant on its own: one whose graph keeps failing (a bug its data triggers)
+        # must not stop the work of the tenants after it.
         done = 0
+        crashed = False
         try:
-            for tenant in await self.tenants():
-                if self.stop.is_set():
-                    break
-                result = await fn(self.service(tenant))
-                done += result if isinstance(result, int) else 0
+            tenants = await self.tenants()
         except MemdError as exc:
             log.warning("graph.loop_paused", loop=what, error=str(exc))
-        except Exception as exc:
-            # A bug or a broken install (cdlib failing to import) must not end the loop
-            # silently: the task would be gone and communities never recomputed again.
-            # Logged with its traceback; the loop carries on after a pause.
-            log.exception("graph.loop_failed", loop=what, error=f"{type(exc).__name__}: {exc}")
+            return 0
+        for tenant in tenants:
+            if self.stop.is_set():
+                break
+            try:
+                result = await fn(self.service(tenant))
+            except MemdError as exc:
+                log.warning("graph.loop_paused", loop=what, tenant=tenant, error=str(exc))
+                continue
+            except Exception as exc:
+                # A bug or a broken install (cdlib failing to import) must not end the loop
+                # silently: the task would be gone and communities never recomputed again.
+                # Logged with its traceback; the loop carries on after a pause.
+                log.exception("graph.loop_failed", loop=what, tenant=tenant, error=f"{type(exc).__name__}: {exc}")
+                crashed = True
+                continue
+            done += result if isinstance(result, int) else 0
+        if crashed:
             await self._sleep(_ERROR_PAUSE_S)
         return done
 

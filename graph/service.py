@@ -25,7 +25,7 @@ from memory.chunking import chunk_position
 from memory.embedder import Embedder
 from memory.errors import MemdError
 from memory.index import ChunkIndex
-from memory.metrics import LLM_TOKENS, SUMMARIES_FAILED, SUMMARIES_WRITTEN
+from memory.metrics import LLM_EXTRACTION_SKIPPED, LLM_TOKENS, SUMMARIES_FAILED, SUMMARIES_WRITTEN
 from memory.records import COMMUNITY_PREFIX, ChunkRecord, MemoryItem
 
 log = structlog.get_logger()
@@ -84,11 +84,28 @@ class GraphService:
     # -- extraction and change ---------------------------------------------------------
 
     async def _llm_entities(self, texts: Sequence[str]) -> list[list[tuple[str, str]]]:
-        out = []
+        out: list[list[tuple[str, str]]] = []
         for text in texts:
-            res = await complete(
-                self._cfg.llm_model, EXTRACT_SYSTEM, text, timeout_s=self._cfg.llm_timeout_s, mock_response=self._mock
-            )
+            try:
+                res = await complete(
+                    self._cfg.llm_model,
+                    EXTRACT_SYSTEM,
+                    text,
+                    timeout_s=self._cfg.llm_timeout_s,
+                    mock_response=self._mock,
+                )
+            except MemdError as exc:
+                # A refusal, a bad key, a rate limit or an unreachable model: raised, it
+                # redelivered the batch at once and without end (no attempt counts, nothing
+                # dead-lettered), re-embedding it and calling the model again each time, and
+                # a refusal tied to the input held the partition for good. Ingestion does not
+                # wait on the LLM: this batch's chunks keep their identifier and NER entities,
+                # and the rest of the batch does not call the model again.
+                log.warning(
+                    "graph.llm_extraction_skipped", chunks=len(texts) - len(out), error=f"{type(exc).__name__}: {exc}"
+                )
+                LLM_EXTRACTION_SKIPPED.inc(len(texts) - len(out))
+                return out + [[] for _ in range(len(texts) - len(out))]
             self.llm_tokens += res.prompt_tokens + res.completion_tokens
             LLM_TOKENS.labels("extraction").inc(res.prompt_tokens + res.completion_tokens)
             try:

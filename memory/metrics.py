@@ -45,3 +45,8 @@ STALE_OLDEST = Gauge(
 SUMMARIES_WRITTEN = Counter("agentmemd_summaries_written_total", "Community summaries written.", registry=REGISTRY)
 SUMMARIES_FAILED = Counter("agentmemd_summaries_failed_total", "Community summaries that failed.", registry=REGISTRY)
 LLM_TOKENS = Counter("agentmemd_llm_tokens_total", "Tokens spent on LLM calls.", ["purpose"], registry=REGISTRY)
+LLM_EXTRACTION_SKIPPED = Counter(
+    "agentmemd_llm_extraction_skipped_total",
+    "Chunks whose LLM entity extraction failed (they keep identifier and NER entities).",
+    registry=REGISTRY,
+)

@@ -300,6 +300,18 @@ async def test_a_write_whose_reply_was_lost_still_reaches_the_graph(
     assert doc_id in await s.store.entity_docs("err_conn_reset_4f2a")
 
 
+async def test_a_doc_with_a_megabyte_unbroken_string_is_indexed_and_extracted(
+    redis_url: str, embedder: Any, ner: SpacyNer
+) -> None:
+    """A data URI of 1.2 MB is one [UNK] token to the model, so one chunk of over a million
+    characters: more than spaCy takes (E088), which failed the whole doc before."""
+    s = await make_stack(redis_url, embedder, ner, unique("huge-word"))
+    blob = "data:image/png;base64," + "QUJD" * 300_000
+    await s.put("notes/screenshot.md", f"ERR_SCREENSHOT_TOO_BIG_5B raised for this upload: {blob} (Microsoft Edge)")
+    assert await s.index.chunk_ids("notes/screenshot.md")
+    assert "notes/screenshot.md" in await s.store.entity_docs("err_screenshot_too_big_5b")
+
+
 async def test_delete_everything_then_reingest_gives_the_same_communities(stack: Stack) -> None:
     """Deleting every doc empties the graph; re-ingesting brings back the same communities and ids."""
     await stack.graph.recompute(force=True)
@@ -387,6 +399,21 @@ async def test_litellm_path_with_mock_response(
     summary = await s.store.summary(cid)
     assert summary is not None and summary["model"] == "gpt-4o-mini"
     assert summary["text"] == "Auth sessions expire early when session-cache evicts; raise token_ttl."
+
+
+@pytest.mark.parametrize("failure", ["litellm.RateLimitError", "litellm.InternalServerError"])
+async def test_llm_extraction_failures_never_hold_ingestion(
+    redis_url: str, embedder: Any, ner: SpacyNer, failure: str
+) -> None:
+    """With LLM extraction on, a model that fails (rate limit, server error) does not fail the
+    doc: its chunks are indexed with their identifier and NER entities."""
+    s = await make_stack(
+        redis_url, embedder, ner, unique("llm-extract"), llm_model="gpt-4o-mini", llm_extraction=True, mock=failure
+    )
+    doc_id = "runbooks/auth-sessions.md"
+    await s.put(doc_id, CORPUS[doc_id])
+    assert await s.index.chunk_ids(doc_id)
+    assert doc_id in await s.store.entity_docs("err_session_expired_77")
 
 
 async def test_stale_cli_reports_the_queue(stack: Stack, redis_url: str) -> None:

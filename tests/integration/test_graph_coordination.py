@@ -292,6 +292,44 @@ async def test_a_background_loop_logs_an_unexpected_error_and_carries_on(
         await d.client.aclose()
 
 
+async def test_a_tenant_whose_recompute_fails_does_not_stop_the_others(
+    redis_url: str, embedder: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Tenant "a" (sorted first) crashes every recompute: tenant "b" is still recomputed."""
+    name = unique("tenant-error")
+    d = await make(redis_url, embedder, name)
+    reg = GraphRegistry(
+        client=d.client,
+        name=name,
+        index=d.index,
+        embedder=None,
+        ner=None,
+        cfg=GraphConfig(drift_threshold=1, recompute_min_interval_s=0, recompute_check_s=0.05),
+    )
+    for tenant in ("a", "b"):
+        await d.client.sadd(f"{name}:tenants", tenant)
+        await reg.service(tenant).store.apply("doc1", 1, contrib("doc1#0", "alpha-svc", "beta-svc"))
+
+    async def broken(*_args: Any, **_kwargs: Any) -> Any:
+        raise RuntimeError("a bug tenant a's data triggers")
+
+    monkeypatch.setattr(reg.service("a"), "recompute", broken)
+    monkeypatch.setattr("graph.registry._ERROR_PAUSE_S", 0.05)
+    with capture_logs() as logs:
+        task = asyncio.create_task(reg.run_recompute())
+        try:
+            for _ in range(500):
+                if await reg.service("b").store.communities():
+                    break
+                await asyncio.sleep(0.02)
+            assert await reg.service("b").store.communities()
+            assert any(e["event"] == "graph.loop_failed" and e.get("tenant") == "a" for e in logs)
+        finally:
+            reg.stop.set()
+            await asyncio.wait_for(task, 10)
+            await d.client.aclose()
+
+
 async def test_an_unusable_llm_extraction_reply_keeps_the_other_entities(redis_url: str, embedder: Any) -> None:
     """A reply that is not the JSON asked for fails the same way every time: it must not be retried forever."""
     d = await make(redis_url, embedder, unique("llm-bad-reply"))
