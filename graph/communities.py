@@ -157,6 +157,22 @@ def fresh_id(level: int, members: frozenset[str]) -> str:
     return f"c{level}-{digest}"
 
 
+def _overlaps(new: Sequence[RawCommunity], old: Sequence[Community]) -> dict[tuple[int, int], int]:
+    """Shared members of each (new, old) pair of one level that share any: counted through
+    an index of the old communities by member, so the work follows the overlaps, not the
+    product of the two counts (comparing every pair took 4.5 s at 3,000 communities)."""
+    by_member: dict[tuple[int, str], list[int]] = {}
+    for j, o in enumerate(old):
+        for m in o.members:
+            by_member.setdefault((o.level, m), []).append(j)
+    shared: dict[tuple[int, int], int] = {}
+    for i, n in enumerate(new):
+        for m in n.members:
+            for j in by_member.get((n.level, m), ()):
+                shared[(i, j)] = shared.get((i, j), 0) + 1
+    return shared
+
+
 def assign_ids(new: Sequence[RawCommunity], old: Sequence[Community], *, threshold: float = 0.3) -> Assignment:
     """Give each new community the id of the old one it best continues, else a fresh id.
 
@@ -168,13 +184,13 @@ def assign_ids(new: Sequence[RawCommunity], old: Sequence[Community], *, thresho
         The communities with ids, which ids are new or changed, which old ids are gone,
         and merge/split events.
     """
+    shared = _overlaps(new, old)
     ids: list[str | None] = [None] * len(new)
     used: set[str] = set()
     pairs = []
-    for i, n in enumerate(new):
-        for o in old:
-            if o.level == n.level and n.members & o.members:
-                pairs.append((-_jaccard(n.members, o.members), o.id, i))
+    for (i, j), k in shared.items():
+        jaccard = k / (len(new[i].members) + len(old[j].members) - k)
+        pairs.append((-jaccard, old[j].id, i))
     for neg_j, oid, i in sorted(pairs):
         if -neg_j < threshold:
             break
@@ -200,18 +216,17 @@ def assign_ids(new: Sequence[RawCommunity], old: Sequence[Community], *, thresho
         parent = ids[n.parent] if n.parent is not None else None
         result.communities.append(Community(id=str(ids[i]), level=n.level, members=n.members, parent=parent))
     result.removed = {o.id for o in old} - used
-    for n_c in result.communities:
-        sources = [
-            o.id for o in old if o.level == n_c.level and len(o.members & n_c.members) / len(n_c.members) >= 0.25
-        ]
-        if len(sources) >= 2:
-            result.events.append({"type": "merge", "into": n_c.id, "from": sorted(sources), "level": n_c.level})
-    for o in old:
-        targets = [
-            c.id
-            for c in result.communities
-            if c.level == o.level and len(o.members & c.members) / len(o.members) >= 0.25
-        ]
-        if len(targets) >= 2:
-            result.events.append({"type": "split", "from": o.id, "into": sorted(targets), "level": o.level})
+    sources: dict[int, list[str]] = {}
+    targets: dict[int, list[str]] = {}
+    for (i, j), k in shared.items():
+        if k / len(new[i].members) >= 0.25:
+            sources.setdefault(i, []).append(old[j].id)
+        if k / len(old[j].members) >= 0.25:
+            targets.setdefault(j, []).append(result.communities[i].id)
+    for i, n_c in enumerate(result.communities):
+        if len(sources.get(i, ())) >= 2:
+            result.events.append({"type": "merge", "into": n_c.id, "from": sorted(sources[i]), "level": n_c.level})
+    for j, o in enumerate(old):
+        if len(targets.get(j, ())) >= 2:
+            result.events.append({"type": "split", "from": o.id, "into": sorted(targets[j]), "level": o.level})
     return result

@@ -248,7 +248,9 @@ class GraphService:
                 max_levels=self._cfg.max_levels,
             )
             old = await self.store.communities()
-            result = assign_ids(raw, old, threshold=self._cfg.match_threshold)
+            # Off the event loop as well: on a graph of thousands of communities, matching
+            # takes long enough to stall queries and consumers' heartbeats.
+            result = await asyncio.to_thread(assign_ids, raw, old, threshold=self._cfg.match_threshold)
             now = time.time()
             await self.store.replace_communities(
                 result.communities,

@@ -88,3 +88,65 @@ def test_an_edge_to_an_entity_the_node_read_missed_is_taken_in() -> None:
     edges = [("a", "b", 1.0), ("b", "c", 1.0), ("a", "c", 1.0)]
     found = detect(["a", "b"], edges, seed=1)
     assert [c.members for c in found] == [frozenset({"a", "b", "c"})]
+
+
+def _pairwise_assign_ids(new: list[RawCommunity], old: list[Community], threshold: float) -> dict[str, object]:
+    """The oracle: the definition read literally, every new community against every old one."""
+
+    def jac(a: frozenset[str], b: frozenset[str]) -> float:
+        return len(a & b) / len(a | b)
+
+    ranked = sorted(
+        (-jac(n.members, o.members), o.id, i)
+        for i, n in enumerate(new)
+        for o in old
+        if o.level == n.level and n.members & o.members
+    )
+    ids: dict[int, str] = {}
+    for neg_j, oid, i in ranked:
+        if -neg_j >= threshold and i not in ids and oid not in ids.values():
+            ids[i] = oid
+    merges = {
+        i: sorted(o.id for o in old if o.level == n.level and len(o.members & n.members) / len(n.members) >= 0.25)
+        for i, n in enumerate(new)
+    }
+    splits = {
+        o.id: [
+            i for i, n in enumerate(new) if n.level == o.level and len(o.members & n.members) / len(o.members) >= 0.25
+        ]
+        for o in old
+    }
+    return {
+        "kept": ids,
+        "merges": {i: s for i, s in merges.items() if len(s) >= 2},
+        "splits": {o: sorted(t) for o, t in splits.items() if len(t) >= 2},
+    }
+
+
+def test_id_matching_equals_the_pairwise_definition_on_random_graphs() -> None:
+    """Matching through the member index gives exactly what comparing every pair gives:
+    the same ids kept, the same merges and splits (random communities over a small
+    vocabulary, so overlaps, ties and both levels are common)."""
+    import random
+
+    rng = random.Random(7)
+    vocab = [f"e{i}" for i in range(60)]
+    for _ in range(200):
+        old = [
+            Community(id=f"old{j}", level=rng.randint(0, 1), members=frozenset(rng.sample(vocab, rng.randint(2, 8))))
+            for j in range(rng.randint(0, 25))
+        ]
+        new = [
+            RawCommunity(level=rng.randint(0, 1), members=frozenset(rng.sample(vocab, rng.randint(2, 8))))
+            for _ in range(rng.randint(0, 25))
+        ]
+        threshold = rng.choice([0.0, 0.1, 0.3, 0.5])
+        got = assign_ids(new, old, threshold=threshold)
+        want = _pairwise_assign_ids(new, old, threshold)
+        old_ids = {o.id for o in old}
+        assert {i: c.id for i, c in enumerate(got.communities) if c.id in old_ids} == want["kept"]
+        merges = {e["into"]: e["from"] for e in got.events if e["type"] == "merge"}
+        assert merges == {got.communities[i].id: s for i, s in want["merges"].items()}
+        splits = {e["from"]: e["into"] for e in got.events if e["type"] == "split"}
+        assert splits == {o: sorted(got.communities[i].id for i in t) for o, t in want["splits"].items()}
+        assert got.removed == old_ids - set(want["kept"].values())
