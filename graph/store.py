@@ -131,7 +131,10 @@ for cid, _ in pairs(marked) do
   redis.call('HSET', P .. ':stale', cid, cjson.encode(rec))
   redis.call('ZADD', P .. ':stale_first', 'NX', rec.first, cid)
   redis.call('SADD', P .. ':stale_docs:' .. cid, doc)
-  redis.call('HINCRBY', P .. ':gen', cid, 1)
+  -- From the one fencing counter, not a per-community count: a removed community's entry
+  -- goes, and a count restarting at 1 when the same members come back would let a summary
+  -- begun before the removal clear the new community's mark (it read generation 1 too).
+  redis.call('HSET', P .. ':gen', cid, redis.call('INCR', P .. ':fence'))
 end
 return {1, cjson.encode(keys), cjson.encode(cids)}
 """
@@ -380,6 +383,10 @@ class GraphStore:
         for c in communities:
             for m in c.members:
                 ent_comm.setdefault(m, []).append(c.id)
+        # Generations come from the fencing counter (see _APPLY): reserved here, in one step.
+        async with translate_errors("community write"):
+            top = int(await self._r.incrby(self._k("fence"), len(changed))) if changed else 0
+        gens = {cid: top - i for i, cid in enumerate(sorted(changed))}
         async with translate_errors("community write"), self._r.pipeline(transaction=True) as pipe:
             pipe.delete(self._k("comms"), self._k("ent_comm"))
             if communities:
@@ -418,7 +425,7 @@ class GraphStore:
                 )
                 pipe.zadd(self._k("stale_q"), {cid: now}, nx=True)
                 pipe.zadd(self._k("stale_first"), {cid: now}, nx=True)
-                pipe.hincrby(self._k("gen"), cid, 1)
+                pipe.hset(self._k("gen"), cid, gens[cid])
             pipe.decrby(self._k("drift"), drift_seen)
             pipe.set(self._k("last_recompute"), repr(now))
             for ev in events:

@@ -156,6 +156,27 @@ async def test_a_community_removed_mid_summary_does_not_come_back(two: Daemons) 
     assert await two.store.pending_drops() == []
 
 
+async def test_a_summary_begun_before_its_community_was_removed_and_recreated_leaves_it_stale(
+    two: Daemons,
+) -> None:
+    """A worker reads a community's generation and claims it; an edit marks it again; a
+    recompute removes it and a later one brings the same members back (the same id). The
+    worker's late commit must not clear the new community's mark: its generation never
+    repeats an earlier one."""
+    cid = await one_community(two)
+    gen = await two.store.generation(cid)
+    token = await two.store.claim(cid, "worker-a", 120)
+    assert token is not None
+    await two.store.apply("doc1", 2, contrib("doc1#0", "alpha-svc", "beta-svc", "gamma-svc", "delta-svc"))
+    assert await two.store.generation(cid) != gen
+    (comm,) = await two.store.communities()
+    await two.store.replace_communities([], changed=set(), removed={cid}, events=[], drift_seen=0, now=time.time())
+    await two.store.replace_communities([comm], changed={cid}, removed=set(), events=[], drift_seen=0, now=time.time())
+    _, cleared = await two.store.commit_summary(cid, token, gen, {"text": "written for the old community"})
+    assert not cleared
+    assert (await two.store.is_stale([cid]))[cid]
+
+
 async def test_a_failed_drop_of_a_removed_summary_is_retried(two: Daemons, monkeypatch: pytest.MonkeyPatch) -> None:
     """Redis fails while a recompute deletes a removed community's chunk: the next pass deletes it."""
     cid = await one_community(two)
