@@ -174,7 +174,7 @@ class MemoryClient:
         return [TopicPartition(self._reply_topic, p) for p in sorted(parts)]
 
     async def _read_replies(self, consumer: AIOKafkaConsumer) -> None:
-        cause: Exception | None = None
+        why, cause = "stopped", None
         try:
             async for msg in consumer:
                 headers = {k: v for k, v in (msg.headers or ())}
@@ -182,19 +182,23 @@ class MemoryClient:
                 fut = self._pending.pop(cid, None)
                 if fut is not None and not fut.done():
                     fut.set_result(msg.value or b"")
-            why = "stopped"
+        except asyncio.CancelledError:
+            why = "was closed"
+            raise
         except Exception as exc:  # whatever it was, nobody else would see it: the task just ends
             log.warning("client.reply_reader_failed", topic=self._reply_topic, error=f"{type(exc).__name__}: {exc}")
             why, cause = f"failed ({type(exc).__name__}: {exc})", exc
-        # Nothing reads their replies any more: fail them now rather than at their timeouts.
-        # The next query starts a new reader (the task is done from here on).
-        message = f"the reply reader of {self._reply_topic!r} {why}; the next query restarts it"
-        pending, self._pending = self._pending, {}
-        for fut in pending.values():
-            if not fut.done():
-                error = BackendUnavailable(message)
-                error.__cause__ = cause
-                fut.set_exception(error)
+        finally:
+            # Nothing reads their replies any more (the loop ended, failed, or the client was
+            # closed under them): fail them now rather than at their timeouts. The next query
+            # starts a new reader (the task is done from here on).
+            message = f"the reply reader of {self._reply_topic!r} {why}; the next query restarts it"
+            pending, self._pending = self._pending, {}
+            for fut in pending.values():
+                if not fut.done():
+                    error = BackendUnavailable(message)
+                    error.__cause__ = cause
+                    fut.set_exception(error)
 
     async def _stop_reader(self) -> None:
         reader, self._reader = self._reader, None
@@ -232,7 +236,11 @@ class MemoryClient:
             raise RuntimeError("client not started")
         try:
             await self._producer.send_and_wait(
-                topic, json.dumps(payload).encode(), key=key.encode(), headers=headers or []
+                topic,
+                # Not ASCII-escaped: non-ASCII text would grow 2-6 times on the wire.
+                json.dumps(payload, ensure_ascii=False).encode(),
+                key=key.encode(),
+                headers=headers or [],
             )
         except KafkaError as exc:
             raise BackendUnavailable(f"publish to {topic} failed: {exc}") from exc

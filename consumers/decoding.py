@@ -170,7 +170,11 @@ def decode_records(
     good: list[Decoded] = []
     dead: list[DlqRecord] = []
     for rec in records:
-        if rec.value is not None and len(rec.value) > max_content_bytes + 64 * 1024:
+        # Refused unparsed only past what valid content could escape to: JSON may write each
+        # byte of it as six (a control character as \u0001; a 3-byte character as one \uXXXX),
+        # and up to 64 metadata values of 4,096 characters ride along. The exact check of the
+        # content's UTF-8 length follows the parse.
+        if rec.value is not None and len(rec.value) > 6 * max_content_bytes + 2 * 1024 * 1024:
             dead.append(
                 dead_letter(rec, f"message larger than the {max_content_bytes}-byte content limit", "invalid_event")
             )

@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import sys
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any, ClassVar
@@ -128,6 +129,31 @@ async def test_reader_failure_fails_the_pending_query_and_the_next_query_restart
         await memory.close()
     assert all(c.stopped for c in injected)
     assert producer is not None and producer._closed
+
+
+async def test_close_fails_a_waiting_query_at_once(env, injected) -> None:
+    """A query still waiting for its reply when the client closes fails then, with
+    BackendUnavailable naming the close, not after its whole timeout."""
+    memory = tenant_client(env, timeout_s=60)
+    await memory.start()
+    await memory.query("pool", top_k=1)  # the reader runs
+    assert memory._producer is not None
+
+    async def lost(*_args: Any, **_kwargs: Any) -> None:  # the request never reaches the daemon
+        return None
+
+    memory._producer.send_and_wait = lost  # type: ignore[method-assign]
+    waiting = asyncio.create_task(memory.query("pool", top_k=1))
+
+    async def waits() -> bool:
+        return bool(memory._pending)
+
+    await eventually(waits, timeout=10, what="the query waits for its reply")
+    started = time.monotonic()
+    await memory.close()
+    with pytest.raises(BackendUnavailable, match="was closed"):
+        await asyncio.wait_for(waiting, 10)
+    assert time.monotonic() - started < 10
 
 
 async def test_close_after_reader_death_stops_consumer_and_producer(env, injected) -> None:

@@ -133,6 +133,18 @@ def test_bad_requests_are_invalid_request(raw: bytes, fragment: str) -> None:
         parse_request(raw)
 
 
+def test_content_within_the_limit_is_taken_however_json_escapes_it() -> None:
+    """CJK text of 99 KB under a 100 KB limit is 198 KB as ASCII-escaped JSON (each character
+    one \\uXXXX): it is within the limit and decodes; content over it is refused."""
+    text = "漢" * 33_000  # 99,000 bytes of UTF-8
+    escaped = doc(content=text)  # json.dumps escapes non-ASCII by default
+    assert len(escaped) > 100_000 + 64 * 1024
+    (good,), dead = decode(escaped, limit=100_000)
+    assert dead == [] and good.item.content == text
+    _, (over,) = decode(doc(content=text + "漢" * 1000), limit=100_000)
+    assert "content larger than 100000 bytes" in over.reason
+
+
 def test_guess_query_id() -> None:
     """The query_id of a failed request is echoed when it can be read."""
     assert guess_query_id(b'{"query_id": "q9", "top_k": "x"}') == "q9"
