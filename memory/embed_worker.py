@@ -90,6 +90,13 @@ class InputCrashesWorker(EmbedderError):
     """The worker died every time it was given this input: a verdict on the input."""
 
 
+class QueryRefused(EmbedderError):
+    """A query text known to crash the worker: refused without reaching it. Asking again
+    would be refused again, so the asker is told to change the text, not to retry."""
+
+    code = "invalid_request"
+
+
 def native_bf16() -> bool:
     """Whether this CPU computes bfloat16 in hardware (emulated bf16 is slower than float32)."""
     import torch

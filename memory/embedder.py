@@ -26,6 +26,7 @@ from memory.embed_worker import (
     EmbedderUnavailable,
     EmbeddingWorker,
     InputCrashesWorker,
+    QueryRefused,
     WorkerCrashed,
     load_tokenizer,
     native_bf16,
@@ -41,6 +42,7 @@ __all__ = [
     "EmbedderError",
     "EmbedderUnavailable",
     "InputCrashesWorker",
+    "QueryRefused",
     "SentenceTransformerEmbedder",
     "WorkerCrashed",
     "native_bf16",
@@ -227,7 +229,7 @@ class SentenceTransformerEmbedder:
         """Each text's vector, or the error its asker gets."""
         loop = asyncio.get_running_loop()
         out: dict[str, np.ndarray | BaseException] = {
-            t: EmbedderError(POISON_REFUSAL) for t in texts if _digest(t) in self._poison
+            t: QueryRefused(POISON_REFUSAL) for t in texts if _digest(t) in self._poison
         }
         todo = [t for t in texts if t not in out]
         if not todo:
@@ -276,7 +278,7 @@ class SentenceTransformerEmbedder:
         while len(self._poison) > POISON_MAX:
             self._poison.popitem(last=False)
         log.error("embed.query_refused", reason="crashed the embedding worker twice, the second time alone")
-        return EmbedderError(POISON_REFUSAL)
+        return QueryRefused(POISON_REFUSAL)
 
     async def _encode_alone(self, text: str) -> np.ndarray:
         loop = asyncio.get_running_loop()

@@ -272,6 +272,12 @@ class ChunkIndex:
             self._state_at = now
         return self._state
 
+    async def _refuse_mismatch(self) -> None:
+        """Raise ``IndexMismatch`` when the active generation was built with other settings
+        (the cached registry state: a query pays no extra round trip)."""
+        if self.pinned is None and (why := self._mismatch(await self.state())):
+            raise IndexMismatch(why)
+
     async def mismatch(self) -> str | None:
         """Why this process may not use the active generation, or ``None`` when it may."""
         if self.pinned is not None:
@@ -695,6 +701,9 @@ class ChunkIndex:
         the fields are NOSTEM, so RediSearch must not expand them with its own stemmer.
         """
         q = Query(query).scorer("BM25STD").verbatim().paging(0, k).return_fields(*self._fields).dialect(2)
+        # The terms were analyzed by this process's analyzer: meaningless to an index built
+        # with another one (a request with dense_weight 0 runs only these legs).
+        await self._refuse_mismatch()
         async with translate_errors("text search"):
             res = await self._ft().search(q)
         return [_stored(d, self._tag_keys) for d in res.docs]
@@ -709,9 +718,8 @@ class ChunkIndex:
             .return_fields(*self._fields, "vector_distance")
             .dialect(2)
         )
-        if self.pinned is None and (why := self._mismatch(await self.state())):
-            # The query was embedded with this process's model: meaningless to this index.
-            raise IndexMismatch(why)
+        # The query was embedded with this process's model: meaningless to another's index.
+        await self._refuse_mismatch()
         params = {"vec": np.asarray(vector, dtype=np.float32).tobytes(), "ef": max(self._cfg.hnsw_ef_runtime, k)}
         async with translate_errors("vector search"):
             res = await self._ft().search(q, query_params=params)

@@ -20,6 +20,7 @@ from memory.embedder import (
     CONTROL_TEXT,
     EmbedderError,
     EmbedderUnavailable,
+    QueryRefused,
     SentenceTransformerEmbedder,
     WorkerCrashed,
     native_bf16,
@@ -267,15 +268,15 @@ async def test_a_query_that_crashes_the_worker_is_refused_and_its_batch_still_an
         answers = await asyncio.gather(
             emb.embed_query(good[0]), emb.embed_query(poison), emb.embed_query(good[1]), return_exceptions=True
         )
-        assert isinstance(answers[1], EmbedderError) and "crashed the embedding worker" in str(answers[1]), answers
-        assert not answers[1].retryable
+        assert isinstance(answers[1], QueryRefused) and "crashed the embedding worker" in str(answers[1]), answers
+        assert not answers[1].retryable and answers[1].code == "invalid_request"
         for text, vec in ((good[0], answers[0]), (good[1], answers[2])):
             assert isinstance(vec, np.ndarray), vec
             (doc,) = await emb.embed_documents([text])
             assert float(vec @ doc) >= 0.99  # its own text's vector, not a neighbour's
         pid = emb.worker_pid
         assert pid != first_pid  # it did crash the worker
-        with pytest.raises(EmbedderError, match="refused"):
+        with pytest.raises(QueryRefused, match="refused"):
             await emb.embed_query(poison)
         assert emb.worker_pid == pid  # refused without being sent again: no crash this time
     finally:

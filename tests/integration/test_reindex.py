@@ -188,6 +188,10 @@ async def test_reindex_with_new_chunking_pauses_old_daemons_until_restarted(
     assert why is not None and "chunking=64/8" in why
     _, reply = await client.ask({"query_id": "old", "search_text": "ERR_RX_0003", "top_k": 3})
     assert reply["error"]["code"] == "unavailable" and "restart" in reply["error"]["message"]
+    # the BM25 and identifier legs alone too (their terms come from this process's analysis)
+    bm25_only = {"query_id": "old-bm25", "search_text": "ERR_RX_0003", "hybrid_params": {"dense_weight": 0}}
+    _, reply = await client.ask(bm25_only)
+    assert reply["error"]["code"] == "unavailable" and "restart" in reply["error"]["message"], reply
     await client.send(client.topics.documents, doc(50, 1, LONG), key="rx/50")
     await asyncio.sleep(2)
     assert await daemon.index.versions(["rx/50"]) == {}  # not written, and not committed either

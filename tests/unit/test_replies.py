@@ -13,7 +13,7 @@ from consumers.replies import (
     parse_reply_partition,
     reply_partition,
 )
-from memory.embedder import EmbedderError
+from memory.embedder import EmbedderError, QueryRefused
 from memory.errors import BackendUnavailable, InvalidRequest, MemdError, NotFound
 from memory.index import IndexError_, QuerySyntaxError
 
@@ -98,6 +98,7 @@ def test_other_valid_topics_may_take_replies(topic: str) -> None:
         (IndexError_("redis error during text search: no such index"), "unavailable"),
         (QuerySyntaxError("redis could not parse the query during text search: Syntax error"), "internal"),
         (EmbedderError("query embedding failed"), "unavailable"),
+        (QueryRefused("this query crashed the embedding worker: refused"), "invalid_request"),
         (MemdError("something else"), "internal"),
     ],
 )
