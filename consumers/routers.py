@@ -5,6 +5,8 @@ at runtime, and string annotations would be looked up in callers' frames, where 
 like ``KafkaBroker`` may mean something else.
 """
 
+import asyncio
+import contextlib
 import dataclasses
 import time
 from collections.abc import Awaitable, Callable, Collection, Sequence
@@ -29,6 +31,7 @@ from consumers.replies import (
 )
 from graph.search import ScopedSearch
 from memory.attempts import AttemptCounter
+from memory.config import IngestConfig
 from memory.errors import MemdError
 from memory.ingest import Ingestor, IngestReport
 from memory.metrics import EVENTS_CONSUMED, EVENTS_DEAD_LETTERED, EVENTS_FAILED, QUERY_SECONDS
@@ -98,11 +101,11 @@ def build_router(
     topics: Topics,
     cfg: ConsumerConfig,
     filter_keys: Collection[str],
-    max_content_bytes: int,
+    ingest_cfg: IngestConfig,
+    stopping: asyncio.Event,
     on_assigned: Callable[[str, int], None],
     on_revoked: Callable[[str], None] | None = None,
     attempts_counter: AttemptCounter,
-    max_attempts: int,
     publish_reply: Callable[[dict[str, Any], str, str | None, int | None], Awaitable[object]],
     partition_counts: PartitionCounts,
     on_query_done: Callable[[float, str], None] = lambda _s, _o: None,
@@ -125,7 +128,7 @@ def build_router(
             records,
             kind=kind,
             filter_keys=filter_keys,
-            max_content_bytes=max_content_bytes,
+            max_content_bytes=ingest_cfg.max_content_bytes,
             tenant_of=lambda topic: tenant_from_topic(topic, base, cfg.tenancy),
         )
         raw = {(r.topic, r.partition, r.offset): r for r in records}
@@ -175,10 +178,16 @@ def build_router(
         record = raw[(g.topic, g.partition, g.offset)]
         stamp = _stamp(record)
         attempts = await attempts_counter.incr(g.topic, g.partition, g.offset, stamp)
-        if attempts < max_attempts:
+        if attempts < ingest_cfg.max_attempts:
             log.warning(
                 "ingest.event_failed", doc_id=g.item.doc_id, offset=g.offset, attempts=attempts, error=repr(exc)
             )
+            # Redelivered at once otherwise: every attempt would be spent within milliseconds,
+            # and a glitch of a second (a thread pool, a restarting dependency) would
+            # dead-letter a good event. Cut short by a shutdown.
+            backoff = min(ingest_cfg.retry_initial_s * 2 ** (attempts - 1), ingest_cfg.retry_max_s)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stopping.wait(), timeout=backoff)
             raise exc  # not committed: redelivered, and the events before it are idempotent
         # The count is kept (it expires): if another event of this batch fails short of its
         # attempts, the batch comes back, and this one must go straight past, not start over.

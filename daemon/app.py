@@ -279,7 +279,8 @@ async def start_daemon(settings: Settings, *, ready_timeout_s: float = 120.0) ->
             topics=settings.topics,
             cfg=settings.consumer,
             filter_keys=settings.index.filter_keys,
-            max_content_bytes=settings.ingest.max_content_bytes,
+            ingest_cfg=settings.ingest,
+            stopping=ingestor.stopping,
             on_assigned=on_assigned,
             on_revoked=on_revoked,
             publish_reply=lambda body, topic, cid, partition: broker.publish(
@@ -288,7 +289,6 @@ async def start_daemon(settings: Settings, *, ready_timeout_s: float = 120.0) ->
             partition_counts=partition_counts,
             on_query_done=status.record_query,
             attempts_counter=AttemptCounter(client=redis, name=settings.index.name),
-            max_attempts=settings.ingest.max_attempts,
         )
     )
     await _start_broker(broker)

@@ -150,7 +150,9 @@ class IngestConfig(BaseModel):
     """Limits on ingested events."""
 
     max_content_bytes: int = Field(4 * 1024 * 1024, ge=1024, description="Largest content accepted (UTF-8 bytes).")
-    retry_initial_s: float = Field(0.2, gt=0, description="First backoff when Redis is unavailable.")
+    retry_initial_s: float = Field(
+        0.2, gt=0, description="First backoff when Redis is unavailable or an event's handling failed."
+    )
     retry_max_s: float = Field(5.0, gt=0, description="Longest backoff between retries.")
     max_attempts: int = Field(
         3, ge=1, le=100, description="Deliveries of an event whose handling keeps failing before it is dead-lettered."

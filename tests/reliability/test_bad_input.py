@@ -4,7 +4,9 @@ reply with a clear reason, the daemon stays up, and later events in the same par
 
 from __future__ import annotations
 
+import itertools
 import json
+import time
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -225,9 +227,11 @@ async def test_poison_event_is_dead_lettered_after_max_attempts(env) -> None:
     """An event whose handling keeps failing goes to the DLQ after max_attempts; its neighbours are applied."""
     daemon, client = env
     original = daemon.ingestor.apply
+    pill_calls: list[float] = []
 
     async def buggy(items):  # a bug that only this document triggers
         if any(i.doc_id == "poison/pill.md" for i in items):
+            pill_calls.append(time.monotonic())
             raise RuntimeError("boom: unexpected bug")
         return await original(items)
 
@@ -243,6 +247,9 @@ async def test_poison_event_is_dead_lettered_after_max_attempts(env) -> None:
         assert await _has(daemon, "poison/before.md") and not await _has(daemon, "poison/pill.md")
         dead = [d for d in await read_dlq(client, len(EVENT_CASES) + 1) if d["error_code"] == "poison"]
         assert len(dead) == 1 and dead[0]["attempts"] == 2 and "boom: unexpected bug" in dead[0]["reason"]
+        # the failed attempt was backed off (retry_initial_s, 0.2 s) before the redelivery
+        gaps = [b - a for a, b in itertools.pairwise(pill_calls)]
+        assert max(gaps) >= 0.2, gaps
     finally:
         daemon.ingestor.apply = original  # type: ignore[method-assign]
 
