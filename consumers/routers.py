@@ -8,6 +8,7 @@ like ``KafkaBroker`` may mean something else.
 import asyncio
 import contextlib
 import dataclasses
+import re
 import time
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import Any
@@ -61,6 +62,17 @@ async def _message_as_body(msg: Any) -> Any:
     # with a thread-pool hop per message, which under 16 askers cost ~9% of the event
     # loop's samples, contending for the GIL with the embedding thread.
     return msg
+
+
+def tenant_pattern(base: str) -> str:
+    """The FastStream pattern of ``<base>.<tenant>`` topics.
+
+    FastStream hands the literal part to the client unescaped (``memory.requests..*``), and
+    the client matches topics with that as a regular expression: its dots would match any
+    character, subscribing ``memoryXrequestsYz`` too (where a reply_to could point our
+    replies, consumed as requests). Escaped here, they match dots only.
+    """
+    return re.escape(base) + r"\.{tenant}"
 
 
 def _stamp(record: ConsumerRecord[Any, Any]) -> int:
@@ -231,7 +243,7 @@ def build_router(
 
     def pattern(base: str) -> dict[str, Any]:
         # Topic tenancy: one subscription per kind over every <base>.<tenant> topic.
-        return {} if cfg.tenancy == "single" else {"pattern": base + ".{tenant}"}
+        return {} if cfg.tenancy == "single" else {"pattern": tenant_pattern(base)}
 
     ingest_kwargs: dict[str, Any] = {
         "batch": True,

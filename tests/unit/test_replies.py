@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from consumers.queries import REPLY_CODES, reply_code
@@ -105,3 +107,17 @@ def test_other_valid_topics_may_take_replies(topic: str) -> None:
 def test_error_replies_carry_only_the_contracts_codes(exc: MemdError, code: str) -> None:
     """Askers switch on four codes; internal error types never leak into replies."""
     assert reply_code(exc) == code and code in REPLY_CODES
+
+
+def test_tenant_topic_subscriptions_match_only_their_own_topics() -> None:
+    """The pattern the client matches topics with takes the base's dots literally."""
+    from faststream._internal.utils.path import Address
+    from faststream.kafka.subscriber.usecase import KAFKA_ADDRESS_SYNTAX
+
+    from consumers.routers import tenant_pattern
+
+    address = Address(tenant_pattern("memory.requests"), KAFKA_ADDRESS_SYNTAX).broker_address
+    assert re.match(address, "memory.requests.acme")
+    assert not re.match(address, "memoryXrequestsYz")
+    assert not re.match(address, "memory.requestsXacme")
+    assert not re.match(address, "memory.replies.acme")
