@@ -357,14 +357,29 @@ def _with_redis(fn: Callable[[Settings, Any], Awaitable[T]]) -> T:
         raise _fail(exc) from exc
 
 
+async def _active_index(settings: Settings, client: Any) -> Any:
+    """The index as the active generation was built, for commands that load no model.
+
+    A placeholder spec (no model, 0 dims) fails the settings check of every write, so a
+    `graph rebuild` that removed a community failed deleting its summary chunk, after its
+    communities were already committed.
+    """
+    from memory.generations import GenerationRegistry
+    from memory.index import ChunkIndex, translate_errors
+
+    async with translate_errors("generation read"):
+        state = await GenerationRegistry(client, settings.index.name).state()
+    dims = state.spec.dims if state.spec is not None else 0
+    return ChunkIndex(client=client, cfg=settings.index, dims=dims, spec=state.spec)
+
+
 def _with_graph(fn: Callable[[Any], Awaitable[T]], tenant: str = "default") -> T:
     from graph.service import GraphService
     from graph.store import GraphStore
-    from memory.index import ChunkIndex
 
     async def run(settings: Settings, client: Any) -> T:
         store = GraphStore(client=client, name=settings.index.name, tenant=tenant)
-        index = ChunkIndex(client=client, cfg=settings.index, dims=0)
+        index = await _active_index(settings, client)
         return await fn(GraphService(store=store, index=index, embedder=None, ner=None, cfg=settings.graph))
 
     return _with_redis(run)
@@ -471,11 +486,11 @@ def graph_repoint() -> None:
     """Re-extract every graph doc of every tenant from the active index's chunks, so entities
     cite the chunks that hold them now (`reindex` does it after a chunking change)."""
     from daemon.reindex import repoint_graph
-    from memory.index import ChunkIndex
 
-    done = _with_redis(
-        lambda settings, client: repoint_graph(settings, client, ChunkIndex(client=client, cfg=settings.index, dims=0))
-    )
+    async def run(settings: Settings, client: Any) -> int:
+        return await repoint_graph(settings, client, await _active_index(settings, client))
+
+    done = _with_redis(run)
     out.print(f"{done} graph docs re-pointed to the active index's chunks")
 
 

@@ -439,6 +439,13 @@ async def test_stale_cli_reports_the_queue(stack: Stack, redis_url: str) -> None
     assert len(json.loads(res.stdout)["communities"]) == data["depth"]
     res = subprocess.run([agentmemd, "graph", "rebuild"], env=env, capture_output=True, text=True, check=True)
     assert "communities" in res.stdout
+    # a rebuild that removes communities deletes their summary chunks through the index,
+    # built as the active generation was (no model loaded in the CLI)
+    for doc_id in ("runbooks/search-shards.md", "incidents/INC-6001.md"):
+        await stack.delete(doc_id)
+    res = subprocess.run([agentmemd, "graph", "rebuild"], env=env, capture_output=True, text=True)
+    assert res.returncode == 0 and ", 0 removed" not in res.stdout, res.stdout + res.stderr
+    assert await stack.store.pending_drops() == []
 
 
 async def test_refresh_replaces_only_the_same_version(redis_url: str) -> None:
