@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,7 +18,7 @@ from graph.config import GraphConfig
 from graph.extraction import contribution_parts
 from graph.llm import EXTRACT_SYSTEM, SUMMARY_SYSTEM, LlmFailed, complete, parse_entities, summary_prompt
 from graph.ner import SpacyNer
-from graph.store import ApplyOutcome, Contribution, GraphStore
+from graph.store import ApplyOutcome, Contribution, GraphStore, LeaseLost
 from graph.summaries import extractive_summary
 from memory.activity import IngestActivity
 from memory.chunking import chunk_position
@@ -29,6 +29,10 @@ from memory.metrics import LLM_EXTRACTION_SKIPPED, LLM_TOKENS, SUMMARIES_FAILED,
 from memory.records import COMMUNITY_PREFIX, ChunkRecord, MemoryItem
 
 log = structlog.get_logger()
+
+#: The recompute lease's time to live; renewed every third of it while the work runs, so a
+#: daemon that dies mid-recompute holds it at most this long.
+LEASE_S = 60.0
 
 
 @dataclass
@@ -227,31 +231,67 @@ class GraphService:
         """
         if not force and not await self._recompute_due():
             return None
-        if not await self.store.lock("recompute", self._owner, ttl_s=600):
-            return None
-        t0 = time.monotonic()
-        try:
-            # Read again under the lock: another daemon may have recomputed (and subtracted
-            # the drift it saw) since the check above; subtracting it twice would take the
-            # drift below zero and delay every later recompute.
-            if not force and not await self._recompute_due():
+        async with self._lease("recompute") as lease:
+            if lease is None:
                 return None
-            drift = await self.store.drift()
-            nodes, edges = await self.store.graph()
-            raw = await asyncio.to_thread(
-                detect,
-                sorted(nodes),
-                [(a, b, float(w)) for a, b, w in edges],
-                seed=self._cfg.seed,
-                resolution=self._cfg.resolution,
-                max_size=self._cfg.max_community_size,
-                max_levels=self._cfg.max_levels,
-            )
-            old = await self.store.communities()
-            # Off the event loop as well: on a graph of thousands of communities, matching
-            # takes long enough to stall queries and consumers' heartbeats.
-            result = await asyncio.to_thread(assign_ids, raw, old, threshold=self._cfg.match_threshold)
-            now = time.time()
+            return await self._recompute_under(lease, force=force)
+
+    @contextlib.asynccontextmanager
+    async def _lease(self, name: str) -> AsyncIterator[str | None]:
+        """Hold the named singleton lease (``None``: another holds it), renewed every third
+        of its time while the work runs, so a long recompute (Leiden on a big graph) is never
+        left without it while another daemon starts a second one."""
+        lease = await self.store.lock(name, self._owner, ttl_s=LEASE_S)
+        if lease is None:
+            yield None
+            return
+        done = asyncio.Event()
+
+        async def renew() -> None:
+            while not done.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(done.wait(), timeout=LEASE_S / 3)
+                if done.is_set():
+                    return
+                try:
+                    if not await self.store.renew(name, lease, LEASE_S):
+                        log.warning("graph.lease_lost", lease=name)  # the commit will refuse
+                        return
+                except MemdError as exc:  # Redis away: the lease may lapse; the commit checks it
+                    log.warning("graph.lease_renew_failed", lease=name, error=str(exc))
+
+        renewer = asyncio.create_task(renew(), name=f"graph-{name}-lease")
+        try:
+            yield lease
+        finally:
+            done.set()
+            await asyncio.wait({renewer}, timeout=5)
+            await self.store.unlock(name, lease)
+
+    async def _recompute_under(self, lease: str, *, force: bool) -> RecomputeReport | None:
+        t0 = time.monotonic()
+        # Read again under the lock: another daemon may have recomputed (and subtracted
+        # the drift it saw) since the check above; subtracting it twice would take the
+        # drift below zero and delay every later recompute.
+        if not force and not await self._recompute_due():
+            return None
+        drift = await self.store.drift()
+        nodes, edges = await self.store.graph()
+        raw = await asyncio.to_thread(
+            detect,
+            sorted(nodes),
+            [(a, b, float(w)) for a, b, w in edges],
+            seed=self._cfg.seed,
+            resolution=self._cfg.resolution,
+            max_size=self._cfg.max_community_size,
+            max_levels=self._cfg.max_levels,
+        )
+        old = await self.store.communities()
+        # Off the event loop as well: on a graph of thousands of communities, matching
+        # takes long enough to stall queries and consumers' heartbeats.
+        result = await asyncio.to_thread(assign_ids, raw, old, threshold=self._cfg.match_threshold)
+        now = time.time()
+        try:
             await self.store.replace_communities(
                 result.communities,
                 changed=result.changed,
@@ -259,10 +299,13 @@ class GraphService:
                 events=result.events,
                 drift_seen=drift,
                 now=now,
+                lease=lease,
             )
-            await self.drop_removed(locked=True)
-        finally:
-            await self.store.unlock("recompute", self._owner)
+        except LeaseLost as exc:
+            # Another daemon's recompute holds it now: its result stands, ours is dropped.
+            log.warning("graph.recompute_superseded", error=str(exc), took_ms=round((time.monotonic() - t0) * 1000))
+            return None
+        await self.drop_removed(locked=True)
         report = RecomputeReport(
             communities=len(result.communities),
             levels=len({c.level for c in result.communities}),
@@ -305,20 +348,20 @@ class GraphService:
             return 0
         # Under the recompute lock (``locked``: the caller holds it), so that no recompute can
         # bring an id back between the check below and its delete.
-        if not locked and not await self.store.lock("recompute", self._owner, ttl_s=600):
-            return 0  # a recompute is running; it drops them itself
-        try:
-            done = 0
-            live = {c.id for c in await self.store.communities()}
-            for cid in await self.store.pending_drops():
-                if cid not in live:  # else the id came back in a later recompute: its summary is live
-                    await self._delete_summary_chunk(cid, await self.store.fence())
-                await self.store.dropped(cid)
-                done += 1
-            return done
-        finally:
-            if not locked:
-                await self.store.unlock("recompute", self._owner)
+        if locked:
+            return await self._drop_pending()
+        async with self._lease("recompute") as lease:
+            return 0 if lease is None else await self._drop_pending()  # None: a recompute drops them
+
+    async def _drop_pending(self) -> int:
+        done = 0
+        live = {c.id for c in await self.store.communities()}
+        for cid in await self.store.pending_drops():
+            if cid not in live:  # else the id came back in a later recompute: its summary is live
+                await self._delete_summary_chunk(cid, await self.store.fence())
+            await self.store.dropped(cid)
+            done += 1
+        return done
 
     async def _delete_summary_chunk(self, cid: str, token: int) -> bool:
         """Delete a community's summary chunk, versioned by ``token``; false when a later token won."""

@@ -13,18 +13,28 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio as aredis
+import redis.exceptions as rexc
 import structlog
 
 from graph.communities import Community
+from memory.errors import MemdError
 from memory.index import translate_errors
 from memory.records import DEFAULT_TENANT
 
 log = structlog.get_logger()
+
+
+class LeaseLost(MemdError):
+    """A singleton lease (the recompute's) expired or changed hands before its work was stored."""
+
+    code = "lease_lost"
+
 
 EDGE_SEP = "\x1f"
 
@@ -186,6 +196,12 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) 
 return 0
 """
 
+# Extend a lease only while it is still ours.
+_RENEW = r"""
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 0
+"""
+
 # Store a summary record only if the community still exists and no summary of a later token
 # was stored; then clear the mark unless the community was marked again since ``gen``.
 # Returns {written, cleared}.
@@ -262,6 +278,7 @@ class GraphStore:
         self._clear = client.register_script(_CLEAR_IF_GEN)
         self._claim = client.register_script(_CLAIM)
         self._release = client.register_script(_RELEASE)
+        self._renew = client.register_script(_RENEW)
         self._commit = client.register_script(_COMMIT_SUMMARY)
         self._fail = client.register_script(_RECORD_FAILURE)
 
@@ -377,8 +394,17 @@ class GraphStore:
         events: list[dict[str, Any]],
         drift_seen: int,
         now: float,
+        lease: str | None = None,
     ) -> None:
-        """Store a recompute's result atomically and mark new/changed communities stale."""
+        """Store a recompute's result atomically and mark new/changed communities stale.
+
+        With ``lease`` (the recompute lock's value), only while the lease still holds: a
+        recompute that outlived its lease was computed from communities another daemon may
+        have replaced since, and would drop that daemon's new ids from the removals.
+
+        Raises:
+            LeaseLost: the lease expired or was taken by another recompute; nothing written.
+        """
         ent_comm: dict[str, list[str]] = {}
         for c in communities:
             for m in c.members:
@@ -387,7 +413,13 @@ class GraphStore:
         async with translate_errors("community write"):
             top = int(await self._r.incrby(self._k("fence"), len(changed))) if changed else 0
         gens = {cid: top - i for i, cid in enumerate(sorted(changed))}
+        lock_key = self._k("lock:recompute")
         async with translate_errors("community write"), self._r.pipeline(transaction=True) as pipe:
+            if lease is not None:
+                await pipe.watch(lock_key)
+                if _s(await pipe.get(lock_key) or b"") != lease:
+                    raise LeaseLost("the recompute lease expired before its result was stored")
+                pipe.multi()  # type: ignore[no-untyped-call]
             pipe.delete(self._k("comms"), self._k("ent_comm"))
             if communities:
                 pipe.hset(
@@ -431,7 +463,10 @@ class GraphStore:
             for ev in events:
                 pipe.lpush(self._k("events"), json.dumps({**ev, "at": now}))
             pipe.ltrim(self._k("events"), 0, 999)
-            await pipe.execute()
+            try:
+                await pipe.execute()
+            except rexc.WatchError as exc:
+                raise LeaseLost("the recompute lease changed hands while its result was stored") from exc
 
     async def stale(self, limit: int = 100) -> tuple[int, list[StaleItem]]:
         """Queue depth and the oldest ``limit`` stale communities, oldest first.
@@ -557,15 +592,27 @@ class GraphStore:
             raw = await self._r.hgetall(self._k(f"summary:{cid}"))
         return {_s(k): json.loads(v) for k, v in raw.items()} if raw else None
 
-    async def lock(self, name: str, owner: str, ttl_s: float) -> bool:
-        """A named singleton lock (community recompute)."""
-        async with translate_errors("lock"):
-            return bool(await self._r.set(self._k(f"lock:{name}"), owner, nx=True, px=int(ttl_s * 1000)))
+    async def lock(self, name: str, owner: str, ttl_s: float) -> str | None:
+        """A named singleton lease (community recompute): its value, or ``None`` when held.
 
-    async def unlock(self, name: str, owner: str) -> None:
-        """Release a lock this owner holds (one atomic compare-and-delete)."""
+        The value is unique to this acquisition, so that neither another daemon nor another
+        task of this one can release, renew or commit under a lease that expired and was
+        taken again.
+        """
+        lease = f"{owner}|{uuid.uuid4().hex[:12]}"
         async with translate_errors("lock"):
-            await self._release(keys=[self._k(f"lock:{name}")], args=[owner])
+            taken = await self._r.set(self._k(f"lock:{name}"), lease, nx=True, px=int(ttl_s * 1000))
+        return lease if taken else None
+
+    async def renew(self, name: str, lease: str, ttl_s: float) -> bool:
+        """Extend a lease that is still ours; false when it expired (and may be another's)."""
+        async with translate_errors("lock"):
+            return bool(await self._renew(keys=[self._k(f"lock:{name}")], args=[lease, int(ttl_s * 1000)]))
+
+    async def unlock(self, name: str, lease: str) -> None:
+        """Release a lease that is still ours (one atomic compare-and-delete)."""
+        async with translate_errors("lock"):
+            await self._release(keys=[self._k(f"lock:{name}")], args=[lease])
 
     async def counter(self, name: str) -> int:
         """A graph counter (``summary_failures``, ``summaries_written``)."""

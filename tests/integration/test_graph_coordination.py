@@ -16,10 +16,11 @@ import redis.asyncio as aredis
 from structlog.testing import capture_logs
 
 from graph import communities
+from graph.communities import Community
 from graph.config import GraphConfig
 from graph.registry import GraphRegistry
 from graph.service import COMMUNITY_PREFIX, GraphService
-from graph.store import Contribution, GraphStore
+from graph.store import Contribution, GraphStore, LeaseLost
 from memory.config import IndexConfig
 from memory.errors import BackendUnavailable
 from memory.index import ChunkIndex
@@ -240,7 +241,7 @@ async def test_drift_is_read_again_under_the_recompute_lock(redis_url: str, embe
         await d.store.apply("doc1", 1, contrib("doc1#0", "alpha-svc", "beta-svc", "gamma-svc"))
         real_lock = d.a.store.lock
 
-        async def lock_after_b_recomputed(name: str, owner: str, ttl_s: float) -> bool:
+        async def lock_after_b_recomputed(name: str, owner: str, ttl_s: float) -> str | None:
             assert await d.b.recompute() is not None
             return await real_lock(name, owner, ttl_s)
 
@@ -249,6 +250,44 @@ async def test_drift_is_read_again_under_the_recompute_lock(redis_url: str, embe
         assert await d.store.drift() == 0
     finally:
         await d.client.aclose()
+
+
+async def test_a_recompute_that_lost_its_lease_stores_nothing(two: Daemons) -> None:
+    """A's recompute lease expires and B takes it (a recompute that outlived its lease): A's
+    result, computed from communities B may have replaced, is refused whole."""
+    cid = await one_community(two)
+    lease = await two.store.lock("recompute", "daemon-a", ttl_s=60)
+    assert lease is not None
+    await two.client.delete(two.store._k("lock:recompute"))  # expired
+    assert await two.store.lock("recompute", "daemon-b", ttl_s=60) is not None
+    stray = Community(id="c0-stray", level=0, members=frozenset({"alpha-svc", "beta-svc"}))
+    with pytest.raises(LeaseLost):
+        await two.store.replace_communities(
+            [stray], changed={stray.id}, removed={cid}, events=[], drift_seen=0, now=time.time(), lease=lease
+        )
+    assert [c.id for c in await two.store.communities()] == [cid]
+    assert await two.store.pending_drops() == []
+    assert not await two.store.renew("recompute", lease, 60)  # nor can A extend B's lease
+
+
+async def test_a_recompute_longer_than_its_lease_keeps_it(two: Daemons, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Leiden taking three times the lease's time: the lease is renewed while it runs, so
+    another daemon's recompute is refused meanwhile, and A's result is stored."""
+    await two.store.apply("doc1", 1, contrib("doc1#0", "alpha-svc", "beta-svc", "gamma-svc"))
+    monkeypatch.setattr("graph.service.LEASE_S", 0.3)
+    real_detect = communities.detect
+
+    def slow_detect(*args: Any, **kwargs: Any) -> Any:
+        time.sleep(0.9)
+        return real_detect(*args, **kwargs)
+
+    monkeypatch.setattr("graph.service.detect", slow_detect)
+    a = asyncio.create_task(two.a.recompute(force=True))
+    await asyncio.sleep(0.6)  # past A's first lease time
+    assert await two.b.recompute(force=True) is None
+    report = await a
+    assert report is not None and report.communities == 1
+    assert await two.store._r.get(two.store._k("lock:recompute")) is None  # released
 
 
 async def test_the_stale_view_keeps_a_failing_community_oldest(two: Daemons) -> None:
