@@ -56,6 +56,17 @@ class ConsumerConfig(BaseModel):
         ),
     )
     ingest_batch_timeout_ms: int = Field(50, ge=1, le=10_000, description="How long a batch poll waits for records.")
+    ingest_max_poll_interval_ms: int = Field(
+        3_600_000,
+        ge=60_000,
+        le=86_400_000,
+        description=(
+            "Longest an ingest batch may take before the consumer is dropped from its group. Kafka's "
+            "default, 5 minutes, is less than one large batch takes on 2 cores (about 40 s per MiB of "
+            "English text at the 25 chunks/s bench/ingest measured, and a batch holds up to 1 MiB per "
+            "partition): past it the batch's commit fails and it is redelivered, again and again."
+        ),
+    )
     query_workers: int = Field(
         32, ge=1, le=256, description="Queries answered concurrently (their embeddings are micro-batched)."
     )

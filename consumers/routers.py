@@ -250,6 +250,7 @@ def build_router(
         "max_records": cfg.ingest_max_records,
         "batch_timeout_ms": cfg.ingest_batch_timeout_ms,
         "fetch_max_wait_ms": cfg.ingest_fetch_max_wait_ms,
+        "max_poll_interval_ms": cfg.ingest_max_poll_interval_ms,
         "auto_offset_reset": "earliest",
         # Commit after the handler returns; on an error, seek back so nothing is skipped.
         "ack_policy": AckPolicy.NACK_ON_ERROR,
