@@ -15,7 +15,7 @@ from memory.activity import IngestActivity
 from memory.chunking import chunk_id, chunk_spans
 from memory.config import ChunkingConfig, IngestConfig
 from memory.embedder import Embedder, InputCrashesWorker, WorkerCrashed
-from memory.errors import BackendUnavailable, InvalidEvent, MemdError
+from memory.errors import BackendUnavailable, InvalidEvent, MemdError, Unauthorized
 from memory.index import Analysis, ChunkIndex, analyze
 from memory.records import ApplyResult, ChunkRecord, MemoryItem
 
@@ -125,21 +125,24 @@ class Ingestor:
         self.stopping = asyncio.Event()
 
     async def _retrying(self, what: str, fn: Callable[[], Awaitable[T]]) -> T:
-        """Retry ``fn`` with exponential backoff while Redis is unavailable.
+        """Retry ``fn`` with exponential backoff while Redis is unavailable, or refuses us.
 
         Gives up only when the daemon is stopping, so offsets are never committed past
-        data that is not in Redis.
+        data that is not in Redis. A refusal (a password rotated, an ACL that lost a
+        command, e.g. WATCH) is the deployment's, not the event's: waited out, loudly,
+        instead of dead-lettering every event until an operator fixes it.
         """
         delay = self._cfg.retry_initial_s
         attempt = 0
         while True:
             try:
                 return await fn()
-            except BackendUnavailable as exc:
+            except (BackendUnavailable, Unauthorized) as exc:
                 attempt += 1
                 if self.stopping.is_set():
                     raise
-                log.warning("ingest.backend_retried", what=what, attempt=attempt, delay_s=delay, error=str(exc))
+                emit = log.error if isinstance(exc, Unauthorized) else log.warning
+                emit("ingest.backend_retried", what=what, attempt=attempt, delay_s=delay, error=str(exc))
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.stopping.wait(), timeout=delay)
                 delay = min(delay * 2, self._cfg.retry_max_s)

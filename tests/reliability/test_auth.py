@@ -6,6 +6,7 @@ aiokafka, so those two are checked at the settings -> client-arguments boundary 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import ssl
 import uuid
@@ -22,7 +23,7 @@ from daemon.connections import redis_client
 from daemon.launcher import free_port, start_redis
 from memory.errors import Unauthorized
 from tests.conftest import unique
-from tests.helpers import daemon_and_client, eventually, isolated_settings
+from tests.helpers import daemon_and_client, eventually, isolated_settings, read_dlq
 
 pytestmark = pytest.mark.integration
 
@@ -65,6 +66,25 @@ async def test_redis_acl_user_works_and_bad_credentials_fail_fast(kafka_bootstra
             await eventually(stored, what="doc stored through the ACL user")
             _, reply = await client.ask({"query_id": uuid.uuid4().hex, "search_text": "ACL user", "top_k": 1})
             assert reply["results"][0]["doc_id"] == "acl.md"
+
+            # The ACL loses the transaction commands mid-run: the next doc waits (it is the
+            # deployment's fault, not the doc's), and is stored once access is back.
+            admin = aredis.from_url(url, password="admin-secret")
+            await admin.execute_command("ACL", "SETUSER", "agentmem", "-@transaction")
+            await client.send(
+                settings.topics.documents,
+                {"event_id": "e2", "op": "upsert", "doc_id": "acl2.md", "version": 1, "content": "after the refusal"},
+            )
+            await asyncio.sleep(3)
+            assert await daemon.index.versions(["acl2.md"]) == {}
+            await admin.execute_command("ACL", "SETUSER", "agentmem", "+@all")
+            await admin.aclose()
+
+            async def stored_after() -> bool:
+                return bool(await daemon.index.chunk_ids("acl2.md"))
+
+            await eventually(stored_after, timeout=30, what="doc stored once access is back")
+            assert [d for d in await read_dlq(client, 1, timeout=3) if "acl2.md" in (d["original_text"] or "")] == []
         probe = redis_client(settings)
         assert await probe.acl_whoami() == "agentmem"
         await probe.aclose()
