@@ -80,6 +80,17 @@ class ConsumerConfig(BaseModel):
             "Kafka, 500 costs no latency."
         ),
     )
+    query_max_age_ms: int = Field(
+        60_000,
+        ge=1000,
+        le=86_400_000,
+        description=(
+            "Requests older than this (by their Kafka timestamp) are skipped unanswered: their asker "
+            "has given up. The request consumers start a new topic or partition at its beginning, so "
+            "the first requests on a tenant topic created while the daemon runs are answered, and "
+            "this cut-off, not the starting point, keeps a backlog of old requests unanswered."
+        ),
+    )
     dlq_max_record_bytes: int = Field(
         900_000,
         ge=4096,

@@ -290,7 +290,10 @@ def build_router(
         **pattern(topics.requests),
         max_workers=cfg.query_workers,
         fetch_max_wait_ms=cfg.query_fetch_max_wait_ms,
-        auto_offset_reset="latest",
+        # "latest" lost every request sent to a new tenant topic (or partition) before the
+        # pattern subscription found it: the group has no offset there. From the beginning,
+        # with old requests skipped by age (query_max_age_ms), answers those instead.
+        auto_offset_reset="earliest",
         no_reply=True,
         parser=_parser_one,
         decoder=_message_as_body,
@@ -301,6 +304,12 @@ def build_router(
         record = message.raw_message
         assert isinstance(record, ConsumerRecord)
         t0 = time.monotonic()
+        age_ms = time.time() * 1000 - (record.timestamp or 0)
+        if record.timestamp and age_ms > cfg.query_max_age_ms:
+            log.info(
+                "query.expired", topic=record.topic, partition=record.partition, offset=record.offset, age_ms=age_ms
+            )
+            return
         tenant = tenant_from_topic(record.topic, topics.requests, cfg.tenancy)
         default_target = default_reply_topic(topics.replies, cfg.tenancy, tenant)
         target = message.reply_to or default_target

@@ -167,3 +167,28 @@ async def test_a_reply_without_reply_to_goes_to_the_tenants_own_topic(env, kafka
         assert reply["query_id"] == "acme-default" and "results" in reply
     finally:
         await acme.stop()
+
+
+async def test_the_first_requests_on_a_new_tenant_topic_are_answered(env, kafka_bootstrap: str) -> None:
+    """A tenant's request topic created while the daemon runs: the requests sent before the
+    pattern subscription finds it are answered too (the group has no offset there), while a
+    request older than query_max_age_ms is skipped, unanswered."""
+    _, client, _ = env
+    tenant = f"new{uuid.uuid4().hex[:6]}"
+    await ensure_topics(kafka_bootstrap, [f"{client.topics.requests}.{tenant}"], partitions=1, replication=1)
+    stale_cid, cid = uuid.uuid4().hex, uuid.uuid4().hex
+    await client.producer.send_and_wait(
+        f"{client.topics.requests}.{tenant}",
+        json.dumps({"query_id": "stale", "search_text": "vault_token"}).encode(),
+        headers=[("correlation_id", stale_cid.encode()), ("reply_to", client.reply_topic.encode())],
+        timestamp_ms=int(time.time() * 1000) - 10 * 60 * 1000,  # sent ten minutes ago
+    )
+    await client.send(
+        f"{client.topics.requests}.{tenant}",
+        {"query_id": "first", "search_text": "vault_token", "top_k": 1},
+        headers=[("correlation_id", cid.encode()), ("reply_to", client.reply_topic.encode())],
+    )
+    _, reply = await client.reply(cid, timeout=30)
+    assert reply["query_id"] == "first" and reply["results"] == []  # a tenant of its own: empty
+    with pytest.raises(AssertionError, match="no reply"):
+        await client.reply(stale_cid, timeout=2)
