@@ -573,6 +573,10 @@ def reindex(
     )
     for e in rep.errors:
         err.print(f"[yellow]warning:[/yellow] {e}")
+    if rep.errors:
+        # Live, but not finished as asked (a catch-up, a drop or the graph left to redo):
+        # scripts must not read this as a clean success.
+        raise typer.Exit(code=2)
 
 
 @config_app.command("toml")

@@ -179,8 +179,9 @@ async def _check_leftover_generations(
     client: Any, settings: Settings, active: int, building: int, reindexing: bool
 ) -> list[Finding]:
     """Generations beside the active one and the one being built: kept by ``--keep-old``, kept
-    by a reindex because the new generation lacks some of their docs, or left by a reindex
-    that died after its switch. Not a fault, but memory an operator pays for."""
+    by a reindex because the new generation lacks some of their docs, or left marked by a
+    reindex that died after its switch, before its final check. Not a fault, but memory an
+    operator pays for."""
     registry = GenerationRegistry(client, settings.index.name)
     async with translate_errors("doctor"):
         listed = await registry.listed()
@@ -199,7 +200,7 @@ async def _check_leftover_generations(
             )
         else:
             detail = (
-                f"generation {g} kept beside the active one (--keep-old, or a reindex that died after its switch); "
+                f"generation {g} kept beside the active one (--keep-old); "
                 f"when no longer wanted: `agentmemd drop-generation {g}` (FT.DROPINDEX "
                 f"{physical_name(settings.index.name, g)} DD and its {settings.index.name}:g{g}:* keys)"
             )

@@ -516,8 +516,14 @@ async def reindex(
 
         progress.phase = "switching"
         report()
-        async with translate_errors("reindex switch"):
-            await registry.switch(owner, gen, spec)
+        try:
+            async with translate_errors("reindex switch"):
+                await registry.switch(owner, gen, spec)
+        except BackendUnavailable:
+            # The reply may be what was lost, not the switch: never treat the live
+            # generation as an unswitched build (the finally block would drop it).
+            if await _went_live(registry, gen) is not True:
+                raise
         switched = replayer.switched = True
         log.info("reindex.switched", index=settings.index.name, old_generation=old, generation=gen)
 
@@ -579,11 +585,21 @@ async def reindex(
             log.error("reindex.old_generation_kept", generation=old, missing=len(unexpected))
             with contextlib.suppress(Exception):  # doctor shows it, and warns against dropping it
                 await registry.mark_kept(old, why)
-        elif not keep_old:
-            progress.phase = "dropping the old generation"
-            report()
-            await source.drop()
-            dropped = True
+        else:
+            try:
+                async with translate_errors("reindex final check"):
+                    await registry.unmark_kept(old)
+                if not keep_old:
+                    progress.phase = "dropping the old generation"
+                    report()
+                    await source.drop()
+                    dropped = True
+            except Exception as exc:  # the switch is done: reported, never a failed command
+                errors.append(
+                    f"generation {old} could not be dropped ({type(exc).__name__}: {exc}); "
+                    f"run `agentmemd drop-generation {old}`"
+                )
+                log.error("reindex.old_generation_drop_failed", generation=old, error=str(exc))
         if rechunked and settings.graph.enabled:
             progress.phase = "re-pointing the graph"
             report()
@@ -597,7 +613,11 @@ async def reindex(
                 log.error("reindex.graph_repoint_failed", error=str(exc))
         progress.phase = "done"
         report()
-        chunks = await target.count()
+        try:
+            chunks = await target.count()
+        except Exception as exc:  # only a figure for the report
+            log.warning("reindex.count_failed", error=str(exc))
+            chunks = -1
         took = time.monotonic() - t0
         log.info(
             "reindex.finished",
@@ -620,14 +640,30 @@ async def reindex(
         if not switched and target is not None:
             # Nothing was switched: leave no trace of the build. A drop that fails or runs
             # long keeps the slot: its heartbeat goes stale, and the next reindex's claim
-            # reports the build as abandoned and drops it.
-            build_left = not await bounded("drop the unswitched build", target.drop(), seconds=DROP_TIMEOUT_S)
+            # reports the build as abandoned and drops it (never the active generation: when
+            # it cannot be read whether the build went live after all, the slot is kept too).
+            live = await _went_live(registry, gen)
+            if live is None:
+                build_left = True
+            elif not live:
+                build_left = not await bounded("drop the unswitched build", target.drop(), seconds=DROP_TIMEOUT_S)
         if claimed and not build_left:
             await bounded("release the build slot", registry.release(owner))
         if replayer is not None:
             await bounded("stop the replay consumer", replayer.consumer.stop())
         await bounded("close redis", redis.aclose())
         embedder.close()
+
+
+async def _went_live(registry: GenerationRegistry, gen: int) -> bool | None:
+    """Whether ``gen`` is the active generation (a switch whose reply was lost); ``None``
+    when that cannot be read either."""
+    try:
+        async with translate_errors("reindex switch check"):
+            return (await registry.state()).active == gen
+    except Exception as exc:
+        log.warning("reindex.switch_unknown", generation=gen, error=str(exc))
+        return None
 
 
 async def drop_generation(settings: Settings, redis: Any, generation: int, *, force: bool = False) -> int:

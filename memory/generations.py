@@ -178,12 +178,16 @@ return 1
 
 # The switch: active generation, its spec and the alias change in one step. The build slot
 # stays taken until the reindex releases it: its catch-up, drop and graph re-pointing still
-# run, and a second reindex claiming the slot meanwhile could drop what they work on.
+# run, and a second reindex claiming the slot meanwhile could drop what they work on. The
+# old generation is marked kept in the same step, until the reindex has checked that the
+# new one holds everything it does: a reindex that dies in between (Ctrl-C, a kill) leaves
+# it marked, so nobody drops the only copy of the writes made during the switch.
 _SWITCH = """
 if redis.call('HGET', KEYS[1], 'building_owner') ~= ARGV[1] then return -1 end
 if redis.call('HGET', KEYS[1], 'building') ~= ARGV[2] then return -1 end
 local old = tonumber(redis.call('HGET', KEYS[1], 'active') or '0')
 redis.call('HSET', KEYS[1], 'active', ARGV[2], 'spec:' .. ARGV[2], ARGV[3])
+if old > 0 then redis.call('HSET', KEYS[1], 'kept:' .. old, ARGV[6]) end
 redis.call('FT.ALIASUPDATE', ARGV[4], ARGV[5])
 return old
 """
@@ -291,6 +295,8 @@ class GenerationRegistry:
             spec.model_dump_json(),
             self.name,
             physical_name(self.name, generation),
+            f"the reindex that switched to generation {generation} had not checked that it holds "
+            "everything this one does (it stopped before its final check, or is still running)",
         )
         if int(old) < 0:
             raise ReindexConflict(f"generation {generation} is no longer the build in progress")
@@ -299,6 +305,10 @@ class GenerationRegistry:
     async def mark_kept(self, generation: int, why: str) -> None:
         """Record why an old generation was kept (``doctor`` shows it and warns not to drop it)."""
         await self._r.hset(self.key, f"kept:{generation}", why)
+
+    async def unmark_kept(self, generation: int) -> None:
+        """The reindex's check passed: the old generation holds nothing the active one lacks."""
+        await self._r.hdel(self.key, f"kept:{generation}")
 
     async def kept(self) -> dict[int, str]:
         """Generations kept for a reason (``mark_kept``) -> the reason."""

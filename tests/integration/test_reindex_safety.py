@@ -344,9 +344,12 @@ async def test_a_summary_removed_in_the_check_window_stays_removed(env: Any, mon
 
 async def test_a_build_that_died_after_its_switch_is_never_dropped(env: Any) -> None:
     """The slot of a reindex that died after its switch names the active generation: the next
-    claim takes the slot over but reports nothing to drop."""
+    claim takes the slot over but reports nothing to drop. The generation it switched away
+    from stays marked kept (its final check never ran: writes made during the switch may be
+    only there), so drop-generation refuses it without --force."""
     settings, daemon, _ = env
     registry = GenerationRegistry(daemon.redis, settings.index.name)
+    old = (await registry.state()).active
     gen, _ = await registry.claim("reindex-a")
     await ChunkIndex(client=daemon.redis, cfg=settings.index, dims=daemon.embedder.dims, generation=gen).ensure()
     await registry.switch("reindex-a", gen, (await registry.state()).spec)  # then A dies: no release
@@ -355,6 +358,9 @@ async def test_a_build_that_died_after_its_switch_is_never_dropped(env: Any) -> 
     assert (nxt, abandoned) == (gen + 1, 0)
     assert (await registry.state()).active == gen
     await registry.release("reindex-b")
+    assert "had not checked" in (await registry.kept())[old]
+    with pytest.raises(ReindexWouldLose):
+        await reindex_mod.drop_generation(settings, daemon.redis, old)
 
 
 async def test_a_summary_the_model_fails_on_keeps_the_old_generation_and_the_rest_switches(
