@@ -8,11 +8,28 @@ from typing import Any
 
 import structlog
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import KafkaConnectionError, KafkaError, TopicAlreadyExistsError
+from aiokafka.errors import KafkaConnectionError, KafkaError, TopicAlreadyExistsError, for_code
 
 from memory.errors import BackendUnavailable
 
 log = structlog.get_logger()
+
+
+def _raise_topic_errors(resp: Any, replication: int) -> None:
+    """The admin client returns a topic's creation error in the response instead of raising
+    it: without this, a topic the broker refused (a replication factor above its brokers, no
+    CREATE permission) was logged as created, and the daemon started without it."""
+    failed = []
+    for name, code, *message in getattr(resp, "topic_errors", ()):
+        if code in (0, TopicAlreadyExistsError.errno):  # created, or another daemon won the race
+            continue
+        detail = (message[0] if message else None) or ""
+        failed.append(f"{name}: {for_code(code).__name__}{f' ({detail})' if detail else ''}")
+    if failed:
+        raise BackendUnavailable(
+            f"kafka refused to create topic(s) {'; '.join(failed)} (AGENTMEM_TOPIC_REPLICATION={replication}; "
+            "create them by hand, or fix the setting or the ACL)"
+        )
 
 
 async def ensure_topics(
@@ -38,9 +55,10 @@ async def ensure_topics(
             missing = [t for t in dict.fromkeys(topics) if t not in existing]
             if missing:
                 with contextlib.suppress(TopicAlreadyExistsError):  # another daemon won the race
-                    await admin.create_topics(
+                    resp = await admin.create_topics(
                         [NewTopic(t, num_partitions=partitions, replication_factor=replication) for t in missing]
                     )
+                    _raise_topic_errors(resp, replication)
                 log.info("daemon.topics_created", topics=missing, partitions=partitions)
             return missing
         except (KafkaConnectionError, KafkaError, OSError) as exc:

@@ -1,0 +1,31 @@
+"""The admin client's create-topics response, read for per-topic errors (pure)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from daemon.topics import _raise_topic_errors
+from memory.errors import BackendUnavailable
+
+
+def test_created_or_already_existing_topics_pass() -> None:
+    """Code 0 (created) and 36 (another daemon created it first) are both fine."""
+    _raise_topic_errors(SimpleNamespace(topic_errors=[("a", 0, None), ("b", 36, "Topic 'b' already exists.")]), 1)
+    _raise_topic_errors(SimpleNamespace(topic_errors=[("a", 0)]), 1)  # v0 responses carry no message
+
+
+def test_a_topic_the_broker_refused_fails_naming_it_and_why() -> None:
+    """Apache Kafka answers INVALID_REPLICATION_FACTOR (38) in the response, without raising."""
+    resp = SimpleNamespace(
+        topic_errors=[
+            ("memory.documents", 0, None),
+            ("memory.requests", 38, "Replication factor: 3 larger than available brokers: 1."),
+        ]
+    )
+    with pytest.raises(BackendUnavailable) as exc:
+        _raise_topic_errors(resp, 3)
+    message = str(exc.value)
+    assert "memory.requests: InvalidReplicationFactorError" in message and "larger than available brokers" in message
+    assert "memory.documents" not in message and "AGENTMEM_TOPIC_REPLICATION=3" in message
