@@ -58,12 +58,23 @@ def _fail(exc: Exception) -> typer.Exit:
     return typer.Exit(code=1)
 
 
+def _embedded(settings: Settings) -> Any:
+    """The embedded servers as the settings describe them (`up`, `servers`)."""
+    if settings.redis_username not in ("", "default"):
+        raise MemdError(
+            f"the embedded Redis has only the default user, not {settings.redis_username!r}: unset "
+            "AGENTMEM_REDIS_USERNAME (AGENTMEM_REDIS_PASSWORD still applies), or run `agentmemd run` against your Redis"
+        )
+    password = settings.redis_password.get_secret_value() or None
+    return embedded_servers(settings.kafka_bootstrap, settings.redis_url, settings.data_dir, redis_password=password)
+
+
 @app.command()
 def up() -> None:
     """Start the embedded broker and Redis, then the daemon, in the foreground (Ctrl-C stops all)."""
     settings = _settings()
     try:
-        with embedded_servers(settings.kafka_bootstrap, settings.redis_url, settings.data_dir):
+        with _embedded(settings):
             _run_with_signals(lambda stop: run_until_stopped(settings, stop))
     except MemdError as exc:
         raise _fail(exc) from exc
@@ -92,7 +103,7 @@ def servers() -> None:
         await stop.wait()
 
     try:
-        with embedded_servers(settings.kafka_bootstrap, settings.redis_url, settings.data_dir):
+        with _embedded(settings):
             _run_with_signals(wait)
     except MemdError as exc:
         raise _fail(exc) from exc

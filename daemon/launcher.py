@@ -7,6 +7,7 @@ These are child processes for development, tests and the quick start. Production
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import signal
 import socket
@@ -269,16 +270,54 @@ def start_tansu(bootstrap: str, *, log_dir: Path | None = None, timeout: float =
 
 
 @contextlib.contextmanager
-def embedded_servers(bootstrap: str, redis_url: str, data_dir: Path) -> Iterator[tuple[ServerProcess, ServerProcess]]:
-    """Both servers for the lifetime of the block; stopped in reverse order on exit."""
-    redis = start_redis(redis_url, data_dir=data_dir)
-    try:
-        broker = start_tansu(bootstrap, log_dir=data_dir)
-    except BaseException:
-        redis.stop()
-        raise
-    try:
-        yield broker, redis
-    finally:
-        broker.stop()
-        redis.stop()
+def data_dir_lock(data_dir: Path) -> Iterator[None]:
+    """Hold ``data_dir`` for this process alone while the block runs.
+
+    Two embedded Redis servers on one directory (a second `agentmemd up` moved to a free
+    port, as the port-in-use error suggests) append to one AOF: after a restart each loads
+    the other's chunks and index commands, and a rewrite by either drops the other's data.
+    """
+    data_dir.mkdir(parents=True, exist_ok=True)
+    path = data_dir / ".agentmemd.lock"
+    with path.open("a+") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            holder = fh.read().strip() or "another process"
+            raise LauncherError(
+                f"data dir {data_dir} is in use by {holder}: give this one its own AGENTMEM_DATA_DIR"
+            ) from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"pid {os.getpid()}\n")
+        fh.flush()
+        try:
+            yield
+        finally:
+            fh.seek(0)
+            fh.truncate()
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def embedded_servers(
+    bootstrap: str, redis_url: str, data_dir: Path, *, redis_password: str | None = None
+) -> Iterator[tuple[ServerProcess, ServerProcess]]:
+    """Both servers for the lifetime of the block; stopped in reverse order on exit.
+
+    ``redis_password``: the default user's password (AGENTMEM_REDIS_PASSWORD), so the
+    embedded Redis is no more open than the settings say.
+    """
+    with data_dir_lock(data_dir):
+        redis = start_redis(redis_url, data_dir=data_dir, password=redis_password)
+        try:
+            broker = start_tansu(bootstrap, log_dir=data_dir)
+        except BaseException:
+            redis.stop()
+            raise
+        try:
+            yield broker, redis
+        finally:
+            broker.stop()
+            redis.stop()

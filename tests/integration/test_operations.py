@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import re
 import shutil
 import socket
@@ -19,7 +20,15 @@ import pytest
 from structlog.testing import capture_logs
 
 from daemon.app import Daemon, start_daemon
-from daemon.launcher import LauncherError, ServerProcess, free_port, start_redis, start_tansu
+from daemon.launcher import (
+    LauncherError,
+    ServerProcess,
+    data_dir_lock,
+    embedded_servers,
+    free_port,
+    start_redis,
+    start_tansu,
+)
 from graph.config import GraphConfig
 from tests.conftest import unique
 from tests.helpers import PlainClient, eventually, isolated_settings
@@ -368,6 +377,30 @@ def test_embedded_servers_refuse_a_port_already_in_use(tmp_path: Path) -> None:
             start_redis(f"redis://127.0.0.1:{port}/0", data_dir=tmp_path / "redis")
         with pytest.raises(LauncherError, match="already in use"):
             start_tansu(f"127.0.0.1:{port}", log_dir=tmp_path)
+
+
+def test_one_data_dir_serves_one_set_of_embedded_servers(tmp_path: Path) -> None:
+    """A second `agentmemd up` on the data dir of a running one (moved to free ports) is
+    refused before it starts a Redis that would append to the first one's AOF; the embedded
+    Redis takes AGENTMEM_REDIS_PASSWORD."""
+    import redis as sync_redis
+
+    bootstrap = f"127.0.0.1:{free_port()}"
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    with embedded_servers(bootstrap, url, tmp_path, redis_password="s3cret"):
+        with pytest.raises(sync_redis.AuthenticationError):
+            sync_redis.from_url(url).ping()
+        assert sync_redis.from_url(url, password="s3cret").ping()
+        other_url = f"redis://127.0.0.1:{free_port()}/0"
+        with (
+            pytest.raises(LauncherError, match=f"in use by pid {os.getpid()}"),
+            embedded_servers(f"127.0.0.1:{free_port()}", other_url, tmp_path),
+        ):
+            pass
+        with pytest.raises(sync_redis.ConnectionError):
+            sync_redis.from_url(other_url).ping()  # no second Redis was started
+    with data_dir_lock(tmp_path):  # released with the servers
+        pass
 
 
 async def test_readyz_fails_when_consumers_leave_their_groups_and_when_draining(
