@@ -18,7 +18,14 @@ from daemon.teardown import bounded
 from memory.errors import MemdError
 from memory.generations import GenerationRegistry, index_spec
 from memory.index import translate_errors
-from memory.schema import compare_schema, index_schema, info_attributes, physical_name
+from memory.schema import (
+    compare_schema,
+    generation_of,
+    index_schema,
+    info_attributes,
+    info_index_name,
+    physical_name,
+)
 from memory.server_policies import EVICTION_FIX, SAFE_EVICTION, TIMEOUT_FIX, eviction_policy, search_timeout_policy
 
 #: Vector dimensions of the packaged model, the default; other models are checked by name only.
@@ -128,8 +135,25 @@ async def _check_redis(settings: Settings) -> list[Finding]:
 
 async def _check_generation(client: Any, settings: Settings, dims: int | None) -> list[Finding]:
     """The active index generation against what these settings would build."""
+    registry = GenerationRegistry(client, settings.index.name)
     async with translate_errors("doctor"):
-        state = await GenerationRegistry(client, settings.index.name).state()
+        state = await registry.state()
+        alias = await registry.alias_info() if state.active == 0 or state.spec is None else None
+    if (state.active == 0 or state.spec is None) and alias is not None:
+        aliased = generation_of(settings.index.name, info_index_name(alias))
+        if aliased is not None:
+            # The registry hash alone was lost (evicted, deleted): the index is intact, and a
+            # daemon's start adopts the generation the alias points at. Dropping it would
+            # throw away what a replay may no longer rebuild (tansu forgets its log).
+            return [
+                Finding(
+                    "index generation",
+                    False,
+                    f"the generation registry of {settings.index.name!r} is missing, but the alias points at "
+                    f"generation {aliased}",
+                    "start a daemon (`agentmemd run` or `up`): it adopts that generation; do not drop the index",
+                )
+            ]
     if state.active == 0 or state.spec is None:
         return [
             Finding(

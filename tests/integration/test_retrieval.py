@@ -8,6 +8,8 @@ from typing import Any
 import pytest
 import redis.asyncio as aredis
 
+from daemon.doctor import _check_generation
+from daemon.settings import Settings
 from memory.config import ChunkingConfig, IndexConfig, IngestConfig, RetrievalConfig
 from memory.embedder import EmbedderError
 from memory.errors import BackendUnavailable, InvalidRequest, NotFound
@@ -403,6 +405,10 @@ async def test_a_lost_registry_is_rebuilt_from_the_alias_and_the_data_kept(redis
         await ingestor.apply([item("wiki/in-g3.md", text="walrus ledger in three")])
 
         await client.delete(index.registry.key)
+        # doctor sends the operator to a daemon start (which adopts), never to a drop
+        (finding,) = await _check_generation(client, Settings(index=cfg), embedder.dims)
+        assert not finding.ok and "alias points at generation 3" in finding.detail, finding
+        assert "adopts" in finding.fix and "DROPINDEX" not in finding.fix
         fresh = ChunkIndex(client=client, cfg=cfg, dims=embedder.dims, recreate=True)
         with pytest.raises(ReindexConflict, match="no active generation"):
             await fresh.registry.forget(3)  # drop-generation: nothing is dropped blind
