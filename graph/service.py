@@ -33,6 +33,9 @@ log = structlog.get_logger()
 #: The recompute lease's time to live; renewed every third of it while the work runs, so a
 #: daemon that dies mid-recompute holds it at most this long.
 LEASE_S = 60.0
+#: How long a removed community's summary tombstone (its drop's version) is kept: a day,
+#: far beyond any summary writer's claim.
+COMMUNITY_TOMBSTONE_S = 86_400
 
 
 @dataclass
@@ -366,7 +369,12 @@ class GraphService:
     async def _delete_summary_chunk(self, cid: str, token: int) -> bool:
         """Delete a community's summary chunk, versioned by ``token``; false when a later token won."""
         empty = np.zeros((0, 1), np.float32)
-        return (await self._index.apply(COMMUNITY_PREFIX + cid, token, [], empty, self.store.tenant)).applied
+        # The tombstone only has to outlast a summary writer of the removed community still
+        # running (claims last minutes); kept for good, community churn grew them unbounded.
+        result = await self._index.apply(
+            COMMUNITY_PREFIX + cid, token, [], empty, self.store.tenant, version_ttl_s=COMMUNITY_TOMBSTONE_S
+        )
+        return result.applied
 
     # -- summaries ---------------------------------------------------------------------
 

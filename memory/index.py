@@ -445,10 +445,13 @@ class ChunkIndex:
         vectors: np.ndarray,
         tenant: str = DEFAULT_TENANT,
         analyses: Sequence[Analysis] | None = None,
+        version_ttl_s: int | None = None,
     ) -> ApplyResult:
         """Replace every chunk of ``doc_id`` with ``chunks`` (none = delete), atomically.
 
         ``analyses`` (from :func:`analyze`, one per chunk) saves computing them here.
+        ``version_ttl_s``: the stored version expires (a removed community's tombstone only
+        has late writers of the last minutes to fence off; a document's is kept for good).
 
         With a ``version``, applies only when it is above the stored one and then stores it;
         the check and the write form one optimistic transaction (WATCH), so two daemons
@@ -463,12 +466,12 @@ class ChunkIndex:
         elif len(analyses) != len(chunks):
             raise MemdError(f"{len(analyses)} analyses for {len(chunks)} chunks of {doc_id!r}")
         try:
-            return await self._apply(doc_id, version, chunks, vectors, tenant, analyses)
+            return await self._apply(doc_id, version, chunks, vectors, tenant, analyses, version_ttl_s)
         except _NoGeneration:
             if not self._recreate:
                 raise
             await self._recover()
-            return await self._apply(doc_id, version, chunks, vectors, tenant, analyses)
+            return await self._apply(doc_id, version, chunks, vectors, tenant, analyses, version_ttl_s)
 
     async def _apply(
         self,
@@ -478,6 +481,7 @@ class ChunkIndex:
         vectors: np.ndarray,
         tenant: str,
         analyses: Sequence[Analysis],
+        version_ttl_s: int | None = None,
     ) -> ApplyResult:
         async with translate_errors("chunk write"):
             for _ in range(_WATCH_RETRIES):
@@ -505,7 +509,7 @@ class ChunkIndex:
                         if new_ids:
                             pipe.sadd(doc_key, *sorted(new_ids))
                         if version is not None:
-                            pipe.set(ver_key, version)
+                            pipe.set(ver_key, version, ex=version_ttl_s)
                         await pipe.execute()
                         return ApplyResult(doc_id, applied=True, chunks=len(chunks), stored_version=version)
                     except rexc.WatchError:

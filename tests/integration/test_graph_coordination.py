@@ -19,7 +19,7 @@ from graph import communities
 from graph.communities import Community
 from graph.config import GraphConfig
 from graph.registry import GraphRegistry
-from graph.service import COMMUNITY_PREFIX, GraphService
+from graph.service import COMMUNITY_PREFIX, COMMUNITY_TOMBSTONE_S, GraphService
 from graph.store import Contribution, GraphStore, LeaseLost
 from memory.config import IndexConfig
 from memory.errors import BackendUnavailable
@@ -155,6 +155,9 @@ async def test_a_community_removed_mid_summary_does_not_come_back(two: Daemons) 
     assert await two.summary_chunk(cid) is None
     assert await two.store.summary(cid) is None
     assert await two.store.pending_drops() == []
+    # its tombstone fences late writers for a day, then goes (churn would grow them for good)
+    ver_key = two.index._ver_key(await two.index._generation(), "default", COMMUNITY_PREFIX + cid)
+    assert 0 < await two.client.ttl(ver_key) <= COMMUNITY_TOMBSTONE_S
 
 
 async def test_a_summary_begun_before_its_community_was_removed_and_recreated_leaves_it_stale(
