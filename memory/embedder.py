@@ -12,7 +12,7 @@ import asyncio
 import functools
 import hashlib
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol
@@ -22,6 +22,7 @@ import structlog
 
 from memory.config import EmbeddingConfig
 from memory.embed_worker import (
+    QUERY_DEADLINE_S,
     EmbedderError,
     EmbedderUnavailable,
     EmbeddingWorker,
@@ -206,15 +207,22 @@ class SentenceTransformerEmbedder:
             while self._pending:
                 batch = self._pending[: self._cfg.query_batch_max]
                 del self._pending[: len(batch)]
-                out = await self._encode_batch(list(dict.fromkeys(t for t, _ in batch)))
+                waiting: dict[str, list[asyncio.Future[np.ndarray]]] = {}
                 for text, fut in batch:
-                    if fut.done():
-                        continue
-                    result = out[text]
-                    if isinstance(result, BaseException):
-                        fut.set_exception(result)
-                    else:
-                        fut.set_result(result)
+                    waiting.setdefault(text, []).append(fut)
+
+                def settle(text: str, result: np.ndarray | BaseException, waiting: Any = waiting) -> None:
+                    for fut in waiting.get(text, ()):
+                        if fut.done():
+                            continue
+                        if isinstance(result, BaseException):
+                            fut.set_exception(result)
+                        else:
+                            fut.set_result(result)
+
+                out = await self._encode_batch(list(waiting), settle)
+                for text, result in out.items():
+                    settle(text, result)
         except BaseException:
             # Cancelled (the embedder closing cancels the executor's futures): no asker may
             # be left waiting on a future nobody will resolve.
@@ -225,8 +233,11 @@ class SentenceTransformerEmbedder:
             self._pending.clear()
             raise
 
-    async def _encode_batch(self, texts: list[str]) -> dict[str, np.ndarray | BaseException]:
-        """Each text's vector, or the error its asker gets."""
+    async def _encode_batch(
+        self, texts: list[str], settle: Callable[[str, np.ndarray | BaseException], None] = lambda _t, _r: None
+    ) -> dict[str, np.ndarray | BaseException]:
+        """Each text's vector, or the error its asker gets; ``settle`` hears each result of
+        the text-by-text retry after a crash as soon as it is known."""
         loop = asyncio.get_running_loop()
         out: dict[str, np.ndarray | BaseException] = {
             t: QueryRefused(POISON_REFUSAL) for t in texts if _digest(t) in self._poison
@@ -244,8 +255,20 @@ class SentenceTransformerEmbedder:
             # A crash in native code may be one of these texts: each again, alone in the
             # worker. One that crashes it alone is refused from then on, so that an asker
             # repeating it cannot keep every query and ingestion down.
+            # Each retry may wait for the other channel's isolated requests (a docs group
+            # runs for seconds): one budget for them all, and each asker answered as soon as
+            # its own text is done, so a crash costs queries at most QUERY_DEADLINE_S more.
+            deadline = loop.time() + QUERY_DEADLINE_S
             for i, t in enumerate(todo):
+                if loop.time() > deadline:
+                    late = EmbedderUnavailable(
+                        "the embedding worker is recovering from a crash (its inputs are retried one by one): "
+                        "try again shortly"
+                    )
+                    out.update(dict.fromkeys(todo[i:], late))
+                    break
                 result = out[t] = await self._alone(t)
+                settle(t, result)
                 if isinstance(result, WorkerCrashed):  # the worker crashes whatever it is given
                     out.update(dict.fromkeys(todo[i + 1 :], result))
                     break

@@ -283,6 +283,27 @@ async def test_a_query_that_crashes_the_worker_is_refused_and_its_batch_still_an
         emb.close()
 
 
+async def test_the_retries_after_a_crash_have_one_budget_for_the_whole_batch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """After a crash the batch's texts are retried one by one, each possibly waiting for the
+    other channel's isolated requests: past one budget (QUERY_DEADLINE_S, spent at once
+    here) the texts not yet retried are answered 'try again', instead of every asker
+    waiting for all the retries; the next query is embedded by the restarted worker."""
+    marker = f"crash-{uuid.uuid4().hex[:8]}"
+    monkeypatch.setenv(CRASH_MARKER_ENV, marker)
+    monkeypatch.setattr("memory.embedder.QUERY_DEADLINE_S", -1.0)
+    emb = await SentenceTransformerEmbedder.load(EmbeddingConfig())
+    try:
+        texts = [f"{TEXTS[1]} first", f"what does {marker} mean", f"{TEXTS[1]} second"]
+        answers = await asyncio.gather(*(emb.embed_query(t) for t in texts), return_exceptions=True)
+        assert all(isinstance(a, EmbedderUnavailable) and "recovering from a crash" in str(a) for a in answers), answers
+        assert not emb._poison  # nothing judged without its retry
+        assert isinstance(await emb.embed_query(texts[0]), np.ndarray)
+    finally:
+        emb.close()
+
+
 async def test_a_worker_that_crashes_on_anything_gets_no_query_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     """A query that crashes the worker alone is refused only if a harmless text alone then
     does not: a worker that dies on anything (here: on the control text too) is broken, and
