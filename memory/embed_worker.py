@@ -55,6 +55,9 @@ class WorkerHung(Exception):
 QUERY_DEADLINE_S = 60.0
 DOCS_DEADLINE_S = 120.0
 DOCS_DEADLINE_PER_TEXT_S = 2.0
+#: Past a request's deadline, a worker that still holds our thread in a blocked send or
+#: read is killed (the poll loop catches the rest at the deadline itself).
+WATCHDOG_GRACE_S = 5.0
 
 
 class EmbedderError(MemdError):
@@ -644,6 +647,13 @@ class EmbeddingWorker:
         proc, conn = self._channel(channel)
         limit = QUERY_DEADLINE_S if channel == "query" else DOCS_DEADLINE_S + DOCS_DEADLINE_PER_TEXT_S * len(texts)
         deadline = time.monotonic() + limit
+        # The deadline below is checked between polls; a send of a request bigger than the
+        # socket's buffer to a stopped worker (SIGSTOP, a freezer), or a read of a reply it
+        # stopped in the middle of, blocks before any check. The watchdog kills the worker
+        # then, which ends the blocked call with an error.
+        watchdog = threading.Timer(limit + WATCHDOG_GRACE_S, self._kill_unresponsive, args=(proc, channel, limit))
+        watchdog.daemon = True
+        watchdog.start()
         try:
             conn.send(list(texts))
             # Never an unbounded recv(): a worker that is gone must not leave us waiting.
@@ -684,6 +694,15 @@ class EmbeddingWorker:
             raise EmbedderUnavailable(
                 f"embedding request interrupted ({type(exc).__name__}: {exc}); worker restarted"
             ) from exc
+        finally:
+            watchdog.cancel()
+
+    def _kill_unresponsive(self, proc: Any, channel: str, limit: float) -> None:
+        with self._reap:
+            if proc.exitcode is not None:
+                return
+            log.error("embed.worker_unresponsive_killed", channel=channel, pid=proc.pid, deadline_s=limit)
+            proc.kill()
 
     def _alive(self, proc: Any) -> bool:
         with self._reap:

@@ -304,6 +304,42 @@ async def test_the_retries_after_a_crash_have_one_budget_for_the_whole_batch(
         emb.close()
 
 
+async def test_a_request_blocked_in_its_send_is_ended_by_the_watchdog(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A docs request bigger than the socket buffer, sent to a worker that stopped reading
+    (SIGSTOP, a freezer), blocks in the write, before any deadline check: the watchdog kills
+    the worker past the deadline, the blocked write fails, the request is an outage, and the
+    restarted worker embeds the next one. (The write is simulated: this kernel takes 30 MB
+    into a socket nobody reads, so it blocks until the reader is gone, as a full buffer does.)"""
+    import time
+    from multiprocessing.connection import Connection
+
+    import memory.embed_worker as embed_worker
+
+    monkeypatch.setattr(embed_worker, "DOCS_DEADLINE_S", 1.0)
+    monkeypatch.setattr(embed_worker, "DOCS_DEADLINE_PER_TEXT_S", 0.0)
+    monkeypatch.setattr(embed_worker, "WATCHDOG_GRACE_S", 0.5)
+    emb = await SentenceTransformerEmbedder.load(EmbeddingConfig())
+    try:
+        pid = emb.worker_pid
+        marker = f"blocked-send-{uuid.uuid4().hex[:8]}"
+        real_send = Connection.send
+
+        def blocked_send(self: Connection, obj: Any) -> None:
+            if isinstance(obj, list) and any(marker in str(t) for t in obj):
+                while psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                    time.sleep(0.05)
+                raise BrokenPipeError("the reader went away")
+            real_send(self, obj)
+
+        monkeypatch.setattr(Connection, "send", blocked_send)
+        with pytest.raises(EmbedderUnavailable):
+            await asyncio.wait_for(emb.embed_documents([f"walrus ledger {marker}"]), 30)
+        (vec,) = await emb.embed_documents(["walrus ledger"])
+        assert isinstance(vec, np.ndarray) and emb.worker_pid != pid
+    finally:
+        emb.close()
+
+
 async def test_a_worker_that_crashes_on_anything_gets_no_query_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     """A query that crashes the worker alone is refused only if a harmless text alone then
     does not: a worker that dies on anything (here: on the control text too) is broken, and
