@@ -12,6 +12,8 @@ from dataclasses import dataclass
 Offsets = Sequence[tuple[int, int]]
 
 _SENTENCE_END = frozenset(".!?;")
+# Full-width marks end a sentence with no space after them (Chinese, Japanese).
+_WIDE_SENTENCE_END = frozenset("\u3002\uff01\uff1f\uff1b")  # ideographic full stop; full-width ! ? ;
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,17 +39,35 @@ def chunk_position(chunk_id_: str) -> int:
 
 
 def _is_boundary(text: str, offsets: Offsets, k: int) -> bool:
-    """True when a chunk may end just before token ``k`` (after a sentence or line)."""
+    """True when a chunk may end just before token ``k`` (after a sentence or line).
+
+    A full stop followed by no space is no sentence end: ``3.5``, ``db-01.prod``.
+    """
     prev_start, prev_end = offsets[k - 1]
     gap = text[prev_end : offsets[k][0]]
-    return "\n" in gap or (prev_end > prev_start and text[prev_end - 1] in _SENTENCE_END)
+    if "\n" in gap or prev_end <= prev_start:
+        return "\n" in gap
+    last = text[prev_end - 1]
+    return (bool(gap) and last in _SENTENCE_END) or last in _WIDE_SENTENCE_END
+
+
+def _starts_word(offsets: Offsets, k: int) -> bool:
+    """True when token ``k`` starts a word: space (or the text's start) comes before it.
+    The model's tokenizer splits words into pieces (``Zürich`` -> ``z``, ``##uri``,
+    ``##ch``; ``ERR_CONN_RESET`` -> ``err``, ``_``, ``conn`` ...): a cut between two pieces
+    makes fragments that index as words of their own (``errconn``, ``rich``)."""
+    return k == 0 or offsets[k][0] != offsets[k - 1][1]
 
 
 def chunk_spans(text: str, offsets: Offsets, *, max_tokens: int, overlap: int) -> list[ChunkSpan]:
     """Split ``text`` into windows of at most ``max_tokens`` tokens overlapping by ``overlap``.
 
     A window prefers to end at a sentence or line boundary found in its second half, so
-    chunks read as whole sentences; otherwise it cuts at ``max_tokens``.
+    chunks read as whole sentences; otherwise it cuts before the last word that starts in
+    its second half (at ``max_tokens`` only inside one word longer than half a window).
+    The next window starts at the word holding its first overlap token, so the overlap
+    may be a few tokens longer than ``overlap`` (shorter, when that word began the window)
+    but never cuts a word, unless one word is longer than half a window.
 
     Args:
         text: the full text.
@@ -71,13 +91,20 @@ def chunk_spans(text: str, offsets: Offsets, *, max_tokens: int, overlap: int) -
     while i < n:
         j = min(i + max_tokens, n)
         if j < n:
-            for k in range(j, i + max_tokens // 2, -1):
-                if _is_boundary(text, offsets, k):
-                    j = k
-                    break
+            half = i + max_tokens // 2
+            j = next(
+                (k for k in range(j, half, -1) if _is_boundary(text, offsets, k)),
+                next((k for k in range(j, half, -1) if _starts_word(offsets, k)), j),
+            )
         start, end = offsets[i][0], offsets[j - 1][1]
         chunks.append(ChunkSpan(len(chunks), start, end, text[start:end], j - i))
         if j >= n:
             break
-        i = j - overlap
+        nxt = j - overlap
+        # Back to the start of that word; when that word began this window (going back
+        # would not advance), forward to the next word instead.
+        i = next(
+            (k for k in range(nxt, i, -1) if _starts_word(offsets, k)),
+            next((k for k in range(nxt + 1, j + 1) if _starts_word(offsets, k)), nxt),
+        )
     return chunks

@@ -20,7 +20,8 @@ TEXT = " ".join(f"Sentence number {i} talks about pools and timeouts." for i in 
 
 @pytest.mark.parametrize(("max_tokens", "overlap"), [(16, 0), (16, 4), (50, 10), (200, 32), (7, 2)])
 def test_chunks_respect_size_and_cover_the_text(max_tokens: int, overlap: int) -> None:
-    """No chunk exceeds max_tokens; together they cover every token; overlap is as set."""
+    """No chunk exceeds max_tokens; together they cover every token; the overlap is as set,
+    or one token more where it would begin at a full stop (the next chunk starts at a word)."""
     offs = offsets(TEXT)
     chunks = chunk_spans(TEXT, offs, max_tokens=max_tokens, overlap=overlap)
     assert all(c.n_tokens <= max_tokens for c in chunks)
@@ -30,7 +31,8 @@ def test_chunks_respect_size_and_cover_the_text(max_tokens: int, overlap: int) -
     assert starts == sorted(starts) and len(set(starts)) == len(starts)
     for a, b in itertools.pairwise(chunks):
         shared = [o for o in offs if a.start <= o[0] and o[1] <= a.end and b.start <= o[0]]
-        assert len(shared) == overlap
+        assert overlap <= len(shared) <= overlap + 1, (a.text, b.text)
+        assert b.text[0] != "."  # here the only token that starts no word
     assert [c.index for c in chunks] == list(range(len(chunks)))
 
 
@@ -70,3 +72,30 @@ def test_chunk_position_reads_the_id_back() -> None:
     assert chunk_position(chunk_id("doc_8832", 4)) == 4
     assert chunk_position(chunk_id("runbook_part_p2", 13)) == 13
     assert chunk_position("no-position") == 0
+
+
+def test_chunks_never_cut_inside_a_word() -> None:
+    """Word pieces (here: letters, digits and the pieces of snake_case names are separate
+    tokens, as the model's tokenizer splits them): a window that finds no sentence end cuts
+    before a word, and the next starts at one, so no chunk holds a fragment such as ``CONN``
+    of ``ERR_CONN_RESET_4F2A`` or ``rich`` of ``Zürich``."""
+    words = [f"ERR_CONN_RESET_{i:04X}" if i % 3 == 0 else f"Zürich{i}" for i in range(60)]
+    text = " ".join(words)
+    offs = [(m.start(), m.end()) for m in re.finditer(r"[A-Za-zü]+|\d|_", text)]
+    chunks = chunk_spans(text, offs, max_tokens=23, overlap=5)
+    assert len(chunks) > 10
+    for c in chunks:
+        assert c.n_tokens <= 23
+        assert set(c.text.split()) <= set(words), c.text  # whole words only
+    assert chunks[0].start == 0 and chunks[-1].end == len(text)
+
+
+def test_a_full_stop_inside_a_word_is_no_sentence_end() -> None:
+    """``3.5`` and ``db-01.prod`` do not end a sentence; ``。`` does, with no space after it."""
+    text = "version 3.5 runs on db-01.prod now " * 6 + "第一句。第二句。" * 6
+    offs = [(m.start(), m.end()) for m in re.finditer(r"\w+|[^\w\s]", text)]
+    for c in chunk_spans(text, offs, max_tokens=12, overlap=0):
+        assert not c.text.endswith(("3.", "db-01.")), c.text
+    cjk = "第一句。第二句。" * 6
+    cjk_offs = [(i, i + 1) for i in range(len(cjk))]
+    assert all(c.text.endswith("。") for c in chunk_spans(cjk, cjk_offs, max_tokens=6, overlap=0))
