@@ -554,25 +554,36 @@ class EmbeddingWorker:
         )
 
     def _channel(self, channel: str) -> tuple[Any, Connection]:
-        with self._lock:
-            if self._closed:
+        # A query waits for a restart (another thread loading the model, up to
+        # READY_TIMEOUT_S) no longer than for anything else: QUERY_DEADLINE_S.
+        if not self._lock.acquire(timeout=QUERY_DEADLINE_S if channel == "query" else -1):
+            raise EmbedderUnavailable(
+                f"the embedding worker is restarting (a query waited {QUERY_DEADLINE_S:.0f}s): try again shortly"
+            )
+        try:
+            return self._channel_locked(channel)
+        finally:
+            self._lock.release()
+
+    def _channel_locked(self, channel: str) -> tuple[Any, Connection]:
+        if self._closed:
+            raise EmbedderUnavailable("the embedder is closed")
+        if self._proc is None or not self._alive(self._proc):
+            if self._proc is not None:
+                log.error("embed.worker_died", exit_code=self._exit_code(self._proc, 0), restarts=self.restarts)
+                self._close_conns()
+                self._proc = None
+                self.restarts += 1
+            try:
+                self.start()
+            except EmbedderError as exc:
+                # It loaded once, so this is the machine (memory, a kill), not the model:
+                # an outage to wait out, not a verdict on the input.
+                raise EmbedderUnavailable(f"the embedding worker could not be restarted: {exc}") from exc
+            if self._closed:  # closed while it was loading
+                self._discard()
                 raise EmbedderUnavailable("the embedder is closed")
-            if self._proc is None or not self._alive(self._proc):
-                if self._proc is not None:
-                    log.error("embed.worker_died", exit_code=self._exit_code(self._proc, 0), restarts=self.restarts)
-                    self._close_conns()
-                    self._proc = None
-                    self.restarts += 1
-                try:
-                    self.start()
-                except EmbedderError as exc:
-                    # It loaded once, so this is the machine (memory, a kill), not the model:
-                    # an outage to wait out, not a verdict on the input.
-                    raise EmbedderUnavailable(f"the embedding worker could not be restarted: {exc}") from exc
-                if self._closed:  # closed while it was loading
-                    self._discard()
-                    raise EmbedderUnavailable("the embedder is closed")
-            return self._proc, self._conns[channel]
+        return self._proc, self._conns[channel]
 
     def encode(self, channel: str, texts: Sequence[str], *, alone: bool = False) -> np.ndarray:
         """Embed ``texts`` on ``channel`` (blocks; run it in that channel's executor thread).

@@ -340,6 +340,24 @@ async def test_a_request_blocked_in_its_send_is_ended_by_the_watchdog(monkeypatc
         emb.close()
 
 
+async def test_a_query_waits_for_a_restart_no_longer_than_its_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another thread holds the worker while it restarts it (a model load may take minutes
+    on a loaded machine): a query gives up after QUERY_DEADLINE_S (0.5 s here) with
+    'try again', and is embedded once the worker is free."""
+    monkeypatch.setattr("memory.embed_worker.QUERY_DEADLINE_S", 0.5)
+    emb = await SentenceTransformerEmbedder.load(EmbeddingConfig())
+    try:
+        emb._worker._lock.acquire()  # as a thread restarting the worker holds it
+        try:
+            with pytest.raises(EmbedderUnavailable, match="restarting"):
+                await asyncio.wait_for(emb.embed_query("walrus ledger while it restarts"), 30)
+        finally:
+            emb._worker._lock.release()
+        assert isinstance(await emb.embed_query("walrus ledger once it is back"), np.ndarray)
+    finally:
+        emb.close()
+
+
 async def test_a_worker_that_crashes_on_anything_gets_no_query_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     """A query that crashes the worker alone is refused only if a harmless text alone then
     does not: a worker that dies on anything (here: on the control text too) is broken, and
