@@ -11,8 +11,9 @@ interpreter the model competes for cores only, which the OS schedules well.
 Protocol: one duplex pipe per channel ("query", "docs"), so a large ingest batch never
 queues in front of an asker's query. The parent sends a list of texts and blocks on the
 answer in that channel's executor thread (``recv`` releases the GIL); the worker answers
-``("ok", float32 array)`` or ``("error", message)``. The worker exits when its pipes close,
-so it never outlives the daemon, even one killed with SIGKILL.
+``("ok", float32 array)``, ``("error", message)`` or ``("unavailable", message)`` (out of
+memory). The worker exits when its pipes close, so it never outlives the daemon, even one
+killed with SIGKILL.
 """
 
 from __future__ import annotations
@@ -98,6 +99,19 @@ class QueryRefused(EmbedderError):
     would be refused again, so the asker is told to change the text, not to retry."""
 
     code = "invalid_request"
+
+
+def _failure_status(exc: Exception) -> str:
+    """How the worker reports an encode failure: ``unavailable`` when the machine ran out of
+    memory (MemoryError, or torch's allocator: "DefaultCPUAllocator: can't allocate memory"),
+    which says nothing of the input and is waited out like an outage; ``error`` otherwise,
+    the input's fault (its doc is dead-lettered)."""
+    if isinstance(exc, MemoryError):
+        return "unavailable"
+    text = str(exc).lower()
+    if isinstance(exc, RuntimeError) and ("allocat" in text and "memory" in text):
+        return "unavailable"
+    return "error"
 
 
 def native_bf16() -> bool:
@@ -408,7 +422,7 @@ def _serve_channel(w: _Loaded, tok: Any, conn: Connection, threads: int, traced:
             try:
                 reply: tuple[str, Any] = ("ok", _encode(w, tok, texts, traced=traced))
             except Exception as exc:  # one bad input must not end the worker
-                reply = ("error", f"{type(exc).__name__}: {exc}")
+                reply = (_failure_status(exc), f"{type(exc).__name__}: {exc}")
             conn.send(reply)
     except (BrokenPipeError, OSError):
         pass
@@ -602,6 +616,8 @@ class EmbeddingWorker:
             ok = True
         finally:
             self._leave(channel, alone, ok)
+        if status == "unavailable":
+            raise EmbedderUnavailable(f"the embedding worker ran out of memory: {payload}")
         if status != "ok":
             raise EmbedderError(str(payload))
         return np.asarray(payload, dtype=np.float32)
