@@ -316,11 +316,8 @@ async def test_a_stale_view_of_an_older_store_is_rebuilt(two: Daemons) -> None:
     assert depth == 1 and [i.community_id for i in items] == [cid]
 
 
-async def test_a_background_loop_logs_an_unexpected_error_and_carries_on(
-    redis_url: str, embedder: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """cdlib failing to import must be logged, and the recompute loop must live to try again."""
-    name = unique("loop-error")
+async def looping_registry(redis_url: str, embedder: Any, name: str) -> tuple[Daemons, GraphRegistry]:
+    """A daemon's graph registry whose recompute loop checks every 50 ms and recomputes on any drift."""
     d = await make(redis_url, embedder, name)
     reg = GraphRegistry(
         client=d.client,
@@ -330,6 +327,15 @@ async def test_a_background_loop_logs_an_unexpected_error_and_carries_on(
         ner=None,
         cfg=GraphConfig(drift_threshold=1, recompute_min_interval_s=0, recompute_check_s=0.05),
     )
+    return d, reg
+
+
+async def test_a_background_loop_logs_an_unexpected_error_and_carries_on(
+    redis_url: str, embedder: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """cdlib failing to import must be logged, and the recompute loop must live to try again."""
+    name = unique("loop-error")
+    d, reg = await looping_registry(redis_url, embedder, name)
     await d.client.sadd(f"{name}:tenants", "default")  # as a daemon that saw the tenant would
     await reg.service("default").store.apply("doc1", 1, contrib("doc1#0", "alpha-svc", "beta-svc"))
     calls: list[int] = []
@@ -360,15 +366,7 @@ async def test_a_tenant_whose_recompute_fails_does_not_stop_the_others(
 ) -> None:
     """Tenant "a" (sorted first) crashes every recompute: tenant "b" is still recomputed."""
     name = unique("tenant-error")
-    d = await make(redis_url, embedder, name)
-    reg = GraphRegistry(
-        client=d.client,
-        name=name,
-        index=d.index,
-        embedder=None,
-        ner=None,
-        cfg=GraphConfig(drift_threshold=1, recompute_min_interval_s=0, recompute_check_s=0.05),
-    )
+    d, reg = await looping_registry(redis_url, embedder, name)
     for tenant in ("a", "b"):
         await d.client.sadd(f"{name}:tenants", tenant)
         await reg.service(tenant).store.apply("doc1", 1, contrib("doc1#0", "alpha-svc", "beta-svc"))
