@@ -15,7 +15,8 @@ The steps, and why each is there (``memory.generations`` has the model):
    snapshot, and compare. A doc N+1 lacks (or holds at an older version) was not
    reproduced: its events are gone from Kafka (retention, a restarted in-memory broker,
    ``--since``), the new settings reject it, or it failed. With an unchanged spec it is
-   copied over verbatim from N; otherwise the switch is refused unless losses are allowed.
+   copied over verbatim from N (with its BM25 terms and identifiers analyzed again when only
+   the text analysis changed); otherwise the switch is refused unless losses are allowed.
 5. Switch: one Redis script makes N+1 active and moves the alias. Writers read the active
    generation inside their WATCH transaction, so none can land in N afterwards.
 6. Catch up (retried): replay again up to end offsets read *after* the switch, re-listing
@@ -54,7 +55,7 @@ from daemon.settings import Settings
 from daemon.teardown import bounded, cancelled
 from memory.embedder import EmbedderError, SentenceTransformerEmbedder, WorkerCrashed
 from memory.errors import BackendUnavailable, NotFound
-from memory.generations import GenerationRegistry, ReindexConflict, ReindexWouldLose, index_spec
+from memory.generations import GenerationRegistry, IndexSpec, ReindexConflict, ReindexWouldLose, index_spec
 from memory.index import ChunkIndex, DocState, translate_errors
 from memory.ingest import Ingestor
 from memory.records import COMMUNITY_PREFIX, ChunkRecord
@@ -326,30 +327,51 @@ def _summaries(held: dict[tuple[str, str], DocState]) -> dict[tuple[str, str], D
     return {k: st for k, st in held.items() if _is_summary(k)}
 
 
+def carry_mode(old: IndexSpec | None, new: IndexSpec) -> str | None:
+    """How the docs a replay did not reproduce can come over from the old generation (pure).
+
+    ``"verbatim"``: the same spec, so the stored chunks are what a replay would write.
+    ``"reanalyze"``: only the text analysis changed (a release that bumps ANALYZER_VERSION),
+    so chunk texts and vectors still are, and their BM25 terms and identifiers are computed
+    again. Without it an upgrade on the embedded broker, whose log does not outlive a
+    restart, could reindex nothing and would lose every doc. ``None``: another model,
+    chunking or schema, which only a replay can produce.
+    """
+    if old is None:
+        return None
+    if old == new:
+        return "verbatim"
+    if old.model_copy(update={"analyzer": new.analyzer}) == new:
+        return "reanalyze"
+    return None
+
+
 async def _complete(
-    source: ChunkIndex, target: ChunkIndex, held: dict[tuple[str, str], DocState], same_spec: bool
+    source: ChunkIndex, target: ChunkIndex, held: dict[tuple[str, str], DocState], carry: str | None
 ) -> tuple[list[tuple[str, str]], int]:
     """Bring ``target`` level with the docs ``held`` from ``source`` where it can: tombstones
-    always, served docs verbatim when the spec is unchanged. Returns the docs still missing
-    (or older) in ``target``, and how many were copied."""
+    always, served docs when ``carry`` (:func:`carry_mode`) allows. Returns the docs still
+    missing (or older) in ``target``, and how many were copied."""
     copied = 0
     tombstones = _tombstones(held)
     if short := await target.behind(tombstones):
         copied += await _carry_over(source, target, short)
     served = _served(held)
     short = await target.behind(served)
-    if short and same_spec:
-        copied += await _carry_over(source, target, short)
+    if short and carry is not None:
+        copied += await _carry_over(source, target, short, reanalyze=carry == "reanalyze")
         short = await target.behind(served)
     return short + await target.behind(tombstones), copied
 
 
-async def _carry_over(source: ChunkIndex, target: ChunkIndex, keys: list[tuple[str, str]]) -> int:
-    """Copy docs the rebuild did not reproduce verbatim from the old generation (same spec only)."""
+async def _carry_over(
+    source: ChunkIndex, target: ChunkIndex, keys: list[tuple[str, str]], *, reanalyze: bool = False
+) -> int:
+    """Copy docs the rebuild did not reproduce from the old generation (see :func:`carry_mode`)."""
     assert source.pinned is not None
     copied = 0
     for tenant, doc_id in keys:
-        copied += await target.copy_doc(source.pinned, tenant, doc_id)
+        copied += await target.copy_doc(source.pinned, tenant, doc_id, reanalyze=reanalyze)
     return copied
 
 
@@ -499,9 +521,10 @@ async def reindex(
             await replayer.replay_to_end()
         except KafkaError as exc:
             raise BackendUnavailable(f"kafka failed during the replay: {exc}") from exc
-        same_spec = state.spec == spec
-        # Same model, chunking and schema: N's chunks are what a replay would write.
-        missing, progress.carried = await _complete(source, target, snapshot, same_spec)
+        # Same model, chunking and schema: N's chunks are what a replay would write (with
+        # their terms analyzed again if only the analysis changed).
+        carry = carry_mode(state.spec, spec)
+        missing, progress.carried = await _complete(source, target, snapshot, carry)
         lost = _why_missing(missing, replayer.failed)
         if lost and not allow_losses:
             shown = "; ".join(f"{d} ({why})" for d, why in list(lost.items())[:10])
@@ -566,7 +589,7 @@ async def reindex(
                         raise
                     log.warning("reindex.summary_sync_retry", attempt=attempt + 1, error=str(exc))
                     await asyncio.sleep(2.0**attempt)
-            short, copied = await _complete(source, target, held, same_spec)
+            short, copied = await _complete(source, target, held, carry)
             progress.carried += copied
             short += await target.behind(_summaries(held))
         except Exception as exc:  # unknown is not complete: N stays

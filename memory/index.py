@@ -149,6 +149,18 @@ def analyze(texts: Sequence[str]) -> list[Analysis]:
     return [Analysis(index_terms(t), " ".join(identifiers(t))) for t in texts]
 
 
+def _reanalyzed(mapping: dict[Any, Any]) -> dict[Any, Any]:
+    """A stored chunk hash with its ``terms`` and ``idents`` analyzed again from its ``text``."""
+    fields = {as_str(k): k for k in mapping}
+    if "text" not in fields:
+        return mapping
+    analysis = analyze([as_str(mapping[fields["text"]])])[0]
+    out = dict(mapping)
+    out[fields.get("terms", "terms")] = analysis.terms
+    out[fields.get("idents", "idents")] = analysis.idents
+    return out
+
+
 def _record_mapping(rec: ChunkRecord, vector: np.ndarray, analysis: Analysis) -> dict[str, Any]:
     mapping: dict[str, Any] = {
         "chunk_id": rec.chunk_id,
@@ -257,6 +269,18 @@ class ChunkIndex:
     def _mismatch(self, state: GenerationState) -> str | None:
         if state.spec is None or state.spec == self.spec:
             return None
+        if state.spec.model_copy(update={"analyzer": self.spec.analyzer}) == self.spec:
+            # Only the text analysis differs: no settings bring the other one back.
+            head = (
+                f"the active index generation {state.active} of {self._cfg.name!r} was analyzed with "
+                f"text analysis version {state.spec.analyzer}, this process uses version {self.spec.analyzer}: "
+            )
+            if state.spec.analyzer > self.spec.analyzer:
+                return head + "upgrade this process to the release that built it"
+            return head + (
+                "run `agentmemd reindex` to re-analyze it (its chunks and vectors are kept, even "
+                "where the broker no longer holds their events), or run the release that built it"
+            )
         return (
             f"the active index generation {state.active} of {self._cfg.name!r} was built with "
             f"{state.spec.describe()}, this process has {self.spec.describe()}: restart it with the "
@@ -602,7 +626,7 @@ class ChunkIndex:
                         out.append(key)
         return out
 
-    async def copy_doc(self, source_generation: int, tenant: str, doc_id: str) -> bool:
+    async def copy_doc(self, source_generation: int, tenant: str, doc_id: str, *, reanalyze: bool = False) -> bool:
         """Copy a doc's chunks (hashes verbatim, vectors included) and version from another
         generation built with the same spec into this one's, unless this one already has
         that version or a later one. True if copied.
@@ -610,6 +634,10 @@ class ChunkIndex:
         Why verbatim: a reindex must keep docs whose events Kafka no longer holds (past
         retention, an in-memory broker restarted); with an unchanged spec their stored
         chunks are exactly what a replay would have written.
+
+        ``reanalyze``: the source was built with the same model, chunking and schema but an
+        older text analysis. The chunk texts and vectors are still what a replay would
+        write; the ``terms`` and ``idents`` fields are computed again from each stored text.
         """
         gen = await self._generation()
         src_ver_key = self._ver_key(source_generation, tenant, doc_id)
@@ -626,6 +654,8 @@ class ChunkIndex:
                         src_ver = await pipe.get(src_ver_key)
                         chunk_ids = sorted(as_str(m) for m in await pipe.smembers(src_doc))
                         hashes = [await pipe.hgetall(self._chunk_key(source_generation, tenant, c)) for c in chunk_ids]
+                        if reanalyze:
+                            hashes = [_reanalyzed(h) for h in hashes]
                         stored = await pipe.get(ver_key)
                         if src_ver is not None and stored is not None and int(stored) >= int(src_ver):
                             return False

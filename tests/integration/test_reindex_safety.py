@@ -25,7 +25,7 @@ from daemon.topics import ensure_topics
 from memory.config import ChunkingConfig
 from memory.embedder import EmbedderError, SentenceTransformerEmbedder
 from memory.errors import BackendUnavailable, NotFound
-from memory.generations import GenerationRegistry, ReindexConflict, ReindexWouldLose
+from memory.generations import GenerationRegistry, ReindexConflict, ReindexWouldLose, index_spec
 from memory.index import ChunkIndex
 from memory.records import COMMUNITY_PREFIX
 from memory.schema import key_root, physical_name
@@ -103,6 +103,74 @@ async def test_a_broker_that_lost_its_log_loses_no_doc(redis_url: str, tmp_path:
             assert [h.doc_id for h in hits if not h.doc_id.startswith(COMMUNITY_PREFIX)] == ["lost/3"]
             resurrect = await daemon.index.apply("gone", 1, [], np.zeros((0, 1), np.float32))
             assert not resurrect.applied and not await daemon.index.chunk_ids("gone")
+    finally:
+        broker.stop()
+
+
+async def _chunk_hashes(client: Any, name: str) -> dict[str, tuple[bytes, bytes, str]]:
+    """chunk id -> (text, vector, idents) of the active generation's doc chunks."""
+    out: dict[str, tuple[bytes, bytes, str]] = {}
+    active = int(await client.hget(f"{name}:generations", "active"))
+    async for key in client.scan_iter(match=f"{key_root(name, active)}chunk:*", count=1000):
+        cid, text, vector, idents, kind = await client.hmget(key, ["chunk_id", "text", "vector", "idents", "kind"])
+        if cid is not None and kind != b"community":
+            out[cid.decode()] = (text, vector, idents.decode())
+    return out
+
+
+async def test_an_analyzer_upgrade_on_a_broker_that_lost_its_log_loses_no_doc(
+    redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A release that changes the text analysis (ANALYZER_VERSION) over an index whose events
+    the broker no longer holds: the new process refuses the old generation and says to
+    reindex; the reindex carries every doc over, vectors as they were, with its terms and
+    identifiers analyzed again. Before, the switch was refused (or, with --allow-losses,
+    every doc lost): an upgrade of the embedded default, whose broker keeps no log over a
+    restart, could not keep its memory."""
+    import memory.generations as generations_mod
+    import memory.index as index_mod
+
+    # The previous release: analyzer 1, which (here) wrote no identifiers at all.
+    monkeypatch.setattr(generations_mod, "ANALYZER_VERSION", 1)
+    monkeypatch.setattr(index_mod, "identifiers", lambda text, limit=256: [])
+    bootstrap = f"127.0.0.1:{free_port()}"
+    broker = start_tansu(bootstrap, log_dir=tmp_path)
+    try:
+        settings = isolated_settings(unique("reindex-analyzer"), bootstrap, redis_url)
+        async with daemon_and_client(settings) as (daemon, client):
+            want = {f"an/{i}": 1 for i in range(4)}
+            for d in want:
+                i = int(d[-1])
+                text = f"{runbook(i)} Then ERR-LEDGER-{i:04d} on every retry."
+                await client.send(settings.topics.documents, doc(d, 1, text), key=d)
+            await eventually(lambda: _versions(daemon, want), timeout=120, what="docs indexed")
+            before = await _chunk_hashes(daemon.redis, settings.index.name)
+            assert before and all(idents == "" for _, _, idents in before.values())
+
+            broker.stop()
+            broker = start_tansu(bootstrap, log_dir=tmp_path)
+            await ensure_topics(bootstrap, settings.topics.all(), partitions=settings.topic_partitions, replication=1)
+            monkeypatch.undo()  # the new release
+
+            dims = daemon.embedder.dims
+            spec = index_spec(settings.index, model=settings.embedding.model, dims=dims, chunking=settings.chunking)
+            upgraded = ChunkIndex(client=daemon.redis, cfg=settings.index, dims=dims, spec=spec)
+            why = await upgraded.mismatch()
+            assert why is not None and "text analysis version 1" in why and "agentmemd reindex" in why, why
+
+            rep = await reindex(settings)
+
+            assert rep.progress.carried == 4 and rep.old_dropped and rep.errors == [], rep
+            assert await upgraded.mismatch() is None
+            assert await upgraded.versions(list(want)) == want
+            after = await _chunk_hashes(daemon.redis, settings.index.name)
+            assert set(after) == set(before)
+            for cid, (text, vector, idents) in after.items():
+                assert (text, vector) == before[cid][:2], cid  # the same chunks and vectors
+                i = int(cid.split("/")[1][0])
+                assert f"errledger{i:04d}" in idents.split() and f"ops{2000 + i}" in idents.split(), idents
+            hits = await upgraded.search_text("@idents:(errledger0002)", k=5)
+            assert [h.doc_id for h in hits if not h.doc_id.startswith(COMMUNITY_PREFIX)] == ["an/2"]
     finally:
         broker.stop()
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from daemon.reindex import source_topics
+from daemon.reindex import carry_mode, source_topics
 from daemon.settings import Settings
 from memory.config import ChunkingConfig, IndexConfig
 from memory.generations import IndexSpec, index_spec
@@ -64,3 +64,16 @@ def test_replayed_topics_single_and_per_tenant() -> None:
         "memory.documents.acme": ("document", "memory.documents"),
         "memory.transcripts.acme": ("transcript", "memory.transcripts"),
     }
+
+
+def test_docs_carry_over_verbatim_or_reanalyzed_only_when_their_vectors_still_hold() -> None:
+    """What a reindex may copy from the old generation when the broker no longer holds a
+    doc's events: the same spec verbatim; a new text analysis alone with its terms analyzed
+    again; anything else (model, chunking, schema) not at all."""
+    spec = index_spec(IndexConfig(name="m"), model="a", dims=384, chunking=ChunkingConfig())
+    assert carry_mode(spec, spec) == "verbatim"
+    assert carry_mode(spec.model_copy(update={"analyzer": spec.analyzer - 1}), spec) == "reanalyze"
+    assert carry_mode(spec.model_copy(update={"analyzer": spec.analyzer - 1, "model": "b"}), spec) is None
+    assert carry_mode(spec.model_copy(update={"max_tokens": 64}), spec) is None
+    assert carry_mode(spec.model_copy(update={"schema_digest": "x"}), spec) is None
+    assert carry_mode(None, spec) is None

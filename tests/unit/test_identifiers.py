@@ -47,6 +47,40 @@ def test_calls_and_long_identifiers() -> None:
     assert identifiers("ERR_" + "X" * 200) == [("err" + "x" * 200)[:128]]
 
 
+@pytest.mark.parametrize(
+    ("text", "found"),
+    [
+        # one identifier, not its pieces (analyzer 1 gave err, conn, reset)
+        ("failed with ERR-CONN-RESET twice", ["errconnreset"]),
+        ("ERR_CONN-RESET too", ["errconnreset"]),
+        ("then ERR-CONN-RESET-4F2A", ["errconnreset4f2a"]),
+        # no HTTP status inside a ticket (analyzer 1 added 123 and 404)
+        ("ABC-123 broke", ["abc123"]),
+        ("a DEPLOY-404 run", ["deploy404"]),
+        # the whole id, not its first two parts (analyzer 1 gave cve2024)
+        ("CVE-2024-3094 in xz", ["cve20243094"]),
+        ("the HLA-DRB1 allele", ["hladrb1"]),
+        # a lower-case tail ends it; a word glued on makes it none
+        ("IL-6-induced fever", ["il6"]),
+        ("ABC-123abc", []),
+        # a date is no identifier; a label in front keeps the status code
+        ("on 2024-01-15", []),
+        ("HTTP-504 again", ["504", "http504"]),
+        # lower-case compounds stay words
+        ("the billing-service on db-01.prod sent e-mail", []),
+    ],
+)
+def test_hyphen_joined_identifiers_are_one(text: str, found: list[str]) -> None:
+    """Upper-case words and numbers joined by hyphens are one identifier, as the same name
+    written with underscores is, and the pieces inside one are none."""
+    assert identifiers(text) == found
+
+
+def test_hyphen_and_underscore_spellings_agree() -> None:
+    """A query naming the hyphen form finds a chunk that wrote the underscore form, and back."""
+    assert identifiers("ERR-CONN-RESET") == identifiers("ERR_CONN_RESET") == ["errconnreset"]
+
+
 def test_upper_case_names_but_not_labels() -> None:
     """SIGTERM-like names are identifiers; labels such as HTTP or SQLSTATE are not."""
     assert identifiers("the worker got SIGTERM then NOAUTH over HTTP") == ["sigterm", "noauth"]
