@@ -221,6 +221,27 @@ async def test_identifier_leg_separates_look_alike_identifiers(stack) -> None:
     assert "identifier" not in off.legs and all("identifier" not in h.ranks for h in off.hits)
 
 
+async def test_a_hyphen_spelling_finds_the_underscore_one_and_no_piece_matches(stack) -> None:
+    """Asked with ERR-CONN-RESET, the identifier leg finds the chunk that wrote ERR_CONN_RESET
+    and not the one naming ERR_CONN_REFUSED; a ticket ABC-123 does not match an HTTP 123
+    (analyzer 1 split the hyphen form into err, conn and reset, which matched neither)."""
+    _, ingestor, retriever = stack
+    await ingestor.apply(
+        [
+            item("hy/reset.md", text="The checkout gateway logged ERR_CONN_RESET after the proxy restart."),
+            item("hy/refused.md", text="The checkout gateway logged ERR_CONN_REFUSED after the proxy restart."),
+            item("hy/status.md", text="The legacy probe answers status 123 when the proxy restarts."),
+        ]
+    )
+    out = await retriever.search(SearchSpec(text="why ERR-CONN-RESET at checkout", top_k=3))
+    by_doc = {h.chunk.doc_id: h.ranks for h in out.hits}
+    assert out.hits[0].chunk.doc_id == "hy/reset.md" and by_doc["hy/reset.md"]["identifier"] == 1, by_doc
+    assert "identifier" not in by_doc.get("hy/refused.md", {}), by_doc
+    ticket = await retriever.search(SearchSpec(text="status of ABC-123", top_k=3))
+    assert "identifier" in ticket.legs  # the leg ran (for abc123) and matched no chunk
+    assert all("identifier" not in h.ranks for h in ticket.hits), [(h.chunk.doc_id, h.ranks) for h in ticket.hits]
+
+
 async def test_filters_do_not_change_bm25_scores(stack) -> None:
     """On this corpus, a filter distributed into each term keeps the unfiltered BM25 ranking."""
     index, _, _ = stack
