@@ -12,6 +12,7 @@ import json
 import time
 import uuid
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, Literal
 
@@ -26,6 +27,11 @@ from consumers.replies import REPLY_PARTITION_HEADER
 from memory.errors import BackendUnavailable, InvalidRequest, MemdError, NotFound
 
 log = structlog.get_logger()
+
+
+def _iso(t: datetime) -> str:
+    """ISO 8601 for the wire; a naive time is UTC, as the daemon reads it."""
+    return (t if t.tzinfo is not None else t.replace(tzinfo=UTC)).isoformat()
 
 
 class QueryFailed(MemdError):
@@ -263,6 +269,8 @@ class MemoryClient:
         identifier_weight: float | None = None,
         scope: Literal["chunks", "communities", "all"] | None = None,
         tenant: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
     ) -> QueryReply:
         """Ask a query and wait for its reply.
 
@@ -281,6 +289,8 @@ class MemoryClient:
                 topic tenancy); None: the client's tenant, else the requests topic itself. The
                 reply still goes to this client's reply topic: a client built with ``tenant=``
                 reads its tenant's own, keeping replies off the topic every tenant reads.
+            since: only memories timestamped at or after this time (naive times are UTC).
+            until: only memories timestamped at or before this time.
 
         Raises:
             QueryFailed: the daemon replied with an error.
@@ -312,6 +322,9 @@ class MemoryClient:
             payload["metadata_filter"] = {k: v if isinstance(v, str) else list(v) for k, v in metadata_filter.items()}
         if scope is not None:
             payload["scope"] = scope
+        window = {name: _iso(t) for name, t in (("since", since), ("until", until)) if t is not None}
+        if window:
+            payload["time_range"] = window
         cid = uuid.uuid4().hex
         fut: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
         self._pending[cid] = fut
@@ -339,10 +352,13 @@ class MemoryClient:
         source: str | None = None,
         metadata: Mapping[str, Any] | None = None,
         tenant: str | None = None,
+        timestamp: datetime | None = None,
     ) -> int:
         """Upsert a document; returns the version used (wall-clock based when not given).
 
         ``tenant``: publish into this tenant's memory (topic tenancy; see ``query``).
+        ``timestamp``: when it was written (what ``query(since=, until=)`` selects on); the
+        time it is indexed when None.
         """
         version = default_version() if version is None else version
         payload = {
@@ -354,6 +370,8 @@ class MemoryClient:
             "content": content,
             "metadata": dict(metadata or {}),
         }
+        if timestamp is not None:
+            payload["timestamp"] = _iso(timestamp)
         await self._send(self._topic(self.topics.documents, tenant), payload, key=doc_id)
         return version
 
@@ -374,8 +392,10 @@ class MemoryClient:
         role: str = "assistant",
         metadata: Mapping[str, Any] | None = None,
         tenant: str | None = None,
+        timestamp: datetime | None = None,
     ) -> None:
-        """Record one transcript turn or observation. ``tenant``: as for ``publish_document``."""
+        """Record one transcript turn or observation. ``tenant`` and ``timestamp``: as for
+        ``publish_document``."""
         payload = {
             "event_id": uuid.uuid4().hex,
             "agent_id": agent_id,
@@ -385,6 +405,8 @@ class MemoryClient:
             "content": content,
             "metadata": dict(metadata or {}),
         }
+        if timestamp is not None:
+            payload["timestamp"] = _iso(timestamp)
         await self._send(self._topic(self.topics.transcripts, tenant), payload, key=f"{agent_id}/{session_id}")
 
 

@@ -11,7 +11,7 @@ from collections.abc import Collection
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StringConstraints, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StringConstraints, field_validator, model_validator
 
 from memory.records import DEFAULT_TENANT, MemoryItem
 
@@ -184,6 +184,38 @@ FilterValue = (
 )
 
 
+class TimeRange(BaseModel):
+    """Only memories timestamped in ``[since, until]`` (either end open when left out).
+
+    A chunk's timestamp is its event's ``timestamp`` (the time it was indexed when the event
+    had none); a community summary's is when it was last summarized. Times without a zone
+    are UTC, as in events.
+    """
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    since: datetime | None = None
+    until: datetime | None = None
+
+    @field_validator("since", "until")
+    @classmethod
+    def _utc_when_naive(cls, value: datetime | None) -> datetime | None:
+        return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
+
+    @model_validator(mode="after")
+    def _ordered(self) -> TimeRange:
+        if self.since is not None and self.until is not None and self.since > self.until:
+            raise ValueError("time_range.since is after time_range.until")
+        return self
+
+    def bounds(self) -> tuple[float | None, float | None]:
+        """``(since, until)`` in epoch seconds, None for an open end."""
+        return (
+            None if self.since is None else self.since.timestamp(),
+            None if self.until is None else self.until.timestamp(),
+        )
+
+
 class QueryRequest(BaseModel):
     """A memory query; reply goes to the ``reply_to`` header's topic."""
 
@@ -195,6 +227,7 @@ class QueryRequest(BaseModel):
     hybrid_params: HybridParams = Field(default_factory=HybridParams)
     metadata_filter: dict[str, FilterValue] | None = None
     scope: Literal["chunks", "communities", "all"] = "chunks"
+    time_range: TimeRange | None = None
 
 
 class CommunityInfo(BaseModel):
@@ -218,6 +251,9 @@ class ResultItem(BaseModel):
     metadata: dict[str, Any]
     ranks: dict[str, int]
     community: CommunityInfo | None = None
+    # When the memory was recorded (its event's timestamp), ISO 8601 UTC; None where the
+    # index holds none.
+    timestamp: str | None = None
 
 
 class QueryReply(BaseModel):

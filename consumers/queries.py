@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 import structlog
@@ -59,6 +60,7 @@ def parse_request(raw: bytes | None) -> QueryRequest:
 def to_spec(req: QueryRequest, tenant: str = DEFAULT_TENANT) -> SearchSpec:
     """The search a request asks for, within the tenant its topic names."""
     hp = req.hybrid_params
+    since, until = req.time_range.bounds() if req.time_range else (None, None)
     return SearchSpec(
         text=req.search_text,
         top_k=req.top_k,
@@ -68,6 +70,8 @@ def to_spec(req: QueryRequest, tenant: str = DEFAULT_TENANT) -> SearchSpec:
         rrf_k=hp.rrf_k_constant,
         metadata_filter=req.metadata_filter,
         tenant=tenant,
+        since=since,
+        until=until,
     )
 
 
@@ -84,6 +88,15 @@ def _community(hit: SearchHit, stale: dict[str, bool]) -> CommunityInfo | None:
     )
 
 
+def _iso(epoch: float | None) -> str | None:
+    if epoch is None:
+        return None
+    try:
+        return datetime.fromtimestamp(epoch, UTC).isoformat().replace("+00:00", "Z")
+    except (OverflowError, OSError, ValueError):  # a timestamp no datetime can hold
+        return None
+
+
 def to_reply(req: QueryRequest, outcome: SearchOutcome, stale: dict[str, bool] | None = None) -> QueryReply:
     """The reply for a finished search."""
     results = [
@@ -97,6 +110,7 @@ def to_reply(req: QueryRequest, outcome: SearchOutcome, stale: dict[str, bool] |
             metadata=h.chunk.metadata,
             ranks=h.ranks,
             community=_community(h, stale or {}),
+            timestamp=_iso(h.chunk.timestamp),
         )
         for h in outcome.hits
     ]

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import signal
 import sys
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -123,6 +125,23 @@ def _pairs(values: list[str] | None, what: str) -> dict[str, Any]:
     return result
 
 
+_AGO = re.compile(r"(\d+)([smhdw])")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def _when(value: str | None, what: str) -> datetime | None:
+    """``--since``/``--until``: an ISO 8601 time (UTC without a zone) or an age (``90m``, ``24h``, ``7d``)."""
+    if value is None:
+        return None
+    ago = _AGO.fullmatch(value.strip())
+    if ago:
+        return datetime.now(UTC) - timedelta(**{_UNITS[ago.group(2)]: int(ago.group(1))})
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        raise typer.BadParameter(f"{what} takes an ISO 8601 time or an age such as 24h or 7d, got {value!r}") from None
+
+
 def _with_client(
     fn: Callable[[MemoryClient], Awaitable[T]], settings: Settings | None = None, tenant: str | None = None
 ) -> T:
@@ -190,10 +209,17 @@ def query(
             help="Whose memory (topic tenancy): asks on <requests topic>.<tenant>, reads <replies topic>.<tenant>.",
         ),
     ] = None,
+    since: Annotated[
+        str | None, typer.Option("--since", help="Only memories from this time on: ISO 8601, or an age (24h, 7d).")
+    ] = None,
+    until: Annotated[
+        str | None, typer.Option("--until", help="Only memories up to this time: ISO 8601, or an age.")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the raw reply.")] = False,
 ) -> None:
     """Ask the memory a question over Kafka request/reply."""
     flt = _pairs(filters, "--filter")
+    start, end = _when(since, "--since"), _when(until, "--until")
     settings = _settings()
     target = _tenant_target(settings.consumer.tenancy, tenant)
     reply = _with_client(
@@ -206,6 +232,8 @@ def query(
             identifier_weight=identifier_weight,
             rrf_k=rrf_k,
             scope=scope,
+            since=start,
+            until=end,
         ),
         settings,
         target,

@@ -141,3 +141,29 @@ def build_filter(
         InvalidRequest: see ``normalize_filter``.
     """
     return tag_clause(normalize_filter(metadata_filter, allowed=allowed))
+
+
+def time_clause(since: float | None, until: float | None) -> str:
+    """A NUMERIC range over chunk timestamps (epoch seconds, both ends inclusive); ``"*"``
+    when both ends are open. A numeric range scores nothing in the BM25 leg (see
+    ``hash_clause``) and is exact, so hits need no re-check beyond :func:`in_time`."""
+    if since is None and until is None:
+        return "*"
+    low = "-inf" if since is None else repr(float(since))
+    high = "+inf" if until is None else repr(float(until))
+    return f"@timestamp:[{low} {high}]"
+
+
+def in_time(timestamp: float | None, since: float | None, until: float | None) -> bool:
+    """Whether a hit's timestamp lies in the range (a hit without one passes only an open range)."""
+    if since is None and until is None:
+        return True
+    if timestamp is None:
+        return False
+    return (since is None or timestamp >= since) and (until is None or timestamp <= until)
+
+
+def conjoin(*clauses: str) -> str:
+    """Clauses ANDed, ``"*"`` (match all) dropped; ``"*"`` when nothing is left."""
+    kept = [c for c in clauses if c != "*"]
+    return " ".join(kept) if kept else "*"

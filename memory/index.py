@@ -42,7 +42,7 @@ from memory.text import index_terms
 
 log = structlog.get_logger()
 
-_RETURN_FIELDS = ("chunk_id", "text", "doc_id", "source", "kind", "metadata", "idents")
+_RETURN_FIELDS = ("chunk_id", "text", "doc_id", "source", "kind", "metadata", "idents", "timestamp")
 _WATCH_RETRIES = 16
 
 
@@ -197,7 +197,15 @@ def _stored(doc: Any, tag_keys: Sequence[str]) -> StoredChunk:
         metadata=metadata if isinstance(metadata, dict) else {},
         tags={k: as_str(getattr(doc, k)) for k in tag_keys if getattr(doc, k, None) is not None},
         idents=tuple(as_str(getattr(doc, "idents", "")).split()),
+        timestamp=_float_or_none(getattr(doc, "timestamp", None)),
     )
+
+
+def _float_or_none(value: Any) -> float | None:
+    try:
+        return None if value is None else float(as_str(value))
+    except ValueError:
+        return None
 
 
 class ChunkIndex:
@@ -689,7 +697,7 @@ class ChunkIndex:
         the old generation instead of replaying them.
         """
         out: list[ChunkRecord] = []
-        fields = (*self._fields, "position", "version", "timestamp")
+        fields = tuple(dict.fromkeys((*self._fields, "position", "version", "timestamp")))
         query = f"@kind:{{community}} @timestamp:[{since!r} +inf]"
         offset = 0
         while True:

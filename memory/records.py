@@ -63,6 +63,7 @@ class StoredChunk:
     metadata: dict[str, Any]
     tags: dict[str, str] = field(default_factory=dict)  # tenant and filterable values, as stored
     idents: tuple[str, ...] = ()  # normalized identifiers the chunk holds (memory.identifiers)
+    timestamp: float | None = None  # epoch seconds (the event's time), None if not returned
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ import structlog
 from memory.config import RetrievalConfig
 from memory.embedder import Embedder
 from memory.errors import InvalidRequest
-from memory.filters import hash_clause, knn_clause, matches, normalize_filter
+from memory.filters import conjoin, hash_clause, in_time, knn_clause, matches, normalize_filter, time_clause
 from memory.fusion import fuse_rrf
 from memory.identifiers import identifier_ranks, identifiers
 from memory.index import ChunkIndex
@@ -38,6 +38,9 @@ class SearchSpec:
     metadata_filter: Mapping[str, str | Sequence[str]] | None = None
     kinds: tuple[str, ...] | None = None  # restricts results to these kinds (the query's scope)
     tenant: str = DEFAULT_TENANT  # from the topic the request came on; never from its payload
+    # Only chunks timestamped in [since, until] (epoch seconds; None leaves that end open).
+    since: float | None = None
+    until: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +91,11 @@ class Retriever:
             raise InvalidRequest(f"search_text is longer than {self._cfg.max_query_chars} characters")
         if weights["dense"] <= 0 and weights["sparse"] <= 0:
             raise InvalidRequest("at least one of dense_weight and sparse_weight must be > 0")
+        for bound in (spec.since, spec.until):
+            if bound is not None and not math.isfinite(bound):
+                raise InvalidRequest("time range bounds must be finite")
+        if spec.since is not None and spec.until is not None and spec.since > spec.until:
+            raise InvalidRequest("the time range's since is after its until")
 
     async def _sparse(self, text: str, filter_query: str, k: int, timings: dict[str, LegTiming]) -> list[StoredChunk]:
         # filter_query here is the non-scoring hash form (see memory.filters.hash_clause).
@@ -151,10 +159,12 @@ class Retriever:
         # vector leg, a filter that every chunk passes still costs: 2.2 ms against 0.5 ms
         # per KNN over 20,000 vectors, measured here.
         engine_flt = flt if self._cfg.engine_tenant_filter else {k: v for k, v in flt.items() if k != "tenant"}
-        hash_query = hash_clause(engine_flt)
+        # The time range is applied inside every leg too, before fusion, as the metadata is.
+        in_range = time_clause(spec.since, spec.until)
+        hash_query = conjoin(hash_clause(engine_flt), in_range)
         # Exact values in the vector leg too: see knn_clause (a TAG clause alone would never
         # match a value like "production ", which RediSearch trimmed when it indexed it).
-        knn_query = knn_clause(engine_flt)
+        knn_query = conjoin(knn_clause(engine_flt), in_range)
         k = self.fetch_k(spec.top_k)
         timings: dict[str, LegTiming] = {}
         names: list[str] = []
@@ -175,7 +185,7 @@ class Retriever:
         for name, found in zip(names, results, strict=True):
             # A hash collision could let a text leg return a chunk outside the filter: every
             # hit is checked against the exact values (the tenant above all) before fusion.
-            hits = [h for h in found if matches(h.tags, flt)]
+            hits = [h for h in found if matches(h.tags, flt) and in_time(h.timestamp, spec.since, spec.until)]
             if name == "identifier":
                 # An exact identifier match says which chunks, not in what order: hits naming
                 # as many of the query's identifiers tie, and the other legs order them.

@@ -14,6 +14,7 @@ import os
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -23,7 +24,7 @@ from aiokafka.errors import KafkaError
 from structlog.testing import capture_logs
 
 import consumers.client
-from consumers.client import MemoryClient
+from consumers.client import MemoryClient, QueryFailed
 from daemon.app import Daemon
 from daemon.settings import Settings
 from memory.errors import BackendUnavailable, InvalidRequest
@@ -230,6 +231,28 @@ async def test_query_sends_scope_identifier_weight_and_tenant(env) -> None:
         assert other.results == []
         with pytest.raises(InvalidRequest, match="tenant"):
             await memory.query("x", tenant="a.b")
+
+
+async def test_query_selects_a_time_range_and_replies_say_when(env) -> None:
+    """publish_document(timestamp=) sets a memory's time, query(since=, until=) selects on it
+    inside the daemon, and every result carries its timestamp."""
+    then = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
+    async with client_of(env, tenant=TENANT) as memory:
+        text = "June postmortem: the ledger-service hit ERR_LEDGER_JUNE_7"
+        await memory.publish_document("client/june", text, timestamp=then)
+
+        async def found() -> bool:
+            return bool((await memory.query("ERR_LEDGER_JUNE_7", top_k=3, until=then)).results)
+
+        await eventually(found, timeout=60, what="the June doc indexed")
+        june = await memory.query("ledger-service ERR_LEDGER_JUNE_7", top_k=10, until=then + timedelta(days=1))
+        assert [r.doc_id for r in june.results if r.kind == "document"] == ["client/june"]
+        assert june.results[0].timestamp == "2026-06-01T12:00:00Z"
+        later = await memory.query("ledger-service ERR_LEDGER_JUNE_7", top_k=10, since=then + timedelta(seconds=1))
+        assert "client/june" not in {r.doc_id for r in later.results}
+        assert all(r.timestamp is not None and r.timestamp > "2026-06-01T12:00:00Z" for r in later.results)
+        with pytest.raises(QueryFailed, match="since is after"):
+            await memory.query("ledger", since=then, until=then - timedelta(days=1))
 
 
 async def _agentmemd(settings: Settings, *args: str) -> tuple[int, str, str]:

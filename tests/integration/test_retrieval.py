@@ -242,6 +242,49 @@ async def test_a_hyphen_spelling_finds_the_underscore_one_and_no_piece_matches(s
     assert all("identifier" not in h.ranks for h in ticket.hits), [(h.chunk.doc_id, h.ranks) for h in ticket.hits]
 
 
+async def test_a_time_range_filters_every_leg_before_fusion(stack) -> None:
+    """Three notes alike but for their time: a range keeps only those inside it, in every leg
+    (BM25, vector, identifier), and each hit says when it was recorded."""
+    _, ingestor, retriever = stack
+    day = 86_400.0
+    t0 = 1_790_000_000.0  # 2026-09-21
+    notes = {f"tr/{i}": t0 + i * day for i in range(3)}
+    await ingestor.apply(
+        [
+            MemoryItem(
+                op="upsert",
+                doc_id=d,
+                version=1,
+                content=f"Rollout note: the vault-sync job failed with VAULT_SYNC_E77 on day {i}.",
+                source=d,
+                timestamp=ts,
+            )
+            for i, (d, ts) in enumerate(notes.items())
+        ]
+    )
+    text = "vault-sync job failed VAULT_SYNC_E77"
+
+    def docs(out: Any) -> set[str]:
+        return {h.chunk.doc_id for h in out.hits if h.chunk.doc_id.startswith("tr/")}
+
+    everything = await retriever.search(SearchSpec(text=text, top_k=10))
+    assert docs(everything) == set(notes)
+    recent = await retriever.search(SearchSpec(text=text, top_k=10, since=t0 + day))
+    assert docs(recent) == {"tr/1", "tr/2"} and docs(recent) == {h.chunk.doc_id for h in recent.hits}
+    for h in recent.hits:
+        assert set(h.ranks) == {"dense", "sparse", "identifier"}, h.ranks  # each leg found it in range
+        assert h.chunk.timestamp == notes[h.chunk.doc_id]
+    window = await retriever.search(SearchSpec(text=text, top_k=10, since=t0 + day, until=t0 + day))
+    assert [h.chunk.doc_id for h in window.hits] == ["tr/1"]
+    # (the module's other docs carry timestamp 0: an open start includes them)
+    old = await retriever.search(SearchSpec(text=text, top_k=10, until=t0 + 0.5 * day))
+    assert docs(old) == {"tr/0"} and all(h.chunk.timestamp == 0.0 for h in old.hits if h.chunk.doc_id != "tr/0")
+    dense_only = await retriever.search(SearchSpec(text=text, top_k=10, since=t0 - day, until=t0, sparse_weight=0))
+    assert [h.chunk.doc_id for h in dense_only.hits] == ["tr/0"]
+    with pytest.raises(InvalidRequest, match="since is after"):
+        await retriever.search(SearchSpec(text=text, top_k=3, since=t0 + day, until=t0))
+
+
 async def test_filters_do_not_change_bm25_scores(stack) -> None:
     """On this corpus, a filter distributed into each term keeps the unfiltered BM25 ranking."""
     index, _, _ = stack

@@ -5,11 +5,12 @@ from __future__ import annotations
 import base64
 import json
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 import pytest
 
 from consumers.decoding import dead_letter, decode_records, dlq_body
-from consumers.queries import guess_query_id, parse_request, scope_of
+from consumers.queries import guess_query_id, parse_request, scope_of, to_spec
 from memory.errors import InvalidRequest
 from memory.filters import BASE_FILTER_KEYS
 
@@ -125,6 +126,13 @@ def test_a_bad_record_does_not_stop_the_rest_of_the_batch() -> None:
         (b'{"query_id": "q", "search_text": "x", "bogus": 1}', "bogus"),
         (b'{"query_id": "q", "search_text": "x", "metadata_filter": {"service": {"a": 1}}}', "metadata_filter"),
         (b'{"query_id": "q", "search_text": "x", "hybrid_params": {"dense_weight": -1}}', "dense_weight"),
+        (b'{"query_id": "q", "search_text": "x", "time_range": {"since": "yesterday"}}', "since"),
+        (b'{"query_id": "q", "search_text": "x", "time_range": {"after": "2026-11-01T00:00:00Z"}}', "after"),
+        (
+            b'{"query_id": "q", "search_text": "x", "time_range": '
+            b'{"since": "2026-11-02T00:00:00Z", "until": "2026-11-01T00:00:00Z"}}',
+            "since is after",
+        ),
     ],
 )
 def test_bad_requests_are_invalid_request(raw: bytes, fragment: str) -> None:
@@ -223,3 +231,19 @@ def test_a_huge_key_or_headers_never_push_a_dead_letter_past_the_limit() -> None
         assert len(body) + len(key or b"") <= 900_000
         record = json.loads(body)
         assert record["original_truncated"] and key is None and record["key"] is None and record["headers"] == {}
+
+
+def test_a_time_range_becomes_epoch_bounds_in_the_spec() -> None:
+    """ISO 8601 bounds become epoch seconds (a time without a zone is UTC); an end left out stays open."""
+    req = parse_request(
+        b'{"query_id": "q", "search_text": "x", "time_range": {"since": "2026-11-01T00:00:00+01:00", '
+        b'"until": "2026-11-02T00:00:00"}}'
+    )
+    spec = to_spec(req)
+    assert spec.since == datetime(2026, 10, 31, 23, tzinfo=UTC).timestamp()
+    assert spec.until == datetime(2026, 11, 2, tzinfo=UTC).timestamp()
+    open_end = to_spec(
+        parse_request(b'{"query_id": "q", "search_text": "x", "time_range": {"since": "2026-11-01T00:00:00Z"}}')
+    )
+    assert open_end.since == datetime(2026, 11, 1, tzinfo=UTC).timestamp() and open_end.until is None
+    assert to_spec(parse_request(b'{"query_id": "q", "search_text": "x"}')).since is None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from memory.errors import InvalidRequest
-from memory.filters import BASE_FILTER_KEYS, build_filter, knn_clause, value_hash
+from memory.filters import BASE_FILTER_KEYS, build_filter, conjoin, in_time, knn_clause, time_clause, value_hash
 
 ALLOWED = set(BASE_FILTER_KEYS)
 
@@ -76,3 +76,15 @@ def test_knn_clause_uses_tags_unless_a_value_cannot_match_as_a_tag() -> None:
     for value in ("\x00", "a\x00b", "\x01", "_\x01", "\x7f"):
         assert knn_clause({"service": [value]}).startswith("@h_service:["), repr(value)
     assert knn_clause({"service": ["_"]}) == "@service:{\\_}"
+
+
+def test_time_range_clause_and_check() -> None:
+    """A time range is a NUMERIC range over timestamps, open ends infinite; ANDed with the rest."""
+    assert time_clause(None, None) == "*"
+    assert time_clause(100.0, None) == "@timestamp:[100.0 +inf]"
+    assert time_clause(None, 200) == "@timestamp:[-inf 200.0]"
+    assert time_clause(1.5, 2.5) == "@timestamp:[1.5 2.5]"
+    assert conjoin("*", "*") == "*"
+    assert conjoin("@a:{x}", "*", "@timestamp:[1.0 +inf]") == "@a:{x} @timestamp:[1.0 +inf]"
+    assert in_time(None, None, None) and not in_time(None, 1.0, None)
+    assert in_time(5.0, 5.0, 5.0) and not in_time(4.9, 5.0, None) and not in_time(5.1, None, 5.0)
