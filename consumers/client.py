@@ -271,6 +271,7 @@ class MemoryClient:
         tenant: str | None = None,
         since: datetime | None = None,
         until: datetime | None = None,
+        recency_weight: float | None = None,
     ) -> QueryReply:
         """Ask a query and wait for its reply.
 
@@ -291,6 +292,8 @@ class MemoryClient:
                 reads its tenant's own, keeping replies off the topic every tenant reads.
             since: only memories timestamped at or after this time (naive times are UTC).
             until: only memories timestamped at or before this time.
+            recency_weight: weight of the recency list (the candidates newest first; 0 off);
+                the daemon's default (0) if None.
 
         Raises:
             QueryFailed: the daemon replied with an error.
@@ -309,6 +312,8 @@ class MemoryClient:
             hybrid["sparse_weight"] = sparse_weight
         if identifier_weight is not None:
             hybrid["identifier_weight"] = identifier_weight
+        if recency_weight is not None:
+            hybrid["recency_weight"] = recency_weight
         if rrf_k is not None:
             hybrid["rrf_k_constant"] = rrf_k
         payload: dict[str, Any] = {

@@ -162,16 +162,17 @@ class TranscriptEvent(_Event):
 
 class HybridParams(BaseModel):
     """Leg weights and the RRF constant of one query; each left out takes the daemon's
-    configured default (``AGENTMEM_RETRIEVAL__*``: 1.0, 1.0, 1.0 and 60 unless set)."""
+    configured default (``AGENTMEM_RETRIEVAL__*``: 1.0, 1.0, 1.0, 0.0 and 60 unless set)."""
 
     model_config = ConfigDict(strict=True, extra="forbid")
 
     dense_weight: float | None = Field(None, ge=0.0, le=1000.0)
     sparse_weight: float | None = Field(None, ge=0.0, le=1000.0)
     identifier_weight: float | None = Field(None, ge=0.0, le=1000.0)
+    recency_weight: float | None = Field(None, ge=0.0, le=1000.0)
     rrf_k_constant: int | None = Field(None, ge=0, le=10_000)
 
-    @field_validator("dense_weight", "sparse_weight", "identifier_weight", mode="before")
+    @field_validator("dense_weight", "sparse_weight", "identifier_weight", "recency_weight", mode="before")
     @classmethod
     def _ints_are_floats(cls, value: Any) -> Any:
         # JSON has one number type: 1 is as good a weight as 1.0 (bools are not).

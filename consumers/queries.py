@@ -67,6 +67,7 @@ def to_spec(req: QueryRequest, tenant: str = DEFAULT_TENANT) -> SearchSpec:
         dense_weight=hp.dense_weight,
         sparse_weight=hp.sparse_weight,
         identifier_weight=hp.identifier_weight,
+        recency_weight=hp.recency_weight,
         rrf_k=hp.rrf_k_constant,
         metadata_filter=req.metadata_filter,
         tenant=tenant,

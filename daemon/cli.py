@@ -197,6 +197,9 @@ def query(
     dense_weight: Annotated[float | None, typer.Option("--dense-weight")] = None,
     sparse_weight: Annotated[float | None, typer.Option("--sparse-weight")] = None,
     identifier_weight: Annotated[float | None, typer.Option("--identifier-weight")] = None,
+    recency_weight: Annotated[
+        float | None, typer.Option("--recency-weight", help="Weight of newest-first among the candidates (0: off).")
+    ] = None,
     rrf_k: Annotated[int | None, typer.Option("--rrf-k")] = None,
     scope: Annotated[
         Literal["chunks", "communities", "all"] | None,
@@ -230,6 +233,7 @@ def query(
             dense_weight=dense_weight,
             sparse_weight=sparse_weight,
             identifier_weight=identifier_weight,
+            recency_weight=recency_weight,
             rrf_k=rrf_k,
             scope=scope,
             since=start,

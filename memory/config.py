@@ -134,6 +134,14 @@ class RetrievalConfig(BaseModel):
     identifier_weight: float = Field(
         1.0, ge=0.0, description="Default weight of the exact-identifier leg (runs when the query names identifiers)."
     )
+    recency_weight: float = Field(
+        0.0,
+        ge=0.0,
+        description=(
+            "Default weight of the recency list: the other legs' candidates ranked newest first "
+            "(0: off, the order is by relevance alone)."
+        ),
+    )
     rrf_k: int = Field(60, ge=0, le=10_000, description="Default RRF constant k.")
     max_query_chars: int = Field(4096, ge=16, description="Longest search_text accepted.")
     engine_tenant_filter: bool = Field(

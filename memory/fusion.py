@@ -58,3 +58,27 @@ def fuse_rrf(
     fused = [Fused(id=d, score=s, ranks=ranks[d]) for d, s in scores.items()]
     fused.sort(key=lambda f: (-f.score, f.id))
     return fused
+
+
+def recency_ranks(hits: Sequence[tuple[str, float | None]]) -> dict[str, int]:
+    """The recency list: candidates ranked newest first, as one more RRF leg.
+
+    It ranks only what the retrieval legs found (it finds nothing itself), so a weight on it
+    moves recent memories up among relevant ones: what an agent asking "what is the status
+    of X" after days of updates wants first. Equal times share a rank (competition ranking,
+    as ``identifier_ranks``); a hit without a time ranks after every dated one.
+
+    Args:
+        hits: ``(id, epoch seconds or None)``; a repeated id keeps its first entry.
+
+    Returns:
+        id -> 1-based rank.
+    """
+    times: dict[str, float] = {}
+    for hit_id, ts in hits:
+        times.setdefault(hit_id, float("-inf") if ts is None else ts)
+    ordered = sorted(times.values(), reverse=True)
+    first: dict[float, int] = {}
+    for pos, t in enumerate(ordered, start=1):
+        first.setdefault(t, pos)
+    return {hit_id: first[t] for hit_id, t in times.items()}

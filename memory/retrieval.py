@@ -14,7 +14,7 @@ from memory.config import RetrievalConfig
 from memory.embedder import Embedder
 from memory.errors import InvalidRequest
 from memory.filters import conjoin, hash_clause, in_time, knn_clause, matches, normalize_filter, time_clause
-from memory.fusion import fuse_rrf
+from memory.fusion import fuse_rrf, recency_ranks
 from memory.identifiers import identifier_ranks, identifiers
 from memory.index import ChunkIndex
 from memory.metrics import LEG_SECONDS
@@ -34,6 +34,7 @@ class SearchSpec:
     dense_weight: float | None = None
     sparse_weight: float | None = None
     identifier_weight: float | None = None
+    recency_weight: float | None = None
     rrf_k: int | None = None
     metadata_filter: Mapping[str, str | Sequence[str]] | None = None
     kinds: tuple[str, ...] | None = None  # restricts results to these kinds (the query's scope)
@@ -132,6 +133,7 @@ class Retriever:
             "dense": pick(spec.dense_weight, cfg.dense_weight),
             "sparse": pick(spec.sparse_weight, cfg.sparse_weight),
             "identifier": pick(spec.identifier_weight, cfg.identifier_weight),
+            "recency": pick(spec.recency_weight, cfg.recency_weight),
         }
         return weights, cfg.rrf_k if spec.rrf_k is None else spec.rrf_k
 
@@ -194,6 +196,8 @@ class Retriever:
                 legs[name] = [h.chunk_id for h in hits]
             for h in hits:
                 by_id.setdefault(h.chunk_id, h)
+        if weights["recency"] > 0 and by_id:
+            legs["recency"] = recency_ranks([(cid, h.timestamp) for cid, h in by_id.items()])
         fused = fuse_rrf(legs, weights, k=rrf_k)[: spec.top_k]
         hits_out = [SearchHit(chunk=by_id[f.id], score=f.score, ranks=f.ranks) for f in fused]
         took_ms = (time.monotonic() - t0) * 1000

@@ -285,6 +285,41 @@ async def test_a_time_range_filters_every_leg_before_fusion(stack) -> None:
         await retriever.search(SearchSpec(text=text, top_k=3, since=t0 + day, until=t0))
 
 
+async def test_recency_weight_puts_the_newer_of_two_relevant_notes_first(stack) -> None:
+    """The status of one thing recorded twice: by relevance the older note wins (it matches
+    the query's words better); with a recency weight the newer one comes first, and each hit
+    reports its recency rank. Weight 0 (the default) runs no recency list."""
+    _, ingestor, retriever = stack
+    t0 = 1_790_000_000.0
+    await ingestor.apply(
+        [
+            MemoryItem(
+                op="upsert",
+                doc_id="rc/old",
+                version=1,
+                content="Status of the quasar-billing migration: blocked on the schema review of the migration.",
+                source="rc/old",
+                timestamp=t0,
+            ),
+            MemoryItem(
+                op="upsert",
+                doc_id="rc/new",
+                version=1,
+                content="Update: quasar-billing went live this morning.",
+                source="rc/new",
+                timestamp=t0 + 86_400,
+            ),
+        ]
+    )
+    text = "status of the quasar-billing migration"
+    plain = await retriever.search(SearchSpec(text=text, top_k=2))
+    assert [h.chunk.doc_id for h in plain.hits] == ["rc/old", "rc/new"], [(h.chunk.doc_id, h.ranks) for h in plain.hits]
+    assert all("recency" not in h.ranks for h in plain.hits)
+    recent = await retriever.search(SearchSpec(text=text, top_k=2, recency_weight=2.0))
+    assert [h.chunk.doc_id for h in recent.hits] == ["rc/new", "rc/old"]
+    assert [h.ranks["recency"] for h in recent.hits] == [1, 2]
+
+
 async def test_filters_do_not_change_bm25_scores(stack) -> None:
     """On this corpus, a filter distributed into each term keeps the unfiltered BM25 ranking."""
     index, _, _ = stack

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from memory.fusion import fuse_rrf
+from memory.fusion import fuse_rrf, recency_ranks
 
 
 @pytest.mark.parametrize(
@@ -77,3 +77,28 @@ def test_rejects_ranks_below_one() -> None:
     """An explicit rank must be 1-based."""
     with pytest.raises(ValueError):
         fuse_rrf({"identifier": {"a": 0}}, {})
+
+
+@pytest.mark.parametrize(
+    ("hits", "ranks"),
+    [
+        ([("old", 1.0), ("new", 3.0), ("mid", 2.0)], {"new": 1, "mid": 2, "old": 3}),
+        # equal times share a rank (competition ranking); no time ranks last
+        ([("a", 5.0), ("b", 5.0), ("c", None), ("d", 1.0)], {"a": 1, "b": 1, "d": 3, "c": 4}),
+        # a repeated id keeps its first entry
+        ([("a", 1.0), ("a", 9.0), ("b", 2.0)], {"b": 1, "a": 2}),
+        ([], {}),
+    ],
+)
+def test_recency_ranks_newest_first(hits, ranks) -> None:
+    """The recency list ranks candidates newest first."""
+    assert recency_ranks(hits) == ranks
+
+
+def test_recency_moves_a_newer_equal_up_and_weight_zero_changes_nothing() -> None:
+    """Two hits the other legs rank 1 and 2: a recency list that puts the second first swaps
+    them once its weight is high enough, and at weight 0 the order is the legs' alone."""
+    legs = {"dense": ["old", "new"], "sparse": ["old", "new"]}
+    recency = recency_ranks([("old", 1.0), ("new", 2.0)])
+    assert [f.id for f in fuse_rrf({**legs, "recency": recency}, {"recency": 0.0})] == ["old", "new"]
+    assert [f.id for f in fuse_rrf({**legs, "recency": recency}, {"recency": 3.0})] == ["new", "old"]
