@@ -2,7 +2,7 @@
 
 Identifiers carry the meaning of ops prose: ``HTTP 504``, ``ERR_CONN_RESET_4F2A``,
 ``SQLSTATE 08006``, ``PoolTimeoutError``, ``db.pool.acquire()``, ``/etc/pgbouncer.ini``,
-``billing-service``, ``max_connections``, ``FROM invoices``. Regexes find those; named
+``billing-service``, ``max_connections``, ``FROM invoices``, ``INC-4411``. Regexes find those; named
 entities (spaCy) are passed in from outside, so this module stays pure.
 """
 
@@ -19,6 +19,7 @@ TYPE_PRIORITY = (
     "http_status",
     "sqlstate",
     "error_code",
+    "ticket",
     "exception",
     "function",
     "file_path",
@@ -40,6 +41,14 @@ _HTTP = re.compile(
 )
 _SQLSTATE = re.compile(r"\bSQLSTATE[ :=]*([0-9A-Z]{5})\b")
 _ERROR_CODE = re.compile(r"\b(?:[A-Z][A-Z0-9]*_){1,}[A-Z0-9]+\b|\bE[A-Z]{3,}\b(?=[:\s)])")
+# Upper-case words joined by hyphens (ERR-CONN-RESET): the error code ERR_CONN_RESET spelled
+# another way, so it is named with underscores and both spellings are one node (as they are
+# one identifier in the identifier leg). Each part has two characters or more (not X-RAY).
+_ERROR_CODE_HYPHEN = re.compile(r"(?<![\w-])[A-Z][A-Z0-9]+(?:-[A-Z][A-Z0-9]+)+(?!\w|-[A-Z0-9])")
+# Tickets, incidents, deploys, CVEs: INC-4411, DEPLOY-77, CVE-2024-3094. They link the
+# postmortem, the chat turns and the runbook that name one incident.
+_TICKET = re.compile(r"(?<![\w-])([A-Z][A-Z0-9]{1,9})((?:-\d{2,})+)(?!\w|-[A-Z0-9])")
+_NOT_TICKETS = frozenset({"HTTP", "HTTPS", "SQLSTATE", "ERRNO", "UTF", "ISO", "RFC"})
 _EXCEPTION = re.compile(r"\b(?:[a-z_][\w]*\.)*([A-Z][A-Za-z0-9]*(?:Error|Exception|Timeout|Failure|Fault))\b")
 _FUNCTION = re.compile(r"\b([A-Za-z_][\w]*(?:\.[A-Za-z_][\w]*)*)\(\)")
 _FILE_PATH = re.compile(r"(?<![\w.])((?:/[\w.-]+){2,}|(?:[\w-]+/)+[\w-]+\.[a-z]{1,5})\b")
@@ -91,6 +100,11 @@ def _found(text: str) -> Iterable[tuple[str, str]]:
         yield f"SQLSTATE {m.group(1)}", "sqlstate"
     for m in _ERROR_CODE.finditer(text):
         yield m.group(0), "error_code"
+    for m in _ERROR_CODE_HYPHEN.finditer(text):
+        yield m.group(0).replace("-", "_"), "error_code"
+    for m in _TICKET.finditer(text):
+        if m.group(1) not in _NOT_TICKETS:
+            yield m.group(0), "ticket"
     for m in _EXCEPTION.finditer(text):
         yield m.group(1), "exception"
     for m in _FUNCTION.finditer(text):

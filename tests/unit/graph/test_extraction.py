@@ -32,12 +32,30 @@ from graph.extraction import (
         ("ping db-01.prod.internal", "db-01.prod.internal", "host"),
         ("raise max_connections to 400", "max_connections", "config_key"),
         ("SELECT id FROM invoices WHERE", "invoices", "sql_table"),
+        # a hyphen spelling is the same error code as the underscore one: one node
+        ("the proxy logged ERR-CONN-RESET again", "ERR_CONN_RESET", "error_code"),
+        ("paged for INC-4411 at 3am", "INC-4411", "ticket"),
+        ("rolled back DEPLOY-77.", "DEPLOY-77", "ticket"),
+        ("patched CVE-2024-3094 in xz", "CVE-2024-3094", "ticket"),
     ],
 )
 def test_identifiers_are_found_with_their_type(text: str, name: str, typ: str) -> None:
     """Each kind of technical identifier is recognized, with the most specific type."""
     ents = merge_entities(extract_identifiers(text))
     assert (name.lower().rstrip("()"), typ) in {(e.key, e.type) for e in ents}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "an X-RAY of the IL-6-induced state-of-the-art e-mail",  # short parts, lower case
+        "saw HTTP-504 and UTF-8 on 2024-01-15",  # labels and dates are no tickets
+        "ABC-123abc and INC-44X",  # glued to a word
+    ],
+)
+def test_hyphenated_words_that_are_no_error_code_or_ticket(text: str) -> None:
+    """Hyphen-joined words name an error code or a ticket only in their upper-case, whole form."""
+    assert {t for _, t in extract_identifiers(text)} <= {"http_status"}
 
 
 def test_plain_prose_has_no_identifiers() -> None:
