@@ -414,6 +414,18 @@ class MemoryClient:
             payload["timestamp"] = _iso(timestamp)
         await self._send(self._topic(self.topics.transcripts, tenant), payload, key=f"{agent_id}/{session_id}")
 
+    async def forget(self, *, agent_id: str, session_id: str | None = None, tenant: str | None = None) -> None:
+        """Forget every turn of a session, or without ``session_id`` of every session of the agent.
+
+        Keyed as the session's turns are, so it applies after every turn of it published
+        before; turns published later are kept. ``tenant``: as for ``publish_document``.
+        """
+        payload: dict[str, Any] = {"event_id": uuid.uuid4().hex, "op": "forget", "agent_id": agent_id}
+        if session_id is not None:
+            payload["session_id"] = session_id
+        key = agent_id if session_id is None else f"{agent_id}/{session_id}"
+        await self._send(self._topic(self.topics.transcripts, tenant), payload, key=key)
+
 
 def _tenant_topic(base: str, tenant: str) -> str:
     """``<base>.<tenant>``, the topic a daemon in topic tenancy reads for ``tenant``.

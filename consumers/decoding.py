@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from consumers.models import DlqRecord, DocumentEvent, TranscriptEvent
+from consumers.models import DlqRecord, DocumentEvent, ForgetEvent, TranscriptEvent, TranscriptTopicEvent
 from memory.records import DEFAULT_TENANT, MemoryItem
 
 E = TypeVar("E", bound=BaseModel)
@@ -136,12 +136,32 @@ def parse_event(raw: bytes | None, model: type[E]) -> E:
     Raises:
         ValueError: with a readable reason (empty body, invalid UTF-8/JSON, schema errors).
     """
+    _check_body(raw)
+    try:
+        return model.model_validate_json(raw or b"")
+    except ValidationError as exc:
+        raise ValueError(_reason(exc)) from exc
+
+
+def _check_body(raw: bytes | None) -> None:
     if not raw:
         raise ValueError("empty message body")
     if _text(raw) is None:
         raise ValueError("message body is not valid UTF-8")
+
+
+_TRANSCRIPT_TOPIC: TypeAdapter[TranscriptEvent | ForgetEvent] = TypeAdapter(TranscriptTopicEvent)
+
+
+def parse_transcript(raw: bytes | None) -> TranscriptEvent | ForgetEvent:
+    """A transcripts-topic record: a turn, or a forget (``"op": "forget"``).
+
+    Raises:
+        ValueError: as ``parse_event``; an unknown ``op`` too.
+    """
+    _check_body(raw)
     try:
-        return model.model_validate_json(raw)
+        return _TRANSCRIPT_TOPIC.validate_json(raw or b"")
     except ValidationError as exc:
         raise ValueError(_reason(exc)) from exc
 
@@ -166,7 +186,6 @@ def decode_records(
     Returns:
         ``(decoded, dead)``.
     """
-    model: type[DocumentEvent] | type[TranscriptEvent] = DocumentEvent if kind == "document" else TranscriptEvent
     good: list[Decoded] = []
     dead: list[DlqRecord] = []
     for rec in records:
@@ -180,7 +199,7 @@ def decode_records(
             )
             continue
         try:
-            event: Any = parse_event(rec.value, model)
+            event: Any = parse_event(rec.value, DocumentEvent) if kind == "document" else parse_transcript(rec.value)
             if event.content is not None and len(event.content.encode("utf-8")) > max_content_bytes:
                 raise ValueError(f"content larger than {max_content_bytes} bytes")
             tenant = tenant_of(rec.topic)

@@ -11,7 +11,17 @@ from collections.abc import Collection
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StringConstraints, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    PrivateAttr,
+    StringConstraints,
+    Tag,
+    field_validator,
+    model_validator,
+)
 
 from memory.records import DEFAULT_TENANT, MemoryItem
 
@@ -109,6 +119,7 @@ class TranscriptEvent(_Event):
     """One turn of an agent session; Kafka key = ``agent_id/session_id``; idempotent per turn."""
 
     event_id: NonEmpty
+    op: Literal["turn"] = "turn"
     agent_id: Annotated[str, StringConstraints(min_length=1, max_length=256)]
     session_id: Annotated[str, StringConstraints(min_length=1, max_length=256)]
     turn: int = Field(ge=0, le=MAX_VERSION)
@@ -158,6 +169,47 @@ class TranscriptEvent(_Event):
             timestamp=_epoch(self.timestamp),
             tenant=tenant,
         )
+
+
+class ForgetEvent(_Event):
+    """Forget a session's turns, or without ``session_id`` every turn of an agent.
+
+    Published on the transcripts topic with the session's key (``agent_id/session_id``), so
+    it applies after every turn of that session published before it; turns published after
+    it are kept. An agent-wide forget (key ``agent_id``) may be on another partition than
+    some session's turns: it forgets what is stored when it is applied.
+    """
+
+    event_id: NonEmpty
+    op: Literal["forget"]
+    agent_id: Annotated[str, StringConstraints(min_length=1, max_length=256)]
+    session_id: Annotated[str, StringConstraints(min_length=1, max_length=256)] | None = None
+
+    @property
+    def content(self) -> None:
+        """A forget carries no content (the decoder's size check reads this)."""
+        return None
+
+    def to_item(self, filter_keys: Collection[str], tenant: str = DEFAULT_TENANT) -> MemoryItem:
+        """A ``forget`` item: the turn doc ids' common prefix and the tags every such turn carries."""
+        prefix = f"transcript:{_id_part(self.agent_id)}/"
+        tags = {"agent_id": self.agent_id, "kind": "transcript"}
+        if self.session_id is not None:
+            prefix += f"{_id_part(self.session_id)}/"
+            tags["session_id"] = self.session_id
+        return MemoryItem(op="forget", doc_id=prefix, version=None, kind="transcript", tags=tags, tenant=tenant)
+
+
+def _transcript_op(value: Any) -> str:
+    op = value.get("op", "turn") if isinstance(value, dict) else getattr(value, "op", "turn")
+    return op if isinstance(op, str) else "?"
+
+
+#: What the transcripts topic carries: turns (``op`` left out or ``"turn"``) and forgets.
+TranscriptTopicEvent = Annotated[
+    Annotated[TranscriptEvent, Tag("turn")] | Annotated[ForgetEvent, Tag("forget")],
+    Discriminator(_transcript_op),
+]
 
 
 class HybridParams(BaseModel):

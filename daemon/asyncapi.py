@@ -10,7 +10,15 @@ from typing import Any
 from faststream.kafka import KafkaBroker
 from faststream.specification.asyncapi import AsyncAPI
 
-from consumers.models import DlqRecord, DocumentEvent, ErrorReply, QueryReply, QueryRequest, TranscriptEvent
+from consumers.models import (
+    DlqRecord,
+    DocumentEvent,
+    ErrorReply,
+    ForgetEvent,
+    QueryReply,
+    QueryRequest,
+    TranscriptEvent,
+)
 from daemon.settings import Settings
 
 
@@ -25,10 +33,13 @@ def asyncapi_document(settings: Settings, *, version: str = "0.1.0") -> dict[str
         """Upsert or delete every chunk of a document; versions at or below the last applied are ignored."""
 
     @broker.subscriber(
-        t.transcripts + suffix, title="transcripts", description="Agent transcript turns; key = agent_id/session_id."
+        t.transcripts + suffix,
+        title="transcripts",
+        description="Agent transcript turns, and forgets of a session or an agent; key = agent_id/session_id.",
     )
-    async def transcripts(event: TranscriptEvent) -> None:
-        """One turn of an agent session, idempotent on (agent_id, session_id, turn)."""
+    async def transcripts(event: TranscriptEvent | ForgetEvent) -> None:
+        """One turn of an agent session, idempotent on (agent_id, session_id, turn); or
+        ``"op": "forget"``: delete a session's turns (every turn of the agent without session_id)."""
 
     @broker.subscriber(
         t.requests + suffix,

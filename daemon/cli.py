@@ -330,6 +330,22 @@ def publish_observation(
     out.print("observation published")
 
 
+@publish_app.command("forget")
+def publish_forget(
+    agent_id: Annotated[str, typer.Option("--agent-id")],
+    session_id: Annotated[
+        str | None, typer.Option("--session-id", help="Only this session; without it, every session of the agent.")
+    ] = None,
+    tenant: PublishTenantOpt = None,
+) -> None:
+    """Forget an agent's session (every turn of it), or every session of the agent."""
+    settings = _settings()
+    target = _tenant_target(settings.consumer.tenancy, tenant)
+    _with_client(lambda c: c.forget(agent_id=agent_id, session_id=session_id), settings, target)
+    what = f"session {session_id} of agent {agent_id}" if session_id else f"every session of agent {agent_id}"
+    out.print(f"forget of {what} published")
+
+
 @app.command()
 def doctor() -> None:
     """Check settings, Redis, the index schema, Kafka, topics and consumer groups; exit 0 only when healthy."""

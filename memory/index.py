@@ -736,6 +736,36 @@ class ChunkIndex:
             if len(res.docs) < page:
                 return out
 
+    async def doc_ids_where(self, tenant: str, tags: dict[str, str], *, page: int = 1000) -> set[str]:
+        """Ids of the docs of ``tenant`` with a chunk whose tags equal ``tags`` (a forget's listing).
+
+        Filtered on the hashed NUMERIC fields, which match any value exactly (a TAG query
+        cannot hold some characters), and re-checked against the stored tags (a hash may
+        collide). A bulk listing, so the long timeout.
+        """
+        want = {**tags, "tenant": tenant}
+        query = " ".join(f"@{hash_field(k)}:[{value_hash(v)} {value_hash(v)}]" for k, v in sorted(want.items()))
+        fields = tuple(dict.fromkeys(("doc_id", "timestamp", *want)))
+        out: set[str] = set()
+        offset = 0
+        while True:
+            q = (
+                Query(query)
+                .paging(offset, page)
+                .return_fields(*fields)
+                .sort_by("timestamp")
+                .timeout(BULK_QUERY_TIMEOUT_MS)
+                .dialect(2)
+            )
+            async with translate_errors("doc listing"):
+                res = await self._ft().search(q)
+            for doc in res.docs:
+                if all(as_str(getattr(doc, k, "")) == v for k, v in want.items()):
+                    out.add(as_str(getattr(doc, "doc_id", "")))
+            offset += len(res.docs)
+            if len(res.docs) < page:
+                return out
+
     async def search_text(self, query: str, *, k: int) -> list[StoredChunk]:
         """A BM25 leg: ``query`` is a full, already-escaped RediSearch query over analyzed terms.
 

@@ -329,6 +329,7 @@ class Ingestor:
             BackendUnavailable: only when stopping while Redis is down.
         """
         with self.activity.batch():
+            items, forgets = await self._expand_forgets(items)
             report = await self._apply(items)
             tried = {id(i) for i in coalesce(items)}
             just_failed = report.failed
@@ -346,7 +347,45 @@ class Ingestor:
                 report.chunks_written += more.chunks_written
                 report.failed += more.failed
                 just_failed = more.failed
+            if forgets:
+                # A delete a forget stood for failed: the forget (the event) failed, once.
+                by_event: dict[int, tuple[MemoryItem, MemdError]] = {}
+                for item, exc in report.failed:
+                    origin = forgets.get(id(item), item)
+                    by_event.setdefault(id(origin), (origin, exc))
+                report.failed = list(by_event.values())
             return report
+
+    async def _expand_forgets(self, items: Sequence[MemoryItem]) -> tuple[list[MemoryItem], dict[int, MemoryItem]]:
+        """Each ``forget`` replaced, in its place, by a delete of every doc it covers: those
+        stored (listed by their tags) and those earlier in this batch (not written yet).
+        Returns the items and, for each delete made, the forget it stands for.
+
+        A later item of a forgotten doc in the batch still applies after the delete, as
+        the turn of a session that goes on after the forget.
+        """
+        if not any(i.op == "forget" for i in items):
+            return list(items), {}
+        out: list[MemoryItem] = []
+        origin: dict[int, MemoryItem] = {}
+        for item in items:
+            if item.op != "forget":
+                out.append(item)
+                continue
+            stored = await self._retrying(
+                "forget listing",
+                lambda item=item: self._index.doc_ids_where(item.tenant, item.tags),  # type: ignore[misc]
+            )
+            earlier = {i.doc_id for i in out if i.tenant == item.tenant and i.op == "upsert"}
+            covered = sorted(d for d in stored | earlier if d.startswith(item.doc_id))
+            log.info("ingest.forget", prefix=item.doc_id, docs=len(covered), tenant=item.tenant)
+            for doc_id in covered:
+                delete = MemoryItem(
+                    op="delete", doc_id=doc_id, version=None, kind=item.kind, tags=item.tags, tenant=item.tenant
+                )
+                origin[id(delete)] = item
+                out.append(delete)
+        return out, origin
 
     async def _apply(self, items: Sequence[MemoryItem]) -> IngestReport:
         report = IngestReport()

@@ -20,9 +20,13 @@ class MemoryItem:
 
     ``version`` is ``None`` for items that are idempotent by identity (transcript turns):
     they overwrite unconditionally. Versioned items apply only above the stored version.
+
+    ``forget``: delete every unversioned doc whose id starts with ``doc_id`` and whose
+    chunks carry ``tags`` (a session's or an agent's transcript turns); the ingestor turns
+    it into one delete per doc found, in its place in the batch.
     """
 
-    op: Literal["upsert", "delete"]
+    op: Literal["upsert", "delete", "forget"]
     doc_id: str
     version: int | None
     kind: Kind = "document"

@@ -15,7 +15,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from daemon.app import Daemon
 from tests.conftest import unique
-from tests.helpers import PlainClient, daemon_and_client, eventually, isolated_settings, read_dlq
+from tests.helpers import PlainClient, daemon_and_client, eventually, in_graph, isolated_settings, read_dlq
 
 pytestmark = pytest.mark.integration
 
@@ -326,6 +326,40 @@ async def test_transcript_redelivery_is_idempotent(env) -> None:
 
     await eventually(second_applied, what="redelivered turn overwrote, not duplicated")
     assert await daemon.index.chunk_ids(doc) == {f"{doc}_p0"}
+
+
+async def test_forget_a_session_over_kafka_clears_its_turns_and_their_graph(env) -> None:
+    """A forget on the transcripts topic, keyed as the session's turns: every turn of that
+    session leaves the index and the graph; the agent's other session stays."""
+    daemon, client = env
+    t = client.topics
+
+    def turn(session: str, n: int, text: str) -> dict[str, Any]:
+        return {"event_id": uuid.uuid4().hex, "agent_id": "fz-agent", "session_id": session, "turn": n, "content": text}
+
+    for session in ("s1", "s2"):
+        for n in (1, 2):
+            text = f"Session {session}: the ledger-service raised ERR_FZ_{session.upper()}_{n} on db-{n}.prod"
+            await client.send(t.transcripts, turn(session, n, text), key=f"fz-agent/{session}")
+    ids = {s: [f"transcript:fz-agent/{s}/{n}" for n in (1, 2)] for s in ("s1", "s2")}
+
+    async def indexed_and_in_graph() -> bool:
+        docs = [*ids["s1"], *ids["s2"]]
+        return all([await _has(daemon, d) for d in docs]) and await in_graph(daemon, docs)
+
+    await eventually(indexed_and_in_graph, timeout=60, what="turns indexed and in the graph")
+    forget = {"event_id": uuid.uuid4().hex, "op": "forget", "agent_id": "fz-agent", "session_id": "s1"}
+    await client.send(t.transcripts, forget, key="fz-agent/s1")
+
+    async def forgotten() -> bool:
+        assert daemon.graph is not None
+        in_store = set(await daemon.graph.store("default").doc_ids())
+        return not any([await _has(daemon, d) for d in ids["s1"]]) and not in_store & set(ids["s1"])
+
+    await eventually(forgotten, timeout=60, what="session s1 forgotten in the index and the graph")
+    assert all([await _has(daemon, d) for d in ids["s2"]]) and await in_graph(daemon, ids["s2"])
+    _, reply = await client.ask({"query_id": "fz", "search_text": "ERR_FZ_S1_1 ledger-service", "top_k": 10})
+    assert not {r["doc_id"] for r in reply["results"]} & set(ids["s1"]), reply
 
 
 async def test_scope_communities_over_kafka(env) -> None:

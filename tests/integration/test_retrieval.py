@@ -8,11 +8,13 @@ from typing import Any
 import pytest
 import redis.asyncio as aredis
 
+from consumers.models import ForgetEvent, TranscriptEvent
 from daemon.doctor import _check_generation
 from daemon.settings import Settings
 from memory.config import ChunkingConfig, IndexConfig, IngestConfig, RetrievalConfig
 from memory.embedder import EmbedderError
 from memory.errors import BackendUnavailable, InvalidRequest, NotFound
+from memory.filters import BASE_FILTER_KEYS
 from memory.generations import ReindexConflict
 from memory.index import ChunkIndex, IndexError_
 from memory.ingest import Ingestor
@@ -318,6 +320,49 @@ async def test_recency_weight_puts_the_newer_of_two_relevant_notes_first(stack) 
     recent = await retriever.search(SearchSpec(text=text, top_k=2, recency_weight=2.0))
     assert [h.chunk.doc_id for h in recent.hits] == ["rc/new", "rc/old"]
     assert [h.ranks["recency"] for h in recent.hits] == [1, 2]
+
+
+def _turn(agent: str, session: str, n: int, text: str) -> MemoryItem:
+    event = TranscriptEvent(event_id=f"{agent}{session}{n}", agent_id=agent, session_id=session, turn=n, content=text)
+    return event.to_item(BASE_FILTER_KEYS)
+
+
+def _forget(agent: str, session: str | None = None) -> MemoryItem:
+    return ForgetEvent(event_id="f", op="forget", agent_id=agent, session_id=session).to_item(BASE_FILTER_KEYS)
+
+
+async def test_forget_deletes_a_sessions_turns_and_nothing_else(stack) -> None:
+    """A forget deletes every turn of its session, stored or earlier in its batch, and keeps
+    the turns after it, the agent's other sessions and an agent whose id it prefixes; an
+    agent-wide forget deletes every session of the agent."""
+    index, ingestor, retriever = stack
+    await ingestor.apply(
+        [
+            _turn("fg/a", "s1", 1, "restarted the zephyr cache"),
+            _turn("fg/a", "s1", 2, "zephyr cache is warm again"),
+            _turn("fg/a", "s2", 1, "zephyr cache in the other session"),
+            _turn("fg/ab", "s1", 1, "zephyr cache of another agent"),
+        ]
+    )
+    s1 = [f"transcript:fg%2Fa/s1/{n}" for n in (1, 2, 3, 4)]
+    report = await ingestor.apply(
+        [
+            _turn("fg/a", "s1", 3, "zephyr cache, last word"),
+            _forget("fg/a", "s1"),
+            _turn("fg/a", "s1", 4, "a new start"),
+        ]
+    )
+    assert report.failed == []
+    assert [bool(await index.chunk_ids(d)) for d in s1] == [False, False, False, True]
+    assert await index.chunk_ids("transcript:fg%2Fa/s2/1") and await index.chunk_ids("transcript:fg%2Fab/s1/1")
+    out = await retriever.search(SearchSpec(text="zephyr cache", top_k=10, metadata_filter={"session_id": "s1"}))
+    assert {h.chunk.doc_id for h in out.hits} == {"transcript:fg%2Fab/s1/1", s1[3]}
+
+    await ingestor.apply([_forget("fg/a")])
+    assert not await index.chunk_ids("transcript:fg%2Fa/s2/1") and not await index.chunk_ids(s1[3])
+    assert await index.chunk_ids("transcript:fg%2Fab/s1/1")
+    out = await retriever.search(SearchSpec(text="zephyr cache", top_k=10, metadata_filter={"agent_id": "fg/a"}))
+    assert out.hits == []
 
 
 async def test_filters_do_not_change_bm25_scores(stack) -> None:

@@ -247,3 +247,35 @@ def test_a_time_range_becomes_epoch_bounds_in_the_spec() -> None:
     )
     assert open_end.since == datetime(2026, 11, 1, tzinfo=UTC).timestamp() and open_end.until is None
     assert to_spec(parse_request(b'{"query_id": "q", "search_text": "x"}')).since is None
+
+
+def test_a_forget_on_the_transcripts_topic_becomes_a_forget_item() -> None:
+    """``"op": "forget"`` names a session (or, without session_id, an agent): the item holds
+    the turn ids' common prefix, ids encoded as turns encode them, and the tags they carry."""
+    recs = [
+        Rec(json.dumps({"event_id": "f1", "op": "forget", "agent_id": "ops/east", "session_id": "s1"}).encode()),
+        Rec(json.dumps({"event_id": "f2", "op": "forget", "agent_id": "planner"}).encode()),
+        Rec(json.dumps({"event_id": "f3", "op": "wipe", "agent_id": "planner"}).encode()),
+        Rec(json.dumps({"event_id": "f4", "op": "forget"}).encode()),
+    ]
+    good, dead = decode_records(recs, kind="transcript", filter_keys=BASE_FILTER_KEYS, max_content_bytes=10_000)
+    one, agent = (g.item for g in good)
+    assert one.op == "forget" and one.doc_id == "transcript:ops%2Feast/s1/" and one.version is None
+    assert one.tags == {"agent_id": "ops/east", "session_id": "s1", "kind": "transcript"}
+    assert agent.doc_id == "transcript:planner/" and "session_id" not in agent.tags
+    assert [d.error_code for d in dead] == ["invalid_event", "invalid_event"]
+    assert "wipe" in dead[0].reason and "agent_id" in dead[1].reason
+    # a turn's id starts with its session's prefix, and with no other session's
+    turn = decode_records(
+        [
+            Rec(
+                json.dumps(
+                    {"event_id": "t", "agent_id": "ops/east", "session_id": "s1", "turn": 3, "content": "x"}
+                ).encode()
+            )
+        ],
+        kind="transcript",
+        filter_keys=BASE_FILTER_KEYS,
+        max_content_bytes=10_000,
+    )[0][0].item
+    assert turn.doc_id.startswith(one.doc_id) and not turn.doc_id.startswith("transcript:ops/")
