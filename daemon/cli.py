@@ -246,13 +246,14 @@ def query(
         print(reply.model_dump_json(indent=2))
         return
     table = Table(title=f"{reply.total_retrieved} results in {reply.took_ms:.1f} ms")
-    for col in ("#", "score", "ranks", "chunk"):
+    for col in ("#", "score", "ranks", "chunk", "when (UTC)"):
         table.add_column(col, no_wrap=True)
     table.add_column("text", overflow="fold")
     for i, r in enumerate(reply.results, 1):
         ranks = " ".join(f"{k}:{v}" for k, v in sorted(r.ranks.items()))
         snippet = r.text if len(r.text) < 160 else r.text[:157] + "..."
-        table.add_row(str(i), f"{r.rrf_score:.4f}", ranks, r.chunk_id, snippet)
+        when = (r.timestamp or "")[:16].replace("T", " ")
+        table.add_row(str(i), f"{r.rrf_score:.4f}", ranks, r.chunk_id, when, snippet)
     out.print(table)
 
 
