@@ -362,8 +362,8 @@ class MemoryClient:
         """Upsert a document; returns the version used (wall-clock based when not given).
 
         ``tenant``: publish into this tenant's memory (topic tenancy; see ``query``).
-        ``timestamp``: when it was written (what ``query(since=, until=)`` selects on); the
-        time it is indexed when None.
+        ``timestamp``: when it was written (what ``query(since=, until=)`` selects on); now
+        when None (sent in the event, so a replay keeps it).
         """
         version = default_version() if version is None else version
         payload = {
@@ -375,8 +375,7 @@ class MemoryClient:
             "content": content,
             "metadata": dict(metadata or {}),
         }
-        if timestamp is not None:
-            payload["timestamp"] = _iso(timestamp)
+        payload["timestamp"] = _iso(timestamp or datetime.now(UTC))
         await self._send(self._topic(self.topics.documents, tenant), payload, key=doc_id)
         return version
 
@@ -410,19 +409,27 @@ class MemoryClient:
             "content": content,
             "metadata": dict(metadata or {}),
         }
-        if timestamp is not None:
-            payload["timestamp"] = _iso(timestamp)
+        payload["timestamp"] = _iso(timestamp or datetime.now(UTC))
         await self._send(self._topic(self.topics.transcripts, tenant), payload, key=f"{agent_id}/{session_id}")
 
-    async def forget(self, *, agent_id: str, session_id: str | None = None, tenant: str | None = None) -> None:
-        """Forget every turn of a session, or without ``session_id`` of every session of the agent.
+    async def forget(
+        self, *, agent_id: str, session_id: str | None = None, all_sessions: bool = False, tenant: str | None = None
+    ) -> None:
+        """Forget every turn of a session, or with ``all_sessions=True`` of every session of the agent.
 
         Keyed as the session's turns are, so it applies after every turn of it published
         before; turns published later are kept. ``tenant``: as for ``publish_document``.
+
+        Raises:
+            InvalidRequest: neither or both of ``session_id`` and ``all_sessions``.
         """
+        if (session_id is None) == (not all_sessions):
+            raise InvalidRequest("forget takes a session_id or all_sessions=True (not both)")
         payload: dict[str, Any] = {"event_id": uuid.uuid4().hex, "op": "forget", "agent_id": agent_id}
         if session_id is not None:
             payload["session_id"] = session_id
+        else:
+            payload["all_sessions"] = True
         key = agent_id if session_id is None else f"{agent_id}/{session_id}"
         await self._send(self._topic(self.topics.transcripts, tenant), payload, key=key)
 

@@ -74,6 +74,17 @@ def headers_of(record: RecordLike) -> dict[str, str]:
     return {k: (v or b"").decode("utf-8", errors="replace") for k, v in (record.headers or ())}
 
 
+def record_time(record: RecordLike) -> float | None:
+    """The record's Kafka timestamp in epoch seconds (CreateTime or LogAppendTime), if any.
+
+    An event without a ``timestamp`` is dated by it rather than by the moment it is
+    decoded: a replay (a restart before the commit, ``agentmemd reindex``) then dates it as
+    the first delivery did, and ``time_range`` and ``recency_weight`` stay true.
+    """
+    ts = getattr(record, "timestamp", None)
+    return ts / 1000.0 if isinstance(ts, int) and ts > 0 else None
+
+
 def dead_letter(record: RecordLike, reason: str, code: str, attempts: int = 1) -> DlqRecord:
     """A DLQ record carrying the original bytes (base64), position and the reason."""
     raw = record.value or b""
@@ -205,7 +216,7 @@ def decode_records(
             tenant = tenant_of(rec.topic)
             if tenant is None:
                 raise ValueError(f"topic {rec.topic!r} does not name a valid tenant")
-            item = event.to_item(filter_keys, tenant)
+            item = event.to_item(filter_keys, tenant, default_ts=record_time(rec))
         except ValueError as exc:
             dead.append(dead_letter(rec, str(exc), "invalid_event"))
             continue

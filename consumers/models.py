@@ -46,9 +46,11 @@ def _check_metadata(meta: dict[str, Any]) -> dict[str, Any]:
     return meta
 
 
-def _epoch(ts: datetime | None) -> float:
+def _epoch(ts: datetime | None, default: float | None = None) -> float:
+    """Epoch seconds of an event's time; without one, ``default`` (the Kafka record's time,
+    so that a replay dates it as the first delivery did), else now."""
     if ts is None:
-        return datetime.now(UTC).timestamp()
+        return default if default is not None else datetime.now(UTC).timestamp()
     if ts.tzinfo is None:
         ts = ts.replace(tzinfo=UTC)
     return ts.timestamp()
@@ -89,7 +91,9 @@ class DocumentEvent(_Event):
             raise ValueError(f"doc_id may not start with {' or '.join(RESERVED_DOC_PREFIXES)} (the daemon's own ids)")
         return value
 
-    def to_item(self, filter_keys: Collection[str], tenant: str = DEFAULT_TENANT) -> MemoryItem:
+    def to_item(
+        self, filter_keys: Collection[str], tenant: str = DEFAULT_TENANT, *, default_ts: float | None = None
+    ) -> MemoryItem:
         """The memory item this event asks for (a delete's content, if any, is ignored).
 
         Raises:
@@ -106,7 +110,7 @@ class DocumentEvent(_Event):
             source=self.source or self.doc_id,
             tags=_tags(self.metadata, filter_keys),
             metadata=dict(self.metadata),
-            timestamp=_epoch(self.timestamp),
+            timestamp=_epoch(self.timestamp, default_ts),
             tenant=tenant,
         )
 
@@ -119,7 +123,6 @@ class TranscriptEvent(_Event):
     """One turn of an agent session; Kafka key = ``agent_id/session_id``; idempotent per turn."""
 
     event_id: NonEmpty
-    op: Literal["turn"] = "turn"
     agent_id: Annotated[str, StringConstraints(min_length=1, max_length=256)]
     session_id: Annotated[str, StringConstraints(min_length=1, max_length=256)]
     turn: int = Field(ge=0, le=MAX_VERSION)
@@ -147,7 +150,9 @@ class TranscriptEvent(_Event):
         """
         return f"transcript:{_id_part(self.agent_id)}/{_id_part(self.session_id)}/{self.turn}"
 
-    def to_item(self, filter_keys: Collection[str], tenant: str = DEFAULT_TENANT) -> MemoryItem:
+    def to_item(
+        self, filter_keys: Collection[str], tenant: str = DEFAULT_TENANT, *, default_ts: float | None = None
+    ) -> MemoryItem:
         """The memory item for this turn (unversioned: a redelivery overwrites identically)."""
         tags = _tags(self.metadata, filter_keys)
         tags.update(agent_id=self.agent_id, session_id=self.session_id)
@@ -166,31 +171,46 @@ class TranscriptEvent(_Event):
                 "agent_id": self.agent_id,
                 "session_id": self.session_id,
             },
-            timestamp=_epoch(self.timestamp),
+            timestamp=_epoch(self.timestamp, default_ts),
             tenant=tenant,
         )
 
 
 class ForgetEvent(_Event):
-    """Forget a session's turns, or without ``session_id`` every turn of an agent.
+    """Forget a session's turns (``session_id``), or every turn of an agent (``all_sessions``).
 
     Published on the transcripts topic with the session's key (``agent_id/session_id``), so
     it applies after every turn of that session published before it; turns published after
     it are kept. An agent-wide forget (key ``agent_id``) may be on another partition than
     some session's turns: it forgets what is stored when it is applied.
+
+    Strict where a turn is lenient: an unknown field is an error, and forgetting every
+    session takes ``"all_sessions": true``, so that a misspelt or null ``session_id`` can
+    never widen a forget that cannot be undone.
     """
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
 
     event_id: NonEmpty
     op: Literal["forget"]
     agent_id: Annotated[str, StringConstraints(min_length=1, max_length=256)]
     session_id: Annotated[str, StringConstraints(min_length=1, max_length=256)] | None = None
+    all_sessions: bool = False
+
+    @model_validator(mode="after")
+    def _one_scope(self) -> ForgetEvent:
+        if (self.session_id is None) == (not self.all_sessions):
+            raise ValueError("a forget names a session_id or sets all_sessions: true (not both)")
+        return self
 
     @property
     def content(self) -> None:
         """A forget carries no content (the decoder's size check reads this)."""
         return None
 
-    def to_item(self, filter_keys: Collection[str], tenant: str = DEFAULT_TENANT) -> MemoryItem:
+    def to_item(
+        self, filter_keys: Collection[str], tenant: str = DEFAULT_TENANT, *, default_ts: float | None = None
+    ) -> MemoryItem:
         """A ``forget`` item: the turn doc ids' common prefix and the tags every such turn carries."""
         prefix = f"transcript:{_id_part(self.agent_id)}/"
         tags = {"agent_id": self.agent_id, "kind": "transcript"}
@@ -201,11 +221,13 @@ class ForgetEvent(_Event):
 
 
 def _transcript_op(value: Any) -> str:
-    op = value.get("op", "turn") if isinstance(value, dict) else getattr(value, "op", "turn")
-    return op if isinstance(op, str) else "?"
+    # Only "forget" is special: turns never had an op, and one sent anyway ("upsert", say)
+    # was ignored as any extra field is; it still is.
+    op = value.get("op") if isinstance(value, dict) else getattr(value, "op", None)
+    return "forget" if op == "forget" else "turn"
 
 
-#: What the transcripts topic carries: turns (``op`` left out or ``"turn"``) and forgets.
+#: What the transcripts topic carries: turns and (``"op": "forget"``) forgets.
 TranscriptTopicEvent = Annotated[
     Annotated[TranscriptEvent, Tag("turn")] | Annotated[ForgetEvent, Tag("forget")],
     Discriminator(_transcript_op),
@@ -240,8 +262,8 @@ FilterValue = (
 class TimeRange(BaseModel):
     """Only memories timestamped in ``[since, until]`` (either end open when left out).
 
-    A chunk's timestamp is its event's ``timestamp`` (the time it was indexed when the event
-    had none); a community summary's is when it was last summarized. Times without a zone
+    A chunk's timestamp is its event's ``timestamp`` (its Kafka record's when the event had
+    none); a community summary's is when it was last summarized. Times without a zone
     are UTC, as in events.
     """
 

@@ -334,15 +334,20 @@ def publish_observation(
 @publish_app.command("forget")
 def publish_forget(
     agent_id: Annotated[str, typer.Option("--agent-id")],
-    session_id: Annotated[
-        str | None, typer.Option("--session-id", help="Only this session; without it, every session of the agent.")
-    ] = None,
+    session_id: Annotated[str | None, typer.Option("--session-id", help="The session to forget.")] = None,
+    all_sessions: Annotated[
+        bool, typer.Option("--all-sessions", help="Forget every session of the agent instead.")
+    ] = False,
     tenant: PublishTenantOpt = None,
 ) -> None:
-    """Forget an agent's session (every turn of it), or every session of the agent."""
+    """Forget an agent's session (every turn of it), or with --all-sessions every session of the agent."""
+    if (session_id is None) == (not all_sessions):
+        raise typer.BadParameter("give --session-id or --all-sessions (not both)")
     settings = _settings()
     target = _tenant_target(settings.consumer.tenancy, tenant)
-    _with_client(lambda c: c.forget(agent_id=agent_id, session_id=session_id), settings, target)
+    _with_client(
+        lambda c: c.forget(agent_id=agent_id, session_id=session_id, all_sessions=all_sessions), settings, target
+    )
     what = f"session {session_id} of agent {agent_id}" if session_id else f"every session of agent {agent_id}"
     out.print(f"forget of {what} published")
 

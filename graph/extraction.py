@@ -40,15 +40,25 @@ _HTTP = re.compile(
     r"\b(?:HTTP|http|status(?: code)?)[ /-]?([1-5]\d\d)\b|\b([1-5]\d\d) (?=[A-Z][a-z]+ ?(?:[A-Z][a-z]+)?\b)"
 )
 _SQLSTATE = re.compile(r"\bSQLSTATE[ :=]*([0-9A-Z]{5})\b")
-_ERROR_CODE = re.compile(r"\b(?:[A-Z][A-Z0-9]*_){1,}[A-Z0-9]+\b|\bE[A-Z]{3,}\b(?=[:\s)])")
+# errno names (ECONNRESET) stand alone: the EAST of US-EAST is none.
+_ERROR_CODE = re.compile(r"\b(?:[A-Z][A-Z0-9]*_){1,}[A-Z0-9]+\b|(?<![\w-])E[A-Z]{3,}\b(?=[:\s)])")
 # Upper-case words joined by hyphens (ERR-CONN-RESET): the error code ERR_CONN_RESET spelled
 # another way, so it is named with underscores and both spellings are one node (as they are
-# one identifier in the identifier leg). Each part has two characters or more (not X-RAY).
-_ERROR_CODE_HYPHEN = re.compile(r"(?<![\w-])[A-Z][A-Z0-9]+(?:-[A-Z][A-Z0-9]+)+(?!\w|-[A-Z0-9])")
+# one identifier in the identifier leg). Each part has two characters or more (not X-RAY),
+# and three parts or a digit make it a code rather than a pair of words (US-EAST, LOW-RISK).
+_SEG = r"(?:[A-Z][A-Z0-9]+|[0-9]+[A-Z][A-Z0-9]*)"  # two characters or more, a letter among them
+# (The three-parts-or-a-digit rule is checked in code: a lookahead for the digit scanned a
+# megabyte-long upper-case run once per split of it, quadratic.)
+_ERROR_CODE_HYPHEN = re.compile(rf"(?<![\w-])[A-Z][A-Z0-9]+(?:-{_SEG})+(?!\w|-[A-Z0-9])")
 # Tickets, incidents, deploys, CVEs: INC-4411, DEPLOY-77, CVE-2024-3094. They link the
 # postmortem, the chat turns and the runbook that name one incident.
 _TICKET = re.compile(r"(?<![\w-])([A-Z][A-Z0-9]{1,9})((?:-\d{2,})+)(?!\w|-[A-Z0-9])")
-_NOT_TICKETS = frozenset({"HTTP", "HTTPS", "SQLSTATE", "ERRNO", "UTF", "ISO", "RFC"})
+# Labels, standards and algorithms that take a number the way tickets do: as hubs they would
+# link every doc that mentions SHA-256 or ISO-8601.
+_NOT_TICKETS = frozenset(
+    "HTTP HTTPS SQLSTATE ERRNO UTF UCS ISO IEC IEEE RFC PEP SHA MD AES DES RSA ECDSA HMAC CRC TLS SSL "
+    "IPV BASE AVX SSE ARM FIPS NIST CWE OWASP WCAG UUID GPT".split()
+)
 _EXCEPTION = re.compile(r"\b(?:[a-z_][\w]*\.)*([A-Z][A-Za-z0-9]*(?:Error|Exception|Timeout|Failure|Fault))\b")
 _FUNCTION = re.compile(r"\b([A-Za-z_][\w]*(?:\.[A-Za-z_][\w]*)*)\(\)")
 _FILE_PATH = re.compile(r"(?<![\w.])((?:/[\w.-]+){2,}|(?:[\w-]+/)+[\w-]+\.[a-z]{1,5})\b")
@@ -101,7 +111,9 @@ def _found(text: str) -> Iterable[tuple[str, str]]:
     for m in _ERROR_CODE.finditer(text):
         yield m.group(0), "error_code"
     for m in _ERROR_CODE_HYPHEN.finditer(text):
-        yield m.group(0).replace("-", "_"), "error_code"
+        code = m.group(0)
+        if code.count("-") >= 2 or any(c.isdigit() for c in code):
+            yield code.replace("-", "_"), "error_code"
     for m in _TICKET.finditer(text):
         if m.group(1) not in _NOT_TICKETS:
             yield m.group(0), "ticket"

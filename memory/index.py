@@ -86,6 +86,9 @@ _REFUSED = re.compile(_AT_CODE + r"(?:OOM|READONLY|MASTERDOWN|MISCONF|BUSY |TRYA
 _DENIED = re.compile(_AT_CODE + r"(?:NOAUTH|WRONGPASS|NOPERM)")
 #: Search timeout of bulk listings (a reindex's summaries), not of askers' queries.
 BULK_QUERY_TIMEOUT_MS = 60_000
+#: The version an unversioned doc's delete stores (below every real version, which start at 0
+#: or more, so a versioned write would still apply; turns are never versioned).
+UNVERSIONED_TOMBSTONE = 0
 # The error for a query that outlived its timeout under ON_TIMEOUT FAIL (newer releases
 # prefix the message with a SEARCH_TIMEOUT code).
 _SEARCH_TIMEOUT = re.compile(r"Timeout limit was reached|^SEARCH_TIMEOUT\b")
@@ -542,6 +545,12 @@ class ChunkIndex:
                             pipe.sadd(doc_key, *sorted(new_ids))
                         if version is not None:
                             pipe.set(ver_key, version, ex=version_ttl_s)
+                        elif not chunks and stored_version is None:
+                            # An unversioned delete (a forgotten transcript turn) leaves a
+                            # tombstone at version 0, as a document's delete leaves its
+                            # version: a reindex must tell "forgotten" from "never had it",
+                            # or it would carry the turn back over from the old generation.
+                            pipe.set(ver_key, UNVERSIONED_TOMBSTONE)
                         await pipe.execute()
                         return ApplyResult(doc_id, applied=True, chunks=len(chunks), stored_version=version)
                     except rexc.WatchError:
@@ -614,7 +623,8 @@ class ChunkIndex:
     async def behind(self, held: dict[tuple[str, str], DocState]) -> list[tuple[str, str]]:
         """The docs of ``held`` (another generation's served docs) this generation does not
         cover: it has neither their version or a later one (a later delete counts), nor, for
-        an unversioned doc, any chunks."""
+        an unversioned doc, any chunks or a tombstone (the doc was forgotten here; the old
+        generation's live daemons forget it too when they reach that event)."""
         gen = await self._generation()
         keys = sorted(held)
         out: list[tuple[str, str]] = []
@@ -629,7 +639,7 @@ class ChunkIndex:
                 for i, key in enumerate(part):
                     ver, has_doc = values[2 * i], bool(values[2 * i + 1])
                     want = held[key].version
-                    covered = has_doc if want is None else ver is not None and int(ver) >= want
+                    covered = (has_doc or ver is not None) if want is None else ver is not None and int(ver) >= want
                     if not covered:
                         out.append(key)
         return out
@@ -667,8 +677,8 @@ class ChunkIndex:
                         stored = await pipe.get(ver_key)
                         if src_ver is not None and stored is not None and int(stored) >= int(src_ver):
                             return False
-                        if src_ver is None and await pipe.exists(doc_key):
-                            return False  # unversioned: whatever the target holds is as new
+                        if src_ver is None and (stored is not None or await pipe.exists(doc_key)):
+                            return False  # unversioned: whatever the target holds (or forgot) is as new
                         old_ids = {as_str(m) for m in await pipe.smembers(doc_key)}
                         pipe.multi()  # type: ignore[no-untyped-call]
                         stale = [self._chunk_key(gen, tenant, c) for c in old_ids - set(chunk_ids)]

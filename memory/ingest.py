@@ -334,7 +334,9 @@ class Ingestor:
             tried = {id(i) for i in coalesce(items)}
             just_failed = report.failed
             while just_failed:
-                failed = {(i.tenant, i.doc_id) for i, _ in just_failed}
+                # A doc whose forget failed falls back to nothing: its earlier upsert in the
+                # batch would write the very turn the forget was to remove.
+                failed = {(i.tenant, i.doc_id) for i, _ in just_failed if id(i) not in forgets}
                 rest = [i for i in items if (i.tenant, i.doc_id) in failed and id(i) not in tried]
                 if not rest:
                     break
@@ -376,8 +378,11 @@ class Ingestor:
                 "forget listing",
                 lambda item=item: self._index.doc_ids_where(item.tenant, item.tags),  # type: ignore[misc]
             )
+            # Stored docs are matched by their tags (exactly, in doc_ids_where), not by the id
+            # prefix: turns stored before ids were percent-encoded carry the same tags under
+            # another id. The batch's own turns are not stored yet: matched by prefix.
             earlier = {i.doc_id for i in out if i.tenant == item.tenant and i.op == "upsert"}
-            covered = sorted(d for d in stored | earlier if d.startswith(item.doc_id))
+            covered = sorted(stored | {d for d in earlier if d.startswith(item.doc_id)})
             log.info("ingest.forget", prefix=item.doc_id, docs=len(covered), tenant=item.tenant)
             for doc_id in covered:
                 delete = MemoryItem(

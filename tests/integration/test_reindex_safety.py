@@ -495,3 +495,33 @@ async def test_drop_generation_drops_what_was_kept_and_refuses_what_is_live(env:
     assert kept not in await registry.kept()
     await daemon.index.state(fresh=True)
     assert (await registry.state()).active == active and await daemon.index.versions(["drop/1"]) == {"drop/1": 1}
+
+
+async def test_a_forget_the_live_daemon_has_not_applied_stays_forgotten_in_the_new_build(env: Any) -> None:
+    """The live generation still holds a session's turns when the reindex replays their
+    forget: the new generation keeps the forget's tombstones, and the completeness check
+    does not carry the turns back over from the old one. Before, forgotten turns (deleted
+    without a trace) looked missing: they were copied back, or, once the live daemon had
+    forgotten them too, the switch was refused as losing them."""
+    settings, daemon, client = env
+    turns = [f"transcript:fg-rx/s1/{n}" for n in (1, 2)]
+    for n in (1, 2):
+        body = {"event_id": f"t{n}", "agent_id": "fg-rx", "session_id": "s1", "turn": n, "content": runbook(n)}
+        await client.send(settings.topics.transcripts, body, key="fg-rx/s1")
+    keep = {"event_id": "k", "agent_id": "fg-rx", "session_id": "s2", "turn": 1, "content": runbook(9)}
+    await client.send(settings.topics.transcripts, keep, key="fg-rx/s2")
+
+    async def stored() -> bool:
+        return all([await daemon.index.chunk_ids(d) for d in [*turns, "transcript:fg-rx/s2/1"]])
+
+    await eventually(stored, timeout=120, what="turns indexed")
+    await daemon.stop()  # the live generation will not see the forget before the reindex does
+    forget = {"event_id": "f", "op": "forget", "agent_id": "fg-rx", "session_id": "s1"}
+    await client.send(settings.topics.transcripts, forget, key="fg-rx/s1")
+
+    rep = await reindex(settings)
+
+    assert rep.errors == [] and rep.progress.carried == 0, rep
+    fresh = ChunkIndex(client=daemon.redis, cfg=settings.index, dims=daemon.embedder.dims)
+    assert [bool(await fresh.chunk_ids(d)) for d in turns] == [False, False]
+    assert await fresh.chunk_ids("transcript:fg-rx/s2/1")

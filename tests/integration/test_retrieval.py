@@ -328,7 +328,8 @@ def _turn(agent: str, session: str, n: int, text: str) -> MemoryItem:
 
 
 def _forget(agent: str, session: str | None = None) -> MemoryItem:
-    return ForgetEvent(event_id="f", op="forget", agent_id=agent, session_id=session).to_item(BASE_FILTER_KEYS)
+    event = ForgetEvent(event_id="f", op="forget", agent_id=agent, session_id=session, all_sessions=session is None)
+    return event.to_item(BASE_FILTER_KEYS)
 
 
 async def test_forget_deletes_a_sessions_turns_and_nothing_else(stack) -> None:
@@ -358,8 +359,19 @@ async def test_forget_deletes_a_sessions_turns_and_nothing_else(stack) -> None:
     out = await retriever.search(SearchSpec(text="zephyr cache", top_k=10, metadata_filter={"session_id": "s1"}))
     assert {h.chunk.doc_id for h in out.hits} == {"transcript:fg%2Fab/s1/1", s1[3]}
 
+    # a turn stored before ids were percent-encoded (its id has the raw "/"): same tags
+    legacy = MemoryItem(
+        op="upsert",
+        doc_id="transcript:fg/a/s2/9",
+        version=None,
+        kind="transcript",
+        content="zephyr cache, stored under the old id",
+        tags={"agent_id": "fg/a", "session_id": "s2"},
+    )
+    await ingestor.apply([legacy])
     await ingestor.apply([_forget("fg/a")])
     assert not await index.chunk_ids("transcript:fg%2Fa/s2/1") and not await index.chunk_ids(s1[3])
+    assert not await index.chunk_ids(legacy.doc_id)
     assert await index.chunk_ids("transcript:fg%2Fab/s1/1")
     out = await retriever.search(SearchSpec(text="zephyr cache", top_k=10, metadata_filter={"agent_id": "fg/a"}))
     assert out.hits == []

@@ -23,6 +23,7 @@ class Rec:
     offset: int = 7
     key: bytes | None = b"k"
     headers: list[tuple[str, bytes]] = field(default_factory=list)
+    timestamp: int | None = None  # the Kafka record's, in ms
 
 
 def doc(**over: object) -> bytes:
@@ -250,32 +251,53 @@ def test_a_time_range_becomes_epoch_bounds_in_the_spec() -> None:
 
 
 def test_a_forget_on_the_transcripts_topic_becomes_a_forget_item() -> None:
-    """``"op": "forget"`` names a session (or, without session_id, an agent): the item holds
-    the turn ids' common prefix, ids encoded as turns encode them, and the tags they carry."""
-    recs = [
-        Rec(json.dumps({"event_id": "f1", "op": "forget", "agent_id": "ops/east", "session_id": "s1"}).encode()),
-        Rec(json.dumps({"event_id": "f2", "op": "forget", "agent_id": "planner"}).encode()),
-        Rec(json.dumps({"event_id": "f3", "op": "wipe", "agent_id": "planner"}).encode()),
-        Rec(json.dumps({"event_id": "f4", "op": "forget"}).encode()),
-    ]
+    """``"op": "forget"`` names a session, or with ``all_sessions`` every session of an agent:
+    the item holds the turn ids' common prefix, ids encoded as turns encode them, and the tags
+    they carry. Anything that could widen a forget by mistake is dead-lettered instead."""
+
+    def rec(body: dict[str, object]) -> Rec:
+        return Rec(json.dumps(body).encode(), offset=len(recs))
+
+    recs: list[Rec] = []
+    for body in [
+        {"event_id": "f1", "op": "forget", "agent_id": "ops/east", "session_id": "s1"},
+        {"event_id": "f2", "op": "forget", "agent_id": "planner", "all_sessions": True},
+        {"event_id": "f3", "op": "forget", "agent_id": "planner"},  # no scope
+        {"event_id": "f4", "op": "forget", "agent_id": "planner", "session_id": None},  # null
+        {"event_id": "f5", "op": "forget", "agent_id": "planner", "sessionId": "s1"},  # misspelt
+        {"event_id": "f6", "op": "forget", "agent_id": "p", "session_id": "s", "all_sessions": True},
+        {"event_id": "f7", "op": "forget"},
+    ]:
+        recs.append(rec(body))
     good, dead = decode_records(recs, kind="transcript", filter_keys=BASE_FILTER_KEYS, max_content_bytes=10_000)
     one, agent = (g.item for g in good)
     assert one.op == "forget" and one.doc_id == "transcript:ops%2Feast/s1/" and one.version is None
     assert one.tags == {"agent_id": "ops/east", "session_id": "s1", "kind": "transcript"}
     assert agent.doc_id == "transcript:planner/" and "session_id" not in agent.tags
-    assert [d.error_code for d in dead] == ["invalid_event", "invalid_event"]
-    assert "wipe" in dead[0].reason and "agent_id" in dead[1].reason
+    assert [d.offset for d in dead] == [2, 3, 4, 5, 6] and {d.error_code for d in dead} == {"invalid_event"}
+    assert "all_sessions" in dead[0].reason and "sessionId" in dead[2].reason and "agent_id" in dead[4].reason
     # a turn's id starts with its session's prefix, and with no other session's
-    turn = decode_records(
-        [
-            Rec(
-                json.dumps(
-                    {"event_id": "t", "agent_id": "ops/east", "session_id": "s1", "turn": 3, "content": "x"}
-                ).encode()
-            )
-        ],
-        kind="transcript",
-        filter_keys=BASE_FILTER_KEYS,
-        max_content_bytes=10_000,
-    )[0][0].item
-    assert turn.doc_id.startswith(one.doc_id) and not turn.doc_id.startswith("transcript:ops/")
+    turn = rec({"event_id": "t", "agent_id": "ops/east", "session_id": "s1", "turn": 3, "content": "x"})
+    item = decode_records([turn], kind="transcript", filter_keys=BASE_FILTER_KEYS, max_content_bytes=10_000)[0][0].item
+    assert item.doc_id.startswith(one.doc_id) and not item.doc_id.startswith("transcript:ops/")
+
+
+def test_a_turn_with_an_op_other_than_forget_is_still_a_turn() -> None:
+    """Turns never had an op: one sent anyway ("upsert") was ignored and still is."""
+    body = {"event_id": "t", "op": "upsert", "agent_id": "a", "session_id": "s", "turn": 1, "content": "x"}
+    good, dead = decode_records(
+        [Rec(json.dumps(body).encode())], kind="transcript", filter_keys=BASE_FILTER_KEYS, max_content_bytes=100
+    )
+    assert dead == [] and good[0].item.op == "upsert" and good[0].item.doc_id == "transcript:a/s/1"
+
+
+def test_an_event_without_a_timestamp_is_dated_by_its_kafka_record() -> None:
+    """So that a replay dates it as the first delivery did (not at the time of the replay)."""
+    body = {"event_id": "t", "agent_id": "a", "session_id": "s", "turn": 1, "content": "x"}
+    record = Rec(json.dumps(body).encode(), timestamp=1_790_000_000_123)
+    (g,), _ = decode_records([record], kind="transcript", filter_keys=BASE_FILTER_KEYS, max_content_bytes=100)
+    assert g.item.timestamp == 1_790_000_000.123
+    doc = {"event_id": "d", "op": "upsert", "doc_id": "x", "version": 1, "content": "y"}
+    record = Rec(json.dumps(doc).encode(), timestamp=1_790_000_000_000)
+    (g,), _ = decode_records([record], kind="document", filter_keys=BASE_FILTER_KEYS, max_content_bytes=100)
+    assert g.item.timestamp == 1_790_000_000.0

@@ -34,6 +34,8 @@ from graph.extraction import (
         ("SELECT id FROM invoices WHERE", "invoices", "sql_table"),
         # a hyphen spelling is the same error code as the underscore one: one node
         ("the proxy logged ERR-CONN-RESET again", "ERR_CONN_RESET", "error_code"),
+        ("then ERR-LOCK-9C1 twice", "ERR_LOCK_9C1", "error_code"),
+        ("got PG-E42 back", "PG_E42", "error_code"),
         ("paged for INC-4411 at 3am", "INC-4411", "ticket"),
         ("rolled back DEPLOY-77.", "DEPLOY-77", "ticket"),
         ("patched CVE-2024-3094 in xz", "CVE-2024-3094", "ticket"),
@@ -50,7 +52,9 @@ def test_identifiers_are_found_with_their_type(text: str, name: str, typ: str) -
     [
         "an X-RAY of the IL-6-induced state-of-the-art e-mail",  # short parts, lower case
         "saw HTTP-504 and UTF-8 on 2024-01-15",  # labels and dates are no tickets
-        "ABC-123abc and INC-44X",  # glued to a word
+        "ABC-123abc and INC-4411x",  # glued to a word
+        "hashed with SHA-256 and AES-256, keys RSA-2048, per PEP-503 and ISO-8601",  # standards
+        "moved from US-EAST to EU-WEST, a LOW-RISK change",  # two plain words
     ],
 )
 def test_hyphenated_words_that_are_no_error_code_or_ticket(text: str) -> None:
