@@ -350,7 +350,15 @@ async def test_doctor_exit_codes(env: Env) -> None:
 
 def test_asyncapi_matches_the_contract_models(tmp_path: Path) -> None:
     """`agentmemd docs asyncapi` describes every topic with the contract models' own JSON schemas."""
-    from consumers.models import DlqRecord, DocumentEvent, ErrorReply, QueryReply, QueryRequest, TranscriptEvent
+    from consumers.models import (
+        DlqRecord,
+        DocumentEvent,
+        ErrorReply,
+        ForgetEvent,
+        QueryReply,
+        QueryRequest,
+        TranscriptEvent,
+    )
 
     out = tmp_path / "asyncapi.json"
     res = run_cli({}, "docs", "asyncapi", "--out", str(out))
@@ -360,10 +368,13 @@ def test_asyncapi_matches_the_contract_models(tmp_path: Path) -> None:
     addresses = {c["address"] for c in doc["channels"].values()}
     assert addresses == {"memory.documents", "memory.transcripts", "memory.requests", "memory.replies", "memory.dlq"}
     schemas = doc["components"]["schemas"]
-    for model in (DocumentEvent, TranscriptEvent, QueryRequest, QueryReply, ErrorReply, DlqRecord):
+    for model in (DocumentEvent, TranscriptEvent, ForgetEvent, QueryRequest, QueryReply, ErrorReply, DlqRecord):
         assert set(schemas[model.__name__]["properties"]) == set(model.model_json_schema()["properties"]), model
     payloads = {m["payload"]["$ref"].rsplit("/", 1)[1] for m in doc["components"]["messages"].values()}
-    assert payloads == {"DocumentEvent", "TranscriptEvent", "QueryRequest", "QueryReply", "ErrorReply", "DlqRecord"}
+    # the transcripts topic carries turns or forgets: a union of the two models
+    union = "transcripts:Message:Payload"
+    assert payloads == {"DocumentEvent", union, "QueryRequest", "QueryReply", "ErrorReply", "DlqRecord"}
+    assert {r["$ref"].rsplit("/", 1)[1] for r in schemas[union]["anyOf"]} == {"TranscriptEvent", "ForgetEvent"}
 
 
 def test_embedded_servers_refuse_a_port_already_in_use(tmp_path: Path) -> None:
