@@ -183,7 +183,7 @@ async def _check_generation(client: Any, settings: Settings, dims: int | None) -
     found = await _check_leftover_generations(client, settings, state.active, state.building, reindexing)
     if want != state.spec:
         fix = "run `agentmemd reindex` with these settings, or run the daemon with the ones the index was built with"
-        if state.spec.model_copy(update={"analyzer": want.analyzer}) == want and state.spec.analyzer < want.analyzer:
+        if state.spec.only_analysis_differs(want) and state.spec.analyzer < want.analyzer:
             # An upgrade that changed the text analysis: no setting brings the old one back.
             fix = "run `agentmemd reindex`: this release analyzes text anew; chunks and vectors are kept"
         return [

@@ -341,7 +341,7 @@ def carry_mode(old: IndexSpec | None, new: IndexSpec) -> str | None:
         return None
     if old == new:
         return "verbatim"
-    if old.model_copy(update={"analyzer": new.analyzer}) == new:
+    if old.only_analysis_differs(new):
         return "reanalyze"
     return None
 

@@ -64,6 +64,11 @@ class IndexSpec(BaseModel):
         """A short stable digest of the spec."""
         return hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:16]
 
+    def only_analysis_differs(self, other: IndexSpec) -> bool:
+        """Whether ``other`` is this spec but for the text analysis version: chunk texts and
+        vectors still hold, and only BM25 terms and identifiers need analyzing again."""
+        return self != other and self.model_copy(update={"analyzer": other.analyzer}) == other
+
     def describe(self) -> str:
         """The spec in words, for error messages."""
         return (

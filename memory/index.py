@@ -24,7 +24,7 @@ from redisvl.schema import IndexSchema
 
 from memory.config import ChunkingConfig, IndexConfig
 from memory.errors import BackendUnavailable, MemdError, NotFound, Unauthorized
-from memory.filters import hash_field, value_hash
+from memory.filters import hash_clause, hash_field, value_hash
 from memory.generations import GenerationRegistry, GenerationState, IndexMismatch, IndexSpec, index_spec
 from memory.identifiers import identifiers
 from memory.records import DEFAULT_TENANT, ApplyResult, ChunkRecord, StoredChunk
@@ -280,7 +280,7 @@ class ChunkIndex:
     def _mismatch(self, state: GenerationState) -> str | None:
         if state.spec is None or state.spec == self.spec:
             return None
-        if state.spec.model_copy(update={"analyzer": self.spec.analyzer}) == self.spec:
+        if state.spec.only_analysis_differs(self.spec):
             # Only the text analysis differs: no settings bring the other one back.
             head = (
                 f"the active index generation {state.active} of {self._cfg.name!r} was analyzed with "
@@ -700,6 +700,30 @@ class ChunkIndex:
                         continue
         raise IndexError_(f"copy of {doc_id!r} kept conflicting; giving up after {_WATCH_RETRIES} tries")
 
+    async def _bulk_pages(self, query: str, fields: Sequence[str], what: str, page: int) -> AsyncIterator[Any]:
+        """Every hit of ``query``, page by page in timestamp order (a bulk listing).
+
+        Not an asker's query: deep pages of a big index may outlive the search timeout,
+        which now fails the query (ON_TIMEOUT FAIL) instead of cutting it.
+        """
+        offset = 0
+        while True:
+            q = (
+                Query(query)
+                .paging(offset, page)
+                .return_fields(*fields)
+                .sort_by("timestamp")
+                .timeout(BULK_QUERY_TIMEOUT_MS)
+                .dialect(2)
+            )
+            async with translate_errors(what):
+                res = await self._ft().search(q)
+            for doc in res.docs:
+                yield doc
+            offset += len(res.docs)
+            if len(res.docs) < page:
+                return
+
     async def community_records(self, *, since: float = 0.0, page: int = 500) -> list[ChunkRecord]:
         """Every community-summary chunk of this index (written at or after ``since``).
 
@@ -709,72 +733,42 @@ class ChunkIndex:
         out: list[ChunkRecord] = []
         fields = tuple(dict.fromkeys((*self._fields, "position", "version", "timestamp")))
         query = f"@kind:{{community}} @timestamp:[{since!r} +inf]"
-        offset = 0
-        while True:
-            # A bulk listing, not an asker's query: deep pages of a big index may outlive the
-            # search timeout, which now fails the query (ON_TIMEOUT FAIL) instead of cutting it.
-            q = (
-                Query(query)
-                .paging(offset, page)
-                .return_fields(*fields)
-                .sort_by("timestamp")
-                .timeout(BULK_QUERY_TIMEOUT_MS)
-                .dialect(2)
-            )
-            async with translate_errors("community listing"):
-                res = await self._ft().search(q)
-            for doc in res.docs:
-                stored = _stored(doc, self._tag_keys)
-                tags = dict(stored.tags)
-                tenant = tags.pop("tenant", DEFAULT_TENANT)
-                out.append(
-                    ChunkRecord(
-                        chunk_id=stored.chunk_id,
-                        doc_id=stored.doc_id,
-                        position=int(as_str(getattr(doc, "position", "0"))),
-                        text=stored.text,
-                        kind="community",
-                        source=stored.source,
-                        tags=tags,
-                        metadata=stored.metadata,
-                        version=int(float(as_str(getattr(doc, "version", "0")))),
-                        timestamp=float(as_str(getattr(doc, "timestamp", "0"))),
-                        tenant=tenant,
-                    )
+        async for doc in self._bulk_pages(query, fields, "community listing", page):
+            stored = _stored(doc, self._tag_keys)
+            tags = dict(stored.tags)
+            tenant = tags.pop("tenant", DEFAULT_TENANT)
+            out.append(
+                ChunkRecord(
+                    chunk_id=stored.chunk_id,
+                    doc_id=stored.doc_id,
+                    position=int(as_str(getattr(doc, "position", "0"))),
+                    text=stored.text,
+                    kind="community",
+                    source=stored.source,
+                    tags=tags,
+                    metadata=stored.metadata,
+                    version=int(float(as_str(getattr(doc, "version", "0")))),
+                    timestamp=float(as_str(getattr(doc, "timestamp", "0"))),
+                    tenant=tenant,
                 )
-            offset += len(res.docs)
-            if len(res.docs) < page:
-                return out
+            )
+        return out
 
     async def doc_ids_where(self, tenant: str, tags: dict[str, str], *, page: int = 1000) -> set[str]:
         """Ids of the docs of ``tenant`` with a chunk whose tags equal ``tags`` (a forget's listing).
 
         Filtered on the hashed NUMERIC fields, which match any value exactly (a TAG query
         cannot hold some characters), and re-checked against the stored tags (a hash may
-        collide). A bulk listing, so the long timeout.
+        collide).
         """
         want = {**tags, "tenant": tenant}
-        query = " ".join(f"@{hash_field(k)}:[{value_hash(v)} {value_hash(v)}]" for k, v in sorted(want.items()))
+        query = hash_clause({k: [v] for k, v in want.items()})
         fields = tuple(dict.fromkeys(("doc_id", "timestamp", *want)))
-        out: set[str] = set()
-        offset = 0
-        while True:
-            q = (
-                Query(query)
-                .paging(offset, page)
-                .return_fields(*fields)
-                .sort_by("timestamp")
-                .timeout(BULK_QUERY_TIMEOUT_MS)
-                .dialect(2)
-            )
-            async with translate_errors("doc listing"):
-                res = await self._ft().search(q)
-            for doc in res.docs:
-                if all(as_str(getattr(doc, k, "")) == v for k, v in want.items()):
-                    out.add(as_str(getattr(doc, "doc_id", "")))
-            offset += len(res.docs)
-            if len(res.docs) < page:
-                return out
+        return {
+            as_str(getattr(doc, "doc_id", ""))
+            async for doc in self._bulk_pages(query, fields, "doc listing", page)
+            if all(as_str(getattr(doc, k, "")) == v for k, v in want.items())
+        }
 
     async def search_text(self, query: str, *, k: int) -> list[StoredChunk]:
         """A BM25 leg: ``query`` is a full, already-escaped RediSearch query over analyzed terms.

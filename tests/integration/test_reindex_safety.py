@@ -59,6 +59,17 @@ def _chunking_change(settings: Any) -> Any:
     return settings.model_copy(update={"chunking": ChunkingConfig(max_tokens=64, overlap=8)})
 
 
+async def _restarted_empty(broker: Any, settings: Any, log_dir: Path) -> Any:
+    """tansu stopped and started again on the same address: its log is gone (it keeps it in
+    memory), and the topics are created anew."""
+    broker.stop()
+    broker = start_tansu(settings.kafka_bootstrap, log_dir=log_dir)
+    await ensure_topics(
+        settings.kafka_bootstrap, settings.topics.all(), partitions=settings.topic_partitions, replication=1
+    )
+    return broker
+
+
 async def test_a_broker_that_lost_its_log_loses_no_doc(redis_url: str, tmp_path: Path) -> None:
     """tansu restarted empty while Redis kept the index: with the same spec every doc is
     carried over from the old generation; with another spec the switch is refused."""
@@ -79,9 +90,7 @@ async def test_a_broker_that_lost_its_log_loses_no_doc(redis_url: str, tmp_path:
             await eventually(lambda: _versions(daemon, want), timeout=120, what="docs indexed")
             before = await _texts(daemon)
 
-            broker.stop()
-            broker = start_tansu(bootstrap, log_dir=tmp_path)
-            await ensure_topics(bootstrap, settings.topics.all(), partitions=settings.topic_partitions, replication=1)
+            broker = await _restarted_empty(broker, settings, tmp_path)
             registry = GenerationRegistry(daemon.redis, settings.index.name)
 
             with pytest.raises(ReindexWouldLose, match="gone from the topics") as refused:
@@ -147,9 +156,7 @@ async def test_an_analyzer_upgrade_on_a_broker_that_lost_its_log_loses_no_doc(
             before = await _chunk_hashes(daemon.redis, settings.index.name)
             assert before and all(idents == "" for _, _, idents in before.values())
 
-            broker.stop()
-            broker = start_tansu(bootstrap, log_dir=tmp_path)
-            await ensure_topics(bootstrap, settings.topics.all(), partitions=settings.topic_partitions, replication=1)
+            broker = await _restarted_empty(broker, settings, tmp_path)
             monkeypatch.undo()  # the new release
 
             dims = daemon.embedder.dims
