@@ -77,8 +77,13 @@ def recency_ranks(hits: Sequence[tuple[str, float | None]]) -> dict[str, int]:
     times: dict[str, float] = {}
     for hit_id, ts in hits:
         times.setdefault(hit_id, float("-inf") if ts is None else ts)
-    ordered = sorted(times.values(), reverse=True)
+    return competition_ranks(times)
+
+
+def competition_ranks(scores: Mapping[str, float]) -> dict[str, int]:
+    """id -> 1-based rank by score, highest first; equal scores share the rank of the first
+    of them (competition ranking: 1, 1, 3)."""
     first: dict[float, int] = {}
-    for pos, t in enumerate(ordered, start=1):
-        first.setdefault(t, pos)
-    return {hit_id: first[t] for hit_id, t in times.items()}
+    for pos, score in enumerate(sorted(scores.values(), reverse=True), start=1):
+        first.setdefault(score, pos)
+    return {hit_id: first[score] for hit_id, score in scores.items()}

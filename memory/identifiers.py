@@ -25,6 +25,7 @@ import bisect
 import re
 from collections.abc import Collection, Iterable, Sequence
 
+from memory.fusion import competition_ranks
 from memory.text import MAX_TERM_BYTES, STOPWORDS
 
 _PATTERNS = [
@@ -130,11 +131,7 @@ def identifier_ranks(hits: Sequence[tuple[str, Iterable[str]]], wanted: Collecti
         id -> 1-based rank; a hit naming none of ``wanted`` ranks after every hit that does.
     """
     want = set(wanted)
-    counts: dict[str, int] = {}
+    counts: dict[str, float] = {}
     for hit_id, held in hits:
         counts.setdefault(hit_id, len(want.intersection(held)))
-    ordered = sorted(counts.values(), reverse=True)
-    first: dict[int, int] = {}
-    for pos, c in enumerate(ordered, start=1):
-        first.setdefault(c, pos)
-    return {hit_id: first[c] for hit_id, c in counts.items()}
+    return competition_ranks(counts)
