@@ -377,6 +377,38 @@ async def test_forget_deletes_a_sessions_turns_and_nothing_else(stack) -> None:
     assert out.hits == []
 
 
+class RefusesDeleteOf(ChunkIndex):
+    """The real index, refusing (as Redis refuses a command) the delete of one doc."""
+
+    def __init__(self, *args: Any, refused: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.refused = refused
+
+    async def apply(self, doc_id: str, version: int | None, chunks: Sequence[Any], *args: Any, **kw: Any) -> Any:
+        if doc_id == self.refused and not chunks:
+            raise IndexError_("delete refused (injected)")
+        return await super().apply(doc_id, version, chunks, *args, **kw)
+
+
+async def test_a_failed_forget_never_falls_back_to_the_turn_it_forgets(stack, embedder, redis_url: str) -> None:
+    """A turn and a forget of its session in one batch: should the forget's delete fail, the
+    turn must not be written in its place (a failed doc falls back to its next best item of
+    the batch, which here is the very turn the forget was to remove). The forget fails once;
+    the other turns it covers are still deleted."""
+    index, ingestor, _ = stack
+    await ingestor.apply([_turn("ff/a", "s1", 1, "quokka ledger, first turn")])
+    client = aredis.from_url(redis_url)
+    refusing = RefusesDeleteOf(client=client, cfg=index.cfg, dims=embedder.dims, refused="transcript:ff%2Fa/s1/2")
+    failing = Ingestor(index=refusing, embedder=embedder, chunking=ChunkingConfig(), cfg=IngestConfig())
+    forget = _forget("ff/a", "s1")
+    report = await failing.apply([_turn("ff/a", "s1", 2, "quokka ledger, second turn"), forget])
+    assert [(i is forget, e.code) for i, e in report.failed] == [(True, "index_error")]
+    assert not await index.chunk_ids("transcript:ff%2Fa/s1/1")
+    assert not await index.chunk_ids("transcript:ff%2Fa/s1/2")  # the fallback would have written it
+    assert report.applied and all(r.chunks == 0 for r in report.applied)
+    await client.aclose()
+
+
 async def test_filters_do_not_change_bm25_scores(stack) -> None:
     """On this corpus, a filter distributed into each term keeps the unfiltered BM25 ranking."""
     index, _, _ = stack
