@@ -102,7 +102,18 @@ def normalize(name: str, aliases: Mapping[str, str] | None = None) -> str:
     return key
 
 
+# A run of identifier characters this long is no entity (no path, module or code is), and
+# the dotted, slashed and hyphenated patterns below try every segment of a run as a start:
+# quadratic in the run. Chunks are cut by tokens, and a word over 100 characters is one
+# [UNK] token, so a chunk can hold a megabyte of "xxx…-xxx…-": 3.6 s of GIL-held regex
+# work per chunk measured here. Blanked first (one linear pass: only a run's start can
+# match), every pattern below scans runs of at most this length, so the whole is linear.
+_LONGEST_RUN = 256
+_LONG_RUN = re.compile(rf"(?<![\w./-])[\w./-]{{{_LONGEST_RUN + 1},}}")
+
+
 def _found(text: str) -> Iterable[tuple[str, str]]:
+    text = _LONG_RUN.sub(" ", text)
     for m in _HTTP.finditer(text):
         code = m.group(1) or m.group(2)
         yield f"HTTP {code}", "http_status"

@@ -62,6 +62,19 @@ def test_hyphenated_words_that_are_no_error_code_or_ticket(text: str) -> None:
     assert {t for _, t in extract_identifiers(text)} <= {"http_status"}
 
 
+def test_a_run_too_long_for_any_identifier_is_skipped_and_its_neighbours_kept() -> None:
+    """A run of identifier characters over 256 long (a chunk of "xxx…-xxx…-", which the dotted
+    and hyphenated patterns scanned quadratically) yields nothing; around it, everything is
+    found as before, and a run of 256 is still read."""
+    run = ("x" * 300 + "-") * 3 + "payments-service"
+    text = f"ECONNRESET: {run} then see /etc/nginx/nginx.conf on billing-service"
+    names = {n for n, _ in extract_identifiers(text)}
+    assert names == {"ECONNRESET", "/etc/nginx/nginx.conf", "billing-service"}
+    edge = "a" * (256 - len("-service")) + "-service"
+    assert (edge, "service") in extract_identifiers(f"on {edge} now")
+    assert extract_identifiers(f"on a{edge} now") == []
+
+
 def test_plain_prose_has_no_identifiers() -> None:
     """Ordinary words and numbers are not entities."""
     assert merge_entities(extract_identifiers("We met at 10 and talked about the weather for 45 minutes.")) == []
