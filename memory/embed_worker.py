@@ -443,6 +443,13 @@ def serve(path: str, cfg_json: str, ready: Connection, conns: list[Connection]) 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     cfg = EmbeddingConfig.model_validate_json(cfg_json)
+    import tqdm
+
+    # The model loader's progress bar makes tqdm create a multiprocessing lock, a named
+    # semaphore registered with the resource tracker that the worker (killed, or ended with
+    # its pipes) never unregisters: "leaked semaphore objects" at every daemon's exit. One
+    # process, one writer: a thread lock is all tqdm needs here.
+    tqdm.tqdm.set_lock(threading.RLock())
     import torch
 
     # What a setting of 0 means: torch's own default, read before _load_model sets anything.
