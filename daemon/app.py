@@ -23,7 +23,7 @@ from daemon.settings import Settings
 from daemon.status import Sampler, StatusState
 from daemon.teardown import CLOSE_TIMEOUT_S, await_chain, bounded, cancel_and_wait
 from daemon.topics import ensure_topics
-from graph import communities
+from graph.compute import CommunityComputer, in_thread
 from graph.ner import SpacyNer
 from graph.registry import GraphRegistry
 from graph.search import ScopedSearch
@@ -74,6 +74,7 @@ class Daemon:
     halt: asyncio.Event = field(default_factory=asyncio.Event)
     stopped: bool = False
     partition_counts: PartitionCounts | None = None
+    compute: CommunityComputer | None = None  # the graph's detection process (graph.compute)
 
     def spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
         """Run a background loop for the daemon's lifetime; its death is logged, never silent."""
@@ -115,6 +116,8 @@ class Daemon:
             await bounded("http server", self.http.cleanup())
         await bounded("redis", self.redis.aclose())
         self.embedder.close()
+        if self.compute is not None:
+            self.compute.close()
         log.info("daemon.shutdown_finished")
 
 
@@ -163,13 +166,6 @@ async def _start_broker(broker: KafkaBroker) -> None:
     broker.running = True
 
 
-async def _preload_graph() -> None:
-    try:
-        await asyncio.to_thread(communities.preload)
-    except Exception as exc:  # the first recompute will say it again, where it matters
-        log.warning("graph.preload_failed", error=f"{type(exc).__name__}: {exc}")
-
-
 async def start_daemon(settings: Settings, *, ready_timeout_s: float = 120.0) -> Daemon:
     """Start everything and return once every subscriber has joined its group.
 
@@ -178,14 +174,19 @@ async def start_daemon(settings: Settings, *, ready_timeout_s: float = 120.0) ->
     """
     offline_environment()
     redis = redis_client(settings)
-    # The graph layer's heavy imports load while the embedding worker loads its model.
-    preload = asyncio.create_task(_preload_graph()) if settings.graph.enabled else None
+    # The graph layer's compute process imports cdlib while the embedding worker loads its model.
+    compute = CommunityComputer() if settings.graph.enabled else None
+    warming = asyncio.create_task(compute.start()) if compute is not None else None
     try:
         embedder = await SentenceTransformerEmbedder.load(settings.embedding)
+    except BaseException:
+        if compute is not None:
+            compute.close()
+        raise
     finally:
-        if preload is not None:
-            await preload
-    # Until the Daemon exists, nothing else would stop the embedding worker on a failure.
+        if warming is not None:
+            await warming
+    # Until the Daemon exists, nothing else would stop the workers on a failure.
     try:
         spec = index_spec(
             settings.index, model=settings.embedding.model, dims=embedder.dims, chunking=settings.chunking
@@ -217,6 +218,7 @@ async def start_daemon(settings: Settings, *, ready_timeout_s: float = 120.0) ->
                 ner=ner,
                 cfg=settings.graph,
                 activity=activity,
+                offload=compute if compute is not None else in_thread,
             )
         ingestor = Ingestor(
             index=index,
@@ -247,10 +249,21 @@ async def start_daemon(settings: Settings, *, ready_timeout_s: float = 120.0) ->
             metadata_max_age_ms=settings.consumer.metadata_max_age_ms,
         )
         daemon = Daemon(
-            settings, redis, embedder, index, ingestor, retriever, broker, graph, partition_counts=partition_counts
+            settings,
+            redis,
+            embedder,
+            index,
+            ingestor,
+            retriever,
+            broker,
+            graph,
+            partition_counts=partition_counts,
+            compute=compute,
         )
     except BaseException:
         embedder.close()
+        if compute is not None:
+            compute.close()
         raise
     status = daemon.status
     if settings.http_port:

@@ -1,3 +1,3 @@
-"""GraphRAG layer (entities, Leiden communities, staleness): see issue 3; not built yet."""
+"""GraphRAG layer: entities and relations, Leiden communities, stale marks and summaries."""
 
 __all__: list[str] = []

@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable, Sequence
 import redis.asyncio as aredis
 import structlog
 
+from graph.compute import Offload, in_thread
 from graph.config import GraphConfig
 from graph.ner import SpacyNer
 from graph.service import GraphService
@@ -40,8 +41,10 @@ class GraphRegistry:
         cfg: GraphConfig,
         activity: IngestActivity | None = None,
         mock_llm_response: str | None = None,
+        offload: Offload = in_thread,
     ) -> None:
         self._r = client
+        self._offload = offload
         self._activity = activity
         self._name = name
         self._index = index
@@ -65,6 +68,7 @@ class GraphRegistry:
                 cfg=self._cfg,
                 activity=self._activity,
                 mock_llm_response=self._mock,
+                offload=self._offload,
             )
             svc.stop = self.stop
             self._services[tenant] = svc

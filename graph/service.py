@@ -14,6 +14,7 @@ import numpy as np
 import structlog
 
 from graph.communities import assign_ids, detect
+from graph.compute import Offload, in_thread
 from graph.config import GraphConfig
 from graph.extraction import contribution_parts
 from graph.llm import EXTRACT_SYSTEM, SUMMARY_SYSTEM, LlmFailed, complete, parse_entities, summary_prompt
@@ -74,9 +75,13 @@ class GraphService:
         cfg: GraphConfig,
         activity: IngestActivity | None = None,
         mock_llm_response: str | None = None,
+        offload: Offload = in_thread,
     ) -> None:
         self.store = store
         self._activity = activity
+        # Where detection and id matching run: the daemon's CommunityComputer (a process
+        # of its own, see graph.compute), a thread elsewhere.
+        self._offload = offload
         self._index = index
         self._embedder = embedder
         self._ner = ner
@@ -280,7 +285,7 @@ class GraphService:
             return None
         drift = await self.store.drift()
         nodes, edges = await self.store.graph()
-        raw = await asyncio.to_thread(
+        raw = await self._offload(
             detect,
             sorted(nodes),
             [(a, b, float(w)) for a, b, w in edges],
@@ -292,7 +297,7 @@ class GraphService:
         old = await self.store.communities()
         # Off the event loop as well: on a graph of thousands of communities, matching
         # takes long enough to stall queries and consumers' heartbeats.
-        result = await asyncio.to_thread(assign_ids, raw, old, threshold=self._cfg.match_threshold)
+        result = await self._offload(assign_ids, raw, old, threshold=self._cfg.match_threshold)
         now = time.time()
         try:
             await self.store.replace_communities(
