@@ -412,8 +412,7 @@ class GraphService:
         if token is None:
             token = await self.store.fence()
         gen = await self.store.generation(cid)
-        comms = {c.id: c for c in await self.store.communities()}
-        comm = comms.get(cid)
+        comm = await self.store.community(cid)
         if comm is None:
             await self.store.clear_if_unchanged(cid, gen)
             return None

@@ -143,6 +143,9 @@ async def test_communities_exist_and_are_deterministic(
     report = await stack.graph.recompute(force=True)
     assert report is not None and report.communities >= 3
     comms = {c.id: c.members for c in await stack.store.communities()}
+    for c in await stack.store.communities():  # one read by id is what the list holds
+        assert await stack.store.community(c.id) == c
+    assert await stack.store.community("no-such-community") is None
     groups = [
         {"billing-service", "pgbouncer", "max_connections"},
         {"auth-service", "session-cache", "token_ttl"},
