@@ -85,12 +85,25 @@ def record_time(record: RecordLike) -> float | None:
     return ts / 1000.0 if isinstance(ts, int) and ts > 0 else None
 
 
+#: Longest reason a dead letter carries. A reason may quote the input (a validation message,
+#: an exception's text): uncut, one quoting a 2 MB metadata key made a record no shrinking
+#: step could fit, its publish failed forever and its partition never committed again.
+REASON_MAX_CHARS = 2000
+
+
+def short_reason(reason: str, limit: int = REASON_MAX_CHARS) -> str:
+    """``reason`` cut to ``limit`` characters, saying how much was cut."""
+    if len(reason) <= limit:
+        return reason
+    return f"{reason[:limit]}… ({len(reason) - limit} more characters cut)"
+
+
 def dead_letter(record: RecordLike, reason: str, code: str, attempts: int = 1) -> DlqRecord:
-    """A DLQ record carrying the original bytes (base64), position and the reason."""
+    """A DLQ record carrying the original bytes (base64), position and the reason (cut short)."""
     raw = record.value or b""
     key = record.key
     return DlqRecord(
-        reason=reason,
+        reason=short_reason(reason),
         error_code=code,
         topic=record.topic,
         partition=record.partition,
@@ -113,7 +126,7 @@ def dlq_body(record: DlqRecord, max_bytes: int) -> tuple[bytes, bytes | None]:
     (the producer's and Apache Kafka's limits are 1 MB by default), and its batch would be
     redelivered forever. So, until it fits: ``original_text`` goes, then ``original_b64``
     (``original_truncated`` says so; ``original_size`` keeps the length), then the headers
-    and the key (published without one). Topic, partition and offset still point at the
+    and the key (published without one), then most of the reason. Topic, partition and offset still point at the
     original while the topic retains it.
     """
     key = record.raw_key
@@ -122,10 +135,19 @@ def dlq_body(record: DlqRecord, max_bytes: int) -> tuple[bytes, bytes | None]:
         {"original_text": None},
         {"original_text": None, "original_b64": "", "original_truncated": True},
         {"original_text": None, "original_b64": "", "original_truncated": True, "headers": {}, "key": None},
+        # A DLQ limit set below a few KB: the reason too, so the last step always fits.
+        {
+            "original_text": None,
+            "original_b64": "",
+            "original_truncated": True,
+            "headers": {},
+            "key": None,
+            "reason": short_reason(record.reason, 200),
+        },
     ]
     body = b""
     for i, update in enumerate(steps):
-        if i == len(steps) - 1:
+        if i >= len(steps) - 2:
             key = None
         body = record.model_copy(update=update).model_dump_json().encode()
         if len(body) + len(key or b"") <= max_bytes:

@@ -39,7 +39,9 @@ def _check_metadata(meta: dict[str, Any]) -> dict[str, Any]:
         raise ValueError("metadata has more than 64 keys")
     for key, value in meta.items():
         if not key or len(key) > 128:
-            raise ValueError(f"metadata key {key!r} must be 1..128 characters")
+            # Quoted cut short: a dead letter's reason must never outgrow the DLQ's record limit.
+            cut = "…" if len(key) > 64 else ""
+            raise ValueError(f"metadata key {key[:64]!r}{cut} ({len(key)} characters) must be 1..128 characters")
         # Python's JSON reader takes NaN and Infinity; they are not JSON, and replies must be.
         if isinstance(value, float) and not math.isfinite(value):
             raise ValueError(f"metadata[{key!r}] is not a finite number")

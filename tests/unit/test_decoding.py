@@ -234,6 +234,24 @@ def test_a_huge_key_or_headers_never_push_a_dead_letter_past_the_limit() -> None
         assert record["original_truncated"] and key is None and record["key"] is None and record["headers"] == {}
 
 
+def test_a_reason_quoting_huge_input_never_keeps_a_dead_letter_from_fitting() -> None:
+    """Found by review: a 2 MB metadata key was quoted whole in the reason, no shrinking step
+    cut the reason, the record never fit, its publish failed forever and the partition never
+    committed again. The reason names the key cut short, and is itself cut."""
+    big_key = "k" * 2_000_000
+    value = json.dumps(
+        {"event_id": "e", "op": "upsert", "doc_id": "d", "version": 1, "content": "x", "metadata": {big_key: 1}}
+    ).encode()
+    (dead,) = decode_records([Rec(value)], kind="document", filter_keys=BASE_FILTER_KEYS, max_content_bytes=10**7)[1]
+    assert "2000000 characters" in dead.reason and len(dead.reason) < 1000
+    body, key = dlq_body(dead, 1_000_000)
+    assert len(body) + len(key or b"") <= 1_000_000
+    long = dead_letter(Rec(b"junk"), "x" * 5_000_000, "poison")
+    assert len(long.reason) < 2100 and long.reason.endswith("more characters cut)")
+    body, key = dlq_body(long, 2_000)  # a DLQ limit of a few KB: the reason goes too
+    assert len(body) + len(key or b"") <= 2_000
+
+
 def test_a_time_range_becomes_epoch_bounds_in_the_spec() -> None:
     """ISO 8601 bounds become epoch seconds (a time without a zone is UTC); an end left out stays open."""
     req = parse_request(
