@@ -27,6 +27,12 @@ from memory.records import DEFAULT_TENANT, MemoryItem
 
 MAX_VERSION = 2**63 - 1
 NonEmpty = Annotated[str, StringConstraints(min_length=1, max_length=1024)]
+# Ids become Redis key parts, and RediSearch reads a key only up to a NUL: a chunk under such
+# a key was indexed but came back without fields, so it was never found and a forget of its
+# session deleted nothing (found by fuzzing). Refused at the door, with a reason.
+_NO_NUL = r"^[^\x00]*$"
+DocId = Annotated[str, StringConstraints(min_length=1, max_length=1024, pattern=_NO_NUL)]
+AgentPart = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=_NO_NUL)]
 MetaValue = Annotated[str, StringConstraints(max_length=4096)] | int | float | bool
 
 
@@ -77,7 +83,7 @@ class DocumentEvent(_Event):
 
     event_id: NonEmpty
     op: Literal["upsert", "delete"]
-    doc_id: NonEmpty
+    doc_id: DocId
     version: int = Field(ge=0, le=MAX_VERSION)
     source: Annotated[str, StringConstraints(max_length=1024)] | None = None
     content: str | None = None
@@ -125,8 +131,8 @@ class TranscriptEvent(_Event):
     """One turn of an agent session; Kafka key = ``agent_id/session_id``; idempotent per turn."""
 
     event_id: NonEmpty
-    agent_id: Annotated[str, StringConstraints(min_length=1, max_length=256)]
-    session_id: Annotated[str, StringConstraints(min_length=1, max_length=256)]
+    agent_id: AgentPart
+    session_id: AgentPart
     turn: int = Field(ge=0, le=MAX_VERSION)
     role: Annotated[str, StringConstraints(min_length=1, max_length=64)] = "assistant"
     content: str
@@ -195,8 +201,8 @@ class ForgetEvent(_Event):
 
     event_id: NonEmpty
     op: Literal["forget"]
-    agent_id: Annotated[str, StringConstraints(min_length=1, max_length=256)]
-    session_id: Annotated[str, StringConstraints(min_length=1, max_length=256)] | None = None
+    agent_id: AgentPart
+    session_id: AgentPart | None = None
     all_sessions: bool = False
 
     @model_validator(mode="after")

@@ -35,7 +35,15 @@ def _peek(raw: bytes | None) -> dict[str, Any] | None:
 def guess_query_id(raw: bytes | None) -> str | None:
     """The query_id of a request that failed validation, when one can be read at all."""
     qid = (_peek(raw) or {}).get("query_id")
-    return qid if isinstance(qid, str) and 0 < len(qid) <= 256 else None
+    if not (isinstance(qid, str) and 0 < len(qid) <= 256):
+        return None
+    # JSON may escape a lone surrogate ("\ud800"): Python reads it, no reply can carry it, and
+    # an error reply holding it failed to serialize, so the asker heard nothing (fuzzing).
+    try:
+        qid.encode("utf-8")
+    except UnicodeEncodeError:
+        return None
+    return qid
 
 
 def scope_of(raw: bytes | None) -> str:

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 import pytest
 
 from consumers.decoding import dead_letter, decode_records, dlq_body
+from consumers.models import ErrorBody, ErrorReply
 from consumers.queries import guess_query_id, parse_request, scope_of, to_spec
 from memory.errors import InvalidRequest
 from memory.filters import BASE_FILTER_KEYS
@@ -100,6 +101,7 @@ def test_valid_transcript_becomes_an_unversioned_item() -> None:
         (doc(doc_id="community:c0-4a9febc087"), "may not start with"),
         (doc(content="x" * 2000), "content larger than 1024 bytes"),
         (doc(timestamp="yesterday"), "timestamp"),
+        (doc(doc_id="nul\x00doc"), "doc_id"),  # RediSearch reads keys up to a NUL (fuzzing)
     ],
 )
 def test_invalid_documents_are_dead_lettered_with_a_reason(value: bytes | None, reason: str) -> None:
@@ -161,6 +163,13 @@ def test_guess_query_id() -> None:
     assert guess_query_id(b'{"query_id": 5}') is None
     # nesting deep enough for a RecursionError is as unreadable as bad JSON
     assert guess_query_id(b'{"query_id": "q", "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}") is None
+    # a lone surrogate, escaped: no reply could carry it, and the error reply failed to
+    # serialize, so the asker heard nothing (fuzzing); the reply goes out without the id
+    raw = b'{"query_id": "\\ud800", "search_text": "hi"}'
+    assert guess_query_id(raw) is None
+    with pytest.raises(InvalidRequest):
+        parse_request(raw)
+    ErrorReply(query_id=guess_query_id(raw), error=ErrorBody(code="invalid_request", message="m")).model_dump_json()
 
 
 def test_scope_label_never_raises() -> None:
@@ -298,6 +307,23 @@ def test_a_forget_on_the_transcripts_topic_becomes_a_forget_item() -> None:
     turn = rec({"event_id": "t", "agent_id": "ops/east", "session_id": "s1", "turn": 3, "content": "x"})
     item = decode_records([turn], kind="transcript", filter_keys=BASE_FILTER_KEYS, max_content_bytes=10_000)[0][0].item
     assert item.doc_id.startswith(one.doc_id) and not item.doc_id.startswith("transcript:ops/")
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"agent_id": "ag\x00ent", "session_id": "s1", "turn": 1, "content": "x"},
+        {"agent_id": "agent", "session_id": "s\x001", "turn": 1, "content": "x"},
+        {"op": "forget", "agent_id": "ag\x00ent", "session_id": "s1"},
+        {"op": "forget", "agent_id": "agent", "session_id": "s\x001"},
+    ],
+)
+def test_a_nul_in_an_agent_or_session_id_is_dead_lettered(fields: dict[str, object]) -> None:
+    """Found by fuzzing: such a turn was indexed but never found (RediSearch reads a key up
+    to a NUL), and a forget of it deleted nothing. Refused with the field named."""
+    raw = json.dumps({"event_id": "e", **fields}).encode()
+    good, (dead,) = decode(raw, kind="transcript")
+    assert good == [] and ("agent_id" in dead.reason or "session_id" in dead.reason)
 
 
 def test_a_turn_with_an_op_other_than_forget_is_still_a_turn() -> None:
