@@ -91,6 +91,16 @@ class ConsumerConfig(BaseModel):
             "this cut-off, not the starting point, keeps a backlog of old requests unanswered."
         ),
     )
+    reply_max_bytes: int = Field(
+        900_000,
+        ge=4096,
+        le=100 * 1024 * 1024,
+        description=(
+            "Largest query reply published: results are left off its end until it fits (the reply "
+            "says truncated). The default fits Apache Kafka's 1 MB message limit and the producer's "
+            "1 MiB request limit."
+        ),
+    )
     dlq_max_record_bytes: int = Field(
         900_000,
         ge=4096,

@@ -346,6 +346,8 @@ class QueryReply(BaseModel):
     total_retrieved: int
     results: list[ResultItem]
     took_ms: float
+    # True when results were left off the end so the reply fits one Kafka record.
+    truncated: bool = False
 
 
 class ErrorBody(BaseModel):

@@ -128,6 +128,33 @@ def to_reply(req: QueryRequest, outcome: SearchOutcome, stale: dict[str, bool] |
     )
 
 
+def _size_bound(item: ResultItem) -> int:
+    """Bytes one result can take as JSON at most (every character escaped as \\uXXXX)."""
+    meta = sum(len(str(k)) + len(str(v)) + 8 for k, v in item.metadata.items())
+    return 6 * (len(item.text) + len(item.source) + len(item.doc_id) + len(item.chunk_id) + meta) + 400
+
+
+def fit_reply(reply: QueryReply, max_bytes: int) -> QueryReply:
+    """``reply``, with results left off its end until it fits ``max_bytes`` as JSON
+    (``truncated`` then says so).
+
+    Why: a reply over the producer's request limit (1 MiB) could not be published and its
+    asker heard nothing (found by fuzzing: one 2 MB chunk, or top_k results carrying big
+    metadata). A bound computed from the lengths skips the encoding for ordinary replies.
+    """
+    if sum(_size_bound(r) for r in reply.results) + 1000 <= max_bytes:
+        return reply
+    results = list(reply.results)
+    while True:
+        fitted = reply.model_copy(
+            update={"results": results, "total_retrieved": len(results), "truncated": len(results) < len(reply.results)}
+        )
+        # json.dumps escapes non-ASCII, the larger of the encodings a publisher may use.
+        if not results or len(json.dumps(fitted.model_dump(mode="json"))) <= max_bytes:
+            return fitted
+        results.pop()
+
+
 #: The error codes a reply may carry (docs/contract.md); askers switch on them.
 REPLY_CODES = frozenset({"invalid_request", "unavailable", "unauthorized", "internal"})
 

@@ -22,7 +22,7 @@ from faststream.kafka import KafkaRouter
 from consumers.config import ConsumerConfig, Topics
 from consumers.decoding import Decoded, dead_letter, decode_records, dlq_body, tenant_from_topic
 from consumers.models import DlqRecord, ErrorBody, ErrorReply, QueryReply
-from consumers.queries import answer, guess_query_id, scope_of
+from consumers.queries import answer, fit_reply, guess_query_id, scope_of
 from consumers.replies import (
     PartitionCounts,
     UnknownReplyTopic,
@@ -338,6 +338,8 @@ def build_router(
             target, partition = default_target, None
         else:
             reply = await answer(record.value, search, tenant)
+            if isinstance(reply, QueryReply):
+                reply = fit_reply(reply, cfg.reply_max_bytes)
         elapsed = time.monotonic() - t0
         try:
             await publish_reply(reply.model_dump(mode="json"), target, message.correlation_id, partition)

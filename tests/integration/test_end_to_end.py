@@ -435,3 +435,32 @@ async def test_a_dead_letter_too_big_for_kafka_is_cut_and_the_partition_keeps_fl
     assert letter["original_text"] is None and letter["original_size"] > 600_000
     assert len(base64.b64decode(letter["original_b64"])) == letter["original_size"]
     assert not letter["original_truncated"] and letter["error_code"] == "invalid_event"
+
+
+async def test_a_reply_too_big_for_kafka_drops_results_from_its_end(env) -> None:
+    """Found by fuzzing: a reply over the producer's 1 MiB limit was never published and the
+    asker heard nothing. Five hits carrying ~256 kB of metadata each: the reply keeps the
+    best ones that fit and says truncated."""
+    daemon, client = env
+    docs = [f"e2e/bulky-{i}.md" for i in range(5)]
+    for i, doc_id in enumerate(docs):
+        event = doc_event(doc_id, 1, f"walrus ledger reconciliation notes, part {i}", "production", "bulky-svc")
+        event["metadata"].update({f"k{j}": chr(ord("a") + i) * 4000 for j in range(60)})
+        await client.send(client.topics.documents, event, key=doc_id)
+
+    async def all_in() -> bool:
+        return all([await daemon.index.chunk_ids(d) for d in docs])
+
+    await eventually(all_in, what="five bulky docs indexed")
+    _headers, reply = await client.ask(
+        {
+            "query_id": "bulky",
+            "search_text": "walrus ledger reconciliation",
+            "top_k": 5,
+            "metadata_filter": {"service": "bulky-svc"},
+        }
+    )
+    assert reply["truncated"] is True and 1 <= reply["total_retrieved"] == len(reply["results"]) < 5
+    assert all(r["doc_id"] in docs for r in reply["results"])
+    _headers, small = await client.ask({"query_id": "small", "search_text": "walrus ledger reconciliation", "top_k": 1})
+    assert small["truncated"] is False and small["total_retrieved"] == 1
