@@ -59,6 +59,25 @@ def _starts_word(offsets: Offsets, k: int) -> bool:
     return k == 0 or offsets[k][0] != offsets[k - 1][1]
 
 
+#: Longest character span one token may bring into a chunk. The model's tokenizer reads a
+#: word of over 100 characters as one [UNK] token whatever its length, so a 2 MB word was one
+#: token and one 2 MB chunk: no reply could carry it, and every pass over the text (analysis,
+#: graph patterns) paid for it whole (found by fuzzing). Such a token is cut into pieces of
+#: this many characters, each counted as a token; real tokens are never this long.
+MAX_TOKEN_CHARS = 100
+
+
+def split_long_tokens(offsets: Offsets, max_chars: int = MAX_TOKEN_CHARS) -> list[tuple[int, int]]:
+    """``offsets`` with every span longer than ``max_chars`` cut into consecutive pieces."""
+    out: list[tuple[int, int]] = []
+    for start, end in offsets:
+        while end - start > max_chars:
+            out.append((start, start + max_chars))
+            start += max_chars
+        out.append((start, end))
+    return out
+
+
 def chunk_spans(text: str, offsets: Offsets, *, max_tokens: int, overlap: int) -> list[ChunkSpan]:
     """Split ``text`` into windows of at most ``max_tokens`` tokens overlapping by ``overlap``.
 
@@ -85,6 +104,7 @@ def chunk_spans(text: str, offsets: Offsets, *, max_tokens: int, overlap: int) -
         raise ValueError("max_tokens must be >= 2")
     if not 0 <= overlap < max_tokens // 2:
         raise ValueError("overlap must be in [0, max_tokens // 2)")
+    offsets = split_long_tokens(offsets)  # a chunk holds at most max_tokens * MAX_TOKEN_CHARS characters
     n = len(offsets)
     chunks: list[ChunkSpan] = []
     i = 0

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from memory.chunking import chunk_id, chunk_position, chunk_spans
+from memory.chunking import MAX_TOKEN_CHARS, chunk_id, chunk_position, chunk_spans
 
 
 def offsets(text: str) -> list[tuple[int, int]]:
@@ -99,3 +99,17 @@ def test_a_full_stop_inside_a_word_is_no_sentence_end() -> None:
     cjk = "第一句。第二句。" * 6
     cjk_offs = [(i, i + 1) for i in range(len(cjk))]
     assert all(c.text.endswith("。") for c in chunk_spans(cjk, cjk_offs, max_tokens=6, overlap=0))
+
+
+def test_a_token_longer_than_any_word_is_cut_into_pieces() -> None:
+    """Found by fuzzing: the model reads a word of over 100 characters as one [UNK] token, so
+    a 2 MB word made one 2 MB chunk (no reply could carry it). Such a token counts as pieces
+    of MAX_TOKEN_CHARS characters; the chunks cover it in order, overlapping as usual."""
+    word = "x" * 200_000
+    text = f"before the blob. {word} after the blob."
+    offs = [(m.start(), m.end()) for m in re.finditer(r"\S+", text)]  # the blob: one token
+    chunks = chunk_spans(text, offs, max_tokens=254, overlap=32)
+    assert max(len(c.text) for c in chunks) <= 254 * MAX_TOKEN_CHARS
+    assert chunks[0].start == 0 and chunks[-1].end == len(text)
+    assert all(a.start < b.start < a.end for a, b in itertools.pairwise(chunks))  # overlapping, in order
+    assert len(chunks) == 10
