@@ -88,3 +88,9 @@ def test_time_range_clause_and_check() -> None:
     assert conjoin("@a:{x}", "*", "@timestamp:[1.0 +inf]") == "@a:{x} @timestamp:[1.0 +inf]"
     assert in_time(None, None, None) and not in_time(None, 1.0, None)
     assert in_time(5.0, 5.0, 5.0) and not in_time(4.9, 5.0, None) and not in_time(5.1, None, 5.0)
+    # a timestamp as RediSearch returns it (12 significant digits) still passes the range the
+    # engine matched it with, at either end (fuzzing: 00.123456 came back as 00.12)
+    exact = 1735689600.123456
+    returned = float(f"{exact:.12g}")
+    assert in_time(returned, exact, exact) and in_time(returned, exact - 0.001, None)
+    assert not in_time(returned, exact + 0.02, None) and not in_time(returned, None, exact - 0.02)
