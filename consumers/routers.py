@@ -10,7 +10,7 @@ import contextlib
 import dataclasses
 import re
 import time
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
 from typing import Any
 
 import structlog
@@ -95,13 +95,40 @@ class AssignmentWatcher(ConsumerRebalanceListener):  # type: ignore[misc]
         self.name = name
         self._on_assigned = on_assigned
         self._on_revoked = on_revoked
+        # Held by the subscriber's handler while it applies a batch (see ``handling``).
+        self._busy = asyncio.Lock()
+        self._owned: set[tuple[str, int]] = set()
+
+    @contextlib.asynccontextmanager
+    async def handling(self, records: Sequence[ConsumerRecord[Any, Any]]) -> AsyncIterator[list[Any]]:
+        """Hold off revocations while a batch is applied; yields the records of partitions
+        this consumer still owns.
+
+        Why: aiokafka runs a rebalance beside the handler, not after it. Without this, a
+        daemon that lost a partition to a new member went on writing its batch while the new
+        owner replayed the partition from the last commit and applied what came next: a
+        forgotten turn written back after its forget, a corrected turn overwritten by the
+        old one, for good (turns carry no version to refuse them; found by a review). Now
+        the revocation waits for the batch (the group's rebalance with it: within the
+        rebalance timeout, the poll interval), and records fetched before a revocation
+        but handled after it are left to their new owner (nothing of theirs is committed
+        here: the consumer commits only partitions it holds).
+        """
+        async with self._busy:
+            kept = [r for r in records if (r.topic, r.partition) in self._owned]
+            if len(kept) < len(records):
+                log.info("consumer.revoked_records_skipped", subscriber=self.name, records=len(records) - len(kept))
+            yield kept
 
     async def on_partitions_revoked(self, revoked: Collection[Any]) -> None:
+        async with self._busy:  # the batch in hand is finished first
+            self._owned -= {(tp.topic, tp.partition) for tp in revoked}
         log.info("consumer.partitions_revoked", subscriber=self.name, partitions=len(revoked))
         if self._on_revoked is not None:
             self._on_revoked(self.name)
 
     async def on_partitions_assigned(self, assigned: Collection[Any]) -> None:
+        self._owned |= {(tp.topic, tp.partition) for tp in assigned}
         log.info("consumer.partitions_assigned", subscriber=self.name, partitions=len(assigned))
         self._on_assigned(self.name, len(assigned))
 
@@ -262,27 +289,34 @@ def build_router(
 
     # One consumer group per subscriber (<group_id>.<role>): each joins once instead of
     # every subscriber's join rebalancing the others, and lag is readable per role.
+    docs_watch = AssignmentWatcher("documents", on_assigned, on_revoked)
+    turns_watch = AssignmentWatcher("transcripts", on_assigned, on_revoked)
+
     @router.subscriber(  # type: ignore[untyped-decorator]
         *source(topics.documents),
         group_id=f"{cfg.group_id}.documents",
         **pattern(topics.documents),
-        listener=AssignmentWatcher("documents", on_assigned, on_revoked),
+        listener=docs_watch,
         **ingest_kwargs,
     )
     async def on_documents(message: Any) -> None:
         """Document change events (upsert/delete, versioned)."""
-        await ingest(_records(message.raw_message), "document")
+        async with docs_watch.handling(_records(message.raw_message)) as records:
+            if records:
+                await ingest(records, "document")
 
     @router.subscriber(  # type: ignore[untyped-decorator]
         *source(topics.transcripts),
         group_id=f"{cfg.group_id}.transcripts",
         **pattern(topics.transcripts),
-        listener=AssignmentWatcher("transcripts", on_assigned, on_revoked),
+        listener=turns_watch,
         **ingest_kwargs,
     )
     async def on_transcripts(message: Any) -> None:
         """Agent transcript turns (idempotent per agent, session and turn)."""
-        await ingest(_records(message.raw_message), "transcript")
+        async with turns_watch.handling(_records(message.raw_message)) as records:
+            if records:
+                await ingest(records, "transcript")
 
     @router.subscriber(  # type: ignore[untyped-decorator]
         *source(topics.requests),

@@ -1,0 +1,81 @@
+"""A rebalance in the middle of a batch (found by a review helper, its reproduction adapted):
+a daemon that lost a partition to a new member went on writing its batch while the new owner
+replayed the partition and applied what came next, so a turn forgotten after it came back
+for good. The revocation now waits for the batch in hand."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+
+import pytest
+from aiokafka import AIOKafkaProducer
+
+from daemon.app import start_daemon
+from daemon.topics import ensure_topics
+from graph.config import GraphConfig
+from tests.conftest import unique
+from tests.helpers import eventually, isolated_settings
+
+pytestmark = pytest.mark.integration
+
+
+async def test_a_forget_applied_by_the_new_owner_is_never_undone_by_the_old_one(
+    kafka_bootstrap: str, redis_url: str
+) -> None:
+    """Daemon A is inside a batch holding one turn per partition when daemon B joins the
+    group; each session is then forgotten. Whatever partition B takes, both turns end up
+    forgotten: A finishes its batch before giving the partition up, and B applies the
+    forget after it."""
+    name = unique("rebalance-" + uuid.uuid4().hex[:6])
+    settings = isolated_settings(name, kafka_bootstrap, redis_url, topic_partitions=2, graph=GraphConfig(enabled=False))
+    topic = settings.topics.transcripts
+    await ensure_topics(kafka_bootstrap, settings.topics.all(), partitions=2, replication=1)
+    producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all")
+    await producer.start()
+    turn_ids = [f"transcript:agent/s{p}/1" for p in (0, 1)]
+    for p in (0, 1):  # before any daemon runs: both turns come in one batch
+        ev = {"event_id": uuid.uuid4().hex, "agent_id": "agent", "session_id": f"s{p}", "turn": 1, "content": "secret"}
+        await producer.send_and_wait(topic, json.dumps(ev).encode(), key=f"agent/s{p}".encode(), partition=p)
+
+    a = await start_daemon(settings)
+    gate, held = asyncio.Event(), asyncio.Event()
+    original = a.ingestor.apply
+
+    async def slow(items):  # A's batch is slow (a big batch, a slow model): held here
+        if any(i.doc_id in turn_ids for i in items) and not gate.is_set():
+            held.set()
+            await gate.wait()
+        return await original(items)
+
+    a.ingestor.apply = slow  # type: ignore[method-assign]
+    joining: asyncio.Task | None = None
+    b = None
+    try:
+        await asyncio.wait_for(held.wait(), 60)
+        joining = asyncio.ensure_future(start_daemon(settings))  # scale out: the group rebalances
+        await asyncio.sleep(12)  # B loads its model and joins (on the old code: takes a partition)
+        for p in (0, 1):
+            ev = {"event_id": uuid.uuid4().hex, "op": "forget", "agent_id": "agent", "session_id": f"s{p}"}
+            await producer.send_and_wait(topic, json.dumps(ev).encode(), key=f"agent/s{p}".encode(), partition=p)
+        await asyncio.sleep(8)  # on the old code, B applies its partition's forget here
+        gate.set()  # A's batch goes on
+        b = await asyncio.wait_for(joining, 120)
+        joining = None
+
+        async def both_forgotten() -> bool:
+            return not any([await a.index.chunk_ids(d) for d in turn_ids])
+
+        await eventually(both_forgotten, timeout=60, what="both sessions' turns forgotten")
+        await asyncio.sleep(3)  # and they stay forgotten
+        assert not any([await a.index.chunk_ids(d) for d in turn_ids])
+    finally:
+        gate.set()
+        a.ingestor.apply = original  # type: ignore[method-assign]
+        await producer.stop()
+        if joining is not None:
+            b = await joining
+        if b is not None:
+            await b.stop()
+        await a.stop()
