@@ -16,6 +16,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import multiprocessing as mp
+import os
+import threading
+import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -42,6 +45,23 @@ async def in_thread(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
     return await asyncio.to_thread(fn, *args, **kwargs)
 
 
+def _worker_init(parent: int) -> None:
+    """In the worker: import cdlib, and exit when the daemon is gone.
+
+    A pool's worker outlives a parent that was killed (``kill -9``, the OOM killer): it
+    waits on its task queue for good, ~450 MB each (seen: the test suite's killed daemons
+    left theirs behind). A watchdog thread ends it once its parent is no longer its parent.
+    """
+    threading.Thread(target=_exit_when_orphaned, args=(parent,), daemon=True, name="orphan-watch").start()
+    communities.preload()
+
+
+def _exit_when_orphaned(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    os._exit(0)
+
+
 class ComputeCrashed(BackendUnavailable):
     """The compute process died mid-task (killed, out of memory); a new one serves the next."""
 
@@ -61,7 +81,10 @@ class CommunityComputer:
     def _ensure(self) -> ProcessPoolExecutor:
         if self._pool is None:
             self._pool = ProcessPoolExecutor(
-                max_workers=1, mp_context=mp.get_context("spawn"), initializer=communities.preload
+                max_workers=1,
+                mp_context=mp.get_context("spawn"),
+                initializer=_worker_init,
+                initargs=(os.getpid(),),
             )
         return self._pool
 

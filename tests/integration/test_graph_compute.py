@@ -5,15 +5,21 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sys
 import time
+from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
 
 from graph.communities import assign_ids, detect
 from graph.compute import CommunityComputer, ComputeCrashed
+from tests.helpers import eventually
 
 pytestmark = pytest.mark.integration
+
+_ROOT = str(Path(__file__).resolve().parents[2])
 
 
 def _graph() -> tuple[list[str], list[tuple[str, str, float]]]:
@@ -72,3 +78,41 @@ async def test_close_kills_a_detection_in_progress() -> None:
         await asyncio.wait_for(call, 30)
     with pytest.raises(ComputeCrashed):  # closed for good
         await comp(os.getpid)
+
+
+_START_AND_DIE = """
+import asyncio, os, signal, sys
+from graph.compute import CommunityComputer
+
+async def main() -> None:
+    comp = CommunityComputer()
+    await comp.start()
+    print(await comp(os.getpid), flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)  # the daemon killed: no close()
+
+if __name__ == "__main__":
+    asyncio.run(main())
+"""
+
+
+async def test_the_worker_exits_when_its_daemon_is_killed(tmp_path: Any) -> None:
+    """A pool worker outlives a killed parent (it waits on its queue for good, ~450 MB): the
+    suite's kill -9'ed daemons left theirs behind. It now exits once orphaned."""
+    script = tmp_path / "start_and_die.py"
+    script.write_text(_START_AND_DIE)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([_ROOT, os.environ.get("PYTHONPATH", "")])}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, str(script), env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL
+    )
+    out, _ = await asyncio.wait_for(proc.communicate(), timeout=120)
+    assert proc.returncode == -signal.SIGKILL
+    worker = int(out.split()[-1])
+
+    async def gone() -> bool:
+        return not psutil.pid_exists(worker) or psutil.Process(worker).status() == psutil.STATUS_ZOMBIE
+
+    try:
+        await eventually(gone, timeout=20, what="the orphaned compute worker exited")
+    finally:
+        if psutil.pid_exists(worker):
+            os.kill(worker, signal.SIGKILL)
