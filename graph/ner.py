@@ -20,6 +20,9 @@ log = structlog.get_logger()
 #: about 1 GB per 100,000 characters. Identifier extraction still reads the whole text.
 NER_MAX_CHARS = 100_000
 
+#: Chunk texts per request to the NER thread (~1 s of 250-token chunks on one core).
+NER_REQUEST_MAX = 64
+
 
 class NerUnavailable(MemdError):
     """The configured spaCy pipeline is not installed."""
@@ -98,10 +101,13 @@ class SpacyNer:
 
     async def entities(self, texts: Sequence[str]) -> list[list[tuple[str, str]]]:
         """``(text, label)`` of each text's named entities."""
-        if not texts:
-            return []
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, self._run, list(texts))
+        out: list[list[tuple[str, str]]] = []
+        # Both ingest subscribers share the one NER thread: a large document's chunks go in
+        # requests of NER_REQUEST_MAX, so a turn's chunks get in between (see embed_documents).
+        for start in range(0, len(texts), NER_REQUEST_MAX):
+            out += await loop.run_in_executor(self._pool, self._run, list(texts[start : start + NER_REQUEST_MAX]))
+        return out
 
     def close(self) -> None:
         """Stop the worker thread."""

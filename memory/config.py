@@ -79,6 +79,16 @@ class EmbeddingConfig(BaseModel):
     query_batch_max: int = Field(
         32, ge=1, le=1024, description="Concurrent queries embedded together in one encode() call."
     )
+    docs_request_max: int = Field(
+        64,
+        ge=1,
+        le=100_000,
+        description=(
+            "Chunk texts sent to the worker per request. A large document's embedding is cut into "
+            "requests of this size, so the other ingest topic's batches get their turn between them "
+            "(a turn behind a 9,000-chunk document waits one request, ~2 s on one core, not ~5 min)."
+        ),
+    )
     torch_threads: int = Field(
         1,
         ge=0,

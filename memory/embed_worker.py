@@ -629,6 +629,11 @@ class EmbeddingWorker:
             raise EmbedderError(str(payload))
         return np.asarray(payload, dtype=np.float32)
 
+    def isolated(self, channel: str) -> bool:
+        """Whether ``channel``'s requests run alone now (after a crash, until one gets through)."""
+        with self._cv:
+            return channel in self._isolate
+
     def _enter(self, channel: str, alone: bool = False) -> bool:
         """Mark ``channel`` busy, first waiting its turn to run alone if it must (True then).
 

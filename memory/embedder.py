@@ -176,10 +176,25 @@ class SentenceTransformerEmbedder:
 
     async def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         """Embed chunk texts in batches; returns an ``(n, dims)`` float32 array."""
-        if not texts:
-            return np.zeros((0, self._dims), dtype=np.float32)
+        out = np.zeros((len(texts), self._dims), dtype=np.float32)
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._docs_pool, self._worker.encode, "docs", list(texts))
+        # Both ingest subscribers share the one docs thread, first come first served. Sent
+        # whole, a 9,000-chunk document held it for minutes and the agents' turns waited
+        # behind it; in requests of docs_request_max texts, a turn's request queues behind
+        # one of them. The texts go shortest first across the requests, so each holds texts
+        # of like length and the worker's length batching pads no more than over the whole.
+        # (Anything not a string sorts first and fails in the worker, as that input's error.)
+        order = sorted(range(len(texts)), key=lambda i: len(t) if isinstance(t := texts[i], str) else 0)
+        size = self._cfg.docs_request_max
+        # After a crash, the channel's next request runs alone so that a crash is the input's;
+        # the first request getting through would end that for the rest of this call, whose
+        # crash (in a later request) would be shared with queries again, and never pinned.
+        alone = self._worker.isolated("docs")
+        encode = functools.partial(self._worker.encode, "docs", alone=alone)
+        for start in range(0, len(order), size):
+            rows = order[start : start + size]
+            out[rows] = await loop.run_in_executor(self._docs_pool, encode, [texts[i] for i in rows])
+        return out
 
     async def embed_query(self, text: str) -> np.ndarray:
         """Embed one query, from the LRU cache when it was asked before (read-only: shared)."""

@@ -170,6 +170,23 @@ async def test_batched_rows_stay_in_input_order(embedder: Any) -> None:
         assert float(together[i] @ alone[0]) >= 0.9999, i
 
 
+async def test_a_large_document_does_not_hold_the_worker_from_other_ingest_calls(embedder: Any) -> None:
+    """Both ingest subscribers share the docs channel: a document of many chunks is sent in
+    requests of ``docs_request_max``, so a turn's chunk gets in between, and every row of
+    the document is still its own text's vector, in input order."""
+    words = "pgbouncer reports max_connections while the billing service retries its deploy".split()
+    big = [f"note {i}: " + " ".join(words[(i + j) % len(words)] for j in range(i % 40)) for i in range(640)]
+    whole = asyncio.create_task(embedder.embed_documents(big))
+    await asyncio.sleep(0)  # the document's first request is in the worker
+    turn = await embedder.embed_documents(["the agent asked about ERR_CONN_RESET_4F2A"])
+    assert turn.shape == (1, embedder.dims)
+    assert not whole.done(), "the turn waited for the whole document"
+    vectors = await whole
+    for i in (0, 1, 39, 77, 400, 639):
+        alone = await embedder.embed_documents([big[i]])
+        assert float(vectors[i] @ alone[0]) >= 0.9999, i
+
+
 async def test_a_hung_worker_is_killed_and_replaced(monkeypatch: pytest.MonkeyPatch) -> None:
     """A worker alive but silent (here SIGSTOPped; a deadlock or swap storm alike) fails its
     request as an outage once the deadline passes, is killed, and the next query gets a new
@@ -208,15 +225,19 @@ async def _at_least(count: Callable[[], int], n: int) -> bool:
     return count() >= n
 
 
+@pytest.mark.parametrize("others", [0, 11], ids=["one-text", "crash-in-the-last-of-three-requests"])
 async def test_a_crash_shared_with_queries_is_pinned_on_its_input_at_the_next_try(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, others: int
 ) -> None:
     """Under steady query traffic a crash is rarely alone in the worker, and a crash shared
     with a query says nothing of the doc: retried as an outage forever, it would block its
-    partition. The try after a shared crash runs alone, so its crash is the input's."""
+    partition. The try after a shared crash runs alone, so its crash is the input's: all of
+    it, not only its first request when a large document is sent in several."""
     marker = f"crash-{uuid.uuid4().hex[:8]}"
     monkeypatch.setenv(CRASH_MARKER_ENV, marker)  # read by the worker process it spawns
-    emb = await SentenceTransformerEmbedder.load(EmbeddingConfig())
+    emb = await SentenceTransformerEmbedder.load(EmbeddingConfig(docs_request_max=4))  # type: ignore[call-arg]
+    # Shortest first across requests: the marker's text, the longest, goes in the last one.
+    doc = [f"walrus {i}" for i in range(others)] + [f"walrus ledger of the harbour master {marker}"]
     stop = asyncio.Event()
     answered = 0
 
@@ -239,7 +260,7 @@ async def test_a_crash_shared_with_queries_is_pinned_on_its_input_at_the_next_tr
         verdicts: list[bool] = []
         for _ in range(3):
             with pytest.raises(WorkerCrashed) as caught:
-                await emb.embed_documents([f"walrus ledger {marker}"])
+                await emb.embed_documents(doc)
             verdicts.append(caught.value.attributable)
             if caught.value.attributable:
                 break

@@ -279,6 +279,21 @@ async def test_ner_alone_finds_what_it_found_with_the_tagger(ner: SpacyNer) -> N
     assert alone == tagged and any(alone)
 
 
+async def test_a_large_document_does_not_hold_the_ner_thread_from_other_ingest_calls(ner: SpacyNer) -> None:
+    """Both ingest subscribers share the NER thread: a document of many chunks goes in
+    requests, so a turn's chunk gets in between; the document's entities stay in order."""
+    big = [f"Note {i}: Jane Doe {i} of Stripe met the Google Cloud team in Berlin about Kafka." for i in range(800)]
+    whole = asyncio.create_task(ner.entities(big))
+    await asyncio.sleep(0)  # the document's first request is in the NER thread
+    turn = await ner.entities(["Priya Patel moved the Acme Corp deploy to Tuesday."])
+    assert any(label == "PERSON" for _, label in turn[0])
+    assert not whole.done(), "the turn waited for the whole document"
+    found = await whole
+    assert len(found) == len(big)
+    for i in (0, 63, 64, 799):
+        assert found[i] == (await ner.entities([big[i]]))[0], i
+
+
 async def test_a_write_whose_reply_was_lost_still_reaches_the_graph(
     redis_url: str, embedder: Any, ner: SpacyNer
 ) -> None:
