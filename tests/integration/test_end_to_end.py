@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import time
@@ -464,3 +465,33 @@ async def test_a_reply_too_big_for_kafka_drops_results_from_its_end(env) -> None
     assert all(r["doc_id"] in docs for r in reply["results"])
     _headers, small = await client.ask({"query_id": "small", "search_text": "walrus ledger reconciliation", "top_k": 1})
     assert small["truncated"] is False and small["total_retrieved"] == 1
+
+
+async def test_a_turn_is_not_held_behind_a_large_document(env) -> None:
+    """The two ingest topics share the embedding worker's document pipe and the NER thread: a
+    turn published while a large document is being embedded is searchable before the document
+    (before: it waited for the whole document, ~5 minutes for the largest one allowed)."""
+    daemon, client = env
+    t = client.topics
+    words = "the pool retries while a cache warms and every worker drains its queue before noon".split()
+    content = " ".join(words[(i * 7) % len(words)] for i in range(100_000))  # ~400 chunks, ~20 s to embed
+    await client.send(t.documents, doc_event("large-manual", 1, content, "production", "docs"), key="large-manual")
+    await asyncio.sleep(2)  # the daemon is into the document
+    turn = {
+        "event_id": uuid.uuid4().hex,
+        "agent_id": "planner-9",
+        "session_id": "s-large",
+        "turn": 1,
+        "role": "assistant",
+        "content": "planner-9 noted the walrus ledger outage.",
+        "timestamp": "2026-11-29T18:00:00Z",
+        "metadata": {},
+    }
+    await client.send(t.transcripts, turn, key="planner-9/s-large")
+    try:
+        await eventually(lambda: _has(daemon, "transcript:planner-9/s-large/1"), timeout=90, what="the turn indexed")
+        assert not await _has(daemon, "large-manual"), "the turn waited for the whole document"
+        await eventually(lambda: _has(daemon, "large-manual"), timeout=180, what="the document indexed")
+    finally:
+        delete = {"event_id": uuid.uuid4().hex, "op": "delete", "doc_id": "large-manual", "version": 2}
+        await client.send(t.documents, delete, key="large-manual")
