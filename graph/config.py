@@ -16,6 +16,21 @@ class GraphConfig(BaseModel):
     llm_extraction: bool = Field(False, description="Also extract entities with the LLM (needs llm_model).")
     llm_timeout_s: float = Field(60.0, gt=0, description="Timeout of one LLM call.")
     max_entities_per_chunk: int = Field(40, ge=2, le=500, description="Cap on entities (and so edges) per chunk.")
+    max_entities_per_doc: int = Field(
+        5_000,
+        ge=1,
+        le=1_000_000,
+        description=(
+            "Cap on one doc's entities in the graph (the most-mentioned are kept): a doc's graph change is "
+            "one Redis script, which blocks Redis while it runs. Its chunks stay searchable in full."
+        ),
+    )
+    max_edges_per_doc: int = Field(
+        20_000,
+        ge=1,
+        le=10_000_000,
+        description="Cap on one doc's co-occurrence edges (the heaviest are kept); see max_entities_per_doc.",
+    )
     aliases: dict[str, str] = Field(
         default_factory=lambda: {
             "postgres": "postgresql",

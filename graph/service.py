@@ -16,7 +16,7 @@ import structlog
 from graph.communities import assign_ids, detect
 from graph.compute import Offload, in_thread
 from graph.config import GraphConfig
-from graph.extraction import contribution_parts
+from graph.extraction import cap_contribution, contribution_parts
 from graph.llm import EXTRACT_SYSTEM, SUMMARY_SYSTEM, LlmFailed, complete, parse_entities, summary_prompt
 from graph.ner import SpacyNer
 from graph.store import ApplyOutcome, Contribution, GraphStore, LeaseLost
@@ -163,7 +163,7 @@ class GraphService:
         for chunks in docs:
             span = slice(offset, offset + len(chunks))
             offset += len(chunks)
-            entities, edges = contribution_parts(
+            found, pairs = contribution_parts(
                 [cid for cid, _ in chunks],
                 texts[span],
                 ner[span],
@@ -171,6 +171,18 @@ class GraphService:
                 aliases=self._cfg.aliases,
                 limit=self._cfg.max_entities_per_chunk,
             )
+            entities, edges = cap_contribution(
+                found, pairs, max_entities=self._cfg.max_entities_per_doc, max_edges=self._cfg.max_edges_per_doc
+            )
+            if len(entities) < len(found) or len(edges) < len(pairs):
+                log.warning(
+                    "graph.contribution_capped",
+                    chunks=len(chunks),
+                    entities=len(found),
+                    entities_kept=len(entities),
+                    edges=len(pairs),
+                    edges_kept=len(edges),
+                )
             out.append(Contribution(entities=entities, edges=dict(edges)))
         return out
 

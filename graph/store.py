@@ -44,6 +44,11 @@ local function vgt(a, b)
   if #a ~= #b then return #a > #b end
   return a > b
 end
+-- A set's members in commands of 1,000 (unpack's limit is ~8,000): one call per chunk id
+-- made a doc's change cost a Lua-to-Redis call per mention.
+local function members(cmd, key, list)
+  for i = 1, #list, 1000 do redis.call(cmd, key, unpack(list, i, math.min(i + 999, #list))) end
+end
 local oldj = redis.call('GET', KEYS[1])
 local old = nil
 if oldj then old = cjson.decode(oldj) end
@@ -64,7 +69,7 @@ if old then
     touched[key] = true
     inold[key] = true
     redis.call('SREM', P .. ':ent_docs:' .. key, doc)
-    for _, cid in ipairs(info[3]) do redis.call('SREM', P .. ':ent_chunks:' .. key, cid) end
+    members('SREM', P .. ':ent_chunks:' .. key, info[3])
     if redis.call('SCARD', P .. ':ent_docs:' .. key) == 0 then
       redis.call('HDEL', P .. ':nodes', key)
       redis.call('DEL', P .. ':ent_chunks:' .. key)
@@ -93,7 +98,7 @@ if new then
     innew[key] = true
     redis.call('HSETNX', P .. ':nodes', key, cjson.encode({info[1], info[2]}))
     redis.call('SADD', P .. ':ent_docs:' .. key, doc)
-    for _, cid in ipairs(info[3]) do redis.call('SADD', P .. ':ent_chunks:' .. key, cid) end
+    members('SADD', P .. ':ent_chunks:' .. key, info[3])
   end
   for _, e in ipairs(new.x) do
     local f = e[1] .. '\31' .. e[2]

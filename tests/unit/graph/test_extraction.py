@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 
 from graph.extraction import (
+    cap_contribution,
     contribution_parts,
     cooccurrence,
     extract_identifiers,
@@ -152,3 +155,19 @@ def test_contribution_parts_list_chunk_ids_per_entity_and_count_edges_per_chunk(
     got_entities, got_edges = contribution_parts(ids, texts, ner, [[] for _ in texts])
     assert got_entities == entities
     assert dict(got_edges) == edges
+
+
+def test_a_capped_contribution_keeps_the_most_mentioned_entities_and_heaviest_edges() -> None:
+    ids = [f"c{i}" for i in range(6)]
+    # a in every chunk, b in four, c in three, d and e in one each (d < e by key)
+    per_chunk = [["a", "b", "c"], ["a", "b", "c"], ["a", "b", "c"], ["a", "b"], ["a", "d"], ["a", "e"]]
+    entities = {k: (k.upper(), "X", [cid for cid, ks in zip(ids, per_chunk, strict=True) if k in ks]) for k in "abcde"}
+    edges = cooccurrence(per_chunk)
+    assert cap_contribution(entities, edges, max_entities=10, max_edges=100) == (entities, edges)  # under the caps
+
+    kept, kept_edges = cap_contribution(entities, edges, max_entities=4, max_edges=100)
+    assert list(kept) == ["a", "b", "c", "d"]  # e ties d on one mention and loses on key; order kept
+    assert kept_edges == Counter({("a", "b"): 4, ("a", "c"): 3, ("b", "c"): 3, ("a", "d"): 1})
+
+    _, heaviest = cap_contribution(entities, edges, max_entities=4, max_edges=2)
+    assert heaviest == Counter({("a", "b"): 4, ("a", "c"): 3})  # (a, c) ties (b, c) and wins on key
