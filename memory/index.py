@@ -5,6 +5,7 @@ Every redis exception is translated here; none leaves ``memory/``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import time
@@ -164,6 +165,11 @@ def _reanalyzed(mapping: dict[Any, Any]) -> dict[Any, Any]:
     out[fields.get("terms", "terms")] = analysis.terms
     out[fields.get("idents", "idents")] = analysis.idents
     return out
+
+
+#: Docs of up to this many chunks have their hashes built on the event loop; larger ones
+#: in a thread (a hop a one-chunk turn need not pay).
+_INLINE_MAPPINGS = 64
 
 
 def _record_mapping(rec: ChunkRecord, vector: np.ndarray, analysis: Analysis) -> dict[str, Any]:
@@ -520,6 +526,13 @@ class ChunkIndex:
         analyses: Sequence[Analysis],
         version_ttl_s: int | None = None,
     ) -> ApplyResult:
+        rows = zip(chunks, vectors, analyses, strict=True)
+        if len(chunks) <= _INLINE_MAPPINGS:
+            mappings = [_record_mapping(*row) for row in rows]
+        else:
+            # Pure Python per chunk: a large doc's hashes, built on the event loop, stalled
+            # queries (with the rest of its write, ~0.3 s for 1,200 chunks, measured).
+            mappings = await asyncio.to_thread(lambda: [_record_mapping(*row) for row in rows])
         async with translate_errors("chunk write"):
             for _ in range(_WATCH_RETRIES):
                 async with self._r.pipeline(transaction=True) as pipe:
@@ -538,11 +551,11 @@ class ChunkIndex:
                         if stale:
                             pipe.delete(*stale)
                         pipe.delete(doc_key)
-                        for rec, vec, analysis in zip(chunks, vectors, analyses, strict=True):
+                        for rec, mapping in zip(chunks, mappings, strict=True):
                             key = self._chunk_key(gen, tenant, rec.chunk_id)
                             # Replace, not merge: a tag dropped by an edit must not linger.
                             pipe.delete(key)
-                            pipe.hset(key, mapping=_record_mapping(rec, vec, analysis))  # type: ignore[arg-type]
+                            pipe.hset(key, mapping=mapping)  # type: ignore[arg-type]
                         if new_ids:
                             pipe.sadd(doc_key, *sorted(new_ids))
                         if version is not None:
