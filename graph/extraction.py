@@ -247,7 +247,7 @@ def cap_contribution(
     ``max_edges`` heaviest edges among them (ties by key: the same doc always keeps the same).
 
     Why: the graph store applies a contribution in one Redis script, which blocks Redis for
-    its length; a doc dense in identifiers (12,481 entities, 228k edges in 1,200 chunks)
+    its length; a doc dense in identifiers (12,481 entities, 121,861 edges in 1,200 chunks)
     held it 1.2 s, and the largest allowed could hold it past Redis's busy-script limit.
     The cut keeps what a doc says most; its chunks stay searchable in full.
     """
