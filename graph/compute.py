@@ -62,6 +62,11 @@ def _exit_when_orphaned(parent: int) -> None:
     os._exit(0)
 
 
+def _processes(pool: ProcessPoolExecutor | None) -> list[Any]:
+    """A pool's worker processes: the executor keeps them private, with no public accessor."""
+    return list((getattr(pool, "_processes", None) or {}).values())
+
+
 class ComputeCrashed(BackendUnavailable):
     """The compute process died mid-task (killed, out of memory); a new one serves the next."""
 
@@ -114,8 +119,7 @@ class CommunityComputer:
 
     def pids(self) -> list[int]:
         """The worker's process id(s) (for tests and operators)."""
-        procs = getattr(self._pool, "_processes", None) or {}
-        return [p.pid for p in procs.values() if p.pid is not None]
+        return [p.pid for p in _processes(self._pool) if p.pid is not None]
 
     def close(self) -> None:
         """Stop the worker without waiting for a detection in progress (it is killed)."""
@@ -125,7 +129,7 @@ class CommunityComputer:
             return
         # The executor has no public way to stop a running task before Python 3.14: its
         # processes are killed directly, so a long Leiden run cannot hold the shutdown.
-        procs = list((getattr(pool, "_processes", None) or {}).values())
+        procs = _processes(pool)
         pool.shutdown(wait=False, cancel_futures=True)
         for proc in procs:
             if proc.is_alive():

@@ -51,6 +51,22 @@ def settings_env(settings: Settings) -> dict[str, str]:
     return env
 
 
+_CHECKOUT = str(Path(__file__).resolve().parents[1])
+
+
+async def run_python(tmp_path: Path, name: str, source: str, *, timeout: float) -> tuple[int | None, bytes, bytes]:
+    """Run ``source`` as a script of its own with this checkout importable (as a daemon runs
+    it, outside pytest's process); its exit code, stdout and stderr."""
+    script = tmp_path / name
+    script.write_text(source)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([_CHECKOUT, os.environ.get("PYTHONPATH", "")])}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, str(script), env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), timeout=timeout)
+    return proc.returncode, out, err
+
+
 async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 20.0, what: str = "") -> None:
     """Poll ``check`` until it holds; fail with ``what`` after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout

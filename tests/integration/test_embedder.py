@@ -6,10 +6,8 @@ import asyncio
 import itertools
 import os
 import signal
-import sys
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -28,7 +26,7 @@ from memory.embedder import (
     native_bf16,
     use_bf16,
 )
-from tests.helpers import eventually
+from tests.helpers import eventually, run_python
 
 pytestmark = pytest.mark.integration
 
@@ -394,7 +392,6 @@ async def test_a_worker_that_crashes_on_anything_gets_no_query_refused(monkeypat
         emb.close()
 
 
-_ROOT = str(Path(__file__).resolve().parents[2])
 _LOAD_AND_CLOSE = """
 import asyncio
 from memory.config import EmbeddingConfig
@@ -414,13 +411,7 @@ async def test_a_process_that_ran_the_worker_exits_without_leaked_semaphores(tmp
     """The worker's model loader used to leave a multiprocessing semaphore (tqdm's lock)
     registered, and every daemon's exit printed "leaked semaphore objects" from the
     resource tracker."""
-    script = tmp_path / "load_and_close.py"
-    script.write_text(_LOAD_AND_CLOSE)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([_ROOT, os.environ.get("PYTHONPATH", "")])}
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, str(script), env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), timeout=300)
-    assert proc.returncode == 0, err.decode(errors="replace")[-2000:]
+    code, out, err = await run_python(tmp_path, "load_and_close.py", _LOAD_AND_CLOSE, timeout=300)
+    assert code == 0, err.decode(errors="replace")[-2000:]
     assert b"embed.model_loaded" in out + err  # it really loaded the model
     assert b"leaked semaphore" not in err, err.decode(errors="replace")[-2000:]

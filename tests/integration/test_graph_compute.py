@@ -5,9 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import psutil
@@ -15,11 +13,9 @@ import pytest
 
 from graph.communities import assign_ids, detect
 from graph.compute import CommunityComputer, ComputeCrashed
-from tests.helpers import eventually
+from tests.helpers import eventually, run_python
 
 pytestmark = pytest.mark.integration
-
-_ROOT = str(Path(__file__).resolve().parents[2])
 
 
 def _graph() -> tuple[list[str], list[tuple[str, str, float]]]:
@@ -98,14 +94,8 @@ if __name__ == "__main__":
 async def test_the_worker_exits_when_its_daemon_is_killed(tmp_path: Any) -> None:
     """A pool worker outlives a killed parent (it waits on its queue for good, ~450 MB): the
     suite's kill -9'ed daemons left theirs behind. It now exits once orphaned."""
-    script = tmp_path / "start_and_die.py"
-    script.write_text(_START_AND_DIE)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([_ROOT, os.environ.get("PYTHONPATH", "")])}
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, str(script), env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL
-    )
-    out, _ = await asyncio.wait_for(proc.communicate(), timeout=120)
-    assert proc.returncode == -signal.SIGKILL
+    code, out, _ = await run_python(tmp_path, "start_and_die.py", _START_AND_DIE, timeout=120)
+    assert code == -signal.SIGKILL
     worker = int(out.split()[-1])
 
     async def gone() -> bool:
