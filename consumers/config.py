@@ -6,7 +6,7 @@ import ssl
 from typing import Any, Literal
 
 from faststream.security import BaseSecurity, SASLPlaintext, SASLScram256, SASLScram512
-from pydantic import BaseModel, Field, SecretStr
+from pydantic import BaseModel, Field, SecretStr, model_validator
 
 
 class Topics(BaseModel):
@@ -42,6 +42,26 @@ class ConsumerConfig(BaseModel):
         description=(
             "Consumer group prefix shared by every daemon of a deployment "
             "(<id>.documents, <id>.transcripts, <id>.requests)."
+        ),
+    )
+    session_timeout_ms: int = Field(
+        10_000,
+        ge=1000,
+        le=3_600_000,
+        description=(
+            "A daemon that sends no heartbeat for this long leaves its groups, and its partitions "
+            "move to the others: a killed daemon's partitions wait this long. Apache Kafka accepts "
+            "its group.min/max.session.timeout.ms (6 s to 30 min by default). tansu holds a group's "
+            "first join for half of it, so a shorter one also starts a daemon faster there."
+        ),
+    )
+    heartbeat_interval_ms: int = Field(
+        3_000,
+        ge=100,
+        le=1_200_000,
+        description=(
+            "How often each consumer heartbeats: at most a third of the session timeout (lowered "
+            "to it when not set)."
         ),
     )
     ingest_max_records: int = Field(128, ge=1, le=10_000, description="Most records handled as one ingest batch.")
@@ -111,6 +131,22 @@ class ConsumerConfig(BaseModel):
             "Apache Kafka's 1 MB message limit and the producer's 1 MiB request limit."
         ),
     )
+
+    @model_validator(mode="after")
+    def _heartbeat_within_session(self) -> ConsumerConfig:
+        # Kafka's rule of thumb: three heartbeats may be lost before the session ends. Only a
+        # shorter session given alone (say Apache Kafka's minimum, 6 s) brings the default down.
+        if (
+            "heartbeat_interval_ms" not in self.model_fields_set
+            and self.heartbeat_interval_ms * 3 > self.session_timeout_ms
+        ):
+            self.heartbeat_interval_ms = self.session_timeout_ms // 3
+        if self.heartbeat_interval_ms * 3 > self.session_timeout_ms:
+            raise ValueError(
+                f"heartbeat_interval_ms ({self.heartbeat_interval_ms}) must be at most a third of "
+                f"session_timeout_ms ({self.session_timeout_ms})"
+            )
+        return self
 
 
 class KafkaSecurity(BaseModel):

@@ -75,6 +75,9 @@ class Daemon:
     stopped: bool = False
     partition_counts: PartitionCounts | None = None
     compute: CommunityComputer | None = None  # the graph's detection process (graph.compute)
+    # False for workers lent by start_daemon's caller: closing them is the caller's job.
+    owns_embedder: bool = True
+    owns_compute: bool = True
 
     def spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
         """Run a background loop for the daemon's lifetime; its death is logged, never silent."""
@@ -115,8 +118,9 @@ class Daemon:
         if self.http is not None:
             await bounded("http server", self.http.cleanup())
         await bounded("redis", self.redis.aclose())
-        self.embedder.close()
-        if self.compute is not None:
+        if self.owns_embedder:
+            self.embedder.close()
+        if self.compute is not None and self.owns_compute:
             self.compute.close()
         log.info("daemon.shutdown_finished")
 
@@ -166,21 +170,39 @@ async def _start_broker(broker: KafkaBroker) -> None:
     broker.running = True
 
 
-async def start_daemon(settings: Settings, *, ready_timeout_s: float = 120.0) -> Daemon:
+async def start_daemon(
+    settings: Settings,
+    *,
+    ready_timeout_s: float = 120.0,
+    embedder: SentenceTransformerEmbedder | None = None,
+    compute: CommunityComputer | None = None,
+) -> Daemon:
     """Start everything and return once every subscriber has joined its group.
+
+    ``embedder`` and ``compute`` are workers the caller started and lends to this daemon (it
+    never closes them): daemons in one process, such as a test suite's, then share one model
+    process and one detection process instead of starting their own (seconds each).
 
     Raises:
         BackendUnavailable: Redis or Kafka did not come up in time.
+        ValueError: a lent embedder was loaded with other embedding settings.
     """
     offline_environment()
+    if embedder is not None and embedder.config != settings.embedding:
+        raise ValueError("the lent embedder was loaded with other embedding settings than the daemon's")
+    owns_embedder, owns_compute = embedder is None, compute is None
     redis = redis_client(settings)
+    if not settings.graph.enabled:
+        compute = None
+    elif compute is None:
+        compute = CommunityComputer()
     # The graph layer's compute process imports cdlib while the embedding worker loads its model.
-    compute = CommunityComputer() if settings.graph.enabled else None
-    warming = asyncio.create_task(compute.start()) if compute is not None else None
+    warming = asyncio.create_task(compute.start()) if compute is not None and owns_compute else None
     try:
-        embedder = await SentenceTransformerEmbedder.load(settings.embedding)
+        if embedder is None:
+            embedder = await SentenceTransformerEmbedder.load(settings.embedding)
     except BaseException:
-        if compute is not None:
+        if compute is not None and owns_compute:
             compute.close()
         raise
     finally:
@@ -261,10 +283,12 @@ async def start_daemon(settings: Settings, *, ready_timeout_s: float = 120.0) ->
             compute=compute,
         )
     except BaseException:
-        embedder.close()
-        if compute is not None:
+        if owns_embedder:
+            embedder.close()
+        if compute is not None and owns_compute:
             compute.close()
         raise
+    daemon.owns_embedder, daemon.owns_compute = owns_embedder, owns_compute
     status = daemon.status
     if settings.http_port:
         checks = readiness_checks(index=index, state=status, stale_after_s=max(30.0, 4 * settings.status_sample_s))

@@ -150,6 +150,11 @@ class SentenceTransformerEmbedder:
         return embedder
 
     @property
+    def config(self) -> EmbeddingConfig:
+        """The settings it was loaded with."""
+        return self._cfg
+
+    @property
     def dims(self) -> int:
         """Vector dimensionality."""
         return self._dims

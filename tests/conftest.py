@@ -92,11 +92,19 @@ def kafka_bootstrap(tmp_root: Path) -> Iterator[str]:
     server.stop()
 
 
-@pytest.fixture(scope="session")
-async def embedder() -> AsyncIterator[object]:
-    from memory.config import EmbeddingConfig
-    from memory.embedder import SentenceTransformerEmbedder
+@pytest.fixture(scope="session", autouse=True)
+def _shared_workers_closed() -> Iterator[None]:
+    """The session's shared embedding and detection workers (tests.helpers.shared_workers),
+    started by the first test that needs them, are closed at the end."""
+    from tests.helpers import close_shared_workers
 
-    emb = await SentenceTransformerEmbedder.load(EmbeddingConfig())  # type: ignore[call-arg]
-    yield emb
-    emb.close()
+    yield
+    close_shared_workers()
+
+
+@pytest.fixture(scope="session")
+async def embedder() -> object:
+    """The session's shared embedder (tests that close or break one load their own)."""
+    from tests.helpers import shared_workers
+
+    return (await shared_workers())[0]

@@ -16,21 +16,32 @@ from typing import TYPE_CHECKING, Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from consumers.config import Topics
+from consumers.config import ConsumerConfig, Topics
 from daemon.settings import Settings, namespaced
 
 if TYPE_CHECKING:
     from daemon.app import Daemon
+    from graph.compute import CommunityComputer
+    from memory.embedder import SentenceTransformerEmbedder
+
+
+# tansu holds a group's first join for half the session timeout: 2 s instead of 5 s for every
+# daemon the suite starts, and a killed daemon's partitions move in 4 s instead of 10.
+TEST_SESSION = {"session_timeout_ms": 4000, "heartbeat_interval_ms": 1000}
 
 
 def isolated_settings(name: str, kafka_bootstrap: str, redis_url: str, **over: Any) -> Settings:
-    """``daemon.settings.namespaced`` with test defaults: 2 partitions, no HTTP server."""
+    """``daemon.settings.namespaced`` with test defaults: 2 partitions, no HTTP server, the
+    short consumer session of ``TEST_SESSION`` unless the given ``consumer`` sets its own."""
+    consumer = over.pop("consumer", ConsumerConfig(group_id=name))
+    session = {k: v for k, v in TEST_SESSION.items() if k not in consumer.model_fields_set}
     return namespaced(
         name,
         kafka_bootstrap=kafka_bootstrap,
         redis_url=redis_url,
         topic_partitions=over.pop("topic_partitions", 2),
         http_port=over.pop("http_port", 0),
+        consumer=consumer.model_copy(update=session),
         **over,
     )
 
@@ -45,6 +56,8 @@ def settings_env(settings: Settings) -> dict[str, str]:
         "AGENTMEM_INDEX__NAME": settings.index.name,
         "AGENTMEM_LOG_FORMAT": "json",
         "AGENTMEM_HTTP_PORT": str(settings.http_port),
+        "AGENTMEM_CONSUMER__SESSION_TIMEOUT_MS": str(settings.consumer.session_timeout_ms),
+        "AGENTMEM_CONSUMER__HEARTBEAT_INTERVAL_MS": str(settings.consumer.heartbeat_interval_ms),
     }
     for field, value in settings.topics.model_dump().items():
         env[f"AGENTMEM_TOPICS__{field.upper()}"] = value
@@ -77,20 +90,59 @@ async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 20.0
     raise AssertionError(f"not reached within {timeout}s: {what}")
 
 
+_shared: dict[str, Any] = {}
+
+
+async def shared_workers() -> tuple[SentenceTransformerEmbedder, CommunityComputer]:
+    """One embedding worker and one community-detection worker for the whole session, lent to
+    the in-process daemons (each would otherwise start its own: ~6 s of model loading)."""
+    from graph.compute import CommunityComputer
+    from memory.config import EmbeddingConfig
+    from memory.embed_worker import CRASH_MARKER_ENV
+    from memory.embedder import SentenceTransformerEmbedder
+
+    if not _shared:
+        # A test's fault injection must never reach the session's worker (it reads the
+        # marker when it is spawned, and again at every restart).
+        assert CRASH_MARKER_ENV not in os.environ, "start a daemon with own_workers=True under a crash marker"
+        compute = CommunityComputer()
+        embedder, _ = await asyncio.gather(SentenceTransformerEmbedder.load(EmbeddingConfig()), compute.start())
+        _shared.update(embedder=embedder, compute=compute)
+    return _shared["embedder"], _shared["compute"]
+
+
+def close_shared_workers() -> None:
+    for worker in _shared.values():
+        worker.close()
+    _shared.clear()
+
+
+async def start_daemon(settings: Settings, *, own_workers: bool = False, **kw: Any) -> Daemon:
+    """``daemon.app.start_daemon`` with the session's shared workers lent to it, unless the
+    test kills or poisons its daemon's workers (``own_workers``) or its embedding settings
+    differ from the defaults."""
+    from daemon.app import start_daemon as start
+    from memory.config import EmbeddingConfig
+
+    if own_workers or settings.embedding != EmbeddingConfig():
+        return await start(settings, **kw)
+    embedder, compute = await shared_workers()
+    return await start(settings, embedder=embedder, compute=compute, **kw)
+
+
 @asynccontextmanager
 async def daemon_and_client(
-    settings: Settings, reply_topic: str | None = None
+    settings: Settings, reply_topic: str | None = None, *, own_workers: bool = False
 ) -> AsyncIterator[tuple[Daemon, PlainClient]]:
     """An in-process daemon and a ``PlainClient`` reading ``reply_topic`` (default: the daemon's
     reply topic; any other is created first); both are stopped on the way out."""
-    from daemon.app import start_daemon
     from daemon.topics import ensure_topics
 
     reply_topic = reply_topic or settings.topics.replies
     if reply_topic != settings.topics.replies:
         await ensure_topics(settings.kafka_bootstrap, [reply_topic], partitions=1, replication=1)
     async with AsyncExitStack() as stack:  # the daemon is stopped even if the client's stop fails
-        daemon = await start_daemon(settings)
+        daemon = await start_daemon(settings, own_workers=own_workers)
         stack.push_async_callback(daemon.stop)
         client = PlainClient(settings.kafka_bootstrap, settings.topics, reply_topic)
         stack.push_async_callback(client.stop)

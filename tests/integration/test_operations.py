@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from daemon.app import Daemon, start_daemon
+from daemon.app import Daemon
 from daemon.launcher import (
     LauncherError,
     ServerProcess,
@@ -31,7 +31,7 @@ from daemon.launcher import (
 )
 from graph.config import GraphConfig
 from tests.conftest import unique
-from tests.helpers import PlainClient, eventually, isolated_settings
+from tests.helpers import PlainClient, eventually, isolated_settings, start_daemon
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from daemon.app import Daemon, start_daemon
+from daemon.app import Daemon
 from daemon.reindex import reindex
 from daemon.settings import Settings
 from graph.store import GraphStore
@@ -27,6 +27,7 @@ from tests.helpers import (
     eventually,
     isolated_settings,
     settings_env,
+    start_daemon,
     stored_chunks,
 )
 

@@ -18,12 +18,11 @@ from faststream.security import BaseSecurity, SASLPlaintext, SASLScram512
 from pydantic import SecretStr
 
 from consumers.config import KafkaSecurity
-from daemon.app import start_daemon
 from daemon.connections import redis_client
 from daemon.launcher import free_port, start_redis
 from memory.errors import Unauthorized
 from tests.conftest import unique
-from tests.helpers import daemon_and_client, eventually, isolated_settings, read_dlq
+from tests.helpers import daemon_and_client, eventually, isolated_settings, read_dlq, start_daemon
 
 pytestmark = pytest.mark.integration
 

@@ -16,12 +16,11 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from daemon.app import start_daemon
 from daemon.launcher import free_port, start_redis, start_tansu
 from memory.config import IngestConfig
 from memory.embed_worker import CRASH_MARKER_ENV
 from tests.conftest import unique
-from tests.helpers import PlainClient, daemon_and_client, eventually, isolated_settings, read_dlq
+from tests.helpers import PlainClient, daemon_and_client, eventually, isolated_settings, read_dlq, start_daemon
 
 pytestmark = pytest.mark.integration
 
@@ -157,7 +156,8 @@ async def test_embedding_worker_killed_under_ingestion_is_an_outage_not_a_dead_l
     """The model's process dies mid-batch: the batch waits for a new worker; nothing is dead-lettered."""
     name = unique("embed-kill")
     settings = isolated_settings(name, kafka_bootstrap, redis_url, topic_partitions=1)
-    async with daemon_and_client(settings, f"{name}.my-replies") as (daemon, client):
+    # Its own workers: this test kills the model's process.
+    async with daemon_and_client(settings, f"{name}.my-replies", own_workers=True) as (daemon, client):
         body = " ".join(f"Sentence {i} of the walrus migration runbook, step {i} of many." for i in range(60))
         for i in range(48):  # ~190 chunks: several seconds of embedding
             await client.send(settings.topics.documents, doc(f"kill/{i}", f"{body} Doc {i}."), key=f"k{i}")
@@ -195,7 +195,7 @@ async def test_input_that_crashes_the_worker_is_dead_lettered_and_the_rest_flows
     settings = isolated_settings(
         name, kafka_bootstrap, redis_url, topic_partitions=1, ingest=IngestConfig(embed_crash_limit=2)
     )
-    async with daemon_and_client(settings, f"{name}.my-replies") as (daemon, client):
+    async with daemon_and_client(settings, f"{name}.my-replies", own_workers=True) as (daemon, client):
         first_pid = daemon.embedder.worker_pid
         # One produce batch, so one poll and one embedding group: the group must be split.
         for i, text in enumerate(["walrus ledger one", f"walrus ledger {marker}", "walrus ledger three"]):

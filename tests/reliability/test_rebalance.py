@@ -12,11 +12,10 @@ import uuid
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from daemon.app import start_daemon
 from daemon.topics import ensure_topics
 from graph.config import GraphConfig
 from tests.conftest import unique
-from tests.helpers import eventually, isolated_settings
+from tests.helpers import eventually, isolated_settings, start_daemon
 
 pytestmark = pytest.mark.integration
 
@@ -55,11 +54,11 @@ async def test_a_forget_applied_by_the_new_owner_is_never_undone_by_the_old_one(
     try:
         await asyncio.wait_for(held.wait(), 60)
         joining = asyncio.ensure_future(start_daemon(settings))  # scale out: the group rebalances
-        await asyncio.sleep(12)  # B loads its model and joins (on the old code: takes a partition)
+        await asyncio.sleep(6)  # B joins, with the session's model (on the old code: takes a partition)
         for p in (0, 1):
             ev = {"event_id": uuid.uuid4().hex, "op": "forget", "agent_id": "agent", "session_id": f"s{p}"}
             await producer.send_and_wait(topic, json.dumps(ev).encode(), key=f"agent/s{p}".encode(), partition=p)
-        await asyncio.sleep(8)  # on the old code, B applies its partition's forget here
+        await asyncio.sleep(4)  # on the old code, B applies its partition's forget here
         gate.set()  # A's batch goes on
         b = await asyncio.wait_for(joining, 120)
         joining = None
@@ -68,7 +67,7 @@ async def test_a_forget_applied_by_the_new_owner_is_never_undone_by_the_old_one(
             return not any([await a.index.chunk_ids(d) for d in turn_ids])
 
         await eventually(both_forgotten, timeout=60, what="both sessions' turns forgotten")
-        await asyncio.sleep(3)  # and they stay forgotten
+        await asyncio.sleep(2)  # and they stay forgotten
         assert not any([await a.index.chunk_ids(d) for d in turn_ids])
     finally:
         gate.set()

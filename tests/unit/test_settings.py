@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from pydantic import ValidationError
 
+from consumers.config import ConsumerConfig
 from daemon.settings import Settings, render_toml
 from memory.schema import index_schema
 
@@ -84,3 +86,12 @@ def test_cli_prints_the_toml() -> None:
         [str(Path(sys.executable).parent / "agentmemd"), "config", "toml"], capture_output=True, text=True, check=True
     )
     assert out.stdout == render_toml()
+
+
+def test_a_heartbeat_over_a_third_of_the_session_is_refused() -> None:
+    """Three heartbeats must fit in a session, or one late heartbeat drops the daemon from its groups."""
+    assert ConsumerConfig(session_timeout_ms=6000, heartbeat_interval_ms=2000).heartbeat_interval_ms == 2000
+    with pytest.raises(ValidationError, match="at most a third"):
+        ConsumerConfig(session_timeout_ms=6000, heartbeat_interval_ms=2001)
+    assert ConsumerConfig(session_timeout_ms=6000).heartbeat_interval_ms == 2000  # the default, 3 s, lowered
+    assert ConsumerConfig().heartbeat_interval_ms == 3000
