@@ -60,8 +60,7 @@ class ConsumerConfig(BaseModel):
         ge=100,
         le=1_200_000,
         description=(
-            "How often each consumer heartbeats: at most a third of the session timeout (lowered "
-            "to it when not set)."
+            "How often each consumer heartbeats: at most a third of the session timeout (lowered to it when not set)."
         ),
     )
     ingest_max_records: int = Field(128, ge=1, le=10_000, description="Most records handled as one ingest batch.")
