@@ -414,6 +414,7 @@ async def reindex(
     keep_old: bool = False,
     allow_losses: bool = False,
     on_progress: Callable[[ReindexProgress], None] = lambda _p: None,
+    embedder: SentenceTransformerEmbedder | None = None,
 ) -> ReindexReport:
     """Rebuild the index into a new generation from Kafka with ``settings`` and switch to it.
 
@@ -424,6 +425,8 @@ async def reindex(
         allow_losses: switch even if docs the old generation serves are not in the new one
             (and cannot be copied over: another spec).
         on_progress: called as the replay advances (from the event loop; keep it quick).
+        embedder: a loaded embedder to borrow (never closed here; its settings must be
+            ``settings.embedding``); by default the build loads its own.
 
     Raises:
         NotFound: there is no index to rebuild yet.
@@ -431,6 +434,7 @@ async def reindex(
         ReindexWouldLose: docs the old generation serves are not in the new one (and
             ``allow_losses`` is not set); nothing changed.
         BackendUnavailable: Redis or Kafka went away before the switch (nothing changed).
+        ValueError: a lent embedder was loaded with other embedding settings.
     """
     from daemon.app import offline_environment
 
@@ -442,8 +446,12 @@ async def reindex(
     def report() -> None:
         on_progress(progress)
 
+    if embedder is not None and embedder.config != settings.embedding:
+        raise ValueError("the lent embedder was loaded with other embedding settings than the build's")
+    owns_embedder = embedder is None
     redis = redis_client(settings)
-    embedder = await SentenceTransformerEmbedder.load(settings.embedding)
+    if embedder is None:
+        embedder = await SentenceTransformerEmbedder.load(settings.embedding)
     spec = index_spec(settings.index, model=settings.embedding.model, dims=embedder.dims, chunking=settings.chunking)
     registry = GenerationRegistry(redis, settings.index.name)
     replayer: _Replayer | None = None
@@ -675,7 +683,8 @@ async def reindex(
         if replayer is not None:
             await bounded("stop the replay consumer", replayer.consumer.stop())
         await bounded("close redis", redis.aclose())
-        embedder.close()
+        if owns_embedder:
+            embedder.close()
 
 
 async def _went_live(registry: GenerationRegistry, gen: int) -> bool | None:

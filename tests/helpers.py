@@ -21,6 +21,7 @@ from daemon.settings import Settings, namespaced
 
 if TYPE_CHECKING:
     from daemon.app import Daemon
+    from daemon.reindex import ReindexReport
     from graph.compute import CommunityComputer
     from memory.embedder import SentenceTransformerEmbedder
 
@@ -128,6 +129,18 @@ async def start_daemon(settings: Settings, *, own_workers: bool = False, **kw: A
         return await start(settings, **kw)
     embedder, compute = await shared_workers()
     return await start(settings, embedder=embedder, compute=compute, **kw)
+
+
+async def reindex(settings: Settings, *, own_workers: bool = False, **kw: Any) -> ReindexReport:
+    """``daemon.reindex.reindex`` with the session's embedder lent to the build (as
+    ``start_daemon`` here), unless ``own_workers`` or other embedding settings."""
+    from daemon.reindex import reindex as build
+    from memory.config import EmbeddingConfig
+
+    if own_workers or settings.embedding != EmbeddingConfig():
+        return await build(settings, **kw)
+    embedder, _ = await shared_workers()
+    return await build(settings, embedder=embedder, **kw)
 
 
 @asynccontextmanager

@@ -300,14 +300,14 @@ async def test_a_large_documents_chunking_extraction_and_write_run_off_the_event
 ) -> None:
     """Pure Python at up to ~1 ms per chunk: on the event loop, a 756-chunk document's
     extraction stalled every query for 0.7 s (measured on a live daemon); its write's hashes
-    and the graph read of a recompute after it, ~0.2-0.3 s each. They run in threads; the doc
-    is indexed and extracted as before."""
+    and the graph read of a recompute after it, ~0.2-0.3 s each; a capped contribution's JSON,
+    30-65 ms. They run in threads; the doc is indexed and extracted as before."""
     import graph.service
     import graph.store
     import memory.index
     import memory.ingest
 
-    names = ("chunk_spans", "contribution_parts", "_record_mapping", "_parse_graph")
+    names = ("chunk_spans", "contribution_parts", "_record_mapping", "_parse_graph", "to_json")
     threads: dict[str, set[int]] = {name: set() for name in names}
 
     def spy(name: str, fn: Any) -> Any:
@@ -322,6 +322,9 @@ async def test_a_large_documents_chunking_extraction_and_write_run_off_the_event
     monkeypatch.setattr(graph.service, "contribution_parts", spy("contribution_parts", parts))
     monkeypatch.setattr(memory.index, "_record_mapping", spy("_record_mapping", memory.index._record_mapping))
     monkeypatch.setattr(graph.store, "_parse_graph", spy("_parse_graph", graph.store._parse_graph))
+    # This doc's contribution is small (few distinct words); its JSON takes the large path.
+    monkeypatch.setattr(graph.store, "_INLINE_JSON_ITEMS", 0)
+    monkeypatch.setattr(graph.store.Contribution, "to_json", spy("to_json", graph.store.Contribution.to_json))
     words = "the pool retries while a cache warms and every worker drains its queue before noon".split()
     content = "Stripe reported ERR_LEDGER_LOCK_9C1. " + " ".join(words[(i * 7) % len(words)] for i in range(21_000))
     doc = "manuals/large.md"

@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 
 from daemon.app import Daemon
-from daemon.reindex import reindex
 from daemon.settings import Settings
 from graph.store import GraphStore
 from memory.config import ChunkingConfig
@@ -26,6 +25,7 @@ from tests.helpers import (
     daemon_and_client,
     eventually,
     isolated_settings,
+    reindex,
     settings_env,
     start_daemon,
     stored_chunks,
@@ -258,7 +258,7 @@ async def test_reindex_refuses_to_switch_when_the_new_build_would_lose_docs(
     # Only workers spawned from now on (the rebuild's) crash on the marked doc.
     monkeypatch.setenv(CRASH_MARKER_ENV, marker)
     same = settings.model_copy(update={"ingest": settings.ingest.model_copy(update={"embed_crash_limit": 1})})
-    rep = await reindex(same)
+    rep = await reindex(same, own_workers=True)  # its worker must read the marker
     assert rep.progress.failed >= 1 and rep.progress.carried == 1 and rep.old_dropped, rep
     await daemon.index.state(fresh=True)
     assert await daemon.index.chunk_ids("rx/1")
@@ -266,14 +266,14 @@ async def test_reindex_refuses_to_switch_when_the_new_build_would_lose_docs(
     before = (await registry.state()).active
     build = same.model_copy(update={"chunking": ChunkingConfig(max_tokens=64, overlap=8)})
     with pytest.raises(ReindexWouldLose) as refused:
-        await reindex(build)
+        await reindex(build, own_workers=True)
     assert "rx/1" in str(refused.value) and "rx/0" not in str(refused.value)
     state = await registry.state()
     assert state.active == before and state.building == 0, state
     _, reply = await client.ask({"query_id": "still", "search_text": "ERR_RX_0001", "top_k": 1})
     assert reply["results"][0]["doc_id"] == "rx/1", reply
 
-    rep = await reindex(build, allow_losses=True)
+    rep = await reindex(build, allow_losses=True, own_workers=True)
     assert rep.new_generation != before and rep.progress.failed >= 1
 
     async def switched_without_rx1() -> bool:

@@ -20,7 +20,6 @@ from aiokafka.errors import KafkaConnectionError
 
 import daemon.reindex as reindex_mod
 from daemon.launcher import free_port, start_tansu
-from daemon.reindex import reindex
 from daemon.topics import ensure_topics
 from memory.config import ChunkingConfig
 from memory.embedder import EmbedderError, SentenceTransformerEmbedder
@@ -36,6 +35,7 @@ from tests.helpers import (
     eventually,
     in_graph,
     isolated_settings,
+    reindex,
     settings_env,
     topic_tenancy_daemon,
 )
