@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
-ORDER = ["ingest", "latency", "scifact", "identifiers", "scale", "stale_latency"]
+ORDER = ["ingest", "latency", "scifact", "identifiers", "scale", "stale_latency", "write_block"]
 SCRIPTS = {
     "ingest": "bench/ingest.py",
     "latency": "bench/latency.py",
@@ -30,6 +30,7 @@ SCRIPTS = {
     "scale": "bench/scale.py",
     "stale_latency": "bench/stale_latency.py",
     "identifiers": "bench/identifiers.py",
+    "write_block": "bench/write_block.py",
 }
 README = Path(__file__).resolve().parent.parent / "README.md"
 START, END = "<!-- bench:start -->", "<!-- bench:end -->"
