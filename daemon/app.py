@@ -281,6 +281,8 @@ async def start_daemon(
             graph,
             partition_counts=partition_counts,
             compute=compute,
+            owns_embedder=owns_embedder,
+            owns_compute=owns_compute,
         )
     except BaseException:
         if owns_embedder:
@@ -288,7 +290,6 @@ async def start_daemon(
         if compute is not None and owns_compute:
             compute.close()
         raise
-    daemon.owns_embedder, daemon.owns_compute = owns_embedder, owns_compute
     status = daemon.status
     if settings.http_port:
         checks = readiness_checks(index=index, state=status, stale_after_s=max(30.0, 4 * settings.status_sample_s))

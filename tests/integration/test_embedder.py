@@ -415,3 +415,27 @@ async def test_a_process_that_ran_the_worker_exits_without_leaked_semaphores(tmp
     assert code == 0, err.decode(errors="replace")[-2000:]
     assert b"embed.model_loaded" in out + err  # it really loaded the model
     assert b"leaked semaphore" not in err, err.decode(errors="replace")[-2000:]
+
+
+async def test_a_lent_embedder_must_match_the_settings_and_is_never_closed_by_its_borrower(
+    embedder: Any, kafka_bootstrap: str, redis_url: str
+) -> None:
+    """A daemon or a build refuses an embedder loaded with other embedding settings (its
+    vectors would not be the index's); one that matches serves the daemon and outlives it."""
+    from daemon.app import start_daemon
+    from daemon.reindex import reindex
+    from graph.config import GraphConfig
+    from tests.conftest import unique
+    from tests.helpers import isolated_settings
+
+    name = unique("lent")
+    other = isolated_settings(name, kafka_bootstrap, redis_url, embedding=EmbeddingConfig(precision="float32"))
+    with pytest.raises(ValueError, match="other embedding settings"):
+        await start_daemon(other, embedder=embedder)
+    with pytest.raises(ValueError, match="other embedding settings"):
+        await reindex(other, embedder=embedder)
+    settings = isolated_settings(name, kafka_bootstrap, redis_url, graph=GraphConfig(enabled=False))
+    daemon = await start_daemon(settings, embedder=embedder)
+    await daemon.stop()
+    assert embedder.worker_pid is not None
+    assert (await embedder.embed_query("still served")).shape == (embedder.dims,)
