@@ -55,12 +55,13 @@ class ConsumerConfig(BaseModel):
             "first join for half of it, so a shorter one also starts a daemon faster there."
         ),
     )
-    heartbeat_interval_ms: int = Field(
-        3_000,
+    heartbeat_interval_ms: int | None = Field(
+        None,
         ge=100,
         le=1_200_000,
         description=(
-            "How often each consumer heartbeats: at most a third of the session timeout (lowered to it when not set)."
+            "How often each consumer heartbeats, at most a third of the session timeout. Unset: a "
+            "third of it, 3 s at most (aiokafka's default)."
         ),
     )
     ingest_max_records: int = Field(128, ge=1, le=10_000, description="Most records handled as one ingest batch.")
@@ -133,19 +134,20 @@ class ConsumerConfig(BaseModel):
 
     @model_validator(mode="after")
     def _heartbeat_within_session(self) -> ConsumerConfig:
-        # Kafka's rule of thumb: three heartbeats may be lost before the session ends. Only a
-        # shorter session given alone (say Apache Kafka's minimum, 6 s) brings the default down.
-        if (
-            "heartbeat_interval_ms" not in self.model_fields_set
-            and self.heartbeat_interval_ms * 3 > self.session_timeout_ms
-        ):
-            self.heartbeat_interval_ms = self.session_timeout_ms // 3
-        if self.heartbeat_interval_ms * 3 > self.session_timeout_ms:
+        # Kafka's rule of thumb: three heartbeats may be lost before the session ends.
+        if self.heartbeat_interval_ms is not None and self.heartbeat_interval_ms * 3 > self.session_timeout_ms:
             raise ValueError(
                 f"heartbeat_interval_ms ({self.heartbeat_interval_ms}) must be at most a third of "
                 f"session_timeout_ms ({self.session_timeout_ms})"
             )
         return self
+
+    @property
+    def heartbeat_ms(self) -> int:
+        """The heartbeat interval in effect: the setting, or a third of the session (3 s at most)."""
+        if self.heartbeat_interval_ms is not None:
+            return self.heartbeat_interval_ms
+        return min(3_000, self.session_timeout_ms // 3)
 
 
 class KafkaSecurity(BaseModel):

@@ -279,7 +279,11 @@ def build_router(
         "fetch_max_wait_ms": cfg.ingest_fetch_max_wait_ms,
         "max_poll_interval_ms": cfg.ingest_max_poll_interval_ms,
         "session_timeout_ms": cfg.session_timeout_ms,
-        "heartbeat_interval_ms": cfg.heartbeat_interval_ms,
+        "heartbeat_interval_ms": cfg.heartbeat_ms,
+        # aiokafka's default rebalance timeout is the session timeout: a batch in hand when a
+        # rebalance starts (AssignmentWatcher holds the revocation for it) may take as long as
+        # any batch may, or the member is dropped and its late write undoes the new owner's.
+        "rebalance_timeout_ms": cfg.ingest_max_poll_interval_ms,
         "auto_offset_reset": "earliest",
         # Commit after the handler returns; on an error, seek back so nothing is skipped.
         "ack_policy": AckPolicy.NACK_ON_ERROR,
@@ -327,7 +331,7 @@ def build_router(
         max_workers=cfg.query_workers,
         fetch_max_wait_ms=cfg.query_fetch_max_wait_ms,
         session_timeout_ms=cfg.session_timeout_ms,
-        heartbeat_interval_ms=cfg.heartbeat_interval_ms,
+        heartbeat_interval_ms=cfg.heartbeat_ms,
         # "latest" lost every request sent to a new tenant topic (or partition) before the
         # pattern subscription found it: the group has no offset there. From the beginning,
         # with old requests skipped by age (query_max_age_ms), answers those instead.

@@ -291,45 +291,50 @@ async def start_daemon(
             compute.close()
         raise
     status = daemon.status
-    if settings.http_port:
-        checks = readiness_checks(index=index, state=status, stale_after_s=max(30.0, 4 * settings.status_sample_s))
-        try:
-            daemon.http = await start_http(
-                build_app(state=status, ready_check=checks), settings.http_host, settings.http_port
+    # From here the Daemon owns what it started: a failure stops it all (its owned workers too).
+    try:
+        if settings.http_port:
+            checks = readiness_checks(index=index, state=status, stale_after_s=max(30.0, 4 * settings.status_sample_s))
+            try:
+                daemon.http = await start_http(
+                    build_app(state=status, ready_check=checks), settings.http_host, settings.http_port
+                )
+                log.info("daemon.http_started", host=settings.http_host, port=settings.http_port)
+            except OSError as exc:
+                # Memory keeps working without its status page; say so loudly instead of dying.
+                log.error("daemon.http_failed", host=settings.http_host, port=settings.http_port, error=str(exc))
+
+        def on_assigned(name: str, partitions: int) -> None:
+            daemon.assigned[name] = partitions
+            if all(s in daemon.assigned for s in SUBSCRIBERS) and not daemon.ready.is_set():
+                daemon.ready.set()
+
+        def on_revoked(name: str) -> None:
+            daemon.assigned.pop(name, None)  # /readyz says so until the next assignment
+
+        broker.include_router(
+            build_router(
+                ingestor=ingestor,
+                search=search,
+                topics=settings.topics,
+                cfg=settings.consumer,
+                filter_keys=settings.index.filter_keys,
+                ingest_cfg=settings.ingest,
+                stopping=ingestor.stopping,
+                on_assigned=on_assigned,
+                on_revoked=on_revoked,
+                publish_reply=lambda body, topic, cid, partition: broker.publish(
+                    body, topic=topic, correlation_id=cid, partition=partition
+                ),
+                partition_counts=partition_counts,
+                on_query_done=status.record_query,
+                attempts_counter=AttemptCounter(client=redis, name=settings.index.name),
             )
-            log.info("daemon.http_started", host=settings.http_host, port=settings.http_port)
-        except OSError as exc:
-            # Memory keeps working without its status page; say so loudly instead of dying.
-            log.error("daemon.http_failed", host=settings.http_host, port=settings.http_port, error=str(exc))
-
-    def on_assigned(name: str, partitions: int) -> None:
-        daemon.assigned[name] = partitions
-        if all(s in daemon.assigned for s in SUBSCRIBERS) and not daemon.ready.is_set():
-            daemon.ready.set()
-
-    def on_revoked(name: str) -> None:
-        daemon.assigned.pop(name, None)  # /readyz says so until the next assignment
-
-    broker.include_router(
-        build_router(
-            ingestor=ingestor,
-            search=search,
-            topics=settings.topics,
-            cfg=settings.consumer,
-            filter_keys=settings.index.filter_keys,
-            ingest_cfg=settings.ingest,
-            stopping=ingestor.stopping,
-            on_assigned=on_assigned,
-            on_revoked=on_revoked,
-            publish_reply=lambda body, topic, cid, partition: broker.publish(
-                body, topic=topic, correlation_id=cid, partition=partition
-            ),
-            partition_counts=partition_counts,
-            on_query_done=status.record_query,
-            attempts_counter=AttemptCounter(client=redis, name=settings.index.name),
         )
-    )
-    await _start_broker(broker)
+        await _start_broker(broker)
+    except BaseException:
+        await daemon.stop()
+        raise
     try:
         await asyncio.wait_for(daemon.ready.wait(), timeout=ready_timeout_s)
     except TimeoutError as exc:

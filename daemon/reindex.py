@@ -449,9 +449,9 @@ async def reindex(
     if embedder is not None and embedder.config != settings.embedding:
         raise ValueError("the lent embedder was loaded with other embedding settings than the build's")
     owns_embedder = embedder is None
-    redis = redis_client(settings)
-    if embedder is None:
+    if embedder is None:  # before the Redis client: a model that fails to load leaks nothing
         embedder = await SentenceTransformerEmbedder.load(settings.embedding)
+    redis = redis_client(settings)
     spec = index_spec(settings.index, model=settings.embedding.model, dims=embedder.dims, chunking=settings.chunking)
     registry = GenerationRegistry(redis, settings.index.name)
     replayer: _Replayer | None = None

@@ -129,6 +129,8 @@ def _toml_value(value: Any) -> str:
         return repr(value)
     if isinstance(value, list):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{_toml_value(str(k))} = {_toml_value(v)}" for k, v in value.items()) + " }"
     return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
@@ -149,5 +151,6 @@ def render_toml() -> str:
             lines += ["", f"[{head}]"] if head else []
         env = "AGENTMEM_" + dotted.replace(".", "__").upper()
         lines.append(f"# {desc} (env {env})")
-        lines.append(f"{leaf} = {_toml_value(default)}")
+        # TOML has no null: a setting unset by default is shown commented out.
+        lines.append(f"# {leaf} =" if default is None else f"{leaf} = {_toml_value(default)}")
     return "\n".join(lines).strip() + "\n"

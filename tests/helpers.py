@@ -27,22 +27,25 @@ if TYPE_CHECKING:
 
 
 # tansu holds a group's first join for half the session timeout: 2 s instead of 5 s for every
-# daemon the suite starts, and a killed daemon's partitions move in 4 s instead of 10.
-TEST_SESSION = {"session_timeout_ms": 4000, "heartbeat_interval_ms": 1000}
+# daemon the suite starts, and a killed daemon's partitions move in 4 s instead of 10 (the
+# heartbeat follows: a third of it).
+TEST_SESSION_MS = 4000
 
 
 def isolated_settings(name: str, kafka_bootstrap: str, redis_url: str, **over: Any) -> Settings:
     """``daemon.settings.namespaced`` with test defaults: 2 partitions, no HTTP server, the
     short consumer session of ``TEST_SESSION`` unless the given ``consumer`` sets its own."""
     consumer = over.pop("consumer", ConsumerConfig(group_id=name))
-    session = {k: v for k, v in TEST_SESSION.items() if k not in consumer.model_fields_set}
+    if "session_timeout_ms" not in consumer.model_fields_set:  # validated again, with the rest
+        given = consumer.model_dump(exclude_unset=True)
+        consumer = ConsumerConfig.model_validate({**given, "session_timeout_ms": TEST_SESSION_MS})
     return namespaced(
         name,
         kafka_bootstrap=kafka_bootstrap,
         redis_url=redis_url,
         topic_partitions=over.pop("topic_partitions", 2),
         http_port=over.pop("http_port", 0),
-        consumer=consumer.model_copy(update=session),
+        consumer=consumer,
         **over,
     )
 
@@ -58,8 +61,9 @@ def settings_env(settings: Settings) -> dict[str, str]:
         "AGENTMEM_LOG_FORMAT": "json",
         "AGENTMEM_HTTP_PORT": str(settings.http_port),
         "AGENTMEM_CONSUMER__SESSION_TIMEOUT_MS": str(settings.consumer.session_timeout_ms),
-        "AGENTMEM_CONSUMER__HEARTBEAT_INTERVAL_MS": str(settings.consumer.heartbeat_interval_ms),
     }
+    if settings.consumer.heartbeat_interval_ms is not None:
+        env["AGENTMEM_CONSUMER__HEARTBEAT_INTERVAL_MS"] = str(settings.consumer.heartbeat_interval_ms)
     for field, value in settings.topics.model_dump().items():
         env[f"AGENTMEM_TOPICS__{field.upper()}"] = value
     return env
@@ -92,6 +96,15 @@ async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 20.0
 
 
 _shared: dict[str, Any] = {}
+_shared_lock = asyncio.Lock()
+
+
+def _no_crash_marker() -> None:
+    from memory.embed_worker import CRASH_MARKER_ENV
+
+    # The worker reads the marker when it is spawned, and again at every restart: a test's
+    # fault injection must never reach the session's worker.
+    assert CRASH_MARKER_ENV not in os.environ, "start a daemon with own_workers=True under a crash marker"
 
 
 async def shared_workers() -> tuple[SentenceTransformerEmbedder, CommunityComputer]:
@@ -99,23 +112,29 @@ async def shared_workers() -> tuple[SentenceTransformerEmbedder, CommunityComput
     the in-process daemons (each would otherwise start its own: ~6 s of model loading)."""
     from graph.compute import CommunityComputer
     from memory.config import EmbeddingConfig
-    from memory.embed_worker import CRASH_MARKER_ENV
     from memory.embedder import SentenceTransformerEmbedder
 
-    if not _shared:
-        # A test's fault injection must never reach the session's worker (it reads the
-        # marker when it is spawned, and again at every restart).
-        assert CRASH_MARKER_ENV not in os.environ, "start a daemon with own_workers=True under a crash marker"
-        compute = CommunityComputer()
-        embedder, _ = await asyncio.gather(SentenceTransformerEmbedder.load(EmbeddingConfig()), compute.start())
-        _shared.update(embedder=embedder, compute=compute)
+    _no_crash_marker()
+    async with _shared_lock:
+        if not _shared:
+            compute = CommunityComputer()
+            try:
+                embedder, _ = await asyncio.gather(SentenceTransformerEmbedder.load(EmbeddingConfig()), compute.start())
+            except BaseException:
+                compute.close()
+                raise
+            _shared.update(embedder=embedder, compute=compute)
     return _shared["embedder"], _shared["compute"]
 
 
 def close_shared_workers() -> None:
-    for worker in _shared.values():
-        worker.close()
+    workers = list(_shared.values())
     _shared.clear()
+    for worker in workers:
+        try:
+            worker.close()
+        except Exception as exc:  # the others are still closed
+            print(f"closing a shared worker failed: {exc!r}", file=sys.stderr)
 
 
 async def start_daemon(settings: Settings, *, own_workers: bool = False, **kw: Any) -> Daemon:

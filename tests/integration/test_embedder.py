@@ -96,27 +96,31 @@ async def test_direct_path_gives_the_pipelines_vectors() -> None:
     assert _is_mean_pooled_text_model(model) and not _is_mean_pooled_text_model(cls)
 
 
-async def test_worker_survives_bad_input_and_restarts_after_a_kill(embedder: Any) -> None:
+async def test_worker_survives_bad_input_and_restarts_after_a_kill() -> None:
     """A failing input is an error for that caller only; a killed worker comes back."""
-    before = await embedder.embed_documents(TEXTS[:1])
-    with pytest.raises(EmbedderError):
-        await embedder.embed_documents([None])  # not a string: the model raises in the worker
-    assert np.array_equal(await embedder.embed_documents(TEXTS[:1]), before)
+    embedder = await SentenceTransformerEmbedder.load(EmbeddingConfig())  # killed here: not the shared one
+    try:
+        before = await embedder.embed_documents(TEXTS[:1])
+        with pytest.raises(EmbedderError):
+            await embedder.embed_documents([None])  # not a string: the model raises in the worker
+        assert np.array_equal(await embedder.embed_documents(TEXTS[:1]), before)
 
-    worker = embedder._worker
-    old_pid = worker._proc.pid
-    # Killed under a request: that request fails as an outage (retried by ingestion, never
-    # dead-lettered; `unavailable` to an asker), and the next call gets a new worker.
-    in_flight = asyncio.ensure_future(embedder.embed_documents([TEXTS[2]] * 256))
-    await asyncio.sleep(0.5)
-    os.kill(old_pid, signal.SIGKILL)
-    with pytest.raises(EmbedderUnavailable) as caught:
-        await in_flight
-    assert caught.value.retryable and caught.value.code == "unavailable"
-    assert not caught.value.attributable  # SIGKILL is the OOM killer or an operator, never the input
-    again = await embedder.embed_documents(TEXTS[:1])
-    assert worker._proc.pid != old_pid and worker.restarts >= 1
-    assert float((again @ before.T).min()) >= 0.9999
+        worker = embedder._worker
+        old_pid = worker._proc.pid
+        # Killed under a request: that request fails as an outage (retried by ingestion, never
+        # dead-lettered; `unavailable` to an asker), and the next call gets a new worker.
+        in_flight = asyncio.ensure_future(embedder.embed_documents([TEXTS[2]] * 256))
+        await asyncio.sleep(0.5)
+        os.kill(old_pid, signal.SIGKILL)
+        with pytest.raises(EmbedderUnavailable) as caught:
+            await in_flight
+        assert caught.value.retryable and caught.value.code == "unavailable"
+        assert not caught.value.attributable  # SIGKILL is the OOM killer or an operator, never the input
+        again = await embedder.embed_documents(TEXTS[:1])
+        assert worker._proc.pid != old_pid and worker.restarts >= 1
+        assert float((again @ before.T).min()) >= 0.9999
+    finally:
+        embedder.close()
 
 
 async def test_worker_exits_with_its_parent_pipes() -> None:
@@ -421,12 +425,13 @@ async def test_a_lent_embedder_must_match_the_settings_and_is_never_closed_by_it
     embedder: Any, kafka_bootstrap: str, redis_url: str
 ) -> None:
     """A daemon or a build refuses an embedder loaded with other embedding settings (its
-    vectors would not be the index's); one that matches serves the daemon and outlives it."""
+    vectors would not be the index's); one that matches serves the daemon and outlives it, as
+    does a lent detection worker."""
     from daemon.app import start_daemon
     from daemon.reindex import reindex
-    from graph.config import GraphConfig
+    from graph import communities
     from tests.conftest import unique
-    from tests.helpers import isolated_settings
+    from tests.helpers import isolated_settings, shared_workers
 
     name = unique("lent")
     other = isolated_settings(name, kafka_bootstrap, redis_url, embedding=EmbeddingConfig(precision="float32"))
@@ -434,8 +439,10 @@ async def test_a_lent_embedder_must_match_the_settings_and_is_never_closed_by_it
         await start_daemon(other, embedder=embedder)
     with pytest.raises(ValueError, match="other embedding settings"):
         await reindex(other, embedder=embedder)
-    settings = isolated_settings(name, kafka_bootstrap, redis_url, graph=GraphConfig(enabled=False))
-    daemon = await start_daemon(settings, embedder=embedder)
+    _, compute = await shared_workers()
+    settings = isolated_settings(name, kafka_bootstrap, redis_url)
+    daemon = await start_daemon(settings, embedder=embedder, compute=compute)
     await daemon.stop()
     assert embedder.worker_pid is not None
     assert (await embedder.embed_query("still served")).shape == (embedder.dims,)
+    await compute(communities.preload)  # the detection worker too

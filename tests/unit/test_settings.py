@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -35,6 +36,16 @@ def test_env_overrides_nested_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AGENTMEM_RETRIEVAL__FETCH_MULTIPLIER", "3")
     s = Settings()
     assert (s.kafka_bootstrap, s.topics.requests, s.retrieval.fetch_multiplier) == ("k:1", "custom.requests", 3.0)
+
+
+def test_the_example_toml_loads_as_the_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The example file is a working config: it loads, and gives exactly the defaults (its
+    dict setting, graph.aliases, was once written as a string, which failed validation)."""
+    for key in [k for k in os.environ if k.startswith("AGENTMEM_")]:
+        monkeypatch.delenv(key)
+    defaults = Settings().model_dump()
+    monkeypatch.setenv("AGENTMEM_CONFIG_FILE", str(ROOT / "config" / "agentmemd.toml"))
+    assert Settings().model_dump() == defaults
 
 
 def test_toml_file_is_read_below_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -89,9 +100,11 @@ def test_cli_prints_the_toml() -> None:
 
 
 def test_a_heartbeat_over_a_third_of_the_session_is_refused() -> None:
-    """Three heartbeats must fit in a session, or one late heartbeat drops the daemon from its groups."""
-    assert ConsumerConfig(session_timeout_ms=6000, heartbeat_interval_ms=2000).heartbeat_interval_ms == 2000
+    """Three heartbeats must fit in a session, or one late heartbeat drops the daemon from its
+    groups; unset, the heartbeat follows the session (Apache Kafka's minimum, 6 s, gives 2 s)."""
+    assert ConsumerConfig(session_timeout_ms=6000, heartbeat_interval_ms=2000).heartbeat_ms == 2000
     with pytest.raises(ValidationError, match="at most a third"):
         ConsumerConfig(session_timeout_ms=6000, heartbeat_interval_ms=2001)
-    assert ConsumerConfig(session_timeout_ms=6000).heartbeat_interval_ms == 2000  # the default, 3 s, lowered
-    assert ConsumerConfig().heartbeat_interval_ms == 3000
+    assert ConsumerConfig(session_timeout_ms=6000).heartbeat_ms == 2000
+    assert ConsumerConfig().heartbeat_ms == 3000  # aiokafka's default, at the default 10 s session
+    assert "heartbeat_interval_ms" not in ConsumerConfig(session_timeout_ms=6000).model_fields_set
