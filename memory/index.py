@@ -43,7 +43,7 @@ from memory.text import index_terms
 
 log = structlog.get_logger()
 
-_RETURN_FIELDS = ("chunk_id", "text", "doc_id", "source", "kind", "metadata", "idents", "timestamp")
+_RETURN_FIELDS = ("chunk_id", "text", "doc_id", "source", "kind", "metadata", "idents", "timestamp", "ts")
 _WATCH_RETRIES = 16
 
 
@@ -184,6 +184,9 @@ def _record_mapping(rec: ChunkRecord, vector: np.ndarray, analysis: Analysis) ->
         "source": rec.source,
         "version": rec.version,
         "timestamp": rec.timestamp,
+        # Not in the schema: RediSearch returns the NUMERIC field rounded to 12 significant
+        # digits (10 ms of an epoch timestamp), while this hash field comes back as written.
+        "ts": repr(float(rec.timestamp)),
         "metadata": json.dumps(rec.metadata, sort_keys=True),
         "vector": np.asarray(vector, dtype=np.float32).tobytes(),
     }
@@ -208,8 +211,15 @@ def _stored(doc: Any, tag_keys: Sequence[str]) -> StoredChunk:
         metadata=metadata if isinstance(metadata, dict) else {},
         tags={k: as_str(getattr(doc, k)) for k in tag_keys if getattr(doc, k, None) is not None},
         idents=tuple(as_str(getattr(doc, "idents", "")).split()),
-        timestamp=_float_or_none(getattr(doc, "timestamp", None)),
+        timestamp=_timestamp(doc),
     )
+
+
+def _timestamp(doc: Any) -> float | None:
+    """The exact stored timestamp (``ts``), else the indexed one, rounded by RediSearch (a
+    chunk written before ``ts`` existed)."""
+    exact = _float_or_none(getattr(doc, "ts", None))
+    return exact if exact is not None else _float_or_none(getattr(doc, "timestamp", None))
 
 
 def _float_or_none(value: Any) -> float | None:
@@ -763,7 +773,7 @@ class ChunkIndex:
                     tags=tags,
                     metadata=stored.metadata,
                     version=int(float(as_str(getattr(doc, "version", "0")))),
-                    timestamp=float(as_str(getattr(doc, "timestamp", "0"))),
+                    timestamp=stored.timestamp or 0.0,
                     tenant=tenant,
                 )
             )

@@ -287,6 +287,18 @@ async def test_a_time_range_filters_every_leg_before_fusion(stack) -> None:
         await retriever.search(SearchSpec(text=text, top_k=3, since=t0 + day, until=t0))
 
 
+async def test_a_hit_carries_its_exact_timestamp(stack) -> None:
+    """RediSearch returns a NUMERIC field rounded to 12 significant digits: an epoch timestamp
+    came back to 10 ms (…000.123456 as …000.12). The stored exact value is returned instead."""
+    _, ingestor, retriever = stack
+    ts = 1_700_000_000.123456  # older than the module's other dated notes (their recency ranks)
+    await ingestor.apply(
+        [MemoryItem(op="upsert", doc_id="ts/exact", version=1, content="The quokka-sync job ran.", timestamp=ts)]
+    )
+    out = await retriever.search(SearchSpec(text="quokka-sync job", top_k=3, since=ts, until=ts))
+    assert [(h.chunk.doc_id, h.chunk.timestamp) for h in out.hits] == [("ts/exact", ts)]
+
+
 async def test_recency_weight_puts_the_newer_of_two_relevant_notes_first(stack) -> None:
     """The status of one thing recorded twice: by relevance the older note wins (it matches
     the query's words better); with a recency weight the newer one comes first, and each hit
