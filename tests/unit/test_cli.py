@@ -7,7 +7,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import typer
 
-from daemon.cli import _tenant_target, _when
+from consumers.config import ConsumerConfig
+from daemon.cli import EMBEDDED_SESSION_MS, _embedded_session, _tenant_target, _when
+from daemon.settings import Settings
 
 
 @pytest.mark.parametrize(
@@ -47,3 +49,16 @@ def test_since_and_until_take_an_iso_time_or_an_age() -> None:
     assert week is not None and abs(datetime.now(UTC) - timedelta(weeks=2) - week) < timedelta(seconds=5)
     with pytest.raises(typer.BadParameter, match="--since"):
         _when("yesterday", "--since")
+
+
+def test_up_uses_a_shorter_session_unless_one_is_configured() -> None:
+    """`agentmemd up` (one machine, tansu) takes Apache Kafka's smallest session, 6 s, for a
+    faster first join; a configured session, or a heartbeat that would not fit, is kept."""
+    assert _embedded_session(Settings()).consumer.session_timeout_ms == EMBEDDED_SESSION_MS == 6000
+    assert _embedded_session(Settings()).consumer.heartbeat_ms == 2000
+    kept = Settings(consumer=ConsumerConfig(session_timeout_ms=20_000))
+    assert _embedded_session(kept).consumer.session_timeout_ms == 20_000
+    slow_heartbeat = Settings(consumer=ConsumerConfig(heartbeat_interval_ms=3000, group_id="g"))
+    out = _embedded_session(slow_heartbeat).consumer
+    assert (out.session_timeout_ms, out.heartbeat_interval_ms, out.group_id) == (10_000, 3000, "g")
+    assert _embedded_session(Settings(consumer=ConsumerConfig(group_id="g"))).consumer.group_id == "g"
