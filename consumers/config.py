@@ -142,6 +142,18 @@ class ConsumerConfig(BaseModel):
             )
         return self
 
+    def with_default_session(self, session_timeout_ms: int) -> ConsumerConfig:
+        """This config with another session timeout, unless one was set; validated again.
+
+        Raises:
+            ValidationError: a heartbeat set alone does not fit the new session.
+        """
+        if "session_timeout_ms" in self.model_fields_set:
+            return self
+        return ConsumerConfig.model_validate(
+            {**self.model_dump(exclude_unset=True), "session_timeout_ms": session_timeout_ms}
+        )
+
     @property
     def heartbeat_ms(self) -> int:
         """The heartbeat interval in effect: the setting, or a third of the session (3 s at most)."""

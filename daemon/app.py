@@ -188,8 +188,8 @@ async def start_daemon(
         ValueError: a lent embedder was loaded with other embedding settings.
     """
     offline_environment()
-    if embedder is not None and embedder.config != settings.embedding:
-        raise ValueError("the lent embedder was loaded with other embedding settings than the daemon's")
+    if embedder is not None:
+        embedder.check_lent_to(settings.embedding, "daemon's")
     owns_embedder, owns_compute = embedder is None, compute is None
     redis = redis_client(settings)
     if not settings.graph.enabled:

@@ -19,7 +19,6 @@ from rich.progress import Progress
 from rich.table import Table
 
 from consumers.client import MemoryClient, QueryFailed
-from consumers.config import ConsumerConfig
 from daemon.app import run_until_stopped
 from daemon.connections import kafka_options, redis_client
 from daemon.launcher import embedded_servers
@@ -91,16 +90,11 @@ EMBEDDED_SESSION_MS = 6_000
 
 
 def _embedded_session(settings: Settings) -> Settings:
-    consumer = settings.consumer
-    if "session_timeout_ms" in consumer.model_fields_set:
+    try:
+        consumer = settings.consumer.with_default_session(EMBEDDED_SESSION_MS)
+    except ValidationError:  # a heartbeat set alone that does not fit it: the default session
         return settings
-    try:  # validated again: a heartbeat set alone may not fit the shorter session
-        shorter = ConsumerConfig.model_validate(
-            {**consumer.model_dump(exclude_unset=True), "session_timeout_ms": EMBEDDED_SESSION_MS}
-        )
-    except ValidationError:
-        return settings
-    return settings.model_copy(update={"consumer": shorter})
+    return settings.model_copy(update={"consumer": consumer})
 
 
 @app.command()

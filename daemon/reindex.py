@@ -446,8 +446,8 @@ async def reindex(
     def report() -> None:
         on_progress(progress)
 
-    if embedder is not None and embedder.config != settings.embedding:
-        raise ValueError("the lent embedder was loaded with other embedding settings than the build's")
+    if embedder is not None:
+        embedder.check_lent_to(settings.embedding, "build's")
     owns_embedder = embedder is None
     if embedder is None:  # before the Redis client: a model that fails to load leaks nothing
         embedder = await SentenceTransformerEmbedder.load(settings.embedding)

@@ -149,10 +149,15 @@ class SentenceTransformerEmbedder:
         log.info("embed.model_loaded", model=cfg.model, path=path, bf16=worker.bf16)
         return embedder
 
-    @property
-    def config(self) -> EmbeddingConfig:
-        """The settings it was loaded with."""
-        return self._cfg
+    def check_lent_to(self, cfg: EmbeddingConfig, borrower: str) -> None:
+        """Refuse to serve a borrower configured for other embedding settings: its vectors
+        would not be its index's.
+
+        Raises:
+            ValueError: ``cfg`` is not the settings this embedder was loaded with.
+        """
+        if cfg != self._cfg:
+            raise ValueError(f"the lent embedder was loaded with other embedding settings than the {borrower}")
 
     @property
     def dims(self) -> int:

@@ -34,11 +34,8 @@ TEST_SESSION_MS = 4000
 
 def isolated_settings(name: str, kafka_bootstrap: str, redis_url: str, **over: Any) -> Settings:
     """``daemon.settings.namespaced`` with test defaults: 2 partitions, no HTTP server, the
-    short consumer session of ``TEST_SESSION`` unless the given ``consumer`` sets its own."""
-    consumer = over.pop("consumer", ConsumerConfig(group_id=name))
-    if "session_timeout_ms" not in consumer.model_fields_set:  # validated again, with the rest
-        given = consumer.model_dump(exclude_unset=True)
-        consumer = ConsumerConfig.model_validate({**given, "session_timeout_ms": TEST_SESSION_MS})
+    short consumer session of ``TEST_SESSION_MS`` unless the given ``consumer`` sets its own."""
+    consumer = over.pop("consumer", ConsumerConfig(group_id=name)).with_default_session(TEST_SESSION_MS)
     return namespaced(
         name,
         kafka_bootstrap=kafka_bootstrap,
@@ -137,29 +134,35 @@ def close_shared_workers() -> None:
             print(f"closing a shared worker failed: {exc!r}", file=sys.stderr)
 
 
-async def start_daemon(settings: Settings, *, own_workers: bool = False, **kw: Any) -> Daemon:
-    """``daemon.app.start_daemon`` with the session's shared workers lent to it, unless the
-    test kills or poisons its daemon's workers (``own_workers``) or its embedding settings
-    differ from the defaults."""
-    from daemon.app import start_daemon as start
+async def _lendable(
+    settings: Settings, own_workers: bool
+) -> tuple[SentenceTransformerEmbedder, CommunityComputer] | None:
+    """The session's workers, unless the test kills or poisons its own (``own_workers``) or
+    its embedding settings differ from the defaults."""
     from memory.config import EmbeddingConfig
 
     if own_workers or settings.embedding != EmbeddingConfig():
+        return None
+    return await shared_workers()
+
+
+async def start_daemon(settings: Settings, *, own_workers: bool = False, **kw: Any) -> Daemon:
+    """``daemon.app.start_daemon`` with the session's shared workers lent to it (see ``_lendable``)."""
+    from daemon.app import start_daemon as start
+
+    if (workers := await _lendable(settings, own_workers)) is None:
         return await start(settings, **kw)
-    embedder, compute = await shared_workers()
+    embedder, compute = workers
     return await start(settings, embedder=embedder, compute=compute, **kw)
 
 
 async def reindex(settings: Settings, *, own_workers: bool = False, **kw: Any) -> ReindexReport:
-    """``daemon.reindex.reindex`` with the session's embedder lent to the build (as
-    ``start_daemon`` here), unless ``own_workers`` or other embedding settings."""
+    """``daemon.reindex.reindex`` with the session's embedder lent to the build (see ``_lendable``)."""
     from daemon.reindex import reindex as build
-    from memory.config import EmbeddingConfig
 
-    if own_workers or settings.embedding != EmbeddingConfig():
+    if (workers := await _lendable(settings, own_workers)) is None:
         return await build(settings, **kw)
-    embedder, _ = await shared_workers()
-    return await build(settings, embedder=embedder, **kw)
+    return await build(settings, embedder=workers[0], **kw)
 
 
 @asynccontextmanager
