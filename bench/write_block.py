@@ -1,21 +1,26 @@
-"""How long one document's chunk write blocks Redis, by document size.
+"""How long one document's chunk write blocks Redis, by document size: written whole in one
+transaction, and in slices (the default for a document of more than ``write_slice_chunks``).
 
 Run from the project root:
 
     /work/venv/bin/python bench/write_block.py                      # 300, 1,200, 4,000, 9,400, 300
     /work/venv/bin/python bench/write_block.py --sizes 100 300      # smoke
 
-A document's chunks are written in one MULTI/EXEC (memory/index.py: the old version is
-served until the new one is whole). Redis runs the EXEC alone, and RediSearch indexes every
-chunk inside it (BM25 terms, tags, the HNSW insert), so nothing else (any daemon's query,
-any tenant) is answered meanwhile. Here ``ChunkIndex.apply`` writes one document of each size
-into one index (the sizes in order, so the index grows to their sum) while a thread with its
-own connection sends PING every 5 ms; the longest PING round trip is how long Redis answered
-nothing else, and Redis's own count of time in EXEC (INFO commandstats) is recorded beside
-it. The BM25 analysis is computed before the write, as the daemon does. Chunk texts are
-~200 words of synthetic English (``SyntheticText``), vectors random unit vectors (384-d; no
-model is loaded: the model's own vectors blocked as long in a side run). 9,400 chunks is
-about the largest document ``ingest.max_content_bytes`` (4 MiB) admits. No target is set; nothing is asserted.
+Redis runs a MULTI/EXEC alone, and RediSearch indexes every chunk inside it (BM25 terms,
+tags, the HNSW insert), so nothing else (any daemon's query, any tenant) is answered
+meanwhile. A document of up to ``IndexConfig.write_slice_chunks`` chunks (64) is written in
+one transaction; a larger one in transactions of that many, with a write marker that keeps
+queries on the old version until the last slice is in (``memory/visibility.py``).
+Here ``ChunkIndex.apply`` writes one document of each size, in order, into each of two
+indexes, one with ``write_slice_chunks`` so large that every document goes whole (the
+behaviour before slicing) and one at the default, while a thread with its own connection
+sends PING every 5 ms. The longest PING round trip is how long Redis answered nothing else;
+Redis's own count of time in EXEC (INFO commandstats, all of a write's transactions) is
+recorded beside it. The BM25 analysis is computed before the write, as the daemon does. Chunk
+texts are ~200 words of synthetic English (``SyntheticText``), vectors random unit vectors
+(384-d; no model is loaded: the model's own vectors blocked as long in a side run). 9,400
+chunks is about the largest document ``ingest.max_content_bytes`` (4 MiB) admits. No target
+is set; nothing is asserted.
 """
 
 from __future__ import annotations
@@ -107,54 +112,75 @@ async def main_async(args: argparse.Namespace, redis_url: str) -> Result:
     from memory.config import IndexConfig
     from memory.index import ChunkIndex
 
-    title = "One document's chunk write: how long Redis answers nothing else"
+    title = "One document's chunk write: how long Redis answers nothing else, whole and in slices"
     result = Result(BENCH, title, vars(args) | {"out": None})
     client = aredis.from_url(redis_url)
     await wait_redis_ready(client)
-    index = ChunkIndex(client=client, cfg=IndexConfig(name="writeblock"), dims=384, recreate=True)
-    await index.ensure()
-    text = SyntheticText(seed=args.seed)
-    rows = []
+    default_slice = IndexConfig().write_slice_chunks
+    modes = {"whole": IndexConfig(name="writeblock-whole", write_slice_chunks=100_000)}
+    modes["sliced"] = IndexConfig(name="writeblock-sliced", write_slice_chunks=default_slice)
+    runs: dict[str, list[dict[str, Any]]] = {}
     try:
-        for k, n in enumerate(args.sizes):
-            row = await _one(index, redis_url, text, k, n)
-            rows.append(row)
-            into = f"{n} chunks into {row['index_before']:,}"
-            result.figure(f"{into}: Redis blocked (longest PING round trip)", row["ping_max_ms"], "ms")
-            result.figure(f"{into}: EXEC time (Redis's INFO commandstats)", row["exec_s"] * 1000, "ms")
-            result.figure(f"{into}: ChunkIndex.apply took", row["apply_s"], "s")
+        for mode, cfg in modes.items():
+            index = ChunkIndex(client=client, cfg=cfg, dims=384, recreate=True)
+            await index.ensure()
+            text = SyntheticText(seed=args.seed)  # the same texts for both
+            rows = runs[mode] = []
+            for k, n in enumerate(args.sizes):
+                row = await _one(index, redis_url, text, k, n)
+                rows.append(row)
+                print(
+                    f"{mode}: {n} chunks into {row['index_before']:,}: blocked {row['ping_max_ms']:.1f} ms", flush=True
+                )
+            await index.drop()
     finally:
         await client.aclose()
-    result.doc["data"]["rows"] = rows
+    for whole, sliced in zip(runs["whole"], runs["sliced"], strict=True):
+        label = f"{whole['chunks']} chunks into {whole['index_before']:,}"
+        for mode, row in (("whole", whole), (f"sliced ({default_slice})", sliced)):
+            result.figure(f"{label}, {mode}: Redis blocked (longest PING round trip)", row["ping_max_ms"], "ms")
+            result.figure(
+                f"{label}, {mode}: EXEC time, all transactions (INFO commandstats)", row["exec_s"] * 1000, "ms"
+            )
+            result.figure(f"{label}, {mode}: ChunkIndex.apply took", row["apply_s"], "s")
+        result.figure(
+            f"{label}: longest block, sliced / whole",
+            sliced["ping_max_ms"] / whole["ping_max_ms"] if whole["ping_max_ms"] else float("nan"),
+            "x",
+        )
+    result.doc["data"]["rows"] = runs
     result.note(
-        "One MULTI/EXEC per document (the old version is served until the new one is whole): Redis "
-        "indexes every chunk inside it and answers no other client meanwhile. The rest of apply's "
-        "time (building and sending the commands; the BM25 analysis is computed before, as the daemon "
-        "does) does not block Redis. PINGs come from a thread of their own. The cost per chunk grows with "
-        "the index (the last size is written again into the grown index). Vectors are random; in side "
-        "runs the model's own vectors of the same texts blocked as long (1,700 chunks: 246 against "
-        "250 ms), and ef_construction 200 was ~40% of the block at 4,000 chunks (50: 460 against 760 ms)."
+        "Whole: one MULTI/EXEC per document, as every document was written before slicing. Sliced: "
+        f"transactions of {default_slice} chunks behind a write marker (memory/visibility.py), the "
+        "default for larger documents. Redis indexes every chunk of a transaction inside it and answers "
+        "no other client meanwhile; the rest of apply's time (building and sending the commands; the "
+        "BM25 analysis is computed before, as the daemon does) does not block Redis. PINGs come from a "
+        "thread of their own. The cost per chunk grows with the index (the last size is written again "
+        "into the grown index). Vectors are random; in side runs the model's own vectors of the same "
+        "texts blocked as long (1,700 chunks: 246 against 250 ms), and ef_construction 200 was ~40% of "
+        "the block at 4,000 chunks (50: 460 against 760 ms)."
     )
-    _plot(rows, args)
+    _plot(runs, args)
     return result
 
 
-def _plot(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
+def _plot(runs: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    xs = [r["chunks"] for r in rows]
-    ax.plot(xs, [r["ping_max_ms"] for r in rows], "o", label="Redis blocked (longest PING)")
-    ax.plot(xs, [r["exec_s"] * 1000 for r in rows], "x", label="EXEC (Redis's own count)")
-    ax.plot(xs, [r["apply_s"] * 1000 for r in rows], "s", label="ChunkIndex.apply")
-    for r in rows:
+    for mode, marker in (("whole", "o"), ("sliced", "s")):
+        rows = runs[mode]
+        xs = [r["chunks"] for r in rows]
+        ax.plot(xs, [r["ping_max_ms"] for r in rows], marker, label=f"{mode}: Redis blocked (longest PING)")
+        ax.plot(xs, [r["apply_s"] * 1000 for r in rows], marker, mfc="none", label=f"{mode}: ChunkIndex.apply")
+    for r in runs["whole"]:
         ax.annotate(f"into {r['index_before']:,}", (r["chunks"], r["ping_max_ms"]), fontsize=7)
     ax.set_xlabel("chunks in the document")
     ax.set_ylabel("ms")
     ax.set_yscale("log")
     ax.set_title("One document's chunk write")
     ax.grid(alpha=0.3)
-    ax.legend()
+    ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(png_path(args.out, BENCH), dpi=110)
     plt.close(fig)

@@ -24,6 +24,17 @@ class IndexConfig(BaseModel):
         default_factory=list,
         description="Metadata keys filterable in addition to the built-in ones (each a TAG field).",
     )
+    write_slice_chunks: int = Field(
+        64,
+        ge=1,
+        le=100_000,
+        description=(
+            "A document of more chunks than this (new ones plus old ones to delete) is written in "
+            "transactions of this many, so that Redis never stops answering for long: it indexes a "
+            "transaction's chunks before it answers anyone else. Queries meanwhile see part of the "
+            "old version, never the new one's text, until the last slice is in."
+        ),
+    )
 
     @field_validator("name")
     @classmethod

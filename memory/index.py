@@ -9,7 +9,8 @@ import asyncio
 import json
 import re
 import time
-from collections.abc import AsyncIterator, Sequence
+import uuid
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -40,15 +41,24 @@ from memory.schema import (
     physical_name,
 )
 from memory.text import index_terms
+from memory.visibility import FINISHED_MARKER_TTL_S, WriteMarker, slices, supersedes
 
 log = structlog.get_logger()
 
-_RETURN_FIELDS = ("chunk_id", "text", "doc_id", "source", "kind", "metadata", "idents", "timestamp", "ts")
+_RETURN_FIELDS = ("chunk_id", "text", "doc_id", "source", "kind", "metadata", "idents", "timestamp", "ts", "version")
 _WATCH_RETRIES = 16
 
 
 class _NoGeneration(NotFound):
     """The index has no active generation (never created, or lost with Redis's data)."""
+
+
+class _GenerationSwitched(Exception):
+    """A sliced write's generation stopped being the one written to: write it all again."""
+
+
+class _Superseded(Exception):
+    """A sliced write's marker no longer holds its token: another write took the doc over."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,6 +222,7 @@ def _stored(doc: Any, tag_keys: Sequence[str]) -> StoredChunk:
         tags={k: as_str(getattr(doc, k)) for k in tag_keys if getattr(doc, k, None) is not None},
         idents=tuple(as_str(getattr(doc, "idents", "")).split()),
         timestamp=_timestamp(doc),
+        version=_int_or_none(getattr(doc, "version", None)),
     )
 
 
@@ -220,6 +231,13 @@ def _timestamp(doc: Any) -> float | None:
     chunk written before ``ts`` existed)."""
     exact = _float_or_none(getattr(doc, "ts", None))
     return exact if exact is not None else _float_or_none(getattr(doc, "timestamp", None))
+
+
+def _int_or_none(value: Any) -> int | None:
+    try:
+        return None if value is None else int(as_str(value))
+    except ValueError:
+        return None
 
 
 def _float_or_none(value: Any) -> float | None:
@@ -284,6 +302,11 @@ class ChunkIndex:
 
     def _doc_key(self, gen: int, tenant: str, doc_id: str) -> str:
         return f"{key_root(self._cfg.name, gen)}doc:{tenant}:{doc_id}"
+
+    def _marker_key(self, gen: int, tenant: str, doc_id: str) -> str:
+        """The doc's write marker (``memory.visibility``): only while (or just after) it
+        was written in slices."""
+        return f"{key_root(self._cfg.name, gen)}wr:{tenant}:{doc_id}"
 
     def _search_name(self) -> str:
         return self._cfg.name if self.pinned is None else physical_name(self._cfg.name, self.pinned)
@@ -549,13 +572,19 @@ class ChunkIndex:
                     try:
                         gen = await self._write_generation(pipe)
                         ver_key, doc_key = self._ver_key(gen, tenant, doc_id), self._doc_key(gen, tenant, doc_id)
-                        await pipe.watch(ver_key, doc_key)
-                        stored = await pipe.get(ver_key)
+                        marker_key = self._marker_key(gen, tenant, doc_id)
+                        await pipe.watch(ver_key, doc_key, marker_key)
+                        stored, marker_raw = await pipe.mget(ver_key, marker_key)
                         stored_version = int(stored) if stored is not None else None
                         if version is not None and stored_version is not None and version <= stored_version:
                             return ApplyResult(doc_id, applied=False, stored_version=stored_version)
+                        marker = WriteMarker.decode(marker_raw)
+                        if not supersedes(version, marker):
+                            return ApplyResult(doc_id, applied=False, stored_version=stored_version)
                         old_ids = {as_str(m) for m in await pipe.smembers(doc_key)}
                         new_ids = {c.chunk_id for c in chunks}
+                        if version is not None and len(chunks) + len(old_ids - new_ids) > self._cfg.write_slice_chunks:
+                            break  # too large for one transaction: see memory.visibility
                         pipe.multi()  # type: ignore[no-untyped-call]
                         stale = [self._chunk_key(gen, tenant, c) for c in old_ids - new_ids]
                         if stale:
@@ -576,11 +605,203 @@ class ChunkIndex:
                             # version: a reindex must tell "forgotten" from "never had it",
                             # or it would carry the turn back over from the old generation.
                             pipe.set(ver_key, UNVERSIONED_TOMBSTONE)
+                        if marker is not None:
+                            # Queries filter this doc's hits by its marker: it must show this
+                            # version now. An unfinished sliced writer finds its token gone
+                            # and stops.
+                            if version is None:
+                                pipe.delete(marker_key)
+                            else:
+                                finished = WriteMarker(shown=version, writing=None).encode()
+                                pipe.set(marker_key, finished, ex=FINISHED_MARKER_TTL_S)
                         await pipe.execute()
                         return ApplyResult(doc_id, applied=True, chunks=len(chunks), stored_version=version)
                     except rexc.WatchError:
                         continue
+            else:
+                raise IndexError_(f"write of {doc_id!r} kept conflicting; giving up after {_WATCH_RETRIES} tries")
+            assert version is not None
+            return await self._apply_sliced(doc_id, version, chunks, mappings, tenant, version_ttl_s)
+
+    async def _apply_sliced(
+        self,
+        doc_id: str,
+        version: int,
+        chunks: Sequence[ChunkRecord],
+        mappings: Sequence[dict[str, Any]],
+        tenant: str,
+        version_ttl_s: int | None,
+    ) -> ApplyResult:
+        """Write a large doc in transactions of ``write_slice_chunks`` (see memory.visibility).
+
+        A marker taken in one transaction first hides what is about to change. Each slice
+        then overwrites chunks in place and adds their ids to the doc's chunk set, which stays
+        a superset of its chunk keys throughout, so a write that dies half-way orphans nothing
+        (its redelivery takes the marker over and deletes what the new version lacks). Old
+        chunks the new version lacks go next, and one last transaction stores the version,
+        the exact chunk set and the finished marker. Every step checks, in its transaction,
+        that the marker still holds this write's token and the generation is unchanged: a
+        newer version's write, a redelivery to another daemon, or a reindex's copy takes the
+        doc over and this write stops; a generation switch starts it again in the new one.
+        """
+        token = uuid.uuid4().hex
+        gen = 0
+        for _ in range(_WATCH_RETRIES):
+            try:
+                begun = await self._begin_sliced(doc_id, version, tenant, token, deleting=not chunks)
+                if isinstance(begun, ApplyResult):
+                    return begun
+                gen, old_ids = begun
+                return await self._write_slices(
+                    gen, old_ids, doc_id, version, chunks, mappings, tenant, token, version_ttl_s
+                )
+            except _GenerationSwitched:
+                log.info("index.sliced_write_restarted", doc_id=doc_id, version=version, reason="generation switched")
+                continue
+            except _Superseded:
+                async with translate_errors("version read"):
+                    stored = await self._r.get(self._ver_key(gen, tenant, doc_id))
+                stored_version = int(stored) if stored is not None else None
+                log.info("index.sliced_write_superseded", doc_id=doc_id, version=version, stored=stored_version)
+                return ApplyResult(doc_id, applied=False, stored_version=stored_version)
+        raise IndexError_(f"write of {doc_id!r} kept restarting; giving up after {_WATCH_RETRIES} tries")
+
+    async def _write_slices(
+        self,
+        gen: int,
+        old_ids: set[str],
+        doc_id: str,
+        version: int,
+        chunks: Sequence[ChunkRecord],
+        mappings: Sequence[dict[str, Any]],
+        tenant: str,
+        token: str,
+        version_ttl_s: int | None,
+    ) -> ApplyResult:
+        """The slices, the deletions and the flip of one sliced write, begun in ``gen``."""
+        started = time.monotonic()
+        size = self._cfg.write_slice_chunks
+        doc_key = self._doc_key(gen, tenant, doc_id)
+        writes = slices(len(chunks), size)
+        for part in writes:
+
+            def write(pipe: Any, part: range = part) -> None:
+                for i in part:
+                    key = self._chunk_key(gen, tenant, chunks[i].chunk_id)
+                    pipe.delete(key)
+                    pipe.hset(key, mapping=mappings[i])
+                pipe.sadd(doc_key, *(chunks[i].chunk_id for i in part))
+
+            await self._guarded(gen, tenant, doc_id, token, write)
+        new_ids = {c.chunk_id for c in chunks}
+        stale = sorted(old_ids - new_ids)
+        drops = slices(len(stale), size)
+        for part in drops:
+
+            def drop(pipe: Any, ids: list[str] = stale[part.start : part.stop]) -> None:
+                pipe.delete(*(self._chunk_key(gen, tenant, c) for c in ids))
+                pipe.srem(doc_key, *ids)
+
+            await self._guarded(gen, tenant, doc_id, token, drop)
+
+        def finish(pipe: Any) -> None:
+            pipe.delete(doc_key)
+            if new_ids:
+                pipe.sadd(doc_key, *sorted(new_ids))
+            pipe.set(self._ver_key(gen, tenant, doc_id), version, ex=version_ttl_s)
+            finished = WriteMarker(shown=version, writing=None).encode()
+            pipe.set(self._marker_key(gen, tenant, doc_id), finished, ex=FINISHED_MARKER_TTL_S)
+
+        await self._guarded(gen, tenant, doc_id, token, finish)
+        log.info(
+            "index.sliced_write",
+            doc_id=doc_id,
+            version=version,
+            chunks=len(chunks),
+            deleted=len(stale),
+            transactions=len(writes) + len(drops) + 2,
+            took_s=round(time.monotonic() - started, 3),
+        )
+        return ApplyResult(doc_id, applied=True, chunks=len(chunks), stored_version=version)
+
+    async def _begin_sliced(
+        self, doc_id: str, version: int, tenant: str, token: str, *, deleting: bool
+    ) -> tuple[int, set[str]] | ApplyResult:
+        """Take the doc's marker for a sliced write: its generation and current chunk ids,
+        or the result when this version is not to be written."""
+        async with translate_errors("chunk write"):
+            for _ in range(_WATCH_RETRIES):
+                async with self._r.pipeline(transaction=True) as pipe:
+                    try:
+                        gen = await self._write_generation(pipe)
+                        ver_key, doc_key = self._ver_key(gen, tenant, doc_id), self._doc_key(gen, tenant, doc_id)
+                        marker_key = self._marker_key(gen, tenant, doc_id)
+                        await pipe.watch(ver_key, doc_key, marker_key)
+                        stored, marker_raw = await pipe.mget(ver_key, marker_key)
+                        stored_version = int(stored) if stored is not None else None
+                        if stored_version is not None and version <= stored_version:
+                            return ApplyResult(doc_id, applied=False, stored_version=stored_version)
+                        marker = WriteMarker.decode(marker_raw)
+                        if not supersedes(version, marker):
+                            return ApplyResult(doc_id, applied=False, stored_version=stored_version)
+                        old_ids = {as_str(m) for m in await pipe.smembers(doc_key)}
+                        # Queries go on seeing what they saw: an unfinished write's shown
+                        # version (its slices already hid the rest), else the stored one;
+                        # nothing of a doc being deleted.
+                        if deleting or not old_ids:
+                            shown = None
+                        elif marker is not None and marker.in_progress:
+                            shown = marker.shown
+                        else:
+                            shown = stored_version
+                        pipe.multi()  # type: ignore[no-untyped-call]
+                        # No expiry: a writer that dies leaves the doc hidden until its
+                        # event's redelivery (or a later version) writes it again.
+                        pipe.set(marker_key, WriteMarker(shown=shown, writing=version, token=token).encode())
+                        await pipe.execute()
+                        return gen, old_ids
+                    except rexc.WatchError:
+                        continue
         raise IndexError_(f"write of {doc_id!r} kept conflicting; giving up after {_WATCH_RETRIES} tries")
+
+    async def _guarded(self, gen: int, tenant: str, doc_id: str, token: str, fill: Callable[[Any], None]) -> None:
+        """One transaction of a sliced write, run only while its marker holds ``token`` in
+        generation ``gen``.
+
+        Raises:
+            _Superseded: another write took the doc over.
+            _GenerationSwitched: ``gen`` is no longer the one written to.
+        """
+        marker_key = self._marker_key(gen, tenant, doc_id)
+        async with translate_errors("chunk write"):
+            for _ in range(_WATCH_RETRIES):
+                async with self._r.pipeline(transaction=True) as pipe:
+                    try:
+                        if await self._write_generation(pipe) != gen:
+                            raise _GenerationSwitched
+                        await pipe.watch(marker_key)
+                        marker = WriteMarker.decode(await pipe.get(marker_key))
+                        if marker is None or marker.token != token:
+                            raise _Superseded
+                        pipe.multi()  # type: ignore[no-untyped-call]
+                        fill(pipe)
+                        await pipe.execute()
+                        return
+                    except rexc.WatchError:
+                        continue
+        raise IndexError_(f"write of {doc_id!r} kept conflicting; giving up after {_WATCH_RETRIES} tries")
+
+    async def write_markers(self, doc_ids: Sequence[str], tenant: str = DEFAULT_TENANT) -> dict[str, WriteMarker]:
+        """The write markers (``memory.visibility``) of those of these docs that have one.
+
+        Searches read them after their legs, to drop hits a sliced write has hidden.
+        """
+        if not doc_ids:
+            return {}
+        gen = await self._generation()
+        async with translate_errors("marker read"):
+            values = await self._r.mget([self._marker_key(gen, tenant, d) for d in doc_ids])
+        return {d: m for d, v in zip(doc_ids, values, strict=True) if (m := WriteMarker.decode(v)) is not None}
 
     async def _write_generation(self, pipe: Any) -> int:
         """Inside a WATCH transaction: the generation to write to, with the registry watched.
@@ -685,16 +906,19 @@ class ChunkIndex:
         gen = await self._generation()
         src_ver_key = self._ver_key(source_generation, tenant, doc_id)
         src_doc = self._doc_key(source_generation, tenant, doc_id)
+        src_marker_key = self._marker_key(source_generation, tenant, doc_id)
         async with translate_errors("doc copy"):
             for _ in range(_WATCH_RETRIES):
                 async with self._r.pipeline(transaction=True) as pipe:
                     try:
                         ver_key, doc_key = self._ver_key(gen, tenant, doc_id), self._doc_key(gen, tenant, doc_id)
+                        marker_key = self._marker_key(gen, tenant, doc_id)
                         # The source is watched too: a live write to it between these reads
                         # (before a switch, daemons still write there) retries the copy, so
                         # chunks and version are never copied from two different writes.
-                        await pipe.watch(src_ver_key, src_doc, ver_key, doc_key)
+                        await pipe.watch(src_ver_key, src_doc, src_marker_key, ver_key, doc_key, marker_key)
                         src_ver = await pipe.get(src_ver_key)
+                        src_marker = WriteMarker.decode(await pipe.get(src_marker_key))
                         chunk_ids = sorted(as_str(m) for m in await pipe.smembers(src_doc))
                         hashes = [await pipe.hgetall(self._chunk_key(source_generation, tenant, c)) for c in chunk_ids]
                         if reanalyze:
@@ -719,6 +943,15 @@ class ChunkIndex:
                             pipe.sadd(doc_key, *chunk_ids)
                         if src_ver is not None:
                             pipe.set(ver_key, src_ver)
+                        if src_marker is not None and src_marker.in_progress:
+                            # A sliced write was half-way through the source: the copy hides
+                            # what the source hides, and that write, started again here after
+                            # a switch (or its redelivery), takes the marker over.
+                            pipe.set(marker_key, src_marker.encode())
+                        else:
+                            # A whole copy, written at once: nothing to hide. A sliced write
+                            # under way here (a reindex's replay) finds its token gone.
+                            pipe.delete(marker_key)
                         await pipe.execute()
                         return True
                     except rexc.WatchError:

@@ -68,6 +68,7 @@ class StoredChunk:
     tags: dict[str, str] = field(default_factory=dict)  # tenant and filterable values, as stored
     idents: tuple[str, ...] = ()  # normalized identifiers the chunk holds (memory.identifiers)
     timestamp: float | None = None  # epoch seconds (the event's time), None if not returned
+    version: int | None = None  # the doc version the chunk was written for, None if not returned
 
 
 @dataclass(frozen=True, slots=True)

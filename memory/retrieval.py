@@ -20,6 +20,7 @@ from memory.index import ChunkIndex
 from memory.metrics import LEG_SECONDS
 from memory.records import DEFAULT_TENANT, StoredChunk
 from memory.text import bm25_query, query_terms
+from memory.visibility import visible
 
 log = structlog.get_logger()
 
@@ -182,12 +183,21 @@ class Retriever:
             names.append("identifier")
             coros.append(self._identifier(idents, hash_query, k, timings))
         results = await asyncio.gather(*coros)
+        # Read after the legs, whatever mix of a sliced write's chunks they returned: the
+        # marker read last decides which version of that doc this answer shows.
+        markers = await self._index.write_markers(sorted({h.doc_id for found in results for h in found}), spec.tenant)
         by_id: dict[str, StoredChunk] = {}
         legs: dict[str, list[str] | dict[str, int]] = {}
         for name, found in zip(names, results, strict=True):
             # A hash collision could let a text leg return a chunk outside the filter: every
             # hit is checked against the exact values (the tenant above all) before fusion.
-            hits = [h for h in found if matches(h.tags, flt) and in_time(h.timestamp, spec.since, spec.until)]
+            hits = [
+                h
+                for h in found
+                if matches(h.tags, flt)
+                and in_time(h.timestamp, spec.since, spec.until)
+                and (not markers or visible(h.version, markers.get(h.doc_id)))
+            ]
             if name == "identifier":
                 # An exact identifier match says which chunks, not in what order: hits naming
                 # as many of the query's identifiers tie, and the other legs order them.

@@ -1,0 +1,236 @@
+"""Large documents are written in slices, and queries never see half of two versions."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import numpy as np
+import pytest
+import redis.asyncio as aredis
+from structlog.testing import capture_logs
+
+from memory.config import IndexConfig, RetrievalConfig
+from memory.index import ChunkIndex
+from memory.records import ChunkRecord
+from memory.retrieval import Retriever, SearchSpec
+from memory.schema import key_root
+from memory.text import bm25_query, query_terms
+from memory.visibility import FINISHED_MARKER_TTL_S, WriteMarker
+from tests.conftest import unique
+
+pytestmark = pytest.mark.integration
+
+SLICE = 4
+DOC = "specs/big.md"
+
+
+def chunks(version: int, n: int, word: str, doc_id: str = DOC) -> list[ChunkRecord]:
+    return [
+        ChunkRecord(
+            chunk_id=f"{doc_id}_p{i}",
+            doc_id=doc_id,
+            position=i,
+            text=f"{word} section {i} of the large specification",
+            kind="document",
+            source=doc_id,
+            tags={},
+            metadata={},
+            version=version,
+            timestamp=1_700_000_000.0 + version,
+        )
+        for i in range(n)
+    ]
+
+
+def vectors(n: int, seed: int) -> np.ndarray:
+    v = np.random.default_rng(seed).standard_normal((n, 384)).astype(np.float32)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+class PausedAfter:
+    """Stands in for ChunkIndex._guarded: holds the write after its ``n``-th slice (the
+    transaction that takes the marker is not one)."""
+
+    def __init__(self, index: ChunkIndex, n: int) -> None:
+        self._guarded = index._guarded
+        self._n = n
+        self.calls = 0
+        self.reached = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def __call__(self, *args: Any) -> None:
+        await self._guarded(*args)
+        self.calls += 1
+        if self.calls == self._n:
+            self.reached.set()
+            await self.release.wait()
+
+
+@pytest.fixture
+async def stack(redis_url: str, embedder: Any) -> AsyncIterator[tuple[ChunkIndex, Retriever, aredis.Redis]]:
+    client = aredis.from_url(redis_url)
+    index = ChunkIndex(client=client, cfg=IndexConfig(name=unique("sliced"), write_slice_chunks=SLICE), dims=384)
+    await index.ensure()
+    yield index, Retriever(index=index, embedder=embedder, cfg=RetrievalConfig()), client
+    await index.drop()
+    await client.aclose()
+
+
+async def shown(retriever: Retriever, word: str, *, dense: bool = False) -> list[tuple[str, int | None]]:
+    """(chunk id, version) of every hit for ``word`` (the BM25 leg, or the vector leg alone)."""
+    weights = {"dense_weight": 1.0, "sparse_weight": 0.0} if dense else {"dense_weight": 0.0, "sparse_weight": 1.0}
+    out = await retriever.search(SearchSpec(text=word, top_k=50, identifier_weight=0.0, **weights))
+    return sorted((h.chunk.chunk_id, h.chunk.version) for h in out.hits)
+
+
+async def raw_versions(index: ChunkIndex, word: str) -> set[int | None]:
+    """Versions of what the BM25 leg alone returns for ``word``, before any marker filter."""
+    return {h.version for h in await index.search_text(bm25_query(query_terms(word)), k=50)}
+
+
+async def test_a_large_doc_is_written_in_slices_and_ends_exact(stack) -> None:
+    """10 new chunks over 6 old ones at 4 per transaction: begin, 3 slices, flip (nothing to delete)."""
+    index, retriever, client = stack
+    await index.apply(DOC, 1, chunks(1, 6, "alpha"), vectors(6, 1))
+    with capture_logs() as logs:
+        result = await index.apply(DOC, 2, chunks(2, 10, "bravo"), vectors(10, 2))
+    assert result.applied and result.chunks == 10
+    [event] = [e for e in logs if e["event"] == "index.sliced_write"]
+    assert event["transactions"] == 5 and event["deleted"] == 0
+    assert await index.chunk_ids(DOC) == {f"{DOC}_p{i}" for i in range(10)}
+    assert await index.versions([DOC]) == {DOC: 2}
+    assert await shown(retriever, "bravo") == [(f"{DOC}_p{i}", 2) for i in range(10)]
+    assert await shown(retriever, "alpha") == []
+    marker_key = f"{key_root(index.cfg.name, 1)}wr:default:{DOC}"
+    assert WriteMarker.decode(await client.get(marker_key)) == WriteMarker(shown=2, writing=None)
+    assert 0 < await client.ttl(marker_key) <= FINISHED_MARKER_TTL_S
+    # A small later version goes through the one-transaction path and moves the marker on.
+    await index.apply(DOC, 3, chunks(3, 2, "charlie"), vectors(2, 3))
+    assert await shown(retriever, "charlie") == [(f"{DOC}_p0", 3), (f"{DOC}_p1", 3)]
+    assert await index.count() == 2
+
+
+async def test_queries_see_only_the_old_version_while_slices_are_written(stack) -> None:
+    """Mid-write, the index holds both versions' chunks; answers show only old ones, in every leg."""
+    index, retriever, _ = stack
+    await index.apply(DOC, 1, chunks(1, 10, "alpha"), vectors(10, 1))
+    pause = PausedAfter(index, 1)  # the first slice of 4
+    index._guarded = pause  # type: ignore[method-assign]
+    write = asyncio.create_task(index.apply(DOC, 2, chunks(2, 12, "bravo"), vectors(12, 2)))
+    await asyncio.wait_for(pause.reached.wait(), 10)
+    # What the engine holds now: both versions (the test could not fail without this).
+    assert await raw_versions(index, "bravo") == {2}
+    assert await raw_versions(index, "alpha") == {1}
+    assert await shown(retriever, "bravo") == []
+    assert await shown(retriever, "alpha") == [(f"{DOC}_p{i}", 1) for i in range(4, 10)]
+    dense = await shown(retriever, "section of the specification", dense=True)
+    assert dense and {v for _, v in dense} == {1}
+    pause.release.set()
+    assert (await asyncio.wait_for(write, 10)).applied
+    assert await shown(retriever, "bravo") == sorted((f"{DOC}_p{i}", 2) for i in range(12))
+    assert await shown(retriever, "alpha") == []
+    assert {v for _, v in await shown(retriever, "section of the specification", dense=True)} == {2}
+
+
+async def test_a_new_large_doc_and_a_large_delete_stay_hidden_until_whole(stack) -> None:
+    index, retriever, _ = stack
+    pause = PausedAfter(index, 2)
+    index._guarded = pause  # type: ignore[method-assign]
+    write = asyncio.create_task(index.apply(DOC, 1, chunks(1, 9, "alpha"), vectors(9, 1)))
+    await asyncio.wait_for(pause.reached.wait(), 10)
+    assert await raw_versions(index, "alpha") == {1}
+    assert await shown(retriever, "alpha") == []
+    pause.release.set()
+    await asyncio.wait_for(write, 10)
+    assert len(await shown(retriever, "alpha")) == 9
+
+    index._guarded = pause._guarded  # type: ignore[method-assign]
+    pause = PausedAfter(index, 1)
+    index._guarded = pause  # type: ignore[method-assign]
+    delete = asyncio.create_task(index.apply(DOC, 2, [], np.zeros((0, 384), np.float32)))
+    await asyncio.wait_for(pause.reached.wait(), 10)
+    assert await raw_versions(index, "alpha") == {1}  # 5 of 9 chunks are still there
+    assert await shown(retriever, "alpha") == []  # but the doc is gone for queries at once
+    pause.release.set()
+    assert (await asyncio.wait_for(delete, 10)).applied
+    assert await index.count() == 0
+    assert await index.chunk_ids(DOC) == set()
+    assert await index.versions([DOC]) == {DOC: 2}
+
+
+async def test_a_newer_version_takes_a_paused_write_over(stack) -> None:
+    """v2 is half-written when v3 (small, one transaction) lands: v2 stops, v3 stands whole."""
+    index, retriever, _ = stack
+    await index.apply(DOC, 1, chunks(1, 10, "alpha"), vectors(10, 1))
+    pause = PausedAfter(index, 2)
+    index._guarded = pause  # type: ignore[method-assign]
+    v2 = asyncio.create_task(index.apply(DOC, 2, chunks(2, 12, "bravo"), vectors(12, 2)))
+    await asyncio.wait_for(pause.reached.wait(), 10)
+    # An older version arriving late (a replay) does not take over an unfinished newer write.
+    assert not (await index.apply(DOC, 1, chunks(1, 2, "delta"), vectors(2, 4))).applied
+    v3 = await index.apply(DOC, 3, chunks(3, 3, "charlie"), vectors(3, 3))
+    assert v3.applied
+    pause.release.set()
+    result = await asyncio.wait_for(v2, 10)
+    assert not result.applied and result.stored_version == 3
+    assert await index.chunk_ids(DOC) == {f"{DOC}_p{i}" for i in range(3)}
+    assert await index.count() == 3  # nothing of v1 or the half of v2 is left
+    assert await shown(retriever, "charlie") == [(f"{DOC}_p{i}", 3) for i in range(3)]
+    assert await shown(retriever, "bravo") == [] and await shown(retriever, "alpha") == []
+
+
+async def test_a_write_that_died_half_way_is_taken_over_by_its_redelivery(stack) -> None:
+    """The writer is cancelled after the two slices of v2 (12 old chunks, 6 new): the doc shows
+    what is left of v1 meanwhile; the redelivered v2 deletes every chunk it lacks."""
+    index, retriever, _ = stack
+    await index.apply(DOC, 1, chunks(1, 12, "alpha"), vectors(12, 1))
+    pause = PausedAfter(index, 2)
+    index._guarded = pause  # type: ignore[method-assign]
+    dead = asyncio.create_task(index.apply(DOC, 2, chunks(2, 6, "bravo"), vectors(6, 2)))
+    await asyncio.wait_for(pause.reached.wait(), 10)
+    dead.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await dead
+    index._guarded = pause._guarded  # type: ignore[method-assign]
+    assert await shown(retriever, "alpha") == sorted((f"{DOC}_p{i}", 1) for i in range(6, 12))
+    assert await shown(retriever, "bravo") == []
+    assert await index.versions([DOC]) == {DOC: 1}
+    again = await index.apply(DOC, 2, chunks(2, 6, "bravo"), vectors(6, 2))
+    assert again.applied
+    assert await index.chunk_ids(DOC) == {f"{DOC}_p{i}" for i in range(6)}
+    assert await index.count() == 6
+    assert await shown(retriever, "bravo") == [(f"{DOC}_p{i}", 2) for i in range(6)]
+
+
+async def test_a_reindex_copy_and_switch_mid_write(stack) -> None:
+    """A reindex copies a half-written doc (its marker too, so the copy hides what the source
+    hides) and switches; the write starts again in the new generation and ends there whole."""
+    index, retriever, client = stack
+    await index.apply(DOC, 1, chunks(1, 10, "alpha"), vectors(10, 1))
+    pause = PausedAfter(index, 1)
+    index._guarded = pause  # type: ignore[method-assign]
+    write = asyncio.create_task(index.apply(DOC, 2, chunks(2, 12, "bravo"), vectors(12, 2)))
+    await asyncio.wait_for(pause.reached.wait(), 10)
+    gen, _ = await index.registry.claim("test-reindex")
+    target = ChunkIndex(client=client, cfg=index.cfg, dims=384, spec=index.spec, generation=gen)
+    await target.ensure()
+    assert await target.copy_doc(1, "default", DOC)
+    copied = WriteMarker.decode(await client.get(f"{key_root(index.cfg.name, gen)}wr:default:{DOC}"))
+    assert copied is not None and copied.in_progress and copied.shown == 1
+    await index.registry.switch("test-reindex", gen, index.spec)
+    await index.registry.release("test-reindex")
+    await index.state(fresh=True)
+    # Served from the copy now: still the old version only.
+    assert await shown(retriever, "bravo") == []
+    assert await shown(retriever, "alpha") == [(f"{DOC}_p{i}", 1) for i in range(4, 10)]
+    with capture_logs() as logs:
+        pause.release.set()
+        assert (await asyncio.wait_for(write, 10)).applied
+    assert any(e["event"] == "index.sliced_write_restarted" for e in logs)
+    assert await target.versions([DOC]) == {DOC: 2}
+    assert await target.chunk_ids(DOC) == {f"{DOC}_p{i}" for i in range(12)}
+    assert await shown(retriever, "bravo") == sorted((f"{DOC}_p{i}", 2) for i in range(12))
+    assert await shown(retriever, "alpha") == []
+    await target.drop()
