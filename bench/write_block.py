@@ -72,7 +72,7 @@ async def _one(index: Any, url: str, text: SyntheticText, k: int, n: int) -> dic
     analyses = await asyncio.to_thread(analyze, [c.text for c in chunks])
     # The prober is a thread with its own connection: nothing this event loop does (building
     # and sending the transaction) can delay a PING's reply being read.
-    prober = redis.Redis.from_url(url)
+    prober = redis.Redis.from_url(url, socket_timeout=120)  # not the 5 s default: a PING waits out the longest write
     pings: list[float] = []
     done = threading.Event()
 
@@ -114,7 +114,10 @@ async def main_async(args: argparse.Namespace, redis_url: str) -> Result:
 
     title = "One document's chunk write: how long Redis answers nothing else, whole and in slices"
     result = Result(BENCH, title, vars(args) | {"out": None})
-    client = aredis.from_url(redis_url)
+    # redis-py's default 5 s socket timeout would cut the longest whole writes (the daemon's
+    # client waits 10 s); a timeout while watching comes back as a WatchError, and the retry
+    # then finds the version stored and reports the write as not applied.
+    client = aredis.from_url(redis_url, socket_timeout=120)
     await wait_redis_ready(client)
     default_slice = IndexConfig().write_slice_chunks
     modes = {"whole": IndexConfig(name="writeblock-whole", write_slice_chunks=100_000)}
