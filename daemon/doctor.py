@@ -15,9 +15,9 @@ from daemon.connections import kafka_options, redis_client
 from daemon.settings import Settings
 from daemon.status import measure_lag
 from daemon.teardown import bounded
-from memory.errors import MemdError
+from memory.errors import MemdError, NotFound
 from memory.generations import GenerationRegistry, index_spec
-from memory.index import translate_errors
+from memory.index import ChunkIndex, translate_errors
 from memory.schema import (
     compare_schema,
     generation_of,
@@ -121,6 +121,7 @@ async def _check_redis(settings: Settings) -> list[Finding]:
                 Finding("index schema", True, f"{name!r} matches the settings, {info.get('num_docs', '?')} chunks")
             )
         found.extend(await _check_generation(client, settings, dims))
+        found.extend(await _check_unfinished_writes(client, settings, dims or PACKAGED_DIMS))
     except MemdError as exc:
         fix = (
             "check AGENTMEM_REDIS_USERNAME / AGENTMEM_REDIS_PASSWORD"
@@ -201,6 +202,45 @@ async def _check_generation(client: Any, settings: Settings, dims: int | None) -
         # Not a fault: the spec was assumed when the registry was rebuilt from the alias.
         building += f" ({adopted}: if it was built with another model or chunking, reindex)"
     return [Finding("index generation", True, f"generation {state.active} matches the settings{building}"), *found]
+
+
+#: A sliced write older than this is taken for one whose writer died (the largest document
+#: allowed takes seconds of Redis time once embedded; the marker is taken after embedding).
+STUCK_WRITE_S = 600.0
+
+
+async def _check_unfinished_writes(client: Any, settings: Settings, dims: int) -> list[Finding]:
+    """Large documents whose sliced write (``memory.visibility``) began and never finished:
+    queries show only part of their old version (nothing of a new document) until a write of
+    the same or a later version finishes."""
+    index = ChunkIndex(client=client, cfg=settings.index, dims=dims)
+    try:
+        unfinished = await index.unfinished_writes()
+    except NotFound:
+        return []  # no active generation: the generation check says so
+    if not unfinished:
+        return []
+    async with translate_errors("doctor"):
+        sec, usec = await client.time()  # markers are stamped by writers; Redis's clock is the shared one
+    now = sec + usec / 1e6
+    stuck = {k: m for k, m in unfinished.items() if now - m.since > STUCK_WRITE_S}
+    if not stuck:
+        return [Finding("large writes", True, f"{len(unfinished)} document(s) being written in slices")]
+    names = ", ".join(
+        f"{t}/{d} (version {m.writing}, showing {'version ' + str(m.shown) if m.shown is not None else 'nothing'}, "
+        f"begun {(now - m.since) / 60:.0f} min ago)"
+        for (t, d), m in sorted(stuck.items())[:10]
+    )
+    more = f" and {len(stuck) - 10} more" if len(stuck) > 10 else ""
+    return [
+        Finding(
+            "large writes",
+            False,
+            f"{len(stuck)} document(s) left half-written by a writer that stopped: {names}{more}; queries show "
+            "only part of each",
+            "publish each document's latest version again (an upsert of that version or a later one finishes it)",
+        )
+    ]
 
 
 async def _check_leftover_generations(

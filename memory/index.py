@@ -757,7 +757,8 @@ class ChunkIndex:
                         pipe.multi()  # type: ignore[no-untyped-call]
                         # No expiry: a writer that dies leaves the doc hidden until its
                         # event's redelivery (or a later version) writes it again.
-                        pipe.set(marker_key, WriteMarker(shown=shown, writing=version, token=token).encode())
+                        began = WriteMarker(shown=shown, writing=version, token=token, since=time.time())
+                        pipe.set(marker_key, began.encode())
                         await pipe.execute()
                         return gen, old_ids
                     except rexc.WatchError:
@@ -790,6 +791,21 @@ class ChunkIndex:
                     except rexc.WatchError:
                         continue
         raise IndexError_(f"write of {doc_id!r} kept conflicting; giving up after {_WATCH_RETRIES} tries")
+
+    async def unfinished_writes(self) -> dict[tuple[str, str], WriteMarker]:
+        """Every sliced write under way, or left half-way by a writer that died:
+        ``(tenant, doc_id)`` -> its marker. A scan: for doctor, not for the hot path."""
+        gen = await self._generation()
+        prefix = f"{key_root(self._cfg.name, gen)}wr:"
+        found: dict[tuple[str, str], WriteMarker] = {}
+        async with translate_errors("marker listing"):
+            async for raw in self._r.scan_iter(match=prefix + "*", count=1000):
+                key = as_str(raw)
+                marker = WriteMarker.decode(await self._r.get(key))
+                if marker is not None and marker.in_progress:
+                    tenant, _, doc_id = key[len(prefix) :].partition(":")
+                    found[(tenant, doc_id)] = marker
+        return found
 
     async def write_markers(self, doc_ids: Sequence[str], tenant: str = DEFAULT_TENANT) -> dict[str, WriteMarker]:
         """The write markers (``memory.visibility``) of those of these docs that have one.

@@ -39,10 +39,11 @@ class WriteMarker:
     shown: int | None
     writing: int | None
     token: str = ""
+    since: float = 0.0  # when the write began (epoch seconds; doctor reports writes that stopped)
 
     def encode(self) -> str:
         """The marker as stored (JSON)."""
-        return json.dumps({"shown": self.shown, "writing": self.writing, "token": self.token})
+        return json.dumps({"shown": self.shown, "writing": self.writing, "token": self.token, "since": self.since})
 
     @classmethod
     def decode(cls, raw: str | bytes | None) -> WriteMarker | None:
@@ -53,8 +54,8 @@ class WriteMarker:
         try:
             data = json.loads(raw)
             shown, writing = _int_or_none(data["shown"]), _int_or_none(data["writing"])
-            return cls(shown=shown, writing=writing, token=str(data["token"]))
-        except (ValueError, TypeError, KeyError):
+            return cls(shown=shown, writing=writing, token=str(data["token"]), since=float(data.get("since", 0.0)))
+        except (ValueError, TypeError, KeyError, AttributeError):
             return None
 
     @property

@@ -114,6 +114,10 @@ async def _has(daemon: Daemon, doc_id: str) -> bool:
     return bool(await daemon.index.chunk_ids(doc_id))
 
 
+async def _stored_version(daemon: Daemon, doc_id: str, version: int) -> bool:
+    return await daemon.index.versions([doc_id]) == {doc_id: version}
+
+
 async def test_identifier_query_ranks_its_doc_first(env) -> None:
     """An identifier that occurs in one doc only comes back first."""
     daemon, client = env
@@ -492,6 +496,19 @@ async def test_a_turn_is_not_held_behind_a_large_document(env) -> None:
         await eventually(lambda: _has(daemon, "transcript:planner-9/s-large/1"), timeout=90, what="the turn indexed")
         assert not await _has(daemon, "large-manual"), "the turn waited for the whole document"
         await eventually(lambda: _has(daemon, "large-manual"), timeout=180, what="the document indexed")
+        # Written in slices (over 64 chunks): queries see it once the last one is in.
+        await eventually(
+            lambda: _stored_version(daemon, "large-manual", 1), timeout=60, what="the document's last slice"
+        )
+        _headers, reply = await client.ask(
+            {
+                "query_id": "q-large",
+                "search_text": "every worker drains its queue",
+                "top_k": 5,
+                "metadata_filter": {"service": "docs"},
+            }
+        )
+        assert len(reply["results"]) == 5 and {r["doc_id"] for r in reply["results"]} == {"large-manual"}
     finally:
         delete = {"event_id": uuid.uuid4().hex, "op": "delete", "doc_id": "large-manual", "version": 2}
         await client.send(t.documents, delete, key="large-manual")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -11,6 +12,8 @@ import pytest
 import redis.asyncio as aredis
 from structlog.testing import capture_logs
 
+from daemon.doctor import _check_unfinished_writes
+from daemon.settings import Settings
 from memory.config import IndexConfig, RetrievalConfig
 from memory.index import ChunkIndex
 from memory.records import ChunkRecord
@@ -184,7 +187,7 @@ async def test_a_newer_version_takes_a_paused_write_over(stack) -> None:
 async def test_a_write_that_died_half_way_is_taken_over_by_its_redelivery(stack) -> None:
     """The writer is cancelled after the two slices of v2 (12 old chunks, 6 new): the doc shows
     what is left of v1 meanwhile; the redelivered v2 deletes every chunk it lacks."""
-    index, retriever, _ = stack
+    index, retriever, client = stack
     await index.apply(DOC, 1, chunks(1, 12, "alpha"), vectors(12, 1))
     pause = PausedAfter(index, 2)
     index._guarded = pause  # type: ignore[method-assign]
@@ -197,11 +200,21 @@ async def test_a_write_that_died_half_way_is_taken_over_by_its_redelivery(stack)
     assert await shown(retriever, "alpha") == sorted((f"{DOC}_p{i}", 1) for i in range(6, 12))
     assert await shown(retriever, "bravo") == []
     assert await index.versions([DOC]) == {DOC: 1}
+    # doctor: a write under way is fine; one begun long ago was left by a writer that died.
+    settings = Settings(index=index.cfg)
+    assert [f.ok for f in await _check_unfinished_writes(client, settings, 384)] == [True]
+    marker_key = f"{key_root(index.cfg.name, 1)}wr:default:{DOC}"
+    marker = WriteMarker.decode(await client.get(marker_key))
+    assert marker is not None and marker.in_progress
+    await client.set(marker_key, dataclasses.replace(marker, since=marker.since - 3600).encode())
+    (finding,) = await _check_unfinished_writes(client, settings, 384)
+    assert not finding.ok and f"default/{DOC} (version 2, showing version 1" in finding.detail, finding
     again = await index.apply(DOC, 2, chunks(2, 6, "bravo"), vectors(6, 2))
     assert again.applied
     assert await index.chunk_ids(DOC) == {f"{DOC}_p{i}" for i in range(6)}
     assert await index.count() == 6
     assert await shown(retriever, "bravo") == [(f"{DOC}_p{i}", 2) for i in range(6)]
+    assert await _check_unfinished_writes(client, settings, 384) == []
 
 
 async def test_a_reindex_copy_and_switch_mid_write(stack) -> None:
