@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import os
 import sys
@@ -29,11 +30,12 @@ from graph.registry import GraphRegistry
 from graph.search import ScopedSearch
 from memory.activity import IngestActivity
 from memory.attempts import AttemptCounter
-from memory.embedder import SentenceTransformerEmbedder
-from memory.errors import BackendUnavailable
+from memory.embedder import POISON_MAX, SentenceTransformerEmbedder
+from memory.errors import BackendUnavailable, MemdError
 from memory.generations import index_spec
 from memory.index import ChunkIndex
 from memory.ingest import Ingestor
+from memory.poison import SharedPoison
 from memory.retrieval import Retriever
 from memory.server_policies import unsafe_settings
 
@@ -157,6 +159,24 @@ async def _watch_topics(settings: Settings, halt: asyncio.Event) -> None:
             continue
         if created:
             log.warning("daemon.topics_recreated", topics=created)
+
+
+#: How often a daemon shares the query texts its embedding worker crashed on, and learns the
+#: others' (memory.poison): a poison query costs each other daemon at most this long of exposure.
+POISON_SYNC_S = 5.0
+
+
+async def _sync_poison(shared: SharedPoison, embedder: SentenceTransformerEmbedder, halt: asyncio.Event) -> None:
+    while not halt.is_set():
+        try:
+            pushed, learned = await shared.sync(embedder)
+        except MemdError as exc:  # Redis away: the local list still refuses what this daemon found
+            log.warning("embed.poison_sync_failed", error=str(exc))
+        else:
+            if pushed or learned:
+                log.info("embed.poison_synced", pushed=pushed, learned=learned)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(halt.wait(), timeout=POISON_SYNC_S)
 
 
 async def _start_broker(broker: KafkaBroker) -> None:
@@ -342,6 +362,8 @@ async def start_daemon(
         raise BackendUnavailable(f"consumers not assigned within {ready_timeout_s}s") from exc
     if settings.create_topics:
         daemon.spawn(_watch_topics(settings, daemon.halt), "topic-watch")
+    shared_poison = SharedPoison(client=redis, name=settings.index.name, limit=POISON_MAX)
+    daemon.spawn(_sync_poison(shared_poison, embedder, daemon.halt), "poison-sync")
     if graph is not None:
         daemon.spawn(graph.run_recompute(), "graph-recompute")
         daemon.spawn(graph.run_queue_log(), "graph-queue-log")

@@ -328,6 +328,19 @@ class SentenceTransformerEmbedder:
         log.error("embed.query_refused", reason="crashed the embedding worker twice, the second time alone")
         return QueryRefused(POISON_REFUSAL)
 
+    def poison_digests(self) -> set[str]:
+        """Digests of the query texts this embedder refuses (``memory.poison`` shares them)."""
+        return set(self._poison)
+
+    def learn_poison(self, digests: set[str]) -> None:
+        """Refuse these query digests too: another daemon's worker crashed on them alone."""
+        for digest in digests:
+            self._poison[digest] = None
+        while len(self._poison) > POISON_MAX:
+            self._poison.popitem(last=False)
+        # A text asked before it crashed another daemon's worker may be cached here: its
+        # vector was computed fine, so it stays answerable (the refusal is for the worker's sake).
+
     async def _encode_alone(self, text: str) -> np.ndarray:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(

@@ -13,19 +13,24 @@ from typing import Any
 import numpy as np
 import psutil
 import pytest
+import redis.asyncio as aredis
 
 from memory.config import EmbeddingConfig
 from memory.embed_worker import CRASH_MARKER_ENV
 from memory.embedder import (
     CONTROL_TEXT,
+    POISON_MAX,
     EmbedderError,
     EmbedderUnavailable,
     QueryRefused,
     SentenceTransformerEmbedder,
     WorkerCrashed,
+    _digest,
     native_bf16,
     use_bf16,
 )
+from memory.poison import SharedPoison
+from tests.conftest import unique
 from tests.helpers import eventually, run_python
 
 pytestmark = pytest.mark.integration
@@ -446,3 +451,26 @@ async def test_a_lent_embedder_must_match_the_settings_and_is_never_closed_by_it
     assert embedder.worker_pid is not None
     assert (await embedder.embed_query("still served")).shape == (embedder.dims,)
     await compute(communities.preload)  # the detection worker too
+
+
+async def test_poison_queries_are_shared_by_the_daemons_through_redis(redis_url: str, embedder: Any) -> None:
+    """A query another daemon's worker crashed on is refused here after one sync, and never
+    reaches this worker; one this daemon refuses reaches the group's list."""
+    client = aredis.from_url(redis_url)
+    name = unique("poison")
+    here = SharedPoison(client=client, name=name, limit=POISON_MAX)
+    other = SharedPoison(client=client, name=name, limit=POISON_MAX)  # another daemon's view
+    theirs = f"the query that crashed another daemon's worker {uuid.uuid4().hex}"
+    mine = f"the query that crashed this daemon's worker {uuid.uuid4().hex}"
+    try:
+        await other.add({_digest(theirs)})
+        assert await here.sync(embedder) == (0, 1)
+        with pytest.raises(QueryRefused):
+            await embedder.embed_query(theirs)
+        assert await here.sync(embedder) == (0, 0)  # nothing new: one GET, no list read
+        embedder.learn_poison({_digest(mine)})  # as _alone does when a query crashes it alone
+        assert await here.sync(embedder) == (1, 0)
+        assert await other.changed_digests() == {_digest(theirs), _digest(mine)}
+    finally:
+        await client.delete(f"{name}:poison", f"{name}:poison:version")
+        await client.aclose()
