@@ -204,8 +204,8 @@ async def _check_generation(client: Any, settings: Settings, dims: int | None) -
     return [Finding("index generation", True, f"generation {state.active} matches the settings{building}"), *found]
 
 
-#: A sliced write older than this is taken for one whose writer died (the largest document
-#: allowed takes seconds of Redis time once embedded; the marker is taken after embedding).
+#: A sliced write with no progress for this long is taken for one whose writer died (a slice
+#: takes well under a second; the marker is taken after embedding).
 STUCK_WRITE_S = 600.0
 
 
@@ -221,14 +221,16 @@ async def _check_unfinished_writes(client: Any, settings: Settings, dims: int) -
     if not unfinished:
         return []
     async with translate_errors("doctor"):
-        sec, usec = await client.time()  # markers are stamped by writers; Redis's clock is the shared one
+        sec, usec = await client.time()
     now = sec + usec / 1e6
-    stuck = {k: m for k, m in unfinished.items() if now - m.since > STUCK_WRITE_S}
+    # Stamped with the writers' clocks (NTP-synchronised hosts are assumed: minutes of skew
+    # would be needed to shift a 10-minute threshold much).
+    stuck = {k: m for k, m in unfinished.items() if now - m.beat > STUCK_WRITE_S}
     if not stuck:
         return [Finding("large writes", True, f"{len(unfinished)} document(s) being written in slices")]
     names = ", ".join(
         f"{t}/{d} (version {m.writing}, showing {'version ' + str(m.shown) if m.shown is not None else 'nothing'}, "
-        f"begun {(now - m.since) / 60:.0f} min ago)"
+        f"begun {(now - m.since) / 60:.0f} min ago, last progress {(now - m.beat) / 60:.0f} min ago)"
         for (t, d), m in sorted(stuck.items())[:10]
     )
     more = f" and {len(stuck) - 10} more" if len(stuck) > 10 else ""

@@ -223,7 +223,8 @@ class GraphService:
 
         Left as they are: a doc the index does not hold; an unversioned doc (a transcript
         turn: nothing orders a refresh against a live edit of it, and a turn is mostly one
-        chunk anyway); a doc that changed in the index while it was read; a doc a live
+        chunk anyway); a doc that changed in the index while it was read, or is being
+        written in slices; a doc a live
         daemon has since applied at a newer version (the store's version check). Returns the
         number of docs refreshed.
         """
@@ -241,7 +242,10 @@ class GraphService:
             # Versions again, after the chunk reads: a live write between them would pair new
             # text with an old version (or the reverse), and the store could not tell.
             after = await index.versions(page_ids, tenant)
-            batch = [(d, v, read[d]) for d, v in before.items() if read[d] and after.get(d) == v]
+            # A sliced write stores its version only at its end: until then the chunks read
+            # may mix two versions under one stored number (memory.visibility). Read last.
+            writing = await index.writes_in_progress(page_ids, tenant)
+            batch = [(d, v, read[d]) for d, v in before.items() if read[d] and after.get(d) == v and d not in writing]
             contribs = await self.extract_chunks([chunks for _, _, chunks in batch])
             for (doc_id, version, _), contrib in zip(batch, contribs, strict=True):
                 out = await self.store.apply(doc_id, version, contrib, refresh=True)

@@ -32,7 +32,8 @@ class IndexConfig(BaseModel):
             "A document of more chunks than this (new ones plus old ones to delete) is written in "
             "transactions of this many, so that Redis never stops answering for long: it indexes a "
             "transaction's chunks before it answers anyone else. Queries meanwhile see part of the "
-            "old version, never the new one's text, until the last slice is in."
+            "old version, never the new one's text, until the last slice is in. (Unversioned items, "
+            "transcript turns, always go in one transaction.)"
         ),
     )
 

@@ -6,6 +6,7 @@ Every redis exception is translated here; none leaves ``memory/``.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import re
 import time
@@ -41,7 +42,7 @@ from memory.schema import (
     physical_name,
 )
 from memory.text import index_terms
-from memory.visibility import FINISHED_MARKER_TTL_S, WriteMarker, slices, supersedes
+from memory.visibility import FINISHED_MARKER_TTL_S, WriteMarker, decide, slices
 
 log = structlog.get_logger()
 
@@ -59,6 +60,11 @@ class _GenerationSwitched(Exception):
 
 class _Superseded(Exception):
     """A sliced write's marker no longer holds its token: another write took the doc over."""
+
+
+class WriteInProgress(BackendUnavailable):
+    """Another live process is writing this very version of the doc in slices: retried later
+    (by then it has finished, and the stored version says so, or stopped, and is taken over)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,7 +229,17 @@ def _stored(doc: Any, tag_keys: Sequence[str]) -> StoredChunk:
         idents=tuple(as_str(getattr(doc, "idents", "")).split()),
         timestamp=_timestamp(doc),
         version=_int_or_none(getattr(doc, "version", None)),
+        generation=_key_generation(as_str(getattr(doc, "id", ""))),
     )
+
+
+_KEY_GENERATION = re.compile(r":g(\d+):chunk:")
+
+
+def _key_generation(key: str) -> int | None:
+    """The generation a chunk's key belongs to (``<name>:g<N>:chunk:…``; names hold no colon)."""
+    found = _KEY_GENERATION.search(key)
+    return int(found.group(1)) if found else None
 
 
 def _timestamp(doc: Any) -> float | None:
@@ -284,6 +300,8 @@ class ChunkIndex:
         self._state: GenerationState | None = None
         self._state_at = 0.0
         self._search: Any = None
+        # Names this writer in the markers of its sliced writes (memory.visibility.decide).
+        self._owner = uuid.uuid4().hex
 
     @property
     def cfg(self) -> IndexConfig:
@@ -579,7 +597,7 @@ class ChunkIndex:
                         if version is not None and stored_version is not None and version <= stored_version:
                             return ApplyResult(doc_id, applied=False, stored_version=stored_version)
                         marker = WriteMarker.decode(marker_raw)
-                        if not supersedes(version, marker):
+                        if self._decide(doc_id, version, marker) == "skip":
                             return ApplyResult(doc_id, applied=False, stored_version=stored_version)
                         old_ids = {as_str(m) for m in await pipe.smembers(doc_key)}
                         new_ids = {c.chunk_id for c in chunks}
@@ -645,7 +663,6 @@ class ChunkIndex:
         doc over and this write stops; a generation switch starts it again in the new one.
         """
         token = uuid.uuid4().hex
-        gen = 0
         for _ in range(_WATCH_RETRIES):
             try:
                 begun = await self._begin_sliced(doc_id, version, tenant, token, deleting=not chunks)
@@ -659,11 +676,12 @@ class ChunkIndex:
                 log.info("index.sliced_write_restarted", doc_id=doc_id, version=version, reason="generation switched")
                 continue
             except _Superseded:
-                async with translate_errors("version read"):
-                    stored = await self._r.get(self._ver_key(gen, tenant, doc_id))
-                stored_version = int(stored) if stored is not None else None
-                log.info("index.sliced_write_superseded", doc_id=doc_id, version=version, stored=stored_version)
-                return ApplyResult(doc_id, applied=False, stored_version=stored_version)
+                # Begin again, which looks at what took over: this version or a later one
+                # stored (not applied), a later one being written (skipped), this one being
+                # written by another live process (WriteInProgress, retried later), or an
+                # older copy (a reindex's) that this write must still replace.
+                log.info("index.sliced_write_superseded", doc_id=doc_id, version=version)
+                continue
         raise IndexError_(f"write of {doc_id!r} kept restarting; giving up after {_WATCH_RETRIES} tries")
 
     async def _write_slices(
@@ -685,7 +703,7 @@ class ChunkIndex:
         writes = slices(len(chunks), size)
         for part in writes:
 
-            def write(pipe: Any, part: range = part) -> None:
+            def write(pipe: Any, _members: set[str], part: range = part) -> None:
                 for i in part:
                     key = self._chunk_key(gen, tenant, chunks[i].chunk_id)
                     pipe.delete(key)
@@ -694,17 +712,25 @@ class ChunkIndex:
 
             await self._guarded(gen, tenant, doc_id, token, write)
         new_ids = {c.chunk_id for c in chunks}
-        stale = sorted(old_ids - new_ids)
+        # The chunk set as it is now, not as begin read it: it also holds what a write this
+        # one took over had added.
+        async with translate_errors("chunk listing"):
+            current = {as_str(m) for m in await self._r.smembers(doc_key)}
+        stale = sorted((old_ids | current) - new_ids)
         drops = slices(len(stale), size)
         for part in drops:
 
-            def drop(pipe: Any, ids: list[str] = stale[part.start : part.stop]) -> None:
+            def drop(pipe: Any, _members: set[str], ids: list[str] = stale[part.start : part.stop]) -> None:
                 pipe.delete(*(self._chunk_key(gen, tenant, c) for c in ids))
                 pipe.srem(doc_key, *ids)
 
             await self._guarded(gen, tenant, doc_id, token, drop)
 
-        def finish(pipe: Any) -> None:
+        def finish(pipe: Any, members: set[str]) -> None:
+            # Read in this transaction (watched): nothing added since is left orphaned.
+            leftover = members - new_ids
+            if leftover:
+                pipe.delete(*(self._chunk_key(gen, tenant, c) for c in leftover))
             pipe.delete(doc_key)
             if new_ids:
                 pipe.sadd(doc_key, *sorted(new_ids))
@@ -712,7 +738,7 @@ class ChunkIndex:
             finished = WriteMarker(shown=version, writing=None).encode()
             pipe.set(self._marker_key(gen, tenant, doc_id), finished, ex=FINISHED_MARKER_TTL_S)
 
-        await self._guarded(gen, tenant, doc_id, token, finish)
+        await self._guarded(gen, tenant, doc_id, token, finish, members=True)
         log.info(
             "index.sliced_write",
             doc_id=doc_id,
@@ -723,6 +749,21 @@ class ChunkIndex:
             took_s=round(time.monotonic() - started, 3),
         )
         return ApplyResult(doc_id, applied=True, chunks=len(chunks), stored_version=version)
+
+    def _decide(self, doc_id: str, version: int | None, marker: WriteMarker | None) -> str:
+        """``write`` or ``skip`` (see memory.visibility.decide); ``wait`` is raised.
+
+        Raises:
+            WriteInProgress: another live process is writing this version in slices.
+        """
+        decision = decide(version, marker, owner=self._owner, now=time.time())
+        if decision == "wait":
+            assert marker is not None
+            raise WriteInProgress(
+                f"version {version} of {doc_id!r} is being written in slices by another process "
+                f"(progress {time.time() - marker.beat:.0f}s ago): waiting for it to finish"
+            )
+        return decision
 
     async def _begin_sliced(
         self, doc_id: str, version: int, tenant: str, token: str, *, deleting: bool
@@ -742,7 +783,7 @@ class ChunkIndex:
                         if stored_version is not None and version <= stored_version:
                             return ApplyResult(doc_id, applied=False, stored_version=stored_version)
                         marker = WriteMarker.decode(marker_raw)
-                        if not supersedes(version, marker):
+                        if self._decide(doc_id, version, marker) == "skip":
                             return ApplyResult(doc_id, applied=False, stored_version=stored_version)
                         old_ids = {as_str(m) for m in await pipe.smembers(doc_key)}
                         # Queries go on seeing what they saw: an unfinished write's shown
@@ -757,7 +798,8 @@ class ChunkIndex:
                         pipe.multi()  # type: ignore[no-untyped-call]
                         # No expiry: a writer that dies leaves the doc hidden until its
                         # event's redelivery (or a later version) writes it again.
-                        began = WriteMarker(shown=shown, writing=version, token=token, since=time.time())
+                        now = time.time()
+                        began = WriteMarker(shown, version, token=token, owner=self._owner, since=now, beat=now)
                         pipe.set(marker_key, began.encode())
                         await pipe.execute()
                         return gen, old_ids
@@ -765,27 +807,40 @@ class ChunkIndex:
                         continue
         raise IndexError_(f"write of {doc_id!r} kept conflicting; giving up after {_WATCH_RETRIES} tries")
 
-    async def _guarded(self, gen: int, tenant: str, doc_id: str, token: str, fill: Callable[[Any], None]) -> None:
+    async def _guarded(
+        self,
+        gen: int,
+        tenant: str,
+        doc_id: str,
+        token: str,
+        fill: Callable[[Any, set[str]], None],
+        *,
+        members: bool = False,
+    ) -> None:
         """One transaction of a sliced write, run only while its marker holds ``token`` in
-        generation ``gen``.
+        generation ``gen``; it also records progress in the marker. ``members``: the doc's
+        chunk set is watched and read, and handed to ``fill`` (else an empty set).
 
         Raises:
             _Superseded: another write took the doc over.
             _GenerationSwitched: ``gen`` is no longer the one written to.
         """
         marker_key = self._marker_key(gen, tenant, doc_id)
+        doc_key = self._doc_key(gen, tenant, doc_id)
         async with translate_errors("chunk write"):
             for _ in range(_WATCH_RETRIES):
                 async with self._r.pipeline(transaction=True) as pipe:
                     try:
                         if await self._write_generation(pipe) != gen:
                             raise _GenerationSwitched
-                        await pipe.watch(marker_key)
+                        await pipe.watch(marker_key, *([doc_key] if members else []))
                         marker = WriteMarker.decode(await pipe.get(marker_key))
                         if marker is None or marker.token != token:
                             raise _Superseded
+                        found = {as_str(m) for m in await pipe.smembers(doc_key)} if members else set()
                         pipe.multi()  # type: ignore[no-untyped-call]
-                        fill(pipe)
+                        pipe.set(marker_key, dataclasses.replace(marker, beat=time.time()).encode())
+                        fill(pipe, found)
                         await pipe.execute()
                         return
                     except rexc.WatchError:
@@ -807,17 +862,25 @@ class ChunkIndex:
                     found[(tenant, doc_id)] = marker
         return found
 
-    async def write_markers(self, doc_ids: Sequence[str], tenant: str = DEFAULT_TENANT) -> dict[str, WriteMarker]:
-        """The write markers (``memory.visibility``) of those of these docs that have one.
+    async def write_markers(self, docs: Sequence[tuple[int, str, str]]) -> dict[tuple[int, str, str], WriteMarker]:
+        """The write markers (``memory.visibility``) of those of these ``(generation, tenant,
+        doc_id)`` that have one.
 
-        Searches read them after their legs, to drop hits a sliced write has hidden.
+        Searches read them after their legs, in the generation each hit came from (a hit's
+        key says it: the alias may have moved to another generation since the last read of
+        the registry), to drop hits a sliced write has hidden.
         """
-        if not doc_ids:
+        if not docs:
             return {}
-        gen = await self._generation()
         async with translate_errors("marker read"):
-            values = await self._r.mget([self._marker_key(gen, tenant, d) for d in doc_ids])
-        return {d: m for d, v in zip(doc_ids, values, strict=True) if (m := WriteMarker.decode(v)) is not None}
+            values = await self._r.mget([self._marker_key(g, t, d) for g, t, d in docs])
+        return {k: m for k, v in zip(docs, values, strict=True) if (m := WriteMarker.decode(v)) is not None}
+
+    async def writes_in_progress(self, doc_ids: Sequence[str], tenant: str = DEFAULT_TENANT) -> set[str]:
+        """Those of these docs a sliced write is under way on (or was left half-way)."""
+        gen = await self._generation()
+        found = await self.write_markers([(gen, tenant, d) for d in doc_ids])
+        return {d for (_, _, d), m in found.items() if m.in_progress}
 
     async def _write_generation(self, pipe: Any) -> int:
         """Inside a WATCH transaction: the generation to write to, with the registry watched.
@@ -897,11 +960,16 @@ class ChunkIndex:
                     for t, d in part:
                         pipe.get(self._ver_key(gen, t, d))
                         pipe.exists(self._doc_key(gen, t, d))
+                        pipe.get(self._marker_key(gen, t, d))
                     values = await pipe.execute()
                 for i, key in enumerate(part):
-                    ver, has_doc = values[2 * i], bool(values[2 * i + 1])
+                    ver, has_doc, marker = values[3 * i], bool(values[3 * i + 1]), WriteMarker.decode(values[3 * i + 2])
                     want = held[key].version
                     covered = (has_doc or ver is not None) if want is None else ver is not None and int(ver) >= want
+                    # A sliced write of that version or a later one under way here covers it too
+                    # (its event is not committed until it is whole: a redelivery finishes it).
+                    writing = marker.writing if marker is not None else None
+                    covered = covered or (want is not None and writing is not None and writing >= want)
                     if not covered:
                         out.append(key)
         return out
@@ -935,6 +1003,15 @@ class ChunkIndex:
                         await pipe.watch(src_ver_key, src_doc, src_marker_key, ver_key, doc_key, marker_key)
                         src_ver = await pipe.get(src_ver_key)
                         src_marker = WriteMarker.decode(await pipe.get(src_marker_key))
+                        marker = WriteMarker.decode(await pipe.get(marker_key))
+                        if (
+                            marker is not None
+                            and marker.in_progress
+                            and (src_ver is None or (marker.writing is not None and marker.writing >= int(src_ver)))
+                        ):
+                            # A sliced write of that version or a later one is under way here:
+                            # it replaces whatever the copy would bring (and copying would stop it).
+                            return False
                         chunk_ids = sorted(as_str(m) for m in await pipe.smembers(src_doc))
                         hashes = [await pipe.hgetall(self._chunk_key(source_generation, tenant, c)) for c in chunk_ids]
                         if reanalyze:
@@ -961,9 +1038,11 @@ class ChunkIndex:
                             pipe.set(ver_key, src_ver)
                         if src_marker is not None and src_marker.in_progress:
                             # A sliced write was half-way through the source: the copy hides
-                            # what the source hides, and that write, started again here after
-                            # a switch (or its redelivery), takes the marker over.
-                            pipe.set(marker_key, src_marker.encode())
+                            # what the source hides. Nobody holds the copy's marker (a new
+                            # token, no owner, no recent progress): that write, started again
+                            # here after a switch, or its redelivery, takes it over at once.
+                            copied = WriteMarker(src_marker.shown, src_marker.writing, token=uuid.uuid4().hex)
+                            pipe.set(marker_key, copied.encode())
                         else:
                             # A whole copy, written at once: nothing to hide. A sliced write
                             # under way here (a reindex's replay) finds its token gone.

@@ -69,6 +69,7 @@ class StoredChunk:
     idents: tuple[str, ...] = ()  # normalized identifiers the chunk holds (memory.identifiers)
     timestamp: float | None = None  # epoch seconds (the event's time), None if not returned
     version: int | None = None  # the doc version the chunk was written for, None if not returned
+    generation: int | None = None  # the index generation the hit came from (its key says so)
 
 
 @dataclass(frozen=True, slots=True)

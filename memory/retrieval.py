@@ -183,9 +183,12 @@ class Retriever:
             names.append("identifier")
             coros.append(self._identifier(idents, hash_query, k, timings))
         results = await asyncio.gather(*coros)
-        # Read after the legs, whatever mix of a sliced write's chunks they returned: the
-        # marker read last decides which version of that doc this answer shows.
-        markers = await self._index.write_markers(sorted({h.doc_id for found in results for h in found}), spec.tenant)
+        # Read after the legs: whatever mix of a sliced write's chunks they returned, the
+        # marker read last decides which version of that doc this answer shows. (A doc with
+        # no marker was written in one transaction, as before.)
+        markers = await self._index.write_markers(
+            sorted({(h.generation, spec.tenant, h.doc_id) for found in results for h in found if h.generation})
+        )
         by_id: dict[str, StoredChunk] = {}
         legs: dict[str, list[str] | dict[str, int]] = {}
         for name, found in zip(names, results, strict=True):
@@ -196,7 +199,7 @@ class Retriever:
                 for h in found
                 if matches(h.tags, flt)
                 and in_time(h.timestamp, spec.since, spec.until)
-                and (not markers or visible(h.version, markers.get(h.doc_id)))
+                and (not markers or visible(h.version, markers.get((h.generation or 0, spec.tenant, h.doc_id))))
             ]
             if name == "identifier":
                 # An exact identifier match says which chunks, not in what order: hits naming

@@ -13,17 +13,33 @@ slices, one transaction each, and a per-document *write marker* tells queries wh
   new version, kept for :data:`FINISHED_MARKER_TTL_S` so a query whose search straddled the
   flip (it read some old chunks, then the flipped marker) drops the old ones.
 
-Queries read the markers of their hits' documents *after* searching, so whatever mix of
-chunks a leg returned, the marker they read filters it to one version.
+Queries read the markers of their hits' documents *after* searching, in the generation each
+hit came from, so whatever mix of chunks a leg returned, the marker they read filters it to
+one version.
+
+Who may write (:func:`decide`): a later version takes over an unfinished earlier one, whose
+writer stops at its next slice; an earlier one is skipped; a write of the same version by
+another process (a rebalance handed its event over while the old owner still writes it) is
+waited for while the marker shows progress, and taken over once it has shown none for
+:data:`TAKEOVER_AFTER_S` (its writer died; the event was not committed, so it comes back).
+Documents are always versioned; unversioned items (transcript turns, which are small) are
+always written in one transaction.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Literal
 
 #: How long a finished write's marker stays: far longer than any query's searches take.
 FINISHED_MARKER_TTL_S = 300
+#: A write of the same version by another process is waited for while its marker shows
+#: progress within this long; after that its writer is taken for dead and the write taken
+#: over (a slice of the largest document takes well under a second).
+TAKEOVER_AFTER_S = 30.0
+
+Decision = Literal["write", "skip", "wait"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,19 +47,31 @@ class WriteMarker:
     """A large write of one document: the version queries see, and the one being written.
 
     ``writing`` is None once the write finished (then ``shown`` is the version written).
-    ``token`` tells the writer that began it from any other: a write that finds another's
-    token at its next slice was superseded (a newer version, a rebalance's redelivery, a
-    reindex's copy) and stops.
+    ``token`` tells the write that began it from any other: a write that finds another token
+    at its next slice was superseded (a newer version, a redelivery, a reindex's copy) and
+    stops. ``owner`` is the writing process (a process takes over its own failed attempt at
+    once), ``beat`` when the write last made progress (epoch seconds, the writer's clock).
     """
 
     shown: int | None
     writing: int | None
     token: str = ""
-    since: float = 0.0  # when the write began (epoch seconds; doctor reports writes that stopped)
+    owner: str = ""
+    since: float = 0.0
+    beat: float = 0.0
 
     def encode(self) -> str:
         """The marker as stored (JSON)."""
-        return json.dumps({"shown": self.shown, "writing": self.writing, "token": self.token, "since": self.since})
+        return json.dumps(
+            {
+                "shown": self.shown,
+                "writing": self.writing,
+                "token": self.token,
+                "owner": self.owner,
+                "since": self.since,
+                "beat": self.beat,
+            }
+        )
 
     @classmethod
     def decode(cls, raw: str | bytes | None) -> WriteMarker | None:
@@ -53,8 +81,14 @@ class WriteMarker:
             return None
         try:
             data = json.loads(raw)
-            shown, writing = _int_or_none(data["shown"]), _int_or_none(data["writing"])
-            return cls(shown=shown, writing=writing, token=str(data["token"]), since=float(data.get("since", 0.0)))
+            return cls(
+                shown=_int_or_none(data["shown"]),
+                writing=_int_or_none(data["writing"]),
+                token=str(data["token"]),
+                owner=str(data.get("owner", "")),
+                since=float(data.get("since", 0.0)),
+                beat=float(data.get("beat", 0.0)),
+            )
         except (ValueError, TypeError, KeyError, AttributeError):
             return None
 
@@ -79,18 +113,26 @@ def visible(chunk_version: int | None, marker: WriteMarker | None) -> bool:
     return marker.shown is not None and chunk_version == marker.shown
 
 
-def supersedes(version: int | None, marker: WriteMarker | None) -> bool:
-    """Whether a write of ``version`` may replace the document despite ``marker``.
+def decide(version: int | None, marker: WriteMarker | None, *, owner: str, now: float) -> Decision:
+    """What a write of ``version`` by process ``owner`` does about the doc's marker.
 
-    An unfinished write of a later version wins (per-key order makes that the next event
-    anyway; it was redelivered to another daemon after a rebalance). One of this version or
-    an earlier one is taken over: its writer died or was superseded, and this write
-    replaces everything it left.
+    * ``write``: nothing unfinished stands in the way, or it does and this write replaces it:
+      a write of an earlier version (its writer stops at its next slice), this process's own
+      failed attempt, or a write of this version whose writer stopped making progress.
+    * ``skip``: a later version is being written (per-key order makes that the next event
+      anyway; this one was redelivered or replayed late).
+    * ``wait``: another live process is writing this very version (a rebalance handed the
+      event over while the old owner still writes it): retry later, when it has finished
+      (the stored version then says so) or stopped.
     """
     if marker is None or not marker.in_progress or version is None:
-        return True
+        return "write"
     assert marker.writing is not None
-    return version >= marker.writing
+    if version < marker.writing:
+        return "skip"
+    if version > marker.writing or marker.owner == owner or now - marker.beat > TAKEOVER_AFTER_S:
+        return "write"
+    return "wait"
 
 
 def slices(count: int, size: int) -> list[range]:

@@ -15,12 +15,12 @@ from structlog.testing import capture_logs
 from daemon.doctor import _check_unfinished_writes
 from daemon.settings import Settings
 from memory.config import IndexConfig, RetrievalConfig
-from memory.index import ChunkIndex
+from memory.index import ChunkIndex, DocState, WriteInProgress
 from memory.records import ChunkRecord
 from memory.retrieval import Retriever, SearchSpec
 from memory.schema import key_root
 from memory.text import bm25_query, query_terms
-from memory.visibility import FINISHED_MARKER_TTL_S, WriteMarker
+from memory.visibility import FINISHED_MARKER_TTL_S, TAKEOVER_AFTER_S, WriteMarker
 from tests.conftest import unique
 
 pytestmark = pytest.mark.integration
@@ -63,8 +63,8 @@ class PausedAfter:
         self.reached = asyncio.Event()
         self.release = asyncio.Event()
 
-    async def __call__(self, *args: Any) -> None:
-        await self._guarded(*args)
+    async def __call__(self, *args: Any, **kw: Any) -> None:
+        await self._guarded(*args, **kw)
         self.calls += 1
         if self.calls == self._n:
             self.reached.set()
@@ -79,6 +79,12 @@ async def stack(redis_url: str, embedder: Any) -> AsyncIterator[tuple[ChunkIndex
     yield index, Retriever(index=index, embedder=embedder, cfg=RetrievalConfig()), client
     await index.drop()
     await client.aclose()
+
+
+def whole(index: ChunkIndex) -> ChunkIndex:
+    """The same index as another process sees it, one that writes every doc in one transaction."""
+    cfg = index.cfg.model_copy(update={"write_slice_chunks": 100_000})
+    return ChunkIndex(client=index._r, cfg=cfg, dims=384, spec=index.spec)
 
 
 async def shown(retriever: Retriever, word: str, *, dense: bool = False) -> list[tuple[str, int | None]]:
@@ -109,10 +115,17 @@ async def test_a_large_doc_is_written_in_slices_and_ends_exact(stack) -> None:
     marker_key = f"{key_root(index.cfg.name, 1)}wr:default:{DOC}"
     assert WriteMarker.decode(await client.get(marker_key)) == WriteMarker(shown=2, writing=None)
     assert 0 < await client.ttl(marker_key) <= FINISHED_MARKER_TTL_S
-    # A small later version goes through the one-transaction path and moves the marker on.
-    await index.apply(DOC, 3, chunks(3, 2, "charlie"), vectors(2, 3))
+    # A later version written in one transaction moves the marker on (else queries, which
+    # filter the doc by its marker, would hide the new version).
+    with capture_logs() as logs:
+        assert (await whole(index).apply(DOC, 3, chunks(3, 2, "charlie"), vectors(2, 3))).applied
+    assert not [e for e in logs if e["event"] == "index.sliced_write"]
+    assert WriteMarker.decode(await client.get(marker_key)) == WriteMarker(shown=3, writing=None)
     assert await shown(retriever, "charlie") == [(f"{DOC}_p0", 3), (f"{DOC}_p1", 3)]
     assert await index.count() == 2
+    # An unversioned delete (a forgotten turn's path) removes the marker with the chunks.
+    assert (await whole(index).apply(DOC, None, [], np.zeros((0, 384), np.float32))).applied
+    assert await client.get(marker_key) is None and await index.count() == 0
 
 
 async def test_queries_see_only_the_old_version_while_slices_are_written(stack) -> None:
@@ -164,24 +177,79 @@ async def test_a_new_large_doc_and_a_large_delete_stay_hidden_until_whole(stack)
 
 
 async def test_a_newer_version_takes_a_paused_write_over(stack) -> None:
-    """v2 is half-written when v3 (small, one transaction) lands: v2 stops, v3 stands whole."""
+    """v3 is half-written when v4 (one transaction, another daemon) lands: v3 stops, v4 stands
+    whole. v2, arriving late meanwhile, is skipped: a later version is being written."""
     index, retriever, _ = stack
+    other = whole(index)
     await index.apply(DOC, 1, chunks(1, 10, "alpha"), vectors(10, 1))
-    pause = PausedAfter(index, 2)
+    pause = PausedAfter(index, 1)
     index._guarded = pause  # type: ignore[method-assign]
-    v2 = asyncio.create_task(index.apply(DOC, 2, chunks(2, 12, "bravo"), vectors(12, 2)))
+    v3 = asyncio.create_task(index.apply(DOC, 3, chunks(3, 12, "bravo"), vectors(12, 3)))
     await asyncio.wait_for(pause.reached.wait(), 10)
-    # An older version arriving late (a replay) does not take over an unfinished newer write.
-    assert not (await index.apply(DOC, 1, chunks(1, 2, "delta"), vectors(2, 4))).applied
-    v3 = await index.apply(DOC, 3, chunks(3, 3, "charlie"), vectors(3, 3))
-    assert v3.applied
+    late = await other.apply(DOC, 2, chunks(2, 2, "delta"), vectors(2, 2))
+    assert not late.applied and late.stored_version == 1  # above the stored version, yet skipped
+    assert (await other.apply(DOC, 4, chunks(4, 3, "charlie"), vectors(3, 4))).applied
     pause.release.set()
-    result = await asyncio.wait_for(v2, 10)
-    assert not result.applied and result.stored_version == 3
+    result = await asyncio.wait_for(v3, 10)
+    assert not result.applied and result.stored_version == 4
     assert await index.chunk_ids(DOC) == {f"{DOC}_p{i}" for i in range(3)}
-    assert await index.count() == 3  # nothing of v1 or the half of v2 is left
-    assert await shown(retriever, "charlie") == [(f"{DOC}_p{i}", 3) for i in range(3)]
+    assert await index.count() == 3  # nothing of v1 or the half of v3 is left
+    assert await shown(retriever, "charlie") == [(f"{DOC}_p{i}", 4) for i in range(3)]
     assert await shown(retriever, "bravo") == [] and await shown(retriever, "alpha") == []
+    assert await shown(retriever, "delta") == []
+
+
+async def test_the_same_version_waits_for_a_live_writer_and_takes_over_a_dead_one(stack) -> None:
+    """A rebalance hands v2's event to another daemon while the first still writes it: the
+    second waits (a retryable error) while the write progresses, and takes over once it stops."""
+    index, retriever, client = stack
+    other = ChunkIndex(client=client, cfg=index.cfg, dims=384, spec=index.spec)  # another process
+    await index.apply(DOC, 1, chunks(1, 10, "alpha"), vectors(10, 1))
+    pause = PausedAfter(index, 1)
+    index._guarded = pause  # type: ignore[method-assign]
+    first = asyncio.create_task(index.apply(DOC, 2, chunks(2, 12, "bravo"), vectors(12, 2)))
+    await asyncio.wait_for(pause.reached.wait(), 10)
+    with pytest.raises(WriteInProgress, match="being written in slices by another process"):
+        await other.apply(DOC, 2, chunks(2, 12, "bravo"), vectors(12, 2))
+    marker_key = f"{key_root(index.cfg.name, 1)}wr:default:{DOC}"
+    marker = WriteMarker.decode(await client.get(marker_key))
+    assert marker is not None
+    stalled = dataclasses.replace(marker, beat=marker.beat - TAKEOVER_AFTER_S - 1)
+    await client.set(marker_key, stalled.encode())
+    assert (await other.apply(DOC, 2, chunks(2, 12, "bravo"), vectors(12, 2))).applied
+    pause.release.set()
+    result = await asyncio.wait_for(first, 10)
+    assert not result.applied and result.stored_version == 2  # the ingestor treats it as done
+    assert await index.count() == 12
+    assert await shown(retriever, "bravo") == sorted((f"{DOC}_p{i}", 2) for i in range(12))
+
+
+async def test_a_copy_does_not_undo_a_newer_write_under_way(stack) -> None:
+    """A reindex's catch-up copies v2 from another generation while v3 is half-written here:
+    the copy is refused and counts as covered, and v3 ends whole, with no chunk orphaned."""
+    index, retriever, client = stack
+    gen, _ = await index.registry.claim("test-copy")
+    source = ChunkIndex(client=client, cfg=index.cfg, dims=384, spec=index.spec, generation=gen)
+    try:
+        await source.ensure()
+        await source.apply(DOC, 2, chunks(2, 20, "delta"), vectors(20, 2))
+        await index.apply(DOC, 1, chunks(1, 6, "alpha"), vectors(6, 1))
+        pause = PausedAfter(index, 1)
+        index._guarded = pause  # type: ignore[method-assign]
+        v3 = asyncio.create_task(index.apply(DOC, 3, chunks(3, 10, "bravo"), vectors(10, 3)))
+        await asyncio.wait_for(pause.reached.wait(), 10)
+        assert not await index.copy_doc(gen, "default", DOC)
+        assert await index.behind({("default", DOC): DocState(version=2, has_chunks=True)}) == []
+        pause.release.set()
+        assert (await asyncio.wait_for(v3, 10)).applied
+        assert await index.chunk_ids(DOC) == {f"{DOC}_p{i}" for i in range(10)}
+        keys = [k async for k in client.scan_iter(match=f"{key_root(index.cfg.name, 1)}chunk:*")]
+        assert len(keys) == 10
+        assert await shown(retriever, "bravo") == sorted((f"{DOC}_p{i}", 3) for i in range(10))
+        assert await shown(retriever, "delta") == []
+    finally:
+        await index.registry.release("test-copy")
+        await source.drop()
 
 
 async def test_a_write_that_died_half_way_is_taken_over_by_its_redelivery(stack) -> None:
@@ -206,7 +274,8 @@ async def test_a_write_that_died_half_way_is_taken_over_by_its_redelivery(stack)
     marker_key = f"{key_root(index.cfg.name, 1)}wr:default:{DOC}"
     marker = WriteMarker.decode(await client.get(marker_key))
     assert marker is not None and marker.in_progress
-    await client.set(marker_key, dataclasses.replace(marker, since=marker.since - 3600).encode())
+    stopped = dataclasses.replace(marker, since=marker.since - 3600, beat=marker.beat - 3600)
+    await client.set(marker_key, stopped.encode())
     (finding,) = await _check_unfinished_writes(client, settings, 384)
     assert not finding.ok and f"default/{DOC} (version 2, showing version 1" in finding.detail, finding
     again = await index.apply(DOC, 2, chunks(2, 6, "bravo"), vectors(6, 2))
@@ -232,9 +301,17 @@ async def test_a_reindex_copy_and_switch_mid_write(stack) -> None:
     assert await target.copy_doc(1, "default", DOC)
     copied = WriteMarker.decode(await client.get(f"{key_root(index.cfg.name, gen)}wr:default:{DOC}"))
     assert copied is not None and copied.in_progress and copied.shown == 1
+    # A query-side reader whose view of the registry predates the switch (it trusts a read
+    # for STATE_TTL_S): the alias it searches moves at once, so markers must come from the
+    # generation of each hit, not from its cached one.
+    reader = ChunkIndex(client=client, cfg=index.cfg, dims=384, spec=index.spec)
+    reader.STATE_TTL_S = 3600.0
+    assert (await reader.state()).active == 1
+    stale_view = Retriever(index=reader, embedder=retriever._embedder, cfg=RetrievalConfig())
     await index.registry.switch("test-reindex", gen, index.spec)
     await index.registry.release("test-reindex")
-    await index.state(fresh=True)
+    assert (await reader.state()).active == 1
+    assert await shown(stale_view, "bravo") == []
     # Served from the copy now: still the old version only.
     assert await shown(retriever, "bravo") == []
     assert await shown(retriever, "alpha") == [(f"{DOC}_p{i}", 1) for i in range(4, 10)]
@@ -246,4 +323,16 @@ async def test_a_reindex_copy_and_switch_mid_write(stack) -> None:
     assert await target.chunk_ids(DOC) == {f"{DOC}_p{i}" for i in range(12)}
     assert await shown(retriever, "bravo") == sorted((f"{DOC}_p{i}", 2) for i in range(12))
     assert await shown(retriever, "alpha") == []
+    # A doc with no marker in the old generation, half-written in the new one.
+    other_doc = "specs/other.md"
+    await target.apply(other_doc, 1, chunks(1, 8, "echo", other_doc), vectors(8, 5))
+    target._guarded = pause = PausedAfter(target, 1)  # type: ignore[method-assign]
+    write = asyncio.create_task(target.apply(other_doc, 2, chunks(2, 8, "foxtrot", other_doc), vectors(8, 6)))
+    await asyncio.wait_for(pause.reached.wait(), 10)
+    assert (await reader.state()).active == 1
+    assert await raw_versions(target, "foxtrot") == {2}
+    assert await shown(stale_view, "foxtrot") == []
+    assert await shown(stale_view, "echo") == sorted((f"{other_doc}_p{i}", 1) for i in range(4, 8))
+    pause.release.set()
+    assert (await asyncio.wait_for(write, 10)).applied
     await target.drop()

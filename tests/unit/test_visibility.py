@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from memory.visibility import WriteMarker, slices, supersedes, visible
+from memory.visibility import TAKEOVER_AFTER_S, WriteMarker, decide, slices, visible
 
 
 def test_marker_round_trips_and_bad_markers_read_as_none() -> None:
-    marker = WriteMarker(shown=3, writing=4, token="t")
+    marker = WriteMarker(shown=3, writing=4, token="t", owner="o", since=1.5, beat=2.5)
     assert WriteMarker.decode(marker.encode()) == marker
     assert WriteMarker.decode(marker.encode().encode()) == marker  # as redis returns it
     assert WriteMarker.decode(None) is None
@@ -34,13 +34,20 @@ def test_only_the_shown_version_is_visible() -> None:
     assert visible(2, finished) and not visible(1, finished)
 
 
-def test_newer_unfinished_writes_win() -> None:
-    writing = WriteMarker(shown=1, writing=5, token="t")
-    assert not supersedes(4, writing)
-    assert supersedes(5, writing)  # a redelivery takes its own version's write over
-    assert supersedes(6, writing)
-    assert supersedes(1, WriteMarker(shown=5, writing=None))  # finished: the stored version decides
-    assert supersedes(1, None)
+def test_who_may_write_over_an_unfinished_write() -> None:
+    now = 1_000_000.0
+    live = WriteMarker(shown=1, writing=5, token="t", owner="other", beat=now - 1)
+    assert decide(4, live, owner="me", now=now) == "skip"  # a later version is being written
+    assert decide(6, live, owner="me", now=now) == "write"  # a later version replaces it
+    assert decide(5, live, owner="me", now=now) == "wait"  # another live process writes this one
+    assert decide(5, live, owner="other", now=now) == "write"  # a process's own failed attempt
+    dead = WriteMarker(shown=1, writing=5, token="t", owner="other", beat=now - TAKEOVER_AFTER_S - 1)
+    assert decide(5, dead, owner="me", now=now) == "write"  # no progress for long: its writer died
+    copied = WriteMarker(shown=1, writing=5, token="t")  # a reindex's copy: nobody holds it
+    assert decide(5, copied, owner="me", now=now) == "write"
+    assert decide(1, WriteMarker(shown=5, writing=None), owner="me", now=now) == "write"  # finished
+    assert decide(1, None, owner="me", now=now) == "write"
+    assert decide(None, live, owner="me", now=now) == "write"  # unversioned items never wait
 
 
 def test_slices_cover_everything_once() -> None:
