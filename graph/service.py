@@ -239,12 +239,13 @@ class GraphService:
                 ids = sorted(await index.chunk_ids(doc_id, tenant), key=chunk_position)
                 texts = await index.texts(ids, tenant)
                 read[doc_id] = [(cid, texts[cid]) for cid in ids if cid in texts]
+            # A sliced write stores its version only at its end: until then the chunks read
+            # may mix two versions under one stored number (memory.visibility). Read after
+            # the chunks and before the versions again: one that ends in between changes them.
+            writing = await index.writes_in_progress(page_ids, tenant)
             # Versions again, after the chunk reads: a live write between them would pair new
             # text with an old version (or the reverse), and the store could not tell.
             after = await index.versions(page_ids, tenant)
-            # A sliced write stores its version only at its end: until then the chunks read
-            # may mix two versions under one stored number (memory.visibility). Read last.
-            writing = await index.writes_in_progress(page_ids, tenant)
             batch = [(d, v, read[d]) for d, v in before.items() if read[d] and after.get(d) == v and d not in writing]
             contribs = await self.extract_chunks([chunks for _, _, chunks in batch])
             for (doc_id, version, _), contrib in zip(batch, contribs, strict=True):

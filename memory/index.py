@@ -42,7 +42,7 @@ from memory.schema import (
     physical_name,
 )
 from memory.text import index_terms
-from memory.visibility import FINISHED_MARKER_TTL_S, WriteMarker, decide, slices
+from memory.visibility import FINISHED_MARKER_TTL_S, WriteMarker, decide, live, slices
 
 log = structlog.get_logger()
 
@@ -233,7 +233,21 @@ def _stored(doc: Any, tag_keys: Sequence[str]) -> StoredChunk:
     )
 
 
-_KEY_GENERATION = re.compile(r":g(\d+):chunk:")
+_KEY_GENERATION = re.compile(r"^[^:]+:g(\d+):chunk:")
+
+
+def _unfinished(doc_id: str, why: str) -> BackendUnavailable:
+    """A sliced write that could not go on. Retried (not dead-lettered, which would commit
+    the event with the doc half-written and nobody left to finish it)."""
+    return BackendUnavailable(f"write of {doc_id!r} in slices {why} after {_WATCH_RETRIES} tries; retried later")
+
+
+async def _redis_now(conn: Any) -> float:
+    """Redis's clock (epoch seconds): write markers are stamped and judged by it, so that no
+    two hosts' clocks have to agree. (Asked on its own connection: a watched pipeline
+    buffers TIME instead of sending it.)"""
+    sec, usec = await conn.time()
+    return float(sec) + float(usec) / 1e6
 
 
 def _key_generation(key: str) -> int | None:
@@ -597,7 +611,7 @@ class ChunkIndex:
                         if version is not None and stored_version is not None and version <= stored_version:
                             return ApplyResult(doc_id, applied=False, stored_version=stored_version)
                         marker = WriteMarker.decode(marker_raw)
-                        if self._decide(doc_id, version, marker) == "skip":
+                        if await self._decide(doc_id, version, marker) == "skip":
                             return ApplyResult(doc_id, applied=False, stored_version=stored_version)
                         old_ids = {as_str(m) for m in await pipe.smembers(doc_key)}
                         new_ids = {c.chunk_id for c in chunks}
@@ -682,7 +696,7 @@ class ChunkIndex:
                 # older copy (a reindex's) that this write must still replace.
                 log.info("index.sliced_write_superseded", doc_id=doc_id, version=version)
                 continue
-        raise IndexError_(f"write of {doc_id!r} kept restarting; giving up after {_WATCH_RETRIES} tries")
+        raise _unfinished(doc_id, "kept restarting")
 
     async def _write_slices(
         self,
@@ -750,18 +764,20 @@ class ChunkIndex:
         )
         return ApplyResult(doc_id, applied=True, chunks=len(chunks), stored_version=version)
 
-    def _decide(self, doc_id: str, version: int | None, marker: WriteMarker | None) -> str:
+    async def _decide(self, doc_id: str, version: int | None, marker: WriteMarker | None) -> str:
         """``write`` or ``skip`` (see memory.visibility.decide); ``wait`` is raised.
 
         Raises:
             WriteInProgress: another live process is writing this version in slices.
         """
-        decision = decide(version, marker, owner=self._owner, now=time.time())
+        if marker is None or not marker.in_progress or version is None:
+            return "write"
+        now = await _redis_now(self._r)
+        decision = decide(version, marker, owner=self._owner, now=now)
         if decision == "wait":
-            assert marker is not None
             raise WriteInProgress(
                 f"version {version} of {doc_id!r} is being written in slices by another process "
-                f"(progress {time.time() - marker.beat:.0f}s ago): waiting for it to finish"
+                f"(progress {now - marker.beat:.0f}s ago): waiting for it to finish"
             )
         return decision
 
@@ -783,7 +799,7 @@ class ChunkIndex:
                         if stored_version is not None and version <= stored_version:
                             return ApplyResult(doc_id, applied=False, stored_version=stored_version)
                         marker = WriteMarker.decode(marker_raw)
-                        if self._decide(doc_id, version, marker) == "skip":
+                        if await self._decide(doc_id, version, marker) == "skip":
                             return ApplyResult(doc_id, applied=False, stored_version=stored_version)
                         old_ids = {as_str(m) for m in await pipe.smembers(doc_key)}
                         # Queries go on seeing what they saw: an unfinished write's shown
@@ -798,7 +814,7 @@ class ChunkIndex:
                         pipe.multi()  # type: ignore[no-untyped-call]
                         # No expiry: a writer that dies leaves the doc hidden until its
                         # event's redelivery (or a later version) writes it again.
-                        now = time.time()
+                        now = await _redis_now(self._r)
                         began = WriteMarker(shown, version, token=token, owner=self._owner, since=now, beat=now)
                         pipe.set(marker_key, began.encode())
                         await pipe.execute()
@@ -838,14 +854,15 @@ class ChunkIndex:
                         if marker is None or marker.token != token:
                             raise _Superseded
                         found = {as_str(m) for m in await pipe.smembers(doc_key)} if members else set()
+                        beat = await _redis_now(self._r)
                         pipe.multi()  # type: ignore[no-untyped-call]
-                        pipe.set(marker_key, dataclasses.replace(marker, beat=time.time()).encode())
+                        pipe.set(marker_key, dataclasses.replace(marker, beat=beat).encode())
                         fill(pipe, found)
                         await pipe.execute()
                         return
                     except rexc.WatchError:
                         continue
-        raise IndexError_(f"write of {doc_id!r} kept conflicting; giving up after {_WATCH_RETRIES} tries")
+        raise _unfinished(doc_id, "kept conflicting")
 
     async def unfinished_writes(self) -> dict[tuple[str, str], WriteMarker]:
         """Every sliced write under way, or left half-way by a writer that died:
@@ -954,6 +971,7 @@ class ChunkIndex:
         keys = sorted(held)
         out: list[tuple[str, str]] = []
         async with translate_errors("coverage check"):
+            now = await _redis_now(self._r)
             for start in range(0, len(keys), 500):
                 part = keys[start : start + 500]
                 async with self._r.pipeline(transaction=False) as pipe:
@@ -966,10 +984,13 @@ class ChunkIndex:
                     ver, has_doc, marker = values[3 * i], bool(values[3 * i + 1]), WriteMarker.decode(values[3 * i + 2])
                     want = held[key].version
                     covered = (has_doc or ver is not None) if want is None else ver is not None and int(ver) >= want
-                    # A sliced write of that version or a later one under way here covers it too
-                    # (its event is not committed until it is whole: a redelivery finishes it).
+                    # A live sliced write of that version or a later one under way here covers
+                    # it too (its event is committed only once it is whole). A dead or copied
+                    # one does not: the copy must overwrite it.
                     writing = marker.writing if marker is not None else None
-                    covered = covered or (want is not None and writing is not None and writing >= want)
+                    covered = covered or (
+                        want is not None and writing is not None and writing >= want and live(marker, now)
+                    )
                     if not covered:
                         out.append(key)
         return out
@@ -1006,11 +1027,13 @@ class ChunkIndex:
                         marker = WriteMarker.decode(await pipe.get(marker_key))
                         if (
                             marker is not None
-                            and marker.in_progress
-                            and (src_ver is None or (marker.writing is not None and marker.writing >= int(src_ver)))
+                            and marker.writing is not None
+                            and (src_ver is None or marker.writing >= int(src_ver))
+                            and live(marker, await _redis_now(self._r))
                         ):
-                            # A sliced write of that version or a later one is under way here:
-                            # it replaces whatever the copy would bring (and copying would stop it).
+                            # A live sliced write of that version or a later one is under way
+                            # here: it replaces whatever the copy would bring (and copying
+                            # would stop it). A dead or copied one is overwritten.
                             return False
                         chunk_ids = sorted(as_str(m) for m in await pipe.smembers(src_doc))
                         hashes = [await pipe.hgetall(self._chunk_key(source_generation, tenant, c)) for c in chunk_ids]
@@ -1041,7 +1064,9 @@ class ChunkIndex:
                             # what the source hides. Nobody holds the copy's marker (a new
                             # token, no owner, no recent progress): that write, started again
                             # here after a switch, or its redelivery, takes it over at once.
-                            copied = WriteMarker(src_marker.shown, src_marker.writing, token=uuid.uuid4().hex)
+                            copied = WriteMarker(
+                                src_marker.shown, src_marker.writing, token=uuid.uuid4().hex, since=src_marker.since
+                            )
                             pipe.set(marker_key, copied.encode())
                         else:
                             # A whole copy, written at once: nothing to hide. A sliced write

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import structlog
@@ -20,7 +20,7 @@ from memory.index import ChunkIndex
 from memory.metrics import LEG_SECONDS
 from memory.records import DEFAULT_TENANT, StoredChunk
 from memory.text import bm25_query, query_terms
-from memory.visibility import visible
+from memory.visibility import WriteMarker, visible
 
 log = structlog.get_logger()
 
@@ -70,6 +70,17 @@ class SearchOutcome:
     hits: list[SearchHit]
     took_ms: float
     legs: dict[str, LegTiming] = field(default_factory=dict)
+
+
+#: A leg whose candidates were crowded by chunks a sliced write hides is asked once more
+#: for this many times as many (memory.visibility).
+HIDDEN_REFETCH = 4
+
+
+def _shown(hit: StoredChunk, markers: Mapping[tuple[int, str, str], WriteMarker], tenant: str) -> bool:
+    if hit.generation is None:
+        return True
+    return visible(hit.version, markers.get((hit.generation, tenant, hit.doc_id)))
 
 
 class Retriever:
@@ -138,6 +149,16 @@ class Retriever:
         }
         return weights, cfg.rrf_k if spec.rrf_k is None else spec.rrf_k
 
+    async def _markers(
+        self, results: Sequence[Sequence[StoredChunk]], tenant: str
+    ) -> dict[tuple[int, str, str], WriteMarker]:
+        # Read after the legs: whatever mix of a sliced write's chunks they returned, the
+        # marker read last decides which version of that doc this answer shows. (A doc with
+        # no marker was written in one transaction, as before.) Each hit's own generation:
+        # the alias the legs searched may have moved since this process last read it.
+        docs = {(h.generation, tenant, h.doc_id) for found in results for h in found if h.generation is not None}
+        return await self._index.write_markers(sorted(docs))
+
     async def search(self, spec: SearchSpec) -> SearchOutcome:
         """Run both legs concurrently and fuse them with weighted RRF.
 
@@ -170,25 +191,30 @@ class Retriever:
         knn_query = conjoin(knn_clause(engine_flt), in_range)
         k = self.fetch_k(spec.top_k)
         timings: dict[str, LegTiming] = {}
-        names: list[str] = []
-        coros = []
+        runs: dict[str, Callable[[int], Awaitable[list[StoredChunk]]]] = {}
         if weights["sparse"] > 0:
-            names.append("sparse")
-            coros.append(self._sparse(spec.text, hash_query, k, timings))
+            runs["sparse"] = lambda n: self._sparse(spec.text, hash_query, n, timings)
         if weights["dense"] > 0:
-            names.append("dense")
-            coros.append(self._dense(spec.text, knn_query, k, timings))
+            runs["dense"] = lambda n: self._dense(spec.text, knn_query, n, timings)
         idents = identifiers(spec.text, limit=32) if weights["identifier"] > 0 else []
         if idents:
-            names.append("identifier")
-            coros.append(self._identifier(idents, hash_query, k, timings))
-        results = await asyncio.gather(*coros)
-        # Read after the legs: whatever mix of a sliced write's chunks they returned, the
-        # marker read last decides which version of that doc this answer shows. (A doc with
-        # no marker was written in one transaction, as before.)
-        markers = await self._index.write_markers(
-            sorted({(h.generation, spec.tenant, h.doc_id) for found in results for h in found if h.generation})
-        )
+            runs["identifier"] = lambda n: self._identifier(idents, hash_query, n, timings)
+        names = list(runs)
+        results = list(await asyncio.gather(*(run(k) for run in runs.values())))
+        markers = await self._markers(results, spec.tenant)
+        if markers:
+            # Chunks a sliced write hides still take their places among a leg's candidates:
+            # a full leg that lost some is asked once more for HIDDEN_REFETCH times as many.
+            crowded = [
+                i
+                for i, found in enumerate(results)
+                if len(found) >= k and any(not _shown(h, markers, spec.tenant) for h in found)
+            ]
+            if crowded:
+                wider = await asyncio.gather(*(runs[names[i]](k * HIDDEN_REFETCH) for i in crowded))
+                for i, found in zip(crowded, wider, strict=True):
+                    results[i] = found
+                markers = await self._markers(results, spec.tenant)
         by_id: dict[str, StoredChunk] = {}
         legs: dict[str, list[str] | dict[str, int]] = {}
         for name, found in zip(names, results, strict=True):
@@ -199,7 +225,7 @@ class Retriever:
                 for h in found
                 if matches(h.tags, flt)
                 and in_time(h.timestamp, spec.since, spec.until)
-                and (not markers or visible(h.version, markers.get((h.generation or 0, spec.tenant, h.doc_id))))
+                and (not markers or _shown(h, markers, spec.tenant))
             ]
             if name == "identifier":
                 # An exact identifier match says which chunks, not in what order: hits naming

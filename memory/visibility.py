@@ -130,9 +130,16 @@ def decide(version: int | None, marker: WriteMarker | None, *, owner: str, now: 
     assert marker.writing is not None
     if version < marker.writing:
         return "skip"
-    if version > marker.writing or marker.owner == owner or now - marker.beat > TAKEOVER_AFTER_S:
+    if version > marker.writing or marker.owner == owner or not live(marker, now):
         return "write"
     return "wait"
+
+
+def live(marker: WriteMarker | None, now: float) -> bool:
+    """Whether a write under way has a writer that made progress lately. A copied marker
+    (a reindex's: no owner) or a stalled one has none: whoever writes that version or a later
+    one, or copies it whole, takes the doc over."""
+    return marker is not None and marker.in_progress and bool(marker.owner) and now - marker.beat <= TAKEOVER_AFTER_S
 
 
 def slices(count: int, size: int) -> list[range]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -74,7 +75,9 @@ class PausedAfter:
 @pytest.fixture
 async def stack(redis_url: str, embedder: Any) -> AsyncIterator[tuple[ChunkIndex, Retriever, aredis.Redis]]:
     client = aredis.from_url(redis_url)
-    index = ChunkIndex(client=client, cfg=IndexConfig(name=unique("sliced"), write_slice_chunks=SLICE), dims=384)
+    # A name of its own per test: the reindex tests leave other generations behind.
+    name = unique(f"sliced-{uuid.uuid4().hex}")
+    index = ChunkIndex(client=client, cfg=IndexConfig(name=name, write_slice_chunks=SLICE), dims=384)
     await index.ensure()
     yield index, Retriever(index=index, embedder=embedder, cfg=RetrievalConfig()), client
     await index.drop()
@@ -216,9 +219,17 @@ async def test_the_same_version_waits_for_a_live_writer_and_takes_over_a_dead_on
     assert marker is not None
     stalled = dataclasses.replace(marker, beat=marker.beat - TAKEOVER_AFTER_S - 1)
     await client.set(marker_key, stalled.encode())
-    assert (await other.apply(DOC, 2, chunks(2, 12, "bravo"), vectors(12, 2))).applied
+    other_pause = PausedAfter(other, 1)
+    other._guarded = other_pause  # type: ignore[method-assign]
+    second = asyncio.create_task(other.apply(DOC, 2, chunks(2, 12, "bravo"), vectors(12, 2)))
+    await asyncio.wait_for(other_pause.reached.wait(), 10)
+    # The first writer wakes up, finds the write taken over, and now waits in its turn.
     pause.release.set()
-    result = await asyncio.wait_for(first, 10)
+    with pytest.raises(WriteInProgress):
+        await asyncio.wait_for(first, 10)
+    other_pause.release.set()
+    assert (await asyncio.wait_for(second, 10)).applied
+    result = await index.apply(DOC, 2, chunks(2, 12, "bravo"), vectors(12, 2))  # its retry
     assert not result.applied and result.stored_version == 2  # the ingestor treats it as done
     assert await index.count() == 12
     assert await shown(retriever, "bravo") == sorted((f"{DOC}_p{i}", 2) for i in range(12))
@@ -278,6 +289,11 @@ async def test_a_write_that_died_half_way_is_taken_over_by_its_redelivery(stack)
     await client.set(marker_key, stopped.encode())
     (finding,) = await _check_unfinished_writes(client, settings, 384)
     assert not finding.ok and f"default/{DOC} (version 2, showing version 1" in finding.detail, finding
+    await client.set(marker_key, marker.encode())  # as it was: progress a moment ago
+    # Another process waits for it; this one's own failed attempt is taken over at once.
+    other = ChunkIndex(client=client, cfg=index.cfg, dims=384, spec=index.spec)
+    with pytest.raises(WriteInProgress):
+        await other.apply(DOC, 2, chunks(2, 6, "bravo"), vectors(6, 2))
     again = await index.apply(DOC, 2, chunks(2, 6, "bravo"), vectors(6, 2))
     assert again.applied
     assert await index.chunk_ids(DOC) == {f"{DOC}_p{i}" for i in range(6)}
@@ -336,3 +352,50 @@ async def test_a_reindex_copy_and_switch_mid_write(stack) -> None:
     pause.release.set()
     assert (await asyncio.wait_for(write, 10)).applied
     await target.drop()
+
+
+async def test_a_copy_of_a_half_written_doc_is_replaced_once_the_source_is_whole(stack) -> None:
+    """A reindex copies v2 half-written (its marker, with no owner), v2 then finishes in the
+    source: the target is behind, and the catch-up copy brings v2 whole."""
+    index, _, client = stack
+    await index.apply(DOC, 1, chunks(1, 10, "alpha"), vectors(10, 1))
+    gen, _ = await index.registry.claim("test-recopy")
+    target = ChunkIndex(client=client, cfg=index.cfg, dims=384, spec=index.spec, generation=gen)
+    try:
+        await target.ensure()
+        pause = PausedAfter(index, 1)
+        index._guarded = pause  # type: ignore[method-assign]
+        write = asyncio.create_task(index.apply(DOC, 2, chunks(2, 12, "bravo"), vectors(12, 2)))
+        await asyncio.wait_for(pause.reached.wait(), 10)
+        assert await target.copy_doc(1, "default", DOC)
+        pause.release.set()
+        assert (await asyncio.wait_for(write, 10)).applied
+        held = await index.doc_versions()
+        assert await target.behind(held) == [("default", DOC)]
+        assert await target.copy_doc(1, "default", DOC)
+        assert await target.behind(held) == []
+        assert await client.get(f"{key_root(index.cfg.name, gen)}wr:default:{DOC}") is None
+        assert await target.chunk_ids(DOC) == {f"{DOC}_p{i}" for i in range(12)}
+        assert await target.versions([DOC]) == {DOC: 2}
+    finally:
+        await index.registry.release("test-recopy")
+        await target.drop()
+
+
+async def test_hidden_chunks_do_not_crowd_a_leg_out(stack) -> None:
+    """The new version's first slice outranks every old chunk for the query: the BM25 leg is
+    asked again for more candidates, so the answer still holds top_k old chunks."""
+    index, retriever, _ = stack
+    await index.apply(DOC, 1, chunks(1, 10, "alpha"), vectors(10, 1))
+    pause = PausedAfter(index, 1)
+    index._guarded = pause  # type: ignore[method-assign]
+    new = chunks(2, 12, "alpha alpha alpha alpha")
+    write = asyncio.create_task(index.apply(DOC, 2, new, vectors(12, 2)))
+    await asyncio.wait_for(pause.reached.wait(), 10)
+    k = retriever.fetch_k(2)
+    assert k <= SLICE  # the leg's first candidates are exactly the hidden chunks
+    assert {h.version for h in await index.search_text(bm25_query(query_terms("alpha")), k=k)} == {2}
+    out = await retriever.search(SearchSpec(text="alpha", top_k=2, dense_weight=0.0, identifier_weight=0.0))
+    assert [(h.chunk.version, h.chunk.doc_id) for h in out.hits] == [(1, DOC), (1, DOC)]
+    pause.release.set()
+    await asyncio.wait_for(write, 10)
