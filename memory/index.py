@@ -30,6 +30,7 @@ from memory.errors import BackendUnavailable, MemdError, NotFound, Unauthorized
 from memory.filters import hash_clause, hash_field, value_hash
 from memory.generations import GenerationRegistry, GenerationState, IndexMismatch, IndexSpec, index_spec
 from memory.identifiers import identifiers
+from memory.metrics import SLICED_WRITES
 from memory.records import DEFAULT_TENANT, ApplyResult, ChunkRecord, StoredChunk
 from memory.schema import (
     as_str,
@@ -688,6 +689,7 @@ class ChunkIndex:
                 )
             except _GenerationSwitched:
                 log.info("index.sliced_write_restarted", doc_id=doc_id, version=version, reason="generation switched")
+                SLICED_WRITES.labels("restarted").inc()
                 continue
             except _Superseded:
                 # Begin again, which looks at what took over: this version or a later one
@@ -695,6 +697,7 @@ class ChunkIndex:
                 # written by another live process (WriteInProgress, retried later), or an
                 # older copy (a reindex's) that this write must still replace.
                 log.info("index.sliced_write_superseded", doc_id=doc_id, version=version)
+                SLICED_WRITES.labels("superseded").inc()
                 continue
         raise _unfinished(doc_id, "kept restarting")
 
@@ -753,6 +756,7 @@ class ChunkIndex:
             pipe.set(self._marker_key(gen, tenant, doc_id), finished, ex=FINISHED_MARKER_TTL_S)
 
         await self._guarded(gen, tenant, doc_id, token, finish, members=True)
+        SLICED_WRITES.labels("finished").inc()
         log.info(
             "index.sliced_write",
             doc_id=doc_id,
@@ -775,6 +779,7 @@ class ChunkIndex:
         now = await _redis_now(self._r)
         decision = decide(version, marker, owner=self._owner, now=now)
         if decision == "wait":
+            SLICED_WRITES.labels("waited").inc()
             raise WriteInProgress(
                 f"version {version} of {doc_id!r} is being written in slices by another process "
                 f"(progress {now - marker.beat:.0f}s ago): waiting for it to finish"

@@ -42,6 +42,14 @@ STALE_DEPTH = Gauge("agentmemd_stale_queue_depth", "Communities waiting for a su
 STALE_OLDEST = Gauge(
     "agentmemd_stale_queue_oldest_age_seconds", "Age of the oldest stale mark.", ["tenant"], registry=REGISTRY
 )
+SLICED_WRITES = Counter(
+    "agentmemd_sliced_writes_total",
+    "Large documents written in slices (memory.visibility), by outcome: finished, superseded "
+    "(another write took the document over), restarted (a generation switch), waited (another "
+    "process was writing the same version).",
+    ["outcome"],
+    registry=REGISTRY,
+)
 SUMMARIES_WRITTEN = Counter("agentmemd_summaries_written_total", "Community summaries written.", registry=REGISTRY)
 SUMMARIES_FAILED = Counter("agentmemd_summaries_failed_total", "Community summaries that failed.", registry=REGISTRY)
 LLM_TOKENS = Counter("agentmemd_llm_tokens_total", "Tokens spent on LLM calls.", ["purpose"], registry=REGISTRY)

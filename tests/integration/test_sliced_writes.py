@@ -17,6 +17,7 @@ from daemon.doctor import _check_unfinished_writes
 from daemon.settings import Settings
 from memory.config import IndexConfig, RetrievalConfig
 from memory.index import ChunkIndex, DocState, WriteInProgress
+from memory.metrics import REGISTRY
 from memory.records import ChunkRecord
 from memory.retrieval import Retriever, SearchSpec
 from memory.schema import key_root
@@ -51,6 +52,10 @@ def chunks(version: int, n: int, word: str, doc_id: str = DOC) -> list[ChunkReco
 def vectors(n: int, seed: int) -> np.ndarray:
     v = np.random.default_rng(seed).standard_normal((n, 384)).astype(np.float32)
     return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+def _count(outcome: str) -> float:
+    return REGISTRY.get_sample_value("agentmemd_sliced_writes_total", {"outcome": outcome}) or 0.0
 
 
 class PausedAfter:
@@ -106,9 +111,11 @@ async def test_a_large_doc_is_written_in_slices_and_ends_exact(stack) -> None:
     """10 new chunks over 6 old ones at 4 per transaction: begin, 3 slices, flip (nothing to delete)."""
     index, retriever, client = stack
     await index.apply(DOC, 1, chunks(1, 6, "alpha"), vectors(6, 1))
+    finished = _count("finished")
     with capture_logs() as logs:
         result = await index.apply(DOC, 2, chunks(2, 10, "bravo"), vectors(10, 2))
     assert result.applied and result.chunks == 10
+    assert _count("finished") == finished + 1
     [event] = [e for e in logs if e["event"] == "index.sliced_write"]
     assert event["transactions"] == 5 and event["deleted"] == 0
     assert await index.chunk_ids(DOC) == {f"{DOC}_p{i}" for i in range(10)}
@@ -212,8 +219,10 @@ async def test_the_same_version_waits_for_a_live_writer_and_takes_over_a_dead_on
     index._guarded = pause  # type: ignore[method-assign]
     first = asyncio.create_task(index.apply(DOC, 2, chunks(2, 12, "bravo"), vectors(12, 2)))
     await asyncio.wait_for(pause.reached.wait(), 10)
+    waited = _count("waited")
     with pytest.raises(WriteInProgress, match="being written in slices by another process"):
         await other.apply(DOC, 2, chunks(2, 12, "bravo"), vectors(12, 2))
+    assert _count("waited") == waited + 1
     marker_key = f"{key_root(index.cfg.name, 1)}wr:default:{DOC}"
     marker = WriteMarker.decode(await client.get(marker_key))
     assert marker is not None
