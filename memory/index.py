@@ -673,9 +673,10 @@ class ChunkIndex:
         (its redelivery takes the marker over and deletes what the new version lacks). Old
         chunks the new version lacks go next, and one last transaction stores the version,
         the exact chunk set and the finished marker. Every step checks, in its transaction,
-        that the marker still holds this write's token and the generation is unchanged: a
-        newer version's write, a redelivery to another daemon, or a reindex's copy takes the
-        doc over and this write stops; a generation switch starts it again in the new one.
+        that the marker still holds this write's token and the generation is unchanged, and
+        records progress. When another write took the doc over (a newer version, a reindex's
+        copy, a redelivery that found this one stalled), this one begins again, which settles
+        it (see ``_begin_sliced``); a generation switch starts it again in the new generation.
         """
         token = uuid.uuid4().hex
         for _ in range(_WATCH_RETRIES):
@@ -790,7 +791,12 @@ class ChunkIndex:
         self, doc_id: str, version: int, tenant: str, token: str, *, deleting: bool
     ) -> tuple[int, set[str]] | ApplyResult:
         """Take the doc's marker for a sliced write: its generation and current chunk ids,
-        or the result when this version is not to be written."""
+        or the result when this version is not to be written (this version or a later one is
+        stored, or a later one is being written).
+
+        Raises:
+            WriteInProgress: another live process is writing this very version.
+        """
         async with translate_errors("chunk write"):
             for _ in range(_WATCH_RETRIES):
                 async with self._r.pipeline(transaction=True) as pipe:
@@ -816,11 +822,11 @@ class ChunkIndex:
                             shown = marker.shown
                         else:
                             shown = stored_version
+                        now = await _redis_now(self._r)
+                        began = WriteMarker(shown, version, token=token, owner=self._owner, since=now, beat=now)
                         pipe.multi()  # type: ignore[no-untyped-call]
                         # No expiry: a writer that dies leaves the doc hidden until its
                         # event's redelivery (or a later version) writes it again.
-                        now = await _redis_now(self._r)
-                        began = WriteMarker(shown, version, token=token, owner=self._owner, since=now, beat=now)
                         pipe.set(marker_key, began.encode())
                         await pipe.execute()
                         return gen, old_ids
