@@ -237,6 +237,12 @@ def _stored(doc: Any, tag_keys: Sequence[str]) -> StoredChunk:
 _KEY_GENERATION = re.compile(r"^[^:]+:g(\d+):chunk:")
 
 
+def _mark_finished(pipe: Any, marker_key: str, version: int) -> None:
+    """Queue the marker of a doc whose write is whole: queries show ``version``. Kept a while
+    for queries whose legs straddled the flip; after that the doc needs no marker."""
+    pipe.set(marker_key, WriteMarker(shown=version, writing=None).encode(), ex=FINISHED_MARKER_TTL_S)
+
+
 def _unfinished(doc_id: str, why: str) -> BackendUnavailable:
     """A sliced write that could not go on. Retried (not dead-lettered, which would commit
     the event with the doc half-written and nobody left to finish it)."""
@@ -645,8 +651,7 @@ class ChunkIndex:
                             if version is None:
                                 pipe.delete(marker_key)
                             else:
-                                finished = WriteMarker(shown=version, writing=None).encode()
-                                pipe.set(marker_key, finished, ex=FINISHED_MARKER_TTL_S)
+                                _mark_finished(pipe, marker_key, version)
                         await pipe.execute()
                         return ApplyResult(doc_id, applied=True, chunks=len(chunks), stored_version=version)
                     except rexc.WatchError:
@@ -753,8 +758,7 @@ class ChunkIndex:
             if new_ids:
                 pipe.sadd(doc_key, *sorted(new_ids))
             pipe.set(self._ver_key(gen, tenant, doc_id), version, ex=version_ttl_s)
-            finished = WriteMarker(shown=version, writing=None).encode()
-            pipe.set(self._marker_key(gen, tenant, doc_id), finished, ex=FINISHED_MARKER_TTL_S)
+            _mark_finished(pipe, self._marker_key(gen, tenant, doc_id), version)
 
         await self._guarded(gen, tenant, doc_id, token, finish, members=True)
         SLICED_WRITES.labels("finished").inc()
