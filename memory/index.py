@@ -609,18 +609,12 @@ class ChunkIndex:
             for _ in range(_WATCH_RETRIES):
                 async with self._r.pipeline(transaction=True) as pipe:
                     try:
-                        gen = await self._write_generation(pipe)
+                        seen = await self._watch_doc(pipe, tenant, doc_id, version)
+                        if isinstance(seen, ApplyResult):
+                            return seen
+                        gen, stored_version, marker, old_ids = seen
                         ver_key, doc_key = self._ver_key(gen, tenant, doc_id), self._doc_key(gen, tenant, doc_id)
                         marker_key = self._marker_key(gen, tenant, doc_id)
-                        await pipe.watch(ver_key, doc_key, marker_key)
-                        stored, marker_raw = await pipe.mget(ver_key, marker_key)
-                        stored_version = int(stored) if stored is not None else None
-                        if version is not None and stored_version is not None and version <= stored_version:
-                            return ApplyResult(doc_id, applied=False, stored_version=stored_version)
-                        marker = WriteMarker.decode(marker_raw)
-                        if await self._decide(doc_id, version, marker) == "skip":
-                            return ApplyResult(doc_id, applied=False, stored_version=stored_version)
-                        old_ids = {as_str(m) for m in await pipe.smembers(doc_key)}
                         new_ids = {c.chunk_id for c in chunks}
                         if version is not None and len(chunks) + len(old_ids - new_ids) > self._cfg.write_slice_chunks:
                             break  # too large for one transaction: see memory.visibility
@@ -773,6 +767,30 @@ class ChunkIndex:
         )
         return ApplyResult(doc_id, applied=True, chunks=len(chunks), stored_version=version)
 
+    async def _watch_doc(
+        self, pipe: Any, tenant: str, doc_id: str, version: int | None
+    ) -> tuple[int, int | None, WriteMarker | None, set[str]] | ApplyResult:
+        """Inside a WATCH transaction, before any write of a doc: watch its version, chunk set
+        and write marker, and read them: the generation, the stored version, the marker and
+        the chunk ids; or the result when this version is not to be written (this version or
+        a later one is stored, or a later one is being written in slices).
+
+        Raises:
+            WriteInProgress: another live process is writing this very version in slices.
+        """
+        gen = await self._write_generation(pipe)
+        ver_key, doc_key = self._ver_key(gen, tenant, doc_id), self._doc_key(gen, tenant, doc_id)
+        marker_key = self._marker_key(gen, tenant, doc_id)
+        await pipe.watch(ver_key, doc_key, marker_key)
+        stored, marker_raw = await pipe.mget(ver_key, marker_key)
+        stored_version = int(stored) if stored is not None else None
+        if version is not None and stored_version is not None and version <= stored_version:
+            return ApplyResult(doc_id, applied=False, stored_version=stored_version)
+        marker = WriteMarker.decode(marker_raw)
+        if await self._decide(doc_id, version, marker) == "skip":
+            return ApplyResult(doc_id, applied=False, stored_version=stored_version)
+        return gen, stored_version, marker, {as_str(m) for m in await pipe.smembers(doc_key)}
+
     async def _decide(self, doc_id: str, version: int | None, marker: WriteMarker | None) -> str:
         """``write`` or ``skip`` (see memory.visibility.decide); ``wait`` is raised.
 
@@ -805,18 +823,11 @@ class ChunkIndex:
             for _ in range(_WATCH_RETRIES):
                 async with self._r.pipeline(transaction=True) as pipe:
                     try:
-                        gen = await self._write_generation(pipe)
-                        ver_key, doc_key = self._ver_key(gen, tenant, doc_id), self._doc_key(gen, tenant, doc_id)
+                        seen = await self._watch_doc(pipe, tenant, doc_id, version)
+                        if isinstance(seen, ApplyResult):
+                            return seen
+                        gen, stored_version, marker, old_ids = seen
                         marker_key = self._marker_key(gen, tenant, doc_id)
-                        await pipe.watch(ver_key, doc_key, marker_key)
-                        stored, marker_raw = await pipe.mget(ver_key, marker_key)
-                        stored_version = int(stored) if stored is not None else None
-                        if stored_version is not None and version <= stored_version:
-                            return ApplyResult(doc_id, applied=False, stored_version=stored_version)
-                        marker = WriteMarker.decode(marker_raw)
-                        if await self._decide(doc_id, version, marker) == "skip":
-                            return ApplyResult(doc_id, applied=False, stored_version=stored_version)
-                        old_ids = {as_str(m) for m in await pipe.smembers(doc_key)}
                         # Queries go on seeing what they saw: an unfinished write's shown
                         # version (its slices already hid the rest), else the stored one;
                         # nothing of a doc being deleted.
