@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from typing import Any
 
 import numpy as np
@@ -18,7 +18,7 @@ from daemon.settings import Settings
 from memory.config import IndexConfig, RetrievalConfig
 from memory.index import ChunkIndex, DocState, WriteInProgress
 from memory.metrics import REGISTRY
-from memory.records import ChunkRecord
+from memory.records import ApplyResult, ChunkRecord
 from memory.retrieval import Retriever, SearchSpec
 from memory.schema import key_root
 from memory.text import bm25_query, query_terms
@@ -63,11 +63,27 @@ class PausedAfter:
     transaction that takes the marker is not one)."""
 
     def __init__(self, index: ChunkIndex, n: int) -> None:
+        self._index = index
         self._guarded = index._guarded
         self._n = n
         self.calls = 0
         self.reached = asyncio.Event()
         self.release = asyncio.Event()
+
+    @classmethod
+    async def hold(
+        cls, index: ChunkIndex, n: int, write: Coroutine[Any, Any, ApplyResult]
+    ) -> tuple[PausedAfter, asyncio.Task[ApplyResult]]:
+        """Start ``write`` (a call on ``index``) and return once it is held after slice ``n``."""
+        pause = cls(index, n)
+        index._guarded = pause  # type: ignore[method-assign]
+        task = asyncio.create_task(write)
+        await asyncio.wait_for(pause.reached.wait(), 10)
+        return pause, task
+
+    def restore(self) -> None:
+        """Writes on the index run unheld again."""
+        self._index._guarded = self._guarded  # type: ignore[method-assign]
 
     async def __call__(self, *args: Any, **kw: Any) -> None:
         await self._guarded(*args, **kw)
@@ -142,10 +158,8 @@ async def test_queries_see_only_the_old_version_while_slices_are_written(stack) 
     """Mid-write, the index holds both versions' chunks; answers show only old ones, in every leg."""
     index, retriever, _ = stack
     await index.apply(DOC, 1, chunks(1, 10, "alpha"), vectors(10, 1))
-    pause = PausedAfter(index, 1)  # the first slice of 4
-    index._guarded = pause  # type: ignore[method-assign]
-    write = asyncio.create_task(index.apply(DOC, 2, chunks(2, 12, "bravo"), vectors(12, 2)))
-    await asyncio.wait_for(pause.reached.wait(), 10)
+    # Held after the first slice of 4.
+    pause, write = await PausedAfter.hold(index, 1, index.apply(DOC, 2, chunks(2, 12, "bravo"), vectors(12, 2)))
     # What the engine holds now: both versions (the test could not fail without this).
     assert await raw_versions(index, "bravo") == {2}
     assert await raw_versions(index, "alpha") == {1}
@@ -162,21 +176,15 @@ async def test_queries_see_only_the_old_version_while_slices_are_written(stack) 
 
 async def test_a_new_large_doc_and_a_large_delete_stay_hidden_until_whole(stack) -> None:
     index, retriever, _ = stack
-    pause = PausedAfter(index, 2)
-    index._guarded = pause  # type: ignore[method-assign]
-    write = asyncio.create_task(index.apply(DOC, 1, chunks(1, 9, "alpha"), vectors(9, 1)))
-    await asyncio.wait_for(pause.reached.wait(), 10)
+    pause, write = await PausedAfter.hold(index, 2, index.apply(DOC, 1, chunks(1, 9, "alpha"), vectors(9, 1)))
     assert await raw_versions(index, "alpha") == {1}
     assert await shown(retriever, "alpha") == []
     pause.release.set()
     await asyncio.wait_for(write, 10)
     assert len(await shown(retriever, "alpha")) == 9
 
-    index._guarded = pause._guarded  # type: ignore[method-assign]
-    pause = PausedAfter(index, 1)
-    index._guarded = pause  # type: ignore[method-assign]
-    delete = asyncio.create_task(index.apply(DOC, 2, [], np.zeros((0, 384), np.float32)))
-    await asyncio.wait_for(pause.reached.wait(), 10)
+    pause.restore()
+    pause, delete = await PausedAfter.hold(index, 1, index.apply(DOC, 2, [], np.zeros((0, 384), np.float32)))
     assert await raw_versions(index, "alpha") == {1}  # 5 of 9 chunks are still there
     assert await shown(retriever, "alpha") == []  # but the doc is gone for queries at once
     pause.release.set()
@@ -192,10 +200,7 @@ async def test_a_newer_version_takes_a_paused_write_over(stack) -> None:
     index, retriever, _ = stack
     other = whole(index)
     await index.apply(DOC, 1, chunks(1, 10, "alpha"), vectors(10, 1))
-    pause = PausedAfter(index, 1)
-    index._guarded = pause  # type: ignore[method-assign]
-    v3 = asyncio.create_task(index.apply(DOC, 3, chunks(3, 12, "bravo"), vectors(12, 3)))
-    await asyncio.wait_for(pause.reached.wait(), 10)
+    pause, v3 = await PausedAfter.hold(index, 1, index.apply(DOC, 3, chunks(3, 12, "bravo"), vectors(12, 3)))
     late = await other.apply(DOC, 2, chunks(2, 2, "delta"), vectors(2, 2))
     assert not late.applied and late.stored_version == 1  # above the stored version, yet skipped
     assert (await other.apply(DOC, 4, chunks(4, 3, "charlie"), vectors(3, 4))).applied
@@ -215,10 +220,7 @@ async def test_the_same_version_waits_for_a_live_writer_and_takes_over_a_dead_on
     index, retriever, client = stack
     other = ChunkIndex(client=client, cfg=index.cfg, dims=384, spec=index.spec)  # another process
     await index.apply(DOC, 1, chunks(1, 10, "alpha"), vectors(10, 1))
-    pause = PausedAfter(index, 1)
-    index._guarded = pause  # type: ignore[method-assign]
-    first = asyncio.create_task(index.apply(DOC, 2, chunks(2, 12, "bravo"), vectors(12, 2)))
-    await asyncio.wait_for(pause.reached.wait(), 10)
+    pause, first = await PausedAfter.hold(index, 1, index.apply(DOC, 2, chunks(2, 12, "bravo"), vectors(12, 2)))
     waited = _count("waited")
     with pytest.raises(WriteInProgress, match="being written in slices by another process"):
         await other.apply(DOC, 2, chunks(2, 12, "bravo"), vectors(12, 2))
@@ -228,10 +230,7 @@ async def test_the_same_version_waits_for_a_live_writer_and_takes_over_a_dead_on
     assert marker is not None
     stalled = dataclasses.replace(marker, beat=marker.beat - TAKEOVER_AFTER_S - 1)
     await client.set(marker_key, stalled.encode())
-    other_pause = PausedAfter(other, 1)
-    other._guarded = other_pause  # type: ignore[method-assign]
-    second = asyncio.create_task(other.apply(DOC, 2, chunks(2, 12, "bravo"), vectors(12, 2)))
-    await asyncio.wait_for(other_pause.reached.wait(), 10)
+    other_pause, second = await PausedAfter.hold(other, 1, other.apply(DOC, 2, chunks(2, 12, "bravo"), vectors(12, 2)))
     # The first writer wakes up, finds the write taken over, and now waits in its turn.
     pause.release.set()
     with pytest.raises(WriteInProgress):
@@ -254,10 +253,7 @@ async def test_a_copy_does_not_undo_a_newer_write_under_way(stack) -> None:
         await source.ensure()
         await source.apply(DOC, 2, chunks(2, 20, "delta"), vectors(20, 2))
         await index.apply(DOC, 1, chunks(1, 6, "alpha"), vectors(6, 1))
-        pause = PausedAfter(index, 1)
-        index._guarded = pause  # type: ignore[method-assign]
-        v3 = asyncio.create_task(index.apply(DOC, 3, chunks(3, 10, "bravo"), vectors(10, 3)))
-        await asyncio.wait_for(pause.reached.wait(), 10)
+        pause, v3 = await PausedAfter.hold(index, 1, index.apply(DOC, 3, chunks(3, 10, "bravo"), vectors(10, 3)))
         assert not await index.copy_doc(gen, "default", DOC)
         assert await index.behind({("default", DOC): DocState(version=2, has_chunks=True)}) == []
         pause.release.set()
@@ -277,14 +273,11 @@ async def test_a_write_that_died_half_way_is_taken_over_by_its_redelivery(stack)
     what is left of v1 meanwhile; the redelivered v2 deletes every chunk it lacks."""
     index, retriever, client = stack
     await index.apply(DOC, 1, chunks(1, 12, "alpha"), vectors(12, 1))
-    pause = PausedAfter(index, 2)
-    index._guarded = pause  # type: ignore[method-assign]
-    dead = asyncio.create_task(index.apply(DOC, 2, chunks(2, 6, "bravo"), vectors(6, 2)))
-    await asyncio.wait_for(pause.reached.wait(), 10)
+    pause, dead = await PausedAfter.hold(index, 2, index.apply(DOC, 2, chunks(2, 6, "bravo"), vectors(6, 2)))
     dead.cancel()
     with pytest.raises(asyncio.CancelledError):
         await dead
-    index._guarded = pause._guarded  # type: ignore[method-assign]
+    pause.restore()
     assert await shown(retriever, "alpha") == sorted((f"{DOC}_p{i}", 1) for i in range(6, 12))
     assert await shown(retriever, "bravo") == []
     assert await index.versions([DOC]) == {DOC: 1}
@@ -316,10 +309,7 @@ async def test_a_reindex_copy_and_switch_mid_write(stack) -> None:
     hides) and switches; the write starts again in the new generation and ends there whole."""
     index, retriever, client = stack
     await index.apply(DOC, 1, chunks(1, 10, "alpha"), vectors(10, 1))
-    pause = PausedAfter(index, 1)
-    index._guarded = pause  # type: ignore[method-assign]
-    write = asyncio.create_task(index.apply(DOC, 2, chunks(2, 12, "bravo"), vectors(12, 2)))
-    await asyncio.wait_for(pause.reached.wait(), 10)
+    pause, write = await PausedAfter.hold(index, 1, index.apply(DOC, 2, chunks(2, 12, "bravo"), vectors(12, 2)))
     gen, _ = await index.registry.claim("test-reindex")
     target = ChunkIndex(client=client, cfg=index.cfg, dims=384, spec=index.spec, generation=gen)
     await target.ensure()
@@ -351,9 +341,9 @@ async def test_a_reindex_copy_and_switch_mid_write(stack) -> None:
     # A doc with no marker in the old generation, half-written in the new one.
     other_doc = "specs/other.md"
     await target.apply(other_doc, 1, chunks(1, 8, "echo", other_doc), vectors(8, 5))
-    target._guarded = pause = PausedAfter(target, 1)  # type: ignore[method-assign]
-    write = asyncio.create_task(target.apply(other_doc, 2, chunks(2, 8, "foxtrot", other_doc), vectors(8, 6)))
-    await asyncio.wait_for(pause.reached.wait(), 10)
+    pause, write = await PausedAfter.hold(
+        target, 1, target.apply(other_doc, 2, chunks(2, 8, "foxtrot", other_doc), vectors(8, 6))
+    )
     assert (await reader.state()).active == 1
     assert await raw_versions(target, "foxtrot") == {2}
     assert await shown(stale_view, "foxtrot") == []
@@ -372,10 +362,7 @@ async def test_a_copy_of_a_half_written_doc_is_replaced_once_the_source_is_whole
     target = ChunkIndex(client=client, cfg=index.cfg, dims=384, spec=index.spec, generation=gen)
     try:
         await target.ensure()
-        pause = PausedAfter(index, 1)
-        index._guarded = pause  # type: ignore[method-assign]
-        write = asyncio.create_task(index.apply(DOC, 2, chunks(2, 12, "bravo"), vectors(12, 2)))
-        await asyncio.wait_for(pause.reached.wait(), 10)
+        pause, write = await PausedAfter.hold(index, 1, index.apply(DOC, 2, chunks(2, 12, "bravo"), vectors(12, 2)))
         assert await target.copy_doc(1, "default", DOC)
         pause.release.set()
         assert (await asyncio.wait_for(write, 10)).applied
@@ -396,11 +383,8 @@ async def test_hidden_chunks_do_not_crowd_a_leg_out(stack) -> None:
     asked again for more candidates, so the answer still holds top_k old chunks."""
     index, retriever, _ = stack
     await index.apply(DOC, 1, chunks(1, 10, "alpha"), vectors(10, 1))
-    pause = PausedAfter(index, 1)
-    index._guarded = pause  # type: ignore[method-assign]
     new = chunks(2, 12, "alpha alpha alpha alpha")
-    write = asyncio.create_task(index.apply(DOC, 2, new, vectors(12, 2)))
-    await asyncio.wait_for(pause.reached.wait(), 10)
+    pause, write = await PausedAfter.hold(index, 1, index.apply(DOC, 2, new, vectors(12, 2)))
     k = retriever.fetch_k(2)
     assert k <= SLICE  # the leg's first candidates are exactly the hidden chunks
     assert {h.version for h in await index.search_text(bm25_query(query_terms("alpha")), k=k)} == {2}
