@@ -223,8 +223,7 @@ async def _check_unfinished_writes(client: Any, settings: Settings, dims: int) -
     async with translate_errors("doctor"):
         sec, usec = await client.time()
     now = sec + usec / 1e6
-    # Stamped with the writers' clocks (NTP-synchronised hosts are assumed: minutes of skew
-    # would be needed to shift a 10-minute threshold much).
+    # Markers are stamped with Redis's clock too (memory.index._redis_now): no host's counts.
     stuck = {k: m for k, m in unfinished.items() if now - m.beat > STUCK_WRITE_S}
     if not stuck:
         return [Finding("large writes", True, f"{len(unfinished)} document(s) being written in slices")]

@@ -322,9 +322,7 @@ class SentenceTransformerEmbedder:
         except Exception as exc:
             log.error("embed.worker_crashes_on_anything", error=str(exc))
             return crashed
-        self._poison[_digest(text)] = None
-        while len(self._poison) > POISON_MAX:
-            self._poison.popitem(last=False)
+        self.learn_poison({_digest(text)})
         log.error("embed.query_refused", reason="crashed the embedding worker twice, the second time alone")
         return QueryRefused(POISON_REFUSAL)
 
@@ -333,7 +331,8 @@ class SentenceTransformerEmbedder:
         return set(self._poison)
 
     def learn_poison(self, digests: set[str]) -> None:
-        """Refuse these query digests too: another daemon's worker crashed on them alone."""
+        """Refuse these query digests from now on (found here, or by another daemon's worker,
+        which crashed on them alone); the least recently added beyond POISON_MAX go first."""
         for digest in digests:
             self._poison[digest] = None
         while len(self._poison) > POISON_MAX:
