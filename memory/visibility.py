@@ -50,7 +50,8 @@ class WriteMarker:
     ``token`` tells the write that began it from any other: a write that finds another token
     at its next slice was superseded (a newer version, a redelivery, a reindex's copy) and
     stops. ``owner`` is the writing process (a process takes over its own failed attempt at
-    once), ``beat`` when the write last made progress (epoch seconds, the writer's clock).
+    once), ``since`` when the write began and ``beat`` when it last made progress (epoch
+    seconds by Redis's clock, so that no two hosts' clocks have to agree).
     """
 
     shown: int | None
