@@ -12,7 +12,7 @@ import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +20,7 @@ import numpy as np
 import redis.asyncio as aredis
 import structlog
 from redis import exceptions as rexc
+from redis.commands.search.aggregation import AggregateRequest
 from redis.commands.search.query import Query
 from redisvl.exceptions import RedisVLError
 from redisvl.index import AsyncSearchIndex
@@ -104,8 +105,8 @@ _REFUSED = re.compile(_AT_CODE + r"(?:OOM|READONLY|MASTERDOWN|MISCONF|BUSY |TRYA
 _DENIED = re.compile(_AT_CODE + r"(?:NOAUTH|WRONGPASS|NOPERM)")
 #: Search timeout of bulk listings (a reindex's summaries), not of askers' queries.
 BULK_QUERY_TIMEOUT_MS = 60_000
-# Most listings of one forget (see doc_ids_where).
-_LISTING_PASSES = 4
+# How long a forget's listing cursor may sit unread before Redis frees it (it is read at once).
+_CURSOR_MAX_IDLE_S = 60.0
 #: The version an unversioned doc's delete stores (below every real version, which start at 0
 #: or more, so a versioned write would still apply; turns are never versioned).
 UNVERSIONED_TOMBSTONE = 0
@@ -211,6 +212,12 @@ def _record_mapping(rec: ChunkRecord, vector: np.ndarray, analysis: Analysis) ->
         mapping[key] = value
         mapping[hash_field(key)] = value_hash(value)
     return mapping
+
+
+def _row_fields(row: Any) -> dict[str, str]:
+    """One FT.AGGREGATE row (a flat name/value list, or a map under RESP3) as text."""
+    pairs = row.items() if isinstance(row, dict) else zip(row[::2], row[1::2], strict=True)
+    return {as_str(k): as_str(v) for k, v in pairs}
 
 
 def _stored(doc: Any, tag_keys: Sequence[str]) -> StoredChunk:
@@ -1167,22 +1174,49 @@ class ChunkIndex:
         """
         want = {**tags, "tenant": tenant}
         query = hash_clause({k: [v] for k, v in want.items()})
-        fields = tuple(dict.fromkeys(("doc_id", "timestamp", *want)))
-        found: set[str] = set()
-        # Listed again until a pass finds nothing new: the listing pages by offset, and chunks
-        # deleted meanwhile (another daemon forgetting one of these sessions) move later ones
-        # up past a page boundary, unseen (found by a review: 5 of 1,005 turns survived an
-        # agent-wide forget). Bounded: new matching turns could keep arriving.
-        for _ in range(_LISTING_PASSES):
-            before = len(found)
-            found |= {
-                as_str(getattr(doc, "doc_id", ""))
-                async for doc in self._bulk_pages(query, fields, "doc listing", page)
-                if all(as_str(getattr(doc, k, "")) == v for k, v in want.items())
-            }
-            if len(found) == before:
-                break
-        return found
+        fields = tuple(dict.fromkeys(("doc_id", *want)))
+        return {
+            row.get("doc_id", "")
+            async for row in self._cursor_rows(query, fields, "doc listing", page)
+            if all(row.get(k, "") == v for k, v in want.items())
+        }
+
+    async def _cursor_rows(
+        self, query: str, fields: Sequence[str], what: str, count: int
+    ) -> AsyncIterator[dict[str, str]]:
+        """``fields`` of every hit of ``query``, read through an FT.AGGREGATE cursor.
+
+        Not pages by offset: a cursor walks the index's own document order, so hits deleted
+        behind it (another daemon forgetting some of these sessions) cannot move later ones
+        past it, as they moved them past an offset page's boundary (found by a review: 5 of
+        1,005 turns survived an agent-wide forget). Each read is ``count`` rows of cheap work,
+        not a deep page re-sorted from the start.
+        """
+        ft = self._ft()
+        req = (
+            AggregateRequest(query)
+            .load(*(f"@{f}" for f in fields))
+            .cursor(count, max_idle=_CURSOR_MAX_IDLE_S)
+            .dialect(2)
+        )
+        async with translate_errors(what):
+            res = await ft.aggregate(req)
+        cursor = res.cursor
+        try:
+            while True:
+                for row in res.rows:
+                    yield _row_fields(row)
+                if cursor is None or not cursor.cid:
+                    return
+                async with translate_errors(what):
+                    res = await ft.aggregate(cursor)
+                cursor = res.cursor
+        finally:
+            if cursor is not None and cursor.cid:
+                # Left before the end (an error, or a caller that stopped): free it now, not
+                # after its idle time. Best effort: Redis frees it then anyway.
+                with suppress(rexc.RedisError, OSError):
+                    await self._r.execute_command("FT.CURSOR", "DEL", ft.index_name, cursor.cid)  # type: ignore[no-untyped-call]
 
     async def search_text(self, query: str, *, k: int) -> list[StoredChunk]:
         """A BM25 leg: ``query`` is a full, already-escaped RediSearch query over analyzed terms.
