@@ -14,6 +14,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -103,8 +104,6 @@ _REFUSED_FOR_NOW = (
 _AT_CODE = r"(?:^|caused error: \(['\"])"
 _REFUSED = re.compile(_AT_CODE + r"(?:OOM|READONLY|MASTERDOWN|MISCONF|BUSY |TRYAGAIN|CLUSTERDOWN|NOREPLICAS)")
 _DENIED = re.compile(_AT_CODE + r"(?:NOAUTH|WRONGPASS|NOPERM)")
-#: Search timeout of bulk listings (a reindex's summaries), not of askers' queries.
-BULK_QUERY_TIMEOUT_MS = 60_000
 # How long a forget's listing cursor may sit unread before Redis frees it (it is read at once).
 _CURSOR_MAX_IDLE_S = 60.0
 #: The version an unversioned doc's delete stores (below every real version, which start at 0
@@ -1111,30 +1110,6 @@ class ChunkIndex:
                         continue
         raise IndexError_(f"copy of {doc_id!r} kept conflicting; giving up after {_WATCH_RETRIES} tries")
 
-    async def _bulk_pages(self, query: str, fields: Sequence[str], what: str, page: int) -> AsyncIterator[Any]:
-        """Every hit of ``query``, page by page in timestamp order (a bulk listing).
-
-        Not an asker's query: deep pages of a big index may outlive the search timeout,
-        which now fails the query (ON_TIMEOUT FAIL) instead of cutting it.
-        """
-        offset = 0
-        while True:
-            q = (
-                Query(query)
-                .paging(offset, page)
-                .return_fields(*fields)
-                .sort_by("timestamp")
-                .timeout(BULK_QUERY_TIMEOUT_MS)
-                .dialect(2)
-            )
-            async with translate_errors(what):
-                res = await self._ft().search(q)
-            for doc in res.docs:
-                yield doc
-            offset += len(res.docs)
-            if len(res.docs) < page:
-                return
-
     async def community_records(self, *, since: float = 0.0, page: int = 500) -> list[ChunkRecord]:
         """Every community-summary chunk of this index (written at or after ``since``).
 
@@ -1144,7 +1119,8 @@ class ChunkIndex:
         out: list[ChunkRecord] = []
         fields = tuple(dict.fromkeys((*self._fields, "position", "version", "timestamp")))
         query = f"@kind:{{community}} @timestamp:[{since!r} +inf]"
-        async for doc in self._bulk_pages(query, fields, "community listing", page):
+        async for row in self._cursor_rows(query, fields, "community listing", page):
+            doc = SimpleNamespace(**row)
             stored = _stored(doc, self._tag_keys)
             tags = dict(stored.tags)
             tenant = tags.pop("tenant", DEFAULT_TENANT)
@@ -1184,13 +1160,14 @@ class ChunkIndex:
     async def _cursor_rows(
         self, query: str, fields: Sequence[str], what: str, count: int
     ) -> AsyncIterator[dict[str, str]]:
-        """``fields`` of every hit of ``query``, read through an FT.AGGREGATE cursor.
+        """``fields`` of every hit of ``query``, read through an FT.AGGREGATE cursor (a bulk
+        listing: a forget's docs, a reindex's summaries).
 
         Not pages by offset: a cursor walks the index's own document order, so hits deleted
         behind it (another daemon forgetting some of these sessions) cannot move later ones
         past it, as they moved them past an offset page's boundary (found by a review: 5 of
         1,005 turns survived an agent-wide forget). Each read is ``count`` rows of cheap work,
-        not a deep page re-sorted from the start.
+        not a deep page re-sorted from the start, so no read nears the search timeout.
         """
         ft = self._ft()
         req = (
