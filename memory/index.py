@@ -104,7 +104,7 @@ _REFUSED_FOR_NOW = (
 _AT_CODE = r"(?:^|caused error: \(['\"])"
 _REFUSED = re.compile(_AT_CODE + r"(?:OOM|READONLY|MASTERDOWN|MISCONF|BUSY |TRYAGAIN|CLUSTERDOWN|NOREPLICAS)")
 _DENIED = re.compile(_AT_CODE + r"(?:NOAUTH|WRONGPASS|NOPERM)")
-# How long a forget's listing cursor may sit unread before Redis frees it (it is read at once).
+# How long a bulk listing's cursor may sit unread before Redis frees it (it is read at once).
 _CURSOR_MAX_IDLE_S = 60.0
 #: The version an unversioned doc's delete stores (below every real version, which start at 0
 #: or more, so a versioned write would still apply; turns are never versioned).
