@@ -18,13 +18,15 @@ from typing import Any, Literal
 
 import structlog
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.errors import KafkaError
+from aiokafka.errors import KafkaError, MessageSizeTooLargeError
+from pydantic import ValidationError
 
-from consumers.config import Topics
+from consumers.config import Topics, event_record_bytes
 from consumers.decoding import tenant_from_topic
-from consumers.models import ErrorReply, QueryReply
+from consumers.models import DocumentEvent, ErrorReply, QueryReply, TranscriptEvent
 from consumers.replies import REPLY_PARTITION_HEADER
-from memory.errors import BackendUnavailable, InvalidRequest, MemdError, NotFound
+from memory.config import DEFAULT_MAX_CONTENT_BYTES
+from memory.errors import BackendUnavailable, InvalidEvent, InvalidRequest, MemdError, NotFound
 
 log = structlog.get_logger()
 
@@ -62,6 +64,7 @@ class MemoryClient:
         reply_fetch_wait_ms: int = 5,
         timeout_s: float = 30.0,
         kafka_options: dict[str, Any] | None = None,
+        max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES,
     ) -> None:
         """``reply_partition``: read only this partition of the reply topic, and ask the daemon
         to reply there (the ``reply_partition`` header). Give each client sharing a reply topic
@@ -76,6 +79,10 @@ class MemoryClient:
         ``<topic>.<tenant>``; a call's own ``tenant=`` wins), with replies read on
         ``<replies topic>.<tenant>`` unless ``reply_topic`` says otherwise. Without it, calls
         use the bare topics, which only a daemon in single tenancy reads.
+
+        ``max_content_bytes``: the daemon's ``AGENTMEM_INGEST__MAX_CONTENT_BYTES``. Larger
+        content is refused here, before anything is sent, and the producer takes records as
+        large as an event within it needs (Kafka's 1 MiB default is smaller).
 
         Raises:
             InvalidRequest: ``tenant`` is no valid tenant name.
@@ -93,6 +100,7 @@ class MemoryClient:
         self._reply_wait_ms = reply_fetch_wait_ms
         self._timeout = timeout_s
         self._options = dict(kafka_options or {})
+        self._max_content_bytes = max_content_bytes
         self._producer: AIOKafkaProducer | None = None
         self._consumer: AIOKafkaConsumer | None = None
         self._pending: dict[str, asyncio.Future[bytes]] = {}
@@ -116,7 +124,8 @@ class MemoryClient:
         Raises:
             BackendUnavailable: the broker cannot be reached.
         """
-        self._producer = AIOKafkaProducer(bootstrap_servers=self._bootstrap, acks="all", linger_ms=0, **self._options)
+        options = {"max_request_size": event_record_bytes(self._max_content_bytes), **self._options}
+        self._producer = AIOKafkaProducer(bootstrap_servers=self._bootstrap, acks="all", linger_ms=0, **options)
         try:
             await self._producer.start()
         except KafkaError as exc:
@@ -238,18 +247,49 @@ class MemoryClient:
     async def _send(
         self, topic: str, payload: Mapping[str, Any], key: str, headers: list[tuple[str, bytes]] | None = None
     ) -> None:
+        await self._send_bytes(topic, _encode(payload), key, headers)
+
+    async def _send_bytes(
+        self, topic: str, value: bytes, key: str, headers: list[tuple[str, bytes]] | None = None
+    ) -> None:
         if self._producer is None:
             raise RuntimeError("client not started")
         try:
-            await self._producer.send_and_wait(
-                topic,
-                # Not ASCII-escaped: non-ASCII text would grow 2-6 times on the wire.
-                json.dumps(payload, ensure_ascii=False).encode(),
-                key=key.encode(),
-                headers=headers or [],
-            )
+            await self._producer.send_and_wait(topic, value, key=key.encode(), headers=headers or [])
+        except MessageSizeTooLargeError as exc:
+            # Not an outage, and retrying cannot help: the topic (or this producer) takes
+            # smaller records than this event needs.
+            raise InvalidEvent(
+                f"{topic} refused a record of {len(value):,} bytes: raise the topic's max.message.bytes "
+                f"to {event_record_bytes(self._max_content_bytes):,} (agentmemd creates its topics so) "
+                f"or the producer's max_request_size ({exc})"
+            ) from exc
         except KafkaError as exc:
             raise BackendUnavailable(f"publish to {topic} failed: {exc}") from exc
+
+    def check_event(self, model: type[DocumentEvent] | type[TranscriptEvent], payload: Mapping[str, Any]) -> bytes:
+        """``payload`` encoded, once it passed the checks the daemon runs on it (the contract's
+        models, and the content limit); what the daemon would dead-letter fails here instead.
+
+        Raises:
+            InvalidEvent: the daemon would refuse it, with the reason.
+        """
+        value = _encode(payload)
+        try:
+            event = model.model_validate_json(value)
+            if isinstance(event, DocumentEvent):
+                event.to_item(())  # an upsert's content rules
+        except ValidationError as exc:
+            raise InvalidEvent(_first_error(exc)) from exc
+        except ValueError as exc:
+            raise InvalidEvent(str(exc)) from exc
+        content = payload.get("content")
+        if isinstance(content, str) and len(content.encode("utf-8")) > self._max_content_bytes:
+            raise InvalidEvent(
+                f"content is {len(content.encode('utf-8')):,} bytes, over the {self._max_content_bytes:,}-byte "
+                "limit (AGENTMEM_INGEST__MAX_CONTENT_BYTES)"
+            )
+        return value
 
     def _topic(self, base: str, tenant: str | None) -> str:
         """Where a call publishes: ``base`` itself, or the tenant's ``<base>.<tenant>``."""
@@ -348,6 +388,36 @@ class MemoryClient:
             raise QueryFailed(ErrorReply.model_validate(data))
         return QueryReply.model_validate(data)
 
+    def document_event(
+        self,
+        doc_id: str,
+        content: str,
+        *,
+        version: int | None = None,
+        source: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        timestamp: datetime | None = None,
+    ) -> tuple[int, bytes]:
+        """The upsert ``publish_document`` sends, checked and encoded, with its version; sends
+        nothing (check a batch of documents before sending the first).
+
+        Raises:
+            InvalidEvent: the daemon would dead-letter it (blank content, content over the
+                limit, a reserved doc_id, metadata out of bounds), with the reason.
+        """
+        version = default_version() if version is None else version
+        payload = {
+            "event_id": uuid.uuid4().hex,
+            "op": "upsert",
+            "doc_id": doc_id,
+            "version": version,
+            "source": source or doc_id,
+            "content": content,
+            "metadata": dict(metadata or {}),
+            "timestamp": _iso(timestamp or datetime.now(UTC)),
+        }
+        return version, self.check_event(DocumentEvent, payload)
+
     async def publish_document(
         self,
         doc_id: str,
@@ -364,19 +434,15 @@ class MemoryClient:
         ``tenant``: publish into this tenant's memory (topic tenancy; see ``query``).
         ``timestamp``: when it was written (what ``query(since=, until=)`` selects on); now
         when None (sent in the event, so a replay keeps it).
+
+        Raises:
+            InvalidEvent: the daemon would dead-letter it (see ``document_event``); nothing is sent.
+            BackendUnavailable: the broker could not take it.
         """
-        version = default_version() if version is None else version
-        payload = {
-            "event_id": uuid.uuid4().hex,
-            "op": "upsert",
-            "doc_id": doc_id,
-            "version": version,
-            "source": source or doc_id,
-            "content": content,
-            "metadata": dict(metadata or {}),
-        }
-        payload["timestamp"] = _iso(timestamp or datetime.now(UTC))
-        await self._send(self._topic(self.topics.documents, tenant), payload, key=doc_id)
+        version, value = self.document_event(
+            doc_id, content, version=version, source=source, metadata=metadata, timestamp=timestamp
+        )
+        await self._send_bytes(self._topic(self.topics.documents, tenant), value, key=doc_id)
         return version
 
     async def delete_document(self, doc_id: str, *, version: int | None = None, tenant: str | None = None) -> int:
@@ -410,7 +476,8 @@ class MemoryClient:
             "metadata": dict(metadata or {}),
         }
         payload["timestamp"] = _iso(timestamp or datetime.now(UTC))
-        await self._send(self._topic(self.topics.transcripts, tenant), payload, key=f"{agent_id}/{session_id}")
+        value = self.check_event(TranscriptEvent, payload)
+        await self._send_bytes(self._topic(self.topics.transcripts, tenant), value, key=f"{agent_id}/{session_id}")
 
     async def forget(
         self, *, agent_id: str, session_id: str | None = None, all_sessions: bool = False, tenant: str | None = None
@@ -432,6 +499,19 @@ class MemoryClient:
             payload["all_sessions"] = True
         key = agent_id if session_id is None else f"{agent_id}/{session_id}"
         await self._send(self._topic(self.topics.transcripts, tenant), payload, key=key)
+
+
+def _encode(payload: Mapping[str, Any]) -> bytes:
+    # Not ASCII-escaped: non-ASCII text would grow 2-6 times on the wire.
+    return json.dumps(payload, ensure_ascii=False).encode()
+
+
+def _first_error(exc: ValidationError) -> str:
+    """The first problem pydantic found, as one line (``metadata.blob: String should …``)."""
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err["loc"])
+    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    return f"{where}: {err['msg']}{more}" if where else f"{err['msg']}{more}"
 
 
 def _tenant_topic(base: str, tenant: str) -> str:

@@ -9,6 +9,17 @@ from faststream.security import BaseSecurity, SASLPlaintext, SASLScram256, SASLS
 from pydantic import BaseModel, Field, SecretStr, model_validator
 
 
+def event_record_bytes(max_content_bytes: int) -> int:
+    """The largest Kafka record an event within ``max_content_bytes`` of content may take.
+
+    Kafka's own default (1 MiB, on the broker and in every producer) is below the daemon's
+    content limit, so documents between the two could not be published at all. JSON escaping
+    can double text (quotes, backslashes, newlines each take two bytes), and metadata adds
+    at most 64 values of 4,096 characters.
+    """
+    return 2 * max_content_bytes + 1024 * 1024
+
+
 class Topics(BaseModel):
     """Kafka topic names of the wire contract."""
 
@@ -21,6 +32,12 @@ class Topics(BaseModel):
     def all(self) -> list[str]:
         """Every topic, for creation and checks."""
         return [self.documents, self.transcripts, self.requests, self.replies, self.dlq]
+
+    def configs(self, max_content_bytes: int) -> dict[str, dict[str, str]]:
+        """Topic configs to create the event topics with: records as large as an event the
+        daemon accepts (Apache Kafka refuses records over 1 MiB by default)."""
+        limit = {"max.message.bytes": str(event_record_bytes(max_content_bytes))}
+        return {self.documents: dict(limit), self.transcripts: dict(limit)}
 
 
 class ConsumerConfig(BaseModel):

@@ -153,6 +153,7 @@ async def _watch_topics(settings: Settings, halt: asyncio.Event) -> None:
                 replication=settings.topic_replication,
                 timeout_s=settings.topic_check_s,
                 options=kafka_options(settings),
+                configs=settings.topics.configs(settings.ingest.max_content_bytes),
             )
         except BackendUnavailable as exc:
             log.warning("daemon.broker_unreachable", error=str(exc))
@@ -246,6 +247,7 @@ async def start_daemon(
                 replication=settings.topic_replication,
                 timeout_s=ready_timeout_s,
                 options=kafka_options(settings),
+                configs=settings.topics.configs(settings.ingest.max_content_bytes),
             )
         # Ingestion marks its batches here; the graph's summarizer waits for quiet moments.
         activity = IngestActivity()

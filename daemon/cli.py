@@ -14,17 +14,20 @@ from typing import Annotated, Any, Literal, TypeVar
 
 import typer
 from pydantic import ValidationError
-from rich.console import Console
+from rich.console import Console, Group
+from rich.padding import Padding
 from rich.progress import Progress
 from rich.table import Table
+from rich.text import Text
 
 from consumers.client import MemoryClient, QueryFailed
+from consumers.models import QueryReply
 from daemon.app import run_until_stopped
 from daemon.connections import kafka_options, redis_client
 from daemon.launcher import embedded_servers
 from daemon.logging import configure_logging
 from daemon.settings import Settings, render_toml
-from memory.errors import MemdError
+from memory.errors import InvalidEvent, MemdError
 from memory.records import DEFAULT_TENANT
 
 T = TypeVar("T")
@@ -171,6 +174,7 @@ def _with_client(
             # it: never the shared one, which every tenant reads and topic ACLs may not grant.
             tenant=tenant,
             kafka_options=kafka_options(settings),
+            max_content_bytes=settings.ingest.max_content_bytes,
         ) as client:
             return await fn(client)
 
@@ -260,22 +264,50 @@ def query(
     if as_json:
         print(reply.model_dump_json(indent=2))
         return
-    table = Table(title=f"{reply.total_retrieved} results in {reply.took_ms:.1f} ms")
-    for col in ("#", "score", "ranks", "chunk", "when (UTC)"):
-        table.add_column(col, no_wrap=True)
-    table.add_column("text", overflow="fold")
+    out.print(results_view(reply))
+
+
+def results_view(reply: QueryReply, snippet_chars: int = 240) -> Group:
+    """A reply for a terminal of any width: per result, one line of facts (cut at the edge)
+    and the text below it, wrapped. A table with the text as one column of six left it no
+    room below ~160 columns (found by a new user: nothing of the text showed at 80)."""
+    n = reply.total_retrieved
+    lines: list[Any] = [Text(f"{n} result{'' if n == 1 else 's'} in {reply.took_ms:.1f} ms", style="bold")]
+    if reply.truncated:
+        lines.append(Text("(truncated: more results did not fit one Kafka record)", style="yellow"))
     for i, r in enumerate(reply.results, 1):
         ranks = " ".join(f"{k}:{v}" for k, v in sorted(r.ranks.items()))
-        snippet = r.text if len(r.text) < 160 else r.text[:157] + "..."
         when = (r.timestamp or "")[:16].replace("T", " ")
-        table.add_row(str(i), f"{r.rrf_score:.4f}", ranks, r.chunk_id, when, snippet)
-    out.print(table)
+        head = Text(no_wrap=True, overflow="ellipsis")
+        head.append(f"{i:>2}. ", style="bold")
+        head.append(f"{r.rrf_score:.4f}  ", style="cyan")
+        head.append(r.chunk_id, style="green")
+        head.append(f"  {when} UTC" if when else "")
+        head.append(f"  {ranks}", style="dim")
+        text = " ".join(r.text.split())
+        snippet = text if len(text) <= snippet_chars else text[: snippet_chars - 1] + "…"
+        lines += [head, Padding(Text(snippet), (0, 0, 0, 4))]
+    return Group(*lines)
 
 
 PublishTenantOpt = Annotated[
     str | None,
     typer.Option("--tenant", help="Whose memory (topic tenancy): publishes on <topic>.<tenant>."),
 ]
+
+
+def _read_text(path: Path) -> str:
+    """A file's text, or an error that names the file (never a traceback).
+
+    Raises:
+        InvalidEvent: not UTF-8 text, or unreadable.
+    """
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidEvent(f"{path} is not UTF-8 text (byte {exc.start}): only text files can be published") from exc
+    except OSError as exc:
+        raise InvalidEvent(f"{path} cannot be read: {exc.strerror or exc}") from exc
 
 
 @publish_app.command("doc")
@@ -296,12 +328,14 @@ def publish_doc(
         raise typer.BadParameter("--meta keys must be unique")
 
     async def send(client: MemoryClient) -> int:
+        # Every file is read and checked before the first is sent: one bad file among many
+        # must not leave the others half published, nor go to the dead letters unseen.
+        for path in paths:
+            client.document_event(doc_id or str(path), _read_text(path), version=version, metadata=metadata)
         with Progress(console=err, transient=True, disable=len(paths) < 2) as progress:
             task = progress.add_task("publishing", total=len(paths))
             for path in paths:
-                await client.publish_document(
-                    doc_id or str(path), path.read_text(encoding="utf-8"), version=version, metadata=metadata
-                )
+                await client.publish_document(doc_id or str(path), _read_text(path), version=version, metadata=metadata)
                 progress.advance(task)
         return len(paths)
 

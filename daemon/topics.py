@@ -40,8 +40,11 @@ async def ensure_topics(
     replication: int,
     timeout_s: float = 30.0,
     options: dict[str, Any] | None = None,
+    configs: dict[str, dict[str, str]] | None = None,
 ) -> list[str]:
-    """Create each missing topic; returns the ones created.
+    """Create each missing topic (with its ``configs``, if any); returns the ones created.
+
+    Existing topics keep their configs: operators own them once they exist.
 
     Raises:
         BackendUnavailable: the broker cannot be reached within ``timeout_s``.
@@ -56,7 +59,15 @@ async def ensure_topics(
             if missing:
                 with contextlib.suppress(TopicAlreadyExistsError):  # another daemon won the race
                     resp = await admin.create_topics(
-                        [NewTopic(t, num_partitions=partitions, replication_factor=replication) for t in missing]
+                        [
+                            NewTopic(
+                                t,
+                                num_partitions=partitions,
+                                replication_factor=replication,
+                                topic_configs=(configs or {}).get(t, {}),
+                            )
+                            for t in missing
+                        ]
                     )
                     _raise_topic_errors(resp, replication)
                 log.info("daemon.topics_created", topics=missing, partitions=partitions)

@@ -176,10 +176,17 @@ class RetrievalConfig(BaseModel):
     )
 
 
+#: Largest event content accepted by default (UTF-8 bytes): about the largest document
+#: one would hand an agent's memory whole (a long manual, a big log excerpt).
+DEFAULT_MAX_CONTENT_BYTES = 4 * 1024 * 1024
+
+
 class IngestConfig(BaseModel):
     """Limits on ingested events."""
 
-    max_content_bytes: int = Field(4 * 1024 * 1024, ge=1024, description="Largest content accepted (UTF-8 bytes).")
+    max_content_bytes: int = Field(
+        DEFAULT_MAX_CONTENT_BYTES, ge=1024, description="Largest content accepted (UTF-8 bytes)."
+    )
     retry_initial_s: float = Field(
         0.2, gt=0, description="First backoff when Redis is unavailable or an event's handling failed."
     )

@@ -377,3 +377,30 @@ async def test_cli_publish_in_topic_tenancy_needs_a_tenant_and_writes_to_its_top
         return not await daemon.index.chunk_ids("cli/osprey.md", WRITER)
 
     await eventually(deleted, timeout=60, what="the CLI's delete in the tenant's memory")
+
+
+async def _total_end_offset(plain: PlainClient, topic: str) -> int:
+    tps = [TopicPartition(topic, p) for p in await plain.producer.partitions_for(topic)]
+    reader = AIOKafkaConsumer(bootstrap_servers=plain.bootstrap)
+    await reader.start()
+    try:
+        return sum((await reader.end_offsets(tps)).values())
+    finally:
+        await reader.stop()
+
+
+async def test_cli_publish_refuses_a_binary_or_empty_file_before_sending_any(env, tmp_path: Path) -> None:
+    """Found by a new user: a non-UTF-8 file crashed `publish doc` with a traceback (after the
+    files before it were sent), and an empty one was reported published, then dead-lettered
+    unseen. Every file is now read and checked first, and the error names the file."""
+    _daemon, plain, settings = env
+    good, binary, empty = tmp_path / "good.md", tmp_path / "blob.dat", tmp_path / "empty.md"
+    good.write_text("The heron-sync job logs HRN_SYNC_42 on retry.", encoding="utf-8")
+    binary.write_bytes(b"\x7fELF\x02\x01\x01\x00" + bytes(range(128, 256)))
+    empty.write_text("", encoding="utf-8")
+    topic = f"{settings.topics.documents}.{WRITER}"
+    before = await _total_end_offset(plain, topic)
+    for bad, why in ((binary, "is not UTF-8 text"), (empty, "content is empty")):
+        rc, _out, err = await _agentmemd(settings, "publish", "doc", str(good), str(bad), "--tenant", WRITER)
+        assert rc == 1 and why in err and "Traceback" not in err, (bad, rc, err)
+    assert await _total_end_offset(plain, topic) == before, "a file was sent before the bad one was found"

@@ -62,3 +62,41 @@ def test_up_uses_a_shorter_session_unless_one_is_configured() -> None:
     out = _embedded_session(slow_heartbeat).consumer
     assert (out.session_timeout_ms, out.heartbeat_interval_ms, out.group_id) == (10_000, 3000, "g")
     assert _embedded_session(Settings(consumer=ConsumerConfig(group_id="g"))).consumer.group_id == "g"
+
+
+def test_query_results_show_their_text_in_an_80_column_terminal() -> None:
+    """Found by a new user: the results table gave the text column nothing below ~160 columns."""
+    from rich.console import Console
+
+    from consumers.models import QueryReply, ResultItem
+    from daemon.cli import results_view
+
+    text = "Restarted pgbouncer; the 504s stopped. " + "The pool drained after the deploy of billing. " * 10
+    reply = QueryReply(
+        query_id="q",
+        total_retrieved=1,
+        took_ms=12.3,
+        results=[
+            ResultItem(
+                chunk_id="observation:planner-7/incident-4411/12_p0-with-a-long-id-" + "x" * 60,
+                rrf_score=0.0325,
+                text=text,
+                source="planner-7/incident-4411",
+                doc_id="transcript:planner-7/incident-4411/12",
+                kind="transcript",
+                metadata={},
+                ranks={"dense": 1, "sparse": 2},
+                timestamp="2026-11-29T18:03:00+00:00",
+            )
+        ],
+    )
+    console = Console(width=80, record=True, color_system=None)
+    console.print(results_view(reply))
+    shown = console.export_text()
+    lines = shown.splitlines()
+    assert all(len(line) <= 80 for line in lines)
+    assert lines[0] == "1 result in 12.3 ms"
+    assert lines[1].startswith(" 1. 0.0325  observation:planner-7") and lines[1].endswith("…")  # cut at the edge
+    body = " ".join(line.strip() for line in lines[2:])
+    assert body.startswith("Restarted pgbouncer; the 504s stopped. The pool drained")
+    assert body.endswith("…") and len(body) <= 240  # a snippet, not the whole chunk

@@ -1,0 +1,65 @@
+"""What `MemoryClient` refuses before sending: the daemon's own checks of an event (the
+contract's models and the content limit), so a bad event fails at the caller instead of going
+to the dead letters unseen. Pure: the client is never started."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from consumers.client import MemoryClient
+from consumers.config import Topics, event_record_bytes
+from consumers.models import TranscriptEvent
+from memory.errors import InvalidEvent
+
+
+def _client(max_content_bytes: int = 4096) -> MemoryClient:
+    return MemoryClient(bootstrap="127.0.0.1:1", max_content_bytes=max_content_bytes)
+
+
+def test_a_valid_document_is_encoded_as_the_daemon_reads_it() -> None:
+    version, value = _client().document_event("docs/a.md", "Ünïcode stays unescaped.", version=7, metadata={"k": 1})
+    event = json.loads(value)
+    assert version == 7 and event["doc_id"] == "docs/a.md" and event["metadata"] == {"k": 1}
+    assert "Ünïcode".encode() in value  # not ASCII-escaped on the wire
+
+
+@pytest.mark.parametrize(
+    ("content", "metadata", "doc_id", "why"),
+    [
+        ("", {}, "a.md", "content is empty"),
+        ("  \n ", {}, "a.md", "content is empty"),
+        ("x" * 4097, {}, "a.md", "over the 4,096-byte limit"),
+        ("é" * 2049, {}, "a.md", "4,098 bytes, over the 4,096-byte limit"),  # UTF-8 bytes, not characters
+        ("ok", {"blob": "v" * 4097}, "a.md", "metadata.blob"),
+        ("ok", {f"k{i}": i for i in range(65)}, "a.md", "more than 64 keys"),
+        ("ok", {}, "transcript:x/y/1", "doc_id may not start with"),
+    ],
+)
+def test_what_the_daemon_would_dead_letter_is_refused_before_sending(
+    content: str, metadata: dict[str, object], doc_id: str, why: str
+) -> None:
+    with pytest.raises(InvalidEvent, match=why):
+        _client().document_event(doc_id, content, metadata=metadata)
+
+
+def test_a_blank_turn_is_refused_and_a_good_one_passes() -> None:
+    client = _client()
+    turn = {"event_id": "e", "agent_id": "a", "session_id": "s", "turn": 1, "role": "assistant", "metadata": {}}
+    with pytest.raises(InvalidEvent, match="content"):
+        client.check_event(TranscriptEvent, {**turn, "content": " "})
+    assert json.loads(client.check_event(TranscriptEvent, {**turn, "content": "hi"}))["content"] == "hi"
+
+
+def test_event_topics_take_records_as_large_as_an_accepted_event() -> None:
+    """Kafka's 1 MiB default is below the 4 MiB content limit: the event topics are created
+    with room for the largest content JSON-escaped (every character doubled) plus metadata."""
+    topics = Topics()
+    limit = event_record_bytes(4 * 1024 * 1024)
+    worst = len(json.dumps({"content": '"' * (4 * 1024 * 1024), "metadata": {f"k{i}": "v" * 4096 for i in range(64)}}))
+    assert worst <= limit
+    assert topics.configs(4 * 1024 * 1024) == {
+        topics.documents: {"max.message.bytes": str(limit)},
+        topics.transcripts: {"max.message.bytes": str(limit)},
+    }
