@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +36,12 @@ def percentile(values: list[float], q: float) -> float:
         return 0.0
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+def oldest_age_s(marked_at: Sequence[float], now: float) -> float:
+    """Age of the oldest mark; 0 for none. Never negative: a mark stamped by another host's
+    clock (several daemons share the queue) may lie a little in this one's future."""
+    return max(0.0, now - min(marked_at, default=now))
 
 
 @dataclass
@@ -162,7 +168,7 @@ class Sampler:
             with contextlib.suppress(MemdError):
                 for tenant in await self._graph.tenants():
                     depth, items = await self._graph.store(tenant).stale(limit=10)
-                    oldest = time.time() - min((i.first_marked_at for i in items), default=time.time())
+                    oldest = oldest_age_s([i.first_marked_at for i in items], time.time())
                     s.stale[tenant] = {"depth": depth, "oldest_age_s": oldest, "items": items}
                     STALE_DEPTH.labels(tenant).set(depth)
                     STALE_OLDEST.labels(tenant).set(oldest)

@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -36,16 +37,16 @@ from tests.helpers import PlainClient, eventually, isolated_settings, start_daem
 pytestmark = pytest.mark.integration
 
 
-def http_get(url: str) -> tuple[int, str]:
+def http_get(url: str, timeout: float = 10) -> tuple[int, str]:
     try:
-        with urllib.request.urlopen(url, timeout=10) as resp:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
             return resp.status, resp.read().decode()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read().decode()
 
 
-async def get(url: str) -> tuple[int, str]:
-    return await asyncio.to_thread(http_get, url)
+async def get(url: str, timeout: float = 10) -> tuple[int, str]:
+    return await asyncio.to_thread(http_get, url, timeout)
 
 
 class Env:
@@ -148,6 +149,22 @@ async def test_readyz_fails_with_the_reason_when_redis_is_down(env: Env) -> None
     finally:
         env.redis = start_redis(env.redis_url, data_dir=env.data)
     await eventually(lambda: ready_is(env, 200), timeout=30, what="ready after Redis returned")
+
+
+async def test_readyz_answers_in_time_when_redis_hangs(env: Env) -> None:
+    """Found by a new user: with Redis paused (SIGSTOP), /readyz answered only after the Redis
+    client's 10 s socket timeout, past any probe's deadline. It now answers 503 within its
+    Redis budget, saying Redis does not answer (an urlopen timeout of 5 s fails the old way)."""
+    await eventually(lambda: ready_is(env, 200), what="ready")
+    env.redis.proc.send_signal(signal.SIGSTOP)
+    try:
+        status, body = await get(env.base + "/readyz", timeout=5)
+        assert status == 503
+        checks = json.loads(body)["checks"]
+        assert "no answer from Redis within" in checks["redis"] and checks["kafka"] == "ok", checks
+    finally:
+        env.redis.proc.send_signal(signal.SIGCONT)
+    await eventually(lambda: ready_is(env, 200), timeout=30, what="ready after Redis resumed")
 
 
 async def test_readyz_fails_when_the_broker_is_down(env: Env) -> None:
