@@ -140,7 +140,7 @@ def configs() -> list[dict[str, Any]]:
     if EXTRA_LEGS:
         out.append(
             {
-                "name": "RRF k=60, all legs at default weights (" + ", ".join(EXTRA_LEGS) + " on)",
+                "name": "RRF k=60, all legs at default weights (" + ", ".join(EXTRA_LEGS) + " as the daemon sets them)",
                 "key": "rrf_default_all_legs",
                 "dense": 1.0,
                 "sparse": 1.0,

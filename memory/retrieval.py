@@ -15,7 +15,7 @@ from memory.embedder import Embedder
 from memory.errors import InvalidRequest
 from memory.filters import conjoin, hash_clause, in_time, knn_clause, matches, normalize_filter, time_clause
 from memory.fusion import fuse_rrf, recency_ranks
-from memory.identifiers import identifier_ranks, identifiers
+from memory.identifiers import identifier_ranks, query_identifiers
 from memory.index import ChunkIndex
 from memory.metrics import LEG_SECONDS
 from memory.records import DEFAULT_TENANT, StoredChunk
@@ -196,7 +196,7 @@ class Retriever:
             runs["sparse"] = lambda n: self._sparse(spec.text, hash_query, n, timings)
         if weights["dense"] > 0:
             runs["dense"] = lambda n: self._dense(spec.text, knn_query, n, timings)
-        idents = identifiers(spec.text, limit=32) if weights["identifier"] > 0 else []
+        idents = query_identifiers(spec.text, limit=32) if weights["identifier"] > 0 else []
         if idents:
             runs["identifier"] = lambda n: self._identifier(idents, hash_query, n, timings)
         names = list(runs)

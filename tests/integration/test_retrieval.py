@@ -244,6 +244,24 @@ async def test_a_hyphen_spelling_finds_the_underscore_one_and_no_piece_matches(s
     assert all("identifier" not in h.ranks for h in ticket.hits), [(h.chunk.doc_id, h.ranks) for h in ticket.hits]
 
 
+async def test_an_identifier_typed_in_lower_case_finds_its_chunk(stack) -> None:
+    """Found by a new user: asked as err-conn-reset-4f2a (or errconnreset4f2a) with the dense
+    leg off, nothing came back for a chunk that wrote ERR_CONN_RESET_4F2A: BM25 holds it as one
+    term with its underscores, and lower-case text was never taken for an identifier."""
+    _, ingestor, retriever = stack
+    await ingestor.apply(
+        [
+            item("lc/a.md", text="The edge proxy logged ERR_LINK_DROP_7C3A during the failover."),
+            item("lc/b.md", text="The edge proxy logged ERR_LINK_DROP_7C3B during the failover."),
+        ]
+    )
+    for typed in ("err-link-drop-7c3a", "errlinkdrop7c3a", "Err_Link_Drop_7c3a"):
+        out = await retriever.search(SearchSpec(text=f"what is {typed}", top_k=2, dense_weight=0))
+        by_doc = {h.chunk.doc_id: h.ranks for h in out.hits}
+        assert out.hits and out.hits[0].chunk.doc_id == "lc/a.md", (typed, by_doc)
+        assert by_doc["lc/a.md"].get("identifier") == 1 and "identifier" not in by_doc.get("lc/b.md", {}), by_doc
+
+
 async def test_a_time_range_filters_every_leg_before_fusion(stack) -> None:
     """Three notes alike but for their time: a range keeps only those inside it, in every leg
     (BM25, vector, identifier), and each hit says when it was recorded."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from memory.identifiers import identifier_ranks, identifiers, normalize_identifier
+from memory.identifiers import identifier_ranks, identifiers, normalize_identifier, query_identifiers
 
 
 @pytest.mark.parametrize(
@@ -107,3 +107,33 @@ def test_upper_case_names_but_not_labels() -> None:
 def test_identifier_ranks_tie_hits_naming_as_many_identifiers(hits, wanted, ranks) -> None:
     """Identifier-leg hits rank by how many query identifiers they name, ties sharing a rank."""
     assert identifier_ranks(hits, wanted) == ranks
+
+
+@pytest.mark.parametrize(
+    ("query", "found"),
+    [
+        # found by a new user: typed in lower case, these matched nothing with dense off
+        ("err-conn-reset-4f2a", ["errconnreset4f2a"]),
+        ("errconnreset4f2a", ["errconnreset4f2a"]),
+        ("Err-Conn-Reset-4f2a", ["errconnreset4f2a"]),
+        ("what failed in deploy-2024-77?", ["deploy202477"]),
+        ("ERR_CONN_RESET_4F2A again", ["errconnreset4f2a"]),  # what identifiers() finds comes first
+        # plain words, dates, numbers, short mixes (words of science as often: il-6, p53), or
+        # stopword pieces are no identifiers
+        ("errconnreset and timeouts", []),
+        ("why il-6, p53 and cd8?", []),
+        ("2024-01-15 e.g. a.m. it's", []),
+        ("(is|an|hip)", []),
+    ],
+)
+def test_query_identifiers_take_identifier_shaped_tokens_in_any_case(query: str, found: list[str]) -> None:
+    assert query_identifiers(query) == found
+
+
+def test_query_identifiers_agree_with_the_documents_spelling() -> None:
+    for doc, query in (
+        ("ERR_CONN_RESET_4F2A", "err-conn-reset-4f2a"),
+        ("DEPLOY-2024-77", "deploy-2024-77"),
+        ("PoolTimeoutError2", "pooltimeouterror2"),
+    ):
+        assert set(identifiers(doc)) & set(query_identifiers(query)), (doc, query)
