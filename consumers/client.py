@@ -258,11 +258,11 @@ class MemoryClient:
             await self._producer.send_and_wait(topic, value, key=key.encode(), headers=headers or [])
         except MessageSizeTooLargeError as exc:
             # Not an outage, and retrying cannot help: the topic (or this producer) takes
-            # smaller records than this event needs.
+            # smaller records than this event needs, e.g. a topic created by hand, or by a
+            # broker that refused the daemon's config (daemon.topic_config_refused).
             raise InvalidEvent(
-                f"{topic} refused a record of {len(value):,} bytes: raise the topic's max.message.bytes "
-                f"to {event_record_bytes(self._max_content_bytes):,} (agentmemd creates its topics so) "
-                f"or the producer's max_request_size ({exc})"
+                f"{topic} (or this producer) refused a record of {len(value):,} bytes: the topic's "
+                f"max.message.bytes, or the producer's max_request_size, is below it ({exc})"
             ) from exc
         except KafkaError as exc:
             raise BackendUnavailable(f"publish to {topic} failed: {exc}") from exc
@@ -274,20 +274,28 @@ class MemoryClient:
         Raises:
             InvalidEvent: the daemon would refuse it, with the reason.
         """
-        value = _encode(payload)
         try:
+            value = _encode(payload)
             event = model.model_validate_json(value)
             if isinstance(event, DocumentEvent):
                 event.to_item(())  # an upsert's content rules
+        except UnicodeEncodeError as exc:  # a lone surrogate, e.g. from undecodable argv bytes
+            raise InvalidEvent(f"not sendable as UTF-8 text: {exc}") from exc
         except ValidationError as exc:
             raise InvalidEvent(_first_error(exc)) from exc
         except ValueError as exc:
             raise InvalidEvent(str(exc)) from exc
         content = payload.get("content")
-        if isinstance(content, str) and len(content.encode("utf-8")) > self._max_content_bytes:
+        if isinstance(content, str) and (size := len(content.encode("utf-8"))) > self._max_content_bytes:
             raise InvalidEvent(
-                f"content is {len(content.encode('utf-8')):,} bytes, over the {self._max_content_bytes:,}-byte "
+                f"content is {size:,} bytes, over the {self._max_content_bytes:,}-byte "
                 "limit (AGENTMEM_INGEST__MAX_CONTENT_BYTES)"
+            )
+        if len(value) > (limit := event_record_bytes(self._max_content_bytes)):
+            raise InvalidEvent(
+                f"the event encodes to {len(value):,} bytes, over the {limit:,}-byte record limit of the event "
+                "topics (twice the content limit): JSON escaping of its quotes, backslashes or control "
+                "characters, or its metadata, takes it past; send less of it"
             )
         return value
 

@@ -10,14 +10,17 @@ from pydantic import BaseModel, Field, SecretStr, model_validator
 
 
 def event_record_bytes(max_content_bytes: int) -> int:
-    """The largest Kafka record an event within ``max_content_bytes`` of content may take.
+    """The record size the event topics and the client's producer take: twice the content
+    limit (8 MiB by default), and never below Kafka's own 1 MiB.
 
-    Kafka's own default (1 MiB, on the broker and in every producer) is below the daemon's
-    content limit, so documents between the two could not be published at all. JSON escaping
-    can double text (quotes, backslashes, newlines each take two bytes), and metadata adds
-    at most 64 values of 4,096 characters.
+    Kafka's default (1 MiB, on the broker and in every producer) is below the daemon's content
+    limit, so documents between the two could not be published at all. Twice the limit leaves
+    room for the JSON escaping of ordinary text (a few percent) and for metadata (at most 64
+    values of 4,096 characters); text escaped past it (mostly quotes, backslashes or control
+    characters) is refused by the client, which says so. 8 MiB is also the most some managed
+    Kafka services allow.
     """
-    return 2 * max_content_bytes + 1024 * 1024
+    return max(1024 * 1024, 2 * max_content_bytes)
 
 
 class Topics(BaseModel):

@@ -14,7 +14,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from daemon.status import StatusState, percentile
+from daemon.status import StatusState, oldest_age_s, percentile
 from memory.errors import MemdError
 from memory.index import ChunkIndex
 from memory.metrics import REGISTRY
@@ -99,7 +99,7 @@ def render_status(state: StatusState, *, title: str) -> str:
         for item in s["items"]:
             rows.append(
                 f"<tr><td>{html.escape(tenant)}</td><td>{html.escape(item.community_id)}</td><td>{item.level}</td>"
-                f"<td>{now - item.first_marked_at:.1f}</td><td>{item.change_count}</td>"
+                f"<td>{oldest_age_s([item.first_marked_at], now):.1f}</td><td>{item.change_count}</td>"
                 f"<td>{html.escape(', '.join(item.doc_ids[:5]))}</td></tr>"
             )
     lag_rows = [

@@ -8,11 +8,32 @@ from typing import Any
 
 import structlog
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import KafkaConnectionError, KafkaError, TopicAlreadyExistsError, for_code
+from aiokafka.errors import (
+    InvalidConfigurationError,
+    KafkaConnectionError,
+    KafkaError,
+    PolicyViolationError,
+    TopicAlreadyExistsError,
+    for_code,
+)
 
 from memory.errors import BackendUnavailable
 
 log = structlog.get_logger()
+
+
+#: What a broker answers when it will not take a topic config (managed Kafka caps
+#: max.message.bytes, e.g. at 8 MiB): the topic is created without it instead.
+_CONFIG_REFUSED = (InvalidConfigurationError.errno, PolicyViolationError.errno)
+
+
+def _config_refused(resp: Any, configs: dict[str, dict[str, str]]) -> dict[str, str]:
+    """Topics of ``resp`` refused for their configs: name -> the broker's reason."""
+    refused = {}
+    for name, code, *message in getattr(resp, "topic_errors", ()):
+        if code in _CONFIG_REFUSED and configs.get(name):
+            refused[name] = f"{for_code(code).__name__}: {(message[0] if message else None) or ''}"
+    return refused
 
 
 def _raise_topic_errors(resp: Any, replication: int) -> None:
@@ -58,17 +79,23 @@ async def ensure_topics(
             missing = [t for t in dict.fromkeys(topics) if t not in existing]
             if missing:
                 with contextlib.suppress(TopicAlreadyExistsError):  # another daemon won the race
-                    resp = await admin.create_topics(
-                        [
-                            NewTopic(
-                                t,
-                                num_partitions=partitions,
-                                replication_factor=replication,
-                                topic_configs=(configs or {}).get(t, {}),
-                            )
-                            for t in missing
-                        ]
-                    )
+
+                    def new(t: str, topic_configs: dict[str, str]) -> NewTopic:
+                        return NewTopic(
+                            t, num_partitions=partitions, replication_factor=replication, topic_configs=topic_configs
+                        )
+
+                    resp = await admin.create_topics([new(t, (configs or {}).get(t, {})) for t in missing])
+                    if refused := _config_refused(resp, configs or {}):
+                        # Better the topic with the broker's own limits than no daemon at all.
+                        log.warning(
+                            "daemon.topic_config_refused",
+                            topics=refused,
+                            configs={t: (configs or {})[t] for t in refused},
+                            fix="raise the topics' max.message.bytes as far as the broker allows; "
+                            "larger events are refused by the broker (the client says so)",
+                        )
+                        resp = await admin.create_topics([new(t, {}) for t in refused])
                     _raise_topic_errors(resp, replication)
                 log.info("daemon.topics_created", topics=missing, partitions=partitions)
             return missing

@@ -52,14 +52,35 @@ def test_a_blank_turn_is_refused_and_a_good_one_passes() -> None:
     assert json.loads(client.check_event(TranscriptEvent, {**turn, "content": "hi"}))["content"] == "hi"
 
 
-def test_event_topics_take_records_as_large_as_an_accepted_event() -> None:
+def test_event_topics_take_records_as_large_as_an_ordinary_event() -> None:
     """Kafka's 1 MiB default is below the 4 MiB content limit: the event topics are created
-    with room for the largest content JSON-escaped (every character doubled) plus metadata."""
+    with twice the limit (8 MiB, the most some managed Kafka services allow), room for the
+    largest ordinary text JSON-escaped plus the most metadata an event may carry."""
     topics = Topics()
     limit = event_record_bytes(4 * 1024 * 1024)
-    worst = len(json.dumps({"content": '"' * (4 * 1024 * 1024), "metadata": {f"k{i}": "v" * 4096 for i in range(64)}}))
-    assert worst <= limit
+    assert limit == 8 * 1024 * 1024 and event_record_bytes(4096) == 1024 * 1024
+    line = 'He said "restart the pool" at 18:02.\n'  # quotes and a newline in every line
+    text = line * (4 * 1024 * 1024 // len(line))
+    metadata = {f"k{i}": "é" * 4096 for i in range(64)}
+    _, value = MemoryClient(bootstrap="127.0.0.1:1").document_event("big.md", text, metadata=metadata)
+    assert len(value) <= limit
     assert topics.configs(4 * 1024 * 1024) == {
         topics.documents: {"max.message.bytes": str(limit)},
         topics.transcripts: {"max.message.bytes": str(limit)},
     }
+
+
+def test_an_event_escaped_past_the_record_limit_is_refused_with_its_size() -> None:
+    """Control characters take six bytes each in JSON: such content within the content limit
+    can still outgrow the topics' records, and the reason must say so (not "raise the topic
+    limit", which is already what the daemon sets)."""
+    client = _client(max_content_bytes=600 * 1024)
+    with pytest.raises(InvalidEvent, match=r"encodes to [\d,]+ bytes, over the 1,228,800-byte record limit"):
+        client.document_event("ctl.md", "\x01" * (500 * 1024))
+
+
+def test_text_that_is_no_utf_8_is_refused_not_raised() -> None:
+    """An undecodable command-line byte arrives as a lone surrogate: a clear refusal, not a
+    UnicodeEncodeError traceback."""
+    with pytest.raises(InvalidEvent, match="not sendable as UTF-8"):
+        _client().document_event("a.md", "ok", metadata={"k": "\udcff"})
