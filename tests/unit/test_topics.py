@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from daemon.topics import _raise_topic_errors
+from daemon.topics import _config_refused, _raise_topic_errors
 from memory.errors import BackendUnavailable
 
 
@@ -29,3 +29,23 @@ def test_a_topic_the_broker_refused_fails_naming_it_and_why() -> None:
     message = str(exc.value)
     assert "memory.requests: InvalidReplicationFactorError" in message and "larger than available brokers" in message
     assert "memory.documents" not in message and "AGENTMEM_TOPIC_REPLICATION=3" in message
+
+
+def test_topics_refused_for_their_configs_are_named_with_the_reason() -> None:
+    """Managed Kafka may cap max.message.bytes below what the daemon asks (the broker answers
+    INVALID_CONFIG or POLICY_VIOLATION): those topics are created again without it. Topics
+    refused for anything else, or asked for without configs, stay errors."""
+    resp = SimpleNamespace(
+        topic_errors=[
+            ("docs", 40, "max.message.bytes above 8388608"),
+            ("turns", 44, None),
+            ("requests", 44, "policy"),  # asked for without configs: a real refusal
+            ("replies", 0, None),
+            ("dlq", 38, "replication factor"),
+        ]
+    )
+    configs = {"docs": {"max.message.bytes": "9"}, "turns": {"max.message.bytes": "9"}}
+    assert _config_refused(resp, configs) == {
+        "docs": "InvalidConfigurationError: max.message.bytes above 8388608",
+        "turns": "PolicyViolationError: ",
+    }
