@@ -700,13 +700,21 @@ def config_toml() -> None:
 
 
 @config_app.command("index-schema")
-def config_index_schema(dims: Annotated[int, typer.Option(help="Vector dimensions of the model.")] = 384) -> None:
+def config_index_schema(
+    dims: Annotated[int, typer.Option(help="Vector dimensions of the model.")] = 384,
+    generation: Annotated[int, typer.Option(help="Whose index and key names to print.", min=1)] = 1,
+) -> None:
     """Print the Redis index schema (redisvl YAML) that the current settings create."""
     import yaml
 
     from memory.schema import index_schema
 
-    sys.stdout.write(yaml.safe_dump(index_schema(Settings().index, dims=dims, generation=1), sort_keys=False))
+    # Offline (no Redis): which generation is active is for `agentmemd doctor` to say; after a
+    # reindex it is no longer 1, and a bare "agentmem-g1" read as the live index's name.
+    sys.stdout.write(
+        f"# generation {generation}'s names (--generation N for another; `agentmemd doctor` names the active one)\n"
+    )
+    sys.stdout.write(yaml.safe_dump(index_schema(Settings().index, dims=dims, generation=generation), sort_keys=False))
 
 
 @config_app.command("show")

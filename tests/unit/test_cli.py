@@ -100,3 +100,17 @@ def test_query_results_show_their_text_in_an_80_column_terminal() -> None:
     body = " ".join(line.strip() for line in lines[2:])
     assert body.startswith("Restarted pgbouncer; the 504s stopped. The pool drained")
     assert body.endswith("…") and len(body) <= 240  # a snippet, not the whole chunk
+
+
+def test_index_schema_names_the_generation_it_prints() -> None:
+    """After a reindex the active generation is no longer 1: the output says whose names it
+    shows, and --generation picks another, still valid YAML."""
+    import yaml
+    from typer.testing import CliRunner
+
+    from daemon.cli import app
+
+    res = CliRunner().invoke(app, ["config", "index-schema", "--generation", "3"])
+    assert res.exit_code == 0, res.output
+    assert res.output.startswith("# generation 3's names")
+    assert yaml.safe_load(res.output)["index"]["name"].endswith("-g3")
