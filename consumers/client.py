@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import unicodedata
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
@@ -129,6 +130,10 @@ class MemoryClient:
         try:
             await self._producer.start()
         except KafkaError as exc:
+            # A producer that failed to start still holds its client: closed here, or asyncio
+            # reports it unclosed at exit (an operator saw that noise under every refusal).
+            await _stop_quietly(self._producer, "producer")
+            self._producer = None
             raise BackendUnavailable(f"kafka at {self._bootstrap} unreachable: {exc}") from exc
 
     async def _ensure_reader(self) -> None:
@@ -286,6 +291,9 @@ class MemoryClient:
         except ValueError as exc:
             raise InvalidEvent(str(exc)) from exc
         content = payload.get("content")
+        if isinstance(content, str) and not _has_token(content):
+            # The daemon's tokenizer finds nothing in it, so it dead-letters it (memory.ingest).
+            raise InvalidEvent("content has no tokens (only whitespace, format or control characters)")
         if isinstance(content, str) and (size := len(content.encode("utf-8"))) > self._max_content_bytes:
             raise InvalidEvent(
                 f"content is {size:,} bytes, over the {self._max_content_bytes:,}-byte "
@@ -507,6 +515,12 @@ class MemoryClient:
             payload["all_sessions"] = True
         key = agent_id if session_id is None else f"{agent_id}/{session_id}"
         await self._send(self._topic(self.topics.transcripts, tenant), payload, key=key)
+
+
+def _has_token(text: str) -> bool:
+    """Whether ``text`` holds anything the model's tokenizer keeps: it drops whitespace, format
+    characters (a zero-width space, a BOM) and control characters."""
+    return any(not c.isspace() and unicodedata.category(c) not in ("Cc", "Cf") for c in text)
 
 
 def _encode(payload: Mapping[str, Any]) -> bytes:

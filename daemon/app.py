@@ -14,6 +14,7 @@ from typing import Any
 import redis.asyncio as aredis
 import structlog
 from aiohttp import web
+from aiokafka.errors import IllegalStateError, KafkaError
 from faststream.kafka import KafkaBroker
 
 from consumers.replies import PartitionCounts
@@ -160,6 +161,48 @@ async def _watch_topics(settings: Settings, halt: asyncio.Event) -> None:
             continue
         if created:
             log.warning("daemon.topics_recreated", topics=created)
+
+
+async def _rewind_lost_logs(broker: KafkaBroker, interval_s: float, halt: asyncio.Event) -> None:
+    """Move any of this daemon's consumers that stands past the end of its partition's log
+    back to the log's start.
+
+    A broker that comes back empty (tansu keeps its log in memory) starts every partition at
+    offset 0 again, but a consumer that lived through it keeps its old position, and the
+    request consumer's auto-commit even writes that position into the new broker's group.
+    Apache Kafka answers a fetch past the end with OFFSET_OUT_OF_RANGE, and the consumer
+    resets itself; tansu answers with nothing, so it waited for ever (an operator found every
+    query after such a restart unanswered). A position is read before the end offsets: both
+    only grow on a healthy log, so a position past an end read after it means the log was
+    lost, never a race with new records.
+    """
+    while not halt.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(halt.wait(), timeout=interval_s)
+        for sub in broker.subscribers:
+            consumer = getattr(sub, "consumer", None)
+            if consumer is None:
+                continue
+            try:
+                tps = sorted(consumer.assignment())
+                if not tps:
+                    continue
+                positions = {tp: await asyncio.wait_for(consumer.position(tp), 1.0) for tp in tps}
+                ends = await asyncio.wait_for(consumer.end_offsets(tps), 5.0)
+                lost = [tp for tp in tps if ends.get(tp) is not None and positions[tp] > ends[tp]]
+                for tp in lost:
+                    log.warning(
+                        "consumer.rewound_past_log_end",
+                        topic=tp.topic,
+                        partition=tp.partition,
+                        position=positions[tp],
+                        log_end=ends[tp],
+                    )
+                if lost:
+                    await consumer.seek_to_beginning(*lost)
+            except (TimeoutError, KafkaError, IllegalStateError, OSError) as exc:
+                # A rebalance or the broker away: the next round looks again.
+                log.debug("consumer.rewind_check_failed", error=f"{type(exc).__name__}: {exc}")
 
 
 #: How often a daemon shares the query texts its embedding worker crashed on, and learns the
@@ -353,7 +396,16 @@ async def start_daemon(
                 attempts_counter=AttemptCounter(client=redis, name=settings.index.name),
             )
         )
-        await _start_broker(broker)
+        try:
+            await asyncio.wait_for(_start_broker(broker), timeout=ready_timeout_s)
+        except TimeoutError as exc:
+            # A consumer's group join that never ends (seen on tansu, with a group left stuck
+            # by killed members) held start-up for ever, before the readiness timeout below.
+            raise BackendUnavailable(
+                f"consumers did not join their groups within {ready_timeout_s:.0f}s; if the broker "
+                "keeps a group stuck (tansu, after members were killed), restart it or set another "
+                "AGENTMEM_CONSUMER__GROUP_ID"
+            ) from exc
     except BaseException:
         await daemon.stop()
         raise
@@ -364,6 +416,7 @@ async def start_daemon(
         raise BackendUnavailable(f"consumers not assigned within {ready_timeout_s}s") from exc
     if settings.create_topics:
         daemon.spawn(_watch_topics(settings, daemon.halt), "topic-watch")
+    daemon.spawn(_rewind_lost_logs(broker, settings.topic_check_s, daemon.halt), "rewind-lost-logs")
     shared_poison = SharedPoison(client=redis, name=settings.index.name, limit=POISON_MAX)
     daemon.spawn(_sync_poison(shared_poison, embedder, daemon.halt), "poison-sync")
     if graph is not None:
@@ -398,8 +451,19 @@ async def start_daemon(
 
 
 async def run_until_stopped(settings: Settings, stop: asyncio.Event) -> None:
-    """Run the daemon until ``stop`` is set (by a signal handler)."""
-    daemon = await start_daemon(settings)
+    """Run the daemon until ``stop`` is set (by a signal handler), which also ends a start-up
+    still in progress (an operator found a daemon whose group join hung deaf to SIGTERM)."""
+    starting = asyncio.create_task(start_daemon(settings), name="daemon-start")
+    stopping = asyncio.create_task(stop.wait(), name="stop-signal")
+    await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    if not starting.done():
+        log.info("daemon.start_abandoned", reason="stop requested during start-up")
+        starting.cancel()  # start_daemon stops whatever it had started
+        with contextlib.suppress(asyncio.CancelledError):
+            await starting
+        return
+    stopping.cancel()
+    daemon = starting.result()
     try:
         await stop.wait()
     finally:

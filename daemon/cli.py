@@ -42,8 +42,19 @@ out = Console()
 err = Console(stderr=True)
 
 
+def _load_settings() -> Settings:
+    """The settings, or a clean failure naming each invalid one (not a traceback)."""
+    try:
+        return Settings()
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'settings'}: {e['msg']}" for e in exc.errors()[:5]
+        )
+        raise _fail(ValueError(f"invalid settings ({exc.error_count()}): {problems}")) from None
+
+
 def _settings() -> Settings:
-    settings = Settings()
+    settings = _load_settings()
     configure_logging(settings.log_level, settings.log_format)
     return settings
 
@@ -244,20 +255,29 @@ def query(
     start, end = _when(since, "--since"), _when(until, "--until")
     settings = _settings()
     target = _tenant_target(settings.consumer.tenancy, tenant)
+
+    async def ask(c: MemoryClient) -> QueryReply:
+        try:
+            return await c.query(
+                text,
+                top_k=top_k,
+                metadata_filter=flt or None,
+                dense_weight=dense_weight,
+                sparse_weight=sparse_weight,
+                identifier_weight=identifier_weight,
+                recency_weight=recency_weight,
+                rrf_k=rrf_k,
+                scope=scope,
+                since=start,
+                until=end,
+            )
+        except QueryFailed as exc:
+            if as_json:  # the raw reply, error replies too, for scripts to parse
+                print(exc.reply.model_dump_json(indent=2))
+            raise
+
     reply = _with_client(
-        lambda c: c.query(
-            text,
-            top_k=top_k,
-            metadata_filter=flt or None,
-            dense_weight=dense_weight,
-            sparse_weight=sparse_weight,
-            identifier_weight=identifier_weight,
-            recency_weight=recency_weight,
-            rrf_k=rrf_k,
-            scope=scope,
-            since=start,
-            until=end,
-        ),
+        ask,
         settings,
         target,
     )
@@ -331,7 +351,10 @@ def publish_doc(
         # Every file is read and checked before the first is sent: one bad file among many
         # must not leave the others half published, nor go to the dead letters unseen.
         for path in paths:
-            client.document_event(doc_id or str(path), _read_text(path), version=version, metadata=metadata)
+            try:
+                client.document_event(doc_id or str(path), _read_text(path), version=version, metadata=metadata)
+            except InvalidEvent as exc:
+                raise InvalidEvent(f"{path}: {exc}" if str(path) not in str(exc) else str(exc)) from exc
         with Progress(console=err, transient=True, disable=len(paths) < 2) as progress:
             task = progress.add_task("publishing", total=len(paths))
             for path in paths:
@@ -438,7 +461,7 @@ def docs_asyncapi(
 
     from daemon.asyncapi import asyncapi_document
 
-    doc = asyncapi_document(Settings())
+    doc = asyncapi_document(_load_settings())
     text = yaml.safe_dump(doc, sort_keys=False) if as_yaml else json.dumps(doc, indent=2)
     if out_path is None:
         sys.stdout.write(text + "\n")
@@ -714,13 +737,14 @@ def config_index_schema(
     sys.stdout.write(
         f"# generation {generation}'s names (--generation N for another; `agentmemd doctor` names the active one)\n"
     )
-    sys.stdout.write(yaml.safe_dump(index_schema(Settings().index, dims=dims, generation=generation), sort_keys=False))
+    schema = index_schema(_load_settings().index, dims=dims, generation=generation)
+    sys.stdout.write(yaml.safe_dump(schema, sort_keys=False))
 
 
 @config_app.command("show")
 def config_show() -> None:
     """Print the effective settings as JSON."""
-    print(json.dumps(Settings().model_dump(mode="json"), indent=2))
+    print(json.dumps(_load_settings().model_dump(mode="json"), indent=2))
 
 
 def main() -> None:

@@ -36,7 +36,9 @@ class Settings(BaseSettings):
 
     kafka_bootstrap: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers, comma-separated.")
     redis_url: str = Field(
-        "redis://127.0.0.1:6379/0", description="Redis (with the search module) URL; rediss:// for TLS."
+        "redis://127.0.0.1:6379/0",
+        pattern=r"^(redis|rediss|unix)://",
+        description="Redis (with the search module) URL; rediss:// for TLS.",
     )
     redis_username: str = Field("", description="Redis ACL user ('' = default user or the one in the URL).")
     redis_password: SecretStr = Field(SecretStr(""), description="Redis password (never logged).")

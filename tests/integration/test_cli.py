@@ -100,3 +100,36 @@ def test_up_publish_query_and_clean_stop(tmp_path: Path) -> None:
     # (which they notice within moments of its exit, hence the short wait).
     _, alive = psutil.wait_procs(children, timeout=10)
     assert not [c for c in alive if c.status() != psutil.STATUS_ZOMBIE], [c.cmdline() for c in alive]
+
+
+def test_run_stops_on_sigterm_while_still_starting(redis_url: str) -> None:
+    """Found by an operator: a daemon whose start-up hung (a group join that never ended)
+    ignored SIGTERM and Ctrl-C; only kill -9 ended it. A stop now ends a start-up in progress:
+    here the broker is down, so start-up waits for it, and SIGTERM must end that wait."""
+    env = {
+        **os.environ,
+        "AGENTMEM_KAFKA_BOOTSTRAP": f"127.0.0.1:{free_port()}",  # nobody listens
+        "AGENTMEM_REDIS_URL": redis_url,
+        "AGENTMEM_INDEX__NAME": f"sigterm-start-{os.getpid()}",
+        "AGENTMEM_HTTP_PORT": "0",
+        "AGENTMEM_LOG_FORMAT": "json",
+    }
+    proc = subprocess.Popen([AGENTMEMD, "run"], env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    try:
+        assert proc.stderr is not None
+        deadline = time.monotonic() + 180
+        waiting = False
+        while not waiting and time.monotonic() < deadline:
+            line = proc.stderr.readline()
+            if not line and proc.poll() is not None:
+                break
+            waiting = "daemon.broker_waited" in line
+        assert waiting, f"the daemon never reached the broker wait (rc {proc.poll()})"
+        proc.send_signal(signal.SIGTERM)
+        # Well under start-up's own 120 s wait for the broker.
+        code = proc.wait(timeout=30)
+        assert code == 0, code
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

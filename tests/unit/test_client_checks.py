@@ -30,6 +30,7 @@ def test_a_valid_document_is_encoded_as_the_daemon_reads_it() -> None:
     [
         ("", {}, "a.md", "content is empty"),
         ("  \n ", {}, "a.md", "content is empty"),
+        ("\u200b\ufeff\x00 \u200b", {}, "a.md", "content has no tokens"),  # zero-width, BOM, NUL
         ("x" * 4097, {}, "a.md", "over the 4,096-byte limit"),
         ("é" * 2049, {}, "a.md", "4,098 bytes, over the 4,096-byte limit"),  # UTF-8 bytes, not characters
         ("ok", {"blob": "v" * 4097}, "a.md", "metadata.blob"),
@@ -76,7 +77,7 @@ def test_an_event_escaped_past_the_record_limit_is_refused_with_its_size() -> No
     limit", which is already what the daemon sets)."""
     client = _client(max_content_bytes=600 * 1024)
     with pytest.raises(InvalidEvent, match=r"encodes to [\d,]+ bytes, over the 1,228,800-byte record limit"):
-        client.document_event("ctl.md", "\x01" * (500 * 1024))
+        client.document_event("ctl.md", "x" + "\x01" * (500 * 1024))
 
 
 def test_text_that_is_no_utf_8_is_refused_not_raised() -> None:
