@@ -199,7 +199,13 @@ async def _rewind_lost_logs(broker: KafkaBroker, interval_s: float, halt: asynci
                         log_end=ends[tp],
                     )
                 if lost:
-                    await consumer.seek_to_beginning(*lost)
+                    # Committed too: the group's offset may already stand past the end (the
+                    # request consumer's auto-commit, or a batch's commit that crossed the
+                    # restart), and /readyz and doctor report that until a new commit.
+                    starts = await consumer.beginning_offsets(lost)
+                    for tp in lost:
+                        consumer.seek(tp, starts[tp])
+                    await consumer.commit({tp: starts[tp] for tp in lost})
             except (TimeoutError, KafkaError, IllegalStateError, OSError) as exc:
                 # A rebalance or the broker away: the next round looks again.
                 log.debug("consumer.rewind_check_failed", error=f"{type(exc).__name__}: {exc}")

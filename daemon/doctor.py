@@ -314,9 +314,21 @@ async def _check_kafka(settings: Settings) -> list[Finding]:
     else:
         found.append(Finding("topics", True, f"all {len(wanted)} present"))
     try:
-        lag, dlq = await asyncio.wait_for(measure_lag(settings), timeout=20)
-        detail = ", ".join(f"{g}: lag {sum(p.values())}" for g, p in sorted(lag.items()))
-        found.append(Finding("consumer groups", True, f"{detail}; {dlq} DLQ records"))
+        report = await asyncio.wait_for(measure_lag(settings), timeout=20)
+        detail = ", ".join(f"{g}: lag {sum(p.values())}" for g, p in sorted(report.lag.items()))
+        if report.past_end:
+            beyond = "; ".join(f"{g}: {', '.join(parts)}" for g, parts in sorted(report.past_end.items()))
+            found.append(
+                Finding(
+                    "consumer groups",
+                    False,
+                    f"committed past the end of the log (the broker lost it?): {beyond}",
+                    "running daemons move their consumers back to the log's start within "
+                    "AGENTMEM_TOPIC_CHECK_S; if this stays, restart them",
+                )
+            )
+        else:
+            found.append(Finding("consumer groups", True, f"{detail}; {report.dlq} DLQ records"))
     except (KafkaError, OSError, TimeoutError) as exc:
         found.append(
             Finding("consumer groups", False, f"cannot read offsets: {exc}", "check broker ACLs for the groups")

@@ -65,6 +65,9 @@ def readiness_checks(
             problems["kafka"] = "consumers not assigned yet (starting or stopping)"
         elif state.lag_error is not None:
             problems["kafka"] = f"broker unreachable: {state.lag_error}"
+        elif state.past_end:
+            beyond = "; ".join(f"{g}: {', '.join(parts)}" for g, parts in sorted(state.past_end.items()))
+            problems["kafka"] = f"committed past the end of the log (the broker lost it?), rewinding: {beyond}"
         elif unassigned:
             problems["kafka"] = f"consumers stopped or rejoining their groups: {', '.join(unassigned)}"
         elif state.lag_measured_at and time.time() - state.lag_measured_at > stale_after_s:

@@ -55,6 +55,7 @@ class StatusState:
     stopped_consumers: Callable[[], list[str]] = field(default=lambda: [])  # those whose loop stopped
     lag: dict[str, dict[str, int]] = field(default_factory=dict)  # group -> "topic/partition" -> lag
     lag_error: str | None = None
+    past_end: dict[str, list[str]] = field(default_factory=dict)  # group -> partitions committed past the end
     lag_measured_at: float = 0.0
     dlq_records: int | None = None
     chunks: int | None = None
@@ -74,7 +75,17 @@ def _subscribed(topic: str, base: str, tenancy: str) -> bool:
     return topic == base if tenancy == "single" else topic.startswith(base + ".")
 
 
-async def measure_lag(settings: Settings) -> tuple[dict[str, dict[str, int]], int]:
+@dataclass(frozen=True)
+class LagReport:
+    """Every consumer group's lag per partition, the DLQ's record count, and the partitions a
+    group committed past the end of (a broker that lost its log: tansu restarted empty)."""
+
+    lag: dict[str, dict[str, int]]
+    dlq: int
+    past_end: dict[str, list[str]]
+
+
+async def measure_lag(settings: Settings) -> LagReport:
     """Lag of every consumer group of this deployment, and the number of DLQ records ever written.
 
     Committed offsets are read with a group-bound consumer that never subscribes (so it never
@@ -94,6 +105,7 @@ async def measure_lag(settings: Settings) -> tuple[dict[str, dict[str, int]], in
         await probe.start()
         all_topics = await probe.topics()
         lag: dict[str, dict[str, int]] = {}
+        past_end: dict[str, list[str]] = {}
         for role, base in bases.items():
             group = f"{settings.consumer.group_id}.{role}"
             tps = [
@@ -115,15 +127,18 @@ async def measure_lag(settings: Settings) -> tuple[dict[str, dict[str, int]], in
             )
             try:
                 await reader.start()
-                lag[group] = {
-                    f"{tp.topic}/{tp.partition}": max(0, ends[tp] - max(await reader.committed(tp) or 0, 0))
-                    for tp in tps
-                }
+                committed = {tp: max(await reader.committed(tp) or 0, 0) for tp in tps}
             finally:
                 await bounded("stop the lag reader", reader.stop())
+            lag[group] = {f"{tp.topic}/{tp.partition}": max(0, ends[tp] - committed[tp]) for tp in tps}
+            # Not lag 0: a group past the end waits for offsets the log may never reach.
+            if beyond := [
+                f"{tp.topic}/{tp.partition} ({committed[tp]} > {ends[tp]})" for tp in tps if committed[tp] > ends[tp]
+            ]:
+                past_end[group] = beyond
         dlq_tps = [TopicPartition(t.dlq, p) for p in sorted(probe.partitions_for_topic(t.dlq) or ())]
         dlq = sum((await probe.end_offsets(dlq_tps)).values()) if dlq_tps else 0
-        return lag, int(dlq)
+        return LagReport(lag, int(dlq), past_end)
     finally:
         await bounded("stop the lag probe", probe.stop())
 
@@ -151,7 +166,8 @@ class Sampler:
         s = self._state
         try:
             # A coordinator that is still coming back can stall offset reads: bound them.
-            s.lag, s.dlq_records = await asyncio.wait_for(measure_lag(self._settings), timeout=10)
+            report = await asyncio.wait_for(measure_lag(self._settings), timeout=10)
+            s.lag, s.dlq_records, s.past_end = report.lag, report.dlq, report.past_end
             s.lag_error = None
             s.lag_measured_at = time.time()
             for group, parts in s.lag.items():

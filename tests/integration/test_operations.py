@@ -491,3 +491,29 @@ async def test_readyz_fails_when_consumers_leave_their_groups_and_when_draining(
     assert [e["what"] for e in logs if e["event"] == "teardown.timed_out"] == ["kafka broker"], logs
     assert any(e["event"] == "daemon.shutdown_finished" for e in logs)
     released.set()
+
+
+async def test_doctor_flags_a_group_committed_past_the_end_of_its_log(kafka_bootstrap: str, redis_url: str) -> None:
+    """Found by an operator: after the broker lost its log, a group's committed offsets stood
+    past the end of the new one, and doctor said "lag 0" (lag is clamped at 0)."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    from daemon.doctor import diagnose
+    from daemon.status import measure_lag
+    from daemon.topics import ensure_topics
+
+    settings = isolated_settings(unique("past-end"), kafka_bootstrap, redis_url, topic_partitions=1)
+    await ensure_topics(kafka_bootstrap, settings.topics.all(), partitions=1, replication=1)
+    group = f"{settings.consumer.group_id}.documents"
+    tp = TopicPartition(settings.topics.documents, 0)
+    committer = AIOKafkaConsumer(bootstrap_servers=kafka_bootstrap, group_id=group, enable_auto_commit=False)
+    await committer.start()
+    try:
+        committer.assign([tp])
+        await committer.commit({tp: 50})
+    finally:
+        await committer.stop()
+    report = await measure_lag(settings)
+    assert report.past_end == {group: [f"{tp.topic}/0 (50 > 0)"]} and report.lag[group] == {f"{tp.topic}/0": 0}
+    groups = [f for f in await diagnose(settings) if f.check == "consumer groups"]
+    assert len(groups) == 1 and not groups[0].ok and "committed past the end" in groups[0].detail, groups

@@ -16,6 +16,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from daemon.launcher import free_port, start_redis, start_tansu
+from daemon.status import measure_lag
 from memory.config import IngestConfig
 from memory.embed_worker import CRASH_MARKER_ENV
 from tests.conftest import unique
@@ -148,6 +149,12 @@ async def test_broker_restart_daemon_reconnects_by_itself(redis_url: str, tmp_pa
             # were answered, which hid that the first ones after the restart never were.
             _, reply = await client.ask({"query_id": "b", "search_text": "okapi", "top_k": 1}, timeout=90)
             assert reply.get("results") and reply["results"][0]["doc_id"] == "after/broker.md", reply
+
+            async def nothing_past_the_end() -> bool:
+                return not (await measure_lag(settings)).past_end
+
+            # What /readyz and doctor read: no group left committed past the new log's end.
+            await eventually(nothing_past_the_end, timeout=60, what="every group's offsets back inside the log")
         finally:
             await client.stop()
     finally:
