@@ -482,6 +482,8 @@ async def reindex(
             # A reindex that died mid-build left its generation's index and keys behind
             # (one that died after its switch left the active one: that stays).
             log.warning("reindex.abandoned_build_dropped", generation=abandoned)
+            with contextlib.suppress(ReindexConflict):  # only its notes: it is neither active nor building
+                await registry.forget(abandoned)
             await ChunkIndex(client=redis, cfg=settings.index, dims=embedder.dims, generation=abandoned).drop()
 
         async def beat() -> None:
@@ -623,6 +625,9 @@ async def reindex(
                 if not keep_old:
                     progress.phase = "dropping the old generation"
                     report()
+                    # Its registry notes go with it, as drop-generation's do (an operator found a
+                    # spec entry left behind by every reindex).
+                    await registry.forget(old)
                     await source.drop()
                     dropped = True
             except Exception as exc:  # the switch is done: reported, never a failed command
