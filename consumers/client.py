@@ -20,10 +20,9 @@ from typing import Any, Literal
 import structlog
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError, MessageSizeTooLargeError
-from pydantic import ValidationError
 
 from consumers.config import Topics, event_record_bytes
-from consumers.decoding import tenant_from_topic
+from consumers.decoding import parse_event, tenant_from_topic
 from consumers.models import DocumentEvent, ErrorReply, QueryReply, TranscriptEvent
 from consumers.replies import REPLY_PARTITION_HEADER
 from memory.config import DEFAULT_MAX_CONTENT_BYTES
@@ -281,13 +280,11 @@ class MemoryClient:
         """
         try:
             value = _encode(payload)
-            event = model.model_validate_json(value)
+            event = parse_event(value, model)  # the daemon's own parsing, and its reasons
             if isinstance(event, DocumentEvent):
                 event.to_item(())  # an upsert's content rules
         except UnicodeEncodeError as exc:  # a lone surrogate, e.g. from undecodable argv bytes
             raise InvalidEvent(f"not sendable as UTF-8 text: {exc}") from exc
-        except ValidationError as exc:
-            raise InvalidEvent(_first_error(exc)) from exc
         except ValueError as exc:
             raise InvalidEvent(str(exc)) from exc
         content = payload.get("content")
@@ -526,14 +523,6 @@ def _has_token(text: str) -> bool:
 def _encode(payload: Mapping[str, Any]) -> bytes:
     # Not ASCII-escaped: non-ASCII text would grow 2-6 times on the wire.
     return json.dumps(payload, ensure_ascii=False).encode()
-
-
-def _first_error(exc: ValidationError) -> str:
-    """The first problem pydantic found, as one line (``metadata.blob: String should …``)."""
-    err = exc.errors()[0]
-    where = ".".join(str(p) for p in err["loc"])
-    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-    return f"{where}: {err['msg']}{more}" if where else f"{err['msg']}{more}"
 
 
 def _tenant_topic(base: str, tenant: str) -> str:

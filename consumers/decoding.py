@@ -155,10 +155,12 @@ def dlq_body(record: DlqRecord, max_bytes: int) -> tuple[bytes, bytes | None]:
     return body, key
 
 
-def _reason(exc: ValidationError) -> str:
+def validation_reason(exc: ValidationError, *, root: str = "(body)") -> str:
+    """The first five problems pydantic found, one line (``metadata.blob: String should …``);
+    ``root`` names a problem of the whole object."""
     parts = []
     for err in exc.errors(include_url=False)[:5]:
-        loc = ".".join(str(p) for p in err["loc"]) or "(body)"
+        loc = ".".join(str(p) for p in err["loc"]) or root
         parts.append(f"{loc}: {err['msg']}")
     return "; ".join(parts)
 
@@ -173,7 +175,7 @@ def parse_event(raw: bytes | None, model: type[E]) -> E:
     try:
         return model.model_validate_json(raw or b"")
     except ValidationError as exc:
-        raise ValueError(_reason(exc)) from exc
+        raise ValueError(validation_reason(exc)) from exc
 
 
 def _check_body(raw: bytes | None) -> None:
@@ -196,7 +198,7 @@ def parse_transcript(raw: bytes | None) -> TranscriptEvent | ForgetEvent:
     try:
         return _TRANSCRIPT_TOPIC.validate_json(raw or b"")
     except ValidationError as exc:
-        raise ValueError(_reason(exc)) from exc
+        raise ValueError(validation_reason(exc)) from exc
 
 
 def decode_records(

@@ -141,21 +141,26 @@ async def _ensure_index(index: ChunkIndex, timeout_s: float) -> None:
             await asyncio.sleep(0.5)
 
 
+async def _ensure_topics(settings: Settings, *, timeout_s: float) -> list[str]:
+    """Create the contract's missing topics as configured; returns those created."""
+    return await ensure_topics(
+        settings.kafka_bootstrap,
+        settings.topics.all(),
+        partitions=settings.topic_partitions,
+        replication=settings.topic_replication,
+        timeout_s=timeout_s,
+        options=kafka_options(settings),
+        configs=settings.topics.configs(settings.ingest.max_content_bytes),
+    )
+
+
 async def _watch_topics(settings: Settings, halt: asyncio.Event) -> None:
     # A broker that comes back empty (tansu keeps its log in memory) has lost our topics;
     # recreating them lets the consumers rejoin by themselves. Real Kafka keeps them.
     while not halt.is_set():
         await asyncio.sleep(settings.topic_check_s)
         try:
-            created = await ensure_topics(
-                settings.kafka_bootstrap,
-                settings.topics.all(),
-                partitions=settings.topic_partitions,
-                replication=settings.topic_replication,
-                timeout_s=settings.topic_check_s,
-                options=kafka_options(settings),
-                configs=settings.topics.configs(settings.ingest.max_content_bytes),
-            )
+            created = await _ensure_topics(settings, timeout_s=settings.topic_check_s)
         except BackendUnavailable as exc:
             log.warning("daemon.broker_unreachable", error=str(exc))
             continue
@@ -289,15 +294,7 @@ async def start_daemon(
             # Not refused: managed Redis may not let these be changed. Loud, and doctor fails.
             log.warning("daemon.redis_unsafe_setting", setting=setting, value=value, fix=fix)
         if settings.create_topics:
-            await ensure_topics(
-                settings.kafka_bootstrap,
-                settings.topics.all(),
-                partitions=settings.topic_partitions,
-                replication=settings.topic_replication,
-                timeout_s=ready_timeout_s,
-                options=kafka_options(settings),
-                configs=settings.topics.configs(settings.ingest.max_content_bytes),
-            )
+            await _ensure_topics(settings, timeout_s=ready_timeout_s)
         # Ingestion marks its batches here; the graph's summarizer waits for quiet moments.
         activity = IngestActivity()
         graph: GraphRegistry | None = None

@@ -21,6 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from consumers.client import MemoryClient, QueryFailed
+from consumers.decoding import validation_reason
 from consumers.models import QueryReply
 from daemon.app import run_until_stopped
 from daemon.connections import kafka_options, redis_client
@@ -47,9 +48,7 @@ def _load_settings() -> Settings:
     try:
         return Settings()
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'settings'}: {e['msg']}" for e in exc.errors()[:5]
-        )
+        problems = validation_reason(exc, root="settings")
         raise _fail(ValueError(f"invalid settings ({exc.error_count()}): {problems}")) from None
 
 

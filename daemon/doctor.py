@@ -13,7 +13,7 @@ from aiokafka.errors import KafkaError
 
 from daemon.connections import kafka_options, redis_client
 from daemon.settings import Settings
-from daemon.status import measure_lag
+from daemon.status import measure_lag, past_end_text
 from daemon.teardown import bounded
 from memory.errors import MemdError, NotFound
 from memory.generations import GenerationRegistry, index_spec
@@ -317,7 +317,7 @@ async def _check_kafka(settings: Settings) -> list[Finding]:
         report = await asyncio.wait_for(measure_lag(settings), timeout=20)
         detail = ", ".join(f"{g}: lag {sum(p.values())}" for g, p in sorted(report.lag.items()))
         if report.past_end:
-            beyond = "; ".join(f"{g}: {', '.join(parts)}" for g, parts in sorted(report.past_end.items()))
+            beyond = past_end_text(report.past_end)
             found.append(
                 Finding(
                     "consumer groups",

@@ -14,7 +14,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from daemon.status import StatusState, oldest_age_s, percentile
+from daemon.status import StatusState, oldest_age_s, past_end_text, percentile
 from memory.errors import MemdError
 from memory.index import ChunkIndex
 from memory.metrics import REGISTRY
@@ -66,7 +66,7 @@ def readiness_checks(
         elif state.lag_error is not None:
             problems["kafka"] = f"broker unreachable: {state.lag_error}"
         elif state.past_end:
-            beyond = "; ".join(f"{g}: {', '.join(parts)}" for g, parts in sorted(state.past_end.items()))
+            beyond = past_end_text(state.past_end)
             problems["kafka"] = f"committed past the end of the log (the broker lost it?), rewinding: {beyond}"
         elif unassigned:
             problems["kafka"] = f"consumers stopped or rejoining their groups: {', '.join(unassigned)}"

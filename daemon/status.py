@@ -85,6 +85,11 @@ class LagReport:
     past_end: dict[str, list[str]]
 
 
+def past_end_text(past_end: dict[str, list[str]]) -> str:
+    """``LagReport.past_end`` in one line, as /readyz and doctor show it."""
+    return "; ".join(f"{g}: {', '.join(parts)}" for g, parts in sorted(past_end.items()))
+
+
 async def measure_lag(settings: Settings) -> LagReport:
     """Lag of every consumer group of this deployment, and the number of DLQ records ever written.
 

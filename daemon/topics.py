@@ -70,6 +70,7 @@ async def ensure_topics(
     Raises:
         BackendUnavailable: the broker cannot be reached within ``timeout_s``.
     """
+    wanted = configs or {}
     deadline = asyncio.get_running_loop().time() + timeout_s
     while True:
         admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000, **(options or {}))
@@ -85,13 +86,13 @@ async def ensure_topics(
                             t, num_partitions=partitions, replication_factor=replication, topic_configs=topic_configs
                         )
 
-                    resp = await admin.create_topics([new(t, (configs or {}).get(t, {})) for t in missing])
-                    if refused := _config_refused(resp, configs or {}):
+                    resp = await admin.create_topics([new(t, wanted.get(t, {})) for t in missing])
+                    if refused := _config_refused(resp, wanted):
                         # Better the topic with the broker's own limits than no daemon at all.
                         log.warning(
                             "daemon.topic_config_refused",
                             topics=refused,
-                            configs={t: (configs or {})[t] for t in refused},
+                            configs={t: wanted[t] for t in refused},
                             fix="raise the topics' max.message.bytes as far as the broker allows; "
                             "larger events are refused by the broker (the client says so)",
                         )
