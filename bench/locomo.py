@@ -1,0 +1,301 @@
+"""Conversation memory on LoCoMo (development split): evidence recall@5/10/25/50 per search mode.
+
+Run from the project root:
+
+    .venv/bin/python bench/locomo.py                      # all five conversations, 999 questions
+    .venv/bin/python bench/locomo.py --conversations 1 --limit-questions 40   # smoke
+
+Data: ``../shared/eval/locomo/locomo_dev.json`` relative to the project root, never copied into
+the project. Only the dialogue is used: each turn as its speaker wrote it (``"<speaker>: <text>"``,
+with a shared photo's caption as ``[shares <caption>]``), never the dataset's generated
+``observation``, ``session_summary`` or ``event_summary``.
+
+Path: the daemon's real one. Embedded tansu and Redis start on free ports and a daemon with
+its default settings runs in this process (``daemon.app.start_daemon``, graph layer off unless
+``--graph``). Every turn is published to ``memory.transcripts`` with ``consumers.MemoryClient``
+(agent_id = the conversation, session_id = ``session_<N>``, turn = the dia_id's turn number,
+timestamp = the session's date), each session's turns in order; the benchmark waits until every
+turn is searchable. Every question is then asked over Kafka request/reply (top_k 50, filtered to
+its conversation by ``agent_id``) in each mode: fused with the daemon's defaults, the dense leg
+alone, the BM25 leg alone.
+
+Metric: LoCoMo's ``recall_acc``: per question with evidence, the fraction of its evidence turns
+among the top k distinct turns returned, averaged over questions; for all categories and for
+categories 1-4. Malformed evidence strings are read as the dataset's README says
+(``"D8:6; D9:17"``, ``"D:11:26"``, ``"D30:05"``); questions left with no evidence are skipped.
+
+Targets (issue 21): fused defaults R@5 >= 0.68, R@10 >= 0.78, R@25 >= 0.87, R@50 >= 0.92, and
+fused >= max(single legs) + 0.02 at every k. Nothing is asserted: misses are reported as MISSED.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from _common import ROOT, Result, Servers, add_common_args, png_path, run_benchmark, summary_ms, wait_until
+
+BENCH = "locomo"
+KS = (5, 10, 25, 50)
+#: LoCoMo paper, Table 3: DRAGON retriever over dialogue turns, all categories.
+PUBLISHED = {5: 0.567, 10: 0.662, 25: 0.767, 50: 0.827}
+TARGETS = {5: 0.68, 10: 0.78, 25: 0.87, 50: 0.92}
+#: Search modes: name -> the request's hybrid_params (None: the daemon's defaults).
+MODES: dict[str, dict[str, float] | None] = {
+    "fused (defaults)": None,
+    "dense leg alone": {"sparse_weight": 0.0, "identifier_weight": 0.0},
+    "BM25 leg alone": {"dense_weight": 0.0, "identifier_weight": 0.0},
+}
+_EVIDENCE = re.compile(r"D:?(\d+):(\d+)")
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """One dialogue turn as the benchmark publishes it."""
+
+    agent_id: str
+    session_id: str
+    turn: int
+    role: str
+    content: str
+    timestamp: datetime
+
+    @property
+    def key(self) -> str:
+        return f"{self.session_id}/{self.turn}"
+
+
+@dataclass(frozen=True, slots=True)
+class Question:
+    """A question with the turns (``session_<N>/<turn>`` keys) that hold its answer."""
+
+    agent_id: str
+    text: str
+    category: int
+    evidence: frozenset[str]
+
+
+def session_time(text: str) -> datetime:
+    """``"1:56 pm on 8 May, 2023"`` as an aware UTC datetime."""
+    return datetime.strptime(text.strip(), "%I:%M %p on %d %B, %Y").replace(tzinfo=UTC)
+
+
+def evidence_keys(raw: Sequence[str]) -> frozenset[str]:
+    """Evidence ids (``D<session>:<turn>``, malformed ones included) as ``session_<N>/<turn>`` keys."""
+    return frozenset(f"session_{int(s)}/{int(t)}" for item in raw for s, t in _EVIDENCE.findall(str(item)))
+
+
+def turn_content(turn: dict[str, Any]) -> str:
+    """A turn as a person would write it in a transcript: the speaker's name, then the words."""
+    content = f"{turn['speaker']}: {turn['text']}"
+    if turn.get("blip_caption"):
+        content += f" [shares {turn['blip_caption']}]"
+    return content
+
+
+def load(path: Path, conversations: int = 0) -> tuple[list[Turn], list[Question]]:
+    """Turns and questions of the first ``conversations`` conversations (0: all)."""
+    data = json.loads(path.read_text())
+    if conversations:
+        data = data[:conversations]
+    turns: list[Turn] = []
+    questions: list[Question] = []
+    for conv in data:
+        agent = conv["sample_id"]
+        c = conv["conversation"]
+        speakers = {c["speaker_a"]: "user", c["speaker_b"]: "assistant"}
+        n = 1
+        while f"session_{n}" in c:
+            when = session_time(c[f"session_{n}_date_time"])
+            for t in c[f"session_{n}"]:
+                number = int(_EVIDENCE.findall(t["dia_id"])[0][1])
+                turns.append(
+                    Turn(agent, f"session_{n}", number, speakers.get(t["speaker"], "user"), turn_content(t), when)
+                )
+            n += 1
+        for qa in conv["qa"]:
+            ev = evidence_keys(qa.get("evidence") or [])
+            if ev:
+                questions.append(Question(agent, qa["question"], int(qa["category"]), ev))
+    return turns, questions
+
+
+def recall_at(ranked: Sequence[str], evidence: frozenset[str], k: int) -> float:
+    """LoCoMo's recall_acc for one question: evidence turns found in the top k, over all of them."""
+    return len(evidence & set(ranked[:k])) / len(evidence)
+
+
+def scores(ranked: dict[int, list[str]], questions: Sequence[Question]) -> dict[str, dict[str, float]]:
+    """Mean recall@k over all categories and over categories 1-4."""
+    out: dict[str, dict[str, float]] = {}
+    for label, keep in (("all", lambda q: True), ("cat1-4", lambda q: q.category != 5)):
+        idx = [i for i, q in enumerate(questions) if keep(q)]
+        out[label] = {
+            f"R@{k}": sum(recall_at(ranked[i], questions[i].evidence, k) for i in idx) / max(len(idx), 1) for k in KS
+        }
+    return out
+
+
+def plot(path: Path, rows: dict[str, dict[str, Any]]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for name, row in rows.items():
+        ax.plot(KS, [row["all"][f"R@{k}"] for k in KS], marker="o", label=name)
+    ax.plot(KS, [PUBLISHED[k] for k in KS], linestyle="--", color="grey", label="DRAGON (LoCoMo paper)")
+    ax.plot(KS, [TARGETS[k] for k in KS], linestyle=":", color="black", label="target")
+    ax.set_xscale("log")
+    ax.set_xticks(KS, [str(k) for k in KS])
+    ax.set_xlabel("k (turns returned)")
+    ax.set_ylabel("evidence recall@k, all categories")
+    ax.set_title("LoCoMo dev: evidence recall through the daemon")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+async def main_async(args: argparse.Namespace, servers: Servers) -> Result:
+    from consumers.client import MemoryClient
+    from daemon.app import start_daemon
+    from daemon.settings import namespaced
+    from graph.config import GraphConfig
+
+    turns, questions = load(args.data, args.conversations)
+    if args.limit_questions:
+        questions = questions[: args.limit_questions]
+    result = Result(
+        BENCH,
+        "Conversation memory: LoCoMo dev evidence recall",
+        {
+            "data": str(args.data),
+            "turns": len(turns),
+            "questions": len(questions),
+            "top_k": max(KS),
+            "askers": args.askers,
+            "graph": args.graph,
+        },
+        smoke=bool(args.conversations or args.limit_questions),
+    )
+    settings = namespaced(
+        "bench_locomo",
+        kafka_bootstrap=servers.kafka_bootstrap,
+        redis_url=servers.redis_url,
+        graph=GraphConfig(enabled=args.graph),
+    )
+    print(f"starting the daemon; {len(turns)} turns, {len(questions)} questions", flush=True)
+    daemon = await start_daemon(settings)
+    client = MemoryClient(bootstrap=servers.kafka_bootstrap, topics=settings.topics, timeout_s=120)
+    rows: dict[str, dict[str, Any]] = {}
+    try:
+        await client.start()
+        await daemon.embedder.embed_documents(["warm-up text for the embedding model"] * 8)
+
+        async def publish_conversation(agent: str) -> None:
+            for t in (t for t in turns if t.agent_id == agent):
+                await client.publish_observation(
+                    agent_id=t.agent_id,
+                    session_id=t.session_id,
+                    turn=t.turn,
+                    role=t.role,
+                    content=t.content,
+                    timestamp=t.timestamp,
+                )
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(publish_conversation(a) for a in dict.fromkeys(t.agent_id for t in turns)))
+        published = time.perf_counter() - t0
+        want = {f"transcript:{t.agent_id}/{t.key}" for t in turns}
+
+        async def all_indexed() -> bool:
+            return await daemon.index.count() >= len(want)
+
+        done = await wait_until(all_indexed, timeout_s=args.timeout, interval_s=0.05)
+        ingest_s = time.perf_counter() - t0
+        print(f"ingested {len(turns)} turns in {ingest_s:.1f} s (published in {published:.1f} s)", flush=True)
+
+        async def ask(q: Question, params: dict[str, float] | None, gate: asyncio.Semaphore) -> tuple[list[str], float]:
+            async with gate:
+                start = time.perf_counter()
+                reply = await client.query(
+                    q.text, top_k=max(KS), metadata_filter={"agent_id": q.agent_id}, **(params or {})
+                )
+                took = time.perf_counter() - start
+            prefix = f"transcript:{q.agent_id}/"
+            keys = [r.doc_id.removeprefix(prefix) for r in reply.results]
+            return list(dict.fromkeys(keys)), took
+
+        for name, params in MODES.items():
+            # The defaults are asked by one asker at a time, so their p50 is a latency, not a queue.
+            gate = asyncio.Semaphore(1 if params is None else args.askers)
+            answers = await asyncio.gather(*(ask(q, params, gate) for q in questions))
+            ranked = {i: a[0] for i, a in enumerate(answers)}
+            rows[name] = {**scores(ranked, questions), "query_ms": summary_ms([a[1] for a in answers])}
+            rec = rows[name]["all"]
+            print(f"  {name:<20} " + "  ".join(f"R@{k} {rec[f'R@{k}']:.3f}" for k in KS), flush=True)
+    finally:
+        await client.close()
+        await daemon.stop()
+
+    result.doc["data"] = {
+        "ingest": {"turns": len(turns), "completed": done, "publish_s": round(published, 2), "seconds": ingest_s},
+        "modes": rows,
+        "published_dragon": PUBLISHED,
+    }
+    result.figure("ingest: all turns published -> searchable", ingest_s, "s")
+    result.figure("ingest throughput", len(turns) / ingest_s, "turns/s")
+    result.figure("query p50, fused defaults, 1 asker, top_k 50", rows["fused (defaults)"]["query_ms"]["p50_ms"], "ms")
+    for name, row in rows.items():
+        for label in ("all", "cat1-4"):
+            for k in KS:
+                result.figure(f"{name}, {label}, R@{k}", row[label][f"R@{k}"])
+    fused = rows["fused (defaults)"]["all"]
+    for k in KS:
+        result.target(f"fused defaults R@{k}, all categories", fused[f"R@{k}"], ">=", TARGETS[k])
+    for k in KS:
+        best = max(row["all"][f"R@{k}"] for name, row in rows.items() if name != "fused (defaults)")
+        result.target(f"fused R@{k} >= best single leg + 0.02", fused[f"R@{k}"], ">=", best + 0.02)
+    result.note(
+        "every turn through Kafka (memory.transcripts, MemoryClient.publish_observation) into a daemon with its "
+        "default settings running in this process; every question over Kafka request/reply with an agent_id filter"
+    )
+    result.note(
+        f"the fused defaults were asked by one asker at a time (their p50 is a latency); the other modes by "
+        f"{args.askers} concurrent askers. Published reference (DRAGON, turns as units, LoCoMo paper Table 3): "
+        + ", ".join(f"R@{k} {v}" for k, v in PUBLISHED.items())
+    )
+    if result.doc["smoke"]:
+        result.note("SUBSET RUN: not comparable with the published figures")
+    plot(png_path(args.out, BENCH), rows)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "eval" / "locomo" / "locomo_dev.json")
+    parser.add_argument("--conversations", type=int, default=0, help="only the first N conversations (0: all)")
+    parser.add_argument("--limit-questions", type=int, default=0, help="only the first N questions (0: all)")
+    parser.add_argument("--askers", type=int, default=4, help="concurrent askers for the single-leg modes")
+    parser.add_argument("--graph", action="store_true", help="run the daemon with its graph layer on")
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for every turn to be indexed")
+    add_common_args(parser)
+    args = parser.parse_args()
+    if not args.data.exists():
+        parser.error(f"LoCoMo not found at {args.data}")
+    run_benchmark(BENCH, args, main_async, kafka=True, pass_servers=True)
+
+
+if __name__ == "__main__":
+    main()
