@@ -27,7 +27,7 @@ from daemon.app import run_until_stopped
 from daemon.connections import kafka_options, redis_client
 from daemon.launcher import embedded_servers
 from daemon.logging import configure_logging
-from daemon.settings import Settings, render_toml
+from daemon.settings import Settings, render_markdown, render_toml
 from memory.errors import InvalidEvent, MemdError
 from memory.records import DEFAULT_TENANT
 
@@ -719,6 +719,12 @@ def reindex(
 def config_toml() -> None:
     """Print every setting with its default and meaning, as TOML."""
     sys.stdout.write(render_toml())
+
+
+@config_app.command("markdown")
+def config_markdown() -> None:
+    """Print every setting with its env name, default and meaning, as docs/configuration.md."""
+    sys.stdout.write(render_markdown())
 
 
 @config_app.command("index-schema")

@@ -12,7 +12,7 @@ import yaml
 from pydantic import ValidationError
 
 from consumers.config import ConsumerConfig
-from daemon.settings import Settings, render_toml
+from daemon.settings import Settings, render_markdown, render_toml, setting_rows
 from memory.schema import index_schema
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,6 +21,18 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_example_toml_lists_every_setting() -> None:
     """config/agentmemd.toml is exactly what the settings class renders (run `agentmemd config toml`)."""
     assert (ROOT / "config" / "agentmemd.toml").read_text() == render_toml()
+
+
+def test_configuration_markdown_lists_every_setting() -> None:
+    """docs/configuration.md is exactly what the settings class renders (run `agentmemd config markdown`)."""
+    assert (ROOT / "docs" / "configuration.md").read_text() == render_markdown()
+
+
+def test_configuration_markdown_has_one_row_per_setting() -> None:
+    """Every leaf setting is one table row naming its env var, and nothing else is a row."""
+    rows = [line for line in render_markdown().splitlines() if line.startswith("| `")]
+    envs = ["AGENTMEM_" + dotted.replace(".", "__").upper() for dotted, _, _ in setting_rows()]
+    assert [row.split(" | ")[1].strip("`") for row in rows] == envs
 
 
 def test_example_index_schema_is_current() -> None:
