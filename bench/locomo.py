@@ -167,6 +167,35 @@ def plot(path: Path, rows: dict[str, dict[str, Any]]) -> None:
     plt.close(fig)
 
 
+def embedded_texts(turns: Sequence[Turn]) -> list[str]:
+    """What the daemon embeds for each turn of a session published in order (memory.conversation)."""
+    from memory.conversation import TurnRef, context_of, vector_text
+
+    texts = {f"transcript:{t.agent_id}/{t.key}": t.content for t in turns}
+    out = []
+    for t in turns:
+        ctx = context_of(TurnRef(f"transcript:{t.agent_id}/{t.session_id}/", t.turn), lambda r: texts.get(r.doc_id))
+        out.append(vector_text(t.content, ctx.vector_prefix()))
+    return out
+
+
+async def raw_embedding(texts: list[str]) -> dict[str, float]:
+    """The model alone on these texts (batch size and worker as the daemon's), in texts/s."""
+    from memory.config import EmbeddingConfig
+    from memory.embedder import SentenceTransformerEmbedder
+
+    embedder = await SentenceTransformerEmbedder.load(EmbeddingConfig())  # type: ignore[call-arg]
+    try:
+        await embedder.embed_documents(texts[:64])
+        t0 = time.perf_counter()
+        for i in range(0, len(texts), 256):
+            await embedder.embed_documents(texts[i : i + 256])
+        seconds = time.perf_counter() - t0
+    finally:
+        embedder.close()
+    return {"texts": len(texts), "seconds": round(seconds, 2), "per_s": round(len(texts) / seconds, 1)}
+
+
 async def main_async(args: argparse.Namespace, servers: Servers) -> Result:
     from consumers.client import MemoryClient
     from daemon.app import start_daemon
@@ -174,6 +203,10 @@ async def main_async(args: argparse.Namespace, servers: Servers) -> Result:
     from graph.config import GraphConfig
 
     turns, questions = load(args.data, args.conversations)
+    composed = embedded_texts(turns)
+    print("raw embedding of the turns alone and of the texts the daemon embeds ...", flush=True)
+    raw = {"turns alone": await raw_embedding([t.content for t in turns]), "embedded": await raw_embedding(composed)}
+    print(f"  {raw}", flush=True)
     if args.limit_questions:
         questions = questions[: args.limit_questions]
     result = Result(
@@ -245,17 +278,61 @@ async def main_async(args: argparse.Namespace, servers: Servers) -> Result:
             rows[name] = {**scores(ranked, questions), "query_ms": summary_ms([a[1] for a in answers])}
             rec = rows[name]["all"]
             print(f"  {name:<20} " + "  ".join(f"R@{k} {rec[f'R@{k}']:.3f}" for k in KS), flush=True)
+
+        # Freshness: one conversation again under a new agent id, a turn every 1/rate s, as an
+        # agent publishes them; each timed from its publish until its chunk is stored.
+        fresh = [t for t in turns if t.agent_id == turns[0].agent_id][: args.fresh_turns]
+        lat: list[float] = []
+        for t in fresh:
+            start = time.perf_counter()
+            agent = f"fresh-{t.agent_id}"
+            await client.publish_observation(
+                agent_id=agent,
+                session_id=t.session_id,
+                turn=t.turn,
+                role=t.role,
+                content=t.content,
+                timestamp=t.timestamp,
+            )
+            doc = f"transcript:{agent}/{t.key}"
+
+            async def stored(d: str = doc) -> bool:
+                return bool(await daemon.index.chunk_ids(d))
+
+            if await wait_until(stored, timeout_s=30, interval_s=0.005):
+                lat.append(time.perf_counter() - start)
+            await asyncio.sleep(max(0.0, 1 / args.fresh_rate - (time.perf_counter() - start)))
+        freshness = {"turns": len(fresh), "seen": len(lat), "rate_per_s": args.fresh_rate, **summary_ms(lat)}
+        print(f"freshness: {freshness}", flush=True)
     finally:
         await client.close()
         await daemon.stop()
 
     result.doc["data"] = {
         "ingest": {"turns": len(turns), "completed": done, "publish_s": round(published, 2), "seconds": ingest_s},
+        "raw_embedding": raw,
+        "freshness": freshness,
         "modes": rows,
         "published_dragon": PUBLISHED,
     }
     result.figure("ingest: all turns published -> searchable", ingest_s, "s")
     result.figure("ingest throughput", len(turns) / ingest_s, "turns/s")
+    result.figure("raw embedding, turns alone", raw["turns alone"]["per_s"], "texts/s")
+    result.figure(
+        "raw embedding, the texts the daemon embeds (with previous turns)", raw["embedded"]["per_s"], "texts/s"
+    )
+    result.figure(
+        "embedding cost per turn, with context / alone", raw["turns alone"]["per_s"] / raw["embedded"]["per_s"], "x"
+    )
+    result.target(
+        "ingest / raw embedding of the texts embedded",
+        len(turns) / ingest_s / raw["embedded"]["per_s"],
+        ">=",
+        0.85,
+        expr="turns/s end to end over texts/s of the model alone",
+    )
+    p95 = freshness["p95_ms"] if freshness["seen"] == freshness["turns"] else float("nan")
+    result.target(f"freshness p95 at {args.fresh_rate} turns/s", p95 / 1000, "<=", 1.0, "s")
     result.figure("query p50, fused defaults, 1 asker, top_k 50", rows["fused (defaults)"]["query_ms"]["p50_ms"], "ms")
     for name, row in rows.items():
         for label in ("all", "cat1-4"):
@@ -289,6 +366,8 @@ def main() -> None:
     parser.add_argument("--limit-questions", type=int, default=0, help="only the first N questions (0: all)")
     parser.add_argument("--askers", type=int, default=4, help="concurrent askers for the single-leg modes")
     parser.add_argument("--graph", action="store_true", help="run the daemon with its graph layer on")
+    parser.add_argument("--fresh-turns", type=int, default=100, help="turns timed one by one for freshness")
+    parser.add_argument("--fresh-rate", type=float, default=5.0, help="turns/s published in the freshness run")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for every turn to be indexed")
     add_common_args(parser)
     args = parser.parse_args()

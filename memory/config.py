@@ -164,7 +164,27 @@ class RetrievalConfig(BaseModel):
             "(0: off, the order is by relevance alone)."
         ),
     )
-    rrf_k: int = Field(60, ge=0, le=10_000, description="Default RRF constant k.")
+    rrf_k: int = Field(
+        10,
+        ge=0,
+        le=10_000,
+        description=(
+            "Default RRF constant k. Small keeps each leg's head decisive: on SciFact and on LoCoMo "
+            "conversations alike k=10 beat k=60 (docs/decisions)."
+        ),
+    )
+    transcript_dense_weight: float = Field(
+        2 / 3,
+        ge=0.0,
+        description=(
+            "Default weight of the HNSW leg for transcript turns, when a request sets neither leg's weight. "
+            "A turn's BM25 terms carry its neighbours' words and its vector only the previous two turns', so "
+            "for turns the BM25 leg is the stronger one; the two weights sum to the document default's 2."
+        ),
+    )
+    transcript_sparse_weight: float = Field(
+        4 / 3, ge=0.0, description="Default weight of the BM25 leg for transcript turns (see transcript_dense_weight)."
+    )
     max_query_chars: int = Field(4096, ge=16, description="Longest search_text accepted.")
     engine_tenant_filter: bool = Field(
         False,

@@ -20,6 +20,7 @@ def fuse_rrf(
     legs: Mapping[str, Sequence[str] | Mapping[str, int]],
     weights: Mapping[str, float],
     k: int = 60,
+    weights_of: Mapping[str, Mapping[str, float]] | None = None,
 ) -> list[Fused]:
     """Weighted reciprocal-rank fusion: ``score(d) = sum_leg w_leg / (k + rank_leg(d))``.
 
@@ -32,6 +33,8 @@ def fuse_rrf(
             (the identifier leg: see ``memory.identifiers.identifier_ranks``).
         weights: leg name -> weight (a missing leg weighs 1.0).
         k: the RRF constant; larger flattens the head of each list.
+        weights_of: id -> leg weights for that id in place of ``weights`` (per-kind defaults:
+            a transcript turn's legs are weighed apart from a document's).
 
     Returns:
         Fused hits, highest score first.
@@ -43,10 +46,13 @@ def fuse_rrf(
         raise ValueError(f"rrf k must be >= 0, got {k}")
     scores: dict[str, float] = defaultdict(float)
     ranks: dict[str, dict[str, int]] = defaultdict(dict)
+    own = weights_of or {}
+    for weights_table in (weights, *own.values()):
+        for leg, weight in weights_table.items():
+            if weight < 0:
+                raise ValueError(f"weight of leg {leg!r} must be >= 0, got {weight}")
     for leg, ids in legs.items():
         weight = weights.get(leg, 1.0)
-        if weight < 0:
-            raise ValueError(f"weight of leg {leg!r} must be >= 0, got {weight}")
         ranked = ids.items() if isinstance(ids, Mapping) else ((d, r) for r, d in enumerate(ids, start=1))
         for doc_id, rank in ranked:
             if leg in ranks[doc_id]:
@@ -54,7 +60,8 @@ def fuse_rrf(
             if rank < 1:
                 raise ValueError(f"rank of {doc_id!r} in leg {leg!r} must be >= 1, got {rank}")
             ranks[doc_id][leg] = rank
-            scores[doc_id] += weight / (k + rank)
+            table = own.get(doc_id)
+            scores[doc_id] += (weight if table is None else table.get(leg, weight)) / (k + rank)
     fused = [Fused(id=d, score=s, ranks=ranks[d]) for d, s in scores.items()]
     fused.sort(key=lambda f: (-f.score, f.id))
     return fused

@@ -25,7 +25,9 @@ from redisvl.exceptions import RedisVLError
 from redisvl.index import AsyncSearchIndex
 from redisvl.schema import IndexSchema
 
+from memory.chunking import chunk_id, chunk_position
 from memory.config import ChunkingConfig, IndexConfig
+from memory.conversation import matching_terms
 from memory.errors import BackendUnavailable, MemdError, NotFound, Unauthorized
 from memory.filters import hash_clause, hash_field, value_hash
 from memory.generations import GenerationRegistry, GenerationState, IndexMismatch, IndexSpec, index_spec
@@ -156,6 +158,17 @@ async def translate_errors(what: str) -> AsyncIterator[None]:
 
 
 @dataclass(frozen=True, slots=True)
+class TurnEntry:
+    """A stored chunk of a transcript turn: its id, text, context and kind."""
+
+    chunk_id: str
+    text: str
+    context: str
+    context_vec: str
+    kind: str
+
+
+@dataclass(frozen=True, slots=True)
 class Analysis:
     """A chunk text's BM25 terms and identifiers, as the ``terms`` and ``idents`` fields hold them."""
 
@@ -172,14 +185,33 @@ def analyze(texts: Sequence[str]) -> list[Analysis]:
     return [Analysis(index_terms(t), " ".join(identifiers(t))) for t in texts]
 
 
+def turn_terms(text: str, context: str) -> str:
+    """The ``terms`` of a transcript turn's chunk: its own terms weighted up, then its neighbours'
+    (``memory.conversation``)."""
+    return matching_terms(index_terms(text), [index_terms(context)])
+
+
+def analyze_records(chunks: Sequence[ChunkRecord]) -> list[Analysis]:
+    """:func:`analyze` for chunk records: a transcript turn's terms also hold its context's."""
+    out = analyze([c.text for c in chunks])
+    return [
+        dataclasses.replace(a, terms=turn_terms(c.text, c.context)) if c.kind == "transcript" else a
+        for a, c in zip(out, chunks, strict=True)
+    ]
+
+
 def _reanalyzed(mapping: dict[Any, Any]) -> dict[Any, Any]:
     """A stored chunk hash with its ``terms`` and ``idents`` analyzed again from its ``text``."""
     fields = {as_str(k): k for k in mapping}
     if "text" not in fields:
         return mapping
-    analysis = analyze([as_str(mapping[fields["text"]])])[0]
+    text = as_str(mapping[fields["text"]])
+    analysis = analyze([text])[0]
     out = dict(mapping)
-    out[fields.get("terms", "terms")] = analysis.terms
+    terms = analysis.terms
+    if "kind" in fields and as_str(mapping[fields["kind"]]) == "transcript":
+        terms = turn_terms(text, as_str(mapping[fields["context"]]) if "context" in fields else "")
+    out[fields.get("terms", "terms")] = terms
     out[fields.get("idents", "idents")] = analysis.idents
     return out
 
@@ -197,6 +229,8 @@ def _record_mapping(rec: ChunkRecord, vector: np.ndarray, analysis: Analysis) ->
         "text": rec.text,
         "terms": analysis.terms,
         "idents": analysis.idents,
+        "context": rec.context,
+        "context_vec": rec.context_vec,
         "kind": rec.kind,
         "source": rec.source,
         "version": rec.version,
@@ -235,6 +269,10 @@ def _stored(doc: Any, tag_keys: Sequence[str]) -> StoredChunk:
 
 
 _KEY_GENERATION = re.compile(r"^[^:]+:g(\d+):chunk:")
+
+
+def _text(value: Any) -> str:
+    return "" if value is None else as_str(value)
 
 
 def _mark_finished(pipe: Any, marker_key: str, version: int) -> None:
@@ -577,7 +615,7 @@ class ChunkIndex:
             IndexError_: the transaction kept conflicting.
         """
         if analyses is None:
-            analyses = analyze([c.text for c in chunks])
+            analyses = analyze_records(chunks)
         elif len(analyses) != len(chunks):
             raise MemdError(f"{len(analyses)} analyses for {len(chunks)} chunks of {doc_id!r}")
         try:
@@ -956,6 +994,92 @@ class ChunkIndex:
                 pipe.hget(self._chunk_key(gen, tenant, cid), "text")
             values = await pipe.execute()
         return {c: as_str(v) for c, v in zip(chunk_ids, values, strict=True) if v is not None}
+
+    async def turn_texts(self, doc_ids: Sequence[str], tenant: str = DEFAULT_TENANT) -> dict[str, str]:
+        """The first chunk's text of each doc that is stored (what a turn's neighbours read)."""
+        if not doc_ids:
+            return {}
+        gen = await self._generation()
+        async with translate_errors("turn read"), self._r.pipeline(transaction=False) as pipe:
+            for d in doc_ids:
+                pipe.hget(self._chunk_key(gen, tenant, chunk_id(d, 0)), "text")
+            values = await pipe.execute()
+        return {d: as_str(v) for d, v in zip(doc_ids, values, strict=True) if v is not None}
+
+    async def turn_entries(self, doc_ids: Sequence[str], tenant: str = DEFAULT_TENANT) -> dict[str, list[TurnEntry]]:
+        """Each stored doc's chunks in position order, with the text and context they were indexed with."""
+        if not doc_ids:
+            return {}
+        gen = await self._generation()
+        async with translate_errors("turn read"):
+            async with self._r.pipeline(transaction=False) as pipe:
+                for d in doc_ids:
+                    pipe.smembers(self._doc_key(gen, tenant, d))
+                members = await pipe.execute()
+            ids = {
+                d: sorted((as_str(m) for m in ms), key=chunk_position) for d, ms in zip(doc_ids, members, strict=True)
+            }
+            async with self._r.pipeline(transaction=False) as pipe:
+                for d in doc_ids:
+                    for cid in ids[d]:
+                        pipe.hmget(self._chunk_key(gen, tenant, cid), ["text", "context", "context_vec", "kind"])
+                rows = iter(await pipe.execute())
+        out: dict[str, list[TurnEntry]] = {}
+        for d in doc_ids:
+            entries = []
+            for cid in ids[d]:
+                text, context, context_vec, kind = next(rows)
+                if text is not None:
+                    entries.append(
+                        TurnEntry(cid, as_str(text), _text(context), _text(context_vec), as_str(kind or b""))
+                    )
+            if entries:
+                out[d] = entries
+        return out
+
+    async def recontext(
+        self,
+        doc_id: str,
+        updates: Sequence[tuple[TurnEntry, str, str, np.ndarray | None]],
+        tenant: str = DEFAULT_TENANT,
+    ) -> bool:
+        """Re-index a turn's chunks with a new context (and vector, where given), atomically, only
+        if the doc still has exactly these chunks with these texts and contexts (False if not:
+        whoever changed it indexed it with its own context)."""
+        async with translate_errors("context write"):
+            for _ in range(_WATCH_RETRIES):
+                async with self._r.pipeline(transaction=True) as pipe:
+                    try:
+                        gen = await self._write_generation(pipe)
+                        doc_key = self._doc_key(gen, tenant, doc_id)
+                        keys = [self._chunk_key(gen, tenant, u[0].chunk_id) for u in updates]
+                        await pipe.watch(doc_key, *keys)
+                        members = {as_str(m) for m in await pipe.smembers(doc_key)}
+                        if members != {u[0].chunk_id for u in updates}:
+                            return False
+                        for key, (entry, _, _, _) in zip(keys, updates, strict=True):
+                            text, context, context_vec = await pipe.hmget(key, ["text", "context", "context_vec"])
+                            if text is None or (as_str(text), _text(context), _text(context_vec)) != (
+                                entry.text,
+                                entry.context,
+                                entry.context_vec,
+                            ):
+                                return False
+                        pipe.multi()  # type: ignore[no-untyped-call]
+                        for key, (entry, context, context_vec, vector) in zip(keys, updates, strict=True):
+                            fields: dict[str, Any] = {
+                                "context": context,
+                                "context_vec": context_vec,
+                                "terms": turn_terms(entry.text, context),
+                            }
+                            if vector is not None:
+                                fields["vector"] = np.asarray(vector, dtype=np.float32).tobytes()
+                            pipe.hset(key, mapping=fields)  # type: ignore[arg-type]
+                        await pipe.execute()
+                        return True
+                    except rexc.WatchError:
+                        continue
+        raise IndexError_(f"context write of {doc_id!r} kept conflicting; giving up after {_WATCH_RETRIES} tries")
 
     async def count(self) -> int:
         """Number of indexed chunks."""

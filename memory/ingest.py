@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
@@ -14,9 +15,19 @@ import structlog
 from memory.activity import IngestActivity
 from memory.chunking import chunk_id, chunk_spans
 from memory.config import ChunkingConfig, IngestConfig
+from memory.conversation import (
+    TurnRef,
+    affected,
+    context_of,
+    neighbourhood,
+    parse_turn,
+    texts_by_ref,
+    vector_text,
+    window,
+)
 from memory.embedder import Embedder, InputCrashesWorker, WorkerCrashed
 from memory.errors import BackendUnavailable, InvalidEvent, MemdError, Unauthorized
-from memory.index import Analysis, ChunkIndex, analyze
+from memory.index import Analysis, ChunkIndex, TurnEntry, analyze_records
 from memory.records import ApplyResult, ChunkRecord, MemoryItem
 
 log = structlog.get_logger()
@@ -87,6 +98,11 @@ def embedding_groups(sizes: Sequence[int], target: int) -> list[range]:
     if start < len(sizes):
         groups.append(range(start, len(sizes)))
     return groups
+
+
+def _turn(item: MemoryItem) -> TurnRef | None:
+    """The session position of a transcript turn's item, None for anything else."""
+    return parse_turn(item.doc_id) if item.kind == "transcript" and item.op != "forget" else None
 
 
 class ChangeHook(Protocol[P]):
@@ -230,11 +246,11 @@ class Ingestor:
         A failure of the model on this input is returned (the group's docs fail); an outage
         (the worker died) and a hook failure are raised.
         """
-        texts = [c.text for cs in chunks for c in cs]
+        records = [c for cs in chunks for c in cs]
         vectors, prepared, analyses = await asyncio.gather(
-            self._embed(texts),
+            self._embed([vector_text(c.text, c.context_vec) for c in records]),
             self._prepare(items, chunks),
-            asyncio.to_thread(analyze, texts),
+            asyncio.to_thread(analyze_records, records),
             return_exceptions=True,
         )
         if isinstance(prepared, BaseException):
@@ -449,6 +465,7 @@ class Ingestor:
             )
         live = [item for i, item in enumerate(live) if i not in empty]
         per_item = [c for i, c in enumerate(per_item) if i not in empty]
+        per_item = await self._with_context(live, per_item)
 
         writing: asyncio.Task[None] | None = None
         todo_groups = [
@@ -474,4 +491,74 @@ class Ingestor:
             writing = asyncio.ensure_future(self._write(items_g, chunks_g, vectors, prepared, analyses, report))
         if writing is not None:
             await writing
+        await self._reconcile_context(live)
         return report
+
+    async def _with_context(
+        self, items: Sequence[MemoryItem], chunks: Sequence[list[ChunkRecord]]
+    ) -> list[list[ChunkRecord]]:
+        """Each transcript turn's chunks with the context its session gives them
+        (``memory.conversation``): its neighbours as this batch leaves them, else as stored."""
+        out = [list(c) for c in chunks]
+        turns = [(i, ref) for i, item in enumerate(items) if (ref := _turn(item)) is not None]
+        for tenant in sorted({items[i].tenant for i, _ in turns}):
+            mine = [(i, ref) for i, ref in turns if items[i].tenant == tenant]
+            batch = {ref.doc_id: (out[i][0].text if out[i] else None) for i, ref in mine}
+            wanted = sorted({w.doc_id for i, ref in mine if out[i] for w in window(ref)} - set(batch))
+            stored = await self._retrying(
+                "turn read",
+                lambda t=tenant, w=wanted: self._index.turn_texts(w, t),  # type: ignore[misc]
+            )
+            view: dict[str, str | None] = {**stored, **batch}
+            for i, ref in mine:
+                ctx = context_of(ref, texts_by_ref(view))
+                out[i] = [dataclasses.replace(c, context=ctx.stored(), context_vec=ctx.vector_prefix()) for c in out[i]]
+        return out
+
+    async def _reconcile_context(self, items: Sequence[MemoryItem]) -> None:
+        """Re-index the stored turns whose neighbours this batch changed (or whose context it
+        could not know), so every turn's context is what its session now stores.
+
+        In a session written in order this rewrites the terms of the turns before the new ones
+        (their next turns joined); a vector is re-embedded only when a turn's previous turns
+        changed (a late or rewritten turn). A turn whose context is already right is left alone,
+        so a redelivered batch writes nothing here.
+        """
+        by_tenant: dict[str, set[TurnRef]] = {}
+        for item in items:
+            if (ref := _turn(item)) is not None:
+                by_tenant.setdefault(item.tenant, set()).add(ref)
+        for tenant, changed in sorted(by_tenant.items()):
+            todo = sorted(affected(changed))
+            around = sorted({r.doc_id for r in neighbourhood(changed)})
+            texts, entries = await self._retrying(
+                "turn read",
+                lambda t=tenant, a=around, d=[r.doc_id for r in todo]: asyncio.gather(  # type: ignore[misc]
+                    self._index.turn_texts(a, t), self._index.turn_entries(d, t)
+                ),
+            )
+            stale: list[tuple[str, list[TurnEntry], str, str]] = []
+            for ref in todo:
+                stored = entries.get(ref.doc_id)
+                if not stored or any(e.kind != "transcript" for e in stored):
+                    continue
+                ctx = context_of(ref, texts_by_ref(texts))
+                want, want_vec = ctx.stored(), ctx.vector_prefix()
+                if all((e.context, e.context_vec) == (want, want_vec) for e in stored):
+                    continue
+                stale.append((ref.doc_id, stored, want, want_vec))
+            # Only chunks whose previous turns changed need the model; the rest keep their vectors.
+            redo = [
+                (e.chunk_id, vector_text(e.text, vec))
+                for _, stored, _, vec in stale
+                for e in stored
+                if vector_text(e.text, vec) != vector_text(e.text, e.context_vec)
+            ]
+            vectors = await self._embed([text for _, text in redo]) if redo else None
+            fresh = {cid: vectors[n] for n, (cid, _) in enumerate(redo)} if vectors is not None else {}
+            for doc_id, stored, want, want_vec in stale:
+                updates = [(e, want, want_vec, fresh.get(e.chunk_id)) for e in stored]
+                await self._retrying(
+                    "context write",
+                    lambda d=doc_id, u=updates, t=tenant: self._index.recontext(d, u, t),  # type: ignore[misc]
+                )

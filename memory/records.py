@@ -53,6 +53,10 @@ class ChunkRecord:
     version: int
     timestamp: float
     tenant: str = DEFAULT_TENANT
+    # A transcript turn's neighbour texts (memory.conversation): matched, never returned.
+    # ``context`` joins the BM25 terms; ``context_vec`` is read by the model before ``text``.
+    context: str = ""
+    context_vec: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -149,6 +149,19 @@ class Retriever:
         }
         return weights, cfg.rrf_k if spec.rrf_k is None else spec.rrf_k
 
+    def _kind_weights(
+        self, spec: SearchSpec, weights: Mapping[str, float], hits: Mapping[str, StoredChunk]
+    ) -> dict[str, dict[str, float]] | None:
+        """Transcript turns' own leg weights, unless the request set a leg weight itself."""
+        if spec.dense_weight is not None or spec.sparse_weight is not None:
+            return None
+        turn = {
+            **weights,
+            "dense": self._cfg.transcript_dense_weight if weights["dense"] > 0 else 0.0,
+            "sparse": self._cfg.transcript_sparse_weight if weights["sparse"] > 0 else 0.0,
+        }
+        return {cid: turn for cid, h in hits.items() if h.kind == "transcript"} or None
+
     async def _markers(
         self, results: Sequence[Sequence[StoredChunk]], tenant: str
     ) -> dict[tuple[int, str, str], WriteMarker]:
@@ -237,7 +250,7 @@ class Retriever:
                 by_id.setdefault(h.chunk_id, h)
         if weights["recency"] > 0 and by_id:
             legs["recency"] = recency_ranks([(cid, h.timestamp) for cid, h in by_id.items()])
-        fused = fuse_rrf(legs, weights, k=rrf_k)[: spec.top_k]
+        fused = fuse_rrf(legs, weights, k=rrf_k, weights_of=self._kind_weights(spec, weights, by_id))[: spec.top_k]
         hits_out = [SearchHit(chunk=by_id[f.id], score=f.score, ranks=f.ranks) for f in fused]
         took_ms = (time.monotonic() - t0) * 1000
         log.info(

@@ -125,10 +125,21 @@ def expected_chunks(state: dict[str, Any]) -> dict[str, str]:
     return out
 
 
+async def turn_fields(client: aredis.Redis, name: str) -> dict[str, tuple[str, ...]]:
+    """Every transcript chunk of an index: chunk id -> its text, terms and contexts."""
+    fields = ["chunk_id", "text", "terms", "context", "context_vec"]
+    out: dict[str, tuple[str, ...]] = {}
+    async for key in client.scan_iter(match=f"{name}:g*:chunk:*:transcript:*", count=1000):
+        values = tuple((v or b"").decode() for v in await client.hmget(key, fields))
+        out[values[0]] = values[1:]
+    return out
+
+
 async def test_kill_9_mid_stream_loses_and_duplicates_nothing(
     kafka_bootstrap: str, redis_url: str, tmp_path: Path, embedder: Any
 ) -> None:
-    """SIGKILL mid-ingestion, restart: every doc at its latest version, deletes gone, no duplicates, exact graph."""
+    """SIGKILL mid-ingestion, restart: every doc at its latest version, deletes gone, no duplicates, every turn's
+    context as a clean build gives it, exact graph."""
     name = unique("crash-test")
     settings = isolated_settings(name, kafka_bootstrap, redis_url, topic_partitions=4)
     env = settings_env(settings) | {
@@ -167,6 +178,21 @@ async def test_kill_9_mid_stream_loses_and_duplicates_nothing(
         assert await index.count() == len(want)
         for doc_id, p in state["docs"].items():
             assert await index.versions([doc_id]) == {doc_id: p["version"]}
+        # Every turn is indexed with the context (its neighbours' words) a clean build gives it.
+        clean_turns = ChunkIndex(client=client, cfg=IndexConfig(name=unique("crash-turns")), dims=embedder.dims)
+        await clean_turns.ensure()
+        turns_only = Ingestor(index=clean_turns, embedder=embedder, chunking=ChunkingConfig(), cfg=IngestConfig())
+        await turns_only.apply(
+            [TranscriptEvent.model_validate(p).to_item(BASE_FILTER_KEYS) for p in state["turns"].values()]
+        )
+        want_turns = await turn_fields(client, clean_turns.cfg.name)
+        assert len(want_turns) == len(state["turns"])
+        deadline = time.monotonic() + 60
+        while (got_turns := await turn_fields(client, name)) != want_turns:
+            wrong = sorted(c for c in want_turns if got_turns.get(c) != want_turns[c])
+            assert time.monotonic() < deadline, f"{len(wrong)} turns' contexts differ from a clean build: {wrong[:3]}"
+            await asyncio.sleep(0.2)
+        await clean_turns.drop()
     finally:
         await producer.stop()
         daemon.stop()

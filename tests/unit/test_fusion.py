@@ -102,3 +102,18 @@ def test_recency_moves_a_newer_equal_up_and_weight_zero_changes_nothing() -> Non
     recency = recency_ranks([("old", 1.0), ("new", 2.0)])
     assert [f.id for f in fuse_rrf({**legs, "recency": recency}, {"recency": 0.0})] == ["old", "new"]
     assert [f.id for f in fuse_rrf({**legs, "recency": recency}, {"recency": 3.0})] == ["new", "old"]
+
+
+def test_per_id_weights_replace_the_query_weights_for_those_ids() -> None:
+    """An id with its own leg weights (a transcript turn) is scored with them; the others with the query's."""
+    legs = {"dense": ["doc", "turn"], "sparse": ["turn", "doc"]}
+    fused = fuse_rrf(legs, {"dense": 1.0, "sparse": 1.0}, k=0, weights_of={"turn": {"dense": 0.5, "sparse": 1.5}})
+    scores = {f.id: f.score for f in fused}
+    assert scores["doc"] == pytest.approx(1.0 / 1 + 1.0 / 2)
+    assert scores["turn"] == pytest.approx(0.5 / 2 + 1.5 / 1)
+
+
+def test_per_id_weights_are_checked_too() -> None:
+    """A negative per-id weight is refused like a negative query weight."""
+    with pytest.raises(ValueError):
+        fuse_rrf({"dense": ["a"]}, {"dense": 1.0}, weights_of={"a": {"dense": -1.0}})

@@ -1,0 +1,166 @@
+"""Conversation-aware indexing of transcript turns (pure): which neighbours a turn is matched with.
+
+A turn alone ("Yes, yesterday!") is rarely findable, so each turn is *matched* with its session's
+neighbouring turns while it is still *returned* as itself:
+
+- its BM25 terms are its own terms, counted :data:`OWN_TERM_REPEAT` times, followed by the terms of
+  the previous :data:`PREV_TERMS` and next :data:`NEXT_TERMS` turns of its session, once each;
+- its vector embeds the previous :data:`PREV_VECTOR` turns before its own text, so the model
+  reads the exchange (the question a "Yes, yesterday!" answers).
+
+The neighbours a turn is indexed with are a function of what its session stores: every stored
+turn's ``context`` field holds exactly the neighbour texts of :func:`context_of` over the stored
+turns, whatever order the turns arrived in. When a turn is written or forgotten, the turns whose
+window holds it (:func:`dependents`) are re-indexed too; the vector only when its previous turns
+changed (in a session written in order, never: a new turn changes only its predecessors' terms).
+
+Context never crosses sessions, so forgetting a session leaves no copy of its words in any
+other turn's index entry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+#: Previous / next turns whose words join a turn's BM25 terms.
+PREV_TERMS = 3
+NEXT_TERMS = 2
+#: Previous turns the vector reads before the turn's own text.
+PREV_VECTOR = 2
+#: A turn's own terms count this many times its neighbours' (its words matter most).
+OWN_TERM_REPEAT = 3
+#: A neighbour contributes at most this many characters (its end for a previous turn, its
+#: start for a next one): bounded work, and the vector's own text stays inside the model's window.
+NEIGHBOUR_CHARS = 400
+#: Vector context only for chunks up to this many characters: a longer one would be cut by
+#: the model's 256-token window, and it stands on its own.
+VECTOR_CONTEXT_MAX_CHARS = 600
+#: What separates turns in a context.
+SEPARATOR = "\n"
+#: Doc id prefix of transcript turns: ``transcript:<agent>/<session>/<turn>``.
+TURN_PREFIX = "transcript:"
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class TurnRef:
+    """Where a turn sits: its session (the doc id up to the turn number) and its number."""
+
+    session: str
+    turn: int
+
+    @property
+    def doc_id(self) -> str:
+        return f"{self.session}{self.turn}"
+
+    def at(self, turn: int) -> TurnRef:
+        """Another turn of the same session."""
+        return TurnRef(self.session, turn)
+
+
+def parse_turn(doc_id: str) -> TurnRef | None:
+    """The turn a doc id names (``transcript:a/s/12``), or None for any other doc."""
+    if not doc_id.startswith(TURN_PREFIX):
+        return None
+    session, sep, number = doc_id.rpartition("/")
+    if not sep or not number.isdigit() or "/" not in session:
+        return None
+    return TurnRef(session + "/", int(number))
+
+
+@dataclass(frozen=True, slots=True)
+class TurnContext:
+    """The neighbour texts one turn is indexed with."""
+
+    prev: tuple[str, ...]  # nearest first, at most PREV_TERMS
+    next: tuple[str, ...]  # nearest first, at most NEXT_TERMS
+
+    def stored(self) -> str:
+        """The ``context`` hash field (what the BM25 terms add): every neighbour text, farthest
+        previous first."""
+        return SEPARATOR.join((*reversed(self.prev), *self.next))
+
+    def vector_prefix(self) -> str:
+        """The ``context_vec`` hash field: what the vector reads before the turn's own text."""
+        return SEPARATOR.join(reversed(self.prev[:PREV_VECTOR]))
+
+
+EMPTY = TurnContext((), ())
+
+
+def _tail(text: str) -> str:
+    if len(text) <= NEIGHBOUR_CHARS:
+        return text
+    cut = text[-NEIGHBOUR_CHARS:]
+    space = cut.find(" ")
+    return cut[space + 1 :] if 0 <= space < len(cut) - 1 else cut
+
+
+def _head(text: str) -> str:
+    if len(text) <= NEIGHBOUR_CHARS:
+        return text
+    cut = text[:NEIGHBOUR_CHARS]
+    space = cut.rfind(" ")
+    return cut[:space] if space > 0 else cut
+
+
+def context_of(ref: TurnRef, text_of: Callable[[TurnRef], str | None]) -> TurnContext:
+    """The neighbours of ``ref`` given each turn's text (its first chunk's; None if not stored).
+
+    A missing turn leaves a gap: the window is by turn number, so a late turn changes only the
+    windows it falls in (those of :func:`dependents`).
+    """
+    prev = tuple(_tail(t) for d in range(1, PREV_TERMS + 1) if (t := text_of(ref.at(ref.turn - d))) is not None)
+    nxt = tuple(_head(t) for d in range(1, NEXT_TERMS + 1) if (t := text_of(ref.at(ref.turn + d))) is not None)
+    return TurnContext(prev, nxt)
+
+
+def window(ref: TurnRef) -> list[TurnRef]:
+    """The turns ``context_of(ref)`` reads."""
+    return [ref.at(ref.turn + d) for d in range(-PREV_TERMS, NEXT_TERMS + 1) if d != 0 and ref.turn + d >= 0]
+
+
+def dependents(ref: TurnRef) -> list[TurnRef]:
+    """The turns whose window holds ``ref``: they are re-indexed when it changes."""
+    return [ref.at(ref.turn + d) for d in range(-NEXT_TERMS, PREV_TERMS + 1) if d != 0 and ref.turn + d >= 0]
+
+
+def vector_text(text: str, prefix: str) -> str:
+    """What a turn's chunk is embedded from: its previous turns (``TurnContext.vector_prefix``),
+    then its own text."""
+    if not prefix or len(text) > VECTOR_CONTEXT_MAX_CHARS:
+        return text
+    return prefix + SEPARATOR + text
+
+
+def matching_terms(own_terms: str, context_terms: Iterable[str]) -> str:
+    """A turn's BM25 ``terms`` value: its own analyzed terms repeated, then its neighbours'."""
+    parts = [own_terms] * OWN_TERM_REPEAT if own_terms else []
+    parts.extend(t for t in context_terms if t)
+    return " ".join(parts)
+
+
+def neighbourhood(refs: Iterable[TurnRef]) -> set[TurnRef]:
+    """Every turn read to index ``refs`` and their dependents afresh."""
+    out: set[TurnRef] = set()
+    for ref in refs:
+        out.add(ref)
+        for dep in dependents(ref):
+            out.add(dep)
+            out.update(window(dep))
+        out.update(window(ref))
+    return out
+
+
+def affected(changed: Iterable[TurnRef]) -> set[TurnRef]:
+    """The changed turns and their dependents: every turn whose index entry may have to change."""
+    out: set[TurnRef] = set()
+    for ref in changed:
+        out.add(ref)
+        out.update(dependents(ref))
+    return out
+
+
+def texts_by_ref(texts: Mapping[str, str | None]) -> Callable[[TurnRef], str | None]:
+    """A ``text_of`` for :func:`context_of` over texts keyed by doc id."""
+    return lambda ref: texts.get(ref.doc_id)

@@ -1,0 +1,185 @@
+"""Conversation-aware indexing of transcript turns, against a real Redis with RediSearch and the real model."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import AsyncIterator
+from typing import Any
+
+import numpy as np
+import pytest
+import redis.asyncio as aredis
+
+from consumers.models import ForgetEvent, TranscriptEvent
+from memory.config import ChunkingConfig, IndexConfig, IngestConfig, RetrievalConfig
+from memory.conversation import vector_text
+from memory.filters import BASE_FILTER_KEYS
+from memory.index import ChunkIndex
+from memory.ingest import Ingestor
+from memory.records import MemoryItem
+from memory.retrieval import Retriever, SearchSpec
+from tests.conftest import unique
+
+pytestmark = pytest.mark.integration
+
+FIELDS = ("text", "terms", "context", "context_vec")
+
+
+def turn(agent: str, session: str, n: int, content: str) -> MemoryItem:
+    event = TranscriptEvent(
+        event_id=f"{agent}/{session}/{n}", agent_id=agent, session_id=session, turn=n, content=content
+    )
+    return event.to_item(BASE_FILTER_KEYS)
+
+
+def forget(agent: str, session: str) -> MemoryItem:
+    return ForgetEvent(event_id=f"forget-{agent}-{session}", op="forget", agent_id=agent, session_id=session).to_item(
+        BASE_FILTER_KEYS
+    )
+
+
+async def stack(redis_url: str, embedder: Any, name: str) -> tuple[aredis.Redis, ChunkIndex, Ingestor, Retriever]:
+    client = aredis.from_url(redis_url)
+    index = ChunkIndex(client=client, cfg=IndexConfig(name=unique(name)), dims=embedder.dims)
+    await index.drop()
+    await index.ensure()
+    ingestor = Ingestor(index=index, embedder=embedder, chunking=ChunkingConfig(), cfg=IngestConfig())
+    return client, index, ingestor, Retriever(index=index, embedder=embedder, cfg=RetrievalConfig())
+
+
+async def stored_turns(client: aredis.Redis, index: ChunkIndex) -> dict[str, dict[str, Any]]:
+    """Every chunk hash of the index: chunk id -> the indexed fields and the vector."""
+    out: dict[str, dict[str, Any]] = {}
+    async for key in client.scan_iter(match=f"{index.cfg.name}:g*:chunk:*", count=1000):
+        values = await client.hmget(key, [*FIELDS, "vector", "chunk_id"])
+        row = {f: (v or b"").decode() for f, v in zip(FIELDS, values[: len(FIELDS)], strict=True)}
+        row["vector"] = np.frombuffer(values[len(FIELDS)], dtype=np.float32)
+        out[values[-1].decode()] = row
+    return out
+
+
+@pytest.fixture
+async def cleanup() -> AsyncIterator[list[tuple[aredis.Redis, ChunkIndex]]]:
+    made: list[tuple[aredis.Redis, ChunkIndex]] = []
+    yield made
+    for client, index in made:
+        await index.drop()
+        await client.aclose()
+
+
+SESSION = [
+    "Melanie: Did you finish the pottery class you signed up for in the spring?",
+    "Caroline: Yes, yesterday!",
+    "Melanie: That is wonderful, congratulations.",
+    "Caroline: Thanks. How are the kids doing?",
+    "Melanie: They started swimming lessons at the lake.",
+    "Caroline: Lovely. I read a book about adoption agencies last week.",
+    "Melanie: Which one did you like best?",
+    "Caroline: The one about foster care in Ohio.",
+]
+OTHER = [
+    "Caroline: I painted a sunset over the harbour on Sunday.",
+    "Caroline: Yes, I love my new running shoes.",
+    "Caroline: Yes, the concert was loud and fun.",
+    "Caroline: I went hiking with my brother in the mountains.",
+]
+
+
+async def test_a_turn_is_found_by_its_neighbours_words(redis_url: str, embedder: Any, cleanup: list[Any]) -> None:
+    """A reply that holds none of the question's words ("Yes, yesterday!") is found through the turn it answers,
+    and is returned as itself."""
+    client, index, ingestor, retriever = await stack(redis_url, embedder, "neighbours")
+    cleanup.append((client, index))
+    items = [turn("caro", "s1", n + 1, text) for n, text in enumerate(SESSION)]
+    items += [turn("caro", f"s{n + 2}", 1, text) for n, text in enumerate(OTHER)]
+    report = await ingestor.apply(items)
+    assert not report.failed
+    for dense, sparse in ((None, None), (0.0, None)):
+        out = await retriever.search(
+            SearchSpec(
+                text="When did Caroline finish her pottery class?",
+                top_k=3,
+                dense_weight=dense,
+                sparse_weight=sparse,
+                metadata_filter={"agent_id": "caro"},
+            )
+        )
+        ids = [h.chunk.doc_id for h in out.hits]
+        assert "transcript:caro/s1/2" in ids, ids
+        hit = next(h for h in out.hits if h.chunk.doc_id == "transcript:caro/s1/2")
+        assert hit.chunk.text == "Caroline: Yes, yesterday!"
+
+
+async def test_redelivered_and_reordered_turns_leave_the_same_index(
+    redis_url: str, embedder: Any, cleanup: list[Any]
+) -> None:
+    """Turns applied in order one by one, and the same turns shuffled, redelivered and batched at random, leave
+    every turn indexed with the same text, terms and context (and the same vector)."""
+    items = [turn("a", "s", n, text) for n, text in enumerate(SESSION)]
+    items += [turn("a", "s2", n, text) for n, text in enumerate(OTHER)]
+    client, in_order, ingestor, _ = await stack(redis_url, embedder, "in-order")
+    cleanup.append((client, in_order))
+    for it in items:
+        assert not (await ingestor.apply([it])).failed
+    want = await stored_turns(client, in_order)
+    assert len(want) == len(items)
+    assert want["transcript:a/s/1_p0"]["context"].startswith(SESSION[0])
+
+    rng = random.Random(5)
+    for attempt in range(3):
+        client2, shuffled, ingestor2, _ = await stack(redis_url, embedder, f"shuffled-{attempt}")
+        cleanup.append((client2, shuffled))
+        stream = items + rng.sample(items, 5)  # redeliveries
+        rng.shuffle(stream)
+        while stream:
+            n = rng.randint(1, 4)
+            batch, stream = stream[:n], stream[n:]
+            assert not (await ingestor2.apply(batch)).failed
+        got = await stored_turns(client2, shuffled)
+        assert set(got) == set(want)
+        for cid, row in want.items():
+            for f in FIELDS:
+                assert got[cid][f] == row[f], (attempt, cid, f)
+            np.testing.assert_allclose(got[cid]["vector"], row["vector"], atol=2e-3)
+
+
+async def test_a_rewritten_turn_reindexes_its_neighbours(redis_url: str, embedder: Any, cleanup: list[Any]) -> None:
+    """A turn published again with new words changes the context of the turns around it, and the vectors of the
+    turns that read it as a previous turn, and nothing else."""
+    client, index, ingestor, _ = await stack(redis_url, embedder, "rewrite")
+    cleanup.append((client, index))
+    await ingestor.apply([turn("a", "s", n, text) for n, text in enumerate(SESSION)])
+    before = await stored_turns(client, index)
+    await ingestor.apply([turn("a", "s", 3, "Caroline: Thanks. Did the zebra finches hatch?")])
+    after = await stored_turns(client, index)
+    changed = {cid for cid in before if before[cid]["context"] != after[cid]["context"]}
+    assert changed == {f"transcript:a/s/{n}_p0" for n in (1, 2, 4, 5, 6)}
+    for n in (4, 5):  # the two turns that read turn 3 before their own text
+        row = after[f"transcript:a/s/{n}_p0"]
+        assert "zebra finches" in row["context_vec"]
+        [fresh] = await embedder.embed_documents([vector_text(row["text"], row["context_vec"])])
+        np.testing.assert_allclose(row["vector"], fresh, atol=2e-3)
+    for n in (0, 1, 2, 6, 7):
+        cid = f"transcript:a/s/{n}_p0"
+        np.testing.assert_allclose(after[cid]["vector"], before[cid]["vector"], atol=1e-6)
+    assert "zebra" in after["transcript:a/s/2_p0"]["terms"].split()
+
+
+async def test_forgetting_a_session_leaves_no_trace_in_any_other_turn(
+    redis_url: str, embedder: Any, cleanup: list[Any]
+) -> None:
+    """After a session is forgotten no stored turn holds its words, and a turn of that session published after
+    the forget is indexed without them."""
+    client, index, ingestor, _ = await stack(redis_url, embedder, "forget")
+    cleanup.append((client, index))
+    secret = [f"Melanie: the vault code is quokka{n} near the marsupial exhibit" for n in range(5)]
+    await ingestor.apply([turn("a", "s1", n, t) for n, t in enumerate(secret)])
+    await ingestor.apply([turn("a", "s2", n, t) for n, t in enumerate(OTHER)])
+    await ingestor.apply([turn("b", "s1", n, t) for n, t in enumerate(SESSION)])
+    assert any("quokka" in row["context"] for row in (await stored_turns(client, index)).values())
+    await ingestor.apply([forget("a", "s1"), turn("a", "s1", 5, "Caroline: let us start over, new topic.")])
+    rows = await stored_turns(client, index)
+    assert "transcript:a/s1/5_p0" in rows and "transcript:a/s1/4_p0" not in rows
+    for cid, row in rows.items():
+        for f in FIELDS:
+            assert "quokka" not in row[f] and "marsupi" not in row[f], (cid, f)
