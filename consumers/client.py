@@ -325,6 +325,7 @@ class MemoryClient:
         since: datetime | None = None,
         until: datetime | None = None,
         recency_weight: float | None = None,
+        context_turns: int = 0,
     ) -> QueryReply:
         """Ask a query and wait for its reply.
 
@@ -347,6 +348,8 @@ class MemoryClient:
             until: only memories timestamped at or before this time.
             recency_weight: weight of the recency list (the candidates newest first; 0 off);
                 the daemon's default (0) if None.
+            context_turns: also return this many turns before and after each transcript
+                result (its ``context``), so an agent gets the exchange, not a fragment.
 
         Raises:
             QueryFailed: the daemon replied with an error.
@@ -380,6 +383,8 @@ class MemoryClient:
             payload["metadata_filter"] = {k: v if isinstance(v, str) else list(v) for k, v in metadata_filter.items()}
         if scope is not None:
             payload["scope"] = scope
+        if context_turns:
+            payload["context_turns"] = context_turns
         window = {name: _iso(t) for name, t in (("since", since), ("until", until)) if t is not None}
         if window:
             payload["time_range"] = window

@@ -23,6 +23,7 @@ from pydantic import (
     model_validator,
 )
 
+from memory.conversation import MAX_CONTEXT_TURNS
 from memory.records import DEFAULT_TENANT, MemoryItem
 
 MAX_VERSION = 2**63 - 1
@@ -244,7 +245,8 @@ TranscriptTopicEvent = Annotated[
 
 class HybridParams(BaseModel):
     """Leg weights and the RRF constant of one query; each left out takes the daemon's
-    configured default (``AGENTMEM_RETRIEVAL__*``: 1.0, 1.0, 1.0, 0.0 and 60 unless set)."""
+    configured default (``AGENTMEM_RETRIEVAL__*``: 1.0, 1.0, 1.0, 0.0 and 10 unless set; a
+    transcript turn's dense and BM25 defaults are 2/3 and 4/3 when neither is set)."""
 
     model_config = ConfigDict(strict=True, extra="forbid")
 
@@ -311,6 +313,8 @@ class QueryRequest(BaseModel):
     metadata_filter: dict[str, FilterValue] | None = None
     scope: Literal["chunks", "communities", "all"] = "chunks"
     time_range: TimeRange | None = None
+    # Turns before and after each transcript result to return with it (0: none).
+    context_turns: int = Field(0, ge=0, le=MAX_CONTEXT_TURNS)
 
 
 class CommunityInfo(BaseModel):
@@ -320,6 +324,16 @@ class CommunityInfo(BaseModel):
     level: int
     member_count: int
     stale: bool
+
+
+class ContextTurn(BaseModel):
+    """A turn around a transcript result, whole (``context_turns``)."""
+
+    doc_id: str
+    turn: int
+    role: str
+    text: str
+    timestamp: str | None = None
 
 
 class ResultItem(BaseModel):
@@ -337,6 +351,8 @@ class ResultItem(BaseModel):
     # When the memory was recorded (its event's timestamp), ISO 8601 UTC; None where the
     # index holds none.
     timestamp: str | None = None
+    # The turns around a transcript result, in turn order, when the query asked for them.
+    context: list[ContextTurn] | None = None
 
 
 class QueryReply(BaseModel):

@@ -10,12 +10,13 @@ import structlog
 from pydantic import ValidationError
 
 from consumers.decoding import parse_event
-from consumers.models import CommunityInfo, ErrorBody, ErrorReply, QueryReply, QueryRequest, ResultItem
+from consumers.models import CommunityInfo, ContextTurn, ErrorBody, ErrorReply, QueryReply, QueryRequest, ResultItem
 from graph.search import ScopedSearch
+from memory.conversation import parse_turn
 from memory.embedder import EmbedderError
 from memory.errors import InvalidRequest, MemdError, NotFound
 from memory.index import IndexError_, QuerySyntaxError
-from memory.records import DEFAULT_TENANT
+from memory.records import DEFAULT_TENANT, StoredChunk
 from memory.retrieval import SearchHit, SearchOutcome, SearchSpec
 
 log = structlog.get_logger()
@@ -81,6 +82,7 @@ def to_spec(req: QueryRequest, tenant: str = DEFAULT_TENANT) -> SearchSpec:
         tenant=tenant,
         since=since,
         until=until,
+        context_turns=req.context_turns,
     )
 
 
@@ -106,6 +108,21 @@ def _iso(epoch: float | None) -> str | None:
         return None
 
 
+def _with_context(req: QueryRequest, hit: SearchHit) -> bool:
+    return bool(req.context_turns) and hit.chunk.kind == "transcript"
+
+
+def _context_turn(chunk: StoredChunk) -> ContextTurn:
+    ref = parse_turn(chunk.doc_id)
+    return ContextTurn(
+        doc_id=chunk.doc_id,
+        turn=ref.turn if ref is not None else 0,
+        role=str(chunk.metadata.get("role", "")),
+        text=chunk.text,
+        timestamp=_iso(chunk.timestamp),
+    )
+
+
 def to_reply(req: QueryRequest, outcome: SearchOutcome, stale: dict[str, bool] | None = None) -> QueryReply:
     """The reply for a finished search."""
     results = [
@@ -120,6 +137,9 @@ def to_reply(req: QueryRequest, outcome: SearchOutcome, stale: dict[str, bool] |
             ranks=h.ranks,
             community=_community(h, stale or {}),
             timestamp=_iso(h.chunk.timestamp),
+            context=[_context_turn(c) for c in h.context]
+            if req.context_turns and h.chunk.kind == "transcript"
+            else None,
         )
         for h in outcome.hits
     ]
@@ -131,7 +151,8 @@ def to_reply(req: QueryRequest, outcome: SearchOutcome, stale: dict[str, bool] |
 def _size_bound(item: ResultItem) -> int:
     """Bytes one result can take as JSON at most (every character escaped as \\uXXXX)."""
     meta = sum(len(str(k)) + len(str(v)) + 8 for k, v in item.metadata.items())
-    return 6 * (len(item.text) + len(item.source) + len(item.doc_id) + len(item.chunk_id) + meta) + 400
+    around = sum(len(c.text) + len(c.doc_id) + len(c.role) + 80 for c in item.context or ())
+    return 6 * (len(item.text) + len(item.source) + len(item.doc_id) + len(item.chunk_id) + meta + around) + 400
 
 
 def fit_reply(reply: QueryReply, max_bytes: int) -> QueryReply:

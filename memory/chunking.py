@@ -6,6 +6,7 @@ so a chunk never exceeds what the model reads; tests pass a simple one.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -128,3 +129,25 @@ def chunk_spans(text: str, offsets: Offsets, *, max_tokens: int, overlap: int) -
             next((k for k in range(nxt + 1, j + 1) if _starts_word(offsets, k)), nxt),
         )
     return chunks
+
+
+#: Shortest overlap :func:`join_chunks` trusts as one (chunks overlap by a few dozen tokens).
+_MIN_OVERLAP_CHARS = 16
+
+
+def join_chunks(texts: Sequence[str]) -> str:
+    """A doc's text again from its chunks in position order: each chunk's overlap with the one
+    before it (the longest prefix of it that ends the previous chunk, at least 16 characters)
+    is dropped; chunks with no such overlap are joined by a space.
+    """
+    if not texts:
+        return ""
+    out = texts[0]
+    for prev, nxt in itertools.pairwise(texts):
+        cut = 0
+        for k in range(min(len(prev), len(nxt)), _MIN_OVERLAP_CHARS - 1, -1):
+            if prev.endswith(nxt[:k]):
+                cut = k
+                break
+        out += nxt[cut:] if cut else " " + nxt
+    return out

@@ -6,7 +6,9 @@ neighbouring turns while it is still *returned* as itself:
 - its BM25 terms are its own terms, counted :data:`OWN_TERM_REPEAT` times, followed by the terms of
   the previous :data:`PREV_TERMS` and next :data:`NEXT_TERMS` turns of its session, once each;
 - its vector embeds the previous :data:`PREV_VECTOR` turns before its own text, so the model
-  reads the exchange (the question a "Yes, yesterday!" answers).
+  reads the exchange (the question a "Yes, yesterday!" answers);
+- its BM25 terms also hold the day it was said (:func:`date_words`), so "what did we decide on
+  3 May 2023?" finds that day's turns.
 
 The neighbours a turn is indexed with are a function of what its session stores: every stored
 turn's ``context`` field holds exactly the neighbour texts of :func:`context_of` over the stored
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 #: Previous / next turns whose words join a turn's BM25 terms.
 PREV_TERMS = 3
@@ -38,6 +41,8 @@ NEIGHBOUR_CHARS = 400
 VECTOR_CONTEXT_MAX_CHARS = 600
 #: What separates turns in a context.
 SEPARATOR = "\n"
+#: Most turns a query may ask for around each transcript hit (``context_turns``), each side.
+MAX_CONTEXT_TURNS = 10
 #: Doc id prefix of transcript turns: ``transcript:<agent>/<session>/<turn>``.
 TURN_PREFIX = "transcript:"
 
@@ -138,6 +143,18 @@ def matching_terms(own_terms: str, context_terms: Iterable[str]) -> str:
     parts = [own_terms] * OWN_TERM_REPEAT if own_terms else []
     parts.extend(t for t in context_terms if t)
     return " ".join(parts)
+
+
+def date_words(timestamp: float) -> str:
+    """The day a turn was said, as words a question would use (``8 May 2023``, UTC); empty when
+    the turn has no time."""
+    if timestamp <= 0:
+        return ""
+    try:
+        day = datetime.fromtimestamp(timestamp, UTC)
+    except (OverflowError, OSError, ValueError):
+        return ""
+    return f"{day.day} {day:%B} {day.year}"
 
 
 def neighbourhood(refs: Iterable[TurnRef]) -> set[TurnRef]:

@@ -10,6 +10,7 @@ import dataclasses
 import json
 import re
 import time
+import types
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -27,7 +28,7 @@ from redisvl.schema import IndexSchema
 
 from memory.chunking import chunk_id, chunk_position
 from memory.config import ChunkingConfig, IndexConfig
-from memory.conversation import matching_terms
+from memory.conversation import date_words, matching_terms
 from memory.errors import BackendUnavailable, MemdError, NotFound, Unauthorized
 from memory.filters import hash_clause, hash_field, value_hash
 from memory.generations import GenerationRegistry, GenerationState, IndexMismatch, IndexSpec, index_spec
@@ -166,6 +167,7 @@ class TurnEntry:
     context: str
     context_vec: str
     kind: str
+    timestamp: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,17 +187,17 @@ def analyze(texts: Sequence[str]) -> list[Analysis]:
     return [Analysis(index_terms(t), " ".join(identifiers(t))) for t in texts]
 
 
-def turn_terms(text: str, context: str) -> str:
-    """The ``terms`` of a transcript turn's chunk: its own terms weighted up, then its neighbours'
-    (``memory.conversation``)."""
-    return matching_terms(index_terms(text), [index_terms(context)])
+def turn_terms(text: str, context: str, timestamp: float) -> str:
+    """The ``terms`` of a transcript turn's chunk: its own terms weighted up, the day it was said,
+    then its neighbours' (``memory.conversation``)."""
+    return matching_terms(index_terms(text), [index_terms(date_words(timestamp)), index_terms(context)])
 
 
 def analyze_records(chunks: Sequence[ChunkRecord]) -> list[Analysis]:
     """:func:`analyze` for chunk records: a transcript turn's terms also hold its context's."""
     out = analyze([c.text for c in chunks])
     return [
-        dataclasses.replace(a, terms=turn_terms(c.text, c.context)) if c.kind == "transcript" else a
+        dataclasses.replace(a, terms=turn_terms(c.text, c.context, c.timestamp)) if c.kind == "transcript" else a
         for a, c in zip(out, chunks, strict=True)
     ]
 
@@ -210,7 +212,8 @@ def _reanalyzed(mapping: dict[Any, Any]) -> dict[Any, Any]:
     out = dict(mapping)
     terms = analysis.terms
     if "kind" in fields and as_str(mapping[fields["kind"]]) == "transcript":
-        terms = turn_terms(text, as_str(mapping[fields["context"]]) if "context" in fields else "")
+        context = as_str(mapping[fields["context"]]) if "context" in fields else ""
+        terms = turn_terms(text, context, float(as_str(mapping[fields["ts"]])) if "ts" in fields else 0.0)
     out[fields.get("terms", "terms")] = terms
     out[fields.get("idents", "idents")] = analysis.idents
     return out
@@ -1022,19 +1025,58 @@ class ChunkIndex:
             async with self._r.pipeline(transaction=False) as pipe:
                 for d in doc_ids:
                     for cid in ids[d]:
-                        pipe.hmget(self._chunk_key(gen, tenant, cid), ["text", "context", "context_vec", "kind"])
+                        pipe.hmget(self._chunk_key(gen, tenant, cid), ["text", "context", "context_vec", "kind", "ts"])
                 rows = iter(await pipe.execute())
         out: dict[str, list[TurnEntry]] = {}
         for d in doc_ids:
             entries = []
             for cid in ids[d]:
-                text, context, context_vec, kind = next(rows)
+                text, context, context_vec, kind, ts = next(rows)
                 if text is not None:
                     entries.append(
-                        TurnEntry(cid, as_str(text), _text(context), _text(context_vec), as_str(kind or b""))
+                        TurnEntry(
+                            cid,
+                            as_str(text),
+                            _text(context),
+                            _text(context_vec),
+                            _text(kind),
+                            _float_or_none(ts) or 0.0,
+                        )
                     )
             if entries:
                 out[d] = entries
+        return out
+
+    async def turns(self, doc_ids: Sequence[str], tenant: str = DEFAULT_TENANT) -> dict[str, list[StoredChunk]]:
+        """Each stored doc's chunks in position order, as a search leg returns them (for the
+        turns around a hit: unversioned, so no write marker applies)."""
+        if not doc_ids:
+            return {}
+        gen = await self._generation()
+        async with translate_errors("turn read"):
+            async with self._r.pipeline(transaction=False) as pipe:
+                for d in doc_ids:
+                    pipe.smembers(self._doc_key(gen, tenant, d))
+                members = await pipe.execute()
+            keys = {
+                d: [self._chunk_key(gen, tenant, c) for c in sorted((as_str(m) for m in ms), key=chunk_position)]
+                for d, ms in zip(doc_ids, members, strict=True)
+            }
+            async with self._r.pipeline(transaction=False) as pipe:
+                for d in doc_ids:
+                    for key in keys[d]:
+                        pipe.hmget(key, list(self._fields))
+                rows = iter(await pipe.execute())
+        out: dict[str, list[StoredChunk]] = {}
+        for d in doc_ids:
+            found = []
+            for key in keys[d]:
+                values = next(rows)
+                if values[0] is not None:
+                    doc = types.SimpleNamespace(id=key, **dict(zip(self._fields, values, strict=True)))
+                    found.append(_stored(doc, self._tag_keys))
+            if found:
+                out[d] = found
         return out
 
     async def recontext(
@@ -1070,7 +1112,7 @@ class ChunkIndex:
                             fields: dict[str, Any] = {
                                 "context": context,
                                 "context_vec": context_vec,
-                                "terms": turn_terms(entry.text, context),
+                                "terms": turn_terms(entry.text, context, entry.timestamp),
                             }
                             if vector is not None:
                                 fields["vector"] = np.asarray(vector, dtype=np.float32).tobytes()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -10,7 +11,9 @@ from dataclasses import dataclass, field
 
 import structlog
 
+from memory.chunking import join_chunks
 from memory.config import RetrievalConfig
+from memory.conversation import MAX_CONTEXT_TURNS, parse_turn
 from memory.embedder import Embedder
 from memory.errors import InvalidRequest
 from memory.filters import conjoin, hash_clause, in_time, knn_clause, matches, normalize_filter, time_clause
@@ -43,6 +46,8 @@ class SearchSpec:
     # Only chunks timestamped in [since, until] (epoch seconds; None leaves that end open).
     since: float | None = None
     until: float | None = None
+    # For each transcript hit, also return this many turns before and after it in its session.
+    context_turns: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +57,9 @@ class SearchHit:
     chunk: StoredChunk
     score: float
     ranks: dict[str, int]
+    # The turns around a transcript hit (``SearchSpec.context_turns``), in turn order, each
+    # whole (its chunks joined); the hit itself is not among them.
+    context: tuple[StoredChunk, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +117,8 @@ class Retriever:
                 raise InvalidRequest("time range bounds must be finite")
         if spec.since is not None and spec.until is not None and spec.since > spec.until:
             raise InvalidRequest("the time range's since is after its until")
+        if not 0 <= spec.context_turns <= MAX_CONTEXT_TURNS:
+            raise InvalidRequest(f"context_turns must be in 0..{MAX_CONTEXT_TURNS}, got {spec.context_turns}")
 
     async def _sparse(self, text: str, filter_query: str, k: int, timings: dict[str, LegTiming]) -> list[StoredChunk]:
         # filter_query here is the non-scoring hash form (see memory.filters.hash_clause).
@@ -148,6 +158,33 @@ class Retriever:
             "recency": pick(spec.recency_weight, cfg.recency_weight),
         }
         return weights, cfg.rrf_k if spec.rrf_k is None else spec.rrf_k
+
+    async def _with_turns(
+        self, hits: list[SearchHit], spec: SearchSpec, flt: Mapping[str, Sequence[str]]
+    ) -> list[SearchHit]:
+        """Each transcript hit with the turns around it that the request may see (its tenant,
+        filter and time range, as for the hits themselves)."""
+        around: dict[str, list[str]] = {}
+        for h in hits:
+            ref = parse_turn(h.chunk.doc_id) if h.chunk.kind == "transcript" else None
+            if ref is not None:
+                n = spec.context_turns
+                around[h.chunk.chunk_id] = [
+                    ref.at(t).doc_id for t in range(max(0, ref.turn - n), ref.turn + n + 1) if t != ref.turn
+                ]
+        if not around:
+            return hits
+        wanted = sorted({d for ids in around.values() for d in ids})
+        stored = await self._index.turns(wanted, spec.tenant)
+        whole: dict[str, StoredChunk] = {}
+        for doc_id, chunks in stored.items():
+            first = chunks[0]
+            if matches(first.tags, flt) and in_time(first.timestamp, spec.since, spec.until):
+                whole[doc_id] = dataclasses.replace(first, text=join_chunks([c.text for c in chunks]))
+        return [
+            dataclasses.replace(h, context=tuple(whole[d] for d in around.get(h.chunk.chunk_id, ()) if d in whole))
+            for h in hits
+        ]
 
     def _kind_weights(
         self, spec: SearchSpec, weights: Mapping[str, float], hits: Mapping[str, StoredChunk]
@@ -252,6 +289,8 @@ class Retriever:
             legs["recency"] = recency_ranks([(cid, h.timestamp) for cid, h in by_id.items()])
         fused = fuse_rrf(legs, weights, k=rrf_k, weights_of=self._kind_weights(spec, weights, by_id))[: spec.top_k]
         hits_out = [SearchHit(chunk=by_id[f.id], score=f.score, ranks=f.ranks) for f in fused]
+        if spec.context_turns and hits_out:
+            hits_out = await self._with_turns(hits_out, spec, flt)
         took_ms = (time.monotonic() - t0) * 1000
         log.info(
             "retrieve.legs_fused",

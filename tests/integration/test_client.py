@@ -348,6 +348,47 @@ async def test_a_tenants_client_publishes_deletes_and_asks_in_that_tenants_memor
         MemoryClient(bootstrap=plain.bootstrap, topics=plain.topics, tenant="a.b")
 
 
+async def test_a_query_gets_the_turns_around_each_transcript_result(env) -> None:
+    """With context_turns, a transcript result carries the turns before and after it in its session, in order,
+    whole, each with its role; a turn the request's filter excludes is left out."""
+    daemon, plain, _ = env
+    said = [
+        ("user", "production", "Melanie: Did you finish the pottery class?"),
+        ("assistant", "production", "Caroline: Almost, one glaze left."),
+        ("user", "production", "Melanie: What colour is the kestrel-teapot KTP_42 glaze?"),
+        ("assistant", "staging", "Caroline: A staging note nobody filtered in."),
+        ("user", "production", "Melanie: Lovely, show me on Sunday."),
+    ]
+    async with MemoryClient(bootstrap=plain.bootstrap, topics=plain.topics, tenant=WRITER) as memory:
+        for n, (role, env_name, text) in enumerate(said, start=1):
+            await memory.publish_observation(
+                agent_id="ctx-agent",
+                session_id="s",
+                turn=n,
+                role=role,
+                content=text,
+                metadata={"environment": env_name},
+            )
+
+        async def stored() -> bool:
+            return bool(await daemon.index.chunk_ids("transcript:ctx-agent/s/5", WRITER))
+
+        await eventually(stored, timeout=60, what="the session's turns indexed")
+        reply = await memory.query(
+            "KTP_42 glaze colour", top_k=1, metadata_filter={"environment": "production"}, context_turns=2
+        )
+        [hit] = reply.results
+        assert hit.doc_id == "transcript:ctx-agent/s/3" and hit.text == said[2][2]
+        assert hit.context is not None
+        assert [(c.turn, c.role, c.text) for c in hit.context] == [
+            (1, "user", said[0][2]),
+            (2, "assistant", said[1][2]),
+            (5, "user", said[4][2]),
+        ]
+        plain_reply = await memory.query("KTP_42 glaze colour", top_k=1)
+        assert plain_reply.results[0].context is None
+
+
 async def test_cli_publish_in_topic_tenancy_needs_a_tenant_and_writes_to_its_topics(env, tmp_path: Path) -> None:
     """`agentmemd publish doc|delete|observation` fail at once without --tenant in topic tenancy
     (the record would be lost on the bare topic), and with it land in that tenant's memory."""

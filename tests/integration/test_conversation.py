@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import AsyncIterator
 from typing import Any
@@ -25,9 +26,18 @@ pytestmark = pytest.mark.integration
 FIELDS = ("text", "terms", "context", "context_vec")
 
 
-def turn(agent: str, session: str, n: int, content: str) -> MemoryItem:
-    event = TranscriptEvent(
-        event_id=f"{agent}/{session}/{n}", agent_id=agent, session_id=session, turn=n, content=content
+def turn(agent: str, session: str, n: int, content: str, when: str = "2023-05-08T13:56:00Z") -> MemoryItem:
+    event = TranscriptEvent.model_validate_json(
+        json.dumps(
+            {
+                "event_id": f"{agent}/{session}/{n}",
+                "agent_id": agent,
+                "session_id": session,
+                "turn": n,
+                "content": content,
+                "timestamp": when,
+            }
+        )
     )
     return event.to_item(BASE_FILTER_KEYS)
 
@@ -108,6 +118,22 @@ async def test_a_turn_is_found_by_its_neighbours_words(redis_url: str, embedder:
         assert "transcript:caro/s1/2" in ids, ids
         hit = next(h for h in out.hits if h.chunk.doc_id == "transcript:caro/s1/2")
         assert hit.chunk.text == "Caroline: Yes, yesterday!"
+
+
+async def test_a_turn_is_found_by_the_day_it_was_said(redis_url: str, embedder: Any, cleanup: list[Any]) -> None:
+    """Of two sessions that said the same thing on different days, a question naming the day finds that day's."""
+    client, index, ingestor, retriever = await stack(redis_url, embedder, "days")
+    cleanup.append((client, index))
+    said = "Planner: we decided to ship the release behind a feature flag."
+    await ingestor.apply(
+        [
+            turn("p", "monday", 1, said, when="2023-05-08T10:00:00Z"),
+            turn("p", "tuesday", 1, said, when="2023-05-09T10:00:00Z"),
+        ]
+    )
+    for text, day in (("What did we decide on 9 May 2023?", "tuesday"), ("What was decided on May 8, 2023?", "monday")):
+        out = await retriever.search(SearchSpec(text=text, top_k=2, metadata_filter={"agent_id": "p"}))
+        assert out.hits[0].chunk.doc_id == f"transcript:p/{day}/1", text
 
 
 async def test_redelivered_and_reordered_turns_leave_the_same_index(

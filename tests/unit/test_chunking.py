@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from memory.chunking import MAX_TOKEN_CHARS, chunk_id, chunk_position, chunk_spans
+from memory.chunking import MAX_TOKEN_CHARS, chunk_id, chunk_position, chunk_spans, join_chunks
 
 
 def offsets(text: str) -> list[tuple[int, int]]:
@@ -113,3 +113,27 @@ def test_a_token_longer_than_any_word_is_cut_into_pieces() -> None:
     assert chunks[0].start == 0 and chunks[-1].end == len(text)
     assert all(a.start < b.start < a.end for a, b in itertools.pairwise(chunks))  # overlapping, in order
     assert len(chunks) == 10
+
+
+@pytest.mark.parametrize(
+    ("texts", "expected"),
+    [
+        ([], ""),
+        (["one chunk"], "one chunk"),
+        (["the first part of it, then the overlap", "then the overlap and the rest"], None),
+        (["no overlap here", "at all"], "no overlap here at all"),
+    ],
+)
+def test_join_chunks_drops_each_overlap_once(texts: list[str], expected: str | None) -> None:
+    """Chunks joined back: an overlap of 16+ characters is kept once; chunks without one are joined by a space."""
+    if expected is None:
+        expected = "the first part of it, then the overlap and the rest"
+    assert join_chunks(texts) == expected
+
+
+def test_join_chunks_restores_what_chunk_spans_cut() -> None:
+    """The spans chunk_spans cuts (with overlap) join back to the original text."""
+    text = " ".join(f"word{n}." if n % 9 == 8 else f"word{n}" for n in range(400))
+    spans = chunk_spans(text, offsets(text), max_tokens=40, overlap=8)
+    assert len(spans) > 3
+    assert join_chunks([s.text for s in spans]) == text

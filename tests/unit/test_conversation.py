@@ -13,6 +13,7 @@ from memory.conversation import (
     TurnRef,
     affected,
     context_of,
+    date_words,
     dependents,
     matching_terms,
     parse_turn,
@@ -81,3 +82,12 @@ def test_matching_terms_weigh_the_turns_own_words_first() -> None:
     """Own terms repeated, then the neighbours' once; empty parts add nothing."""
     assert matching_terms("yes", ["pottery class", ""]) == "yes yes yes pottery class"
     assert matching_terms("", ["pottery"]) == "pottery"
+
+
+@pytest.mark.parametrize(
+    ("timestamp", "expected"),
+    [(1683554160.0, "8 May 2023"), (0.0, ""), (-5.0, ""), (1e300, "")],
+)
+def test_date_words(timestamp: float, expected: str) -> None:
+    """The day a turn was said, in words; nothing for a turn without a usable time."""
+    assert date_words(timestamp) == expected
