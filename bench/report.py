@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Any
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
-ORDER = ["ingest", "latency", "scifact", "identifiers", "scale", "stale_latency", "write_block"]
+ORDER = ["locomo", "ingest", "latency", "scifact", "identifiers", "scale", "stale_latency", "write_block"]
 SCRIPTS = {
+    "locomo": "bench/locomo.py",
     "ingest": "bench/ingest.py",
     "latency": "bench/latency.py",
     "scifact": "bench/scifact.py",
@@ -32,7 +33,7 @@ SCRIPTS = {
     "identifiers": "bench/identifiers.py",
     "write_block": "bench/write_block.py",
 }
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = Path(__file__).resolve().parent / "README.md"
 START, END = "<!-- bench:start -->", "<!-- bench:end -->"
 
 
@@ -139,7 +140,7 @@ def main() -> None:
     parser.add_argument("--results", type=Path, default=RESULTS_DIR, help="directory of result JSON files")
     parser.add_argument("--output", type=Path, default=None, help="markdown file (default: <results>/TABLE.md)")
     parser.add_argument(
-        "--readme", action="store_true", help=f"also replace the table between {START} and {END} in README.md"
+        "--readme", action="store_true", help=f"also replace the table between {START} and {END} in bench/README.md"
     )
     args = parser.parse_args()
     docs = load(args.results)
@@ -160,7 +161,7 @@ def main() -> None:
             line for line in text.split("\n## ", 1)[0].rstrip().splitlines() if not line.startswith("# ")
         ).strip()
         details = (
-            "Per-run details (commit, parameters, notes) and plots: [bench/results/TABLE.md](bench/results/TABLE.md)."
+            "Per-run details (commit, parameters, notes) and plots: [results/TABLE.md](results/TABLE.md)."
         )
         README.write_text(f"{head}{START}\n{table}\n\n{details}\n{END}{tail}")
         print(f"updated {README}", file=sys.stderr)

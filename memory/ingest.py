@@ -524,6 +524,12 @@ class Ingestor:
         changed (a late or rewritten turn). A turn whose context is already right is left alone,
         so a redelivered batch writes nothing here.
         """
+        gate = asyncio.Semaphore(self._cfg.write_concurrency)
+
+        async def rewrite(tenant: str, doc_id: str, updates: list[Any]) -> None:
+            async with gate:
+                await self._retrying("context write", lambda: self._index.recontext(doc_id, updates, tenant))
+
         by_tenant: dict[str, set[TurnRef]] = {}
         for item in items:
             if (ref := _turn(item)) is not None:
@@ -556,9 +562,10 @@ class Ingestor:
             ]
             vectors = await self._embed([text for _, text in redo]) if redo else None
             fresh = {cid: vectors[n] for n, (cid, _) in enumerate(redo)} if vectors is not None else {}
-            for doc_id, stored, want, want_vec in stale:
-                updates = [(e, want, want_vec, fresh.get(e.chunk_id)) for e in stored]
-                await self._retrying(
-                    "context write",
-                    lambda d=doc_id, u=updates, t=tenant: self._index.recontext(d, u, t),  # type: ignore[misc]
+            # Distinct turns: their rewrites commute, so they overlap their round trips.
+            await asyncio.gather(
+                *(
+                    rewrite(tenant, doc_id, [(e, want, want_vec, fresh.get(e.chunk_id)) for e in stored])
+                    for doc_id, stored, want, want_vec in stale
                 )
+            )
