@@ -74,6 +74,10 @@ EVENT_CASES: list[tuple[str, str, bytes, list[tuple[str, bytes]], str]] = [
     ("turn as string", "transcripts", turn(turn="1"), [], "turn"),
     ("missing agent_id", "transcripts", turn(agent_id=...), [], "agent_id"),
     ("empty transcript content", "transcripts", turn(content=""), [], "content is empty"),
+    ("transcript content over the limit", "transcripts", turn(content="y" * (LIMIT + 10)), [], f"larger than {LIMIT}"),
+    ("transcript content without a token", "transcripts", turn(content="\u200b\u200b"), [], "no tokens"),
+    ("transcript content is a number", "transcripts", turn(content=7), [], "content"),
+    ("session_id as a list", "transcripts", turn(session_id=["s"]), [], "session_id"),
     ("garbage headers, bad body", "documents", b"{", [("x", b"\xff\xfe"), ("reply_to", b"\x00")], "Invalid JSON"),
 ]
 
@@ -162,6 +166,43 @@ async def test_every_bad_event_is_dead_lettered_and_the_partition_flows(env) -> 
         assert any(fragment in r["reason"] for r in records), (name, [r["reason"] for r in records])
         assert all(r["error_code"] == "invalid_event" for r in records)
     assert await daemon.index.chunk_ids("bad/x.md") == set()  # no bad upsert slipped through
+
+
+async def test_a_bad_turn_is_dead_lettered_and_its_session_flows_on(env) -> None:
+    """Bad turns in the middle of a session are dead-lettered with their reasons; the turns after them are
+    indexed, with the good turns before as their context and nothing of the bad ones."""
+    daemon, client = env
+    key = "flow-agent/chat"
+
+    def good(n: int, text: str) -> dict[str, Any]:
+        return {"event_id": f"flow-{n}", "agent_id": "flow-agent", "session_id": "chat", "turn": n, "content": text}
+
+    for n, text in ((1, "Melanie: the pottery class starts in June"), (2, "Caroline: I signed up for it")):
+        await client.send(client.topics.transcripts, good(n, text), key=key)
+    bad = [
+        json.dumps({**good(3, ""), "event_id": "flow-bad-empty"}).encode(),
+        json.dumps({**good(3, "z" * (LIMIT + 10)), "event_id": "flow-bad-huge"}).encode(),
+        json.dumps({**good(3, "fine"), "turn": "three", "event_id": "flow-bad-type"}).encode(),
+    ]
+    for raw in bad:
+        await client.producer.send_and_wait(client.topics.transcripts, raw, key=key.encode())
+    await client.send(client.topics.transcripts, good(4, "Melanie: see you there"), key=key)
+
+    async def flowed() -> bool:
+        return bool(await daemon.index.chunk_ids("transcript:flow-agent/chat/4"))
+
+    await eventually(flowed, what="the turn after the bad ones")
+    assert not await daemon.index.chunk_ids("transcript:flow-agent/chat/3")
+    [entry] = (await daemon.index.turn_entries(["transcript:flow-agent/chat/4"]))["transcript:flow-agent/chat/4"]
+    assert "pottery class" in entry.context and "zzz" not in entry.context
+    import base64
+
+    mine = {base64.b64encode(raw).decode() for raw in bad}
+    deadline = time.monotonic() + 30
+    while len(dead := [d for d in await read_dlq(client, 10**6, timeout=2) if d["original_b64"] in mine]) < 3:
+        assert time.monotonic() < deadline, dead
+    reasons = " | ".join(sorted(d["reason"] for d in dead))
+    assert "content is empty" in reasons and f"larger than {LIMIT}" in reasons and "turn" in reasons, reasons
 
 
 @pytest.mark.parametrize(("name", "raw", "fragment"), QUERY_CASES, ids=[c[0] for c in QUERY_CASES])
