@@ -1,19 +1,54 @@
 """The wire contract: models, Kafka subscribers that translate it, and a typed client."""
 
-from consumers.client import MemoryClient, QueryFailed
-from consumers.config import ConsumerConfig, Topics
-from consumers.models import (
-    DlqRecord,
-    DocumentEvent,
-    ErrorReply,
-    ForgetEvent,
-    HybridParams,
-    QueryReply,
-    QueryRequest,
-    ResultItem,
-    TranscriptEvent,
-)
-from consumers.routers import build_router
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from consumers.client import MemoryClient, QueryFailed
+    from consumers.config import ConsumerConfig, Topics
+    from consumers.models import (
+        DlqRecord,
+        DocumentEvent,
+        ErrorReply,
+        ForgetEvent,
+        HybridParams,
+        QueryReply,
+        QueryRequest,
+        ResultItem,
+        TranscriptEvent,
+    )
+    from consumers.routers import build_router
+
+# Names load on first use, so importing one light piece (the client, a config model) does not
+# pull in the rest (the model, Redis search, FastStream).
+_HOMES: dict[str, str] = {
+    "ConsumerConfig": "consumers.config",
+    "DlqRecord": "consumers.models",
+    "DocumentEvent": "consumers.models",
+    "ErrorReply": "consumers.models",
+    "ForgetEvent": "consumers.models",
+    "HybridParams": "consumers.models",
+    "MemoryClient": "consumers.client",
+    "QueryFailed": "consumers.client",
+    "QueryReply": "consumers.models",
+    "QueryRequest": "consumers.models",
+    "ResultItem": "consumers.models",
+    "Topics": "consumers.config",
+    "TranscriptEvent": "consumers.models",
+    "build_router": "consumers.routers",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "ConsumerConfig",

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import ssl
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from faststream.security import BaseSecurity, SASLPlaintext, SASLScram256, SASLScram512
 from pydantic import BaseModel, Field, SecretStr, model_validator
+
+if TYPE_CHECKING:  # FastStream is the daemon's, not a client's: imported where it is used
+    from faststream.security import BaseSecurity
 
 
 def event_record_bytes(max_content_bytes: int) -> int:
@@ -231,6 +233,8 @@ class KafkaSecurity(BaseModel):
 
     def faststream_security(self) -> BaseSecurity | None:
         """The same, as a FastStream security object."""
+        from faststream.security import BaseSecurity, SASLPlaintext, SASLScram256, SASLScram512
+
         ctx = self.ssl_context()
         user, password = self.sasl_username, self.sasl_password.get_secret_value()
         if not self.uses_sasl:

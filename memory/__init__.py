@@ -1,16 +1,70 @@
 """Chunks, embeddings, the Redis index, hybrid retrieval and RRF. Imports nothing above it."""
 
-from memory.activity import IngestActivity, background_wait
-from memory.chunking import ChunkSpan, chunk_id, chunk_spans
-from memory.config import ChunkingConfig, EmbeddingConfig, IndexConfig, IngestConfig, RetrievalConfig
-from memory.embedder import Embedder, SentenceTransformerEmbedder
-from memory.errors import BackendUnavailable, InvalidEvent, InvalidRequest, MemdError, NotFound
-from memory.filters import BASE_FILTER_KEYS, build_filter
-from memory.fusion import Fused, fuse_rrf
-from memory.index import ChunkIndex
-from memory.ingest import ChangeHook, Ingestor, IngestReport
-from memory.records import ApplyResult, ChunkRecord, MemoryItem, StoredChunk
-from memory.retrieval import Retriever, SearchHit, SearchOutcome, SearchSpec
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from memory.activity import IngestActivity, background_wait
+    from memory.chunking import ChunkSpan, chunk_id, chunk_spans
+    from memory.config import ChunkingConfig, EmbeddingConfig, IndexConfig, IngestConfig, RetrievalConfig
+    from memory.embedder import Embedder, SentenceTransformerEmbedder
+    from memory.errors import BackendUnavailable, InvalidEvent, InvalidRequest, MemdError, NotFound
+    from memory.filters import BASE_FILTER_KEYS, build_filter
+    from memory.fusion import Fused, fuse_rrf
+    from memory.index import ChunkIndex
+    from memory.ingest import ChangeHook, Ingestor, IngestReport
+    from memory.records import ApplyResult, ChunkRecord, MemoryItem, StoredChunk
+    from memory.retrieval import Retriever, SearchHit, SearchOutcome, SearchSpec
+
+# Names load on first use, so importing one light piece (the client, a config model) does not
+# pull in the rest (the model, Redis search, FastStream).
+_HOMES: dict[str, str] = {
+    "ApplyResult": "memory.records",
+    "BASE_FILTER_KEYS": "memory.filters",
+    "BackendUnavailable": "memory.errors",
+    "ChangeHook": "memory.ingest",
+    "ChunkIndex": "memory.index",
+    "ChunkRecord": "memory.records",
+    "ChunkSpan": "memory.chunking",
+    "ChunkingConfig": "memory.config",
+    "Embedder": "memory.embedder",
+    "EmbeddingConfig": "memory.config",
+    "Fused": "memory.fusion",
+    "IndexConfig": "memory.config",
+    "IngestActivity": "memory.activity",
+    "IngestConfig": "memory.config",
+    "IngestReport": "memory.ingest",
+    "Ingestor": "memory.ingest",
+    "InvalidEvent": "memory.errors",
+    "InvalidRequest": "memory.errors",
+    "MemdError": "memory.errors",
+    "MemoryItem": "memory.records",
+    "NotFound": "memory.errors",
+    "RetrievalConfig": "memory.config",
+    "Retriever": "memory.retrieval",
+    "SearchHit": "memory.retrieval",
+    "SearchOutcome": "memory.retrieval",
+    "SearchSpec": "memory.retrieval",
+    "SentenceTransformerEmbedder": "memory.embedder",
+    "StoredChunk": "memory.records",
+    "background_wait": "memory.activity",
+    "build_filter": "memory.filters",
+    "chunk_id": "memory.chunking",
+    "chunk_spans": "memory.chunking",
+    "fuse_rrf": "memory.fusion",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "BASE_FILTER_KEYS",

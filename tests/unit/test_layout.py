@@ -46,3 +46,20 @@ def test_imports_point_one_way(package: str) -> None:
                 top = target.split(".")[0]
                 if top in ORDER and top != package:
                     assert ORDER[top] > ORDER[package], f"{path.relative_to(ROOT)} imports {target}"
+
+
+def test_the_client_imports_none_of_the_daemon() -> None:
+    """`from consumers import MemoryClient` loads neither FastStream nor Redis search, the model, spaCy or the graph."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from consumers import MemoryClient; "
+        "print(' '.join(sorted({m.split('.')[0] for m in sys.modules})))"
+    )
+    loaded = set(
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    )
+    assert "consumers" in loaded and "aiokafka" in loaded
+    heavy = {"faststream", "redis", "redisvl", "torch", "spacy", "sentence_transformers", "networkx", "cdlib", "graph"}
+    assert not loaded & heavy, loaded & heavy
