@@ -88,7 +88,9 @@ def test_replies_never_go_to_inputs_or_invalid_names(topic: str) -> None:
 @pytest.mark.parametrize("topic", ["memory.replies", "memory.replies.acme", "agent-7.replies", "memory.documentsX"])
 def test_other_valid_topics_may_take_replies(topic: str) -> None:
     """Only the inputs and their tenant topics are refused; any other valid name is the asker's choice."""
-    check_reply_to(topic, INPUTS)
+    assert check_reply_to(topic, INPUTS) is None
+    with pytest.raises(UnknownReplyTopic, match="input topics"):  # the same name is refused once it is an input
+        check_reply_to(topic, [*INPUTS, topic])
 
 
 @pytest.mark.parametrize(

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+from structlog.testing import capture_logs
+
 from daemon.teardown import bounded, cancelled
 
 
@@ -28,11 +30,16 @@ async def test_a_failing_close_is_reported_not_raised() -> None:
     async def fails() -> None:
         raise ConnectionError("broker went away")
 
-    assert await bounded("failing close", fails(), seconds=1) is False
+    with capture_logs() as logs:
+        assert await bounded("failing close", fails(), seconds=1) is False
+    [entry] = [e for e in logs if e["event"] == "teardown.failed"]
+    assert entry["what"] == "failing close" and "broker went away" in entry["error"]
 
 
 async def test_a_clean_close_reports_success() -> None:
-    assert await bounded("clean close", asyncio.sleep(0), seconds=1) is True
+    with capture_logs() as logs:
+        assert await bounded("clean close", asyncio.sleep(0), seconds=1) is True
+    assert not [e for e in logs if e["log_level"] == "warning"]
 
 
 async def test_cancelling_a_task_that_ignores_cancellation_returns() -> None:

@@ -12,8 +12,11 @@ from memory.errors import BackendUnavailable
 
 def test_created_or_already_existing_topics_pass() -> None:
     """Code 0 (created) and 36 (another daemon created it first) are both fine."""
-    _raise_topic_errors(SimpleNamespace(topic_errors=[("a", 0, None), ("b", 36, "Topic 'b' already exists.")]), 1)
-    _raise_topic_errors(SimpleNamespace(topic_errors=[("a", 0)]), 1)  # v0 responses carry no message
+    ok = [("a", 0, None), ("b", 36, "Topic 'b' already exists.")]
+    assert _raise_topic_errors(SimpleNamespace(topic_errors=ok), 1) is None
+    assert _raise_topic_errors(SimpleNamespace(topic_errors=[("a", 0)]), 1) is None  # v0 responses carry no message
+    with pytest.raises(BackendUnavailable, match="c: "):  # the same response with one refusal fails
+        _raise_topic_errors(SimpleNamespace(topic_errors=[*ok, ("c", 37, None)]), 1)
 
 
 def test_a_topic_the_broker_refused_fails_naming_it_and_why() -> None:
