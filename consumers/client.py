@@ -23,7 +23,7 @@ from aiokafka.errors import KafkaError, MessageSizeTooLargeError
 
 from consumers.config import Topics, event_record_bytes
 from consumers.decoding import parse_event, tenant_from_topic
-from consumers.models import DocumentEvent, ErrorReply, QueryReply, TranscriptEvent
+from consumers.models import DocumentEvent, ErrorReply, GetReply, QueryReply, TranscriptEvent
 from consumers.replies import REPLY_PARTITION_HEADER
 from memory.config import DEFAULT_MAX_CONTENT_BYTES
 from memory.errors import BackendUnavailable, InvalidEvent, InvalidRequest, MemdError, NotFound
@@ -388,6 +388,39 @@ class MemoryClient:
         window = {name: _iso(t) for name, t in (("since", since), ("until", until)) if t is not None}
         if window:
             payload["time_range"] = window
+        data = await self._ask(topic, payload)
+        return QueryReply.model_validate(data)
+
+    async def get(
+        self,
+        doc_ids: Sequence[str] = (),
+        *,
+        turns: Sequence[tuple[str, str, int]] = (),
+        metadata_filter: Mapping[str, str | Sequence[str]] | None = None,
+        tenant: str | None = None,
+        query_id: str | None = None,
+    ) -> GetReply:
+        """Look memories up by id: each doc's (or turn's, as ``(agent_id, session_id, turn)``)
+        current version, content and metadata, or ``not_found``; in the order asked.
+
+        Raises:
+            QueryFailed: the daemon replied with an error (no ids, more than 100, a bad filter).
+            BackendUnavailable, NotFound, TimeoutError: as for ``query``.
+        """
+        topic = self._topic(self.topics.requests, tenant)
+        await self._ensure_reader()
+        payload: dict[str, Any] = {
+            "query_id": query_id or f"g_{uuid.uuid4().hex[:12]}",
+            "op": "get",
+            "doc_ids": list(doc_ids),
+            "turns": [{"agent_id": a, "session_id": s, "turn": t} for a, s, t in turns],
+        }
+        if metadata_filter:
+            payload["metadata_filter"] = {k: v if isinstance(v, str) else list(v) for k, v in metadata_filter.items()}
+        return GetReply.model_validate(await self._ask(topic, payload))
+
+    async def _ask(self, topic: str, payload: dict[str, Any]) -> dict[str, Any]:
+        """Publish a request and wait for its reply's JSON; an error reply raises ``QueryFailed``."""
         cid = uuid.uuid4().hex
         fut: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
         self._pending[cid] = fut
@@ -401,10 +434,10 @@ class MemoryClient:
             self._pending.pop(cid, None)
             if fut.done() and not fut.cancelled():
                 fut.exception()  # seen: a reader failure during a failed send is no "never retrieved"
-        data = json.loads(raw)
+        data: dict[str, Any] = json.loads(raw)
         if "error" in data:
             raise QueryFailed(ErrorReply.model_validate(data))
-        return QueryReply.model_validate(data)
+        return data
 
     def document_event(
         self,

@@ -317,6 +317,72 @@ class QueryRequest(BaseModel):
     context_turns: int = Field(0, ge=0, le=MAX_CONTEXT_TURNS)
 
 
+#: Most items one ``get`` request may name.
+MAX_GET_ITEMS = 100
+
+
+class TurnKey(BaseModel):
+    """One transcript turn, by where it was said."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    agent_id: AgentPart
+    session_id: AgentPart
+    turn: int = Field(ge=0, le=MAX_VERSION)
+
+    @property
+    def doc_id(self) -> str:
+        """The turn's doc id, as its ``TranscriptEvent`` names it."""
+        return f"transcript:{_id_part(self.agent_id)}/{_id_part(self.session_id)}/{self.turn}"
+
+
+class GetRequest(BaseModel):
+    """Look memories up by id (``"op": "get"``) on the requests topic; the reply is a ``GetReply``."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    query_id: Annotated[str, StringConstraints(min_length=1, max_length=256)]
+    op: Literal["get"]
+    doc_ids: list[DocId] = Field(default_factory=list)
+    turns: list[TurnKey] = Field(default_factory=list)
+    metadata_filter: dict[str, FilterValue] | None = None
+
+    @model_validator(mode="after")
+    def _some_items(self) -> GetRequest:
+        n = len(self.doc_ids) + len(self.turns)
+        if not 1 <= n <= MAX_GET_ITEMS:
+            raise ValueError(f"a get names 1..{MAX_GET_ITEMS} doc_ids and turns together, got {n}")
+        return self
+
+    def wanted(self) -> list[str]:
+        """Every doc id asked for, in the request's order (doc_ids, then turns), each once."""
+        return list(dict.fromkeys([*self.doc_ids, *(t.doc_id for t in self.turns)]))
+
+
+class GetItem(BaseModel):
+    """One looked-up memory: its current version and content, or why there is none."""
+
+    doc_id: str
+    # found; not_found (never stored, deleted, forgotten, another tenant's, or outside the filter);
+    # writing (a new version is being written in slices: ask again shortly).
+    status: Literal["found", "not_found", "writing"]
+    kind: str | None = None
+    source: str | None = None
+    version: int | None = None
+    content: str | None = None
+    metadata: dict[str, Any] | None = None
+    timestamp: str | None = None
+
+
+class GetReply(BaseModel):
+    """The items of a ``get``, in the request's order; ``truncated``: items left off to fit one record."""
+
+    query_id: str
+    items: list[GetItem]
+    took_ms: float
+    truncated: bool = False
+
+
 class CommunityInfo(BaseModel):
     """What a community summary result says about its community."""
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -10,14 +12,25 @@ import structlog
 from pydantic import ValidationError
 
 from consumers.decoding import parse_event
-from consumers.models import CommunityInfo, ContextTurn, ErrorBody, ErrorReply, QueryReply, QueryRequest, ResultItem
+from consumers.models import (
+    CommunityInfo,
+    ContextTurn,
+    ErrorBody,
+    ErrorReply,
+    GetItem,
+    GetReply,
+    GetRequest,
+    QueryReply,
+    QueryRequest,
+    ResultItem,
+)
 from graph.search import ScopedSearch
 from memory.conversation import parse_turn
 from memory.embedder import EmbedderError
 from memory.errors import InvalidRequest, MemdError, NotFound
 from memory.index import IndexError_, QuerySyntaxError
 from memory.records import DEFAULT_TENANT, StoredChunk
-from memory.retrieval import SearchHit, SearchOutcome, SearchSpec
+from memory.retrieval import Lookup, SearchHit, SearchOutcome, SearchSpec
 
 log = structlog.get_logger()
 
@@ -50,20 +63,56 @@ def guess_query_id(raw: bytes | None) -> str | None:
 def scope_of(raw: bytes | None) -> str:
     """The scope label of a request, for metrics (invalid requests count as 'invalid')."""
     data = _peek(raw)
+    if data is not None and data.get("op") == "get":
+        return "get"
     scope = "invalid" if data is None else data.get("scope", "chunks")
     return scope if isinstance(scope, str) and scope in {"chunks", "communities", "all"} else "invalid"
 
 
-def parse_request(raw: bytes | None) -> QueryRequest:
-    """Validate a request body.
+def parse_request(raw: bytes | None) -> QueryRequest | GetRequest:
+    """Validate a request body: a search, or (``"op": "get"``) a lookup by id.
 
     Raises:
         InvalidRequest: malformed JSON or UTF-8, or a schema error, with the reason.
     """
+    model: type[QueryRequest] | type[GetRequest] = GetRequest if (_peek(raw) or {}).get("op") == "get" else QueryRequest
     try:
-        return parse_event(raw, QueryRequest)
+        return parse_event(raw, model)
     except (ValueError, ValidationError) as exc:
         raise InvalidRequest(str(exc)) from exc
+
+
+def to_get_reply(req: GetRequest, found: Sequence[Lookup], took_ms: float) -> GetReply:
+    """The reply to a lookup, in the request's order."""
+    items = []
+    for f in found:
+        if f.status != "found":
+            items.append(GetItem(doc_id=f.doc_id, status=f.status))
+            continue
+        first = f.chunks[0]
+        items.append(
+            GetItem(
+                doc_id=f.doc_id,
+                status="found",
+                kind=first.kind,
+                source=first.source,
+                version=f.version if first.kind != "transcript" else None,
+                content=f.content,
+                metadata=first.metadata,
+                timestamp=_iso(first.timestamp),
+            )
+        )
+    return GetReply(query_id=req.query_id, items=items, took_ms=round(took_ms, 3))
+
+
+def fit_get_reply(reply: GetReply, max_bytes: int) -> GetReply:
+    """``reply``, with items left off its end until it fits ``max_bytes`` as JSON (``truncated`` says so)."""
+    items = list(reply.items)
+    while True:
+        fitted = reply.model_copy(update={"items": items, "truncated": len(items) < len(reply.items)})
+        if not items or len(json.dumps(fitted.model_dump(mode="json"))) <= max_bytes:
+            return fitted
+        items.pop()
 
 
 def to_spec(req: QueryRequest, tenant: str = DEFAULT_TENANT) -> SearchSpec:
@@ -197,7 +246,7 @@ def reply_code(exc: MemdError) -> str:
 
 async def answer(
     raw: bytes | None, search: ScopedSearch, tenant: str | None = DEFAULT_TENANT
-) -> QueryReply | ErrorReply:
+) -> QueryReply | GetReply | ErrorReply:
     """Answer one raw request: results, or an error reply that says why. Never raises.
 
     This is the one place where errors become replies: an asker always hears back.
@@ -208,6 +257,10 @@ async def answer(
         query_id = req.query_id
         if tenant is None:
             raise InvalidRequest("the request topic does not name a valid tenant")
+        if isinstance(req, GetRequest):
+            t0 = time.monotonic()
+            found = await search.lookup(req.wanted(), tenant=tenant, metadata_filter=req.metadata_filter)
+            return to_get_reply(req, found, (time.monotonic() - t0) * 1000)
         outcome, stale = await search.search(to_spec(req, tenant), req.scope)
         return to_reply(req, outcome, stale)
     except MemdError as exc:

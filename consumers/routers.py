@@ -21,8 +21,8 @@ from faststream.kafka import KafkaRouter
 
 from consumers.config import ConsumerConfig, Topics
 from consumers.decoding import Decoded, dead_letter, decode_records, dlq_body, tenant_from_topic
-from consumers.models import DlqRecord, ErrorBody, ErrorReply, QueryReply
-from consumers.queries import answer, fit_reply, guess_query_id, scope_of
+from consumers.models import DlqRecord, ErrorBody, ErrorReply, GetReply, QueryReply
+from consumers.queries import answer, fit_get_reply, fit_reply, guess_query_id, scope_of
 from consumers.replies import (
     PartitionCounts,
     UnknownReplyTopic,
@@ -355,7 +355,7 @@ def build_router(
         tenant = tenant_from_topic(record.topic, topics.requests, cfg.tenancy)
         default_target = default_reply_topic(topics.replies, cfg.tenancy, tenant)
         target = message.reply_to or default_target
-        reply: QueryReply | ErrorReply
+        reply: QueryReply | GetReply | ErrorReply
         partition: int | None = None
         try:
             if message.reply_to:
@@ -382,6 +382,8 @@ def build_router(
             reply = await answer(record.value, search, tenant)
             if isinstance(reply, QueryReply):
                 reply = fit_reply(reply, cfg.reply_max_bytes)
+            elif isinstance(reply, GetReply):
+                reply = fit_get_reply(reply, cfg.reply_max_bytes)
         elapsed = time.monotonic() - t0
         try:
             await publish_reply(reply.model_dump(mode="json"), target, message.correlation_id, partition)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Literal
 
 from graph.store import GraphStore
-from memory.retrieval import Retriever, SearchOutcome, SearchSpec
+from memory.retrieval import Lookup, Retriever, SearchOutcome, SearchSpec
 
 Scope = Literal["chunks", "communities", "all"]
 
@@ -35,3 +35,9 @@ class ScopedSearch:
         cids = [str(h.chunk.metadata.get("community_id")) for h in outcome.hits if h.chunk.kind == "community"]
         stale = await self._stores(spec.tenant).is_stale(cids) if self._stores is not None and cids else {}
         return outcome, stale
+
+    async def lookup(
+        self, doc_ids: Sequence[str], *, tenant: str, metadata_filter: Mapping[str, str | Sequence[str]] | None = None
+    ) -> list[Lookup]:
+        """Memories by id (``Retriever.lookup``)."""
+        return await self._retriever.lookup(doc_ids, tenant=tenant, metadata_filter=metadata_filter)

@@ -71,6 +71,17 @@ class LegTiming:
     embedded: float | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Lookup:
+    """A memory looked up by id: ``found`` with its chunks in order and its whole text, or not."""
+
+    doc_id: str
+    status: str  # "found" | "not_found" | "writing"
+    chunks: tuple[StoredChunk, ...] = ()
+    content: str = ""
+    version: int | None = None
+
+
 @dataclass
 class SearchOutcome:
     """Fused hits, wall time, and per-leg timings (the legs overlap)."""
@@ -158,6 +169,41 @@ class Retriever:
             "recency": pick(spec.recency_weight, cfg.recency_weight),
         }
         return weights, cfg.rrf_k if spec.rrf_k is None else spec.rrf_k
+
+    async def lookup(
+        self,
+        doc_ids: Sequence[str],
+        *,
+        tenant: str = DEFAULT_TENANT,
+        metadata_filter: Mapping[str, str | Sequence[str]] | None = None,
+    ) -> list[Lookup]:
+        """Each doc's current content (its stored chunks joined in order) and version.
+
+        Visibility is a search's: only the tenant's own docs, only those matching the filter,
+        and a doc being written in slices shows no mix of versions (``writing`` while the
+        chunks stored are not all of the version its marker shows).
+
+        Raises:
+            InvalidRequest: an unknown filter key.
+            BackendUnavailable: Redis is unreachable.
+        """
+        flt = normalize_filter(metadata_filter, allowed=self._index.cfg.filter_keys)
+        flt["tenant"] = [tenant]
+        wanted = list(dict.fromkeys(doc_ids))
+        stored = await self._index.turns(wanted, tenant)
+        markers = await self._markers(list(stored.values()), tenant)
+        out: list[Lookup] = []
+        for doc_id in wanted:
+            chunks = stored.get(doc_id)
+            if not chunks or not matches(chunks[0].tags, flt):
+                out.append(Lookup(doc_id, "not_found"))
+            elif markers and not all(_shown(c, markers, tenant) for c in chunks):
+                shown = markers.get((chunks[0].generation or 0, tenant, doc_id))
+                out.append(Lookup(doc_id, "writing" if shown is None or shown.shown is not None else "not_found"))
+            else:
+                text = join_chunks([c.text for c in chunks])
+                out.append(Lookup(doc_id, "found", tuple(chunks), text, chunks[0].version))
+        return out
 
     async def _with_turns(
         self, hits: list[SearchHit], spec: SearchSpec, flt: Mapping[str, Sequence[str]]

@@ -389,6 +389,61 @@ async def test_a_query_gets_the_turns_around_each_transcript_result(env) -> None
         assert plain_reply.results[0].context is None
 
 
+async def test_get_looks_memories_up_by_id_within_the_tenant_and_filter(env) -> None:
+    """A get answers each doc or turn asked for, in order: its current version, whole content, metadata and time,
+    or not_found for one never stored, deleted, outside the filter or another tenant's."""
+    daemon, plain, _ = env
+    long_text = " ".join(f"Runbook step {n}: check the kestrel-gateway pool and restart it." for n in range(120))
+    async with (
+        MemoryClient(bootstrap=plain.bootstrap, topics=plain.topics, tenant=WRITER) as memory,
+        MemoryClient(bootstrap=plain.bootstrap, topics=plain.topics, tenant=OTHER) as other,
+    ):
+        await memory.publish_document("get/runbook.md", "first draft", version=1, metadata={"service": "kestrel"})
+        await memory.publish_document("get/runbook.md", long_text, version=2, metadata={"service": "kestrel"})
+        await memory.publish_document("get/gone.md", "soon deleted", version=1)
+        await memory.delete_document("get/gone.md", version=2)
+        await memory.publish_observation(agent_id="getter", session_id="s/1", turn=3, content="Rotated the keys.")
+        await other.publish_document("get/theirs.md", "another tenant's", version=1)
+
+        async def stored() -> bool:
+            chunks = await daemon.index.chunk_ids("get/runbook.md", WRITER)
+            return (
+                len(chunks) > 1
+                and bool(await daemon.index.chunk_ids("transcript:getter/s%2F1/3", WRITER))
+                and not await daemon.index.chunk_ids("get/gone.md", WRITER)
+                and bool(await daemon.index.chunk_ids("get/theirs.md", OTHER))
+            )
+
+        await eventually(stored, timeout=90, what="the docs and the turn indexed")
+        reply = await memory.get(
+            ["get/runbook.md", "get/gone.md", "get/never.md", "get/theirs.md"], turns=[("getter", "s/1", 3)]
+        )
+        by_id = {i.doc_id: i for i in reply.items}
+        assert [i.doc_id for i in reply.items] == [
+            "get/runbook.md",
+            "get/gone.md",
+            "get/never.md",
+            "get/theirs.md",
+            "transcript:getter/s%2F1/3",
+        ]
+        doc = by_id["get/runbook.md"]
+        assert (doc.status, doc.version, doc.kind, doc.content) == ("found", 2, "document", long_text)
+        assert doc.metadata == {"service": "kestrel"} and doc.timestamp is not None
+        for missing in ("get/gone.md", "get/never.md", "get/theirs.md"):
+            assert by_id[missing].status == "not_found" and by_id[missing].content is None
+        turn = by_id["transcript:getter/s%2F1/3"]
+        assert (turn.status, turn.kind, turn.content, turn.version) == (
+            "found",
+            "transcript",
+            "Rotated the keys.",
+            None,
+        )
+        filtered = await memory.get(["get/runbook.md"], metadata_filter={"service": "other"})
+        assert filtered.items[0].status == "not_found"
+        with pytest.raises(QueryFailed, match=r"1\.\.100"):
+            await memory.get([])
+
+
 async def test_cli_publish_in_topic_tenancy_needs_a_tenant_and_writes_to_its_topics(env, tmp_path: Path) -> None:
     """`agentmemd publish doc|delete|observation` fail at once without --tenant in topic tenancy
     (the record would be lost on the bare topic), and with it land in that tenant's memory."""

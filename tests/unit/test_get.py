@@ -1,0 +1,51 @@
+"""Lookup by id: the get request's rules and its reply (pure)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from consumers.models import GetItem, GetReply, GetRequest
+from consumers.queries import fit_get_reply, parse_request, scope_of
+from memory.errors import InvalidRequest
+
+
+def raw(**over: object) -> bytes:
+    return json.dumps({"query_id": "g", "op": "get", **over}).encode()
+
+
+def test_a_get_is_told_from_a_search_by_its_op() -> None:
+    """ "op": "get" parses as a lookup (turns named by where they were said); anything else as a search."""
+    req = parse_request(raw(doc_ids=["a", "a"], turns=[{"agent_id": "x/y", "session_id": "s", "turn": 2}]))
+    assert isinstance(req, GetRequest)
+    assert req.wanted() == ["a", "transcript:x%2Fy/s/2"]
+    assert scope_of(raw(doc_ids=["a"])) == "get"
+    assert not isinstance(parse_request(b'{"query_id": "q", "search_text": "x"}'), GetRequest)
+
+
+@pytest.mark.parametrize(
+    ("over", "fragment"),
+    [
+        ({}, "1..100"),
+        ({"doc_ids": [f"d{n}" for n in range(101)]}, "1..100"),
+        ({"doc_ids": [""]}, "doc_ids"),
+        ({"doc_ids": "a"}, "doc_ids"),
+        ({"turns": [{"agent_id": "a", "session_id": "s", "turn": -1}]}, "turn"),
+        ({"doc_ids": ["a"], "search_text": "x"}, "search_text"),
+    ],
+)
+def test_bad_gets_are_refused_with_the_reason(over: dict[str, object], fragment: str) -> None:
+    """No ids, too many, bad ids or turns, or a search's field: an invalid request naming the problem."""
+    with pytest.raises(InvalidRequest, match=fragment.replace(".", r"\.")):
+        parse_request(raw(**over))
+
+
+def test_a_get_reply_too_large_for_one_record_is_cut_and_says_so() -> None:
+    """Items are left off the end until the reply fits, and truncated says so."""
+    items = [GetItem(doc_id=f"d{n}", status="found", content="x" * 1000) for n in range(10)]
+    fitted = fit_get_reply(GetReply(query_id="g", items=items, took_ms=1.0), 4000)
+    assert 0 < len(fitted.items) < 10 and fitted.truncated
+    assert len(json.dumps(fitted.model_dump(mode="json"))) <= 4000
+    whole = fit_get_reply(GetReply(query_id="g", items=items[:1], took_ms=1.0), 4000)
+    assert not whole.truncated and len(whole.items) == 1
