@@ -26,7 +26,9 @@ pytestmark = pytest.mark.integration
 FIELDS = ("text", "terms", "context", "context_vec")
 
 
-def turn(agent: str, session: str, n: int, content: str, when: str = "2023-05-08T13:56:00Z") -> MemoryItem:
+def turn(
+    agent: str, session: str, n: int, content: str, when: str = "2023-05-08T13:56:00Z", tenant: str = "default"
+) -> MemoryItem:
     event = TranscriptEvent.model_validate_json(
         json.dumps(
             {
@@ -39,7 +41,7 @@ def turn(agent: str, session: str, n: int, content: str, when: str = "2023-05-08
             }
         )
     )
-    return event.to_item(BASE_FILTER_KEYS)
+    return event.to_item(BASE_FILTER_KEYS, tenant)
 
 
 def forget(agent: str, session: str) -> MemoryItem:
@@ -209,3 +211,22 @@ async def test_forgetting_a_session_leaves_no_trace_in_any_other_turn(
     for cid, row in rows.items():
         for f in FIELDS:
             assert "quokka" not in row[f] and "marsupi" not in row[f], (cid, f)
+
+
+async def test_context_never_crosses_tenants(redis_url: str, embedder: Any, cleanup: list[Any]) -> None:
+    """Two tenants with the same agent and session ids: each tenant's turns are indexed with its own neighbours
+    only, and a query in one tenant never returns the other's words."""
+    client, index, ingestor, retriever = await stack(redis_url, embedder, "tenants")
+    cleanup.append((client, index))
+    await ingestor.apply([turn("a", "s", n, f"Melanie: acme secret plan number {n}", tenant="acme") for n in range(4)])
+    await ingestor.apply([turn("a", "s", n, f"Caroline: globex weather report {n}", tenant="globex") for n in range(4)])
+    seen = 0
+    async for key in client.scan_iter(match=f"{index.cfg.name}:g*:chunk:*", count=1000):
+        tenant = key.decode().split(":chunk:")[1].split(":")[0]
+        context, terms = (v.decode() for v in await client.hmget(key, ["context", "terms"]))
+        other = "globex" if tenant == "acme" else "acme"
+        assert other not in context and other not in terms.split(), (key, context)
+        seen += 1
+    assert seen == 8
+    out = await retriever.search(SearchSpec(text="globex weather report", top_k=10, tenant="acme"))
+    assert out.hits and all("globex" not in h.chunk.text for h in out.hits)
