@@ -25,16 +25,16 @@ from daemon.settings import Settings
 from daemon.status import Sampler, StatusState
 from daemon.teardown import CLOSE_TIMEOUT_S, await_chain, bounded, cancel_and_wait
 from daemon.topics import ensure_topics
-from graph.compute import CommunityComputer, in_thread
+from graph.compute import CommunityComputer, Offload, in_thread
 from graph.ner import SpacyNer
 from graph.registry import GraphRegistry
 from graph.search import ScopedSearch
 from memory.activity import IngestActivity
 from memory.attempts import AttemptCounter
-from memory.embedder import POISON_MAX, SentenceTransformerEmbedder
+from memory.embedder import POISON_MAX, Embedder, SentenceTransformerEmbedder
 from memory.errors import BackendUnavailable, MemdError
-from memory.generations import index_spec
-from memory.index import ChunkIndex
+from memory.generations import GenerationRegistry, index_spec
+from memory.index import ChunkIndex, translate_errors
 from memory.ingest import Ingestor
 from memory.poison import SharedPoison
 from memory.retrieval import Retriever
@@ -245,6 +245,51 @@ async def _start_broker(broker: KafkaBroker) -> None:
     broker.running = True
 
 
+async def load_ner(settings: Settings) -> SpacyNer | None:
+    """The graph's entity recognizer, or None when no spaCy model is configured."""
+    return await SpacyNer.load(settings.graph.spacy_model) if settings.graph.spacy_model else None
+
+
+def build_graph(
+    settings: Settings,
+    *,
+    redis: aredis.Redis,
+    index: ChunkIndex,
+    embedder: Embedder | None,
+    ner: SpacyNer | None,
+    activity: IngestActivity | None = None,
+    offload: Offload = in_thread,
+) -> GraphRegistry:
+    """The graph layer over ``index``: one service per tenant, as the daemon, the CLI's graph
+    commands and a reindex's re-pointing all wire it."""
+    return GraphRegistry(
+        client=redis,
+        name=settings.index.name,
+        index=index,
+        embedder=embedder,
+        ner=ner,
+        cfg=settings.graph,
+        activity=activity,
+        offload=offload,
+    )
+
+
+async def active_index(settings: Settings, redis: aredis.Redis) -> ChunkIndex:
+    """The index as the active generation was built, for commands that load no model.
+
+    A placeholder spec (no model, 0 dims) fails the settings check of every write, so a
+    `graph rebuild` that removed a community failed deleting its summary chunk, after its
+    communities were already committed.
+
+    Raises:
+        MemdError: the active generation could not be read from Redis.
+    """
+    async with translate_errors("generation read"):
+        state = await GenerationRegistry(redis, settings.index.name).state()
+    dims = state.spec.dims if state.spec is not None else 0
+    return ChunkIndex(client=redis, cfg=settings.index, dims=dims, spec=state.spec)
+
+
 async def start_daemon(
     settings: Settings,
     *,
@@ -299,14 +344,12 @@ async def start_daemon(
         activity = IngestActivity()
         graph: GraphRegistry | None = None
         if settings.graph.enabled:
-            ner = await SpacyNer.load(settings.graph.spacy_model) if settings.graph.spacy_model else None
-            graph = GraphRegistry(
-                client=redis,
-                name=settings.index.name,
+            graph = build_graph(
+                settings,
+                redis=redis,
                 index=index,
                 embedder=embedder,
-                ner=ner,
-                cfg=settings.graph,
+                ner=await load_ner(settings),
                 activity=activity,
                 offload=compute if compute is not None else in_thread,
             )

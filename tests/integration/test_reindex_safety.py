@@ -19,6 +19,8 @@ import pytest
 from aiokafka.errors import KafkaConnectionError
 
 import daemon.reindex as reindex_mod
+import daemon.reindex.build as build_mod
+import daemon.reindex.replay as replay_mod
 from daemon.launcher import free_port, start_tansu
 from daemon.topics import ensure_topics
 from memory.config import ChunkingConfig
@@ -199,7 +201,7 @@ async def test_a_log_lost_mid_replay_ends_the_replay_and_loses_no_doc(
 
             restarted: list[bool] = []
 
-            class LosesTheLog(reindex_mod.AIOKafkaConsumer):  # type: ignore[misc,name-defined]
+            class LosesTheLog(replay_mod.AIOKafkaConsumer):  # type: ignore[misc,name-defined]
                 """The replay's real consumer, held from fetching until it has read the end
                 offsets; right then the broker restarts empty (no prefetch races it)."""
 
@@ -219,8 +221,8 @@ async def test_a_log_lost_mid_replay_ends_the_replay_and_loses_no_doc(
                         self.resume(*self.paused())
                     return ends
 
-            monkeypatch.setattr(reindex_mod, "AIOKafkaConsumer", LosesTheLog)
-            monkeypatch.setattr(reindex_mod, "REPLAY_STALL_S", 1.0)
+            monkeypatch.setattr(replay_mod, "AIOKafkaConsumer", LosesTheLog)
+            monkeypatch.setattr(replay_mod, "REPLAY_STALL_S", 1.0)
             rep = await reindex(settings)
             await daemon.index.state(fresh=True)
             assert restarted and rep.progress.applied == 0 and rep.progress.carried == 20, rep
@@ -272,7 +274,7 @@ async def test_a_failed_catch_up_never_loses_what_the_live_daemons_wrote(
     tokens = await daemon.index.versions(sorted(summaries))
     assert set(tokens) == summaries
 
-    real = reindex_mod._Replayer.replay_to_end
+    real = replay_mod._Replayer.replay_to_end
     registry = GenerationRegistry(daemon.redis, settings.index.name)
     late: list[str] = []
     calls = 0
@@ -293,8 +295,8 @@ async def test_a_failed_catch_up_never_loses_what_the_live_daemons_wrote(
             raise KafkaConnectionError("injected: the broker went away during the catch-up")
         await real(self)
 
-    monkeypatch.setattr(reindex_mod._Replayer, "replay_to_end", flaky)
-    monkeypatch.setattr(reindex_mod, "CATCH_UP_TRIES", 2)
+    monkeypatch.setattr(replay_mod._Replayer, "replay_to_end", flaky)
+    monkeypatch.setattr(build_mod, "CATCH_UP_TRIES", 2)
 
     rep = await reindex(settings)
 
@@ -330,7 +332,7 @@ async def test_a_tenant_onboarded_mid_build_is_replayed(
         topic_a = f"{settings.topics.documents}.a"
         await client.send(topic_a, doc("a1", 1, runbook(1)), key="a1")
         await eventually(lambda: _versions(daemon, {"a1": 1}, "a"), timeout=120, what="tenant a indexed")
-        real = reindex_mod._Replayer.replay_to_end
+        real = replay_mod._Replayer.replay_to_end
         calls = 0
 
         async def onboard_b(self: Any) -> None:
@@ -343,7 +345,7 @@ async def test_a_tenant_onboarded_mid_build_is_replayed(
                 await client.send(topic_b, doc("b1", 1, runbook(2)), key="b1")
                 await eventually(lambda: _versions(daemon, {"b1": 1}, "b"), timeout=60, what="tenant b indexed live")
 
-        monkeypatch.setattr(reindex_mod._Replayer, "replay_to_end", onboard_b)
+        monkeypatch.setattr(replay_mod._Replayer, "replay_to_end", onboard_b)
         rep = await reindex(settings)
         await daemon.index.state(fresh=True)  # the daemon's 1 s cache of the active generation
         assert rep.old_dropped and rep.errors == [] and rep.progress.carried == 0, rep
@@ -379,7 +381,7 @@ async def test_a_heartbeat_blip_keeps_the_build_and_an_abandoned_build_is_droppe
         await real_beat(self, owner)
 
     monkeypatch.setattr(GenerationRegistry, "heartbeat", blip)
-    monkeypatch.setattr(reindex_mod, "HEARTBEAT_S", 0.02)
+    monkeypatch.setattr(build_mod, "HEARTBEAT_S", 0.02)
     rep = await reindex(settings)
     await daemon.index.state(fresh=True)  # the daemon's 1 s cache of the active generation
     assert beats >= 2 and rep.old_dropped and rep.errors == [], rep
@@ -396,7 +398,7 @@ async def test_a_summary_removed_in_the_check_window_stays_removed(env: Any, mon
     removed summary does not come back. (A review's probe, adopted.)"""
     settings, daemon, client = env
     cid = sorted(await _seed_and_summarize(settings, daemon, client, 8))[0]
-    real = reindex_mod._Replayer.replay_to_end
+    real = replay_mod._Replayer.replay_to_end
     calls = 0
 
     async def flaky(self: Any) -> None:
@@ -409,8 +411,8 @@ async def test_a_summary_removed_in_the_check_window_stays_removed(env: Any, mon
             token = await daemon.graph.store().fence()
             assert (await daemon.index.apply(cid, token, [], np.zeros((0, 1), np.float32))).applied
 
-    monkeypatch.setattr(reindex_mod._Replayer, "replay_to_end", flaky)
-    monkeypatch.setattr(reindex_mod, "CATCH_UP_TRIES", 1)
+    monkeypatch.setattr(replay_mod._Replayer, "replay_to_end", flaky)
+    monkeypatch.setattr(build_mod, "CATCH_UP_TRIES", 1)
     rep = await reindex(settings)
     await daemon.index.state(fresh=True)
     assert rep.old_dropped and any("catch-up after the switch failed" in e for e in rep.errors), rep

@@ -8,7 +8,9 @@ import pytest
 import typer
 
 from consumers.config import ConsumerConfig
-from daemon.cli import EMBEDDED_SESSION_MS, _embedded_session, _tenant_target, _when
+from daemon.cli._client import _tenant_target
+from daemon.cli.query import _when
+from daemon.cli.servers import EMBEDDED_SESSION_MS, _embedded_session
 from daemon.settings import Settings
 
 
@@ -69,7 +71,7 @@ def test_query_results_show_their_text_in_an_80_column_terminal() -> None:
     from rich.console import Console
 
     from consumers.models import QueryReply, ResultItem
-    from daemon.cli import results_view
+    from daemon.cli.query import results_view
 
     text = "Restarted pgbouncer; the 504s stopped. " + "The pool drained after the deploy of billing. " * 10
     reply = QueryReply(
@@ -114,3 +116,27 @@ def test_index_schema_names_the_generation_it_prints() -> None:
     assert res.exit_code == 0, res.output
     assert res.output.startswith("# generation 3's names")
     assert yaml.safe_load(res.output)["index"]["name"].endswith("-g3")
+
+
+def test_commands_are_listed_in_their_usual_order() -> None:
+    """`agentmemd --help` lists the commands, then the groups, in one fixed order, whichever
+    module of the cli package registers them."""
+    import typer.main
+
+    from daemon.cli import app
+
+    assert list(typer.main.get_command(app).commands) == [  # type: ignore[attr-defined]
+        "up",
+        "run",
+        "servers",
+        "query",
+        "doctor",
+        "stale",
+        "communities",
+        "drop-generation",
+        "reindex",
+        "publish",
+        "config",
+        "docs",
+        "graph",
+    ]

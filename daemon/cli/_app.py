@@ -1,0 +1,74 @@
+"""The root ``agentmemd`` command, its consoles, and what every command group shares:
+settings, clean failures, signal handling and a Redis client."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+
+from consumers.decoding import validation_reason
+from daemon.connections import redis_client
+from daemon.logging import configure_logging
+from daemon.settings import Settings
+from memory.errors import MemdError
+
+T = TypeVar("T")
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help="agent-memory-daemon: long-term memory for agents.")
+
+out = Console()
+err = Console(stderr=True)
+
+
+def _load_settings() -> Settings:
+    """The settings, or a clean failure naming each invalid one (not a traceback)."""
+    try:
+        return Settings()
+    except ValidationError as exc:
+        problems = validation_reason(exc, root="settings")
+        raise _fail(ValueError(f"invalid settings ({exc.error_count()}): {problems}")) from None
+
+
+def _settings() -> Settings:
+    settings = _load_settings()
+    configure_logging(settings.log_level, settings.log_format)
+    return settings
+
+
+def _run_with_signals(main: Callable[[asyncio.Event], Awaitable[None]]) -> None:
+    async def runner() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await main(stop)
+
+    asyncio.run(runner())
+
+
+def _fail(exc: Exception) -> typer.Exit:
+    err.print(f"[red]error:[/red] {exc}")
+    return typer.Exit(code=1)
+
+
+def _with_redis(fn: Callable[[Settings, Any], Awaitable[T]]) -> T:
+    """Run ``fn(settings, redis client)`` to the end; a MemdError becomes a clean CLI failure."""
+    settings = _settings()
+
+    async def main() -> T:
+        client = redis_client(settings)
+        try:
+            return await fn(settings, client)
+        finally:
+            await client.aclose()
+
+    try:
+        return asyncio.run(main())
+    except MemdError as exc:
+        raise _fail(exc) from exc

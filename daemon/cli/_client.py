@@ -1,0 +1,80 @@
+"""Running a command with a Kafka ``MemoryClient``, and the options that reach it (``query``, ``publish``)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import typer
+
+from consumers.client import MemoryClient, QueryFailed
+from daemon.cli._app import _fail, _settings
+from daemon.connections import kafka_options
+from daemon.settings import Settings
+from memory.errors import MemdError
+from memory.records import DEFAULT_TENANT
+
+T = TypeVar("T")
+
+
+def _pairs(values: list[str] | None, what: str) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for raw in values or []:
+        key, sep, value = raw.partition("=")
+        if not sep or not key:
+            raise typer.BadParameter(f"{what} must look like key=value, got {raw!r}")
+        if key in result:
+            prev = result[key]
+            result[key] = [*prev, value] if isinstance(prev, list) else [prev, value]
+        else:
+            result[key] = value
+    return result
+
+
+def _with_client(
+    fn: Callable[[MemoryClient], Awaitable[T]], settings: Settings | None = None, tenant: str | None = None
+) -> T:
+    """Run ``fn`` with a client of ``tenant`` (see ``_tenant_target``), failing as the CLI does."""
+    settings = _settings() if settings is None else settings
+
+    async def main() -> T:
+        async with MemoryClient(
+            bootstrap=settings.kafka_bootstrap,
+            topics=settings.topics,
+            # A tenant's client reads the tenant's own reply topic, as the daemon's default for
+            # it: never the shared one, which every tenant reads and topic ACLs may not grant.
+            tenant=tenant,
+            kafka_options=kafka_options(settings),
+            max_content_bytes=settings.ingest.max_content_bytes,
+        ) as client:
+            return await fn(client)
+
+    try:
+        return asyncio.run(main())
+    except QueryFailed as exc:
+        raise _fail(exc) from exc
+    except (MemdError, TimeoutError) as exc:
+        raise _fail(exc if str(exc) else TimeoutError("no reply in time")) from exc
+
+
+def _tenant_target(tenancy: str, tenant: str | None) -> str | None:
+    """The tenant whose topics ``--tenant`` names under ``tenancy`` (None: the bare topics).
+
+    Raises:
+        typer.BadParameter: topic tenancy without a tenant (nobody reads the bare topics there:
+            a query would only time out, a publish would be lost), or another tenant than the
+            default one in single mode.
+    """
+    if tenancy == "topic":
+        if tenant is None:
+            raise typer.BadParameter(
+                "the daemon runs in topic tenancy (AGENTMEM_CONSUMER__TENANCY=topic): name the tenant with --tenant"
+            )
+        return tenant
+    if tenant not in (None, DEFAULT_TENANT):
+        raise typer.BadParameter(
+            f"--tenant {tenant} needs AGENTMEM_CONSUMER__TENANCY=topic; in single mode every query is the "
+            f"{DEFAULT_TENANT!r} tenant's"
+        )
+    return None

@@ -1,0 +1,143 @@
+"""``graph``, ``stale`` and ``communities``: the entity graph, its communities and stale summaries."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.table import Table
+
+from daemon.app import active_index, build_graph
+from daemon.cli._app import _fail, _with_redis, app, out
+from daemon.settings import Settings
+from graph.service import GraphService
+from memory.errors import MemdError
+
+T = TypeVar("T")
+
+graph_app = typer.Typer(no_args_is_help=True, help="The entity graph and its communities.")
+app.add_typer(graph_app, name="graph")
+
+
+TenantOpt = Annotated[str, typer.Option("--tenant", help="Whose graph (topic tenancy); 'default' otherwise.")]
+
+
+def _with_graph(fn: Callable[[GraphService], Awaitable[T]], tenant: str = "default") -> T:
+    """Run ``fn`` with ``tenant``'s graph service, wired as the daemon wires it, over the active index."""
+
+    async def run(settings: Settings, client: Any) -> T:
+        graph = build_graph(settings, redis=client, index=await active_index(settings, client), embedder=None, ner=None)
+        return await fn(graph.service(tenant))
+
+    return _with_redis(run)
+
+
+@app.command()
+def stale(
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+    limit: Annotated[int, typer.Option("--limit", min=1)] = 20,
+    tenant: TenantOpt = "default",
+) -> None:
+    """The stale-summary queue: depth, oldest age, and the oldest communities with why."""
+    import time
+
+    depth, items = _with_graph(lambda g: g.store.stale(limit=limit), tenant)
+    now = time.time()
+    oldest = max((now - i.first_marked_at for i in items), default=0.0)
+    if as_json:
+        print(
+            json.dumps(
+                {
+                    "depth": depth,
+                    "oldest_age_s": round(oldest, 3),
+                    "items": [
+                        {
+                            "community_id": i.community_id,
+                            "level": i.level,
+                            "first_marked_at": i.first_marked_at,
+                            "last_marked_at": i.last_marked_at,
+                            "change_count": i.change_count,
+                            "doc_ids": i.doc_ids,
+                        }
+                        for i in items
+                    ],
+                },
+                indent=2,
+            )
+        )
+        return
+    table = Table(title=f"stale summaries: {depth} queued, oldest {oldest:.1f}s")
+    for col in ("community", "level", "age s", "changes", "caused by"):
+        table.add_column(col, overflow="fold")
+    for i in items:
+        table.add_row(
+            i.community_id,
+            str(i.level),
+            f"{now - i.first_marked_at:.1f}",
+            str(i.change_count),
+            ", ".join(i.doc_ids[:5]),
+        )
+    out.print(table)
+
+
+@app.command()
+def communities(as_json: Annotated[bool, typer.Option("--json")] = False, tenant: TenantOpt = "default") -> None:
+    """Communities: ids, levels, sizes and whether their summaries are fresh."""
+
+    async def read(g: GraphService) -> list[dict[str, Any]]:
+        comms = await g.store.communities()
+        stale_map = await g.store.is_stale([c.id for c in comms])
+        rows = []
+        for c in comms:
+            summary = await g.store.summary(c.id)
+            rows.append(
+                {
+                    "community_id": c.id,
+                    "level": c.level,
+                    "size": len(c.members),
+                    "parent": c.parent,
+                    "stale": stale_map.get(c.id, False),
+                    "summarized": summary is not None,
+                    "members": sorted(c.members)[:10],
+                }
+            )
+        return rows
+
+    rows = _with_graph(read, tenant)
+    if as_json:
+        print(json.dumps({"communities": rows}, indent=2))
+        return
+    table = Table(title=f"{len(rows)} communities")
+    for col in ("community", "level", "size", "fresh", "members"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        fresh = "stale" if r["stale"] else ("fresh" if r["summarized"] else "none")
+        table.add_row(r["community_id"], str(r["level"]), str(r["size"]), fresh, ", ".join(r["members"]))
+    out.print(table)
+
+
+@graph_app.command("rebuild")
+def graph_rebuild(tenant: TenantOpt = "default") -> None:
+    """Recompute communities now (ids stay stable; changed ones are marked stale)."""
+    report = _with_graph(lambda g: g.recompute(force=True), tenant)
+    if report is None:
+        raise _fail(MemdError("another daemon holds the recompute lock; try again shortly"))
+    out.print(
+        f"{report.communities} communities on {report.levels} level(s); {len(report.changed)} new or changed "
+        f"(marked stale), {len(report.removed)} removed, {len(report.events)} merges/splits, {report.took_ms:.0f} ms"
+    )
+
+
+@graph_app.command("repoint")
+def graph_repoint() -> None:
+    """Re-extract every graph doc of every tenant from the active index's chunks, so entities
+    cite the chunks that hold them now (`reindex` does it after a chunking change)."""
+    from daemon.reindex import repoint_graph
+
+    async def run(settings: Settings, client: Any) -> int:
+        return await repoint_graph(settings, client, await active_index(settings, client))
+
+    done = _with_redis(run)
+    out.print(f"{done} graph docs re-pointed to the active index's chunks")

@@ -1,0 +1,131 @@
+"""``publish``: documents, deletes, observations and forgets, over Kafka."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.progress import Progress
+
+from consumers.client import MemoryClient
+from daemon.cli._app import _settings, app, err, out
+from daemon.cli._client import _pairs, _tenant_target, _with_client
+from memory.errors import InvalidEvent
+
+publish_app = typer.Typer(no_args_is_help=True, help="Publish documents, deletes and observations.")
+app.add_typer(publish_app, name="publish")
+
+
+PublishTenantOpt = Annotated[
+    str | None,
+    typer.Option("--tenant", help="Whose memory (topic tenancy): publishes on <topic>.<tenant>."),
+]
+
+
+def _read_text(path: Path) -> str:
+    """A file's text, or an error that names the file (never a traceback).
+
+    Raises:
+        InvalidEvent: not UTF-8 text, or unreadable.
+    """
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidEvent(f"{path} is not UTF-8 text (byte {exc.start}): only text files can be published") from exc
+    except OSError as exc:
+        raise InvalidEvent(f"{path} cannot be read: {exc.strerror or exc}") from exc
+
+
+@publish_app.command("doc")
+def publish_doc(
+    paths: Annotated[list[Path], typer.Argument(help="Files to publish (UTF-8 text).", exists=True, dir_okay=False)],
+    doc_id: Annotated[str | None, typer.Option("--doc-id", help="Only with one path; default: the path.")] = None,
+    meta: Annotated[list[str] | None, typer.Option("--meta", help="key=value metadata.")] = None,
+    version: Annotated[int | None, typer.Option("--version", help="Default: wall-clock microseconds.")] = None,
+    tenant: PublishTenantOpt = None,
+) -> None:
+    """Upsert documents from files."""
+    settings = _settings()
+    target = _tenant_target(settings.consumer.tenancy, tenant)
+    if doc_id and len(paths) != 1:
+        raise typer.BadParameter("--doc-id needs exactly one path")
+    metadata = _pairs(meta, "--meta")
+    if any(isinstance(v, list) for v in metadata.values()):
+        raise typer.BadParameter("--meta keys must be unique")
+
+    async def send(client: MemoryClient) -> int:
+        # Every file is read and checked before the first is sent: one bad file among many
+        # must not leave the others half published, nor go to the dead letters unseen.
+        for path in paths:
+            try:
+                client.document_event(doc_id or str(path), _read_text(path), version=version, metadata=metadata)
+            except InvalidEvent as exc:
+                raise InvalidEvent(f"{path}: {exc}" if str(path) not in str(exc) else str(exc)) from exc
+        with Progress(console=err, transient=True, disable=len(paths) < 2) as progress:
+            task = progress.add_task("publishing", total=len(paths))
+            for path in paths:
+                await client.publish_document(doc_id or str(path), _read_text(path), version=version, metadata=metadata)
+                progress.advance(task)
+        return len(paths)
+
+    n = _with_client(send, settings, target)
+    out.print(f"published {n} document(s)")
+
+
+@publish_app.command("delete")
+def publish_delete(
+    doc_id: Annotated[str, typer.Argument()],
+    version: Annotated[int | None, typer.Option("--version")] = None,
+    tenant: PublishTenantOpt = None,
+) -> None:
+    """Delete a document (every chunk of it)."""
+    settings = _settings()
+    target = _tenant_target(settings.consumer.tenancy, tenant)
+    v = _with_client(lambda c: c.delete_document(doc_id, version=version), settings, target)
+    out.print(f"delete of {doc_id} published at version {v}")
+
+
+@publish_app.command("observation")
+def publish_observation(
+    text: Annotated[str, typer.Argument()],
+    agent_id: Annotated[str, typer.Option("--agent-id")],
+    session_id: Annotated[str, typer.Option("--session-id")],
+    turn: Annotated[int, typer.Option("--turn")],
+    role: Annotated[str, typer.Option("--role")] = "assistant",
+    meta: Annotated[list[str] | None, typer.Option("--meta", help="key=value metadata.")] = None,
+    tenant: PublishTenantOpt = None,
+) -> None:
+    """Record one transcript turn or observation of an agent."""
+    metadata = _pairs(meta, "--meta")
+    settings = _settings()
+    target = _tenant_target(settings.consumer.tenancy, tenant)
+    _with_client(
+        lambda c: c.publish_observation(
+            agent_id=agent_id, session_id=session_id, turn=turn, content=text, role=role, metadata=metadata
+        ),
+        settings,
+        target,
+    )
+    out.print("observation published")
+
+
+@publish_app.command("forget")
+def publish_forget(
+    agent_id: Annotated[str, typer.Option("--agent-id")],
+    session_id: Annotated[str | None, typer.Option("--session-id", help="The session to forget.")] = None,
+    all_sessions: Annotated[
+        bool, typer.Option("--all-sessions", help="Forget every session of the agent instead.")
+    ] = False,
+    tenant: PublishTenantOpt = None,
+) -> None:
+    """Forget an agent's session (every turn of it), or with --all-sessions every session of the agent."""
+    if (session_id is None) == (not all_sessions):
+        raise typer.BadParameter("give --session-id or --all-sessions (not both)")
+    settings = _settings()
+    target = _tenant_target(settings.consumer.tenancy, tenant)
+    _with_client(
+        lambda c: c.forget(agent_id=agent_id, session_id=session_id, all_sessions=all_sessions), settings, target
+    )
+    what = f"session {session_id} of agent {agent_id}" if session_id else f"every session of agent {agent_id}"
+    out.print(f"forget of {what} published")

@@ -1,0 +1,124 @@
+"""``query``: ask the memory a question, and show the reply."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any, Literal
+
+import typer
+from rich.console import Group
+from rich.padding import Padding
+from rich.text import Text
+
+from consumers.client import MemoryClient, QueryFailed
+from consumers.models import QueryReply
+from daemon.cli._app import _settings, app, out
+from daemon.cli._client import _pairs, _tenant_target, _with_client
+
+_AGO = re.compile(r"(\d+)([smhdw])")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def _when(value: str | None, what: str) -> datetime | None:
+    """``--since``/``--until``: an ISO 8601 time (UTC without a zone) or an age (``90m``, ``24h``, ``7d``)."""
+    if value is None:
+        return None
+    ago = _AGO.fullmatch(value.strip())
+    if ago:
+        return datetime.now(UTC) - timedelta(**{_UNITS[ago.group(2)]: int(ago.group(1))})
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        raise typer.BadParameter(f"{what} takes an ISO 8601 time or an age such as 24h or 7d, got {value!r}") from None
+
+
+@app.command()
+def query(
+    text: Annotated[str, typer.Argument(help="What to search for.")],
+    top_k: Annotated[int, typer.Option("--top-k", help="Results wanted (1..100).")] = 5,
+    filters: Annotated[list[str] | None, typer.Option("--filter", help="key=value; repeat a key for any-of.")] = None,
+    dense_weight: Annotated[float | None, typer.Option("--dense-weight")] = None,
+    sparse_weight: Annotated[float | None, typer.Option("--sparse-weight")] = None,
+    identifier_weight: Annotated[float | None, typer.Option("--identifier-weight")] = None,
+    recency_weight: Annotated[
+        float | None, typer.Option("--recency-weight", help="Weight of newest-first among the candidates (0: off).")
+    ] = None,
+    rrf_k: Annotated[int | None, typer.Option("--rrf-k")] = None,
+    scope: Annotated[
+        Literal["chunks", "communities", "all"] | None,
+        typer.Option("--scope", help="chunks (default), communities (graph summaries) or all (both, fused)."),
+    ] = None,
+    tenant: Annotated[
+        str | None,
+        typer.Option(
+            "--tenant",
+            help="Whose memory (topic tenancy): asks on <requests topic>.<tenant>, reads <replies topic>.<tenant>.",
+        ),
+    ] = None,
+    since: Annotated[
+        str | None, typer.Option("--since", help="Only memories from this time on: ISO 8601, or an age (24h, 7d).")
+    ] = None,
+    until: Annotated[
+        str | None, typer.Option("--until", help="Only memories up to this time: ISO 8601, or an age.")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the raw reply.")] = False,
+) -> None:
+    """Ask the memory a question over Kafka request/reply."""
+    flt = _pairs(filters, "--filter")
+    start, end = _when(since, "--since"), _when(until, "--until")
+    settings = _settings()
+    target = _tenant_target(settings.consumer.tenancy, tenant)
+
+    async def ask(c: MemoryClient) -> QueryReply:
+        try:
+            return await c.query(
+                text,
+                top_k=top_k,
+                metadata_filter=flt or None,
+                dense_weight=dense_weight,
+                sparse_weight=sparse_weight,
+                identifier_weight=identifier_weight,
+                recency_weight=recency_weight,
+                rrf_k=rrf_k,
+                scope=scope,
+                since=start,
+                until=end,
+            )
+        except QueryFailed as exc:
+            if as_json:  # the raw reply, error replies too, for scripts to parse
+                print(exc.reply.model_dump_json(indent=2))
+            raise
+
+    reply = _with_client(
+        ask,
+        settings,
+        target,
+    )
+    if as_json:
+        print(reply.model_dump_json(indent=2))
+        return
+    out.print(results_view(reply))
+
+
+def results_view(reply: QueryReply, snippet_chars: int = 240) -> Group:
+    """A reply for a terminal of any width: per result, one line of facts (cut at the edge)
+    and the text below it, wrapped. A table with the text as one column of six left it no
+    room below ~160 columns (found by a new user: nothing of the text showed at 80)."""
+    n = reply.total_retrieved
+    lines: list[Any] = [Text(f"{n} result{'' if n == 1 else 's'} in {reply.took_ms:.1f} ms", style="bold")]
+    if reply.truncated:
+        lines.append(Text("(truncated: more results did not fit one Kafka record)", style="yellow"))
+    for i, r in enumerate(reply.results, 1):
+        ranks = " ".join(f"{k}:{v}" for k, v in sorted(r.ranks.items()))
+        when = (r.timestamp or "")[:16].replace("T", " ")
+        head = Text(no_wrap=True, overflow="ellipsis")
+        head.append(f"{i:>2}. ", style="bold")
+        head.append(f"{r.rrf_score:.4f}  ", style="cyan")
+        head.append(r.chunk_id, style="green")
+        head.append(f"  {when} UTC" if when else "")
+        head.append(f"  {ranks}", style="dim")
+        text = " ".join(r.text.split())
+        snippet = text if len(text) <= snippet_chars else text[: snippet_chars - 1] + "…"
+        lines += [head, Padding(Text(snippet), (0, 0, 0, 4))]
+    return Group(*lines)

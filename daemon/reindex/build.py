@@ -1,0 +1,554 @@
+"""One reindex run, its steps a method each (:class:`Reindex`), and :func:`reindex` to start one."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import Callable
+
+import structlog
+from aiokafka.errors import KafkaError
+
+from daemon.connections import redis_client
+from daemon.reindex.completeness import _complete, _summaries, _why_missing, carry_mode
+from daemon.reindex.replay import _Replayer
+from daemon.reindex.repoint import repoint_graph
+from daemon.reindex.report import ReindexProgress, ReindexReport
+from daemon.reindex.summaries import _sync_communities
+from daemon.settings import Settings
+from daemon.teardown import bounded, cancelled
+from memory.embedder import SentenceTransformerEmbedder
+from memory.errors import BackendUnavailable, NotFound
+from memory.generations import GenerationRegistry, ReindexConflict, ReindexWouldLose, index_spec
+from memory.index import ChunkIndex, DocState, translate_errors
+from memory.ingest import Ingestor
+
+log = structlog.get_logger()
+
+HEARTBEAT_S = 10.0
+#: Seconds the drop of an unswitched build may take (a scan of the keyspace) before the
+#: slot is left to go stale instead.
+DROP_TIMEOUT_S = 600.0
+#: Tries of the catch-up after the switch, before the old generation is kept for safety.
+CATCH_UP_TRIES = 4
+
+
+async def reindex(
+    settings: Settings,
+    *,
+    since_ms: int | None = None,
+    keep_old: bool = False,
+    allow_losses: bool = False,
+    on_progress: Callable[[ReindexProgress], None] = lambda _p: None,
+    embedder: SentenceTransformerEmbedder | None = None,
+) -> ReindexReport:
+    """Rebuild the index into a new generation from Kafka with ``settings`` and switch to it.
+
+    Args:
+        settings: the settings to build with (model, chunking, schema) and to reach Kafka/Redis.
+        since_ms: replay from the first offsets at or after this Unix time in ms (None: earliest).
+        keep_old: keep the old generation's index and keys after the switch.
+        allow_losses: switch even if docs the old generation serves are not in the new one
+            (and cannot be copied over: another spec).
+        on_progress: called as the replay advances (from the event loop; keep it quick).
+        embedder: a loaded embedder to borrow (never closed here; its settings must be
+            ``settings.embedding``); by default the build loads its own.
+
+    Returns:
+        The generations before and after, what was replayed, and what is left to redo.
+
+    Raises:
+        NotFound: there is no index to rebuild yet.
+        ReindexConflict: another reindex is running.
+        ReindexWouldLose: docs the old generation serves are not in the new one (and
+            ``allow_losses`` is not set); nothing changed.
+        BackendUnavailable: Redis or Kafka went away before the switch (nothing changed).
+        ValueError: a lent embedder was loaded with other embedding settings.
+    """
+    from daemon.app import offline_environment
+
+    started = time.monotonic()
+    offline_environment()
+    if embedder is not None:
+        embedder.check_lent_to(settings.embedding, "build's")
+    owns_embedder = embedder is None
+    if embedder is None:  # before the Redis client: a model that fails to load leaks nothing
+        embedder = await SentenceTransformerEmbedder.load(settings.embedding)
+    run = Reindex(
+        settings,
+        embedder=embedder,
+        owns_embedder=owns_embedder,
+        since_ms=since_ms,
+        keep_old=keep_old,
+        allow_losses=allow_losses,
+        on_progress=on_progress,
+        started=started,
+    )
+    return await run.run()
+
+
+class Reindex:
+    """One rebuild of the index from Kafka into generation N+1, then the switch to it.
+
+    :meth:`run` takes the steps in order, each a method (``memory.generations`` has the model):
+
+    1. :meth:`claim`: claim the build slot in Redis (one reindex at a time across the
+       deployment; a build whose heartbeat stopped is taken over and its leftovers dropped)
+       and create generation N+1 with *this process's* settings (a new model, chunking or
+       schema).
+    2. :meth:`replay`: replay the documents and transcripts topics from the earliest offset
+       (or a timestamp) up to their end offsets, through the same decoding and ``Ingestor``
+       the daemon uses, pinned to N+1. The live daemons keep consuming and writing to N, and
+       queries keep going to N through the alias, the whole time.
+    3. :meth:`copy_summaries`: copy community summaries (they come from the graph, not from
+       Kafka) from N, re-embedded, at their fencing tokens, and the tombstones of removed ones.
+    4. :meth:`check_completeness`: snapshot the docs N serves, catch up to end offsets read
+       after the snapshot, and compare. A doc N+1 lacks (or holds at an older version) was not
+       reproduced: its events are gone from Kafka (retention, a restarted in-memory broker,
+       ``--since``), the new settings reject it, or it failed. With an unchanged spec it is
+       copied over verbatim from N (with its BM25 terms and identifiers analyzed again when
+       only the text analysis changed); otherwise the switch is refused unless losses are
+       allowed.
+    5. :meth:`switch`: one Redis script makes N+1 active and moves the alias. Writers read the
+       active generation inside their WATCH transaction, so none can land in N afterwards.
+    6. :meth:`catch_up` (retried): replay again up to end offsets read *after* the switch,
+       re-listing topics first (a tenant onboarded mid-build), and sync summaries again.
+       Anything a live daemon wrote to N before the switch came from an event below those
+       offsets.
+    7. :meth:`drop_old`: drop generation N (unless asked to keep it), but only if N+1 now
+       covers every doc N holds: N takes no writes after the switch, so that check is exact.
+       Otherwise N is kept and the report says why.
+    8. :meth:`repoint`: after a chunking or model change, re-point the graph: every doc
+       re-extracted from its new chunks, replaced at the same version (the graph is shared,
+       not per generation).
+    9. :meth:`release`: release the build slot (held to the end, so no second reindex drops
+       what this one still works on).
+
+    Invalid events are skipped and counted (the live daemons already dead-lettered them).
+    Before the switch, any failure drops N+1 and releases the slot: queries never noticed.
+    From the switch on, failures are reported (``ReindexReport.errors``), never rolled back.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        embedder: SentenceTransformerEmbedder,
+        owns_embedder: bool,
+        since_ms: int | None,
+        keep_old: bool,
+        allow_losses: bool,
+        on_progress: Callable[[ReindexProgress], None],
+        started: float,
+    ) -> None:
+        self._s = settings
+        self._embedder = embedder
+        self._owns_embedder = owns_embedder
+        self._since_ms = since_ms
+        self._keep_old = keep_old
+        self._allow_losses = allow_losses
+        self._on_progress = on_progress
+        self._started = started
+        self._owner = f"reindex-{uuid.uuid4().hex[:8]}"
+        self.progress = ReindexProgress()
+        self._redis = redis_client(settings)
+        self._spec = index_spec(
+            settings.index, model=settings.embedding.model, dims=embedder.dims, chunking=settings.chunking
+        )
+        self._registry = GenerationRegistry(self._redis, settings.index.name)
+        self._heartbeat: asyncio.Task[None] | None = None
+        self._stop_beating = asyncio.Event()
+        self._claimed = self._switched = False
+        # Set by claim(): the generations, and what the old one's spec allows.
+        self._old = self._gen = 0
+        self._rechunked = False
+        self._carry: str | None = None
+        self._source: ChunkIndex | None = None
+        self._target: ChunkIndex | None = None
+        self._replayer: _Replayer | None = None
+        self._errors: list[str] = []
+
+    async def run(self) -> ReindexReport:
+        """Take every step in order; :meth:`release` whatever happens."""
+        try:
+            await self.claim()
+            await self.replay()
+            await self.copy_summaries()
+            accepted = await self.check_completeness()
+            await self.switch()
+            await self.catch_up()
+            dropped = await self.drop_old(accepted)
+            await self.repoint()
+            return await self._finish(dropped)
+        finally:
+            await self.release()
+
+    def _report(self) -> None:
+        self._on_progress(self.progress)
+
+    def _indexes(self) -> tuple[ChunkIndex, ChunkIndex]:
+        """The old generation's index and the new one's (from :meth:`claim` on)."""
+        assert self._source is not None and self._target is not None, "claim() creates them"
+        return self._source, self._target
+
+    def _replaying(self) -> _Replayer:
+        """The replay consumer (from :meth:`replay` on)."""
+        assert self._replayer is not None, "replay() creates it"
+        return self._replayer
+
+    # -- 1. claim ------------------------------------------------------------------------
+
+    async def claim(self) -> None:
+        """Take the build slot, drop an abandoned build's leftovers, start the heartbeat and
+        create generation N+1.
+
+        Raises:
+            NotFound: the index has no generation yet.
+            ReindexConflict: another reindex holds the slot.
+        """
+        async with translate_errors("reindex start"):
+            state = await self._registry.state()
+        if state.active == 0:
+            raise NotFound(f"index {self._s.index.name!r} has no generation yet: start the daemon once to create it")
+        async with translate_errors("reindex claim"):
+            self._gen, abandoned = await self._registry.claim(self._owner)
+        self._claimed = True
+        async with translate_errors("reindex start"):  # a reindex may have switched meanwhile
+            state = await self._registry.state()
+        self._old = state.active
+        spec = self._spec
+        # Chunk boundaries come from the model's tokenizer too.
+        self._rechunked = state.spec is None or (state.spec.model, state.spec.max_tokens, state.spec.overlap) != (
+            spec.model,
+            spec.max_tokens,
+            spec.overlap,
+        )
+        # Same model, chunking and schema: N's chunks are what a replay would write (with
+        # their terms analyzed again if only the analysis changed).
+        self._carry = carry_mode(state.spec, spec)
+        self.progress.generation = self._gen
+        log.info(
+            "reindex.started",
+            index=self._s.index.name,
+            old_generation=self._old,
+            generation=self._gen,
+            owner=self._owner,
+        )
+        if abandoned and abandoned != self._old:
+            await self._drop_abandoned(abandoned)
+        self._heartbeat = asyncio.create_task(self._beat())
+        dims = self._embedder.dims
+        self._target = ChunkIndex(client=self._redis, cfg=self._s.index, dims=dims, spec=spec, generation=self._gen)
+        self._source = ChunkIndex(client=self._redis, cfg=self._s.index, dims=dims, spec=spec, generation=self._old)
+        await self._target.ensure()
+
+    async def _drop_abandoned(self, abandoned: int) -> None:
+        # A reindex that died mid-build left its generation's index and keys behind
+        # (one that died after its switch left the active one: that stays).
+        log.warning("reindex.abandoned_build_dropped", generation=abandoned)
+        with contextlib.suppress(ReindexConflict):  # only its notes: it is neither active nor building
+            await self._registry.forget(abandoned)
+        await ChunkIndex(client=self._redis, cfg=self._s.index, dims=self._embedder.dims, generation=abandoned).drop()
+
+    async def _beat(self) -> None:
+        # The flag as well as the cancellation: a cancellation swallowed somewhere in a
+        # client library would otherwise leave this loop beating after the reindex ended.
+        while not self._stop_beating.is_set():
+            await asyncio.sleep(HEARTBEAT_S)
+            if self._stop_beating.is_set():
+                return
+            try:
+                async with translate_errors("reindex heartbeat"):
+                    await self._registry.heartbeat(self._owner)
+            except BackendUnavailable as exc:
+                # A blip must not end the build: the slot only goes stale after
+                # STALE_BUILD_S without a beat, and the next beat retries.
+                log.warning("reindex.heartbeat_failed", error=str(exc))
+
+    # -- 2. replay -----------------------------------------------------------------------
+
+    async def replay(self) -> None:
+        """Replay the source topics into N+1, up to their end offsets.
+
+        Raises:
+            BackendUnavailable: Kafka failed during the replay.
+        """
+        _, target = self._indexes()
+        ingestor = Ingestor(index=target, embedder=self._embedder, chunking=self._s.chunking, cfg=self._s.ingest)
+        self._replayer = _Replayer(self._s, ingestor, self.progress, self._report)
+        try:
+            await self._replayer.start(self._since_ms)
+            self.progress.phase = "replaying"
+            await self._replayer.replay_to_end()
+        except KafkaError as exc:
+            raise BackendUnavailable(f"kafka failed during the replay: {exc}") from exc
+
+    # -- 3. copy summaries ---------------------------------------------------------------
+
+    async def copy_summaries(self) -> None:
+        """Copy N's community summaries and their tombstones into N+1, at their fencing tokens.
+
+        Raises:
+            ReindexConflict: the build slot was lost meanwhile.
+        """
+        source, target = self._indexes()
+        self.progress.phase = "copying summaries"
+        self._report()
+        self.progress.communities = await _sync_communities(source, target, self._embedder)
+        assert self._heartbeat is not None
+        if self._heartbeat.done():  # the slot was lost while replaying
+            self._heartbeat.result()
+
+    # -- 4. check completeness -----------------------------------------------------------
+
+    async def check_completeness(self) -> set[tuple[str, str]]:
+        """Every doc N serves must be in N+1 at its version or a later one; copy over what can be.
+
+        The replay alone does not prove it: events may be gone from the topics, or be
+        rejected by the new settings. Snapshot N first, then catch up to end offsets read
+        after it: whatever a live daemon wrote to N came from an event below them.
+
+        Returns:
+            The docs N+1 may lack (losses allowed), for the check after the switch.
+
+        Raises:
+            BackendUnavailable: Kafka failed during the catch-up.
+            ReindexWouldLose: N+1 lacks docs N serves, and losses are not allowed.
+        """
+        source, target = self._indexes()
+        replayer = self._replaying()
+        self.progress.phase = "checking"
+        self._report()
+        snapshot = await source.doc_versions()
+        try:
+            await replayer.replay_to_end()
+        except KafkaError as exc:
+            raise BackendUnavailable(f"kafka failed during the replay: {exc}") from exc
+        missing, self.progress.carried = await _complete(source, target, snapshot, self._carry)
+        lost = _why_missing(missing, replayer.failed)
+        if lost and not self._allow_losses:
+            shown = "; ".join(f"{d} ({why})" for d, why in list(lost.items())[:10])
+            raise ReindexWouldLose(
+                f"{len(lost)} doc(s) served by generation {self._old} are not in the new build, so the switch would "
+                f"lose them: {shown}{' ...' if len(lost) > 10 else ''}. Nothing was switched; republish, fix or "
+                "delete them, or pass --allow-losses"
+            )
+        if lost:
+            log.warning("reindex.losses_allowed", lost=len(lost), docs=list(lost)[:50])
+        return set(missing)
+
+    # -- 5. switch -----------------------------------------------------------------------
+
+    async def switch(self) -> None:
+        """Make N+1 the active generation and move the alias to it (one Redis script).
+
+        Raises:
+            BackendUnavailable: Redis went away, and N+1 did not go live.
+        """
+        self.progress.phase = "switching"
+        self._report()
+        try:
+            async with translate_errors("reindex switch"):
+                await self._registry.switch(self._owner, self._gen, self._spec)
+        except BackendUnavailable:
+            # The reply may be what was lost, not the switch: never treat the live
+            # generation as an unswitched build (release() would drop it).
+            if await _went_live(self._registry, self._gen) is not True:
+                raise
+        self._switched = self._replaying().switched = True
+        log.info("reindex.switched", index=self._s.index.name, old_generation=self._old, generation=self._gen)
+
+    # -- 6. catch up ---------------------------------------------------------------------
+
+    async def catch_up(self) -> None:
+        """Replay again up to end offsets read after the switch (retried); failures are reported."""
+        replayer = self._replaying()
+        self.progress.phase = "catching up"
+        self._report()
+        for attempt in range(CATCH_UP_TRIES):
+            try:
+                await replayer.replay_to_end()
+                break
+            except (KafkaError, BackendUnavailable) as exc:
+                log.warning("reindex.catch_up_retry", attempt=attempt + 1, error=str(exc))
+                if attempt == CATCH_UP_TRIES - 1:
+                    self._errors.append(f"catch-up after the switch failed: {exc}")
+                    log.error("reindex.catch_up_failed", error=str(exc))
+                else:
+                    await asyncio.sleep(2.0**attempt)
+            except Exception as exc:  # the switch is done: report it, and keep N (drop_old)
+                self._errors.append(f"catch-up after the switch failed: {type(exc).__name__}: {exc}")
+                log.error("reindex.catch_up_failed", error=str(exc))
+                break
+        if replayer.failed_after_switch:
+            self._errors.append(
+                f"{len(replayer.failed_after_switch)} doc(s) failed in the catch-up after the switch: "
+                + ", ".join(sorted(replayer.failed_after_switch)[:10])
+            )
+
+    # -- 7. drop the old generation ------------------------------------------------------
+
+    async def drop_old(self, accepted: set[tuple[str, str]]) -> bool:
+        """Drop N if N+1 holds everything N does (but the ``accepted`` losses); else keep it.
+
+        Returns:
+            Whether N was dropped.
+        """
+        unexpected = [k for k in await self._still_short() if k not in accepted]
+        if unexpected:
+            await self._mark_old_kept(unexpected)
+            return False
+        return await self._drop_old_generation()
+
+    async def _still_short(self) -> list[tuple[str, str]]:
+        """What N+1 lacks of N, after copying over what it can; unknown counts as lacking."""
+        # N takes no writes since the switch: this check is exact. N is dropped only if N+1
+        # holds everything N does, summaries and tombstones included (but the losses allowed
+        # before the switch); what N+1 lacks is copied over first where it can be.
+        source, target = self._indexes()
+        try:
+            held = await source.doc_versions()
+            await self._sync_summaries_again(held)
+            short, copied = await _complete(source, target, held, self._carry)
+            self.progress.carried += copied
+            short += await target.behind(_summaries(held))
+        except Exception as exc:  # unknown is not complete: N stays
+            self._errors.append(f"could not bring the new generation level with the old: {type(exc).__name__}: {exc}")
+            log.error("reindex.final_check_failed", error=str(exc))
+            short = [("?", "?")]
+        return short
+
+    async def _sync_summaries_again(self, held: dict[tuple[str, str], DocState]) -> None:
+        source, target = self._indexes()
+        for attempt in range(CATCH_UP_TRIES):
+            try:
+                self.progress.communities += await _sync_communities(source, target, self._embedder, held)
+                return
+            except (KafkaError, BackendUnavailable) as exc:
+                if attempt == CATCH_UP_TRIES - 1:
+                    raise
+                log.warning("reindex.summary_sync_retry", attempt=attempt + 1, error=str(exc))
+                await asyncio.sleep(2.0**attempt)
+
+    async def _mark_old_kept(self, unexpected: list[tuple[str, str]]) -> None:
+        old = self._old
+        shown = ", ".join(f"{t}/{d}" for t, d in unexpected[:10])
+        why = (
+            f"{len(unexpected)} doc(s) it holds are missing or older in generation {self._gen} ({shown}); they are "
+            f"still in generation {old}'s keys"
+        )
+        self._errors.append(f"generation {old} was kept: {why}. Run `agentmemd reindex` again once the cause is fixed")
+        log.error("reindex.old_generation_kept", generation=old, missing=len(unexpected))
+        with contextlib.suppress(Exception):  # doctor shows it, and warns against dropping it
+            await self._registry.mark_kept(old, why)
+
+    async def _drop_old_generation(self) -> bool:
+        source, _ = self._indexes()
+        try:
+            async with translate_errors("reindex final check"):
+                await self._registry.unmark_kept(self._old)
+            if self._keep_old:
+                return False
+            self.progress.phase = "dropping the old generation"
+            self._report()
+            # Its registry notes go with it, as drop-generation's do (an operator found a
+            # spec entry left behind by every reindex).
+            await self._registry.forget(self._old)
+            await source.drop()
+            return True
+        except Exception as exc:  # the switch is done: reported, never a failed command
+            self._errors.append(
+                f"generation {self._old} could not be dropped ({type(exc).__name__}: {exc}); "
+                f"run `agentmemd drop-generation {self._old}`"
+            )
+            log.error("reindex.old_generation_drop_failed", generation=self._old, error=str(exc))
+            return False
+
+    # -- 8. re-point the graph -----------------------------------------------------------
+
+    async def repoint(self) -> None:
+        """After a chunking or model change, re-extract the graph from N+1's chunks; failures are reported."""
+        if not (self._rechunked and self._s.graph.enabled):
+            return
+        _, target = self._indexes()
+        self.progress.phase = "re-pointing the graph"
+        self._report()
+        try:
+            self.progress.graph_docs = await repoint_graph(self._s, self._redis, target, self._embedder)
+        except Exception as exc:  # the switch is done: report, never leave the reindex half-told
+            self._errors.append(
+                f"the graph still points at the old chunks ({type(exc).__name__}: {exc}); "
+                "run `agentmemd graph repoint` to retry"
+            )
+            log.error("reindex.graph_repoint_failed", error=str(exc))
+
+    async def _finish(self, dropped: bool) -> ReindexReport:
+        _, target = self._indexes()
+        self.progress.phase = "done"
+        self._report()
+        try:
+            chunks = await target.count()
+        except Exception as exc:  # only a figure for the report
+            log.warning("reindex.count_failed", error=str(exc))
+            chunks = -1
+        took = time.monotonic() - self._started
+        p = self.progress
+        log.info(
+            "reindex.finished",
+            index=self._s.index.name,
+            generation=self._gen,
+            records=p.done,
+            applied=p.applied,
+            invalid=p.invalid,
+            chunks=chunks,
+            took_s=round(took, 1),
+        )
+        return ReindexReport(self._old, self._gen, p, dropped, took, chunks, self._errors)
+
+    # -- 9. release ----------------------------------------------------------------------
+
+    async def release(self) -> None:
+        """Stop the heartbeat, drop an unswitched build, release the slot and close the clients.
+
+        Each step is bounded: the work is done (or has failed) and was reported, so a close
+        hanging in a client library must not keep the command from returning.
+        """
+        self._stop_beating.set()
+        if self._heartbeat is not None:
+            await cancelled("reindex heartbeat", self._heartbeat)
+        build_left = await self._drop_unswitched()
+        if self._claimed and not build_left:
+            await bounded("release the build slot", self._registry.release(self._owner))
+        if self._replayer is not None:
+            await bounded("stop the replay consumer", self._replayer.consumer.stop())
+        await bounded("close redis", self._redis.aclose())
+        if self._owns_embedder:
+            self._embedder.close()
+
+    async def _drop_unswitched(self) -> bool:
+        """Leave no trace of a build that was not switched to; returns whether some is left."""
+        if self._switched or self._target is None:
+            return False
+        # A drop that fails or runs long keeps the slot: its heartbeat goes stale, and the next
+        # reindex's claim reports the build as abandoned and drops it (never the active
+        # generation: when it cannot be read whether the build went live after all, the slot
+        # is kept too).
+        live = await _went_live(self._registry, self._gen)
+        if live is None:
+            return True
+        if live:
+            return False
+        return not await bounded("drop the unswitched build", self._target.drop(), seconds=DROP_TIMEOUT_S)
+
+
+async def _went_live(registry: GenerationRegistry, gen: int) -> bool | None:
+    """Whether ``gen`` is the active generation (a switch whose reply was lost); ``None``
+    when that cannot be read either."""
+    try:
+        async with translate_errors("reindex switch check"):
+            return (await registry.state()).active == gen
+    except Exception as exc:
+        log.warning("reindex.switch_unknown", generation=gen, error=str(exc))
+        return None
