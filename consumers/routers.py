@@ -18,6 +18,7 @@ from aiokafka import ConsumerRecord
 from aiokafka.abc import ConsumerRebalanceListener
 from faststream import AckPolicy
 from faststream.kafka import KafkaRouter
+from faststream.kafka.publisher import DefaultPublisher
 
 from consumers.config import ConsumerConfig, Topics
 from consumers.decoding import Decoded, dead_letter, decode_records, dlq_body, tenant_from_topic
@@ -133,63 +134,53 @@ class AssignmentWatcher(ConsumerRebalanceListener):  # type: ignore[misc]
         self._on_assigned(self.name, len(assigned))
 
 
-def build_router(
-    *,
-    ingestor: Ingestor,
-    search: ScopedSearch,
-    topics: Topics,
-    cfg: ConsumerConfig,
-    filter_keys: Collection[str],
-    ingest_cfg: IngestConfig,
-    stopping: asyncio.Event,
-    on_assigned: Callable[[str, int], None],
-    on_revoked: Callable[[str], None] | None = None,
-    attempts_counter: AttemptCounter,
-    publish_reply: Callable[[dict[str, Any], str, str | None, int | None], Awaitable[object]],
-    partition_counts: PartitionCounts,
-    on_query_done: Callable[[float, str], None] = lambda _s, _o: None,
-) -> KafkaRouter:
-    """The daemon's three subscribers: documents, transcripts (batched) and queries.
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _Ingestion:
+    """The path the documents and transcripts subscribers share: decode a batch, apply what
+    decodes, dead-letter the rest, and isolate a batch that fails for an unexpected reason."""
 
-    ``publish_reply(body, topic, correlation_id, partition)`` publishes a reply (the broker's
-    publish; partition None: the default partitioner); ``partition_counts`` checks the
-    partition an asker names (see consumers.replies).
-    """
-    router = KafkaRouter()
-    input_topics = (topics.documents, topics.transcripts, topics.requests, topics.dlq)
-    dlq = router.publisher(topics.dlq, title="dlq", description="Rejected events with the reason.")
+    ingestor: Ingestor
+    topics: Topics
+    cfg: ConsumerConfig
+    filter_keys: Collection[str]
+    ingest_cfg: IngestConfig
+    stopping: asyncio.Event
+    attempts_counter: AttemptCounter
+    dlq: DefaultPublisher
 
-    async def ingest(records: Sequence[ConsumerRecord[Any, Any]], kind: str) -> None:
-        base = topics.documents if kind == "document" else topics.transcripts
+    async def ingest(self, records: Sequence[ConsumerRecord[Any, Any]], kind: str) -> None:
+        """Apply one batch of ``kind`` ("document" or "transcript") records; dead-letter the
+        records that do not decode and the items the ingestor reports failed."""
+        base = self.topics.documents if kind == "document" else self.topics.transcripts
         for r in records:
             EVENTS_CONSUMED.labels(r.topic).inc()
         good, dead = decode_records(
             records,
             kind=kind,
-            filter_keys=filter_keys,
-            max_content_bytes=ingest_cfg.max_content_bytes,
-            tenant_of=lambda topic: tenant_from_topic(topic, base, cfg.tenancy),
+            filter_keys=self.filter_keys,
+            max_content_bytes=self.ingest_cfg.max_content_bytes,
+            tenant_of=lambda topic: tenant_from_topic(topic, base, self.cfg.tenancy),
         )
         raw = {(r.topic, r.partition, r.offset): r for r in records}
         # Applied first, dead-lettered after: a batch that fails (an outage, a poison event
         # short of its attempts) is redelivered whole, and must not have published anything yet.
-        report = await apply_isolated(good, raw)
+        report = await self._apply_isolated(good, raw)
         for record in dead:
-            await publish_dead(record, _stamp(raw[(record.topic, record.partition, record.offset)]))
+            await self._publish_dead(record, _stamp(raw[(record.topic, record.partition, record.offset)]))
         # By the item itself: a batch may hold the same doc_id in two tenants (topic
         # tenancy) or in several versions, and the DLQ must get the record that failed.
         by_item: dict[int, Decoded] = {id(g.item): g for g in good}
         for item, exc in report.failed:
             d = by_item[id(item)]
             r = raw[(d.topic, d.partition, d.offset)]
-            await publish_dead(dead_letter(r, str(exc), exc.code), _stamp(r))
+            await self._publish_dead(dead_letter(r, str(exc), exc.code), _stamp(r))
 
-    async def apply_isolated(good: Sequence[Decoded], raw: dict[tuple[str, int, int], Any]) -> IngestReport:
+    async def _apply_isolated(self, good: Sequence[Decoded], raw: dict[tuple[str, int, int], Any]) -> IngestReport:
         # The batch is applied whole; only if it fails for an unexpected reason (a bug, not
         # an outage) are its events retried one by one, so one poison event cannot block
         # the others, and an event that keeps failing is dead-lettered after max_attempts.
         try:
-            return await ingestor.apply([g.item for g in good])
+            return await self.ingestor.apply([g.item for g in good])
         except MemdError as exc:
             if exc.retryable:
                 raise
@@ -200,42 +191,42 @@ def build_router(
         report = IngestReport()
         for g in good:
             try:
-                one = await ingestor.apply([g.item])
+                one = await self.ingestor.apply([g.item])
             except MemdError as exc:
                 if exc.retryable:
                     raise
-                await poison(g, raw, exc)
+                await self._poison(g, raw, exc)
                 continue
             except Exception as exc:
-                await poison(g, raw, exc)
+                await self._poison(g, raw, exc)
                 continue
             report.failed.extend(one.failed)
         return report
 
-    async def poison(g: Decoded, raw: dict[tuple[str, int, int], Any], exc: Exception) -> None:
+    async def _poison(self, g: Decoded, raw: dict[tuple[str, int, int], Any], exc: Exception) -> None:
         EVENTS_FAILED.labels(g.topic).inc()
         record = raw[(g.topic, g.partition, g.offset)]
         stamp = _stamp(record)
-        attempts = await attempts_counter.incr(g.topic, g.partition, g.offset, stamp)
-        if attempts < ingest_cfg.max_attempts:
+        attempts = await self.attempts_counter.incr(g.topic, g.partition, g.offset, stamp)
+        if attempts < self.ingest_cfg.max_attempts:
             log.warning(
                 "ingest.event_failed", doc_id=g.item.doc_id, offset=g.offset, attempts=attempts, error=repr(exc)
             )
             # Redelivered at once otherwise: every attempt would be spent within milliseconds,
             # and a glitch of a second (a thread pool, a restarting dependency) would
             # dead-letter a good event. Cut short by a shutdown.
-            backoff = min(ingest_cfg.retry_initial_s * 2 ** (attempts - 1), ingest_cfg.retry_max_s)
+            backoff = min(self.ingest_cfg.retry_initial_s * 2 ** (attempts - 1), self.ingest_cfg.retry_max_s)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stopping.wait(), timeout=backoff)
+                await asyncio.wait_for(self.stopping.wait(), timeout=backoff)
             raise exc  # not committed: redelivered, and the events before it are idempotent
         # The count is kept (it expires): if another event of this batch fails short of its
         # attempts, the batch comes back, and this one must go straight past, not start over.
         reason = f"handling failed {attempts} times: {type(exc).__name__}: {exc}"
-        await publish_dead(dead_letter(record, reason, "poison", attempts=attempts), stamp)
+        await self._publish_dead(dead_letter(record, reason, "poison", attempts=attempts), stamp)
 
-    async def publish_dead(record: DlqRecord, stamp: int) -> None:
+    async def _publish_dead(self, record: DlqRecord, stamp: int) -> None:
         position = (record.topic, record.partition, record.offset, stamp)
-        if await attempts_counter.dead_lettered(*position):
+        if await self.attempts_counter.dead_lettered(*position):
             # A redelivered batch: this record's dead letter is already in the DLQ.
             log.info(
                 "ingest.already_dead_lettered", topic=record.topic, partition=record.partition, offset=record.offset
@@ -249,9 +240,9 @@ def build_router(
             offset=record.offset,
             reason=record.reason,
         )
-        body, key = dlq_body(record, cfg.dlq_max_record_bytes)
+        body, key = dlq_body(record, self.cfg.dlq_max_record_bytes)
         try:
-            await dlq.publish(body, key=key, headers={"content-type": "application/json"})
+            await self.dlq.publish(body, key=key, headers={"content-type": "application/json"})
         except Exception as exc:
             # Not swallowed (the batch is redelivered, nothing is lost), but never silent.
             log.error(
@@ -263,16 +254,21 @@ def build_router(
                 error=f"{type(exc).__name__}: {exc}",
             )
             raise
-        await attempts_counter.mark_dead_lettered(*position)
+        await self.attempts_counter.mark_dead_lettered(*position)
 
-    def source(base: str) -> tuple[str, ...]:
-        return (base,) if cfg.tenancy == "single" else ()
 
-    def pattern(base: str) -> dict[str, Any]:
-        # Topic tenancy: one subscription per kind over every <base>.<tenant> topic.
-        return {} if cfg.tenancy == "single" else {"pattern": tenant_pattern(base)}
+def _source(cfg: ConsumerConfig, base: str) -> tuple[str, ...]:
+    return (base,) if cfg.tenancy == "single" else ()
 
-    ingest_kwargs: dict[str, Any] = {
+
+def _pattern(cfg: ConsumerConfig, base: str) -> dict[str, Any]:
+    # Topic tenancy: one subscription per kind over every <base>.<tenant> topic.
+    return {} if cfg.tenancy == "single" else {"pattern": tenant_pattern(base)}
+
+
+def _ingest_kwargs(cfg: ConsumerConfig) -> dict[str, Any]:
+    """The subscriber options the documents and transcripts subscribers share."""
+    return {
         "batch": True,
         "max_records": cfg.ingest_max_records,
         "batch_timeout_ms": cfg.ingest_batch_timeout_ms,
@@ -293,41 +289,67 @@ def build_router(
         "decoder": _message_as_body,
     }
 
-    # One consumer group per subscriber (<group_id>.<role>): each joins once instead of
-    # every subscriber's join rebalancing the others, and lag is readable per role.
-    docs_watch = AssignmentWatcher("documents", on_assigned, on_revoked)
-    turns_watch = AssignmentWatcher("transcripts", on_assigned, on_revoked)
+
+# One consumer group per subscriber (<group_id>.<role>): each joins once instead of every
+# subscriber's join rebalancing the others, and lag is readable per role.
+
+
+def _subscribe_documents(
+    router: KafkaRouter, ingestion: _Ingestion, *, topics: Topics, cfg: ConsumerConfig, watch: AssignmentWatcher
+) -> None:
+    """Add the documents subscriber (batched) to ``router``."""
 
     @router.subscriber(  # type: ignore[untyped-decorator]
-        *source(topics.documents),
+        *_source(cfg, topics.documents),
         group_id=f"{cfg.group_id}.documents",
-        **pattern(topics.documents),
-        listener=docs_watch,
-        **ingest_kwargs,
+        **_pattern(cfg, topics.documents),
+        listener=watch,
+        **_ingest_kwargs(cfg),
     )
     async def on_documents(message: Any) -> None:
         """Document change events (upsert/delete, versioned)."""
-        async with docs_watch.handling(_records(message.raw_message)) as records:
+        async with watch.handling(_records(message.raw_message)) as records:
             if records:
-                await ingest(records, "document")
+                await ingestion.ingest(records, "document")
+
+
+def _subscribe_transcripts(
+    router: KafkaRouter, ingestion: _Ingestion, *, topics: Topics, cfg: ConsumerConfig, watch: AssignmentWatcher
+) -> None:
+    """Add the transcripts subscriber (batched) to ``router``."""
 
     @router.subscriber(  # type: ignore[untyped-decorator]
-        *source(topics.transcripts),
+        *_source(cfg, topics.transcripts),
         group_id=f"{cfg.group_id}.transcripts",
-        **pattern(topics.transcripts),
-        listener=turns_watch,
-        **ingest_kwargs,
+        **_pattern(cfg, topics.transcripts),
+        listener=watch,
+        **_ingest_kwargs(cfg),
     )
     async def on_transcripts(message: Any) -> None:
         """Agent transcript turns (idempotent per agent, session and turn)."""
-        async with turns_watch.handling(_records(message.raw_message)) as records:
+        async with watch.handling(_records(message.raw_message)) as records:
             if records:
-                await ingest(records, "transcript")
+                await ingestion.ingest(records, "transcript")
+
+
+def _subscribe_queries(
+    router: KafkaRouter,
+    *,
+    search: ScopedSearch,
+    topics: Topics,
+    cfg: ConsumerConfig,
+    watch: AssignmentWatcher,
+    publish_reply: Callable[[dict[str, Any], str, str | None, int | None], Awaitable[object]],
+    partition_counts: PartitionCounts,
+    on_query_done: Callable[[float, str], None],
+) -> None:
+    """Add the queries subscriber to ``router``: each request answered on its reply topic."""
+    input_topics = (topics.documents, topics.transcripts, topics.requests, topics.dlq)
 
     @router.subscriber(  # type: ignore[untyped-decorator]
-        *source(topics.requests),
+        *_source(cfg, topics.requests),
         group_id=f"{cfg.group_id}.requests",
-        **pattern(topics.requests),
+        **_pattern(cfg, topics.requests),
         max_workers=cfg.query_workers,
         fetch_max_wait_ms=cfg.query_fetch_max_wait_ms,
         session_timeout_ms=cfg.session_timeout_ms,
@@ -339,7 +361,7 @@ def build_router(
         no_reply=True,
         parser=_parser_one,
         decoder=_message_as_body,
-        listener=AssignmentWatcher("requests", on_assigned, on_revoked),
+        listener=watch,
     )
     async def on_query(message: Any) -> None:
         """Memory queries; the reply goes to the reply_to header's topic (default: replies)."""
@@ -394,4 +416,55 @@ def build_router(
         QUERY_SECONDS.labels(scope_of(record.value), outcome).observe(elapsed)
         on_query_done(elapsed, outcome)
 
+
+def build_router(
+    *,
+    ingestor: Ingestor,
+    search: ScopedSearch,
+    topics: Topics,
+    cfg: ConsumerConfig,
+    filter_keys: Collection[str],
+    ingest_cfg: IngestConfig,
+    stopping: asyncio.Event,
+    on_assigned: Callable[[str, int], None],
+    on_revoked: Callable[[str], None] | None = None,
+    attempts_counter: AttemptCounter,
+    publish_reply: Callable[[dict[str, Any], str, str | None, int | None], Awaitable[object]],
+    partition_counts: PartitionCounts,
+    on_query_done: Callable[[float, str], None] = lambda _s, _o: None,
+) -> KafkaRouter:
+    """The daemon's three subscribers: documents, transcripts (batched) and queries.
+
+    ``publish_reply(body, topic, correlation_id, partition)`` publishes a reply (the broker's
+    publish; partition None: the default partitioner); ``partition_counts`` checks the
+    partition an asker names (see consumers.replies).
+    """
+    router = KafkaRouter()
+    dlq = router.publisher(topics.dlq, title="dlq", description="Rejected events with the reason.")
+    ingestion = _Ingestion(
+        ingestor=ingestor,
+        topics=topics,
+        cfg=cfg,
+        filter_keys=filter_keys,
+        ingest_cfg=ingest_cfg,
+        stopping=stopping,
+        attempts_counter=attempts_counter,
+        dlq=dlq,
+    )
+    _subscribe_documents(
+        router, ingestion, topics=topics, cfg=cfg, watch=AssignmentWatcher("documents", on_assigned, on_revoked)
+    )
+    _subscribe_transcripts(
+        router, ingestion, topics=topics, cfg=cfg, watch=AssignmentWatcher("transcripts", on_assigned, on_revoked)
+    )
+    _subscribe_queries(
+        router,
+        search=search,
+        topics=topics,
+        cfg=cfg,
+        watch=AssignmentWatcher("requests", on_assigned, on_revoked),
+        publish_reply=publish_reply,
+        partition_counts=partition_counts,
+        on_query_done=on_query_done,
+    )
     return router

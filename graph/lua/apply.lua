@@ -1,0 +1,116 @@
+-- Replace one document's contribution to the entity graph (KEYS[1]; ARGV: prefix, doc id, new JSON
+-- or '' to delete, version or '', now, refresh '1'/'0'): subtract the old, add the new, and mark stale
+-- every community of every touched entity. Returns {applied, touched entity keys, marked community ids}.
+local P, doc, newj, ver, now, refresh = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]), ARGV[6]
+local function vgt(a, b)
+  if #a ~= #b then return #a > #b end
+  return a > b
+end
+-- A set's members in commands of 1,000 (unpack's limit is ~8,000): one call per chunk id
+-- made a doc's change cost a Lua-to-Redis call per mention.
+local function members(cmd, key, list)
+  for i = 1, #list, 1000 do redis.call(cmd, key, unpack(list, i, math.min(i + 999, #list))) end
+end
+local oldj = redis.call('GET', KEYS[1])
+local old = nil
+if oldj then old = cjson.decode(oldj) end
+if refresh == '1' then
+  -- a re-chunked doc: replaces only a live contribution of its own version (never an older or
+  -- newer one, a delete's tombstone, or an unversioned one)
+  if ver == '' or not old or old.v ~= ver or old.d then return {0, '[]', '[]'} end
+elseif ver ~= '' and old and type(old.v) == 'string' and not vgt(ver, old.v) then
+  return {0, '[]', '[]'}  -- a replay
+elseif ver == '' and oldj and oldj == newj then
+  return {0, '[]', '[]'}  -- an unversioned item delivered again, unchanged (at-least-once)
+end
+local touched, inold, innew, delta = {}, {}, {}, {}
+local new = nil
+if newj ~= '' then new = cjson.decode(newj) end
+if old then
+  for key, info in pairs(old.e) do
+    touched[key] = true
+    inold[key] = true
+    redis.call('SREM', P .. ':ent_docs:' .. key, doc)
+    members('SREM', P .. ':ent_chunks:' .. key, info[3])
+    if redis.call('SCARD', P .. ':ent_docs:' .. key) == 0 then
+      redis.call('HDEL', P .. ':nodes', key)
+      redis.call('DEL', P .. ':ent_chunks:' .. key)
+    elseif redis.call('HGET', P .. ':nodes', key) == cjson.encode({info[1], info[2]}) then
+      -- this doc may have set the node's name and type: take them from its new version if it
+      -- still mentions the entity, else from a document that still does, so they are never
+      -- ones no document states
+      local oi = new and new.e[key]
+      if not oi then
+        local other = redis.call('GET', P .. ':contrib:' .. redis.call('SRANDMEMBER', P .. ':ent_docs:' .. key))
+        oi = other and cjson.decode(other).e[key]
+      end
+      if oi then redis.call('HSET', P .. ':nodes', key, cjson.encode({oi[1], oi[2]})) end
+    end
+  end
+  for _, e in ipairs(old.x) do
+    local f = e[1] .. '\31' .. e[2]
+    delta[f] = (delta[f] or 0) - e[3]
+    local w = redis.call('HINCRBY', P .. ':edges', f, -e[3])
+    if w <= 0 then redis.call('HDEL', P .. ':edges', f) end
+  end
+end
+if new then
+  for key, info in pairs(new.e) do
+    touched[key] = true
+    innew[key] = true
+    redis.call('HSETNX', P .. ':nodes', key, cjson.encode({info[1], info[2]}))
+    redis.call('SADD', P .. ':ent_docs:' .. key, doc)
+    members('SADD', P .. ':ent_chunks:' .. key, info[3])
+  end
+  for _, e in ipairs(new.x) do
+    local f = e[1] .. '\31' .. e[2]
+    delta[f] = (delta[f] or 0) + e[3]
+    redis.call('HINCRBY', P .. ':edges', f, e[3])
+  end
+  redis.call('SET', KEYS[1], newj)
+elseif ver ~= '' then
+  redis.call('SET', KEYS[1], cjson.encode({v = ver, e = {}, x = {}, d = 1}))  -- a delete's tombstone
+else
+  redis.call('DEL', KEYS[1])
+end
+local drift = 0
+for key, _ in pairs(touched) do
+  if (inold[key] or false) ~= (innew[key] or false) then drift = drift + 1 end
+end
+for _, d in pairs(delta) do
+  if d ~= 0 then drift = drift + 1 end
+end
+if drift > 0 then redis.call('INCRBY', P .. ':drift', drift) end
+local marked, keys = {}, {}
+for key, _ in pairs(touched) do
+  table.insert(keys, key)
+  local cj = redis.call('HGET', P .. ':ent_comm', key)
+  if cj then
+    for _, cid in ipairs(cjson.decode(cj)) do marked[cid] = true end
+  end
+end
+local cids = {}
+for cid, _ in pairs(marked) do
+  table.insert(cids, cid)
+  local s = redis.call('HGET', P .. ':stale', cid)
+  local rec
+  if s then
+    rec = cjson.decode(s)
+    rec.last = now
+    rec.count = rec.count + 1
+  else
+    local c = redis.call('HGET', P .. ':comms', cid)
+    local level = 0
+    if c then level = cjson.decode(c).level end
+    rec = {level = level, first = now, last = now, count = 1}
+    redis.call('ZADD', P .. ':stale_q', now, cid)
+  end
+  redis.call('HSET', P .. ':stale', cid, cjson.encode(rec))
+  redis.call('ZADD', P .. ':stale_first', 'NX', rec.first, cid)
+  redis.call('SADD', P .. ':stale_docs:' .. cid, doc)
+  -- From the one fencing counter, not a per-community count: a removed community's entry
+  -- goes, and a count restarting at 1 when the same members come back would let a summary
+  -- begun before the removal clear the new community's mark (it read generation 1 too).
+  redis.call('HSET', P .. ':gen', cid, redis.call('INCR', P .. ':fence'))
+end
+return {1, cjson.encode(keys), cjson.encode(cids)}

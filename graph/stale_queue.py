@@ -1,0 +1,130 @@
+"""The stale-summary queue of one graph: which communities wait for a new summary.
+
+A community is marked stale when a document change touches one of its entities (the apply
+script) or a recompute creates or changes it (``GraphStore.replace_communities``). Its keys,
+all under the graph's hash tag:
+
+- ``stale_q``: the work queue, scored by first mark or, after a failure, the retry time;
+- ``stale_first``: the same ids scored by first mark (what ``stale`` lists, oldest first);
+- ``stale``: per community, its level, first and last mark and change count;
+- ``stale_docs:<cid>``: the docs whose changes marked it;
+- ``gen``: per community, the fencing counter's value at its last mark (a summary clears the
+  mark only if it read the same);
+- ``failures``: failed summary attempts since the last success.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import redis.asyncio as aredis
+
+from graph import scripts
+from memory.index import translate_errors
+from memory.schema import as_str
+
+
+@dataclass(frozen=True, slots=True)
+class StaleItem:
+    """One community waiting for a new summary."""
+
+    community_id: str
+    level: int
+    first_marked_at: float
+    last_marked_at: float
+    change_count: int
+    doc_ids: list[str]
+
+
+class StaleQueue:
+    """Reads and clears the stale marks of one graph (keys under ``prefix``)."""
+
+    def __init__(self, *, client: aredis.Redis, prefix: str) -> None:
+        self._r = client
+        self._prefix = prefix
+        self._clear = client.register_script(scripts.CLEAR_IF_GEN)
+        self._fail = client.register_script(scripts.RECORD_FAILURE)
+
+    def _k(self, suffix: str) -> str:
+        return f"{self._prefix}:{suffix}"
+
+    async def due(self, now: float, limit: int) -> list[str]:
+        """Stale community ids whose score (first mark, or retry time) is at or before ``now``."""
+        async with translate_errors("stale read"):
+            ids = await self._r.zrangebyscore(self._k("stale_q"), "-inf", now, start=0, num=limit)
+        return [as_str(c) for c in ids]
+
+    async def failures(self, cid: str) -> int:
+        """Failed summary attempts of a community since its last success."""
+        async with translate_errors("stale read"):
+            return int(await self._r.hget(self._k("failures"), cid) or 0)
+
+    async def stale(self, limit: int = 100) -> tuple[int, list[StaleItem]]:
+        """Queue depth and the oldest ``limit`` stale communities, oldest first.
+
+        Ordered by when each was first marked (``stale_first``), not by the work queue's
+        score: a failed summary's score is its retry time, and ordering by it would hide the
+        oldest communities exactly while summaries fail.
+        """
+        async with translate_errors("stale read"):
+            depth = int(await self._r.zcard(self._k("stale_q")))
+            if depth != int(await self._r.zcard(self._k("stale_first"))):
+                await self._repair_stale_first()
+            cids = [as_str(c) for c in await self._r.zrange(self._k("stale_first"), 0, max(limit, 1) - 1)]
+            recs = await self._r.hmget(self._k("stale"), cids) if cids else []
+            items = []
+            for cid, rec in zip(cids, recs, strict=True):
+                if rec is None:
+                    continue
+                d = json.loads(rec)
+                docs = sorted(as_str(x) for x in await self._r.smembers(self._k(f"stale_docs:{cid}")))
+                items.append(
+                    StaleItem(cid, int(d["level"]), float(d["first"]), float(d["last"]), int(d["count"]), docs)
+                )
+        return depth, items
+
+    async def _repair_stale_first(self) -> None:
+        """Rebuild the first-marked index from the queue (stores written before it existed)."""
+        queued = {as_str(c) for c in await self._r.zrange(self._k("stale_q"), 0, -1)}
+        listed = {as_str(c) for c in await self._r.zrange(self._k("stale_first"), 0, -1)}
+        if listed - queued:
+            await self._r.zrem(self._k("stale_first"), *sorted(listed - queued))
+        missing = sorted(queued - listed)
+        if missing:
+            recs = await self._r.hmget(self._k("stale"), missing)
+            firsts = {
+                c: float(json.loads(r)["first"]) if r else time.time() for c, r in zip(missing, recs, strict=True)
+            }
+            await self._r.zadd(self._k("stale_first"), firsts, nx=True)
+
+    async def is_stale(self, cids: Sequence[str]) -> dict[str, bool]:
+        """Whether each community's summary is stale right now."""
+        if not cids:
+            return {}
+        async with translate_errors("stale read"):
+            scores = await self._r.zmscore(self._k("stale_q"), list(cids))
+        return {c: s is not None for c, s in zip(cids, scores, strict=True)}
+
+    async def generation(self, cid: str) -> str:
+        """How many times a community has been marked (a claim remembers it)."""
+        async with translate_errors("stale read"):
+            return as_str(await self._r.hget(self._k("gen"), cid) or b"0")
+
+    async def clear_if_unchanged(self, cid: str, gen: str) -> bool:
+        """Clear the stale mark unless the community was marked again since ``gen``."""
+        async with translate_errors("stale clear"):
+            return bool(await self._clear(keys=[self._k("stale")], args=[self._prefix, cid, gen]))
+
+    async def record_failure(self, cid: str, retry_at: float) -> int:
+        """Count a failed summary and defer the community until ``retry_at``; returns attempts.
+
+        Only while the community is still queued: one removed or summarized meanwhile keeps
+        no failure count (it would never be cleared).
+        """
+        async with translate_errors("stale write"):
+            attempts = int(await self._fail(keys=[self._k("stale_q")], args=[self._prefix, cid, repr(retry_at)]))
+            await self._r.incr(self._k("summary_failures"))
+        return attempts
