@@ -18,14 +18,8 @@ from daemon.teardown import bounded
 from memory.errors import MemdError, NotFound
 from memory.generations import GenerationRegistry, index_spec
 from memory.index import ChunkIndex, translate_errors
-from memory.schema import (
-    compare_schema,
-    generation_of,
-    index_schema,
-    info_attributes,
-    info_index_name,
-    physical_name,
-)
+from memory.keys import generation_of, key_root, physical_name
+from memory.schema import compare_schema, index_schema, info_attributes, info_index_name
 from memory.server_policies import EVICTION_FIX, SAFE_EVICTION, TIMEOUT_FIX, eviction_policy, search_timeout_policy
 
 #: Vector dimensions of the packaged model, the default; other models are checked by name only.
@@ -271,7 +265,7 @@ async def _check_leftover_generations(
             detail = (
                 f"generation {g} kept beside the active one (--keep-old); "
                 f"when no longer wanted: `agentmemd drop-generation {g}` (FT.DROPINDEX "
-                f"{physical_name(settings.index.name, g)} DD and its {settings.index.name}:g{g}:* keys)"
+                f"{physical_name(settings.index.name, g)} DD and its {key_root(settings.index.name, g)}* keys)"
             )
         found.append(Finding("old generations", True, detail))
     return found
