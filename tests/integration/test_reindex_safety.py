@@ -137,7 +137,7 @@ async def test_an_analyzer_upgrade_on_a_broker_that_lost_its_log_loses_no_doc(
     every doc lost): an upgrade of the embedded default, whose broker keeps no log over a
     restart, could not keep its memory."""
     import memory.generations as generations_mod
-    import memory.index as index_mod
+    import memory.index.codec as index_mod
 
     # The previous release: analyzer 1, which (here) wrote no identifiers at all.
     monkeypatch.setattr(generations_mod, "ANALYZER_VERSION", 1)
