@@ -20,9 +20,7 @@ from memory.conversation import date_words, matching_terms
 from memory.filters import hash_field, value_hash
 from memory.identifiers import identifiers
 from memory.records import ChunkRecord, StoredChunk
-from memory.schema import (
-    as_str,
-)
+from memory.schema import as_str
 from memory.text import index_terms
 
 _RETURN_FIELDS = ("chunk_id", "text", "doc_id", "source", "kind", "metadata", "idents", "timestamp", "ts", "version")

@@ -13,9 +13,7 @@ from memory.index.errors import IndexError_, translate_errors
 from memory.index.lifecycle import _WATCH_RETRIES, _Lifecycle
 from memory.index.sliced import _redis_now
 from memory.keys import doc_prefix, ver_prefix
-from memory.schema import (
-    as_str,
-)
+from memory.schema import as_str
 from memory.visibility import WriteMarker, live
 
 

@@ -22,13 +22,7 @@ from memory.errors import NotFound
 from memory.generations import GenerationRegistry, GenerationState, IndexMismatch, IndexSpec, index_spec
 from memory.index.codec import _RETURN_FIELDS
 from memory.index.errors import IndexError_, _NoGeneration, translate_errors
-from memory.schema import (
-    compare_schema,
-    generation_of,
-    index_schema,
-    info_attributes,
-    info_index_name,
-)
+from memory.schema import compare_schema, index_schema, info_attributes, info_index_name
 
 log = structlog.get_logger()
 
@@ -209,7 +203,7 @@ class _Lifecycle:
         if info is None:
             return False  # no alias, no index: a first start
         physical = info_index_name(info)
-        gen = generation_of(self._cfg.name, physical)
+        gen = keys.generation_of(self._cfg.name, physical)
         if gen is None:
             raise IndexError_(
                 f"a search index or alias {self._cfg.name!r} exists ({physical!r}) that is not one of this "

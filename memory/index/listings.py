@@ -12,9 +12,7 @@ from memory.index.codec import _stored
 from memory.index.errors import translate_errors
 from memory.index.lifecycle import _Lifecycle
 from memory.records import DEFAULT_TENANT, ChunkRecord
-from memory.schema import (
-    as_str,
-)
+from memory.schema import as_str
 
 #: Search timeout of bulk listings (a reindex's summaries), not of askers' queries.
 BULK_QUERY_TIMEOUT_MS = 60_000

@@ -21,9 +21,7 @@ from memory.index.errors import IndexError_, WriteInProgress, translate_errors
 from memory.index.lifecycle import _WATCH_RETRIES, _Lifecycle
 from memory.metrics import SLICED_WRITES
 from memory.records import DEFAULT_TENANT, ApplyResult, ChunkRecord
-from memory.schema import (
-    as_str,
-)
+from memory.schema import as_str
 from memory.visibility import FINISHED_MARKER_TTL_S, WriteMarker, decide, slices
 
 log = structlog.get_logger()

@@ -14,9 +14,7 @@ from memory.index.codec import TurnEntry, _float_or_none, _stored, _text, turn_t
 from memory.index.errors import IndexError_, translate_errors
 from memory.index.lifecycle import _WATCH_RETRIES, _Lifecycle
 from memory.records import DEFAULT_TENANT, StoredChunk
-from memory.schema import (
-    as_str,
-)
+from memory.schema import as_str
 
 
 class _Turns(_Lifecycle):

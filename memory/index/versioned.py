@@ -9,15 +9,13 @@ import numpy as np
 from redis import exceptions as rexc
 
 from memory.errors import MemdError
-from memory.index import codec
+from memory.index import codec  # _record_mapping looked up on its module, where tests spy on it
 from memory.index.codec import Analysis, analyze_records
 from memory.index.errors import IndexError_, _NoGeneration, translate_errors
 from memory.index.lifecycle import _WATCH_RETRIES
 from memory.index.sliced import _mark_finished, _SlicedWrites
 from memory.records import DEFAULT_TENANT, ApplyResult, ChunkRecord
-from memory.schema import (
-    as_str,
-)
+from memory.schema import as_str
 
 #: The version an unversioned doc's delete stores (below every real version, which start at 0
 #: or more, so a versioned write would still apply; turns are never versioned).
