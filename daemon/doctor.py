@@ -18,14 +18,8 @@ from daemon.teardown import bounded
 from memory.errors import MemdError, NotFound
 from memory.generations import GenerationRegistry, index_spec
 from memory.index import ChunkIndex, translate_errors
-from memory.schema import (
-    compare_schema,
-    generation_of,
-    index_schema,
-    info_attributes,
-    info_index_name,
-    physical_name,
-)
+from memory.keys import generation_of, key_root, physical_name
+from memory.schema import compare_schema, index_schema, info_attributes, info_index_name
 from memory.server_policies import EVICTION_FIX, SAFE_EVICTION, TIMEOUT_FIX, eviction_policy, search_timeout_policy
 
 #: Vector dimensions of the packaged model, the default; other models are checked by name only.
@@ -223,7 +217,7 @@ async def _check_unfinished_writes(client: Any, settings: Settings, dims: int) -
     async with translate_errors("doctor"):
         sec, usec = await client.time()
     now = sec + usec / 1e6
-    # Markers are stamped with Redis's clock too (memory.index._redis_now): no host's counts.
+    # Markers are stamped with Redis's clock too (memory.index.sliced._redis_now): no host's counts.
     stuck = {k: m for k, m in unfinished.items() if now - m.beat > STUCK_WRITE_S}
     if not stuck:
         return [Finding("large writes", True, f"{len(unfinished)} document(s) being written in slices")]
@@ -271,7 +265,7 @@ async def _check_leftover_generations(
             detail = (
                 f"generation {g} kept beside the active one (--keep-old); "
                 f"when no longer wanted: `agentmemd drop-generation {g}` (FT.DROPINDEX "
-                f"{physical_name(settings.index.name, g)} DD and its {settings.index.name}:g{g}:* keys)"
+                f"{physical_name(settings.index.name, g)} DD and its {key_root(settings.index.name, g)}* keys)"
             )
         found.append(Finding("old generations", True, detail))
     return found

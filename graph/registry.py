@@ -18,6 +18,7 @@ from memory.activity import IngestActivity
 from memory.embedder import Embedder
 from memory.errors import MemdError
 from memory.index import ChunkIndex, translate_errors
+from memory.keys import tenants_key
 from memory.records import DEFAULT_TENANT, ChunkRecord, MemoryItem
 
 log = structlog.get_logger()
@@ -82,14 +83,14 @@ class GraphRegistry:
         """Every tenant any daemon has seen."""
         async with translate_errors("tenant list"):
             found = {
-                m.decode() if isinstance(m, bytes) else str(m) for m in await self._r.smembers(f"{self._name}:tenants")
+                m.decode() if isinstance(m, bytes) else str(m) for m in await self._r.smembers(tenants_key(self._name))
             }
         return sorted(found | self._known)
 
     async def _known_tenant(self, tenant: str) -> None:
         if tenant not in self._known:
             async with translate_errors("tenant list"):
-                await self._r.sadd(f"{self._name}:tenants", tenant)
+                await self._r.sadd(tenants_key(self._name), tenant)
             self._known.add(tenant)
 
     async def prepare(self, changes: Sequence[tuple[MemoryItem, Sequence[ChunkRecord]]]) -> list[Contribution | None]:

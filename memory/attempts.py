@@ -17,6 +17,7 @@ from __future__ import annotations
 import redis.asyncio as aredis
 
 from memory.index import translate_errors
+from memory.keys import attempt_key
 
 
 class AttemptCounter:
@@ -28,7 +29,7 @@ class AttemptCounter:
         self._ttl = ttl_s
 
     def _key(self, kind: str, topic: str, partition: int, offset: int, stamp: int) -> str:
-        return f"{self._name}:{kind}:{topic}:{partition}:{offset}:{stamp}"
+        return attempt_key(self._name, kind, topic, partition, offset, stamp)
 
     async def incr(self, topic: str, partition: int, offset: int, stamp: int) -> int:
         """Count one more failed attempt of the record (``stamp``: its Kafka timestamp); returns the total."""

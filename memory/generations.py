@@ -29,7 +29,8 @@ from pydantic import BaseModel, ConfigDict
 
 from memory.config import ChunkingConfig, IndexConfig
 from memory.errors import BackendUnavailable, MemdError
-from memory.schema import as_str, generation_of, index_schema, physical_name
+from memory.keys import generation_of, physical_name, registry_key
+from memory.schema import as_str, index_schema
 from memory.text import ANALYZER_VERSION
 
 
@@ -89,11 +90,6 @@ def index_spec(cfg: IndexConfig, *, model: str, dims: int, chunking: ChunkingCon
         schema_digest=digest,
         analyzer=ANALYZER_VERSION,
     )
-
-
-def registry_key(name: str) -> str:
-    """The hash that records the active and building generations and their specs."""
-    return f"{name}:generations"
 
 
 @dataclass(frozen=True)

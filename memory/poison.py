@@ -15,6 +15,7 @@ from typing import Protocol
 import redis.asyncio as aredis
 
 from memory.index import translate_errors
+from memory.keys import poison_key, poison_version_key
 from memory.schema import as_str
 
 
@@ -31,7 +32,8 @@ class SharedPoison:
 
     def __init__(self, *, client: aredis.Redis, name: str, limit: int) -> None:
         self._r = client
-        self._key = f"{name}:poison"
+        self._key = poison_key(name)
+        self._version_key = poison_version_key(name)
         self._limit = limit
         self._seen_version: int | None = None
         self._known: set[str] = set()  # what the group holds, as last read plus what this daemon added
@@ -44,13 +46,13 @@ class SharedPoison:
         async with translate_errors("poison list"), self._r.pipeline(transaction=True) as pipe:
             pipe.zadd(self._key, dict.fromkeys(digests, now))
             pipe.zremrangebyrank(self._key, 0, -(self._limit + 1))
-            pipe.incr(f"{self._key}:version")
+            pipe.incr(self._version_key)
             await pipe.execute()
 
     async def changed_digests(self) -> set[str] | None:
         """Every shared digest if the list changed since the last call, else None (one GET)."""
         async with translate_errors("poison list"):
-            raw = await self._r.get(f"{self._key}:version")
+            raw = await self._r.get(self._version_key)
             version = int(raw) if raw is not None else 0
             if version == self._seen_version:
                 return None

@@ -2,33 +2,21 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from memory.config import IndexConfig
 from memory.filters import TAG_SEPARATOR, hash_field
 
-
-def physical_name(name: str, generation: int) -> str:
-    """The RediSearch index of one generation (the alias ``name`` points at the active one)."""
-    return f"{name}-g{generation}"
-
-
-def generation_of(name: str, physical: str) -> int | None:
-    """The generation whose index ``physical`` is (``physical_name``'s inverse); None if it is
-    not one of ``name``'s."""
-    found = re.fullmatch(re.escape(name) + r"-g([0-9]+)", physical)
-    return int(found.group(1)) if found else None
+# Re-exported: the key layout lives in memory.keys, and callers that import these from here keep working.
+from memory.keys import chunk_prefix
+from memory.keys import generation_of as generation_of
+from memory.keys import key_root as key_root
+from memory.keys import physical_name as physical_name
 
 
 def as_str(value: Any) -> str:
     """A Redis reply value as text (bytes decoded)."""
     return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def key_root(name: str, generation: int) -> str:
-    """Prefix of every key (chunks, versions, chunk sets) that belongs to one generation."""
-    return f"{name}:g{generation}:"
 
 
 def index_schema(cfg: IndexConfig, *, dims: int, generation: int) -> dict[str, Any]:
@@ -73,7 +61,7 @@ def index_schema(cfg: IndexConfig, *, dims: int, generation: int) -> dict[str, A
     return {
         "index": {
             "name": physical_name(cfg.name, generation),
-            "prefix": key_root(cfg.name, generation) + "chunk:",
+            "prefix": chunk_prefix(cfg.name, generation),
             "key_separator": ":",
             "storage_type": "hash",
             "stopwords": [],

@@ -18,6 +18,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from consumers.config import ConsumerConfig, Topics
 from daemon.settings import Settings, namespaced
+from memory.keys import chunk_prefix, registry_key
 
 if TYPE_CHECKING:
     from daemon.app import Daemon
@@ -333,10 +334,10 @@ async def wait_for_chunks(client: Any, name: str, want: dict[str, str], timeout:
 
 async def stored_chunks(client: Any, name: str) -> dict[str, str]:
     out: dict[str, str] = {}
-    active = await client.hget(f"{name}:generations", "active")
+    active = await client.hget(registry_key(name), "active")
     if active is None:
         return out
-    async for key in client.scan_iter(match=f"{name}:g{int(active)}:chunk:*", count=1000):
+    async for key in client.scan_iter(match=chunk_prefix(name, int(active)) + "*", count=1000):
         cid, text, kind = await client.hmget(key, ["chunk_id", "text", "kind"])
         if cid is not None and text is not None and kind != b"community":  # a key may vanish mid-scan
             out[cid.decode()] = text.decode()

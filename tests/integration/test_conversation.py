@@ -17,6 +17,7 @@ from memory.conversation import vector_text
 from memory.filters import BASE_FILTER_KEYS
 from memory.index import ChunkIndex
 from memory.ingest import Ingestor
+from memory.keys import chunk_pattern
 from memory.records import MemoryItem
 from memory.retrieval import Retriever, SearchSpec
 from tests.conftest import unique
@@ -62,7 +63,7 @@ async def stack(redis_url: str, embedder: Any, name: str) -> tuple[aredis.Redis,
 async def stored_turns(client: aredis.Redis, index: ChunkIndex) -> dict[str, dict[str, Any]]:
     """Every chunk hash of the index: chunk id -> the indexed fields and the vector."""
     out: dict[str, dict[str, Any]] = {}
-    async for key in client.scan_iter(match=f"{index.cfg.name}:g*:chunk:*", count=1000):
+    async for key in client.scan_iter(match=chunk_pattern(index.cfg.name), count=1000):
         values = await client.hmget(key, [*FIELDS, "vector", "chunk_id"])
         row = {f: (v or b"").decode() for f, v in zip(FIELDS, values[: len(FIELDS)], strict=True)}
         row["vector"] = np.frombuffer(values[len(FIELDS)], dtype=np.float32)

@@ -29,6 +29,7 @@ from memory.embedder import (
     native_bf16,
     use_bf16,
 )
+from memory.keys import poison_key, poison_version_key
 from memory.poison import SharedPoison
 from tests.conftest import unique
 from tests.helpers import eventually, run_python
@@ -472,5 +473,5 @@ async def test_poison_queries_are_shared_by_the_daemons_through_redis(redis_url:
         assert await here.sync(embedder) == (1, 0)
         assert await other.changed_digests() == {_digest(theirs), _digest(mine)}
     finally:
-        await client.delete(f"{name}:poison", f"{name}:poison:version")
+        await client.delete(poison_key(name), poison_version_key(name))
         await client.aclose()

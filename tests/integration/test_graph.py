@@ -304,7 +304,7 @@ async def test_a_large_documents_chunking_extraction_and_write_run_off_the_event
     30-65 ms. They run in threads; the doc is indexed and extracted as before."""
     import graph.service
     import graph.store
-    import memory.index
+    import memory.index.codec
     import memory.ingest
 
     names = ("chunk_spans", "contribution_parts", "_record_mapping", "_parse_graph", "to_json")
@@ -320,7 +320,8 @@ async def test_a_large_documents_chunking_extraction_and_write_run_off_the_event
     monkeypatch.setattr(memory.ingest, "chunk_spans", spy("chunk_spans", memory.ingest.chunk_spans))
     parts = graph.service.contribution_parts
     monkeypatch.setattr(graph.service, "contribution_parts", spy("contribution_parts", parts))
-    monkeypatch.setattr(memory.index, "_record_mapping", spy("_record_mapping", memory.index._record_mapping))
+    mapping = memory.index.codec._record_mapping
+    monkeypatch.setattr(memory.index.codec, "_record_mapping", spy("_record_mapping", mapping))
     monkeypatch.setattr(graph.store, "_parse_graph", spy("_parse_graph", graph.store._parse_graph))
     # This doc's contribution is small (few distinct words); its JSON takes the large path.
     monkeypatch.setattr(graph.store, "_INLINE_JSON_ITEMS", 0)

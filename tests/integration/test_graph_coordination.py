@@ -24,6 +24,7 @@ from graph.store import Contribution, GraphStore, LeaseLost
 from memory.config import IndexConfig
 from memory.errors import BackendUnavailable
 from memory.index import ChunkIndex
+from memory.keys import tenants_key
 from tests.conftest import unique
 from tests.integration.test_graph import GatedEmbedder
 
@@ -336,7 +337,7 @@ async def test_a_background_loop_logs_an_unexpected_error_and_carries_on(
     """cdlib failing to import must be logged, and the recompute loop must live to try again."""
     name = unique("loop-error")
     d, reg = await looping_registry(redis_url, embedder, name)
-    await d.client.sadd(f"{name}:tenants", "default")  # as a daemon that saw the tenant would
+    await d.client.sadd(tenants_key(name), "default")  # as a daemon that saw the tenant would
     await reg.service("default").store.apply("doc1", 1, contrib("doc1#0", "alpha-svc", "beta-svc"))
     calls: list[int] = []
 
@@ -368,7 +369,7 @@ async def test_a_tenant_whose_recompute_fails_does_not_stop_the_others(
     name = unique("tenant-error")
     d, reg = await looping_registry(redis_url, embedder, name)
     for tenant in ("a", "b"):
-        await d.client.sadd(f"{name}:tenants", tenant)
+        await d.client.sadd(tenants_key(name), tenant)
         await reg.service(tenant).store.apply("doc1", 1, contrib("doc1#0", "alpha-svc", "beta-svc"))
 
     async def broken(*_args: Any, **_kwargs: Any) -> Any:

@@ -31,6 +31,7 @@ from daemon.launcher import (
     start_tansu,
 )
 from graph.config import GraphConfig
+from memory.keys import chunk_prefix, physical_name, registry_key
 from tests.conftest import unique
 from tests.helpers import PlainClient, eventually, isolated_settings, start_daemon
 
@@ -350,10 +351,9 @@ async def test_doctor_exit_codes(env: Env) -> None:
     # a generation left beside the active one, and a build whose heartbeat stopped: reported,
     # with the way out, but not failures
     name = settings.index.name
-    await client.execute_command(
-        "FT.CREATE", f"{name}-g7", "ON", "HASH", "PREFIX", "1", f"{name}:g7:chunk:", "SCHEMA", "text", "TEXT"
-    )
-    registry = f"{name}:generations"
+    left, prefix = physical_name(name, 7), chunk_prefix(name, 7)
+    await client.execute_command("FT.CREATE", left, "ON", "HASH", "PREFIX", "1", prefix, "SCHEMA", "text", "TEXT")
+    registry = registry_key(name)
     await client.hset(registry, mapping={"building": 9, "building_owner": "reindex-gone", "building_heartbeat": 1.0})
     try:
         res = await asyncio.to_thread(run_cli, good, "doctor")

@@ -28,8 +28,8 @@ from memory.embedder import EmbedderError, SentenceTransformerEmbedder
 from memory.errors import BackendUnavailable, NotFound
 from memory.generations import GenerationRegistry, ReindexConflict, ReindexWouldLose, index_spec
 from memory.index import ChunkIndex
+from memory.keys import chunk_prefix, key_root, physical_name, registry_key, ver_key
 from memory.records import COMMUNITY_PREFIX
-from memory.schema import key_root, physical_name
 from tests.conftest import unique
 from tests.helpers import (
     agentmemd,
@@ -121,8 +121,8 @@ async def test_a_broker_that_lost_its_log_loses_no_doc(redis_url: str, tmp_path:
 async def _chunk_hashes(client: Any, name: str) -> dict[str, tuple[bytes, bytes, str]]:
     """chunk id -> (text, vector, idents) of the active generation's doc chunks."""
     out: dict[str, tuple[bytes, bytes, str]] = {}
-    active = int(await client.hget(f"{name}:generations", "active"))
-    async for key in client.scan_iter(match=f"{key_root(name, active)}chunk:*", count=1000):
+    active = int(await client.hget(registry_key(name), "active"))
+    async for key in client.scan_iter(match=f"{chunk_prefix(name, active)}*", count=1000):
         cid, text, vector, idents, kind = await client.hmget(key, ["chunk_id", "text", "vector", "idents", "kind"])
         if cid is not None and kind != b"community":
             out[cid.decode()] = (text, vector, idents.decode())
@@ -139,7 +139,7 @@ async def test_an_analyzer_upgrade_on_a_broker_that_lost_its_log_loses_no_doc(
     every doc lost): an upgrade of the embedded default, whose broker keeps no log over a
     restart, could not keep its memory."""
     import memory.generations as generations_mod
-    import memory.index as index_mod
+    import memory.index.codec as index_mod
 
     # The previous release: analyzer 1, which (here) wrote no identifiers at all.
     monkeypatch.setattr(generations_mod, "ANALYZER_VERSION", 1)
@@ -317,8 +317,7 @@ async def test_a_failed_catch_up_never_loses_what_the_live_daemons_wrote(
     rep = await reindex(_chunking_change(settings))
     await daemon.index.state(fresh=True)  # the daemon's 1 s cache of the active generation
     assert not rep.old_dropped and any("was kept" in e and "default/late/1" in e for e in rep.errors), rep.errors
-    old_root = key_root(settings.index.name, rep.old_generation)
-    assert await daemon.redis.exists(f"{old_root}ver:default:late/1")
+    assert await daemon.redis.exists(ver_key(settings.index.name, rep.old_generation, "default", "late/1"))
     assert "default/late/1" in (await registry.kept())[rep.old_generation]  # doctor shows why
 
 
@@ -367,7 +366,7 @@ async def test_a_heartbeat_blip_keeps_the_build_and_an_abandoned_build_is_droppe
     dead, _ = await registry.claim("reindex-dead")
     orphan = ChunkIndex(client=daemon.redis, cfg=settings.index, dims=daemon.embedder.dims, generation=dead)
     await orphan.ensure()
-    await daemon.redis.set(f"{key_root(settings.index.name, dead)}ver:default:hb/1", 1)
+    await daemon.redis.set(ver_key(settings.index.name, dead, "default", "hb/1"), 1)
     await daemon.redis.hset(registry.key, "building_heartbeat", time.time() - 120)
 
     real_beat = GenerationRegistry.heartbeat
@@ -476,7 +475,7 @@ async def test_drop_generation_drops_what_was_kept_and_refuses_what_is_live(env:
     active = (await registry.state()).active
     kept, _ = await registry.claim("reindex-kept")  # a generation left beside the active one
     await ChunkIndex(client=daemon.redis, cfg=settings.index, dims=daemon.embedder.dims, generation=kept).ensure()
-    await daemon.redis.set(f"{key_root(settings.index.name, kept)}ver:default:drop/1", 1)
+    await daemon.redis.set(ver_key(settings.index.name, kept, "default", "drop/1"), 1)
     await registry.release("reindex-kept")
     await registry.mark_kept(kept, "1 doc(s) missing in the new one")
     env_vars = settings_env(settings)

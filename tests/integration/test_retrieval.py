@@ -18,9 +18,9 @@ from memory.filters import BASE_FILTER_KEYS
 from memory.generations import ReindexConflict
 from memory.index import ChunkIndex, IndexError_
 from memory.ingest import Ingestor
+from memory.keys import chunk_prefix
 from memory.records import MemoryItem
 from memory.retrieval import Retriever, SearchSpec
-from memory.schema import key_root
 from memory.server_policies import search_timeout_policy
 from memory.text import bm25_query
 from tests.conftest import unique
@@ -671,7 +671,7 @@ async def test_a_search_that_outlives_the_timeout_fails_rather_than_answering_in
         await index.drop()
         await index.ensure()
         words = [f"w{i}" for i in range(200)]
-        root = f"{key_root(index._cfg.name, 1)}chunk:"
+        root = chunk_prefix(index._cfg.name, 1)
         pipe = client.pipeline(transaction=False)
         for i in range(20_000):  # ~400k postings for the OR below: milliseconds, not one
             terms = " ".join(words[(i * 7 + j * 13) % 200] for j in range(20))

@@ -17,10 +17,11 @@ from daemon.doctor import _check_unfinished_writes
 from daemon.settings import Settings
 from memory.config import IndexConfig, RetrievalConfig
 from memory.index import ChunkIndex, DocState, WriteInProgress
+from memory.keys import chunk_prefix
+from memory.keys import marker_key as doc_marker_key
 from memory.metrics import REGISTRY
 from memory.records import ApplyResult, ChunkRecord
 from memory.retrieval import Retriever, SearchSpec
-from memory.schema import key_root
 from memory.text import bm25_query, query_terms
 from memory.visibility import FINISHED_MARKER_TTL_S, TAKEOVER_AFTER_S, WriteMarker
 from tests.conftest import unique
@@ -138,7 +139,7 @@ async def test_a_large_doc_is_written_in_slices_and_ends_exact(stack) -> None:
     assert await index.versions([DOC]) == {DOC: 2}
     assert await shown(retriever, "bravo") == [(f"{DOC}_p{i}", 2) for i in range(10)]
     assert await shown(retriever, "alpha") == []
-    marker_key = f"{key_root(index.cfg.name, 1)}wr:default:{DOC}"
+    marker_key = doc_marker_key(index.cfg.name, 1, "default", DOC)
     assert WriteMarker.decode(await client.get(marker_key)) == WriteMarker(shown=2, writing=None)
     assert 0 < await client.ttl(marker_key) <= FINISHED_MARKER_TTL_S
     # A later version written in one transaction moves the marker on (else queries, which
@@ -225,7 +226,7 @@ async def test_the_same_version_waits_for_a_live_writer_and_takes_over_a_dead_on
     with pytest.raises(WriteInProgress, match="being written in slices by another process"):
         await other.apply(DOC, 2, chunks(2, 12, "bravo"), vectors(12, 2))
     assert _count("waited") == waited + 1
-    marker_key = f"{key_root(index.cfg.name, 1)}wr:default:{DOC}"
+    marker_key = doc_marker_key(index.cfg.name, 1, "default", DOC)
     marker = WriteMarker.decode(await client.get(marker_key))
     assert marker is not None
     stalled = dataclasses.replace(marker, beat=marker.beat - TAKEOVER_AFTER_S - 1)
@@ -259,7 +260,7 @@ async def test_a_copy_does_not_undo_a_newer_write_under_way(stack) -> None:
         pause.release.set()
         assert (await asyncio.wait_for(v3, 10)).applied
         assert await index.chunk_ids(DOC) == {f"{DOC}_p{i}" for i in range(10)}
-        keys = [k async for k in client.scan_iter(match=f"{key_root(index.cfg.name, 1)}chunk:*")]
+        keys = [k async for k in client.scan_iter(match=f"{chunk_prefix(index.cfg.name, 1)}*")]
         assert len(keys) == 10
         assert await shown(retriever, "bravo") == sorted((f"{DOC}_p{i}", 3) for i in range(10))
         assert await shown(retriever, "delta") == []
@@ -284,7 +285,7 @@ async def test_a_write_that_died_half_way_is_taken_over_by_its_redelivery(stack)
     # doctor: a write under way is fine; one begun long ago was left by a writer that died.
     settings = Settings(index=index.cfg)
     assert [f.ok for f in await _check_unfinished_writes(client, settings, 384)] == [True]
-    marker_key = f"{key_root(index.cfg.name, 1)}wr:default:{DOC}"
+    marker_key = doc_marker_key(index.cfg.name, 1, "default", DOC)
     marker = WriteMarker.decode(await client.get(marker_key))
     assert marker is not None and marker.in_progress
     stopped = dataclasses.replace(marker, since=marker.since - 3600, beat=marker.beat - 3600)
@@ -314,7 +315,7 @@ async def test_a_reindex_copy_and_switch_mid_write(stack) -> None:
     target = ChunkIndex(client=client, cfg=index.cfg, dims=384, spec=index.spec, generation=gen)
     await target.ensure()
     assert await target.copy_doc(1, "default", DOC)
-    copied = WriteMarker.decode(await client.get(f"{key_root(index.cfg.name, gen)}wr:default:{DOC}"))
+    copied = WriteMarker.decode(await client.get(doc_marker_key(index.cfg.name, gen, "default", DOC)))
     assert copied is not None and copied.in_progress and copied.shown == 1
     # A query-side reader whose view of the registry predates the switch (it trusts a read
     # for STATE_TTL_S): the alias it searches moves at once, so markers must come from the
@@ -370,7 +371,7 @@ async def test_a_copy_of_a_half_written_doc_is_replaced_once_the_source_is_whole
         assert await target.behind(held) == [("default", DOC)]
         assert await target.copy_doc(1, "default", DOC)
         assert await target.behind(held) == []
-        assert await client.get(f"{key_root(index.cfg.name, gen)}wr:default:{DOC}") is None
+        assert await client.get(doc_marker_key(index.cfg.name, gen, "default", DOC)) is None
         assert await target.chunk_ids(DOC) == {f"{DOC}_p{i}" for i in range(12)}
         assert await target.versions([DOC]) == {DOC: 2}
     finally:

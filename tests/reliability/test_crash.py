@@ -25,6 +25,7 @@ from memory.config import ChunkingConfig, IndexConfig, IngestConfig
 from memory.filters import BASE_FILTER_KEYS
 from memory.index import ChunkIndex
 from memory.ingest import Ingestor
+from memory.keys import chunk_pattern
 from tests.conftest import unique
 from tests.helpers import DaemonProcess, isolated_settings, settings_env, wait_for_chunks
 
@@ -129,7 +130,7 @@ async def turn_fields(client: aredis.Redis, name: str) -> dict[str, tuple[str, .
     """Every transcript chunk of an index: chunk id -> its text, terms and contexts."""
     fields = ["chunk_id", "text", "terms", "context", "context_vec"]
     out: dict[str, tuple[str, ...]] = {}
-    async for key in client.scan_iter(match=f"{name}:g*:chunk:*:transcript:*", count=1000):
+    async for key in client.scan_iter(match=chunk_pattern(name) + ":transcript:*", count=1000):
         values = tuple((v or b"").decode() for v in await client.hmget(key, fields))
         out[values[0]] = values[1:]
     return out

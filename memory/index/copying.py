@@ -1,0 +1,169 @@
+"""What a reindex carries between generations: doc listings, coverage and verbatim copies."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from redis import exceptions as rexc
+
+from memory.index.codec import _reanalyzed
+from memory.index.errors import IndexError_, translate_errors
+from memory.index.lifecycle import _WATCH_RETRIES, _Lifecycle
+from memory.index.sliced import _redis_now
+from memory.keys import doc_prefix, ver_prefix
+from memory.schema import as_str
+from memory.visibility import WriteMarker, live
+
+
+@dataclass(frozen=True, slots=True)
+class DocState:
+    """What one generation holds of a doc: its last applied version and whether it has chunks."""
+
+    version: int | None
+    has_chunks: bool
+
+
+class _Copying(_Lifecycle):
+    """``doc_versions``, ``behind`` and ``copy_doc``: one generation compared with and
+    copied into another."""
+
+    async def doc_versions(self) -> dict[tuple[str, str], DocState]:
+        """Every doc this generation holds chunks or a version (tombstone) of:
+        ``(tenant, doc_id)`` -> its version (None: unversioned) and whether it has chunks.
+
+        A scan of the generation's keys: for a reindex's checks, not for the hot path.
+        """
+        gen = await self._generation()
+        found: dict[tuple[str, str], list[Any]] = {}
+        async with translate_errors("doc listing"):
+            for kind, prefix in (("doc", doc_prefix(self._cfg.name, gen)), ("ver", ver_prefix(self._cfg.name, gen))):
+                async for raw in self._r.scan_iter(match=prefix + "*", count=1000):
+                    tenant, _, doc_id = as_str(raw)[len(prefix) :].partition(":")
+                    entry = found.setdefault((tenant, doc_id), [None, False])
+                    if kind == "doc":
+                        entry[1] = True
+            keys = list(found)
+            for start in range(0, len(keys), 1000):
+                part = keys[start : start + 1000]
+                values = await self._r.mget([self._ver_key(gen, t, d) for t, d in part])
+                for key, value in zip(part, values, strict=True):
+                    found[key][0] = int(value) if value is not None else None
+        return {k: DocState(version=v, has_chunks=c) for k, (v, c) in found.items()}
+
+    async def behind(self, held: dict[tuple[str, str], DocState]) -> list[tuple[str, str]]:
+        """The docs of ``held`` (another generation's served docs) this generation does not
+        cover: it has neither their version or a later one (a later delete counts), nor, for
+        an unversioned doc, any chunks or a tombstone (the doc was forgotten here; the old
+        generation's live daemons forget it too when they reach that event)."""
+        gen = await self._generation()
+        keys = sorted(held)
+        out: list[tuple[str, str]] = []
+        async with translate_errors("coverage check"):
+            now = await _redis_now(self._r)
+            for start in range(0, len(keys), 500):
+                part = keys[start : start + 500]
+                async with self._r.pipeline(transaction=False) as pipe:
+                    for t, d in part:
+                        pipe.get(self._ver_key(gen, t, d))
+                        pipe.exists(self._doc_key(gen, t, d))
+                        pipe.get(self._marker_key(gen, t, d))
+                    values = await pipe.execute()
+                for i, key in enumerate(part):
+                    ver, has_doc, marker = values[3 * i], bool(values[3 * i + 1]), WriteMarker.decode(values[3 * i + 2])
+                    want = held[key].version
+                    covered = (has_doc or ver is not None) if want is None else ver is not None and int(ver) >= want
+                    # A live sliced write of that version or a later one under way here covers
+                    # it too (its event is committed only once it is whole). A dead or copied
+                    # one does not: the copy must overwrite it.
+                    writing = marker.writing if marker is not None else None
+                    covered = covered or (
+                        want is not None and writing is not None and writing >= want and live(marker, now)
+                    )
+                    if not covered:
+                        out.append(key)
+        return out
+
+    async def copy_doc(self, source_generation: int, tenant: str, doc_id: str, *, reanalyze: bool = False) -> bool:
+        """Copy a doc's chunks (hashes verbatim, vectors included) and version from another
+        generation built with the same spec into this one's, unless this one already has
+        that version or a later one. True if copied.
+
+        Why verbatim: a reindex must keep docs whose events Kafka no longer holds (past
+        retention, an in-memory broker restarted); with an unchanged spec their stored
+        chunks are exactly what a replay would have written.
+
+        ``reanalyze``: the source was built with the same model, chunking and schema but an
+        older text analysis. The chunk texts and vectors are still what a replay would
+        write; the ``terms`` and ``idents`` fields are computed again from each stored text.
+        """
+        gen = await self._generation()
+        src_ver_key = self._ver_key(source_generation, tenant, doc_id)
+        src_doc = self._doc_key(source_generation, tenant, doc_id)
+        src_marker_key = self._marker_key(source_generation, tenant, doc_id)
+        async with translate_errors("doc copy"):
+            for _ in range(_WATCH_RETRIES):
+                async with self._r.pipeline(transaction=True) as pipe:
+                    try:
+                        ver_key, doc_key = self._ver_key(gen, tenant, doc_id), self._doc_key(gen, tenant, doc_id)
+                        marker_key = self._marker_key(gen, tenant, doc_id)
+                        # The source is watched too: a live write to it between these reads
+                        # (before a switch, daemons still write there) retries the copy, so
+                        # chunks and version are never copied from two different writes.
+                        await pipe.watch(src_ver_key, src_doc, src_marker_key, ver_key, doc_key, marker_key)
+                        src_ver = await pipe.get(src_ver_key)
+                        src_marker = WriteMarker.decode(await pipe.get(src_marker_key))
+                        marker = WriteMarker.decode(await pipe.get(marker_key))
+                        if (
+                            marker is not None
+                            and marker.writing is not None
+                            and (src_ver is None or marker.writing >= int(src_ver))
+                            and live(marker, await _redis_now(self._r))
+                        ):
+                            # A live sliced write of that version or a later one is under way
+                            # here: it replaces whatever the copy would bring (and copying
+                            # would stop it). A dead or copied one is overwritten.
+                            return False
+                        chunk_ids = sorted(as_str(m) for m in await pipe.smembers(src_doc))
+                        hashes = [await pipe.hgetall(self._chunk_key(source_generation, tenant, c)) for c in chunk_ids]
+                        if reanalyze:
+                            hashes = [_reanalyzed(h) for h in hashes]
+                        stored = await pipe.get(ver_key)
+                        if src_ver is not None and stored is not None and int(stored) >= int(src_ver):
+                            return False
+                        if src_ver is None and (stored is not None or await pipe.exists(doc_key)):
+                            return False  # unversioned: whatever the target holds (or forgot) is as new
+                        old_ids = {as_str(m) for m in await pipe.smembers(doc_key)}
+                        pipe.multi()  # type: ignore[no-untyped-call]
+                        stale = [self._chunk_key(gen, tenant, c) for c in old_ids - set(chunk_ids)]
+                        if stale:
+                            pipe.delete(*stale)
+                        pipe.delete(doc_key)
+                        for cid, mapping in zip(chunk_ids, hashes, strict=True):
+                            if mapping:
+                                key = self._chunk_key(gen, tenant, cid)
+                                pipe.delete(key)
+                                pipe.hset(key, mapping=mapping)  # type: ignore[arg-type]
+                        if chunk_ids:
+                            pipe.sadd(doc_key, *chunk_ids)
+                        if src_ver is not None:
+                            pipe.set(ver_key, src_ver)
+                        if src_marker is not None and src_marker.in_progress:
+                            # A sliced write was half-way through the source: the copy hides
+                            # what the source hides. Nobody holds the copy's marker (a new
+                            # token, no owner, no recent progress): that write, started again
+                            # here after a switch, or its redelivery, takes it over at once.
+                            copied = WriteMarker(
+                                src_marker.shown, src_marker.writing, token=uuid.uuid4().hex, since=src_marker.since
+                            )
+                            pipe.set(marker_key, copied.encode())
+                        else:
+                            # A whole copy, written at once: nothing to hide. A sliced write
+                            # under way here (a reindex's replay) finds its token gone.
+                            pipe.delete(marker_key)
+                        await pipe.execute()
+                        return True
+                    except rexc.WatchError:
+                        continue
+        raise IndexError_(f"copy of {doc_id!r} kept conflicting; giving up after {_WATCH_RETRIES} tries")

@@ -1,0 +1,146 @@
+"""Transcript turns: reads of a session's neighbouring turns and rewrites of their context."""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from redis import exceptions as rexc
+
+from memory.chunking import chunk_id, chunk_position
+from memory.index.codec import TurnEntry, _float_or_none, _stored, _text, turn_terms
+from memory.index.errors import IndexError_, translate_errors
+from memory.index.lifecycle import _WATCH_RETRIES, _Lifecycle
+from memory.records import DEFAULT_TENANT, StoredChunk
+from memory.schema import as_str
+
+
+class _Turns(_Lifecycle):
+    """Reads of stored turns (their texts, entries and chunks) and ``recontext``."""
+
+    async def turn_texts(self, doc_ids: Sequence[str], tenant: str = DEFAULT_TENANT) -> dict[str, str]:
+        """The first chunk's text of each doc that is stored (what a turn's neighbours read)."""
+        if not doc_ids:
+            return {}
+        gen = await self._generation()
+        async with translate_errors("turn read"), self._r.pipeline(transaction=False) as pipe:
+            for d in doc_ids:
+                pipe.hget(self._chunk_key(gen, tenant, chunk_id(d, 0)), "text")
+            values = await pipe.execute()
+        return {d: as_str(v) for d, v in zip(doc_ids, values, strict=True) if v is not None}
+
+    async def turn_entries(self, doc_ids: Sequence[str], tenant: str = DEFAULT_TENANT) -> dict[str, list[TurnEntry]]:
+        """Each stored doc's chunks in position order, with the text and context they were indexed with."""
+        if not doc_ids:
+            return {}
+        gen = await self._generation()
+        async with translate_errors("turn read"):
+            async with self._r.pipeline(transaction=False) as pipe:
+                for d in doc_ids:
+                    pipe.smembers(self._doc_key(gen, tenant, d))
+                members = await pipe.execute()
+            ids = {
+                d: sorted((as_str(m) for m in ms), key=chunk_position) for d, ms in zip(doc_ids, members, strict=True)
+            }
+            async with self._r.pipeline(transaction=False) as pipe:
+                for d in doc_ids:
+                    for cid in ids[d]:
+                        pipe.hmget(self._chunk_key(gen, tenant, cid), ["text", "context", "context_vec", "kind", "ts"])
+                rows = iter(await pipe.execute())
+        out: dict[str, list[TurnEntry]] = {}
+        for d in doc_ids:
+            entries = []
+            for cid in ids[d]:
+                text, context, context_vec, kind, ts = next(rows)
+                if text is not None:
+                    entries.append(
+                        TurnEntry(
+                            cid,
+                            as_str(text),
+                            _text(context),
+                            _text(context_vec),
+                            _text(kind),
+                            _float_or_none(ts) or 0.0,
+                        )
+                    )
+            if entries:
+                out[d] = entries
+        return out
+
+    async def turns(self, doc_ids: Sequence[str], tenant: str = DEFAULT_TENANT) -> dict[str, list[StoredChunk]]:
+        """Each stored doc's chunks in position order, as a search leg returns them (for the
+        turns around a hit: unversioned, so no write marker applies)."""
+        if not doc_ids:
+            return {}
+        gen = await self._generation()
+        async with translate_errors("turn read"):
+            async with self._r.pipeline(transaction=False) as pipe:
+                for d in doc_ids:
+                    pipe.smembers(self._doc_key(gen, tenant, d))
+                members = await pipe.execute()
+            keys = {
+                d: [self._chunk_key(gen, tenant, c) for c in sorted((as_str(m) for m in ms), key=chunk_position)]
+                for d, ms in zip(doc_ids, members, strict=True)
+            }
+            async with self._r.pipeline(transaction=False) as pipe:
+                for d in doc_ids:
+                    for key in keys[d]:
+                        pipe.hmget(key, list(self._fields))
+                rows = iter(await pipe.execute())
+        out: dict[str, list[StoredChunk]] = {}
+        for d in doc_ids:
+            found = []
+            for key in keys[d]:
+                values = next(rows)
+                if values[0] is not None:
+                    doc = types.SimpleNamespace(id=key, **dict(zip(self._fields, values, strict=True)))
+                    found.append(_stored(doc, self._tag_keys))
+            if found:
+                out[d] = found
+        return out
+
+    async def recontext(
+        self,
+        doc_id: str,
+        updates: Sequence[tuple[TurnEntry, str, str, np.ndarray | None]],
+        tenant: str = DEFAULT_TENANT,
+    ) -> bool:
+        """Re-index a turn's chunks with a new context (and vector, where given), atomically, only
+        if the doc still has exactly these chunks with these texts and contexts (False if not:
+        whoever changed it indexed it with its own context)."""
+        async with translate_errors("context write"):
+            for _ in range(_WATCH_RETRIES):
+                async with self._r.pipeline(transaction=True) as pipe:
+                    try:
+                        gen = await self._write_generation(pipe)
+                        doc_key = self._doc_key(gen, tenant, doc_id)
+                        keys = [self._chunk_key(gen, tenant, u[0].chunk_id) for u in updates]
+                        await pipe.watch(doc_key, *keys)
+                        members = {as_str(m) for m in await pipe.smembers(doc_key)}
+                        if members != {u[0].chunk_id for u in updates}:
+                            return False
+                        for key, (entry, _, _, _) in zip(keys, updates, strict=True):
+                            text, context, context_vec = await pipe.hmget(key, ["text", "context", "context_vec"])
+                            if text is None or (as_str(text), _text(context), _text(context_vec)) != (
+                                entry.text,
+                                entry.context,
+                                entry.context_vec,
+                            ):
+                                return False
+                        pipe.multi()  # type: ignore[no-untyped-call]
+                        for key, (entry, context, context_vec, vector) in zip(keys, updates, strict=True):
+                            fields: dict[str, Any] = {
+                                "context": context,
+                                "context_vec": context_vec,
+                                "terms": turn_terms(entry.text, context, entry.timestamp),
+                            }
+                            if vector is not None:
+                                fields["vector"] = np.asarray(vector, dtype=np.float32).tobytes()
+                            pipe.hset(key, mapping=fields)  # type: ignore[arg-type]
+                        await pipe.execute()
+                        return True
+                    except rexc.WatchError:
+                        continue
+        raise IndexError_(f"context write of {doc_id!r} kept conflicting; giving up after {_WATCH_RETRIES} tries")

@@ -1,0 +1,157 @@
+"""Versioned writes: a doc's chunks replaced in one optimistic transaction, and read back."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import numpy as np
+from redis import exceptions as rexc
+
+from memory.errors import MemdError
+from memory.index import codec  # _record_mapping looked up on its module, where tests spy on it
+from memory.index.codec import Analysis, analyze_records
+from memory.index.errors import IndexError_, _NoGeneration, translate_errors
+from memory.index.lifecycle import _WATCH_RETRIES
+from memory.index.sliced import _mark_finished, _SlicedWrites
+from memory.records import DEFAULT_TENANT, ApplyResult, ChunkRecord
+from memory.schema import as_str
+
+#: The version an unversioned doc's delete stores (below every real version, which start at 0
+#: or more, so a versioned write would still apply; turns are never versioned).
+UNVERSIONED_TOMBSTONE = 0
+
+#: Docs of up to this many chunks have their hashes built on the event loop; larger ones
+#: in a thread (a hop a one-chunk turn need not pay).
+_INLINE_MAPPINGS = 64
+
+
+class _VersionedWrites(_SlicedWrites):
+    """``apply`` and the reads of what it stored: versions, chunk ids, texts."""
+
+    async def versions(self, doc_ids: Sequence[str], tenant: str = DEFAULT_TENANT) -> dict[str, int]:
+        """Last applied version of each doc that has one."""
+        if not doc_ids:
+            return {}
+        gen = await self._generation()
+        async with translate_errors("version read"):
+            values = await self._r.mget([self._ver_key(gen, tenant, d) for d in doc_ids])
+        return {d: int(v) for d, v in zip(doc_ids, values, strict=True) if v is not None}
+
+    async def apply(
+        self,
+        doc_id: str,
+        version: int | None,
+        chunks: Sequence[ChunkRecord],
+        vectors: np.ndarray,
+        tenant: str = DEFAULT_TENANT,
+        analyses: Sequence[Analysis] | None = None,
+        version_ttl_s: int | None = None,
+    ) -> ApplyResult:
+        """Replace every chunk of ``doc_id`` with ``chunks`` (none = delete), atomically.
+
+        ``analyses`` (from :func:`analyze`, one per chunk) saves computing them here.
+        ``version_ttl_s``: the stored version expires (a removed community's tombstone only
+        has late writers of the last minutes to fence off; a document's is kept for good).
+
+        With a ``version``, applies only when it is above the stored one and then stores it;
+        the check and the write form one optimistic transaction (WATCH), so two daemons
+        racing through a rebalance cannot interleave. ``version=None`` always applies.
+
+        Raises:
+            BackendUnavailable: Redis is unreachable.
+            IndexError_: the transaction kept conflicting.
+        """
+        if analyses is None:
+            analyses = analyze_records(chunks)
+        elif len(analyses) != len(chunks):
+            raise MemdError(f"{len(analyses)} analyses for {len(chunks)} chunks of {doc_id!r}")
+        try:
+            return await self._apply(doc_id, version, chunks, vectors, tenant, analyses, version_ttl_s)
+        except _NoGeneration:
+            if not self._recreate:
+                raise
+            await self._recover()
+            return await self._apply(doc_id, version, chunks, vectors, tenant, analyses, version_ttl_s)
+
+    async def _apply(
+        self,
+        doc_id: str,
+        version: int | None,
+        chunks: Sequence[ChunkRecord],
+        vectors: np.ndarray,
+        tenant: str,
+        analyses: Sequence[Analysis],
+        version_ttl_s: int | None = None,
+    ) -> ApplyResult:
+        rows = zip(chunks, vectors, analyses, strict=True)
+        if len(chunks) <= _INLINE_MAPPINGS:
+            mappings = [codec._record_mapping(*row) for row in rows]
+        else:
+            # Pure Python per chunk: a large doc's hashes, built on the event loop, stalled
+            # queries (with the rest of its write, ~0.3 s for 1,200 chunks, measured).
+            mappings = await asyncio.to_thread(lambda: [codec._record_mapping(*row) for row in rows])
+        async with translate_errors("chunk write"):
+            for _ in range(_WATCH_RETRIES):
+                async with self._r.pipeline(transaction=True) as pipe:
+                    try:
+                        seen = await self._watch_doc(pipe, tenant, doc_id, version)
+                        if isinstance(seen, ApplyResult):
+                            return seen
+                        gen, stored_version, marker, old_ids = seen
+                        ver_key, doc_key = self._ver_key(gen, tenant, doc_id), self._doc_key(gen, tenant, doc_id)
+                        marker_key = self._marker_key(gen, tenant, doc_id)
+                        new_ids = {c.chunk_id for c in chunks}
+                        if version is not None and len(chunks) + len(old_ids - new_ids) > self._cfg.write_slice_chunks:
+                            break  # too large for one transaction: see memory.visibility
+                        pipe.multi()  # type: ignore[no-untyped-call]
+                        stale = [self._chunk_key(gen, tenant, c) for c in old_ids - new_ids]
+                        if stale:
+                            pipe.delete(*stale)
+                        pipe.delete(doc_key)
+                        for rec, mapping in zip(chunks, mappings, strict=True):
+                            key = self._chunk_key(gen, tenant, rec.chunk_id)
+                            # Replace, not merge: a tag dropped by an edit must not linger.
+                            pipe.delete(key)
+                            pipe.hset(key, mapping=mapping)  # type: ignore[arg-type]
+                        if new_ids:
+                            pipe.sadd(doc_key, *sorted(new_ids))
+                        if version is not None:
+                            pipe.set(ver_key, version, ex=version_ttl_s)
+                        elif not chunks and stored_version is None:
+                            # An unversioned delete (a forgotten transcript turn) leaves a
+                            # tombstone at version 0, as a document's delete leaves its
+                            # version: a reindex must tell "forgotten" from "never had it",
+                            # or it would carry the turn back over from the old generation.
+                            pipe.set(ver_key, UNVERSIONED_TOMBSTONE)
+                        if marker is not None:
+                            # Queries filter this doc's hits by its marker: it must show this
+                            # version now. An unfinished sliced writer finds its token gone
+                            # and stops.
+                            if version is None:
+                                pipe.delete(marker_key)
+                            else:
+                                _mark_finished(pipe, marker_key, version)
+                        await pipe.execute()
+                        return ApplyResult(doc_id, applied=True, chunks=len(chunks), stored_version=version)
+                    except rexc.WatchError:
+                        continue
+            else:
+                raise IndexError_(f"write of {doc_id!r} kept conflicting; giving up after {_WATCH_RETRIES} tries")
+            assert version is not None
+            return await self._apply_sliced(doc_id, version, chunks, mappings, tenant, version_ttl_s)
+
+    async def chunk_ids(self, doc_id: str, tenant: str = DEFAULT_TENANT) -> set[str]:
+        """The chunk ids currently stored for a doc."""
+        gen = await self._generation()
+        async with translate_errors("chunk listing"):
+            return {as_str(m) for m in await self._r.smembers(self._doc_key(gen, tenant, doc_id))}
+
+    async def texts(self, chunk_ids: Sequence[str], tenant: str = DEFAULT_TENANT) -> dict[str, str]:
+        """Stored text of each chunk that exists."""
+        gen = await self._generation()
+        async with translate_errors("chunk read"), self._r.pipeline(transaction=False) as pipe:
+            for cid in chunk_ids:
+                pipe.hget(self._chunk_key(gen, tenant, cid), "text")
+            values = await pipe.execute()
+        return {c: as_str(v) for c, v in zip(chunk_ids, values, strict=True) if v is not None}

@@ -1,0 +1,124 @@
+"""The Redis key layout: every key and search index an index name owns, named in one place.
+
+Under an index name ``<name>`` (it holds no ``:``)::
+
+    <name>                          alias of the active generation's search index
+    <name>-g<N>                     the search index of generation N            physical_name
+    <name>:generations              hash: the generation registry               registry_key
+    <name>:g<N>:                    root of every key of generation N            key_root
+        chunk:<tenant>:<chunk_id>   hash: one chunk (the search index's prefix)  chunk_key
+        ver:<tenant>:<doc_id>       the doc's last applied version (kept after
+                                    a delete, as a tombstone)                    ver_key
+        doc:<tenant>:<doc_id>       set: the doc's chunk ids                     doc_key
+        wr:<tenant>:<doc_id>        a sliced write's marker (memory.visibility)  marker_key
+    <name>:poison                   sorted set: refused query digests            poison_key
+    <name>:poison:version           bumped on every change of that set           poison_version_key
+    <name>:<kind>:<topic>:<partition>:<offset>:<stamp>
+                                    a record's attempts / dead-letter mark       attempt_key
+    <name>:tenants                  set: every tenant a daemon has seen          tenants_key
+
+Tenants never share a key: the tenant (no ``:`` allowed) leads every per-doc key. Dropping
+a generation is deleting its search index and every key under its root.
+"""
+
+from __future__ import annotations
+
+import re
+
+# Names hold no colon, so the generation is the first ``:g<N>:`` of a chunk's key.
+_KEY_GENERATION = re.compile(r"^[^:]+:g(\d+):chunk:")
+
+
+def physical_name(name: str, generation: int) -> str:
+    """The RediSearch index of one generation (the alias ``name`` points at the active one)."""
+    return f"{name}-g{generation}"
+
+
+def generation_of(name: str, physical: str) -> int | None:
+    """The generation whose index ``physical`` is (``physical_name``'s inverse); None if it is
+    not one of ``name``'s."""
+    found = re.fullmatch(re.escape(name) + r"-g([0-9]+)", physical)
+    return int(found.group(1)) if found else None
+
+
+def registry_key(name: str) -> str:
+    """The hash that records the active and building generations and their specs."""
+    return f"{name}:generations"
+
+
+def key_root(name: str, generation: int) -> str:
+    """Prefix of every key (chunks, versions, chunk sets) that belongs to one generation."""
+    return f"{name}:g{generation}:"
+
+
+def chunk_prefix(name: str, generation: int) -> str:
+    """Prefix of a generation's chunk hashes: the prefix its search index covers."""
+    return f"{key_root(name, generation)}chunk:"
+
+
+def ver_prefix(name: str, generation: int) -> str:
+    """Prefix of a generation's stored doc versions."""
+    return f"{key_root(name, generation)}ver:"
+
+
+def doc_prefix(name: str, generation: int) -> str:
+    """Prefix of a generation's per-doc chunk sets."""
+    return f"{key_root(name, generation)}doc:"
+
+
+def marker_prefix(name: str, generation: int) -> str:
+    """Prefix of a generation's write markers."""
+    return f"{key_root(name, generation)}wr:"
+
+
+def chunk_key(name: str, generation: int, tenant: str, chunk_id: str) -> str:
+    """The hash of one chunk."""
+    return f"{chunk_prefix(name, generation)}{tenant}:{chunk_id}"
+
+
+def ver_key(name: str, generation: int, tenant: str, doc_id: str) -> str:
+    """The doc's last applied version."""
+    return f"{ver_prefix(name, generation)}{tenant}:{doc_id}"
+
+
+def doc_key(name: str, generation: int, tenant: str, doc_id: str) -> str:
+    """The set of the doc's chunk ids."""
+    return f"{doc_prefix(name, generation)}{tenant}:{doc_id}"
+
+
+def marker_key(name: str, generation: int, tenant: str, doc_id: str) -> str:
+    """The doc's write marker (``memory.visibility``): only while (or just after) it was
+    written in slices."""
+    return f"{marker_prefix(name, generation)}{tenant}:{doc_id}"
+
+
+def chunk_pattern(name: str) -> str:
+    """A SCAN pattern matching the chunk hashes of every generation of ``name``."""
+    return f"{name}:g*:chunk:*"
+
+
+def key_generation(key: str) -> int | None:
+    """The generation a chunk's key belongs to (``<name>:g<N>:chunk:…``); None for another key."""
+    found = _KEY_GENERATION.search(key)
+    return int(found.group(1)) if found else None
+
+
+def poison_key(name: str) -> str:
+    """The sorted set of the group's refused query digests."""
+    return f"{name}:poison"
+
+
+def poison_version_key(name: str) -> str:
+    """The counter bumped on every change of the poison set (readers skip re-reading it)."""
+    return f"{poison_key(name)}:version"
+
+
+def attempt_key(name: str, kind: str, topic: str, partition: int, offset: int, stamp: int) -> str:
+    """A record's counter (``kind`` ``attempts``) or dead-letter mark (``dead``); ``stamp``: its
+    Kafka timestamp, so a record at a reused offset counts afresh."""
+    return f"{name}:{kind}:{topic}:{partition}:{offset}:{stamp}"
+
+
+def tenants_key(name: str) -> str:
+    """The set of every tenant a daemon has seen (what graph work iterates over)."""
+    return f"{name}:tenants"
