@@ -136,6 +136,9 @@ async def turn_fields(client: aredis.Redis, name: str) -> dict[str, tuple[str, .
     return out
 
 
+# Two daemons' worth of ingestion (2,000+ events, turns embedded with their context) and two clean
+# builds to compare with: about three minutes here, more than the suite's default 180 s guard.
+@pytest.mark.timeout(420)
 async def test_kill_9_mid_stream_loses_and_duplicates_nothing(
     kafka_bootstrap: str, redis_url: str, tmp_path: Path, embedder: Any
 ) -> None:
