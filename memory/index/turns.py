@@ -31,47 +31,11 @@ class _Turns(_Lifecycle):
             values = await pipe.execute()
         return {d: as_str(v) for d, v in zip(doc_ids, values, strict=True) if v is not None}
 
-    async def turn_entries(self, doc_ids: Sequence[str], tenant: str = DEFAULT_TENANT) -> dict[str, list[TurnEntry]]:
-        """Each stored doc's chunks in position order, with the text and context they were indexed with."""
-        if not doc_ids:
-            return {}
-        gen = await self._generation()
-        async with translate_errors("turn read"):
-            async with self._r.pipeline(transaction=False) as pipe:
-                for d in doc_ids:
-                    pipe.smembers(self._doc_key(gen, tenant, d))
-                members = await pipe.execute()
-            ids = {
-                d: sorted((as_str(m) for m in ms), key=chunk_position) for d, ms in zip(doc_ids, members, strict=True)
-            }
-            async with self._r.pipeline(transaction=False) as pipe:
-                for d in doc_ids:
-                    for cid in ids[d]:
-                        pipe.hmget(self._chunk_key(gen, tenant, cid), ["text", "context", "context_vec", "kind", "ts"])
-                rows = iter(await pipe.execute())
-        out: dict[str, list[TurnEntry]] = {}
-        for d in doc_ids:
-            entries = []
-            for cid in ids[d]:
-                text, context, context_vec, kind, ts = next(rows)
-                if text is not None:
-                    entries.append(
-                        TurnEntry(
-                            cid,
-                            as_str(text),
-                            _text(context),
-                            _text(context_vec),
-                            _text(kind),
-                            _float_or_none(ts) or 0.0,
-                        )
-                    )
-            if entries:
-                out[d] = entries
-        return out
-
-    async def turns(self, doc_ids: Sequence[str], tenant: str = DEFAULT_TENANT) -> dict[str, list[StoredChunk]]:
-        """Each stored doc's chunks in position order, as a search leg returns them (for the
-        turns around a hit: unversioned, so no write marker applies)."""
+    async def _chunk_rows(
+        self, doc_ids: Sequence[str], tenant: str, fields: Sequence[str]
+    ) -> dict[str, list[tuple[str, str, list[Any]]]]:
+        """Each doc's stored chunks in position order as (key, chunk id, ``fields``' values):
+        two round trips for all the docs (their chunk sets, then the chunks)."""
         if not doc_ids:
             return {}
         gen = await self._generation()
@@ -81,22 +45,41 @@ class _Turns(_Lifecycle):
                     pipe.smembers(self._doc_key(gen, tenant, d))
                 members = await pipe.execute()
             keys = {
-                d: [self._chunk_key(gen, tenant, c) for c in sorted((as_str(m) for m in ms), key=chunk_position)]
+                d: [(self._chunk_key(gen, tenant, c), c) for c in sorted((as_str(m) for m in ms), key=chunk_position)]
                 for d, ms in zip(doc_ids, members, strict=True)
             }
             async with self._r.pipeline(transaction=False) as pipe:
                 for d in doc_ids:
-                    for key in keys[d]:
-                        pipe.hmget(key, list(self._fields))
+                    for key, _ in keys[d]:
+                        pipe.hmget(key, list(fields))
                 rows = iter(await pipe.execute())
+        return {d: [(key, cid, next(rows)) for key, cid in keys[d]] for d in doc_ids}
+
+    async def turn_entries(self, doc_ids: Sequence[str], tenant: str = DEFAULT_TENANT) -> dict[str, list[TurnEntry]]:
+        """Each stored doc's chunks in position order, with the text and context they were indexed with."""
+        rows = await self._chunk_rows(doc_ids, tenant, ["text", "context", "context_vec", "kind", "ts"])
+        out: dict[str, list[TurnEntry]] = {}
+        for d, chunks in rows.items():
+            entries = [
+                TurnEntry(cid, as_str(text), _text(context), _text(context_vec), _text(kind), _float_or_none(ts) or 0.0)
+                for _, cid, (text, context, context_vec, kind, ts) in chunks
+                if text is not None
+            ]
+            if entries:
+                out[d] = entries
+        return out
+
+    async def turns(self, doc_ids: Sequence[str], tenant: str = DEFAULT_TENANT) -> dict[str, list[StoredChunk]]:
+        """Each stored doc's chunks in position order, as a search leg returns them (for the
+        turns around a hit and lookups by id)."""
+        rows = await self._chunk_rows(doc_ids, tenant, self._fields)
         out: dict[str, list[StoredChunk]] = {}
-        for d in doc_ids:
-            found = []
-            for key in keys[d]:
-                values = next(rows)
-                if values[0] is not None:
-                    doc = types.SimpleNamespace(id=key, **dict(zip(self._fields, values, strict=True)))
-                    found.append(_stored(doc, self._tag_keys))
+        for d, chunks in rows.items():
+            found = [
+                _stored(types.SimpleNamespace(id=key, **dict(zip(self._fields, values, strict=True))), self._tag_keys)
+                for key, _, values in chunks
+                if values[0] is not None
+            ]
             if found:
                 out[d] = found
         return out
