@@ -146,6 +146,12 @@ class GraphStore:
         async with translate_errors("graph doc listing"):
             return sorted({_s(k)[head:] async for k in self._r.scan_iter(match=f"{self._k('contrib:')}*", count=1000)})
 
+    async def contribution(self, doc_id: str) -> dict[str, Any] | None:
+        """The stored contribution of one doc (its JSON form, see ``Contribution.to_json``), if any."""
+        async with translate_errors("graph read"):
+            raw = await self._r.get(self._k(f"contrib:{doc_id}"))
+        return None if raw is None else dict(json.loads(raw))
+
     async def graph(self) -> tuple[dict[str, tuple[str, str]], list[tuple[str, str, int]]]:
         """All nodes (key -> (name, type)) and weighted edges."""
         async with translate_errors("graph read"):

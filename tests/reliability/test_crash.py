@@ -228,7 +228,23 @@ async def test_kill_9_mid_stream_loses_and_duplicates_nothing(
     crashed = GraphStore(client=client, name=name)
     clean = fresh_graph.store
     (n1, e1), (n2, e2) = await crashed.graph(), await clean.graph()
-    assert set(n1) == set(n2) and e1 == e2
+    if (set(n1), e1) != (set(n2), e2):
+        docs = sorted(set(await crashed.doc_ids()) | set(await clean.doc_ids()))
+        differ = {}
+        for doc in docs:
+            a, b = await crashed.contribution(doc), await clean.contribution(doc)
+            ea, eb = (a or {}).get("e", {}), (b or {}).get("e", {})
+            if (a or {}).get("x") != (b or {}).get("x") or sorted(ea) != sorted(eb):
+                differ[doc] = (a, b)
+        logs = [
+            line
+            for f in ("daemon.log", "daemon2.log")
+            if (tmp_path / f).exists()
+            for line in (tmp_path / f).read_text().splitlines()
+            if any(d in line for d in differ)
+        ]
+        shown = "\n".join(logs[-40:])
+        raise AssertionError(f"graph differs from a clean build in {len(differ)} docs: {differ}\n{shown}")
     for key in sorted(n1)[:50]:
         assert await crashed.entity_docs(key) == await clean.entity_docs(key)
     ner.close()
