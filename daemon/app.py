@@ -14,13 +14,13 @@ from typing import Any
 import redis.asyncio as aredis
 import structlog
 from aiohttp import web
-from aiokafka.errors import IllegalStateError, KafkaError
 from faststream.kafka import KafkaBroker
 
 from consumers.replies import PartitionCounts
 from consumers.routers import build_router
 from daemon.connections import kafka_options, redis_client
 from daemon.http import build_app, readiness_checks, start_http
+from daemon.lost_logs import rewind_lost_logs
 from daemon.settings import Settings
 from daemon.status import Sampler, StatusState
 from daemon.teardown import CLOSE_TIMEOUT_S, await_chain, bounded, cancel_and_wait
@@ -166,54 +166,6 @@ async def _watch_topics(settings: Settings, halt: asyncio.Event) -> None:
             continue
         if created:
             log.warning("daemon.topics_recreated", topics=created)
-
-
-async def _rewind_lost_logs(broker: KafkaBroker, interval_s: float, halt: asyncio.Event) -> None:
-    """Move any of this daemon's consumers that stands past the end of its partition's log
-    back to the log's start.
-
-    A broker that comes back empty (tansu keeps its log in memory) starts every partition at
-    offset 0 again, but a consumer that lived through it keeps its old position, and the
-    request consumer's auto-commit even writes that position into the new broker's group.
-    Apache Kafka answers a fetch past the end with OFFSET_OUT_OF_RANGE, and the consumer
-    resets itself; tansu answers with nothing, so it waited for ever (an operator found every
-    query after such a restart unanswered). A position is read before the end offsets: both
-    only grow on a healthy log, so a position past an end read after it means the log was
-    lost, never a race with new records.
-    """
-    while not halt.is_set():
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(halt.wait(), timeout=interval_s)
-        for sub in broker.subscribers:
-            consumer = getattr(sub, "consumer", None)
-            if consumer is None:
-                continue
-            try:
-                tps = sorted(consumer.assignment())
-                if not tps:
-                    continue
-                positions = {tp: await asyncio.wait_for(consumer.position(tp), 1.0) for tp in tps}
-                ends = await asyncio.wait_for(consumer.end_offsets(tps), 5.0)
-                lost = [tp for tp in tps if ends.get(tp) is not None and positions[tp] > ends[tp]]
-                for tp in lost:
-                    log.warning(
-                        "consumer.rewound_past_log_end",
-                        topic=tp.topic,
-                        partition=tp.partition,
-                        position=positions[tp],
-                        log_end=ends[tp],
-                    )
-                if lost:
-                    # Committed too: the group's offset may already stand past the end (the
-                    # request consumer's auto-commit, or a batch's commit that crossed the
-                    # restart), and /readyz and doctor report that until a new commit.
-                    starts = await consumer.beginning_offsets(lost)
-                    for tp in lost:
-                        consumer.seek(tp, starts[tp])
-                    await consumer.commit({tp: starts[tp] for tp in lost})
-            except (TimeoutError, KafkaError, IllegalStateError, OSError) as exc:
-                # A rebalance or the broker away: the next round looks again.
-                log.debug("consumer.rewind_check_failed", error=f"{type(exc).__name__}: {exc}")
 
 
 #: How often a daemon shares the query texts its embedding worker crashed on, and learns the
@@ -462,7 +414,7 @@ async def start_daemon(
         raise BackendUnavailable(f"consumers not assigned within {ready_timeout_s}s") from exc
     if settings.create_topics:
         daemon.spawn(_watch_topics(settings, daemon.halt), "topic-watch")
-    daemon.spawn(_rewind_lost_logs(broker, settings.topic_check_s, daemon.halt), "rewind-lost-logs")
+    daemon.spawn(rewind_lost_logs(broker, settings.topic_check_s, daemon.halt), "rewind-lost-logs")
     shared_poison = SharedPoison(client=redis, name=settings.index.name, limit=POISON_MAX)
     daemon.spawn(_sync_poison(shared_poison, embedder, daemon.halt), "poison-sync")
     if graph is not None:

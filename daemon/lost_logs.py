@@ -1,0 +1,94 @@
+"""Consumers left past the end of a log the broker lost, moved back to its start.
+
+A broker that comes back empty (tansu keeps its log in memory) starts every partition at
+offset 0 again, but a consumer that lived through it keeps its old position, and the request
+consumer's auto-commit even writes that position into the new broker's group. Apache Kafka
+answers a fetch past the end with OFFSET_OUT_OF_RANGE and the consumer resets itself; tansu
+answers with nothing, so the consumer waited for ever (an operator found every query after
+such a restart unanswered).
+
+The end of a log is judged by the high watermark of the consumer's own last fetch, not by
+the broker's end offsets alone: tansu's ListOffsets answers the base offset of the last
+record batch plus one (100 records produced in one batch: end offset 1), so on a healthy log
+whose producer batches, a consumer that had read everything stood "past the end" by that
+measure, and every check (each ``topic_check_s``) rewound and replayed its partitions from
+the start, for ever. Replaying in order is idempotent, but a replay in progress shows an old
+state of what it rewrites (a corrected turn, for a moment, its first text again).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+import structlog
+from aiokafka.errors import IllegalStateError, KafkaError
+from faststream.kafka import KafkaBroker
+
+log = structlog.get_logger(__name__)
+
+
+def past_log_end(position: int, highwater: int | None, end: int | None) -> bool:
+    """Whether a consumer at ``position`` stands past the end of a lost log.
+
+    ``highwater`` is the high watermark of the consumer's last fetch at its position (None
+    before any): a fetch that delivered records up to the position had a watermark at or
+    past it, so a watermark below the position comes from a log shorter than what was read.
+    ``end`` is the broker's end offset; both must say so.
+    """
+    if highwater is None or end is None:
+        return False
+    return position > highwater and position > end
+
+
+async def lost_partitions(consumer: Any) -> list[tuple[Any, int, int]]:
+    """The assigned partitions of ``consumer`` past the end of their log, each with its
+    position and the log's end (the higher of the watermark and the end offset)."""
+    tps = sorted(consumer.assignment())
+    if not tps:
+        return []
+    # Positions first: a watermark read after a position is at least the one of the fetch
+    # that took the consumer there, on a healthy log.
+    positions = {tp: await asyncio.wait_for(consumer.position(tp), 1.0) for tp in tps}
+    highwaters = {tp: consumer.highwater(tp) for tp in tps}
+    ends = await asyncio.wait_for(consumer.end_offsets(tps), 5.0)
+    return [
+        (tp, positions[tp], max(highwaters[tp] or 0, ends.get(tp) or 0))
+        for tp in tps
+        if past_log_end(positions[tp], highwaters[tp], ends.get(tp))
+    ]
+
+
+async def rewind_lost_logs(broker: KafkaBroker, interval_s: float, halt: asyncio.Event) -> None:
+    """Every ``interval_s``, move each of this daemon's consumers that stands past the end of
+    its partition's log back to the log's start (and commit that)."""
+    while not halt.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(halt.wait(), timeout=interval_s)
+        for sub in broker.subscribers:
+            consumer = getattr(sub, "consumer", None)
+            if consumer is None:
+                continue
+            try:
+                lost = await lost_partitions(consumer)
+                for tp, position, end in lost:
+                    log.warning(
+                        "consumer.rewound_past_log_end",
+                        topic=tp.topic,
+                        partition=tp.partition,
+                        position=position,
+                        log_end=end,
+                    )
+                if lost:
+                    # Committed too: the group's offset may already stand past the end (the
+                    # request consumer's auto-commit, or a batch's commit that crossed the
+                    # restart), and /readyz and doctor report that until a new commit.
+                    tps = [tp for tp, _, _ in lost]
+                    starts = await consumer.beginning_offsets(tps)
+                    for tp in tps:
+                        consumer.seek(tp, starts[tp])
+                    await consumer.commit({tp: starts[tp] for tp in tps})
+            except (TimeoutError, KafkaError, IllegalStateError, OSError) as exc:
+                # A rebalance or the broker away: the next round looks again.
+                log.debug("consumer.rewind_check_failed", error=f"{type(exc).__name__}: {exc}")

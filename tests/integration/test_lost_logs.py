@@ -1,0 +1,69 @@
+"""A consumer is rewound only from a log the broker lost, never from a healthy one whose
+producer batched its records (tansu's end offsets count the last batch as one record)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from daemon.lost_logs import lost_partitions, past_log_end
+from daemon.topics import ensure_topics
+from tests.conftest import unique
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_position_is_past_the_end_only_when_watermark_and_end_offset_agree() -> None:
+    assert past_log_end(120, 100, 90)
+    assert not past_log_end(100, 100, 1)  # read to the end of a batched log: tansu's end offset is 1
+    assert not past_log_end(120, 130, 90)  # the watermark of the last fetch says the log goes on
+    assert not past_log_end(120, None, 90)  # no fetch yet: nothing known
+    assert not past_log_end(120, 100, None)
+
+
+async def _consume(consumer: AIOKafkaConsumer, n: int) -> int:
+    got = 0
+    for _ in range(50):
+        batch = await consumer.getmany(timeout_ms=200)
+        got += sum(len(v) for v in batch.values())
+        if got >= n:
+            break
+    return got
+
+
+async def test_a_consumer_at_the_end_of_a_batched_log_stays_and_one_past_a_shorter_log_is_found(
+    kafka_bootstrap: str,
+) -> None:
+    topic = unique("lost-logs")
+    await ensure_topics(kafka_bootstrap, [topic], partitions=1, replication=1)
+    producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all", linger_ms=20)
+    await producer.start()
+    try:
+        sent = [await producer.send(topic, b"r%d" % i, key=b"k") for i in range(100)]
+        await asyncio.gather(*sent)
+    finally:
+        await producer.stop()
+    tp = TopicPartition(topic, 0)
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=kafka_bootstrap, enable_auto_commit=False, auto_offset_reset="earliest", fetch_max_wait_ms=5
+    )
+    await consumer.start()
+    try:
+        consumer.assign([tp])
+        assert await _consume(consumer, 100) == 100
+        assert await consumer.position(tp) == 100
+        assert await lost_partitions(consumer) == []  # healthy, whatever the broker's end offsets say
+
+        # A log shorter than the position, as after the broker lost it: the next fetch answers
+        # nothing with a watermark below the position.
+        consumer.seek(tp, 500)
+        await consumer.getmany(timeout_ms=300)
+        for _ in range(20):
+            if consumer.highwater(tp) is not None:
+                break
+            await consumer.getmany(timeout_ms=100)
+        assert await lost_partitions(consumer) == [(tp, 500, 100)]
+    finally:
+        await consumer.stop()
