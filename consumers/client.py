@@ -13,6 +13,7 @@ import time
 import unicodedata
 import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, Literal
@@ -23,7 +24,15 @@ from aiokafka.errors import KafkaError, MessageSizeTooLargeError
 
 from consumers.config import Topics, event_record_bytes
 from consumers.decoding import parse_event, tenant_from_topic
-from consumers.models import DocumentEvent, ErrorReply, GetReply, QueryReply, TranscriptEvent
+from consumers.models import (
+    DocumentEvent,
+    ErrorReply,
+    ForgetEvent,
+    GetReply,
+    QueryReply,
+    TranscriptEvent,
+    WriteAck,
+)
 from consumers.replies import REPLY_PARTITION_HEADER
 from memory.config import DEFAULT_MAX_CONTENT_BYTES
 from memory.errors import BackendUnavailable, InvalidEvent, InvalidRequest, MemdError, NotFound
@@ -43,6 +52,26 @@ class QueryFailed(MemdError):
         super().__init__(f"{reply.error.code}: {reply.error.message}")
         self.reply = reply
         self.error_code = reply.error.code
+
+
+class WriteRejected(MemdError):
+    """The daemon dead-lettered a write the caller waited for; ``ack`` says why."""
+
+    def __init__(self, ack: WriteAck) -> None:
+        super().__init__(f"{ack.error_code or 'rejected'}: {ack.reason or 'dead-lettered'}")
+        self.ack = ack
+        self.error_code = ack.error_code or "rejected"
+
+
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    """What a publish sent (its event id, doc id and version) and, when it waited, the ack:
+    ``indexed`` (searchable now) or ``ignored`` (an older version than the stored one)."""
+
+    event_id: str
+    doc_id: str
+    version: int | None
+    ack: WriteAck | None = None
 
 
 def default_version() -> int:
@@ -271,6 +300,43 @@ class MemoryClient:
         except KafkaError as exc:
             raise BackendUnavailable(f"publish to {topic} failed: {exc}") from exc
 
+    async def _publish(
+        self, topic: str, value: bytes, key: str, *, wait: bool, timeout_s: float | None
+    ) -> WriteAck | None:
+        """Send an event; with ``wait``, ask for its ack (``reply_to`` + ``correlation_id``) and
+        return it once the daemon's writes are searchable.
+
+        Raises:
+            WriteRejected: the daemon dead-lettered it.
+            TimeoutError: no ack within ``timeout_s`` (the client's when None); the event was sent
+                and may still be applied.
+        """
+        if not wait:
+            await self._send_bytes(topic, value, key)
+            return None
+        await self._ensure_reader()
+        raw = await self._exchange(topic, value, key, timeout_s)
+        ack = WriteAck.model_validate_json(raw)
+        if ack.status == "dead_lettered":
+            raise WriteRejected(ack)
+        return ack
+
+    async def _exchange(self, topic: str, value: bytes, key: str, timeout_s: float | None) -> bytes:
+        """Publish a record with reply headers and wait for the reply with its correlation id."""
+        cid = uuid.uuid4().hex
+        fut: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        self._pending[cid] = fut
+        headers = [("reply_to", self._reply_topic.encode()), ("correlation_id", cid.encode())]
+        if self._reply_partition is not None:
+            headers.append((REPLY_PARTITION_HEADER, str(self._reply_partition).encode()))
+        try:
+            await self._send_bytes(topic, value, key, headers)
+            return await asyncio.wait_for(fut, timeout=self._timeout if timeout_s is None else timeout_s)
+        finally:
+            self._pending.pop(cid, None)
+            if fut.done() and not fut.cancelled():
+                fut.exception()  # seen: a reader failure during a failed send is no "never retrieved"
+
     def check_event(self, model: type[DocumentEvent] | type[TranscriptEvent], payload: Mapping[str, Any]) -> bytes:
         """``payload`` encoded, once it passed the checks the daemon runs on it (the contract's
         models, and the content limit); what the daemon would dead-letter fails here instead.
@@ -421,19 +487,7 @@ class MemoryClient:
 
     async def _ask(self, topic: str, payload: dict[str, Any]) -> dict[str, Any]:
         """Publish a request and wait for its reply's JSON; an error reply raises ``QueryFailed``."""
-        cid = uuid.uuid4().hex
-        fut: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
-        self._pending[cid] = fut
-        headers = [("reply_to", self._reply_topic.encode()), ("correlation_id", cid.encode())]
-        if self._reply_partition is not None:
-            headers.append((REPLY_PARTITION_HEADER, str(self._reply_partition).encode()))
-        try:
-            await self._send(topic, payload, key=payload["query_id"], headers=headers)
-            raw = await asyncio.wait_for(fut, timeout=self._timeout)
-        finally:
-            self._pending.pop(cid, None)
-            if fut.done() and not fut.cancelled():
-                fut.exception()  # seen: a reader failure during a failed send is no "never retrieved"
+        raw = await self._exchange(topic, _encode(payload), payload["query_id"], None)
         data: dict[str, Any] = json.loads(raw)
         if "error" in data:
             raise QueryFailed(ErrorReply.model_validate(data))
@@ -479,29 +533,49 @@ class MemoryClient:
         metadata: Mapping[str, Any] | None = None,
         tenant: str | None = None,
         timestamp: datetime | None = None,
-    ) -> int:
-        """Upsert a document; returns the version used (wall-clock based when not given).
+        wait: bool = False,
+        timeout_s: float | None = None,
+    ) -> Receipt:
+        """Upsert a document; the receipt has the version used (wall-clock based when not given).
 
         ``tenant``: publish into this tenant's memory (topic tenancy; see ``query``).
         ``timestamp``: when it was written (what ``query(since=, until=)`` selects on); now
         when None (sent in the event, so a replay keeps it).
+        ``wait``: return once the daemon acknowledged it (the receipt's ``ack``): a query sent
+        after that finds it. ``timeout_s``: how long to wait (the client's timeout when None).
 
         Raises:
             InvalidEvent: the daemon would dead-letter it (see ``document_event``); nothing is sent.
+            WriteRejected: (``wait``) the daemon dead-lettered it.
             BackendUnavailable: the broker could not take it.
+            TimeoutError: (``wait``) no ack in time; the event was sent.
         """
         version, value = self.document_event(
             doc_id, content, version=version, source=source, metadata=metadata, timestamp=timestamp
         )
-        await self._send_bytes(self._topic(self.topics.documents, tenant), value, key=doc_id)
-        return version
+        ack = await self._publish(
+            self._topic(self.topics.documents, tenant), value, doc_id, wait=wait, timeout_s=timeout_s
+        )
+        return Receipt(event_id=json.loads(value)["event_id"], doc_id=doc_id, version=version, ack=ack)
 
-    async def delete_document(self, doc_id: str, *, version: int | None = None, tenant: str | None = None) -> int:
-        """Delete a document; returns the version used. ``tenant``: as for ``publish_document``."""
+    async def delete_document(
+        self,
+        doc_id: str,
+        *,
+        version: int | None = None,
+        tenant: str | None = None,
+        wait: bool = False,
+        timeout_s: float | None = None,
+    ) -> Receipt:
+        """Delete a document; the receipt has the version used. ``tenant``, ``wait`` and
+        ``timeout_s``: as for ``publish_document``."""
         version = default_version() if version is None else version
-        payload = {"event_id": uuid.uuid4().hex, "op": "delete", "doc_id": doc_id, "version": version}
-        await self._send(self._topic(self.topics.documents, tenant), payload, key=doc_id)
-        return version
+        event_id = uuid.uuid4().hex
+        payload = {"event_id": event_id, "op": "delete", "doc_id": doc_id, "version": version}
+        ack = await self._publish(
+            self._topic(self.topics.documents, tenant), _encode(payload), doc_id, wait=wait, timeout_s=timeout_s
+        )
+        return Receipt(event_id=event_id, doc_id=doc_id, version=version, ack=ack)
 
     async def publish_observation(
         self,
@@ -514,11 +588,14 @@ class MemoryClient:
         metadata: Mapping[str, Any] | None = None,
         tenant: str | None = None,
         timestamp: datetime | None = None,
-    ) -> None:
-        """Record one transcript turn or observation. ``tenant`` and ``timestamp``: as for
-        ``publish_document``."""
+        wait: bool = False,
+        timeout_s: float | None = None,
+    ) -> Receipt:
+        """Record one transcript turn or observation. ``tenant``, ``timestamp``, ``wait`` and
+        ``timeout_s``: as for ``publish_document``."""
+        event_id = uuid.uuid4().hex
         payload = {
-            "event_id": uuid.uuid4().hex,
+            "event_id": event_id,
             "agent_id": agent_id,
             "session_id": session_id,
             "turn": turn,
@@ -528,28 +605,43 @@ class MemoryClient:
         }
         payload["timestamp"] = _iso(timestamp or datetime.now(UTC))
         value = self.check_event(TranscriptEvent, payload)
-        await self._send_bytes(self._topic(self.topics.transcripts, tenant), value, key=f"{agent_id}/{session_id}")
+        topic = self._topic(self.topics.transcripts, tenant)
+        ack = await self._publish(topic, value, f"{agent_id}/{session_id}", wait=wait, timeout_s=timeout_s)
+        doc_id = TranscriptEvent.model_validate_json(value).doc_id
+        return Receipt(event_id=event_id, doc_id=doc_id, version=None, ack=ack)
 
     async def forget(
-        self, *, agent_id: str, session_id: str | None = None, all_sessions: bool = False, tenant: str | None = None
-    ) -> None:
+        self,
+        *,
+        agent_id: str,
+        session_id: str | None = None,
+        all_sessions: bool = False,
+        tenant: str | None = None,
+        wait: bool = False,
+        timeout_s: float | None = None,
+    ) -> Receipt:
         """Forget every turn of a session, or with ``all_sessions=True`` of every session of the agent.
 
         Keyed as the session's turns are, so it applies after every turn of it published
-        before; turns published later are kept. ``tenant``: as for ``publish_document``.
+        before; turns published later are kept. ``tenant``, ``wait`` and ``timeout_s``: as for
+        ``publish_document`` (with ``wait``, once acknowledged no query finds those turns).
 
         Raises:
             InvalidRequest: neither or both of ``session_id`` and ``all_sessions``.
         """
         if (session_id is None) == (not all_sessions):
             raise InvalidRequest("forget takes a session_id or all_sessions=True (not both)")
-        payload: dict[str, Any] = {"event_id": uuid.uuid4().hex, "op": "forget", "agent_id": agent_id}
+        event_id = uuid.uuid4().hex
+        payload: dict[str, Any] = {"event_id": event_id, "op": "forget", "agent_id": agent_id}
         if session_id is not None:
             payload["session_id"] = session_id
         else:
             payload["all_sessions"] = True
         key = agent_id if session_id is None else f"{agent_id}/{session_id}"
-        await self._send(self._topic(self.topics.transcripts, tenant), payload, key=key)
+        topic = self._topic(self.topics.transcripts, tenant)
+        ack = await self._publish(topic, _encode(payload), key, wait=wait, timeout_s=timeout_s)
+        prefix = ForgetEvent.model_validate(payload).to_item(()).doc_id  # the turns' common prefix
+        return Receipt(event_id=event_id, doc_id=prefix, version=None, ack=ack)
 
 
 def _has_token(text: str) -> bool:

@@ -133,6 +133,17 @@ class ConsumerConfig(BaseModel):
             "this cut-off, not the starting point, keeps a backlog of old requests unanswered."
         ),
     )
+    ack_timeout_ms: int = Field(
+        5_000,
+        ge=100,
+        le=120_000,
+        description=(
+            "How long a batch's write acknowledgements (events with reply_to and correlation_id "
+            "headers) may take to publish, all together, before the batch is committed without the "
+            "rest: an ack never holds ingestion up for longer, and one that cannot go is logged "
+            "(ingest.ack_failed), not retried."
+        ),
+    )
     reply_max_bytes: int = Field(
         900_000,
         ge=4096,

@@ -446,6 +446,26 @@ class ErrorReply(BaseModel):
     error: ErrorBody
 
 
+class WriteAck(BaseModel):
+    """What the writer of an event hears on its ``reply_to`` once the event's writes are
+    searchable (or it was refused): see "Write acknowledgements" in docs/contract.md.
+
+    ``indexed``: the event's version is the one stored (written now, or by an earlier delivery
+    of it). ``ignored``: an older version than the stored one, or superseded by a later event
+    of the same doc in the same batch. ``dead_lettered``: refused; ``reason`` and
+    ``error_code`` say why, as its DLQ record does.
+    """
+
+    event_id: str | None
+    status: Literal["indexed", "ignored", "dead_lettered"]
+    doc_id: str | None = None
+    version: int | None = None
+    chunks: int | None = None  # chunks this delivery wrote (None: it wrote none)
+    stored_version: int | None = None
+    reason: str | None = None
+    error_code: str | None = None
+
+
 class DlqRecord(BaseModel):
     """A rejected event with everything needed to inspect or replay it."""
 

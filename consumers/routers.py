@@ -20,9 +20,10 @@ from faststream import AckPolicy
 from faststream.kafka import KafkaRouter
 from faststream.kafka.publisher import DefaultPublisher
 
+from consumers.acks import build_acks
 from consumers.config import ConsumerConfig, Topics
 from consumers.decoding import Decoded, dead_letter, decode_records, dlq_body, tenant_from_topic
-from consumers.models import DlqRecord, ErrorBody, ErrorReply, GetReply, QueryReply
+from consumers.models import DlqRecord, ErrorBody, ErrorReply, GetReply, QueryReply, WriteAck
 from consumers.queries import answer, fit_get_reply, fit_reply, guess_query_id, scope_of
 from consumers.replies import (
     PartitionCounts,
@@ -36,7 +37,7 @@ from memory.attempts import AttemptCounter
 from memory.config import IngestConfig
 from memory.errors import MemdError
 from memory.ingest import Ingestor, IngestReport
-from memory.metrics import EVENTS_CONSUMED, EVENTS_DEAD_LETTERED, EVENTS_FAILED, QUERY_SECONDS
+from memory.metrics import ACKS_SENT, EVENTS_CONSUMED, EVENTS_DEAD_LETTERED, EVENTS_FAILED, QUERY_SECONDS
 
 log = structlog.get_logger()
 
@@ -147,6 +148,13 @@ class _Ingestion:
     stopping: asyncio.Event
     attempts_counter: AttemptCounter
     dlq: DefaultPublisher
+    publish_reply: Callable[[dict[str, Any], str, str | None, int | None], Awaitable[object]]
+    partition_counts: PartitionCounts
+    # Where a reply (an ack) must never go: the daemon's inputs.
+    input_topics: tuple[str, ...]
+    # Positions dead-lettered while their batch is handled, with (reason, code); the documents
+    # and transcripts subscribers share this object, and their positions never collide.
+    _dead: dict[tuple[str, int, int], tuple[str, str]] = dataclasses.field(default_factory=dict)
 
     async def ingest(self, records: Sequence[ConsumerRecord[Any, Any]], kind: str) -> None:
         """Apply one batch of ``kind`` ("document" or "transcript") records; dead-letter the
@@ -162,6 +170,15 @@ class _Ingestion:
             tenant_of=lambda topic: tenant_from_topic(topic, base, self.cfg.tenancy),
         )
         raw = {(r.topic, r.partition, r.offset): r for r in records}
+        try:
+            await self._ingest(good, dead, raw)
+        finally:
+            for position in raw:
+                self._dead.pop(position, None)
+
+    async def _ingest(
+        self, good: Sequence[Decoded], dead: Sequence[DlqRecord], raw: dict[tuple[str, int, int], Any]
+    ) -> None:
         # Applied first, dead-lettered after: a batch that fails (an outage, a poison event
         # short of its attempts) is redelivered whole, and must not have published anything yet.
         report = await self._apply_isolated(good, raw)
@@ -174,6 +191,38 @@ class _Ingestion:
             d = by_item[id(item)]
             r = raw[(d.topic, d.partition, d.offset)]
             await self._publish_dead(dead_letter(r, str(exc), exc.code), _stamp(r))
+        await self._send_acks(build_acks(raw, good, report, self._dead))
+
+    async def _send_acks(self, acks: Sequence[tuple[Any, str, str, WriteAck]]) -> None:
+        """Publish each ack to its writer's ``reply_to``, all at once and within
+        ``ack_timeout_ms``: an ack never holds up ingestion for long, and one that cannot go
+        (an invalid or missing topic, a broker away) is logged, never retried."""
+        if not acks:
+            return
+
+        async def one(record: Any, reply_to: str, cid: str, ack: WriteAck) -> None:
+            try:
+                check_reply_to(reply_to, self.input_topics)
+                await self.partition_counts.require(reply_to)
+                partition = await reply_partition(record.headers, reply_to, self.partition_counts)
+                await self.publish_reply(ack.model_dump(mode="json"), reply_to, cid, partition)
+            except Exception as exc:
+                log.warning(
+                    "ingest.ack_failed",
+                    topic=record.topic,
+                    partition=record.partition,
+                    offset=record.offset,
+                    reply_to=reply_to,
+                    error=f"{type(exc).__name__}: {exc}",
+                )
+            else:
+                ACKS_SENT.labels(record.topic, ack.status).inc()
+
+        sends = asyncio.gather(*(one(*a) for a in acks))
+        try:
+            await asyncio.wait_for(sends, timeout=self.cfg.ack_timeout_ms / 1000)
+        except TimeoutError:
+            log.warning("ingest.acks_timed_out", acks=len(acks), timeout_ms=self.cfg.ack_timeout_ms)
 
     async def _apply_isolated(self, good: Sequence[Decoded], raw: dict[tuple[str, int, int], Any]) -> IngestReport:
         # The batch is applied whole; only if it fails for an unexpected reason (a bug, not
@@ -192,6 +241,7 @@ class _Ingestion:
         for g in good:
             try:
                 one = await self.ingestor.apply([g.item])
+                report.outcomes.update(one.outcomes)
             except MemdError as exc:
                 if exc.retryable:
                     raise
@@ -225,6 +275,7 @@ class _Ingestion:
         await self._publish_dead(dead_letter(record, reason, "poison", attempts=attempts), stamp)
 
     async def _publish_dead(self, record: DlqRecord, stamp: int) -> None:
+        self._dead[(record.topic, record.partition, record.offset)] = (record.reason, record.error_code)
         position = (record.topic, record.partition, record.offset, stamp)
         if await self.attempts_counter.dead_lettered(*position):
             # A redelivered batch: this record's dead letter is already in the DLQ.
@@ -450,6 +501,9 @@ def build_router(
         stopping=stopping,
         attempts_counter=attempts_counter,
         dlq=dlq,
+        publish_reply=publish_reply,
+        partition_counts=partition_counts,
+        input_topics=(topics.documents, topics.transcripts, topics.requests, topics.dlq),
     )
     _subscribe_documents(
         router, ingestion, topics=topics, cfg=cfg, watch=AssignmentWatcher("documents", on_assigned, on_revoked)

@@ -7,7 +7,7 @@ import contextlib
 import dataclasses
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 import numpy as np
 import structlog
@@ -36,14 +36,28 @@ T = TypeVar("T")
 P = TypeVar("P")
 
 
+@dataclass(frozen=True, slots=True)
+class ItemOutcome:
+    """What became of one item that did not fail: ``indexed`` (its version is the stored one:
+    written now, or found already written by an earlier delivery) or ``ignored`` (an older
+    version than the stored one)."""
+
+    status: Literal["indexed", "ignored"]
+    chunks: int | None = None  # written by this item (None: not written now)
+    stored_version: int | None = None
+
+
 @dataclass
 class IngestReport:
-    """Outcome of one batch: applied items, stale items skipped, chunks written."""
+    """Outcome of one batch: applied items, stale items skipped, chunks written, and each
+    item's own outcome (``outcomes``, by ``id(item)``; an item of a doc that a later one of
+    the batch superseded has none)."""
 
     applied: list[ApplyResult] = field(default_factory=list)
     skipped: list[ApplyResult] = field(default_factory=list)
     chunks_written: int = 0
     failed: list[tuple[MemoryItem, MemdError]] = field(default_factory=list)
+    outcomes: dict[int, ItemOutcome] = field(default_factory=dict)
 
 
 class _SplitGroup(Exception):
@@ -314,6 +328,13 @@ class Ingestor:
                     report.failed.append((item, exc))
                     log.error("ingest.doc_failed", doc_id=item.doc_id, code=exc.code, error=str(exc))
                     continue
+                # The same version found already stored is indexed too (an earlier delivery wrote it).
+                same = item.version is not None and result.stored_version == item.version
+                report.outcomes[id(item)] = ItemOutcome(
+                    "indexed" if result.applied or same else "ignored",
+                    chunks=result.chunks if result.applied else None,
+                    stored_version=result.stored_version,
+                )
                 if result.applied:
                     report.applied.append(result)
                     report.chunks_written += result.chunks
@@ -330,7 +351,6 @@ class Ingestor:
                 # wrote it and died before its hook): its graph work may never have run,
                 # so it is handed on too. The hook's own version check makes that a no-op
                 # when it did.
-                same = item.version is not None and result.stored_version == item.version
                 if hook is not None and (result.applied or same):
                     await self._retrying("change hook", lambda item=item, ready=ready: hook.apply(item, ready))  # type: ignore[misc]
         finally:
@@ -376,6 +396,7 @@ class Ingestor:
                 report.skipped += more.skipped
                 report.chunks_written += more.chunks_written
                 report.failed += more.failed
+                report.outcomes.update(more.outcomes)
                 just_failed = more.failed
             if forgets:
                 # A delete a forget stood for failed: the forget (the event) failed, once.
@@ -384,6 +405,11 @@ class Ingestor:
                     origin = forgets.get(id(item), item)
                     by_event.setdefault(id(origin), (origin, exc))
                 report.failed = list(by_event.values())
+                failed_events = {id(origin) for origin, _ in report.failed}
+                for delete_id, origin in forgets.items():
+                    report.outcomes.pop(delete_id, None)
+                    if id(origin) not in failed_events:
+                        report.outcomes[id(origin)] = ItemOutcome("indexed", chunks=0)
             return report
 
     async def _expand_forgets(self, items: Sequence[MemoryItem]) -> tuple[list[MemoryItem], dict[int, MemoryItem]]:
@@ -437,6 +463,9 @@ class Ingestor:
             have = stored.get((item.tenant, item.doc_id))
             if item.version is not None and have is not None and item.version <= have:
                 report.skipped.append(ApplyResult(item.doc_id, applied=False, stored_version=have))
+                report.outcomes[id(item)] = ItemOutcome(
+                    "indexed" if item.version == have else "ignored", stored_version=have
+                )
                 log.info("ingest.stale_skipped", doc_id=item.doc_id, version=item.version, stored=have)
                 if item.version == have:
                     replays.append(item)

@@ -17,6 +17,9 @@ EVENTS_FAILED = Counter(
 EVENTS_DEAD_LETTERED = Counter(
     "agentmemd_events_dead_lettered_total", "Events sent to the DLQ.", ["topic", "code"], registry=REGISTRY
 )
+ACKS_SENT = Counter(
+    "agentmemd_acks_sent_total", "Write acknowledgements published, by status.", ["topic", "status"], registry=REGISTRY
+)
 CONSUMER_LAG = Gauge(
     "agentmemd_consumer_lag",
     "Records behind the end of each partition.",

@@ -1,0 +1,81 @@
+"""Write acknowledgements (pure): which records of a batch want one, and what each says.
+
+An event on the documents or transcripts topic that carries ``reply_to`` and
+``correlation_id`` headers is acknowledged once its batch is applied (after the Redis writes,
+before the offset commit): a redelivery after a crash is acknowledged again, as ``indexed``
+when the version it carries is the stored one. Publishing is the router's (consumers.routers).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from consumers.decoding import Decoded
+from consumers.models import WriteAck
+from memory.ingest import IngestReport, ItemOutcome
+
+#: (topic, partition, offset) of a record.
+Position = tuple[str, int, int]
+
+
+def ack_route(headers: Sequence[tuple[str, bytes]] | None) -> tuple[str, str] | None:
+    """``(reply_to, correlation_id)`` of a record that asks for an ack, else None."""
+    found = {k: v for k, v in headers or ()}
+    reply_to = (found.get("reply_to") or b"").decode("utf-8", "replace")
+    cid = (found.get("correlation_id") or b"").decode("utf-8", "replace")
+    return (reply_to, cid) if reply_to and cid else None
+
+
+def _event_id(raw: bytes | None) -> str | None:
+    try:
+        data: Any = json.loads(raw or b"")
+    except (ValueError, RecursionError):
+        return None
+    eid = data.get("event_id") if isinstance(data, dict) else None
+    return eid if isinstance(eid, str) and 0 < len(eid) <= 256 else None
+
+
+def build_acks(
+    raw: Mapping[Position, Any],
+    good: Sequence[Decoded],
+    report: IngestReport,
+    dead: Mapping[Position, tuple[str, str]],
+) -> list[tuple[Any, str, str, WriteAck]]:
+    """``(record, reply_to, correlation_id, ack)`` for every record of the batch that asks.
+
+    ``raw``: the batch's records by position; ``good``: those that decoded; ``dead``: the
+    positions dead-lettered, with (reason, error code).
+    """
+    decoded = {(g.topic, g.partition, g.offset): g for g in good}
+    # The outcome each doc's winning item had: what an item it superseded in the batch reports.
+    winners: dict[tuple[str, str], tuple[Decoded, ItemOutcome]] = {}
+    for d in good:
+        if (won := report.outcomes.get(id(d.item))) is not None:
+            winners[(d.item.tenant, d.item.doc_id)] = (d, won)
+    out: list[tuple[Any, str, str, WriteAck]] = []
+    for position, record in raw.items():
+        route = ack_route(getattr(record, "headers", None))
+        if route is None:
+            continue
+        g = decoded.get(position)
+        ack = WriteAck(event_id=_event_id(record.value), status="ignored")
+        if g is not None:
+            ack.doc_id, ack.version = g.item.doc_id, g.item.version
+        if position in dead:
+            ack.status = "dead_lettered"
+            ack.reason, ack.error_code = dead[position]
+        elif g is not None and (outcome := report.outcomes.get(id(g.item))) is not None:
+            ack.status, ack.chunks, ack.stored_version = outcome.status, outcome.chunks, outcome.stored_version
+            if outcome.status == "ignored":
+                ack.reason = f"version {g.item.version} is older than the stored version {outcome.stored_version}"
+        elif g is not None:
+            winner = winners.get((g.item.tenant, g.item.doc_id))
+            ack.stored_version = winner[1].stored_version if winner else None
+            later = f" (version {winner[0].item.version})" if winner and winner[0].item.version is not None else ""
+            ack.reason = f"superseded by a later event of the same doc in the same batch{later}"
+        else:
+            continue  # neither decoded nor dead-lettered: a record this consumer no longer owns
+        out.append((record, *route, ack))
+    return out

@@ -1,0 +1,161 @@
+"""Write acknowledgements through the real broker, daemon and Redis: a write waited for is
+found by the very next query, a stale version is acked ``ignored``, a refused event
+``dead_lettered`` with its reason, an ack that cannot go holds nothing up, and a redelivery of
+an event already written (a crash between write and ack) is acked ``indexed`` without a
+second write."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import redis.asyncio as aredis
+
+from consumers.client import MemoryClient, WriteRejected
+from consumers.models import DocumentEvent
+from daemon.app import Daemon
+from daemon.settings import Settings
+from daemon.topics import ensure_topics
+from memory.config import ChunkingConfig, IngestConfig
+from memory.filters import BASE_FILTER_KEYS
+from memory.index import ChunkIndex
+from memory.ingest import Ingestor
+from tests.conftest import unique
+from tests.helpers import PlainClient, daemon_and_client, isolated_settings, start_daemon
+
+pytestmark = pytest.mark.integration
+
+RUNBOOK = "Runbook: when ledger-service raises ERR_LEDGER_LOCK_9C1, raise lock_timeout on ledger_entries to 30s."
+
+
+@pytest.fixture(scope="module")
+async def env(kafka_bootstrap: str, redis_url: str) -> AsyncIterator[tuple[Daemon, PlainClient, MemoryClient]]:
+    settings = isolated_settings(unique(__name__), kafka_bootstrap, redis_url)
+    async with daemon_and_client(settings) as (daemon, plain):
+        client = MemoryClient(bootstrap=kafka_bootstrap, topics=settings.topics, timeout_s=20)
+        await client.start()
+        try:
+            yield daemon, plain, client
+        finally:
+            await client.close()
+
+
+async def test_a_write_waited_for_is_found_by_the_next_query(env: Any) -> None:
+    _daemon, _plain, client = env
+    doc = f"acks/{uuid.uuid4().hex[:8]}.md"
+    receipt = await client.publish_document(doc, RUNBOOK, version=3, wait=True)
+    assert receipt.ack is not None
+    assert (receipt.ack.status, receipt.ack.doc_id, receipt.ack.version) == ("indexed", doc, 3)
+    assert receipt.ack.event_id == receipt.event_id and receipt.ack.chunks == 1
+    # No sleep, no polling: the ack means searchable.
+    reply = await client.query("ERR_LEDGER_LOCK_9C1 lock_timeout", top_k=3)
+    assert doc in [r.doc_id for r in reply.results]
+
+    agent = f"agent-{uuid.uuid4().hex[:6]}"
+    said = await client.publish_observation(
+        agent_id=agent, session_id="s1", turn=0, content="We agreed to ship the beta on Friday.", wait=True
+    )
+    assert said.ack is not None and said.ack.status == "indexed" and said.ack.doc_id == said.doc_id
+    found = await client.query("when do we ship the beta", top_k=3, metadata_filter={"agent_id": agent})
+    assert [r.doc_id for r in found.results] == [said.doc_id]
+
+    forgot = await client.forget(agent_id=agent, session_id="s1", wait=True)
+    assert forgot.ack is not None and forgot.ack.status == "indexed"
+    after = await client.query("when do we ship the beta", top_k=3, metadata_filter={"agent_id": agent})
+    assert after.results == []
+
+    gone = await client.delete_document(doc, version=4, wait=True)
+    assert gone.ack is not None and (gone.ack.status, gone.ack.chunks) == ("indexed", 0)
+    looked = await client.get([doc])
+    assert looked.items[0].status == "not_found"
+
+
+async def test_a_stale_version_is_acked_ignored_and_changes_nothing(env: Any) -> None:
+    _daemon, _plain, client = env
+    doc = f"acks/{uuid.uuid4().hex[:8]}.md"
+    await client.publish_document(doc, "version ten: lock_timeout is 30s", version=10, wait=True)
+    old = await client.publish_document(doc, "version five: lock_timeout is 5s", version=5, wait=True)
+    assert old.ack is not None
+    assert (old.ack.status, old.ack.stored_version, old.ack.chunks) == ("ignored", 10, None)
+    assert old.ack.reason and "older" in old.ack.reason
+    looked = await client.get([doc])
+    assert (looked.items[0].version, looked.items[0].content) == (10, "version ten: lock_timeout is 30s")
+
+
+async def test_a_refused_event_is_acked_dead_lettered_with_its_reason(env: Any) -> None:
+    _daemon, plain, _client = env
+    t = plain.topics
+    for payload, why in (
+        ({"event_id": "e-bad-1", "op": "upsert", "doc_id": "acks/x.md", "version": "3", "content": "x"}, "version"),
+        (b"{not json", "JSON"),
+        ({"event_id": "e-bad-2", "op": "upsert", "doc_id": "acks/y.md", "version": 1, "content": "\u200b"}, "token"),
+    ):
+        cid = uuid.uuid4().hex
+        headers = [("reply_to", plain.reply_topic.encode()), ("correlation_id", cid.encode())]
+        await plain.send(t.documents, payload, key="acks/bad", headers=headers)
+        _h, ack = await plain.reply(cid)
+        assert ack["status"] == "dead_lettered", ack
+        assert why.lower() in (ack["reason"] or "").lower(), ack
+        assert ack["error_code"]
+        if isinstance(payload, dict):
+            assert ack["event_id"] == payload["event_id"]
+
+
+async def test_a_write_that_waits_raises_when_dead_lettered(env: Any) -> None:
+    """The client refuses what it knows the daemon would dead-letter before sending; what gets
+    through and is dead-lettered all the same raises ``WriteRejected`` with the ack's reason."""
+    _daemon, _plain, client = env
+    with pytest.raises(WriteRejected) as caught:
+        await client._publish(client.topics.documents, b'{"op": "upsert"}', "acks/raw", wait=True, timeout_s=20)
+    assert caught.value.ack.status == "dead_lettered" and caught.value.ack.reason
+
+
+async def test_an_ack_that_cannot_go_holds_nothing_up(env: Any) -> None:
+    daemon, plain, client = env
+    t = plain.topics
+    doc_a, doc_b = f"acks/{uuid.uuid4().hex[:8]}-a.md", f"acks/{uuid.uuid4().hex[:8]}-b.md"
+    for reply_to in ("no-such-topic-" + uuid.uuid4().hex[:6], t.documents, "bad topic name!"):
+        event = DocumentEvent(event_id=uuid.uuid4().hex, op="upsert", doc_id=doc_a, version=1, content=RUNBOOK)
+        headers = [("reply_to", reply_to.encode()), ("correlation_id", b"c-1")]
+        await plain.send(t.documents, event.model_dump(mode="json", exclude_none=True), key=doc_a, headers=headers)
+    # The next event on the same partition is applied and acked: nothing waited on the first.
+    receipt = await client.publish_document(doc_b, RUNBOOK, version=1, wait=True)
+    assert receipt.ack is not None and receipt.ack.status == "indexed"
+    assert await daemon.index.chunk_ids(doc_a)  # written, unacked
+    assert not await daemon.index.chunk_ids(t.documents)  # no ack published into an input topic
+
+
+async def test_a_redelivery_of_a_written_event_is_acked_indexed_and_written_once(
+    kafka_bootstrap: str, redis_url: str, embedder: Any
+) -> None:
+    """As after a kill -9 between the write and the ack: the event is stored, its offset not
+    committed. The next daemon acks it ``indexed`` (no chunks written by this delivery), and
+    the doc holds its chunks once."""
+    settings: Settings = isolated_settings(unique("acks-redelivery"), kafka_bootstrap, redis_url)
+    await ensure_topics(kafka_bootstrap, settings.topics.all(), partitions=2, replication=1)
+    event = {"event_id": "e-crash", "op": "upsert", "doc_id": "acks/crash.md", "version": 7, "content": RUNBOOK}
+    # What the daemon that died did: the write, with neither ack nor offset commit.
+    client = aredis.from_url(redis_url)
+    index = ChunkIndex(client=client, cfg=settings.index, dims=embedder.dims)
+    await index.ensure()
+    died = Ingestor(index=index, embedder=embedder, chunking=ChunkingConfig(), cfg=IngestConfig())
+    written = await died.apply([DocumentEvent.model_validate(event).to_item(BASE_FILTER_KEYS)])
+    assert written.chunks_written == 1
+    plain = PlainClient(kafka_bootstrap, settings.topics, settings.topics.replies)
+    await plain.start()
+    daemon = await start_daemon(settings)
+    try:
+        cid = uuid.uuid4().hex
+        headers = [("reply_to", settings.topics.replies.encode()), ("correlation_id", cid.encode())]
+        await plain.send(settings.topics.documents, event, key="acks/crash.md", headers=headers)
+        _h, ack = await plain.reply(cid, timeout=30)
+        assert (ack["status"], ack["version"], ack["stored_version"], ack["chunks"]) == ("indexed", 7, 7, None)
+        assert await daemon.index.chunk_ids("acks/crash.md") == {"acks/crash.md_p0"}
+        assert await daemon.index.count() == 1
+    finally:
+        await daemon.stop()
+        await plain.stop()
+        await index.drop()
+        await client.aclose()
