@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.progress import Progress
 
-from consumers.client import MemoryClient
+from consumers.client import MemoryClient, Receipt
 from daemon.cli._app import _settings, app, err, out
 from daemon.cli._client import _pairs, _tenant_target, _with_client
 from memory.errors import InvalidEvent
@@ -21,6 +21,26 @@ PublishTenantOpt = Annotated[
     str | None,
     typer.Option("--tenant", help="Whose memory (topic tenancy): publishes on <topic>.<tenant>."),
 ]
+
+
+WaitOpt = Annotated[
+    bool,
+    typer.Option(
+        "--wait",
+        help="Wait for the daemon's acknowledgement: once it returns, a query finds the write "
+        "(exit 1 if it was dead-lettered, with the reason).",
+    ),
+]
+
+
+def _said(receipt: Receipt) -> str:
+    """What a waited-for write's ack says, for a person."""
+    ack = receipt.ack
+    if ack is None:
+        return "published"
+    if ack.status == "indexed":
+        return "indexed" + (f" ({ack.chunks} chunk(s))" if ack.chunks else "")
+    return f"ignored: {ack.reason}"
 
 
 def _read_text(path: Path) -> str:
@@ -44,6 +64,7 @@ def publish_doc(
     meta: Annotated[list[str] | None, typer.Option("--meta", help="key=value metadata.")] = None,
     version: Annotated[int | None, typer.Option("--version", help="Default: wall-clock microseconds.")] = None,
     tenant: PublishTenantOpt = None,
+    wait: WaitOpt = False,
 ) -> None:
     """Upsert documents from files."""
     settings = _settings()
@@ -54,7 +75,7 @@ def publish_doc(
     if any(isinstance(v, list) for v in metadata.values()):
         raise typer.BadParameter("--meta keys must be unique")
 
-    async def send(client: MemoryClient) -> int:
+    async def send(client: MemoryClient) -> list[Receipt]:
         # Every file is read and checked before the first is sent: one bad file among many
         # must not leave the others half published, nor go to the dead letters unseen.
         for path in paths:
@@ -64,13 +85,21 @@ def publish_doc(
                 raise InvalidEvent(f"{path}: {exc}" if str(path) not in str(exc) else str(exc)) from exc
         with Progress(console=err, transient=True, disable=len(paths) < 2) as progress:
             task = progress.add_task("publishing", total=len(paths))
+            receipts = []
             for path in paths:
-                await client.publish_document(doc_id or str(path), _read_text(path), version=version, metadata=metadata)
+                receipts.append(
+                    await client.publish_document(
+                        doc_id or str(path), _read_text(path), version=version, metadata=metadata, wait=wait
+                    )
+                )
                 progress.advance(task)
-        return len(paths)
+        return receipts
 
-    n = _with_client(send, settings, target)
-    out.print(f"published {n} document(s)")
+    receipts = _with_client(send, settings, target)
+    if wait:
+        for r in receipts:
+            out.print(f"{r.doc_id} v{r.version}: {_said(r)}")
+    out.print(f"published {len(receipts)} document(s)")
 
 
 @publish_app.command("delete")
@@ -78,12 +107,13 @@ def publish_delete(
     doc_id: Annotated[str, typer.Argument()],
     version: Annotated[int | None, typer.Option("--version")] = None,
     tenant: PublishTenantOpt = None,
+    wait: WaitOpt = False,
 ) -> None:
     """Delete a document (every chunk of it)."""
     settings = _settings()
     target = _tenant_target(settings.consumer.tenancy, tenant)
-    v = _with_client(lambda c: c.delete_document(doc_id, version=version), settings, target)
-    out.print(f"delete of {doc_id} published at version {v}")
+    r = _with_client(lambda c: c.delete_document(doc_id, version=version, wait=wait), settings, target)
+    out.print(f"delete of {doc_id} published at version {r.version}" + (f": {_said(r)}" if wait else ""))
 
 
 @publish_app.command("observation")
@@ -95,19 +125,20 @@ def publish_observation(
     role: Annotated[str, typer.Option("--role")] = "assistant",
     meta: Annotated[list[str] | None, typer.Option("--meta", help="key=value metadata.")] = None,
     tenant: PublishTenantOpt = None,
+    wait: WaitOpt = False,
 ) -> None:
     """Record one transcript turn or observation of an agent."""
     metadata = _pairs(meta, "--meta")
     settings = _settings()
     target = _tenant_target(settings.consumer.tenancy, tenant)
-    _with_client(
+    r = _with_client(
         lambda c: c.publish_observation(
-            agent_id=agent_id, session_id=session_id, turn=turn, content=text, role=role, metadata=metadata
+            agent_id=agent_id, session_id=session_id, turn=turn, content=text, role=role, metadata=metadata, wait=wait
         ),
         settings,
         target,
     )
-    out.print("observation published")
+    out.print("observation published" + (f": {_said(r)}" if wait else ""))
 
 
 @publish_app.command("forget")
@@ -118,14 +149,17 @@ def publish_forget(
         bool, typer.Option("--all-sessions", help="Forget every session of the agent instead.")
     ] = False,
     tenant: PublishTenantOpt = None,
+    wait: WaitOpt = False,
 ) -> None:
     """Forget an agent's session (every turn of it), or with --all-sessions every session of the agent."""
     if (session_id is None) == (not all_sessions):
         raise typer.BadParameter("give --session-id or --all-sessions (not both)")
     settings = _settings()
     target = _tenant_target(settings.consumer.tenancy, tenant)
-    _with_client(
-        lambda c: c.forget(agent_id=agent_id, session_id=session_id, all_sessions=all_sessions), settings, target
+    r = _with_client(
+        lambda c: c.forget(agent_id=agent_id, session_id=session_id, all_sessions=all_sessions, wait=wait),
+        settings,
+        target,
     )
     what = f"session {session_id} of agent {agent_id}" if session_id else f"every session of agent {agent_id}"
-    out.print(f"forget of {what} published")
+    out.print(f"forget of {what} published" + (f": {_said(r)}" if wait else ""))

@@ -6,8 +6,12 @@ second write."""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import sys
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,10 +27,11 @@ from memory.filters import BASE_FILTER_KEYS
 from memory.index import ChunkIndex
 from memory.ingest import Ingestor
 from tests.conftest import unique
-from tests.helpers import PlainClient, daemon_and_client, isolated_settings, start_daemon
+from tests.helpers import PlainClient, daemon_and_client, isolated_settings, settings_env, start_daemon
 
 pytestmark = pytest.mark.integration
 
+AGENTMEMD = str(Path(sys.executable).parent / "agentmemd")
 RUNBOOK = "Runbook: when ledger-service raises ERR_LEDGER_LOCK_9C1, raise lock_timeout on ledger_entries to 30s."
 
 
@@ -159,3 +164,21 @@ async def test_a_redelivery_of_a_written_event_is_acked_indexed_and_written_once
         await plain.stop()
         await index.drop()
         await client.aclose()
+
+
+async def test_cli_publish_wait_returns_once_searchable(env: Any, tmp_path: Path) -> None:
+    """`agentmemd publish doc --wait` prints the ack; the query right after finds the doc."""
+    daemon, _plain, client = env
+    path = tmp_path / "heron.md"
+    path.write_text("The heron-sync job fails with HRN_TIMEOUT_42 when the bucket quota is full.", encoding="utf-8")
+    doc = f"acks/cli-{uuid.uuid4().hex[:6]}.md"
+    env_vars = {**os.environ, **settings_env(daemon.settings), "COLUMNS": "200"}
+    proc = await asyncio.create_subprocess_exec(
+        AGENTMEMD, "publish", "doc", str(path), "--doc-id", doc, "--wait",
+        env=env_vars, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await proc.communicate()
+    assert proc.returncode == 0, err.decode()
+    assert "indexed" in out.decode(), out.decode()
+    reply = await client.query("HRN_TIMEOUT_42", top_k=3)
+    assert reply.results and reply.results[0].doc_id == doc
