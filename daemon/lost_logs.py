@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Sequence
 from typing import Any
 
 import structlog
@@ -40,6 +41,29 @@ def past_log_end(position: int, highwater: int | None, end: int | None) -> bool:
     if highwater is None or end is None:
         return False
     return position > highwater and position > end
+
+
+async def log_ends(consumer: Any, tps: Sequence[Any], *, wait_s: float = 2.0) -> dict[Any, int]:
+    """The end of each partition's log: the higher of the broker's end offset and the high
+    watermark of a fetch there. ``consumer`` must have no subscription (it is assigned ``tps``).
+
+    On Apache Kafka both agree; on tansu the end offset is the last batch's base + 1, so lag
+    and "committed past the end" measured by it alone were wrong whenever producers batched.
+    A partition whose fetch did not answer within ``wait_s`` keeps its end offset.
+    """
+    ends: dict[Any, int] = dict(await consumer.end_offsets(list(tps)))
+    if not tps:
+        return ends
+    consumer.assign(list(tps))
+    for tp in tps:
+        consumer.seek(tp, ends[tp])
+    deadline = asyncio.get_running_loop().time() + wait_s
+    while any(consumer.highwater(tp) is None for tp in tps):
+        left = deadline - asyncio.get_running_loop().time()
+        if left <= 0:
+            break
+        await consumer.getmany(timeout_ms=max(1, int(min(left, 0.2) * 1000)))
+    return {tp: max(ends[tp], consumer.highwater(tp) or 0) for tp in tps}
 
 
 async def lost_partitions(consumer: Any) -> list[tuple[Any, int, int]]:

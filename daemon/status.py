@@ -18,6 +18,7 @@ import structlog
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
+from daemon.lost_logs import log_ends
 from daemon.settings import Settings
 from daemon.teardown import bounded
 from graph.registry import GraphRegistry
@@ -103,7 +104,15 @@ async def measure_lag(settings: Settings) -> LagReport:
     opts = settings.kafka_security.aiokafka_kwargs()
     t = settings.topics
     bases = {"documents": t.documents, "transcripts": t.transcripts, "requests": t.requests}
-    probe = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, request_timeout_ms=5000, **opts)
+    # It fetches once at each log's end for the watermark (see log_ends): a short wait, and
+    # small fetches, since the records it may get are thrown away.
+    probe = AIOKafkaConsumer(
+        bootstrap_servers=settings.kafka_bootstrap,
+        request_timeout_ms=5000,
+        fetch_max_wait_ms=5,
+        max_partition_fetch_bytes=4096,
+        **opts,
+    )
     # start() inside the try: a start that fails or is cancelled (the sampler's timeout) has
     # opened connections already, and each sample would leak a client while the broker hangs.
     try:
@@ -122,7 +131,7 @@ async def measure_lag(settings: Settings) -> LagReport:
             if not tps:
                 lag[group] = {}
                 continue
-            ends = await probe.end_offsets(tps)
+            ends = await log_ends(probe, tps)
             reader = AIOKafkaConsumer(
                 bootstrap_servers=settings.kafka_bootstrap,
                 group_id=group,
@@ -142,7 +151,7 @@ async def measure_lag(settings: Settings) -> LagReport:
             ]:
                 past_end[group] = beyond
         dlq_tps = [TopicPartition(t.dlq, p) for p in sorted(probe.partitions_for_topic(t.dlq) or ())]
-        dlq = sum((await probe.end_offsets(dlq_tps)).values()) if dlq_tps else 0
+        dlq = sum((await log_ends(probe, dlq_tps)).values()) if dlq_tps else 0
         return LagReport(lag, int(dlq), past_end)
     finally:
         await bounded("stop the lag probe", probe.stop())

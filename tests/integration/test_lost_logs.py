@@ -8,7 +8,7 @@ import asyncio
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from daemon.lost_logs import lost_partitions, past_log_end
+from daemon.lost_logs import log_ends, lost_partitions, past_log_end
 from daemon.topics import ensure_topics
 from tests.conftest import unique
 
@@ -67,3 +67,23 @@ async def test_a_consumer_at_the_end_of_a_batched_log_stays_and_one_past_a_short
         assert await lost_partitions(consumer) == [(tp, 500, 100)]
     finally:
         await consumer.stop()
+
+
+async def test_log_ends_are_the_watermark_where_the_end_offset_counts_a_batch_as_one(kafka_bootstrap: str) -> None:
+    """Lag and "committed past the end" (/readyz, doctor) are measured against log_ends."""
+    topic = unique("log-ends")
+    await ensure_topics(kafka_bootstrap, [topic], partitions=2, replication=1)
+    producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all", linger_ms=20)
+    await producer.start()
+    try:
+        sent = [await producer.send(topic, b"r%d" % i, partition=0) for i in range(40)]
+        await asyncio.gather(*sent)
+    finally:
+        await producer.stop()
+    probe = AIOKafkaConsumer(bootstrap_servers=kafka_bootstrap, fetch_max_wait_ms=5, max_partition_fetch_bytes=4096)
+    await probe.start()
+    try:
+        tps = [TopicPartition(topic, 0), TopicPartition(topic, 1)]
+        assert await log_ends(probe, tps) == {tps[0]: 40, tps[1]: 0}
+    finally:
+        await probe.stop()
