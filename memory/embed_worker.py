@@ -1,4 +1,5 @@
-"""The embedding model's own process, and the daemon's handle on it.
+"""The daemon's handle on the embedding model's own process: it starts, supervises and
+restarts the worker, and turns its deaths and hangs into errors.
 
 Why a process and not a thread: torch releases the GIL inside each op but takes it back
 between ops, and one forward pass of the model is a few hundred ops. In a thread of the
@@ -8,24 +9,17 @@ encoder's Python glue. Measured on this machine: a batch encoded next to one bus
 thread takes ~20% longer; next to a busy *process*, no longer at all. In its own
 interpreter the model competes for cores only, which the OS schedules well.
 
-Protocol: one duplex pipe per channel ("query", "docs"), so a large ingest batch never
-queues in front of an asker's query. The parent sends a list of texts and blocks on the
-answer in that channel's executor thread (``recv`` releases the GIL); the worker answers
-``("ok", float32 array)``, ``("error", message)`` or ``("unavailable", message)`` (out of
-memory). The worker exits when its pipes close, so it never outlives the daemon, even one
-killed with SIGKILL.
+The worker's entry point and its side of the pipe protocol are ``memory.embed_child``;
+the model code it runs is ``memory.embed_model``.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import multiprocessing as mp
-import os
 import signal
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -33,14 +27,34 @@ import numpy as np
 import structlog
 
 from memory.config import EmbeddingConfig
+from memory.embed_child import CHANNELS, CRASH_MARKER_ENV, serve
+from memory.embed_model import length_batches, load_tokenizer, native_bf16, use_bf16
 from memory.errors import BackendUnavailable, MemdError
+
+# The worker's names that callers have always imported from here.
+__all__ = [
+    "CHANNELS",
+    "CRASH_MARKER_ENV",
+    "DOCS_DEADLINE_PER_TEXT_S",
+    "DOCS_DEADLINE_S",
+    "QUERY_DEADLINE_S",
+    "READY_TIMEOUT_S",
+    "WATCHDOG_GRACE_S",
+    "EmbedderError",
+    "EmbedderUnavailable",
+    "EmbeddingWorker",
+    "InputCrashesWorker",
+    "QueryRefused",
+    "WorkerCrashed",
+    "WorkerHung",
+    "length_batches",
+    "load_tokenizer",
+    "native_bf16",
+    "use_bf16",
+]
 
 log = structlog.get_logger()
 
-CHANNELS = ("query", "docs")
-# Fault injection for the test suite: the worker aborts, as a crash in native code would,
-# on any text containing this variable's value. Never set in a deployment.
-CRASH_MARKER_ENV = "AGENTMEM_TEST_EMBED_CRASH_MARKER"
 READY_TIMEOUT_S = 600.0
 
 
@@ -99,395 +113,6 @@ class QueryRefused(EmbedderError):
     would be refused again, so the asker is told to change the text, not to retry."""
 
     code = "invalid_request"
-
-
-def _failure_status(exc: Exception) -> str:
-    """How the worker reports an encode failure: ``unavailable`` when the machine ran out of
-    memory (MemoryError, or torch's allocator: "DefaultCPUAllocator: can't allocate memory"),
-    which says nothing of the input and is waited out like an outage; ``error`` otherwise,
-    the input's fault (its doc is dead-lettered)."""
-    if isinstance(exc, MemoryError):
-        return "unavailable"
-    text = str(exc).lower()
-    if isinstance(exc, RuntimeError) and ("allocat" in text and "memory" in text):
-        return "unavailable"
-    return "error"
-
-
-def native_bf16() -> bool:
-    """Whether this CPU computes bfloat16 in hardware (emulated bf16 is slower than float32)."""
-    import torch
-
-    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
-    return any(bool(getattr(torch.cpu, p, lambda: False)()) for p in probes)
-
-
-def use_bf16(cfg: EmbeddingConfig) -> bool:
-    """Whether encode() runs under bfloat16 autocast with these settings on this machine."""
-    if cfg.precision == "auto":
-        return cfg.device == "cpu" and native_bf16()
-    return cfg.precision == "bfloat16"
-
-
-# --- the worker side (runs in the child process) -------------------------------------------
-
-
-def _load_model(path: str, cfg: EmbeddingConfig) -> Any:
-    import torch
-    import transformers
-    from sentence_transformers import SentenceTransformer
-
-    transformers.logging.set_verbosity_error()  # type: ignore[no-untyped-call]
-    if cfg.torch_threads:
-        torch.set_num_threads(cfg.torch_threads)
-    model = SentenceTransformer(path, device=cfg.device, local_files_only=True)
-    if use_bf16(cfg):
-        # Autocast runs Linear layers in bf16 and casts their float32 weights on every call
-        # (22 MB, ~1.5-2 ms per encode() here); weights stored in bf16 give the same vectors
-        # bit for bit and skip that. LayerNorm and the rest stay float32 as autocast keeps them.
-        for module in model.modules():
-            if isinstance(module, torch.nn.Linear):
-                module.to(torch.bfloat16)
-    return model
-
-
-def load_tokenizer(path: str) -> Any:
-    """The model's tokenizer, from its local folder only (never a download).
-
-    The daemon and the worker each load their own: a fast tokenizer carries padding state
-    that ``encode()`` switches on and off, so one instance is never shared across users.
-    """
-    from memory.imports import HEAVY_IMPORTS
-
-    with HEAVY_IMPORTS:
-        import transformers
-
-    transformers.logging.set_verbosity_error()  # type: ignore[no-untyped-call]
-    return transformers.AutoTokenizer.from_pretrained(path, local_files_only=True)
-
-
-def length_batches(
-    lengths: Sequence[int], batch_size: int, max_waste: float = 0.1, min_slack: int = 16
-) -> list[list[int]]:
-    """Indices of ``lengths`` cut into model batches of similar length (pure).
-
-    Every sequence of a batch is padded to the batch's longest, and the padding is
-    computed like real tokens. sentence-transformers sorts one ``encode()`` call's texts
-    and cuts them every ``batch_size``; when a call holds a streaming batch of a few
-    hundred chunks of mixed length, those cuts span wide length ranges (measured on the
-    ingest benchmark's chunks: 13% padding in 128-doc groups, 3% over the whole corpus
-    sorted at once). Here a batch also ends where the next text is more than
-    ``max_waste`` (and more than ``min_slack`` tokens) shorter than the batch's first
-    (longest) one, so little is padded whatever the call's size. Short texts (queries)
-    stay together: for them a batch's fixed cost (a few ms of Python) outweighs padding.
-    """
-    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    batches: list[list[int]] = []
-    for i in order:
-        if batches:
-            cur = batches[-1]
-            head = lengths[cur[0]]
-            if len(cur) < batch_size and head - lengths[i] <= max(max_waste * head, min_slack):
-                cur.append(i)
-                continue
-        batches.append([i])
-    return batches
-
-
-@dataclass(frozen=True)
-class _Loaded:
-    model: Any
-    probe: Any  # a tokenizer of its own for length probes (see _encode)
-    cfg: EmbeddingConfig
-    bf16: bool
-    direct: bool  # whether _mean_pooled computes what the model's pipeline computes
-    traced: Any = None  # the transformer traced for the query channel (see _trace_encoder), if any
-
-
-def _is_mean_pooled_text_model(model: Any) -> bool:
-    """Whether the pipeline is Transformer -> mean Pooling [-> Normalize], nothing else.
-
-    That is all-MiniLM-L6-v2's, and most sentence-transformers text models'. Anything else
-    (CLS pooling, a Dense head, a lowercasing module, a prompt excluded from pooling) takes
-    the library's own encode().
-    """
-    names = [type(m).__name__ for m in model]
-    if names not in (["Transformer", "Pooling"], ["Transformer", "Pooling", "Normalize"]):
-        return False
-    transformer, pooling = model[0], model[1]
-    return (
-        getattr(pooling, "pooling_mode", None) == "mean"
-        and getattr(pooling, "include_prompt", True)
-        and not getattr(transformer, "do_lower_case", False)
-        and getattr(transformer, "auto_model", None) is not None
-    )
-
-
-def _mean_pooled(w: _Loaded, tok: Any, texts: list[str], *, traced: bool = False) -> np.ndarray:
-    """One batch through the bare transformer, mean-pooled and normalized (runs under autocast).
-
-    What the pipeline's encode() computes (equal within 1e-5, checked at load; bit-identical
-    on this model here), minus its per-call glue: ~1.5 ms of a 9 ms single-query call, ~4 ms
-    of a 16-query one, measured here. Queries are encoded one small batch at a time, so that
-    glue is most of what batching cannot amortize. ``traced`` runs the traced transformer
-    instead of the eager one (the query channel's; see _trace_encoder); should it ever fail
-    on a batch, that batch and every later one run eagerly.
-    """
-    import torch
-
-    enc = _model_inputs(w, tok, texts)
-    with torch.inference_mode():
-        hidden = None
-        if traced and w.traced is not None and not _TRACE_FAILED.is_set():
-            try:
-                hidden = w.traced(*(enc[k] for k in _encoder_inputs(enc)))
-            except Exception as exc:  # a shape the load-time check did not cover
-                _TRACE_FAILED.set()
-                log.error("embed.trace_failed_at_run_time", error=f"{type(exc).__name__}: {exc}")
-        if hidden is None:
-            hidden = w.model[0].auto_model(**enc).last_hidden_state
-        # Sums in float32 whatever the hidden states' dtype, as sentence-transformers pools.
-        mask = enc["attention_mask"].unsqueeze(-1).expand(hidden.size()).to(hidden.dtype)
-        summed = (hidden * mask).sum(1, dtype=torch.float32)
-        pooled = summed / mask.sum(1, dtype=torch.float32).clamp(min=1e-9)
-        return torch.nn.functional.normalize(pooled, p=2, dim=1).cpu().numpy()
-
-
-# Set once the traced transformer has failed on a batch: the worker then stays eager.
-_TRACE_FAILED = threading.Event()
-
-
-def _model_inputs(w: _Loaded, tok: Any, texts: list[str]) -> Any:
-    """``texts`` tokenized for the bare transformer: padded, truncated, on the model's device."""
-    enc = tok(texts, padding=True, truncation=True, max_length=w.model.max_seq_length, return_tensors="pt")
-    return enc.to(w.cfg.device)
-
-
-def _encoder_inputs(enc: Any) -> list[str]:
-    return [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in enc]
-
-
-# How far the fast paths may be from the path they replace (max abs difference per component).
-_SAME_WITHIN = 1e-5
-
-
-def _differs(ours: np.ndarray, theirs: np.ndarray, event: str) -> bool:
-    """Whether two encodings of the same texts differ by ``_SAME_WITHIN`` or more (logged)."""
-    diff = float(np.abs(ours - theirs).max()) if ours.shape == theirs.shape else float("inf")
-    if diff >= _SAME_WITHIN:
-        log.warning(event, max_abs_diff=diff)
-        return True
-    return False
-
-
-def _trace_encoder(w: _Loaded, tok: Any) -> Any:
-    """The transformer traced and frozen with TorchScript, or None where that fails or differs.
-
-    Why: at query sizes (a few short texts) the eager forward pass is mostly per-op dispatch,
-    not arithmetic. Traced and frozen, the same ops (the autocast casts recorded into the
-    graph) run ~25% faster per call at 1-5 queries and ~10-15% at 16, measured on this
-    machine, with the same vectors (bit-identical here). For documents (long batches) it measured no faster,
-    so only the query channel uses it. The trace is taken on a padded batch: the attention
-    mask's code path is recorded, and a batch without padding computes the same through it.
-    Verified against the eager path on texts of several lengths before it is used.
-    """
-    import warnings
-
-    import torch
-
-    class _Hidden(torch.nn.Module):
-        def __init__(self, model: Any, keys: list[str]) -> None:
-            super().__init__()
-            self.model, self.keys = model, keys
-
-        def forward(self, *inputs: Any) -> Any:
-            return self.model(**dict(zip(self.keys, inputs, strict=True))).last_hidden_state
-
-    try:
-        enc = _model_inputs(w, tok, list(_DIRECT_CHECK[:2]))
-        keys = _encoder_inputs(enc)
-        device = w.cfg.device.split(":")[0]
-        with warnings.catch_warnings(), torch.inference_mode():
-            warnings.simplefilter("ignore")  # TracerWarnings on shape checks the check below covers
-            with torch.autocast(device, dtype=torch.bfloat16, enabled=w.bf16, cache_enabled=False):
-                module = torch.jit.trace(  # type: ignore[no-untyped-call]
-                    _Hidden(w.model[0].auto_model, keys).eval(), tuple(enc[k] for k in keys), check_trace=False
-                )
-            module = torch.jit.freeze(module.eval())
-        traced = dataclasses.replace(w, traced=module)
-        texts = list(_DIRECT_CHECK)
-        for batch in (texts, texts[:2], texts[1:2], _QUERY_CHECK):
-            ours = _encode(traced, tok, batch, traced=True)
-            if _TRACE_FAILED.is_set() or _differs(ours, _encode(w, tok, batch), "embed.trace_differs"):
-                return None
-        return module
-    except Exception as exc:
-        log.warning("embed.trace_failed", error=f"{type(exc).__name__}: {exc}")
-        return None
-
-
-def _encode(
-    w: _Loaded, tok: Any, texts: Sequence[str], *, direct: bool | None = None, traced: bool = False
-) -> np.ndarray:
-    """Embed ``texts`` with the calling channel's own tokenizer ``tok`` (see load_tokenizer);
-    ``traced``: through the traced transformer where there is one (the query channel)."""
-    import torch
-
-    texts = list(texts)
-    direct = w.direct if direct is None else direct
-    # Not model.tokenizer: transformers switches a fast tokenizer's padding on and off per
-    # call, and the other channel's encode() may be using it (with padding) right now.
-    lengths = [len(ids) for ids in w.probe(texts, truncation=True, max_length=w.model.max_seq_length)["input_ids"]]
-    out: np.ndarray | None = None
-    # Autocast state is per thread: this runs in the thread that encodes.
-    # No cast cache: the Linear weights are bf16 already, and a traced graph wants none.
-    with torch.autocast(w.cfg.device.split(":")[0], dtype=torch.bfloat16, enabled=w.bf16, cache_enabled=False):
-        for batch in length_batches(lengths, w.cfg.batch_size):
-            chunk = [texts[i] for i in batch]
-            if direct:
-                rows = _mean_pooled(w, tok, chunk, traced=traced)
-            else:
-                rows = w.model.encode(
-                    chunk,
-                    batch_size=len(batch),
-                    normalize_embeddings=True,
-                    convert_to_numpy=True,
-                    show_progress_bar=False,
-                )
-            if out is None:
-                out = np.zeros((len(texts), rows.shape[1]), dtype=np.float32)
-            out[batch] = rows
-    return out if out is not None else np.zeros((0, 0), dtype=np.float32)
-
-
-# Texts of different lengths, cases and scripts (an empty one, spaces only, non-ASCII), so
-# padding, masking, truncation and the tokenizer's edge cases are all exercised.
-_DIRECT_CHECK = (
-    "Connection refused: SQLSTATE 08006 after failover",
-    "why",
-    "The deploy of build 4411 failed twice on the EU cluster while the cache was being warmed, "
-    "and the on-call engineer rolled it back after the error budget alarm fired. " * 12,
-    "",
-    "   ",
-    "  Köln → Zürich: ¿qué pasó? 東京のデプロイは失敗した  ",
-)
-# A query micro-batch as the daemon sends them: several texts of mixed short lengths.
-_QUERY_CHECK = (
-    "pool timeout",
-    "ERR_CONN_RESET_4F2A on db-01",
-    "how do I rotate the TLS certificate of the ingress controller",
-    "why",
-    "deadlock detected SQLSTATE 40P01 in the billing service",
-    "latency",
-)
-
-
-def _direct_matches(w: _Loaded, tok: Any) -> bool:
-    """Whether the direct path gives the pipeline's vectors on this model (else it is not used)."""
-    if not _is_mean_pooled_text_model(w.model):
-        return False
-    try:
-        ours = _encode(w, tok, _DIRECT_CHECK, direct=True)
-    except Exception as exc:
-        log.warning("embed.direct_path_failed", error=f"{type(exc).__name__}: {exc}")
-        return False
-    return not _differs(ours, _encode(w, tok, _DIRECT_CHECK, direct=False), "embed.direct_path_differs")
-
-
-def _abort() -> None:
-    import resource
-
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # no core file of a model-sized process
-    os.abort()
-
-
-def _serve_channel(w: _Loaded, tok: Any, conn: Connection, threads: int, traced: bool) -> None:
-    import torch
-
-    crash_marker = os.environ.get(CRASH_MARKER_ENV)
-    # OpenMP's thread count is a per-thread setting, so the query channel can use more
-    # cores than the document channel. get_num_threads() first: torch initializes a
-    # thread's count from a process-wide value on its first parallel call, which would
-    # undo a setting made before it (and the two channels set different values).
-    torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        while True:
-            try:
-                texts = conn.recv()
-            except (EOFError, OSError):
-                break  # the daemon closed its end (or died): nothing left to serve
-            if crash_marker and any(isinstance(t, str) and crash_marker in t for t in texts):
-                _abort()
-            try:
-                reply: tuple[str, Any] = ("ok", _encode(w, tok, texts, traced=traced))
-            except Exception as exc:  # one bad input must not end the worker
-                reply = (_failure_status(exc), f"{type(exc).__name__}: {exc}")
-            conn.send(reply)
-    except (BrokenPipeError, OSError):
-        pass
-    except BaseException:
-        # Anything else (MemoryError, a pickling error) leaves this channel unable to answer:
-        # end the whole worker, so the daemon sees it dead and starts a fresh one, rather
-        # than a live process that never replies.
-        os._exit(1)
-    # A channel whose daemon end closed means the daemon is gone or closing: end it all.
-    os._exit(0)
-
-
-def serve(path: str, cfg_json: str, ready: Connection, conns: list[Connection]) -> None:
-    """Child process entry point: load the model, report, then answer every channel."""
-    # The worker's lifetime is its pipes': a Ctrl-C or a service manager's SIGTERM sent to
-    # the whole process group must reach the daemon, which then closes them, not kill the
-    # model under a request during a clean stop.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    cfg = EmbeddingConfig.model_validate_json(cfg_json)
-    import tqdm
-
-    # The model loader's progress bar makes tqdm create a multiprocessing lock, a named
-    # semaphore registered with the resource tracker that the worker (killed, or ended with
-    # its pipes) never unregisters: "leaked semaphore objects" at every daemon's exit. One
-    # process, one writer: a thread lock is all tqdm needs here.
-    tqdm.tqdm.set_lock(threading.RLock())
-    import torch
-
-    # What a setting of 0 means: torch's own default, read before _load_model sets anything.
-    default_threads = torch.get_num_threads()
-    try:
-        model = _load_model(path, cfg)
-        probe = load_tokenizer(path)
-        # Set the probe's truncation once, here: both channel threads use it, and two first
-        # calls at once could both try to switch it ("Already borrowed").
-        probe(["warm"], truncation=True, max_length=model.max_seq_length)
-        toks = {name: load_tokenizer(path) for name in CHANNELS}  # one per channel (padding state)
-        dim_of = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
-        loaded = _Loaded(model, probe, cfg, use_bf16(cfg), direct=False)
-        loaded = dataclasses.replace(loaded, direct=_direct_matches(loaded, toks["query"]))
-        if loaded.direct:
-            loaded = dataclasses.replace(loaded, traced=_trace_encoder(loaded, toks["query"]))
-    except Exception as exc:
-        ready.send(("error", f"{type(exc).__name__}: {exc}"))
-        return
-    ready.send(("ready", int(dim_of()), loaded.bf16, loaded.direct, loaded.traced is not None))
-    ready.close()
-    threads_of = {"query": cfg.query_torch_threads or default_threads, "docs": cfg.torch_threads or default_threads}
-    threads = [
-        threading.Thread(
-            target=_serve_channel,
-            args=(loaded, toks[n], c, threads_of[n], n == "query"),
-            name=f"embed-{n}",
-            daemon=True,
-        )
-        for n, c in zip(CHANNELS, conns, strict=True)
-    ]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-
-
-# --- the daemon side ------------------------------------------------------------------------
 
 
 class EmbeddingWorker:

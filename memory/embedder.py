@@ -21,6 +21,7 @@ import numpy as np
 import structlog
 
 from memory.config import EmbeddingConfig
+from memory.embed_model import load_tokenizer, native_bf16, use_bf16
 from memory.embed_worker import (
     QUERY_DEADLINE_S,
     EmbedderError,
@@ -29,9 +30,6 @@ from memory.embed_worker import (
     InputCrashesWorker,
     QueryRefused,
     WorkerCrashed,
-    load_tokenizer,
-    native_bf16,
-    use_bf16,
 )
 
 log = structlog.get_logger()
@@ -176,12 +174,12 @@ class SentenceTransformerEmbedder:
 
     @property
     def direct(self) -> bool:
-        """Whether the worker runs the bare transformer and pools itself (see embed_worker)."""
+        """Whether the worker runs the bare transformer and pools itself (see embed_model)."""
         return self._worker.direct
 
     @property
     def query_traced(self) -> bool:
-        """Whether the worker encodes queries with the traced transformer (see embed_worker)."""
+        """Whether the worker encodes queries with the traced transformer (see embed_model)."""
         return self._worker.traced
 
     async def embed_documents(self, texts: Sequence[str]) -> np.ndarray:

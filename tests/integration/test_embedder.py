@@ -78,7 +78,7 @@ async def test_direct_path_gives_the_pipelines_vectors() -> None:
     computed here in this process."""
     from sentence_transformers import SentenceTransformer
 
-    from memory.embed_worker import _is_mean_pooled_text_model
+    from memory.embed_model import _is_mean_pooled_text_model
     from memory.embedder import resolve_model_path
 
     path = resolve_model_path(EmbeddingConfig().model)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from memory.embed_worker import _failure_status
+from memory.embed_child import _failure_status
 
 
 @pytest.mark.parametrize(
