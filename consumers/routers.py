@@ -18,12 +18,11 @@ from aiokafka import ConsumerRecord
 from aiokafka.abc import ConsumerRebalanceListener
 from faststream import AckPolicy
 from faststream.kafka import KafkaRouter
-from faststream.kafka.publisher import DefaultPublisher
 
-from consumers.acks import build_acks
 from consumers.config import ConsumerConfig, Topics
-from consumers.decoding import Decoded, dead_letter, decode_records, dlq_body, tenant_from_topic
-from consumers.models import DlqRecord, ErrorBody, ErrorReply, GetReply, QueryReply, WriteAck
+from consumers.decoding import tenant_from_topic
+from consumers.ingestion import Ingestion
+from consumers.models import ErrorBody, ErrorReply, GetReply, QueryReply
 from consumers.queries import answer, fit_get_reply, fit_reply, guess_query_id, scope_of
 from consumers.replies import (
     PartitionCounts,
@@ -36,8 +35,8 @@ from graph.search import ScopedSearch
 from memory.attempts import AttemptCounter
 from memory.config import IngestConfig
 from memory.errors import MemdError
-from memory.ingest import Ingestor, IngestReport
-from memory.metrics import ACKS_SENT, EVENTS_CONSUMED, EVENTS_DEAD_LETTERED, EVENTS_FAILED, QUERY_SECONDS
+from memory.ingest import Ingestor
+from memory.metrics import QUERY_SECONDS
 
 log = structlog.get_logger()
 
@@ -75,11 +74,6 @@ def tenant_pattern(base: str) -> str:
     replies, consumed as requests). Escaped here, they match dots only.
     """
     return re.escape(base) + r"\.{tenant}"
-
-
-def _stamp(record: ConsumerRecord[Any, Any]) -> int:
-    # With the position, tells a record from another one a lost log put at the same offset.
-    return int(getattr(record, "timestamp", 0) or 0)
 
 
 def _records(raw: Any) -> tuple[ConsumerRecord[Any, Any], ...]:
@@ -135,179 +129,6 @@ class AssignmentWatcher(ConsumerRebalanceListener):  # type: ignore[misc]
         self._on_assigned(self.name, len(assigned))
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class _Ingestion:
-    """The path the documents and transcripts subscribers share: decode a batch, apply what
-    decodes, dead-letter the rest, and isolate a batch that fails for an unexpected reason."""
-
-    ingestor: Ingestor
-    topics: Topics
-    cfg: ConsumerConfig
-    filter_keys: Collection[str]
-    ingest_cfg: IngestConfig
-    stopping: asyncio.Event
-    attempts_counter: AttemptCounter
-    dlq: DefaultPublisher
-    publish_reply: Callable[[dict[str, Any], str, str | None, int | None], Awaitable[object]]
-    partition_counts: PartitionCounts
-    # Where a reply (an ack) must never go: the daemon's inputs.
-    input_topics: tuple[str, ...]
-    # Positions dead-lettered while their batch is handled, with (reason, code); the documents
-    # and transcripts subscribers share this object, and their positions never collide.
-    _dead: dict[tuple[str, int, int], tuple[str, str]] = dataclasses.field(default_factory=dict)
-
-    async def ingest(self, records: Sequence[ConsumerRecord[Any, Any]], kind: str) -> None:
-        """Apply one batch of ``kind`` ("document" or "transcript") records; dead-letter the
-        records that do not decode and the items the ingestor reports failed."""
-        base = self.topics.documents if kind == "document" else self.topics.transcripts
-        for r in records:
-            EVENTS_CONSUMED.labels(r.topic).inc()
-        good, dead = decode_records(
-            records,
-            kind=kind,
-            filter_keys=self.filter_keys,
-            max_content_bytes=self.ingest_cfg.max_content_bytes,
-            tenant_of=lambda topic: tenant_from_topic(topic, base, self.cfg.tenancy),
-        )
-        raw = {(r.topic, r.partition, r.offset): r for r in records}
-        try:
-            await self._ingest(good, dead, raw)
-        finally:
-            for position in raw:
-                self._dead.pop(position, None)
-
-    async def _ingest(
-        self, good: Sequence[Decoded], dead: Sequence[DlqRecord], raw: dict[tuple[str, int, int], Any]
-    ) -> None:
-        # Applied first, dead-lettered after: a batch that fails (an outage, a poison event
-        # short of its attempts) is redelivered whole, and must not have published anything yet.
-        report = await self._apply_isolated(good, raw)
-        for record in dead:
-            await self._publish_dead(record, _stamp(raw[(record.topic, record.partition, record.offset)]))
-        # By the item itself: a batch may hold the same doc_id in two tenants (topic
-        # tenancy) or in several versions, and the DLQ must get the record that failed.
-        by_item: dict[int, Decoded] = {id(g.item): g for g in good}
-        for item, exc in report.failed:
-            d = by_item[id(item)]
-            r = raw[(d.topic, d.partition, d.offset)]
-            await self._publish_dead(dead_letter(r, str(exc), exc.code), _stamp(r))
-        await self._send_acks(build_acks(raw, good, report, self._dead))
-
-    async def _send_acks(self, acks: Sequence[tuple[Any, str, str, WriteAck]]) -> None:
-        """Publish each ack to its writer's ``reply_to``, all at once and within
-        ``ack_timeout_ms``: an ack never holds up ingestion for long, and one that cannot go
-        (an invalid or missing topic, a broker away) is logged, never retried."""
-        if not acks:
-            return
-
-        async def one(record: Any, reply_to: str, cid: str, ack: WriteAck) -> None:
-            try:
-                check_reply_to(reply_to, self.input_topics)
-                await self.partition_counts.require(reply_to)
-                partition = await reply_partition(record.headers, reply_to, self.partition_counts)
-                await self.publish_reply(ack.model_dump(mode="json"), reply_to, cid, partition)
-            except Exception as exc:
-                log.warning(
-                    "ingest.ack_failed",
-                    topic=record.topic,
-                    partition=record.partition,
-                    offset=record.offset,
-                    reply_to=reply_to,
-                    error=f"{type(exc).__name__}: {exc}",
-                )
-            else:
-                ACKS_SENT.labels(record.topic, ack.status).inc()
-
-        sends = asyncio.gather(*(one(*a) for a in acks))
-        try:
-            await asyncio.wait_for(sends, timeout=self.cfg.ack_timeout_ms / 1000)
-        except TimeoutError:
-            log.warning("ingest.acks_timed_out", acks=len(acks), timeout_ms=self.cfg.ack_timeout_ms)
-
-    async def _apply_isolated(self, good: Sequence[Decoded], raw: dict[tuple[str, int, int], Any]) -> IngestReport:
-        # The batch is applied whole; only if it fails for an unexpected reason (a bug, not
-        # an outage) are its events retried one by one, so one poison event cannot block
-        # the others, and an event that keeps failing is dead-lettered after max_attempts.
-        try:
-            return await self.ingestor.apply([g.item for g in good])
-        except MemdError as exc:
-            if exc.retryable:
-                raise
-            first_error: Exception = exc
-        except Exception as exc:
-            first_error = exc
-        log.warning("ingest.batch_isolated", events=len(good), error=repr(first_error))
-        report = IngestReport()
-        for g in good:
-            try:
-                one = await self.ingestor.apply([g.item])
-                report.outcomes.update(one.outcomes)
-            except MemdError as exc:
-                if exc.retryable:
-                    raise
-                await self._poison(g, raw, exc)
-                continue
-            except Exception as exc:
-                await self._poison(g, raw, exc)
-                continue
-            report.failed.extend(one.failed)
-        return report
-
-    async def _poison(self, g: Decoded, raw: dict[tuple[str, int, int], Any], exc: Exception) -> None:
-        EVENTS_FAILED.labels(g.topic).inc()
-        record = raw[(g.topic, g.partition, g.offset)]
-        stamp = _stamp(record)
-        attempts = await self.attempts_counter.incr(g.topic, g.partition, g.offset, stamp)
-        if attempts < self.ingest_cfg.max_attempts:
-            log.warning(
-                "ingest.event_failed", doc_id=g.item.doc_id, offset=g.offset, attempts=attempts, error=repr(exc)
-            )
-            # Redelivered at once otherwise: every attempt would be spent within milliseconds,
-            # and a glitch of a second (a thread pool, a restarting dependency) would
-            # dead-letter a good event. Cut short by a shutdown.
-            backoff = min(self.ingest_cfg.retry_initial_s * 2 ** (attempts - 1), self.ingest_cfg.retry_max_s)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.stopping.wait(), timeout=backoff)
-            raise exc  # not committed: redelivered, and the events before it are idempotent
-        # The count is kept (it expires): if another event of this batch fails short of its
-        # attempts, the batch comes back, and this one must go straight past, not start over.
-        reason = f"handling failed {attempts} times: {type(exc).__name__}: {exc}"
-        await self._publish_dead(dead_letter(record, reason, "poison", attempts=attempts), stamp)
-
-    async def _publish_dead(self, record: DlqRecord, stamp: int) -> None:
-        self._dead[(record.topic, record.partition, record.offset)] = (record.reason, record.error_code)
-        position = (record.topic, record.partition, record.offset, stamp)
-        if await self.attempts_counter.dead_lettered(*position):
-            # A redelivered batch: this record's dead letter is already in the DLQ.
-            log.info(
-                "ingest.already_dead_lettered", topic=record.topic, partition=record.partition, offset=record.offset
-            )
-            return
-        EVENTS_DEAD_LETTERED.labels(record.topic, record.error_code).inc()
-        log.warning(
-            "ingest.event_dead_lettered",
-            topic=record.topic,
-            partition=record.partition,
-            offset=record.offset,
-            reason=record.reason,
-        )
-        body, key = dlq_body(record, self.cfg.dlq_max_record_bytes)
-        try:
-            await self.dlq.publish(body, key=key, headers={"content-type": "application/json"})
-        except Exception as exc:
-            # Not swallowed (the batch is redelivered, nothing is lost), but never silent.
-            log.error(
-                "ingest.dead_letter_failed",
-                topic=record.topic,
-                partition=record.partition,
-                offset=record.offset,
-                bytes=len(body),
-                error=f"{type(exc).__name__}: {exc}",
-            )
-            raise
-        await self.attempts_counter.mark_dead_lettered(*position)
-
-
 def _source(cfg: ConsumerConfig, base: str) -> tuple[str, ...]:
     return (base,) if cfg.tenancy == "single" else ()
 
@@ -346,7 +167,7 @@ def _ingest_kwargs(cfg: ConsumerConfig) -> dict[str, Any]:
 
 
 def _subscribe_documents(
-    router: KafkaRouter, ingestion: _Ingestion, *, topics: Topics, cfg: ConsumerConfig, watch: AssignmentWatcher
+    router: KafkaRouter, ingestion: Ingestion, *, topics: Topics, cfg: ConsumerConfig, watch: AssignmentWatcher
 ) -> None:
     """Add the documents subscriber (batched) to ``router``."""
 
@@ -365,7 +186,7 @@ def _subscribe_documents(
 
 
 def _subscribe_transcripts(
-    router: KafkaRouter, ingestion: _Ingestion, *, topics: Topics, cfg: ConsumerConfig, watch: AssignmentWatcher
+    router: KafkaRouter, ingestion: Ingestion, *, topics: Topics, cfg: ConsumerConfig, watch: AssignmentWatcher
 ) -> None:
     """Add the transcripts subscriber (batched) to ``router``."""
 
@@ -492,7 +313,7 @@ def build_router(
     """
     router = KafkaRouter()
     dlq = router.publisher(topics.dlq, title="dlq", description="Rejected events with the reason.")
-    ingestion = _Ingestion(
+    ingestion = Ingestion(
         ingestor=ingestor,
         topics=topics,
         cfg=cfg,
