@@ -125,6 +125,7 @@ class MemoryTools:
         self._session_locks: dict[tuple[str, str], asyncio.Lock] = {}
 
     async def close(self) -> None:
+        """Stop the client, if one was started."""
         client, self._client = self._client, None
         if client is not None:
             await client.close()
@@ -133,11 +134,17 @@ class MemoryTools:
         async with self._start_lock:
             if self._client is None:
                 client = self._make_client()
-                await client.start()  # BackendUnavailable when the broker is down: retried next call
+                try:
+                    await client.start()  # BackendUnavailable when the broker is down: retried next call
+                except BaseException:
+                    # The deadline can cancel a start that hangs (a black-holed broker): its
+                    # producer would stay open, one more with every call.
+                    await client.close()
+                    raise
                 self._client = client
             return self._client
 
-    async def _call(self, what: str, fn: Callable[[MemoryClient], Awaitable[T]]) -> T:
+    async def _call(self, what: str, fn: Callable[[MemoryClient], Awaitable[T]], *, write: bool = False) -> T:
         """Run ``fn`` with the client within the deadline; every failure becomes a ToolFailure."""
         started = time.monotonic()
         try:
@@ -153,10 +160,14 @@ class MemoryTools:
             raise ToolFailure(exc.code, f"{exc}{_retry_hint(exc.code)}") from exc
         except TimeoutError as exc:
             took = time.monotonic() - started
+            hint = (
+                " The write may still be applied: check with get_document or search_memory before retrying."
+                if write
+                else " Retry later, or check memory_status."
+            )
             raise ToolFailure(
                 "timeout",
-                f"{what}: no answer from the memory daemon within {took:.1f} s; it may be down or busy. "
-                "A write may still be applied: check with get_document or search_memory before retrying.",
+                f"{what}: no answer from the memory daemon within {took:.1f} s; it may be down or busy.{hint}",
             ) from exc
 
     async def search_memory(
@@ -168,6 +179,11 @@ class MemoryTools:
         since: str | None = None,
         until: str | None = None,
     ) -> list[dict[str, Any]]:
+        """Ask a query; each result as ``result_view`` shows it.
+
+        Raises:
+            ToolFailure: a bad argument (``invalid_request``), an error reply, an outage, the deadline.
+        """
         start, end = parse_time(since, "since"), parse_time(until, "until")
 
         async def ask(c: MemoryClient) -> list[dict[str, Any]]:
@@ -187,6 +203,13 @@ class MemoryTools:
         turn: int | None = None,
         metadata: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
+        """Publish a turn and wait for its ack; without ``turn``, the session's next free one
+        (see docs/mcp.md, "Turn numbers", for what stays racy across server processes).
+
+        Raises:
+            ToolFailure: as for ``search_memory``; ``conflict`` when other writers took the next
+                turn three times running.
+        """
         key = (agent_id, session_id)
         lock = self._session_locks.setdefault(key, asyncio.Lock())
 
@@ -215,7 +238,7 @@ class MemoryTools:
                     n = await self._free_turn(c, agent_id, session_id, n + 1)
                 raise ToolFailure("conflict", "other writers kept taking this session's next turn; try again")
 
-        return await self._call("remember", say)
+        return await self._call("remember", say, write=True)
 
     async def _free_turn(self, c: MemoryClient, agent_id: str, session_id: str, at_least: int = 0) -> int:
         """The first turn after the session's last stored one, from this process's high-water mark."""
@@ -232,20 +255,26 @@ class MemoryTools:
     async def upsert_document(
         self, doc_id: str, content: str, metadata: Mapping[str, Any] | None = None
     ) -> dict[str, Any]:
+        """Upsert a document (a wall-clock version) and wait for its ack."""
+
         async def put(c: MemoryClient) -> dict[str, Any]:
             r = await c.publish_document(doc_id, content, metadata=metadata, wait=True, timeout_s=self._cfg.timeout_s)
             return ack_view(r.ack, r.doc_id)
 
-        return await self._call("upsert_document", put)
+        return await self._call("upsert_document", put, write=True)
 
     async def delete_document(self, doc_id: str) -> dict[str, Any]:
+        """Delete a document and wait for its ack."""
+
         async def drop(c: MemoryClient) -> dict[str, Any]:
             r = await c.delete_document(doc_id, wait=True, timeout_s=self._cfg.timeout_s)
             return ack_view(r.ack, r.doc_id)
 
-        return await self._call("delete_document", drop)
+        return await self._call("delete_document", drop, write=True)
 
     async def forget(self, agent_id: str, session_id: str | None = None, all_sessions: bool = False) -> dict[str, Any]:
+        """Forget a session's turns (or every session's) and wait for the ack."""
+
         async def drop(c: MemoryClient) -> dict[str, Any]:
             r = await c.forget(
                 agent_id=agent_id, session_id=session_id, all_sessions=all_sessions, wait=True,
@@ -255,9 +284,11 @@ class MemoryTools:
                 del self._next_turn[key]  # the session starts over: probe again
             return ack_view(r.ack, r.doc_id)
 
-        return await self._call("forget", drop)
+        return await self._call("forget", drop, write=True)
 
     async def get_document(self, doc_id: str) -> dict[str, Any]:
+        """One document's (or turn's) current version, content and metadata, or ``not_found``."""
+
         async def look(c: MemoryClient) -> dict[str, Any]:
             return item_view((await c.get([doc_id])).items[0])
 

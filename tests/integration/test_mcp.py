@@ -22,8 +22,9 @@ from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult, TextContent
 
-from daemon.launcher import free_port
+from daemon.launcher import free_port, start_tansu
 from daemon.settings import Settings
+from daemon.topics import ensure_topics
 from tests.conftest import unique
 from tests.helpers import daemon_and_client, isolated_settings, settings_env
 
@@ -214,3 +215,28 @@ async def test_an_outage_is_a_tool_error_in_bounded_time(settings: Settings) -> 
         status = await asyncio.wait_for(ok(client, "memory_status"), 15)
         assert status["daemon"]["answering"] is False
         assert json.dumps(status)  # plain JSON for the model
+
+
+async def test_a_broker_that_stops_is_a_tool_error_in_bounded_time(settings: Settings, tmp_path: Path) -> None:
+    """A private broker that no daemon reads (the call times out), then stops under the running
+    server (the calls fail within the deadline), and the server answers throughout."""
+    broker = start_tansu(f"127.0.0.1:{free_port()}", log_dir=tmp_path)
+    try:
+        topics = [settings.topics.requests, settings.topics.replies, settings.topics.transcripts]
+        await ensure_topics(broker.address, topics, partitions=1, replication=1)
+        async with stdio(settings, AGENTMEM_KAFKA_BOOTSTRAP=broker.address, AGENTMEM_MCP__TIMEOUT_S="2") as c:
+            started = time.monotonic()
+            text = await failed(c, "search_memory", query="is anyone there")
+            assert text.startswith("timeout: search_memory: no answer") and time.monotonic() - started < 5, text
+            broker.stop()
+            for tool, args in (
+                ("search_memory", {"query": "anything"}),
+                ("remember", {"text": "lost?", "agent_id": "a", "session_id": "s"}),
+            ):
+                started = time.monotonic()
+                text = await failed(c, tool, **args)
+                assert time.monotonic() - started < 5, text
+                assert text.split(":")[0] in ("unavailable", "timeout"), text
+            assert (await ok(c, "memory_status"))["daemon"]["answering"] is False
+    finally:
+        broker.stop()
