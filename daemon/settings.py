@@ -20,6 +20,7 @@ from pydantic_settings import (
 )
 
 from consumers.config import ConsumerConfig, KafkaSecurity, Topics
+from daemon.mcp_tools import MCPConfig
 from graph.config import GraphConfig
 from memory.config import ChunkingConfig, EmbeddingConfig, IndexConfig, IngestConfig, RetrievalConfig
 
@@ -69,6 +70,7 @@ class Settings(BaseSettings):
     retrieval: RetrievalConfig = Field(default_factory=RetrievalConfig)
     ingest: IngestConfig = Field(default_factory=IngestConfig)
     graph: GraphConfig = Field(default_factory=GraphConfig)
+    mcp: MCPConfig = Field(default_factory=MCPConfig)
 
     @classmethod
     def settings_customise_sources(

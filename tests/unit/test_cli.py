@@ -135,6 +135,7 @@ def test_commands_are_listed_in_their_usual_order() -> None:
         "communities",
         "drop-generation",
         "reindex",
+        "mcp",
         "publish",
         "config",
         "docs",

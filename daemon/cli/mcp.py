@@ -1,0 +1,52 @@
+"""``mcp``: serve the memory as MCP tools (stdio for a desktop host, or streamable HTTP)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated
+
+import typer
+
+from consumers.client import MemoryClient
+from daemon.cli._app import _settings, app
+from daemon.cli._client import _tenant_target
+from daemon.connections import kafka_options
+from daemon.mcp_tools import MemoryTools
+
+
+@app.command()
+def mcp(
+    http: Annotated[bool, typer.Option("--http", help="Serve streamable HTTP at /mcp instead of stdio.")] = False,
+    host: Annotated[str, typer.Option("--host", help="HTTP address (with --http).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="HTTP port (with --http).")] = 8765,
+    tenant: Annotated[
+        str | None, typer.Option("--tenant", help="Whose memory every tool reads and writes (topic tenancy).")
+    ] = None,
+) -> None:
+    """Serve the memory as MCP tools over the daemon's Kafka contract (docs/mcp.md)."""
+    from daemon.mcp_server import serve_http, serve_stdio
+
+    settings = _settings()
+    target = _tenant_target(settings.consumer.tenancy, tenant)
+    cfg = settings.mcp
+
+    def make_client() -> MemoryClient:
+        return MemoryClient(
+            bootstrap=settings.kafka_bootstrap,
+            topics=settings.topics,
+            tenant=target,
+            timeout_s=cfg.timeout_s,
+            kafka_options=kafka_options(settings),
+            max_content_bytes=settings.ingest.max_content_bytes,
+        )
+
+    status_host = "127.0.0.1" if settings.http_host in ("0.0.0.0", "::", "") else settings.http_host
+    status_url = f"http://{status_host}:{settings.http_port}" if settings.http_port else None
+    tools = MemoryTools(make_client, cfg, status_url=status_url, tenant=target)
+    try:
+        if http:
+            asyncio.run(serve_http(tools, host=host, port=port, token=cfg.token.get_secret_value()))
+        else:
+            asyncio.run(serve_stdio(tools))
+    except KeyboardInterrupt:
+        pass

@@ -1,0 +1,182 @@
+"""``agentmemd mcp``: the memory as MCP tools, over stdio or streamable HTTP.
+
+The tools' logic is ``daemon.mcp_tools``; this module names and describes them for a model,
+turns their failures into tool errors, and runs the transports (with a bearer token on HTTP).
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+from collections.abc import Awaitable
+from typing import Annotated, Any, Literal
+
+import structlog
+import uvicorn
+from mcp.server.mcpserver import MCPServer
+from mcp.types import CallToolResult, TextContent
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from daemon.mcp_tools import MemoryTools, ToolFailure
+
+log = structlog.get_logger()
+
+INSTRUCTIONS = (
+    "Long-term memory shared by agents: documents and conversation turns, searchable by meaning and keywords. "
+    "Search before answering questions about past work, decisions or documents; remember facts worth keeping. "
+    "Every write is acknowledged once searchable, so a search right after it finds it."
+)
+
+SEARCH = (
+    "Search long-term memory (documents and past conversation turns) by meaning and keywords; best matches first. "
+    "Use it before answering anything that may depend on earlier sessions, decisions, runbooks or notes. "
+    "Args: query (natural language or exact identifiers such as error codes); top_k 1..100; "
+    "filters: exact metadata matches, e.g. {'agent_id': 'a1'} or {'kind': ['document', 'transcript']} "
+    "(only keys the daemon indexes: an unknown key is an invalid_request error naming the allowed ones); "
+    "scope: 'chunks' (default), 'communities' (graph summaries of related memories) or 'all'; "
+    "since/until: ISO 8601 times bounding when the memory was recorded. "
+    "Returns results with text, score, source, doc_id, kind, metadata and timestamp."
+)
+REMEMBER = (
+    "Record one observation or conversation turn in long-term memory, for this and other agents to find later "
+    "with search_memory (searchable as soon as this returns). Give agent_id and session_id to group it; role is "
+    "who said it (assistant, user, tool...). Leave turn unset: the next free turn of the session is used. "
+    "Returns the acknowledgement (status 'indexed', doc_id, turn)."
+)
+UPSERT = (
+    "Store or replace a whole document (notes, a runbook, a file's text) under doc_id; a later upsert of the same "
+    "doc_id replaces it. Searchable as soon as this returns. Returns the acknowledgement (status, doc_id, version)."
+)
+DELETE = "Delete the document doc_id from memory (it is no longer found). Returns the acknowledgement."
+FORGET = (
+    "Forget every remembered turn of one session of an agent (session_id), or of all its sessions "
+    "(all_sessions=true, session_id unset). Irreversible. Returns the acknowledgement."
+)
+GET = (
+    "Read one document (or a turn, by its doc_id such as 'transcript:agent/session/3') in full: status "
+    "'found' with content, version and metadata, 'not_found', or 'writing' (being replaced: ask again shortly)."
+)
+STATUS = (
+    "Check whether the memory daemon answers (a round trip over Kafka) and, if it serves HTTP, its readiness "
+    "checks (Redis, index, Kafka consumers). Use it when other memory tools fail."
+)
+
+
+Rows = list[dict[str, Any]]
+Doc = dict[str, Any]
+
+
+async def _run(call: Awaitable[Any], *, wrap: bool = False) -> CallToolResult:
+    """A tool's result: its JSON (as text and structured), or its ToolFailure as an isError
+    result whose text starts with the contract's error code. Built here rather than raised
+    as the SDK's ToolError, which prefixes every message with "Error executing tool"."""
+    try:
+        value = await call
+    except ToolFailure as exc:
+        return CallToolResult(content=[TextContent(type="text", text=str(exc))], is_error=True)
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return CallToolResult(
+        content=[TextContent(type="text", text=text)], structured_content={"result": value} if wrap else value
+    )
+
+
+def build_server(tools: MemoryTools) -> MCPServer[Any]:
+    """The MCP server whose tools are ``tools``'."""
+    server: MCPServer[Any] = MCPServer("agentmem", instructions=INSTRUCTIONS, log_level="WARNING")
+
+    async def search_memory(
+        query: str,
+        top_k: int = 10,
+        filters: dict[str, str | list[str]] | None = None,
+        scope: Literal["chunks", "communities", "all"] = "chunks",
+        since: str | None = None,
+        until: str | None = None,
+    ) -> Annotated[CallToolResult, Rows]:
+        return await _run(tools.search_memory(query, top_k, filters, scope, since, until), wrap=True)
+
+    async def remember(
+        text: str,
+        agent_id: str,
+        session_id: str,
+        role: str = "assistant",
+        turn: int | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> Annotated[CallToolResult, Doc]:
+        return await _run(tools.remember(text, agent_id, session_id, role, turn, metadata))
+
+    async def upsert_document(
+        doc_id: str, content: str, metadata: dict[str, Any] | None = None
+    ) -> Annotated[CallToolResult, Doc]:
+        return await _run(tools.upsert_document(doc_id, content, metadata))
+
+    async def delete_document(doc_id: str) -> Annotated[CallToolResult, Doc]:
+        return await _run(tools.delete_document(doc_id))
+
+    async def forget(
+        agent_id: str, session_id: str | None = None, all_sessions: bool = False
+    ) -> Annotated[CallToolResult, Doc]:
+        return await _run(tools.forget(agent_id, session_id, all_sessions))
+
+    async def get_document(doc_id: str) -> Annotated[CallToolResult, Doc]:
+        return await _run(tools.get_document(doc_id))
+
+    async def memory_status() -> Annotated[CallToolResult, Doc]:
+        return await _run(tools.memory_status())
+
+    for fn, description in (
+        (search_memory, SEARCH),
+        (remember, REMEMBER),
+        (upsert_document, UPSERT),
+        (delete_document, DELETE),
+        (forget, FORGET),
+        (get_document, GET),
+        (memory_status, STATUS),
+    ):
+        server.add_tool(fn, name=fn.__name__, description=description)
+    return server
+
+
+class BearerAuth:
+    """ASGI middleware: every request needs ``Authorization: Bearer <token>``, else 401."""
+
+    def __init__(self, app: ASGIApp, token: str) -> None:
+        self._app = app
+        self._expected = f"Bearer {token}".encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            given = dict(scope.get("headers") or ()).get(b"authorization", b"")
+            if not hmac.compare_digest(given, self._expected):
+                body = json.dumps({"error": "unauthorized", "message": "send Authorization: Bearer <token>"}).encode()
+                headers = [
+                    (b"content-type", b"application/json"),
+                    (b"www-authenticate", b'Bearer realm="agentmem"'),
+                    (b"content-length", str(len(body)).encode()),
+                ]
+                await send({"type": "http.response.start", "status": 401, "headers": headers})
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self._app(scope, receive, send)
+
+
+async def serve_stdio(tools: MemoryTools) -> None:
+    """Serve the tools on stdin/stdout until stdin closes."""
+    try:
+        await build_server(tools).run_stdio_async()
+    finally:
+        await tools.close()
+
+
+async def serve_http(tools: MemoryTools, *, host: str, port: int, token: str) -> None:
+    """Serve the tools over streamable HTTP at ``http://host:port/mcp`` until interrupted."""
+    app: ASGIApp = build_server(tools).streamable_http_app(host=host)
+    if token:
+        app = BearerAuth(app, token)
+    elif host not in ("127.0.0.1", "localhost", "::1"):
+        log.warning("mcp.http_without_token", host=host, fix="set AGENTMEM_MCP__TOKEN")
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on"))
+    log.info("mcp.http_serving", url=f"http://{host}:{port}/mcp", auth=bool(token))
+    try:
+        await server.serve()
+    finally:
+        await tools.close()

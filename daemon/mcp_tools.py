@@ -1,0 +1,327 @@
+"""What the MCP server's tools do, over the Kafka contract only (``MemoryClient``).
+
+No MCP SDK here: each tool is a plain async method taking the tool's arguments and returning
+JSON-ready data, or raising ``ToolFailure`` with the contract's error code, so the SDK
+wiring in ``daemon.mcp_server`` stays thin and these can be read (and tested) on their own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from datetime import datetime
+from typing import Any, Literal, TypeVar
+
+import structlog
+from pydantic import BaseModel, Field, SecretStr
+
+from consumers.client import MemoryClient, QueryFailed, WriteRejected
+from consumers.models import GetItem, ResultItem, WriteAck
+from memory.errors import MemdError
+
+T = TypeVar("T")
+
+log = structlog.get_logger()
+
+#: Turns probed per ``get`` when looking for a session's next free turn (the contract's cap).
+PROBE_BATCH = 100
+
+
+class MCPConfig(BaseModel):
+    """``agentmemd mcp``: the MCP server in front of the daemon's Kafka contract."""
+
+    token: SecretStr = Field(
+        SecretStr(""),
+        description="Bearer token `agentmemd mcp --http` requires ('' = none; stdio never asks).",
+    )
+    timeout_s: float = Field(
+        10.0, gt=0, le=300, description="Deadline of one MCP tool call (the Kafka reply or ack it waits for)."
+    )
+
+
+class ToolFailure(Exception):
+    """A tool call that failed; ``code`` is the contract's error code (docs/contract.md)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+
+
+def parse_time(value: str | None, what: str) -> datetime | None:
+    """An ISO 8601 argument (``since``/``until``), naive meaning UTC.
+
+    Raises:
+        ToolFailure: ``invalid_request``, it is no ISO 8601 time.
+    """
+    if value is None or value == "":
+        return None
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        raise ToolFailure(
+            "invalid_request", f"{what} must be an ISO 8601 time such as 2026-01-31T12:00:00Z, got {value!r}"
+        ) from None
+
+
+def result_view(r: ResultItem) -> dict[str, Any]:
+    """One search result as a model needs it."""
+    return {
+        "text": r.text,
+        "score": r.rrf_score,
+        "source": r.source,
+        "doc_id": r.doc_id,
+        "kind": r.kind,
+        "metadata": r.metadata,
+        "timestamp": r.timestamp,
+    }
+
+
+def ack_view(ack: WriteAck | None, doc_id: str) -> dict[str, Any]:
+    """A write's acknowledgement (never None here: every tool write waits for it)."""
+    if ack is None:  # only a publish without wait has none, and no tool publishes so
+        return {"status": "sent", "doc_id": doc_id}
+    view: dict[str, Any] = {"status": ack.status, "doc_id": ack.doc_id or doc_id}
+    for name in ("version", "chunks", "stored_version", "reason", "error_code"):
+        if (value := getattr(ack, name)) is not None:
+            view[name] = value
+    return view
+
+
+def item_view(item: GetItem) -> dict[str, Any]:
+    """A looked-up document, without the fields it does not have."""
+    return item.model_dump(exclude_none=True)
+
+
+def next_free_turn(start: int, items: list[GetItem]) -> int | None:
+    """The turn after the last one found among ``items`` (turns ``start``, ``start+1``, ...),
+    or None when all of them were found (look further)."""
+    found = [start + i for i, item in enumerate(items) if item.status != "not_found"]
+    if len(found) == len(items):
+        return None
+    return (found[-1] + 1) if found else start
+
+
+class MemoryTools:
+    """The tools, on one lazily started ``MemoryClient`` (a broker down at startup is an
+    error of the calls made then, not of the server, which starts anyway)."""
+
+    def __init__(
+        self,
+        make_client: Callable[[], MemoryClient],
+        cfg: MCPConfig,
+        *,
+        status_url: str | None = None,
+        tenant: str | None = None,
+    ) -> None:
+        self._make_client = make_client
+        self._cfg = cfg
+        self._status_url = status_url
+        self._tenant = tenant
+        self._client: MemoryClient | None = None
+        self._start_lock = asyncio.Lock()
+        # Per session: the next turn this process will use, and a lock serialising its writes.
+        self._next_turn: dict[tuple[str, str], int] = {}
+        self._session_locks: dict[tuple[str, str], asyncio.Lock] = {}
+
+    async def close(self) -> None:
+        """Stop the client, if one was started."""
+        client, self._client = self._client, None
+        if client is not None:
+            await client.close()
+
+    async def _started(self) -> MemoryClient:
+        async with self._start_lock:
+            if self._client is None:
+                client = self._make_client()
+                try:
+                    await client.start()  # BackendUnavailable when the broker is down: retried next call
+                except BaseException:
+                    # The deadline can cancel a start that hangs (a black-holed broker): its
+                    # producer would stay open, one more with every call.
+                    await client.close()
+                    raise
+                self._client = client
+            return self._client
+
+    async def _call(self, what: str, fn: Callable[[MemoryClient], Awaitable[T]], *, write: bool = False) -> T:
+        """Run ``fn`` with the client within the deadline; every failure becomes a ToolFailure."""
+        started = time.monotonic()
+        try:
+            async with asyncio.timeout(self._cfg.timeout_s):
+                return await fn(await self._started())
+        except ToolFailure:
+            raise
+        except QueryFailed as exc:
+            raise ToolFailure(exc.error_code, exc.reply.error.message) from exc
+        except WriteRejected as exc:
+            raise ToolFailure(exc.error_code, f"the daemon refused the write: {exc.ack.reason}") from exc
+        except MemdError as exc:
+            raise ToolFailure(exc.code, f"{exc}{_retry_hint(exc.code)}") from exc
+        except TimeoutError as exc:
+            took = time.monotonic() - started
+            hint = (
+                " The write may still be applied: check with get_document or search_memory before retrying."
+                if write
+                else " Retry later, or check memory_status."
+            )
+            raise ToolFailure(
+                "timeout",
+                f"{what}: no answer from the memory daemon within {took:.1f} s; it may be down or busy.{hint}",
+            ) from exc
+
+    async def search_memory(
+        self,
+        query: str,
+        top_k: int = 10,
+        filters: Mapping[str, str | list[str]] | None = None,
+        scope: Literal["chunks", "communities", "all"] = "chunks",
+        since: str | None = None,
+        until: str | None = None,
+    ) -> list[dict[str, Any]]:
+        """Ask a query; each result as ``result_view`` shows it.
+
+        Raises:
+            ToolFailure: a bad argument (``invalid_request``), an error reply, an outage, the deadline.
+        """
+        start, end = parse_time(since, "since"), parse_time(until, "until")
+
+        async def ask(c: MemoryClient) -> list[dict[str, Any]]:
+            reply = await c.query(
+                query, top_k=top_k, metadata_filter=filters or None, scope=scope, since=start, until=end
+            )
+            return [result_view(r) for r in reply.results]
+
+        return await self._call("search_memory", ask)
+
+    async def remember(
+        self,
+        text: str,
+        agent_id: str,
+        session_id: str,
+        role: str = "assistant",
+        turn: int | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Publish a turn and wait for its ack; without ``turn``, the session's next free one
+        (see docs/mcp.md, "Turn numbers", for what stays racy across server processes).
+
+        Raises:
+            ToolFailure: as for ``search_memory``; ``conflict`` when other writers took the next
+                turn three times running.
+        """
+        key = (agent_id, session_id)
+        lock = self._session_locks.setdefault(key, asyncio.Lock())
+
+        async def say(c: MemoryClient) -> dict[str, Any]:
+            async with lock:
+                if turn is not None:
+                    receipt = await c.publish_observation(
+                        agent_id=agent_id, session_id=session_id, turn=turn, content=text, role=role,
+                        metadata=metadata, wait=True, timeout_s=self._cfg.timeout_s,
+                    )  # fmt: skip
+                    self._next_turn[key] = max(self._next_turn.get(key, 0), turn + 1)
+                    return {**ack_view(receipt.ack, receipt.doc_id), "turn": turn}
+                n = await self._free_turn(c, agent_id, session_id)
+                for _ in range(3):
+                    receipt = await c.publish_observation(
+                        agent_id=agent_id, session_id=session_id, turn=n, content=text, role=role,
+                        metadata=metadata, wait=True, timeout_s=self._cfg.timeout_s,
+                    )  # fmt: skip
+                    # Another server process may have taken the same turn at the same moment
+                    # (the later write wins): read it back, and move ours on if it lost.
+                    back = (await c.get(turns=[(agent_id, session_id, n)])).items[0]
+                    if back.status != "found" or (back.content, (back.metadata or {}).get("role")) == (text, role):
+                        self._next_turn[key] = n + 1
+                        return {**ack_view(receipt.ack, receipt.doc_id), "turn": n}
+                    log.info("mcp.turn_taken", agent_id=agent_id, session_id=session_id, turn=n)
+                    n = await self._free_turn(c, agent_id, session_id, n + 1)
+                raise ToolFailure("conflict", "other writers kept taking this session's next turn; try again")
+
+        return await self._call("remember", say, write=True)
+
+    async def _free_turn(self, c: MemoryClient, agent_id: str, session_id: str, at_least: int = 0) -> int:
+        """The first turn after the session's last stored one, from this process's high-water mark."""
+        start = max(self._next_turn.get((agent_id, session_id), 0), at_least)
+        while True:
+            turns = [(agent_id, session_id, n) for n in range(start, start + PROBE_BATCH)]
+            reply = await c.get(turns=turns)
+            free = next_free_turn(start, reply.items)
+            if free is not None:
+                self._next_turn[(agent_id, session_id)] = free
+                return free
+            start += PROBE_BATCH
+
+    async def upsert_document(
+        self, doc_id: str, content: str, metadata: Mapping[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """Upsert a document (a wall-clock version) and wait for its ack."""
+
+        async def put(c: MemoryClient) -> dict[str, Any]:
+            r = await c.publish_document(doc_id, content, metadata=metadata, wait=True, timeout_s=self._cfg.timeout_s)
+            return ack_view(r.ack, r.doc_id)
+
+        return await self._call("upsert_document", put, write=True)
+
+    async def delete_document(self, doc_id: str) -> dict[str, Any]:
+        """Delete a document and wait for its ack."""
+
+        async def drop(c: MemoryClient) -> dict[str, Any]:
+            r = await c.delete_document(doc_id, wait=True, timeout_s=self._cfg.timeout_s)
+            return ack_view(r.ack, r.doc_id)
+
+        return await self._call("delete_document", drop, write=True)
+
+    async def forget(self, agent_id: str, session_id: str | None = None, all_sessions: bool = False) -> dict[str, Any]:
+        """Forget a session's turns (or every session's) and wait for the ack."""
+
+        async def drop(c: MemoryClient) -> dict[str, Any]:
+            r = await c.forget(
+                agent_id=agent_id, session_id=session_id, all_sessions=all_sessions, wait=True,
+                timeout_s=self._cfg.timeout_s,
+            )  # fmt: skip
+            for key in [k for k in self._next_turn if k[0] == agent_id and session_id in (None, k[1])]:
+                del self._next_turn[key]  # the session starts over: probe again
+            return ack_view(r.ack, r.doc_id)
+
+        return await self._call("forget", drop, write=True)
+
+    async def get_document(self, doc_id: str) -> dict[str, Any]:
+        """One document's (or turn's) current version, content and metadata, or ``not_found``."""
+
+        async def look(c: MemoryClient) -> dict[str, Any]:
+            return item_view((await c.get([doc_id])).items[0])
+
+        return await self._call("get_document", look)
+
+    async def memory_status(self) -> dict[str, Any]:
+        """The broker round trip (a ``get`` of no real id) and the daemon's /readyz, if configured."""
+        status: dict[str, Any] = {"tenant": self._tenant}
+        started = time.monotonic()
+        try:
+            await self._call("memory_status", lambda c: c.get(["__mcp_status_probe__"]))
+            status["daemon"] = {"answering": True, "round_trip_ms": round((time.monotonic() - started) * 1000, 1)}
+        except ToolFailure as exc:
+            status["daemon"] = {"answering": False, "error_code": exc.code, "error": str(exc)}
+        status["http"] = await self._http_status()
+        return status
+
+    async def _http_status(self) -> dict[str, Any]:
+        if self._status_url is None:
+            return {"configured": False, "detail": "AGENTMEM_HTTP_PORT is 0: the daemon serves no /readyz"}
+        import aiohttp  # here, not at the top: the settings import this module
+
+        url = f"{self._status_url}/readyz"
+        try:
+            timeout = aiohttp.ClientTimeout(total=min(self._cfg.timeout_s, 3.0))
+            async with aiohttp.ClientSession(timeout=timeout) as s, s.get(url) as resp:
+                body: dict[str, Any] = await resp.json()
+                return {"configured": True, "url": url, **body}
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            return {"configured": True, "url": url, "reachable": False, "error": f"{type(exc).__name__}: {exc}"}
+
+
+def _retry_hint(code: str) -> str:
+    if code == "unavailable":
+        return " (the Kafka broker or the daemon is down: retry later)"
+    return ""

@@ -1,0 +1,242 @@
+"""`agentmemd mcp` through the MCP SDK's own client, against the real broker, daemon and Redis:
+over stdio and over streamable HTTP (with its bearer token), every tool, read-your-writes
+without sleeps, tool errors that leave the server serving, and an outage answered in time."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+from mcp import Client, MCPError, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+from mcp.types import CallToolResult, TextContent
+
+from daemon.launcher import free_port, start_tansu
+from daemon.settings import Settings
+from daemon.topics import ensure_topics
+from tests.conftest import unique
+from tests.helpers import daemon_and_client, isolated_settings, settings_env
+
+pytestmark = pytest.mark.integration
+
+AGENTMEMD = str(Path(sys.executable).parent / "agentmemd")
+CHECKOUT = str(Path(__file__).resolve().parents[2])
+TOOLS = {"search_memory", "remember", "upsert_document", "delete_document", "forget", "get_document", "memory_status"}
+
+
+@pytest.fixture(scope="module")
+async def settings(kafka_bootstrap: str, redis_url: str) -> AsyncIterator[Settings]:
+    # The daemon serves HTTP, so memory_status can report its /readyz.
+    s = isolated_settings(unique(__name__), kafka_bootstrap, redis_url, http_port=free_port())
+    async with daemon_and_client(s):
+        yield s
+
+
+def server_env(settings: Settings, **extra: str) -> dict[str, str]:
+    return {
+        **settings_env(settings),
+        "PYTHONPATH": os.pathsep.join([CHECKOUT, os.environ.get("PYTHONPATH", "")]),
+        "AGENTMEM_LOG_LEVEL": "warning",
+        **extra,
+    }
+
+
+def stdio(settings: Settings, **extra: str) -> Client:
+    params = StdioServerParameters(command=AGENTMEMD, args=["mcp"], env=server_env(settings, **extra))
+    return Client(params, read_timeout_seconds=30)
+
+
+def data(result: CallToolResult) -> Any:
+    """A successful call's JSON (a list tool's comes wrapped as ``{"result": [...]}``)."""
+    assert not result.is_error, error_text(result)
+    body = result.structured_content
+    return body["result"] if isinstance(body, dict) and set(body) == {"result"} else body
+
+
+def error_text(result: CallToolResult) -> str:
+    return " ".join(c.text for c in result.content if isinstance(c, TextContent))
+
+
+def leaves(exc: BaseException) -> list[BaseException]:
+    """The exceptions inside (nested) exception groups, which anyio's task groups raise."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for e in exc.exceptions for leaf in leaves(e)]
+    return [exc]
+
+
+async def failed(client: Client, tool: str, **args: Any) -> str:
+    result = await client.call_tool(tool, args)
+    assert result.is_error, result
+    return error_text(result)
+
+
+async def ok(client: Client, tool: str, **args: Any) -> Any:
+    return data(await client.call_tool(tool, args))
+
+
+async def test_every_tool_over_stdio(settings: Settings) -> None:
+    agent, doc = f"agent-{uuid.uuid4().hex[:6]}", f"mcp/{uuid.uuid4().hex[:8]}.md"
+    mine = {"agent_id": agent}
+    async with stdio(settings) as c:
+        assert {t.name for t in (await c.list_tools()).tools} == TOOLS
+
+        # remember: turns allocated 0, 1, ... and found by the very next search (no sleep).
+        first = await ok(c, "remember", text="The beta ships on Friday.", agent_id=agent, session_id="s1")
+        assert (first["status"], first["turn"]) == ("indexed", 0)
+        said = "Alice owns the ERR_QUOTA_7F2 quota alerts."
+        second = await ok(c, "remember", text=said, agent_id=agent, session_id="s1", role="user")
+        assert (second["status"], second["turn"]) == ("indexed", 1)
+        hits = await ok(c, "search_memory", query="who owns ERR_QUOTA_7F2", filters=mine)
+        assert hits[0]["doc_id"] == second["doc_id"] and hits[0]["kind"] == "transcript"
+        assert {"text", "score", "source", "doc_id", "kind", "metadata", "timestamp"} <= set(hits[0])
+        turn = await ok(c, "get_document", doc_id=first["doc_id"])
+        assert (turn["status"], turn["content"]) == ("found", "The beta ships on Friday.")
+
+        # upsert_document -> get_document finds it at once; delete_document -> not_found.
+        runbook = "Runbook: raise lock_timeout for ERR_LEDGER_LOCK_9C1."
+        put = await ok(c, "upsert_document", doc_id=doc, content=runbook, metadata={"team": "ledger"})
+        assert (put["status"], put["doc_id"]) == ("indexed", doc)
+        got = await ok(c, "get_document", doc_id=doc)
+        assert (got["status"], got["version"], got["metadata"]["team"]) == ("found", put["version"], "ledger")
+        assert doc in [h["doc_id"] for h in await ok(c, "search_memory", query="ERR_LEDGER_LOCK_9C1", top_k=3)]
+        assert await ok(c, "search_memory", query="ERR_LEDGER_LOCK_9C1", until="2000-01-01T00:00:00Z") == []
+        assert (await ok(c, "delete_document", doc_id=doc))["status"] == "indexed"
+        assert (await ok(c, "get_document", doc_id=doc))["status"] == "not_found"
+
+        # Bad arguments: tool errors with the contract's code, and the server goes on serving.
+        assert (await failed(c, "search_memory", query="x", top_k=0)).startswith("invalid_request: top_k")
+        unknown = await failed(c, "search_memory", query="x", filters={"no_such_key": "1"})
+        assert unknown.startswith("invalid_request:") and "no_such_key" in unknown
+        assert "ISO 8601" in await failed(c, "search_memory", query="x", since="last tuesday")
+        assert (await failed(c, "forget", agent_id=agent)).startswith("invalid_request:")
+        assert (await failed(c, "upsert_document", doc_id=doc, content="   ")).startswith("invalid_event:")
+
+        assert (await ok(c, "forget", agent_id=agent, session_id="s1"))["status"] == "indexed"
+        assert await ok(c, "search_memory", query="beta Friday", filters=mine) == []
+        # The forgotten session starts over at turn 0.
+        assert (await ok(c, "remember", text="Fresh start.", agent_id=agent, session_id="s1"))["turn"] == 0
+
+        status = await ok(c, "memory_status")
+        assert status["daemon"]["answering"] is True
+        assert status["http"]["ready"] is True, status
+
+
+async def test_turns_continue_across_server_processes(settings: Settings) -> None:
+    """A second server process (or a restarted one) finds the session's next free turn itself."""
+    who = {"agent_id": f"agent-{uuid.uuid4().hex[:6]}", "session_id": "s"}
+    async with stdio(settings) as a, stdio(settings) as b:
+        assert (await ok(a, "remember", text="one", **who))["turn"] == 0
+        assert (await ok(b, "remember", text="two", **who))["turn"] == 1
+        assert (await ok(a, "remember", text="three", **who))["turn"] == 2
+        assert (await ok(a, "remember", text="seven", turn=7, **who))["turn"] == 7
+        assert (await ok(b, "remember", text="eight", **who))["turn"] == 8
+
+
+@contextmanager
+def http_server(settings: Settings, port: int, token: str) -> Iterator[None]:
+    import subprocess
+
+    proc = subprocess.Popen(
+        [AGENTMEMD, "mcp", "--http", "--port", str(port)],
+        env={**os.environ, **server_env(settings, AGENTMEM_MCP__TOKEN=token)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                assert proc.poll() is None, proc.communicate()[1].decode()
+                assert time.monotonic() < deadline, "agentmemd mcp --http never listened"
+                time.sleep(0.05)
+        yield
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+async def test_streamable_http_needs_the_bearer_token(settings: Settings) -> None:
+    port, token = free_port(), uuid.uuid4().hex
+    url = f"http://127.0.0.1:{port}/mcp"
+    doc = f"mcp/{uuid.uuid4().hex[:8]}.md"
+    with http_server(settings, port, token):
+        async with httpx2.AsyncClient(timeout=10) as raw:
+            ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+            for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": token}):
+                refused = await raw.post(url, json=ping, headers=headers)
+                assert refused.status_code == 401 and refused.headers["www-authenticate"].startswith("Bearer")
+        authed = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30)
+        async with authed, Client(streamable_http_client(url, http_client=authed), read_timeout_seconds=30) as client:
+            assert {t.name for t in (await client.list_tools()).tools} == TOOLS
+            put = await ok(client, "upsert_document", doc_id=doc, content="The HTTP door opens with a token.")
+            assert put["status"] == "indexed"
+            assert (await ok(client, "get_document", doc_id=doc))["status"] == "found"
+            assert (await failed(client, "search_memory", query="x", top_k=1000)).startswith("invalid_request:")
+            assert doc in [h["doc_id"] for h in await ok(client, "search_memory", query="HTTP door token", top_k=3)]
+        # The SDK's client with a wrong token does not get in either.
+        wrong = httpx2.AsyncClient(headers={"Authorization": "Bearer not-it"}, timeout=10)
+        with pytest.raises(BaseException) as refused_by_sdk:
+            async with wrong, Client(streamable_http_client(url, http_client=wrong), read_timeout_seconds=10) as c:
+                await c.list_tools()
+        # The SDK reports the 401 only as a generic error response (the raw POSTs above show the 401).
+        assert all(isinstance(e, MCPError) for e in leaves(refused_by_sdk.value)), refused_by_sdk.value
+
+
+async def test_an_outage_is_a_tool_error_in_bounded_time(settings: Settings) -> None:
+    """A broker that is not there: each call fails within the deadline, and the server stays up."""
+    dead = f"127.0.0.1:{free_port()}"
+    async with stdio(settings, AGENTMEM_KAFKA_BOOTSTRAP=dead, AGENTMEM_MCP__TIMEOUT_S="3") as client:
+        for tool, args in (
+            ("search_memory", {"query": "anything"}),
+            ("remember", {"text": "lost?", "agent_id": "a", "session_id": "s"}),
+        ):
+            started = time.monotonic()
+            text = await failed(client, tool, **args)
+            assert time.monotonic() - started < 10, text
+            assert text.split(":")[0] in ("unavailable", "timeout"), text
+        status = await asyncio.wait_for(ok(client, "memory_status"), 15)
+        assert status["daemon"]["answering"] is False
+        assert json.dumps(status)  # plain JSON for the model
+
+
+async def test_a_broker_that_stops_is_a_tool_error_in_bounded_time(settings: Settings, tmp_path: Path) -> None:
+    """A private broker that no daemon reads (the call times out), then stops under the running
+    server (the calls fail within the deadline), and the server answers throughout."""
+    broker = start_tansu(f"127.0.0.1:{free_port()}", log_dir=tmp_path)
+    try:
+        topics = [settings.topics.requests, settings.topics.replies, settings.topics.transcripts]
+        await ensure_topics(broker.address, topics, partitions=1, replication=1)
+        async with stdio(settings, AGENTMEM_KAFKA_BOOTSTRAP=broker.address, AGENTMEM_MCP__TIMEOUT_S="2") as c:
+            started = time.monotonic()
+            text = await failed(c, "search_memory", query="is anyone there")
+            assert text.startswith("timeout: search_memory: no answer") and time.monotonic() - started < 5, text
+            broker.stop()
+            for tool, args in (
+                ("search_memory", {"query": "anything"}),
+                ("remember", {"text": "lost?", "agent_id": "a", "session_id": "s"}),
+            ):
+                started = time.monotonic()
+                text = await failed(c, tool, **args)
+                assert time.monotonic() - started < 5, text
+                assert text.split(":")[0] in ("unavailable", "timeout"), text
+            assert (await ok(c, "memory_status"))["daemon"]["answering"] is False
+    finally:
+        broker.stop()
