@@ -73,6 +73,11 @@ def build_acks(
         elif g is not None:
             winner = winners.get((g.item.tenant, g.item.doc_id))
             ack.stored_version = winner[1].stored_version if winner else None
+            copy = winner is not None and winner[1].status == "indexed" and g.item.version is not None
+            if copy and winner is not None and g.item.version == winner[1].stored_version:
+                ack.status = "indexed"  # a copy of the winner (a producer's retry)
+                out.append((record, *route, ack))
+                continue
             later = f" (version {winner[0].item.version})" if winner and winner[0].item.version is not None else ""
             ack.reason = f"superseded by a later event of the same doc in the same batch{later}"
         else:

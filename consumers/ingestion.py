@@ -150,6 +150,15 @@ class Ingestion:
                 await self._poison(g, raw, exc)
                 continue
             report.failed.extend(one.failed)
+        # Applied one by one, an earlier version of a doc was indexed before a later one
+        # replaced it: only each doc's last indexed outcome stands, the earlier were superseded.
+        last: dict[tuple[str, str], int] = {}
+        for g in good:
+            outcome = report.outcomes.get(id(g.item))
+            if outcome is not None and outcome.status == "indexed":
+                if (prev := last.get((g.item.tenant, g.item.doc_id))) is not None:
+                    report.outcomes.pop(prev, None)
+                last[(g.item.tenant, g.item.doc_id)] = id(g.item)
         return report
 
     async def _poison(self, g: Decoded, raw: dict[tuple[str, int, int], Any], exc: Exception) -> None:

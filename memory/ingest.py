@@ -377,6 +377,7 @@ class Ingestor:
             BackendUnavailable: only when stopping while Redis is down.
         """
         with self.activity.batch():
+            asked_forgets = [i for i in items if i.op == "forget"]
             items, forgets = await self._expand_forgets(items)
             report = await self._apply(items)
             tried = {id(i) for i in coalesce(items)}
@@ -405,11 +406,13 @@ class Ingestor:
                     origin = forgets.get(id(item), item)
                     by_event.setdefault(id(origin), (origin, exc))
                 report.failed = list(by_event.values())
-                failed_events = {id(origin) for origin, _ in report.failed}
-                for delete_id, origin in forgets.items():
+                for delete_id in forgets:
                     report.outcomes.pop(delete_id, None)
-                    if id(origin) not in failed_events:
-                        report.outcomes[id(origin)] = ItemOutcome("indexed", chunks=0)
+            # A forget that covered nothing (an empty session, a redelivery) did all it had to.
+            failed_now = {id(i) for i, _ in report.failed}
+            for forget in asked_forgets:
+                if id(forget) not in failed_now:
+                    report.outcomes[id(forget)] = ItemOutcome("indexed", chunks=0)
             return report
 
     async def _expand_forgets(self, items: Sequence[MemoryItem]) -> tuple[list[MemoryItem], dict[int, MemoryItem]]:

@@ -70,6 +70,9 @@ async def test_a_write_waited_for_is_found_by_the_next_query(env: Any) -> None:
     assert forgot.ack is not None and forgot.ack.status == "indexed"
     after = await client.query("when do we ship the beta", top_k=3, metadata_filter={"agent_id": agent})
     assert after.results == []
+    # Forgetting again (or a session never written) removes nothing, and did all it had to.
+    again = await client.forget(agent_id=agent, session_id="s1", wait=True)
+    assert again.ack is not None and (again.ack.status, again.ack.chunks) == ("indexed", 0)
 
     gone = await client.delete_document(doc, version=4, wait=True)
     assert gone.ack is not None and (gone.ack.status, gone.ack.chunks) == ("indexed", 0)
