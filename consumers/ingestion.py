@@ -19,7 +19,7 @@ from consumers.acks import build_acks
 from consumers.config import ConsumerConfig, Topics
 from consumers.decoding import Decoded, dead_letter, decode_records, dlq_body, tenant_from_topic
 from consumers.models import DlqRecord, WriteAck
-from consumers.replies import PartitionCounts, check_reply_to, reply_partition
+from consumers.replies import PartitionCounts, reply_route
 from memory.attempts import AttemptCounter
 from memory.config import IngestConfig
 from memory.errors import MemdError
@@ -101,9 +101,9 @@ class Ingestion:
 
         async def one(record: Any, reply_to: str, cid: str, ack: WriteAck) -> None:
             try:
-                check_reply_to(reply_to, self.input_topics)
-                await self.partition_counts.require(reply_to)
-                partition = await reply_partition(record.headers, reply_to, self.partition_counts)
+                partition = await reply_route(
+                    reply_to, record.headers, self.partition_counts, named=True, inputs=self.input_topics
+                )
                 await self.publish_reply(ack.model_dump(mode="json"), reply_to, cid, partition)
             except Exception as exc:
                 log.warning(

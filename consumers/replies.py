@@ -191,3 +191,27 @@ async def reply_partition(headers: list[tuple[str, bytes]] | None, topic: str, c
             f"{REPLY_PARTITION_HEADER} {partition} does not exist: topic {topic!r} has {have} partition(s)"
         )
     return partition
+
+
+async def reply_route(
+    topic: str,
+    headers: list[tuple[str, bytes]] | None,
+    counts: PartitionCounts,
+    *,
+    named: bool,
+    inputs: Sequence[str],
+) -> int | None:
+    """Check where a reply (a query's answer or a write's ack) may go; returns its partition.
+
+    A topic the asker ``named`` (its ``reply_to``) must be a valid topic, none of the daemon's
+    ``inputs``, and exist: a reply never goes to garbage or an input, and never makes a broker
+    auto-create a topic (or waits on one nobody created).
+
+    Raises:
+        UnknownReplyTopic, InvalidRequest, BackendUnavailable: as ``check_reply_to``,
+            ``PartitionCounts.require`` and ``reply_partition`` do.
+    """
+    if named:
+        check_reply_to(topic, inputs)
+        await counts.require(topic)
+    return await reply_partition(headers, topic, counts)

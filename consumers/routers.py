@@ -27,9 +27,8 @@ from consumers.queries import answer, fit_get_reply, fit_reply, guess_query_id, 
 from consumers.replies import (
     PartitionCounts,
     UnknownReplyTopic,
-    check_reply_to,
     default_reply_topic,
-    reply_partition,
+    reply_route,
 )
 from graph.search import ScopedSearch
 from memory.attempts import AttemptCounter
@@ -252,12 +251,9 @@ def _subscribe_queries(
         reply: QueryReply | GetReply | ErrorReply
         partition: int | None = None
         try:
-            if message.reply_to:
-                # Never publish to a topic named by garbage or to one of our inputs, and never
-                # make a broker auto-create one (or wait on one nobody created): it must exist.
-                check_reply_to(target, input_topics)
-                await partition_counts.require(target)
-            partition = await reply_partition(record.headers, target, partition_counts)
+            partition = await reply_route(
+                target, record.headers, partition_counts, named=bool(message.reply_to), inputs=input_topics
+            )
         except MemdError as exc:
             # Not answered: the asker reads a topic or partition we cannot reach. The error goes
             # to the topic (or, when there is none, the default one), where a reader of every

@@ -200,8 +200,7 @@ async def test_kill_9_mid_stream_loses_and_duplicates_nothing(
     finally:
         await producer.stop()
         daemon.stop()
-    # Still so once the daemon has stopped: nothing went on rewriting (a replay from the start
-    # once did, and left a corrected turn at its first text).
+    # Still so once the daemon has stopped: no work still running hid behind the first check.
     assert await stored_chunks(client, name) == want
 
     # the graph equals a clean build from the final documents alone
