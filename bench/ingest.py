@@ -49,7 +49,7 @@ from aiokafka import AIOKafkaProducer
 from daemon.app import start_daemon
 from daemon.settings import Settings, namespaced
 from graph.config import GraphConfig
-from memory.chunking import chunk_spans
+from memory.chunking import spans_for
 from memory.config import ChunkingConfig, EmbeddingConfig
 from memory.embedder import SentenceTransformerEmbedder
 
@@ -73,7 +73,7 @@ async def chunk_texts(
     texts: list[str] = []
     for _doc_id, content in docs:
         offsets = await embedder.token_offsets(content)
-        spans = chunk_spans(content, offsets, max_tokens=cfg.max_tokens, overlap=cfg.overlap)
+        spans = spans_for(content, offsets, cfg)
         texts.extend(s.text for s in spans)
     return texts
 

@@ -160,9 +160,7 @@ def main() -> None:
         table = "\n".join(
             line for line in text.split("\n## ", 1)[0].rstrip().splitlines() if not line.startswith("# ")
         ).strip()
-        details = (
-            "Per-run details (commit, parameters, notes) and plots: [results/TABLE.md](results/TABLE.md)."
-        )
+        details = "Per-run details (commit, parameters, notes) and plots: [results/TABLE.md](results/TABLE.md)."
         README.write_text(f"{head}{START}\n{table}\n\n{details}\n{END}{tail}")
         print(f"updated {README}", file=sys.stderr)
 

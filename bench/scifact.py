@@ -176,6 +176,10 @@ class CachedEmbedder:
     def dims(self) -> int:
         return self.inner.dims
 
+    @property
+    def identity(self) -> str:
+        return str(self.inner.identity)
+
     def _key(self, text: str) -> str:
         return hashlib.sha1(text.encode("utf-8")).hexdigest()
 

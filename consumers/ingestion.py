@@ -24,7 +24,14 @@ from memory.attempts import AttemptCounter
 from memory.config import IngestConfig
 from memory.errors import MemdError
 from memory.ingest import Ingestor, IngestReport
-from memory.metrics import ACKS_SENT, EVENTS_CONSUMED, EVENTS_DEAD_LETTERED, EVENTS_FAILED
+from memory.metrics import (
+    ACKS_SENT,
+    CHUNKS_EMBEDDED,
+    CHUNKS_REUSED,
+    EVENTS_CONSUMED,
+    EVENTS_DEAD_LETTERED,
+    EVENTS_FAILED,
+)
 
 log = structlog.get_logger()
 
@@ -70,17 +77,20 @@ class Ingestion:
         )
         raw = {(r.topic, r.partition, r.offset): r for r in records}
         try:
-            await self._ingest(good, dead, raw)
+            await self._ingest(good, dead, raw, base)
         finally:
             for position in raw:
                 self._dead.pop(position, None)
 
     async def _ingest(
-        self, good: Sequence[Decoded], dead: Sequence[DlqRecord], raw: dict[tuple[str, int, int], Any]
+        self, good: Sequence[Decoded], dead: Sequence[DlqRecord], raw: dict[tuple[str, int, int], Any], base: str
     ) -> None:
         # Applied first, dead-lettered after: a batch that fails (an outage, a poison event
         # short of its attempts) is redelivered whole, and must not have published anything yet.
         report = await self._apply_isolated(good, raw)
+        # By the kind's topic (a tenant's own topic counts under it): the model's work, not a tenant's.
+        CHUNKS_EMBEDDED.labels(base).inc(report.chunks_embedded)
+        CHUNKS_REUSED.labels(base).inc(report.chunks_reused)
         for record in dead:
             await self._publish_dead(record, _stamp(raw[(record.topic, record.partition, record.offset)]))
         # By the item itself: a batch may hold the same doc_id in two tenants (topic
@@ -141,6 +151,8 @@ class Ingestion:
             try:
                 one = await self.ingestor.apply([g.item])
                 report.outcomes.update(one.outcomes)
+                report.chunks_embedded += one.chunks_embedded
+                report.chunks_reused += one.chunks_reused
             except MemdError as exc:
                 if exc.retryable:
                     raise

@@ -6,9 +6,13 @@ so a chunk never exceeds what the model reads; tests pass a simple one.
 
 from __future__ import annotations
 
+import bisect
+import hashlib
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from memory.config import ChunkingConfig
 
 Offsets = Sequence[tuple[int, int]]
 
@@ -151,3 +155,141 @@ def join_chunks(texts: Sequence[str]) -> str:
                 break
         out += nxt[cut:] if cut else " " + nxt
     return out
+
+
+# -- boundaries anchored to the content ----------------------------------------------------
+
+#: Boundary strengths between two tokens: none, a sentence end, a line break, a blank line.
+_SENTENCE, _LINE, _PARAGRAPH = 1, 2, 3
+
+
+def _strengths(text: str, offsets: Offsets) -> list[int]:
+    """The boundary strength before each token (0 before the first)."""
+    out = [0] * len(offsets)
+    for k in range(1, len(offsets)):
+        newlines = text.count("\n", offsets[k - 1][1], offsets[k][0])
+        if newlines >= 2:
+            out[k] = _PARAGRAPH
+        elif newlines == 1:
+            out[k] = _LINE
+        elif _is_boundary(text, offsets, k):
+            out[k] = _SENTENCE
+    return out
+
+
+def _hash(text: str) -> int:
+    return int.from_bytes(hashlib.blake2b(text.strip().encode(), digest_size=8).digest(), "big")
+
+
+def _anchor(text: str) -> bool:
+    """Whether a short paragraph may end a chunk that is long enough: decided by its own text
+    alone (half of all texts), so a cut found once is found again whatever changed before it."""
+    return _hash(text) & 1 == 0
+
+
+def _local_maxima(
+    text: str, offsets: Offsets, units: Sequence[tuple[int, int]], strength: Sequence[int], reach: int
+) -> set[int]:
+    """The unit starts inside one paragraph where a chunk ends: those whose score (the boundary's
+    strength, then a hash of the unit before it) beats every other start within ``reach``
+    tokens. Each depends only on the text within ``reach`` of it, never on where a chunk began,
+    so an edit moves only the cuts near it; two cuts are at least ``reach`` tokens apart."""
+    starts = [a for a, _ in units[1:]]
+    score = [
+        (strength[a], _hash(text[offsets[pa][0] : offsets[pb - 1][1]]))
+        for (pa, pb), (a, _) in itertools.pairwise(units)
+    ]
+    cuts: set[int] = set()
+    lo = 0
+    for i, a in enumerate(starts):
+        while starts[lo] < a - reach:
+            lo += 1
+        hi = i
+        while hi + 1 < len(starts) and starts[hi + 1] <= a + reach:
+            hi += 1
+        if all(score[i] > score[j] for j in range(lo, hi + 1) if j != i):
+            cuts.add(a)
+    return cuts
+
+
+def stable_spans(text: str, offsets: Offsets, *, max_tokens: int, overlap: int, min_tokens: int) -> list[ChunkSpan]:
+    """Split ``text`` into chunks whose boundaries depend on the content near them, not on
+    where the text starts: an edit changes only the chunks that hold it (docs/decisions/0025).
+
+    The units are sentences and lines (never cut inside), grouped in order:
+
+    - a paragraph (text between blank lines) ends its chunk once the chunk has ``min_tokens``
+      and the paragraph itself does too; shorter ones (headings, list items) join the next,
+      ending a chunk only after a paragraph :func:`_anchor` picks;
+    - a paragraph longer than ``max_tokens`` is cut at the unit boundaries that
+      :func:`_local_maxima` picks (a third of ``max_tokens`` apart at least);
+    - a chunk never exceeds ``max_tokens``: the unit that would overflow it starts the next;
+    - a single sentence longer than ``max_tokens`` is cut into overlapping windows
+      (:func:`chunk_spans`, with ``overlap``), each a chunk of its own.
+
+    Raises:
+        ValueError: on the parameters :func:`chunk_spans` refuses, or ``min_tokens`` not in
+            ``[1, max_tokens]``.
+    """
+    if max_tokens < 2:
+        raise ValueError("max_tokens must be >= 2")
+    if not 0 <= overlap < max_tokens // 2:
+        raise ValueError("overlap must be in [0, max_tokens // 2)")
+    if not 1 <= min_tokens <= max_tokens:
+        raise ValueError("min_tokens must be in [1, max_tokens]")
+    offsets = split_long_tokens(offsets)
+    n = len(offsets)
+    if not n:
+        return []
+    strength = _strengths(text, offsets)
+    cuts = [k for k in range(1, n) if strength[k]]
+    units = list(zip([0, *cuts], [*cuts, n], strict=True))  # sentences and lines, as token ranges
+    paragraphs = list(itertools.pairwise([0, *(k for k in cuts if strength[k] == _PARAGRAPH), n]))
+    # Cuts inside paragraphs too long for one chunk, none within min_tokens of their ends.
+    inner: set[int] = set()
+    unit_starts = [a for a, _ in units]
+    for pa, pb in paragraphs:
+        if pb - pa > max_tokens:
+            mine = units[bisect.bisect_left(unit_starts, pa) : bisect.bisect_left(unit_starts, pb)]
+            found = _local_maxima(text, offsets, mine, strength, max(max_tokens // 3, 1))
+            inner |= {k for k in found if k - pa >= min_tokens and pb - k >= min_tokens}
+    spans: list[tuple[int, int, int]] = []  # (start char, end char, tokens)
+    group: tuple[int, int] | None = None  # the chunk being built, as a token range
+
+    def close() -> None:
+        nonlocal group
+        if group is not None:
+            spans.append((offsets[group[0]][0], offsets[group[1] - 1][1], group[1] - group[0]))
+            group = None
+
+    para_size = {pa: pb - pa for pa, pb in paragraphs}
+    last_unit = ""
+    prev_para, cur_start = 0, 0  # the last paragraph's tokens; where this one starts
+    for a, b in units:
+        new_para = a in para_size
+        if new_para and a:
+            prev_para, cur_start = para_size[cur_start], a
+        size = b - a
+        if size > max_tokens:
+            close()
+            for w in chunk_spans(text, offsets[a:b], max_tokens=max_tokens, overlap=overlap):
+                spans.append((w.start, w.end, w.n_tokens))
+            last_unit = ""
+            continue
+        if group is not None:
+            held = group[1] - group[0]
+            overflows = held + size > max_tokens
+            paragraph_ends = new_para and held >= min_tokens and (prev_para >= min_tokens or _anchor(last_unit))
+            if overflows or a in inner or paragraph_ends:
+                close()
+        group = (group[0], b) if group is not None else (a, b)
+        last_unit = text[offsets[a][0] : offsets[b - 1][1]]
+    close()
+    return [ChunkSpan(i, s, e, text[s:e], t) for i, (s, e, t) in enumerate(spans)]
+
+
+def spans_for(text: str, offsets: Offsets, cfg: ChunkingConfig) -> list[ChunkSpan]:
+    """The chunks of ``text`` by the configured strategy."""
+    if cfg.strategy == "windows":
+        return chunk_spans(text, offsets, max_tokens=cfg.max_tokens, overlap=cfg.overlap)
+    return stable_spans(text, offsets, max_tokens=cfg.max_tokens, overlap=cfg.overlap, min_tokens=cfg.min_tokens)

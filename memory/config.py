@@ -137,12 +137,29 @@ class ChunkingConfig(BaseModel):
     max_tokens: int = Field(
         254, ge=16, le=4096, description="Largest chunk, in model tokens (MiniLM reads 256 incl. 2 special tokens)."
     )
-    overlap: int = Field(32, ge=0, description="Tokens shared by consecutive chunks.")
+    overlap: int = Field(
+        32, ge=0, description="Tokens shared by consecutive windows (of a sentence too long for one chunk, or all)."
+    )
+    strategy: Literal["stable", "windows"] = Field(
+        "stable",
+        description=(
+            "stable: chunks follow paragraphs and sentences, so an edit changes only the chunks holding it; "
+            "windows: overlapping token windows from the text's start (every boundary moves after an edit "
+            "near the top)."
+        ),
+    )
+    min_tokens: int = Field(
+        64,
+        ge=1,
+        description="stable: a paragraph of at least this many tokens ends its chunk (shorter ones join the next).",
+    )
 
     @model_validator(mode="after")
     def _overlap_fits(self) -> ChunkingConfig:
         if self.overlap >= self.max_tokens // 2:
             raise ValueError("chunking.overlap must be < max_tokens / 2")
+        if self.min_tokens > self.max_tokens:
+            raise ValueError("chunking.min_tokens must be <= max_tokens")
         return self
 
 
@@ -211,6 +228,13 @@ class IngestConfig(BaseModel):
         0.2, gt=0, description="First backoff when Redis is unavailable or an event's handling failed."
     )
     retry_max_s: float = Field(5.0, gt=0, description="Longest backoff between retries.")
+    reuse_vectors: bool = Field(
+        True,
+        description=(
+            "A chunk whose exact text (as the model reads it) already has a vector in the index, "
+            "of the same tenant and model, keeps that vector instead of being embedded again."
+        ),
+    )
     max_attempts: int = Field(
         3, ge=1, le=100, description="Deliveries of an event whose handling keeps failing before it is dead-lettered."
     )

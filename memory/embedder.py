@@ -56,6 +56,12 @@ class Embedder(Protocol):
     @property
     def dims(self) -> int: ...
 
+    @property
+    def identity(self) -> str:
+        """What decides the vectors besides the text (model, precision): two embedders with the
+        same identity give a text the same vector (memory.index.reuse keys stored ones by it)."""
+        ...
+
     async def embed_documents(self, texts: Sequence[str]) -> np.ndarray: ...
 
     async def embed_query(self, text: str) -> np.ndarray: ...
@@ -161,6 +167,11 @@ class SentenceTransformerEmbedder:
     def dims(self) -> int:
         """Vector dimensionality."""
         return self._dims
+
+    @property
+    def identity(self) -> str:
+        """The model, its precision and dims (see ``Embedder.identity``)."""
+        return f"{self._cfg.model}|{'bf16' if self.bf16 else 'fp32'}|{self._dims}"
 
     @property
     def worker_pid(self) -> int | None:

@@ -13,7 +13,7 @@ import numpy as np
 import structlog
 
 from memory.activity import IngestActivity
-from memory.chunking import chunk_id, chunk_spans
+from memory.chunking import chunk_id, spans_for
 from memory.config import ChunkingConfig, IngestConfig
 from memory.conversation import (
     TurnRef,
@@ -27,7 +27,7 @@ from memory.conversation import (
 )
 from memory.embedder import Embedder, InputCrashesWorker, WorkerCrashed
 from memory.errors import BackendUnavailable, InvalidEvent, MemdError, Unauthorized
-from memory.index import Analysis, ChunkIndex, TurnEntry, analyze_records
+from memory.index import Analysis, ChunkIndex, TurnEntry, analyze_records, vector_key
 from memory.records import ApplyResult, ChunkRecord, MemoryItem
 
 log = structlog.get_logger()
@@ -58,6 +58,18 @@ class IngestReport:
     chunks_written: int = 0
     failed: list[tuple[MemoryItem, MemdError]] = field(default_factory=list)
     outcomes: dict[int, ItemOutcome] = field(default_factory=dict)
+    chunks_embedded: int = 0  # sent to the model
+    chunks_reused: int = 0  # kept a vector already stored (or embedded once for the whole batch)
+
+    def add(self, other: IngestReport) -> None:
+        """Fold another report of the same batch into this one."""
+        self.applied += other.applied
+        self.skipped += other.skipped
+        self.chunks_written += other.chunks_written
+        self.failed += other.failed
+        self.outcomes.update(other.outcomes)
+        self.chunks_embedded += other.chunks_embedded
+        self.chunks_reused += other.chunks_reused
 
 
 class _SplitGroup(Exception):
@@ -83,9 +95,9 @@ def coalesce(items: Sequence[MemoryItem]) -> list[MemoryItem]:
     return list(best.values())
 
 
-#: Documents up to this many tokens are chunked on the event loop (~7 ms at most); longer
+#: Documents up to this many tokens are chunked on the event loop (~6 ms at most); longer
 #: ones in a thread, which costs a hop that short turns need not pay.
-_INLINE_CHUNKING_TOKENS = 20_000
+_INLINE_CHUNKING_TOKENS = 5_000
 
 
 def embedding_groups(sizes: Sequence[int], target: int) -> list[range]:
@@ -186,12 +198,12 @@ class Ingestor:
         offsets = await self._embedder.token_offsets(item.content)
         if len(offsets) <= _INLINE_CHUNKING_TOKENS:
             return self._records(item, version, offsets)
-        # Pure Python: chunk_spans alone took 54 ms for a 167k-token document (measured), so a
+        # Pure Python: chunking took ~190 ms for a 167k-token document (measured), so a
         # maximum-size one (~1M tokens) would hold the event loop, and every query, ~0.3 s+.
         return await asyncio.to_thread(self._records, item, version, offsets)
 
     def _records(self, item: MemoryItem, version: int, offsets: list[tuple[int, int]]) -> list[ChunkRecord]:
-        spans = chunk_spans(item.content, offsets, max_tokens=self._chunking.max_tokens, overlap=self._chunking.overlap)
+        spans = spans_for(item.content, offsets, self._chunking)
         return [
             ChunkRecord(
                 chunk_id=chunk_id(item.doc_id, s.index),
@@ -250,8 +262,35 @@ class Ingestor:
 
         return await self._retrying("embedding", once)
 
+    async def _vectors(self, records: Sequence[ChunkRecord], report: IngestReport) -> np.ndarray:
+        """The records' vectors: those stored under their ``vector_key`` (same tenant) as they
+        are, each other distinct key embedded once."""
+        found: dict[tuple[str, str], np.ndarray] = {}
+        if self._cfg.reuse_vectors:
+            for tenant in sorted({c.tenant for c in records}):
+                keys = [c.vector_key for c in records if c.tenant == tenant and c.vector_key]
+                stored = await self._retrying(
+                    "vector lookup",
+                    lambda t=tenant, k=keys: self._index.stored_vectors(k, t),  # type: ignore[misc]
+                )
+                found.update({(tenant, k): v for k, v in stored.items()})
+        todo: dict[str, str] = {}  # key (or, without one, the text itself) -> the text to embed
+        for c in records:
+            if (c.tenant, c.vector_key) not in found:
+                todo.setdefault(c.vector_key or vector_text(c.text, c.context_vec), vector_text(c.text, c.context_vec))
+        fresh = dict(zip(todo, await self._embed(list(todo.values())), strict=True)) if todo else {}
+        report.chunks_embedded += len(todo)
+        report.chunks_reused += len(records) - len(todo)
+        rows = [
+            found[(c.tenant, c.vector_key)]
+            if (c.tenant, c.vector_key) in found
+            else fresh[c.vector_key or vector_text(c.text, c.context_vec)]
+            for c in records
+        ]
+        return np.stack(rows).astype(np.float32, copy=False) if rows else np.zeros((0, self._embedder.dims), np.float32)
+
     async def _embed_and_prepare(
-        self, items: Sequence[MemoryItem], chunks: Sequence[list[ChunkRecord]]
+        self, items: Sequence[MemoryItem], chunks: Sequence[list[ChunkRecord]], report: IngestReport
     ) -> tuple[np.ndarray | MemdError, Sequence[Any], list[Analysis]]:
         """Embed a group while its text analysis and the hook's extraction run beside it.
 
@@ -262,7 +301,7 @@ class Ingestor:
         """
         records = [c for cs in chunks for c in cs]
         vectors, prepared, analyses = await asyncio.gather(
-            self._embed([vector_text(c.text, c.context_vec) for c in records]),
+            self._vectors(records, report),
             self._prepare(items, chunks),
             asyncio.to_thread(analyze_records, records),
             return_exceptions=True,
@@ -393,11 +432,7 @@ class Ingestor:
                 # replacement was applied is not in the round's failures and stops there.
                 tried |= {id(i) for i in coalesce(rest)}
                 more = await self._apply(rest)
-                report.applied += more.applied
-                report.skipped += more.skipped
-                report.chunks_written += more.chunks_written
-                report.failed += more.failed
-                report.outcomes.update(more.outcomes)
+                report.add(more)
                 just_failed = more.failed
             if forgets:
                 # A delete a forget stood for failed: the forget (the event) failed, once.
@@ -498,6 +533,11 @@ class Ingestor:
         live = [item for i, item in enumerate(live) if i not in empty]
         per_item = [c for i, c in enumerate(per_item) if i not in empty]
         per_item = await self._with_context(live, per_item)
+        identity = self._embedder.identity
+        per_item = [
+            [dataclasses.replace(c, vector_key=vector_key(identity, vector_text(c.text, c.context_vec))) for c in cs]
+            for cs in per_item
+        ]
 
         writing: asyncio.Task[None] | None = None
         todo_groups = [
@@ -506,7 +546,7 @@ class Ingestor:
         ]
         while todo_groups:
             items_g, chunks_g = todo_groups.pop(0)
-            work = asyncio.ensure_future(self._embed_and_prepare(items_g, chunks_g))
+            work = asyncio.ensure_future(self._embed_and_prepare(items_g, chunks_g, report))
             if writing is not None:
                 try:
                     await writing
@@ -523,7 +563,7 @@ class Ingestor:
             writing = asyncio.ensure_future(self._write(items_g, chunks_g, vectors, prepared, analyses, report))
         if writing is not None:
             await writing
-        await self._reconcile_context(live)
+        await self._reconcile_context(live, report)
         return report
 
     async def _with_context(
@@ -547,7 +587,7 @@ class Ingestor:
                 out[i] = [dataclasses.replace(c, context=ctx.stored(), context_vec=ctx.vector_prefix()) for c in out[i]]
         return out
 
-    async def _reconcile_context(self, items: Sequence[MemoryItem]) -> None:
+    async def _reconcile_context(self, items: Sequence[MemoryItem], report: IngestReport) -> None:
         """Re-index the stored turns whose neighbours this batch changed (or whose context it
         could not know), so every turn's context is what its session now stores.
 
@@ -558,9 +598,12 @@ class Ingestor:
         """
         gate = asyncio.Semaphore(self._cfg.write_concurrency)
 
+        identity = self._embedder.identity
+
         async def rewrite(tenant: str, doc_id: str, updates: list[Any]) -> None:
+            keys = {e.chunk_id: vector_key(identity, vector_text(e.text, vec)) for e, _, vec, _ in updates}
             async with gate:
-                await self._retrying("context write", lambda: self._index.recontext(doc_id, updates, tenant))
+                await self._retrying("context write", lambda: self._index.recontext(doc_id, updates, tenant, keys))
 
         by_tenant: dict[str, set[TurnRef]] = {}
         for item in items:
@@ -593,6 +636,7 @@ class Ingestor:
                 if vector_text(e.text, vec) != vector_text(e.text, e.context_vec)
             ]
             vectors = await self._embed([text for _, text in redo]) if redo else None
+            report.chunks_embedded += len(redo)
             fresh = {cid: vectors[n] for n, (cid, _) in enumerate(redo)} if vectors is not None else {}
             # Distinct turns: their rewrites commute, so they overlap their round trips.
             await asyncio.gather(

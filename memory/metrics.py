@@ -17,6 +17,15 @@ EVENTS_FAILED = Counter(
 EVENTS_DEAD_LETTERED = Counter(
     "agentmemd_events_dead_lettered_total", "Events sent to the DLQ.", ["topic", "code"], registry=REGISTRY
 )
+CHUNKS_EMBEDDED = Counter(
+    "agentmemd_chunks_embedded_total", "Chunks sent to the embedding model.", ["topic"], registry=REGISTRY
+)
+CHUNKS_REUSED = Counter(
+    "agentmemd_chunks_reused_total",
+    "Chunks that kept a vector already stored for the same text (no model call).",
+    ["topic"],
+    registry=REGISTRY,
+)
 ACKS_SENT = Counter(
     "agentmemd_acks_sent_total", "Write acknowledgements published, by status.", ["topic", "status"], registry=REGISTRY
 )

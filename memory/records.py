@@ -57,6 +57,8 @@ class ChunkRecord:
     # ``context`` joins the BM25 terms; ``context_vec`` is read by the model before ``text``.
     context: str = ""
     context_vec: str = ""
+    # What the model read, keyed (memory.index.reuse.vector_key): a later chunk with the same key reuses this vector.
+    vector_key: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -48,6 +48,9 @@ def index_schema(cfg: IndexConfig, *, dims: int, generation: int) -> dict[str, A
                 "ef_runtime": cfg.hnsw_ef_runtime,
             },
         },
+        # What the model read for this vector (memory.index.reuse): an edit's unchanged chunks
+        # find their vectors by it instead of embedding them again.
+        {"name": "vkey", "type": "tag", "attrs": {"case_sensitive": True}},
         {"name": "version", "type": "numeric"},
         {"name": "timestamp", "type": "numeric", "attrs": {"sortable": True}},
     ]

@@ -12,6 +12,7 @@ from memory.index.copying import DocState
 from memory.index.errors import IndexError_, QuerySyntaxError, WriteInProgress, translate_errors
 from memory.index.errors import _translated as _translated  # private: the translation table's tests use it
 from memory.index.listings import BULK_QUERY_TIMEOUT_MS
+from memory.index.reuse import vector_key
 from memory.index.versioned import UNVERSIONED_TOMBSTONE
 
 __all__ = [
@@ -28,4 +29,5 @@ __all__ = [
     "analyze_records",
     "translate_errors",
     "turn_terms",
+    "vector_key",
 ]

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from memory.index.copying import _Copying
 from memory.index.listings import _Listings
+from memory.index.reuse import _Reuse
 from memory.index.search import _Search
 from memory.index.turns import _Turns
 from memory.index.versioned import _VersionedWrites
 
 
-class ChunkIndex(_VersionedWrites, _Turns, _Copying, _Listings, _Search):
+class ChunkIndex(_VersionedWrites, _Turns, _Copying, _Listings, _Search, _Reuse):
     """Chunks of every document in one RediSearch index, plus per-doc version bookkeeping.
 
     The index is generational (``memory.generations``): by default this object follows the
@@ -22,5 +23,6 @@ class ChunkIndex(_VersionedWrites, _Turns, _Copying, _Listings, _Search):
 
     Its parts: ``lifecycle`` (creation, adoption, the generation followed), ``versioned``
     and ``sliced`` (writes), ``turns`` (transcript turns), ``copying`` and ``listings``
-    (for reindex and forget), ``search`` (the legs); ``codec`` says what a chunk hash holds.
+    (for reindex and forget), ``search`` (the legs), ``reuse`` (vectors found by what was
+    embedded); ``codec`` says what a chunk hash holds.
     """

@@ -107,6 +107,8 @@ def _record_mapping(rec: ChunkRecord, vector: np.ndarray, analysis: Analysis) ->
         "metadata": json.dumps(rec.metadata, sort_keys=True),
         "vector": np.asarray(vector, dtype=np.float32).tobytes(),
     }
+    if rec.vector_key:
+        mapping["vkey"] = rec.vector_key
     for key, value in {**rec.tags, "tenant": rec.tenant}.items():
         mapping[key] = value
         mapping[hash_field(key)] = value_hash(value)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import types
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -89,10 +89,12 @@ class _Turns(_Lifecycle):
         doc_id: str,
         updates: Sequence[tuple[TurnEntry, str, str, np.ndarray | None]],
         tenant: str = DEFAULT_TENANT,
+        vector_keys: Mapping[str, str] | None = None,
     ) -> bool:
-        """Re-index a turn's chunks with a new context (and vector, where given), atomically, only
-        if the doc still has exactly these chunks with these texts and contexts (False if not:
-        whoever changed it indexed it with its own context)."""
+        """Re-index a turn's chunks with a new context (and vector, where given, with its
+        ``vector_keys`` entry), atomically, only if the doc still has exactly these chunks with
+        these texts and contexts (False if not: whoever changed it indexed it with its own context)."""
+        vector_keys = vector_keys or {}
         async with translate_errors("context write"):
             for _ in range(_WATCH_RETRIES):
                 async with self._r.pipeline(transaction=True) as pipe:
@@ -121,6 +123,10 @@ class _Turns(_Lifecycle):
                             }
                             if vector is not None:
                                 fields["vector"] = np.asarray(vector, dtype=np.float32).tobytes()
+                                if vkey := vector_keys.get(entry.chunk_id):
+                                    fields["vkey"] = vkey
+                                else:  # the old key names what the model read before
+                                    pipe.hdel(key, "vkey")
                             pipe.hset(key, mapping=fields)  # type: ignore[arg-type]
                         await pipe.execute()
                         return True

@@ -76,7 +76,7 @@ class GatedEmbedder:
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
-        self.dims = inner.dims
+        self.dims, self.identity = inner.dims, inner.identity
         self.armed = False
         self.entered = asyncio.Event()
         self.release = asyncio.Event()
@@ -307,7 +307,7 @@ async def test_a_large_documents_chunking_extraction_and_write_run_off_the_event
     import memory.index.codec
     import memory.ingest
 
-    names = ("chunk_spans", "contribution_parts", "_record_mapping", "_parse_graph", "to_json")
+    names = ("spans_for", "contribution_parts", "_record_mapping", "_parse_graph", "to_json")
     threads: dict[str, set[int]] = {name: set() for name in names}
 
     def spy(name: str, fn: Any) -> Any:
@@ -317,7 +317,7 @@ async def test_a_large_documents_chunking_extraction_and_write_run_off_the_event
 
         return wrapped
 
-    monkeypatch.setattr(memory.ingest, "chunk_spans", spy("chunk_spans", memory.ingest.chunk_spans))
+    monkeypatch.setattr(memory.ingest, "spans_for", spy("spans_for", memory.ingest.spans_for))
     parts = graph.service.contribution_parts
     monkeypatch.setattr(graph.service, "contribution_parts", spy("contribution_parts", parts))
     mapping = memory.index.codec._record_mapping

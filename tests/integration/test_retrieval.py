@@ -473,7 +473,7 @@ class FailsOnMarker:
     MARKER = "UNEMBEDDABLE"
 
     def __init__(self, inner: Any) -> None:
-        self.inner, self.dims = inner, inner.dims
+        self.inner, self.dims, self.identity = inner, inner.dims, inner.identity
         self.calls: list[int] = []
 
     async def embed_documents(self, texts: Sequence[str]) -> Any:
