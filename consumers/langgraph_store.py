@@ -46,6 +46,7 @@ from consumers.store_mapping import (
     value_metadata,
 )
 from consumers.threaded_client import ThreadedClient
+from memory.errors import InvalidRequest
 
 T = TypeVar("T")
 log = structlog.get_logger()
@@ -159,7 +160,7 @@ class MemoryStore(BaseStore):
         while wanted:
             reply = await c.get(wanted[:GET_BATCH], metadata_filter=flt or None)
             if not reply.items:
-                raise RuntimeError("a get reply fits no item: a value is larger than one reply may be")
+                raise InvalidRequest(f"{wanted[0]!r} is larger than one reply may carry")
             out.update({i.doc_id: i for i in reply.items if i.status == "found"})
             wanted = wanted[len(reply.items) :]
         return out
