@@ -27,7 +27,7 @@ from consumers.langgraph_store import MemoryStore
 from consumers.threaded_client import ThreadedClient
 from daemon.settings import Settings
 from tests.conftest import unique
-from tests.helpers import daemon_and_client, isolated_settings
+from tests.helpers import daemon_and_client, isolated_settings, topic_tenancy_daemon
 
 pytestmark = pytest.mark.integration
 
@@ -241,3 +241,38 @@ async def test_the_list_op(settings: Settings) -> None:
         with pytest.raises(QueryFailed) as bad:
             await c.list_values("doc_id", limit=0)
         assert bad.value.error_code == "invalid_request"
+
+
+async def test_each_tenant_sees_its_own_items(kafka_bootstrap: str, redis_url: str) -> None:
+    """The tenant is the store's setting: the same namespace and key in two tenants are two
+    items, and neither's get, search or listing shows the other's."""
+    name = unique(f"{__name__}.tenancy")
+    async with topic_tenancy_daemon(name, kafka_bootstrap, redis_url, ("ta", "tb")) as (_d, _plain, settings):
+        stores = {
+            t: MemoryStore.connect(bootstrap=kafka_bootstrap, tenant=t, topics=settings.topics, timeout_s=20)
+            for t in ("ta", "tb")
+        }
+        try:
+            ns = ("shared", "notes")
+            await asyncio.gather(*(s.aput(ns, "k", {"text": f"the launch code of {t}"}) for t, s in stores.items()))
+            for t, store in stores.items():
+                got = await store.aget(ns, "k")
+                assert got is not None and got.value == {"text": f"the launch code of {t}"}
+                hits = await store.asearch(("shared",), query="launch code")
+                assert [h.value["text"] for h in hits] == [f"the launch code of {t}"]
+                assert await store.alist_namespaces() == [ns]
+            await stores["tb"].adelete(ns, "k")
+            assert await stores["tb"].alist_namespaces() == [] and await stores["tb"].aget(ns, "k") is None
+            assert await stores["ta"].aget(ns, "k") is not None
+        finally:
+            await asyncio.gather(*(asyncio.to_thread(s.close) for s in stores.values()))
+
+
+async def test_a_sync_call_from_the_clients_own_loop_is_refused(threaded: ThreadedClient) -> None:
+    """It would wait for itself for ever: refused at once instead."""
+
+    async def nested(c: MemoryClient) -> object:
+        return threaded.call(lambda c2: c2.get(["x"]))
+
+    with pytest.raises(RuntimeError, match="own loop"):
+        await threaded.acall(nested)
