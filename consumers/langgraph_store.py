@@ -89,13 +89,16 @@ class MemoryStore(BaseStore):
         index: dict[str, Any] | None = None,
         filter_keys: Collection[str] = DEFAULT_FILTER_KEYS,
     ) -> None:
-        """Args:
-        client: the connection (its ``MemoryClient`` settings carry the tenant).
-        index: LangGraph's index config; only ``fields`` is read (default ``["$"]``, the whole
-            value): the daemon embeds with its own model, so ``dims`` and ``embed`` are ignored.
-        filter_keys: value fields copied into filterable metadata, so that a ``filter=`` on
-            them is applied inside the daemon's search: keys the daemon can filter on (the
-            built-in ones, and its ``AGENTMEM_INDEX__EXTRA_FILTER_KEYS``).
+        """A store on ``client``.
+
+        Args:
+            client: the connection (its ``MemoryClient`` settings carry the tenant).
+            index: LangGraph's index config; only ``fields`` is read (default ``["$"]``, the
+                whole value): the daemon embeds with its own model, so ``dims`` and ``embed``
+                are ignored.
+            filter_keys: value fields copied into filterable metadata, so that a ``filter=`` on
+                them is applied inside the daemon's search: keys the daemon can filter on (the
+                built-in ones, and its ``AGENTMEM_INDEX__EXTRA_FILTER_KEYS``).
         """
         self._client = client
         self._fields = list((index or {}).get("fields") or ["$"])
@@ -153,7 +156,9 @@ class MemoryStore(BaseStore):
             await self._write(c, list(puts.values()))
         return results
 
-    async def _lookup(self, c: MemoryClient, doc_ids: Sequence[str], **flt: Any) -> dict[str, GetItem]:
+    async def _lookup(
+        self, c: MemoryClient, doc_ids: Sequence[str], flt: dict[str, str] | None = None
+    ) -> dict[str, GetItem]:
         """Found items by doc id (in ``get``s of 100; a truncated reply is asked again for the rest)."""
         wanted = list(dict.fromkeys(doc_ids))
         out: dict[str, GetItem] = {}
@@ -227,7 +232,7 @@ class MemoryStore(BaseStore):
         offset = 0
         while len(kept) < op.offset + op.limit:
             ids = (await c.list_values("doc_id", source_prefix=prefix, limit=LIST_PAGE, offset=offset)).values
-            found = await self._lookup(c, ids, **flt)
+            found = await self._lookup(c, ids, flt)
             for d in ids:
                 item = _search_item(found.get(d))
                 if item is not None and matches_filter(item.value, op.filter):

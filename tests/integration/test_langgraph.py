@@ -116,6 +116,8 @@ async def test_side_by_side_with_in_memory_store(threaded: ThreadedClient) -> No
     assert keyed(a) == keyed(b)
     a, b = await both(ours, theirs, "search", users, query="preferences", filter={"kind": "preference"})
     assert keyed(a) == keyed(b)
+    a, b = await both(ours, theirs, "search", (), query="lock timeout", filter={"environment": "production"})
+    assert keyed(a) == keyed(b) == {(wiki, "lock/9c1"): items[3][2]}
 
     mine = [ns for ns in theirs.list_namespaces() if run in "".join(ns)]
     assert [ns for ns in await ours.alist_namespaces() if run in "".join(ns)] == mine == sorted([u1, u2, wiki])
