@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install agentmemd into ./.venv: the CPU build of torch first (a plain `torch` would pull
-# a multi-GB CUDA build), then the project with its embedded servers and test tools.
+# a multi-GB CUDA build), then the project with its embedded servers, test tools and the
+# LangGraph/LangChain integrations (their tests are part of the suite).
 # Safe to re-run: it skips the work when pyproject.toml has not changed since the last run.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -13,7 +14,7 @@ fi
 [[ -x "$VENV/bin/python" ]] || "$PY" -m venv "$VENV"
 "$VENV/bin/python" -m pip install --quiet --upgrade pip
 "$VENV/bin/python" -m pip install --quiet "torch==2.13.0"
-"$VENV/bin/python" -m pip install --quiet -e ".[local,test]"
+"$VENV/bin/python" -m pip install --quiet -e ".[local,test,langgraph]"
 rm -f "$VENV"/.installed-*
 touch "$stamp"
 echo "installed into $VENV"

@@ -29,6 +29,7 @@ from consumers.models import (
     ErrorReply,
     ForgetEvent,
     GetReply,
+    ListReply,
     QueryReply,
     TranscriptEvent,
     WriteAck,
@@ -484,6 +485,35 @@ class MemoryClient:
         if metadata_filter:
             payload["metadata_filter"] = {k: v if isinstance(v, str) else list(v) for k, v in metadata_filter.items()}
         return GetReply.model_validate(await self._ask(topic, payload))
+
+    async def list_values(
+        self,
+        field: Literal["doc_id", "source"] = "doc_id",
+        *,
+        source_prefix: str = "",
+        limit: int = 100,
+        offset: int = 0,
+        tenant: str | None = None,
+        query_id: str | None = None,
+    ) -> ListReply:
+        """The distinct doc ids (or sources) of the tenant's documents whose source starts with
+        ``source_prefix``, sorted, ``limit`` (1..1000) of them from ``offset``.
+
+        Raises:
+            QueryFailed: the daemon replied with an error (a limit out of range, say).
+            BackendUnavailable, NotFound, TimeoutError: as for ``query``.
+        """
+        topic = self._topic(self.topics.requests, tenant)
+        await self._ensure_reader()
+        payload: dict[str, Any] = {
+            "query_id": query_id or f"l_{uuid.uuid4().hex[:12]}",
+            "op": "list",
+            "field": field,
+            "source_prefix": source_prefix,
+            "limit": limit,
+            "offset": offset,
+        }
+        return ListReply.model_validate(await self._ask(topic, payload))
 
     async def _ask(self, topic: str, payload: dict[str, Any]) -> dict[str, Any]:
         """Publish a request and wait for its reply's JSON; an error reply raises ``QueryFailed``."""

@@ -383,6 +383,33 @@ class GetReply(BaseModel):
     truncated: bool = False
 
 
+#: Most values one ``list`` request may ask for.
+MAX_LIST_VALUES = 1000
+
+
+class ListRequest(BaseModel):
+    """List the distinct ``doc_id`` or ``source`` values of the tenant's documents whose source
+    starts with ``source_prefix`` (``"op": "list"``); the reply is a ``ListReply``."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    query_id: Annotated[str, StringConstraints(min_length=1, max_length=256)]
+    op: Literal["list"]
+    field: Literal["doc_id", "source"] = "doc_id"
+    source_prefix: Annotated[str, StringConstraints(max_length=1024, pattern=_NO_NUL)] = ""
+    limit: int = Field(100, ge=1, le=MAX_LIST_VALUES)
+    offset: int = Field(0, ge=0, le=MAX_VERSION)
+
+
+class ListReply(BaseModel):
+    """The values of a ``list``, sorted; fewer than ``limit`` means the listing is at its end."""
+
+    query_id: str
+    values: list[str]
+    took_ms: float
+    truncated: bool = False
+
+
 class CommunityInfo(BaseModel):
     """What a community summary result says about its community."""
 

@@ -20,6 +20,8 @@ from consumers.models import (
     GetItem,
     GetReply,
     GetRequest,
+    ListReply,
+    ListRequest,
     QueryReply,
     QueryRequest,
     ResultItem,
@@ -63,19 +65,26 @@ def guess_query_id(raw: bytes | None) -> str | None:
 def scope_of(raw: bytes | None) -> str:
     """The scope label of a request, for metrics (invalid requests count as 'invalid')."""
     data = _peek(raw)
-    if data is not None and data.get("op") == "get":
-        return "get"
+    if data is not None and data.get("op") in ("get", "list"):
+        return str(data["op"])
     scope = "invalid" if data is None else data.get("scope", "chunks")
     return scope if isinstance(scope, str) and scope in {"chunks", "communities", "all"} else "invalid"
 
 
-def parse_request(raw: bytes | None) -> QueryRequest | GetRequest:
-    """Validate a request body: a search, or (``"op": "get"``) a lookup by id.
+_REQUEST_OPS: dict[object, type[GetRequest] | type[ListRequest]] = {"get": GetRequest, "list": ListRequest}
+
+
+def parse_request(raw: bytes | None) -> QueryRequest | GetRequest | ListRequest:
+    """Validate a request body: a search, (``"op": "get"``) a lookup by id, or (``"op": "list"``)
+    a listing of document ids or sources.
 
     Raises:
         InvalidRequest: malformed JSON or UTF-8, or a schema error, with the reason.
     """
-    model: type[QueryRequest] | type[GetRequest] = GetRequest if (_peek(raw) or {}).get("op") == "get" else QueryRequest
+    op = (_peek(raw) or {}).get("op")
+    model: type[QueryRequest] | type[GetRequest] | type[ListRequest] = (
+        _REQUEST_OPS[op] if isinstance(op, str) and op in _REQUEST_OPS else QueryRequest
+    )
     try:
         return parse_event(raw, model)
     except (ValueError, ValidationError) as exc:
@@ -103,6 +112,17 @@ def to_get_reply(req: GetRequest, found: Sequence[Lookup], took_ms: float) -> Ge
             )
         )
     return GetReply(query_id=req.query_id, items=items, took_ms=round(took_ms, 3))
+
+
+def fit_list_reply(reply: ListReply, max_bytes: int) -> ListReply:
+    """``reply``, with values left off its end until it fits ``max_bytes`` as JSON (``truncated`` says so)."""
+    values = list(reply.values)
+    while True:
+        fitted = reply.model_copy(update={"values": values, "truncated": len(values) < len(reply.values)})
+        if not values or len(json.dumps(fitted.model_dump(mode="json"))) <= max_bytes:
+            return fitted
+        # Halved, not one by one: a page of 1,000 long ids would otherwise be encoded 1,000 times.
+        values = values[: len(values) // 2]
 
 
 def fit_get_reply(reply: GetReply, max_bytes: int) -> GetReply:
@@ -246,7 +266,7 @@ def reply_code(exc: MemdError) -> str:
 
 async def answer(
     raw: bytes | None, search: ScopedSearch, tenant: str | None = DEFAULT_TENANT
-) -> QueryReply | GetReply | ErrorReply:
+) -> QueryReply | GetReply | ListReply | ErrorReply:
     """Answer one raw request: results, or an error reply that says why. Never raises.
 
     This is the one place where errors become replies: an asker always hears back.
@@ -261,6 +281,12 @@ async def answer(
             t0 = time.monotonic()
             found = await search.lookup(req.wanted(), tenant=tenant, metadata_filter=req.metadata_filter)
             return to_get_reply(req, found, (time.monotonic() - t0) * 1000)
+        if isinstance(req, ListRequest):
+            t0 = time.monotonic()
+            values = await search.list_values(
+                tenant=tenant, field=req.field, source_prefix=req.source_prefix, limit=req.limit, offset=req.offset
+            )
+            return ListReply(query_id=req.query_id, values=values, took_ms=round((time.monotonic() - t0) * 1000, 3))
         outcome, stale = await search.search(to_spec(req, tenant), req.scope)
         return to_reply(req, outcome, stale)
     except MemdError as exc:

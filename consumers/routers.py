@@ -22,8 +22,8 @@ from faststream.kafka import KafkaRouter
 from consumers.config import ConsumerConfig, Topics
 from consumers.decoding import tenant_from_topic
 from consumers.ingestion import Ingestion
-from consumers.models import ErrorBody, ErrorReply, GetReply, QueryReply
-from consumers.queries import answer, fit_get_reply, fit_reply, guess_query_id, scope_of
+from consumers.models import ErrorBody, ErrorReply, GetReply, ListReply, QueryReply
+from consumers.queries import answer, fit_get_reply, fit_list_reply, fit_reply, guess_query_id, scope_of
 from consumers.replies import (
     PartitionCounts,
     UnknownReplyTopic,
@@ -248,7 +248,7 @@ def _subscribe_queries(
         tenant = tenant_from_topic(record.topic, topics.requests, cfg.tenancy)
         default_target = default_reply_topic(topics.replies, cfg.tenancy, tenant)
         target = message.reply_to or default_target
-        reply: QueryReply | GetReply | ErrorReply
+        reply: QueryReply | GetReply | ListReply | ErrorReply
         partition: int | None = None
         try:
             partition = await reply_route(
@@ -274,6 +274,8 @@ def _subscribe_queries(
                 reply = fit_reply(reply, cfg.reply_max_bytes)
             elif isinstance(reply, GetReply):
                 reply = fit_get_reply(reply, cfg.reply_max_bytes)
+            elif isinstance(reply, ListReply):
+                reply = fit_list_reply(reply, cfg.reply_max_bytes)
         elapsed = time.monotonic() - t0
         try:
             await publish_reply(reply.model_dump(mode="json"), target, message.correlation_id, partition)

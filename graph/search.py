@@ -41,3 +41,11 @@ class ScopedSearch:
     ) -> list[Lookup]:
         """Memories by id (``Retriever.lookup``)."""
         return await self._retriever.lookup(doc_ids, tenant=tenant, metadata_filter=metadata_filter)
+
+    async def list_values(
+        self, *, tenant: str, field: str, source_prefix: str = "", limit: int = 100, offset: int = 0
+    ) -> list[str]:
+        """Distinct doc ids or sources of the tenant's documents (``Retriever.list_values``)."""
+        return await self._retriever.list_values(
+            tenant=tenant, field=field, source_prefix=source_prefix, limit=limit, offset=offset
+        )

@@ -205,6 +205,19 @@ class Retriever:
                 out.append(Lookup(doc_id, "found", tuple(chunks), text, chunks[0].version))
         return out
 
+    async def list_values(
+        self, *, tenant: str, field: str, source_prefix: str = "", limit: int = 100, offset: int = 0
+    ) -> list[str]:
+        """The distinct doc ids or sources of the tenant's documents under a source prefix
+        (``ChunkIndex.distinct_values``).
+
+        Raises:
+            BackendUnavailable: Redis is unreachable.
+        """
+        return await self._index.distinct_values(
+            tenant=tenant, field=field, source_prefix=source_prefix, limit=limit, offset=offset
+        )
+
     async def _with_turns(
         self, hits: list[SearchHit], spec: SearchSpec, flt: Mapping[str, Sequence[str]]
     ) -> list[SearchHit]:

@@ -1,13 +1,16 @@
-"""Bulk listings over the search index: community summaries (for a reindex) and a forget's docs."""
+"""Bulk listings over the search index: community summaries (for a reindex), a forget's docs, and
+the distinct ids or sources of a tenant's documents (the contract's ``list``)."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
+from redis.commands.search.aggregation import AggregateRequest, Asc
 from redis.commands.search.query import Query
 
-from memory.filters import hash_clause
+from memory.errors import InvalidRequest
+from memory.filters import hash_clause, tag_clause
 from memory.index.codec import _stored
 from memory.index.errors import translate_errors
 from memory.index.lifecycle import _Lifecycle
@@ -105,3 +108,40 @@ class _Listings(_Lifecycle):
             if len(found) == before:
                 break
         return found
+
+    async def distinct_values(
+        self, *, tenant: str, field: str, source_prefix: str = "", limit: int = 100, offset: int = 0
+    ) -> list[str]:
+        """The distinct ``field`` values (``doc_id`` or ``source``) of the tenant's documents whose
+        source starts with ``source_prefix``, in code point order, ``limit`` from ``offset``.
+
+        One FT.AGGREGATE: the tenant and kind as TAG clauses (nothing is scored here, and tenant
+        names and ``document`` are plain TAG values), the prefix as a ``startswith`` filter, so
+        only the matching values leave Redis. It reads every document chunk of the tenant: a
+        TAG prefix query would read only the matching ones, but RediSearch expands a prefix
+        into at most MAXPREFIXEXPANSIONS (200) values, silently (decision 0025).
+        """
+        if field not in ("doc_id", "source"):
+            raise InvalidRequest(f"cannot list {field!r}: only doc_id or source")
+        # Loading a field is most of the cost (~2 us a chunk here): only what is read.
+        loaded = ("@source",) if field == "source" else ("@doc_id", "@source")
+        req = AggregateRequest(tag_clause({"kind": ["document"], "tenant": [tenant]})).load(*loaded)
+        if source_prefix:
+            req = req.filter(f"startswith(@source, {expression_string(source_prefix)})")
+        # redis-py types sort_by's fields as str; it takes Asc too.
+        req = req.group_by([f"@{field}"]).sort_by(Asc(f"@{field}"), max=0)  # type: ignore[arg-type]
+        req = req.limit(offset, limit).dialect(2)
+        async with translate_errors("value listing"):
+            res = await self._ft().aggregate(req)
+        out: list[str] = []
+        for row in res.rows:
+            pairs = dict(zip(row[::2], row[1::2], strict=False))
+            value = pairs.get(field, pairs.get(field.encode()))
+            if value is not None:
+                out.append(as_str(value))
+        return out
+
+
+def expression_string(value: str) -> str:
+    """``value`` as a double-quoted string literal of a RediSearch expression (FILTER, APPLY)."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'

@@ -1,0 +1,68 @@
+"""A LangChain ``BaseRetriever`` on the daemon's hybrid search (docs/langchain.md).
+
+Needs ``langchain-core`` (the ``langgraph`` extra installs it); nothing else in the project
+imports this module.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
+from langchain_core.documents import Document
+from langchain_core.retrievers import BaseRetriever
+from pydantic import ConfigDict, Field
+
+from consumers.client import MemoryClient
+from consumers.models import QueryReply, ResultItem
+from consumers.threaded_client import ThreadedClient
+
+#: Result fields copied into each Document's metadata (they win over a memory's own keys of the same name).
+RESULT_FIELDS = ("doc_id", "chunk_id", "source", "kind", "timestamp")
+
+
+def to_document(result: ResultItem) -> Document:
+    """One search result as a LangChain ``Document``: the chunk's text, its metadata, and ours
+    (``doc_id``, ``chunk_id``, ``source``, ``kind``, ``timestamp``, ``score``, ``ranks``)."""
+    metadata: dict[str, Any] = dict(result.metadata)
+    metadata.update({name: getattr(result, name) for name in RESULT_FIELDS})
+    metadata.update(score=result.rrf_score, ranks=dict(result.ranks))
+    return Document(page_content=result.text, metadata=metadata, id=result.chunk_id)
+
+
+class MemoryRetriever(BaseRetriever):
+    """Documents from agentmemd's hybrid search (BM25 + vector, fused), best first."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    client: ThreadedClient
+    """The connection (its ``MemoryClient`` settings carry the tenant)."""
+    top_k: int = Field(5, ge=1, le=100)
+    metadata_filter: dict[str, str | list[str]] | None = None
+    """Filterable keys only (docs/contract.md); keys AND, a list ORs its values."""
+    scope: Literal["chunks", "communities", "all"] = "chunks"
+    dense_weight: float | None = None
+    sparse_weight: float | None = None
+
+    async def _ask(self, c: MemoryClient, query: str) -> QueryReply:
+        return await c.query(
+            query,
+            top_k=self.top_k,
+            metadata_filter=self.metadata_filter,
+            scope=self.scope,
+            dense_weight=self.dense_weight,
+            sparse_weight=self.sparse_weight,
+        )
+
+    def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
+        reply = self.client.call(lambda c: self._ask(c, query))
+        return [to_document(r) for r in reply.results]
+
+    async def _aget_relevant_documents(
+        self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun
+    ) -> list[Document]:
+        reply = await self.client.acall(lambda c: self._ask(c, query))
+        return [to_document(r) for r in reply.results]
+
+
+__all__ = ["MemoryRetriever", "to_document"]

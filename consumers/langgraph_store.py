@@ -1,0 +1,333 @@
+"""A LangGraph ``BaseStore`` on the daemon's Kafka contract (docs/langgraph.md).
+
+Needs the ``langgraph`` extra (``pip install 'agent-memory-daemon[langgraph]'``); nothing else in
+the project imports this module. How items map onto documents: ``consumers.store_mapping``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Awaitable, Collection, Iterable, Sequence
+from datetime import UTC, datetime
+from typing import Any, Literal, TypeVar
+
+import structlog
+from langgraph.store.base import (
+    BaseStore,
+    GetOp,
+    Item,
+    ListNamespacesOp,
+    Op,
+    PutOp,
+    Result,
+    SearchItem,
+    SearchOp,
+    get_text_at_path,
+    tokenize_path,
+    validate_op_namespace,
+)
+
+from consumers.client import MemoryClient, Receipt
+from consumers.models import GetItem, ResultItem
+from consumers.store_mapping import (
+    DEFAULT_FILTER_KEYS,
+    ROOT,
+    is_item,
+    item_doc_id,
+    item_parts,
+    literal_prefix,
+    matches_filter,
+    namespace_matches,
+    namespace_source,
+    pushdown_filter,
+    source_namespace,
+    value_metadata,
+)
+from consumers.threaded_client import ThreadedClient
+from memory.errors import InvalidRequest
+
+T = TypeVar("T")
+log = structlog.get_logger()
+
+#: The contract's caps: ids per ``get``, values per ``list``, sources ORed in one filter, ``top_k``.
+GET_BATCH, LIST_PAGE, MAX_SOURCES, MAX_TOP_K = 100, 1000, 64, 100
+
+
+class _Versions:
+    """Strictly increasing versions: wall-clock nanoseconds, bumped past the last one given.
+
+    Across processes the later clock wins (as for ``MemoryClient``'s microseconds); within
+    one, two puts in the same nanosecond (or a clock stepped back) still get increasing ones.
+    """
+
+    def __init__(self) -> None:
+        self._last = 0
+        self._lock = threading.Lock()
+
+    def next(self) -> int:
+        with self._lock:
+            self._last = max(self._last + 1, time.time_ns())
+            return self._last
+
+
+class MemoryStore(BaseStore):
+    """LangGraph's long-term memory store, kept by agentmemd.
+
+    Every put and delete waits for the daemon's ack, so the next get or search sees it; gets
+    are lookups by id; searches with a ``query`` are the daemon's hybrid search (BM25 + vector,
+    fused), within the namespace prefix before fusion; searches without one list the prefix.
+    """
+
+    supports_ttl: bool = False
+
+    def __init__(
+        self,
+        client: ThreadedClient,
+        *,
+        index: dict[str, Any] | None = None,
+        filter_keys: Collection[str] = DEFAULT_FILTER_KEYS,
+    ) -> None:
+        """A store on ``client``.
+
+        Args:
+            client: the connection (its ``MemoryClient`` settings carry the tenant).
+            index: LangGraph's index config; only ``fields`` is read (default ``["$"]``, the
+                whole value): the daemon embeds with its own model, so ``dims`` and ``embed``
+                are ignored.
+            filter_keys: value fields copied into filterable metadata, so that a ``filter=`` on
+                them is applied inside the daemon's search: keys the daemon can filter on (the
+                built-in ones, and its ``AGENTMEM_INDEX__EXTRA_FILTER_KEYS``).
+        """
+        self._client = client
+        self._fields = list((index or {}).get("fields") or ["$"])
+        self._filter_keys = tuple(filter_keys)
+        self._versions = _Versions()
+
+    @classmethod
+    def connect(cls, *, bootstrap: str, tenant: str | None = None, **options: Any) -> MemoryStore:
+        """A store with its own ``ThreadedClient`` (``options``: ``index``, ``filter_keys``, and
+        ``MemoryClient``'s ``topics``, ``reply_partition``, ``timeout_s``)."""
+        store_opts = {k: options.pop(k) for k in ("index", "filter_keys") if k in options}
+        return cls(ThreadedClient.connect(bootstrap=bootstrap, tenant=tenant, **options), **store_opts)
+
+    def close(self) -> None:
+        """Close the connection (a later call opens it again)."""
+        self._client.close()
+
+    def batch(self, ops: Iterable[Op]) -> list[Result]:
+        """Run ops in order of kind: every read sees the store before this batch's writes, as in
+        ``InMemoryStore``; the writes are acknowledged when this returns."""
+        ops = list(ops)
+        for op in ops:
+            validate_op_namespace(op)
+        return self._client.call(lambda c: self._run(c, ops))
+
+    async def abatch(self, ops: Iterable[Op]) -> list[Result]:
+        """``batch``, awaited."""
+        ops = list(ops)
+        for op in ops:
+            validate_op_namespace(op)
+        return await self._client.acall(lambda c: self._run(c, ops))
+
+    async def _run(self, c: MemoryClient, ops: list[Op]) -> list[Result]:
+        results: list[Result] = [None] * len(ops)
+        reads: list[tuple[int, Awaitable[Result]]] = []
+        gets = [(i, op) for i, op in enumerate(ops) if isinstance(op, GetOp)]
+        if gets:
+            found = await self._lookup(c, [item_doc_id(op.namespace, op.key) for _, op in gets])
+            for i, op in gets:
+                results[i] = _item(found.get(item_doc_id(op.namespace, op.key)))
+        for i, any_op in enumerate(ops):
+            if isinstance(any_op, SearchOp):
+                reads.append((i, self._search(c, any_op)))
+            elif isinstance(any_op, ListNamespacesOp):
+                reads.append((i, self._list_namespaces(c, any_op)))
+            elif not isinstance(any_op, GetOp | PutOp):
+                raise ValueError(f"unknown store operation {type(any_op).__name__}")
+        for (i, _), result in zip(reads, await asyncio.gather(*(r for _, r in reads)), strict=True):
+            results[i] = result
+        puts: dict[tuple[tuple[str, ...], str], PutOp] = {}
+        for put in ops:
+            if isinstance(put, PutOp):
+                puts[(put.namespace, put.key)] = put  # the last put of a key wins, as in InMemoryStore
+        if puts:
+            await self._write(c, list(puts.values()))
+        return results
+
+    async def _lookup(
+        self, c: MemoryClient, doc_ids: Sequence[str], flt: dict[str, str] | None = None
+    ) -> dict[str, GetItem]:
+        """Found items by doc id (in ``get``s of 100; a truncated reply is asked again for the rest)."""
+        wanted = list(dict.fromkeys(doc_ids))
+        out: dict[str, GetItem] = {}
+        while wanted:
+            reply = await c.get(wanted[:GET_BATCH], metadata_filter=flt or None)
+            if not reply.items:
+                raise InvalidRequest(f"{wanted[0]!r} is larger than one reply may carry")
+            out.update({i.doc_id: i for i in reply.items if i.status == "found"})
+            wanted = wanted[len(reply.items) :]
+        return out
+
+    async def _write(self, c: MemoryClient, puts: list[PutOp]) -> None:
+        upserts = [op for op in puts if op.value is not None]
+        # One lookup for the batch: an update keeps its item's created_at.
+        before = await self._lookup(c, [item_doc_id(op.namespace, op.key) for op in upserts]) if upserts else {}
+        now = datetime.now(UTC)
+        sends: list[Awaitable[Receipt]] = []
+        for op in puts:
+            doc_id = item_doc_id(op.namespace, op.key)
+            if op.value is None:
+                sends.append(c.delete_document(doc_id, version=self._versions.next(), wait=True))
+                continue
+            old = _item(before.get(doc_id))
+            metadata = value_metadata(
+                op.namespace, op.key, op.value, created_at=old.created_at if old else now, filter_keys=self._filter_keys
+            )
+            sends.append(
+                c.publish_document(
+                    doc_id,
+                    self._content(op),
+                    version=self._versions.next(),
+                    source=namespace_source(op.namespace),
+                    metadata=metadata,
+                    timestamp=now,
+                    wait=True,
+                )
+            )
+        for receipt in await asyncio.gather(*sends):
+            if receipt.ack is not None and receipt.ack.status == "ignored":
+                # A newer version is stored: another process's put of the same key, by a later clock.
+                log.info("store.put_superseded", doc_id=receipt.doc_id, stored_version=receipt.ack.stored_version)
+
+    def _content(self, op: PutOp) -> str:
+        """What the daemon indexes: the text at the put's ``index`` paths, else the store's."""
+        assert op.value is not None
+        texts: list[str] = []
+        if op.index is not False:
+            for path in op.index if op.index is not None else self._fields:
+                texts += get_text_at_path(op.value, path if path == "$" else tokenize_path(path))
+        text = "\n".join(t for t in texts if t.strip())
+        # A document needs content with a word in it: an item with none indexed is found by its key.
+        return text if any(ch.isalnum() for ch in text) else (op.key if any(ch.isalnum() for ch in op.key) else "item")
+
+    async def _sources(self, c: MemoryClient, prefix: tuple[str, ...]) -> list[str]:
+        """Every namespace source under ``prefix`` (the contract's ``list`` of sources)."""
+        return await _all_values(c, "source", namespace_source(prefix))
+
+    async def _search(self, c: MemoryClient, op: SearchOp) -> list[SearchItem]:
+        flt = pushdown_filter(op.filter, self._filter_keys)
+        if op.query:
+            return await self._query(c, op, flt)
+        # Without a query: the prefix's items in doc id order (namespace, then key).
+        prefix = namespace_source(op.namespace_prefix)
+        if op.limit <= 0:
+            return []
+        if not op.filter and op.limit <= LIST_PAGE:
+            ids = (await c.list_values("doc_id", source_prefix=prefix, limit=op.limit, offset=op.offset)).values
+            found = await self._lookup(c, ids)
+            return [s for s in (_search_item(found.get(d)) for d in ids[: op.limit]) if s is not None]
+        kept: list[SearchItem] = []
+        offset = 0
+        while len(kept) < op.offset + op.limit:
+            ids = (await c.list_values("doc_id", source_prefix=prefix, limit=LIST_PAGE, offset=offset)).values
+            found = await self._lookup(c, ids, flt)
+            for d in ids:
+                item = _search_item(found.get(d))
+                if item is not None and matches_filter(item.value, op.filter):
+                    kept.append(item)
+            if len(ids) < LIST_PAGE:
+                break
+            offset += len(ids)
+        return kept[op.offset : op.offset + op.limit]
+
+    async def _query(self, c: MemoryClient, op: SearchOp, flt: dict[str, str]) -> list[SearchItem]:
+        """Hybrid search within the prefix's namespaces (64 to a filter; more run side by side
+        and are merged by score), each doc once, then the exact filter, offset and limit."""
+        assert op.query is not None
+        sources = await self._sources(c, op.namespace_prefix)
+        if not sources:
+            return []
+        want = op.offset + op.limit
+        # Chunks of one doc come back separately: ask for more than wanted, up to the cap.
+        top_k = min(MAX_TOP_K, max(10, 3 * want))
+        groups = [sources[i : i + MAX_SOURCES] for i in range(0, len(sources), MAX_SOURCES)]
+        replies = await asyncio.gather(
+            *(c.query(op.query, top_k=top_k, metadata_filter={**flt, "source": g}) for g in groups)
+        )
+        best: dict[str, ResultItem] = {}
+        for reply in replies:
+            for r in reply.results:
+                if r.doc_id not in best or r.rrf_score > best[r.doc_id].rrf_score:
+                    best[r.doc_id] = r
+        ranked = sorted(best.values(), key=lambda r: (-r.rrf_score, r.doc_id))
+        kept: list[SearchItem] = []
+        for r in ranked:
+            item = _search_item_of(r.metadata, r.timestamp, r.rrf_score)
+            if item is not None and matches_filter(item.value, op.filter):
+                kept.append(item)
+        return kept[op.offset : want]
+
+    async def _list_namespaces(self, c: MemoryClient, op: ListNamespacesOp) -> list[tuple[str, ...]]:
+        """Namespaces holding at least one item, sorted as tuples, matched, cut to ``max_depth``."""
+        narrow: tuple[str, ...] = ()
+        for cond in op.match_conditions or ():
+            if cond.match_type == "prefix" and len(p := literal_prefix(cond.path)) > len(narrow):
+                narrow = p
+        found = [ns for s in await self._sources(c, narrow) if (ns := source_namespace(s)) is not None]
+        conds = op.match_conditions or ()
+        kept = [ns for ns in found if all(namespace_matches(ns, m.match_type, m.path) for m in conds)]
+        if op.max_depth is not None:
+            kept = list({ns[: op.max_depth] for ns in kept})
+        return sorted(set(kept))[op.offset : op.offset + op.limit]
+
+
+async def _all_values(c: MemoryClient, field: Literal["doc_id", "source"], prefix: str) -> list[str]:
+    out: list[str] = []
+    while True:
+        reply = await c.list_values(field, source_prefix=prefix, limit=LIST_PAGE, offset=len(out))
+        out += reply.values
+        if len(reply.values) < LIST_PAGE and not reply.truncated:
+            return out
+
+
+def _parts(item: GetItem | None) -> tuple[tuple[str, ...], str, dict[str, Any], datetime, datetime] | None:
+    if item is None or not is_item(item.metadata):
+        return None
+    assert item.metadata is not None
+    return _from_metadata(item.metadata, item.timestamp)
+
+
+def _from_metadata(
+    metadata: dict[str, Any], timestamp: str | None
+) -> tuple[tuple[str, ...], str, dict[str, Any], datetime, datetime]:
+    namespace, key, value, created = item_parts(metadata)
+    updated = datetime.fromisoformat(timestamp) if timestamp else created or datetime.now(UTC)
+    return namespace, key, value, created or updated, updated
+
+
+def _item(found: GetItem | None) -> Item | None:
+    parts = _parts(found)
+    if parts is None:
+        return None
+    ns, key, value, created, updated = parts
+    return Item(namespace=ns, key=key, value=value, created_at=created, updated_at=updated)
+
+
+def _search_item(found: GetItem | None) -> SearchItem | None:
+    parts = _parts(found)
+    if parts is None:
+        return None
+    ns, key, value, created, updated = parts
+    return SearchItem(namespace=ns, key=key, value=value, created_at=created, updated_at=updated)
+
+
+def _search_item_of(metadata: dict[str, Any], timestamp: str | None, score: float) -> SearchItem | None:
+    if not is_item(metadata):
+        return None
+    ns, key, value, created, updated = _from_metadata(metadata, timestamp)
+    return SearchItem(namespace=ns, key=key, value=value, created_at=created, updated_at=updated, score=score)
+
+
+__all__ = ["ROOT", "MemoryStore"]

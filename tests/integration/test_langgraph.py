@@ -1,0 +1,280 @@
+"""The LangGraph store and the LangChain retriever against the real broker, daemon and Redis:
+the same operations on ``MemoryStore`` and on LangGraph's own ``InMemoryStore`` give the same
+items, a compiled ``StateGraph`` reads and writes the store (``invoke`` and ``ainvoke``), the
+retriever runs inside a runnable chain, and the contract's ``list`` op that the store lists
+namespaces with."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import math
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any, TypedDict
+
+import pytest
+from langchain_core.documents import Document
+from langchain_core.runnables import RunnableLambda
+from langgraph.graph import END, START, StateGraph
+from langgraph.runtime import Runtime
+from langgraph.store.base import BaseStore, Item, PutOp
+from langgraph.store.memory import InMemoryStore
+
+from consumers.client import MemoryClient, QueryFailed
+from consumers.langchain_retriever import MemoryRetriever
+from consumers.langgraph_store import MemoryStore
+from consumers.threaded_client import ThreadedClient
+from daemon.settings import Settings
+from tests.conftest import unique
+from tests.helpers import daemon_and_client, isolated_settings, topic_tenancy_daemon
+
+pytestmark = pytest.mark.integration
+
+DIMS = 64
+
+
+def _embed(texts: list[str]) -> list[list[float]]:
+    """A deterministic bag-of-words embedding for InMemoryStore: shared words, close vectors."""
+    out = []
+    for text in texts:
+        v = [0.0] * DIMS
+        for word in "".join(c.lower() if c.isalnum() else " " for c in text).split():
+            v[int(hashlib.sha1(word.encode()).hexdigest(), 16) % DIMS] += 1.0
+        norm = math.sqrt(sum(x * x for x in v)) or 1.0
+        out.append([x / norm for x in v])
+    return out
+
+
+@pytest.fixture(scope="module")
+async def settings(kafka_bootstrap: str, redis_url: str) -> AsyncIterator[Settings]:
+    s = isolated_settings(unique(__name__), kafka_bootstrap, redis_url)
+    async with daemon_and_client(s):
+        yield s
+
+
+@pytest.fixture(scope="module")
+async def threaded(settings: Settings) -> AsyncIterator[ThreadedClient]:
+    client = ThreadedClient.connect(bootstrap=settings.kafka_bootstrap, topics=settings.topics, timeout_s=20)
+    yield client
+    await asyncio.to_thread(client.close)
+
+
+def keyed(items: list[Any]) -> dict[tuple[tuple[str, ...], str], dict[str, Any]]:
+    return {(i.namespace, i.key): i.value for i in items}
+
+
+async def both(ours: MemoryStore, theirs: InMemoryStore, method: str, *args: Any, **kw: Any) -> tuple[Any, Any]:
+    """One call on both stores, ours through its async API."""
+    return await getattr(ours, f"a{method}")(*args, **kw), getattr(theirs, method)(*args, **kw)
+
+
+async def test_side_by_side_with_in_memory_store(threaded: ThreadedClient) -> None:
+    run = uuid.uuid4().hex[:6]
+    ours, theirs = MemoryStore(threaded), InMemoryStore(index={"dims": DIMS, "embed": _embed})
+    u1, u2, wiki = ("users", f"u1-{run}", "memories"), ("users", f"u2-{run}", "memories"), (f"wiki-{run}", "ops")
+    items = [
+        (u1, "pref", {"text": "Alice prefers dark mode in every editor", "kind": "preference", "priority": 3}),
+        (u1, "pager", {"text": "Alice is on the ledger pager rotation on Mondays", "kind": "fact", "priority": 1}),
+        (u2, "pref", {"text": "Bob writes tabs, never spaces", "kind": "preference", "priority": 2, "tags": ["style"]}),
+        (
+            wiki,
+            "lock/9c1",  # a key with a slash: the doc id encodes it
+            {"text": "Raise lock_timeout for ERR_LEDGER_LOCK_9C1", "environment": "production", "team": {"n": 7}},
+        ),
+    ]
+    # Writes in one batch on ours (abatch), one by one on theirs: the same state either way.
+    await ours.abatch([PutOp(ns, k, v) for ns, k, v in items])
+    for ns, k, v in items:
+        theirs.put(ns, k, v)
+
+    for ns, k, v in items:
+        a, b = await both(ours, theirs, "get", ns, k)
+        assert isinstance(a, Item) and (a.namespace, a.key, a.value) == (b.namespace, b.key, b.value) == (ns, k, v)
+    assert (await ours.aget(u1, "nope"), theirs.get(u1, "nope")) == (None, None)
+
+    users = ("users",)
+    for flt in (None, {"kind": "preference"}, {"priority": {"$gte": 2}}, {"tags": ["style"]}):
+        a, b = await both(ours, theirs, "search", users, filter=flt, limit=10)
+        assert keyed(a) == keyed(b) and len(a) == len(b), flt
+    # A filter on a filterable key (environment) goes to the daemon; one on a nested field is applied after.
+    for flt in ({"environment": "production"}, {"team": {"n": 7}}, {"environment": "staging"}):
+        a, b = await both(ours, theirs, "search", (), filter=flt)
+        assert keyed(a) == keyed(b), flt
+    # Pages: the same sizes, and together every item once (the orders differ: see docs/langgraph.md).
+    pages = [await ours.asearch(users, limit=2, offset=o) for o in (0, 2, 4)]
+    theirs_pages = [theirs.search(users, limit=2, offset=o) for o in (0, 2, 4)]
+    assert [len(p) for p in pages] == [len(p) for p in theirs_pages] == [2, 1, 0]
+    assert keyed([i for p in pages for i in p]) == keyed(theirs.search(users))
+
+    # With a query: the same best item, and within the prefix the same set.
+    for query, prefix in (("dark mode editor", users), ("ERR_LEDGER_LOCK_9C1 lock_timeout", ())):
+        a, b = await both(ours, theirs, "search", prefix, query=query, limit=10)
+        assert (a[0].namespace, a[0].key) == (b[0].namespace, b[0].key), query
+        assert a[0].score is not None and all(x.score <= a[0].score for x in a)
+    a, b = await both(ours, theirs, "search", users, query="who prefers what", limit=10)
+    assert keyed(a) == keyed(b)
+    a, b = await both(ours, theirs, "search", users, query="preferences", filter={"kind": "preference"})
+    assert keyed(a) == keyed(b)
+    a, b = await both(ours, theirs, "search", (), query="lock timeout", filter={"environment": "production"})
+    assert keyed(a) == keyed(b) == {(wiki, "lock/9c1"): items[3][2]}
+
+    mine = [ns for ns in theirs.list_namespaces() if run in "".join(ns)]
+    assert [ns for ns in await ours.alist_namespaces() if run in "".join(ns)] == mine == sorted([u1, u2, wiki])
+    for kw in (
+        {"prefix": ("users",), "max_depth": 2},
+        {"suffix": ("memories",), "limit": 1, "offset": 1},
+        {"prefix": ("users", "*", "memories")},
+    ):
+        a, b = await both(ours, theirs, "list_namespaces", **kw)
+        assert [ns for ns in a if run in "".join(ns)] == [ns for ns in b if run in "".join(ns)], kw
+
+    # An update keeps created_at, moves updated_at; a delete removes it from get, search and listing.
+    first = await ours.aget(u1, "pref")
+    assert first is not None
+    await asyncio.to_thread(ours.put, u1, "pref", {"text": "Alice now prefers light mode", "kind": "preference"})
+    theirs.put(u1, "pref", {"text": "Alice now prefers light mode", "kind": "preference"})
+    again = await asyncio.to_thread(ours.get, u1, "pref")  # the sync API, from a thread without a loop
+    assert again is not None and again.value == theirs.get(u1, "pref").value  # type: ignore[union-attr]
+    assert again.created_at == first.created_at and again.updated_at > first.updated_at
+    await both(ours, theirs, "delete", u2, "pref")
+    assert (await ours.aget(u2, "pref"), theirs.get(u2, "pref")) == (None, None)
+    a, b = await both(ours, theirs, "search", users, filter={"kind": "preference"})
+    assert keyed(a) == keyed(b) and len(a) == 1
+    # Deviation: InMemoryStore keeps listing a namespace whose items are all deleted; ours lists
+    # namespaces that hold items (as LangGraph's Postgres store does).
+    assert u2 in theirs.list_namespaces(prefix=("users",))
+    assert u2 not in await ours.alist_namespaces(prefix=("users",))
+
+
+class State(TypedDict, total=False):
+    user: str
+    fact: str
+    recalled: list[str]
+
+
+def _graph(store: BaseStore, *, use_async: bool) -> Any:
+    def remember(state: State, runtime: Runtime[None]) -> State:
+        assert runtime.store is not None
+        runtime.store.put(("users", state["user"], "facts"), uuid.uuid4().hex[:8], {"text": state["fact"]})
+        return {}
+
+    def recall(state: State, runtime: Runtime[None]) -> State:
+        assert runtime.store is not None
+        hits = runtime.store.search(("users", state["user"]), query=state["fact"], limit=5)
+        return {"recalled": [h.value["text"] for h in hits]}
+
+    async def aremember(state: State, runtime: Runtime[None]) -> State:
+        assert runtime.store is not None
+        await runtime.store.aput(("users", state["user"], "facts"), uuid.uuid4().hex[:8], {"text": state["fact"]})
+        return {}
+
+    async def arecall(state: State, runtime: Runtime[None]) -> State:
+        assert runtime.store is not None
+        hits = await runtime.store.asearch(("users", state["user"]), query=state["fact"], limit=5)
+        return {"recalled": [h.value["text"] for h in hits]}
+
+    builder = StateGraph(State)
+    builder.add_node("remember", aremember if use_async else remember)  # type: ignore[arg-type]
+    builder.add_node("recall", arecall if use_async else recall)  # type: ignore[arg-type]
+    builder.add_edge(START, "remember")
+    builder.add_edge("remember", "recall")
+    builder.add_edge("recall", END)
+    return builder.compile(store=store)
+
+
+async def test_a_compiled_graph_reads_and_writes_the_store(threaded: ThreadedClient) -> None:
+    store = MemoryStore(threaded)
+    user = f"graph-{uuid.uuid4().hex[:6]}"
+    fact = "The quarterly ledger close runs on the 3rd business day."
+    # Sync invoke (its nodes call the sync store API from LangGraph's worker threads).
+    out = await asyncio.to_thread(_graph(store, use_async=False).invoke, {"user": user, "fact": fact})
+    assert out["recalled"] == [fact]
+    second = "Incident reviews happen every Thursday afternoon."
+    out = await _graph(store, use_async=True).ainvoke({"user": user, "fact": second})
+    assert out["recalled"][0] == second and set(out["recalled"]) == {fact, second}
+    assert await store.alist_namespaces(prefix=("users", user)) == [("users", user, "facts")]
+
+
+async def test_the_retriever_in_a_runnable_chain(settings: Settings, threaded: ThreadedClient) -> None:
+    doc = f"lc/{uuid.uuid4().hex[:8]}.md"
+    async with MemoryClient(bootstrap=settings.kafka_bootstrap, topics=settings.topics, timeout_s=20) as c:
+        text = "Runbook: when ledger-service raises ERR_LEDGER_LOCK_4D2, raise lock_timeout to 30s."
+        await c.publish_document(doc, text, metadata={"service": "ledger-service", "owner": "alice"}, wait=True)
+    retriever = MemoryRetriever(client=threaded, top_k=3, metadata_filter={"service": "ledger-service"})
+    chain = retriever | RunnableLambda(lambda docs: [(d.metadata["doc_id"], d) for d in docs])
+    for got in (
+        await chain.ainvoke("ERR_LEDGER_LOCK_4D2 lock timeout"),
+        await asyncio.to_thread(chain.invoke, "ERR_LEDGER_LOCK_4D2 lock timeout"),
+    ):
+        assert got[0][0] == doc
+        first: Document = got[0][1]
+        assert first.page_content == text and first.id == f"{doc}_p0"
+        assert first.metadata["owner"] == "alice" and first.metadata["service"] == "ledger-service"
+        assert first.metadata["kind"] == "document" and first.metadata["score"] > 0
+
+
+async def test_the_list_op(settings: Settings) -> None:
+    """The contract's ``list``: distinct doc ids or sources under a source prefix, sorted, paged;
+    a prefix holding quotes and backslashes is matched literally."""
+    run = uuid.uuid4().hex[:6]
+    odd = f'odd-{run}/a"b\\c/'
+    async with MemoryClient(bootstrap=settings.kafka_bootstrap, topics=settings.topics, timeout_s=20) as c:
+        await asyncio.gather(
+            *(
+                c.publish_document(doc, f"note {doc}", source=src, wait=True)
+                for doc, src in (
+                    (f"{run}-1", odd),
+                    (f"{run}-2", odd),
+                    (f"{run}-3", f'odd-{run}/a"b\\d/'),
+                    (f"{run}-4", f"odd-{run}/ab/"),
+                )
+            )
+        )
+        assert (await c.list_values("doc_id", source_prefix=odd)).values == [f"{run}-1", f"{run}-2"]
+        assert (await c.list_values("source", source_prefix=f"odd-{run}/")).values == sorted(
+            [odd, f'odd-{run}/a"b\\d/', f"odd-{run}/ab/"]
+        )
+        page = await c.list_values("doc_id", source_prefix=f"odd-{run}/", limit=2, offset=2)
+        assert page.values == [f"{run}-3", f"{run}-4"]
+        await c.publish_observation(agent_id=f"odd-{run}", session_id="s", turn=0, content="a turn", wait=True)
+        # Turns are no documents: their source (agent/session) is never listed.
+        assert len((await c.list_values("source", source_prefix=f"odd-{run}")).values) == 3
+        with pytest.raises(QueryFailed) as bad:
+            await c.list_values("doc_id", limit=0)
+        assert bad.value.error_code == "invalid_request"
+
+
+async def test_each_tenant_sees_its_own_items(kafka_bootstrap: str, redis_url: str) -> None:
+    """The tenant is the store's setting: the same namespace and key in two tenants are two
+    items, and neither's get, search or listing shows the other's."""
+    name = unique(f"{__name__}.tenancy")
+    async with topic_tenancy_daemon(name, kafka_bootstrap, redis_url, ("ta", "tb")) as (_d, _plain, settings):
+        stores = {
+            t: MemoryStore.connect(bootstrap=kafka_bootstrap, tenant=t, topics=settings.topics, timeout_s=20)
+            for t in ("ta", "tb")
+        }
+        try:
+            ns = ("shared", "notes")
+            await asyncio.gather(*(s.aput(ns, "k", {"text": f"the launch code of {t}"}) for t, s in stores.items()))
+            for t, store in stores.items():
+                got = await store.aget(ns, "k")
+                assert got is not None and got.value == {"text": f"the launch code of {t}"}
+                hits = await store.asearch(("shared",), query="launch code")
+                assert [h.value["text"] for h in hits] == [f"the launch code of {t}"]
+                assert await store.alist_namespaces() == [ns]
+            await stores["tb"].adelete(ns, "k")
+            assert await stores["tb"].alist_namespaces() == [] and await stores["tb"].aget(ns, "k") is None
+            assert await stores["ta"].aget(ns, "k") is not None
+        finally:
+            await asyncio.gather(*(asyncio.to_thread(s.close) for s in stores.values()))
+
+
+async def test_a_sync_call_from_the_clients_own_loop_is_refused(threaded: ThreadedClient) -> None:
+    """It would wait for itself for ever: refused at once instead."""
+
+    async def nested(c: MemoryClient) -> object:
+        return threaded.call(lambda c2: c2.get(["x"]))
+
+    with pytest.raises(RuntimeError, match="own loop"):
+        await threaded.acall(nested)
