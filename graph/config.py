@@ -16,6 +16,11 @@ class GraphConfig(BaseModel):
     llm_extraction: bool = Field(False, description="Also extract entities with the LLM (needs llm_model).")
     llm_timeout_s: float = Field(60.0, gt=0, description="Timeout of one LLM call.")
     max_entities_per_chunk: int = Field(40, ge=2, le=500, description="Cap on entities (and so edges) per chunk.")
+    extraction_cache_chunks: int = Field(
+        20_000,
+        ge=0,
+        description="Chunk texts whose entities are kept in memory, so an edit re-extracts only its changed chunks.",
+    )
     max_entities_per_doc: int = Field(
         5_000,
         ge=1,

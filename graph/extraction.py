@@ -8,6 +8,7 @@ entities (spaCy) are passed in from outside, so this module stays pure.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import re
 from collections import Counter
@@ -204,6 +205,34 @@ def cooccurrence(chunks: Sequence[Sequence[str]]) -> Counter[tuple[str, str]]:
     return edges
 
 
+def chunk_entities(
+    text: str,
+    ner: Iterable[tuple[str, str]],
+    llm: Iterable[tuple[str, str]],
+    *,
+    aliases: Mapping[str, str] | None = None,
+    limit: int = 40,
+) -> list[Entity]:
+    """One chunk's entities: its identifiers, then spaCy's ``(text, label)`` pairs, then an LLM's
+    ``(name, type)`` pairs, merged (:func:`merge_entities`). A function of the text alone for
+    fixed settings, so a chunk whose text did not change need not be extracted again."""
+    return merge_entities(extract_identifiers(text) + ner_pairs(ner) + list(llm), aliases=aliases, limit=limit)
+
+
+def contribution_from(
+    chunk_ids: Sequence[str], per_chunk: Sequence[Sequence[Entity]]
+) -> tuple[dict[str, tuple[str, str, list[str]]], Counter[tuple[str, str]]]:
+    """One doc's entities (key -> name, type, chunk ids) and co-occurrence edges, from each
+    chunk's entities (:func:`chunk_entities`)."""
+    entities: dict[str, tuple[str, str, list[str]]] = {}
+    for cid, ents in zip(chunk_ids, per_chunk, strict=True):
+        for e in ents:
+            name, typ, ids = entities.get(e.key, (e.name, e.type, []))
+            ids.append(cid)
+            entities[e.key] = (name, typ, ids)
+    return entities, cooccurrence([[e.key for e in ents] for ents in per_chunk])
+
+
 def contribution_parts(
     chunk_ids: Sequence[str],
     texts: Sequence[str],
@@ -213,7 +242,7 @@ def contribution_parts(
     aliases: Mapping[str, str] | None = None,
     limit: int = 40,
 ) -> tuple[dict[str, tuple[str, str, list[str]]], Counter[tuple[str, str]]]:
-    """One doc's entities (key -> name, type, chunk ids) and co-occurrence edges.
+    """One doc's entities and edges from its chunks' texts and NER / LLM pairs.
 
     Args:
         chunk_ids: the doc's chunk ids, in order.
@@ -223,17 +252,24 @@ def contribution_parts(
         aliases: normalized name -> canonical name.
         limit: most entities per chunk.
     """
-    entities: dict[str, tuple[str, str, list[str]]] = {}
-    per_chunk: list[list[str]] = []
-    for cid, text, named, llm_found in zip(chunk_ids, texts, ner, llm, strict=True):
-        found = extract_identifiers(text) + ner_pairs(named) + list(llm_found)
-        ents = merge_entities(found, aliases=aliases, limit=limit)
-        per_chunk.append([e.key for e in ents])
-        for e in ents:
-            name, typ, ids = entities.get(e.key, (e.name, e.type, []))
-            ids.append(cid)
-            entities[e.key] = (name, typ, ids)
-    return entities, cooccurrence(per_chunk)
+    per_chunk = [
+        chunk_entities(text, named, found, aliases=aliases, limit=limit)
+        for text, named, found in zip(texts, ner, llm, strict=True)
+    ]
+    return contribution_from(chunk_ids, per_chunk)
+
+
+def fingerprints(entities: Mapping[str, tuple[str, str, Sequence[str]]], texts: Mapping[str, str]) -> dict[str, str]:
+    """Each entity's digest of the texts of the chunks that name it (``texts``: chunk id -> text).
+
+    Where the digest is unchanged by an edit, what the graph knows of the entity is unchanged
+    (the same passages name it), whatever the chunk ids: its communities need no new summary.
+    """
+    own = {cid: hashlib.blake2b(t.encode(), digest_size=8).hexdigest() for cid, t in texts.items()}
+    return {
+        key: hashlib.blake2b("".join(sorted(own.get(c, c) for c in ids)).encode(), digest_size=8).hexdigest()
+        for key, (_, _, ids) in entities.items()
+    }
 
 
 def cap_contribution(

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,7 +18,7 @@ import structlog
 from graph.communities import assign_ids, detect
 from graph.compute import Offload, in_thread
 from graph.config import GraphConfig
-from graph.extraction import cap_contribution, contribution_parts
+from graph.extraction import Entity, cap_contribution, chunk_entities, contribution_from, fingerprints
 from graph.llm import EXTRACT_SYSTEM, SUMMARY_SYSTEM, LlmFailed, complete, parse_entities, summary_prompt
 from graph.ner import SpacyNer
 from graph.store import ApplyOutcome, Contribution, GraphStore, LeaseLost
@@ -62,6 +64,10 @@ class SummaryResult:
     tokens: int = 0
 
 
+def _digest(text: str) -> str:
+    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+
+
 class GraphService:
     """Keeps the entity graph, communities and summaries in step with the documents."""
 
@@ -92,11 +98,16 @@ class GraphService:
         self.stop = asyncio.Event()
         self.summaries_written = 0
         self.llm_tokens = 0
+        # Chunk text digest -> its entities: an edit's unchanged chunks are not extracted again
+        # (no NER, no LLM call). Bounded, least recently used first out; empty after a restart.
+        self._extracted: OrderedDict[str, list[Entity]] = OrderedDict()
+        self.chunks_extracted = 0
 
     # -- extraction and change ---------------------------------------------------------
 
-    async def _llm_entities(self, texts: Sequence[str]) -> list[list[tuple[str, str]]]:
-        out: list[list[tuple[str, str]]] = []
+    async def _llm_entities(self, texts: Sequence[str]) -> list[list[tuple[str, str]] | None]:
+        """The LLM's entities of each text; None where the call was skipped (not to be cached)."""
+        out: list[list[tuple[str, str]] | None] = []
         for text in texts:
             try:
                 res = await complete(
@@ -117,7 +128,7 @@ class GraphService:
                     "graph.llm_extraction_skipped", chunks=len(texts) - len(out), error=f"{type(exc).__name__}: {exc}"
                 )
                 LLM_EXTRACTION_SKIPPED.inc(len(texts) - len(out))
-                return out + [[] for _ in range(len(texts) - len(out))]
+                return out + [None for _ in range(len(texts) - len(out))]
             self.llm_tokens += res.prompt_tokens + res.completion_tokens
             LLM_TOKENS.labels("extraction").inc(res.prompt_tokens + res.completion_tokens)
             try:
@@ -139,52 +150,76 @@ class GraphService:
         return await self.extract_chunks([[(c.chunk_id, c.text) for c in chunks] for chunks in docs])
 
     async def extract_chunks(self, docs: Sequence[Sequence[tuple[str, str]]]) -> list[Contribution]:
-        """``extract_many`` over ``(chunk_id, text)`` pairs per doc."""
-        texts = [text for chunks in docs for _, text in chunks]
+        """``extract_many`` over ``(chunk_id, text)`` pairs per doc; only texts not seen lately
+        are extracted (NER, LLM), each distinct one once."""
+        digests = [_digest(text) for chunks in docs for _, text in chunks]
+        known: dict[str, list[Entity]] = {}
+        todo: dict[str, str] = {}
+        for digest, text in zip(digests, (text for chunks in docs for _, text in chunks), strict=True):
+            if digest in self._extracted:
+                self._extracted.move_to_end(digest)
+                known[digest] = self._extracted[digest]
+            else:
+                todo.setdefault(digest, text)
+        texts = list(todo.values())
         ner = await self._ner.entities(texts) if self._ner is not None else [[] for _ in texts]
-        llm = (
+        llm: list[list[tuple[str, str]] | None] = (
             await self._llm_entities(texts) if self._cfg.llm_extraction and self._cfg.llm_model else [[] for _ in texts]
         )
+        self.chunks_extracted += len(texts)
+        fresh = {d: (t, n, x) for d, t, n, x in zip(todo, texts, ner, llm, strict=True)}
         # Identifier patterns and merging are pure Python at ~1 ms per chunk: run on the event
         # loop, a 756-chunk document stalled every query for 0.7 s (the largest allowed would
         # stall it ~9 s, near aiokafka's default 10 s session timeout, as heartbeats run on the
         # loop too). In a thread the loop keeps its turns.
-        return await asyncio.to_thread(self._contributions, docs, texts, ner, llm)
+        out, found = await asyncio.to_thread(self._contributions, docs, digests, known, fresh)
+        for digest, ents in found.items():
+            if fresh[digest][2] is not None:  # not when the LLM was skipped: that is not what this text gives
+                self._remember(digest, ents)
+        return out
 
     def _contributions(
         self,
         docs: Sequence[Sequence[tuple[str, str]]],
-        texts: Sequence[str],
-        ner: Sequence[Sequence[tuple[str, str]]],
-        llm: Sequence[Sequence[tuple[str, str]]],
-    ) -> list[Contribution]:
+        digests: Sequence[str],
+        known: Mapping[str, list[Entity]],
+        fresh: Mapping[str, tuple[str, Sequence[tuple[str, str]], list[tuple[str, str]] | None]],
+    ) -> tuple[list[Contribution], dict[str, list[Entity]]]:
+        """Each doc's contribution, and the entities of each freshly extracted text (pure)."""
+        found = {
+            digest: chunk_entities(
+                text, named, llm_found or [], aliases=self._cfg.aliases, limit=self._cfg.max_entities_per_chunk
+            )
+            for digest, (text, named, llm_found) in fresh.items()
+        }
         out: list[Contribution] = []
         offset = 0
         for chunks in docs:
-            span = slice(offset, offset + len(chunks))
+            mine = digests[offset : offset + len(chunks)]
             offset += len(chunks)
-            found, pairs = contribution_parts(
-                [cid for cid, _ in chunks],
-                texts[span],
-                ner[span],
-                llm[span],
-                aliases=self._cfg.aliases,
-                limit=self._cfg.max_entities_per_chunk,
+            per_chunk = [found[d] if d in found else known[d] for d in mine]
+            entities, pairs = contribution_from([cid for cid, _ in chunks], per_chunk)
+            kept, edges = cap_contribution(
+                entities, pairs, max_entities=self._cfg.max_entities_per_doc, max_edges=self._cfg.max_edges_per_doc
             )
-            entities, edges = cap_contribution(
-                found, pairs, max_entities=self._cfg.max_entities_per_doc, max_edges=self._cfg.max_edges_per_doc
-            )
-            if len(entities) < len(found) or len(edges) < len(pairs):
+            if len(kept) < len(entities) or len(edges) < len(pairs):
                 log.warning(
                     "graph.contribution_capped",
                     chunks=len(chunks),
-                    entities=len(found),
-                    entities_kept=len(entities),
+                    entities=len(entities),
+                    entities_kept=len(kept),
                     edges=len(pairs),
                     edges_kept=len(edges),
                 )
-            out.append(Contribution(entities=entities, edges=dict(edges)))
-        return out
+            prints = fingerprints(kept, dict(chunks))
+            out.append(Contribution(entities=kept, edges=dict(edges), fingerprints=prints))
+        return out, found
+
+    def _remember(self, digest: str, entities: list[Entity]) -> None:
+        self._extracted[digest] = entities
+        self._extracted.move_to_end(digest)
+        while len(self._extracted) > self._cfg.extraction_cache_chunks:
+            self._extracted.popitem(last=False)
 
     async def extract(self, chunks: Sequence[ChunkRecord]) -> Contribution:
         """One doc's contribution (see ``extract_many``)."""

@@ -16,7 +16,7 @@ import asyncio
 import json
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import redis.asyncio as aredis
@@ -60,6 +60,9 @@ class Contribution:
 
     entities: dict[str, tuple[str, str, list[str]]]  # key -> (name, type, chunk ids)
     edges: dict[tuple[str, str], int]
+    # key -> digest of the texts naming it (graph.extraction.fingerprints): an entity whose digest,
+    # presence and edges an edit leaves alone is not touched by it (its communities stay fresh).
+    fingerprints: dict[str, str] = field(default_factory=dict)
 
     def size(self) -> int:
         """Entities, their chunk ids and edges: what encoding it costs (an entity of a 9,400-chunk
@@ -71,7 +74,10 @@ class Contribution:
         return json.dumps(
             {
                 "v": str(version) if version is not None else None,
-                "e": {k: [n, t, sorted(c)] for k, (n, t, c) in sorted(self.entities.items())},
+                "e": {
+                    k: [n, t, sorted(c), *([self.fingerprints[k]] if k in self.fingerprints else [])]
+                    for k, (n, t, c) in sorted(self.entities.items())
+                },
                 "x": [[a, b, w] for (a, b), w in sorted(self.edges.items())],
             },
             separators=(",", ":"),

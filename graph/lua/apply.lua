@@ -1,6 +1,8 @@
 -- Replace one document's contribution to the entity graph (KEYS[1]; ARGV: prefix, doc id, new JSON
 -- or '' to delete, version or '', now, refresh '1'/'0'): subtract the old, add the new, and mark stale
--- every community of every touched entity. Returns {applied, touched entity keys, marked community ids}.
+-- every community of every touched entity: one the doc gains or loses, whose passages (its
+-- fingerprint, the 4th field; none stored = changed) or edges changed. An edit of text that names
+-- no entity touches none. Returns {applied, touched entity keys, marked community ids}.
 local P, doc, newj, ver, now, refresh = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]), ARGV[6]
 local function vgt(a, b)
   if #a ~= #b then return #a > #b end
@@ -28,7 +30,8 @@ local new = nil
 if newj ~= '' then new = cjson.decode(newj) end
 if old then
   for key, info in pairs(old.e) do
-    touched[key] = true
+    local ni = new and new.e[key]
+    if not ni or not info[4] or ni[4] ~= info[4] then touched[key] = true end
     inold[key] = true
     redis.call('SREM', P .. ':ent_docs:' .. key, doc)
     members('SREM', P .. ':ent_chunks:' .. key, info[3])
@@ -56,7 +59,7 @@ if old then
 end
 if new then
   for key, info in pairs(new.e) do
-    touched[key] = true
+    if not (old and old.e[key]) then touched[key] = true end
     innew[key] = true
     redis.call('HSETNX', P .. ':nodes', key, cjson.encode({info[1], info[2]}))
     redis.call('SADD', P .. ':ent_docs:' .. key, doc)
@@ -77,8 +80,13 @@ local drift = 0
 for key, _ in pairs(touched) do
   if (inold[key] or false) ~= (innew[key] or false) then drift = drift + 1 end
 end
-for _, d in pairs(delta) do
-  if d ~= 0 then drift = drift + 1 end
+for f, d in pairs(delta) do
+  if d ~= 0 then
+    drift = drift + 1
+    local sep = string.find(f, '\31', 1, true)
+    touched[string.sub(f, 1, sep - 1)] = true
+    touched[string.sub(f, sep + 1)] = true
+  end
 end
 if drift > 0 then redis.call('INCRBY', P .. ':drift', drift) end
 local marked, keys = {}, {}

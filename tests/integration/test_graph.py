@@ -307,7 +307,7 @@ async def test_a_large_documents_chunking_extraction_and_write_run_off_the_event
     import memory.index.codec
     import memory.ingest
 
-    names = ("spans_for", "contribution_parts", "_record_mapping", "_parse_graph", "to_json")
+    names = ("spans_for", "contribution_from", "_record_mapping", "_parse_graph", "to_json")
     threads: dict[str, set[int]] = {name: set() for name in names}
 
     def spy(name: str, fn: Any) -> Any:
@@ -318,8 +318,8 @@ async def test_a_large_documents_chunking_extraction_and_write_run_off_the_event
         return wrapped
 
     monkeypatch.setattr(memory.ingest, "spans_for", spy("spans_for", memory.ingest.spans_for))
-    parts = graph.service.contribution_parts
-    monkeypatch.setattr(graph.service, "contribution_parts", spy("contribution_parts", parts))
+    parts = graph.service.contribution_from
+    monkeypatch.setattr(graph.service, "contribution_from", spy("contribution_from", parts))
     mapping = memory.index.codec._record_mapping
     monkeypatch.setattr(memory.index.codec, "_record_mapping", spy("_record_mapping", mapping))
     monkeypatch.setattr(graph.store, "_parse_graph", spy("_parse_graph", graph.store._parse_graph))
@@ -534,3 +534,36 @@ async def test_refresh_replaces_only_the_same_version(redis_url: str) -> None:
         assert await store.entity_chunks(["err_a_1"]) == ["d_p0"]  # t's own, unrefreshed; d's gone
     finally:
         await client.aclose()
+
+
+FILLER = "the team read the notes again and agreed to keep the plan simple while the work goes on " * 4
+
+
+async def test_an_edit_re_extracts_and_marks_only_what_it_changed(stack: Stack) -> None:
+    """Only an edit's changed chunks are extracted again; text that names no entity marks no
+    community stale; a paragraph naming a new entity beside auth-service marks only the
+    communities it joins (auth-service's), not those of the doc's other entities."""
+    doc = "wiki/ops-overview.md"
+    billing = "When billing-service returns HTTP 504, check pgbouncer first. " + FILLER
+    search = "search-api returns HTTP 503 when es-node-3 drops out. " + FILLER
+    await stack.put(doc, "\n\n".join([billing, FILLER + "quietly.", search]))
+    await stack.graph.recompute(force=True)
+    while await stack.graph.work_once():
+        pass
+    assert (await stack.store.stale())[0] == 0
+    extracted = stack.graph.chunks_extracted
+
+    await stack.put(doc, "\n\n".join([billing, FILLER + "slowly.", search]))
+    assert stack.graph.chunks_extracted - extracted == 1
+    assert (await stack.store.stale())[0] == 0
+
+    auth = "Since v2 the auth-service also raises ERR_TOKEN_REVOKED_5 on logout. " + FILLER
+    new_keys = set((await stack.graph.extract_chunks([[("x_p0", auth)]]))[0].entities)
+    assert {"auth-service", "err_token_revoked_5"} <= new_keys
+    await stack.put(doc, "\n\n".join([billing, FILLER + "slowly.", auth, search]))
+    _, items = await stack.store.stale()
+    comms = await stack.store.communities()
+    joined = {c.id for c in comms if c.members & new_keys}
+    others = {c.id for c in comms if c.members & {"billing-service", "search-api"}}
+    assert joined and others and not joined & others
+    assert {i.community_id for i in items} == joined
