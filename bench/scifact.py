@@ -291,7 +291,7 @@ async def main_async(args: argparse.Namespace, redis_url: str) -> Result:
         wanted = needed + others[: max(0, args.limit_docs - len(needed))]
     subset = bool(args.limit_queries or args.limit_docs)
     emb_cfg = EmbeddingConfig()  # type: ignore[call-arg]
-    chunking = ChunkingConfig()
+    chunking = ChunkingConfig(strategy=args.chunking)
     retrieval_cfg = RetrievalConfig()
     result = Result(
         BENCH,
@@ -457,6 +457,9 @@ def main() -> None:
     parser.add_argument("--batch-docs", type=int, default=32, help="docs per Ingestor.apply batch")
     parser.add_argument("--rebuild", action="store_true", help="empty the embedding cache first")
     parser.add_argument("--seed", type=int, default=3)
+    parser.add_argument(
+        "--chunking", choices=["stable", "windows"], default="stable", help="chunking.strategy (default: the daemon's)"
+    )
     add_common_args(parser)
     args = parser.parse_args()
     if not (args.data / "corpus.jsonl").exists():
