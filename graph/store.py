@@ -27,6 +27,7 @@ from graph import scripts
 from graph.communities import Community
 from graph.leases import LeaseLost, Leases
 from graph.stale_queue import StaleItem, StaleQueue
+from memory import keys
 from memory.index import translate_errors
 from memory.records import DEFAULT_TENANT
 
@@ -100,7 +101,7 @@ class GraphStore:
         self._r = client
         self.tenant = tenant
         # One hash tag per (index, tenant): a tenant's graph never shares a key with another's.
-        self.prefix = "{" + f"{name}:{tenant}" + "}:g"
+        self.prefix = keys.graph_prefix(name, tenant)
         self._apply = client.register_script(scripts.APPLY)
         self._commit = client.register_script(scripts.COMMIT_SUMMARY)
         self._stale = StaleQueue(client=client, prefix=self.prefix)

@@ -16,6 +16,17 @@ Under an index name ``<name>`` (it holds no ``:``)::
     <name>:<kind>:<topic>:<partition>:<offset>:<stamp>
                                     a record's attempts / dead-letter mark       attempt_key
     <name>:tenants                  set: every tenant a daemon has seen          tenants_key
+    {<name>:<tenant>}:g:            root of one tenant's entity graph (one hash
+                                    slot: its Lua scripts touch many keys)       graph_prefix
+        nodes, edges, comms, ent_comm   hashes: entities, co-occurrence weights,
+                                    communities, entity -> its communities
+        contrib:<doc_id>            a doc's contribution (JSON, versioned)
+        ent_docs:<key>, ent_chunks:<key>  sets: the docs and chunks naming an entity
+        stale, stale_q, stale_first, stale_docs:<cid>, gen, fence
+                                    the stale-summary queue and its fencing (graph.stale_queue)
+        summary:<cid>, summary_token, summary_failures, failures, claim:<cid>, lock:<name>
+                                    summaries, their claims and leases (graph.leases)
+        drift, last_recompute, pending_drop, events  recompute bookkeeping
 
 Tenants never share a key: the tenant (no ``:`` allowed) leads every per-doc key. Dropping
 a generation is deleting its search index and every key under its root.
@@ -122,3 +133,9 @@ def attempt_key(name: str, kind: str, topic: str, partition: int, offset: int, s
 def tenants_key(name: str) -> str:
     """The set of every tenant a daemon has seen (what graph work iterates over)."""
     return f"{name}:tenants"
+
+
+def graph_prefix(name: str, tenant: str) -> str:
+    """The root of one tenant's entity graph: ``{<name>:<tenant>}:g`` (its keys are ``<root>:<suffix>``;
+    the braces keep a tenant's graph in one cluster hash slot, as its Lua scripts need)."""
+    return "{" + f"{name}:{tenant}" + "}:g"

@@ -22,6 +22,7 @@ from graph.ner import SpacyNer
 from graph.search import ScopedSearch
 from graph.service import GraphService
 from graph.store import Contribution, GraphStore
+from memory import keys
 from memory.config import ChunkingConfig, IndexConfig, IngestConfig, RetrievalConfig
 from memory.errors import BackendUnavailable
 from memory.index import ChunkIndex
@@ -106,7 +107,7 @@ async def make_stack(redis_url: str, embedder: Any, ner: SpacyNer, name: str, **
     client = aredis.from_url(redis_url)
     index = ChunkIndex(client=client, cfg=IndexConfig(name=name), dims=embedder.dims)
     await index.drop()
-    async for key in client.scan_iter(match="{" + name + "}:g:*"):
+    async for key in client.scan_iter(match=keys.graph_prefix(name, "default") + ":*"):
         await client.delete(key)
     await index.ensure()
     cfg = GraphConfig(summarizer_rate_per_min=60_000, **graph_cfg)
