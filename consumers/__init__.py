@@ -6,8 +6,9 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from consumers.client import MemoryClient, QueryFailed
+    from consumers.client import MemoryClient
     from consumers.config import ConsumerConfig, Topics
+    from consumers.errors import QueryFailed, WriteRejected
     from consumers.models import (
         DlqRecord,
         DocumentEvent,
@@ -31,7 +32,8 @@ _HOMES: dict[str, str] = {
     "ForgetEvent": "consumers.models",
     "HybridParams": "consumers.models",
     "MemoryClient": "consumers.client",
-    "QueryFailed": "consumers.client",
+    "QueryFailed": "consumers.errors",
+    "WriteRejected": "consumers.errors",
     "QueryReply": "consumers.models",
     "QueryRequest": "consumers.models",
     "ResultItem": "consumers.models",
@@ -64,5 +66,6 @@ __all__ = [
     "ResultItem",
     "Topics",
     "TranscriptEvent",
+    "WriteRejected",
     "build_router",
 ]

@@ -24,6 +24,7 @@ from aiokafka.errors import KafkaError, MessageSizeTooLargeError
 
 from consumers.config import Topics, event_record_bytes
 from consumers.decoding import parse_event, tenant_from_topic
+from consumers.errors import QueryFailed, WriteRejected
 from consumers.models import (
     DocumentEvent,
     ErrorReply,
@@ -36,7 +37,7 @@ from consumers.models import (
 )
 from consumers.replies import REPLY_PARTITION_HEADER
 from memory.config import DEFAULT_MAX_CONTENT_BYTES
-from memory.errors import BackendUnavailable, InvalidEvent, InvalidRequest, MemdError, NotFound
+from memory.errors import BackendUnavailable, InvalidEvent, InvalidRequest, NotFound
 
 log = structlog.get_logger()
 
@@ -44,24 +45,6 @@ log = structlog.get_logger()
 def _iso(t: datetime) -> str:
     """ISO 8601 for the wire; a naive time is UTC, as the daemon reads it."""
     return (t if t.tzinfo is not None else t.replace(tzinfo=UTC)).isoformat()
-
-
-class QueryFailed(MemdError):
-    """The daemon answered with an error reply; ``code`` is the reply's error code."""
-
-    def __init__(self, reply: ErrorReply) -> None:
-        super().__init__(f"{reply.error.code}: {reply.error.message}")
-        self.reply = reply
-        self.error_code = reply.error.code
-
-
-class WriteRejected(MemdError):
-    """The daemon dead-lettered a write the caller waited for; ``ack`` says why."""
-
-    def __init__(self, ack: WriteAck) -> None:
-        super().__init__(f"{ack.error_code or 'rejected'}: {ack.reason or 'dead-lettered'}")
-        self.ack = ack
-        self.error_code = ack.error_code or "rejected"
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,8 +28,7 @@ from consumers.models import (
 )
 from graph.search import ScopedSearch
 from memory.conversation import parse_turn
-from memory.embedder import EmbedderError
-from memory.errors import InvalidRequest, MemdError, NotFound
+from memory.errors import EmbedderError, InvalidRequest, MemdError, NotFound
 from memory.index import IndexError_, QuerySyntaxError
 from memory.records import DEFAULT_TENANT, StoredChunk
 from memory.retrieval import Lookup, SearchHit, SearchOutcome, SearchSpec

@@ -23,6 +23,7 @@ from aiokafka.errors import KafkaError, UnknownTopicOrPartitionError
 from aiokafka.protocol.metadata import MetadataRequest
 
 from consumers.decoding import valid_topic
+from consumers.errors import UnknownReplyTopic
 from memory.errors import BackendUnavailable, InvalidRequest
 
 REPLY_PARTITION_HEADER = "reply_partition"
@@ -43,11 +44,6 @@ def parse_reply_partition(headers: list[tuple[str, bytes]] | None) -> int | None
     if not (text.isascii() and text.isdigit() and len(text) <= _MAX_DIGITS):
         raise InvalidRequest(f"{REPLY_PARTITION_HEADER} header {text[:40]!r} is not a partition number")
     return int(text)
-
-
-class UnknownReplyTopic(InvalidRequest):
-    """reply_to names no topic that exists, no valid topic name, or a topic replies may not go
-    to: the error reply goes to the default reply topic."""
 
 
 def default_reply_topic(replies: str, tenancy: str, tenant: str | None) -> str:

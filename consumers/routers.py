@@ -21,12 +21,12 @@ from faststream.kafka import KafkaRouter
 
 from consumers.config import ConsumerConfig, Topics
 from consumers.decoding import tenant_from_topic
+from consumers.errors import UnknownReplyTopic
 from consumers.ingestion import Ingestion
 from consumers.models import ErrorBody, ErrorReply, GetReply, ListReply, QueryReply
 from consumers.queries import answer, fit_get_reply, fit_list_reply, fit_reply, guess_query_id, scope_of
 from consumers.replies import (
     PartitionCounts,
-    UnknownReplyTopic,
     default_reply_topic,
     reply_route,
 )

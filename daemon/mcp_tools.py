@@ -16,7 +16,8 @@ from typing import Any, Literal, TypeVar
 import structlog
 from pydantic import BaseModel, Field, SecretStr
 
-from consumers.client import MemoryClient, QueryFailed, WriteRejected
+from consumers.client import MemoryClient
+from consumers.errors import QueryFailed, WriteRejected
 from consumers.models import GetItem, ResultItem, WriteAck
 from memory.errors import MemdError
 

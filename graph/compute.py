@@ -27,7 +27,7 @@ from typing import Any, Protocol, TypeVar
 import structlog
 
 from graph import communities
-from memory.errors import BackendUnavailable
+from graph.errors import ComputeCrashed
 
 log = structlog.get_logger()
 
@@ -65,10 +65,6 @@ def _exit_when_orphaned(parent: int) -> None:
 def _processes(pool: ProcessPoolExecutor | None) -> list[Any]:
     """A pool's worker processes: the executor keeps them private, with no public accessor."""
     return list((getattr(pool, "_processes", None) or {}).values())
-
-
-class ComputeCrashed(BackendUnavailable):
-    """The compute process died mid-task (killed, out of memory); a new one serves the next."""
 
 
 class CommunityComputer:

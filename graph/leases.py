@@ -19,14 +19,7 @@ import uuid
 import redis.asyncio as aredis
 
 from graph import scripts
-from memory.errors import MemdError
 from memory.index import translate_errors
-
-
-class LeaseLost(MemdError):
-    """A singleton lease (the recompute's) expired or changed hands before its work was stored."""
-
-    code = "lease_lost"
 
 
 class Leases:

@@ -13,7 +13,8 @@ from typing import Any
 
 import structlog
 
-from memory.errors import BackendUnavailable, MemdError
+from graph.errors import LlmFailed
+from memory.errors import BackendUnavailable
 
 log = structlog.get_logger()
 
@@ -29,13 +30,6 @@ EXTRACT_SYSTEM = (
     '[{"name": "...", "type": "service|error_code|http_status|exception|config_key|host|'
     'file_path|function|sql_table|org|product|person|concept"}]}'
 )
-
-
-class LlmFailed(MemdError):
-    """The model call failed or returned something unusable."""
-
-    code = "llm_failed"
-    retryable = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,7 @@ from typing import Any
 
 import structlog
 
-from memory.errors import MemdError
+from graph.errors import NerUnavailable
 
 log = structlog.get_logger()
 
@@ -22,12 +22,6 @@ NER_MAX_CHARS = 100_000
 
 #: Chunk texts per request to the NER thread (~1 s of 250-token chunks on one core).
 NER_REQUEST_MAX = 64
-
-
-class NerUnavailable(MemdError):
-    """The configured spaCy pipeline is not installed."""
-
-    code = "ner_unavailable"
 
 
 def ner_pipes(pipes: Sequence[str], listeners: Mapping[str, Sequence[str]]) -> list[str]:

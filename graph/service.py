@@ -18,10 +18,11 @@ import structlog
 from graph.communities import assign_ids, detect
 from graph.compute import Offload, in_thread
 from graph.config import GraphConfig
+from graph.errors import LeaseLost, LlmFailed
 from graph.extraction import Entity, cap_contribution, chunk_entities, contribution_from, fingerprints
-from graph.llm import EXTRACT_SYSTEM, SUMMARY_SYSTEM, LlmFailed, complete, parse_entities, summary_prompt
+from graph.llm import EXTRACT_SYSTEM, SUMMARY_SYSTEM, complete, parse_entities, summary_prompt
 from graph.ner import SpacyNer
-from graph.store import ApplyOutcome, Contribution, GraphStore, LeaseLost
+from graph.store import ApplyOutcome, Contribution, GraphStore
 from graph.summaries import extractive_summary
 from memory.activity import IngestActivity
 from memory.chunking import chunk_position

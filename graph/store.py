@@ -25,7 +25,8 @@ import structlog
 
 from graph import scripts
 from graph.communities import Community
-from graph.leases import LeaseLost, Leases
+from graph.errors import LeaseLost
+from graph.leases import Leases
 from graph.stale_queue import StaleItem, StaleQueue
 from memory import keys
 from memory.index import translate_errors

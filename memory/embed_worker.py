@@ -29,7 +29,13 @@ import structlog
 from memory.config import EmbeddingConfig
 from memory.embed_child import CHANNELS, CRASH_MARKER_ENV, serve
 from memory.embed_model import length_batches, load_tokenizer, native_bf16, use_bf16
-from memory.errors import BackendUnavailable, MemdError
+from memory.errors import (  # the embedder's errors live with the others; importable from here too
+    EmbedderError,
+    EmbedderUnavailable,
+    InputCrashesWorker,
+    QueryRefused,
+    WorkerCrashed,
+)
 
 # The worker's names that callers have always imported from here.
 __all__ = [
@@ -75,44 +81,8 @@ DOCS_DEADLINE_PER_TEXT_S = 2.0
 WATCHDOG_GRACE_S = 5.0
 
 
-class EmbedderError(MemdError):
-    """The embedding model could not be loaded or failed on an input."""
-
-    code = "embedding_failed"
-
-
-class EmbedderUnavailable(BackendUnavailable):
-    """The worker is gone or cannot be started: an outage, retried (never a dead letter)."""
-
-
-class WorkerCrashed(EmbedderUnavailable):
-    """The worker process died while it was encoding a request: retried like any outage.
-
-    ``attributable`` says whether the input may be the cause: the worker died of a crash
-    signal (SIGSEGV, SIGABRT, ...; not SIGKILL, which is the OOM killer or an operator) and
-    this request was the only one in flight. Ingestion counts only those against an input.
-    """
-
-    def __init__(self, message: str, *, attributable: bool = False, signalled: bool = False) -> None:
-        super().__init__(message)
-        self.attributable = attributable
-        #: Died of a crash signal: the input may be the cause (if it was alone in there).
-        self.signalled = signalled
-
-
 # How native code dies; SIGKILL (the OOM killer, kill -9) and SIGTERM say nothing of the input.
 CRASH_SIGNALS = frozenset({signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS, signal.SIGILL, signal.SIGFPE})
-
-
-class InputCrashesWorker(EmbedderError):
-    """The worker died every time it was given this input: a verdict on the input."""
-
-
-class QueryRefused(EmbedderError):
-    """A query text known to crash the worker: refused without reaching it. Asking again
-    would be refused again, so the asker is told to change the text, not to retry."""
-
-    code = "invalid_request"
 
 
 class EmbeddingWorker:

@@ -28,24 +28,10 @@ import redis.exceptions as rexc
 from pydantic import BaseModel, ConfigDict
 
 from memory.config import ChunkingConfig, IndexConfig
-from memory.errors import BackendUnavailable, MemdError
+from memory.errors import ReindexConflict
 from memory.keys import generation_of, physical_name, registry_key
 from memory.schema import as_str, index_schema
 from memory.text import ANALYZER_VERSION
-
-
-class IndexMismatch(BackendUnavailable):
-    """The active index generation was built with other settings than this process has."""
-
-
-class ReindexConflict(MemdError):
-    """Another reindex holds the build slot, or the build in progress is not ours."""
-
-    code = "conflict"
-
-
-class ReindexWouldLose(ReindexConflict):
-    """The new generation failed docs that the live one serves: switching would lose them."""
 
 
 class IndexSpec(BaseModel):

@@ -25,8 +25,8 @@ from memory.conversation import (
     vector_text,
     window,
 )
-from memory.embedder import Embedder, InputCrashesWorker, WorkerCrashed
-from memory.errors import BackendUnavailable, InvalidEvent, MemdError, Unauthorized
+from memory.embedder import Embedder
+from memory.errors import BackendUnavailable, InputCrashesWorker, InvalidEvent, MemdError, Unauthorized, WorkerCrashed
 from memory.index import Analysis, ChunkIndex, TurnEntry, analyze_records, vector_key
 from memory.records import ApplyResult, ChunkRecord, MemoryItem
 

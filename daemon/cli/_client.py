@@ -8,7 +8,8 @@ from typing import Any, TypeVar
 
 import typer
 
-from consumers.client import MemoryClient, QueryFailed
+from consumers.client import MemoryClient
+from consumers.errors import QueryFailed
 from daemon.cli._app import _fail, _settings
 from daemon.connections import kafka_options
 from daemon.settings import Settings

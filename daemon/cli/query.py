@@ -11,7 +11,8 @@ from rich.console import Group
 from rich.padding import Padding
 from rich.text import Text
 
-from consumers.client import MemoryClient, QueryFailed
+from consumers.client import MemoryClient
+from consumers.errors import QueryFailed
 from consumers.models import QueryReply
 from daemon.cli._app import _settings, app, out
 from daemon.cli._client import _pairs, _tenant_target, _with_client

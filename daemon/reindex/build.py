@@ -20,8 +20,8 @@ from daemon.reindex.summaries import _sync_communities
 from daemon.settings import Settings
 from daemon.teardown import bounded, cancelled
 from memory.embedder import SentenceTransformerEmbedder
-from memory.errors import BackendUnavailable, NotFound
-from memory.generations import GenerationRegistry, ReindexConflict, ReindexWouldLose, index_spec
+from memory.errors import BackendUnavailable, NotFound, ReindexConflict, ReindexWouldLose
+from memory.generations import GenerationRegistry, index_spec
 from memory.index import ChunkIndex, DocState, translate_errors
 from memory.ingest import Ingestor
 

@@ -7,8 +7,8 @@ from typing import Any
 import structlog
 
 from daemon.settings import Settings
-from memory.errors import NotFound
-from memory.generations import GenerationRegistry, ReindexConflict, ReindexWouldLose
+from memory.errors import NotFound, ReindexConflict, ReindexWouldLose
+from memory.generations import GenerationRegistry
 from memory.index import ChunkIndex, translate_errors
 from memory.schema import generation_of, info_index_name, key_root
 

@@ -7,7 +7,8 @@ import numpy as np
 import structlog
 
 from daemon.reindex.completeness import _summaries
-from memory.embedder import EmbedderError, SentenceTransformerEmbedder, WorkerCrashed
+from memory.embedder import SentenceTransformerEmbedder
+from memory.errors import EmbedderError, WorkerCrashed
 from memory.index import ChunkIndex, DocState
 from memory.records import ChunkRecord
 

@@ -18,8 +18,8 @@ from redisvl.schema import IndexSchema
 
 from memory import keys
 from memory.config import ChunkingConfig, IndexConfig
-from memory.errors import NotFound
-from memory.generations import GenerationRegistry, GenerationState, IndexMismatch, IndexSpec, index_spec
+from memory.errors import IndexMismatch, NotFound
+from memory.generations import GenerationRegistry, GenerationState, IndexSpec, index_spec
 from memory.index.codec import _RETURN_FIELDS
 from memory.index.errors import IndexError_, _NoGeneration, translate_errors
 from memory.schema import compare_schema, index_schema, info_attributes, info_index_name

@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 import redis.asyncio as aredis
 
-from consumers.client import MemoryClient, WriteRejected
+from consumers.client import MemoryClient
+from consumers.errors import WriteRejected
 from consumers.models import DocumentEvent
 from daemon.app import Daemon
 from daemon.settings import Settings

@@ -24,7 +24,8 @@ from aiokafka.errors import KafkaError
 from structlog.testing import capture_logs
 
 import consumers.client
-from consumers.client import MemoryClient, QueryFailed
+from consumers.client import MemoryClient
+from consumers.errors import QueryFailed
 from daemon.app import Daemon
 from daemon.settings import Settings
 from memory.errors import BackendUnavailable, InvalidRequest

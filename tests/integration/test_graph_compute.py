@@ -12,7 +12,8 @@ import psutil
 import pytest
 
 from graph.communities import assign_ids, detect
-from graph.compute import CommunityComputer, ComputeCrashed
+from graph.compute import CommunityComputer
+from graph.errors import ComputeCrashed
 from tests.helpers import eventually, run_python
 
 pytestmark = pytest.mark.integration

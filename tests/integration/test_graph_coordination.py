@@ -18,9 +18,10 @@ from structlog.testing import capture_logs
 from graph import communities
 from graph.communities import Community
 from graph.config import GraphConfig
+from graph.errors import LeaseLost
 from graph.registry import GraphRegistry
 from graph.service import COMMUNITY_PREFIX, COMMUNITY_TOMBSTONE_S, GraphService
-from graph.store import Contribution, GraphStore, LeaseLost
+from graph.store import Contribution, GraphStore
 from memory.config import IndexConfig
 from memory.errors import BackendUnavailable
 from memory.index import ChunkIndex

@@ -21,7 +21,8 @@ from langgraph.runtime import Runtime
 from langgraph.store.base import BaseStore, Item, PutOp
 from langgraph.store.memory import InMemoryStore
 
-from consumers.client import MemoryClient, QueryFailed
+from consumers.client import MemoryClient
+from consumers.errors import QueryFailed
 from consumers.langchain_retriever import MemoryRetriever
 from consumers.langgraph_store import MemoryStore
 from consumers.threaded_client import ThreadedClient

@@ -16,7 +16,8 @@ from daemon.settings import Settings
 from graph.store import GraphStore
 from memory.config import ChunkingConfig
 from memory.embed_worker import CRASH_MARKER_ENV
-from memory.generations import GenerationRegistry, ReindexWouldLose
+from memory.errors import ReindexWouldLose
+from memory.generations import GenerationRegistry
 from memory.schema import physical_name
 from tests.conftest import unique
 from tests.helpers import (

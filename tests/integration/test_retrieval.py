@@ -12,10 +12,8 @@ from consumers.models import ForgetEvent, TranscriptEvent
 from daemon.doctor import _check_generation
 from daemon.settings import Settings
 from memory.config import ChunkingConfig, IndexConfig, IngestConfig, RetrievalConfig
-from memory.embedder import EmbedderError
-from memory.errors import BackendUnavailable, InvalidRequest, NotFound
+from memory.errors import BackendUnavailable, EmbedderError, InvalidRequest, NotFound, ReindexConflict
 from memory.filters import BASE_FILTER_KEYS
-from memory.generations import ReindexConflict
 from memory.index import ChunkIndex, IndexError_
 from memory.ingest import Ingestor
 from memory.keys import chunk_prefix

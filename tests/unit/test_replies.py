@@ -15,8 +15,7 @@ from consumers.replies import (
     parse_reply_partition,
     reply_partition,
 )
-from memory.embedder import EmbedderError, QueryRefused
-from memory.errors import BackendUnavailable, InvalidRequest, MemdError, NotFound
+from memory.errors import BackendUnavailable, EmbedderError, InvalidRequest, MemdError, NotFound, QueryRefused
 from memory.index import IndexError_, QuerySyntaxError
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from graph.llm import LlmFailed, parse_entities, summary_prompt
+from graph.errors import LlmFailed
+from graph.llm import parse_entities, summary_prompt
 from graph.summaries import extractive_summary, split_sentences
 
 TEXTS = [

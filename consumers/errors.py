@@ -1,0 +1,36 @@
+"""The contract side's errors, in the daemon's one tree (``memory.errors``)::
+
+MemdError
+├── QueryFailed        the daemon answered a request with an error reply (its code)
+├── WriteRejected      the daemon dead-lettered a write the caller waited for (its ack)
+└── InvalidRequest
+    └── UnknownReplyTopic  reply_to names no topic a reply may go to     invalid_request
+"""
+
+from __future__ import annotations
+
+from consumers.models import ErrorReply, WriteAck
+from memory.errors import InvalidRequest, MemdError
+
+
+class QueryFailed(MemdError):
+    """The daemon answered with an error reply; ``code`` is the reply's error code."""
+
+    def __init__(self, reply: ErrorReply) -> None:
+        super().__init__(f"{reply.error.code}: {reply.error.message}")
+        self.reply = reply
+        self.error_code = reply.error.code
+
+
+class WriteRejected(MemdError):
+    """The daemon dead-lettered a write the caller waited for; ``ack`` says why."""
+
+    def __init__(self, ack: WriteAck) -> None:
+        super().__init__(f"{ack.error_code or 'rejected'}: {ack.reason or 'dead-lettered'}")
+        self.ack = ack
+        self.error_code = ack.error_code or "rejected"
+
+
+class UnknownReplyTopic(InvalidRequest):
+    """reply_to names no topic that exists, no valid topic name, or a topic replies may not go
+    to: the error reply goes to the default reply topic."""
