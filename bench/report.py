@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
-ORDER = ["locomo", "acks", "ingest", "latency", "scifact", "identifiers", "scale", "stale_latency", "write_block"]
+ORDER = ["locomo", "acks", "edits", "ingest", "latency", "scifact", "identifiers", "scale", "stale_latency", "write_block"]
 SCRIPTS = {
     "locomo": "bench/locomo.py",
     "ingest": "bench/ingest.py",
