@@ -22,8 +22,20 @@ from pathlib import Path
 from typing import Any
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
-ORDER = ["locomo", "acks", "ingest", "latency", "scifact", "identifiers", "scale", "stale_latency", "write_block"]
+ORDER = [
+    "peers",
+    "locomo",
+    "acks",
+    "ingest",
+    "latency",
+    "scifact",
+    "identifiers",
+    "scale",
+    "stale_latency",
+    "write_block",
+]
 SCRIPTS = {
+    "peers": "bench/peers.py",
     "locomo": "bench/locomo.py",
     "ingest": "bench/ingest.py",
     "latency": "bench/latency.py",
