@@ -22,8 +22,21 @@ from pathlib import Path
 from typing import Any
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
-ORDER = ["locomo", "acks", "edits", "ingest", "latency", "scifact", "identifiers", "scale", "stale_latency", "write_block"]
+ORDER = [
+    "peers",
+    "locomo",
+    "acks",
+    "edits",
+    "ingest",
+    "latency",
+    "scifact",
+    "identifiers",
+    "scale",
+    "stale_latency",
+    "write_block",
+]
 SCRIPTS = {
+    "peers": "bench/peers.py",
     "locomo": "bench/locomo.py",
     "ingest": "bench/ingest.py",
     "latency": "bench/latency.py",
@@ -32,6 +45,8 @@ SCRIPTS = {
     "stale_latency": "bench/stale_latency.py",
     "identifiers": "bench/identifiers.py",
     "write_block": "bench/write_block.py",
+    "acks": "bench/acks.py",
+    "edits": "bench/edits.py",
 }
 README = Path(__file__).resolve().parent / "README.md"
 START, END = "<!-- bench:start -->", "<!-- bench:end -->"

@@ -108,6 +108,19 @@ def recall_at(ranked: list[str], rels: dict[str, int], k: int = 100) -> float:
     return len(relevant & set(ranked[:k])) / len(relevant) if relevant else 0.0
 
 
+def pick_docs(
+    corpus: dict[str, str], qrels: dict[str, dict[str, int]], qids: list[str], limit: int, seed: int
+) -> list[str]:
+    """Every doc id (``limit`` 0), or the docs judged for ``qids`` plus random others up to ``limit``."""
+    if not limit:
+        return list(corpus)
+    needed = list(dict.fromkeys(d for q in qids for d in qrels[q] if d in corpus))
+    needed_set = set(needed)
+    others = [d for d in corpus if d not in needed_set]
+    random.Random(seed).shuffle(others)
+    return needed + others[: max(0, limit - len(needed))]
+
+
 #: Legs a SearchSpec can weight besides dense and sparse (e.g. an exact-identifier leg, when the
 #: retriever has one): they are switched off (weight 0) except in the "daemon default" config.
 EXTRA_LEGS = sorted(
@@ -282,13 +295,7 @@ async def main_async(args: argparse.Namespace, redis_url: str) -> Result:
     qids = [q for q in queries if q in qrels]
     if args.limit_queries:
         qids = qids[: args.limit_queries]
-    wanted = list(corpus)
-    if args.limit_docs:
-        needed = list(dict.fromkeys(d for q in qids for d in qrels[q] if d in corpus))
-        needed_set = set(needed)
-        others = [d for d in corpus if d not in needed_set]
-        random.Random(args.seed).shuffle(others)
-        wanted = needed + others[: max(0, args.limit_docs - len(needed))]
+    wanted = pick_docs(corpus, qrels, qids, args.limit_docs, args.seed)
     subset = bool(args.limit_queries or args.limit_docs)
     emb_cfg = EmbeddingConfig()  # type: ignore[call-arg]
     chunking = ChunkingConfig(strategy=args.chunking)
