@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,10 +48,15 @@ class Analysis:
 
 
 @functools.lru_cache(maxsize=8192)
-def _analysis(text: str) -> Analysis:
+def _analyzed(text: str, terms: Callable[[str], str], idents: Callable[[str], list[str]]) -> Analysis:
     # Kept for the texts seen lately: an edit's unchanged chunks (a 200-chunk document's edit
-    # spent 0.17 s analyzing texts it had analyzed before). lru_cache is safe across threads.
-    return Analysis(index_terms(text), " ".join(identifiers(text)))
+    # spent 0.17 s analyzing texts it had analyzed before). lru_cache is safe across threads;
+    # the analyzers are part of the key, so another analysis never answers from this one's.
+    return Analysis(terms(text), " ".join(idents(text)))
+
+
+def _analysis(text: str) -> Analysis:
+    return _analyzed(text, index_terms, identifiers)
 
 
 def analyze(texts: Sequence[str]) -> list[Analysis]:

@@ -478,7 +478,8 @@ async def test_a_turn_is_not_held_behind_a_large_document(env) -> None:
     daemon, client = env
     t = client.topics
     words = "the pool retries while a cache warms and every worker drains its queue before noon".split()
-    content = " ".join(words[(i * 7) % len(words)] for i in range(60_000))  # ~270 chunks, ~12 s to embed
+    # ~270 chunks, ~12 s to embed; every window its own text (a repeated one is embedded once).
+    content = " ".join(words[(i * 7) % len(words)] + (f" n{i}" if i % 20 == 0 else "") for i in range(60_000))
     await client.send(t.documents, doc_event("large-manual", 1, content, "production", "docs"), key="large-manual")
     await asyncio.sleep(2)  # the daemon is into the document
     turn = {

@@ -170,9 +170,9 @@ async def test_embedding_worker_killed_under_ingestion_is_an_outage_not_a_dead_l
     settings = isolated_settings(name, kafka_bootstrap, redis_url, topic_partitions=1)
     # Its own workers: this test kills the model's process.
     async with daemon_and_client(settings, f"{name}.my-replies", own_workers=True) as (daemon, client):
-        body = " ".join(f"Sentence {i} of the walrus migration runbook, step {i} of many." for i in range(60))
-        for i in range(48):  # ~190 chunks: several seconds of embedding
-            await client.send(settings.topics.documents, doc(f"kill/{i}", f"{body} Doc {i}."), key=f"k{i}")
+        for i in range(48):  # ~190 chunks, each its own text (a repeated one is embedded once): seconds of work
+            body = " ".join(f"Sentence {s} of walrus migration runbook {i}, step {s} of many." for s in range(60))
+            await client.send(settings.topics.documents, doc(f"kill/{i}", body), key=f"k{i}")
         await asyncio.sleep(1.5)
         old_pid = daemon.embedder.worker_pid
         assert old_pid is not None
