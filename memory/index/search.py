@@ -1,18 +1,29 @@
-"""The search legs: BM25 over analyzed terms and HNSW KNN, both refused on a mismatched index."""
+"""The search legs: BM25 over analyzed terms and HNSW KNN, both refused on a mismatched index.
+
+Two forms of each leg: ``rank_text`` and ``rank_vector`` return ``LegHit``s (ids and the few
+fields fusion and the re-checks read), and ``hydrate`` reads the winners whole, what
+retrieval does; ``search_text`` and ``search_vector`` return every candidate whole.
+"""
 
 from __future__ import annotations
+
+import types
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from redis.commands.search.query import Query
 
 from memory.index.codec import _stored
 from memory.index.errors import translate_errors
+from memory.index.hits import LegHit, leg_fields, leg_hit, search_rows
 from memory.index.lifecycle import _Lifecycle
 from memory.records import StoredChunk
+from memory.visibility import WriteMarker
 
 
 class _Search(_Lifecycle):
-    """``search_text`` and ``search_vector``."""
+    """``rank_text``, ``rank_vector`` and ``hydrate``; ``search_text`` and ``search_vector``."""
 
     async def search_text(self, query: str, *, k: int) -> list[StoredChunk]:
         """A BM25 leg: ``query`` is a full, already-escaped RediSearch query over analyzed terms.
@@ -44,3 +55,82 @@ class _Search(_Lifecycle):
         async with translate_errors("vector search"):
             res = await self._ft().search(q, query_params=params)
         return [_stored(d, self._tag_keys) for d in res.docs]
+
+    async def _ranked(self, what: str, args: list[Any], tag_keys: Sequence[str]) -> list[LegHit]:
+        # FT.SEARCH sent and read as is: redis-py's Query and Result objects (and the decoding
+        # of every returned value) were most of a leg's client-side CPU.
+        async with translate_errors(what):
+            reply = await self._r.execute_command("FT.SEARCH", self._search_name(), *args)  # type: ignore[no-untyped-call]
+        return [leg_hit(key, values, tag_keys) for key, values in search_rows(reply)]
+
+    async def rank_text(
+        self, query: str, *, k: int, tag_keys: Sequence[str] = ("tenant",), idents: bool = False
+    ) -> list[LegHit]:
+        """``search_text``'s candidates in its order, as ``LegHit``s carrying ``tag_keys``
+        (and their identifiers, with ``idents``)."""
+        fields = leg_fields(tag_keys, idents=idents)
+        await self._refuse_mismatch()  # as search_text
+        args: list[Any] = [query, "VERBATIM", "SCORER", "BM25STD", "RETURN", len(fields), *fields]
+        return await self._ranked("text search", [*args, "LIMIT", 0, k, "DIALECT", 2], tag_keys)
+
+    async def rank_vector(
+        self, vector: np.ndarray, *, filter_query: str, k: int, tag_keys: Sequence[str] = ("tenant",)
+    ) -> list[LegHit]:
+        """``search_vector``'s candidates in its order, as ``LegHit``s carrying ``tag_keys``."""
+        base = filter_query if filter_query == "*" else f"({filter_query})"
+        fields = leg_fields(tag_keys)
+        await self._refuse_mismatch()  # as search_vector
+        vec = np.asarray(vector, dtype=np.float32).tobytes()
+        args: list[Any] = [
+            f"{base}=>[KNN {k} @vector $vec EF_RUNTIME $ef AS vector_distance]",
+            "RETURN",
+            len(fields),
+            *fields,
+            "SORTBY",
+            "vector_distance",
+            "ASC",
+            "LIMIT",
+            0,
+            k,
+            "DIALECT",
+            2,
+            "PARAMS",
+            4,
+            "vec",
+            vec,
+            "ef",
+            max(self._cfg.hnsw_ef_runtime, k),
+        ]
+        return await self._ranked("vector search", args, tag_keys)
+
+    async def hydrate(
+        self, hits: Sequence[LegHit], markers_of: Sequence[tuple[int, str, str]]
+    ) -> tuple[list[StoredChunk | None], dict[tuple[int, str, str], WriteMarker]]:
+        """Each hit's chunk whole, as ``search_text`` returns it (None where it is gone), and
+        then the write markers of ``markers_of`` (``(generation, tenant, doc_id)``), in one
+        round trip.
+
+        The markers are read after the chunks, as a search reads them after its legs
+        (``memory.visibility``): whatever a write did meanwhile, they decide what shows.
+        Never the ``vector``: it is not returned.
+        """
+        if not hits:
+            return [], {}
+        fields = list(self._fields)
+        async with translate_errors("chunk read"), self._r.pipeline(transaction=False) as pipe:
+            for h in hits:
+                pipe.hmget(h.key, fields)
+            if markers_of:
+                pipe.mget([self._marker_key(g, t, d) for g, t, d in markers_of])
+            replies = await pipe.execute()
+        chunks: list[StoredChunk | None] = [
+            _stored(types.SimpleNamespace(id=h.key, **dict(zip(fields, values, strict=True))), self._tag_keys)
+            if values[0] is not None
+            else None
+            for h, values in zip(hits, replies, strict=False)
+        ]
+        raw_markers = replies[len(hits)] if markers_of else []
+        markers = {
+            k: m for k, v in zip(markers_of, raw_markers, strict=True) if (m := WriteMarker.decode(v)) is not None
+        }
+        return chunks, markers
