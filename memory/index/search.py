@@ -7,7 +7,6 @@ retrieval does; ``search_text`` and ``search_vector`` return every candidate who
 
 from __future__ import annotations
 
-import types
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,14 +15,28 @@ from redis.commands.search.query import Query
 
 from memory.index.codec import _stored
 from memory.index.errors import translate_errors
-from memory.index.hits import LegHit, leg_fields, leg_hit, search_rows
+from memory.index.hits import LegHit, leg_fields, leg_hits, whole_chunks
 from memory.index.lifecycle import _Lifecycle
 from memory.records import StoredChunk
 from memory.visibility import WriteMarker
 
+# KEYS: the chunk hashes, then the write markers; ARGV: how many chunk hashes, then the fields.
+# One command for all the winners: pipelined, the 50 HMGETs of a top_k of 50 cost more to
+# pack in redis-py than the rest of the query's Redis calls together.
+_HYDRATE = """
+local n = tonumber(ARGV[1])
+local fields = {unpack(ARGV, 2)}
+local rows, markers = {}, {}
+for i = 1, n do rows[i] = redis.call('HMGET', KEYS[i], unpack(fields)) end
+for i = n + 1, #KEYS do markers[i - n] = redis.call('GET', KEYS[i]) end
+return {rows, markers}
+"""
+
 
 class _Search(_Lifecycle):
     """``rank_text``, ``rank_vector`` and ``hydrate``; ``search_text`` and ``search_vector``."""
+
+    _hydrate_script: Any = None
 
     async def search_text(self, query: str, *, k: int) -> list[StoredChunk]:
         """A BM25 leg: ``query`` is a full, already-escaped RediSearch query over analyzed terms.
@@ -61,7 +74,7 @@ class _Search(_Lifecycle):
         # of every returned value) were most of a leg's client-side CPU.
         async with translate_errors(what):
             reply = await self._r.execute_command("FT.SEARCH", self._search_name(), *args)  # type: ignore[no-untyped-call]
-        return [leg_hit(key, values, tag_keys) for key, values in search_rows(reply)]
+        return leg_hits(reply, tag_keys)
 
     async def rank_text(
         self, query: str, *, k: int, tag_keys: Sequence[str] = ("tenant",), idents: bool = False
@@ -107,29 +120,23 @@ class _Search(_Lifecycle):
         self, hits: Sequence[LegHit], markers_of: Sequence[tuple[int, str, str]]
     ) -> tuple[list[StoredChunk | None], dict[tuple[int, str, str], WriteMarker]]:
         """Each hit's chunk whole, as ``search_text`` returns it (None where it is gone), and
-        then the write markers of ``markers_of`` (``(generation, tenant, doc_id)``), in one
-        round trip.
+        the write markers of ``markers_of`` (``(generation, tenant, doc_id)``), read together
+        in one script (one round trip, atomic).
 
-        The markers are read after the chunks, as a search reads them after its legs
-        (``memory.visibility``): whatever a write did meanwhile, they decide what shows.
-        Never the ``vector``: it is not returned.
+        Read with the chunks, the markers decide what shows of whatever a write did since the
+        legs ran, as after the legs (``memory.visibility``). Never the ``vector``: it is not returned.
         """
         if not hits:
             return [], {}
-        fields = list(self._fields)
-        async with translate_errors("chunk read"), self._r.pipeline(transaction=False) as pipe:
-            for h in hits:
-                pipe.hmget(h.key, fields)
-            if markers_of:
-                pipe.mget([self._marker_key(g, t, d) for g, t, d in markers_of])
-            replies = await pipe.execute()
-        chunks: list[StoredChunk | None] = [
-            _stored(types.SimpleNamespace(id=h.key, **dict(zip(fields, values, strict=True))), self._tag_keys)
-            if values[0] is not None
-            else None
-            for h, values in zip(hits, replies, strict=False)
-        ]
-        raw_markers = replies[len(hits)] if markers_of else []
+        if self._hydrate_script is None:
+            self._hydrate_script = self._r.register_script(_HYDRATE)
+        fields = self._fields
+        marker_keys = [self._marker_key(g, t, d) for g, t, d in markers_of]
+        async with translate_errors("chunk read"):
+            rows, raw_markers = await self._hydrate_script(
+                keys=[*(h.key for h in hits), *marker_keys], args=[len(hits), *fields]
+            )
+        chunks = whole_chunks([(h.key, row) for h, row in zip(hits, rows, strict=True)], fields, self._tag_keys)
         markers = {
             k: m for k, v in zip(markers_of, raw_markers, strict=True) if (m := WriteMarker.decode(v)) is not None
         }
