@@ -96,12 +96,16 @@ def _raw_hit(key: str, get: Any, tags: Sequence[tuple[str, bytes]], generation: 
     # up to 200 hits per query, and the generic reading was half of a leg's client-side CPU.
     ts = _number(get(b"ts"), float)
     idents = get(b"idents")
+    values = {}
+    for k, n in tags:  # a loop: a comprehension's own frame cost more than its one or two tags
+        if (v := get(n)) is not None:
+            values[k] = v.decode()
     return LegHit(
         key,
         (get(b"chunk_id") or b"").decode(),
         (get(b"doc_id") or b"").decode(),
         (get(b"kind") or b"").decode(),
-        {k: v.decode() for k, n in tags if (v := get(n)) is not None},
+        values,
         tuple(idents.decode().split()) if idents is not None else (),
         ts if ts is not None else _number(get(b"timestamp"), float),
         _number(get(b"version"), int),
