@@ -276,15 +276,21 @@ class Retriever:
         return await self._index.write_markers(sorted(docs))
 
     async def _hydrated(
-        self, fused: Sequence[Fused], by_id: Mapping[str, LegHit], spec: SearchSpec, flt: Mapping[str, Sequence[str]]
+        self,
+        fused: Sequence[Fused],
+        by_id: Mapping[str, LegHit],
+        spec: SearchSpec,
+        flt: Mapping[str, Sequence[str]],
+        first: tuple[list[StoredChunk | None], Mapping[tuple[int, str, str], WriteMarker]] | None = None,
     ) -> list[SearchHit]:
         """The first ``top_k`` fused hits, read whole (one round trip), that are still stored
         as their legs found them and still shown.
 
         Checked again on what was read, as the legs' hits were: the version (a chunk a
         write replaced or overwrote since is dropped, not shown with another version's
-        text), the filter and time range, and the write markers, read after the chunks
+        text), the filter and time range, and the write markers, read with the chunks
         (``ChunkIndex.hydrate``). A dropped winner's place goes to the next fused hit.
+        ``first``: the first ``top_k`` already read, with markers read with them.
         """
         out: list[SearchHit] = []
         dropped = 0
@@ -293,8 +299,11 @@ class Retriever:
             batch = fused[pos : pos + spec.top_k - len(out)]
             pos += len(batch)
             found = [by_id[f.id] for f in batch]
-            docs = sorted({(h.generation, spec.tenant, h.doc_id) for h in found if h.generation is not None})
-            chunks, markers = await self._index.hydrate(found, docs)
+            if first is not None:
+                (chunks, markers), first = first, None
+            else:
+                docs = sorted({(h.generation, spec.tenant, h.doc_id) for h in found if h.generation is not None})
+                chunks, markers = await self._index.hydrate(found, docs)
             for f, leg, chunk in zip(batch, found, chunks, strict=True):
                 if (
                     chunk is not None
@@ -309,6 +318,39 @@ class Retriever:
         if dropped:
             log.info("retrieve.winners_changed", dropped=dropped, top_k=spec.top_k)
         return out
+
+    def _lists(
+        self,
+        names: Sequence[str],
+        results: Sequence[Sequence[LegHit]],
+        spec: SearchSpec,
+        flt: Mapping[str, Sequence[str]],
+        idents: Sequence[str],
+        markers: Mapping[tuple[int, str, str], WriteMarker],
+    ) -> tuple[dict[str, list[str] | dict[str, int]], dict[str, LegHit]]:
+        """Each leg's ranked ids of the hits that pass the exact checks (and ``markers``), and
+        every such hit by id."""
+        by_id: dict[str, LegHit] = {}
+        legs: dict[str, list[str] | dict[str, int]] = {}
+        for name, found in zip(names, results, strict=True):
+            # A hash collision could let a text leg return a chunk outside the filter: every
+            # hit is checked against the exact values (the tenant above all) before fusion.
+            hits = [
+                h
+                for h in found
+                if matches(h.tags, flt)
+                and in_time(h.timestamp, spec.since, spec.until)
+                and (not markers or _shown(h, markers, spec.tenant))
+            ]
+            if name == "identifier":
+                # An exact identifier match says which chunks, not in what order: hits naming
+                # as many of the query's identifiers tie, and the other legs order them.
+                legs[name] = identifier_ranks([(h.chunk_id, h.idents) for h in hits], list(idents))
+            else:
+                legs[name] = [h.chunk_id for h in hits]
+            for h in hits:
+                by_id.setdefault(h.chunk_id, h)
+        return legs, by_id
 
     async def search(self, spec: SearchSpec) -> SearchOutcome:
         """Run both legs concurrently and fuse them with weighted RRF.
@@ -353,8 +395,22 @@ class Retriever:
             runs["identifier"] = lambda n: self._identifier(idents, hash_query, n, tags, timings)
         names = list(runs)
         results = list(await asyncio.gather(*(run(k) for run in runs.values())))
-        markers = await self._markers(results, spec.tenant)
-        if markers:
+
+        def fuse(legs: dict[str, list[str] | dict[str, int]], by_id: Mapping[str, LegHit]) -> list[Fused]:
+            if weights["recency"] > 0 and by_id:
+                legs["recency"] = recency_ranks([(cid, h.timestamp) for cid, h in by_id.items()])
+            return fuse_rrf(legs, weights, k=rrf_k, weights_of=self._kind_weights(spec, weights, by_id))
+
+        # Fused first as if no write marker hid anything, and the winners read with the markers
+        # of every candidate's doc (read after the legs, as ever): one round trip where they
+        # hide nothing, as almost always. Where they do, the hidden chunks leave the legs'
+        # lists before fusion, which is then done again.
+        legs, by_id = self._lists(names, results, spec, flt, idents, {})
+        fused = fuse(legs, by_id)
+        docs = sorted({(h.generation, spec.tenant, h.doc_id) for f in results for h in f if h.generation is not None})
+        first = await self._index.hydrate([by_id[f.id] for f in fused[: spec.top_k]], docs)
+        markers = first[1]
+        if markers and any(not _shown(h, markers, spec.tenant) for found in results for h in found):
             # Chunks a sliced write hides still take their places among a leg's candidates:
             # a full leg that lost some is asked once more for HIDDEN_REFETCH times as many.
             crowded = [
@@ -367,30 +423,11 @@ class Retriever:
                 for i, found in zip(crowded, wider, strict=True):
                     results[i] = found
                 markers = await self._markers(results, spec.tenant)
-        by_id: dict[str, LegHit] = {}
-        legs: dict[str, list[str] | dict[str, int]] = {}
-        for name, found in zip(names, results, strict=True):
-            # A hash collision could let a text leg return a chunk outside the filter: every
-            # hit is checked against the exact values (the tenant above all) before fusion.
-            hits = [
-                h
-                for h in found
-                if matches(h.tags, flt)
-                and in_time(h.timestamp, spec.since, spec.until)
-                and (not markers or _shown(h, markers, spec.tenant))
-            ]
-            if name == "identifier":
-                # An exact identifier match says which chunks, not in what order: hits naming
-                # as many of the query's identifiers tie, and the other legs order them.
-                legs[name] = identifier_ranks([(h.chunk_id, h.idents) for h in hits], idents)
-            else:
-                legs[name] = [h.chunk_id for h in hits]
-            for h in hits:
-                by_id.setdefault(h.chunk_id, h)
-        if weights["recency"] > 0 and by_id:
-            legs["recency"] = recency_ranks([(cid, h.timestamp) for cid, h in by_id.items()])
-        fused = fuse_rrf(legs, weights, k=rrf_k, weights_of=self._kind_weights(spec, weights, by_id))
-        hits_out = await self._hydrated(fused, by_id, spec, flt)
+            legs, by_id = self._lists(names, results, spec, flt, idents, markers)
+            fused = fuse(legs, by_id)
+            hits_out = await self._hydrated(fused, by_id, spec, flt)
+        else:
+            hits_out = await self._hydrated(fused, by_id, spec, flt, first)
         if spec.context_turns and hits_out:
             hits_out = await self._with_turns(hits_out, spec, flt)
         took_ms = (time.monotonic() - t0) * 1000

@@ -126,7 +126,7 @@ class _Search(_Lifecycle):
         Read with the chunks, the markers decide what shows of whatever a write did since the
         legs ran, as after the legs (``memory.visibility``). Never the ``vector``: it is not returned.
         """
-        if not hits:
+        if not hits and not markers_of:
             return [], {}
         if self._hydrate_script is None:
             self._hydrate_script = self._r.register_script(_HYDRATE)
