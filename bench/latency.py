@@ -4,6 +4,7 @@ Run from the project root:
 
     /work/venv/bin/python bench/latency.py                          # full size
     /work/venv/bin/python bench/latency.py --docs 50 --requests 40  # smoke
+    /work/venv/bin/python bench/latency.py --depths 5,50            # by depth (top_k)
 
 Setup: embedded Redis and tansu on free ports, a daemon in this process
 (``daemon.app.start_daemon``), a few hundred small synthetic docs indexed (through the
@@ -24,7 +25,14 @@ Measured, level by level (each level: the baseline first, then the daemon):
   daemon), no other load: the embedding work alone of one round of 16 askers.
 
 Targets at 16 askers: p50 <= 1.5 x (a + b) and p99 <= 3 x (a + b), where a is the empty
-handler's p50 round trip at the same concurrency and b the p50 query embedding time.
+handler's p50 round trip at the same concurrency and b the p50 query embedding time; the
+daemon's own CPU per query (the whole tree less the empty handler's, the embedding worker's
+and Redis's) <= 1.0 core-ms.
+
+``--depths 5,50`` measures depth instead (``latency_depth.json``): one daemon and index, 8
+askers (``--depth-askers``), each depth asked in turn in ``--depth-rounds`` rounds (the order
+reversed every other round), ``--requests`` per depth in all. Targets: CPU per query (the
+whole tree) at each depth <= 1.3 x at the first, p50 <= 1.5 x.
 Queries/s at saturation is the best closed-loop throughput over all levels (including the
 ``--saturation`` level). Nothing is asserted: misses are reported as MISSED.
 """

@@ -22,11 +22,23 @@ from pathlib import Path
 from typing import Any
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
-ORDER = ["locomo", "acks", "ingest", "latency", "scifact", "identifiers", "scale", "stale_latency", "write_block"]
+ORDER = [
+    "locomo",
+    "acks",
+    "ingest",
+    "latency",
+    "latency_depth",
+    "scifact",
+    "identifiers",
+    "scale",
+    "stale_latency",
+    "write_block",
+]
 SCRIPTS = {
     "locomo": "bench/locomo.py",
     "ingest": "bench/ingest.py",
     "latency": "bench/latency.py",
+    "latency_depth": "bench/latency.py --depths 5,50",
     "scifact": "bench/scifact.py",
     "scale": "bench/scale.py",
     "stale_latency": "bench/stale_latency.py",
