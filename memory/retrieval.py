@@ -102,6 +102,14 @@ def _shown(hit: StoredChunk | LegHit, markers: Mapping[tuple[int, str, str], Wri
     return visible(hit.version, markers.get((hit.generation, tenant, hit.doc_id)))
 
 
+def _same_version(stored: int | None, found: int | None) -> bool:
+    # A leg reads the version as RediSearch returns a NUMERIC field, a double: one above 2**53
+    # (the LangGraph store's nanosecond versions) comes back rounded, the hash holds it exact.
+    if stored is None or found is None:
+        return stored == found
+    return stored == found or float(stored) == float(found)
+
+
 class Retriever:
     """Answers a SearchSpec over one ChunkIndex."""
 
@@ -307,7 +315,7 @@ class Retriever:
             for f, leg, chunk in zip(batch, found, chunks, strict=True):
                 if (
                     chunk is not None
-                    and chunk.version == leg.version
+                    and _same_version(chunk.version, leg.version)
                     and matches(chunk.tags, flt)
                     and in_time(chunk.timestamp, spec.since, spec.until)
                     and (not markers or _shown(chunk, markers, spec.tenant))
