@@ -127,7 +127,11 @@ def knn_clause(flt: Mapping[str, Sequence[str]]) -> str:
 
 def matches(tags: Mapping[str, str], flt: Mapping[str, Sequence[str]]) -> bool:
     """Whether a stored chunk's tag values satisfy the filter (exact string comparison)."""
-    return all(tags.get(key) in values for key, values in flt.items())
+    # A loop, not all() over a generator: called for every candidate of every leg.
+    for key, values in flt.items():  # noqa: SIM110
+        if tags.get(key) not in values:
+            return False
+    return True
 
 
 def build_filter(

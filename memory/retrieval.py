@@ -17,9 +17,9 @@ from memory.conversation import MAX_CONTEXT_TURNS, parse_turn
 from memory.embedder import Embedder
 from memory.errors import InvalidRequest
 from memory.filters import conjoin, hash_clause, in_time, knn_clause, matches, normalize_filter, time_clause
-from memory.fusion import fuse_rrf, recency_ranks
+from memory.fusion import Fused, fuse_rrf, recency_ranks
 from memory.identifiers import identifier_ranks, query_identifiers
-from memory.index import ChunkIndex
+from memory.index import ChunkIndex, LegHit
 from memory.metrics import LEG_SECONDS
 from memory.records import DEFAULT_TENANT, StoredChunk
 from memory.text import bm25_query, query_terms
@@ -96,10 +96,18 @@ class SearchOutcome:
 HIDDEN_REFETCH = 4
 
 
-def _shown(hit: StoredChunk, markers: Mapping[tuple[int, str, str], WriteMarker], tenant: str) -> bool:
+def _shown(hit: StoredChunk | LegHit, markers: Mapping[tuple[int, str, str], WriteMarker], tenant: str) -> bool:
     if hit.generation is None:
         return True
     return visible(hit.version, markers.get((hit.generation, tenant, hit.doc_id)))
+
+
+def _same_version(stored: int | None, found: int | None) -> bool:
+    # A leg reads the version as RediSearch returns a NUMERIC field, a double: one above 2**53
+    # (the LangGraph store's nanosecond versions) comes back rounded, the hash holds it exact.
+    if stored is None or found is None:
+        return stored == found
+    return stored == found or float(stored) == float(found)
 
 
 class Retriever:
@@ -131,27 +139,34 @@ class Retriever:
         if not 0 <= spec.context_turns <= MAX_CONTEXT_TURNS:
             raise InvalidRequest(f"context_turns must be in 0..{MAX_CONTEXT_TURNS}, got {spec.context_turns}")
 
-    async def _sparse(self, text: str, filter_query: str, k: int, timings: dict[str, LegTiming]) -> list[StoredChunk]:
+    # Each leg returns LegHits carrying the filter's tags (``tags``: its keys), which the
+    # exact re-check before fusion reads; the winners are read whole after fusion (_hydrated).
+    async def _sparse(
+        self, text: str, filter_query: str, k: int, tags: Sequence[str], timings: dict[str, LegTiming]
+    ) -> list[LegHit]:
         # filter_query here is the non-scoring hash form (see memory.filters.hash_clause).
         start = time.monotonic()
         terms = query_terms(text)
-        hits = await self._index.search_text(bm25_query(terms, within=filter_query), k=k) if terms else []
+        hits = await self._index.rank_text(bm25_query(terms, within=filter_query), k=k, tag_keys=tags) if terms else []
         timings["sparse"] = LegTiming(start, time.monotonic())
         return hits
 
     async def _identifier(
-        self, terms: list[str], filter_query: str, k: int, timings: dict[str, LegTiming]
-    ) -> list[StoredChunk]:
+        self, terms: list[str], filter_query: str, k: int, tags: Sequence[str], timings: dict[str, LegTiming]
+    ) -> list[LegHit]:
         start = time.monotonic()
-        hits = await self._index.search_text(bm25_query(terms, field="idents", within=filter_query), k=k)
+        query = bm25_query(terms, field="idents", within=filter_query)
+        hits = await self._index.rank_text(query, k=k, tag_keys=tags, idents=True)
         timings["identifier"] = LegTiming(start, time.monotonic())
         return hits
 
-    async def _dense(self, text: str, filter_query: str, k: int, timings: dict[str, LegTiming]) -> list[StoredChunk]:
+    async def _dense(
+        self, text: str, filter_query: str, k: int, tags: Sequence[str], timings: dict[str, LegTiming]
+    ) -> list[LegHit]:
         start = time.monotonic()
         vector = await self._embedder.embed_query(text)
         embedded = time.monotonic()
-        hits = await self._index.search_vector(vector, filter_query=filter_query, k=k)
+        hits = await self._index.rank_vector(vector, filter_query=filter_query, k=k, tag_keys=tags)
         timings["dense"] = LegTiming(start, time.monotonic(), embedded)
         return hits
 
@@ -246,7 +261,7 @@ class Retriever:
         ]
 
     def _kind_weights(
-        self, spec: SearchSpec, weights: Mapping[str, float], hits: Mapping[str, StoredChunk]
+        self, spec: SearchSpec, weights: Mapping[str, float], hits: Mapping[str, LegHit]
     ) -> dict[str, dict[str, float]] | None:
         """Transcript turns' own leg weights, unless the request set a leg weight itself."""
         if spec.dense_weight is not None or spec.sparse_weight is not None:
@@ -259,7 +274,7 @@ class Retriever:
         return {cid: turn for cid, h in hits.items() if h.kind == "transcript"} or None
 
     async def _markers(
-        self, results: Sequence[Sequence[StoredChunk]], tenant: str
+        self, results: Sequence[Sequence[StoredChunk | LegHit]], tenant: str
     ) -> dict[tuple[int, str, str], WriteMarker]:
         # Read after the legs: whatever mix of a sliced write's chunks they returned, the
         # marker read last decides which version of that doc this answer shows. (A doc with
@@ -267,6 +282,83 @@ class Retriever:
         # the alias the legs searched may have moved since this process last read it.
         docs = {(h.generation, tenant, h.doc_id) for found in results for h in found if h.generation is not None}
         return await self._index.write_markers(sorted(docs))
+
+    async def _hydrated(
+        self,
+        fused: Sequence[Fused],
+        by_id: Mapping[str, LegHit],
+        spec: SearchSpec,
+        flt: Mapping[str, Sequence[str]],
+        first: tuple[list[StoredChunk | None], Mapping[tuple[int, str, str], WriteMarker]] | None = None,
+    ) -> list[SearchHit]:
+        """The first ``top_k`` fused hits, read whole (one round trip), that are still stored
+        as their legs found them and still shown.
+
+        Checked again on what was read, as the legs' hits were: the version (a chunk a
+        write replaced or overwrote since is dropped, not shown with another version's
+        text), the filter and time range, and the write markers, read with the chunks
+        (``ChunkIndex.hydrate``). A dropped winner's place goes to the next fused hit.
+        ``first``: the first ``top_k`` already read, with markers read with them.
+        """
+        out: list[SearchHit] = []
+        dropped = 0
+        pos = 0
+        while len(out) < spec.top_k and pos < len(fused):
+            batch = fused[pos : pos + spec.top_k - len(out)]
+            pos += len(batch)
+            found = [by_id[f.id] for f in batch]
+            if first is not None:
+                (chunks, markers), first = first, None
+            else:
+                docs = sorted({(h.generation, spec.tenant, h.doc_id) for h in found if h.generation is not None})
+                chunks, markers = await self._index.hydrate(found, docs)
+            for f, leg, chunk in zip(batch, found, chunks, strict=True):
+                if (
+                    chunk is not None
+                    and _same_version(chunk.version, leg.version)
+                    and matches(chunk.tags, flt)
+                    and in_time(chunk.timestamp, spec.since, spec.until)
+                    and (not markers or _shown(chunk, markers, spec.tenant))
+                ):
+                    out.append(SearchHit(chunk=chunk, score=f.score, ranks=f.ranks))
+                else:
+                    dropped += 1
+        if dropped:
+            log.info("retrieve.winners_changed", dropped=dropped, top_k=spec.top_k)
+        return out
+
+    def _lists(
+        self,
+        names: Sequence[str],
+        results: Sequence[Sequence[LegHit]],
+        spec: SearchSpec,
+        flt: Mapping[str, Sequence[str]],
+        idents: Sequence[str],
+        markers: Mapping[tuple[int, str, str], WriteMarker],
+    ) -> tuple[dict[str, list[str] | dict[str, int]], dict[str, LegHit]]:
+        """Each leg's ranked ids of the hits that pass the exact checks (and ``markers``), and
+        every such hit by id."""
+        by_id: dict[str, LegHit] = {}
+        legs: dict[str, list[str] | dict[str, int]] = {}
+        for name, found in zip(names, results, strict=True):
+            # A hash collision could let a text leg return a chunk outside the filter: every
+            # hit is checked against the exact values (the tenant above all) before fusion.
+            hits = [
+                h
+                for h in found
+                if matches(h.tags, flt)
+                and in_time(h.timestamp, spec.since, spec.until)
+                and (not markers or _shown(h, markers, spec.tenant))
+            ]
+            if name == "identifier":
+                # An exact identifier match says which chunks, not in what order: hits naming
+                # as many of the query's identifiers tie, and the other legs order them.
+                legs[name] = identifier_ranks([(h.chunk_id, h.idents) for h in hits], list(idents))
+            else:
+                legs[name] = [h.chunk_id for h in hits]
+            for h in hits:
+                by_id.setdefault(h.chunk_id, h)
+        return legs, by_id
 
     async def search(self, spec: SearchSpec) -> SearchOutcome:
         """Run both legs concurrently and fuse them with weighted RRF.
@@ -300,18 +392,33 @@ class Retriever:
         knn_query = conjoin(knn_clause(engine_flt), in_range)
         k = self.fetch_k(spec.top_k)
         timings: dict[str, LegTiming] = {}
-        runs: dict[str, Callable[[int], Awaitable[list[StoredChunk]]]] = {}
+        runs: dict[str, Callable[[int], Awaitable[list[LegHit]]]] = {}
+        tags = tuple(flt)
         if weights["sparse"] > 0:
-            runs["sparse"] = lambda n: self._sparse(spec.text, hash_query, n, timings)
+            runs["sparse"] = lambda n: self._sparse(spec.text, hash_query, n, tags, timings)
         if weights["dense"] > 0:
-            runs["dense"] = lambda n: self._dense(spec.text, knn_query, n, timings)
+            runs["dense"] = lambda n: self._dense(spec.text, knn_query, n, tags, timings)
         idents = query_identifiers(spec.text, limit=32) if weights["identifier"] > 0 else []
         if idents:
-            runs["identifier"] = lambda n: self._identifier(idents, hash_query, n, timings)
+            runs["identifier"] = lambda n: self._identifier(idents, hash_query, n, tags, timings)
         names = list(runs)
         results = list(await asyncio.gather(*(run(k) for run in runs.values())))
-        markers = await self._markers(results, spec.tenant)
-        if markers:
+
+        def fuse(legs: dict[str, list[str] | dict[str, int]], by_id: Mapping[str, LegHit]) -> list[Fused]:
+            if weights["recency"] > 0 and by_id:
+                legs["recency"] = recency_ranks([(cid, h.timestamp) for cid, h in by_id.items()])
+            return fuse_rrf(legs, weights, k=rrf_k, weights_of=self._kind_weights(spec, weights, by_id))
+
+        # Fused first as if no write marker hid anything, and the winners read with the markers
+        # of every candidate's doc (read after the legs, as ever): one round trip where they
+        # hide nothing, as almost always. Where they do, the hidden chunks leave the legs'
+        # lists before fusion, which is then done again.
+        legs, by_id = self._lists(names, results, spec, flt, idents, {})
+        fused = fuse(legs, by_id)
+        docs = sorted({(h.generation, spec.tenant, h.doc_id) for f in results for h in f if h.generation is not None})
+        first = await self._index.hydrate([by_id[f.id] for f in fused[: spec.top_k]], docs)
+        markers = first[1]
+        if markers and any(not _shown(h, markers, spec.tenant) for found in results for h in found):
             # Chunks a sliced write hides still take their places among a leg's candidates:
             # a full leg that lost some is asked once more for HIDDEN_REFETCH times as many.
             crowded = [
@@ -324,30 +431,11 @@ class Retriever:
                 for i, found in zip(crowded, wider, strict=True):
                     results[i] = found
                 markers = await self._markers(results, spec.tenant)
-        by_id: dict[str, StoredChunk] = {}
-        legs: dict[str, list[str] | dict[str, int]] = {}
-        for name, found in zip(names, results, strict=True):
-            # A hash collision could let a text leg return a chunk outside the filter: every
-            # hit is checked against the exact values (the tenant above all) before fusion.
-            hits = [
-                h
-                for h in found
-                if matches(h.tags, flt)
-                and in_time(h.timestamp, spec.since, spec.until)
-                and (not markers or _shown(h, markers, spec.tenant))
-            ]
-            if name == "identifier":
-                # An exact identifier match says which chunks, not in what order: hits naming
-                # as many of the query's identifiers tie, and the other legs order them.
-                legs[name] = identifier_ranks([(h.chunk_id, h.idents) for h in hits], idents)
-            else:
-                legs[name] = [h.chunk_id for h in hits]
-            for h in hits:
-                by_id.setdefault(h.chunk_id, h)
-        if weights["recency"] > 0 and by_id:
-            legs["recency"] = recency_ranks([(cid, h.timestamp) for cid, h in by_id.items()])
-        fused = fuse_rrf(legs, weights, k=rrf_k, weights_of=self._kind_weights(spec, weights, by_id))[: spec.top_k]
-        hits_out = [SearchHit(chunk=by_id[f.id], score=f.score, ranks=f.ranks) for f in fused]
+            legs, by_id = self._lists(names, results, spec, flt, idents, markers)
+            fused = fuse(legs, by_id)
+            hits_out = await self._hydrated(fused, by_id, spec, flt)
+        else:
+            hits_out = await self._hydrated(fused, by_id, spec, flt, first)
         if spec.context_turns and hits_out:
             hits_out = await self._with_turns(hits_out, spec, flt)
         took_ms = (time.monotonic() - t0) * 1000

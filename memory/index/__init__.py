@@ -11,6 +11,7 @@ from memory.index.codec import _record_mapping as _record_mapping  # private: pa
 from memory.index.copying import DocState
 from memory.index.errors import IndexError_, QuerySyntaxError, WriteInProgress, translate_errors
 from memory.index.errors import _translated as _translated  # private: the translation table's tests use it
+from memory.index.hits import LegHit
 from memory.index.listings import BULK_QUERY_TIMEOUT_MS
 from memory.index.reuse import vector_key
 from memory.index.versioned import UNVERSIONED_TOMBSTONE
@@ -22,6 +23,7 @@ __all__ = [
     "ChunkIndex",
     "DocState",
     "IndexError_",
+    "LegHit",
     "QuerySyntaxError",
     "TurnEntry",
     "WriteInProgress",

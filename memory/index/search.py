@@ -1,18 +1,42 @@
-"""The search legs: BM25 over analyzed terms and HNSW KNN, both refused on a mismatched index."""
+"""The search legs: BM25 over analyzed terms and HNSW KNN, both refused on a mismatched index.
+
+Two forms of each leg: ``rank_text`` and ``rank_vector`` return ``LegHit``s (ids and the few
+fields fusion and the re-checks read), and ``hydrate`` reads the winners whole, what
+retrieval does; ``search_text`` and ``search_vector`` return every candidate whole.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from redis.commands.search.query import Query
 
 from memory.index.codec import _stored
 from memory.index.errors import translate_errors
+from memory.index.hits import LegHit, leg_fields, leg_hits, whole_chunks
 from memory.index.lifecycle import _Lifecycle
 from memory.records import StoredChunk
+from memory.visibility import WriteMarker
+
+# KEYS: the chunk hashes, then the write markers; ARGV: how many chunk hashes, then the fields.
+# One command for all the winners: pipelined, the 50 HMGETs of a top_k of 50 cost more to
+# pack in redis-py than the rest of the query's Redis calls together.
+_HYDRATE = """
+local n = tonumber(ARGV[1])
+local fields = {unpack(ARGV, 2)}
+local rows, markers = {}, {}
+for i = 1, n do rows[i] = redis.call('HMGET', KEYS[i], unpack(fields)) end
+for i = n + 1, #KEYS do markers[i - n] = redis.call('GET', KEYS[i]) end
+return {rows, markers}
+"""
 
 
 class _Search(_Lifecycle):
-    """``search_text`` and ``search_vector``."""
+    """``rank_text``, ``rank_vector`` and ``hydrate``; ``search_text`` and ``search_vector``."""
+
+    _hydrate_script: Any = None
 
     async def search_text(self, query: str, *, k: int) -> list[StoredChunk]:
         """A BM25 leg: ``query`` is a full, already-escaped RediSearch query over analyzed terms.
@@ -44,3 +68,76 @@ class _Search(_Lifecycle):
         async with translate_errors("vector search"):
             res = await self._ft().search(q, query_params=params)
         return [_stored(d, self._tag_keys) for d in res.docs]
+
+    async def _ranked(self, what: str, args: list[Any], tag_keys: Sequence[str]) -> list[LegHit]:
+        # FT.SEARCH sent and read as is: redis-py's Query and Result objects (and the decoding
+        # of every returned value) were most of a leg's client-side CPU.
+        async with translate_errors(what):
+            reply = await self._r.execute_command("FT.SEARCH", self._search_name(), *args)  # type: ignore[no-untyped-call]
+        return leg_hits(reply, tag_keys)
+
+    async def rank_text(
+        self, query: str, *, k: int, tag_keys: Sequence[str] = ("tenant",), idents: bool = False
+    ) -> list[LegHit]:
+        """``search_text``'s candidates in its order, as ``LegHit``s carrying ``tag_keys``
+        (and their identifiers, with ``idents``)."""
+        fields = leg_fields(tag_keys, idents=idents)
+        await self._refuse_mismatch()  # as search_text
+        args: list[Any] = [query, "VERBATIM", "SCORER", "BM25STD", "RETURN", len(fields), *fields]
+        return await self._ranked("text search", [*args, "LIMIT", 0, k, "DIALECT", 2], tag_keys)
+
+    async def rank_vector(
+        self, vector: np.ndarray, *, filter_query: str, k: int, tag_keys: Sequence[str] = ("tenant",)
+    ) -> list[LegHit]:
+        """``search_vector``'s candidates in its order, as ``LegHit``s carrying ``tag_keys``."""
+        base = filter_query if filter_query == "*" else f"({filter_query})"
+        fields = leg_fields(tag_keys)
+        await self._refuse_mismatch()  # as search_vector
+        vec = np.asarray(vector, dtype=np.float32).tobytes()
+        args: list[Any] = [
+            f"{base}=>[KNN {k} @vector $vec EF_RUNTIME $ef AS vector_distance]",
+            "RETURN",
+            len(fields),
+            *fields,
+            "SORTBY",
+            "vector_distance",
+            "ASC",
+            "LIMIT",
+            0,
+            k,
+            "DIALECT",
+            2,
+            "PARAMS",
+            4,
+            "vec",
+            vec,
+            "ef",
+            max(self._cfg.hnsw_ef_runtime, k),
+        ]
+        return await self._ranked("vector search", args, tag_keys)
+
+    async def hydrate(
+        self, hits: Sequence[LegHit], markers_of: Sequence[tuple[int, str, str]]
+    ) -> tuple[list[StoredChunk | None], dict[tuple[int, str, str], WriteMarker]]:
+        """Each hit's chunk whole, as ``search_text`` returns it (None where it is gone), and
+        the write markers of ``markers_of`` (``(generation, tenant, doc_id)``), read together
+        in one script (one round trip, atomic).
+
+        Read with the chunks, the markers decide what shows of whatever a write did since the
+        legs ran, as after the legs (``memory.visibility``). Never the ``vector``: it is not returned.
+        """
+        if not hits and not markers_of:
+            return [], {}
+        if self._hydrate_script is None:
+            self._hydrate_script = self._r.register_script(_HYDRATE)
+        fields = self._fields
+        marker_keys = [self._marker_key(g, t, d) for g, t, d in markers_of]
+        async with translate_errors("chunk read"):
+            rows, raw_markers = await self._hydrate_script(
+                keys=[*(h.key for h in hits), *marker_keys], args=[len(hits), *fields]
+            )
+        chunks = whole_chunks([(h.key, row) for h, row in zip(hits, rows, strict=True)], fields, self._tag_keys)
+        markers = {
+            k: m for k, v in zip(markers_of, raw_markers, strict=True) if (m := WriteMarker.decode(v)) is not None
+        }
+        return chunks, markers

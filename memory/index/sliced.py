@@ -318,8 +318,11 @@ class _SlicedWrites(_Lifecycle):
         """
         if not docs:
             return {}
+        # One prefix per generation and tenant (a doc id ends the key): a query reads the
+        # markers of every candidate's doc, up to hundreds.
+        prefixes = {(g, t): self._marker_key(g, t, "") for g, t in {(g, t) for g, t, _ in docs}}
         async with translate_errors("marker read"):
-            values = await self._r.mget([self._marker_key(g, t, d) for g, t, d in docs])
+            values = await self._r.mget([prefixes[g, t] + d for g, t, d in docs])
         return {k: m for k, v in zip(docs, values, strict=True) if (m := WriteMarker.decode(v)) is not None}
 
     async def writes_in_progress(self, doc_ids: Sequence[str], tenant: str = DEFAULT_TENANT) -> set[str]:

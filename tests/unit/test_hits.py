@@ -1,0 +1,88 @@
+"""A leg's raw FT.SEARCH reply read as LegHits, and hydrated rows read as StoredChunks (pure)."""
+
+from __future__ import annotations
+
+import json
+import types
+from typing import Any
+
+from memory.index.codec import _RETURN_FIELDS, _stored
+from memory.index.hits import LegHit, leg_fields, leg_hits, whole_chunks
+
+TAGS = ("tenant", "kind", "environment")
+KEY = "agentmem:g3:chunk:default:wiki/a.md_p0"
+FIELDS = {
+    "chunk_id": "wiki/a.md_p0",
+    "doc_id": "wiki/a.md",
+    "kind": "document",
+    "ts": "1700000000.123456",
+    "timestamp": "1700000000.12",
+    "version": "4",
+    "idents": "errconnreset4f2a cve20243094",
+    "tenant": "default",
+    "environment": "production ",
+}
+EXPECTED = LegHit(
+    key=KEY,
+    chunk_id="wiki/a.md_p0",
+    doc_id="wiki/a.md",
+    kind="document",
+    tags={"tenant": "default", "kind": "document", "environment": "production "},
+    idents=("errconnreset4f2a", "cve20243094"),
+    timestamp=1700000000.123456,
+    version=4,
+    generation=3,
+)
+
+
+def resp3(raw: bool) -> dict[Any, Any]:
+    enc = (lambda s: s.encode()) if raw else (lambda s: s)
+    return {
+        enc("total_results"): 1,
+        enc("results"): [
+            {
+                enc("id"): enc(KEY),
+                enc("extra_attributes"): {enc(k): enc(v) for k, v in FIELDS.items()},
+                enc("values"): [],
+            }
+        ],
+    }
+
+
+def test_every_reply_shape_reads_alike() -> None:
+    resp2 = [1, KEY.encode(), [x.encode() for kv in FIELDS.items() for x in kv]]
+    for reply in (resp3(raw=True), resp3(raw=False), resp2):
+        assert leg_hits(reply, TAGS) == [EXPECTED]
+
+
+def test_missing_fields_read_as_the_codec_reads_them() -> None:
+    # No ts (a chunk written before it existed): the indexed timestamp; no version: None.
+    fields = {k: v for k, v in FIELDS.items() if k not in ("ts", "version", "idents", "environment")}
+    reply = {
+        b"results": [{b"id": KEY.encode(), b"extra_attributes": {k.encode(): v.encode() for k, v in fields.items()}}]
+    }
+    (hit,) = leg_hits(reply, TAGS)
+    assert (hit.timestamp, hit.version, hit.idents) == (1700000000.12, None, ())
+    assert hit.tags == {"tenant": "default", "kind": "document"}
+    assert leg_hits({b"results": []}, TAGS) == [] and leg_hits([0], TAGS) == []
+
+
+def test_a_leg_asks_for_its_fields_once() -> None:
+    assert leg_fields(("tenant", "kind")) == ("chunk_id", "doc_id", "kind", "ts", "timestamp", "version", "tenant")
+    assert "idents" in leg_fields(("tenant",), idents=True)
+
+
+def test_hydrated_rows_read_as_search_hits_do() -> None:
+    fields = tuple(dict.fromkeys((*_RETURN_FIELDS, *TAGS)))
+    full = {**FIELDS, "text": "ünïcödé text", "source": "wiki/a.md", "metadata": json.dumps({"n": 1, "s": "é"})}
+    rows = [
+        {f: full.get(f) for f in fields},
+        {f: full.get(f) for f in fields} | {"metadata": "not json", "text": None, "ts": None},
+        {f: full.get(f) for f in fields} | {"metadata": "[1, 2]", "version": "x"},
+    ]
+    for row in rows:
+        raw = [None if row[f] is None else row[f].encode() for f in fields]
+        # What a search hit holding the same fields gives (absent fields are not attributes).
+        doc = types.SimpleNamespace(id=KEY, **{f: v for f, v in zip(fields, raw, strict=True) if v is not None})
+        assert whole_chunks([(KEY, raw)], fields, TAGS) == [_stored(doc, TAGS)]
+    assert whole_chunks([(KEY, [None] * len(fields)), (KEY, [])], fields, TAGS) == [None, None]
