@@ -19,7 +19,7 @@ from faststream.kafka import KafkaBroker
 from consumers.replies import PartitionCounts
 from consumers.routers import build_router
 from daemon.connections import kafka_options, redis_client
-from daemon.explore import Explorer, MemoryReads
+from daemon.explore import Access, Explorer, MemoryReads
 from daemon.http import build_app, readiness_checks, start_http
 from daemon.lost_logs import rewind_lost_logs
 from daemon.settings import Settings
@@ -130,8 +130,9 @@ class Daemon:
         log.info("daemon.shutdown_finished")
 
 
-def explorer(daemon: Daemon) -> Explorer:
-    """The explorer over a daemon's index, search, graph and status."""
+def explorer(daemon: Daemon, *, access: Access | None = None) -> Explorer:
+    """The explorer over a daemon's index, search, graph and status, behind ``access`` (by
+    default the daemon's own tokens)."""
     stores = daemon.graph.store if daemon.graph is not None else None
     reads = MemoryReads(
         index=daemon.index,
@@ -141,7 +142,7 @@ def explorer(daemon: Daemon) -> Explorer:
         status=daemon.status,
         settings=daemon.settings,
     )
-    return Explorer(reads=reads, access=daemon.settings.http_access())
+    return Explorer(reads=reads, access=access or daemon.settings.http_access())
 
 
 async def _ensure_index(index: ChunkIndex, timeout_s: float) -> None:

@@ -58,8 +58,18 @@ def preview(raw: bytes, limit: int = PREVIEW_BYTES) -> tuple[str, str, bool]:
         # Only a character split at the cut: the rest is text.
         if cut and exc.start >= len(head) - 3 and exc.reason == "unexpected end of data":
             return head[: exc.start].decode("utf-8"), "text", cut
-        return head[:512].hex(" "), "hex", cut or len(head) > 512
+        return hex_lines(head[:512]), "hex", cut or len(head) > 512
     return text, "text", cut
+
+
+def hex_lines(raw: bytes, width: int = 16) -> str:
+    """Bytes as ``hexdump -C`` shows them: hex, then the printable ASCII (``.`` for the rest)."""
+    lines = []
+    for at in range(0, len(raw), width):
+        row = raw[at : at + width]
+        shown = "".join(chr(b) if 32 <= b < 127 else "." for b in row)
+        lines.append(f"{at:04x}  {row.hex(' '):<{3 * width - 1}}  |{shown}|")
+    return "\n".join(lines)
 
 
 def dead_letter(partition: int, offset: int, value: bytes | None, *, bases: Sequence[str], tenancy: str) -> DeadLetter:

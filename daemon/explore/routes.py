@@ -30,7 +30,7 @@ from memory.errors import InvalidRequest, MemdError
 from memory.index import PageKey
 
 #: The request key under which the HTTP guard leaves the request's principal.
-PRINCIPAL = "agentmemd.principal"
+PRINCIPAL = web.RequestKey("agentmemd.principal", Principal)
 
 Handler = Callable[[web.Request], Awaitable[web.Response]]
 
@@ -52,8 +52,7 @@ def html_response(text: str, status: int = 200) -> web.Response:
 
 def principal_of(request: web.Request) -> Principal:
     """Who the guard found the request to be (the operator where no token is configured)."""
-    found = request.get(PRINCIPAL)
-    return found if isinstance(found, Principal) else OPERATOR
+    return request.get(PRINCIPAL, OPERATOR)
 
 
 def page_key(request: web.Request) -> PageKey | None:

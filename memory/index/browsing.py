@@ -163,8 +163,7 @@ class _Browsing(_Lifecycle):
         async with translate_errors("group listing"):
             reply = await self._r.execute_command("FT.AGGREGATE", self._search_name(), *args)  # type: ignore[no-untyped-call]
         out: list[Group] = []
-        for row in reply[1:]:
-            pairs = {as_str(k): v for k, v in zip(row[::2], row[1::2], strict=False)}
+        for pairs in _rows(reply):
             if pairs.get(field) is None:
                 continue
             out.append(
@@ -176,6 +175,19 @@ class _Browsing(_Lifecycle):
                 )
             )
         return out
+
+
+def _rows(reply: Any) -> list[dict[str, Any]]:
+    """An ``FT.AGGREGATE`` reply's rows as field -> value: RESP3 answers a map whose ``results``
+    hold ``extra_attributes``; RESP2 a list (the count, then each row's field/value pairs)."""
+    if isinstance(reply, Mapping):
+        results = reply.get(b"results", reply.get("results")) or ()
+        rows = []
+        for item in results:
+            attrs = item.get(b"extra_attributes", item.get("extra_attributes")) or {}
+            rows.append({as_str(k): v for k, v in attrs.items()})
+        return rows
+    return [{as_str(k): v for k, v in zip(row[::2], row[1::2], strict=False)} for row in list(reply)[1:]]
 
 
 def _number(value: Any) -> float | None:
