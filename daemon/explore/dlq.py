@@ -50,14 +50,17 @@ class DeadLetter:
 
 def preview(raw: bytes, limit: int = PREVIEW_BYTES) -> tuple[str, str, bool]:
     """``(text, kind, cut)``: the first ``limit`` bytes as text (``kind`` "text") when they are
-    UTF-8 (a character the cut split is dropped), else as hex bytes (``kind`` "hex")."""
+    UTF-8 without control characters but tab and line ends (a character the cut split is
+    dropped), else as hex bytes with their printable ASCII (``kind`` "hex")."""
     head, cut = raw[:limit], len(raw) > limit
     try:
         text = head.decode("utf-8")
     except UnicodeDecodeError as exc:
         # Only a character split at the cut: the rest is text.
-        if cut and exc.start >= len(head) - 3 and exc.reason == "unexpected end of data":
-            return head[: exc.start].decode("utf-8"), "text", cut
+        if not (cut and exc.start >= len(head) - 3 and exc.reason == "unexpected end of data"):
+            return hex_lines(head[:512]), "hex", cut or len(head) > 512
+        text = head[: exc.start].decode("utf-8")
+    if any(ord(c) < 32 and c not in "\t\n\r" or ord(c) == 127 for c in text):
         return hex_lines(head[:512]), "hex", cut or len(head) > 512
     return text, "text", cut
 
