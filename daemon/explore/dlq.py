@@ -60,7 +60,7 @@ def preview(raw: bytes, limit: int = PREVIEW_BYTES) -> tuple[str, str, bool]:
         if not (cut and exc.start >= len(head) - 3 and exc.reason == "unexpected end of data"):
             return hex_lines(head[:512]), "hex", cut or len(head) > 512
         text = head[: exc.start].decode("utf-8")
-    if any(ord(c) < 32 and c not in "\t\n\r" or ord(c) == 127 for c in text):
+    if any((ord(c) < 32 and c not in "\t\n\r") or ord(c) == 127 for c in text):
         return hex_lines(head[:512]), "hex", cut or len(head) > 512
     return text, "text", cut
 

@@ -52,7 +52,8 @@ def html_response(text: str, status: int = 200) -> web.Response:
 
 def principal_of(request: web.Request) -> Principal:
     """Who the guard found the request to be (the operator where no token is configured)."""
-    return request.get(PRINCIPAL, OPERATOR)
+    found: Principal = request.get(PRINCIPAL, OPERATOR)
+    return found
 
 
 def page_key(request: web.Request) -> PageKey | None:
