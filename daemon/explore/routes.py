@@ -309,7 +309,12 @@ class Explorer:
         principal = principal_of(request)
         topic = self._reads.settings.topics.dlq
         try:
-            records = [d for d in await self._reads.dead_letters() if d.tenant is not None and principal.sees(d.tenant)]
+            # A record whose tenant cannot be told (no DLQ record, an unknown topic) is the operator's only.
+            records = [
+                d
+                for d in await self._reads.dead_letters()
+                if principal.tenant is None or (d.tenant is not None and principal.sees(d.tenant))
+            ]
             body = dlq_body(records, topic=topic, limit=self._cfg.dlq_records)
         except MemdError as exc:
             body = dlq_body([], topic=topic, limit=self._cfg.dlq_records, error=str(exc))
