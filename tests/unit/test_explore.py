@@ -258,3 +258,18 @@ def test_parse_filters_refuses_a_line_without_a_value() -> None:
     """A line with no ``=`` is an error, not a silent drop."""
     with pytest.raises(ValueError, match="holds no"):
         parse_filters("env")
+
+
+def test_a_community_page_says_why_it_is_stale_and_shows_its_summary_escaped() -> None:
+    """A stale community names the documents that made it so; its summary and members show as text."""
+    from daemon.explore.views_graph import community_body
+
+    comm = Community("c1", 0, frozenset({"k1", "k2"}), parent="p<0>")
+    item = StaleItem("c1", 0, 90.0, 95.0, 2, ["runbooks/<x>.md"])
+    summary = {"text": "<b>summary</b>", "model": "extractive", "written_at": 50.0}
+    out = community_body("acme", comm, "c1", summary, {"k1": ("<Alice>", "person")}, item, True, 100.0)
+    assert 'class="stale"' in out and "stale for 10 s, 2 changes" in out and "runbooks/&lt;x&gt;.md</a>" in out
+    assert "&lt;b&gt;summary&lt;/b&gt;" in out and "&lt;Alice&gt;" in out and "<b>" not in out
+    fresh = community_body("acme", comm, "c1", None, {}, None, False, 100.0)
+    assert "fresh" in fresh and "no summary written yet" in fresh
+    assert "does not exist" in community_body("acme", None, "c9", None, {}, None, False, 100.0)
