@@ -3,7 +3,7 @@ leg's own top list beside them, so a person sees what each leg brought and what 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from daemon.explore.html import esc, link, snippet, table, when
@@ -179,8 +179,3 @@ def parse_filters(text: str) -> dict[str, str | list[str]]:
         have = out.get(key)
         out[key] = value if have is None else [*([have] if isinstance(have, str) else have), value]
     return out
-
-
-def ordered_legs(outcome: SearchOutcome) -> Sequence[str]:
-    """The legs that ran, in column order."""
-    return [leg for leg in LEGS if leg in outcome.ranked]

@@ -17,7 +17,7 @@ from redis.commands.search.query import Query
 
 from memory.errors import InvalidRequest
 from memory.filters import conjoin, hash_clause, matches, tag_clause
-from memory.index.codec import _stored
+from memory.index.codec import _float_or_none, _stored
 from memory.index.errors import translate_errors
 from memory.index.lifecycle import _Lifecycle
 from memory.index.listings import expression_string
@@ -54,7 +54,7 @@ class Group:
     value: str
     chunks: int
     last: float | None
-    version: int | None = None  # the highest version among them (documents)
+    version: int | None = None  # the highest version among them (grouped by doc_id only)
 
 
 def next_key(stamps: Sequence[float], start: PageKey | None, *, more: bool) -> PageKey | None:
@@ -137,7 +137,7 @@ class _Browsing(_Lifecycle):
     ) -> list[Group]:
         """The distinct ``field`` values (``GROUP_FIELDS``) of the chunks whose TAG values are
         ``tags`` and whose stored values equal ``where`` exactly, in code point order, each with
-        its chunk count, latest timestamp and highest version.
+        its chunk count, latest timestamp and (grouped by ``doc_id``) highest version.
 
         One FT.AGGREGATE over the chunks in scope: ``tags`` must be plain values (a tenant, a
         kind); ``where`` may hold anything (an agent id), matched on its hashed field and then
@@ -153,12 +153,16 @@ class _Browsing(_Lifecycle):
             raise InvalidRequest(f"a listing holds 1..{MAX_PAGE} values, not {limit}")
         where = where or {}
         query = conjoin(tag_clause({k: [v] for k, v in tags.items()}), hash_clause({k: [v] for k, v in where.items()}))
-        loaded = dict.fromkeys((field, *where, "version"))
+        # Loading a field is most of the cost (the timestamp is sortable: read without a load).
+        versions = field == "doc_id"
+        loaded = dict.fromkeys((field, *where, *(("version",) if versions else ())))
         args: list[Any] = [query, "LOAD", len(loaded), *(f"@{f}" for f in loaded)]
         for key, value in sorted(where.items()):
             args += ["FILTER", f"@{key} == {expression_string(value)}"]
         args += ["GROUPBY", 1, f"@{field}", "REDUCE", "COUNT", 0, "AS", "n"]
-        args += ["REDUCE", "MAX", 1, "@timestamp", "AS", "last", "REDUCE", "MAX", 1, "@version", "AS", "top"]
+        args += ["REDUCE", "MAX", 1, "@timestamp", "AS", "last"]
+        if versions:
+            args += ["REDUCE", "MAX", 1, "@version", "AS", "top"]
         args += ["SORTBY", 2, f"@{field}", "ASC", "MAX", 0, "LIMIT", offset, limit, "DIALECT", 2]
         async with translate_errors("group listing"):
             reply = await self._r.execute_command("FT.AGGREGATE", self._search_name(), *args)  # type: ignore[no-untyped-call]
@@ -170,7 +174,7 @@ class _Browsing(_Lifecycle):
                 Group(
                     value=as_str(pairs[field]),
                     chunks=int(float(as_str(pairs.get("n", 0)))),
-                    last=_number(pairs.get("last")),
+                    last=_float_or_none(pairs.get("last")),
                     version=_whole(pairs.get("top")),
                 )
             )
@@ -190,13 +194,6 @@ def _rows(reply: Any) -> list[dict[str, Any]]:
     return [{as_str(k): v for k, v in zip(row[::2], row[1::2], strict=False)} for row in list(reply)[1:]]
 
 
-def _number(value: Any) -> float | None:
-    try:
-        return None if value is None else float(as_str(value))
-    except ValueError:
-        return None
-
-
 def _whole(value: Any) -> int | None:
-    number = _number(value)
+    number = _float_or_none(value)
     return None if number is None or number != number else int(number)

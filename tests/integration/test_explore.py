@@ -33,7 +33,7 @@ from daemon.topics import ensure_topics
 from graph.config import GraphConfig
 from memory.retrieval import SearchSpec
 from tests.conftest import unique
-from tests.helpers import PlainClient, eventually, isolated_settings, start_daemon
+from tests.helpers import PlainClient, chromium, chromium_flags, eventually, isolated_settings, start_daemon
 
 pytestmark = pytest.mark.integration
 
@@ -75,10 +75,6 @@ async def get(url: str, token: str | None = None, cookie: str | None = None) -> 
     return await asyncio.to_thread(http, url, token, cookie)
 
 
-def chromium() -> str | None:
-    return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
-
-
 async def browse(env: Env, path: str, shot: str, *, height: int = 1000) -> str:
     """The page's DOM after Chromium loaded it (scripts would have run by then), and its screenshot."""
     if path in env.doms:
@@ -87,18 +83,7 @@ async def browse(env: Env, path: str, shot: str, *, height: int = 1000) -> str:
     if browser is None:
         pytest.skip("no Chromium on this machine (.ci/run installs Debian's chromium where it can)")
     user_dir = tempfile.mkdtemp(prefix="chromium-")
-    flags = [
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--hide-scrollbars",
-        f"--user-data-dir={user_dir}",
-    ]
+    flags = [*chromium_flags(user_dir), "--hide-scrollbars"]
     target = env.base + path
     png = env.shots / f"explore-{shot}.png"
     try:
