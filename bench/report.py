@@ -35,6 +35,7 @@ ORDER = [
     "scale",
     "stale_latency",
     "write_block",
+    "explore",
 ]
 SCRIPTS = {
     "peers": "bench/peers.py",
@@ -49,6 +50,7 @@ SCRIPTS = {
     "write_block": "bench/write_block.py",
     "acks": "bench/acks.py",
     "edits": "bench/edits.py",
+    "explore": "bench/explore.py",
 }
 README = Path(__file__).resolve().parent / "README.md"
 START, END = "<!-- bench:start -->", "<!-- bench:end -->"

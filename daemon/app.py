@@ -19,6 +19,7 @@ from faststream.kafka import KafkaBroker
 from consumers.replies import PartitionCounts
 from consumers.routers import build_router
 from daemon.connections import kafka_options, redis_client
+from daemon.explore import Access, Explorer, MemoryReads
 from daemon.http import build_app, readiness_checks, start_http
 from daemon.lost_logs import rewind_lost_logs
 from daemon.settings import Settings
@@ -66,6 +67,7 @@ class Daemon:
     retriever: Retriever
     broker: KafkaBroker
     graph: GraphRegistry | None = None
+    search: ScopedSearch | None = None  # what the query subscriber asks (and the explorer)
     status: StatusState = field(default_factory=StatusState)
     http: web.AppRunner | None = None
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
@@ -126,6 +128,21 @@ class Daemon:
         if self.compute is not None and self.owns_compute:
             self.compute.close()
         log.info("daemon.shutdown_finished")
+
+
+def explorer(daemon: Daemon, *, access: Access | None = None) -> Explorer:
+    """The explorer over a daemon's index, search, graph and status, behind ``access`` (by
+    default the daemon's own tokens)."""
+    stores = daemon.graph.store if daemon.graph is not None else None
+    reads = MemoryReads(
+        index=daemon.index,
+        retriever=daemon.retriever,
+        search=daemon.search or ScopedSearch(retriever=daemon.retriever, stores=stores),
+        graph=daemon.graph,
+        status=daemon.status,
+        settings=daemon.settings,
+    )
+    return Explorer(reads=reads, access=access or daemon.settings.http_access())
 
 
 async def _ensure_index(index: ChunkIndex, timeout_s: float) -> None:
@@ -342,6 +359,7 @@ async def start_daemon(
             retriever,
             broker,
             graph,
+            search,
             partition_counts=partition_counts,
             compute=compute,
             owns_embedder=owns_embedder,
@@ -359,9 +377,14 @@ async def start_daemon(
         if settings.http_port:
             checks = readiness_checks(index=index, state=status, stale_after_s=max(30.0, 4 * settings.status_sample_s))
             try:
-                daemon.http = await start_http(
-                    build_app(state=status, ready_check=checks), settings.http_host, settings.http_port
+                app = build_app(
+                    state=status,
+                    ready_check=checks,
+                    access=settings.http_access(),
+                    host=settings.http_host,
+                    explorer=explorer(daemon) if settings.explore.enabled else None,
                 )
+                daemon.http = await start_http(app, settings.http_host, settings.http_port)
                 log.info("daemon.http_started", host=settings.http_host, port=settings.http_port)
             except OSError as exc:
                 # Memory keeps working without its status page; say so loudly instead of dying.

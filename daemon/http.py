@@ -1,6 +1,8 @@
-"""The daemon's small HTTP server: /healthz, /readyz, /metrics and the status page at /.
+"""The daemon's small HTTP server: /healthz, /readyz, /metrics, the status page at / and the
+explorer under /explore (``daemon.explore``).
 
-The page is rendered on the server (no front-end build step) and refreshes itself.
+The pages are rendered on the server (no front-end build step). With a token configured
+(``daemon.explore.access``) every endpoint but /healthz and /readyz requires it.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from daemon.explore import PRINCIPAL, Access, Explorer, explorer_refusal
+from daemon.explore.access import COOKIE, LOGIN_PATHS, OPEN_PATHS
 from daemon.status import StatusState, oldest_age_s, past_end_text, percentile
 from memory.errors import MemdError
 from memory.index import ChunkIndex
@@ -147,8 +151,56 @@ td,th{{border-bottom:1px solid #eee;padding:4px 10px;text-align:left;font-size:1
 </body></html>"""
 
 
-def build_app(*, state: StatusState, ready_check: ReadyCheck, title: str = "agentmemd") -> web.Application:
-    """The aiohttp application."""
+def guard(access: Access, *, host: str) -> Callable[..., Awaitable[web.StreamResponse]]:
+    """The middleware that lets each request through only as far as its token reaches.
+
+    Open: /healthz and /readyz, always; the explorer's login form. With a token configured,
+    everything else needs ``Authorization: Bearer <token>`` (or the login cookie): 401
+    without, and a tenant's token reaches the explorer only (403 elsewhere). Without a
+    token, the explorer answers 403 on a non-loopback ``host``.
+    """
+    refusal = explorer_refusal(host, access)
+
+    @web.middleware
+    async def middleware(
+        request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        path = request.path
+        if path in OPEN_PATHS:
+            return await handler(request)
+        explorer = path == "/explore" or path.startswith("/explore/")
+        if explorer and refusal is not None:
+            return web.Response(status=403, text=refusal)
+        if path in LOGIN_PATHS:
+            return await handler(request)
+        principal = access.identify(request.headers.get("Authorization"), request.cookies.get(COOKIE))
+        if principal is None:
+            return web.json_response(
+                {"error": "unauthorized", "message": "send Authorization: Bearer <token>"},
+                status=401,
+                headers={"WWW-Authenticate": 'Bearer realm="agentmemd"'},
+            )
+        if principal.tenant is not None and not explorer:
+            return web.json_response(
+                {"error": "forbidden", "message": "a tenant's token reaches the explorer only"}, status=403
+            )
+        request[PRINCIPAL] = principal
+        return await handler(request)
+
+    return middleware
+
+
+def build_app(
+    *,
+    state: StatusState,
+    ready_check: ReadyCheck,
+    title: str = "agentmemd",
+    access: Access | None = None,
+    host: str = "127.0.0.1",
+    explorer: Explorer | None = None,
+) -> web.Application:
+    """The aiohttp application: health, metrics, the status page and (given) the explorer,
+    behind ``guard`` with ``access`` (none: open, as on a loopback address)."""
 
     async def healthz(_: web.Request) -> web.Response:
         return web.json_response({"status": "alive", "uptime_s": round(time.time() - state.started_at, 1)})
@@ -167,10 +219,12 @@ def build_app(*, state: StatusState, ready_check: ReadyCheck, title: str = "agen
     async def page(_: web.Request) -> web.Response:
         return web.Response(text=render_status(state, title=title), content_type="text/html")
 
-    app = web.Application()
+    app = web.Application(middlewares=[guard(access or Access(), host=host)])
     app.add_routes(
         [web.get("/healthz", healthz), web.get("/readyz", readyz), web.get("/metrics", metrics), web.get("/", page)]
     )
+    if explorer is not None:
+        app.add_routes(explorer.routes())
     return app
 
 

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -20,6 +20,8 @@ from pydantic_settings import (
 )
 
 from consumers.config import ConsumerConfig, KafkaSecurity, Topics
+from daemon.explore.access import Access, duplicate_tokens
+from daemon.explore.config import ExploreConfig
 from daemon.mcp_tools import MCPConfig
 from graph.config import GraphConfig
 from memory.config import ChunkingConfig, EmbeddingConfig, IndexConfig, IngestConfig, RetrievalConfig
@@ -59,6 +61,16 @@ class Settings(BaseSettings):
     )
     http_host: str = Field("127.0.0.1", description="Address of /healthz, /readyz, /metrics and the status page.")
     http_port: int = Field(8080, ge=0, le=65535, description="Port of the HTTP server (0 = no HTTP server).")
+    http_token: SecretStr = Field(
+        SecretStr(""),
+        description="Bearer token every HTTP endpoint but /healthz and /readyz then requires "
+        "(Prometheus scrapes with it); it sees every tenant ('' = none).",
+    )
+    http_tenant_tokens: dict[str, SecretStr] = Field(
+        default_factory=dict,
+        description="Tenant -> bearer token that sees only that tenant in the explorer, as JSON in the "
+        'environment: {"acme": "..."}. Setting one also makes every endpoint but health require a token.',
+    )
     status_sample_s: float = Field(5.0, gt=0, description="How often lag, queue depth and index size are sampled.")
     shutdown_timeout_s: float = Field(30.0, gt=0, description="Time given to in-flight messages on SIGTERM.")
     kafka_security: KafkaSecurity = Field(default_factory=KafkaSecurity)
@@ -71,6 +83,21 @@ class Settings(BaseSettings):
     ingest: IngestConfig = Field(default_factory=IngestConfig)
     graph: GraphConfig = Field(default_factory=GraphConfig)
     mcp: MCPConfig = Field(default_factory=MCPConfig)
+    explore: ExploreConfig = Field(default_factory=ExploreConfig)
+
+    @model_validator(mode="after")
+    def _tokens_name_one_principal(self) -> Settings:
+        clashes = duplicate_tokens(self.http_token.get_secret_value(), self.http_access().tenant_tokens or {})
+        if clashes:
+            raise ValueError(f"http_tenant_tokens: the token of {', '.join(clashes)} is another's too")
+        return self
+
+    def http_access(self) -> Access:
+        """The HTTP server's tokens (``daemon.explore.access``)."""
+        return Access(
+            token=self.http_token.get_secret_value(),
+            tenant_tokens={t: v.get_secret_value() for t, v in self.http_tenant_tokens.items()},
+        )
 
     @classmethod
     def settings_customise_sources(

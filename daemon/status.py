@@ -29,6 +29,8 @@ from memory.metrics import CONSUMER_LAG, INDEX_CHUNKS, STALE_DEPTH, STALE_OLDEST
 log = structlog.get_logger()
 
 SUBSCRIBER_GROUPS = ("documents", "transcripts", "requests")
+#: Samples of the stale queue's depth kept for the charts (an hour at the default 5 s).
+HISTORY_SAMPLES = 720
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -61,7 +63,9 @@ class StatusState:
     dlq_records: int | None = None
     chunks: int | None = None
     stale: dict[str, dict[str, Any]] = field(default_factory=dict)  # tenant -> {depth, oldest_age_s, items}
-    depth_history: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=720))
+    depth_history: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=HISTORY_SAMPLES))
+    # tenant -> the same history for that tenant alone (what a tenant's explorer charts)
+    tenant_history: dict[str, deque[tuple[float, int]]] = field(default_factory=dict)
     query_ms: deque[float] = field(default_factory=lambda: deque(maxlen=1000))
     query_errors: int = 0
 
@@ -200,6 +204,8 @@ class Sampler:
                     depth, items = await self._graph.store(tenant).stale(limit=10)
                     oldest = oldest_age_s([i.first_marked_at for i in items], time.time())
                     s.stale[tenant] = {"depth": depth, "oldest_age_s": oldest, "items": items}
+                    history = s.tenant_history.setdefault(tenant, deque(maxlen=HISTORY_SAMPLES))
+                    history.append((time.time(), depth))
                     STALE_DEPTH.labels(tenant).set(depth)
                     STALE_OLDEST.labels(tenant).set(oldest)
                     total += depth

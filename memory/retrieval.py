@@ -84,11 +84,27 @@ class Lookup:
 
 @dataclass
 class SearchOutcome:
-    """Fused hits, wall time, and per-leg timings (the legs overlap)."""
+    """Fused hits, wall time, and per-leg timings (the legs overlap).
+
+    ``ranked`` and ``candidates`` show why (the explorer reads them; replies do not carry
+    them): each leg's own list as fusion read it (ids best first, or id -> rank for a leg of
+    tied ranks; :func:`leg_order` reads either), after the exact checks, and every candidate
+    of those lists by chunk id. Both are the search's own objects, not copies.
+    """
 
     hits: list[SearchHit]
     took_ms: float
     legs: dict[str, LegTiming] = field(default_factory=dict)
+    ranked: dict[str, list[str] | dict[str, int]] = field(default_factory=dict)
+    candidates: dict[str, LegHit] = field(default_factory=dict)
+
+
+def leg_order(ids: Sequence[str] | Mapping[str, int]) -> list[tuple[str, int]]:
+    """A leg's list as ``(id, 1-based rank)`` best first; a leg of tied ranks (id -> rank) by
+    rank, then id, as fusion breaks ties."""
+    if isinstance(ids, Mapping):
+        return sorted(ids.items(), key=lambda item: (item[1], item[0]))
+    return [(d, r) for r, d in enumerate(ids, start=1)]
 
 
 #: A leg whose candidates were crowded by chunks a sliced write hides is asked once more
@@ -449,4 +465,10 @@ class Retriever:
         )
         for leg, timing in timings.items():
             LEG_SECONDS.labels(leg).observe(timing.end - timing.start)
-        return SearchOutcome(hits=hits_out, took_ms=took_ms, legs=timings)
+        return SearchOutcome(
+            hits=hits_out,
+            took_ms=took_ms,
+            legs=timings,
+            ranked=legs,
+            candidates=by_id,
+        )

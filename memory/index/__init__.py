@@ -5,6 +5,7 @@ This package is the façade: import from ``memory.index``, not from its modules.
 layout is ``memory.keys``.
 """
 
+from memory.index.browsing import MAX_PAGE, ChunkPage, Group, PageKey, next_key
 from memory.index.chunk_index import ChunkIndex
 from memory.index.codec import Analysis, TurnEntry, analyze, analyze_records, turn_terms
 from memory.index.codec import _record_mapping as _record_mapping  # private: patch it in memory.index.codec
@@ -18,17 +19,22 @@ from memory.index.versioned import UNVERSIONED_TOMBSTONE
 
 __all__ = [
     "BULK_QUERY_TIMEOUT_MS",
+    "MAX_PAGE",
     "UNVERSIONED_TOMBSTONE",
     "Analysis",
     "ChunkIndex",
+    "ChunkPage",
     "DocState",
+    "Group",
     "IndexError_",
     "LegHit",
+    "PageKey",
     "QuerySyntaxError",
     "TurnEntry",
     "WriteInProgress",
     "analyze",
     "analyze_records",
+    "next_key",
     "translate_errors",
     "turn_terms",
     "vector_key",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from memory.index.browsing import _Browsing
 from memory.index.copying import _Copying
 from memory.index.listings import _Listings
 from memory.index.reuse import _Reuse
@@ -10,7 +11,7 @@ from memory.index.turns import _Turns
 from memory.index.versioned import _VersionedWrites
 
 
-class ChunkIndex(_VersionedWrites, _Turns, _Copying, _Listings, _Search, _Reuse):
+class ChunkIndex(_VersionedWrites, _Turns, _Copying, _Listings, _Browsing, _Search, _Reuse):
     """Chunks of every document in one RediSearch index, plus per-doc version bookkeeping.
 
     The index is generational (``memory.generations``): by default this object follows the
@@ -23,6 +24,6 @@ class ChunkIndex(_VersionedWrites, _Turns, _Copying, _Listings, _Search, _Reuse)
 
     Its parts: ``lifecycle`` (creation, adoption, the generation followed), ``versioned``
     and ``sliced`` (writes), ``turns`` (transcript turns), ``copying`` and ``listings``
-    (for reindex and forget), ``search`` (the legs), ``reuse`` (vectors found by what was
-    embedded); ``codec`` says what a chunk hash holds.
+    (for reindex and forget), ``browsing`` (the explorer's pages), ``search`` (the legs),
+    ``reuse`` (vectors found by what was embedded); ``codec`` says what a chunk hash holds.
     """

@@ -33,7 +33,7 @@ from daemon.launcher import (
 from graph.config import GraphConfig
 from memory.keys import chunk_prefix, physical_name, registry_key
 from tests.conftest import unique
-from tests.helpers import PlainClient, eventually, isolated_settings, start_daemon
+from tests.helpers import PlainClient, chromium, chromium_flags, eventually, isolated_settings, start_daemon
 
 pytestmark = pytest.mark.integration
 
@@ -191,10 +191,6 @@ async def test_readyz_fails_when_the_broker_is_down(env: Env) -> None:
     await eventually(lambda: ready_is(env, 200), timeout=60, what="ready after the broker returned")
 
 
-def chromium() -> str | None:
-    return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
-
-
 async def test_status_page_in_a_real_browser(env: Env) -> None:
     """Headless Chromium renders the page; the stale-queue depth, DLQ and lag shown are the real ones."""
     browser = chromium()
@@ -234,17 +230,7 @@ async def test_status_page_in_a_real_browser(env: Env) -> None:
     await eventually(sampled, what="the sampler saw the stale queue")
     depth, _ = await svc.store.stale()
     user_dir = tempfile.mkdtemp(prefix="chromium-")
-    flags = [
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        f"--user-data-dir={user_dir}",
-    ]
+    flags = chromium_flags(user_dir)
     try:
         dom = await asyncio.to_thread(
             subprocess.run,

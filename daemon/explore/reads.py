@@ -1,0 +1,221 @@
+"""What the explorer reads, through the index's, the graph's and the retrieval's own APIs.
+
+Every read names its tenant; which tenants a request may name is the routes' check
+(``daemon.explore.access``). A question runs the path the Kafka query handler runs: the
+request is validated as the contract's ``QueryRequest`` and answered by ``ScopedSearch``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from consumers.models import QueryRequest
+from consumers.queries import to_spec
+from daemon.explore.dlq import DeadLetter, recent_dead_letters
+from daemon.explore.views_ask import AskForm, leg_only_ids, parse_filters
+from daemon.explore.views_memory import TenantRow
+from graph.communities import Community
+from graph.registry import GraphRegistry
+from graph.search import ScopedSearch
+from graph.stale_queue import StaleItem
+from memory.errors import InvalidRequest
+from memory.index import MAX_PAGE, ChunkIndex, ChunkPage, Group, PageKey
+from memory.records import DEFAULT_TENANT, StoredChunk
+from memory.retrieval import Retriever, SearchOutcome
+
+if TYPE_CHECKING:
+    from daemon.settings import Settings
+    from daemon.status import StatusState
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A question's outcome and what explains it."""
+
+    outcome: SearchOutcome
+    stale: dict[str, bool]
+    weights: dict[str, float]
+    rrf_k: int
+    texts: dict[str, str]  # the legs' shown candidates that are not results: chunk id -> text
+
+
+@dataclass(frozen=True, slots=True)
+class GraphView:
+    """A tenant's communities and stale queue."""
+
+    communities: list[Community]
+    stale: dict[str, StaleItem | None]  # every stale community; its details where listed
+    depth: int
+    history: list[tuple[float, int]] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class CommunityView:
+    """One community with its summary, members' names and stale state."""
+
+    community: Community | None
+    summary: dict[str, Any] | None
+    members: dict[str, tuple[str, str]]
+    item: StaleItem | None
+    stale: bool
+
+
+class MemoryReads:
+    """The explorer's reads over one daemon's index, search, graph, status and settings."""
+
+    def __init__(
+        self,
+        *,
+        index: ChunkIndex,
+        retriever: Retriever,
+        search: ScopedSearch,
+        graph: GraphRegistry | None,
+        status: StatusState,
+        settings: Settings,
+    ) -> None:
+        self.index = index
+        self._retriever = retriever
+        self._search = search
+        self._graph = graph
+        self._status = status
+        self.settings = settings
+
+    async def tenants(self) -> list[str]:
+        """Every tenant: ``default`` alone in single tenancy; in topic tenancy those the graph
+        layer has seen (every daemon records them), else those the chunks name."""
+        if self.settings.consumer.tenancy == "single":
+            return [DEFAULT_TENANT]
+        if self._graph is not None:
+            return await self._graph.tenants()
+        return [g.value for g in await self.index.groups("tenant", {}, limit=MAX_PAGE)]
+
+    async def tenant_rows(self, tenants: Sequence[str]) -> list[TenantRow]:
+        """Chunk counts per kind of each tenant (count-only queries: no chunk is read)."""
+        rows = []
+        for t in tenants[:MAX_PAGE]:
+            counts = [
+                await self.index.count_where({"tenant": t, "kind": k}) for k in ("document", "transcript", "community")
+            ]
+            rows.append(TenantRow(t, *counts))
+        return rows
+
+    async def groups(
+        self, what: str, tenant: str, *, offset: int, limit: int, agent: str | None = None
+    ) -> tuple[list[Group], int | None]:
+        """A page of agents, sessions (of ``agent``) or documents, and the next page's offset."""
+        field_, kind = {"agents": ("agent_id", "transcript"), "sessions": ("session_id", "transcript")}.get(
+            what, ("doc_id", "document")
+        )
+        where = {"agent_id": agent} if what == "sessions" and agent is not None else None
+        found = await self.index.groups(
+            field_, {"tenant": tenant, "kind": kind}, limit=limit + 1, offset=offset, where=where
+        )
+        return found[:limit], offset + limit if len(found) > limit else None
+
+    async def turns(self, tenant: str, agent: str, session: str, start: PageKey | None, limit: int) -> ChunkPage:
+        """A session's turn chunks in time order."""
+        tags = {"tenant": tenant, "kind": "transcript", "agent_id": agent, "session_id": session}
+        return await self.index.chunk_page(tags, limit=limit, start=start, order="asc")
+
+    async def timeline(self, tenant: str, start: PageKey | None, limit: int) -> ChunkPage:
+        """A tenant's chunks, newest first."""
+        return await self.index.chunk_page({"tenant": tenant}, limit=limit, start=start, order="desc")
+
+    async def document(self, tenant: str, doc_id: str) -> list[StoredChunk]:
+        """A document's (or a turn's) stored chunks in order."""
+        return (await self.index.turns([doc_id], tenant)).get(doc_id, [])
+
+    async def ask(self, form: AskForm, tenant: str) -> Answer:
+        """Answer the form's question as the Kafka query handler would, and read why.
+
+        Raises:
+            InvalidRequest: what the contract's validation or the retrieval refuses.
+            BackendUnavailable: Redis is unreachable.
+        """
+        body: dict[str, Any] = {"query_id": "explore", "search_text": form.q, "scope": form.scope}
+        try:
+            body["top_k"] = int(form.k or "10")
+            hybrid: dict[str, Any] = {}
+            for name, value in (
+                ("dense_weight", form.dense),
+                ("sparse_weight", form.sparse),
+                ("identifier_weight", form.identifier),
+                ("recency_weight", form.recency),
+            ):
+                if value.strip():
+                    hybrid[name] = float(value)
+            if form.rrf_k.strip():
+                hybrid["rrf_k_constant"] = int(form.rrf_k)
+            body["hybrid_params"] = hybrid
+            if form.filters.strip():
+                body["metadata_filter"] = parse_filters(form.filters)
+            if form.since.strip() or form.until.strip():
+                body["time_range"] = {
+                    k: v.strip() for k, v in (("since", form.since), ("until", form.until)) if v.strip()
+                }
+            req = QueryRequest.model_validate_json(json.dumps(body))
+        except (ValueError, ValidationError) as exc:
+            raise InvalidRequest(str(exc)) from exc
+        spec = to_spec(req, tenant)
+        outcome, stale = await self._search.search(spec, req.scope)
+        weights, rrf_k = self._retriever.weights(spec)
+        wanted = [outcome.candidates[c] for c in leg_only_ids(outcome, spec.top_k) if c in outcome.candidates]
+        chunks, _ = await self.index.hydrate(wanted, [])
+        texts = {h.chunk_id: c.text for h, c in zip(wanted, chunks, strict=True) if c is not None}
+        return Answer(outcome, stale, weights, rrf_k, texts)
+
+    async def graph(self, tenant: str) -> GraphView | None:
+        """The tenant's communities and stale queue; None when the graph layer is off."""
+        if self._graph is None:
+            return None
+        store = self._graph.store(tenant)
+        communities = await store.communities()
+        depth, items = await store.stale(limit=MAX_PAGE)
+        flags = await store.is_stale([c.id for c in communities])
+        listed = {i.community_id: i for i in items}
+        stale: dict[str, StaleItem | None] = {cid: listed.get(cid) for cid, on in flags.items() if on}
+        history = list(self._status.tenant_history.get(tenant, ()))
+        return GraphView(communities, stale, depth, history)
+
+    async def community(self, tenant: str, cid: str) -> CommunityView | None:
+        """One community; None when the graph layer is off."""
+        if self._graph is None:
+            return None
+        store = self._graph.store(tenant)
+        community = await store.community(cid)
+        if community is None:
+            return CommunityView(None, None, {}, None, False)
+        members = await store.nodes(sorted(community.members)[:500])
+        is_stale = (await store.is_stale([cid])).get(cid, False)
+        item = None
+        if is_stale:
+            _, items = await store.stale(limit=MAX_PAGE)
+            item = next((i for i in items if i.community_id == cid), None)
+        return CommunityView(community, await store.summary(cid), members, item, is_stale)
+
+    async def dead_letters(self) -> list[DeadLetter]:
+        """The DLQ's recent records (``ExploreConfig.dlq_records`` a partition), newest first.
+
+        Raises:
+            BackendUnavailable: the broker could not be asked.
+        """
+        s = self.settings
+        return await recent_dead_letters(
+            bootstrap=s.kafka_bootstrap,
+            topic=s.topics.dlq,
+            options=s.kafka_security.aiokafka_kwargs(),
+            limit=s.explore.dlq_records,
+            wait_s=s.explore.dlq_wait_s,
+            bases=(s.topics.documents, s.topics.transcripts, s.topics.requests),
+            tenancy=s.consumer.tenancy,
+        )
+
+    def now(self) -> float:
+        """The clock the pages' ages are measured by."""
+        return time.time()

@@ -1,0 +1,199 @@
+"""Read-only listings for people browsing the memory (the explorer): counts, groups, and pages
+of chunks in time order, each a bounded query that never reads a tenant's every chunk to
+show a page of it.
+
+Pages are keyset-paged on the sortable ``timestamp`` (a :class:`PageKey`), not by offset: the
+cost of a page does not grow with how deep it is. Groups (a tenant's agents, an agent's
+sessions, a tenant's documents) are one ``FT.AGGREGATE`` over the chunks of that scope.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from redis.commands.search.query import Query
+
+from memory.errors import InvalidRequest
+from memory.filters import conjoin, hash_clause, matches, tag_clause
+from memory.index.codec import _float_or_none, _stored
+from memory.index.errors import translate_errors
+from memory.index.lifecycle import _Lifecycle
+from memory.index.listings import expression_string
+from memory.records import StoredChunk
+from memory.schema import as_str
+
+#: The fields a group listing can group by.
+GROUP_FIELDS = ("tenant", "agent_id", "session_id", "doc_id")
+#: Most rows of one page or group listing.
+MAX_PAGE = 500
+
+
+@dataclass(frozen=True, slots=True)
+class PageKey:
+    """Where a time-ordered page starts: at ``timestamp`` (inclusive), after the first
+    ``skip`` chunks stamped exactly ``timestamp`` (those the previous page showed)."""
+
+    timestamp: float
+    skip: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkPage:
+    """One page of chunks in time order, and the key of the next page (None: the last)."""
+
+    chunks: list[StoredChunk]
+    next: PageKey | None
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    """One value of a group listing: how many chunks carry it, and the latest one's time."""
+
+    value: str
+    chunks: int
+    last: float | None
+    version: int | None = None  # the highest version among them (grouped by doc_id only)
+
+
+def next_key(stamps: Sequence[float], start: PageKey | None, *, more: bool) -> PageKey | None:
+    """The key of the page after one whose chunks had ``stamps`` (in page order), or None.
+
+    The chunks stamped like the page's last one are skipped by the next page; where the
+    whole page shares the start's stamp, those the start skipped are counted too.
+    """
+    if not more or not stamps:
+        return None
+    last = stamps[-1]
+    same = sum(1 for s in stamps if s == last)
+    if start is not None and start.timestamp == last:
+        same += start.skip
+    return PageKey(last, same)
+
+
+class _Browsing(_Lifecycle):
+    """``count_where``, ``chunk_page`` and ``groups``: what the explorer reads."""
+
+    async def count_where(self, tags: Mapping[str, str]) -> int:
+        """How many chunks carry exactly these tag values (``tenant``, ``kind``, …); no chunk is read."""
+        query = hash_clause({k: [v] for k, v in tags.items()})
+        q = Query(query).paging(0, 0).dialect(2)
+        async with translate_errors("chunk count"):
+            res = await self._ft().search(q)
+        return int(res.total)
+
+    async def chunk_page(
+        self,
+        tags: Mapping[str, str],
+        *,
+        limit: int,
+        start: PageKey | None = None,
+        order: Literal["asc", "desc"] = "desc",
+    ) -> ChunkPage:
+        """A page of the chunks whose tags equal ``tags``, by timestamp (``order``), from ``start``.
+
+        One FT.SEARCH, sorted on the sortable timestamp and bounded by it from ``start``, so a
+        deep page costs what the first does. The tags are matched on their hashed NUMERIC
+        fields (exact for any value) and re-checked on the chunks read (a hash may collide).
+        Chunks stamped alike keep the engine's order between pages while the index holds still.
+
+        Raises:
+            InvalidRequest: ``limit`` outside 1..``MAX_PAGE``.
+            BackendUnavailable: Redis is unreachable.
+        """
+        if not 1 <= limit <= MAX_PAGE:
+            raise InvalidRequest(f"a page holds 1..{MAX_PAGE} chunks, not {limit}")
+        bound = "*"
+        if start is not None:
+            edge = repr(float(start.timestamp))
+            bound = f"@timestamp:[-inf {edge}]" if order == "desc" else f"@timestamp:[{edge} +inf]"
+        query = conjoin(hash_clause({k: [v] for k, v in tags.items()}), bound)
+        skip = start.skip if start is not None else 0
+        q = (
+            Query(query)
+            .paging(skip, limit + 1)
+            .return_fields(*self._fields)
+            .sort_by("timestamp", asc=order == "asc")
+            .dialect(2)
+        )
+        async with translate_errors("chunk page"):
+            res = await self._ft().search(q)
+        rows = [_stored(d, self._tag_keys) for d in res.docs]
+        more = len(rows) > limit
+        rows = rows[:limit]
+        stamps = [r.timestamp or 0.0 for r in rows]
+        want = {k: [v] for k, v in tags.items()}
+        return ChunkPage([r for r in rows if matches(r.tags, want)], next_key(stamps, start, more=more))
+
+    async def groups(
+        self,
+        field: str,
+        tags: Mapping[str, str],
+        *,
+        limit: int,
+        offset: int = 0,
+        where: Mapping[str, str] | None = None,
+    ) -> list[Group]:
+        """The distinct ``field`` values (``GROUP_FIELDS``) of the chunks whose TAG values are
+        ``tags`` and whose stored values equal ``where`` exactly, in code point order, each with
+        its chunk count, latest timestamp and (grouped by ``doc_id``) highest version.
+
+        One FT.AGGREGATE over the chunks in scope: ``tags`` must be plain values (a tenant, a
+        kind); ``where`` may hold anything (an agent id), matched on its hashed field and then
+        compared whole.
+
+        Raises:
+            InvalidRequest: an unknown ``field``, or ``limit`` outside 1..``MAX_PAGE``.
+            BackendUnavailable: Redis is unreachable.
+        """
+        if field not in GROUP_FIELDS:
+            raise InvalidRequest(f"cannot group by {field!r}: only {', '.join(GROUP_FIELDS)}")
+        if not 1 <= limit <= MAX_PAGE:
+            raise InvalidRequest(f"a listing holds 1..{MAX_PAGE} values, not {limit}")
+        where = where or {}
+        query = conjoin(tag_clause({k: [v] for k, v in tags.items()}), hash_clause({k: [v] for k, v in where.items()}))
+        # Loading a field is most of the cost (the timestamp is sortable: read without a load).
+        versions = field == "doc_id"
+        loaded = dict.fromkeys((field, *where, *(("version",) if versions else ())))
+        args: list[Any] = [query, "LOAD", len(loaded), *(f"@{f}" for f in loaded)]
+        for key, value in sorted(where.items()):
+            args += ["FILTER", f"@{key} == {expression_string(value)}"]
+        args += ["GROUPBY", 1, f"@{field}", "REDUCE", "COUNT", 0, "AS", "n"]
+        args += ["REDUCE", "MAX", 1, "@timestamp", "AS", "last"]
+        if versions:
+            args += ["REDUCE", "MAX", 1, "@version", "AS", "top"]
+        args += ["SORTBY", 2, f"@{field}", "ASC", "MAX", 0, "LIMIT", offset, limit, "DIALECT", 2]
+        async with translate_errors("group listing"):
+            reply = await self._r.execute_command("FT.AGGREGATE", self._search_name(), *args)  # type: ignore[no-untyped-call]
+        out: list[Group] = []
+        for pairs in _rows(reply):
+            if pairs.get(field) is None:
+                continue
+            out.append(
+                Group(
+                    value=as_str(pairs[field]),
+                    chunks=int(float(as_str(pairs.get("n", 0)))),
+                    last=_float_or_none(pairs.get("last")),
+                    version=_whole(pairs.get("top")),
+                )
+            )
+        return out
+
+
+def _rows(reply: Any) -> list[dict[str, Any]]:
+    """An ``FT.AGGREGATE`` reply's rows as field -> value: RESP3 answers a map whose ``results``
+    hold ``extra_attributes``; RESP2 a list (the count, then each row's field/value pairs)."""
+    if isinstance(reply, Mapping):
+        results = reply.get(b"results", reply.get("results")) or ()
+        rows = []
+        for item in results:
+            attrs = item.get(b"extra_attributes", item.get("extra_attributes")) or {}
+            rows.append({as_str(k): v for k, v in attrs.items()})
+        return rows
+    return [{as_str(k): v for k, v in zip(row[::2], row[1::2], strict=False)} for row in list(reply)[1:]]
+
+
+def _whole(value: Any) -> int | None:
+    number = _float_or_none(value)
+    return None if number is None or number != number else int(number)

@@ -1,0 +1,275 @@
+"""The explorer's pure parts: tokens, the loopback rule, page keys, previews, escaping, rendering."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+from pydantic import ValidationError
+
+from daemon.explore.access import OPERATOR, Access, Principal, bearer, duplicate_tokens, explorer_refusal, is_loopback
+from daemon.explore.dlq import dead_letter, hex_lines, preview, tenant_of
+from daemon.explore.html import esc, url
+from daemon.explore.views_ask import parse_filters, results_html
+from daemon.explore.views_graph import communities_svg, stale_chart
+from daemon.explore.views_memory import document_body, turns_body
+from daemon.settings import Settings
+from graph.communities import Community
+from graph.stale_queue import StaleItem
+from memory.index import ChunkPage, LegHit, PageKey, next_key
+from memory.records import StoredChunk
+from memory.retrieval import SearchHit, SearchOutcome, leg_order
+
+HOSTILE = "<script>alert('x')</script><img src=x onerror=alert(1)> & \"quoted\""
+ACCESS = Access(token="op", tenant_tokens={"acme": "ta", "globex": "tg"})
+
+
+@pytest.mark.parametrize(
+    ("access", "header", "cookie", "want"),
+    [
+        (Access(), None, None, OPERATOR),  # no token configured: open, as before
+        (Access(), "Bearer anything", None, OPERATOR),
+        (ACCESS, None, None, None),
+        (ACCESS, "Bearer op", None, OPERATOR),
+        (ACCESS, "bearer op", None, OPERATOR),  # the scheme is case-insensitive
+        (ACCESS, "Bearer ta", None, Principal("acme")),
+        (ACCESS, "Bearer tg", None, Principal("globex")),
+        (ACCESS, "Bearer wrong", None, None),
+        (ACCESS, "Basic op", None, None),
+        (ACCESS, "Bearer", None, None),
+        (ACCESS, None, "ta", Principal("acme")),  # the login cookie
+        (ACCESS, "Bearer wrong", "ta", None),  # a header, when sent, is the one read
+        (ACCESS, "Bearer opx", None, None),
+        (Access(tenant_tokens={"acme": "ta"}), None, None, None),  # a tenant's token alone also closes it
+        (Access(tenant_tokens={"acme": ""}), None, None, OPERATOR),  # an empty token is none
+    ],
+)
+def test_identify(access: Access, header: str | None, cookie: str | None, want: Principal | None) -> None:
+    """Each header or cookie names the principal its token belongs to, or none."""
+    assert access.identify(header, cookie) == want
+
+
+def test_a_tenant_principal_sees_only_its_tenant() -> None:
+    """The operator sees every tenant; a tenant's principal its own."""
+    assert OPERATOR.sees("acme") and OPERATOR.sees("globex")
+    assert Principal("acme").sees("acme") and not Principal("acme").sees("globex")
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [
+        ("127.0.0.1", True),
+        ("127.8.9.10", True),
+        ("localhost", True),
+        ("::1", True),
+        ("[::1]", True),
+        ("0.0.0.0", False),
+        ("", False),
+        ("::", False),
+        ("10.0.0.5", False),
+        ("example.internal", False),
+    ],
+)
+def test_is_loopback(host: str, loopback: bool) -> None:
+    """Only loopback addresses (and ``localhost``) count as reachable from this machine only."""
+    assert is_loopback(host) is loopback
+
+
+def test_the_explorer_is_refused_beyond_loopback_without_a_token() -> None:
+    """A public bind address needs a token for the explorer; loopback or a token is enough."""
+    assert explorer_refusal("0.0.0.0", Access()) is not None
+    assert explorer_refusal("127.0.0.1", Access()) is None
+    assert explorer_refusal("0.0.0.0", Access(token="t")) is None
+
+
+def test_bearer() -> None:
+    """Only a Bearer header gives a token."""
+    assert bearer("Bearer  abc ") == "abc" and bearer("Token abc") == "" and bearer(None) == ""
+
+
+def test_tokens_shared_between_principals_are_refused() -> None:
+    """A token that would name two principals is a settings error."""
+    assert duplicate_tokens("op", {"a": "x", "b": "x", "c": "op", "d": ""}) == ["b", "c"]
+    with pytest.raises(ValidationError, match="another's"):
+        Settings(http_token="op", http_tenant_tokens={"acme": "op"})
+    s = Settings(http_token="sekret-op-17", http_tenant_tokens={"acme": "sekret-acme-91"})
+    assert s.http_access().identify("Bearer sekret-acme-91") == Principal("acme")
+    assert "sekret" not in repr(s) and "sekret" not in s.model_dump_json()
+
+
+def test_tenant_tokens_come_from_the_environment_as_json(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``AGENTMEM_HTTP_TENANT_TOKENS`` is a JSON object of tenant -> token."""
+    monkeypatch.setenv("AGENTMEM_HTTP_TENANT_TOKENS", json.dumps({"acme": "ta"}))
+    monkeypatch.setenv("AGENTMEM_HTTP_TOKEN", "op")
+    assert Settings().http_access() == Access(token="op", tenant_tokens={"acme": "ta"})
+
+
+@pytest.mark.parametrize(
+    ("stamps", "start", "more", "want"),
+    [
+        ([], None, True, None),
+        ([5.0, 4.0], None, False, None),  # the last page
+        ([5.0, 4.0, 4.0], None, True, PageKey(4.0, 2)),
+        ([5.0, 4.0], PageKey(5.0, 3), True, PageKey(4.0, 1)),
+        ([4.0, 4.0], PageKey(4.0, 3), True, PageKey(4.0, 5)),  # a page of one stamp: those skipped count too
+        ([1.0, 2.0, 3.0], PageKey(1.0, 0), True, PageKey(3.0, 1)),  # ascending
+    ],
+)
+def test_next_key(stamps: list[float], start: PageKey | None, more: bool, want: PageKey | None) -> None:
+    """The next page starts at the last stamp, past the chunks of that stamp already shown."""
+    assert next_key(stamps, start, more=more) == want
+
+
+@pytest.mark.parametrize(
+    ("raw", "limit", "want"),
+    [
+        (b"plain text", 100, ("plain text", "text", False)),
+        ("héllo".encode(), 2, ("h", "text", True)),  # a character the cut split is dropped
+        (b"abcdef", 3, ("abc", "text", True)),
+        (b"\xff\xfeA", 100, ("0000  " + "ff fe 41".ljust(47) + "  |..A|", "hex", False)),
+        (b"a\x00b", 100, ("0000  " + "61 00 62".ljust(47) + "  |a.b|", "hex", False)),  # a control character
+        (b"line\n\ttab\r\n", 100, ("line\n\ttab\r\n", "text", False)),
+        (b"", 10, ("", "text", False)),
+    ],
+)
+def test_preview(raw: bytes, limit: int, want: tuple[str, str, bool]) -> None:
+    """Original bytes are shown as text when UTF-8, else as hex with their printable ASCII."""
+    assert preview(raw, limit) == want
+
+
+def test_hex_lines_show_every_byte() -> None:
+    """Sixteen bytes a line, offset first; what is not printable ASCII shows as a dot."""
+    lines = hex_lines(bytes(range(20))).splitlines()
+    assert len(lines) == 2 and lines[1].startswith("0010  10 11 12 13") and lines[1].endswith("|....|")
+
+
+def test_dead_letters_are_read_leniently_with_their_tenant() -> None:
+    """A DLQ record names its original's tenant; a value that is no DLQ record still shows, as bytes."""
+    body = {
+        "reason": "bad",
+        "error_code": "invalid_event",
+        "topic": "memory.documents.acme",
+        "partition": 1,
+        "offset": 7,
+        "original_b64": base64.b64encode(b"<script>").decode(),
+        "failed_at": "2026-01-01T00:00:00+00:00",
+        "attempts": 2,
+        "original_size": 8,
+    }
+    bases = ("memory.documents", "memory.transcripts", "memory.requests")
+    d = dead_letter(0, 3, json.dumps(body).encode(), bases=bases, tenancy="topic")
+    assert (d.tenant, d.original_partition, d.original_offset, d.preview, d.preview_kind) == (
+        "acme",
+        1,
+        7,
+        "<script>",
+        "text",
+    )
+    junk = dead_letter(0, 4, b"\x00\x01", bases=bases, tenancy="topic")
+    assert junk.tenant is None and junk.preview_kind == "hex"
+    assert tenant_of("memory.documents", bases, "single") == "default"
+    assert tenant_of("memory.documentsx.acme", bases, "topic") is None
+
+
+def _chunk(text: str, chunk_id: str = "transcript:a/s/0_p0", kind: str = "transcript") -> StoredChunk:
+    return StoredChunk(
+        chunk_id=chunk_id,
+        text=text,
+        doc_id=chunk_id.rsplit("_p", 1)[0],
+        source="",
+        kind=kind,
+        metadata={"role": HOSTILE},
+        tags={"tenant": "acme"},
+        timestamp=1_700_000_000.0,
+        version=1,
+    )
+
+
+def test_memory_views_escape_everything_from_memory() -> None:
+    """A turn's text, role and ids show as text: no tag of theirs reaches the page."""
+    page = ChunkPage([_chunk(HOSTILE)], PageKey(1.0, 1))
+    out = turns_body(page, {"tenant": "acme", "agent": "<a>", "session": "s"})
+    out += document_body("acme", "<doc>", [_chunk(HOSTILE)])
+    assert "<script" not in out and "<img" not in out and "<doc>" not in out and "<a>" not in out
+    assert esc(HOSTILE) in out and 'id="next-page"' in out and "agent=%3Ca%3E" in out
+
+
+def test_urls_are_encoded_and_escaped() -> None:
+    """Query parameters are URL-encoded, and the whole URL escaped for an attribute."""
+    assert url("/explore/x", a='"><b>', b=None, c="") == "/explore/x?a=%22%3E%3Cb%3E"
+
+
+def test_results_show_each_legs_rank_and_its_own_list() -> None:
+    """Each result shows its rank in every leg (a dash where a leg missed it); each leg's own list marks the winners."""
+    hits = [
+        SearchHit(chunk=_chunk("first", "d1_p0", "document"), score=0.2, ranks={"sparse": 2, "dense": 1}),
+        SearchHit(chunk=_chunk(HOSTILE, "d2_p0", "document"), score=0.1, ranks={"sparse": 1}),
+    ]
+    cand = {
+        c: LegHit(f"k:{c}", c, c.split("_")[0], "document", {}, (), None, 1, 1) for c in ("d1_p0", "d2_p0", "d3_p0")
+    }
+    outcome = SearchOutcome(
+        hits=hits,
+        took_ms=1.0,
+        ranked={"sparse": ["d2_p0", "d1_p0"], "dense": ["d1_p0", "d3_p0"]},
+        candidates=cand,
+    )
+    out = results_html(outcome, {"sparse": 1.0, "dense": 1.0}, 10, {"d3_p0": "<i>leg only</i>"}, "acme", {})
+    assert 'id="leg-sparse"' in out and 'id="leg-dense"' in out and "not in the results" in out
+    assert "&lt;i&gt;leg only&lt;/i&gt;" in out and "<script" not in out
+    second = out.split('id="results"')[1].split("<tr>")[3]
+    assert '<span class="num">1</span>' in second and "&ndash;" in second
+
+
+def test_leg_order_reads_lists_and_tied_ranks() -> None:
+    """A list leg ranks by position; a leg of tied ranks by rank, then id."""
+    assert leg_order(["b", "a"]) == [("b", 1), ("a", 2)]
+    assert leg_order({"b": 1, "a": 1, "c": 3}) == [("a", 1), ("b", 1), ("c", 3)]
+
+
+def test_communities_picture_marks_the_stale_and_escapes_ids() -> None:
+    """Each community is a link sized by its members; stale ones are marked and say why in their title."""
+    comms = [Community("c<1>", 0, frozenset({"a", "b", "c"})), Community("c2", 0, frozenset({"d"}))]
+    item = StaleItem("c<1>", 0, 1.0, 2.0, 3, ["doc<x>"])
+    out = communities_svg(comms, {"c<1>": item}, "acme")
+    assert out.count("<circle") == 2 and out.count('class="community stale"') == 1
+    assert "c&lt;1&gt;" in out and "doc&lt;x&gt;" in out and "<x>" not in out
+    assert "collecting" in stale_chart([(1.0, 2)], 5.0)
+    chart = stale_chart([(1.0, 2), (2.0, 5), (3.0, 1)], 3.0)
+    assert "<polyline" in chart and ">5<" in chart and "1 now" in chart
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("", {}),
+        ("env=prod", {"env": "prod"}),
+        ("env = prod\n\nservice=a=b", {"env": "prod", "service": "a=b"}),
+        ("env=a\nenv=b\nenv=c", {"env": ["a", "b", "c"]}),
+    ],
+)
+def test_parse_filters(text: str, want: dict[str, object]) -> None:
+    """``key=value`` lines make a metadata filter; a repeated key takes any of its values."""
+    assert parse_filters(text) == want
+
+
+def test_parse_filters_refuses_a_line_without_a_value() -> None:
+    """A line with no ``=`` is an error, not a silent drop."""
+    with pytest.raises(ValueError, match="holds no"):
+        parse_filters("env")
+
+
+def test_a_community_page_says_why_it_is_stale_and_shows_its_summary_escaped() -> None:
+    """A stale community names the documents that made it so; its summary and members show as text."""
+    from daemon.explore.views_graph import community_body
+
+    comm = Community("c1", 0, frozenset({"k1", "k2"}), parent="p<0>")
+    item = StaleItem("c1", 0, 90.0, 95.0, 2, ["runbooks/<x>.md"])
+    summary = {"text": "<b>summary</b>", "model": "extractive", "written_at": 50.0}
+    out = community_body("acme", comm, "c1", summary, {"k1": ("<Alice>", "person")}, item, True, 100.0)
+    assert 'class="stale"' in out and "stale for 10 s, 2 changes" in out and "runbooks/&lt;x&gt;.md</a>" in out
+    assert "&lt;b&gt;summary&lt;/b&gt;" in out and "&lt;Alice&gt;" in out and "<b>" not in out
+    fresh = community_body("acme", comm, "c1", None, {}, None, False, 100.0)
+    assert "fresh" in fresh and "no summary written yet" in fresh
+    assert "does not exist" in community_body("acme", None, "c9", None, {}, None, False, 100.0)
