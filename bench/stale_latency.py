@@ -46,7 +46,7 @@ from _common import (
 from graph.config import GraphConfig
 from graph.ner import SpacyNer
 from graph.service import GraphService
-from graph.store import ApplyOutcome, GraphStore
+from graph.store import ContributionResult, GraphStore
 from memory.config import ChunkingConfig, EmbeddingConfig, IndexConfig, IngestConfig
 from memory.embedder import SentenceTransformerEmbedder
 from memory.index import ChunkIndex
@@ -129,7 +129,7 @@ async def main_async(args: argparse.Namespace, redis_url: str) -> Result:
         # (graph layer seconds, when apply returned, outcome) per applied change. The graph
         # layer is the hook's two steps: prepare (extraction, run while the chunks are
         # embedded) plus apply (the Lua call that marks communities stale).
-        timings: list[tuple[float, float, ApplyOutcome]] = []
+        timings: list[tuple[float, float, ContributionResult]] = []
         prepared_s: list[float] = []
 
         class TimedHook:
@@ -139,7 +139,7 @@ async def main_async(args: argparse.Namespace, redis_url: str) -> Result:
                 prepared_s.append(time.perf_counter() - t0)
                 return out
 
-            async def apply(self, item: MemoryItem, prepared: Any) -> ApplyOutcome:
+            async def apply(self, item: MemoryItem, prepared: Any) -> ContributionResult:
                 t0 = time.perf_counter()
                 out = await graph.apply(item, prepared)
                 t1 = time.perf_counter()

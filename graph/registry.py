@@ -13,7 +13,7 @@ from graph.compute import Offload, in_thread
 from graph.config import GraphConfig
 from graph.ner import SpacyNer
 from graph.service import GraphService
-from graph.store import ApplyOutcome, Contribution, GraphStore
+from graph.store import Contribution, ContributionResult, GraphStore
 from memory.activity import IngestActivity
 from memory.embedder import Embedder
 from memory.errors import MemdError
@@ -105,12 +105,12 @@ class GraphRegistry:
                 out[i] = contrib
         return out
 
-    async def apply(self, item: MemoryItem, contrib: Contribution | None) -> ApplyOutcome:
+    async def apply(self, item: MemoryItem, contrib: Contribution | None) -> ContributionResult:
         """Route a prepared change to its tenant's graph."""
         await self._known_tenant(item.tenant)
         return await self.service(item.tenant).apply(item, contrib)
 
-    async def on_change(self, item: MemoryItem, chunks: Sequence[ChunkRecord]) -> ApplyOutcome:
+    async def on_change(self, item: MemoryItem, chunks: Sequence[ChunkRecord]) -> ContributionResult:
         """Route a document change to its tenant's graph (``prepare`` and ``apply`` in one call)."""
         (contrib,) = await self.prepare([(item, chunks)])
         return await self.apply(item, contrib)

@@ -22,7 +22,7 @@ from graph.errors import LeaseLost, LlmFailed
 from graph.extraction import Entity, cap_contribution, chunk_entities, contribution_from, fingerprints
 from graph.llm import EXTRACT_SYSTEM, SUMMARY_SYSTEM, complete, parse_entities, summary_prompt
 from graph.ner import SpacyNer
-from graph.store import ApplyOutcome, Contribution, GraphStore
+from graph.store import Contribution, ContributionResult, GraphStore
 from graph.summaries import extractive_summary
 from memory.activity import IngestActivity
 from memory.chunking import chunk_position
@@ -236,7 +236,7 @@ class GraphService:
         found = iter(await self.extract_many(upserts))
         return [next(found) if item.op == "upsert" else None for item, _ in changes]
 
-    async def apply(self, item: MemoryItem, contrib: Contribution | None) -> ApplyOutcome:
+    async def apply(self, item: MemoryItem, contrib: Contribution | None) -> ContributionResult:
         """Replace the doc's contribution and mark the communities it touches stale (one Lua call)."""
         t0 = time.monotonic()
         out = await self.store.apply(item.doc_id, item.version, contrib)
@@ -290,7 +290,7 @@ class GraphService:
         log.info("graph.repointed", tenant=tenant, docs=len(doc_ids), refreshed=refreshed)
         return refreshed
 
-    async def on_change(self, item: MemoryItem, chunks: Sequence[ChunkRecord]) -> ApplyOutcome:
+    async def on_change(self, item: MemoryItem, chunks: Sequence[ChunkRecord]) -> ContributionResult:
         """Apply one document change to the graph: ``prepare`` and ``apply`` in one call."""
         (contrib,) = await self.prepare([(item, chunks)])
         return await self.apply(item, contrib)
@@ -477,7 +477,7 @@ class GraphService:
         """
         if token is None:
             token = await self.store.fence()
-        gen = await self.store.generation(cid)
+        gen = await self.store.mark_count(cid)
         comm = await self.store.community(cid)
         if comm is None:
             await self.store.clear_if_unchanged(cid, gen)

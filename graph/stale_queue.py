@@ -108,13 +108,13 @@ class StaleQueue:
             scores = await self._r.zmscore(self._k("stale_q"), list(cids))
         return {c: s is not None for c, s in zip(cids, scores, strict=True)}
 
-    async def generation(self, cid: str) -> str:
+    async def mark_count(self, cid: str) -> str:
         """How many times a community has been marked (a claim remembers it)."""
         async with translate_errors("stale read"):
             return as_str(await self._r.hget(self._k("gen"), cid) or b"0")
 
     async def clear_if_unchanged(self, cid: str, gen: str) -> bool:
-        """Clear the stale mark unless the community was marked again since ``gen``."""
+        """Clear the stale mark unless the community was marked again since ``gen`` (its mark_count then)."""
         async with translate_errors("stale clear"):
             return bool(await self._clear(keys=[self._k("stale")], args=[self._prefix, cid, gen]))
 

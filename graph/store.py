@@ -32,7 +32,7 @@ from memory import keys
 from memory.index import translate_errors
 from memory.records import DEFAULT_TENANT
 
-__all__ = ["EDGE_SEP", "ApplyOutcome", "Contribution", "GraphStore", "LeaseLost", "StaleItem"]
+__all__ = ["EDGE_SEP", "Contribution", "ContributionResult", "GraphStore", "LeaseLost", "StaleItem"]
 
 log = structlog.get_logger()
 
@@ -87,7 +87,7 @@ class Contribution:
 
 
 @dataclass(frozen=True, slots=True)
-class ApplyOutcome:
+class ContributionResult:
     """Whether the change applied, which entities it touched, which communities it marked."""
 
     applied: bool
@@ -119,7 +119,7 @@ class GraphStore:
         *,
         now: float | None = None,
         refresh: bool = False,
-    ) -> ApplyOutcome:
+    ) -> ContributionResult:
         """Replace ``doc_id``'s contribution (``None`` = delete) and mark touched communities stale.
 
         Versioned changes at or below the stored version are ignored (a replay), except that
@@ -146,7 +146,7 @@ class GraphStore:
             )
         applied, touched, marked = int(res[0]), json.loads(res[1]), json.loads(res[2])
         # cjson encodes an empty Lua table as {}: normalize to lists.
-        return ApplyOutcome(bool(applied), list(touched or []), sorted(marked or []))
+        return ContributionResult(bool(applied), list(touched or []), sorted(marked or []))
 
     async def doc_ids(self) -> list[str]:
         """Every doc with a contribution in this graph."""
@@ -365,9 +365,9 @@ class GraphStore:
         """Whether each community's summary is stale right now."""
         return await self._stale.is_stale(cids)
 
-    async def generation(self, cid: str) -> str:
+    async def mark_count(self, cid: str) -> str:
         """How many times a community has been marked (a claim remembers it)."""
-        return await self._stale.generation(cid)
+        return await self._stale.mark_count(cid)
 
     async def clear_if_unchanged(self, cid: str, gen: str) -> bool:
         """Clear the stale mark unless the community was marked again since ``gen``."""

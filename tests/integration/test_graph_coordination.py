@@ -129,7 +129,7 @@ async def test_a_summary_from_an_earlier_lease_never_replaces_a_later_one(two: D
     await two.store.apply(
         "doc1", 2, contrib("doc1#0", "alpha-svc", "beta-svc", "gamma-svc", "delta-svc"), now=time.time()
     )
-    gen_b = await two.store.generation(cid)
+    gen_b = await two.store.mark_count(cid)
     later = await two.b.summarize(cid)
     assert later is not None and later.cleared
     embedder.release.set()
@@ -170,11 +170,11 @@ async def test_a_summary_begun_before_its_community_was_removed_and_recreated_le
     worker's late commit must not clear the new community's mark: its generation never
     repeats an earlier one."""
     cid = await one_community(two)
-    gen = await two.store.generation(cid)
+    gen = await two.store.mark_count(cid)
     token = await two.store.claim(cid, "worker-a", 120)
     assert token is not None
     await two.store.apply("doc1", 2, contrib("doc1#0", "alpha-svc", "beta-svc", "gamma-svc", "delta-svc"))
-    assert await two.store.generation(cid) != gen
+    assert await two.store.mark_count(cid) != gen
     (comm,) = await two.store.communities()
     await two.store.replace_communities([], changed=set(), removed={cid}, events=[], drift_seen=0, now=time.time())
     await two.store.replace_communities([comm], changed={cid}, removed=set(), events=[], drift_seen=0, now=time.time())
@@ -430,7 +430,7 @@ async def test_a_failure_of_a_community_no_longer_queued_is_not_kept(two: Daemon
     cid = await one_community(two)
     assert await two.store.record_failure(cid, time.time() + 60) == 1
     assert await two.store.failures(cid) == 1
-    await two.store.clear_if_unchanged(cid, await two.store.generation(cid))
+    await two.store.clear_if_unchanged(cid, await two.store.mark_count(cid))
     assert await two.store.record_failure(cid, time.time() + 60) == 0
     assert await two.store.failures(cid) == 0 and (await two.store.stale())[0] == 0
 
@@ -440,7 +440,7 @@ async def test_a_dropped_summary_still_fences_off_earlier_leases(two: Daemons) -
     carries no fencing internals)."""
     cid = await one_community(two)
     early, late = await two.store.fence(), await two.store.fence()
-    gen = await two.store.generation(cid)
+    gen = await two.store.mark_count(cid)
     assert await two.store.commit_summary(cid, late, gen, None) == (True, True)
     assert await two.store.commit_summary(cid, early, gen, {"text": "ghost", "gen": gen}) == (False, False)
     assert await two.store.summary(cid) is None
