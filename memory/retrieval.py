@@ -22,7 +22,7 @@ from memory.identifiers import identifier_ranks, query_identifiers
 from memory.index import ChunkIndex, LegHit
 from memory.metrics import LEG_SECONDS
 from memory.records import DEFAULT_TENANT, StoredChunk
-from memory.text import bm25_query, query_terms
+from memory.text import bm25_query, content_terms, query_terms
 from memory.visibility import WriteMarker, visible
 
 log = structlog.get_logger()
@@ -162,7 +162,7 @@ class Retriever:
     ) -> list[LegHit]:
         # filter_query here is the non-scoring hash form (see memory.filters.hash_clause).
         start = time.monotonic()
-        terms = query_terms(text)
+        terms = content_terms(query_terms(text))
         hits = await self._index.rank_text(bm25_query(terms, within=filter_query), k=k, tag_keys=tags) if terms else []
         timings["sparse"] = LegTiming(start, time.monotonic())
         return hits

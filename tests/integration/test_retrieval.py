@@ -690,3 +690,30 @@ async def test_a_search_that_outlives_the_timeout_fails_rather_than_answering_in
     finally:
         await index.drop()
         await client.aclose()
+
+
+async def test_question_words_are_not_what_a_question_seeks(redis_url: str, embedder) -> None:
+    """The BM25 leg searches a question without its question words: a chunk that only
+    repeats "what did ... how did" is not found, the one that says what was decided is."""
+    client = aredis.from_url(redis_url)
+    index = ChunkIndex(client=client, cfg=IndexConfig(name=unique(__name__)), dims=embedder.dims)
+    await index.drop()
+    await index.ensure()
+    try:
+        ingestor = Ingestor(index=index, embedder=embedder, chunking=ChunkingConfig(), cfg=IngestConfig())
+        chatter = "What did we do? What did they do? How did it go? What did you do then?"
+        await ingestor.apply(
+            [
+                item("chatter", text=chatter),
+                item("decision", text="The planner decided to cache every embedding for a day."),
+            ]
+        )
+        retriever = Retriever(index=index, embedder=embedder, cfg=RetrievalConfig())
+        out = await retriever.search(SearchSpec(text="What did the planner decide?", top_k=5, dense_weight=0.0))
+        assert [h.chunk.doc_id for h in out.hits] == ["decision"]
+        # A query of question words alone is still searched for them.
+        alone = await retriever.search(SearchSpec(text="what did you do", top_k=5, dense_weight=0.0))
+        assert [h.chunk.doc_id for h in alone.hits] == ["chatter"]
+    finally:
+        await index.drop()
+        await client.aclose()

@@ -15,6 +15,7 @@ from memory.text import (
     analyze,
     bm25_query,
     compounds,
+    content_terms,
     escape_tag,
     escape_term,
     index_terms,
@@ -203,3 +204,18 @@ def test_a_change_to_the_analysis_bumps_the_analyzer_version() -> None:
     assert _ANALYZER_DIGESTS.get(ANALYZER_VERSION) == _analysis_digest(), (
         f"the analysis changed: bump memory.text.ANALYZER_VERSION and record {_analysis_digest()!r} for it"
     )
+
+
+def test_content_terms_leave_question_words_out() -> None:
+    """Interrogatives and auxiliaries go from a query's BM25 terms; alone, they stay."""
+    assert content_terms(query_terms("When did Caroline go to the support group?")) == [
+        "carolin",
+        "go",
+        "support",
+        "group",
+    ]
+    assert content_terms(query_terms("Why does it fail? How could it?")) == ["fail"]
+    assert content_terms(query_terms("what did you do")) == ["you"]
+    assert content_terms(query_terms("what did")) == ["what", "did"]
+    # Chunks keep them: only the query side leaves them out.
+    assert "what" in index_terms("what did the planner decide")
