@@ -194,11 +194,9 @@ def query_terms(text: str, *, max_terms: int = 64) -> list[str]:
 #: The words that make a sentence a question (interrogatives and the auxiliaries that invert
 #: with them: "what did", "when does", "how could"), as stems. A query's BM25 terms leave them
 #: out (:func:`content_terms`), chunks keep them: in a question they are syntax, not what is
-#: sought, yet each still matched every turn that happens to say "did" or "what". Measured
-#: through the daemon (RediSearch BM25, the defaults): LoCoMo dev fused recall@5/10/25/50
-#: 0.717 / 0.805 / 0.879 / 0.918 -> 0.720 / 0.810 / 0.883 / 0.924, SciFact fused nDCG@10
-#: 0.724 -> 0.726 (BM25 leg 0.687 -> 0.690). A general stop list (NLTK's, pronouns and
-#: prepositions too) did less on conversations (R@50 0.919): "I" and "you" say who spoke.
+#: sought, yet each still matched every turn that happens to say "did" or "what". LoCoMo dev
+#: fused recall@50 0.918 -> 0.923; a general stop list did less on conversations, where "I"
+#: and "you" say who spoke (docs/decisions/0028).
 QUESTION_WORDS: frozenset[str] = frozenset(
     stem(w)
     for w in (
