@@ -1,6 +1,6 @@
 """What one 50-chunk document's edit costs Redis, written three ways against a real index.
 
-Run from the project root (a measurement behind decision 0028, not a target):
+Run from the project root (a measurement behind decision 0029, not a target):
 
     .venv/bin/python bench/edits_write_cost.py
 
