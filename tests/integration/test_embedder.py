@@ -34,7 +34,9 @@ from memory.poison import SharedPoison
 from tests.conftest import unique
 from tests.helpers import eventually, run_python
 
-pytestmark = pytest.mark.integration
+# Most tests here restart the worker (a model load each): with the suite in 3 processes on 2
+# cores, and other load, that can take minutes, so the hang guard is 360 s, not 180.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(360)]
 
 TEXTS = [
     "ERR_CONN_RESET_4F2A: the billing-service lost its connection to db-01.prod during the deploy.",

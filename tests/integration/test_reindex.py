@@ -12,10 +12,12 @@ from typing import Any
 import pytest
 
 from daemon.app import Daemon
+from daemon.reindex import reindex as build
 from daemon.settings import Settings
 from graph.store import GraphStore
 from memory.config import ChunkingConfig
 from memory.embed_worker import CRASH_MARKER_ENV
+from memory.embedder import SentenceTransformerEmbedder
 from memory.errors import ReindexWouldLose
 from memory.generations import GenerationRegistry
 from memory.schema import physical_name
@@ -246,6 +248,9 @@ async def test_reindex_since_a_time_replays_only_later_events(env: tuple[Setting
     assert {c.rsplit("_p", 1)[0] for c in chunks} == {"rx/4", "rx/5", "rx/6"}
 
 
+# Three builds, each restarting its crashed worker twice (a model load each): minutes when the
+# suite's 3 processes share 2 cores, so the hang guard is 360 s, not 180.
+@pytest.mark.timeout(360)
 async def test_reindex_refuses_to_switch_when_the_new_build_would_lose_docs(
     env: tuple[Settings, Daemon, PlainClient], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -260,28 +265,34 @@ async def test_reindex_refuses_to_switch_when_the_new_build_would_lose_docs(
     await eventually(lambda: _all_indexed(daemon, {f"rx/{i}": 1 for i in range(3)}), what="docs live")
     registry = GenerationRegistry(daemon.redis, settings.index.name)
 
-    # Only workers spawned from now on (the rebuild's) crash on the marked doc.
+    # Only workers spawned from now on (the rebuilds') crash on the marked doc: one embedder,
+    # loaded under the marker and lent to the three builds, spares two model loads; each
+    # build still embeds through it and sees its worker crash (it restarts on the next request).
     monkeypatch.setenv(CRASH_MARKER_ENV, marker)
     same = settings.model_copy(update={"ingest": settings.ingest.model_copy(update={"embed_crash_limit": 1})})
-    rep = await reindex(same, own_workers=True)  # its worker must read the marker
-    assert rep.progress.failed >= 1 and rep.progress.carried == 1 and rep.old_dropped, rep
-    await daemon.index.state(fresh=True)
-    assert await daemon.index.chunk_ids("rx/1")
+    marked = await SentenceTransformerEmbedder.load(same.embedding)
+    try:
+        rep = await build(same, embedder=marked)
+        assert rep.progress.failed >= 1 and rep.progress.carried == 1 and rep.old_dropped, rep
+        await daemon.index.state(fresh=True)
+        assert await daemon.index.chunk_ids("rx/1")
 
-    before = (await registry.state()).active
-    build = same.model_copy(update={"chunking": ChunkingConfig(max_tokens=64, overlap=8)})
-    with pytest.raises(ReindexWouldLose) as refused:
-        await reindex(build, own_workers=True)
-    assert "rx/1" in str(refused.value) and "rx/0" not in str(refused.value)
-    state = await registry.state()
-    assert state.active == before and state.building == 0, state
-    _, reply = await client.ask({"query_id": "still", "search_text": "ERR_RX_0001", "top_k": 1})
-    assert reply["results"][0]["doc_id"] == "rx/1", reply
+        before = (await registry.state()).active
+        rechunked = same.model_copy(update={"chunking": ChunkingConfig(max_tokens=64, overlap=8)})
+        with pytest.raises(ReindexWouldLose) as refused:
+            await build(rechunked, embedder=marked)
+        assert "rx/1" in str(refused.value) and "rx/0" not in str(refused.value)
+        state = await registry.state()
+        assert state.active == before and state.building == 0, state
+        _, reply = await client.ask({"query_id": "still", "search_text": "ERR_RX_0001", "top_k": 1})
+        assert reply["results"][0]["doc_id"] == "rx/1", reply
 
-    rep = await reindex(build, allow_losses=True, own_workers=True)
-    assert rep.new_generation != before and rep.progress.failed >= 1
+        rep = await build(rechunked, allow_losses=True, embedder=marked)
+        assert rep.new_generation != before and rep.progress.failed >= 1
 
-    async def switched_without_rx1() -> bool:
-        return not await daemon.index.chunk_ids("rx/1") and bool(await daemon.index.chunk_ids("rx/0"))
+        async def switched_without_rx1() -> bool:
+            return not await daemon.index.chunk_ids("rx/1") and bool(await daemon.index.chunk_ids("rx/0"))
 
-    await eventually(switched_without_rx1, what="the new generation serves, without the lost doc")
+        await eventually(switched_without_rx1, what="the new generation serves, without the lost doc")
+    finally:
+        marked.close()

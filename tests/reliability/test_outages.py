@@ -22,7 +22,9 @@ from memory.embed_worker import CRASH_MARKER_ENV
 from tests.conftest import unique
 from tests.helpers import PlainClient, daemon_and_client, eventually, isolated_settings, read_dlq, start_daemon
 
-pytestmark = pytest.mark.integration
+# The worker tests restart the model (a load each): with the suite in 3 processes on 2 cores,
+# and other load, that can take minutes, so the hang guard is 360 s, not 180.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(360)]
 
 
 def doc(doc_id: str, text: str, version: int = 1) -> dict[str, Any]:

@@ -42,8 +42,8 @@ async def test_two_daemons_share_partitions_and_survive_a_kill(
     env = settings_env(settings) | {"AGENTMEM_GRAPH__SUMMARIZER_CONCURRENCY": "0"}
     await ensure_topics(kafka_bootstrap, settings.topics.all(), partitions=4, replication=1)
     logs = [tmp_path / "a.log", tmp_path / "b.log"]
-    a = DaemonProcess(env, str(logs[0])).start()
-    b = DaemonProcess(env, str(logs[1])).start()
+    # Started side by side: each start is mostly its own model load, one per core.
+    a, b = await asyncio.gather(*(asyncio.to_thread(DaemonProcess(env, str(log)).start) for log in logs))
     client = aredis.from_url(redis_url)
     index = ChunkIndex(client=client, cfg=IndexConfig(name=name), dims=384)
     producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all", linger_ms=5)
