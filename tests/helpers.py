@@ -157,11 +157,12 @@ async def start_daemon(settings: Settings, *, own_workers: bool = False, **kw: A
     return await start(settings, embedder=embedder, compute=compute, **kw)
 
 
-async def reindex(settings: Settings, *, own_workers: bool = False, **kw: Any) -> ReindexReport:
-    """``daemon.reindex.reindex`` with the session's embedder lent to the build (see ``_lendable``)."""
+async def reindex(settings: Settings, **kw: Any) -> ReindexReport:
+    """``daemon.reindex.reindex`` with the session's embedder lent to the build (see ``_lendable``;
+    a build whose worker must crash is given its own embedder directly)."""
     from daemon.reindex import reindex as build
 
-    if (workers := await _lendable(settings, own_workers)) is None:
+    if (workers := await _lendable(settings, False)) is None:
         return await build(settings, **kw)
     return await build(settings, embedder=workers[0], **kw)
 
