@@ -194,9 +194,8 @@ def query_terms(text: str, *, max_terms: int = 64) -> list[str]:
 #: The words that make a sentence a question (interrogatives and the auxiliaries that invert
 #: with them: "what did", "when does", "how could"), as stems. A query's BM25 terms leave them
 #: out (:func:`content_terms`), chunks keep them: in a question they are syntax, not what is
-#: sought, yet each still matched every turn that happens to say "did" or "what". LoCoMo dev
-#: fused recall@50 0.918 -> 0.923; a general stop list did less on conversations, where "I"
-#: and "you" say who spoke (docs/decisions/0028).
+#: sought, yet each still matched every turn that happens to say "did" or "what". Pronouns
+#: stay: in a conversation "I" and "you" say who spoke (docs/decisions/0028).
 QUESTION_WORDS: frozenset[str] = frozenset(
     stem(w)
     for w in (
