@@ -306,9 +306,9 @@ class Retriever:
         spec: SearchSpec,
         flt: Mapping[str, Sequence[str]],
         first: tuple[list[StoredChunk | None], Mapping[tuple[int, str, str], WriteMarker]] | None = None,
-    ) -> list[SearchHit]:
+    ) -> tuple[list[SearchHit], int]:
         """The first ``top_k`` fused hits, read whole (one round trip), that are still stored
-        as their legs found them and still shown.
+        as their legs found them and still shown, and how many winners were rewritten since.
 
         Checked again on what was read, as the legs' hits were: the version (a chunk a
         write replaced or overwrote since is dropped, not shown with another version's
@@ -317,7 +317,7 @@ class Retriever:
         ``first``: the first ``top_k`` already read, with markers read with them.
         """
         out: list[SearchHit] = []
-        dropped = 0
+        dropped = rewritten = 0
         pos = 0
         while len(out) < spec.top_k and pos < len(fused):
             batch = fused[pos : pos + spec.top_k - len(out)]
@@ -339,9 +339,10 @@ class Retriever:
                     out.append(SearchHit(chunk=chunk, score=f.score, ranks=f.ranks))
                 else:
                     dropped += 1
+                    rewritten += chunk is not None and not _same_version(chunk.version, leg.version)
         if dropped:
-            log.info("retrieve.winners_changed", dropped=dropped, top_k=spec.top_k)
-        return out
+            log.info("retrieve.winners_changed", dropped=dropped, rewritten=rewritten, top_k=spec.top_k)
+        return out, rewritten
 
     def _lists(
         self,
@@ -389,12 +390,25 @@ class Retriever:
         t0 = time.monotonic()
         weights, rrf_k = self.weights(spec)
         self._validate(spec, weights)
+        outcome, rewritten = await self._search_once(spec, weights, rrf_k, t0)
+        if rewritten:
+            # A winner was rewritten between the legs and the read: its new text was never
+            # ranked, so the whole search runs once more rather than answer without it.
+            log.info("retrieve.search_repeated", rewritten=rewritten)
+            outcome, _ = await self._search_once(spec, weights, rrf_k, t0)
+        return outcome
+
+    async def _search_once(
+        self, spec: SearchSpec, weights: dict[str, float], rrf_k: int, t0: float
+    ) -> tuple[SearchOutcome, int]:
+        """One run of the legs, fusion and hydration, and how many winners were rewritten
+        since the legs read them (see ``_hydrated``)."""
         flt = normalize_filter(spec.metadata_filter, allowed=self._index.cfg.filter_keys)
         flt["tenant"] = [spec.tenant]
         if spec.kinds:
             flt["kind"] = [k for k in flt.get("kind", spec.kinds) if k in spec.kinds]
             if not flt["kind"]:  # the request's kind filter and its scope exclude each other
-                return SearchOutcome(hits=[], took_ms=(time.monotonic() - t0) * 1000)
+                return SearchOutcome(hits=[], took_ms=(time.monotonic() - t0) * 1000), 0
         # The tenant goes into the engine queries only where several tenants share the index
         # (see RetrievalConfig.engine_tenant_filter); `matches` below re-checks it. In the
         # vector leg, a filter that every chunk passes still costs: 2.2 ms against 0.5 ms
@@ -449,9 +463,9 @@ class Retriever:
                 markers = await self._markers(results, spec.tenant)
             legs, by_id = self._lists(names, results, spec, flt, idents, markers)
             fused = fuse(legs, by_id)
-            hits_out = await self._hydrated(fused, by_id, spec, flt)
+            hits_out, rewritten = await self._hydrated(fused, by_id, spec, flt)
         else:
-            hits_out = await self._hydrated(fused, by_id, spec, flt, first)
+            hits_out, rewritten = await self._hydrated(fused, by_id, spec, flt, first)
         if spec.context_turns and hits_out:
             hits_out = await self._with_turns(hits_out, spec, flt)
         took_ms = (time.monotonic() - t0) * 1000
@@ -465,10 +479,5 @@ class Retriever:
         )
         for leg, timing in timings.items():
             LEG_SECONDS.labels(leg).observe(timing.end - timing.start)
-        return SearchOutcome(
-            hits=hits_out,
-            took_ms=took_ms,
-            legs=timings,
-            ranked=legs,
-            candidates=by_id,
-        )
+        outcome = SearchOutcome(hits=hits_out, took_ms=took_ms, legs=timings, ranked=legs, candidates=by_id)
+        return outcome, rewritten
