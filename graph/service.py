@@ -26,6 +26,7 @@ from graph.store import Contribution, ContributionResult, GraphStore
 from graph.summaries import extractive_summary
 from memory.activity import IngestActivity
 from memory.chunking import chunk_position
+from memory.conversation import vector_text
 from memory.embedder import Embedder
 from memory.errors import MemdError
 from memory.index import ChunkIndex
@@ -549,7 +550,7 @@ class GraphService:
         )
         if self._embedder is None:
             raise MemdError("summaries need an embedder")
-        vectors = await self._embedder.embed_documents([text])
+        vectors = await self._embedder.embed_documents([vector_text(text, "")])
         wrote = await self._index.apply(doc_id, token, [record], vectors, self.store.tenant)
         written = cleared = False
         if wrote.applied:

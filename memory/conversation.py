@@ -5,8 +5,10 @@ neighbouring turns while it is still *returned* as itself:
 
 - its BM25 terms are its own terms, counted :data:`OWN_TERM_REPEAT` times, followed by the terms of
   the previous :data:`PREV_TERMS` and next :data:`NEXT_TERMS` turns of its session, once each;
-- its vector embeds the previous :data:`PREV_VECTOR` turns before its own text, so the model
-  reads the exchange (the question a "Yes, yesterday!" answers);
+- its vector is its own text read *in context*: the model reads the previous
+  :data:`PREV_VECTOR` turns, then the turn, and pools only the turn's own tokens
+  (:data:`CONTEXT_MARK`), so the exchange (the question a "Yes, yesterday!" answers) shapes the
+  turn's meaning without its neighbours' words diluting the vector;
 - its BM25 terms also hold the day it was said (:func:`date_words`), so "what did we decide on
   3 May 2023?" finds that day's turns.
 
@@ -41,6 +43,9 @@ NEIGHBOUR_CHARS = 400
 VECTOR_CONTEXT_MAX_CHARS = 600
 #: What separates turns in a context.
 SEPARATOR = "\n"
+#: Between a vector's context and the text it is the vector of (see memory.embed_model): an
+#: ASCII record separator, taken out of every text a vector is embedded from.
+CONTEXT_MARK = "\x1e"
 #: Most turns a query may ask for around each transcript hit (``context_turns``), each side.
 MAX_CONTEXT_TURNS = 10
 #: Doc id prefix of transcript turns: ``transcript:<agent>/<session>/<turn>``.
@@ -131,11 +136,12 @@ def dependents(ref: TurnRef) -> list[TurnRef]:
 
 
 def vector_text(text: str, prefix: str) -> str:
-    """What a turn's chunk is embedded from: its previous turns (``TurnContext.vector_prefix``),
-    then its own text."""
+    """What a chunk is embedded from: its own text, after its context (a turn's previous turns,
+    ``TurnContext.vector_prefix``) and :data:`CONTEXT_MARK` where it has one."""
+    text = text.replace(CONTEXT_MARK, " ")
     if not prefix or len(text) > VECTOR_CONTEXT_MAX_CHARS:
         return text
-    return prefix + SEPARATOR + text
+    return prefix.replace(CONTEXT_MARK, " ") + CONTEXT_MARK + text
 
 
 def matching_terms(own_terms: str, context_terms: Iterable[str]) -> str:

@@ -4,6 +4,12 @@ Loading (local files only, bf16 weights where the CPU computes bf16), length-sor
 batching, and two fast paths verified at load against the library's own ``encode()``: the
 bare transformer mean-pooled here (``direct``), and for queries that transformer traced and
 frozen with TorchScript (``traced``).
+
+A text holding :data:`memory.conversation.CONTEXT_MARK` is embedded *in context*: the model
+reads what comes before the mark and the text after it in one sequence, and the vector pools
+only the text's own tokens (so the context shapes their meaning without diluting the vector;
+the context is cut from its start when both do not fit). Without the direct path such a text
+is embedded whole, the mark read as a line break.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import numpy as np
 import structlog
 
 from memory.config import EmbeddingConfig
+from memory.conversation import CONTEXT_MARK
 
 log = structlog.get_logger()
 
@@ -247,6 +254,21 @@ def encode(
 
     texts = list(texts)
     direct = w.direct if direct is None else direct
+    in_context = [i for i, t in enumerate(texts) if isinstance(t, str) and CONTEXT_MARK in t]
+    if in_context and not direct:
+        texts = [t.replace(CONTEXT_MARK, "\n") if isinstance(t, str) else t for t in texts]
+    elif in_context:
+        plain = [i for i in range(len(texts)) if i not in set(in_context)]
+        merged = np.zeros((len(texts), 0), dtype=np.float32)
+        parts = [(in_context, _in_context(w, tok, [texts[i] for i in in_context]))]
+        if plain:
+            parts.append((plain, encode(w, tok, [texts[i] for i in plain], traced=traced)))
+        for idx, part in parts:
+            if part.size:
+                if not merged.size:
+                    merged = np.zeros((len(texts), part.shape[1]), dtype=np.float32)
+                merged[idx] = part
+        return merged
     # Not model.tokenizer: transformers switches a fast tokenizer's padding on and off per
     # call, and the other channel's encode() may be using it (with padding) right now.
     lengths = [len(ids) for ids in w.probe(texts, truncation=True, max_length=w.model.max_seq_length)["input_ids"]]
@@ -270,6 +292,48 @@ def encode(
                 out = np.zeros((len(texts), rows.shape[1]), dtype=np.float32)
             out[batch] = rows
     return out if out is not None else np.zeros((0, 0), dtype=np.float32)
+
+
+def _in_context(w: LoadedModel, tok: Any, texts: Sequence[str]) -> np.ndarray:
+    """Texts marked with ``CONTEXT_MARK``, each read with its context and pooled over its own
+    tokens only (see the module's docstring), normalized."""
+    import torch
+
+    limit = w.model.max_seq_length - 2  # room for [CLS] and [SEP]
+    contexts, owns = zip(*(t.split(CONTEXT_MARK, 1) for t in texts), strict=True)
+    own_ids = tok(list(owns), add_special_tokens=False, truncation=True, max_length=limit)["input_ids"]
+    ctx_ids = tok(list(contexts), add_special_tokens=False)["input_ids"]
+    seqs: list[tuple[list[int], int]] = []  # the whole sequence, and where the text's own tokens start
+    for ctx, own in zip(ctx_ids, own_ids, strict=True):
+        room = limit - len(own)
+        ctx = ctx[len(ctx) - room :] if room > 0 else []
+        seqs.append(([tok.cls_token_id, *ctx, *own, tok.sep_token_id], 1 + len(ctx)))
+    out = np.zeros((len(texts), 0), dtype=np.float32)
+    device = w.cfg.device.split(":")[0]
+    with torch.autocast(device, dtype=torch.bfloat16, enabled=w.bf16, cache_enabled=False), torch.inference_mode():
+        for batch in length_batches([len(s) for s, _ in seqs], w.cfg.batch_size):
+            width = max(len(seqs[i][0]) for i in batch)
+            ids = torch.full((len(batch), width), tok.pad_token_id, dtype=torch.long)
+            mask = torch.zeros((len(batch), width), dtype=torch.long)
+            own = torch.zeros((len(batch), width), dtype=torch.float32)
+            for row, i in enumerate(batch):
+                seq, start = seqs[i]
+                ids[row, : len(seq)] = torch.tensor(seq)
+                mask[row, : len(seq)] = 1
+                if len(seq) - 1 > start:
+                    own[row, start : len(seq) - 1] = 1
+                else:  # a text with no token of its own (only spaces) is pooled whole
+                    own[row, : len(seq)] = 1
+            enc = {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
+            hidden = w.model[0].auto_model(**{k: v.to(w.cfg.device) for k, v in enc.items()}).last_hidden_state
+            weights = own.to(w.cfg.device).unsqueeze(-1)
+            summed = (hidden.to(torch.float32) * weights).sum(1)
+            pooled = torch.nn.functional.normalize(summed / weights.sum(1).clamp(min=1e-9), p=2, dim=1)
+            rows = pooled.cpu().numpy()
+            if not out.size:
+                out = np.zeros((len(texts), rows.shape[1]), dtype=np.float32)
+            out[batch] = rows
+    return out
 
 
 # Texts of different lengths, cases and scripts (an empty one, spaces only, non-ASCII), so

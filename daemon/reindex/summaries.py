@@ -7,6 +7,7 @@ import numpy as np
 import structlog
 
 from daemon.reindex.completeness import _summaries
+from memory.conversation import vector_text
 from memory.embedder import SentenceTransformerEmbedder
 from memory.errors import EmbedderError, WorkerCrashed
 from memory.index import ChunkIndex, DocState
@@ -58,7 +59,7 @@ async def _embedded(
     for start in range(0, len(records), SUMMARY_BATCH):
         part = records[start : start + SUMMARY_BATCH]
         try:  # an outage (EmbedderUnavailable) is not an EmbedderError: it ends the step
-            out.extend(zip(part, await embedder.embed_documents([r.text for r in part]), strict=True))
+            out.extend(zip(part, await embedder.embed_documents([vector_text(r.text, "") for r in part]), strict=True))
             continue
         except EmbedderError:
             pass  # which one? each alone
@@ -67,7 +68,7 @@ async def _embedded(
                 raise
         for rec in part:
             try:
-                (vec,) = await embedder.embed_documents([rec.text])
+                (vec,) = await embedder.embed_documents([vector_text(rec.text, "")])
             except (EmbedderError, WorkerCrashed) as exc:
                 if isinstance(exc, WorkerCrashed) and not exc.attributable:
                     raise

@@ -16,6 +16,7 @@ import pytest
 import redis.asyncio as aredis
 
 from memory.config import EmbeddingConfig
+from memory.conversation import vector_text
 from memory.embed_worker import CRASH_MARKER_ENV
 from memory.embedder import (
     CONTROL_TEXT,
@@ -178,6 +179,22 @@ async def test_batched_rows_stay_in_input_order(embedder: Any) -> None:
     for i, text in enumerate(texts):
         alone = await embedder.embed_documents([text])
         assert float(together[i] @ alone[0]) >= 0.9999, i
+
+
+async def test_a_text_in_context_is_pooled_over_its_own_tokens(embedder: Any) -> None:
+    """A turn read after its context answers a question that needs the context better than the
+    turn alone, stays nearer its own words than the whole exchange does, and mixes freely in a
+    batch with plain texts; a text of no tokens of its own still gets a unit vector."""
+    own, ctx = "Melanie: Yes, yesterday! It was great.", "Caroline: Did you go to the pottery class?"
+    marked = vector_text(own, ctx)
+    rows = await embedder.embed_documents([own, marked, TEXTS[0], ctx + "\n" + own, vector_text("  ", ctx)])
+    alone, in_context, plain, whole, spaces = rows
+    [question] = [await embedder.embed_query("Did Melanie go to the pottery class?")]
+    assert float(in_context @ question) > float(alone @ question) + 0.05
+    assert float(in_context @ alone) > float(whole @ alone)  # pooled over the turn, not the exchange
+    assert float(plain @ (await embedder.embed_documents([TEXTS[0]]))[0]) >= 0.9999
+    assert float((await embedder.embed_documents([marked]))[0] @ in_context) >= 0.9999
+    assert np.allclose(np.linalg.norm(rows, axis=1), 1.0, atol=1e-4) and np.isfinite(spaces).all()
 
 
 async def test_a_large_document_does_not_hold_the_worker_from_other_ingest_calls(embedder: Any) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from memory.conversation import (
+    CONTEXT_MARK,
     NEIGHBOUR_CHARS,
     NEXT_TERMS,
     PREV_TERMS,
@@ -72,10 +73,24 @@ def test_long_neighbours_are_cut_at_a_word() -> None:
 
 def test_vector_text_keeps_long_chunks_alone() -> None:
     """The vector reads the previous turns before a short chunk, never before one the model would cut."""
-    assert vector_text("yes!", "did you go?") == "did you go?\nyes!"
+    assert vector_text("yes!", "did you go?") == f"did you go?{CONTEXT_MARK}yes!"
     assert vector_text("yes!", "") == "yes!"
     long = "x" * (VECTOR_CONTEXT_MAX_CHARS + 1)
     assert vector_text(long, "did you go?") == long
+
+
+@pytest.mark.parametrize(
+    ("text", "prefix", "expected"),
+    [
+        (f"a{CONTEXT_MARK}b", "", "a b"),
+        (f"a{CONTEXT_MARK}b", "ctx", f"ctx{CONTEXT_MARK}a b"),
+        ("b", f"c{CONTEXT_MARK}d", f"c d{CONTEXT_MARK}b"),
+    ],
+)
+def test_only_vector_text_puts_the_context_mark_in(text: str, prefix: str, expected: str) -> None:
+    """A mark inside a text or its context is read as a space, so only the one vector_text puts
+    between them splits what the model reads from what it pools."""
+    assert vector_text(text, prefix) == expected
 
 
 def test_matching_terms_weigh_the_turns_own_words_first() -> None:
