@@ -28,8 +28,8 @@ from daemon.teardown import CLOSE_TIMEOUT_S, await_chain, bounded, cancel_and_wa
 from daemon.topics import ensure_topics
 from graph.compute import CommunityComputer, Offload, in_thread
 from graph.ner import SpacyNer
-from graph.registry import GraphRegistry
 from graph.search import ScopedSearch
+from graph.tenants import TenantGraphs
 from memory.activity import IngestActivity
 from memory.attempts import AttemptCounter
 from memory.embedder import POISON_MAX, Embedder, SentenceTransformerEmbedder
@@ -66,7 +66,7 @@ class Daemon:
     ingestor: Ingestor
     retriever: Retriever
     broker: KafkaBroker
-    graph: GraphRegistry | None = None
+    graph: TenantGraphs | None = None
     search: ScopedSearch | None = None  # what the query subscriber asks (and the explorer)
     status: StatusState = field(default_factory=StatusState)
     http: web.AppRunner | None = None
@@ -228,10 +228,10 @@ def build_graph(
     ner: SpacyNer | None,
     activity: IngestActivity | None = None,
     offload: Offload = in_thread,
-) -> GraphRegistry:
+) -> TenantGraphs:
     """The graph layer over ``index``: one service per tenant, as the daemon, the CLI's graph
     commands and a reindex's re-pointing all wire it."""
-    return GraphRegistry(
+    return TenantGraphs(
         client=redis,
         name=settings.index.name,
         index=index,
@@ -311,7 +311,7 @@ async def start_daemon(
             await _ensure_topics(settings, timeout_s=ready_timeout_s)
         # Ingestion marks its batches here; the graph's summarizer waits for quiet moments.
         activity = IngestActivity()
-        graph: GraphRegistry | None = None
+        graph: TenantGraphs | None = None
         if settings.graph.enabled:
             graph = build_graph(
                 settings,

@@ -21,7 +21,7 @@ from aiokafka.errors import KafkaError
 from daemon.lost_logs import log_ends
 from daemon.settings import Settings
 from daemon.teardown import bounded
-from graph.registry import GraphRegistry
+from graph.tenants import TenantGraphs
 from memory.errors import MemdError
 from memory.index import ChunkIndex
 from memory.metrics import CONSUMER_LAG, INDEX_CHUNKS, STALE_DEPTH, STALE_OLDEST
@@ -170,7 +170,7 @@ class Sampler:
         settings: Settings,
         state: StatusState,
         index: ChunkIndex,
-        graph: GraphRegistry | None,
+        graph: TenantGraphs | None,
         interval_s: float,
     ) -> None:
         self._settings = settings

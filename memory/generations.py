@@ -117,7 +117,7 @@ _NOW = "local t = redis.call('TIME'); local now = tonumber(t[1]) + tonumber(t[2]
 
 # Forget a generation about to be dropped by hand: never the active one, never one a live
 # reindex is building (an abandoned build leaves the slot with it). -1 active, -2 building.
-_FORGET = (
+_UNREGISTER = (
     _NOW
     + """
 local active = tonumber(redis.call('HGET', KEYS[1], 'active') or '0')
@@ -135,7 +135,7 @@ return 1
 
 # Take the build slot unless a live reindex holds it (its heartbeat is recent). Also
 # returns the generation an abandoned build left behind (0 if none), for the caller to drop.
-_CLAIM = (
+_RESERVE = (
     _NOW
     + """
 local b = redis.call('HGET', KEYS[1], 'building')
@@ -165,7 +165,7 @@ return 1
 
 # The switch: active generation, its spec and the alias change in one step. The build slot
 # stays taken until the reindex releases it: its catch-up, drop and graph re-pointing still
-# run, and a second reindex claiming the slot meanwhile could drop what they work on. The
+# run, and a second reindex reserving the slot meanwhile could drop what they work on. The
 # old generation is marked kept in the same step, until the reindex has checked that the
 # new one holds everything it does: a reindex that dies in between (Ctrl-C, a kill) leaves
 # it marked, so nobody drops the only copy of the writes made during the switch.
@@ -234,13 +234,13 @@ class GenerationRegistry:
         )
         return bool(done)
 
-    async def forget(self, generation: int) -> None:
+    async def unregister(self, generation: int) -> None:
         """Take ``generation`` out of the registry before it is dropped by hand.
 
         Raises:
             ReindexConflict: it is the active generation, or a live reindex is building it.
         """
-        res = int(await self._r.eval(_FORGET, 1, self.key, str(generation), self.STALE_BUILD_S))
+        res = int(await self._r.eval(_UNREGISTER, 1, self.key, str(generation), self.STALE_BUILD_S))
         if res == -1:
             raise ReindexConflict(f"generation {generation} is the active one: queries are served from it")
         if res == -2:
@@ -251,7 +251,7 @@ class GenerationRegistry:
                 "generation the alias points at, then drop the others"
             )
 
-    async def claim(self, owner: str) -> tuple[int, int]:
+    async def reserve(self, owner: str) -> tuple[int, int]:
         """Take the build slot: the new generation's number, and the generation an abandoned
         build (one whose heartbeat stopped) left behind, 0 if none. The caller drops the
         abandoned one unless it is the active generation (a reindex that died after its switch).
@@ -259,7 +259,7 @@ class GenerationRegistry:
         Raises:
             ReindexConflict: another reindex is running.
         """
-        res = await self._r.eval(_CLAIM, 1, self.key, owner, self.STALE_BUILD_S)
+        res = await self._r.eval(_RESERVE, 1, self.key, owner, self.STALE_BUILD_S)
         gen = int(res[0])
         if gen < 0:
             other = res[1].decode() if isinstance(res[1], bytes) else res[1]

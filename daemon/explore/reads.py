@@ -21,9 +21,9 @@ from daemon.explore.dlq import DeadLetter, recent_dead_letters
 from daemon.explore.views_ask import AskForm, leg_only_ids, parse_filters
 from daemon.explore.views_memory import TenantRow
 from graph.communities import Community
-from graph.registry import GraphRegistry
 from graph.search import ScopedSearch
 from graph.stale_queue import StaleItem
+from graph.tenants import TenantGraphs
 from memory.errors import InvalidRequest
 from memory.index import MAX_PAGE, ChunkIndex, ChunkPage, Group, PageKey
 from memory.records import DEFAULT_TENANT, StoredChunk
@@ -75,7 +75,7 @@ class MemoryReads:
         index: ChunkIndex,
         retriever: Retriever,
         search: ScopedSearch,
-        graph: GraphRegistry | None,
+        graph: TenantGraphs | None,
         status: StatusState,
         settings: Settings,
     ) -> None:

@@ -94,7 +94,7 @@ class Reindex:
 
     :meth:`run` takes the steps in order, each a method (``memory.generations`` has the model):
 
-    1. :meth:`claim`: claim the build slot in Redis (one reindex at a time across the
+    1. :meth:`reserve`: reserve the build slot in Redis (one reindex at a time across the
        deployment; a build whose heartbeat stopped is taken over and its leftovers dropped)
        and create generation N+1 with *this process's* settings (a new model, chunking or
        schema).
@@ -160,8 +160,8 @@ class Reindex:
         self._registry = GenerationRegistry(self._redis, settings.index.name)
         self._heartbeat: asyncio.Task[None] | None = None
         self._stop_beating = asyncio.Event()
-        self._claimed = self._switched = False
-        # Set by claim(): the generations, and what the old one's spec allows.
+        self._reserved = self._switched = False
+        # Set by reserve(): the generations, and what the old one's spec allows.
         self._old = self._gen = 0
         self._rechunked = False
         self._carry: str | None = None
@@ -173,7 +173,7 @@ class Reindex:
     async def run(self) -> ReindexReport:
         """Take every step in order; :meth:`release` whatever happens."""
         try:
-            await self.claim()
+            await self.reserve()
             await self.replay()
             await self.copy_summaries()
             accepted = await self.check_completeness()
@@ -189,8 +189,8 @@ class Reindex:
         self._on_progress(self.progress)
 
     def _indexes(self) -> tuple[ChunkIndex, ChunkIndex]:
-        """The old generation's index and the new one's (from :meth:`claim` on)."""
-        assert self._source is not None and self._target is not None, "claim() creates them"
+        """The old generation's index and the new one's (from :meth:`reserve` on)."""
+        assert self._source is not None and self._target is not None, "reserve() creates them"
         return self._source, self._target
 
     def _replaying(self) -> _Replayer:
@@ -198,9 +198,9 @@ class Reindex:
         assert self._replayer is not None, "replay() creates it"
         return self._replayer
 
-    # -- 1. claim ------------------------------------------------------------------------
+    # -- 1. reserve ----------------------------------------------------------------------
 
-    async def claim(self) -> None:
+    async def reserve(self) -> None:
         """Take the build slot, drop an abandoned build's leftovers, start the heartbeat and
         create generation N+1.
 
@@ -212,9 +212,9 @@ class Reindex:
             state = await self._registry.state()
         if state.active == 0:
             raise NotFound(f"index {self._s.index.name!r} has no generation yet: start the daemon once to create it")
-        async with translate_errors("reindex claim"):
-            self._gen, abandoned = await self._registry.claim(self._owner)
-        self._claimed = True
+        async with translate_errors("reindex reservation"):
+            self._gen, abandoned = await self._registry.reserve(self._owner)
+        self._reserved = True
         async with translate_errors("reindex start"):  # a reindex may have switched meanwhile
             state = await self._registry.state()
         self._old = state.active
@@ -249,7 +249,7 @@ class Reindex:
         # (one that died after its switch left the active one: that stays).
         log.warning("reindex.abandoned_build_dropped", generation=abandoned)
         with contextlib.suppress(ReindexConflict):  # only its notes: it is neither active nor building
-            await self._registry.forget(abandoned)
+            await self._registry.unregister(abandoned)
         await ChunkIndex(client=self._redis, cfg=self._s.index, dims=self._embedder.dims, generation=abandoned).drop()
 
     async def _beat(self) -> None:
@@ -455,7 +455,7 @@ class Reindex:
             self._report()
             # Its registry notes go with it, as drop-generation's do (an operator found a
             # spec entry left behind by every reindex).
-            await self._registry.forget(self._old)
+            await self._registry.unregister(self._old)
             await source.drop()
             return True
         except Exception as exc:  # the switch is done: reported, never a failed command
@@ -519,7 +519,7 @@ class Reindex:
         if self._heartbeat is not None:
             await cancelled("reindex heartbeat", self._heartbeat)
         build_left = await self._drop_unswitched()
-        if self._claimed and not build_left:
+        if self._reserved and not build_left:
             await bounded("release the build slot", self._registry.release(self._owner))
         if self._replayer is not None:
             await bounded("stop the replay consumer", self._replayer.consumer.stop())
@@ -532,7 +532,7 @@ class Reindex:
         if self._switched or self._target is None:
             return False
         # A drop that fails or runs long keeps the slot: its heartbeat goes stale, and the next
-        # reindex's claim reports the build as abandoned and drops it (never the active
+        # reindex's reservation reports the build as abandoned and drops it (never the active
         # generation: when it cannot be read whether the build went live after all, the slot
         # is kept too).
         live = await _went_live(self._registry, self._gen)

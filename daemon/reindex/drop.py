@@ -43,7 +43,7 @@ async def drop_generation(settings: Settings, redis: Any, generation: int, *, fo
         keys = [k async for k in redis.scan_iter(match=root + "*", count=1000)]
         if generation not in await registry.listed() and not keys:
             raise NotFound(f"index {settings.index.name!r} has no generation {generation}")
-        await registry.forget(generation)
+        await registry.unregister(generation)
     index = ChunkIndex(client=redis, cfg=settings.index, dims=1, generation=generation)
     await index.drop()
     log.info("reindex.generation_dropped", index=settings.index.name, generation=generation, keys=len(keys))

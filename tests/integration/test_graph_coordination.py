@@ -19,9 +19,9 @@ from graph import communities
 from graph.communities import Community
 from graph.config import GraphConfig
 from graph.errors import LeaseLost
-from graph.registry import GraphRegistry
 from graph.service import COMMUNITY_PREFIX, COMMUNITY_TOMBSTONE_S, GraphService
 from graph.store import Contribution, GraphStore
+from graph.tenants import TenantGraphs
 from memory.config import IndexConfig
 from memory.errors import BackendUnavailable
 from memory.index import ChunkIndex
@@ -318,10 +318,10 @@ async def test_a_stale_view_of_an_older_store_is_rebuilt(two: Daemons) -> None:
     assert depth == 1 and [i.community_id for i in items] == [cid]
 
 
-async def looping_registry(redis_url: str, embedder: Any, name: str) -> tuple[Daemons, GraphRegistry]:
+async def looping_registry(redis_url: str, embedder: Any, name: str) -> tuple[Daemons, TenantGraphs]:
     """A daemon's graph registry whose recompute loop checks every 50 ms and recomputes on any drift."""
     d = await make(redis_url, embedder, name)
-    reg = GraphRegistry(
+    reg = TenantGraphs(
         client=d.client,
         name=name,
         index=d.index,
@@ -347,7 +347,7 @@ async def test_a_background_loop_logs_an_unexpected_error_and_carries_on(
         raise ModuleNotFoundError("No module named 'leidenalg'")
 
     monkeypatch.setattr(communities, "_cdlib_algorithms", broken)
-    monkeypatch.setattr("graph.registry._ERROR_PAUSE_S", 0.05)
+    monkeypatch.setattr("graph.tenants._ERROR_PAUSE_S", 0.05)
     with capture_logs() as logs:
         task = asyncio.create_task(reg.run_recompute())
         for _ in range(200):
@@ -377,7 +377,7 @@ async def test_a_tenant_whose_recompute_fails_does_not_stop_the_others(
         raise RuntimeError("a bug tenant a's data triggers")
 
     monkeypatch.setattr(reg.service("a"), "recompute", broken)
-    monkeypatch.setattr("graph.registry._ERROR_PAUSE_S", 0.05)
+    monkeypatch.setattr("graph.tenants._ERROR_PAUSE_S", 0.05)
     with capture_logs() as logs:
         task = asyncio.create_task(reg.run_recompute())
         try:

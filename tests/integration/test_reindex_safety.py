@@ -291,7 +291,7 @@ async def test_a_failed_catch_up_never_loses_what_the_live_daemons_wrote(
             return
         if calls >= 3:  # after the switch
             with pytest.raises(ReindexConflict):
-                await registry.claim("intruder")
+                await registry.reserve("intruder")
             raise KafkaConnectionError("injected: the broker went away during the catch-up")
         await real(self)
 
@@ -363,7 +363,7 @@ async def test_a_heartbeat_blip_keeps_the_build_and_an_abandoned_build_is_droppe
     await eventually(lambda: _versions(daemon, {"hb/1": 1}), timeout=120, what="doc indexed")
 
     registry = GenerationRegistry(daemon.redis, settings.index.name)
-    dead, _ = await registry.claim("reindex-dead")
+    dead, _ = await registry.reserve("reindex-dead")
     orphan = ChunkIndex(client=daemon.redis, cfg=settings.index, dims=daemon.embedder.dims, generation=dead)
     await orphan.ensure()
     await daemon.redis.set(ver_key(settings.index.name, dead, "default", "hb/1"), 1)
@@ -426,11 +426,11 @@ async def test_a_build_that_died_after_its_switch_is_never_dropped(env: Any) -> 
     settings, daemon, _ = env
     registry = GenerationRegistry(daemon.redis, settings.index.name)
     old = (await registry.state()).active
-    gen, _ = await registry.claim("reindex-a")
+    gen, _ = await registry.reserve("reindex-a")
     await ChunkIndex(client=daemon.redis, cfg=settings.index, dims=daemon.embedder.dims, generation=gen).ensure()
     await registry.switch("reindex-a", gen, (await registry.state()).spec)  # then A dies: no release
     await daemon.redis.hset(registry.key, "building_heartbeat", time.time() - 120)
-    nxt, abandoned = await registry.claim("reindex-b")
+    nxt, abandoned = await registry.reserve("reindex-b")
     assert (nxt, abandoned) == (gen + 1, 0)
     assert (await registry.state()).active == gen
     await registry.release("reindex-b")
@@ -473,7 +473,7 @@ async def test_drop_generation_drops_what_was_kept_and_refuses_what_is_live(env:
     await eventually(lambda: _versions(daemon, {"drop/1": 1}), timeout=120, what="doc indexed")
     registry = GenerationRegistry(daemon.redis, settings.index.name)
     active = (await registry.state()).active
-    kept, _ = await registry.claim("reindex-kept")  # a generation left beside the active one
+    kept, _ = await registry.reserve("reindex-kept")  # a generation left beside the active one
     await ChunkIndex(client=daemon.redis, cfg=settings.index, dims=daemon.embedder.dims, generation=kept).ensure()
     await daemon.redis.set(ver_key(settings.index.name, kept, "default", "drop/1"), 1)
     await registry.release("reindex-kept")
@@ -484,7 +484,7 @@ async def test_drop_generation_drops_what_was_kept_and_refuses_what_is_live(env:
     assert res.returncode == 1 and "active one" in res.stdout + res.stderr, res
     res = await agentmemd(["drop-generation", str(kept)], env_vars)
     assert res.returncode == 1 and "--force" in res.stdout + res.stderr, res
-    building, _ = await registry.claim("reindex-live")
+    building, _ = await registry.reserve("reindex-live")
     await ChunkIndex(client=daemon.redis, cfg=settings.index, dims=daemon.embedder.dims, generation=building).ensure()
     try:
         with pytest.raises(ReindexConflict, match="running reindex"):

@@ -630,13 +630,13 @@ async def test_a_lost_registry_is_rebuilt_from_the_alias_and_the_data_kept(redis
         assert "adopts" in finding.fix and "DROPINDEX" not in finding.fix
         fresh = ChunkIndex(client=client, cfg=cfg, dims=embedder.dims, recreate=True)
         with pytest.raises(ReindexConflict, match="no active generation"):
-            await fresh.registry.forget(3)  # drop-generation: nothing is dropped blind
+            await fresh.registry.unregister(3)  # drop-generation: nothing is dropped blind
         await fresh.ensure()  # before: "Alias already exists", at every start
         state = await fresh.state(fresh=True)
         assert state.active == 3 and state.spec == fresh.spec
         assert "registry lost" in (await fresh.registry.adopted())[3]  # doctor shows it
         assert await fresh.versions(["wiki/in-g3.md"]) == {"wiki/in-g3.md": 1}
-        gen, _ = await fresh.registry.claim("reindex-next")
+        gen, _ = await fresh.registry.reserve("reindex-next")
         assert gen == 5  # past the leftover generation 4
         await fresh.registry.release("reindex-next")
 

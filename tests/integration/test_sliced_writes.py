@@ -248,7 +248,7 @@ async def test_a_copy_does_not_undo_a_newer_write_under_way(stack) -> None:
     """A reindex's catch-up copies v2 from another generation while v3 is half-written here:
     the copy is refused and counts as covered, and v3 ends whole, with no chunk orphaned."""
     index, retriever, client = stack
-    gen, _ = await index.registry.claim("test-copy")
+    gen, _ = await index.registry.reserve("test-copy")
     source = ChunkIndex(client=client, cfg=index.cfg, dims=384, spec=index.spec, generation=gen)
     try:
         await source.ensure()
@@ -311,7 +311,7 @@ async def test_a_reindex_copy_and_switch_mid_write(stack) -> None:
     index, retriever, client = stack
     await index.apply(DOC, 1, chunks(1, 10, "alpha"), vectors(10, 1))
     pause, write = await PausedAfter.hold(index, 1, index.apply(DOC, 2, chunks(2, 12, "bravo"), vectors(12, 2)))
-    gen, _ = await index.registry.claim("test-reindex")
+    gen, _ = await index.registry.reserve("test-reindex")
     target = ChunkIndex(client=client, cfg=index.cfg, dims=384, spec=index.spec, generation=gen)
     await target.ensure()
     assert await target.copy_doc(1, "default", DOC)
@@ -359,7 +359,7 @@ async def test_a_copy_of_a_half_written_doc_is_replaced_once_the_source_is_whole
     source: the target is behind, and the catch-up copy brings v2 whole."""
     index, _, client = stack
     await index.apply(DOC, 1, chunks(1, 10, "alpha"), vectors(10, 1))
-    gen, _ = await index.registry.claim("test-recopy")
+    gen, _ = await index.registry.reserve("test-recopy")
     target = ChunkIndex(client=client, cfg=index.cfg, dims=384, spec=index.spec, generation=gen)
     try:
         await target.ensure()

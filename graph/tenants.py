@@ -28,7 +28,7 @@ log = structlog.get_logger()
 _ERROR_PAUSE_S = 5.0
 
 
-class GraphRegistry:
+class TenantGraphs:
     """Every tenant has its own graph, communities and stale queue; daemons share the list in Redis."""
 
     def __init__(
