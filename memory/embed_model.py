@@ -116,6 +116,7 @@ class LoadedModel:
     bf16: bool
     direct: bool  # whether _mean_pooled computes what the model's pipeline computes
     traced: Any = None  # the transformer traced for the query channel (see _trace_encoder), if any
+    in_context: bool = False  # whether marked texts are pooled over their own tokens (_in_context)
 
     def dims(self) -> int:
         """The length of the model's vectors."""
@@ -255,14 +256,15 @@ def encode(
     texts = list(texts)
     direct = w.direct if direct is None else direct
     in_context = [i for i, t in enumerate(texts) if isinstance(t, str) and CONTEXT_MARK in t]
-    if in_context and not direct:
+    if in_context and not (direct and w.in_context):
         texts = [t.replace(CONTEXT_MARK, "\n") if isinstance(t, str) else t for t in texts]
     elif in_context:
-        plain = [i for i in range(len(texts)) if i not in set(in_context)]
+        marked = set(in_context)
+        plain = [i for i in range(len(texts)) if i not in marked]
         merged = np.zeros((len(texts), 0), dtype=np.float32)
         parts = [(in_context, _in_context(w, tok, [texts[i] for i in in_context]))]
         if plain:
-            parts.append((plain, encode(w, tok, [texts[i] for i in plain], traced=traced)))
+            parts.append((plain, encode(w, tok, [texts[i] for i in plain], direct=direct, traced=traced)))
         for idx, part in parts:
             if part.size:
                 if not merged.size:
@@ -294,12 +296,22 @@ def encode(
     return out if out is not None else np.zeros((0, 0), dtype=np.float32)
 
 
+def _specials(tok: Any) -> tuple[list[int], list[int]]:
+    """The special token ids the tokenizer puts before and after one segment."""
+    whole = list(tok("memory")["input_ids"])
+    inner = list(tok("memory", add_special_tokens=False)["input_ids"])
+    at = next(i for i in range(len(whole) - len(inner) + 1) if whole[i : i + len(inner)] == inner)
+    return whole[:at], whole[at + len(inner) :]
+
+
 def _in_context(w: LoadedModel, tok: Any, texts: Sequence[str]) -> np.ndarray:
     """Texts marked with ``CONTEXT_MARK``, each read with its context and pooled over its own
     tokens only (see the module's docstring), normalized."""
     import torch
 
-    limit = w.model.max_seq_length - 2  # room for [CLS] and [SEP]
+    # The model's own special tokens around one segment ([CLS] … [SEP] for BERT-like models).
+    head, tail = _specials(tok)
+    limit = w.model.max_seq_length - len(head) - len(tail)
     contexts, owns = zip(*(t.split(CONTEXT_MARK, 1) for t in texts), strict=True)
     own_ids = tok(list(owns), add_special_tokens=False, truncation=True, max_length=limit)["input_ids"]
     ctx_ids = tok(list(contexts), add_special_tokens=False)["input_ids"]
@@ -307,7 +319,7 @@ def _in_context(w: LoadedModel, tok: Any, texts: Sequence[str]) -> np.ndarray:
     for ctx, own in zip(ctx_ids, own_ids, strict=True):
         room = limit - len(own)
         ctx = ctx[len(ctx) - room :] if room > 0 else []
-        seqs.append(([tok.cls_token_id, *ctx, *own, tok.sep_token_id], 1 + len(ctx)))
+        seqs.append(([*head, *ctx, *own, *tail], len(head) + len(ctx)))
     out = np.zeros((len(texts), 0), dtype=np.float32)
     device = w.cfg.device.split(":")[0]
     with torch.autocast(device, dtype=torch.bfloat16, enabled=w.bf16, cache_enabled=False), torch.inference_mode():
@@ -320,11 +332,13 @@ def _in_context(w: LoadedModel, tok: Any, texts: Sequence[str]) -> np.ndarray:
                 seq, start = seqs[i]
                 ids[row, : len(seq)] = torch.tensor(seq)
                 mask[row, : len(seq)] = 1
-                if len(seq) - 1 > start:
-                    own[row, start : len(seq) - 1] = 1
+                end = len(seq) - len(tail)
+                if end > start:
+                    own[row, start:end] = 1
                 else:  # a text with no token of its own (only spaces) is pooled whole
                     own[row, : len(seq)] = 1
             enc = {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
+            enc = {k: v for k, v in enc.items() if k in tok.model_input_names}
             hidden = w.model[0].auto_model(**{k: v.to(w.cfg.device) for k, v in enc.items()}).last_hidden_state
             weights = own.to(w.cfg.device).unsqueeze(-1)
             summed = (hidden.to(torch.float32) * weights).sum(1)
@@ -390,4 +404,17 @@ def load(path: str, cfg: EmbeddingConfig, channels: Sequence[str]) -> tuple[Load
     loaded = dataclasses.replace(loaded, direct=_direct_matches(loaded, toks["query"]))
     if loaded.direct:
         loaded = dataclasses.replace(loaded, traced=_trace_encoder(loaded, toks["query"]))
+        loaded = dataclasses.replace(loaded, in_context=_in_context_works(loaded, toks["docs"]))
     return loaded, toks
+
+
+def _in_context_works(w: LoadedModel, tok: Any) -> bool:
+    """Whether marked texts can be pooled over their own tokens on this model (else each is
+    embedded whole, the mark read as a line break)."""
+    sample = [f"did you go?{CONTEXT_MARK}yes, yesterday", f"{CONTEXT_MARK} ", f"context{CONTEXT_MARK}" + "word " * 300]
+    try:
+        rows = _in_context(w, tok, sample)
+    except Exception as exc:
+        log.warning("embed.in_context_failed", error=f"{type(exc).__name__}: {exc}")
+        return False
+    return rows.shape[0] == len(sample) and bool(np.isfinite(rows).all())

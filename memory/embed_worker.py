@@ -101,6 +101,7 @@ class EmbeddingWorker:
         self.bf16 = False
         self.direct = False  # whether the worker skips the pipeline's encode() glue (_mean_pooled)
         self.traced = False  # whether queries run through the traced transformer (_trace_encoder)
+        self.in_context = False  # whether texts marked with their context are pooled alone (_in_context)
         self.restarts = 0
         self._closed = False
         # Channels with a request in the worker now, and, per dead worker, those that had
@@ -164,9 +165,16 @@ class EmbeddingWorker:
             proc.join(5)
             raise EmbedderError(f"cannot load embedding model {self._cfg.model!r}: {msg[1]}")
         self.dims, self.bf16, self.direct, self.traced = int(msg[1]), bool(msg[2]), bool(msg[3]), bool(msg[4])
+        self.in_context = bool(msg[5])
         self._proc, self._conns = proc, {name: parent for name, (parent, _) in pairs.items()}
         log.info(
-            "embed.worker_started", pid=proc.pid, dims=self.dims, bf16=self.bf16, direct=self.direct, traced=self.traced
+            "embed.worker_started",
+            pid=proc.pid,
+            dims=self.dims,
+            bf16=self.bf16,
+            direct=self.direct,
+            traced=self.traced,
+            in_context=self.in_context,
         )
 
     def _channel(self, channel: str) -> tuple[Any, Connection]:

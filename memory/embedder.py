@@ -21,6 +21,7 @@ import numpy as np
 import structlog
 
 from memory.config import EmbeddingConfig
+from memory.conversation import CONTEXT_MARK
 from memory.embed_model import load_tokenizer, native_bf16, use_bf16
 from memory.embed_worker import (
     QUERY_DEADLINE_S,
@@ -170,8 +171,10 @@ class SentenceTransformerEmbedder:
 
     @property
     def identity(self) -> str:
-        """The model, its precision and dims (see ``Embedder.identity``)."""
-        return f"{self._cfg.model}|{'bf16' if self.bf16 else 'fp32'}|{self._dims}"
+        """The model, its precision and dims (see ``Embedder.identity``), and ``|whole`` where
+        texts marked with their context are embedded whole (their vectors differ)."""
+        whole = "" if self._worker.in_context else "|whole"
+        return f"{self._cfg.model}|{'bf16' if self.bf16 else 'fp32'}|{self._dims}{whole}"
 
     @property
     def worker_pid(self) -> int | None:
@@ -217,6 +220,7 @@ class SentenceTransformerEmbedder:
 
     async def embed_query(self, text: str) -> np.ndarray:
         """Embed one query, from the LRU cache when it was asked before (read-only: shared)."""
+        text = text.replace(CONTEXT_MARK, " ")  # a query is read whole: the mark splits only vector_text's
         cached = self._cache.get(text)
         if cached is not None:
             self._cache.move_to_end(text)

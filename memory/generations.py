@@ -115,7 +115,7 @@ return 1
 # over nor keep a dead one's slot.
 _NOW = "local t = redis.call('TIME'); local now = tonumber(t[1]) + tonumber(t[2]) / 1e6\n"
 
-# Forget a generation about to be dropped by hand: never the active one, never one a live
+# Unregister a generation about to be dropped by hand: never the active one, never one a live
 # reindex is building (an abandoned build leaves the slot with it). -1 active, -2 building.
 _UNREGISTER = (
     _NOW

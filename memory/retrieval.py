@@ -306,6 +306,8 @@ class Retriever:
         spec: SearchSpec,
         flt: Mapping[str, Sequence[str]],
         first: tuple[list[StoredChunk | None], Mapping[tuple[int, str, str], WriteMarker]] | None = None,
+        *,
+        last: bool = True,
     ) -> tuple[list[SearchHit], int]:
         """The first ``top_k`` fused hits, read whole (one round trip), that are still stored
         as their legs found them and still shown, and how many winners were rewritten since.
@@ -314,12 +316,13 @@ class Retriever:
         write replaced or overwrote since is dropped, not shown with another version's
         text), the filter and time range, and the write markers, read with the chunks
         (``ChunkIndex.hydrate``). A dropped winner's place goes to the next fused hit.
-        ``first``: the first ``top_k`` already read, with markers read with them.
+        ``first``: the first ``top_k`` already read, with markers read with them. Unless
+        ``last``, it stops at the first rewritten winner (the caller searches again).
         """
         out: list[SearchHit] = []
         dropped = rewritten = 0
         pos = 0
-        while len(out) < spec.top_k and pos < len(fused):
+        while len(out) < spec.top_k and pos < len(fused) and (last or not rewritten):
             batch = fused[pos : pos + spec.top_k - len(out)]
             pos += len(batch)
             found = [by_id[f.id] for f in batch]
@@ -390,25 +393,26 @@ class Retriever:
         t0 = time.monotonic()
         weights, rrf_k = self.weights(spec)
         self._validate(spec, weights)
-        outcome, rewritten = await self._search_once(spec, weights, rrf_k, t0)
-        if rewritten:
+        outcome = await self._search_once(spec, weights, rrf_k, t0, last=False)
+        if outcome is None:
             # A winner was rewritten between the legs and the read: its new text was never
             # ranked, so the whole search runs once more rather than answer without it.
-            log.info("retrieve.search_repeated", rewritten=rewritten)
-            outcome, _ = await self._search_once(spec, weights, rrf_k, t0)
+            log.info("retrieve.search_repeated", top_k=spec.top_k)
+            outcome = await self._search_once(spec, weights, rrf_k, t0, last=True)
+        assert outcome is not None  # the last run always answers
         return outcome
 
     async def _search_once(
-        self, spec: SearchSpec, weights: dict[str, float], rrf_k: int, t0: float
-    ) -> tuple[SearchOutcome, int]:
-        """One run of the legs, fusion and hydration, and how many winners were rewritten
-        since the legs read them (see ``_hydrated``)."""
+        self, spec: SearchSpec, weights: dict[str, float], rrf_k: int, t0: float, *, last: bool
+    ) -> SearchOutcome | None:
+        """One run of the legs, fusion and hydration; None (unless ``last``) where a winner was
+        rewritten since the legs read it (see ``_hydrated``)."""
         flt = normalize_filter(spec.metadata_filter, allowed=self._index.cfg.filter_keys)
         flt["tenant"] = [spec.tenant]
         if spec.kinds:
             flt["kind"] = [k for k in flt.get("kind", spec.kinds) if k in spec.kinds]
             if not flt["kind"]:  # the request's kind filter and its scope exclude each other
-                return SearchOutcome(hits=[], took_ms=(time.monotonic() - t0) * 1000), 0
+                return SearchOutcome(hits=[], took_ms=(time.monotonic() - t0) * 1000)
         # The tenant goes into the engine queries only where several tenants share the index
         # (see RetrievalConfig.engine_tenant_filter); `matches` below re-checks it. In the
         # vector leg, a filter that every chunk passes still costs: 2.2 ms against 0.5 ms
@@ -463,9 +467,11 @@ class Retriever:
                 markers = await self._markers(results, spec.tenant)
             legs, by_id = self._lists(names, results, spec, flt, idents, markers)
             fused = fuse(legs, by_id)
-            hits_out, rewritten = await self._hydrated(fused, by_id, spec, flt)
+            hits_out, rewritten = await self._hydrated(fused, by_id, spec, flt, last=last)
         else:
-            hits_out, rewritten = await self._hydrated(fused, by_id, spec, flt, first)
+            hits_out, rewritten = await self._hydrated(fused, by_id, spec, flt, first, last=last)
+        if rewritten and not last:
+            return None
         if spec.context_turns and hits_out:
             hits_out = await self._with_turns(hits_out, spec, flt)
         took_ms = (time.monotonic() - t0) * 1000
@@ -479,5 +485,4 @@ class Retriever:
         )
         for leg, timing in timings.items():
             LEG_SECONDS.labels(leg).observe(timing.end - timing.start)
-        outcome = SearchOutcome(hits=hits_out, took_ms=took_ms, legs=timings, ranked=legs, candidates=by_id)
-        return outcome, rewritten
+        return SearchOutcome(hits=hits_out, took_ms=took_ms, legs=timings, ranked=legs, candidates=by_id)

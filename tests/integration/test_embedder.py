@@ -195,6 +195,11 @@ async def test_a_text_in_context_is_pooled_over_its_own_tokens(embedder: Any) ->
     assert float(plain @ (await embedder.embed_documents([TEXTS[0]]))[0]) >= 0.9999
     assert float((await embedder.embed_documents([marked]))[0] @ in_context) >= 0.9999
     assert np.allclose(np.linalg.norm(rows, axis=1), 1.0, atol=1e-4) and np.isfinite(spaces).all()
+    assert not embedder.identity.endswith("|whole")  # the packaged model pools in context
+    # A query is read whole: a mark in it is a space, never a context split.
+    assert (
+        float((await embedder.embed_query("pottery\x1eclass")) @ (await embedder.embed_query("pottery class"))) > 0.9999
+    )
 
 
 async def test_a_large_document_does_not_hold_the_worker_from_other_ingest_calls(embedder: Any) -> None:

@@ -318,8 +318,8 @@ async def test_a_stale_view_of_an_older_store_is_rebuilt(two: Daemons) -> None:
     assert depth == 1 and [i.community_id for i in items] == [cid]
 
 
-async def looping_registry(redis_url: str, embedder: Any, name: str) -> tuple[Daemons, TenantGraphs]:
-    """A daemon's graph registry whose recompute loop checks every 50 ms and recomputes on any drift."""
+async def looping_graphs(redis_url: str, embedder: Any, name: str) -> tuple[Daemons, TenantGraphs]:
+    """A daemon's per-tenant graphs whose recompute loop checks every 50 ms and recomputes on any drift."""
     d = await make(redis_url, embedder, name)
     reg = TenantGraphs(
         client=d.client,
@@ -337,7 +337,7 @@ async def test_a_background_loop_logs_an_unexpected_error_and_carries_on(
 ) -> None:
     """cdlib failing to import must be logged, and the recompute loop must live to try again."""
     name = unique("loop-error")
-    d, reg = await looping_registry(redis_url, embedder, name)
+    d, reg = await looping_graphs(redis_url, embedder, name)
     await d.client.sadd(tenants_key(name), "default")  # as a daemon that saw the tenant would
     await reg.service("default").store.apply("doc1", 1, contrib("doc1#0", "alpha-svc", "beta-svc"))
     calls: list[int] = []
@@ -368,7 +368,7 @@ async def test_a_tenant_whose_recompute_fails_does_not_stop_the_others(
 ) -> None:
     """Tenant "a" (sorted first) crashes every recompute: tenant "b" is still recomputed."""
     name = unique("tenant-error")
-    d, reg = await looping_registry(redis_url, embedder, name)
+    d, reg = await looping_graphs(redis_url, embedder, name)
     for tenant in ("a", "b"):
         await d.client.sadd(tenants_key(name), tenant)
         await reg.service(tenant).store.apply("doc1", 1, contrib("doc1#0", "alpha-svc", "beta-svc"))
