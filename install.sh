@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Install agentmemd into ./.venv: the CPU build of torch first (a plain `torch` would pull
-# a multi-GB CUDA build), then the project with its embedded servers, test tools and the
+# Install agentmemd into ./.venv: torch pinned first (a plain `torch` would pull a
+# multi-GB CUDA build), then the project with its embedded servers, test tools and the
 # LangGraph/LangChain integrations (their tests are part of the suite).
 # Safe to re-run: it skips the work when pyproject.toml has not changed since the last run.
 set -euo pipefail
