@@ -261,15 +261,10 @@ def encode(
     elif in_context:
         marked = set(in_context)
         plain = [i for i in range(len(texts)) if i not in marked]
-        merged = np.zeros((len(texts), 0), dtype=np.float32)
-        parts = [(in_context, _in_context(w, tok, [texts[i] for i in in_context]))]
+        merged = np.zeros((len(texts), w.dims()), dtype=np.float32)
+        merged[in_context] = _in_context(w, tok, [texts[i] for i in in_context])
         if plain:
-            parts.append((plain, encode(w, tok, [texts[i] for i in plain], direct=direct, traced=traced)))
-        for idx, part in parts:
-            if part.size:
-                if not merged.size:
-                    merged = np.zeros((len(texts), part.shape[1]), dtype=np.float32)
-                merged[idx] = part
+            merged[plain] = encode(w, tok, [texts[i] for i in plain], direct=direct, traced=traced)
         return merged
     # Not model.tokenizer: transformers switches a fast tokenizer's padding on and off per
     # call, and the other channel's encode() may be using it (with padding) right now.
@@ -320,7 +315,7 @@ def _in_context(w: LoadedModel, tok: Any, texts: Sequence[str]) -> np.ndarray:
         room = limit - len(own)
         ctx = ctx[len(ctx) - room :] if room > 0 else []
         seqs.append(([*head, *ctx, *own, *tail], len(head) + len(ctx)))
-    out = np.zeros((len(texts), 0), dtype=np.float32)
+    out = np.zeros((len(texts), w.dims()), dtype=np.float32)
     device = w.cfg.device.split(":")[0]
     with torch.autocast(device, dtype=torch.bfloat16, enabled=w.bf16, cache_enabled=False), torch.inference_mode():
         for batch in length_batches([len(s) for s, _ in seqs], w.cfg.batch_size):
@@ -343,10 +338,7 @@ def _in_context(w: LoadedModel, tok: Any, texts: Sequence[str]) -> np.ndarray:
             weights = own.to(w.cfg.device).unsqueeze(-1)
             summed = (hidden.to(torch.float32) * weights).sum(1)
             pooled = torch.nn.functional.normalize(summed / weights.sum(1).clamp(min=1e-9), p=2, dim=1)
-            rows = pooled.cpu().numpy()
-            if not out.size:
-                out = np.zeros((len(texts), rows.shape[1]), dtype=np.float32)
-            out[batch] = rows
+            out[batch] = pooled.cpu().numpy()
     return out
 
 
