@@ -138,10 +138,15 @@ def dependents(ref: TurnRef) -> list[TurnRef]:
 def vector_text(text: str, prefix: str) -> str:
     """What a chunk is embedded from: its own text, after its context (a turn's previous turns,
     ``TurnContext.vector_prefix``) and :data:`CONTEXT_MARK` where it has one."""
-    text = text.replace(CONTEXT_MARK, " ")
+    text = unmarked(text)
     if not prefix or len(text) > VECTOR_CONTEXT_MAX_CHARS:
         return text
-    return prefix.replace(CONTEXT_MARK, " ") + CONTEXT_MARK + text
+    return unmarked(prefix) + CONTEXT_MARK + text
+
+
+def unmarked(text: str) -> str:
+    """``text`` with any :data:`CONTEXT_MARK` read as a space: only :func:`vector_text` puts one in."""
+    return text.replace(CONTEXT_MARK, " ")
 
 
 def matching_terms(own_terms: str, context_terms: Iterable[str]) -> str:

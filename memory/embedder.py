@@ -21,7 +21,7 @@ import numpy as np
 import structlog
 
 from memory.config import EmbeddingConfig
-from memory.conversation import CONTEXT_MARK
+from memory.conversation import unmarked
 from memory.embed_model import load_tokenizer, native_bf16, use_bf16
 from memory.embed_worker import (
     QUERY_DEADLINE_S,
@@ -220,7 +220,7 @@ class SentenceTransformerEmbedder:
 
     async def embed_query(self, text: str) -> np.ndarray:
         """Embed one query, from the LRU cache when it was asked before (read-only: shared)."""
-        text = text.replace(CONTEXT_MARK, " ")  # a query is read whole: the mark splits only vector_text's
+        text = unmarked(text)  # a query is read whole
         cached = self._cache.get(text)
         if cached is not None:
             self._cache.move_to_end(text)

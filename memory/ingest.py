@@ -158,7 +158,7 @@ class Ingestor:
         self.activity = activity if activity is not None else IngestActivity()
         self.stopping = asyncio.Event()
         self._context = SessionContext(
-            index=index, identity=embedder.identity, embed=self._embed, retrying=self._retrying, cfg=cfg
+            index=index, embedder=embedder, embed=self._embed, retrying=self._retrying, cfg=cfg
         )
 
     async def _retrying(self, what: str, fn: Callable[[], Awaitable[T]]) -> T:

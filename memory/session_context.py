@@ -22,6 +22,7 @@ from memory.conversation import (
     vector_text,
     window,
 )
+from memory.embedder import Embedder
 from memory.index import ChunkIndex, TurnEntry, vector_key
 from memory.records import ChunkRecord, MemoryItem
 
@@ -46,13 +47,13 @@ class SessionContext:
         self,
         *,
         index: ChunkIndex,
-        identity: str,
+        embedder: Embedder,
         embed: Callable[[list[str]], Awaitable[np.ndarray]],
         retrying: Retrying,
         cfg: IngestConfig,
     ) -> None:
         self._index = index
-        self._identity = identity
+        self._embedder = embedder
         self._embed = embed
         self._retrying = retrying
         self._cfg = cfg
@@ -90,7 +91,7 @@ class SessionContext:
         """
         gate = asyncio.Semaphore(self._cfg.write_concurrency)
 
-        identity = self._identity
+        identity = self._embedder.identity  # read now: it follows the worker (see Embedder.identity)
         embedded = 0
 
         async def rewrite(tenant: str, doc_id: str, updates: list[Any]) -> None:
