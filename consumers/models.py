@@ -23,7 +23,7 @@ from pydantic import (
     model_validator,
 )
 
-from memory.conversation import MAX_CONTEXT_TURNS
+from memory.conversation import MAX_CONTEXT_TURNS, id_part
 from memory.records import DEFAULT_TENANT, MemoryItem
 
 MAX_VERSION = 2**63 - 1
@@ -124,10 +124,6 @@ class DocumentEvent(_Event):
         )
 
 
-def _id_part(value: str) -> str:
-    return value.replace("%", "%25").replace("/", "%2F")
-
-
 class TranscriptEvent(_Event):
     """One turn of an agent session; Kafka key = ``agent_id/session_id``; idempotent per turn."""
 
@@ -157,7 +153,7 @@ class TranscriptEvent(_Event):
         (``ops/east``, ``s1``) and (``ops``, ``east/s1``) stay two sessions; every other id
         keeps the form it always had.
         """
-        return f"transcript:{_id_part(self.agent_id)}/{_id_part(self.session_id)}/{self.turn}"
+        return f"transcript:{id_part(self.agent_id)}/{id_part(self.session_id)}/{self.turn}"
 
     def to_item(
         self, filter_keys: Collection[str], tenant: str = DEFAULT_TENANT, *, default_ts: float | None = None
@@ -221,10 +217,10 @@ class ForgetEvent(_Event):
         self, filter_keys: Collection[str], tenant: str = DEFAULT_TENANT, *, default_ts: float | None = None
     ) -> MemoryItem:
         """A ``forget`` item: the turn doc ids' common prefix and the tags every such turn carries."""
-        prefix = f"transcript:{_id_part(self.agent_id)}/"
+        prefix = f"transcript:{id_part(self.agent_id)}/"
         tags = {"agent_id": self.agent_id, "kind": "transcript"}
         if self.session_id is not None:
-            prefix += f"{_id_part(self.session_id)}/"
+            prefix += f"{id_part(self.session_id)}/"
             tags["session_id"] = self.session_id
         return MemoryItem(op="forget", doc_id=prefix, version=None, kind="transcript", tags=tags, tenant=tenant)
 
@@ -333,7 +329,7 @@ class TurnKey(BaseModel):
     @property
     def doc_id(self) -> str:
         """The turn's doc id, as its ``TranscriptEvent`` names it."""
-        return f"transcript:{_id_part(self.agent_id)}/{_id_part(self.session_id)}/{self.turn}"
+        return f"transcript:{id_part(self.agent_id)}/{id_part(self.session_id)}/{self.turn}"
 
 
 class GetRequest(BaseModel):

@@ -116,6 +116,7 @@ async def _check_redis(settings: Settings) -> list[Finding]:
             )
         found.extend(await _check_generation(client, settings, dims))
         found.extend(await _check_unfinished_writes(client, settings, dims or PACKAGED_DIMS))
+        found.extend(await _check_directory(client, settings, dims or PACKAGED_DIMS))
     except MemdError as exc:
         fix = (
             "check AGENTMEM_REDIS_USERNAME / AGENTMEM_REDIS_PASSWORD"
@@ -196,6 +197,27 @@ async def _check_generation(client: Any, settings: Settings, dims: int | None) -
         # Not a fault: the spec was assumed when the registry was rebuilt from the alias.
         building += f" ({adopted}: if it was built with another model or chunking, reindex)"
     return [Finding("index generation", True, f"generation {state.active} matches the settings{building}"), *found]
+
+
+async def _check_directory(client: Any, settings: Settings, dims: int) -> list[Finding]:
+    """Whether the active generation keeps the explorer's directory (``memory.index.directory``):
+    one created before it lists documents and agents by aggregating every chunk of a tenant.
+    Not a fault: only those two listings are slower."""
+    index = ChunkIndex(client=client, cfg=settings.index, dims=dims)
+    try:
+        if await index.has_directory():
+            return []
+    except NotFound:
+        return []  # no active generation: the generation check says so
+    return [
+        Finding(
+            "explorer directory",
+            True,
+            "the active generation predates the directory: the explorer lists documents and agents by "
+            "aggregating each tenant's chunks (slower as the tenant grows; nothing else is affected); "
+            "`agentmemd reindex` builds a generation that keeps one",
+        )
+    ]
 
 
 #: A sliced write with no progress for this long is taken for one whose writer died (a slice

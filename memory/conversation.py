@@ -24,6 +24,7 @@ other turn's index entry.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -66,6 +67,23 @@ class TurnRef:
     def at(self, turn: int) -> TurnRef:
         """Another turn of the same session."""
         return TurnRef(self.session, turn)
+
+
+_ENCODED = re.compile("%(25|2F)")
+
+
+def id_part(value: str) -> str:
+    """An agent or session id as a turn's doc id holds it: ``%`` and ``/`` percent-encoded, so
+    that (``ops/east``, ``s1``) and (``ops``, ``east/s1``) stay two sessions."""
+    return value.replace("%", "%25").replace("/", "%2F")
+
+
+def agent_of(doc_id: str) -> str | None:
+    """The agent id a turn's doc id names (:func:`id_part` undone), or None for any other doc."""
+    if parse_turn(doc_id) is None:
+        return None
+    part = doc_id[len(TURN_PREFIX) :].partition("/")[0]
+    return _ENCODED.sub(lambda m: "%" if m.group(1) == "25" else "/", part)
 
 
 def parse_turn(doc_id: str) -> TurnRef | None:

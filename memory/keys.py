@@ -11,6 +11,14 @@ Under an index name ``<name>`` (it holds no ``:``)::
                                     a delete, as a tombstone)                    ver_key
         doc:<tenant>:<doc_id>       set: the doc's chunk ids                     doc_key
         wr:<tenant>:<doc_id>        a sliced write's marker (memory.visibility)  marker_key
+        dir                         set when the generation was created empty:
+                                    its directory is whole                       directory_flag
+        dir:docs:<tenant>           sorted set (scores 0: code point order): the
+                                    tenant's documents                           dir_docs_key
+        dir:last:<tenant>           hash: a document's latest chunk time         dir_last_key
+        dir:agents:<tenant>         sorted set (scores 0): agents with turns     dir_agents_key
+        dir:chunks:<tenant>         hash: an agent's turn chunk count            dir_chunks_key
+        dir:turns:<tenant>:<agent>  sorted set: an agent's turn doc ids by time  dir_turns_key
     <name>:poison                   sorted set: refused query digests            poison_key
     <name>:poison:version           bumped on every change of that set           poison_version_key
     <name>:<kind>:<topic>:<partition>:<offset>:<stamp>
@@ -101,6 +109,36 @@ def marker_key(name: str, generation: int, tenant: str, doc_id: str) -> str:
     """The doc's write marker (``memory.visibility``): only while (or just after) it was
     written in slices."""
     return f"{marker_prefix(name, generation)}{tenant}:{doc_id}"
+
+
+def directory_flag(name: str, generation: int) -> str:
+    """Set when the generation was created empty: every write to it kept its directory."""
+    return f"{key_root(name, generation)}dir"
+
+
+def dir_docs_key(name: str, generation: int, tenant: str) -> str:
+    """The tenant's documents (a sorted set, every score 0: read in code point order)."""
+    return f"{key_root(name, generation)}dir:docs:{tenant}"
+
+
+def dir_last_key(name: str, generation: int, tenant: str) -> str:
+    """Hash: each of the tenant's documents -> its latest chunk time."""
+    return f"{key_root(name, generation)}dir:last:{tenant}"
+
+
+def dir_agents_key(name: str, generation: int, tenant: str) -> str:
+    """The tenant's agents that have turns (a sorted set, every score 0)."""
+    return f"{key_root(name, generation)}dir:agents:{tenant}"
+
+
+def dir_chunks_key(name: str, generation: int, tenant: str) -> str:
+    """Hash: each of the tenant's agents -> how many turn chunks it has."""
+    return f"{key_root(name, generation)}dir:chunks:{tenant}"
+
+
+def dir_turns_key(name: str, generation: int, tenant: str, agent_id: str) -> str:
+    """Sorted set: an agent's turn doc ids, scored by their latest chunk time."""
+    return f"{key_root(name, generation)}dir:turns:{tenant}:{agent_id}"
 
 
 def chunk_pattern(name: str) -> str:

@@ -109,6 +109,10 @@ class MemoryReads:
         self, what: str, tenant: str, *, offset: int, limit: int, agent: str | None = None
     ) -> tuple[list[Group], int | None]:
         """A page of agents, sessions (of ``agent``) or documents, and the next page's offset."""
+        if what in ("agents", "documents"):
+            lister = self.index.agents if what == "agents" else self.index.documents
+            found = await lister(tenant, limit=limit + 1, offset=offset)
+            return found[:limit], offset + limit if len(found) > limit else None
         field_, kind = {"agents": ("agent_id", "transcript"), "sessions": ("session_id", "transcript")}.get(
             what, ("doc_id", "document")
         )

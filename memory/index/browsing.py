@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from redis.commands.search.query import Query
 
+from memory import keys
 from memory.errors import InvalidRequest
 from memory.filters import conjoin, hash_clause, matches, tag_clause
 from memory.index.codec import _float_or_none, _stored
@@ -187,6 +188,68 @@ class _Browsing(_Lifecycle):
                 dataclasses.replace(g, version=None if v is None else int(v)) for g, v in zip(out, stored, strict=True)
             ]
         return out
+
+    async def documents(self, tenant: str, *, limit: int, offset: int = 0) -> list[Group]:
+        """A page of the tenant's documents in code point order, each with its chunk count,
+        latest time and last applied version: from the directory (what the page holds is
+        read), else (a generation older than it) by :meth:`groups`.
+
+        Raises:
+            InvalidRequest: ``limit`` outside 1..``MAX_PAGE``.
+            BackendUnavailable: Redis is unreachable.
+        """
+        if not 1 <= limit <= MAX_PAGE:
+            raise InvalidRequest(f"a listing holds 1..{MAX_PAGE} values, not {limit}")
+        gen = await self._generation()
+        if not await self.has_directory(gen):
+            return await self.groups("doc_id", {"tenant": tenant, "kind": "document"}, limit=limit, offset=offset)
+        name = self._cfg.name
+        async with translate_errors("document listing"):
+            ids = [
+                as_str(m)
+                for m in await self._r.zrange(keys.dir_docs_key(name, gen, tenant), offset, offset + limit - 1)
+            ]
+            if not ids:
+                return []
+            async with self._r.pipeline(transaction=False) as pipe:
+                pipe.hmget(keys.dir_last_key(name, gen, tenant), ids)
+                pipe.mget([self._ver_key(gen, tenant, d) for d in ids])
+                for d in ids:
+                    pipe.scard(self._doc_key(gen, tenant, d))
+                last, versions, *counts = await pipe.execute()
+        return [
+            Group(d, int(n), _float_or_none(t), None if v is None else int(v))
+            for d, t, v, n in zip(ids, last, versions, counts, strict=True)
+        ]
+
+    async def agents(self, tenant: str, *, limit: int, offset: int = 0) -> list[Group]:
+        """A page of the tenant's agents with turns, in code point order, each with its turn
+        chunk count and latest turn's time: from the directory, else by :meth:`groups`.
+
+        Raises:
+            InvalidRequest: ``limit`` outside 1..``MAX_PAGE``.
+            BackendUnavailable: Redis is unreachable.
+        """
+        if not 1 <= limit <= MAX_PAGE:
+            raise InvalidRequest(f"a listing holds 1..{MAX_PAGE} values, not {limit}")
+        gen = await self._generation()
+        if not await self.has_directory(gen):
+            return await self.groups("agent_id", {"tenant": tenant, "kind": "transcript"}, limit=limit, offset=offset)
+        name = self._cfg.name
+        async with translate_errors("agent listing"):
+            found = await self._r.zrange(keys.dir_agents_key(name, gen, tenant), offset, offset + limit - 1)
+            agents = [as_str(m) for m in found]
+            if not agents:
+                return []
+            async with self._r.pipeline(transaction=False) as pipe:
+                pipe.hmget(keys.dir_chunks_key(name, gen, tenant), agents)
+                for a in agents:
+                    pipe.zrange(keys.dir_turns_key(name, gen, tenant, a), -1, -1, withscores=True)
+                counts, *latest = await pipe.execute()
+        return [
+            Group(a, int(n or 0), float(top[0][1]) if top else None)
+            for a, n, top in zip(agents, counts, latest, strict=True)
+        ]
 
 
 def _rows(reply: Any) -> list[dict[str, Any]]:

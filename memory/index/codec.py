@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -158,6 +158,13 @@ def _timestamp(doc: Any) -> float | None:
     chunk written before ``ts`` existed)."""
     exact = _float_or_none(getattr(doc, "ts", None))
     return exact if exact is not None else _float_or_none(getattr(doc, "timestamp", None))
+
+
+def hash_timestamp(mapping: Mapping[Any, Any]) -> float | None:
+    """A stored chunk hash's time (as read by HGETALL): :func:`_timestamp` of a hash."""
+    fields = {as_str(k): v for k, v in mapping.items() if as_str(k) in ("ts", "timestamp")}
+    exact = _float_or_none(fields.get("ts"))
+    return exact if exact is not None else _float_or_none(fields.get("timestamp"))
 
 
 def _int_or_none(value: Any) -> int | None:

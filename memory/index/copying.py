@@ -8,7 +8,8 @@ from typing import Any
 
 from redis import exceptions as rexc
 
-from memory.index.codec import _reanalyzed
+from memory.index.codec import _reanalyzed, hash_timestamp
+from memory.index.directory import DocChange, queue_change
 from memory.index.errors import IndexError_, translate_errors
 from memory.index.lifecycle import _WATCH_RETRIES, _Lifecycle
 from memory.index.sliced import _redis_now
@@ -149,6 +150,9 @@ class _Copying(_Lifecycle):
                             pipe.sadd(doc_key, *chunk_ids)
                         if src_ver is not None:
                             pipe.set(ver_key, src_ver)
+                        last = max((t for h in hashes if (t := hash_timestamp(h)) is not None), default=None)
+                        change = DocChange(doc_id, was=len(old_ids), now=len(chunk_ids), last=last)
+                        queue_change(pipe, self._cfg.name, gen, tenant, change)
                         if src_marker is not None and src_marker.in_progress:
                             # A sliced write was half-way through the source: the copy hides
                             # what the source hides. Nobody holds the copy's marker (a new

@@ -238,6 +238,9 @@ class _Lifecycle:
         index = AsyncSearchIndex(self._schema(gen), redis_client=self._r)
         if await index.exists():
             return False
+        if not await self._holds_keys(gen):
+            # Created empty: every write to it keeps the directory (memory.index.directory).
+            await self._r.set(keys.directory_flag(self._cfg.name, gen), 1)
         try:
             await index.create(overwrite=False)
         except RedisVLError as exc:  # another daemon created it a moment ago
@@ -246,6 +249,18 @@ class _Lifecycle:
             return False
         log.info("index.created", index=keys.physical_name(self._cfg.name, gen), dims=self._dims)
         return True
+
+    async def _holds_keys(self, gen: int) -> bool:
+        """Whether any key of generation ``gen`` exists (a scan: once, when it is created)."""
+        async for _ in self._r.scan_iter(match=keys.key_root(self._cfg.name, gen) + "*", count=1000):
+            return True
+        return False
+
+    async def has_directory(self, gen: int | None = None) -> bool:
+        """Whether this generation (``gen``, else the one followed) keeps a whole directory."""
+        gen = await self._generation() if gen is None else gen
+        async with translate_errors("directory check"):
+            return bool(await self._r.exists(keys.directory_flag(self._cfg.name, gen)))
 
     async def drop(self, *, delete_documents: bool = True) -> None:
         """Drop this object's generation: its physical index, chunk hashes and bookkeeping keys.

@@ -17,6 +17,7 @@ from redis import exceptions as rexc
 
 from memory import keys
 from memory.errors import BackendUnavailable
+from memory.index.directory import DocChange, queue_change
 from memory.index.errors import IndexError_, WriteInProgress, translate_errors
 from memory.index.lifecycle import _WATCH_RETRIES, _Lifecycle
 from memory.metrics import SLICED_WRITES
@@ -237,6 +238,8 @@ class _SlicedWrites(_Lifecycle):
             if new_ids:
                 pipe.sadd(doc_key, *sorted(new_ids))
             pipe.set(self._ver_key(gen, tenant, doc_id), version, ex=version_ttl_s)
+            # Listed only now: a doc being written in slices is hidden until it is whole.
+            queue_change(pipe, self._cfg.name, gen, tenant, DocChange.of(doc_id, len(members), chunks))
             _mark_finished(pipe, self._marker_key(gen, tenant, doc_id), version)
 
         await self._guarded(gen, tenant, doc_id, token, finish, members=True)

@@ -11,6 +11,7 @@ from redis import exceptions as rexc
 from memory.errors import MemdError
 from memory.index import codec  # _record_mapping looked up on its module, where tests spy on it
 from memory.index.codec import Analysis, analyze_records
+from memory.index.directory import DocChange, queue_change
 from memory.index.errors import IndexError_, _NoGeneration, translate_errors
 from memory.index.lifecycle import _WATCH_RETRIES
 from memory.index.sliced import _mark_finished, _SlicedWrites
@@ -124,6 +125,7 @@ class _VersionedWrites(_SlicedWrites):
                             # version: a reindex must tell "forgotten" from "never had it",
                             # or it would carry the turn back over from the old generation.
                             pipe.set(ver_key, UNVERSIONED_TOMBSTONE)
+                        queue_change(pipe, self._cfg.name, gen, tenant, DocChange.of(doc_id, len(old_ids), chunks))
                         if marker is not None:
                             # Queries filter this doc's hits by its marker: it must show this
                             # version now. An unfinished sliced writer finds its token gone

@@ -31,7 +31,8 @@ from daemon.launcher import (
     start_tansu,
 )
 from graph.config import GraphConfig
-from memory.keys import chunk_prefix, physical_name, registry_key
+from memory.generations import GenerationRegistry
+from memory.keys import chunk_prefix, directory_flag, physical_name, registry_key
 from tests.conftest import unique
 from tests.helpers import PlainClient, chromium, chromium_flags, eventually, isolated_settings, start_daemon
 
@@ -349,6 +350,17 @@ async def test_doctor_exit_codes(env: Env) -> None:
     finally:
         await client.hdel(registry, "building", "building_owner", "building_heartbeat")
         await client.execute_command("FT.DROPINDEX", f"{name}-g7")
+
+    # a generation created before the explorer's directory: said, with the way out, not a failure
+    flag = directory_flag(name, (await GenerationRegistry(client, name).state()).active)
+    assert await client.delete(flag) == 1
+    try:
+        res = await asyncio.to_thread(run_cli, good, "doctor")
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert "explorer directory" in res.stdout and "agentmemd reindex" in res.stdout, res.stdout
+    finally:
+        await client.set(flag, 1)
+    assert "explorer directory" not in (await asyncio.to_thread(run_cli, good, "doctor")).stdout
 
 
 def test_asyncapi_matches_the_contract_models(tmp_path: Path) -> None:

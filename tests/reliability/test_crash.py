@@ -184,6 +184,16 @@ async def test_kill_9_mid_stream_loses_and_duplicates_nothing(
         assert await index.count() == len(want)
         for doc_id, p in state["docs"].items():
             assert await index.versions([doc_id]) == {doc_id: p["version"]}
+        # The explorer's directory, written in the writes' own transactions, is as exact.
+        for lister, field, kind in ((index.documents, "doc_id", "document"), (index.agents, "agent_id", "transcript")):
+            listed = await lister("default", limit=500)
+            assert listed, f"nothing listed by {field}"
+            aggregated = await index.groups(field, {"tenant": "default", "kind": kind}, limit=500)
+            # The aggregation's times are RediSearch's, rounded to 12 digits (10 ms).
+            assert [(g.value, g.chunks, g.version) for g in listed] == [
+                (g.value, g.chunks, g.version) for g in aggregated
+            ]
+            assert [g.last for g in listed] == pytest.approx([g.last for g in aggregated], abs=0.01)
         # Every turn is indexed with the context (its neighbours' words) a clean build gives it.
         clean_turns = ChunkIndex(client=client, cfg=IndexConfig(name=unique("crash-turns")), dims=embedder.dims)
         await clean_turns.ensure()
