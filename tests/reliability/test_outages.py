@@ -216,7 +216,8 @@ async def test_input_that_crashes_the_worker_is_dead_lettered_and_the_rest_flows
             body = json.dumps(doc(f"poison/{i}", text)).encode()
             await client.producer.send(settings.topics.documents, body, key=f"p{i}".encode())
         await client.producer.flush()
-        dead = await read_dlq(client, want=1, timeout=120)
+        # Four worker starts come before the dead letter: each took 30-40 s on a loaded machine.
+        dead = await read_dlq(client, want=1, timeout=300)
         assert [json.loads(d["original_text"])["doc_id"] for d in dead] == ["poison/1"]
         assert dead[0]["error_code"] == "embedding_failed", dead[0]
         assert "crashed on this input 2 time(s)" in dead[0]["reason"], dead[0]
