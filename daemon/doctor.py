@@ -17,7 +17,7 @@ from daemon.status import measure_lag, past_end_text
 from daemon.teardown import bounded
 from memory.errors import MemdError, NotFound
 from memory.generations import GenerationRegistry, index_spec
-from memory.index import ChunkIndex, translate_errors
+from memory.index import MAX_PAGE, ChunkIndex, translate_errors
 from memory.keys import generation_of, key_root, physical_name
 from memory.schema import compare_schema, index_schema, info_attributes, info_index_name
 from memory.server_policies import EVICTION_FIX, SAFE_EVICTION, TIMEOUT_FIX, eviction_policy, search_timeout_policy
@@ -206,7 +206,19 @@ async def _check_directory(client: Any, settings: Settings, dims: int) -> list[F
     index = ChunkIndex(client=client, cfg=settings.index, dims=dims)
     try:
         if await index.has_directory():
-            return []
+            tenants = [g.value for g in await index.groups("tenant", {}, limit=MAX_PAGE)]
+            drift = [d for t in tenants if (d := await index.directory_drift(t)) is not None]
+            if not drift:
+                return []
+            return [
+                Finding(
+                    "explorer directory",
+                    False,
+                    f"the directory disagrees with the chunks ({'; '.join(drift[:5])}): a daemon of an older "
+                    "release wrote into this generation; the explorer's agents and documents listings are off",
+                    "run every daemon at this release, then `agentmemd reindex`",
+                )
+            ]
     except NotFound:
         return []  # no active generation: the generation check says so
     return [

@@ -21,8 +21,8 @@ from memory.errors import InvalidRequest
 from memory.filters import conjoin, hash_clause, matches, tag_clause
 from memory.index.codec import _float_or_none, _stored
 from memory.index.errors import translate_errors
-from memory.index.lifecycle import _Lifecycle
 from memory.index.listings import expression_string
+from memory.index.sliced import _SlicedWrites
 from memory.records import StoredChunk
 from memory.schema import as_str
 
@@ -74,7 +74,13 @@ def next_key(stamps: Sequence[float], start: PageKey | None, *, more: bool) -> P
     return PageKey(last, same)
 
 
-class _Browsing(_Lifecycle):
+def _check_listing(limit: int) -> None:
+    """A listing reads up to a page and the one row that says another page follows."""
+    if not 1 <= limit <= MAX_PAGE + 1:
+        raise InvalidRequest(f"a listing holds 1..{MAX_PAGE + 1} values, not {limit}")
+
+
+class _Browsing(_SlicedWrites):
     """``count_where``, ``chunk_page`` and ``groups``: what the explorer reads."""
 
     async def count_where(self, tags: Mapping[str, str]) -> int:
@@ -147,13 +153,12 @@ class _Browsing(_Lifecycle):
         compared whole.
 
         Raises:
-            InvalidRequest: an unknown ``field``, or ``limit`` outside 1..``MAX_PAGE``.
+            InvalidRequest: an unknown ``field``, or ``limit`` outside 1..``MAX_PAGE`` + 1.
             BackendUnavailable: Redis is unreachable.
         """
         if field not in GROUP_FIELDS:
             raise InvalidRequest(f"cannot group by {field!r}: only {', '.join(GROUP_FIELDS)}")
-        if not 1 <= limit <= MAX_PAGE:
-            raise InvalidRequest(f"a listing holds 1..{MAX_PAGE} values, not {limit}")
+        _check_listing(limit)
         where = where or {}
         query = conjoin(tag_clause({k: [v] for k, v in tags.items()}), hash_clause({k: [v] for k, v in where.items()}))
         # Loading a field is most of the cost (the timestamp is sortable: read without a load),
@@ -195,11 +200,10 @@ class _Browsing(_Lifecycle):
         read), else (a generation older than it) by :meth:`groups`.
 
         Raises:
-            InvalidRequest: ``limit`` outside 1..``MAX_PAGE``.
+            InvalidRequest: ``limit`` outside 1..``MAX_PAGE`` + 1.
             BackendUnavailable: Redis is unreachable.
         """
-        if not 1 <= limit <= MAX_PAGE:
-            raise InvalidRequest(f"a listing holds 1..{MAX_PAGE} values, not {limit}")
+        _check_listing(limit)
         gen = await self._generation()
         if not await self.has_directory(gen):
             return await self.groups("doc_id", {"tenant": tenant, "kind": "document"}, limit=limit, offset=offset)
@@ -227,11 +231,10 @@ class _Browsing(_Lifecycle):
         chunk count and latest turn's time: from the directory, else by :meth:`groups`.
 
         Raises:
-            InvalidRequest: ``limit`` outside 1..``MAX_PAGE``.
+            InvalidRequest: ``limit`` outside 1..``MAX_PAGE`` + 1.
             BackendUnavailable: Redis is unreachable.
         """
-        if not 1 <= limit <= MAX_PAGE:
-            raise InvalidRequest(f"a listing holds 1..{MAX_PAGE} values, not {limit}")
+        _check_listing(limit)
         gen = await self._generation()
         if not await self.has_directory(gen):
             return await self.groups("agent_id", {"tenant": tenant, "kind": "transcript"}, limit=limit, offset=offset)
@@ -250,6 +253,31 @@ class _Browsing(_Lifecycle):
             Group(a, int(n or 0), float(top[0][1]) if top else None)
             for a, n, top in zip(agents, counts, latest, strict=True)
         ]
+
+    async def directory_drift(self, tenant: str) -> str | None:
+        """What the directory says of a tenant that its chunks do not, in words (None: they
+        agree); for doctor: it aggregates the tenant's chunks. A writer of an older release
+        writing into this generation (a rolling upgrade) leaves the directory short.
+        """
+        gen = await self._generation()
+        name = self._cfg.name
+        unfinished = await self.unfinished_writes()
+        hidden = sum(1 for (t, _), m in unfinished.items() if t == tenant and m.shown is None)
+        query = tag_clause({"tenant": [tenant], "kind": ["document"]})
+        args: list[Any] = [query, "LOAD", 1, "@doc_id", "GROUPBY", 0, "REDUCE", "COUNT_DISTINCT", 1, "@doc_id"]
+        async with translate_errors("directory check"):
+            listed_docs = int(await self._r.zcard(keys.dir_docs_key(name, gen, tenant)))
+            counted = sum(int(v) for v in await self._r.hvals(keys.dir_chunks_key(name, gen, tenant)))
+            reply = await self._r.execute_command("FT.AGGREGATE", self._search_name(), *args, "AS", "n", "DIALECT", 2)  # type: ignore[no-untyped-call]
+        rows = _rows(reply)
+        docs = int(float(as_str(rows[0].get("n", 0)))) - hidden if rows else 0
+        turns = await self.count_where({"tenant": tenant, "kind": "transcript"})
+        wrong = []
+        if listed_docs != docs:
+            wrong.append(f"{listed_docs} documents listed, {docs} stored")
+        if counted != turns:
+            wrong.append(f"{counted} turn chunks counted, {turns} stored")
+        return f"tenant {tenant}: " + ", ".join(wrong) if wrong else None
 
 
 def _rows(reply: Any) -> list[dict[str, Any]]:

@@ -151,7 +151,10 @@ class _Copying(_Lifecycle):
                         if src_ver is not None:
                             pipe.set(ver_key, src_ver)
                         last = max((t for h in hashes if (t := hash_timestamp(h)) is not None), default=None)
-                        change = DocChange(doc_id, was=len(old_ids), now=len(chunk_ids), last=last)
+                        # A new doc caught mid-write in the source shows nothing yet: not listed
+                        # until that write, carried on here, finishes.
+                        hidden = src_marker is not None and src_marker.in_progress and src_marker.shown is None
+                        change = DocChange(doc_id, was=len(old_ids), now=0 if hidden else len(chunk_ids), last=last)
                         queue_change(pipe, self._cfg.name, gen, tenant, change)
                         if src_marker is not None and src_marker.in_progress:
                             # A sliced write was half-way through the source: the copy hides

@@ -238,7 +238,9 @@ class _SlicedWrites(_Lifecycle):
             if new_ids:
                 pipe.sadd(doc_key, *sorted(new_ids))
             pipe.set(self._ver_key(gen, tenant, doc_id), version, ex=version_ttl_s)
-            # Listed only now: a doc being written in slices is hidden until it is whole.
+            # Listed only now: a doc being written in slices is hidden until it is whole. Its
+            # count change reads the live set (slices included): exact only because counts are
+            # kept for turns alone, which are unversioned and so never written in slices.
             queue_change(pipe, self._cfg.name, gen, tenant, DocChange.of(doc_id, len(members), chunks))
             _mark_finished(pipe, self._marker_key(gen, tenant, doc_id), version)
 

@@ -13,7 +13,7 @@ import redis.asyncio as aredis
 
 from memory import keys
 from memory.config import IndexConfig
-from memory.index import ChunkIndex
+from memory.index import MAX_PAGE, ChunkIndex
 from memory.records import ChunkRecord
 from tests.conftest import unique
 from tests.integration.test_sliced_writes import chunks, vectors
@@ -59,6 +59,7 @@ async def test_a_documents_listing_shows_each_docs_chunks_time_and_last_version(
     ]
     page = await index.documents("default", limit=1, offset=1)
     assert [g.value for g in page] == ["b.md"]
+    assert len(await index.documents("default", limit=MAX_PAGE + 1)) == 2  # a page and "more?"
     theirs = await index.documents("acme", limit=10)
     assert [(g.value, g.chunks, g.version) for g in theirs] == [("a.md", 5, 9)]
 
@@ -151,6 +152,10 @@ async def test_the_directory_lists_exactly_what_the_chunks_hold_through_any_chan
         await copy.ensure()
         assert await copy.has_directory()
         source = await index._generation()
+        # What a replay wrote into the new generation first: copies replace older versions.
+        for doc_id in ("guide.md", "z.md"):
+            if ("default", doc_id) in written:
+                await copy.apply(doc_id, 0, chunks(0, 3, "old", doc_id=doc_id), vectors(3, 99))
         for tenant, doc_id in sorted(written):
             await copy.copy_doc(source, tenant, doc_id)
         for tenant in tenants:

@@ -32,7 +32,7 @@ from daemon.launcher import (
 )
 from graph.config import GraphConfig
 from memory.generations import GenerationRegistry
-from memory.keys import chunk_prefix, directory_flag, physical_name, registry_key
+from memory.keys import chunk_prefix, dir_docs_key, directory_flag, physical_name, registry_key
 from tests.conftest import unique
 from tests.helpers import PlainClient, chromium, chromium_flags, eventually, isolated_settings, start_daemon
 
@@ -361,6 +361,15 @@ async def test_doctor_exit_codes(env: Env) -> None:
     finally:
         await client.set(flag, 1)
     assert "explorer directory" not in (await asyncio.to_thread(run_cli, good, "doctor")).stdout
+    # a directory an older release's writes left short (here: one entry too many): a failure
+    ghost = dir_docs_key(name, (await GenerationRegistry(client, name).state()).active, "default")
+    await client.zadd(ghost, {"ghost.md": 0})
+    try:
+        res = await asyncio.to_thread(run_cli, good, "doctor")
+        assert res.returncode == 1 and "✗ explorer directory" in res.stdout, res.stdout + res.stderr
+        assert "documents listed" in res.stdout and "older release" in res.stdout, res.stdout
+    finally:
+        await client.zrem(ghost, "ghost.md")
 
 
 def test_asyncapi_matches_the_contract_models(tmp_path: Path) -> None:

@@ -379,6 +379,27 @@ async def test_a_copy_of_a_half_written_doc_is_replaced_once_the_source_is_whole
         await target.drop()
 
 
+async def test_a_new_doc_copied_half_written_is_listed_once_whole(stack) -> None:
+    """A reindex copies a new doc mid-write (nothing of it shows): the target's directory does
+    not list it; the catch-up copy of the finished write does, with all its chunks."""
+    index, _, client = stack
+    gen, _ = await index.registry.reserve("test-list-copy")
+    target = ChunkIndex(client=client, cfg=index.cfg, dims=384, spec=index.spec, generation=gen)
+    try:
+        await target.ensure()
+        pause, write = await PausedAfter.hold(index, 1, index.apply(DOC, 1, chunks(1, 12, "alpha"), vectors(12, 1)))
+        assert await index.documents("default", limit=10) == []
+        assert await target.copy_doc(1, "default", DOC)
+        assert await target.documents("default", limit=10) == []
+        pause.release.set()
+        assert (await asyncio.wait_for(write, 10)).applied
+        assert await target.copy_doc(1, "default", DOC)
+        assert [(g.value, g.chunks, g.version) for g in await target.documents("default", limit=10)] == [(DOC, 12, 1)]
+    finally:
+        await index.registry.release("test-list-copy")
+        await target.drop()
+
+
 async def test_hidden_chunks_do_not_crowd_a_leg_out(stack) -> None:
     """The new version's first slice outranks every old chunk for the query: the BM25 leg is
     asked again for more candidates, so the answer still holds top_k old chunks."""
