@@ -206,10 +206,11 @@ async def _check_directory(client: Any, settings: Settings, dims: int) -> list[F
     index = ChunkIndex(client=client, cfg=settings.index, dims=dims)
     try:
         if await index.has_directory():
-            tenants = [g.value for g in await index.groups("tenant", {}, limit=MAX_PAGE)]
+            stored = {g.value for g in await index.groups("tenant", {}, limit=MAX_PAGE)}
+            tenants = sorted(stored | await index.directory_tenants())
             drift = [d for t in tenants if (d := await index.directory_drift(t)) is not None]
             if not drift:
-                return []
+                return [Finding("explorer directory", True, "each tenant's listings agree with its chunks")]
             return [
                 Finding(
                     "explorer directory",
@@ -247,7 +248,7 @@ async def _check_unfinished_writes(client: Any, settings: Settings, dims: int) -
     except NotFound:
         return []  # no active generation: the generation check says so
     if not unfinished:
-        return []
+        return [Finding("large writes", True, "no document is being written in slices")]
     async with translate_errors("doctor"):
         sec, usec = await client.time()
     now = sec + usec / 1e6

@@ -254,6 +254,18 @@ class _Browsing(_SlicedWrites):
             for a, n, top in zip(agents, counts, latest, strict=True)
         ]
 
+    async def directory_tenants(self) -> set[str]:
+        """The tenants the directory lists anything of (a scan: for doctor)."""
+        gen = await self._generation()
+        root = keys.key_root(self._cfg.name, gen)
+        found = set()
+        async with translate_errors("directory check"):
+            for kind in ("docs", "chunks"):
+                prefix = f"{root}dir:{kind}:"
+                async for raw in self._r.scan_iter(match=prefix + "*", count=1000):
+                    found.add(as_str(raw)[len(prefix) :])
+        return found
+
     async def directory_drift(self, tenant: str) -> str | None:
         """What the directory says of a tenant that its chunks do not, in words (None: they
         agree); for doctor: it aggregates the tenant's chunks. A writer of an older release

@@ -360,7 +360,7 @@ async def test_doctor_exit_codes(env: Env) -> None:
         assert "explorer directory" in res.stdout and "agentmemd reindex" in res.stdout, res.stdout
     finally:
         await client.set(flag, 1)
-    assert "explorer directory" not in (await asyncio.to_thread(run_cli, good, "doctor")).stdout
+    assert "✓ explorer directory" in (await asyncio.to_thread(run_cli, good, "doctor")).stdout
     # a directory an older release's writes left short (here: one entry too many): a failure
     ghost = dir_docs_key(name, (await GenerationRegistry(client, name).state()).active, "default")
     await client.zadd(ghost, {"ghost.md": 0})
