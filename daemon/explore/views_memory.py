@@ -135,7 +135,8 @@ def document_body(tenant: str, doc_id: str, chunks: Sequence[StoredChunk]) -> st
                 esc(doc_id),
                 esc(first.kind),
                 esc(first.source),
-                esc("" if first.version is None else first.version),
+                # Turns are unversioned (a redelivery overwrites): their stored 0 is no version.
+                "unversioned" if first.kind == "transcript" else esc("" if first.version is None else first.version),
                 esc(when(first.timestamp)),
                 str(len(chunks)),
             )

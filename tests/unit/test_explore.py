@@ -273,3 +273,11 @@ def test_a_community_page_says_why_it_is_stale_and_shows_its_summary_escaped() -
     fresh = community_body("acme", comm, "c1", None, {}, None, False, 100.0)
     assert "fresh" in fresh and "no summary written yet" in fresh
     assert "does not exist" in community_body("acme", None, "c9", None, {}, None, False, 100.0)
+
+
+def test_a_document_page_shows_its_version_and_a_turn_none() -> None:
+    """A document's page names its stored version; a turn's says it has none (turns are unversioned)."""
+    doc = _chunk("text", chunk_id="guide.md_p0", kind="document")
+    assert "unversioned" not in document_body("acme", "guide.md", [doc])
+    assert "<td>1</td>" in document_body("acme", "guide.md", [doc])
+    assert "unversioned" in document_body("acme", "transcript:a/s/0", [_chunk("hi")])
