@@ -208,7 +208,7 @@ async def _check_directory(client: Any, settings: Settings, dims: int) -> list[F
         if await index.has_directory():
             stored = {g.value for g in await index.groups("tenant", {}, limit=MAX_PAGE)}
             tenants = sorted(stored | await index.directory_tenants())
-            drift = [d for t in tenants if (d := await index.directory_drift(t)) is not None]
+            drift = await index.directory_drift(tenants)
             if not drift:
                 return [Finding("explorer directory", True, "each tenant's listings agree with its chunks")]
             return [

@@ -109,17 +109,15 @@ class MemoryReads:
         self, what: str, tenant: str, *, offset: int, limit: int, agent: str | None = None
     ) -> tuple[list[Group], int | None]:
         """A page of agents, sessions (of ``agent``) or documents, and the next page's offset."""
-        if what in ("agents", "documents"):
-            lister = self.index.agents if what == "agents" else self.index.documents
-            found = await lister(tenant, limit=limit + 1, offset=offset)
-            return found[:limit], offset + limit if len(found) > limit else None
-        field_, kind = {"agents": ("agent_id", "transcript"), "sessions": ("session_id", "transcript")}.get(
-            what, ("doc_id", "document")
-        )
-        where = {"agent_id": agent} if what == "sessions" and agent is not None else None
-        found = await self.index.groups(
-            field_, {"tenant": tenant, "kind": kind}, limit=limit + 1, offset=offset, where=where
-        )
+        if what == "agents":
+            found = await self.index.agents(tenant, limit=limit + 1, offset=offset)
+        elif what == "documents":
+            found = await self.index.documents(tenant, limit=limit + 1, offset=offset)
+        else:  # an agent's sessions: grouped from its chunks
+            where = {"agent_id": agent} if agent is not None else None
+            found = await self.index.groups(
+                "session_id", {"tenant": tenant, "kind": "transcript"}, limit=limit + 1, offset=offset, where=where
+            )
         return found[:limit], offset + limit if len(found) > limit else None
 
     async def turns(self, tenant: str, agent: str, session: str, start: PageKey | None, limit: int) -> ChunkPage:

@@ -10,7 +10,7 @@ sessions, a tenant's documents) are one ``FT.AGGREGATE`` over the chunks of that
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -194,6 +194,24 @@ class _Browsing(_SlicedWrites):
             ]
         return out
 
+    async def _directory_page(
+        self, key_of: Callable[[str, int, str], str], tenant: str, *, limit: int, offset: int
+    ) -> tuple[int, list[str]] | None:
+        """The generation followed and a page of the names its directory set ``key_of`` holds
+        for ``tenant`` (by rank: code point order); None when the generation keeps no directory.
+
+        Raises:
+            InvalidRequest: ``limit`` outside 1..``MAX_PAGE`` + 1.
+            BackendUnavailable: Redis is unreachable.
+        """
+        _check_listing(limit)
+        gen = await self._generation()
+        if not await self.has_directory(gen):
+            return None
+        async with translate_errors("directory listing"):
+            found = await self._r.zrange(key_of(self._cfg.name, gen, tenant), offset, offset + limit - 1)
+        return gen, [as_str(m) for m in found]
+
     async def documents(self, tenant: str, *, limit: int, offset: int = 0) -> list[Group]:
         """A page of the tenant's documents in code point order, each with its chunk count,
         latest time and last applied version: from the directory (what the page holds is
@@ -203,24 +221,19 @@ class _Browsing(_SlicedWrites):
             InvalidRequest: ``limit`` outside 1..``MAX_PAGE`` + 1.
             BackendUnavailable: Redis is unreachable.
         """
-        _check_listing(limit)
-        gen = await self._generation()
-        if not await self.has_directory(gen):
+        page = await self._directory_page(keys.dir_docs_key, tenant, limit=limit, offset=offset)
+        if page is None:
             return await self.groups("doc_id", {"tenant": tenant, "kind": "document"}, limit=limit, offset=offset)
+        gen, ids = page
+        if not ids:
+            return []
         name = self._cfg.name
-        async with translate_errors("document listing"):
-            ids = [
-                as_str(m)
-                for m in await self._r.zrange(keys.dir_docs_key(name, gen, tenant), offset, offset + limit - 1)
-            ]
-            if not ids:
-                return []
-            async with self._r.pipeline(transaction=False) as pipe:
-                pipe.hmget(keys.dir_last_key(name, gen, tenant), ids)
-                pipe.mget([self._ver_key(gen, tenant, d) for d in ids])
-                for d in ids:
-                    pipe.scard(self._doc_key(gen, tenant, d))
-                last, versions, *counts = await pipe.execute()
+        async with translate_errors("document listing"), self._r.pipeline(transaction=False) as pipe:
+            pipe.hmget(keys.dir_last_key(name, gen, tenant), ids)
+            pipe.mget([self._ver_key(gen, tenant, d) for d in ids])
+            for d in ids:
+                pipe.scard(self._doc_key(gen, tenant, d))
+            last, versions, *counts = await pipe.execute()
         return [
             Group(d, int(n), _float_or_none(t), None if v is None else int(v))
             for d, t, v, n in zip(ids, last, versions, counts, strict=True)
@@ -234,21 +247,18 @@ class _Browsing(_SlicedWrites):
             InvalidRequest: ``limit`` outside 1..``MAX_PAGE`` + 1.
             BackendUnavailable: Redis is unreachable.
         """
-        _check_listing(limit)
-        gen = await self._generation()
-        if not await self.has_directory(gen):
+        page = await self._directory_page(keys.dir_agents_key, tenant, limit=limit, offset=offset)
+        if page is None:
             return await self.groups("agent_id", {"tenant": tenant, "kind": "transcript"}, limit=limit, offset=offset)
+        gen, agents = page
+        if not agents:
+            return []
         name = self._cfg.name
-        async with translate_errors("agent listing"):
-            found = await self._r.zrange(keys.dir_agents_key(name, gen, tenant), offset, offset + limit - 1)
-            agents = [as_str(m) for m in found]
-            if not agents:
-                return []
-            async with self._r.pipeline(transaction=False) as pipe:
-                pipe.hmget(keys.dir_chunks_key(name, gen, tenant), agents)
-                for a in agents:
-                    pipe.zrange(keys.dir_turns_key(name, gen, tenant, a), -1, -1, withscores=True)
-                counts, *latest = await pipe.execute()
+        async with translate_errors("agent listing"), self._r.pipeline(transaction=False) as pipe:
+            pipe.hmget(keys.dir_chunks_key(name, gen, tenant), agents)
+            for a in agents:
+                pipe.zrange(keys.dir_turns_key(name, gen, tenant, a), -1, -1, withscores=True)
+            counts, *latest = await pipe.execute()
         return [
             Group(a, int(n or 0), float(top[0][1]) if top else None)
             for a, n, top in zip(agents, counts, latest, strict=True)
@@ -266,30 +276,35 @@ class _Browsing(_SlicedWrites):
                     found.add(as_str(raw)[len(prefix) :])
         return found
 
-    async def directory_drift(self, tenant: str) -> str | None:
-        """What the directory says of a tenant that its chunks do not, in words (None: they
-        agree); for doctor: it aggregates the tenant's chunks. A writer of an older release
-        writing into this generation (a rolling upgrade) leaves the directory short.
+    async def directory_drift(self, tenants: Sequence[str]) -> list[str]:
+        """What the directory says of each of these tenants that its chunks do not, in words
+        (empty: they agree); for doctor: it aggregates each tenant's chunks. A writer of an
+        older release writing into this generation (a rolling upgrade) leaves the directory short.
         """
         gen = await self._generation()
         name = self._cfg.name
-        unfinished = await self.unfinished_writes()
-        hidden = sum(1 for (t, _), m in unfinished.items() if t == tenant and m.shown is None)
-        query = tag_clause({"tenant": [tenant], "kind": ["document"]})
-        args: list[Any] = [query, "LOAD", 1, "@doc_id", "GROUPBY", 0, "REDUCE", "COUNT_DISTINCT", 1, "@doc_id"]
-        async with translate_errors("directory check"):
-            listed_docs = int(await self._r.zcard(keys.dir_docs_key(name, gen, tenant)))
-            counted = sum(int(v) for v in await self._r.hvals(keys.dir_chunks_key(name, gen, tenant)))
-            reply = await self._r.execute_command("FT.AGGREGATE", self._search_name(), *args, "AS", "n", "DIALECT", 2)  # type: ignore[no-untyped-call]
-        rows = _rows(reply)
-        docs = int(float(as_str(rows[0].get("n", 0)))) - hidden if rows else 0
-        turns = await self.count_where({"tenant": tenant, "kind": "transcript"})
-        wrong = []
-        if listed_docs != docs:
-            wrong.append(f"{listed_docs} documents listed, {docs} stored")
-        if counted != turns:
-            wrong.append(f"{counted} turn chunks counted, {turns} stored")
-        return f"tenant {tenant}: " + ", ".join(wrong) if wrong else None
+        # New docs being written in slices are stored, not yet listed.
+        hidden = [t for (t, _), m in (await self.unfinished_writes()).items() if m.shown is None]
+        found = []
+        for tenant in tenants:
+            query = tag_clause({"tenant": [tenant], "kind": ["document"]})
+            args: list[Any] = [query, "LOAD", 1, "@doc_id", "GROUPBY", 0, "REDUCE", "COUNT_DISTINCT", 1, "@doc_id"]
+            args += ["AS", "n", "DIALECT", 2]
+            async with translate_errors("directory check"):
+                listed_docs = int(await self._r.zcard(keys.dir_docs_key(name, gen, tenant)))
+                counted = sum(int(v) for v in await self._r.hvals(keys.dir_chunks_key(name, gen, tenant)))
+                reply = await self._r.execute_command("FT.AGGREGATE", self._search_name(), *args)  # type: ignore[no-untyped-call]
+            rows = _rows(reply)
+            docs = int(float(as_str(rows[0].get("n", 0)))) - hidden.count(tenant) if rows else 0
+            turns = await self.count_where({"tenant": tenant, "kind": "transcript"})
+            wrong = []
+            if listed_docs != docs:
+                wrong.append(f"{listed_docs} documents listed, {docs} stored")
+            if counted != turns:
+                wrong.append(f"{counted} turn chunks counted, {turns} stored")
+            if wrong:
+                found.append(f"tenant {tenant}: " + ", ".join(wrong))
+        return found
 
 
 def _rows(reply: Any) -> list[dict[str, Any]]:

@@ -156,15 +156,18 @@ def _text(value: Any) -> str:
 def _timestamp(doc: Any) -> float | None:
     """The exact stored timestamp (``ts``), else the indexed one, rounded by RediSearch (a
     chunk written before ``ts`` existed)."""
-    exact = _float_or_none(getattr(doc, "ts", None))
-    return exact if exact is not None else _float_or_none(getattr(doc, "timestamp", None))
+    return _exact_or_indexed(getattr(doc, "ts", None), getattr(doc, "timestamp", None))
 
 
 def hash_timestamp(mapping: Mapping[Any, Any]) -> float | None:
     """A stored chunk hash's time (as read by HGETALL): :func:`_timestamp` of a hash."""
-    fields = {as_str(k): v for k, v in mapping.items() if as_str(k) in ("ts", "timestamp")}
-    exact = _float_or_none(fields.get("ts"))
-    return exact if exact is not None else _float_or_none(fields.get("timestamp"))
+    fields = {as_str(k): v for k, v in mapping.items()}
+    return _exact_or_indexed(fields.get("ts"), fields.get("timestamp"))
+
+
+def _exact_or_indexed(ts: Any, timestamp: Any) -> float | None:
+    exact = _float_or_none(ts)
+    return exact if exact is not None else _float_or_none(timestamp)
 
 
 def _int_or_none(value: Any) -> int | None:

@@ -13,6 +13,7 @@ import redis.asyncio as aredis
 
 from memory import keys
 from memory.config import IndexConfig
+from memory.conversation import id_part
 from memory.index import MAX_PAGE, ChunkIndex
 from memory.records import ChunkRecord
 from tests.conftest import unique
@@ -65,8 +66,7 @@ async def test_a_documents_listing_shows_each_docs_chunks_time_and_last_version(
 
 
 def _turn(tenant: str, agent: str, session: str, turn: int, n: int, at: int) -> list[ChunkRecord]:
-    part = agent.replace("%", "%25").replace("/", "%2F")
-    doc_id = f"transcript:{part}/{session}/{turn}"
+    doc_id = f"transcript:{id_part(agent)}/{session}/{turn}"
     return [
         ChunkRecord(
             chunk_id=f"{doc_id}_p{i}",
