@@ -8,9 +8,10 @@ Run from the project root:
 Systems, measured one after the other (only one runs at a time), each with its own Redis
 started by ``daemon.launcher.start_redis`` (same binary, same modules, AOF on):
 
-* **agentmemd**: a daemon with its default settings in this process (graph layer off unless
-  ``--graph``, as the peers run with their extraction features off), embedded tansu; documents
-  and turns published with ``MemoryClient``, every question asked over Kafka request/reply.
+* **agentmemd**: ``agentmemd run`` in its own process, as it is deployed, with its default
+  settings (graph layer off unless ``--graph``, as the peers run with their extraction features
+  off), embedded tansu; documents and turns published with ``MemoryClient`` from this process,
+  every question asked over Kafka request/reply.
 * **AMS** (Redis Agent Memory Server 0.15.2) in its own Python 3.12 virtualenv under
   ``bench/.peers/ams`` (installed here when missing, with the pinned constraints of
   ``../shared/peers``), ``agent-memory api --task-backend asyncio``, every LLM feature off;
@@ -339,57 +340,85 @@ class System:
 
 
 class Agentmemd(System):
-    """The daemon, in this process, with its defaults; asked over Kafka request/reply."""
+    """The daemon in its own process (``agentmemd run``, as it is deployed), with its defaults;
+    asked over Kafka request/reply from this process."""
 
     name = "agentmemd"
 
-    def __init__(self, graph: bool) -> None:
+    def __init__(self, graph: bool, tmp: Path) -> None:
         import locomo
 
         super().__init__(list(locomo.MODES))
         self.graph = graph
+        self.tmp = tmp
         self.params: dict[str, dict[str, float] | None] = dict(locomo.MODES)
         self.stack = contextlib.ExitStack()
-        self.daemon: Any = None
+        self.proc: subprocess.Popen[Any] | None = None
+        self.index: Any = None
+        self.redis: Any = None
         self.client: Any = None
+        self.tokenizer: Any = None
         self.docs_chunks = 0
 
     async def start(self) -> None:
         from _common import embedded_servers
 
         from consumers.client import MemoryClient
-        from daemon.app import start_daemon
-        from daemon.settings import namespaced
-        from graph.config import GraphConfig
-        from memory.config import EmbeddingConfig
+        from daemon.app import active_index
+        from daemon.connections import redis_client
+        from daemon.settings import Settings
+        from memory.embed_model import load_tokenizer
+        from memory.embedder import resolve_model_path
 
         servers = self.stack.enter_context(embedded_servers())
-        settings = namespaced(
-            "bench_peers",
-            kafka_bootstrap=servers.kafka_bootstrap,
-            redis_url=servers.redis_url,
-            graph=GraphConfig(enabled=self.graph),
-            embedding=EmbeddingConfig(query_cache_size=0),  # type: ignore[call-arg]
-            http_port=0,
-        )
-        self.daemon = await start_daemon(settings)
+        env = {
+            **os.environ,
+            "AGENTMEM_KAFKA_BOOTSTRAP": servers.kafka_bootstrap,
+            "AGENTMEM_REDIS_URL": servers.redis_url,
+            "AGENTMEM_GRAPH__ENABLED": "true" if self.graph else "false",
+            "AGENTMEM_EMBEDDING__QUERY_CACHE_SIZE": "0",
+            "AGENTMEM_HTTP_PORT": "0",
+            "AGENTMEM_LOG_LEVEL": "warning",
+        }
+        settings = Settings(kafka_bootstrap=servers.kafka_bootstrap, redis_url=servers.redis_url)
+        log_path = self.tmp / "agentmemd.log"
+        self.proc = _spawn([str(Path(sys.executable).parent / "agentmemd"), "run"], log_path, env)
+
+        async def ready() -> bool:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"agentmemd exited {self.proc.returncode}: {log_path.read_text()[-2000:]}")
+            return b"agentmemd ready" in log_path.read_bytes()
+
+        if not await wait_until(ready, timeout_s=300, interval_s=0.1):
+            raise RuntimeError(f"agentmemd not ready in 300 s: {log_path.read_text()[-2000:]}")
+        self.redis = redis_client(settings)
+        self.index = await active_index(settings, self.redis)
+        self.tokenizer = load_tokenizer(resolve_model_path(settings.embedding.model))
+        self.chunking = settings.chunking
         self.client = MemoryClient(bootstrap=servers.kafka_bootstrap, topics=settings.topics, timeout_s=120)
         await self.client.start()
-        await self.daemon.embedder.embed_documents(["warm-up text for the embedding model"] * 8)
         self.redis_pid = servers.procs[0].proc.pid
 
     async def _wait_count(self, want: int, timeout_s: float) -> None:
         async def done() -> bool:
-            return bool(await self.daemon.index.count() >= want)
+            return bool(await self.index.count() >= want)
 
         if not await wait_until(done, timeout_s=timeout_s, interval_s=0.05):
-            have = await self.daemon.index.count()
+            have = await self.index.count()
             self.breaks.add("ingest incomplete", "-", "-", "-", f"{have} of {want} chunks after {timeout_s} s")
 
-    async def ingest_docs(self, docs: list[tuple[str, str]]) -> float:
-        from ingest import chunk_texts
+    def _chunks(self, docs: list[tuple[str, str]]) -> int:
+        """How many chunks the daemon makes of ``docs`` (its tokenizer, its chunker)."""
+        from memory.chunking import spans_for
 
-        self.docs_chunks = len(await chunk_texts(self.daemon.embedder, self.daemon.settings.chunking, docs))
+        n = 0
+        for _doc_id, content in docs:
+            enc = self.tokenizer(content, add_special_tokens=False, return_offsets_mapping=True, verbose=False)
+            n += len(spans_for(content, [(int(a), int(b)) for a, b in enc["offset_mapping"]], self.chunking))
+        return n
+
+    async def ingest_docs(self, docs: list[tuple[str, str]]) -> float:
+        self.docs_chunks = self._chunks(docs)
         t0 = time.perf_counter()
         for i in range(0, len(docs), 256):
             await asyncio.gather(
@@ -443,10 +472,27 @@ class Agentmemd(System):
         try:
             if self.client is not None:
                 await self.client.close()
-            if self.daemon is not None:
-                await self.daemon.stop()
+            if self.redis is not None:
+                await self.redis.aclose()
         finally:
-            self.stack.close()
+            try:
+                if self.proc is not None and self.proc.poll() is None:
+                    self.proc.terminate()  # a clean stop, as Ctrl-C
+                    try:
+                        self.proc.wait(timeout=60)
+                    except subprocess.TimeoutExpired:
+                        self.proc.kill()
+                        self.proc.wait()
+            finally:
+                self.stack.close()
+
+
+def _spawn(args: list[str], log_path: Path, env: dict[str, str] | None) -> subprocess.Popen[Any]:
+    """``args`` started with its output in ``log_path``, stopped with this process."""
+    with log_path.open("wb") as log:
+        return subprocess.Popen(
+            args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, preexec_fn=_die_with_parent
+        )
 
 
 def _die_with_parent() -> None:
@@ -489,10 +535,7 @@ class Ams(System):
         self.expected = 0
 
     def _spawn(self, args: list[str], log_name: str, env: dict[str, str] | None = None) -> subprocess.Popen[Any]:
-        log = (self.tmp / log_name).open("wb")
-        proc = subprocess.Popen(
-            args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, preexec_fn=_die_with_parent
-        )
+        proc = _spawn(args, self.tmp / log_name, env)
         self.procs.append(proc)
         return proc
 
@@ -899,7 +942,7 @@ async def run(args: argparse.Namespace, tmp: Path) -> Result:
     systems: dict[str, dict[str, Any]] = {}
     installs: dict[str, Any] = {}
 
-    ours = Agentmemd(args.graph)
+    ours = Agentmemd(args.graph, tmp)
     try:
         await ours.start()
         systems["agentmemd"] = await measure(ours, work, args)

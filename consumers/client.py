@@ -310,6 +310,7 @@ class MemoryClient:
         cid = uuid.uuid4().hex
         fut: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
         self._pending[cid] = fut
+        self._reading(True)
         headers = [("reply_to", self._reply_topic.encode()), ("correlation_id", cid.encode())]
         if self._reply_partition is not None:
             headers.append((REPLY_PARTITION_HEADER, str(self._reply_partition).encode()))
@@ -318,8 +319,24 @@ class MemoryClient:
             return await asyncio.wait_for(fut, timeout=self._timeout if timeout_s is None else timeout_s)
         finally:
             self._pending.pop(cid, None)
+            if not self._pending:
+                self._reading(False)
             if fut.done() and not fut.cancelled():
                 fut.exception()  # seen: a reader failure during a failed send is no "never retrieved"
+
+    def _reading(self, on: bool) -> None:
+        """Fetch replies only while one is awaited: paused, the reader sends no fetch at all
+        (with tansu's short waits an idle client polled ~200 times a second), and resumed
+        before the request is sent, its next fetch starts at once and misses nothing (the
+        position stays where it was)."""
+        consumer = self._consumer
+        if consumer is None:
+            return
+        tps = consumer.assignment()
+        if on:
+            consumer.resume(*tps)
+        else:
+            consumer.pause(*tps)
 
     def check_event(self, model: type[DocumentEvent] | type[TranscriptEvent], payload: Mapping[str, Any]) -> bytes:
         """``payload`` encoded, once it passed the checks the daemon runs on it (the contract's

@@ -166,7 +166,13 @@ def _ingest_kwargs(cfg: ConsumerConfig) -> dict[str, Any]:
 
 
 def _subscribe_documents(
-    router: KafkaRouter, ingestion: Ingestion, *, topics: Topics, cfg: ConsumerConfig, watch: AssignmentWatcher
+    router: KafkaRouter,
+    ingestion: Ingestion,
+    *,
+    topics: Topics,
+    cfg: ConsumerConfig,
+    watch: AssignmentWatcher,
+    seen: Callable[[str], None],
 ) -> None:
     """Add the documents subscriber (batched) to ``router``."""
 
@@ -179,13 +185,20 @@ def _subscribe_documents(
     )
     async def on_documents(message: Any) -> None:
         """Document change events (upsert/delete, versioned)."""
+        seen(watch.name)
         async with watch.handling(_records(message.raw_message)) as records:
             if records:
                 await ingestion.ingest(records, "document")
 
 
 def _subscribe_transcripts(
-    router: KafkaRouter, ingestion: Ingestion, *, topics: Topics, cfg: ConsumerConfig, watch: AssignmentWatcher
+    router: KafkaRouter,
+    ingestion: Ingestion,
+    *,
+    topics: Topics,
+    cfg: ConsumerConfig,
+    watch: AssignmentWatcher,
+    seen: Callable[[str], None],
 ) -> None:
     """Add the transcripts subscriber (batched) to ``router``."""
 
@@ -198,6 +211,7 @@ def _subscribe_transcripts(
     )
     async def on_transcripts(message: Any) -> None:
         """Agent transcript turns (idempotent per agent, session and turn)."""
+        seen(watch.name)
         async with watch.handling(_records(message.raw_message)) as records:
             if records:
                 await ingestion.ingest(records, "transcript")
@@ -213,6 +227,7 @@ def _subscribe_queries(
     publish_reply: Callable[[dict[str, Any], str, str | None, int | None], Awaitable[object]],
     partition_counts: PartitionCounts,
     on_query_done: Callable[[float, str], None],
+    seen: Callable[[str], None],
 ) -> None:
     """Add the queries subscriber to ``router``: each request answered on its reply topic."""
     input_topics = (topics.documents, topics.transcripts, topics.requests, topics.dlq)
@@ -236,6 +251,7 @@ def _subscribe_queries(
     )
     async def on_query(message: Any) -> None:
         """Memory queries; the reply goes to the reply_to header's topic (default: replies)."""
+        seen(watch.name)
         record = message.raw_message
         assert isinstance(record, ConsumerRecord)
         t0 = time.monotonic()
@@ -302,12 +318,14 @@ def build_router(
     publish_reply: Callable[[dict[str, Any], str, str | None, int | None], Awaitable[object]],
     partition_counts: PartitionCounts,
     on_query_done: Callable[[float, str], None] = lambda _s, _o: None,
+    seen: Callable[[str], None] = lambda _role: None,
 ) -> KafkaRouter:
     """The daemon's three subscribers: documents, transcripts (batched) and queries.
 
     ``publish_reply(body, topic, correlation_id, partition)`` publishes a reply (the broker's
     publish; partition None: the default partitioner); ``partition_counts`` checks the
-    partition an asker names (see consumers.replies).
+    partition an asker names (see consumers.replies). ``seen(role)`` is called as each
+    subscriber's records arrive (``consumers.idle``).
     """
     router = KafkaRouter()
     dlq = router.publisher(topics.dlq, title="dlq", description="Rejected events with the reason.")
@@ -325,10 +343,20 @@ def build_router(
         input_topics=(topics.documents, topics.transcripts, topics.requests, topics.dlq),
     )
     _subscribe_documents(
-        router, ingestion, topics=topics, cfg=cfg, watch=AssignmentWatcher("documents", on_assigned, on_revoked)
+        router,
+        ingestion,
+        topics=topics,
+        cfg=cfg,
+        watch=AssignmentWatcher("documents", on_assigned, on_revoked),
+        seen=seen,
     )
     _subscribe_transcripts(
-        router, ingestion, topics=topics, cfg=cfg, watch=AssignmentWatcher("transcripts", on_assigned, on_revoked)
+        router,
+        ingestion,
+        topics=topics,
+        cfg=cfg,
+        watch=AssignmentWatcher("transcripts", on_assigned, on_revoked),
+        seen=seen,
     )
     _subscribe_queries(
         router,
@@ -339,5 +367,6 @@ def build_router(
         publish_reply=publish_reply,
         partition_counts=partition_counts,
         on_query_done=on_query_done,
+        seen=seen,
     )
     return router

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import os
 import sys
@@ -16,6 +17,7 @@ import structlog
 from aiohttp import web
 from faststream.kafka import KafkaBroker
 
+from consumers.idle import FetchBackoff
 from consumers.replies import PartitionCounts
 from consumers.routers import build_router
 from daemon.connections import kafka_options, redis_client
@@ -80,6 +82,7 @@ class Daemon:
     stopped: bool = False
     partition_counts: PartitionCounts | None = None
     compute: CommunityComputer | None = None  # the graph's detection process (graph.compute)
+    fetch_backoff: FetchBackoff | None = None  # idle subscribers' longer fetch waits (consumers.idle)
     # False for workers lent by start_daemon's caller: closing them is the caller's job.
     owns_embedder: bool = True
     owns_compute: bool = True
@@ -201,6 +204,11 @@ async def _sync_poison(shared: SharedPoison, embedder: SentenceTransformerEmbedd
                 log.info("embed.poison_synced", pushed=pushed, learned=learned)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(halt.wait(), timeout=POISON_SYNC_S)
+
+
+def _role(subscriber: Any) -> str:
+    """A subscriber's role (``documents``, ``transcripts``, ``requests``): its group id's last part."""
+    return str(getattr(subscriber, "group_id", "") or "?").rsplit(".", 1)[-1]
 
 
 async def _start_broker(broker: KafkaBroker) -> None:
@@ -398,6 +406,10 @@ async def start_daemon(
         def on_revoked(name: str) -> None:
             daemon.assigned.pop(name, None)  # /readyz says so until the next assignment
 
+        backoff = daemon.fetch_backoff = FetchBackoff(
+            idle_after_s=settings.consumer.idle_after_s, idle_ms=settings.consumer.idle_fetch_max_wait_ms
+        )
+
         broker.include_router(
             build_router(
                 ingestor=ingestor,
@@ -414,6 +426,7 @@ async def start_daemon(
                 ),
                 partition_counts=partition_counts,
                 on_query_done=status.record_query,
+                seen=backoff.seen,
                 attempts_counter=AttemptCounter(client=redis, name=settings.index.name),
             )
         )
@@ -437,6 +450,12 @@ async def start_daemon(
         raise BackendUnavailable(f"consumers not assigned within {ready_timeout_s}s") from exc
     if settings.create_topics:
         daemon.spawn(_watch_topics(settings, daemon.halt), "topic-watch")
+    consumer_cfg = settings.consumer
+    for sub in broker.subscribers:
+        role = _role(sub)
+        own = consumer_cfg.query_fetch_max_wait_ms if role == "requests" else consumer_cfg.ingest_fetch_max_wait_ms
+        backoff.watch(role, functools.partial(getattr, sub, "consumer", None), own)
+    daemon.spawn(backoff.run(daemon.halt), "fetch-backoff")
     daemon.spawn(rewind_lost_logs(broker, settings.topic_check_s, daemon.halt), "rewind-lost-logs")
     shared_poison = SharedPoison(client=redis, name=settings.index.name, limit=POISON_MAX)
     daemon.spawn(_sync_poison(shared_poison, embedder, daemon.halt), "poison-sync")
@@ -452,11 +471,7 @@ async def start_daemon(
     def stopped_consumers() -> list[str]:
         # A stopped consumer gets no revocation callback (aiokafka calls it only when it
         # rejoins), so its subscriber's own flag is read too. Named by group role.
-        return [
-            str(getattr(sub, "group_id", "") or "?").rsplit(".", 1)[-1]
-            for sub in broker.subscribers
-            if not getattr(sub, "running", True)
-        ]
+        return [_role(sub) for sub in broker.subscribers if not getattr(sub, "running", True)]
 
     status.stopped_consumers = stopped_consumers
     sampler = Sampler(settings=settings, state=status, index=index, graph=graph, interval_s=settings.status_sample_s)
