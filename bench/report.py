@@ -26,6 +26,7 @@ ORDER = [
     "peers",
     "locomo",
     "acks",
+    "idle",
     "edits",
     "ingest",
     "latency",
@@ -49,6 +50,7 @@ SCRIPTS = {
     "identifiers": "bench/identifiers.py",
     "write_block": "bench/write_block.py",
     "acks": "bench/acks.py",
+    "idle": "bench/idle.py",
     "edits": "bench/edits.py",
     "explore": "bench/explore.py",
 }

@@ -86,7 +86,8 @@ class MemoryClient:
 
         ``reply_fetch_wait_ms``: how long the broker may hold the reply reader's fetch. Apache
         Kafka answers it when a reply lands, so a long wait (500) costs nothing there and
-        saves polling; tansu (the embedded broker) may hold it to the end, hence 5.
+        saves polling; tansu (the embedded broker) may hold it to the end, hence 5. The reader
+        fetches only while a reply is awaited (paused in between), so an idle client polls not at all.
 
         ``tenant``: for a daemon in topic tenancy, the tenant every call publishes for (on
         ``<topic>.<tenant>``; a call's own ``tenant=`` wins), with replies read on

@@ -134,8 +134,8 @@ class ConsumerConfig(BaseModel):
         le=5000,
         description=(
             "Broker wait of an idle subscriber (see idle_after_s); its first record back restores the short "
-            "wait, so on tansu only that record may wait this much longer. An idle daemon here: 0.35 cores "
-            "with the short waits, 0.10 at 100. At or below a subscriber's own wait: no change."
+            "wait, so on tansu only that record may wait this much longer. Idle here, the daemon and tansu "
+            "used 0.35 cores with the short waits, 0.10 with this. 0, or at most a subscriber's own wait: off."
         ),
     )
     query_max_age_ms: int = Field(
