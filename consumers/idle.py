@@ -26,6 +26,8 @@ import structlog
 
 log = structlog.get_logger()
 
+_MISSING = object()
+
 #: How often the rule is applied: a subscriber backs off at most this long after its idle_after_s.
 TICK_S = 1.0
 
@@ -93,8 +95,10 @@ class FetchBackoff:
 
     def _apply(self, role: str, watched: _Watched, wait: int) -> None:
         consumer = watched.consumer_of()
-        fetcher = getattr(consumer, "_fetcher", None)
-        if fetcher is None:  # not started yet, or being restarted: the next tick sees the new one
+        if consumer is None:  # not started yet, or being restarted: the next tick sees the new one
+            return
+        fetcher: Any = getattr(consumer, "_fetcher", _MISSING)
+        if fetcher is None:  # aiokafka makes its fetcher when the consumer starts
             return
         if id(consumer) == watched.consumer_id and watched.applied == wait:
             return

@@ -59,7 +59,9 @@ def test_a_replaced_consumer_gets_the_wait_too_and_a_missing_one_is_skipped() ->
     backoff = FetchBackoff(idle_after_s=30, idle_ms=100, clock=clock)
     backoff.watch("transcripts", lambda: current[0], 20)
     clock.now += 31
-    backoff.tick()  # not started yet: nothing to set, nothing fails
+    backoff.tick()  # no consumer yet: nothing to set, nothing fails
+    current[0] = SimpleNamespace(_fetcher=None)  # made, not started
+    backoff.tick()
     current[0] = consumer(20)
     backoff.tick()
     assert current[0]._fetcher._fetch_max_wait_ms == 100
@@ -71,15 +73,16 @@ def test_a_replaced_consumer_gets_the_wait_too_and_a_missing_one_is_skipped() ->
 def test_an_aiokafka_without_the_attribute_is_said_once_and_left_alone() -> None:
     clock = Clock()
     odd = SimpleNamespace(_fetcher=SimpleNamespace())
+    odder = SimpleNamespace()  # no fetcher at all
     backoff = FetchBackoff(idle_after_s=30, idle_ms=100, clock=clock)
     backoff.watch("requests", lambda: odd, 5)
-    backoff.watch("documents", lambda: odd, 20)
+    backoff.watch("documents", lambda: odder, 20)
     clock.now += 31
     with capture_logs() as logs:
         backoff.tick()
         backoff.tick()
     assert [e["event"] for e in logs] == ["consumer.idle_backoff_unavailable"]
-    assert not hasattr(odd._fetcher, "_fetch_max_wait_ms")
+    assert not hasattr(odd._fetcher, "_fetch_max_wait_ms") and not hasattr(odder, "_fetcher")
 
 
 def test_seen_for_an_unwatched_role_is_ignored() -> None:
