@@ -12,9 +12,10 @@ deployed, graph layer off) with ``idle_after_s`` 5 so a run takes minutes, not h
 ``wait``), then sits idle. Two phases on the same servers, one after the other:
 
 * **before**: the daemon with the backoff off (``idle_fetch_max_wait_ms`` 0: every subscriber
-  keeps its own 5 or 20 ms wait) and a client whose reply reader fetches all the time (as the
-  client did before it paused its reader between questions);
-* **after**: the defaults (idle wait 100 ms) and the client as it is.
+  keeps its own 5 or 20 ms wait) and a client whose reply reader is never paused
+  (``reply_idle_pause_s`` 0, as the client was before);
+* **after**: the defaults (idle wait 100 ms; the client's reader paused after 5 s, moved to the
+  end of its partitions when the next question is sent).
 
 Each phase: past ``idle_after_s``, CPU seconds of the daemon (with its embedding worker),
 tansu, Redis and this process (the client) over one window, as cores. Then, in the after
@@ -107,16 +108,11 @@ async def phase(args: argparse.Namespace, servers: Servers, tmp: Path, *, before
     from consumers.client import MemoryClient
     from daemon.settings import Settings
 
-    class PollingClient(MemoryClient):
-        """The client as it was: its reply reader fetches whether or not a reply is awaited."""
-
-        def _reading(self, on: bool) -> None:
-            return None
-
     settings = Settings(kafka_bootstrap=servers.kafka_bootstrap, redis_url=servers.redis_url)
     proc = await start_daemon(servers, tmp, 0 if before else settings.consumer.idle_fetch_max_wait_ms)
-    client_cls = PollingClient if before else MemoryClient
-    client = client_cls(bootstrap=servers.kafka_bootstrap, topics=settings.topics, timeout_s=60)
+    # Before: a reader that is never paused, as the client's was.
+    pause = {"reply_idle_pause_s": 0.0} if before else {}
+    client = MemoryClient(bootstrap=servers.kafka_bootstrap, topics=settings.topics, timeout_s=60, **pause)
     out: dict[str, Any] = {}
     try:
         await client.start()
@@ -169,7 +165,8 @@ async def main_async(args: argparse.Namespace, servers: Servers) -> Result:
     result.figure("first question after a pause, p50 / max", f"{first['p50_ms']:.1f} / {first['max_ms']:.1f}", "ms")
     result.figure("questions back to back, p50", steady["p50_ms"], "ms")
     result.doc["notes"].append(
-        "before: idle_fetch_max_wait_ms 0 and a client reading replies all the time; after: the defaults "
+        "before: idle_fetch_max_wait_ms 0 and reply_idle_pause_s 0 (a client reading all the time); "
+        "after: the defaults "
         f"(idle_after_s {IDLE_AFTER_S:g} here, 30 by default)"
     )
     result.doc["data"] = {"before": before, "after": after}

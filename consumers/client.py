@@ -75,6 +75,7 @@ class MemoryClient:
         reply_partition: int | None = None,
         tenant: str | None = None,
         reply_fetch_wait_ms: int = 5,
+        reply_idle_pause_s: float = 5.0,
         timeout_s: float = 30.0,
         kafka_options: dict[str, Any] | None = None,
         max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES,
@@ -86,8 +87,12 @@ class MemoryClient:
 
         ``reply_fetch_wait_ms``: how long the broker may hold the reply reader's fetch. Apache
         Kafka answers it when a reply lands, so a long wait (500) costs nothing there and
-        saves polling; tansu (the embedded broker) may hold it to the end, hence 5. The reader
-        fetches only while a reply is awaited (paused in between), so an idle client polls not at all.
+        saves polling; tansu (the embedded broker) may hold it to the end, hence 5.
+
+        ``reply_idle_pause_s``: after this long without a reply awaited, the reply reader is
+        paused (an idle client polls not at all); the next request first moves it to the
+        topic's end (one offsets request), so it never reads what other clients' replies piled
+        up meanwhile. 0: never paused.
 
         ``tenant``: for a daemon in topic tenancy, the tenant every call publishes for (on
         ``<topic>.<tenant>``; a call's own ``tenant=`` wins), with replies read on
@@ -112,6 +117,10 @@ class MemoryClient:
         self._reply_topic = reply_topic or default_reply
         self._reply_partition = reply_partition
         self._reply_wait_ms = reply_fetch_wait_ms
+        self._idle_pause_s = reply_idle_pause_s
+        self._pause_timer: asyncio.TimerHandle | None = None
+        self._paused: AIOKafkaConsumer | None = None  # the reader's consumer while it is paused
+        self._waking: asyncio.Task[None] | None = None
         self._timeout = timeout_s
         self._options = dict(kafka_options or {})
         self._max_content_bytes = max_content_bytes
@@ -234,6 +243,9 @@ class MemoryClient:
                     fut.set_exception(error)
 
     async def _stop_reader(self) -> None:
+        if self._pause_timer is not None:
+            self._pause_timer.cancel()
+            self._pause_timer = None
         reader, self._reader = self._reader, None
         consumer, self._consumer = self._consumer, None
         if reader is not None:
@@ -311,33 +323,63 @@ class MemoryClient:
         cid = uuid.uuid4().hex
         fut: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
         self._pending[cid] = fut
-        self._reading(True)
         headers = [("reply_to", self._reply_topic.encode()), ("correlation_id", cid.encode())]
         if self._reply_partition is not None:
             headers.append((REPLY_PARTITION_HEADER, str(self._reply_partition).encode()))
         try:
+            await self._wake_reader()
             await self._send_bytes(topic, value, key, headers)
             return await asyncio.wait_for(fut, timeout=self._timeout if timeout_s is None else timeout_s)
         finally:
             self._pending.pop(cid, None)
             if not self._pending:
-                self._reading(False)
+                self._pause_later()
             if fut.done() and not fut.cancelled():
                 fut.exception()  # seen: a reader failure during a failed send is no "never retrieved"
 
-    def _reading(self, on: bool) -> None:
-        """Fetch replies only while one is awaited: paused, the reader sends no fetch at all
-        (with tansu's short waits an idle client polled ~200 times a second), and resumed
-        before the request is sent, its next fetch starts at once and misses nothing (the
-        position stays where it was)."""
+    # With tansu's short fetch waits an idle client's reader polled ~200 times a second; paused,
+    # it sends no fetch at all (consumers.idle does the same for the daemon's subscribers).
+
+    def _pause_later(self) -> None:
+        """Pause the reader once no reply has been awaited for ``reply_idle_pause_s``."""
+        if self._pause_timer is not None:
+            self._pause_timer.cancel()
+        if self._idle_pause_s > 0:
+            self._pause_timer = asyncio.get_running_loop().call_later(self._idle_pause_s, self._pause_reader)
+
+    def _pause_reader(self) -> None:
+        self._pause_timer = None
         consumer = self._consumer
-        if consumer is None:
+        if self._pending or consumer is None or self._paused is not None or self._waking is not None:
             return
-        tps = consumer.assignment()
-        if on:
-            consumer.resume(*tps)
-        else:
-            consumer.pause(*tps)
+        consumer.pause(*consumer.assignment())
+        self._paused = consumer
+
+    async def _wake_reader(self) -> None:
+        """Before a request is sent: a paused reader moved to the end of its partitions and
+        resumed. Every request sent meanwhile waits for the same move: a reply sent before the
+        move completed could be skipped by it."""
+        if self._pause_timer is not None:
+            self._pause_timer.cancel()
+            self._pause_timer = None
+        if self._paused is None:
+            return
+        if self._waking is None:
+            self._waking = asyncio.create_task(self._catch_up(self._paused))
+        await asyncio.shield(self._waking)
+
+    async def _catch_up(self, consumer: AIOKafkaConsumer) -> None:
+        replaced = consumer is not self._consumer  # a fresh reader starts at the end, unpaused
+        try:
+            if not replaced:
+                tps = consumer.assignment()
+                await consumer.seek_to_end(*tps)
+                for tp in tps:
+                    await consumer.position(tp)  # the reset done (it runs while paused)
+        finally:
+            # Resumed even if the move failed: reading the pile is slower, never deaf.
+            consumer.resume(*consumer.assignment())
+            self._paused = self._waking = None
 
     def check_event(self, model: type[DocumentEvent] | type[TranscriptEvent], payload: Mapping[str, Any]) -> bytes:
         """``payload`` encoded, once it passed the checks the daemon runs on it (the contract's

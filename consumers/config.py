@@ -133,8 +133,8 @@ class ConsumerConfig(BaseModel):
         ge=0,
         le=5000,
         description=(
-            "Broker wait of an idle subscriber (see idle_after_s); its first record back restores the short "
-            "wait, so on tansu only that record may wait this much longer. Idle here, the daemon and tansu "
+            "Broker wait of an idle subscriber (see idle_after_s); its first records back restore the short "
+            "wait, so on tansu only those of a fetch or two may wait this much longer. Idle here, the daemon and tansu "
             "used 0.35 cores with the short waits, 0.10 with this. 0, or at most a subscriber's own wait: off."
         ),
     )

@@ -4,8 +4,9 @@ tansu may hold a fetch for its whole wait even when data arrives, so the daemon'
 ask for short waits (5 ms for requests, 20 ms for events): idle, they fetched ~300 times a
 second and the daemon and the broker burned a third of a core between them. After
 ``idle_after_s`` without a record, a subscriber's fetches wait ``idle_fetch_max_wait_ms``; its
-first record back restores its own wait at once, so only that record may wait the longer one
-(on Apache Kafka, which answers a fetch when data arrives, not even that one).
+first records back restore its own wait as they are handled, so only the records of the first
+fetch or two may wait the longer one (aiokafka may send its next fetch before the handler
+runs; on Apache Kafka, which answers a fetch when data arrives, none do).
 
 ``fetch_wait`` is the rule; ``FetchBackoff`` applies it to the subscribers' aiokafka consumers.
 aiokafka reads its fetch wait from its fetcher each time it builds a fetch request, and has no

@@ -189,6 +189,7 @@ def _subscribe_documents(
         async with watch.handling(_records(message.raw_message)) as records:
             if records:
                 await ingestion.ingest(records, "document")
+        seen(watch.name)  # a batch longer than idle_after_s is no idleness
 
 
 def _subscribe_transcripts(
@@ -215,6 +216,7 @@ def _subscribe_transcripts(
         async with watch.handling(_records(message.raw_message)) as records:
             if records:
                 await ingestion.ingest(records, "transcript")
+        seen(watch.name)  # a batch longer than idle_after_s is no idleness
 
 
 def _subscribe_queries(

@@ -8,10 +8,12 @@ each fetch request from: an aiokafka that renamed it fails here, not silently in
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
 
+import consumers.client
 from consumers.client import MemoryClient
 from consumers.config import ConsumerConfig
 from daemon.app import Daemon
@@ -24,6 +26,7 @@ pytestmark = pytest.mark.integration
 
 IDLE_AFTER_S = 4.0
 IDLE_WAIT_MS = 400
+PAUSE_S = 1.0
 TEXT = "The billing pool resets with ERR_CONN_RESET_4F2A when pgbouncer restarts."
 
 
@@ -54,18 +57,71 @@ async def test_idle_subscribers_wait_longer_and_their_next_record_restores_their
             return fetch_waits(daemon) == dict.fromkeys(own, IDLE_WAIT_MS)
 
         await eventually(all_idle, timeout=IDLE_AFTER_S + 30, what="every subscriber backed off")
-        async with MemoryClient(bootstrap=kafka_bootstrap, topics=settings.topics, timeout_s=60) as client:
+        async with MemoryClient(
+            bootstrap=kafka_bootstrap, topics=settings.topics, timeout_s=60, reply_idle_pause_s=PAUSE_S
+        ) as client:
+
+            async def paused() -> bool:
+                return reply_partitions_paused(client)
+
             receipt = await client.publish_document("runbooks/billing.md", TEXT, version=1, wait=True)
             assert receipt.ack is not None and receipt.ack.status == "indexed"
             # The document's subscriber has its own wait back; the others, still idle, do not.
             assert fetch_waits(daemon) == {**own, "transcripts": IDLE_WAIT_MS, "requests": IDLE_WAIT_MS}
-            # The client awaits nothing now: its reply reader is paused, and the next ask resumes it.
-            assert reply_partitions_paused(client)
+            # The client has awaited nothing for a while: its reply reader is paused, and the next
+            # ask resumes it.
+            await eventually(paused, timeout=PAUSE_S + 20, what="the client's reader paused")
             replies = await asyncio.gather(*(client.query("ERR_CONN_RESET_4F2A", top_k=3) for _ in range(8)))
             assert all(r.results and r.results[0].doc_id == "runbooks/billing.md" for r in replies)
             assert fetch_waits(daemon)["requests"] == own["requests"]
-            assert reply_partitions_paused(client)
+            assert not reply_partitions_paused(client)
+            await eventually(paused, timeout=PAUSE_S + 20, what="the client's reader paused again")
             await eventually(all_idle, timeout=IDLE_AFTER_S + 30, what="backed off again")
             # The first question after the pause is answered (on tansu it may wait the idle wait once).
             reply = await client.query("pgbouncer restarts", top_k=3)
             assert reply.results[0].doc_id == "runbooks/billing.md"
+
+
+class RecordingConsumer(AIOKafkaConsumer):
+    """The client's real reply consumer, noting the offset of every record it returns."""
+
+    read: ClassVar[list[tuple[int, int]]] = []
+
+    async def getone(self, *partitions: Any) -> Any:
+        record = await super().getone(*partitions)
+        RecordingConsumer.read.append((record.partition, record.offset))
+        return record
+
+
+async def test_a_paused_client_skips_the_replies_others_got_meanwhile(
+    kafka_bootstrap: str, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two clients on the default reply topic: while one is paused the other's replies pile up on
+    the partitions it reads; its next question moves it past them first, and is answered."""
+    name = unique(__name__)
+    settings = isolated_settings(name, kafka_bootstrap, redis_url)
+    async with daemon_and_client(settings) as (_daemon, _plain):
+        busy = MemoryClient(bootstrap=kafka_bootstrap, topics=settings.topics, timeout_s=60)
+        idle = MemoryClient(bootstrap=kafka_bootstrap, topics=settings.topics, timeout_s=60, reply_idle_pause_s=PAUSE_S)
+        async with busy, idle:
+            await busy.publish_document("runbooks/billing.md", TEXT, version=1, wait=True)
+            RecordingConsumer.read = []
+            monkeypatch.setattr(consumers.client, "AIOKafkaConsumer", RecordingConsumer)
+            await idle.query("pgbouncer restarts", top_k=1)  # starts the idle client's reader
+            monkeypatch.undo()
+            assert isinstance(idle._consumer, RecordingConsumer) and RecordingConsumer.read
+
+            async def paused() -> bool:
+                return reply_partitions_paused(idle)
+
+            await eventually(paused, timeout=PAUSE_S + 20, what="the idle client's reader paused")
+            for _ in range(5):
+                await asyncio.gather(*(busy.query("ERR_CONN_RESET_4F2A", top_k=3) for _ in range(8)))
+            consumer: Any = idle._consumer
+            before = len(RecordingConsumer.read)
+            ends = await consumer.end_offsets(list(consumer.assignment()))
+            reply = await idle.query("ERR_CONN_RESET_4F2A", top_k=3)
+            assert reply.results[0].doc_id == "runbooks/billing.md"
+            # Nothing of the pile was read: every record read since starts at the ends seen above.
+            read = RecordingConsumer.read[before:]
+            assert read and all(offset >= ends[TopicPartition(settings.topics.replies, p)] for p, offset in read)
