@@ -111,6 +111,65 @@ def embedded_servers(
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def spawn_logged(args: list[str], log_path: Path, env: dict[str, str] | None) -> subprocess.Popen[Any]:
+    """``args`` started with its output in ``log_path``, stopped (SIGTERM) with this process."""
+    with log_path.open("wb") as log:
+        return subprocess.Popen(
+            args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, preexec_fn=_die_with_parent
+        )
+
+
+def _die_with_parent() -> None:
+    import ctypes
+
+    with contextlib.suppress(OSError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
+
+
+def stop_process(proc: subprocess.Popen[Any], timeout_s: float = 60.0) -> None:
+    """A clean stop (SIGTERM, as Ctrl-C), then SIGKILL after ``timeout_s``."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def _log_tail(path: Path, chars: int | None = 2000) -> str:
+    text = path.read_text(errors="replace")
+    return text if chars is None else text[-chars:]
+
+
+async def start_agentmemd(servers: Servers, log_path: Path, env: dict[str, str]) -> subprocess.Popen[Any]:
+    """``agentmemd run`` as its own process (as it is deployed) on ``servers``, graph off, no HTTP
+    server, with the ``AGENTMEM_*`` settings of ``env`` on top; returned once it consumes."""
+    settings = {
+        "AGENTMEM_KAFKA_BOOTSTRAP": servers.kafka_bootstrap,
+        "AGENTMEM_REDIS_URL": servers.redis_url,
+        "AGENTMEM_GRAPH__ENABLED": "false",
+        "AGENTMEM_HTTP_PORT": "0",
+        "AGENTMEM_LOG_LEVEL": "warning",
+    }
+    args = [str(Path(sys.executable).parent / "agentmemd"), "run"]
+    proc = spawn_logged(args, log_path, {**os.environ, **settings, **env})
+
+    async def ready() -> bool:
+        if proc.poll() is not None:
+            raise RuntimeError(f"agentmemd exited {proc.returncode}: {_log_tail(log_path)}")
+        return "agentmemd ready" in _log_tail(log_path, None)
+
+    try:
+        if not await wait_until(ready, timeout_s=300, interval_s=0.1):
+            raise RuntimeError(f"agentmemd not ready in 300 s: {_log_tail(log_path)}")
+    except BaseException:
+        stop_process(proc)
+        raise
+    return proc
+
+
 async def wait_redis_ready(client: Any, timeout_s: float = 300.0) -> None:
     """Wait until Redis answers and has finished loading its AOF."""
     from redis import exceptions as rexc

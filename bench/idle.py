@@ -30,14 +30,21 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from _common import Result, Servers, add_common_args, png_path, run_benchmark, summary_ms, wait_until
+from _common import (
+    Result,
+    Servers,
+    add_common_args,
+    png_path,
+    run_benchmark,
+    start_agentmemd,
+    stop_process,
+    summary_ms,
+)
 
 BENCH = "idle"
 IDLE_AFTER_S = 5.0
@@ -63,53 +70,17 @@ def cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
     return out
 
 
-async def start_daemon(servers: Servers, tmp: Path, idle_wait_ms: int) -> subprocess.Popen[bytes]:
-    env = {
-        **os.environ,
-        "AGENTMEM_KAFKA_BOOTSTRAP": servers.kafka_bootstrap,
-        "AGENTMEM_REDIS_URL": servers.redis_url,
-        "AGENTMEM_GRAPH__ENABLED": "false",
-        "AGENTMEM_HTTP_PORT": "0",
-        "AGENTMEM_LOG_LEVEL": "warning",
-        "AGENTMEM_CONSUMER__IDLE_AFTER_S": str(IDLE_AFTER_S),
-        "AGENTMEM_CONSUMER__IDLE_FETCH_MAX_WAIT_MS": str(idle_wait_ms),
-    }
-    log_path = tmp / f"agentmemd-{idle_wait_ms}.log"
-    proc = spawn(log_path, env)
-
-    async def ready() -> bool:
-        if proc.poll() is not None:
-            raise RuntimeError(f"agentmemd exited {proc.returncode}: {log_path.read_text()[-2000:]}")
-        return b"agentmemd ready" in log_path.read_bytes()
-
-    if not await wait_until(ready, timeout_s=300, interval_s=0.1):
-        raise RuntimeError(f"agentmemd not ready in 300 s: {log_path.read_text()[-2000:]}")
-    return proc
-
-
-def spawn(log_path: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    """``agentmemd run`` with its output in ``log_path``."""
-    with log_path.open("wb") as log:
-        return subprocess.Popen(
-            [str(Path(sys.executable).parent / "agentmemd"), "run"], stdout=log, stderr=subprocess.STDOUT, env=env
-        )
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
 async def phase(args: argparse.Namespace, servers: Servers, tmp: Path, *, before: bool) -> dict[str, Any]:
     from consumers.client import MemoryClient
     from daemon.settings import Settings
 
     settings = Settings(kafka_bootstrap=servers.kafka_bootstrap, redis_url=servers.redis_url)
-    proc = await start_daemon(servers, tmp, 0 if before else settings.consumer.idle_fetch_max_wait_ms)
+    idle_wait_ms = 0 if before else settings.consumer.idle_fetch_max_wait_ms
+    env = {
+        "AGENTMEM_CONSUMER__IDLE_AFTER_S": str(IDLE_AFTER_S),
+        "AGENTMEM_CONSUMER__IDLE_FETCH_MAX_WAIT_MS": str(idle_wait_ms),
+    }
+    proc = await start_agentmemd(servers, tmp / f"agentmemd-{idle_wait_ms}.log", env)
     # Before: a reader that is never paused, as the client's was.
     pause = {"reply_idle_pause_s": 0.0} if before else {}
     client = MemoryClient(bootstrap=servers.kafka_bootstrap, topics=settings.topics, timeout_s=60, **pause)
@@ -143,7 +114,7 @@ async def phase(args: argparse.Namespace, servers: Servers, tmp: Path, *, before
             out["steady_ms"] = summary_ms(steady)
     finally:
         await client.close()
-        stop(proc)
+        stop_process(proc)
     return out
 
 

@@ -51,7 +51,6 @@ import glob
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -70,6 +69,9 @@ from _common import (
     exit_on_sigterm,
     png_path,
     quiet_logs,
+    spawn_logged,
+    start_agentmemd,
+    stop_process,
     summary_ms,
     wait_until,
 )
@@ -372,25 +374,11 @@ class Agentmemd(System):
 
         servers = self.stack.enter_context(embedded_servers())
         env = {
-            **os.environ,
-            "AGENTMEM_KAFKA_BOOTSTRAP": servers.kafka_bootstrap,
-            "AGENTMEM_REDIS_URL": servers.redis_url,
             "AGENTMEM_GRAPH__ENABLED": "true" if self.graph else "false",
             "AGENTMEM_EMBEDDING__QUERY_CACHE_SIZE": "0",
-            "AGENTMEM_HTTP_PORT": "0",
-            "AGENTMEM_LOG_LEVEL": "warning",
         }
+        self.proc = await start_agentmemd(servers, self.tmp / "agentmemd.log", env)
         settings = Settings(kafka_bootstrap=servers.kafka_bootstrap, redis_url=servers.redis_url)
-        log_path = self.tmp / "agentmemd.log"
-        self.proc = _spawn([str(Path(sys.executable).parent / "agentmemd"), "run"], log_path, env)
-
-        async def ready() -> bool:
-            if self.proc is not None and self.proc.poll() is not None:
-                raise RuntimeError(f"agentmemd exited {self.proc.returncode}: {log_path.read_text()[-2000:]}")
-            return b"agentmemd ready" in log_path.read_bytes()
-
-        if not await wait_until(ready, timeout_s=300, interval_s=0.1):
-            raise RuntimeError(f"agentmemd not ready in 300 s: {log_path.read_text()[-2000:]}")
         self.redis = redis_client(settings)
         self.index = await active_index(settings, self.redis)
         self.tokenizer = load_tokenizer(resolve_model_path(settings.embedding.model))
@@ -476,30 +464,10 @@ class Agentmemd(System):
                 await self.redis.aclose()
         finally:
             try:
-                if self.proc is not None and self.proc.poll() is None:
-                    self.proc.terminate()  # a clean stop, as Ctrl-C
-                    try:
-                        self.proc.wait(timeout=60)
-                    except subprocess.TimeoutExpired:
-                        self.proc.kill()
-                        self.proc.wait()
+                if self.proc is not None:
+                    stop_process(self.proc)
             finally:
                 self.stack.close()
-
-
-def _spawn(args: list[str], log_path: Path, env: dict[str, str] | None) -> subprocess.Popen[Any]:
-    """``args`` started with its output in ``log_path``, stopped with this process."""
-    with log_path.open("wb") as log:
-        return subprocess.Popen(
-            args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, preexec_fn=_die_with_parent
-        )
-
-
-def _die_with_parent() -> None:
-    import ctypes
-
-    with contextlib.suppress(OSError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
 
 
 async def wait_http(url: str, body: dict[str, Any] | None, timeout_s: float, proc: subprocess.Popen[Any]) -> None:
@@ -535,7 +503,7 @@ class Ams(System):
         self.expected = 0
 
     def _spawn(self, args: list[str], log_name: str, env: dict[str, str] | None = None) -> subprocess.Popen[Any]:
-        proc = _spawn(args, self.tmp / log_name, env)
+        proc = spawn_logged(args, self.tmp / log_name, env)
         self.procs.append(proc)
         return proc
 

@@ -243,9 +243,7 @@ class MemoryClient:
                     fut.set_exception(error)
 
     async def _stop_reader(self) -> None:
-        if self._pause_timer is not None:
-            self._pause_timer.cancel()
-            self._pause_timer = None
+        self._cancel_pause()
         reader, self._reader = self._reader, None
         consumer, self._consumer = self._consumer, None
         if reader is not None:
@@ -340,17 +338,21 @@ class MemoryClient:
     # With tansu's short fetch waits an idle client's reader polled ~200 times a second; paused,
     # it sends no fetch at all (consumers.idle does the same for the daemon's subscribers).
 
-    def _pause_later(self) -> None:
-        """Pause the reader once no reply has been awaited for ``reply_idle_pause_s``."""
+    def _cancel_pause(self) -> None:
         if self._pause_timer is not None:
             self._pause_timer.cancel()
+            self._pause_timer = None
+
+    def _pause_later(self) -> None:
+        """Pause the reader once no reply has been awaited for ``reply_idle_pause_s``."""
+        self._cancel_pause()
         if self._idle_pause_s > 0:
             self._pause_timer = asyncio.get_running_loop().call_later(self._idle_pause_s, self._pause_reader)
 
     def _pause_reader(self) -> None:
         self._pause_timer = None
         consumer = self._consumer
-        if self._pending or consumer is None or self._paused is not None or self._waking is not None:
+        if self._pending or consumer is None or self._paused is not None:  # (waking: still paused)
             return
         consumer.pause(*consumer.assignment())
         self._paused = consumer
@@ -359,9 +361,7 @@ class MemoryClient:
         """Before a request is sent: a paused reader moved to the end of its partitions and
         resumed. Every request sent meanwhile waits for the same move: a reply sent before the
         move completed could be skipped by it."""
-        if self._pause_timer is not None:
-            self._pause_timer.cancel()
-            self._pause_timer = None
+        self._cancel_pause()
         if self._paused is None:
             return
         if self._waking is None:

@@ -165,58 +165,42 @@ def _ingest_kwargs(cfg: ConsumerConfig) -> dict[str, Any]:
 # subscriber's join rebalancing the others, and lag is readable per role.
 
 
-def _subscribe_documents(
+#: What each batched event subscriber is for (its handler's docstring), by kind.
+_EVENT_DOCS = {
+    "document": "Document change events (upsert/delete, versioned).",
+    "transcript": "Agent transcript turns (idempotent per agent, session and turn).",
+}
+
+
+def _subscribe_events(
     router: KafkaRouter,
     ingestion: Ingestion,
     *,
-    topics: Topics,
+    kind: str,
+    base: str,
     cfg: ConsumerConfig,
     watch: AssignmentWatcher,
     seen: Callable[[str], None],
 ) -> None:
-    """Add the documents subscriber (batched) to ``router``."""
+    """Add the batched subscriber of ``kind`` ("document" or "transcript") events on ``base``
+    (``on_documents`` or ``on_transcripts``, by ``watch.name``) to ``router``."""
 
-    @router.subscriber(  # type: ignore[untyped-decorator]
-        *_source(cfg, topics.documents),
-        group_id=f"{cfg.group_id}.documents",
-        **_pattern(cfg, topics.documents),
-        listener=watch,
-        **_ingest_kwargs(cfg),
-    )
-    async def on_documents(message: Any) -> None:
-        """Document change events (upsert/delete, versioned)."""
+    async def handler(message: Any) -> None:
         seen(watch.name)
         async with watch.handling(_records(message.raw_message)) as records:
             if records:
-                await ingestion.ingest(records, "document")
+                await ingestion.ingest(records, kind)
         seen(watch.name)  # a batch longer than idle_after_s is no idleness
 
-
-def _subscribe_transcripts(
-    router: KafkaRouter,
-    ingestion: Ingestion,
-    *,
-    topics: Topics,
-    cfg: ConsumerConfig,
-    watch: AssignmentWatcher,
-    seen: Callable[[str], None],
-) -> None:
-    """Add the transcripts subscriber (batched) to ``router``."""
-
-    @router.subscriber(  # type: ignore[untyped-decorator]
-        *_source(cfg, topics.transcripts),
-        group_id=f"{cfg.group_id}.transcripts",
-        **_pattern(cfg, topics.transcripts),
+    handler.__name__ = handler.__qualname__ = f"on_{watch.name}"
+    handler.__doc__ = _EVENT_DOCS[kind]
+    router.subscriber(
+        *_source(cfg, base),
+        group_id=f"{cfg.group_id}.{watch.name}",
+        **_pattern(cfg, base),
         listener=watch,
         **_ingest_kwargs(cfg),
-    )
-    async def on_transcripts(message: Any) -> None:
-        """Agent transcript turns (idempotent per agent, session and turn)."""
-        seen(watch.name)
-        async with watch.handling(_records(message.raw_message)) as records:
-            if records:
-                await ingestion.ingest(records, "transcript")
-        seen(watch.name)  # a batch longer than idle_after_s is no idleness
+    )(handler)
 
 
 def _subscribe_queries(
@@ -344,22 +328,10 @@ def build_router(
         partition_counts=partition_counts,
         input_topics=(topics.documents, topics.transcripts, topics.requests, topics.dlq),
     )
-    _subscribe_documents(
-        router,
-        ingestion,
-        topics=topics,
-        cfg=cfg,
-        watch=AssignmentWatcher("documents", on_assigned, on_revoked),
-        seen=seen,
-    )
-    _subscribe_transcripts(
-        router,
-        ingestion,
-        topics=topics,
-        cfg=cfg,
-        watch=AssignmentWatcher("transcripts", on_assigned, on_revoked),
-        seen=seen,
-    )
+    events = (("documents", "document", topics.documents), ("transcripts", "transcript", topics.transcripts))
+    for role, kind, base in events:
+        watch = AssignmentWatcher(role, on_assigned, on_revoked)
+        _subscribe_events(router, ingestion, kind=kind, base=base, cfg=cfg, watch=watch, seen=seen)
     _subscribe_queries(
         router,
         search=search,
