@@ -167,6 +167,15 @@ class RetrievalConfig(BaseModel):
     """Hybrid retrieval defaults; a request's hybrid_params override the weights and k."""
 
     fetch_multiplier: float = Field(2.0, ge=1.0, le=50.0, description="Each leg fetches ceil(top_k * this).")
+    min_candidates: int = Field(
+        30,
+        ge=0,
+        le=10_000,
+        description=(
+            "Each leg fetches at least this many candidates, however few results are asked for: fusion "
+            "ranks a shallow request from deeper lists, so its results are more often a deeper one's first."
+        ),
+    )
     max_top_k: int = Field(100, ge=1, le=1000, description="Largest top_k a request may ask for.")
     dense_weight: float = Field(1.0, ge=0.0, description="Default weight of the HNSW leg.")
     sparse_weight: float = Field(1.0, ge=0.0, description="Default weight of the BM25 leg.")

@@ -135,8 +135,8 @@ class Retriever:
         self._cfg = cfg
 
     def fetch_k(self, top_k: int) -> int:
-        """Candidates each leg fetches: ``ceil(top_k * fetch_multiplier)``."""
-        return max(top_k, math.ceil(top_k * self._cfg.fetch_multiplier))
+        """Candidates each leg fetches: ``ceil(top_k * fetch_multiplier)``, at least ``min_candidates``."""
+        return max(top_k, math.ceil(top_k * self._cfg.fetch_multiplier), self._cfg.min_candidates)
 
     def _validate(self, spec: SearchSpec, weights: dict[str, float]) -> None:
         if not 1 <= spec.top_k <= self._cfg.max_top_k:

@@ -101,7 +101,8 @@ async def stack(redis_url: str, embedder: Any) -> AsyncIterator[tuple[ChunkIndex
     name = unique(f"sliced-{uuid.uuid4().hex}")
     index = ChunkIndex(client=client, cfg=IndexConfig(name=name, write_slice_chunks=SLICE), dims=384)
     await index.ensure()
-    yield index, Retriever(index=index, embedder=embedder, cfg=RetrievalConfig()), client
+    # No candidate floor: legs fetch 2 x top_k, so a slice's hidden chunks can fill one.
+    yield index, Retriever(index=index, embedder=embedder, cfg=RetrievalConfig(min_candidates=0)), client
     await index.drop()
     await client.aclose()
 

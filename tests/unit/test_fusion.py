@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from memory.config import RetrievalConfig
 from memory.fusion import fuse_rrf, recency_ranks
+from memory.retrieval import Retriever
 
 
 @pytest.mark.parametrize(
@@ -117,3 +119,19 @@ def test_per_id_weights_are_checked_too() -> None:
     """A negative per-id weight is refused like a negative query weight."""
     with pytest.raises(ValueError):
         fuse_rrf({"dense": ["a"]}, {"dense": 1.0}, weights_of={"a": {"dense": -1.0}})
+
+
+@pytest.mark.parametrize(
+    ("cfg", "top_k", "fetched"),
+    [
+        ({}, 1, 30),  # a shallow request still fuses 30 candidates a leg
+        ({}, 15, 30),
+        ({}, 16, 32),  # past the floor: 2 x top_k
+        ({}, 100, 200),
+        ({"min_candidates": 0}, 5, 10),
+        ({"min_candidates": 0, "fetch_multiplier": 1.0}, 5, 5),
+    ],
+)
+def test_legs_fetch_at_least_the_candidate_floor(cfg: dict[str, float], top_k: int, fetched: int) -> None:
+    retriever = Retriever(index=None, embedder=None, cfg=RetrievalConfig(**cfg))  # type: ignore[arg-type]
+    assert retriever.fetch_k(top_k) == fetched
