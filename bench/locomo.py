@@ -202,6 +202,7 @@ async def main_async(args: argparse.Namespace, servers: Servers) -> Result:
     from daemon.app import start_daemon
     from daemon.settings import namespaced
     from graph.config import GraphConfig
+    from memory.config import RetrievalConfig
 
     turns, questions = load(args.data, args.conversations)
     composed = embedded_texts(turns)
@@ -217,7 +218,8 @@ async def main_async(args: argparse.Namespace, servers: Servers) -> Result:
             "data": str(args.data),
             "turns": len(turns),
             "questions": len(questions),
-            "top_k": max(KS),
+            "top_k": list(KS),
+            "min_candidates": RetrievalConfig().min_candidates,
             "askers": args.askers,
             "graph": args.graph,
         },
@@ -273,9 +275,9 @@ async def main_async(args: argparse.Namespace, servers: Servers) -> Result:
             keys = [r.doc_id.removeprefix(prefix) for r in reply.results]
             return list(dict.fromkeys(keys)), took
 
-        # Recall@k is scored on a request for k turns, as an agent asks: fusion ranks what
-        # each leg fetched for that request (2 x top_k), so the first 5 of a request for 50
-        # can differ from a request for 5. The first k of the request for 50 are kept apart.
+        # Recall@k is scored on a request for k turns, as an agent asks: fusion ranks what each
+        # leg fetched for that request (2 x top_k, at least retrieval.min_candidates), so the
+        # first 5 of a request for 50 can differ from a request for 5 (kept apart).
         for name, params in MODES.items():
             per_k: dict[int, dict[int, list[str]]] = {}
             for k in sorted(KS, reverse=True):

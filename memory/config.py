@@ -166,7 +166,9 @@ class ChunkingConfig(BaseModel):
 class RetrievalConfig(BaseModel):
     """Hybrid retrieval defaults; a request's hybrid_params override the weights and k."""
 
-    fetch_multiplier: float = Field(2.0, ge=1.0, le=50.0, description="Each leg fetches ceil(top_k * this).")
+    fetch_multiplier: float = Field(
+        2.0, ge=1.0, le=50.0, description="Each leg fetches ceil(top_k * this), and at least min_candidates."
+    )
     min_candidates: int = Field(
         30,
         ge=0,

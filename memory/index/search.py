@@ -28,9 +28,10 @@ local n = tonumber(ARGV[1])
 local fields = {unpack(ARGV, 2)}
 local rows, markers = {}, {}
 for i = 1, n do rows[i] = redis.call('HMGET', KEYS[i], unpack(fields)) end
--- Markers exist only while a sliced write is in flight: one EXISTS over them all answers the
--- common case (at top_k 50, 18% less of this script's Redis time than a GET per candidate's
--- doc). In groups: unpack takes at most a few thousand values.
+-- Markers exist only while a sliced write is in flight (and a few minutes after, until they
+-- expire): one EXISTS over them all answers the common case (at top_k 50, 18% less of this
+-- script's Redis time than a GET per candidate's doc). In groups: unpack takes at most a few
+-- thousand values.
 local any = false
 for i = n + 1, #KEYS, 1000 do
   if redis.call('EXISTS', unpack(KEYS, i, math.min(i + 999, #KEYS))) > 0 then any = true break end

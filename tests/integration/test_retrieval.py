@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -316,6 +317,35 @@ async def test_a_hit_carries_its_exact_timestamp(stack) -> None:
     )
     out = await retriever.search(SearchSpec(text="quokka-sync job", top_k=3, since=ts, until=ts))
     assert [(h.chunk.doc_id, h.chunk.timestamp) for h in out.hits] == [("ts/exact", ts)]
+
+
+async def test_a_shallow_request_is_fused_from_the_candidate_floor(stack) -> None:
+    """Below the floor every request fuses the same candidates: a request for 5 is the head of a
+    request for 15, scores and ranks alike, and each leg holds min_candidates of the 40 matches."""
+    _, ingestor, retriever = stack
+    rng = random.Random(33)
+    words = ["lantern", "harbor", "ferry", "ledger", "quartz", "meadow", "signal", "copper", "willow", "basalt"]
+    await ingestor.apply(
+        [
+            MemoryItem(
+                op="upsert",
+                doc_id=f"floor/{i}",
+                version=1,
+                content=f"Pelican report {i}: " + " ".join(rng.choice(words) for _ in range(12)),
+                source="floor",
+            )
+            for i in range(40)
+        ]
+    )
+    only = {"source": "floor"}
+    text = "pelican report harbor ferry quartz"
+    shallow = await retriever.search(SearchSpec(text=text, top_k=5, metadata_filter=only))
+    deeper = await retriever.search(SearchSpec(text=text, top_k=15, metadata_filter=only))
+    floor = RetrievalConfig().min_candidates
+    assert len(shallow.ranked["sparse"]) == len(shallow.ranked["dense"]) == floor
+    assert [(h.chunk.chunk_id, h.score, h.ranks) for h in shallow.hits] == [
+        (h.chunk.chunk_id, h.score, h.ranks) for h in deeper.hits[:5]
+    ]
 
 
 async def test_recency_weight_puts_the_newer_of_two_relevant_notes_first(stack) -> None:

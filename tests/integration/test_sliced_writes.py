@@ -101,8 +101,7 @@ async def stack(redis_url: str, embedder: Any) -> AsyncIterator[tuple[ChunkIndex
     name = unique(f"sliced-{uuid.uuid4().hex}")
     index = ChunkIndex(client=client, cfg=IndexConfig(name=name, write_slice_chunks=SLICE), dims=384)
     await index.ensure()
-    # No candidate floor: legs fetch 2 x top_k, so a slice's hidden chunks can fill one.
-    yield index, Retriever(index=index, embedder=embedder, cfg=RetrievalConfig(min_candidates=0)), client
+    yield index, Retriever(index=index, embedder=embedder, cfg=RetrievalConfig()), client
     await index.drop()
     await client.aclose()
 
@@ -405,7 +404,9 @@ async def test_a_new_doc_copied_half_written_is_listed_once_whole(stack) -> None
 async def test_hidden_chunks_do_not_crowd_a_leg_out(stack) -> None:
     """The new version's first slice outranks every old chunk for the query: the BM25 leg is
     asked again for more candidates, so the answer still holds top_k old chunks."""
-    index, retriever, _ = stack
+    index, default, _ = stack
+    # No candidate floor: a leg fetches 2 x top_k, so a slice's hidden chunks can fill it.
+    retriever = Retriever(index=index, embedder=default._embedder, cfg=RetrievalConfig(min_candidates=0))
     await index.apply(DOC, 1, chunks(1, 10, "alpha"), vectors(10, 1))
     new = chunks(2, 12, "alpha alpha alpha alpha")
     pause, write = await PausedAfter.hold(index, 1, index.apply(DOC, 2, new, vectors(12, 2)))
