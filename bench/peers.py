@@ -662,12 +662,7 @@ class Ams(System):
         if self.http is not None:
             await self.http.aclose()
         for proc in reversed(self.procs):
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+            stop_process(proc, timeout_s=15)
         if self.redis is not None:
             self.redis.stop()
         with contextlib.suppress(Exception):
