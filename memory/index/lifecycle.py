@@ -20,6 +20,7 @@ from memory import keys
 from memory.config import ChunkingConfig, IndexConfig
 from memory.errors import IndexMismatch, NotFound
 from memory.generations import GenerationRegistry, GenerationState, IndexSpec, index_spec
+from memory.index.batching import CommandBatcher
 from memory.index.codec import _RETURN_FIELDS
 from memory.index.errors import IndexError_, _NoGeneration, translate_errors
 from memory.schema import compare_schema, index_schema, info_attributes, info_index_name
@@ -47,6 +48,7 @@ class _Lifecycle:
         recreate: bool = False,
     ) -> None:
         self._r = client
+        self._batch = CommandBatcher(client)
         self._recreate = recreate and generation is None
         self._cfg = cfg
         self._dims = dims

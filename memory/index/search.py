@@ -7,11 +7,13 @@ retrieval does; ``search_text`` and ``search_vector`` return every candidate who
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 from redis.commands.search.query import Query
+from redis.exceptions import NoScriptError
 
 from memory.index.codec import _stored
 from memory.index.errors import translate_errors
@@ -41,12 +43,11 @@ if any then
 end
 return {rows, markers}
 """
+_HYDRATE_SHA = hashlib.sha1(_HYDRATE.encode()).hexdigest()
 
 
 class _Search(_Lifecycle):
     """``rank_text``, ``rank_vector`` and ``hydrate``; ``search_text`` and ``search_vector``."""
-
-    _hydrate_script: Any = None
 
     async def search_text(self, query: str, *, k: int) -> list[StoredChunk]:
         """A BM25 leg: ``query`` is a full, already-escaped RediSearch query over analyzed terms.
@@ -83,7 +84,7 @@ class _Search(_Lifecycle):
         # FT.SEARCH sent and read as is: redis-py's Query and Result objects (and the decoding
         # of every returned value) were most of a leg's client-side CPU.
         async with translate_errors(what):
-            reply = await self._r.execute_command("FT.SEARCH", self._search_name(), *args)  # type: ignore[no-untyped-call]
+            reply = await self._batch.execute("FT.SEARCH", self._search_name(), *args)
         return leg_hits(reply, tag_keys)
 
     async def rank_text(
@@ -138,14 +139,15 @@ class _Search(_Lifecycle):
         """
         if not hits and not markers_of:
             return [], {}
-        if self._hydrate_script is None:
-            self._hydrate_script = self._r.register_script(_HYDRATE)
         fields = self._fields
-        marker_keys = [self._marker_key(g, t, d) for g, t, d in markers_of]
+        keys = [*(h.key for h in hits), *(self._marker_key(g, t, d) for g, t, d in markers_of)]
+        call = ("EVALSHA", _HYDRATE_SHA, len(keys), *keys, len(hits), *fields)
         async with translate_errors("chunk read"):
-            rows, raw_markers = await self._hydrate_script(
-                keys=[*(h.key for h in hits), *marker_keys], args=[len(hits), *fields]
-            )
+            try:
+                rows, raw_markers = await self._batch.execute(*call)
+            except NoScriptError:  # a restarted or flushed Redis: load it and ask again
+                await self._r.script_load(_HYDRATE)
+                rows, raw_markers = await self._batch.execute(*call)
         chunks = whole_chunks([(h.key, row) for h, row in zip(hits, rows, strict=True)], fields, self._tag_keys)
         # No marker at all comes back as an empty list (see _HYDRATE).
         pairs = zip(markers_of, raw_markers, strict=True) if raw_markers else ()
