@@ -36,6 +36,7 @@ from memory.errors import (  # the embedder's errors live with the others; impor
     QueryRefused,
     WorkerCrashed,
 )
+from memory.watchdog import Watchdog
 
 # The worker's names that callers have always imported from here.
 __all__ = [
@@ -79,6 +80,8 @@ DOCS_DEADLINE_PER_TEXT_S = 2.0
 #: Past a request's deadline, a worker that still holds our thread in a blocked send or
 #: read is killed (the poll loop catches the rest at the deadline itself).
 WATCHDOG_GRACE_S = 5.0
+#: The one thread that kills workers past their deadlines, for every worker of the process.
+WATCHDOG = Watchdog("embed-watchdog")
 
 
 # How native code dies; SIGKILL (the OOM killer, kill -9) and SIGTERM say nothing of the input.
@@ -293,9 +296,7 @@ class EmbeddingWorker:
         # socket's buffer to a stopped worker (SIGSTOP, a freezer), or a read of a reply it
         # stopped in the middle of, blocks before any check. The watchdog kills the worker
         # then, which ends the blocked call with an error.
-        watchdog = threading.Timer(limit + WATCHDOG_GRACE_S, self._kill_unresponsive, args=(proc, channel, limit))
-        watchdog.daemon = True
-        watchdog.start()
+        watch = WATCHDOG.arm(limit + WATCHDOG_GRACE_S, self._kill_unresponsive, proc, channel, limit)
         try:
             conn.send(list(texts))
             # Never an unbounded recv(): a worker that is gone must not leave us waiting.
@@ -337,7 +338,7 @@ class EmbeddingWorker:
                 f"embedding request interrupted ({type(exc).__name__}: {exc}); worker restarted"
             ) from exc
         finally:
-            watchdog.cancel()
+            WATCHDOG.disarm(watch)
 
     def _kill_unresponsive(self, proc: Any, channel: str, limit: float) -> None:
         with self._reap:
