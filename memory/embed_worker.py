@@ -341,11 +341,17 @@ class EmbeddingWorker:
             WATCHDOG.disarm(watch)
 
     def _kill_unresponsive(self, proc: Any, channel: str, limit: float) -> None:
-        with self._reap:
-            if proc.exitcode is not None:
+        # On the watchdog's one thread, which must not block: a reaper may hold the lock
+        # for seconds. Killing without it is safe, as a pid is not reused until reaped.
+        reaped = self._reap.acquire(timeout=0.5)
+        try:
+            if reaped and proc.exitcode is not None:
                 return
             log.error("embed.worker_unresponsive_killed", channel=channel, pid=proc.pid, deadline_s=limit)
             proc.kill()
+        finally:
+            if reaped:
+                self._reap.release()
 
     def _alive(self, proc: Any) -> bool:
         with self._reap:

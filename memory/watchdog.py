@@ -1,9 +1,8 @@
 """One thread that calls what is due past its deadline, for blocking calls that cannot watch a clock.
 
-A ``threading.Timer`` per call starts (and ends) a thread each time: on the query path that
-was a thread start per embedding request, waited for before the request was even sent. Here
-arming and disarming only touch a heap under a lock; the thread sleeps until the earliest
-deadline and is woken only when a new one comes first.
+Arming and disarming only touch a heap under a lock: nothing starts a thread per call. The
+thread sleeps until the earliest deadline and is woken only when a new one comes first. Its
+calls run one after another, so a call must not block: a slow one delays every later one.
 """
 
 from __future__ import annotations
@@ -38,9 +37,10 @@ class Watchdog:
             token = next(self._tokens)
             self._due[token] = (fn, args)
             heapq.heappush(self._heap, (when, token))
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
-                self._thread.start()
+            if self._thread is None or not self._thread.is_alive():
+                thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+                thread.start()  # kept only once started: a failed start is tried again next time
+                self._thread = thread
             elif self._heap[0][1] == token:  # sooner than what the thread sleeps until
                 self._cv.notify()
         return token
@@ -56,7 +56,7 @@ class Watchdog:
                 heapq.heapify(self._heap)
 
     def pending(self) -> int:
-        """How many calls are armed and not yet due."""
+        """How many calls are armed and have not run."""
         with self._cv:
             return len(self._due)
 

@@ -45,7 +45,19 @@ class CommandBatcher:
             return
         task = asyncio.get_running_loop().create_task(self._send(live))
         self._sending.add(task)
-        task.add_done_callback(self._sending.discard)
+        task.add_done_callback(lambda t: self._settle(t, live))
+
+    def _settle(self, task: asyncio.Task[None], batch: list[tuple[tuple[Any, ...], asyncio.Future[Any]]]) -> None:
+        # Whatever ended the send (cancelled before its first step, an error while handing
+        # out replies), no caller is left waiting.
+        self._sending.discard(task)
+        for _, fut in batch:
+            if fut.done():
+                continue
+            if task.cancelled():
+                fut.cancel()
+            else:
+                fut.set_exception(RuntimeError("a Redis batch ended without answering this command"))
 
     async def _send(self, batch: list[tuple[tuple[Any, ...], asyncio.Future[Any]]]) -> None:
         try:
@@ -59,11 +71,11 @@ class CommandBatcher:
         except Exception as exc:  # the connection, not a command: every caller gets it
             for _, fut in batch:
                 if not fut.done():
-                    fut.set_exception(exc)
+                    # Each its own copy: one exception raised in several tasks would carry
+                    # one task's traceback and context into the others' logs.
+                    fut.set_exception(_copy(exc))
             return
-        except asyncio.CancelledError:  # the loop is closing: nobody is left to answer
-            for _, fut in batch:
-                fut.cancel()
+        except asyncio.CancelledError:  # only a shutdown cancels the send: _settle cancels its callers
             raise
         for (_, fut), reply in zip(batch, replies, strict=True):
             if fut.done():
@@ -80,3 +92,12 @@ class CommandBatcher:
             return await self._r.execute_command(*args)  # type: ignore[no-untyped-call]
         except aredis.ResponseError as exc:
             return exc
+
+
+def _copy(exc: Exception) -> Exception:
+    try:
+        twin = type(exc)(*exc.args)
+    except Exception:  # an exception type that will not be rebuilt from its args
+        return exc
+    twin.__cause__ = exc
+    return twin

@@ -12,8 +12,8 @@ def test_a_call_runs_at_its_deadline_and_a_disarmed_one_never() -> None:
     dog = Watchdog("test")
     fired: list[str] = []
     done = threading.Event()
-    kept = dog.arm(0.05, lambda: (fired.append("kept"), done.set()))
-    dropped = dog.arm(0.01, fired.append, "dropped")
+    kept = dog.arm(0.4, lambda: (fired.append("kept"), done.set()))
+    dropped = dog.arm(0.2, fired.append, "dropped")
     dog.disarm(dropped)
     assert done.wait(5)
     time.sleep(0.05)
@@ -25,7 +25,8 @@ def test_a_call_runs_at_its_deadline_and_a_disarmed_one_never() -> None:
 def test_a_sooner_deadline_armed_later_wakes_the_thread() -> None:
     dog = Watchdog("test")
     done = threading.Event()
-    late = dog.arm(60.0, done.set)  # the thread now sleeps a minute
+    late = dog.arm(60.0, done.set)
+    time.sleep(0.2)  # the thread is now asleep until the minute is up
     t0 = time.monotonic()
     dog.arm(0.05, done.set)
     assert done.wait(5)
