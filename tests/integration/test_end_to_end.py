@@ -132,6 +132,8 @@ async def test_identifier_query_ranks_its_doc_first(env) -> None:
         doc_event("e2e/id2.md", 1, "Clients see ERR_CONN_RESET_4F2B after deploys.", "production", "gateway"),
         key="e2e/id2.md",
     )
+    # Keyed apart, the two docs may land on different partitions: wait for both.
+    await eventually(lambda: _has(daemon, "e2e/id.md"), what="first identifier doc indexed")
     await eventually(lambda: _has(daemon, "e2e/id2.md"), what="identifier docs indexed")
     _, reply = await client.ask({"query_id": "id", "search_text": "ERR_CONN_RESET_4F2A", "top_k": 3})
     assert reply["results"][0]["doc_id"] == "e2e/id.md"
