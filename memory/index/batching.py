@@ -75,8 +75,6 @@ class CommandBatcher:
                     # one task's traceback and context into the others' logs.
                     fut.set_exception(_copy(exc))
             return
-        except asyncio.CancelledError:  # only a shutdown cancels the send: _settle cancels its callers
-            raise
         for (_, fut), reply in zip(batch, replies, strict=True):
             if fut.done():
                 continue
