@@ -32,6 +32,7 @@ from memory.embed_worker import (
     QueryRefused,
     WorkerCrashed,
 )
+from memory.futures import settle
 
 log = structlog.get_logger()
 
@@ -249,18 +250,13 @@ class SentenceTransformerEmbedder:
                 for text, fut in batch:
                     waiting.setdefault(text, []).append(fut)
 
-                def settle(text: str, result: np.ndarray | BaseException, waiting: Any = waiting) -> None:
+                def answer(text: str, result: np.ndarray | BaseException, waiting: Any = waiting) -> None:
                     for fut in waiting.get(text, ()):
-                        if fut.done():
-                            continue
-                        if isinstance(result, BaseException):
-                            fut.set_exception(result)
-                        else:
-                            fut.set_result(result)
+                        settle(fut, result)
 
-                out = await self._encode_batch(list(waiting), settle)
+                out = await self._encode_batch(list(waiting), answer)
                 for text, result in out.items():
-                    settle(text, result)
+                    answer(text, result)
         except BaseException:
             # Cancelled (the embedder closing cancels the executor's futures): no asker may
             # be left waiting on a future nobody will resolve.
@@ -272,9 +268,9 @@ class SentenceTransformerEmbedder:
             raise
 
     async def _encode_batch(
-        self, texts: list[str], settle: Callable[[str, np.ndarray | BaseException], None] = lambda _t, _r: None
+        self, texts: list[str], answer: Callable[[str, np.ndarray | BaseException], None] = lambda _t, _r: None
     ) -> dict[str, np.ndarray | BaseException]:
-        """Each text's vector, or the error its asker gets; ``settle`` hears each result of
+        """Each text's vector, or the error its asker gets; ``answer`` hears each result of
         the text-by-text retry after a crash as soon as it is known."""
         loop = asyncio.get_running_loop()
         out: dict[str, np.ndarray | BaseException] = {
@@ -306,7 +302,7 @@ class SentenceTransformerEmbedder:
                     out.update(dict.fromkeys(todo[i:], late))
                     break
                 result = out[t] = await self._alone(t)
-                settle(t, result)
+                answer(t, result)
                 if isinstance(result, WorkerCrashed):  # the worker crashes whatever it is given
                     out.update(dict.fromkeys(todo[i + 1 :], result))
                     break

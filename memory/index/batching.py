@@ -18,6 +18,8 @@ from typing import Any
 
 import redis.asyncio as aredis
 
+from memory.futures import settle
+
 
 class CommandBatcher:
     """``execute`` as ``client.execute_command``, coalesced per event-loop turn."""
@@ -70,18 +72,12 @@ class CommandBatcher:
                     replies = await pipe.execute(raise_on_error=False)
         except Exception as exc:  # the connection, not a command: every caller gets it
             for _, fut in batch:
-                if not fut.done():
-                    # Each its own copy: one exception raised in several tasks would carry
-                    # one task's traceback and context into the others' logs.
-                    fut.set_exception(_copy(exc))
+                # Each its own copy: one exception raised in several tasks would carry one
+                # task's traceback and context into the others' logs.
+                settle(fut, _copy(exc))
             return
         for (_, fut), reply in zip(batch, replies, strict=True):
-            if fut.done():
-                continue
-            if isinstance(reply, Exception):
-                fut.set_exception(reply)
-            else:
-                fut.set_result(reply)
+            settle(fut, reply)
 
     async def _one(self, args: tuple[Any, ...]) -> Any:
         # A command sent alone as a command, not as a pipeline of one: one reply parsed the
