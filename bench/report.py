@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -55,6 +56,9 @@ SCRIPTS = {
     "explore": "bench/explore.py",
 }
 README = Path(__file__).resolve().parent / "README.md"
+#: The project's front page quotes the count of targets met; --readme keeps it the table's.
+PROJECT_README = README.parent.parent / "README.md"
+COUNT = re.compile(r"Targets: \d+ met, \d+ missed of \d+\.")
 START, END = "<!-- bench:start -->", "<!-- bench:end -->"
 
 
@@ -184,6 +188,13 @@ def main() -> None:
         details = "Per-run details (commit, parameters, notes) and plots: [results/TABLE.md](results/TABLE.md)."
         README.write_text(f"{head}{START}\n{table}\n\n{details}\n{END}{tail}")
         print(f"updated {README}", file=sys.stderr)
+        met = sum(t["met"] for d in docs for t in d["targets"])
+        total = sum(len(d["targets"]) for d in docs)
+        front = PROJECT_README.read_text()
+        if not COUNT.search(front):
+            parser.error(f"{PROJECT_README} has no 'Targets: N met, M missed of T.' sentence to update")
+        PROJECT_README.write_text(COUNT.sub(f"Targets: {met} met, {total - met} missed of {total}.", front, count=1))
+        print(f"updated the count of targets in {PROJECT_README}", file=sys.stderr)
 
 
 if __name__ == "__main__":
