@@ -65,6 +65,13 @@ def registry_key(name: str) -> str:
     return f"{name}:generations"
 
 
+def writing_key(name: str) -> str:
+    """The set of every write marker key ever set in the index's generations (some long
+    gone): a query whose winners' read finds none of them standing skips reading the markers
+    of its candidates' docs, one key per candidate."""
+    return f"{name}:writing"
+
+
 def key_root(name: str, generation: int) -> str:
     """Prefix of every key (chunks, versions, chunk sets) that belongs to one generation."""
     return f"{name}:g{generation}:"
@@ -83,6 +90,11 @@ def ver_prefix(name: str, generation: int) -> str:
 def doc_prefix(name: str, generation: int) -> str:
     """Prefix of a generation's per-doc chunk sets."""
     return f"{key_root(name, generation)}doc:"
+
+
+def marker_pattern(name: str) -> str:
+    """A SCAN pattern of the write markers of every generation of ``name``."""
+    return f"{name}:g*:wr:*"
 
 
 def marker_prefix(name: str, generation: int) -> str:

@@ -443,15 +443,27 @@ class Retriever:
                 legs["recency"] = recency_ranks([(cid, h.timestamp) for cid, h in by_id.items()])
             return fuse_rrf(legs, weights, k=rrf_k, weights_of=self._kind_weights(spec, weights, by_id))
 
-        # Fused first as if no write marker hid anything, and the winners read with the markers
-        # of every candidate's doc (read after the legs, as ever): one round trip where they
-        # hide nothing, as almost always. Where they do, the hidden chunks leave the legs'
-        # lists before fusion, which is then done again.
+        # Fused first as if no write marker hid anything, and the winners read with every
+        # marker standing in the index (read after the legs, as ever; none, almost always):
+        # one round trip. Where the markers of candidates' docs hide some of them (around
+        # sliced writes), those leave the legs' lists before fusion, which is then done again.
         legs, by_id = self._lists(names, results, spec, flt, idents, {})
         fused = fuse(legs, by_id)
-        docs = sorted({(h.generation, spec.tenant, h.doc_id) for f in results for h in f if h.generation is not None})
-        first = await self._index.hydrate([by_id[f.id] for f in fused[: spec.top_k]], docs)
-        markers = first[1]
+        chunks, standing = await self._index.hydrate([by_id[f.id] for f in fused[: spec.top_k]], None)
+        first: tuple[list[StoredChunk | None], Mapping[tuple[int, str, str], WriteMarker]] | None
+        if standing is None:
+            # More markers stand than the winners' read returns: those of the candidates'
+            # docs are read, and the winners read again with theirs.
+            markers = await self._markers(results, spec.tenant)
+            first = None
+        else:
+            candidates = (
+                {(h.generation, spec.tenant, h.doc_id) for f in results for h in f if h.generation is not None}
+                if standing
+                else ()
+            )
+            markers = self._index.standing_markers(standing, candidates)
+            first = (chunks, markers)
         if markers and any(not _shown(h, markers, spec.tenant) for found in results for h in found):
             # Chunks a sliced write hides still take their places among a leg's candidates:
             # a full leg that lost some is asked once more for HIDDEN_REFETCH times as many.

@@ -12,7 +12,7 @@ from memory.index.codec import _reanalyzed, hash_timestamp
 from memory.index.directory import DocChange, queue_change
 from memory.index.errors import IndexError_, translate_errors
 from memory.index.lifecycle import _WATCH_RETRIES, _Lifecycle
-from memory.index.sliced import _redis_now
+from memory.index.sliced import _redis_now, set_marker
 from memory.keys import doc_prefix, ver_prefix
 from memory.schema import as_str
 from memory.visibility import WriteMarker, live
@@ -164,7 +164,7 @@ class _Copying(_Lifecycle):
                             copied = WriteMarker(
                                 src_marker.shown, src_marker.writing, token=uuid.uuid4().hex, since=src_marker.since
                             )
-                            pipe.set(marker_key, copied.encode())
+                            set_marker(pipe, self._writing_key(), marker_key, copied)
                         else:
                             # A whole copy, written at once: nothing to hide. A sliced write
                             # under way here (a reindex's replay) finds its token gone.

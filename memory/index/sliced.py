@@ -36,10 +36,29 @@ class _Superseded(Exception):
     """A sliced write's marker no longer holds its token: another write took the doc over."""
 
 
-def _mark_finished(pipe: Any, marker_key: str, version: int) -> None:
+# KEYS[1]: keys.writing_key. Drops the listed marker keys that are gone (expired, deleted),
+# atomically: a marker set meanwhile is listed again in its own transaction, never lost.
+_PRUNE_WRITING = """
+local gone = {}
+for _, key in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  if redis.call('EXISTS', key) == 0 then gone[#gone + 1] = key end
+end
+for i = 1, #gone, 1000 do redis.call('SREM', KEYS[1], unpack(gone, i, math.min(i + 999, #gone))) end
+return #gone
+"""
+
+
+def set_marker(pipe: Any, writing_key: str, marker_key: str, marker: WriteMarker, *, ex: int | None = None) -> None:
+    """Queue ``marker``'s write and the listing of its key in ``writing_key`` (see
+    ``keys.writing_key``): a marker that is not listed there is one queries may skip."""
+    pipe.set(marker_key, marker.encode(), ex=ex)
+    pipe.sadd(writing_key, marker_key)
+
+
+def _mark_finished(pipe: Any, writing_key: str, marker_key: str, version: int) -> None:
     """Queue the marker of a doc whose write is whole: queries show ``version``. Kept a while
     for queries whose legs straddled the flip; after that the doc needs no marker."""
-    pipe.set(marker_key, WriteMarker(shown=version, writing=None).encode(), ex=FINISHED_MARKER_TTL_S)
+    set_marker(pipe, writing_key, marker_key, WriteMarker(shown=version, writing=None), ex=FINISHED_MARKER_TTL_S)
 
 
 def _unfinished(doc_id: str, why: str) -> BackendUnavailable:
@@ -180,7 +199,7 @@ class _SlicedWrites(_Lifecycle):
                         pipe.multi()  # type: ignore[no-untyped-call]
                         # No expiry: a writer that dies leaves the doc hidden until its
                         # event's redelivery (or a later version) writes it again.
-                        pipe.set(marker_key, began.encode())
+                        set_marker(pipe, self._writing_key(), marker_key, began)
                         await pipe.execute()
                         return gen, old_ids
                     except rexc.WatchError:
@@ -242,10 +261,14 @@ class _SlicedWrites(_Lifecycle):
             # count change reads the live set (slices included): exact only because counts are
             # kept for turns alone, which are unversioned and so never written in slices.
             queue_change(pipe, self._cfg.name, gen, tenant, DocChange.of(doc_id, len(members), chunks))
-            _mark_finished(pipe, self._marker_key(gen, tenant, doc_id), version)
+            _mark_finished(pipe, self._writing_key(), self._marker_key(gen, tenant, doc_id), version)
 
         await self._guarded(gen, tenant, doc_id, token, finish, members=True)
         SLICED_WRITES.labels("finished").inc()
+        # The list of markers holds those of the last few minutes' sliced writes, not all
+        # ever set: queries read it whole.
+        async with translate_errors("marker list"):
+            await self._r.eval(_PRUNE_WRITING, 1, self._writing_key())
         log.info(
             "index.sliced_write",
             doc_id=doc_id,
@@ -290,7 +313,7 @@ class _SlicedWrites(_Lifecycle):
                         found = {as_str(m) for m in await pipe.smembers(doc_key)} if members else set()
                         beat = await _redis_now(self._r)
                         pipe.multi()  # type: ignore[no-untyped-call]
-                        pipe.set(marker_key, dataclasses.replace(marker, beat=beat).encode())
+                        set_marker(pipe, self._writing_key(), marker_key, dataclasses.replace(marker, beat=beat))
                         fill(pipe, found)
                         await pipe.execute()
                         return

@@ -133,7 +133,7 @@ class _VersionedWrites(_SlicedWrites):
                             if version is None:
                                 pipe.delete(marker_key)
                             else:
-                                _mark_finished(pipe, marker_key, version)
+                                _mark_finished(pipe, self._writing_key(), marker_key, version)
                         await pipe.execute()
                         return ApplyResult(doc_id, applied=True, chunks=len(chunks), stored_version=version)
                     except rexc.WatchError:

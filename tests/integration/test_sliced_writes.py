@@ -417,3 +417,70 @@ async def test_hidden_chunks_do_not_crowd_a_leg_out(stack) -> None:
     assert [(h.chunk.version, h.chunk.doc_id) for h in out.hits] == [(1, DOC), (1, DOC)]
     pause.release.set()
     await asyncio.wait_for(write, 10)
+
+
+async def test_the_winners_read_brings_every_standing_marker(stack) -> None:
+    """The winners' read returns every write marker standing in the index, listed with it:
+    none before a sliced write, its marker while it runs and for a while after (finished),
+    none once that is gone; the next sliced write's end drops the gone one from the list."""
+    index, retriever, client = stack
+    await index.apply("specs/small.md", 1, chunks(1, 2, "delta", doc_id="specs/small.md"), vectors(2, 11))
+    hits = await index.rank_text(bm25_query(query_terms("delta")), k=5, tag_keys=())
+    assert hits
+    assert (await index.hydrate(hits, None))[1] == {}
+    writing = index._writing_key()
+    first_marker = doc_marker_key(index.cfg.name, 1, "default", DOC)
+    pause, task = await PausedAfter.hold(index, 1, index.apply(DOC, 1, chunks(1, 10, "echo"), vectors(10, 12)))
+    try:
+        standing = (await index.hydrate(hits, None))[1]
+        assert standing is not None and list(standing) == [first_marker]
+        assert standing[first_marker].in_progress
+        assert await shown(retriever, "echo") == []  # and the write's chunks stay hidden
+    finally:
+        pause.restore()
+        pause.release.set()
+    assert (await task).applied
+    assert await client.smembers(writing) == {first_marker.encode()}
+    standing = (await index.hydrate(hits, None))[1]
+    assert standing is not None and standing[first_marker].shown == 1  # finished, kept a while
+    assert await shown(retriever, "echo") == [(f"{DOC}_p{i}", 1) for i in range(10)]
+    await client.delete(first_marker)  # as its expiry would
+    assert (await index.hydrate(hits, None))[1] == {}
+    other = "specs/other.md"
+    await index.apply(other, 1, chunks(1, 10, "foxtrot", doc_id=other), vectors(10, 13))
+    assert await client.smembers(writing) == {doc_marker_key(index.cfg.name, 1, "default", other).encode()}
+
+
+async def test_a_write_stays_hidden_when_too_many_markers_are_listed_to_read_at_once(stack) -> None:
+    """Past the markers one winners' read returns, the candidates' docs' markers are read
+    instead: a write under way stays hidden all the same."""
+    index, retriever, client = stack
+    await index.apply(DOC, 1, chunks(1, 6, "golf"), vectors(6, 14))
+    await client.sadd(index._writing_key(), *(f"gone-marker-{i}" for i in range(1001)))
+    hits = await index.rank_text(bm25_query(query_terms("golf")), k=5, tag_keys=())
+    assert (await index.hydrate(hits, None))[1] is None
+    pause, task = await PausedAfter.hold(index, 1, index.apply(DOC, 2, chunks(2, 10, "golf hotel"), vectors(10, 15)))
+    try:
+        during = await shown(retriever, "golf")  # the slice overwrote some old chunks in place
+        assert during and all(version == 1 for _, version in during)
+    finally:
+        pause.restore()
+        pause.release.set()
+    assert (await task).applied
+    assert await shown(retriever, "golf") == [(f"{DOC}_p{i}", 2) for i in range(10)]
+    assert len(await client.smembers(index._writing_key())) == 1  # the gone ones pruned
+
+
+async def test_markers_stored_unlisted_are_listed_at_start(stack) -> None:
+    """A marker left by a daemon that did not list markers is listed when the index starts,
+    so queries read it."""
+    index, _, client = stack
+    await index.apply("specs/small.md", 1, chunks(1, 2, "india", doc_id="specs/small.md"), vectors(2, 16))
+    key = doc_marker_key(index.cfg.name, 1, "default", "specs/old.md")
+    await client.set(key, WriteMarker(shown=None, writing=1).encode())
+    assert key.encode() not in await client.smembers(index._writing_key())
+    await index.ensure()
+    assert key.encode() in await client.smembers(index._writing_key())
+    hits = await index.rank_text(bm25_query(query_terms("india")), k=5, tag_keys=())
+    standing = (await index.hydrate(hits, None))[1]
+    assert standing is not None and key in standing
