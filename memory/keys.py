@@ -5,6 +5,8 @@ Under an index name ``<name>`` (it holds no ``:``)::
     <name>                          alias of the active generation's search index
     <name>-g<N>                     the search index of generation N            physical_name
     <name>:generations              hash: the generation registry               registry_key
+    <name>:writing                  set: every write marker key set (and a
+                                    sentinel once complete)                    writing_key
     <name>:g<N>:                    root of every key of generation N            key_root
         chunk:<tenant>:<chunk_id>   hash: one chunk (the search index's prefix)  chunk_key
         ver:<tenant>:<doc_id>       the doc's last applied version (kept after
@@ -92,9 +94,20 @@ def doc_prefix(name: str, generation: int) -> str:
     return f"{key_root(name, generation)}doc:"
 
 
+def writing_sentinel(name: str) -> str:
+    """The member that says the list at ``writing_key`` is complete (never a key)."""
+    return f"{name}:writing:complete"
+
+
 def marker_pattern(name: str) -> str:
-    """A SCAN pattern of the write markers of every generation of ``name``."""
+    """A SCAN pattern that matches the write markers of every generation of ``name`` (and
+    more: its ``*`` matches ``:`` too; see :func:`is_marker_key`)."""
     return f"{name}:g*:wr:*"
+
+
+def is_marker_key(name: str, key: str) -> bool:
+    """Whether ``key`` is a write marker of one of ``name``'s generations."""
+    return re.match(rf"{re.escape(name)}:g\d+:wr:", key) is not None
 
 
 def marker_prefix(name: str, generation: int) -> str:

@@ -23,7 +23,8 @@ from memory.generations import GenerationRegistry, GenerationState, IndexSpec, i
 from memory.index.batching import CommandBatcher
 from memory.index.codec import _RETURN_FIELDS
 from memory.index.errors import IndexError_, _NoGeneration, translate_errors
-from memory.schema import as_str, compare_schema, index_schema, info_attributes, info_index_name
+from memory.index.marker_list import MarkerList
+from memory.schema import compare_schema, index_schema, info_attributes, info_index_name
 
 log = structlog.get_logger()
 
@@ -62,6 +63,7 @@ class _Lifecycle:
         self._search: Any = None
         # Names this writer in the markers of its sliced writes (memory.visibility.decide).
         self._owner = uuid.uuid4().hex
+        self.marker_list = MarkerList(client, cfg.name)
 
     @property
     def cfg(self) -> IndexConfig:
@@ -82,9 +84,9 @@ class _Lifecycle:
         return keys.doc_key(self._cfg.name, gen, tenant, doc_id)
 
     def _writing_key(self) -> str:
-        """Where every marker key set is listed (``keys.writing_key``): every ``SET`` of a
-        marker queues an ``SADD`` of its key here in the same transaction."""
-        return keys.writing_key(self._cfg.name)
+        """Where every marker key set is listed (``memory.index.marker_list``): every ``SET``
+        of a marker queues an ``SADD`` of its key here in the same transaction."""
+        return self.marker_list.key
 
     def _marker_key(self, gen: int, tenant: str, doc_id: str) -> str:
         """The doc's write marker (``memory.visibility``): only while (or just after) it
@@ -182,7 +184,7 @@ class _Lifecycle:
         """
         created = False
         async with translate_errors("index creation"):
-            await self._list_markers()
+            await self.marker_list.relist()
             if self.pinned is not None:
                 return await self._create(self.pinned)
             state = await self.registry.state()
@@ -197,15 +199,6 @@ class _Lifecycle:
         if why:
             log.error("index.spec_mismatch", index=self._cfg.name, reason=why)
         return created
-
-    async def _list_markers(self) -> None:
-        """List every write marker already stored (set by a daemon that did not list them)
-        in ``keys.writing_key``, which queries read instead of each candidate's marker."""
-        found: list[str] = []
-        async for key in self._r.scan_iter(match=keys.marker_pattern(self._cfg.name), count=1000):
-            found.append(as_str(key))
-        for i in range(0, len(found), 1000):
-            await self._r.sadd(self._writing_key(), *found[i : i + 1000])
 
     async def _adopt(self) -> bool:
         """The registry is gone but the alias is not (a key deleted or evicted, a partial

@@ -19,6 +19,7 @@ from memory.index.codec import _stored
 from memory.index.errors import translate_errors
 from memory.index.hits import LegHit, leg_fields, leg_hits, whole_chunks
 from memory.index.lifecycle import _Lifecycle
+from memory.index.marker_list import MAX_READ
 from memory.records import StoredChunk
 from memory.schema import as_str
 from memory.visibility import WriteMarker
@@ -46,28 +47,30 @@ return {rows, markers}
 """
 _HYDRATE_SHA = hashlib.sha1(_HYDRATE.encode()).hexdigest()
 
-# KEYS: the chunk hashes, then the list of marker keys (keys.writing_key); ARGV as _HYDRATE.
-# Returns the rows and every write marker standing in the index, as two lists (their keys,
-# their values), or 1 where more are listed than one call should read. Where none stands, as
-# almost always, nothing else is read: at top_k 50 the marker keys of 150 to 300 candidates'
-# docs cost more than the rest of this read. The listed keys are read without being
-# declared: this index never runs on a cluster.
+# KEYS: the chunk hashes, then the list of marker keys (memory.index.marker_list); ARGV: how
+# many chunk hashes, the list's sentinel, then the fields. Returns the rows and 0 with every
+# write marker standing in the index, as two lists (their keys, their values); or 1 where
+# more are listed than this read should take, 2 where the list is not complete (lost). Where
+# none stands, as almost always, nothing else is read: at top_k 50 the marker keys of 150 to
+# 300 candidates' docs cost more than the rest of this read. The listed keys are read without
+# being declared: this index never runs on a cluster.
 _HYDRATE_ANY = """
 local n = tonumber(ARGV[1])
-local fields = {unpack(ARGV, 2)}
+local fields = {unpack(ARGV, 3)}
 local rows = {}
 for i = 1, n do rows[i] = redis.call('HMGET', KEYS[i], unpack(fields)) end
-local listed = redis.call('SCARD', KEYS[n + 1])
-if listed > 1000 then return {rows, 1} end
+local list = KEYS[n + 1]
+if redis.call('SISMEMBER', list, ARGV[2]) == 0 then return {rows, 2} end
+if redis.call('SCARD', list) > MAX_READ + 1 then return {rows, 1} end
 local names, values = {}, {}
-if listed > 0 then
-  for _, key in ipairs(redis.call('SMEMBERS', KEYS[n + 1])) do
-    local value = redis.call('GET', key)
-    if value then names[#names + 1] = key; values[#values + 1] = value end
+for _, key in ipairs(redis.call('SMEMBERS', list)) do
+  if key ~= ARGV[2] then
+    local value = redis.pcall('GET', key)
+    if type(value) == 'string' then names[#names + 1] = key; values[#values + 1] = value end
   end
 end
 return {rows, 0, names, values}
-"""
+""".replace("MAX_READ", str(MAX_READ))
 _HYDRATE_ANY_SHA = hashlib.sha1(_HYDRATE_ANY.encode()).hexdigest()
 
 
@@ -187,12 +190,13 @@ class _Search(_Lifecycle):
             return [], {}
         fields = self._fields
         if markers_of is None:
-            keys = [*(h.key for h in hits), self._writing_key()]
-            script, sha = _HYDRATE_ANY, _HYDRATE_ANY_SHA
+            keys = [*(h.key for h in hits), self.marker_list.key]
+            call = ("EVALSHA", _HYDRATE_ANY_SHA, len(keys), *keys, len(hits), self.marker_list.sentinel, *fields)
+            script = _HYDRATE_ANY
         else:
             keys = [*(h.key for h in hits), *(self._marker_key(g, t, d) for g, t, d in markers_of)]
-            script, sha = _HYDRATE, _HYDRATE_SHA
-        call = ("EVALSHA", sha, len(keys), *keys, len(hits), *fields)
+            call = ("EVALSHA", _HYDRATE_SHA, len(keys), *keys, len(hits), *fields)
+            script = _HYDRATE
         async with translate_errors("chunk read"):
             try:
                 reply = await self._batch.execute(*call)
@@ -202,7 +206,8 @@ class _Search(_Lifecycle):
         rows = reply[0]
         chunks = whole_chunks([(h.key, row) for h, row in zip(hits, rows, strict=True)], fields, self._tag_keys)
         if markers_of is None:
-            if reply[1]:
+            if reply[1]:  # too many listed (prune them) or the list lost (rebuild it)
+                self.marker_list.tend(incomplete=reply[1] == 2)
                 return chunks, None
             standing = ((as_str(k), WriteMarker.decode(v)) for k, v in zip(reply[2], reply[3], strict=True))
             return chunks, {k: m for k, m in standing if m is not None}

@@ -36,18 +36,6 @@ class _Superseded(Exception):
     """A sliced write's marker no longer holds its token: another write took the doc over."""
 
 
-# KEYS[1]: keys.writing_key. Drops the listed marker keys that are gone (expired, deleted),
-# atomically: a marker set meanwhile is listed again in its own transaction, never lost.
-_PRUNE_WRITING = """
-local gone = {}
-for _, key in ipairs(redis.call('SMEMBERS', KEYS[1])) do
-  if redis.call('EXISTS', key) == 0 then gone[#gone + 1] = key end
-end
-for i = 1, #gone, 1000 do redis.call('SREM', KEYS[1], unpack(gone, i, math.min(i + 999, #gone))) end
-return #gone
-"""
-
-
 def set_marker(pipe: Any, writing_key: str, marker_key: str, marker: WriteMarker, *, ex: int | None = None) -> None:
     """Queue ``marker``'s write and the listing of its key in ``writing_key`` (see
     ``keys.writing_key``): a marker that is not listed there is one queries may skip."""
@@ -268,7 +256,7 @@ class _SlicedWrites(_Lifecycle):
         # The list of markers holds those of the last few minutes' sliced writes, not all
         # ever set: queries read it whole.
         async with translate_errors("marker list"):
-            await self._r.eval(_PRUNE_WRITING, 1, self._writing_key())
+            await self.marker_list.prune()
         log.info(
             "index.sliced_write",
             doc_id=doc_id,

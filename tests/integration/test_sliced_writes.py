@@ -17,6 +17,7 @@ from daemon.doctor import _check_unfinished_writes
 from daemon.settings import Settings
 from memory.config import IndexConfig, RetrievalConfig
 from memory.index import ChunkIndex, DocState, WriteInProgress
+from memory.index.marker_list import MAX_READ
 from memory.keys import chunk_prefix
 from memory.keys import marker_key as doc_marker_key
 from memory.metrics import REGISTRY
@@ -440,7 +441,8 @@ async def test_the_winners_read_brings_every_standing_marker(stack) -> None:
         pause.restore()
         pause.release.set()
     assert (await task).applied
-    assert await client.smembers(writing) == {first_marker.encode()}
+    complete = index.marker_list.sentinel.encode()
+    assert await client.smembers(writing) == {first_marker.encode(), complete}
     standing = (await index.hydrate(hits, None))[1]
     assert standing is not None and standing[first_marker].shown == 1  # finished, kept a while
     assert await shown(retriever, "echo") == [(f"{DOC}_p{i}", 1) for i in range(10)]
@@ -448,15 +450,15 @@ async def test_the_winners_read_brings_every_standing_marker(stack) -> None:
     assert (await index.hydrate(hits, None))[1] == {}
     other = "specs/other.md"
     await index.apply(other, 1, chunks(1, 10, "foxtrot", doc_id=other), vectors(10, 13))
-    assert await client.smembers(writing) == {doc_marker_key(index.cfg.name, 1, "default", other).encode()}
+    assert await client.smembers(writing) == {doc_marker_key(index.cfg.name, 1, "default", other).encode(), complete}
 
 
 async def test_a_write_stays_hidden_when_too_many_markers_are_listed_to_read_at_once(stack) -> None:
-    """Past the markers one winners' read returns, the candidates' docs' markers are read
-    instead: a write under way stays hidden all the same."""
+    """Past the markers one winners' read takes, the candidates' docs' markers are read
+    instead, a write under way stays hidden all the same, and the list is pruned."""
     index, retriever, client = stack
     await index.apply(DOC, 1, chunks(1, 6, "golf"), vectors(6, 14))
-    await client.sadd(index._writing_key(), *(f"gone-marker-{i}" for i in range(1001)))
+    await client.sadd(index._writing_key(), *(f"gone-marker-{i}" for i in range(MAX_READ + 1)))
     hits = await index.rank_text(bm25_query(query_terms("golf")), k=5, tag_keys=())
     assert (await index.hydrate(hits, None))[1] is None
     pause, task = await PausedAfter.hold(index, 1, index.apply(DOC, 2, chunks(2, 10, "golf hotel"), vectors(10, 15)))
@@ -468,7 +470,43 @@ async def test_a_write_stays_hidden_when_too_many_markers_are_listed_to_read_at_
         pause.release.set()
     assert (await task).applied
     assert await shown(retriever, "golf") == [(f"{DOC}_p{i}", 2) for i in range(10)]
-    assert len(await client.smembers(index._writing_key())) == 1  # the gone ones pruned
+    marker = doc_marker_key(index.cfg.name, 1, "default", DOC).encode()
+    assert await client.smembers(index._writing_key()) == {marker, index.marker_list.sentinel.encode()}
+
+
+async def test_a_lost_list_of_markers_is_read_around_and_rebuilt(stack) -> None:
+    """Where the list of markers is gone (evicted, deleted), queries read the candidates'
+    markers, a write under way stays hidden, and the list is rebuilt complete."""
+    index, retriever, client = stack
+    await index.apply(DOC, 1, chunks(1, 6, "juliet"), vectors(6, 17))
+    pause, task = await PausedAfter.hold(index, 1, index.apply(DOC, 2, chunks(2, 10, "juliet kilo"), vectors(10, 18)))
+    try:
+        await client.delete(index._writing_key())
+        during = await shown(retriever, "juliet")
+        assert during and all(version == 1 for _, version in during)
+        for _ in range(100):  # rebuilt in the background
+            if await client.sismember(index._writing_key(), index.marker_list.sentinel):
+                break
+            await asyncio.sleep(0.05)
+        marker = doc_marker_key(index.cfg.name, 1, "default", DOC)
+        assert await client.smembers(index._writing_key()) == {marker.encode(), index.marker_list.sentinel.encode()}
+        hits = await index.rank_text(bm25_query(query_terms("juliet")), k=5, tag_keys=())
+        standing = (await index.hydrate(hits, None))[1]
+        assert standing is not None and standing[marker].in_progress
+    finally:
+        pause.restore()
+        pause.release.set()
+    assert (await task).applied
+
+
+async def test_a_doc_id_that_looks_like_a_marker_key_is_not_listed(stack) -> None:
+    """The rebuild lists only marker keys: a doc whose id holds ':wr:' is searched as any other."""
+    index, retriever, client = stack
+    doc_id = "notes:wr:1"
+    await index.apply(doc_id, 1, chunks(1, 2, "lima", doc_id=doc_id), vectors(2, 19))
+    await index.marker_list.relist()
+    assert await client.smembers(index._writing_key()) == {index.marker_list.sentinel.encode()}
+    assert await shown(retriever, "lima") == [(f"{doc_id}_p0", 1), (f"{doc_id}_p1", 1)]
 
 
 async def test_markers_stored_unlisted_are_listed_at_start(stack) -> None:
