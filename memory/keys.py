@@ -68,9 +68,9 @@ def registry_key(name: str) -> str:
 
 
 def writing_key(name: str) -> str:
-    """The set of every write marker key ever set in the index's generations (some long
-    gone): a query whose winners' read finds none of them standing skips reading the markers
-    of its candidates' docs, one key per candidate."""
+    """The set that lists the write marker keys set in the index's generations (those gone
+    are pruned now and then), and a sentinel once complete: a query whose winners' read finds
+    none of them standing skips reading the markers of its candidates' docs."""
     return f"{name}:writing"
 
 

@@ -341,6 +341,7 @@ async def test_a_winner_rewritten_before_it_is_read_is_searched_again(stack) -> 
         del index.hydrate
         del retriever._search_once
     assert runs == 2  # the first read found the winners rewritten; the search ran again
+    assert calls == 2  # one read of the winners per run
     again = await retriever.search(spec)
     assert [(h.chunk, h.score, h.ranks) for h in after.hits] == [(h.chunk, h.score, h.ranks) for h in again.hits]
     moved = [h.chunk for h in after.hits if h.chunk.doc_id == "specs/moving.md"]
