@@ -37,6 +37,13 @@ def chunk_id(doc_id: str, index: int) -> str:
     return f"{doc_id}_p{index}"
 
 
+def chunk_doc(chunk_id_: str) -> str:
+    """The doc of a ``chunk_id`` (every stored one is made by :func:`chunk_id`): ``doc_8832_p4``
+    gives ``doc_8832``; an id without a position is returned as it is."""
+    doc_id, sep, n = chunk_id_.rpartition("_p")
+    return doc_id if sep and n.isdigit() else chunk_id_
+
+
 def chunk_position(chunk_id_: str) -> int:
     """The position in a ``chunk_id``: ``doc_8832_p4`` gives 4 (0 for an id without one)."""
     _, _, n = chunk_id_.rpartition("_p")

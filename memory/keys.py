@@ -48,6 +48,8 @@ import re
 
 # Names hold no colon, so the generation is the first ``:g<N>:`` of a chunk's key.
 _KEY_GENERATION = re.compile(r"^[^:]+:g(\d+):chunk:")
+# Neither names nor tenants hold a colon, so a chunk's key splits exactly (see chunk_key_parts).
+_CHUNK_KEY = re.compile(r"^([^:]+:g(\d+):chunk:)([^:]*):(.*)$", re.DOTALL)
 
 
 def physical_name(name: str, generation: int) -> str:
@@ -116,8 +118,24 @@ def marker_prefix(name: str, generation: int) -> str:
 
 
 def chunk_key(name: str, generation: int, tenant: str, chunk_id: str) -> str:
-    """The hash of one chunk."""
+    """The hash of one chunk.
+
+    Raises:
+        ValueError: a tenant holding a colon (tenants are checked where they come in; the
+            search legs read the tenant and chunk id back from the key, ``chunk_key_parts``).
+    """
+    if ":" in tenant:
+        raise ValueError(f"tenant {tenant!r} holds a colon")
     return f"{chunk_prefix(name, generation)}{tenant}:{chunk_id}"
+
+
+def chunk_key_parts(key: str) -> tuple[str, int, str, str] | None:
+    """A chunk's key read back: its generation's chunk prefix, the generation, the tenant and
+    the chunk id; None for another key. Exact: neither a name nor a tenant holds a colon."""
+    found = _CHUNK_KEY.match(key)
+    if found is None:
+        return None
+    return found.group(1), int(found.group(2)), found.group(3), found.group(4)
 
 
 def ver_key(name: str, generation: int, tenant: str, doc_id: str) -> str:

@@ -13,14 +13,20 @@ from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 from memory import keys
+from memory.chunking import chunk_doc
 from memory.index.codec import _float_or_none, _int_or_none
 from memory.records import StoredChunk
 from memory.schema import as_str
 
-#: What every leg returns besides the filter's tags: ids, the time (``ts`` exact, ``timestamp``
-#: for a chunk written before ``ts`` existed), the version (write markers) and the kind (a
-#: transcript turn's own leg weights).
-LEG_FIELDS = ("chunk_id", "doc_id", "kind", "ts", "timestamp", "version")
+#: What every leg asks Redis for besides the filter's tags: the time (``ts`` exact,
+#: ``timestamp`` for a chunk written before ``ts`` existed), the version (write markers) and
+#: the kind (a transcript turn's own leg weights). The chunk id, its doc and the tenant are
+#: read from the key (``keys.chunk_key_parts``): each field returned costs Redis and this
+#: client a few microseconds per candidate, and a leg at ``top_k`` 50 returns 100.
+LEG_FIELDS = ("kind", "ts", "timestamp", "version")
+
+#: The tag every leg's hit carries from its key, never asked for.
+TENANT = "tenant"
 
 
 class LegHit(NamedTuple):
@@ -33,7 +39,6 @@ class LegHit(NamedTuple):
 
     key: str
     chunk_id: str
-    doc_id: str
     kind: str
     tags: dict[str, str]  # the filter's keys only (the tenant among them)
     idents: tuple[str, ...]  # only from the identifier leg
@@ -41,10 +46,17 @@ class LegHit(NamedTuple):
     version: int | None
     generation: int | None
 
+    @property
+    def doc_id(self) -> str:
+        """The chunk's doc, from its id: read only where a write marker may hide it."""
+        return chunk_doc(self.chunk_id)
+
 
 def leg_fields(tag_keys: Sequence[str], *, idents: bool = False) -> tuple[str, ...]:
-    """The fields a leg asks for: :data:`LEG_FIELDS`, ``idents`` if it ranks by them, and the tags it re-checks."""
-    return tuple(dict.fromkeys((*LEG_FIELDS, *(("idents",) if idents else ()), *tag_keys)))
+    """The fields a leg asks for: :data:`LEG_FIELDS`, ``idents`` if it ranks by them, and the
+    tags it re-checks but the tenant (read from the key)."""
+    wanted = (*LEG_FIELDS, *(("idents",) if idents else ()), *tag_keys)
+    return tuple(f for f in dict.fromkeys(wanted) if f != TENANT)
 
 
 def _text(value: Any) -> str:
@@ -67,16 +79,40 @@ class _Generations:
         return generation
 
 
-def _hit(key: str, get: Any, tags: Sequence[tuple[str, Any]], names: Sequence[Any], generation: int | None) -> LegHit:
+class _KeyParts:
+    """The generation, tenant and chunk id of each chunk's key, the generation's prefix
+    remembered (one leg's keys share it). Another key gives no generation and empty ids: its
+    hit fails the tenant's re-check."""
+
+    def __init__(self) -> None:
+        self._prefix = ""
+        self._generation: int | None = None
+
+    def __call__(self, key: str) -> tuple[int | None, str, str]:
+        if not (self._prefix and key.startswith(self._prefix)):
+            parts = keys.chunk_key_parts(key)
+            if parts is None:
+                return None, "", ""
+            self._prefix, self._generation = parts[0], parts[1]
+        tenant, _, chunk = key[len(self._prefix) :].partition(":")
+        return self._generation, tenant, chunk
+
+
+def _hit(
+    key: str, get: Any, tags: Sequence[tuple[str, Any]], names: Sequence[Any], parts: _KeyParts, tenant_tag: bool
+) -> LegHit:
     # ``names``: the field names as the reply spells them (text from a client that decodes).
-    chunk_id, doc_id, kind, ts, timestamp, version, idents = (get(n) for n in names)
+    kind, ts, timestamp, version, idents = (get(n) for n in names)
+    generation, tenant, chunk_id = parts(key)
     exact = _float_or_none(ts)
+    values = {k: as_str(v) for k, n in tags if (v := get(n)) is not None}
+    if tenant_tag and tenant:
+        values[TENANT] = tenant
     return LegHit(
         key,
-        _text(chunk_id),
-        _text(doc_id),
+        chunk_id,
         _text(kind),
-        {k: as_str(v) for k, n in tags if (v := get(n)) is not None},
+        values,
         tuple(as_str(idents).split()) if idents is not None else (),
         exact if exact is not None else _float_or_none(timestamp),
         _int_or_none(version),
@@ -91,19 +127,21 @@ def _number(value: bytes | None, kind: type[float] | type[int]) -> Any:
         return None
 
 
-def _raw_hit(key: str, get: Any, tags: Sequence[tuple[str, bytes]], generation: int | None) -> LegHit:
+def _raw_hit(key: str, get: Any, tags: Sequence[tuple[str, bytes]], parts: _KeyParts, tenant_tag: bool) -> LegHit:
     # The same reading as _hit, of bytes (what the daemon's connection returns), spelled out:
     # up to 200 hits per query, and the generic reading was half of a leg's client-side CPU.
     ts = _number(get(b"ts"), float)
     idents = get(b"idents")
+    generation, tenant, chunk_id = parts(key)
     values = {}
     for k, n in tags:  # a loop: a comprehension's own frame cost more than its one or two tags
         if (v := get(n)) is not None:
             values[k] = v.decode()
+    if tenant_tag and tenant:
+        values[TENANT] = tenant
     return LegHit(
         key,
-        (get(b"chunk_id") or b"").decode(),
-        (get(b"doc_id") or b"").decode(),
+        chunk_id,
         (get(b"kind") or b"").decode(),
         values,
         tuple(idents.decode().split()) if idents is not None else (),
@@ -114,40 +152,38 @@ def _raw_hit(key: str, get: Any, tags: Sequence[tuple[str, bytes]], generation: 
 
 
 def leg_hits(reply: Any, tag_keys: Sequence[str]) -> list[LegHit]:
-    """The hits of a raw ``FT.SEARCH`` reply, in its order, as ``codec._stored`` would read them.
+    """The hits of a raw ``FT.SEARCH`` reply, in its order, as ``codec._stored`` would read them
+    (the ids and the tenant from each key, see :data:`LEG_FIELDS`).
 
     RESP3 answers a map (``results``: each an ``id`` and its ``extra_attributes``); RESP2 a
     flat list (the total, then each key and its field/value pairs). Names and values come
     back as bytes, or as text from a client that decodes responses.
     """
-    generation_of = _Generations()
+    parts = _KeyParts()
     fields = (*LEG_FIELDS, "idents")
+    asked = [k for k in tag_keys if k != TENANT]
+    tenant_tag = TENANT in tag_keys
     if isinstance(reply, Mapping) and b"results" in reply:
-        raw_tags = [(k, k.encode()) for k in tag_keys]
+        raw_tags = [(k, k.encode()) for k in asked]
         out = []
         for item in reply[b"results"] or ():
             key = item[b"id"].decode()
-            out.append(_raw_hit(key, (item.get(b"extra_attributes") or {}).get, raw_tags, generation_of(key)))
+            out.append(_raw_hit(key, (item.get(b"extra_attributes") or {}).get, raw_tags, parts, tenant_tag))
         return out
+    tags = [(k, k) for k in asked]
+    out = []
     if isinstance(reply, Mapping):
-        tags = [(k, k) for k in tag_keys]
-        out = []
         for item in reply.get("results") or ():
-            key = as_str(item["id"])
-            out.append(_hit(key, (item.get("extra_attributes") or {}).get, tags, fields, generation_of(key)))
+            out.append(
+                _hit(as_str(item["id"]), (item.get("extra_attributes") or {}).get, tags, fields, parts, tenant_tag)
+            )
         return out
     items = list(reply or ())[1:]
-    out = []
     for i in range(0, len(items) - 1, 2):
         flat = items[i + 1] or ()
         values = {as_str(flat[j]): flat[j + 1] for j in range(0, len(flat) - 1, 2)}
-        key = as_str(items[i])
-        out.append(_hit(key, values.get, [(k, k) for k in tag_keys], fields, generation_of(key)))
+        out.append(_hit(as_str(items[i]), values.get, tags, fields, parts, tenant_tag))
     return out
-
-
-def _str(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def whole_chunks(
@@ -168,26 +204,29 @@ def whole_chunks(
     tags = [(k, at[k]) for k in tag_keys]
     generation_of = _Generations()
     out: list[StoredChunk | None] = []
-    for key, row in rows:
-        if not row or row[i_chunk] is None:
+    for key, raw in rows:
+        if not raw or raw[i_chunk] is None:
             out.append(None)
             continue
+        # Each value decoded once: the winners' fields are read by name more than once.
+        row = [None if v is None else v.decode() if isinstance(v, bytes) else str(v) for v in raw]
+        meta = row[i_meta]
         try:
-            metadata = json.loads(_str(row[i_meta])) if row[i_meta] is not None else {}
+            metadata = json.loads(meta) if meta is not None else {}
         except ValueError:
             metadata = {}
         ts = _float_or_none(row[i_ts])
         idents = row[i_idents]
         out.append(
             StoredChunk(
-                chunk_id=_str(row[i_chunk]),
-                text="" if row[i_text] is None else _str(row[i_text]),
-                doc_id="" if row[i_doc] is None else _str(row[i_doc]),
-                source="" if row[i_source] is None else _str(row[i_source]),
-                kind="" if row[i_kind] is None else _str(row[i_kind]),
+                chunk_id=row[i_chunk] or "",
+                text=row[i_text] or "",
+                doc_id=row[i_doc] or "",
+                source=row[i_source] or "",
+                kind=row[i_kind] or "",
                 metadata=metadata if isinstance(metadata, dict) else {},
-                tags={k: _str(row[i]) for k, i in tags if row[i] is not None},
-                idents=tuple(_str(idents).split()) if idents is not None else (),
+                tags={k: v for k, i in tags if (v := row[i]) is not None},
+                idents=tuple(idents.split()) if idents is not None else (),
                 timestamp=ts if ts is not None else _float_or_none(row[i_timestamp]),
                 version=_int_or_none(row[i_version]),
                 generation=generation_of(key),

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from memory.chunking import MAX_TOKEN_CHARS, chunk_id, chunk_position, chunk_spans, join_chunks
+from memory.chunking import MAX_TOKEN_CHARS, chunk_doc, chunk_id, chunk_position, chunk_spans, join_chunks
 
 
 def offsets(text: str) -> list[tuple[int, int]]:
@@ -72,6 +72,14 @@ def test_chunk_position_reads_the_id_back() -> None:
     assert chunk_position(chunk_id("doc_8832", 4)) == 4
     assert chunk_position(chunk_id("runbook_part_p2", 13)) == 13
     assert chunk_position("no-position") == 0
+
+
+def test_chunk_doc_reads_the_id_back() -> None:
+    """The doc comes back from an id whatever the doc id holds (the search legs read it so)."""
+    for doc_id in ("doc_8832", "runbook_part_p2", "a:b/c_p", "_p7", "planner/s1#12", "", "é_p_p1"):
+        for n in (0, 3, 120):
+            assert chunk_doc(chunk_id(doc_id, n)) == doc_id
+    assert chunk_doc("no-position") == "no-position"
 
 
 def test_chunks_never_cut_inside_a_word() -> None:

@@ -206,9 +206,7 @@ def test_results_show_each_legs_rank_and_its_own_list() -> None:
         SearchHit(chunk=_chunk("first", "d1_p0", "document"), score=0.2, ranks={"sparse": 2, "dense": 1}),
         SearchHit(chunk=_chunk(HOSTILE, "d2_p0", "document"), score=0.1, ranks={"sparse": 1}),
     ]
-    cand = {
-        c: LegHit(f"k:{c}", c, c.split("_")[0], "document", {}, (), None, 1, 1) for c in ("d1_p0", "d2_p0", "d3_p0")
-    }
+    cand = {c: LegHit(f"k:{c}", c, "document", {}, (), None, 1, 1) for c in ("d1_p0", "d2_p0", "d3_p0")}
     outcome = SearchOutcome(
         hits=hits,
         took_ms=1.0,

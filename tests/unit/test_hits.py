@@ -6,6 +6,9 @@ import json
 import types
 from typing import Any
 
+import pytest
+
+from memory import keys
 from memory.index.codec import _RETURN_FIELDS, _stored
 from memory.index.hits import LegHit, leg_fields, leg_hits, whole_chunks
 
@@ -25,7 +28,6 @@ FIELDS = {
 EXPECTED = LegHit(
     key=KEY,
     chunk_id="wiki/a.md_p0",
-    doc_id="wiki/a.md",
     kind="document",
     tags={"tenant": "default", "kind": "document", "environment": "production "},
     idents=("errconnreset4f2a", "cve20243094"),
@@ -68,8 +70,29 @@ def test_missing_fields_read_as_the_codec_reads_them() -> None:
 
 
 def test_a_leg_asks_for_its_fields_once() -> None:
-    assert leg_fields(("tenant", "kind")) == ("chunk_id", "doc_id", "kind", "ts", "timestamp", "version", "tenant")
+    # The ids and the tenant come from the key: never asked for.
+    assert leg_fields(("tenant", "kind", "environment")) == ("kind", "ts", "timestamp", "version", "environment")
     assert "idents" in leg_fields(("tenant",), idents=True)
+
+
+def test_ids_and_tenant_come_from_the_key_exactly() -> None:
+    """Whatever a doc id holds (colons, ``_p``, the key's own words), the key gives it back,
+    with its tenant and generation, as the stored fields would."""
+    for tenant in ("default", "acme-1", "t_p2"):
+        for doc_id in ("wiki/a.md", "a:b:c", "x_p3", "agentmem:g1:chunk:t:d_p0", "planner/s1#4", "ü"):
+            cid = f"{doc_id}_p2"
+            key = keys.chunk_key("agentmem", 12, tenant, cid)
+            attrs = {b"kind": b"document", b"chunk_id": cid.encode(), b"tenant": tenant.encode()}
+            (hit,) = leg_hits({b"results": [{b"id": key.encode(), b"extra_attributes": attrs}]}, ("tenant",))
+            assert (hit.generation, hit.tags, hit.chunk_id, hit.doc_id) == (12, {"tenant": tenant}, cid, doc_id)
+    # A tenant holding a colon would make keys ambiguous: no key is ever made with one.
+    with pytest.raises(ValueError, match="colon"):
+        keys.chunk_key("agentmem", 1, "a:b", "d_p0")
+
+
+def test_a_key_of_no_chunk_fails_the_tenant_check() -> None:
+    (hit,) = leg_hits({b"results": [{b"id": b"elsewhere", b"extra_attributes": {b"kind": b"document"}}]}, TAGS)
+    assert (hit.generation, hit.chunk_id, hit.tags) == (None, "", {"kind": "document"})
 
 
 def test_hydrated_rows_read_as_search_hits_do() -> None:
