@@ -38,7 +38,8 @@ Under an index name ``<name>`` (it holds no ``:``)::
                                     summaries, their claims and leases (graph.leases)
         drift, last_recompute, pending_drop, events  recompute bookkeeping
 
-Tenants never share a key: the tenant (no ``:`` allowed) leads every per-doc key. Dropping
+Tenants never share a key: the tenant (no ``:`` allowed) leads every per-doc key, and the
+search legs read a chunk's tenant and id back from its key (``chunk_key_parts``). Dropping
 a generation is deleting its search index and every key under its root.
 """
 
