@@ -38,8 +38,9 @@ def chunk_id(doc_id: str, index: int) -> str:
 
 
 def chunk_doc(chunk_id_: str) -> str:
-    """The doc of a ``chunk_id`` (every stored one is made by :func:`chunk_id`): ``doc_8832_p4``
-    gives ``doc_8832``; an id without a position is returned as it is."""
+    """The doc of a ``chunk_id``: ``doc_8832_p4`` gives ``doc_8832``. An id without a position
+    is its doc's own and is returned as it is: a community summary's (``community:c0-…``,
+    ``graph.communities``), the one chunk id not made by :func:`chunk_id`."""
     doc_id, sep, n = chunk_id_.rpartition("_p")
     return doc_id if sep and n.isdigit() else chunk_id_
 

@@ -118,15 +118,29 @@ def marker_prefix(name: str, generation: int) -> str:
     return f"{key_root(name, generation)}wr:"
 
 
+def check_tenant(tenant: str) -> str:
+    """``tenant``, if it can lead a key: not empty, no colon.
+
+    Tenants are checked where they come in (``consumers.decoding``); every write checks again
+    before its first key, as the search legs read the tenant back from a chunk's key
+    (``chunk_key_parts``) and two tenants must never share one.
+
+    Raises:
+        ValueError: an empty tenant or one holding a colon.
+    """
+    if not tenant or ":" in tenant:
+        raise ValueError(f"tenant {tenant!r} cannot lead a key (empty, or holds a colon)")
+    return tenant
+
+
 def chunk_key(name: str, generation: int, tenant: str, chunk_id: str) -> str:
     """The hash of one chunk.
 
     Raises:
-        ValueError: a tenant holding a colon (tenants are checked where they come in; the
-            search legs read the tenant and chunk id back from the key, ``chunk_key_parts``).
+        ValueError: a tenant that cannot lead a key (``check_tenant``).
     """
-    if ":" in tenant:
-        raise ValueError(f"tenant {tenant!r} holds a colon")
+    if not tenant or ":" in tenant:  # check_tenant, inlined: this runs for every chunk
+        check_tenant(tenant)
     return f"{chunk_prefix(name, generation)}{tenant}:{chunk_id}"
 
 

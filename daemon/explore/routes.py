@@ -28,6 +28,7 @@ from daemon.explore.views_memory import (
 )
 from memory.errors import InvalidRequest, MemdError
 from memory.index import PageKey
+from memory.keys import check_tenant
 
 #: The request key under which the HTTP guard leaves the request's principal.
 PRINCIPAL = web.RequestKey("agentmemd.principal", Principal)
@@ -146,6 +147,11 @@ class Explorer:
         """The tenant the request asks for (its own for a tenant's token); 403 for another."""
         principal = principal_of(request)
         asked = request.query.get("tenant", "")
+        if asked:
+            try:
+                check_tenant(asked)
+            except ValueError as exc:
+                raise web.HTTPBadRequest(text=str(exc)) from exc
         if principal.tenant is not None:
             if asked and asked != principal.tenant:
                 raise web.HTTPForbidden(text="this token sees only its own tenant")

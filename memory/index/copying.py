@@ -13,7 +13,7 @@ from memory.index.directory import DocChange, queue_change
 from memory.index.errors import IndexError_, translate_errors
 from memory.index.lifecycle import _WATCH_RETRIES, _Lifecycle
 from memory.index.sliced import _redis_now, set_marker
-from memory.keys import doc_prefix, ver_prefix
+from memory.keys import check_tenant, doc_prefix, ver_prefix
 from memory.schema import as_str
 from memory.visibility import WriteMarker, live
 
@@ -99,6 +99,7 @@ class _Copying(_Lifecycle):
         older text analysis. The chunk texts and vectors are still what a replay would
         write; the ``terms`` and ``idents`` fields are computed again from each stored text.
         """
+        check_tenant(tenant)
         gen = await self._generation()
         src_ver_key = self._ver_key(source_generation, tenant, doc_id)
         src_doc = self._doc_key(source_generation, tenant, doc_id)

@@ -48,7 +48,7 @@ class LegHit(NamedTuple):
 
     @property
     def doc_id(self) -> str:
-        """The chunk's doc, from its id: read only where a write marker may hide it."""
+        """The chunk's doc, from its id: read only where a write marker may hide it, and by the explorer."""
         return chunk_doc(self.chunk_id)
 
 
@@ -82,7 +82,8 @@ class _Generations:
 class _KeyParts:
     """The generation, tenant and chunk id of each chunk's key, the generation's prefix
     remembered (one leg's keys share it). Another key gives no generation and empty ids: its
-    hit fails the tenant's re-check."""
+    hit fails the tenant's re-check (as does a hit whose hash came back with no fields, gone
+    since it was found: see ``leg_hits``)."""
 
     def __init__(self) -> None:
         self._prefix = ""
@@ -94,8 +95,8 @@ class _KeyParts:
             if parts is None:
                 return None, "", ""
             self._prefix, self._generation = parts[0], parts[1]
-        tenant, _, chunk = key[len(self._prefix) :].partition(":")
-        return self._generation, tenant, chunk
+        tenant, colon, chunk = key[len(self._prefix) :].partition(":")
+        return (self._generation, tenant, chunk) if colon else (None, "", "")
 
 
 def _hit(
@@ -153,7 +154,9 @@ def _raw_hit(key: str, get: Any, tags: Sequence[tuple[str, bytes]], parts: _KeyP
 
 def leg_hits(reply: Any, tag_keys: Sequence[str]) -> list[LegHit]:
     """The hits of a raw ``FT.SEARCH`` reply, in its order, as ``codec._stored`` would read them
-    (the ids and the tenant from each key, see :data:`LEG_FIELDS`).
+    (the ids and the tenant from each key, see :data:`LEG_FIELDS`). A hit that came back with
+    no fields (its hash deleted since the engine found it) carries no tenant, as it carried
+    none when the tenant was read from the hash: the tenant's re-check drops it.
 
     RESP3 answers a map (``results``: each an ``id`` and its ``extra_attributes``); RESP2 a
     flat list (the total, then each key and its field/value pairs). Names and values come
@@ -168,21 +171,21 @@ def leg_hits(reply: Any, tag_keys: Sequence[str]) -> list[LegHit]:
         out = []
         for item in reply[b"results"] or ():
             key = item[b"id"].decode()
-            out.append(_raw_hit(key, (item.get(b"extra_attributes") or {}).get, raw_tags, parts, tenant_tag))
+            attrs = item.get(b"extra_attributes") or {}
+            out.append(_raw_hit(key, attrs.get, raw_tags, parts, tenant_tag and bool(attrs)))
         return out
     tags = [(k, k) for k in asked]
     out = []
     if isinstance(reply, Mapping):
         for item in reply.get("results") or ():
-            out.append(
-                _hit(as_str(item["id"]), (item.get("extra_attributes") or {}).get, tags, fields, parts, tenant_tag)
-            )
+            attrs = item.get("extra_attributes") or {}
+            out.append(_hit(as_str(item["id"]), attrs.get, tags, fields, parts, tenant_tag and bool(attrs)))
         return out
     items = list(reply or ())[1:]
     for i in range(0, len(items) - 1, 2):
         flat = items[i + 1] or ()
         values = {as_str(flat[j]): flat[j + 1] for j in range(0, len(flat) - 1, 2)}
-        out.append(_hit(as_str(items[i]), values.get, tags, fields, parts, tenant_tag))
+        out.append(_hit(as_str(items[i]), values.get, tags, fields, parts, tenant_tag and bool(values)))
     return out
 
 

@@ -13,6 +13,7 @@ from memory.chunking import chunk_id, chunk_position
 from memory.index.codec import TurnEntry, _float_or_none, _stored, _text, turn_terms
 from memory.index.errors import IndexError_, translate_errors
 from memory.index.lifecycle import _WATCH_RETRIES, _Lifecycle
+from memory.keys import check_tenant
 from memory.records import DEFAULT_TENANT, StoredChunk
 from memory.schema import as_str
 
@@ -94,6 +95,7 @@ class _Turns(_Lifecycle):
         """Re-index a turn's chunks with a new context (and vector, where given, with its
         ``vector_keys`` entry), atomically, only if the doc still has exactly these chunks with
         these texts and contexts (False if not: whoever changed it indexed it with its own context)."""
+        check_tenant(tenant)
         vector_keys = vector_keys or {}
         async with translate_errors("context write"):
             for _ in range(_WATCH_RETRIES):

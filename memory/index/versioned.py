@@ -15,6 +15,7 @@ from memory.index.directory import DocChange, queue_change
 from memory.index.errors import IndexError_, _NoGeneration, translate_errors
 from memory.index.lifecycle import _WATCH_RETRIES
 from memory.index.sliced import _mark_finished, _SlicedWrites
+from memory.keys import check_tenant
 from memory.records import DEFAULT_TENANT, ApplyResult, ChunkRecord
 from memory.schema import as_str
 
@@ -63,6 +64,7 @@ class _VersionedWrites(_SlicedWrites):
             BackendUnavailable: Redis is unreachable.
             IndexError_: the transaction kept conflicting.
         """
+        check_tenant(tenant)
         if analyses is None:
             analyses = analyze_records(chunks)
         elif len(analyses) != len(chunks):

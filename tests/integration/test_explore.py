@@ -333,6 +333,10 @@ async def test_a_tenants_token_never_shows_another_tenants_data(env: Env) -> Non
     ):
         status, _, _ = await get(env.guarded + path, token=acme)
         assert status == 403, path
+    # A tenant no key could hold (the legs read tenants back from keys) is refused, not looked up.
+    for path in ("/explore/document?tenant=acme:x&doc=plan.md", "/explore/ask?tenant=acme:x&q=plan"):
+        status, body, _ = await get(env.guarded + path, token=TOKENS["operator"])
+        assert status == 400 and "cannot lead a key" in body, path
     # No tenant named: a tenant's own; its search never reaches another's chunks.
     status, body, _ = await get(env.guarded + f"/explore/ask?q={GLOBEX_WORD}&k=20&sparse=1&dense=1", token=acme)
     assert status == 200 and "globex/plan.md" not in body and 'id="results"' in body

@@ -7,7 +7,9 @@ import re
 
 import pytest
 
+from graph.communities import fresh_id
 from memory.chunking import MAX_TOKEN_CHARS, chunk_doc, chunk_id, chunk_position, chunk_spans, join_chunks
+from memory.records import COMMUNITY_PREFIX
 
 
 def offsets(text: str) -> list[tuple[int, int]]:
@@ -80,6 +82,9 @@ def test_chunk_doc_reads_the_id_back() -> None:
         for n in (0, 3, 120):
             assert chunk_doc(chunk_id(doc_id, n)) == doc_id
     assert chunk_doc("no-position") == "no-position"
+    # A community summary's chunk id is its doc id, made without chunk_id.
+    community = COMMUNITY_PREFIX + fresh_id(2, frozenset({"billing", "pgbouncer"}))
+    assert chunk_doc(community) == community
 
 
 def test_chunks_never_cut_inside_a_word() -> None:

@@ -75,24 +75,49 @@ def test_a_leg_asks_for_its_fields_once() -> None:
     assert "idents" in leg_fields(("tenant",), idents=True)
 
 
+def shapes(key: str, attrs: dict[str, str]) -> list[Any]:
+    """The same hit as each reply shape spells it: RESP3 raw and decoded, RESP2."""
+    return [
+        {b"results": [{b"id": key.encode(), b"extra_attributes": {k.encode(): v.encode() for k, v in attrs.items()}}]},
+        {"results": [{"id": key, "extra_attributes": dict(attrs)}]},
+        [1, key.encode(), [x.encode() for kv in attrs.items() for x in kv]],
+    ]
+
+
 def test_ids_and_tenant_come_from_the_key_exactly() -> None:
     """Whatever a doc id holds (colons, ``_p``, the key's own words), the key gives it back,
-    with its tenant and generation, as the stored fields would."""
+    with its tenant and generation, as the stored fields would, in every reply shape."""
     for tenant in ("default", "acme-1", "t_p2"):
         for doc_id in ("wiki/a.md", "a:b:c", "x_p3", "agentmem:g1:chunk:t:d_p0", "planner/s1#4", "ü"):
             cid = f"{doc_id}_p2"
             key = keys.chunk_key("agentmem", 12, tenant, cid)
-            attrs = {b"kind": b"document", b"chunk_id": cid.encode(), b"tenant": tenant.encode()}
-            (hit,) = leg_hits({b"results": [{b"id": key.encode(), b"extra_attributes": attrs}]}, ("tenant",))
-            assert (hit.generation, hit.tags, hit.chunk_id, hit.doc_id) == (12, {"tenant": tenant}, cid, doc_id)
-    # A tenant holding a colon would make keys ambiguous: no key is ever made with one.
-    with pytest.raises(ValueError, match="colon"):
-        keys.chunk_key("agentmem", 1, "a:b", "d_p0")
+            for reply in shapes(key, {"kind": "document", "chunk_id": cid, "tenant": tenant}):
+                (hit,) = leg_hits(reply, ("tenant",))
+                assert (hit.generation, hit.tags, hit.chunk_id, hit.doc_id) == (12, {"tenant": tenant}, cid, doc_id)
 
 
-def test_a_key_of_no_chunk_fails_the_tenant_check() -> None:
-    (hit,) = leg_hits({b"results": [{b"id": b"elsewhere", b"extra_attributes": {b"kind": b"document"}}]}, TAGS)
-    assert (hit.generation, hit.chunk_id, hit.tags) == (None, "", {"kind": "document"})
+def test_no_key_is_made_for_a_tenant_that_could_not_be_read_back() -> None:
+    for tenant in ("a:b", ":", ""):
+        with pytest.raises(ValueError, match="cannot lead a key"):
+            keys.chunk_key("agentmem", 1, tenant, "d_p0")
+        with pytest.raises(ValueError, match="cannot lead a key"):
+            keys.check_tenant(tenant)
+    assert keys.check_tenant("acme_1") == "acme_1"
+
+
+def test_a_hit_that_is_no_stored_chunk_fails_the_tenant_check() -> None:
+    """A key of no chunk, or a hit whose hash came back with no fields (deleted since the
+    engine found it), carries no tenant: the re-check against the request's drops it."""
+    good = keys.chunk_key("agentmem", 3, "default", "d_p0")
+    for reply in shapes("elsewhere", {"kind": "document"}):
+        (hit,) = leg_hits(reply, TAGS)
+        assert (hit.generation, hit.chunk_id, hit.tags) == (None, "", {"kind": "document"})
+    for reply in shapes(good, {}):
+        (hit,) = leg_hits(reply, TAGS)
+        assert (hit.chunk_id, hit.tags) == ("d_p0", {})
+    # After a chunk's key, a key of the same prefix with no tenant part is no chunk's either.
+    reply = {b"results": [{b"id": k.encode(), b"extra_attributes": {b"kind": b"x"}} for k in (good, good[:-5])]}
+    assert [(h.chunk_id, h.tags) for h in leg_hits(reply, ("tenant",))] == [("d_p0", {"tenant": "default"}), ("", {})]
 
 
 def test_hydrated_rows_read_as_search_hits_do() -> None:
