@@ -20,10 +20,7 @@ from typing import Any
 
 from memory import keys
 from memory.conversation import agent_of
-from memory.records import ChunkRecord
-
-#: Doc ids under this prefix are community summaries: never listed (the graph view shows them).
-COMMUNITY_PREFIX = "community:"
+from memory.records import COMMUNITY_PREFIX, ChunkRecord
 
 # One turn's change to its agent's entry, atomic (an agent leaves the listing with its last
 # chunk, which only the count, read in the transaction, can tell).
@@ -64,7 +61,7 @@ class DocChange:
 
 def queue_change(pipe: Any, name: str, gen: int, tenant: str, change: DocChange) -> None:
     """Queue, in a doc's write transaction, its directory entry's change."""
-    if change.doc_id.startswith(COMMUNITY_PREFIX):
+    if change.doc_id.startswith(COMMUNITY_PREFIX):  # never listed: the graph view shows them
         return
     agent = agent_of(change.doc_id)
     stamp = "" if change.now == 0 or change.last is None else repr(float(change.last))
