@@ -139,9 +139,7 @@ def chunk_key(name: str, generation: int, tenant: str, chunk_id: str) -> str:
     Raises:
         ValueError: a tenant that cannot lead a key (``check_tenant``).
     """
-    if not tenant or ":" in tenant:  # check_tenant, inlined: this runs for every chunk
-        check_tenant(tenant)
-    return f"{chunk_prefix(name, generation)}{tenant}:{chunk_id}"
+    return f"{chunk_prefix(name, generation)}{check_tenant(tenant)}:{chunk_id}"
 
 
 def chunk_key_parts(key: str) -> tuple[str, int, str, str] | None:

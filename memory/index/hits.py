@@ -63,22 +63,6 @@ def _text(value: Any) -> str:
     return "" if value is None else as_str(value)
 
 
-class _Generations:
-    """The generation of each key, by its ``<name>:g<N>:chunk:`` prefix: one leg's keys share it."""
-
-    def __init__(self) -> None:
-        self._prefix = ""
-        self._generation: int | None = None
-
-    def __call__(self, key: str) -> int | None:
-        if self._prefix and key.startswith(self._prefix):
-            return self._generation
-        generation = keys.key_generation(key)
-        if generation is not None:
-            self._prefix, self._generation = keys.chunk_prefix(key.split(":", 1)[0], generation), generation
-        return generation
-
-
 class _KeyParts:
     """The generation, tenant and chunk id of each chunk's key, the generation's prefix
     remembered (one leg's keys share it). Another key gives no generation and empty ids: its
@@ -205,7 +189,7 @@ def whole_chunks(
         at["version"],
     )
     tags = [(k, at[k]) for k in tag_keys]
-    generation_of = _Generations()
+    parts = _KeyParts()
     out: list[StoredChunk | None] = []
     for key, raw in rows:
         if not raw or raw[i_chunk] is None:
@@ -232,7 +216,7 @@ def whole_chunks(
                 idents=tuple(idents.split()) if idents is not None else (),
                 timestamp=ts if ts is not None else _float_or_none(row[i_timestamp]),
                 version=_int_or_none(row[i_version]),
-                generation=generation_of(key),
+                generation=parts(key)[0],
             )
         )
     return out
