@@ -9,36 +9,27 @@ if TYPE_CHECKING:
     from consumers.client import MemoryClient
     from consumers.config import ConsumerConfig, Topics
     from consumers.errors import QueryFailed, WriteRejected
-    from consumers.models import (
-        DlqRecord,
-        DocumentEvent,
-        ErrorReply,
-        ForgetEvent,
-        HybridParams,
-        QueryReply,
-        QueryRequest,
-        ResultItem,
-        TranscriptEvent,
-    )
+    from consumers.events import DlqRecord, DocumentEvent, ForgetEvent, TranscriptEvent
+    from consumers.requests import ErrorReply, HybridParams, QueryReply, QueryRequest, ResultItem
     from consumers.routers import build_router
 
 # Names load on first use, so importing one light piece (the client, a config model) does not
 # pull in the rest (the model, Redis search, FastStream).
 _HOMES: dict[str, str] = {
     "ConsumerConfig": "consumers.config",
-    "DlqRecord": "consumers.models",
-    "DocumentEvent": "consumers.models",
-    "ErrorReply": "consumers.models",
-    "ForgetEvent": "consumers.models",
-    "HybridParams": "consumers.models",
+    "DlqRecord": "consumers.events",
+    "DocumentEvent": "consumers.events",
+    "ErrorReply": "consumers.requests",
+    "ForgetEvent": "consumers.events",
+    "HybridParams": "consumers.requests",
     "MemoryClient": "consumers.client",
     "QueryFailed": "consumers.errors",
     "WriteRejected": "consumers.errors",
-    "QueryReply": "consumers.models",
-    "QueryRequest": "consumers.models",
-    "ResultItem": "consumers.models",
+    "QueryReply": "consumers.requests",
+    "QueryRequest": "consumers.requests",
+    "ResultItem": "consumers.requests",
     "Topics": "consumers.config",
-    "TranscriptEvent": "consumers.models",
+    "TranscriptEvent": "consumers.events",
     "build_router": "consumers.routers",
 }
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from consumers.decoding import Decoded
-from consumers.models import WriteAck
+from consumers.events import WriteAck
 from memory.ingest import IngestReport, ItemOutcome
 
 #: (topic, partition, offset) of a record.

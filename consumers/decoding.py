@@ -11,7 +11,7 @@ from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from consumers.models import DlqRecord, DocumentEvent, ForgetEvent, TranscriptEvent, TranscriptTopicEvent
+from consumers.events import DlqRecord, DocumentEvent, ForgetEvent, TranscriptEvent, TranscriptTopicEvent
 from memory.records import DEFAULT_TENANT, MemoryItem
 
 E = TypeVar("E", bound=BaseModel)

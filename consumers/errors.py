@@ -9,7 +9,8 @@ MemdError
 
 from __future__ import annotations
 
-from consumers.models import ErrorReply, WriteAck
+from consumers.events import WriteAck
+from consumers.requests import ErrorReply
 from memory.errors import InvalidRequest, MemdError
 
 

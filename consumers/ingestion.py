@@ -18,7 +18,7 @@ from faststream.kafka.publisher import DefaultPublisher
 from consumers.acks import build_acks
 from consumers.config import ConsumerConfig, Topics
 from consumers.decoding import Decoded, dead_letter, decode_records, dlq_body, tenant_from_topic
-from consumers.models import DlqRecord, WriteAck
+from consumers.events import DlqRecord, WriteAck
 from consumers.replies import PartitionCounts, reply_route
 from memory.attempts import AttemptCounter
 from memory.config import IngestConfig

@@ -14,7 +14,7 @@ from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict, Field
 
 from consumers.client import MemoryClient
-from consumers.models import QueryReply, ResultItem
+from consumers.requests import QueryReply, ResultItem
 from consumers.threaded_client import ThreadedClient
 
 #: Result fields copied into each Document's metadata (they win over a memory's own keys of the same name).

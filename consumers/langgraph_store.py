@@ -30,7 +30,7 @@ from langgraph.store.base import (
 )
 
 from consumers.client import MemoryClient, Receipt
-from consumers.models import GetItem, ResultItem
+from consumers.requests import GetItem, ResultItem
 from consumers.store_mapping import (
     DEFAULT_FILTER_KEYS,
     ROOT,

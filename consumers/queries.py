@@ -12,7 +12,7 @@ import structlog
 from pydantic import ValidationError
 
 from consumers.decoding import parse_event
-from consumers.models import (
+from consumers.requests import (
     CommunityInfo,
     ContextTurn,
     ErrorBody,

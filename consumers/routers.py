@@ -23,13 +23,13 @@ from consumers.config import ConsumerConfig, Topics
 from consumers.decoding import tenant_from_topic
 from consumers.errors import UnknownReplyTopic
 from consumers.ingestion import Ingestion
-from consumers.models import ErrorBody, ErrorReply, GetReply, ListReply, QueryReply
 from consumers.queries import answer, fit_get_reply, fit_list_reply, fit_reply, guess_query_id, scope_of
 from consumers.replies import (
     PartitionCounts,
     default_reply_topic,
     reply_route,
 )
+from consumers.requests import ErrorBody, ErrorReply, GetReply, ListReply, QueryReply
 from graph.search import ScopedSearch
 from memory.attempts import AttemptCounter
 from memory.config import IngestConfig

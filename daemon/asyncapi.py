@@ -10,15 +10,8 @@ from typing import Any
 from faststream.kafka import KafkaBroker
 from faststream.specification.asyncapi import AsyncAPI
 
-from consumers.models import (
-    DlqRecord,
-    DocumentEvent,
-    ErrorReply,
-    ForgetEvent,
-    QueryReply,
-    QueryRequest,
-    TranscriptEvent,
-)
+from consumers.events import DlqRecord, DocumentEvent, ForgetEvent, TranscriptEvent
+from consumers.requests import ErrorReply, QueryReply, QueryRequest
 from daemon.settings import Settings
 
 

@@ -18,7 +18,8 @@ from pydantic import BaseModel, Field, SecretStr
 
 from consumers.client import MemoryClient
 from consumers.errors import QueryFailed, WriteRejected
-from consumers.models import GetItem, ResultItem, WriteAck
+from consumers.events import WriteAck
+from consumers.requests import GetItem, ResultItem
 from memory.errors import MemdError
 
 T = TypeVar("T")

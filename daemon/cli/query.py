@@ -13,7 +13,7 @@ from rich.text import Text
 
 from consumers.client import MemoryClient
 from consumers.errors import QueryFailed
-from consumers.models import QueryReply
+from consumers.requests import QueryReply
 from daemon.cli._app import _settings, app, out
 from daemon.cli._client import _pairs, _tenant_target, _with_client
 

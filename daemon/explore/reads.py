@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from consumers.models import QueryRequest
 from consumers.queries import to_spec
+from consumers.requests import QueryRequest
 from daemon.explore.dlq import DeadLetter, recent_dead_letters
 from daemon.explore.views_ask import AskForm, leg_only_ids, parse_filters
 from daemon.explore.views_memory import TenantRow

@@ -19,7 +19,7 @@ import redis.asyncio as aredis
 
 from consumers.client import MemoryClient
 from consumers.errors import WriteRejected
-from consumers.models import DocumentEvent
+from consumers.events import DocumentEvent
 from daemon.app import Daemon
 from daemon.settings import Settings
 from daemon.topics import ensure_topics
@@ -117,7 +117,9 @@ async def test_a_write_that_waits_raises_when_dead_lettered(env: Any) -> None:
     through and is dead-lettered all the same raises ``WriteRejected`` with the ack's reason."""
     _daemon, _plain, client = env
     with pytest.raises(WriteRejected) as caught:
-        await client._publish(client.topics.documents, b'{"op": "upsert"}', "acks/raw", wait=True, timeout_s=20)
+        await client._transport.publish(
+            client.topics.documents, b'{"op": "upsert"}', "acks/raw", wait=True, timeout_s=20
+        )
     assert caught.value.ack.status == "dead_lettered" and caught.value.ack.reason
 
 

@@ -23,7 +23,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 from structlog.testing import capture_logs
 
-import consumers.client
+import consumers.transport
 from consumers.client import MemoryClient
 from consumers.errors import QueryFailed
 from daemon.app import Daemon
@@ -81,7 +81,7 @@ class InjectedConsumer(AIOKafkaConsumer):
 def injected(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[InjectedConsumer]]:
     """Every reply consumer the client creates during the test, in creation order."""
     InjectedConsumer.created = []
-    monkeypatch.setattr(consumers.client, "AIOKafkaConsumer", InjectedConsumer)
+    monkeypatch.setattr(consumers.transport, "AIOKafkaConsumer", InjectedConsumer)
     yield InjectedConsumer.created
 
 
@@ -116,7 +116,7 @@ async def test_reader_failure_fails_the_pending_query_and_the_next_query_restart
     timeout), is logged, and the next query gets a fresh reader that answers."""
     memory = tenant_client(env, timeout_s=5)
     await memory.start()
-    producer = memory._producer
+    producer = memory._transport._producer
     try:
         await memory.query("pool", top_k=1)
         (first,) = injected
@@ -139,16 +139,16 @@ async def test_close_fails_a_waiting_query_at_once(env, injected) -> None:
     memory = tenant_client(env, timeout_s=60)
     await memory.start()
     await memory.query("pool", top_k=1)  # the reader runs
-    assert memory._producer is not None
+    assert memory._transport._producer is not None
 
     async def lost(*_args: Any, **_kwargs: Any) -> None:  # the request never reaches the daemon
         return None
 
-    memory._producer.send_and_wait = lost  # type: ignore[method-assign]
+    memory._transport._producer.send_and_wait = lost  # type: ignore[method-assign]
     waiting = asyncio.create_task(memory.query("pool", top_k=1))
 
     async def waits() -> bool:
-        return bool(memory._pending)
+        return bool(memory._transport._pending)
 
     await eventually(waits, timeout=10, what="the query waits for its reply")
     started = time.monotonic()
@@ -162,7 +162,7 @@ async def test_close_after_reader_death_stops_consumer_and_producer(env, injecte
     """close() after the reader died raises nothing and still stops the consumer and the producer."""
     memory = tenant_client(env, timeout_s=5)
     await memory.start()
-    producer = memory._producer
+    producer = memory._transport._producer
     await memory.query("pool", top_k=1)
     injected[0].fail_next_record = True
     with contextlib.suppress(BackendUnavailable, TimeoutError):
@@ -176,7 +176,7 @@ async def test_close_stops_the_producer_when_the_consumer_fails_to_stop(env, inj
     """A reply consumer whose stop() raises is logged, and the producer is stopped anyway."""
     memory = tenant_client(env)
     await memory.start()
-    producer = memory._producer
+    producer = memory._transport._producer
     await memory.query("pool", top_k=1)
     injected[0].fail_stop = True
     with capture_logs() as logs:

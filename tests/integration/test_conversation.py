@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import redis.asyncio as aredis
 
-from consumers.models import ForgetEvent, TranscriptEvent
+from consumers.events import ForgetEvent, TranscriptEvent
 from memory.config import ChunkingConfig, IndexConfig, IngestConfig, RetrievalConfig
 from memory.conversation import vector_text
 from memory.filters import BASE_FILTER_KEYS

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import redis.asyncio as aredis
 
-from consumers.models import ForgetEvent, TranscriptEvent
+from consumers.events import ForgetEvent, TranscriptEvent
 from memory.chunking import chunk_id
 from memory.config import ChunkingConfig, IndexConfig, IngestConfig
 from memory.filters import BASE_FILTER_KEYS

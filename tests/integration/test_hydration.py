@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import redis.asyncio as aredis
 
-from consumers.models import TranscriptEvent
+from consumers.events import TranscriptEvent
 from memory.config import ChunkingConfig, IndexConfig, IngestConfig, RetrievalConfig
 from memory.filters import (
     BASE_FILTER_KEYS,

@@ -374,15 +374,8 @@ async def test_doctor_exit_codes(env: Env) -> None:
 
 def test_asyncapi_matches_the_contract_models(tmp_path: Path) -> None:
     """`agentmemd docs asyncapi` describes every topic with the contract models' own JSON schemas."""
-    from consumers.models import (
-        DlqRecord,
-        DocumentEvent,
-        ErrorReply,
-        ForgetEvent,
-        QueryReply,
-        QueryRequest,
-        TranscriptEvent,
-    )
+    from consumers.events import DlqRecord, DocumentEvent, ForgetEvent, TranscriptEvent
+    from consumers.requests import ErrorReply, QueryReply, QueryRequest
 
     out = tmp_path / "asyncapi.json"
     res = run_cli({}, "docs", "asyncapi", "--out", str(out))

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import redis.asyncio as aredis
 
-from consumers.models import ForgetEvent, TranscriptEvent
+from consumers.events import ForgetEvent, TranscriptEvent
 from daemon.doctor import _check_generation
 from daemon.settings import Settings
 from memory.config import ChunkingConfig, IndexConfig, IngestConfig, RetrievalConfig

@@ -15,7 +15,7 @@ import pytest
 import redis.asyncio as aredis
 from aiokafka import AIOKafkaProducer
 
-from consumers.models import DocumentEvent, TranscriptEvent
+from consumers.events import DocumentEvent, TranscriptEvent
 from daemon.topics import ensure_topics
 from graph.config import GraphConfig
 from graph.ner import SpacyNer

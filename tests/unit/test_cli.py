@@ -70,7 +70,7 @@ def test_query_results_show_their_text_in_an_80_column_terminal() -> None:
     """Found by a new user: the results table gave the text column nothing below ~160 columns."""
     from rich.console import Console
 
-    from consumers.models import QueryReply, ResultItem
+    from consumers.requests import QueryReply, ResultItem
     from daemon.cli.query import results_view
 
     text = "Restarted pgbouncer; the 504s stopped. " + "The pool drained after the deploy of billing. " * 10

@@ -10,7 +10,7 @@ import pytest
 
 from consumers.client import MemoryClient
 from consumers.config import Topics, event_record_bytes
-from consumers.models import TranscriptEvent
+from consumers.events import TranscriptEvent
 from memory.errors import InvalidEvent
 
 

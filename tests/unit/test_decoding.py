@@ -10,8 +10,8 @@ from datetime import UTC, datetime
 import pytest
 
 from consumers.decoding import dead_letter, decode_records, dlq_body
-from consumers.models import ErrorBody, ErrorReply
 from consumers.queries import guess_query_id, parse_request, scope_of, to_spec
+from consumers.requests import ErrorBody, ErrorReply
 from memory.errors import InvalidRequest
 from memory.filters import BASE_FILTER_KEYS
 

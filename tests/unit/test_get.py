@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from consumers.models import GetItem, GetReply, GetRequest
 from consumers.queries import fit_get_reply, parse_request, scope_of
+from consumers.requests import GetItem, GetReply, GetRequest
 from memory.errors import InvalidRequest
 
 

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from consumers.models import ListReply, ListRequest
 from consumers.queries import fit_list_reply, parse_request, scope_of
+from consumers.requests import ListReply, ListRequest
 from memory.errors import InvalidRequest
 from memory.index.listings import expression_string
 

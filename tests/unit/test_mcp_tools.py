@@ -6,7 +6,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from consumers.models import GetItem, WriteAck
+from consumers.events import WriteAck
+from consumers.requests import GetItem
 from daemon.mcp_tools import ToolFailure, ack_view, next_free_turn, parse_time
 
 

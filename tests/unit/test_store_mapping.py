@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from consumers.models import DocumentEvent
+from consumers.events import DocumentEvent
 from consumers.store_mapping import (
     PIECE_CHARS,
     ROOT,

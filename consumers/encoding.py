@@ -1,0 +1,224 @@
+"""Client calls -> wire bodies: the JSON each ``MemoryClient`` call sends, and the daemon's own
+checks of an event, run before it is sent (the counterpart of ``consumers.decoding``)."""
+
+from __future__ import annotations
+
+import json
+import unicodedata
+import uuid
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from consumers.config import event_record_bytes
+from consumers.decoding import parse_event, tenant_from_topic
+from consumers.events import DocumentEvent, TranscriptEvent
+from memory.errors import InvalidEvent, InvalidRequest
+
+
+def iso(t: datetime) -> str:
+    """ISO 8601 for the wire; a naive time is UTC, as the daemon reads it."""
+    return (t if t.tzinfo is not None else t.replace(tzinfo=UTC)).isoformat()
+
+
+def encode(payload: Mapping[str, Any]) -> bytes:
+    """``payload`` as the UTF-8 JSON of a record's value."""
+    # Not ASCII-escaped: non-ASCII text would grow 2-6 times on the wire.
+    return json.dumps(payload, ensure_ascii=False).encode()
+
+
+def tenant_topic(base: str, tenant: str) -> str:
+    """``<base>.<tenant>``, the topic a daemon in topic tenancy reads for ``tenant``.
+
+    Raises:
+        InvalidRequest: ``tenant`` is no valid tenant name (the daemon would dead-letter the
+            record, or never read the topic).
+    """
+    topic = f"{base}.{tenant}"
+    if tenant_from_topic(topic, base, "topic") != tenant:
+        raise InvalidRequest(f"tenant {tenant!r} is not 1-64 of A-Z a-z 0-9 _ -")
+    return topic
+
+
+def encode_event(
+    model: type[DocumentEvent] | type[TranscriptEvent], payload: Mapping[str, Any], *, max_content_bytes: int
+) -> bytes:
+    """``payload`` encoded, once it passed the checks the daemon runs on it (the contract's
+    models, and the content limit); what the daemon would dead-letter fails here instead.
+
+    Raises:
+        InvalidEvent: the daemon would refuse it, with the reason.
+    """
+    try:
+        value = encode(payload)
+        event = parse_event(value, model)  # the daemon's own parsing, and its reasons
+        if isinstance(event, DocumentEvent):
+            event.to_item(())  # an upsert's content rules
+    except UnicodeEncodeError as exc:  # a lone surrogate, e.g. from undecodable argv bytes
+        raise InvalidEvent(f"not sendable as UTF-8 text: {exc}") from exc
+    except ValueError as exc:
+        raise InvalidEvent(str(exc)) from exc
+    content = payload.get("content")
+    if isinstance(content, str) and not _has_token(content):
+        # The daemon's tokenizer finds nothing in it, so it dead-letters it (memory.ingest).
+        raise InvalidEvent("content has no tokens (only whitespace, format or control characters)")
+    if isinstance(content, str) and (size := len(content.encode("utf-8"))) > max_content_bytes:
+        raise InvalidEvent(
+            f"content is {size:,} bytes, over the {max_content_bytes:,}-byte limit (AGENTMEM_INGEST__MAX_CONTENT_BYTES)"
+        )
+    if len(value) > (limit := event_record_bytes(max_content_bytes)):
+        raise InvalidEvent(
+            f"the event encodes to {len(value):,} bytes, over the {limit:,}-byte record limit of the event "
+            "topics (twice the content limit): JSON escaping of its quotes, backslashes or control "
+            "characters, or its metadata, takes it past; send less of it"
+        )
+    return value
+
+
+def _has_token(text: str) -> bool:
+    """Whether ``text`` holds anything the model's tokenizer keeps: it drops whitespace, format
+    characters (a zero-width space, a BOM) and control characters."""
+    return any(not c.isspace() and unicodedata.category(c) not in ("Cc", "Cf") for c in text)
+
+
+def query_body(
+    text: str,
+    *,
+    top_k: int,
+    metadata_filter: Mapping[str, str | Sequence[str]] | None,
+    dense_weight: float | None,
+    sparse_weight: float | None,
+    identifier_weight: float | None,
+    recency_weight: float | None,
+    rrf_k: int | None,
+    query_id: str | None,
+    scope: str | None,
+    since: datetime | None,
+    until: datetime | None,
+    context_turns: int,
+) -> dict[str, Any]:
+    """A query request's body; ``MemoryClient.query`` documents the arguments."""
+    hybrid: dict[str, Any] = {}
+    if dense_weight is not None:
+        hybrid["dense_weight"] = dense_weight
+    if sparse_weight is not None:
+        hybrid["sparse_weight"] = sparse_weight
+    if identifier_weight is not None:
+        hybrid["identifier_weight"] = identifier_weight
+    if recency_weight is not None:
+        hybrid["recency_weight"] = recency_weight
+    if rrf_k is not None:
+        hybrid["rrf_k_constant"] = rrf_k
+    payload: dict[str, Any] = {
+        "query_id": query_id or f"q_{uuid.uuid4().hex[:12]}",
+        "search_text": text,
+        "top_k": top_k,
+    }
+    if hybrid:
+        payload["hybrid_params"] = hybrid
+    if metadata_filter:
+        payload["metadata_filter"] = _filter_body(metadata_filter)
+    if scope is not None:
+        payload["scope"] = scope
+    if context_turns:
+        payload["context_turns"] = context_turns
+    window = {name: iso(t) for name, t in (("since", since), ("until", until)) if t is not None}
+    if window:
+        payload["time_range"] = window
+    return payload
+
+
+def get_body(
+    doc_ids: Sequence[str],
+    turns: Sequence[tuple[str, str, int]],
+    metadata_filter: Mapping[str, str | Sequence[str]] | None,
+    query_id: str | None,
+) -> dict[str, Any]:
+    """A get request's body; ``MemoryClient.get`` documents the arguments."""
+    payload: dict[str, Any] = {
+        "query_id": query_id or f"g_{uuid.uuid4().hex[:12]}",
+        "op": "get",
+        "doc_ids": list(doc_ids),
+        "turns": [{"agent_id": a, "session_id": s, "turn": t} for a, s, t in turns],
+    }
+    if metadata_filter:
+        payload["metadata_filter"] = _filter_body(metadata_filter)
+    return payload
+
+
+def _filter_body(metadata_filter: Mapping[str, str | Sequence[str]]) -> dict[str, str | list[str]]:
+    return {k: v if isinstance(v, str) else list(v) for k, v in metadata_filter.items()}
+
+
+def list_body(field: str, source_prefix: str, limit: int, offset: int, query_id: str | None) -> dict[str, Any]:
+    """A list request's body; ``MemoryClient.list_values`` documents the arguments."""
+    return {
+        "query_id": query_id or f"l_{uuid.uuid4().hex[:12]}",
+        "op": "list",
+        "field": field,
+        "source_prefix": source_prefix,
+        "limit": limit,
+        "offset": offset,
+    }
+
+
+def document_body(
+    doc_id: str,
+    content: str,
+    version: int,
+    source: str | None,
+    metadata: Mapping[str, Any] | None,
+    timestamp: datetime | None,
+) -> dict[str, Any]:
+    """An upsert's body, with a fresh event id; ``MemoryClient.document_event`` documents the
+    arguments."""
+    return {
+        "event_id": uuid.uuid4().hex,
+        "op": "upsert",
+        "doc_id": doc_id,
+        "version": version,
+        "source": source or doc_id,
+        "content": content,
+        "metadata": dict(metadata or {}),
+        "timestamp": iso(timestamp or datetime.now(UTC)),
+    }
+
+
+def delete_body(doc_id: str, version: int) -> dict[str, Any]:
+    """A delete's body, with a fresh event id."""
+    return {"event_id": uuid.uuid4().hex, "op": "delete", "doc_id": doc_id, "version": version}
+
+
+def turn_body(
+    agent_id: str,
+    session_id: str,
+    turn: int,
+    content: str,
+    role: str,
+    metadata: Mapping[str, Any] | None,
+    timestamp: datetime | None,
+) -> dict[str, Any]:
+    """A transcript turn's body, with a fresh event id; ``MemoryClient.publish_observation``
+    documents the arguments."""
+    payload = {
+        "event_id": uuid.uuid4().hex,
+        "agent_id": agent_id,
+        "session_id": session_id,
+        "turn": turn,
+        "role": role,
+        "content": content,
+        "metadata": dict(metadata or {}),
+    }
+    payload["timestamp"] = iso(timestamp or datetime.now(UTC))
+    return payload
+
+
+def forget_body(agent_id: str, session_id: str | None) -> dict[str, Any]:
+    """A forget's body, with a fresh event id: of the session, or (``session_id`` None) of
+    every session of the agent."""
+    payload: dict[str, Any] = {"event_id": uuid.uuid4().hex, "op": "forget", "agent_id": agent_id}
+    if session_id is not None:
+        payload["session_id"] = session_id
+    else:
+        payload["all_sessions"] = True
+    return payload

@@ -1,0 +1,245 @@
+"""The requests side of the wire contract (docs/contract.md): query, get and list requests on
+the requests topic as pydantic models, and the replies they get (an error reply included).
+
+Requests are strict, as events are: a wrong type is an error, not a silent coercion.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+
+from consumers.fields import MAX_VERSION, NO_NUL, AgentPart, DocId
+from memory.conversation import MAX_CONTEXT_TURNS, id_part
+
+
+class HybridParams(BaseModel):
+    """Leg weights and the RRF constant of one query; each left out takes the daemon's
+    configured default (``AGENTMEM_RETRIEVAL__*``: 1.0, 1.0, 1.0, 0.0 and 10 unless set; a
+    transcript turn's dense and BM25 defaults are 2/3 and 4/3 when neither is set)."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    dense_weight: float | None = Field(None, ge=0.0, le=1000.0)
+    sparse_weight: float | None = Field(None, ge=0.0, le=1000.0)
+    identifier_weight: float | None = Field(None, ge=0.0, le=1000.0)
+    recency_weight: float | None = Field(None, ge=0.0, le=1000.0)
+    rrf_k_constant: int | None = Field(None, ge=0, le=10_000)
+
+    @field_validator("dense_weight", "sparse_weight", "identifier_weight", "recency_weight", mode="before")
+    @classmethod
+    def _ints_are_floats(cls, value: Any) -> Any:
+        # JSON has one number type: 1 is as good a weight as 1.0 (bools are not).
+        return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+FilterValue = (
+    Annotated[str, StringConstraints(min_length=1, max_length=512)]
+    | list[Annotated[str, StringConstraints(min_length=1, max_length=512)]]
+)
+
+
+class TimeRange(BaseModel):
+    """Only memories timestamped in ``[since, until]`` (either end open when left out).
+
+    A chunk's timestamp is its event's ``timestamp`` (its Kafka record's when the event had
+    none); a community summary's is when it was last summarized. Times without a zone
+    are UTC, as in events.
+    """
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    since: datetime | None = None
+    until: datetime | None = None
+
+    @field_validator("since", "until")
+    @classmethod
+    def _utc_when_naive(cls, value: datetime | None) -> datetime | None:
+        return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
+
+    @model_validator(mode="after")
+    def _ordered(self) -> TimeRange:
+        if self.since is not None and self.until is not None and self.since > self.until:
+            raise ValueError("time_range.since is after time_range.until")
+        return self
+
+    def bounds(self) -> tuple[float | None, float | None]:
+        """``(since, until)`` in epoch seconds, None for an open end."""
+        return (
+            None if self.since is None else self.since.timestamp(),
+            None if self.until is None else self.until.timestamp(),
+        )
+
+
+class QueryRequest(BaseModel):
+    """A memory query; reply goes to the ``reply_to`` header's topic."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    query_id: Annotated[str, StringConstraints(min_length=1, max_length=256)]
+    search_text: Annotated[str, StringConstraints(min_length=1)]
+    top_k: int = 5
+    hybrid_params: HybridParams = Field(default_factory=HybridParams)
+    metadata_filter: dict[str, FilterValue] | None = None
+    scope: Literal["chunks", "communities", "all"] = "chunks"
+    time_range: TimeRange | None = None
+    # Turns before and after each transcript result to return with it (0: none).
+    context_turns: int = Field(0, ge=0, le=MAX_CONTEXT_TURNS)
+
+
+#: Most items one ``get`` request may name.
+MAX_GET_ITEMS = 100
+
+
+class TurnKey(BaseModel):
+    """One transcript turn, by where it was said."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    agent_id: AgentPart
+    session_id: AgentPart
+    turn: int = Field(ge=0, le=MAX_VERSION)
+
+    @property
+    def doc_id(self) -> str:
+        """The turn's doc id, as its ``TranscriptEvent`` names it."""
+        return f"transcript:{id_part(self.agent_id)}/{id_part(self.session_id)}/{self.turn}"
+
+
+class GetRequest(BaseModel):
+    """Look memories up by id (``"op": "get"``) on the requests topic; the reply is a ``GetReply``."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    query_id: Annotated[str, StringConstraints(min_length=1, max_length=256)]
+    op: Literal["get"]
+    doc_ids: list[DocId] = Field(default_factory=list)
+    turns: list[TurnKey] = Field(default_factory=list)
+    metadata_filter: dict[str, FilterValue] | None = None
+
+    @model_validator(mode="after")
+    def _some_items(self) -> GetRequest:
+        n = len(self.doc_ids) + len(self.turns)
+        if not 1 <= n <= MAX_GET_ITEMS:
+            raise ValueError(f"a get names 1..{MAX_GET_ITEMS} doc_ids and turns together, got {n}")
+        return self
+
+    def wanted(self) -> list[str]:
+        """Every doc id asked for, in the request's order (doc_ids, then turns), each once."""
+        return list(dict.fromkeys([*self.doc_ids, *(t.doc_id for t in self.turns)]))
+
+
+class GetItem(BaseModel):
+    """One looked-up memory: its current version and content, or why there is none."""
+
+    doc_id: str
+    # found; not_found (never stored, deleted, forgotten, another tenant's, or outside the filter);
+    # writing (a new version is being written in slices: ask again shortly).
+    status: Literal["found", "not_found", "writing"]
+    kind: str | None = None
+    source: str | None = None
+    version: int | None = None
+    content: str | None = None
+    metadata: dict[str, Any] | None = None
+    timestamp: str | None = None
+
+
+class GetReply(BaseModel):
+    """The items of a ``get``, in the request's order; ``truncated``: items left off to fit one record."""
+
+    query_id: str
+    items: list[GetItem]
+    took_ms: float
+    truncated: bool = False
+
+
+#: Most values one ``list`` request may ask for.
+MAX_LIST_VALUES = 1000
+
+
+class ListRequest(BaseModel):
+    """List the distinct ``doc_id`` or ``source`` values of the tenant's documents whose source
+    starts with ``source_prefix`` (``"op": "list"``); the reply is a ``ListReply``."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    query_id: Annotated[str, StringConstraints(min_length=1, max_length=256)]
+    op: Literal["list"]
+    field: Literal["doc_id", "source"] = "doc_id"
+    source_prefix: Annotated[str, StringConstraints(max_length=1024, pattern=NO_NUL)] = ""
+    limit: int = Field(100, ge=1, le=MAX_LIST_VALUES)
+    offset: int = Field(0, ge=0, le=MAX_VERSION)
+
+
+class ListReply(BaseModel):
+    """The values of a ``list``, sorted; fewer than ``limit`` means the listing is at its end."""
+
+    query_id: str
+    values: list[str]
+    took_ms: float
+    truncated: bool = False
+
+
+class CommunityInfo(BaseModel):
+    """What a community summary result says about its community."""
+
+    community_id: str
+    level: int
+    member_count: int
+    stale: bool
+
+
+class ContextTurn(BaseModel):
+    """A turn around a transcript result, whole (``context_turns``)."""
+
+    doc_id: str
+    turn: int
+    role: str
+    text: str
+    timestamp: str | None = None
+
+
+class ResultItem(BaseModel):
+    """One retrieved chunk."""
+
+    chunk_id: str
+    rrf_score: float
+    text: str
+    source: str
+    doc_id: str
+    kind: str
+    metadata: dict[str, Any]
+    ranks: dict[str, int]
+    community: CommunityInfo | None = None
+    # When the memory was recorded (its event's timestamp), ISO 8601 UTC; None where the
+    # index holds none.
+    timestamp: str | None = None
+    # The turns around a transcript result, in turn order, when the query asked for them.
+    context: list[ContextTurn] | None = None
+
+
+class QueryReply(BaseModel):
+    """Results, best first; ``total_retrieved == len(results)``."""
+
+    query_id: str
+    total_retrieved: int
+    results: list[ResultItem]
+    took_ms: float
+    # True when results were left off the end so the reply fits one Kafka record.
+    truncated: bool = False
+
+
+class ErrorBody(BaseModel):
+    """A machine-readable code and a human-readable message."""
+
+    code: str
+    message: str
+
+
+class ErrorReply(BaseModel):
+    """What an asker gets instead of results."""
+
+    query_id: str | None
+    error: ErrorBody
