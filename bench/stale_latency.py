@@ -44,9 +44,10 @@ from _common import (
 )
 
 from graph.config import GraphConfig
+from graph.contribution import ContributionResult
 from graph.ner import SpacyNer
 from graph.service import GraphService
-from graph.store import ContributionResult, GraphStore
+from graph.store import GraphStore
 from memory.config import ChunkingConfig, EmbeddingConfig, IndexConfig, IngestConfig
 from memory.embedder import SentenceTransformerEmbedder
 from memory.index import ChunkIndex

@@ -3,11 +3,11 @@ map and summaries; ``GraphStore`` is also the façade over the stale-summary que
 (``graph.stale_queue``) and the claims and leases (``graph.leases``).
 
 Every document's contribution (its entities, their chunk ids, its co-occurrence edge
-weights) is stored as one JSON value. Applying a change is one Lua script: subtract the
-old contribution, add the new one, and mark stale every community of every touched
-entity (old and new). Integer weights make the result exact after any sequence of edits,
-and a node disappears with the last document that mentions it. All keys share one hash
-tag, so the script (``graph/lua/apply.lua``) also runs on Redis Cluster.
+weights; ``graph.contribution``) is stored as one JSON value. Applying a change is one Lua
+script: subtract the old contribution, add the new one, and mark stale every community of
+every touched entity (old and new). Integer weights make the result exact after any
+sequence of edits, and a node disappears with the last document that mentions it. All keys
+share one hash tag, so the script (``graph/lua/apply.lua``) also runs on Redis Cluster.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import asyncio
 import json
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import redis.asyncio as aredis
@@ -25,6 +24,7 @@ import structlog
 
 from graph import scripts
 from graph.communities import Community
+from graph.contribution import Contribution, ContributionResult
 from graph.errors import LeaseLost
 from graph.leases import Leases
 from graph.stale_queue import StaleItem, StaleQueue
@@ -32,7 +32,7 @@ from memory import keys
 from memory.index import translate_errors
 from memory.records import DEFAULT_TENANT
 
-__all__ = ["EDGE_SEP", "Contribution", "ContributionResult", "GraphStore", "LeaseLost", "StaleItem"]
+__all__ = ["EDGE_SEP", "GraphStore", "LeaseLost", "StaleItem"]
 
 log = structlog.get_logger()
 
@@ -54,45 +54,6 @@ EDGE_SEP = "\x1f"
 # encoded on the event loop (~2 ms at 6,500: 500 entities of 8 chunk ids, 2,000 edges; measured);
 # larger ones in a thread.
 _INLINE_JSON_ITEMS = 6_000
-
-
-@dataclass(frozen=True, slots=True)
-class Contribution:
-    """What one document adds to the graph."""
-
-    entities: dict[str, tuple[str, str, list[str]]]  # key -> (name, type, chunk ids)
-    edges: dict[tuple[str, str], int]
-    # key -> digest of the texts naming it (graph.extraction.fingerprints): an entity whose digest,
-    # presence and edges an edit leaves alone is not touched by it (its communities stay fresh).
-    fingerprints: dict[str, str] = field(default_factory=dict)
-
-    def size(self) -> int:
-        """Entities, their chunk ids and edges: what encoding it costs (an entity of a 9,400-chunk
-        document carries 9,400 ids)."""
-        return len(self.entities) + sum(len(c) for _, _, c in self.entities.values()) + len(self.edges)
-
-    def to_json(self, version: int | None) -> str:
-        """The stored form; versions travel as decimal strings (Lua numbers are doubles)."""
-        return json.dumps(
-            {
-                "v": str(version) if version is not None else None,
-                "e": {
-                    k: [n, t, sorted(c), *([self.fingerprints[k]] if k in self.fingerprints else [])]
-                    for k, (n, t, c) in sorted(self.entities.items())
-                },
-                "x": [[a, b, w] for (a, b), w in sorted(self.edges.items())],
-            },
-            separators=(",", ":"),
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class ContributionResult:
-    """Whether the change applied, which entities it touched, which communities it marked."""
-
-    applied: bool
-    touched: list[str]
-    marked: list[str]
 
 
 class GraphStore:

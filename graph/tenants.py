@@ -11,9 +11,10 @@ import structlog
 
 from graph.compute import Offload, in_thread
 from graph.config import GraphConfig
+from graph.contribution import Contribution, ContributionResult
 from graph.ner import SpacyNer
 from graph.service import GraphService
-from graph.store import Contribution, ContributionResult, GraphStore
+from graph.store import GraphStore
 from memory.activity import IngestActivity
 from memory.embedder import Embedder
 from memory.errors import MemdError

@@ -18,10 +18,11 @@ import pytest
 import redis.asyncio as aredis
 
 from graph.config import GraphConfig
+from graph.contribution import Contribution
 from graph.ner import SpacyNer
 from graph.search import ScopedSearch
 from graph.service import GraphService
-from graph.store import Contribution, GraphStore
+from graph.store import GraphStore
 from memory import keys
 from memory.config import ChunkingConfig, IndexConfig, IngestConfig, RetrievalConfig
 from memory.errors import BackendUnavailable
@@ -61,6 +62,7 @@ class Stack:
     graph: GraphService
     ingestor: Ingestor
     search: ScopedSearch
+    embedder: Any
     versions: dict[str, int]
 
     async def put(self, doc_id: str, text: str) -> None:
@@ -119,7 +121,7 @@ async def make_stack(redis_url: str, embedder: Any, ner: SpacyNer, name: str, **
     search = ScopedSearch(
         retriever=Retriever(index=index, embedder=embedder, cfg=RetrievalConfig()), stores=lambda _tenant: store
     )
-    return Stack(index, store, graph, ingestor, search, {})
+    return Stack(index, store, graph, ingestor, search, embedder, {})
 
 
 @pytest.fixture
@@ -197,7 +199,7 @@ async def test_community_edited_while_being_summarized_stays_stale(stack: Stack)
     """A change that lands during summarization leaves the community stale for another pass."""
     await stack.graph.recompute(force=True)
     comm = next(c for c in await stack.store.communities() if "search-api" in c.members)
-    embedder: GatedEmbedder = stack.graph._embedder  # type: ignore[assignment]
+    embedder: GatedEmbedder = stack.embedder
     embedder.armed = True
     task = asyncio.create_task(stack.graph.summarize(comm.id))
     await asyncio.wait_for(embedder.entered.wait(), 30)  # the summary is written, not yet stored
@@ -213,7 +215,7 @@ async def test_community_edited_while_being_summarized_stays_stale(stack: Stack)
 
 async def test_extraction_runs_while_the_chunks_are_embedded(stack: Stack) -> None:
     """The hook's prepare (NER) finishes while the doc's embedding is held; apply follows the chunk write."""
-    embedder: GatedEmbedder = stack.graph._embedder  # type: ignore[assignment]
+    embedder: GatedEmbedder = stack.embedder
     prepared = asyncio.Event()
     applied_after_write: list[bool] = []
 
@@ -303,7 +305,8 @@ async def test_a_large_documents_chunking_extraction_and_write_run_off_the_event
     extraction stalled every query for 0.7 s (measured on a live daemon); its write's hashes
     and the graph read of a recompute after it, ~0.2-0.3 s each; a capped contribution's JSON,
     30-65 ms. They run in threads; the doc is indexed and extracted as before."""
-    import graph.service
+    import graph.contribution
+    import graph.extractor
     import graph.store
     import memory.index.codec
     import memory.ingest
@@ -319,14 +322,16 @@ async def test_a_large_documents_chunking_extraction_and_write_run_off_the_event
         return wrapped
 
     monkeypatch.setattr(memory.ingest, "spans_for", spy("spans_for", memory.ingest.spans_for))
-    parts = graph.service.contribution_from
-    monkeypatch.setattr(graph.service, "contribution_from", spy("contribution_from", parts))
+    parts = graph.extractor.contribution_from
+    monkeypatch.setattr(graph.extractor, "contribution_from", spy("contribution_from", parts))
     mapping = memory.index.codec._record_mapping
     monkeypatch.setattr(memory.index.codec, "_record_mapping", spy("_record_mapping", mapping))
     monkeypatch.setattr(graph.store, "_parse_graph", spy("_parse_graph", graph.store._parse_graph))
     # This doc's contribution is small (few distinct words); its JSON takes the large path.
     monkeypatch.setattr(graph.store, "_INLINE_JSON_ITEMS", 0)
-    monkeypatch.setattr(graph.store.Contribution, "to_json", spy("to_json", graph.store.Contribution.to_json))
+    monkeypatch.setattr(
+        graph.contribution.Contribution, "to_json", spy("to_json", graph.contribution.Contribution.to_json)
+    )
     words = "the pool retries while a cache warms and every worker drains its queue before noon".split()
     content = "Stripe reported ERR_LEDGER_LOCK_9C1. " + " ".join(words[(i * 7) % len(words)] for i in range(21_000))
     doc = "manuals/large.md"

@@ -18,14 +18,17 @@ from structlog.testing import capture_logs
 from graph import communities
 from graph.communities import Community
 from graph.config import GraphConfig
+from graph.contribution import Contribution
 from graph.errors import LeaseLost
-from graph.service import COMMUNITY_PREFIX, COMMUNITY_TOMBSTONE_S, GraphService
-from graph.store import Contribution, GraphStore
+from graph.recompute import COMMUNITY_TOMBSTONE_S
+from graph.service import GraphService
+from graph.store import GraphStore
 from graph.tenants import TenantGraphs
 from memory.config import IndexConfig
 from memory.errors import BackendUnavailable
 from memory.index import ChunkIndex
 from memory.keys import tenants_key
+from memory.records import COMMUNITY_PREFIX
 from tests.conftest import unique
 from tests.integration.test_graph import GatedEmbedder
 
@@ -46,7 +49,7 @@ class Daemons:
     """Two daemons' graph services over one Redis and one index."""
 
     def __init__(self, client: aredis.Redis, index: ChunkIndex, name: str, embedder: Any, **cfg: Any) -> None:
-        self.client, self.index, self.name = client, index, name
+        self.client, self.index, self.name, self.embedder = client, index, name, embedder
         conf = GraphConfig(summarizer_rate_per_min=60_000, summarizer_quiet_s=0, **cfg)
         self.store = GraphStore(client=client, name=name)
         self.a = GraphService(store=self.store, index=index, embedder=embedder, ner=None, cfg=conf)
@@ -121,7 +124,7 @@ async def test_two_workers_write_one_summary_per_stale_community(two: Daemons) -
 async def test_a_summary_from_an_earlier_lease_never_replaces_a_later_one(two: Daemons) -> None:
     """A stalls past its claim; B summarizes the newer state; A's late write is refused."""
     cid = await one_community(two)
-    embedder: GatedEmbedder = two.a._embedder  # type: ignore[assignment]
+    embedder: GatedEmbedder = two.embedder
     embedder.armed = True
     early = await two.store.fence()
     task = asyncio.create_task(two.a.summarize(cid, early))
@@ -143,7 +146,7 @@ async def test_a_summary_from_an_earlier_lease_never_replaces_a_later_one(two: D
 async def test_a_community_removed_mid_summary_does_not_come_back(two: Daemons) -> None:
     """The summary being written when a recompute removes its community never reaches the index."""
     cid = await one_community(two)
-    embedder: GatedEmbedder = two.a._embedder  # type: ignore[assignment]
+    embedder: GatedEmbedder = two.embedder
     embedder.armed = True
     task = asyncio.create_task(two.a.summarize(cid))
     await asyncio.wait_for(embedder.entered.wait(), 30)
@@ -279,14 +282,14 @@ async def test_a_recompute_longer_than_its_lease_keeps_it(two: Daemons, monkeypa
     """Leiden taking three times the lease's time: the lease is renewed while it runs, so
     another daemon's recompute is refused meanwhile, and A's result is stored."""
     await two.store.apply("doc1", 1, contrib("doc1#0", "alpha-svc", "beta-svc", "gamma-svc"))
-    monkeypatch.setattr("graph.service.LEASE_S", 0.3)
+    monkeypatch.setattr("graph.recompute.LEASE_S", 0.3)
     real_detect = communities.detect
 
     def slow_detect(*args: Any, **kwargs: Any) -> Any:
         time.sleep(0.9)
         return real_detect(*args, **kwargs)
 
-    monkeypatch.setattr("graph.service.detect", slow_detect)
+    monkeypatch.setattr("graph.recompute.detect", slow_detect)
     a = asyncio.create_task(two.a.recompute(force=True))
     await asyncio.sleep(0.6)  # past A's first lease time
     assert await two.b.recompute(force=True) is None
