@@ -14,7 +14,7 @@ from typing import Any
 
 from consumers.decoding import Decoded
 from consumers.events import WriteAck
-from memory.ingest import IngestReport, ItemOutcome
+from memory.ingest_report import IngestReport, ItemOutcome
 
 #: (topic, partition, offset) of a record.
 Position = tuple[str, int, int]

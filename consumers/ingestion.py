@@ -23,7 +23,8 @@ from consumers.replies import PartitionCounts, reply_route
 from memory.attempts import AttemptCounter
 from memory.config import IngestConfig
 from memory.errors import MemdError
-from memory.ingest import Ingestor, IngestReport
+from memory.ingest import Ingestor
+from memory.ingest_report import IngestReport
 from memory.metrics import (
     ACKS_SENT,
     CHUNKS_EMBEDDED,

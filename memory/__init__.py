@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from memory.activity import IngestActivity, background_wait
+    from memory.change_hook import ChangeHook
     from memory.chunking import ChunkSpan, chunk_id, chunk_spans
     from memory.config import ChunkingConfig, EmbeddingConfig, IndexConfig, IngestConfig, RetrievalConfig
     from memory.embedder import Embedder, SentenceTransformerEmbedder
@@ -14,7 +15,8 @@ if TYPE_CHECKING:
     from memory.filters import BASE_FILTER_KEYS, build_filter
     from memory.fusion import Fused, fuse_rrf
     from memory.index import ChunkIndex
-    from memory.ingest import ChangeHook, Ingestor, IngestReport
+    from memory.ingest import Ingestor
+    from memory.ingest_report import IngestReport
     from memory.records import ApplyResult, ChunkRecord, MemoryItem, StoredChunk
     from memory.retrieval import Retriever, SearchHit, SearchOutcome, SearchSpec
 
@@ -24,7 +26,7 @@ _HOMES: dict[str, str] = {
     "ApplyResult": "memory.records",
     "BASE_FILTER_KEYS": "memory.filters",
     "BackendUnavailable": "memory.errors",
-    "ChangeHook": "memory.ingest",
+    "ChangeHook": "memory.change_hook",
     "ChunkIndex": "memory.index",
     "ChunkRecord": "memory.records",
     "ChunkSpan": "memory.chunking",
@@ -35,7 +37,7 @@ _HOMES: dict[str, str] = {
     "IndexConfig": "memory.config",
     "IngestActivity": "memory.activity",
     "IngestConfig": "memory.config",
-    "IngestReport": "memory.ingest",
+    "IngestReport": "memory.ingest_report",
     "Ingestor": "memory.ingest",
     "InvalidEvent": "memory.errors",
     "InvalidRequest": "memory.errors",

@@ -1,67 +1,40 @@
-"""Applying document and transcript changes: chunk, embed in large groups, write per doc."""
+"""Applying document and transcript changes: chunk, embed in large groups, write per doc.
+
+The :class:`Ingestor` runs a batch through its parts: ``batch_plan`` (one item per doc, the
+embedding groups), ``forgets`` (a forget's deletes), ``session_context`` (a turn's session
+context), ``group_write`` (a group's docs stored and handed to the ``change_hook``) and
+``retrying`` (Redis outages waited out). What it returns is an ``ingest_report``.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 import structlog
 
 from memory.activity import IngestActivity
+from memory.batch_plan import coalesce, embedding_groups
+from memory.change_hook import ChangeHook
 from memory.chunking import chunk_id, spans_for
 from memory.config import ChunkingConfig, IngestConfig
 from memory.conversation import vector_text
 from memory.embedder import Embedder
-from memory.errors import BackendUnavailable, InputCrashesWorker, InvalidEvent, MemdError, Unauthorized, WorkerCrashed
+from memory.errors import InputCrashesWorker, InvalidEvent, MemdError, WorkerCrashed
+from memory.forgets import expand_forgets, fold_forgets
+from memory.group_write import write_group
 from memory.index import Analysis, ChunkIndex, analyze_records, vector_key
+from memory.ingest_report import IngestReport, ItemOutcome
 from memory.records import ApplyResult, ChunkRecord, MemoryItem
+from memory.retrying import retry_while_unavailable
 from memory.session_context import SessionContext
 
 log = structlog.get_logger()
 
 T = TypeVar("T")
-P = TypeVar("P")
-
-
-@dataclass(frozen=True, slots=True)
-class ItemOutcome:
-    """What became of one item that did not fail: ``indexed`` (its version is the stored one:
-    written now, or found already written by an earlier delivery) or ``ignored`` (an older
-    version than the stored one)."""
-
-    status: Literal["indexed", "ignored"]
-    chunks: int | None = None  # written by this item (None: not written now)
-    stored_version: int | None = None
-
-
-@dataclass
-class IngestReport:
-    """Outcome of one batch: applied items, stale items skipped, chunks written, and each
-    item's own outcome (``outcomes``, by ``id(item)``; an item of a doc that a later one of
-    the batch superseded has none)."""
-
-    applied: list[ApplyResult] = field(default_factory=list)
-    skipped: list[ApplyResult] = field(default_factory=list)
-    chunks_written: int = 0
-    failed: list[tuple[MemoryItem, MemdError]] = field(default_factory=list)
-    outcomes: dict[int, ItemOutcome] = field(default_factory=dict)
-    chunks_embedded: int = 0  # sent to the model
-    chunks_reused: int = 0  # kept a vector already stored (or embedded once for the whole batch)
-
-    def add(self, other: IngestReport) -> None:
-        """Fold another report of the same batch into this one."""
-        self.applied += other.applied
-        self.skipped += other.skipped
-        self.chunks_written += other.chunks_written
-        self.failed += other.failed
-        self.outcomes.update(other.outcomes)
-        self.chunks_embedded += other.chunks_embedded
-        self.chunks_reused += other.chunks_reused
 
 
 class _SplitGroup(Exception):
@@ -72,69 +45,9 @@ class _SplitGroup(Exception):
         self.cause = cause
 
 
-def coalesce(items: Sequence[MemoryItem]) -> list[MemoryItem]:
-    """Keep one item per doc: the highest version, or the last one when unversioned.
-
-    Only the final state of a doc matters, and a version at or below the stored one is
-    ignored anyway, so earlier items of the same doc in a batch need no work at all.
-    Order of first appearance is kept.
-    """
-    best: dict[tuple[str, str], MemoryItem] = {}
-    for item in items:
-        cur = best.get((item.tenant, item.doc_id))
-        if cur is None or item.version is None or (cur.version is not None and item.version > cur.version):
-            best[(item.tenant, item.doc_id)] = item
-    return list(best.values())
-
-
 #: Documents up to this many tokens are chunked on the event loop (~6 ms at most); longer
 #: ones in a thread, which costs a hop that short turns need not pay.
 _INLINE_CHUNKING_TOKENS = 5_000
-
-
-def embedding_groups(sizes: Sequence[int], target: int) -> list[range]:
-    """Split a batch's docs, in order, into groups of about ``target`` chunks each.
-
-    A group is closed as soon as it holds ``target`` chunks or more, so a doc is never
-    split and only the last group may be smaller. Docs without chunks (deletes) ride
-    along with their neighbours.
-
-    Args:
-        sizes: the number of chunks of each doc.
-        target: chunks per group (at least 1).
-
-    Returns:
-        Consecutive index ranges covering every doc; empty for an empty batch.
-    """
-    groups: list[range] = []
-    start, chunks = 0, 0
-    for i, n in enumerate(sizes):
-        chunks += n
-        if chunks >= max(target, 1):
-            groups.append(range(start, i + 1))
-            start, chunks = i + 1, 0
-    if start < len(sizes):
-        groups.append(range(start, len(sizes)))
-    return groups
-
-
-class ChangeHook(Protocol[P]):
-    """Follow-up work on every applied change (the graph layer), in two steps.
-
-    ``prepare`` is the CPU-heavy part (entity extraction) for a group of changes: the
-    Ingestor runs it while the same group is being embedded, so the two models work on
-    both cores at once instead of one after the other. ``apply`` writes one doc's result;
-    it is called right after that doc's chunks are stored, and before the batch returns
-    (so before its offsets are committed).
-    """
-
-    async def prepare(self, changes: Sequence[tuple[MemoryItem, Sequence[ChunkRecord]]]) -> Sequence[P]:
-        """One result per change, in order; must not write anything."""
-        ...
-
-    async def apply(self, item: MemoryItem, prepared: P) -> object:
-        """Write one change's prepared result (idempotent: it may be handed on again)."""
-        ...
 
 
 class Ingestor:
@@ -162,27 +75,8 @@ class Ingestor:
         )
 
     async def _retrying(self, what: str, fn: Callable[[], Awaitable[T]]) -> T:
-        """Retry ``fn`` with exponential backoff while Redis is unavailable, or refuses us.
-
-        Gives up only when the daemon is stopping, so offsets are never committed past
-        data that is not in Redis. A refusal (a password rotated, an ACL that lost a
-        command, e.g. WATCH) is the deployment's, not the event's: waited out, loudly,
-        instead of dead-lettering every event until an operator fixes it.
-        """
-        delay = self._cfg.retry_initial_s
-        attempt = 0
-        while True:
-            try:
-                return await fn()
-            except (BackendUnavailable, Unauthorized) as exc:
-                attempt += 1
-                if self.stopping.is_set():
-                    raise
-                emit = log.error if isinstance(exc, Unauthorized) else log.warning
-                emit("ingest.backend_retried", what=what, attempt=attempt, delay_s=delay, error=str(exc))
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.stopping.wait(), timeout=delay)
-                delay = min(delay * 2, self._cfg.retry_max_s)
+        """Retry ``fn`` while Redis is unavailable, or refuses us, until the daemon is stopping."""
+        return await retry_while_unavailable(what, fn, stopping=self.stopping, cfg=self._cfg)
 
     async def _chunks(self, item: MemoryItem, version: int) -> list[ChunkRecord]:
         offsets = await self._embedder.token_offsets(item.content)
@@ -310,84 +204,6 @@ class Ingestor:
             raise vectors
         return vectors, prepared, analyses
 
-    async def _write(
-        self,
-        items: Sequence[MemoryItem],
-        chunks: Sequence[list[ChunkRecord]],
-        vectors: np.ndarray | MemdError,
-        prepared: Sequence[Any],
-        analyses: Sequence[Analysis],
-        report: IngestReport,
-    ) -> None:
-        """Store the docs of a group, a few at a time, and hand each to the hook in order.
-
-        Docs of one batch are distinct (``coalesce``), so their writes commute; writing
-        them concurrently hides Redis round trips (six per doc) behind each other. The hook
-        still sees doc after doc, each only once its own chunks are stored.
-        """
-        if isinstance(vectors, MemdError):
-            report.failed.extend((item, vectors) for item in items)
-            return
-        hook = self._hook
-        gate = asyncio.Semaphore(self._cfg.write_concurrency)
-
-        async def store(
-            item: MemoryItem, doc_chunks: list[ChunkRecord], vecs: np.ndarray, an: Sequence[Analysis]
-        ) -> ApplyResult:
-            async with gate:
-                return await self._retrying(
-                    "chunk write",
-                    lambda: self._index.apply(item.doc_id, item.version, doc_chunks, vecs, item.tenant, an),
-                )
-
-        writes: list[asyncio.Future[ApplyResult]] = []
-        offset = 0
-        for item, doc_chunks in zip(items, chunks, strict=True):
-            vecs = vectors[offset : offset + len(doc_chunks)] if doc_chunks else np.zeros((0, 1), np.float32)
-            doc_analyses = analyses[offset : offset + len(doc_chunks)]
-            offset += len(doc_chunks)
-            writes.append(asyncio.ensure_future(store(item, doc_chunks, vecs, doc_analyses)))
-        try:
-            for item, write, ready in zip(items, writes, prepared, strict=True):
-                try:
-                    result = await write
-                except MemdError as exc:
-                    if exc.retryable:
-                        raise
-                    report.failed.append((item, exc))
-                    log.error("ingest.doc_failed", doc_id=item.doc_id, code=exc.code, error=str(exc))
-                    continue
-                # The same version found already stored is indexed too (an earlier delivery wrote it).
-                same = item.version is not None and result.stored_version == item.version
-                report.outcomes[id(item)] = ItemOutcome(
-                    "indexed" if result.applied or same else "ignored",
-                    chunks=result.chunks if result.applied else None,
-                    stored_version=result.stored_version,
-                )
-                if result.applied:
-                    report.applied.append(result)
-                    report.chunks_written += result.chunks
-                    log.info(
-                        "ingest.doc_applied", doc_id=item.doc_id, op=item.op, version=item.version, chunks=result.chunks
-                    )
-                else:
-                    report.skipped.append(result)
-                    log.info(
-                        "ingest.stale_skipped", doc_id=item.doc_id, version=item.version, stored=result.stored_version
-                    )
-                # This very version found already stored is a write whose success went
-                # unseen (a reply lost to a timeout, then retried; another daemon that
-                # wrote it and died before its hook): its graph work may never have run,
-                # so it is handed on too. The hook's own version check makes that a no-op
-                # when it did.
-                if hook is not None and (result.applied or same):
-                    await self._retrying("change hook", lambda item=item, ready=ready: hook.apply(item, ready))  # type: ignore[misc]
-        finally:
-            # On the way out with an error: no write of this group keeps running unobserved.
-            for w in writes:
-                w.cancel()
-            await asyncio.gather(*writes, return_exceptions=True)
-
     async def apply(self, items: Sequence[MemoryItem]) -> IngestReport:
         """Apply a batch of items in order of their docs' first appearance.
 
@@ -407,7 +223,7 @@ class Ingestor:
         """
         with self.activity.batch():
             asked_forgets = [i for i in items if i.op == "forget"]
-            items, forgets = await self._expand_forgets(items)
+            items, forgets = await expand_forgets(items, index=self._index, retrying=self._retrying)
             report = await self._apply(items)
             tried = {id(i) for i in coalesce(items)}
             just_failed = report.failed
@@ -424,55 +240,8 @@ class Ingestor:
                 more = await self._apply(rest)
                 report.add(more)
                 just_failed = more.failed
-            if forgets:
-                # A delete a forget stood for failed: the forget (the event) failed, once.
-                by_event: dict[int, tuple[MemoryItem, MemdError]] = {}
-                for item, exc in report.failed:
-                    origin = forgets.get(id(item), item)
-                    by_event.setdefault(id(origin), (origin, exc))
-                report.failed = list(by_event.values())
-                for delete_id in forgets:
-                    report.outcomes.pop(delete_id, None)
-            # A forget that covered nothing (an empty session, a redelivery) did all it had to.
-            failed_now = {id(i) for i, _ in report.failed}
-            for forget in asked_forgets:
-                if id(forget) not in failed_now:
-                    report.outcomes[id(forget)] = ItemOutcome("indexed", chunks=0)
+            fold_forgets(report, forgets, asked_forgets)
             return report
-
-    async def _expand_forgets(self, items: Sequence[MemoryItem]) -> tuple[list[MemoryItem], dict[int, MemoryItem]]:
-        """Each ``forget`` replaced, in its place, by a delete of every doc it covers: those
-        stored (listed by their tags) and those earlier in this batch (not written yet).
-        Returns the items and, for each delete made, the forget it stands for.
-
-        A later item of a forgotten doc in the batch still applies after the delete, as
-        the turn of a session that goes on after the forget.
-        """
-        if not any(i.op == "forget" for i in items):
-            return list(items), {}
-        out: list[MemoryItem] = []
-        origin: dict[int, MemoryItem] = {}
-        for item in items:
-            if item.op != "forget":
-                out.append(item)
-                continue
-            stored = await self._retrying(
-                "forget listing",
-                lambda item=item: self._index.doc_ids_where(item.tenant, item.tags),  # type: ignore[misc]
-            )
-            # Stored docs are matched by their tags (exactly, in doc_ids_where), not by the id
-            # prefix: turns stored before ids were percent-encoded carry the same tags under
-            # another id. The batch's own turns are not stored yet: matched by prefix.
-            earlier = {i.doc_id for i in out if i.tenant == item.tenant and i.op == "upsert"}
-            covered = sorted(stored | {d for d in earlier if d.startswith(item.doc_id)})
-            log.info("ingest.forget", prefix=item.doc_id, docs=len(covered), tenant=item.tenant)
-            for doc_id in covered:
-                delete = MemoryItem(
-                    op="delete", doc_id=doc_id, version=None, kind=item.kind, tags=item.tags, tenant=item.tenant
-                )
-                origin[id(delete)] = item
-                out.append(delete)
-        return out, origin
 
     async def _apply(self, items: Sequence[MemoryItem]) -> IngestReport:
         report = IngestReport()
@@ -550,7 +319,20 @@ class Ingestor:
                 log.warning("ingest.group_split", docs=len(items_g), error=str(exc.cause))
                 todo_groups[:0] = [([item], [doc_chunks]) for item, doc_chunks in zip(items_g, chunks_g, strict=True)]
                 continue
-            writing = asyncio.ensure_future(self._write(items_g, chunks_g, vectors, prepared, analyses, report))
+            writing = asyncio.ensure_future(
+                write_group(
+                    items_g,
+                    chunks_g,
+                    vectors,
+                    prepared,
+                    analyses,
+                    report,
+                    index=self._index,
+                    hook=self._hook,
+                    retrying=self._retrying,
+                    concurrency=self._cfg.write_concurrency,
+                )
+            )
         if writing is not None:
             await writing
         report.chunks_embedded += await self._context.reconcile(live)

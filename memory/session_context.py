@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Any
 
 import numpy as np
 
@@ -25,14 +25,7 @@ from memory.conversation import (
 from memory.embedder import Embedder
 from memory.index import ChunkIndex, TurnEntry, vector_key
 from memory.records import ChunkRecord, MemoryItem
-
-T = TypeVar("T")
-
-
-class Retrying(Protocol):
-    """How the ingestor runs a Redis call: retried while Redis is unavailable."""
-
-    async def __call__(self, what: str, fn: Callable[[], Awaitable[T]]) -> T: ...
+from memory.retrying import Retrying
 
 
 def _turn(item: MemoryItem) -> TurnRef | None:

@@ -3,10 +3,14 @@
 The façade of the steps and their parts (``memory.generations`` has the model):
 
 - ``build``: one run, :class:`~daemon.reindex.build.Reindex`, whose methods are the steps
-  (its docstring lists them and says why each is there), and :func:`reindex` to start one;
+  but 6 and 7 (its docstring lists them and says why each is there), and :func:`reindex` to
+  start one;
+- ``slot``: the build slot, reserved, kept by a heartbeat, switched through and released;
 - ``replay``: the source topics read into the new generation;
 - ``summaries``: community summaries copied over at their fencing tokens;
 - ``completeness``: what the new generation lacks of the old, and copying it over;
+- ``handover``: after the switch, the catch-up and the old generation dropped or kept
+  (steps 6 and 7, :class:`~daemon.reindex.handover.Handover`);
 - ``repoint``: the graph re-pointed at new chunks; ``drop``: a kept generation dropped;
 - ``report``: the progress and the report a caller sees.
 """

@@ -1,38 +1,35 @@
-"""One reindex run, its steps a method each (:class:`Reindex`), and :func:`reindex` to start one."""
+"""One reindex run, its steps a method each (:class:`Reindex`), and :func:`reindex` to start one.
+
+The steps stand on the run's parts: the build slot (``slot``), the replay (``replay``), the
+summaries (``summaries``), the completeness check (``completeness``) and, once switched, the
+old generation's handover to the new one (``handover``, whose methods are steps 6 and 7).
+"""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import time
-import uuid
 from collections.abc import Callable
 
 import structlog
 from aiokafka.errors import KafkaError
 
 from daemon.connections import redis_client
-from daemon.reindex.completeness import _complete, _summaries, _why_missing, carry_mode
+from daemon.reindex.completeness import _complete, _losses_refused, _why_missing, carry_mode
+from daemon.reindex.handover import Handover
 from daemon.reindex.replay import _Replayer
 from daemon.reindex.repoint import repoint_graph
 from daemon.reindex.report import ReindexProgress, ReindexReport
+from daemon.reindex.slot import BuildSlot
 from daemon.reindex.summaries import _sync_communities
 from daemon.settings import Settings
-from daemon.teardown import bounded, cancelled
+from daemon.teardown import bounded
 from memory.embedder import SentenceTransformerEmbedder
-from memory.errors import BackendUnavailable, NotFound, ReindexConflict, ReindexWouldLose
+from memory.errors import BackendUnavailable
 from memory.generations import GenerationRegistry, index_spec
-from memory.index import ChunkIndex, DocState, translate_errors
+from memory.index import ChunkIndex
 from memory.ingest import Ingestor
 
 log = structlog.get_logger()
-
-HEARTBEAT_S = 10.0
-#: Seconds the drop of an unswitched build may take (a scan of the keyspace) before the
-#: slot is left to go stale instead.
-DROP_TIMEOUT_S = 600.0
-#: Tries of the catch-up after the switch, before the old generation is kept for safety.
-CATCH_UP_TRIES = 4
 
 
 async def reindex(
@@ -92,7 +89,8 @@ async def reindex(
 class Reindex:
     """One rebuild of the index from Kafka into generation N+1, then the switch to it.
 
-    :meth:`run` takes the steps in order, each a method (``memory.generations`` has the model):
+    :meth:`run` takes the steps in order, each a method of this class or, for 6 and 7, of its
+    :class:`~daemon.reindex.handover.Handover` (``memory.generations`` has the model):
 
     1. :meth:`reserve`: reserve the build slot in Redis (one reindex at a time across the
        deployment; a build whose heartbeat stopped is taken over and its leftovers dropped)
@@ -113,13 +111,14 @@ class Reindex:
        allowed.
     5. :meth:`switch`: one Redis script makes N+1 active and moves the alias. Writers read the
        active generation inside their WATCH transaction, so none can land in N afterwards.
-    6. :meth:`catch_up` (retried): replay again up to end offsets read *after* the switch,
-       re-listing topics first (a tenant onboarded mid-build), and sync summaries again.
-       Anything a live daemon wrote to N before the switch came from an event below those
-       offsets.
-    7. :meth:`drop_old`: drop generation N (unless asked to keep it), but only if N+1 now
-       covers every doc N holds: N takes no writes after the switch, so that check is exact.
-       Otherwise N is kept and the report says why.
+    6. :meth:`Handover.catch_up <daemon.reindex.handover.Handover.catch_up>` (retried): replay
+       again up to end offsets read *after* the switch, re-listing topics first (a tenant
+       onboarded mid-build), and sync summaries again. Anything a live daemon wrote to N
+       before the switch came from an event below those offsets.
+    7. :meth:`Handover.drop_old <daemon.reindex.handover.Handover.drop_old>`: drop generation N
+       (unless asked to keep it), but only if N+1 now covers every doc N holds: N takes no
+       writes after the switch, so that check is exact. Otherwise N is kept and the report
+       says why.
     8. :meth:`repoint`: after a chunking or model change, re-point the graph: every doc
        re-extracted from its new chunks, replaced at the same version (the graph is shared,
        not per generation).
@@ -151,16 +150,13 @@ class Reindex:
         self._allow_losses = allow_losses
         self._on_progress = on_progress
         self._started = started
-        self._owner = f"reindex-{uuid.uuid4().hex[:8]}"
         self.progress = ReindexProgress()
         self._redis = redis_client(settings)
         self._spec = index_spec(
             settings.index, model=settings.embedding.model, dims=embedder.dims, chunking=settings.chunking
         )
         self._registry = GenerationRegistry(self._redis, settings.index.name)
-        self._heartbeat: asyncio.Task[None] | None = None
-        self._stop_beating = asyncio.Event()
-        self._reserved = self._switched = False
+        self._slot = BuildSlot(self._registry)
         # Set by reserve(): the generations, and what the old one's spec allows.
         self._old = self._gen = 0
         self._rechunked = False
@@ -178,8 +174,9 @@ class Reindex:
             await self.copy_summaries()
             accepted = await self.check_completeness()
             await self.switch()
-            await self.catch_up()
-            dropped = await self.drop_old(accepted)
+            handover = self._handover()
+            await handover.catch_up()
+            dropped = await handover.drop_old(accepted)
             await self.repoint()
             return await self._finish(dropped)
         finally:
@@ -198,6 +195,24 @@ class Reindex:
         assert self._replayer is not None, "replay() creates it"
         return self._replayer
 
+    def _handover(self) -> Handover:
+        """Steps 6 and 7, after :meth:`switch`; what they do goes to this run's progress and errors."""
+        source, target = self._indexes()
+        return Handover(
+            registry=self._registry,
+            source=source,
+            target=target,
+            replayer=self._replaying(),
+            embedder=self._embedder,
+            carry=self._carry,
+            old=self._old,
+            gen=self._gen,
+            keep_old=self._keep_old,
+            progress=self.progress,
+            report=self._report,
+            errors=self._errors,
+        )
+
     # -- 1. reserve ----------------------------------------------------------------------
 
     async def reserve(self) -> None:
@@ -208,16 +223,8 @@ class Reindex:
             NotFound: the index has no generation yet.
             ReindexConflict: another reindex holds the slot.
         """
-        async with translate_errors("reindex start"):
-            state = await self._registry.state()
-        if state.active == 0:
-            raise NotFound(f"index {self._s.index.name!r} has no generation yet: start the daemon once to create it")
-        async with translate_errors("reindex reservation"):
-            self._gen, abandoned = await self._registry.reserve(self._owner)
-        self._reserved = True
-        async with translate_errors("reindex start"):  # a reindex may have switched meanwhile
-            state = await self._registry.state()
-        self._old = state.active
+        state, abandoned = await self._slot.reserve()
+        self._gen, self._old = self._slot.generation, state.active
         spec = self._spec
         # Chunk boundaries come from the model's tokenizer too.
         self._rechunked = state.spec is None or (state.spec.model, state.spec.max_tokens, state.spec.overlap) != (
@@ -234,38 +241,16 @@ class Reindex:
             index=self._s.index.name,
             old_generation=self._old,
             generation=self._gen,
-            owner=self._owner,
+            owner=self._slot.owner,
         )
-        if abandoned and abandoned != self._old:
-            await self._drop_abandoned(abandoned)
-        self._heartbeat = asyncio.create_task(self._beat())
         dims = self._embedder.dims
+        if abandoned and abandoned != self._old:
+            left = ChunkIndex(client=self._redis, cfg=self._s.index, dims=dims, generation=abandoned)
+            await self._slot.drop_abandoned(abandoned, left)
+        self._slot.start_heartbeat()
         self._target = ChunkIndex(client=self._redis, cfg=self._s.index, dims=dims, spec=spec, generation=self._gen)
         self._source = ChunkIndex(client=self._redis, cfg=self._s.index, dims=dims, spec=spec, generation=self._old)
         await self._target.ensure()
-
-    async def _drop_abandoned(self, abandoned: int) -> None:
-        # A reindex that died mid-build left its generation's index and keys behind
-        # (one that died after its switch left the active one: that stays).
-        log.warning("reindex.abandoned_build_dropped", generation=abandoned)
-        with contextlib.suppress(ReindexConflict):  # only its notes: it is neither active nor building
-            await self._registry.unregister(abandoned)
-        await ChunkIndex(client=self._redis, cfg=self._s.index, dims=self._embedder.dims, generation=abandoned).drop()
-
-    async def _beat(self) -> None:
-        # The flag as well as the cancellation: a cancellation swallowed somewhere in a
-        # client library would otherwise leave this loop beating after the reindex ended.
-        while not self._stop_beating.is_set():
-            await asyncio.sleep(HEARTBEAT_S)
-            if self._stop_beating.is_set():
-                return
-            try:
-                async with translate_errors("reindex heartbeat"):
-                    await self._registry.heartbeat(self._owner)
-            except BackendUnavailable as exc:
-                # A blip must not end the build: the slot only goes stale after
-                # STALE_BUILD_S without a beat, and the next beat retries.
-                log.warning("reindex.heartbeat_failed", error=str(exc))
 
     # -- 2. replay -----------------------------------------------------------------------
 
@@ -297,9 +282,7 @@ class Reindex:
         self.progress.phase = "copying summaries"
         self._report()
         self.progress.communities = await _sync_communities(source, target, self._embedder)
-        assert self._heartbeat is not None
-        if self._heartbeat.done():  # the slot was lost while replaying
-            self._heartbeat.result()
+        self._slot.check()  # raises if the slot was lost while replaying
 
     # -- 4. check completeness -----------------------------------------------------------
 
@@ -329,12 +312,7 @@ class Reindex:
         missing, self.progress.carried = await _complete(source, target, snapshot, self._carry)
         lost = _why_missing(missing, replayer.failed)
         if lost and not self._allow_losses:
-            shown = "; ".join(f"{d} ({why})" for d, why in list(lost.items())[:10])
-            raise ReindexWouldLose(
-                f"{len(lost)} doc(s) served by generation {self._old} are not in the new build, so the switch would "
-                f"lose them: {shown}{' ...' if len(lost) > 10 else ''}. Nothing was switched; republish, fix or "
-                "delete them, or pass --allow-losses"
-            )
+            raise _losses_refused(lost, self._old)
         if lost:
             log.warning("reindex.losses_allowed", lost=len(lost), docs=list(lost)[:50])
         return set(missing)
@@ -349,122 +327,11 @@ class Reindex:
         """
         self.progress.phase = "switching"
         self._report()
-        try:
-            async with translate_errors("reindex switch"):
-                await self._registry.switch(self._owner, self._gen, self._spec)
-        except BackendUnavailable:
-            # The reply may be what was lost, not the switch: never treat the live
-            # generation as an unswitched build (release() would drop it).
-            if await _went_live(self._registry, self._gen) is not True:
-                raise
-        self._switched = self._replaying().switched = True
+        await self._slot.switch(self._spec)
+        self._replaying().switched = True
         log.info("reindex.switched", index=self._s.index.name, old_generation=self._old, generation=self._gen)
 
-    # -- 6. catch up ---------------------------------------------------------------------
-
-    async def catch_up(self) -> None:
-        """Replay again up to end offsets read after the switch (retried); failures are reported."""
-        replayer = self._replaying()
-        self.progress.phase = "catching up"
-        self._report()
-        for attempt in range(CATCH_UP_TRIES):
-            try:
-                await replayer.replay_to_end()
-                break
-            except (KafkaError, BackendUnavailable) as exc:
-                log.warning("reindex.catch_up_retry", attempt=attempt + 1, error=str(exc))
-                if attempt == CATCH_UP_TRIES - 1:
-                    self._errors.append(f"catch-up after the switch failed: {exc}")
-                    log.error("reindex.catch_up_failed", error=str(exc))
-                else:
-                    await asyncio.sleep(2.0**attempt)
-            except Exception as exc:  # the switch is done: report it, and keep N (drop_old)
-                self._errors.append(f"catch-up after the switch failed: {type(exc).__name__}: {exc}")
-                log.error("reindex.catch_up_failed", error=str(exc))
-                break
-        if replayer.failed_after_switch:
-            self._errors.append(
-                f"{len(replayer.failed_after_switch)} doc(s) failed in the catch-up after the switch: "
-                + ", ".join(sorted(replayer.failed_after_switch)[:10])
-            )
-
-    # -- 7. drop the old generation ------------------------------------------------------
-
-    async def drop_old(self, accepted: set[tuple[str, str]]) -> bool:
-        """Drop N if N+1 holds everything N does (but the ``accepted`` losses); else keep it.
-
-        Returns:
-            Whether N was dropped.
-        """
-        unexpected = [k for k in await self._still_short() if k not in accepted]
-        if unexpected:
-            await self._mark_old_kept(unexpected)
-            return False
-        return await self._drop_old_generation()
-
-    async def _still_short(self) -> list[tuple[str, str]]:
-        """What N+1 lacks of N, after copying over what it can; unknown counts as lacking."""
-        # N takes no writes since the switch: this check is exact. N is dropped only if N+1
-        # holds everything N does, summaries and tombstones included (but the losses allowed
-        # before the switch); what N+1 lacks is copied over first where it can be.
-        source, target = self._indexes()
-        try:
-            held = await source.doc_versions()
-            await self._sync_summaries_again(held)
-            short, copied = await _complete(source, target, held, self._carry)
-            self.progress.carried += copied
-            short += await target.behind(_summaries(held))
-        except Exception as exc:  # unknown is not complete: N stays
-            self._errors.append(f"could not bring the new generation level with the old: {type(exc).__name__}: {exc}")
-            log.error("reindex.final_check_failed", error=str(exc))
-            short = [("?", "?")]
-        return short
-
-    async def _sync_summaries_again(self, held: dict[tuple[str, str], DocState]) -> None:
-        source, target = self._indexes()
-        for attempt in range(CATCH_UP_TRIES):
-            try:
-                self.progress.communities += await _sync_communities(source, target, self._embedder, held)
-                return
-            except (KafkaError, BackendUnavailable) as exc:
-                if attempt == CATCH_UP_TRIES - 1:
-                    raise
-                log.warning("reindex.summary_sync_retry", attempt=attempt + 1, error=str(exc))
-                await asyncio.sleep(2.0**attempt)
-
-    async def _mark_old_kept(self, unexpected: list[tuple[str, str]]) -> None:
-        old = self._old
-        shown = ", ".join(f"{t}/{d}" for t, d in unexpected[:10])
-        why = (
-            f"{len(unexpected)} doc(s) it holds are missing or older in generation {self._gen} ({shown}); they are "
-            f"still in generation {old}'s keys"
-        )
-        self._errors.append(f"generation {old} was kept: {why}. Run `agentmemd reindex` again once the cause is fixed")
-        log.error("reindex.old_generation_kept", generation=old, missing=len(unexpected))
-        with contextlib.suppress(Exception):  # doctor shows it, and warns against dropping it
-            await self._registry.mark_kept(old, why)
-
-    async def _drop_old_generation(self) -> bool:
-        source, _ = self._indexes()
-        try:
-            async with translate_errors("reindex final check"):
-                await self._registry.unmark_kept(self._old)
-            if self._keep_old:
-                return False
-            self.progress.phase = "dropping the old generation"
-            self._report()
-            # Its registry notes go with it, as drop-generation's do (an operator found a
-            # spec entry left behind by every reindex).
-            await self._registry.unregister(self._old)
-            await source.drop()
-            return True
-        except Exception as exc:  # the switch is done: reported, never a failed command
-            self._errors.append(
-                f"generation {self._old} could not be dropped ({type(exc).__name__}: {exc}); "
-                f"run `agentmemd drop-generation {self._old}`"
-            )
-            log.error("reindex.old_generation_drop_failed", generation=self._old, error=str(exc))
-            return False
+    # -- 6. catch up, 7. drop the old generation: the Handover's -------------------------
 
     # -- 8. re-point the graph -----------------------------------------------------------
 
@@ -515,40 +382,9 @@ class Reindex:
         Each step is bounded: the work is done (or has failed) and was reported, so a close
         hanging in a client library must not keep the command from returning.
         """
-        self._stop_beating.set()
-        if self._heartbeat is not None:
-            await cancelled("reindex heartbeat", self._heartbeat)
-        build_left = await self._drop_unswitched()
-        if self._reserved and not build_left:
-            await bounded("release the build slot", self._registry.release(self._owner))
+        await self._slot.release(self._target)
         if self._replayer is not None:
             await bounded("stop the replay consumer", self._replayer.consumer.stop())
         await bounded("close redis", self._redis.aclose())
         if self._owns_embedder:
             self._embedder.close()
-
-    async def _drop_unswitched(self) -> bool:
-        """Leave no trace of a build that was not switched to; returns whether some is left."""
-        if self._switched or self._target is None:
-            return False
-        # A drop that fails or runs long keeps the slot: its heartbeat goes stale, and the next
-        # reindex's reservation reports the build as abandoned and drops it (never the active
-        # generation: when it cannot be read whether the build went live after all, the slot
-        # is kept too).
-        live = await _went_live(self._registry, self._gen)
-        if live is None:
-            return True
-        if live:
-            return False
-        return not await bounded("drop the unswitched build", self._target.drop(), seconds=DROP_TIMEOUT_S)
-
-
-async def _went_live(registry: GenerationRegistry, gen: int) -> bool | None:
-    """Whether ``gen`` is the active generation (a switch whose reply was lost); ``None``
-    when that cannot be read either."""
-    try:
-        async with translate_errors("reindex switch check"):
-            return (await registry.state()).active == gen
-    except Exception as exc:
-        log.warning("reindex.switch_unknown", generation=gen, error=str(exc))
-        return None

@@ -3,6 +3,7 @@ those it can (pure selections, and the copies they lead to)."""
 
 from __future__ import annotations
 
+from memory.errors import ReindexWouldLose
 from memory.generations import IndexSpec
 from memory.index import ChunkIndex, DocState
 from memory.records import COMMUNITY_PREFIX
@@ -84,3 +85,14 @@ async def _carry_over(
 def _why_missing(keys: list[tuple[str, str]], failed: dict[tuple[str, str], str]) -> dict[str, str]:
     """``tenant/doc_id`` -> why the new generation lacks it."""
     return {f"{t}/{d}": failed.get((t, d), NOT_REPLAYED) for t, d in keys}
+
+
+def _losses_refused(lost: dict[str, str], old: int) -> ReindexWouldLose:
+    """The refusal to switch away from generation ``old`` while the new one lacks the docs
+    ``lost`` (``tenant/doc_id`` -> why, :func:`_why_missing`)."""
+    shown = "; ".join(f"{d} ({why})" for d, why in list(lost.items())[:10])
+    return ReindexWouldLose(
+        f"{len(lost)} doc(s) served by generation {old} are not in the new build, so the switch would "
+        f"lose them: {shown}{' ...' if len(lost) > 10 else ''}. Nothing was switched; republish, fix or "
+        "delete them, or pass --allow-losses"
+    )

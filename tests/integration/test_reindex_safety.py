@@ -19,8 +19,9 @@ import pytest
 from aiokafka.errors import KafkaConnectionError
 
 import daemon.reindex as reindex_mod
-import daemon.reindex.build as build_mod
+import daemon.reindex.handover as handover_mod
 import daemon.reindex.replay as replay_mod
+import daemon.reindex.slot as slot_mod
 from daemon.launcher import free_port, start_tansu
 from daemon.topics import ensure_topics
 from memory.config import ChunkingConfig
@@ -296,7 +297,7 @@ async def test_a_failed_catch_up_never_loses_what_the_live_daemons_wrote(
         await real(self)
 
     monkeypatch.setattr(replay_mod._Replayer, "replay_to_end", flaky)
-    monkeypatch.setattr(build_mod, "CATCH_UP_TRIES", 2)
+    monkeypatch.setattr(handover_mod, "CATCH_UP_TRIES", 2)
 
     rep = await reindex(settings)
 
@@ -380,7 +381,7 @@ async def test_a_heartbeat_blip_keeps_the_build_and_an_abandoned_build_is_droppe
         await real_beat(self, owner)
 
     monkeypatch.setattr(GenerationRegistry, "heartbeat", blip)
-    monkeypatch.setattr(build_mod, "HEARTBEAT_S", 0.02)
+    monkeypatch.setattr(slot_mod, "HEARTBEAT_S", 0.02)
     rep = await reindex(settings)
     await daemon.index.state(fresh=True)  # the daemon's 1 s cache of the active generation
     assert beats >= 2 and rep.old_dropped and rep.errors == [], rep
@@ -411,7 +412,7 @@ async def test_a_summary_removed_in_the_check_window_stays_removed(env: Any, mon
             assert (await daemon.index.apply(cid, token, [], np.zeros((0, 1), np.float32))).applied
 
     monkeypatch.setattr(replay_mod._Replayer, "replay_to_end", flaky)
-    monkeypatch.setattr(build_mod, "CATCH_UP_TRIES", 1)
+    monkeypatch.setattr(handover_mod, "CATCH_UP_TRIES", 1)
     rep = await reindex(settings)
     await daemon.index.state(fresh=True)
     assert rep.old_dropped and any("catch-up after the switch failed" in e for e in rep.errors), rep

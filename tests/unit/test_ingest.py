@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from memory.ingest import embedding_groups
+from memory.batch_plan import embedding_groups
 
 
 @pytest.mark.parametrize(

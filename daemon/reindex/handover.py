@@ -1,0 +1,168 @@
+"""After the switch, the old generation hands over to the new one: the catch-up, then the old
+one dropped only if the new one holds everything it does, else kept with the reason.
+
+These are steps 6 and 7 of a reindex (:class:`~daemon.reindex.build.Reindex`). The switch is
+done, so nothing here is rolled back: each failure goes to the run's ``errors``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+
+import structlog
+from aiokafka.errors import KafkaError
+
+from daemon.reindex.completeness import _complete, _summaries
+from daemon.reindex.replay import _Replayer
+from daemon.reindex.report import ReindexProgress
+from daemon.reindex.summaries import _sync_communities
+from memory.embedder import SentenceTransformerEmbedder
+from memory.errors import BackendUnavailable
+from memory.generations import GenerationRegistry
+from memory.index import ChunkIndex, DocState, translate_errors
+
+log = structlog.get_logger()
+
+#: Tries of the catch-up after the switch, before the old generation is kept for safety.
+CATCH_UP_TRIES = 4
+
+
+class Handover:
+    """Generation ``old`` (``source``) handing over to ``gen`` (``target``), now active.
+
+    It holds no state of its own: what it does goes to the run's ``progress`` (announced
+    with ``report``) and ``errors``.
+    """
+
+    def __init__(
+        self,
+        *,
+        registry: GenerationRegistry,
+        source: ChunkIndex,
+        target: ChunkIndex,
+        replayer: _Replayer,
+        embedder: SentenceTransformerEmbedder,
+        carry: str | None,
+        old: int,
+        gen: int,
+        keep_old: bool,
+        progress: ReindexProgress,
+        report: Callable[[], None],
+        errors: list[str],
+    ) -> None:
+        self._registry = registry
+        self._source = source
+        self._target = target
+        self._replayer = replayer
+        self._embedder = embedder
+        self._carry = carry
+        self._old = old
+        self._gen = gen
+        self._keep_old = keep_old
+        self._progress = progress
+        self._report = report
+        self._errors = errors
+
+    async def catch_up(self) -> None:
+        """Replay again up to end offsets read after the switch (retried); failures are reported."""
+        replayer = self._replayer
+        self._progress.phase = "catching up"
+        self._report()
+        for attempt in range(CATCH_UP_TRIES):
+            try:
+                await replayer.replay_to_end()
+                break
+            except (KafkaError, BackendUnavailable) as exc:
+                log.warning("reindex.catch_up_retry", attempt=attempt + 1, error=str(exc))
+                if attempt == CATCH_UP_TRIES - 1:
+                    self._errors.append(f"catch-up after the switch failed: {exc}")
+                    log.error("reindex.catch_up_failed", error=str(exc))
+                else:
+                    await asyncio.sleep(2.0**attempt)
+            except Exception as exc:  # the switch is done: report it, and keep N (drop_old)
+                self._errors.append(f"catch-up after the switch failed: {type(exc).__name__}: {exc}")
+                log.error("reindex.catch_up_failed", error=str(exc))
+                break
+        if replayer.failed_after_switch:
+            self._errors.append(
+                f"{len(replayer.failed_after_switch)} doc(s) failed in the catch-up after the switch: "
+                + ", ".join(sorted(replayer.failed_after_switch)[:10])
+            )
+
+    async def drop_old(self, accepted: set[tuple[str, str]]) -> bool:
+        """Drop N if N+1 holds everything N does (but the ``accepted`` losses); else keep it.
+
+        Returns:
+            Whether N was dropped.
+        """
+        unexpected = [k for k in await self._still_short() if k not in accepted]
+        if unexpected:
+            await self._mark_old_kept(unexpected)
+            return False
+        return await self._drop_old_generation()
+
+    async def _still_short(self) -> list[tuple[str, str]]:
+        """What N+1 lacks of N, after copying over what it can; unknown counts as lacking."""
+        # N takes no writes since the switch: this check is exact. N is dropped only if N+1
+        # holds everything N does, summaries and tombstones included (but the losses allowed
+        # before the switch); what N+1 lacks is copied over first where it can be.
+        source, target = self._source, self._target
+        try:
+            held = await source.doc_versions()
+            await self._sync_summaries_again(held)
+            short, copied = await _complete(source, target, held, self._carry)
+            self._progress.carried += copied
+            short += await target.behind(_summaries(held))
+        except Exception as exc:  # unknown is not complete: N stays
+            self._errors.append(f"could not bring the new generation level with the old: {type(exc).__name__}: {exc}")
+            log.error("reindex.final_check_failed", error=str(exc))
+            short = [("?", "?")]
+        return short
+
+    async def _sync_summaries_again(self, held: dict[tuple[str, str], DocState]) -> None:
+        source, target = self._source, self._target
+        for attempt in range(CATCH_UP_TRIES):
+            try:
+                self._progress.communities += await _sync_communities(source, target, self._embedder, held)
+                return
+            except (KafkaError, BackendUnavailable) as exc:
+                if attempt == CATCH_UP_TRIES - 1:
+                    raise
+                log.warning("reindex.summary_sync_retry", attempt=attempt + 1, error=str(exc))
+                await asyncio.sleep(2.0**attempt)
+
+    async def _mark_old_kept(self, unexpected: list[tuple[str, str]]) -> None:
+        old = self._old
+        shown = ", ".join(f"{t}/{d}" for t, d in unexpected[:10])
+        why = (
+            f"{len(unexpected)} doc(s) it holds are missing or older in generation {self._gen} ({shown}); they are "
+            f"still in generation {old}'s keys"
+        )
+        self._errors.append(f"generation {old} was kept: {why}. Run `agentmemd reindex` again once the cause is fixed")
+        log.error("reindex.old_generation_kept", generation=old, missing=len(unexpected))
+        with contextlib.suppress(Exception):  # doctor shows it, and warns against dropping it
+            await self._registry.mark_kept(old, why)
+
+    async def _drop_old_generation(self) -> bool:
+        source = self._source
+        try:
+            async with translate_errors("reindex final check"):
+                await self._registry.unmark_kept(self._old)
+            if self._keep_old:
+                return False
+            self._progress.phase = "dropping the old generation"
+            self._report()
+            # Its registry notes go with it, as drop-generation's do (an operator found a
+            # spec entry left behind by every reindex).
+            await self._registry.unregister(self._old)
+            await source.drop()
+            return True
+        except Exception as exc:  # the switch is done: reported, never a failed command
+            self._errors.append(
+                f"generation {self._old} could not be dropped ({type(exc).__name__}: {exc}); "
+                f"run `agentmemd drop-generation {self._old}`"
+            )
+            log.error("reindex.old_generation_drop_failed", generation=self._old, error=str(exc))
+            return False

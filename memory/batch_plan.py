@@ -1,0 +1,49 @@
+"""How a batch is cut into work: one item per doc (``coalesce``), then groups of about a
+target number of chunks, embedded one after the other (``embedding_groups``). Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from memory.records import MemoryItem
+
+
+def coalesce(items: Sequence[MemoryItem]) -> list[MemoryItem]:
+    """Keep one item per doc: the highest version, or the last one when unversioned.
+
+    Only the final state of a doc matters, and a version at or below the stored one is
+    ignored anyway, so earlier items of the same doc in a batch need no work at all.
+    Order of first appearance is kept.
+    """
+    best: dict[tuple[str, str], MemoryItem] = {}
+    for item in items:
+        cur = best.get((item.tenant, item.doc_id))
+        if cur is None or item.version is None or (cur.version is not None and item.version > cur.version):
+            best[(item.tenant, item.doc_id)] = item
+    return list(best.values())
+
+
+def embedding_groups(sizes: Sequence[int], target: int) -> list[range]:
+    """Split a batch's docs, in order, into groups of about ``target`` chunks each.
+
+    A group is closed as soon as it holds ``target`` chunks or more, so a doc is never
+    split and only the last group may be smaller. Docs without chunks (deletes) ride
+    along with their neighbours.
+
+    Args:
+        sizes: the number of chunks of each doc.
+        target: chunks per group (at least 1).
+
+    Returns:
+        Consecutive index ranges covering every doc; empty for an empty batch.
+    """
+    groups: list[range] = []
+    start, chunks = 0, 0
+    for i, n in enumerate(sizes):
+        chunks += n
+        if chunks >= max(target, 1):
+            groups.append(range(start, i + 1))
+            start, chunks = i + 1, 0
+    if start < len(sizes):
+        groups.append(range(start, len(sizes)))
+    return groups

@@ -1,0 +1,63 @@
+"""How the ingestor runs a Redis call: retried with exponential backoff while Redis is
+unavailable or refuses us, until the daemon stops."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from typing import Protocol, TypeVar
+
+import structlog
+
+from memory.config import IngestConfig
+from memory.errors import BackendUnavailable, Unauthorized
+
+log = structlog.get_logger()
+
+T = TypeVar("T")
+
+
+class Retrying(Protocol):
+    """How the ingestor runs a Redis call: retried while Redis is unavailable."""
+
+    async def __call__(self, what: str, fn: Callable[[], Awaitable[T]]) -> T: ...
+
+
+async def retry_while_unavailable(
+    what: str, fn: Callable[[], Awaitable[T]], *, stopping: asyncio.Event, cfg: IngestConfig
+) -> T:
+    """Retry ``fn`` with exponential backoff while Redis is unavailable, or refuses us.
+
+    Gives up only when the daemon is stopping, so offsets are never committed past
+    data that is not in Redis. A refusal (a password rotated, an ACL that lost a
+    command, e.g. WATCH) is the deployment's, not the event's: waited out, loudly,
+    instead of dead-lettering every event until an operator fixes it.
+
+    Args:
+        what: what ``fn`` does, for the log.
+        fn: the call, made again on each try.
+        stopping: set when the daemon stops; the wait between tries ends with it.
+        cfg: the backoff's first and longest delays.
+
+    Returns:
+        What ``fn`` returned.
+
+    Raises:
+        BackendUnavailable: Redis is unavailable and ``stopping`` is set.
+        Unauthorized: Redis refuses us and ``stopping`` is set.
+    """
+    delay = cfg.retry_initial_s
+    attempt = 0
+    while True:
+        try:
+            return await fn()
+        except (BackendUnavailable, Unauthorized) as exc:
+            attempt += 1
+            if stopping.is_set():
+                raise
+            emit = log.error if isinstance(exc, Unauthorized) else log.warning
+            emit("ingest.backend_retried", what=what, attempt=attempt, delay_s=delay, error=str(exc))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stopping.wait(), timeout=delay)
+            delay = min(delay * 2, cfg.retry_max_s)
