@@ -1,0 +1,39 @@
+"""The daemon the latency benchmark asks: in this process, over a fresh index of synthetic docs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from _common import SyntheticText
+
+from daemon.app import start_daemon
+from memory.records import MemoryItem
+
+
+async def start_indexed(settings: Any, synth: SyntheticText, docs: int) -> tuple[Any, int]:
+    """A daemon in this process over a fresh index of ``docs`` synthetic docs; (daemon, chunks)."""
+    print("starting daemon ...", flush=True)
+    daemon = await start_daemon(settings)
+    try:
+        await daemon.index.drop()
+        await daemon.index.ensure()
+        items = [
+            MemoryItem(
+                op="upsert",
+                doc_id=f"lat/doc-{i:05d}",
+                version=1,
+                content=synth.paragraph(synth.rng.randint(40, 120)),
+                source=f"lat/doc-{i:05d}",
+                tags={"service": "bench-service", "environment": "bench"},
+            )
+            for i in range(docs)
+        ]
+        print(f"indexing {len(items)} docs through the daemon's Ingestor ...", flush=True)
+        for i in range(0, len(items), 64):
+            await daemon.ingestor.apply(items[i : i + 64])
+        chunks = await daemon.index.count()
+        print(f"{chunks} chunks indexed", flush=True)
+    except BaseException:
+        await daemon.stop()
+        raise
+    return daemon, chunks
