@@ -93,7 +93,8 @@ async def run(args: argparse.Namespace) -> None:
     from memory.index import ChunkIndex
     from memory.ingest import Ingestor
     from memory.records import MemoryItem
-    from memory.retrieval import Retriever, SearchSpec
+    from memory.retrieval import Retriever
+    from memory.search_spec import SearchSpec
 
     docs = corpus()
     rng = random.Random(7)

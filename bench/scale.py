@@ -46,7 +46,8 @@ from memory.config import EmbeddingConfig, IndexConfig, RetrievalConfig
 from memory.embedder import SentenceTransformerEmbedder
 from memory.index import ChunkIndex
 from memory.records import ChunkRecord
-from memory.retrieval import Retriever, SearchSpec
+from memory.retrieval import Retriever
+from memory.search_spec import SearchSpec
 
 BENCH = "scale"
 SERVICES = ["billing-service", "auth-service", "search-api", "ledger-service", "orders-service"]

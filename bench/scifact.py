@@ -62,7 +62,8 @@ from memory.embedder import SentenceTransformerEmbedder
 from memory.index import ChunkIndex
 from memory.ingest import Ingestor
 from memory.records import MemoryItem
-from memory.retrieval import Retriever, SearchSpec
+from memory.retrieval import Retriever
+from memory.search_spec import SearchSpec
 
 BENCH = "scifact"
 DENSE_SPARSE = {"dense_weight", "sparse_weight"}

@@ -31,7 +31,8 @@ from memory.conversation import parse_turn
 from memory.errors import EmbedderError, InvalidRequest, MemdError, NotFound
 from memory.index import IndexError_, QuerySyntaxError
 from memory.records import DEFAULT_TENANT, StoredChunk
-from memory.retrieval import Lookup, SearchHit, SearchOutcome, SearchSpec
+from memory.search_results import Lookup, SearchHit, SearchOutcome
+from memory.search_spec import SearchSpec
 
 log = structlog.get_logger()
 

@@ -7,7 +7,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Literal
 
 from graph.store import GraphStore
-from memory.retrieval import Lookup, Retriever, SearchOutcome, SearchSpec
+from memory.retrieval import Retriever
+from memory.search_results import Lookup, SearchOutcome
+from memory.search_spec import SearchSpec
 
 Scope = Literal["chunks", "communities", "all"]
 

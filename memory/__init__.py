@@ -18,7 +18,9 @@ if TYPE_CHECKING:
     from memory.ingest import Ingestor
     from memory.ingest_report import IngestReport
     from memory.records import ApplyResult, ChunkRecord, MemoryItem, StoredChunk
-    from memory.retrieval import Retriever, SearchHit, SearchOutcome, SearchSpec
+    from memory.retrieval import Retriever
+    from memory.search_results import SearchHit, SearchOutcome
+    from memory.search_spec import SearchSpec
 
 # Names load on first use, so importing one light piece (the client, a config model) does not
 # pull in the rest (the model, Redis search, FastStream).
@@ -46,9 +48,9 @@ _HOMES: dict[str, str] = {
     "NotFound": "memory.errors",
     "RetrievalConfig": "memory.config",
     "Retriever": "memory.retrieval",
-    "SearchHit": "memory.retrieval",
-    "SearchOutcome": "memory.retrieval",
-    "SearchSpec": "memory.retrieval",
+    "SearchHit": "memory.search_results",
+    "SearchOutcome": "memory.search_results",
+    "SearchSpec": "memory.search_spec",
     "SentenceTransformerEmbedder": "memory.embedder",
     "StoredChunk": "memory.records",
     "background_wait": "memory.activity",

@@ -44,7 +44,7 @@ NEIGHBOUR_CHARS = 400
 VECTOR_CONTEXT_MAX_CHARS = 600
 #: What separates turns in a context.
 SEPARATOR = "\n"
-#: Between a vector's context and the text it is the vector of (see memory.embed_model): an
+#: Between a vector's context and the text it is the vector of (see memory.embed_fast_paths): an
 #: ASCII record separator, taken out of every text a vector is embedded from.
 CONTEXT_MARK = "\x1e"
 #: Most turns a query may ask for around each transcript hit (``context_turns``), each side.

@@ -17,7 +17,8 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from memory.config import EmbeddingConfig
-from memory.embed_model import LoadedModel, encode, load
+from memory.embed_model import encode, load
+from memory.loaded_model import LoadedModel
 
 CHANNELS = ("query", "docs")
 # Fault injection for the test suite: the worker aborts, as a crash in native code would,

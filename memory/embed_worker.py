@@ -28,7 +28,7 @@ import structlog
 
 from memory.config import EmbeddingConfig
 from memory.embed_child import CHANNELS, CRASH_MARKER_ENV, serve
-from memory.embed_model import length_batches, load_tokenizer, native_bf16, use_bf16
+from memory.embed_model import load_tokenizer, native_bf16, use_bf16
 from memory.errors import (  # the embedder's errors live with the others; importable from here too
     EmbedderError,
     EmbedderUnavailable,
@@ -36,6 +36,7 @@ from memory.errors import (  # the embedder's errors live with the others; impor
     QueryRefused,
     WorkerCrashed,
 )
+from memory.length_batches import length_batches
 from memory.watchdog import Watchdog
 
 # The worker's names that callers have always imported from here.
@@ -102,9 +103,9 @@ class EmbeddingWorker:
         self._conns: dict[str, Connection] = {}
         self.dims = 0
         self.bf16 = False
-        self.direct = False  # whether the worker skips the pipeline's encode() glue (_mean_pooled)
-        self.traced = False  # whether queries run through the traced transformer (_trace_encoder)
-        self.in_context = False  # whether texts marked with their context are pooled alone (_in_context)
+        self.direct = False  # whether the worker skips the pipeline's encode() glue (mean_pooled)
+        self.traced = False  # whether queries run through the traced transformer (trace_encoder)
+        self.in_context = False  # whether texts marked with their context are pooled alone (pooled_in_context)
         self.restarts = 0
         self._closed = False
         # Channels with a request in the worker now, and, per dead worker, those that had

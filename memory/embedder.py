@@ -189,12 +189,12 @@ class SentenceTransformerEmbedder:
 
     @property
     def direct(self) -> bool:
-        """Whether the worker runs the bare transformer and pools itself (see embed_model)."""
+        """Whether the worker runs the bare transformer and pools itself (see embed_fast_paths)."""
         return self._worker.direct
 
     @property
     def query_traced(self) -> bool:
-        """Whether the worker encodes queries with the traced transformer (see embed_model)."""
+        """Whether the worker encodes queries with the traced transformer (see embed_fast_paths)."""
         return self._worker.traced
 
     async def embed_documents(self, texts: Sequence[str]) -> np.ndarray:

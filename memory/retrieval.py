@@ -1,129 +1,49 @@
-"""Hybrid retrieval: BM25 and HNSW legs run concurrently, filtered in-engine, fused by RRF."""
+"""Hybrid retrieval: BM25 and HNSW legs run concurrently, filtered in-engine, fused by RRF.
+
+The ``Retriever`` does the I/O: the legs, the write markers and the winners' reads. What it
+decides from them is pure: the spec's weights, depth and queries (``memory.search_spec``), the
+exact checks and each leg's list (``memory.hit_checks``), fusion (``memory.fusion``).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import math
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 
 import structlog
 
 from memory.chunking import join_chunks
 from memory.config import RetrievalConfig
-from memory.conversation import MAX_CONTEXT_TURNS, parse_turn
+from memory.conversation import parse_turn
 from memory.embedder import Embedder
-from memory.errors import InvalidRequest
-from memory.filters import conjoin, hash_clause, in_time, knn_clause, matches, normalize_filter, time_clause
+from memory.filters import in_time, matches, normalize_filter
 from memory.fusion import Fused, fuse_rrf, recency_ranks
-from memory.identifiers import identifier_ranks, query_identifiers
+from memory.hit_checks import leg_lists, marker_docs, same_version, shown
+from memory.identifiers import query_identifiers
 from memory.index import ChunkIndex, LegHit
 from memory.metrics import LEG_SECONDS
 from memory.records import DEFAULT_TENANT, StoredChunk
+from memory.search_results import LegTiming, Lookup, SearchHit, SearchOutcome
+from memory.search_spec import (
+    SearchSpec,
+    fetch_depth,
+    kind_weights,
+    leg_queries,
+    leg_weights,
+    search_filter,
+    validate_spec,
+)
 from memory.text import bm25_query, content_terms, query_terms
-from memory.visibility import WriteMarker, visible
+from memory.visibility import WriteMarker
 
 log = structlog.get_logger()
-
-
-@dataclass(frozen=True, slots=True)
-class SearchSpec:
-    """A validated search: text, size, leg weights, RRF k and metadata filter."""
-
-    text: str
-    top_k: int
-    # None: the retriever's configured default (RetrievalConfig).
-    dense_weight: float | None = None
-    sparse_weight: float | None = None
-    identifier_weight: float | None = None
-    recency_weight: float | None = None
-    rrf_k: int | None = None
-    metadata_filter: Mapping[str, str | Sequence[str]] | None = None
-    kinds: tuple[str, ...] | None = None  # restricts results to these kinds (the query's scope)
-    tenant: str = DEFAULT_TENANT  # from the topic the request came on; never from its payload
-    # Only chunks timestamped in [since, until] (epoch seconds; None leaves that end open).
-    since: float | None = None
-    until: float | None = None
-    # For each transcript hit, also return this many turns before and after it in its session.
-    context_turns: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class SearchHit:
-    """One fused result with its score, per-leg ranks and stored fields."""
-
-    chunk: StoredChunk
-    score: float
-    ranks: dict[str, int]
-    # The turns around a transcript hit (``SearchSpec.context_turns``), in turn order, each
-    # whole (its chunks joined); the hit itself is not among them.
-    context: tuple[StoredChunk, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class LegTiming:
-    """When a leg started and ended (monotonic seconds); ``embedded`` ends the embedding."""
-
-    start: float
-    end: float
-    embedded: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Lookup:
-    """A memory looked up by id: ``found`` with its chunks in order and its whole text, or not."""
-
-    doc_id: str
-    status: str  # "found" | "not_found" | "writing"
-    chunks: tuple[StoredChunk, ...] = ()
-    content: str = ""
-    version: int | None = None
-
-
-@dataclass
-class SearchOutcome:
-    """Fused hits, wall time, and per-leg timings (the legs overlap).
-
-    ``ranked`` and ``candidates`` show why (the explorer reads them; replies do not carry
-    them): each leg's own list as fusion read it (ids best first, or id -> rank for a leg of
-    tied ranks; :func:`leg_order` reads either), after the exact checks, and every candidate
-    of those lists by chunk id. Both are the search's own objects, not copies.
-    """
-
-    hits: list[SearchHit]
-    took_ms: float
-    legs: dict[str, LegTiming] = field(default_factory=dict)
-    ranked: dict[str, list[str] | dict[str, int]] = field(default_factory=dict)
-    candidates: dict[str, LegHit] = field(default_factory=dict)
-
-
-def leg_order(ids: Sequence[str] | Mapping[str, int]) -> list[tuple[str, int]]:
-    """A leg's list as ``(id, 1-based rank)`` best first; a leg of tied ranks (id -> rank) by
-    rank, then id, as fusion breaks ties."""
-    if isinstance(ids, Mapping):
-        return sorted(ids.items(), key=lambda item: (item[1], item[0]))
-    return [(d, r) for r, d in enumerate(ids, start=1)]
 
 
 #: A leg whose candidates were crowded by chunks a sliced write hides is asked once more
 #: for this many times as many (memory.visibility).
 HIDDEN_REFETCH = 4
-
-
-def _shown(hit: StoredChunk | LegHit, markers: Mapping[tuple[int, str, str], WriteMarker], tenant: str) -> bool:
-    if hit.generation is None:
-        return True
-    return visible(hit.version, markers.get((hit.generation, tenant, hit.doc_id)))
-
-
-def _same_version(stored: int | None, found: int | None) -> bool:
-    # A leg reads the version as RediSearch returns a NUMERIC field, a double: one above 2**53
-    # (the LangGraph store's nanosecond versions) comes back rounded, the hash holds it exact.
-    if stored is None or found is None:
-        return stored == found
-    return stored == found or float(stored) == float(found)
 
 
 class Retriever:
@@ -136,24 +56,7 @@ class Retriever:
 
     def fetch_k(self, top_k: int) -> int:
         """Candidates each leg fetches: ``ceil(top_k * fetch_multiplier)``, at least ``min_candidates``."""
-        return max(top_k, math.ceil(top_k * self._cfg.fetch_multiplier), self._cfg.min_candidates)
-
-    def _validate(self, spec: SearchSpec, weights: dict[str, float]) -> None:
-        if not 1 <= spec.top_k <= self._cfg.max_top_k:
-            raise InvalidRequest(f"top_k must be in 1..{self._cfg.max_top_k}, got {spec.top_k}")
-        if not spec.text.strip():
-            raise InvalidRequest("search_text is empty")
-        if len(spec.text) > self._cfg.max_query_chars:
-            raise InvalidRequest(f"search_text is longer than {self._cfg.max_query_chars} characters")
-        if weights["dense"] <= 0 and weights["sparse"] <= 0:
-            raise InvalidRequest("at least one of dense_weight and sparse_weight must be > 0")
-        for bound in (spec.since, spec.until):
-            if bound is not None and not math.isfinite(bound):
-                raise InvalidRequest("time range bounds must be finite")
-        if spec.since is not None and spec.until is not None and spec.since > spec.until:
-            raise InvalidRequest("the time range's since is after its until")
-        if not 0 <= spec.context_turns <= MAX_CONTEXT_TURNS:
-            raise InvalidRequest(f"context_turns must be in 0..{MAX_CONTEXT_TURNS}, got {spec.context_turns}")
+        return fetch_depth(top_k, self._cfg)
 
     # Each leg returns LegHits carrying the filter's tags (``tags``: its keys), which the
     # exact re-check before fusion reads; the winners are read whole after fusion (_hydrated).
@@ -188,18 +91,7 @@ class Retriever:
 
     def weights(self, spec: SearchSpec) -> tuple[dict[str, float], int]:
         """The legs' weights and the RRF k of ``spec``, the configured default for each it leaves out."""
-        cfg = self._cfg
-
-        def pick(value: float | None, default: float) -> float:
-            return default if value is None else value
-
-        weights = {
-            "dense": pick(spec.dense_weight, cfg.dense_weight),
-            "sparse": pick(spec.sparse_weight, cfg.sparse_weight),
-            "identifier": pick(spec.identifier_weight, cfg.identifier_weight),
-            "recency": pick(spec.recency_weight, cfg.recency_weight),
-        }
-        return weights, cfg.rrf_k if spec.rrf_k is None else spec.rrf_k
+        return leg_weights(spec, self._cfg)
 
     async def lookup(
         self,
@@ -228,9 +120,9 @@ class Retriever:
             chunks = stored.get(doc_id)
             if not chunks or not matches(chunks[0].tags, flt):
                 out.append(Lookup(doc_id, "not_found"))
-            elif markers and not all(_shown(c, markers, tenant) for c in chunks):
-                shown = markers.get((chunks[0].generation or 0, tenant, doc_id))
-                out.append(Lookup(doc_id, "writing" if shown is None or shown.shown is not None else "not_found"))
+            elif markers and not all(shown(c, markers, tenant) for c in chunks):
+                marker = markers.get((chunks[0].generation or 0, tenant, doc_id))
+                out.append(Lookup(doc_id, "writing" if marker is None or marker.shown is not None else "not_found"))
             else:
                 text = join_chunks([c.text for c in chunks])
                 out.append(Lookup(doc_id, "found", tuple(chunks), text, chunks[0].version))
@@ -276,19 +168,6 @@ class Retriever:
             for h in hits
         ]
 
-    def _kind_weights(
-        self, spec: SearchSpec, weights: Mapping[str, float], hits: Mapping[str, LegHit]
-    ) -> dict[str, dict[str, float]] | None:
-        """Transcript turns' own leg weights, unless the request set a leg weight itself."""
-        if spec.dense_weight is not None or spec.sparse_weight is not None:
-            return None
-        turn = {
-            **weights,
-            "dense": self._cfg.transcript_dense_weight if weights["dense"] > 0 else 0.0,
-            "sparse": self._cfg.transcript_sparse_weight if weights["sparse"] > 0 else 0.0,
-        }
-        return {cid: turn for cid, h in hits.items() if h.kind == "transcript"} or None
-
     async def _markers(
         self, results: Sequence[Sequence[StoredChunk | LegHit]], tenant: str
     ) -> dict[tuple[int, str, str], WriteMarker]:
@@ -296,8 +175,7 @@ class Retriever:
         # marker read last decides which version of that doc this answer shows. (A doc with
         # no marker was written in one transaction, as before.) Each hit's own generation:
         # the alias the legs searched may have moved since this process last read it.
-        docs = {(h.generation, tenant, h.doc_id) for found in results for h in found if h.generation is not None}
-        return await self._index.write_markers(sorted(docs))
+        return await self._index.write_markers(sorted(marker_docs(results, tenant)))
 
     async def _hydrated(
         self,
@@ -329,56 +207,23 @@ class Retriever:
             if first is not None:
                 (chunks, markers), first = first, None
             else:
-                docs = sorted({(h.generation, spec.tenant, h.doc_id) for h in found if h.generation is not None})
+                docs = sorted(marker_docs([found], spec.tenant))
                 chunks, markers = await self._index.hydrate(found, docs)
             for f, leg, chunk in zip(batch, found, chunks, strict=True):
                 if (
                     chunk is not None
-                    and _same_version(chunk.version, leg.version)
+                    and same_version(chunk.version, leg.version)
                     and matches(chunk.tags, flt)
                     and in_time(chunk.timestamp, spec.since, spec.until)
-                    and (not markers or _shown(chunk, markers, spec.tenant))
+                    and (not markers or shown(chunk, markers, spec.tenant))
                 ):
                     out.append(SearchHit(chunk=chunk, score=f.score, ranks=f.ranks))
                 else:
                     dropped += 1
-                    rewritten += chunk is not None and not _same_version(chunk.version, leg.version)
+                    rewritten += chunk is not None and not same_version(chunk.version, leg.version)
         if dropped:
             log.info("retrieve.winners_changed", dropped=dropped, rewritten=rewritten, top_k=spec.top_k)
         return out, rewritten
-
-    def _lists(
-        self,
-        names: Sequence[str],
-        results: Sequence[Sequence[LegHit]],
-        spec: SearchSpec,
-        flt: Mapping[str, Sequence[str]],
-        idents: Sequence[str],
-        markers: Mapping[tuple[int, str, str], WriteMarker],
-    ) -> tuple[dict[str, list[str] | dict[str, int]], dict[str, LegHit]]:
-        """Each leg's ranked ids of the hits that pass the exact checks (and ``markers``), and
-        every such hit by id."""
-        by_id: dict[str, LegHit] = {}
-        legs: dict[str, list[str] | dict[str, int]] = {}
-        for name, found in zip(names, results, strict=True):
-            # A hash collision could let a text leg return a chunk outside the filter: every
-            # hit is checked against the exact values (the tenant above all) before fusion.
-            hits = [
-                h
-                for h in found
-                if matches(h.tags, flt)
-                and in_time(h.timestamp, spec.since, spec.until)
-                and (not markers or _shown(h, markers, spec.tenant))
-            ]
-            if name == "identifier":
-                # An exact identifier match says which chunks, not in what order: hits naming
-                # as many of the query's identifiers tie, and the other legs order them.
-                legs[name] = identifier_ranks([(h.chunk_id, h.idents) for h in hits], list(idents))
-            else:
-                legs[name] = [h.chunk_id for h in hits]
-            for h in hits:
-                by_id.setdefault(h.chunk_id, h)
-        return legs, by_id
 
     async def search(self, spec: SearchSpec) -> SearchOutcome:
         """Run both legs concurrently and fuse them with weighted RRF.
@@ -392,7 +237,7 @@ class Retriever:
         """
         t0 = time.monotonic()
         weights, rrf_k = self.weights(spec)
-        self._validate(spec, weights)
+        validate_spec(spec, weights, self._cfg)
         outcome = await self._search_once(spec, weights, rrf_k, t0, last=False)
         if outcome is None:
             # A winner was rewritten between the legs and the read: its new text was never
@@ -407,23 +252,10 @@ class Retriever:
     ) -> SearchOutcome | None:
         """One run of the legs, fusion and hydration; None (unless ``last``) where a winner was
         rewritten since the legs read it (see ``_hydrated``)."""
-        flt = normalize_filter(spec.metadata_filter, allowed=self._index.cfg.filter_keys)
-        flt["tenant"] = [spec.tenant]
-        if spec.kinds:
-            flt["kind"] = [k for k in flt.get("kind", spec.kinds) if k in spec.kinds]
-            if not flt["kind"]:  # the request's kind filter and its scope exclude each other
-                return SearchOutcome(hits=[], took_ms=(time.monotonic() - t0) * 1000)
-        # The tenant goes into the engine queries only where several tenants share the index
-        # (see RetrievalConfig.engine_tenant_filter); `matches` below re-checks it. In the
-        # vector leg, a filter that every chunk passes still costs: 2.2 ms against 0.5 ms
-        # per KNN over 20,000 vectors, measured here.
-        engine_flt = flt if self._cfg.engine_tenant_filter else {k: v for k, v in flt.items() if k != "tenant"}
-        # The time range is applied inside every leg too, before fusion, as the metadata is.
-        in_range = time_clause(spec.since, spec.until)
-        hash_query = conjoin(hash_clause(engine_flt), in_range)
-        # Exact values in the vector leg too: see knn_clause (a TAG clause alone would never
-        # match a value like "production ", which RediSearch trimmed when it indexed it).
-        knn_query = conjoin(knn_clause(engine_flt), in_range)
+        flt = search_filter(spec, self._index.cfg.filter_keys)
+        if spec.kinds and not flt["kind"]:  # the request's kind filter and its scope exclude each other
+            return SearchOutcome(hits=[], took_ms=(time.monotonic() - t0) * 1000)
+        hash_query, knn_query = leg_queries(flt, spec, engine_tenant_filter=self._cfg.engine_tenant_filter)
         k = self.fetch_k(spec.top_k)
         timings: dict[str, LegTiming] = {}
         runs: dict[str, Callable[[int], Awaitable[list[LegHit]]]] = {}
@@ -441,13 +273,13 @@ class Retriever:
         def fuse(legs: dict[str, list[str] | dict[str, int]], by_id: Mapping[str, LegHit]) -> list[Fused]:
             if weights["recency"] > 0 and by_id:
                 legs["recency"] = recency_ranks([(cid, h.timestamp) for cid, h in by_id.items()])
-            return fuse_rrf(legs, weights, k=rrf_k, weights_of=self._kind_weights(spec, weights, by_id))
+            return fuse_rrf(legs, weights, k=rrf_k, weights_of=kind_weights(spec, weights, by_id, self._cfg))
 
         # Fused first as if no write marker hid anything, and the winners read with every
         # marker standing in the index (read after the legs, as ever; none, almost always):
         # one round trip. Where the markers of candidates' docs hide some of them (around
         # sliced writes), those leave the legs' lists before fusion, which is then done again.
-        legs, by_id = self._lists(names, results, spec, flt, idents, {})
+        legs, by_id = leg_lists(names, results, spec, flt, idents, {})
         fused = fuse(legs, by_id)
         chunks, standing = await self._index.hydrate([by_id[f.id] for f in fused[: spec.top_k]], None)
         first: tuple[list[StoredChunk | None], Mapping[tuple[int, str, str], WriteMarker]] | None
@@ -457,27 +289,23 @@ class Retriever:
             markers = await self._markers(results, spec.tenant)
             first = None
         else:
-            candidates = (
-                {(h.generation, spec.tenant, h.doc_id) for f in results for h in f if h.generation is not None}
-                if standing
-                else ()
-            )
+            candidates = marker_docs(results, spec.tenant) if standing else ()
             markers = self._index.standing_markers(standing, candidates)
             first = (chunks, markers)
-        if markers and any(not _shown(h, markers, spec.tenant) for found in results for h in found):
+        if markers and any(not shown(h, markers, spec.tenant) for found in results for h in found):
             # Chunks a sliced write hides still take their places among a leg's candidates:
             # a full leg that lost some is asked once more for HIDDEN_REFETCH times as many.
             crowded = [
                 i
                 for i, found in enumerate(results)
-                if len(found) >= k and any(not _shown(h, markers, spec.tenant) for h in found)
+                if len(found) >= k and any(not shown(h, markers, spec.tenant) for h in found)
             ]
             if crowded:
                 wider = await asyncio.gather(*(runs[names[i]](k * HIDDEN_REFETCH) for i in crowded))
                 for i, found in zip(crowded, wider, strict=True):
                     results[i] = found
                 markers = await self._markers(results, spec.tenant)
-            legs, by_id = self._lists(names, results, spec, flt, idents, markers)
+            legs, by_id = leg_lists(names, results, spec, flt, idents, markers)
             fused = fuse(legs, by_id)
             hits_out, rewritten = await self._hydrated(fused, by_id, spec, flt, last=last)
         else:

@@ -27,7 +27,8 @@ from graph.tenants import TenantGraphs
 from memory.errors import InvalidRequest
 from memory.index import MAX_PAGE, ChunkIndex, ChunkPage, Group, PageKey
 from memory.records import DEFAULT_TENANT, StoredChunk
-from memory.retrieval import Retriever, SearchOutcome
+from memory.retrieval import Retriever
+from memory.search_results import SearchOutcome
 
 if TYPE_CHECKING:
     from daemon.settings import Settings

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from daemon.explore.html import esc, link, snippet, table, when
-from memory.retrieval import SearchOutcome, leg_order
+from memory.search_results import SearchOutcome, leg_order
 
 #: The legs in the order their columns are shown.
 LEGS = ("sparse", "dense", "identifier", "recency")

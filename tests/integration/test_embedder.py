@@ -81,7 +81,7 @@ async def test_direct_path_gives_the_pipelines_vectors() -> None:
     computed here in this process."""
     from sentence_transformers import SentenceTransformer
 
-    from memory.embed_model import _is_mean_pooled_text_model
+    from memory.embed_fast_paths import is_mean_pooled_text_model
     from memory.embedder import resolve_model_path
 
     path = resolve_model_path(EmbeddingConfig().model)
@@ -102,7 +102,7 @@ async def test_direct_path_gives_the_pipelines_vectors() -> None:
     from sentence_transformers.models import Pooling
 
     cls = SentenceTransformer(modules=[model[0], Pooling(emb.dims, pooling_mode="cls")], device="cpu")
-    assert _is_mean_pooled_text_model(model) and not _is_mean_pooled_text_model(cls)
+    assert is_mean_pooled_text_model(model) and not is_mean_pooled_text_model(cls)
 
 
 async def test_worker_survives_bad_input_and_restarts_after_a_kill() -> None:

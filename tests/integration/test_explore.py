@@ -31,7 +31,7 @@ from daemon.http import build_app, start_http
 from daemon.launcher import free_port
 from daemon.topics import ensure_topics
 from graph.config import GraphConfig
-from memory.retrieval import SearchSpec
+from memory.search_spec import SearchSpec
 from tests.conftest import unique
 from tests.helpers import PlainClient, chromium, chromium_flags, eventually, isolated_settings, start_daemon
 

@@ -29,7 +29,8 @@ from memory.errors import BackendUnavailable
 from memory.index import ChunkIndex
 from memory.ingest import Ingestor
 from memory.records import MemoryItem
-from memory.retrieval import Retriever, SearchSpec
+from memory.retrieval import Retriever
+from memory.search_spec import SearchSpec
 from tests.conftest import unique
 
 pytestmark = pytest.mark.integration

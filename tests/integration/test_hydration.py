@@ -33,11 +33,14 @@ from memory.filters import (
     time_clause,
 )
 from memory.fusion import fuse_rrf, recency_ranks
+from memory.hit_checks import shown
 from memory.identifiers import identifier_ranks, query_identifiers
 from memory.index import ChunkIndex
 from memory.ingest import Ingestor
 from memory.records import MemoryItem, StoredChunk
-from memory.retrieval import HIDDEN_REFETCH, Retriever, SearchHit, SearchOutcome, SearchSpec, _shown
+from memory.retrieval import HIDDEN_REFETCH, Retriever
+from memory.search_results import SearchHit, SearchOutcome
+from memory.search_spec import SearchSpec, kind_weights, validate_spec
 from memory.text import bm25_query, query_terms
 from tests.conftest import unique
 from tests.integration.test_sliced_writes import PausedAfter, chunks, vectors
@@ -60,7 +63,7 @@ async def full_field_search(retriever: Retriever, spec: SearchSpec) -> SearchOut
     t0 = time.monotonic()
     index: ChunkIndex = retriever._index
     weights, rrf_k = retriever.weights(spec)
-    retriever._validate(spec, weights)
+    validate_spec(spec, weights, retriever._cfg)
     flt = normalize_filter(spec.metadata_filter, allowed=index.cfg.filter_keys)
     flt["tenant"] = [spec.tenant]
     if spec.kinds:
@@ -101,7 +104,7 @@ async def full_field_search(retriever: Retriever, spec: SearchSpec) -> SearchOut
         crowded = [
             i
             for i, found in enumerate(results)
-            if len(found) >= k and any(not _shown(h, markers, spec.tenant) for h in found)
+            if len(found) >= k and any(not shown(h, markers, spec.tenant) for h in found)
         ]
         if crowded:
             wider = await asyncio.gather(*(runs[names[i]](k * HIDDEN_REFETCH) for i in crowded))
@@ -116,7 +119,7 @@ async def full_field_search(retriever: Retriever, spec: SearchSpec) -> SearchOut
             for h in found
             if matches(h.tags, flt)
             and in_time(h.timestamp, spec.since, spec.until)
-            and (not markers or _shown(h, markers, spec.tenant))
+            and (not markers or shown(h, markers, spec.tenant))
         ]
         if name == "identifier":
             legs[name] = identifier_ranks([(h.chunk_id, h.idents) for h in hits], idents)
@@ -126,8 +129,8 @@ async def full_field_search(retriever: Retriever, spec: SearchSpec) -> SearchOut
             by_id.setdefault(h.chunk_id, h)
     if weights["recency"] > 0 and by_id:
         legs["recency"] = recency_ranks([(cid, h.timestamp) for cid, h in by_id.items()])
-    kind_weights = retriever._kind_weights(spec, weights, by_id)  # type: ignore[arg-type]
-    fused = fuse_rrf(legs, weights, k=rrf_k, weights_of=kind_weights)[: spec.top_k]
+    weights_of = kind_weights(spec, weights, by_id, cfg)  # type: ignore[arg-type]
+    fused = fuse_rrf(legs, weights, k=rrf_k, weights_of=weights_of)[: spec.top_k]
     out = [SearchHit(chunk=by_id[f.id], score=f.score, ranks=f.ranks) for f in fused]
     if spec.context_turns and out:
         out = await retriever._with_turns(out, spec, flt)

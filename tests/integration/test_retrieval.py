@@ -19,7 +19,8 @@ from memory.index import ChunkIndex, IndexError_
 from memory.ingest import Ingestor
 from memory.keys import chunk_prefix
 from memory.records import MemoryItem
-from memory.retrieval import Retriever, SearchSpec
+from memory.retrieval import Retriever
+from memory.search_spec import SearchSpec
 from memory.server_policies import search_timeout_policy
 from memory.text import bm25_query
 from tests.conftest import unique

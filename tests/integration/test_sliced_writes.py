@@ -22,7 +22,8 @@ from memory.keys import chunk_prefix
 from memory.keys import marker_key as doc_marker_key
 from memory.metrics import REGISTRY
 from memory.records import ApplyResult, ChunkRecord
-from memory.retrieval import Retriever, SearchSpec
+from memory.retrieval import Retriever
+from memory.search_spec import SearchSpec
 from memory.text import bm25_query, query_terms
 from memory.visibility import FINISHED_MARKER_TTL_S, TAKEOVER_AFTER_S, WriteMarker
 from tests.conftest import unique

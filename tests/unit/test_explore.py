@@ -19,7 +19,7 @@ from graph.communities import Community
 from graph.stale_queue import StaleItem
 from memory.index import ChunkPage, LegHit, PageKey, next_key
 from memory.records import StoredChunk
-from memory.retrieval import SearchHit, SearchOutcome, leg_order
+from memory.search_results import SearchHit, SearchOutcome, leg_order
 
 HOSTILE = "<script>alert('x')</script><img src=x onerror=alert(1)> & \"quoted\""
 ACCESS = Access(token="op", tenant_tokens={"acme": "ta", "globex": "tg"})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from memory.embed_model import length_batches
+from memory.length_batches import length_batches
 
 
 def padded(lengths: list[int], batches: list[list[int]]) -> int:
