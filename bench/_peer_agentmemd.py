@@ -38,7 +38,7 @@ class Agentmemd(System):
         from _common import embedded_servers
 
         from consumers.client import MemoryClient
-        from daemon.app import active_index
+        from daemon.components import active_index
         from daemon.connections import redis_client
         from daemon.settings import Settings
         from memory.embed_model import load_tokenizer

@@ -1,4 +1,5 @@
-"""Create the contract's topics when they are missing (standard Kafka admin API only)."""
+"""Create the contract's topics when they are missing (standard Kafka admin API only), at
+start-up and again whenever the broker has lost them."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from aiokafka.errors import (
     for_code,
 )
 
+from daemon.connections import kafka_options
+from daemon.settings import Settings
 from memory.errors import BackendUnavailable
 
 log = structlog.get_logger()
@@ -107,3 +110,31 @@ async def ensure_topics(
             await asyncio.sleep(0.5)
         finally:
             await admin.close()
+
+
+async def ensure_contract_topics(settings: Settings, *, timeout_s: float) -> list[str]:
+    """Create the contract's missing topics as configured; returns those created."""
+    return await ensure_topics(
+        settings.kafka_bootstrap,
+        settings.topics.all(),
+        partitions=settings.topic_partitions,
+        replication=settings.topic_replication,
+        timeout_s=timeout_s,
+        options=kafka_options(settings),
+        configs=settings.topics.configs(settings.ingest.max_content_bytes),
+    )
+
+
+async def watch_topics(settings: Settings, halt: asyncio.Event) -> None:
+    """Every ``topic_check_s`` until ``halt``, recreate the contract's topics the broker lost."""
+    # A broker that comes back empty (tansu keeps its log in memory) has lost our topics;
+    # recreating them lets the consumers rejoin by themselves. Real Kafka keeps them.
+    while not halt.is_set():
+        await asyncio.sleep(settings.topic_check_s)
+        try:
+            created = await ensure_contract_topics(settings, timeout_s=settings.topic_check_s)
+        except BackendUnavailable as exc:
+            log.warning("daemon.broker_unreachable", error=str(exc))
+            continue
+        if created:
+            log.warning("daemon.topics_recreated", topics=created)

@@ -9,8 +9,8 @@ from typing import Annotated, Any, TypeVar
 import typer
 from rich.table import Table
 
-from daemon.app import active_index, build_graph
 from daemon.cli._app import _fail, _with_redis, app, out
+from daemon.components import active_index, build_graph
 from daemon.settings import Settings
 from graph.service import GraphService
 from memory.errors import MemdError

@@ -64,7 +64,7 @@ async def reindex(
         BackendUnavailable: Redis or Kafka went away before the switch (nothing changed).
         ValueError: a lent embedder was loaded with other embedding settings.
     """
-    from daemon.app import offline_environment
+    from daemon.components import offline_environment
 
     started = time.monotonic()
     offline_environment()

@@ -16,7 +16,7 @@ async def repoint_graph(settings: Settings, redis: Any, target: ChunkIndex, embe
     """After a chunking change, every tenant's graph re-extracted from the new chunks: its
     entities' chunk references and co-occurrence edges would otherwise name the old ones.
     Every tenant is tried even if one fails; the first failure is raised at the end."""
-    from daemon.app import build_graph, load_ner
+    from daemon.components import build_graph, load_ner
 
     ner = await load_ner(settings)
     try:

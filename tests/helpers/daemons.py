@@ -15,7 +15,7 @@ from tests.helpers.kafka import PlainClient
 from tests.helpers.settings import isolated_settings
 
 if TYPE_CHECKING:
-    from daemon.app import Daemon
+    from daemon.instance import Daemon
     from daemon.reindex import ReindexReport
     from graph.compute import CommunityComputer
     from memory.embedder import SentenceTransformerEmbedder

@@ -20,7 +20,7 @@ import redis.asyncio as aredis
 from consumers.client import MemoryClient
 from consumers.errors import WriteRejected
 from consumers.events import DocumentEvent
-from daemon.app import Daemon
+from daemon.instance import Daemon
 from daemon.settings import Settings
 from daemon.topics import ensure_topics
 from memory.config import ChunkingConfig, IngestConfig

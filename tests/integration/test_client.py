@@ -26,7 +26,7 @@ from structlog.testing import capture_logs
 import consumers.transport
 from consumers.client import MemoryClient
 from consumers.errors import QueryFailed
-from daemon.app import Daemon
+from daemon.instance import Daemon
 from daemon.settings import Settings
 from memory.errors import BackendUnavailable, InvalidRequest
 from tests.conftest import unique

@@ -14,7 +14,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer
 from aiokafka.admin import AIOKafkaAdminClient
 
-from daemon.app import Daemon
+from daemon.instance import Daemon
 from tests.conftest import unique
 from tests.helpers import PlainClient, daemon_and_client, eventually, in_graph, isolated_settings, read_dlq
 

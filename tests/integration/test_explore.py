@@ -25,9 +25,9 @@ import pytest
 from aiohttp import web
 
 from consumers.config import ConsumerConfig
-from daemon.app import Daemon, explorer
 from daemon.explore import Access
 from daemon.http import build_app, start_http
+from daemon.instance import Daemon, explorer
 from daemon.launcher import free_port
 from daemon.topics import ensure_topics
 from graph.config import GraphConfig

@@ -16,7 +16,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 import consumers.transport
 from consumers.client import MemoryClient
 from consumers.config import ConsumerConfig
-from daemon.app import Daemon
+from daemon.instance import Daemon
 from tests.conftest import unique
 from tests.helpers import eventually
 from tests.helpers.daemons import daemon_and_client

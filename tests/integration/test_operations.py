@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from daemon.app import Daemon
+from daemon.instance import Daemon
 from daemon.launcher import (
     LauncherError,
     ServerProcess,
@@ -477,7 +477,7 @@ async def test_readyz_fails_when_consumers_leave_their_groups_and_when_draining(
 
     env.daemon.broker.stop = stop_then_hang  # type: ignore[method-assign]
     env.daemon.settings = env.daemon.settings.model_copy(update={"shutdown_timeout_s": 1.0})
-    monkeypatch.setattr("daemon.app.CLOSE_TIMEOUT_S", 1.0)
+    monkeypatch.setattr("daemon.instance.CLOSE_TIMEOUT_S", 1.0)
     # The drain's first step, before anything is awaited (the HTTP server itself goes
     # within milliseconds, so the flag /readyz reads is what is checked).
     assert env.daemon.status.ready

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from daemon.app import Daemon
+from daemon.instance import Daemon
 from daemon.reindex import reindex as build
 from daemon.settings import Settings
 from graph.store import GraphStore

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from daemon.app import Daemon
+from daemon.instance import Daemon
 from memory.config import IngestConfig
 from memory.errors import BackendUnavailable
 from tests.conftest import unique

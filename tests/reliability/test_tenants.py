@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from daemon.app import Daemon
+from daemon.instance import Daemon
 from daemon.topics import ensure_topics
 from tests.conftest import unique
 from tests.helpers import PlainClient, eventually, in_graph, read_dlq, topic_tenancy_daemon

@@ -1,0 +1,60 @@
+"""The Kafka broker: built from the settings, its subscribers started together, named by role."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from faststream.kafka import KafkaBroker
+
+from daemon.settings import Settings
+from memory.errors import BackendUnavailable
+
+#: The subscribers' roles; the daemon is ready once each has its partitions.
+SUBSCRIBERS = ("documents", "transcripts", "requests")
+
+
+def build_broker(settings: Settings) -> KafkaBroker:
+    """The daemon's broker: its subscribers and the replies' and acks' producer."""
+    return KafkaBroker(
+        settings.kafka_bootstrap,
+        metadata_max_age_ms=settings.consumer.metadata_max_age_ms,
+        security=settings.kafka_security.faststream_security(),
+        acks="all",
+        graceful_timeout=settings.shutdown_timeout_s,
+        logger=None,
+    )
+
+
+def subscriber_role(subscriber: Any) -> str:
+    """A subscriber's role (``documents``, ``transcripts``, ``requests``): its group id's last part."""
+    return str(getattr(subscriber, "group_id", "") or "?").rsplit(".", 1)[-1]
+
+
+async def _start_together(broker: KafkaBroker) -> None:
+    # FastStream's broker.start() starts subscribers one after another, and aiokafka's
+    # consumer start waits for its group join (~5 s on tansu): three subscribers would
+    # take 15 s. Starting them together takes one join's time. Same steps otherwise.
+    await broker.connect()
+    await asyncio.gather(*(sub.start() for sub in broker.subscribers))
+    for pub in broker.publishers:
+        await pub.start()
+    broker.running = True
+
+
+async def start_broker(broker: KafkaBroker, *, timeout_s: float) -> None:
+    """Start the broker's subscribers (joining their groups) and publishers.
+
+    Raises:
+        BackendUnavailable: the consumers did not join their groups within ``timeout_s``.
+    """
+    try:
+        await asyncio.wait_for(_start_together(broker), timeout=timeout_s)
+    except TimeoutError as exc:
+        # A consumer's group join that never ends (seen on tansu, with a group left stuck
+        # by killed members) held start-up for ever, before start_daemon's readiness timeout.
+        raise BackendUnavailable(
+            f"consumers did not join their groups within {timeout_s:.0f}s; if the broker "
+            "keeps a group stuck (tansu, after members were killed), restart it or set another "
+            "AGENTMEM_CONSUMER__GROUP_ID"
+        ) from exc

@@ -1,0 +1,120 @@
+"""The running daemon: its parts, its background loops, and its shutdown in reverse order."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis.asyncio as aredis
+import structlog
+from aiohttp import web
+from faststream.kafka import KafkaBroker
+
+from consumers.idle import FetchBackoff
+from consumers.replies import PartitionCounts
+from daemon.explore import Access, Explorer, MemoryReads
+from daemon.settings import Settings
+from daemon.status import StatusState
+from daemon.teardown import CLOSE_TIMEOUT_S, await_chain, bounded, cancel_and_wait
+from graph.compute import CommunityComputer
+from graph.search import ScopedSearch
+from graph.tenants import TenantGraphs
+from memory.embedder import SentenceTransformerEmbedder
+from memory.index import ChunkIndex
+from memory.ingest import Ingestor
+from memory.retrieval import Retriever
+
+log = structlog.get_logger()
+
+
+@dataclass
+class Daemon:
+    """A running daemon's parts, for shutdown and for tests."""
+
+    settings: Settings
+    redis: aredis.Redis
+    embedder: SentenceTransformerEmbedder
+    index: ChunkIndex
+    ingestor: Ingestor
+    retriever: Retriever
+    broker: KafkaBroker
+    graph: TenantGraphs | None = None
+    search: ScopedSearch | None = None  # what the query subscriber asks (and the explorer)
+    status: StatusState = field(default_factory=StatusState)
+    http: web.AppRunner | None = None
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    assigned: dict[str, int] = field(default_factory=dict)
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
+    # Set at shutdown: the background loops check it as well as being cancelled, because a
+    # cancellation can be lost (on Python 3.11, asyncio.wait_for inside redis-py's command
+    # send returns normally when the send completes as the cancellation arrives).
+    halt: asyncio.Event = field(default_factory=asyncio.Event)
+    stopped: bool = False
+    partition_counts: PartitionCounts | None = None
+    compute: CommunityComputer | None = None  # the graph's detection process (graph.compute)
+    fetch_backoff: FetchBackoff | None = None  # idle subscribers' longer fetch waits (consumers.idle)
+    # False for workers lent by start_daemon's caller: closing them is the caller's job.
+    owns_embedder: bool = True
+    owns_compute: bool = True
+
+    def spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        """Run a background loop for the daemon's lifetime; its death is logged, never silent."""
+        task = asyncio.create_task(coro, name=name)
+        task.add_done_callback(self._task_ended)
+        self.tasks.append(task)
+
+    def _task_ended(self, task: asyncio.Task[None]) -> None:
+        if self.stopped or task.cancelled():
+            return
+        exc = task.exception()
+        # The loops catch what they expect; reaching here is a bug worth an operator's eyes.
+        log.error("daemon.task_died", task=task.get_name(), error=f"{type(exc).__name__}: {exc}" if exc else "returned")
+
+    async def stop(self) -> None:
+        """Stop consuming (draining in-flight messages), then close clients in reverse order.
+
+        A second call does nothing.
+        """
+        if self.stopped:
+            return
+        self.stopped = True
+        self.status.ready = False  # /readyz fails from the start of a drain, not after it
+        log.info("daemon.shutdown_started")
+        self.ingestor.stopping.set()
+        # FastStream gives in-flight handlers shutdown_timeout_s; the consumers' and the
+        # producer's own closes (a final commit, a leave-group) get CLOSE_TIMEOUT_S beyond
+        # that, so a broker gone silent cannot hold the shutdown.
+        await bounded("kafka broker", self.broker.stop(), seconds=self.settings.shutdown_timeout_s + CLOSE_TIMEOUT_S)
+        if self.partition_counts is not None:
+            await bounded("partition counts", self.partition_counts.close())
+        self.halt.set()
+        if self.graph is not None:
+            self.graph.stop.set()
+        for task in await cancel_and_wait(self.tasks, seconds=15):
+            log.warning("daemon.task_stuck", task=task.get_name(), awaiting=await_chain(task))
+        await asyncio.gather(*(t for t in self.tasks if t.done()), return_exceptions=True)
+        if self.http is not None:
+            await bounded("http server", self.http.cleanup())
+        await bounded("redis", self.redis.aclose())
+        if self.owns_embedder:
+            self.embedder.close()
+        if self.compute is not None and self.owns_compute:
+            self.compute.close()
+        log.info("daemon.shutdown_finished")
+
+
+def explorer(daemon: Daemon, *, access: Access | None = None) -> Explorer:
+    """The explorer over a daemon's index, search, graph and status, behind ``access`` (by
+    default the daemon's own tokens)."""
+    stores = daemon.graph.store if daemon.graph is not None else None
+    reads = MemoryReads(
+        index=daemon.index,
+        retriever=daemon.retriever,
+        search=daemon.search or ScopedSearch(retriever=daemon.retriever, stores=stores),
+        graph=daemon.graph,
+        status=daemon.status,
+        settings=daemon.settings,
+    )
+    return Explorer(reads=reads, access=access or daemon.settings.http_access())
