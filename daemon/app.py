@@ -20,7 +20,7 @@ from daemon.connections import redis_client
 from daemon.http import build_app, readiness_checks, start_http
 from daemon.instance import Daemon, explorer
 from daemon.lost_logs import rewind_lost_logs
-from daemon.poison import sync_poison
+from daemon.poison_sync import sync_poison
 from daemon.settings import Settings
 from daemon.status import Sampler
 from daemon.topics import ensure_contract_topics, watch_topics

@@ -46,7 +46,7 @@ class GraphService:
         mock_llm_response: str | None = None,
         offload: Offload = in_thread,
     ) -> None:
-        self.store = store
+        self._store = store
         # One owner for this service's summary claims and recompute leases.
         owner = uuid.uuid4().hex
         self._extractor = Extractor(ner=ner, cfg=cfg, mock_llm_response=mock_llm_response)
@@ -61,6 +61,11 @@ class GraphService:
             activity=activity,
             mock_llm_response=mock_llm_response,
         )
+
+    @property
+    def store(self) -> GraphStore:
+        """The tenant's graph store; its parts hold the same one, so it is never replaced."""
+        return self._store
 
     @property
     def stop(self) -> asyncio.Event:
@@ -118,7 +123,7 @@ class GraphService:
     async def apply(self, item: MemoryItem, contrib: Contribution | None) -> ContributionResult:
         """Replace the doc's contribution and mark the communities it touches stale (one Lua call)."""
         t0 = time.monotonic()
-        out = await self.store.apply(item.doc_id, item.version, contrib)
+        out = await self._store.apply(item.doc_id, item.version, contrib)
         if out.applied:
             log.info(
                 "graph.doc_applied",
@@ -143,9 +148,9 @@ class GraphService:
         daemon has since applied at a newer version (the store's version check). Returns the
         number of docs refreshed.
         """
-        tenant = self.store.tenant
+        tenant = self._store.tenant
         refreshed = 0
-        doc_ids = await self.store.doc_ids()
+        doc_ids = await self._store.doc_ids()
         for start in range(0, len(doc_ids), page):
             page_ids = doc_ids[start : start + page]
             before = await index.versions(page_ids, tenant)
@@ -164,7 +169,7 @@ class GraphService:
             batch = [(d, v, read[d]) for d, v in before.items() if read[d] and after.get(d) == v and d not in writing]
             contribs = await self.extract_chunks([chunks for _, _, chunks in batch])
             for (doc_id, version, _), contrib in zip(batch, contribs, strict=True):
-                out = await self.store.apply(doc_id, version, contrib, refresh=True)
+                out = await self._store.apply(doc_id, version, contrib, refresh=True)
                 refreshed += out.applied
         log.info("graph.repointed", tenant=tenant, docs=len(doc_ids), refreshed=refreshed)
         return refreshed

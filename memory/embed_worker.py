@@ -28,7 +28,6 @@ import structlog
 
 from memory.config import EmbeddingConfig
 from memory.embed_child import CHANNELS, CRASH_MARKER_ENV, serve
-from memory.embed_model import load_tokenizer, native_bf16, use_bf16
 from memory.errors import (  # the embedder's errors live with the others; importable from here too
     EmbedderError,
     EmbedderUnavailable,
@@ -36,7 +35,6 @@ from memory.errors import (  # the embedder's errors live with the others; impor
     QueryRefused,
     WorkerCrashed,
 )
-from memory.length_batches import length_batches
 from memory.watchdog import Watchdog
 
 # The worker's names that callers have always imported from here.
@@ -55,10 +53,6 @@ __all__ = [
     "QueryRefused",
     "WorkerCrashed",
     "WorkerHung",
-    "length_batches",
-    "load_tokenizer",
-    "native_bf16",
-    "use_bf16",
 ]
 
 log = structlog.get_logger()

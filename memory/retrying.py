@@ -1,5 +1,6 @@
-"""How the ingestor runs a Redis call: retried with exponential backoff while Redis is
-unavailable or refuses us, until the daemon stops."""
+"""How the ingestor runs a call to a backend (Redis, the embedding worker, the change hook's
+graph store): retried with exponential backoff while the backend is unavailable or Redis
+refuses us, until the daemon stops."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ T = TypeVar("T")
 
 
 class Retrying(Protocol):
-    """How the ingestor runs a Redis call: retried while Redis is unavailable."""
+    """How the ingestor runs a backend call: retried while the backend is unavailable."""
 
     async def __call__(self, what: str, fn: Callable[[], Awaitable[T]]) -> T: ...
 
@@ -27,7 +28,8 @@ class Retrying(Protocol):
 async def retry_while_unavailable(
     what: str, fn: Callable[[], Awaitable[T]], *, stopping: asyncio.Event, cfg: IngestConfig
 ) -> T:
-    """Retry ``fn`` with exponential backoff while Redis is unavailable, or refuses us.
+    """Retry ``fn`` with exponential backoff while its backend is unavailable (Redis, a
+    crashed embedding worker: any ``BackendUnavailable``), or Redis refuses us.
 
     Gives up only when the daemon is stopping, so offsets are never committed past
     data that is not in Redis. A refusal (a password rotated, an ACL that lost a
@@ -44,7 +46,7 @@ async def retry_while_unavailable(
         What ``fn`` returned.
 
     Raises:
-        BackendUnavailable: Redis is unavailable and ``stopping`` is set.
+        BackendUnavailable: the backend is unavailable and ``stopping`` is set.
         Unauthorized: Redis refuses us and ``stopping`` is set.
     """
     delay = cfg.retry_initial_s

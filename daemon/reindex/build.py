@@ -14,13 +14,13 @@ import structlog
 from aiokafka.errors import KafkaError
 
 from daemon.connections import redis_client
-from daemon.reindex.completeness import _complete, _losses_refused, _why_missing, carry_mode
+from daemon.reindex.completeness import carry_mode, complete, losses_refused, why_missing
 from daemon.reindex.handover import Handover
-from daemon.reindex.replay import _Replayer
+from daemon.reindex.replay import Replayer
 from daemon.reindex.repoint import repoint_graph
 from daemon.reindex.report import ReindexProgress, ReindexReport
 from daemon.reindex.slot import BuildSlot
-from daemon.reindex.summaries import _sync_communities
+from daemon.reindex.summaries import sync_communities
 from daemon.settings import Settings
 from daemon.teardown import bounded
 from memory.embedder import SentenceTransformerEmbedder
@@ -163,7 +163,7 @@ class Reindex:
         self._carry: str | None = None
         self._source: ChunkIndex | None = None
         self._target: ChunkIndex | None = None
-        self._replayer: _Replayer | None = None
+        self._replayer: Replayer | None = None
         self._errors: list[str] = []
 
     async def run(self) -> ReindexReport:
@@ -190,7 +190,7 @@ class Reindex:
         assert self._source is not None and self._target is not None, "reserve() creates them"
         return self._source, self._target
 
-    def _replaying(self) -> _Replayer:
+    def _replaying(self) -> Replayer:
         """The replay consumer (from :meth:`replay` on)."""
         assert self._replayer is not None, "replay() creates it"
         return self._replayer
@@ -262,7 +262,7 @@ class Reindex:
         """
         _, target = self._indexes()
         ingestor = Ingestor(index=target, embedder=self._embedder, chunking=self._s.chunking, cfg=self._s.ingest)
-        self._replayer = _Replayer(self._s, ingestor, self.progress, self._report)
+        self._replayer = Replayer(self._s, ingestor, self.progress, self._report)
         try:
             await self._replayer.start(self._since_ms)
             self.progress.phase = "replaying"
@@ -281,7 +281,7 @@ class Reindex:
         source, target = self._indexes()
         self.progress.phase = "copying summaries"
         self._report()
-        self.progress.communities = await _sync_communities(source, target, self._embedder)
+        self.progress.communities = await sync_communities(source, target, self._embedder)
         self._slot.check()  # raises if the slot was lost while replaying
 
     # -- 4. check completeness -----------------------------------------------------------
@@ -309,10 +309,10 @@ class Reindex:
             await replayer.replay_to_end()
         except KafkaError as exc:
             raise BackendUnavailable(f"kafka failed during the replay: {exc}") from exc
-        missing, self.progress.carried = await _complete(source, target, snapshot, self._carry)
-        lost = _why_missing(missing, replayer.failed)
+        missing, self.progress.carried = await complete(source, target, snapshot, self._carry)
+        lost = why_missing(missing, replayer.failed)
         if lost and not self._allow_losses:
-            raise _losses_refused(lost, self._old)
+            raise losses_refused(lost, self._old)
         if lost:
             log.warning("reindex.losses_allowed", lost=len(lost), docs=list(lost)[:50])
         return set(missing)

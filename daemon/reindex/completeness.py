@@ -30,7 +30,7 @@ def _tombstones(held: dict[tuple[str, str], DocState]) -> dict[tuple[str, str], 
     return {k: st for k, st in held.items() if not st.has_chunks and st.version is not None and not _is_summary(k)}
 
 
-def _summaries(held: dict[tuple[str, str], DocState]) -> dict[tuple[str, str], DocState]:
+def summary_docs(held: dict[tuple[str, str], DocState]) -> dict[tuple[str, str], DocState]:
     return {k: st for k, st in held.items() if _is_summary(k)}
 
 
@@ -53,7 +53,7 @@ def carry_mode(old: IndexSpec | None, new: IndexSpec) -> str | None:
     return None
 
 
-async def _complete(
+async def complete(
     source: ChunkIndex, target: ChunkIndex, held: dict[tuple[str, str], DocState], carry: str | None
 ) -> tuple[list[tuple[str, str]], int]:
     """Bring ``target`` level with the docs ``held`` from ``source`` where it can: tombstones
@@ -82,14 +82,14 @@ async def _carry_over(
     return copied
 
 
-def _why_missing(keys: list[tuple[str, str]], failed: dict[tuple[str, str], str]) -> dict[str, str]:
+def why_missing(keys: list[tuple[str, str]], failed: dict[tuple[str, str], str]) -> dict[str, str]:
     """``tenant/doc_id`` -> why the new generation lacks it."""
     return {f"{t}/{d}": failed.get((t, d), NOT_REPLAYED) for t, d in keys}
 
 
-def _losses_refused(lost: dict[str, str], old: int) -> ReindexWouldLose:
+def losses_refused(lost: dict[str, str], old: int) -> ReindexWouldLose:
     """The refusal to switch away from generation ``old`` while the new one lacks the docs
-    ``lost`` (``tenant/doc_id`` -> why, :func:`_why_missing`)."""
+    ``lost`` (``tenant/doc_id`` -> why, :func:`why_missing`)."""
     shown = "; ".join(f"{d} ({why})" for d, why in list(lost.items())[:10])
     return ReindexWouldLose(
         f"{len(lost)} doc(s) served by generation {old} are not in the new build, so the switch would "

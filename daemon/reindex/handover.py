@@ -14,10 +14,10 @@ from collections.abc import Callable
 import structlog
 from aiokafka.errors import KafkaError
 
-from daemon.reindex.completeness import _complete, _summaries
-from daemon.reindex.replay import _Replayer
+from daemon.reindex.completeness import complete, summary_docs
+from daemon.reindex.replay import Replayer
 from daemon.reindex.report import ReindexProgress
-from daemon.reindex.summaries import _sync_communities
+from daemon.reindex.summaries import sync_communities
 from memory.embedder import SentenceTransformerEmbedder
 from memory.errors import BackendUnavailable
 from memory.generations import GenerationRegistry
@@ -42,7 +42,7 @@ class Handover:
         registry: GenerationRegistry,
         source: ChunkIndex,
         target: ChunkIndex,
-        replayer: _Replayer,
+        replayer: Replayer,
         embedder: SentenceTransformerEmbedder,
         carry: str | None,
         old: int,
@@ -112,9 +112,9 @@ class Handover:
         try:
             held = await source.doc_versions()
             await self._sync_summaries_again(held)
-            short, copied = await _complete(source, target, held, self._carry)
+            short, copied = await complete(source, target, held, self._carry)
             self._progress.carried += copied
-            short += await target.behind(_summaries(held))
+            short += await target.behind(summary_docs(held))
         except Exception as exc:  # unknown is not complete: N stays
             self._errors.append(f"could not bring the new generation level with the old: {type(exc).__name__}: {exc}")
             log.error("reindex.final_check_failed", error=str(exc))
@@ -125,7 +125,7 @@ class Handover:
         source, target = self._source, self._target
         for attempt in range(CATCH_UP_TRIES):
             try:
-                self._progress.communities += await _sync_communities(source, target, self._embedder, held)
+                self._progress.communities += await sync_communities(source, target, self._embedder, held)
                 return
             except (KafkaError, BackendUnavailable) as exc:
                 if attempt == CATCH_UP_TRIES - 1:

@@ -36,7 +36,7 @@ def source_topics(settings: Settings, topics: set[str]) -> dict[str, tuple[str, 
     return out
 
 
-class _Replayer:
+class Replayer:
     """Reads the source topics partition by partition and applies them to the new generation."""
 
     def __init__(self, settings: Settings, ingestor: Ingestor, progress: ReindexProgress, report: Callable[[], None]):

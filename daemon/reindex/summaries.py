@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import structlog
 
-from daemon.reindex.completeness import _summaries
+from daemon.reindex.completeness import summary_docs
 from memory.conversation import vector_text
 from memory.embedder import SentenceTransformerEmbedder
 from memory.errors import EmbedderError, WorkerCrashed
@@ -19,7 +19,7 @@ log = structlog.get_logger()
 SUMMARY_BATCH = 64
 
 
-async def _sync_communities(
+async def sync_communities(
     source: ChunkIndex,
     target: ChunkIndex,
     embedder: SentenceTransformerEmbedder,
@@ -34,7 +34,7 @@ async def _sync_communities(
     old, nor bring back one a recompute removed; a summary a live worker already wrote to
     the new generation (a later token) is left alone.
     """
-    held = _summaries(await source.doc_versions() if held is None else held)  # a scan: reuse one
+    held = summary_docs(await source.doc_versions() if held is None else held)  # a scan: reuse one
     todo = set(await target.behind(held))
     if not todo:
         return 0

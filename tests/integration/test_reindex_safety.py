@@ -275,7 +275,7 @@ async def test_a_failed_catch_up_never_loses_what_the_live_daemons_wrote(
     tokens = await daemon.index.versions(sorted(summaries))
     assert set(tokens) == summaries
 
-    real = replay_mod._Replayer.replay_to_end
+    real = replay_mod.Replayer.replay_to_end
     registry = GenerationRegistry(daemon.redis, settings.index.name)
     late: list[str] = []
     calls = 0
@@ -296,7 +296,7 @@ async def test_a_failed_catch_up_never_loses_what_the_live_daemons_wrote(
             raise KafkaConnectionError("injected: the broker went away during the catch-up")
         await real(self)
 
-    monkeypatch.setattr(replay_mod._Replayer, "replay_to_end", flaky)
+    monkeypatch.setattr(replay_mod.Replayer, "replay_to_end", flaky)
     monkeypatch.setattr(handover_mod, "CATCH_UP_TRIES", 2)
 
     rep = await reindex(settings)
@@ -332,7 +332,7 @@ async def test_a_tenant_onboarded_mid_build_is_replayed(
         topic_a = f"{settings.topics.documents}.a"
         await client.send(topic_a, doc("a1", 1, runbook(1)), key="a1")
         await eventually(lambda: _versions(daemon, {"a1": 1}, "a"), timeout=120, what="tenant a indexed")
-        real = replay_mod._Replayer.replay_to_end
+        real = replay_mod.Replayer.replay_to_end
         calls = 0
 
         async def onboard_b(self: Any) -> None:
@@ -345,7 +345,7 @@ async def test_a_tenant_onboarded_mid_build_is_replayed(
                 await client.send(topic_b, doc("b1", 1, runbook(2)), key="b1")
                 await eventually(lambda: _versions(daemon, {"b1": 1}, "b"), timeout=60, what="tenant b indexed live")
 
-        monkeypatch.setattr(replay_mod._Replayer, "replay_to_end", onboard_b)
+        monkeypatch.setattr(replay_mod.Replayer, "replay_to_end", onboard_b)
         rep = await reindex(settings)
         await daemon.index.state(fresh=True)  # the daemon's 1 s cache of the active generation
         assert rep.old_dropped and rep.errors == [] and rep.progress.carried == 0, rep
@@ -398,7 +398,7 @@ async def test_a_summary_removed_in_the_check_window_stays_removed(env: Any, mon
     removed summary does not come back. (A review's probe, adopted.)"""
     settings, daemon, client = env
     cid = sorted(await _seed_and_summarize(settings, daemon, client, 8))[0]
-    real = replay_mod._Replayer.replay_to_end
+    real = replay_mod.Replayer.replay_to_end
     calls = 0
 
     async def flaky(self: Any) -> None:
@@ -411,7 +411,7 @@ async def test_a_summary_removed_in_the_check_window_stays_removed(env: Any, mon
             token = await daemon.graph.store().fence()
             assert (await daemon.index.apply(cid, token, [], np.zeros((0, 1), np.float32))).applied
 
-    monkeypatch.setattr(replay_mod._Replayer, "replay_to_end", flaky)
+    monkeypatch.setattr(replay_mod.Replayer, "replay_to_end", flaky)
     monkeypatch.setattr(handover_mod, "CATCH_UP_TRIES", 1)
     rep = await reindex(settings)
     await daemon.index.state(fresh=True)
