@@ -10,7 +10,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from _common import cpu_delta, cpu_snapshot, summary_ms
+from _stats import cpu_delta, cpu_snapshot, summary_ms
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 

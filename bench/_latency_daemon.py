@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from _common import SyntheticText
+from _synthetic_text import SyntheticText
 
 from daemon.app import start_daemon
 from memory.records import MemoryItem

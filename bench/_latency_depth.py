@@ -8,9 +8,12 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from _common import Result, Servers, SyntheticText, png_path, summary_ms
 from _latency_asker import Asker, closed_loop
 from _latency_daemon import start_indexed
+from _result import Result, png_path
+from _servers import Servers
+from _stats import summary_ms
+from _synthetic_text import SyntheticText
 
 from daemon.settings import namespaced
 from daemon.topics import ensure_topics

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from _common import Servers
+from _servers import Servers
 from faststream.kafka import KafkaBroker as FastStreamBroker
 
 # The plain class goes by another name: FastStream resolves the daemon's string annotations

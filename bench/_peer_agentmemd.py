@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import start_agentmemd, stop_process, wait_until
 from _peer_system import TOP_K, SearchFailed, System
+from _servers import start_agentmemd, stop_process, wait_until
 
 
 class Agentmemd(System):
@@ -35,7 +35,7 @@ class Agentmemd(System):
         self.docs_chunks = 0
 
     async def start(self) -> None:
-        from _common import embedded_servers
+        from _servers import embedded_servers
 
         from consumers.client import MemoryClient
         from daemon.components import active_index

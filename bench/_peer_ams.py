@@ -11,10 +11,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import BENCH_DIR, spawn_logged, stop_process, wait_until
+from _common import BENCH_DIR
 from _peer_install import PEERS_DIR
 from _peer_system import TOP_K, SearchFailed, System
 from _peer_work import turn_id
+from _servers import spawn_logged, stop_process, wait_until
 
 #: The script that serves AMS its embeddings with ``--serve-embeddings PORT``.
 SCRIPT = BENCH_DIR / "peers.py"
@@ -200,7 +201,7 @@ class Ams(System):
         log_path.rename(log_path.with_name(f"redis.crash-{len(self.restarts)}.log"))
         t0 = time.perf_counter()
         self._start_redis()
-        from _common import wait_redis_ready
+        from _servers import wait_redis_ready
 
         await wait_redis_ready(self.rclient)
         await self._wait_indexed(600)

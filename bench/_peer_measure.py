@@ -9,16 +9,16 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from _common import summary_ms
 from _peer_agentmemd import Agentmemd
 from _peer_system import TOP_K, SearchFailed, System
 from _peer_work import Work
+from _stats import summary_ms
 
 
 async def quality(system: System, work: Work, mode: str) -> dict[str, Any]:
     """SciFact nDCG@10 and LoCoMo recall@10, one question at a time; a failed search scores 0."""
+    from _scifact_data import ndcg_at
     from locomo import recall_at
-    from scifact import ndcg_at
 
     failed = {"scifact": 0, "locomo": 0}
     ndcgs: list[float] = []

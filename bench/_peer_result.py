@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from _common import Result
 from _peer_system import TOP_K
+from _result import Result
 
 
 def plot(path: Path, systems: dict[str, dict[str, Any]]) -> None:

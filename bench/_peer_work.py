@@ -20,13 +20,13 @@ class Work:
 
 def load_work(args: argparse.Namespace) -> Work:
     import locomo
-    import scifact
+    from _scifact_data import load_data, pick_docs
 
-    corpus, queries, qrels = scifact.load_data(args.scifact)
+    corpus, queries, qrels = load_data(args.scifact)
     qids = [q for q in queries if q in qrels]
     if args.queries:
         qids = qids[: args.queries]
-    wanted = scifact.pick_docs(corpus, qrels, qids, args.scifact_docs, seed=3)
+    wanted = pick_docs(corpus, qrels, qids, args.scifact_docs, seed=3)
     turns, questions = locomo.load(args.locomo, args.conversations)
     if args.questions:
         questions = questions[: args.questions]

@@ -22,7 +22,10 @@ import time
 import uuid
 from typing import Any
 
-from _common import Result, Servers, add_common_args, png_path, run_benchmark, summary_ms
+from _result import Result, png_path
+from _run import add_common_args, run_benchmark
+from _servers import Servers
+from _stats import summary_ms
 
 BENCH = "acks"
 WORDS = ["ledger", "quota", "heron", "lock", "retry", "bucket", "shard", "token", "beta", "invoice"]

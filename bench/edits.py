@@ -40,7 +40,10 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from _common import Result, Servers, add_common_args, png_path, run_benchmark, summary_ms
+from _result import Result, png_path
+from _run import add_common_args, run_benchmark
+from _servers import Servers
+from _stats import summary_ms
 
 BENCH = "edits"
 KINDS = ("rewrite", "insert", "delete", "typo", "append")

@@ -27,7 +27,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import edits
-from _common import embedded_servers, quiet_logs
+from _run import quiet_logs
+from _servers import embedded_servers
 
 PHASES: dict[str, list[float]] = collections.defaultdict(list)
 _current: dict[str, float] = {}

@@ -21,7 +21,8 @@ import uuid
 from typing import Any
 
 import numpy as np
-from _common import embedded_servers, quiet_logs
+from _run import quiet_logs
+from _servers import embedded_servers
 
 WORDS = ["pool", "drain", "replica", "ledger", "timeout", "billing"]
 

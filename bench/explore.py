@@ -34,7 +34,11 @@ from typing import Any
 
 import numpy as np
 import redis.asyncio as aredis
-from _common import Result, SyntheticText, add_common_args, png_path, run_benchmark, summary_ms, wait_redis_ready
+from _result import Result, png_path
+from _run import add_common_args, run_benchmark
+from _servers import wait_redis_ready
+from _stats import summary_ms
+from _synthetic_text import SyntheticText
 
 BENCH = "explore"
 DIMS = 384

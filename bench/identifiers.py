@@ -28,7 +28,9 @@ import os
 import random
 import signal
 
-from _common import Result, add_common_args, embedded_servers, png_path, quiet_logs
+from _result import Result, png_path
+from _run import add_common_args, quiet_logs
+from _servers import embedded_servers
 
 TEMPLATES = [
     "we keep seeing {id} from the payment worker, what does it mean?",

@@ -35,16 +35,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import (
-    Result,
-    Servers,
-    add_common_args,
-    png_path,
-    run_benchmark,
-    start_agentmemd,
-    stop_process,
-    summary_ms,
-)
+from _result import Result, png_path
+from _run import add_common_args, run_benchmark
+from _servers import Servers, start_agentmemd, stop_process
+from _stats import summary_ms
 
 BENCH = "idle"
 IDLE_AFTER_S = 5.0

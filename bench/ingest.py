@@ -34,16 +34,11 @@ import time
 import uuid
 from typing import Any
 
-from _common import (
-    Result,
-    Servers,
-    SyntheticText,
-    add_common_args,
-    png_path,
-    run_benchmark,
-    summary_ms,
-    wait_until,
-)
+from _result import Result, png_path
+from _run import add_common_args, run_benchmark
+from _servers import Servers, wait_until
+from _stats import summary_ms
+from _synthetic_text import SyntheticText
 from aiokafka import AIOKafkaProducer
 
 from daemon.app import start_daemon

@@ -41,9 +41,9 @@ from __future__ import annotations
 
 import argparse
 
-from _common import add_common_args, run_benchmark
 from _latency_depth import DEPTH_BENCH, depths_async
 from _latency_levels import BENCH, levels_async
+from _run import add_common_args, run_benchmark
 
 
 def main() -> None:

@@ -42,7 +42,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from _common import ROOT, Result, Servers, add_common_args, png_path, run_benchmark, summary_ms, wait_until
+from _common import ROOT
+from _result import Result, png_path
+from _run import add_common_args, run_benchmark
+from _servers import Servers, wait_until
+from _stats import summary_ms
 
 BENCH = "locomo"
 KS = (5, 10, 25, 50)

@@ -52,7 +52,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from _common import ROOT, Result, add_common_args, exit_on_sigterm, png_path, quiet_logs
+from _common import ROOT
 from _peer_agentmemd import Agentmemd
 from _peer_ams import Ams
 from _peer_embeddings import serve_embeddings
@@ -61,6 +61,8 @@ from _peer_measure import measure
 from _peer_result import plot, record
 from _peer_system import TOP_K
 from _peer_work import load_work
+from _result import Result, png_path
+from _run import add_common_args, exit_on_sigterm, quiet_logs
 
 BENCH = "peers"
 

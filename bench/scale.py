@@ -30,17 +30,11 @@ from typing import Any
 
 import numpy as np
 import redis.asyncio as aredis
-from _common import (
-    Result,
-    SyntheticText,
-    add_common_args,
-    peak_rss_mb,
-    pid_peak_rss_mb,
-    png_path,
-    run_benchmark,
-    summary_ms,
-    wait_redis_ready,
-)
+from _result import Result, png_path
+from _run import add_common_args, run_benchmark
+from _servers import wait_redis_ready
+from _stats import peak_rss_mb, pid_peak_rss_mb, summary_ms
+from _synthetic_text import SyntheticText
 
 from memory.config import EmbeddingConfig, IndexConfig, RetrievalConfig
 from memory.embedder import SentenceTransformerEmbedder

@@ -33,15 +33,11 @@ from collections.abc import Sequence
 from typing import Any
 
 import redis.asyncio as aredis
-from _common import (
-    Result,
-    SyntheticText,
-    add_common_args,
-    png_path,
-    run_benchmark,
-    summary_ms,
-    wait_redis_ready,
-)
+from _result import Result, png_path
+from _run import add_common_args, run_benchmark
+from _servers import wait_redis_ready
+from _stats import summary_ms
+from _synthetic_text import SyntheticText
 
 from graph.config import GraphConfig
 from graph.contribution import ContributionResult

@@ -1,0 +1,57 @@
+"""BEIR SciFact's data: corpus, queries and judgements (qrels), the docs of a subset run, and the scores."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import random
+from collections import defaultdict
+from pathlib import Path
+
+
+def load_data(data: Path) -> tuple[dict[str, str], dict[str, str], dict[str, dict[str, int]]]:
+    """corpus id -> content, query id -> text (in file order), qrels query id -> {doc id: grade}."""
+    corpus: dict[str, str] = {}
+    with (data / "corpus.jsonl").open(encoding="utf-8") as f:
+        for line in f:
+            d = json.loads(line)
+            corpus[str(d["_id"])] = f"{d.get('title', '')} {d.get('text', '')}".strip()
+    queries: dict[str, str] = {}
+    with (data / "queries.jsonl").open(encoding="utf-8") as f:
+        for line in f:
+            d = json.loads(line)
+            queries[str(d["_id"])] = d["text"]
+    qrels: dict[str, dict[str, int]] = defaultdict(dict)
+    with (data / "qrels" / "test.tsv").open(encoding="utf-8") as f:
+        reader = csv.reader(f, delimiter="\t")
+        next(reader)  # header
+        for qid, did, score in reader:
+            qrels[qid][did] = int(score)
+    return corpus, queries, dict(qrels)
+
+
+def ndcg_at(ranked: list[str], rels: dict[str, int], k: int = 10) -> float:
+    """nDCG@k with linear gains (as pytrec_eval, which BEIR uses)."""
+    dcg = sum(rels.get(d, 0) / math.log2(i + 2) for i, d in enumerate(ranked[:k]))
+    ideal = sorted((g for g in rels.values() if g > 0), reverse=True)[:k]
+    idcg = sum(g / math.log2(i + 2) for i, g in enumerate(ideal))
+    return dcg / idcg if idcg > 0 else 0.0
+
+
+def recall_at(ranked: list[str], rels: dict[str, int], k: int = 100) -> float:
+    relevant = {d for d, g in rels.items() if g > 0}
+    return len(relevant & set(ranked[:k])) / len(relevant) if relevant else 0.0
+
+
+def pick_docs(
+    corpus: dict[str, str], qrels: dict[str, dict[str, int]], qids: list[str], limit: int, seed: int
+) -> list[str]:
+    """Every doc id (``limit`` 0), or the docs judged for ``qids`` plus random others up to ``limit``."""
+    if not limit:
+        return list(corpus)
+    needed = list(dict.fromkeys(d for q in qids for d in qrels[q] if d in corpus))
+    needed_set = set(needed)
+    others = [d for d in corpus if d not in needed_set]
+    random.Random(seed).shuffle(others)
+    return needed + others[: max(0, limit - len(needed))]
