@@ -7,7 +7,19 @@ from typing import Any
 from _synthetic_text import SyntheticText
 
 from daemon.app import start_daemon
+from daemon.settings import Settings, namespaced
+from graph.config import GraphConfig
 from memory.records import MemoryItem
+
+#: The namespace of the benchmark's topics and index (both modes share it).
+NAME = "bench_latency"
+
+
+def latency_settings(servers: Any, graph: bool) -> Settings:
+    """The daemon's settings for either mode: its defaults on these servers, under :data:`NAME`."""
+    return namespaced(
+        NAME, kafka_bootstrap=servers.kafka_bootstrap, redis_url=servers.redis_url, graph=GraphConfig(enabled=graph)
+    )
 
 
 async def start_indexed(settings: Any, synth: SyntheticText, docs: int) -> tuple[Any, int]:

@@ -9,15 +9,13 @@ from collections.abc import Callable
 from typing import Any
 
 from _latency_asker import Asker, closed_loop
-from _latency_daemon import start_indexed
+from _latency_daemon import NAME, latency_settings, start_indexed
 from _result import Result, png_path
 from _servers import Servers
 from _stats import summary_ms
 from _synthetic_text import SyntheticText
 
-from daemon.settings import namespaced
 from daemon.topics import ensure_topics
-from graph.config import GraphConfig
 
 DEPTH_BENCH = "latency_depth"
 
@@ -53,13 +51,8 @@ async def depths_async(args: argparse.Namespace, servers: Servers) -> Result:
     """``--depths``: the same daemon and index asked for each depth (top_k) in turn, in rounds
     whose order alternates, so that the drift of a shared machine falls on every depth alike;
     the first depth is the base of the ratios."""
-    name = "bench_latency"
-    settings = namespaced(
-        name,
-        kafka_bootstrap=servers.kafka_bootstrap,
-        redis_url=servers.redis_url,
-        graph=GraphConfig(enabled=args.graph),
-    )
+    name = NAME
+    settings = latency_settings(servers, args.graph)
     depths = args.depths
     per_round = max(1, args.requests // args.depth_rounds)
     result = Result(

@@ -12,16 +12,14 @@ from collections.abc import Callable
 from typing import Any
 
 from _latency_asker import Asker, closed_loop
-from _latency_daemon import start_indexed
+from _latency_daemon import NAME, latency_settings, start_indexed
 from _latency_echo import start_echo
 from _result import Result, png_path
 from _servers import Servers
 from _stats import summary_ms
 from _synthetic_text import SyntheticText
 
-from daemon.settings import namespaced
 from daemon.topics import ensure_topics
-from graph.config import GraphConfig
 
 BENCH = "latency"
 
@@ -57,13 +55,8 @@ def plot(path: Any, data: dict[str, Any], targets: dict[str, float]) -> None:
 
 
 async def levels_async(args: argparse.Namespace, servers: Servers) -> Result:
-    name = "bench_latency"
-    settings = namespaced(
-        name,
-        kafka_bootstrap=servers.kafka_bootstrap,
-        redis_url=servers.redis_url,
-        graph=GraphConfig(enabled=args.graph),
-    )
+    name = NAME
+    settings = latency_settings(servers, args.graph)
     levels = sorted({*args.concurrency, args.saturation})
     result = Result(
         BENCH,

@@ -88,19 +88,10 @@ class Agentmemd(System):
         return time.perf_counter() - t0
 
     async def ingest_turns(self, turns: list[Any]) -> float:
-        async def conversation(agent: str) -> None:
-            for t in (t for t in turns if t.agent_id == agent):
-                await self.client.publish_observation(
-                    agent_id=t.agent_id,
-                    session_id=t.session_id,
-                    turn=t.turn,
-                    role=t.role,
-                    content=t.content,
-                    timestamp=t.timestamp,
-                )
+        from locomo import publish_turns
 
         t0 = time.perf_counter()
-        await asyncio.gather(*(conversation(a) for a in dict.fromkeys(t.agent_id for t in turns)))
+        await publish_turns(self.client, turns)
         await self._wait_count(self.docs_chunks + len(turns), timeout_s=1800)
         return time.perf_counter() - t0
 

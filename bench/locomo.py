@@ -172,6 +172,23 @@ def plot(path: Path, rows: dict[str, dict[str, Any]]) -> None:
     plt.close(fig)
 
 
+async def publish_turns(client: Any, turns: Sequence[Turn]) -> None:
+    """Every turn as an observation: each conversation's turns in order, the conversations at once."""
+
+    async def conversation(agent: str) -> None:
+        for t in (t for t in turns if t.agent_id == agent):
+            await client.publish_observation(
+                agent_id=t.agent_id,
+                session_id=t.session_id,
+                turn=t.turn,
+                role=t.role,
+                content=t.content,
+                timestamp=t.timestamp,
+            )
+
+    await asyncio.gather(*(conversation(a) for a in dict.fromkeys(t.agent_id for t in turns)))
+
+
 def embedded_texts(turns: Sequence[Turn]) -> list[str]:
     """What the daemon embeds for each turn of a session published in order (memory.conversation)."""
     from memory.conversation import TurnRef, context_of, vector_text
@@ -243,19 +260,8 @@ async def main_async(args: argparse.Namespace, servers: Servers) -> Result:
         await client.start()
         await daemon.embedder.embed_documents(["warm-up text for the embedding model"] * 8)
 
-        async def publish_conversation(agent: str) -> None:
-            for t in (t for t in turns if t.agent_id == agent):
-                await client.publish_observation(
-                    agent_id=t.agent_id,
-                    session_id=t.session_id,
-                    turn=t.turn,
-                    role=t.role,
-                    content=t.content,
-                    timestamp=t.timestamp,
-                )
-
         t0 = time.perf_counter()
-        await asyncio.gather(*(publish_conversation(a) for a in dict.fromkeys(t.agent_id for t in turns)))
+        await publish_turns(client, turns)
         published = time.perf_counter() - t0
         want = {f"transcript:{t.agent_id}/{t.key}" for t in turns}
 
