@@ -2,7 +2,7 @@
 
 Importing this module first (before any project module) sets the offline environment,
 puts the project root on ``sys.path`` and selects matplotlib's Agg backend, so every
-script runs as ``/work/venv/bin/python bench/<name>.py`` from the project root. Every other
+script runs as ``.venv/bin/python bench/<name>.py`` from the project root. Every other
 ``bench/_*.py`` module imports it first; the harness is in ``_servers`` (embedded servers,
 processes), ``_run`` (a script's arguments and tail), ``_result`` (the JSON), ``_stats``
 (percentiles, CPU, memory) and ``_synthetic_text``.

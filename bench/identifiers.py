@@ -2,7 +2,7 @@
 
 Run from the project root:
 
-    /work/venv/bin/python bench/identifiers.py
+    .venv/bin/python bench/identifiers.py
 
 Corpus, built from what the standard library ships (no download): one document per
 ``errno`` name (``ECONNREFUSED (errno 111): Connection refused``), per ``http.HTTPStatus``

@@ -2,8 +2,8 @@
 
 Run from the project root:
 
-    /work/venv/bin/python bench/ingest.py                 # 600 docs, graph on and off
-    /work/venv/bin/python bench/ingest.py --docs 40 --fresh-docs 10   # smoke
+    .venv/bin/python bench/ingest.py                 # 600 docs, graph on and off
+    .venv/bin/python bench/ingest.py --docs 40 --fresh-docs 10   # smoke
 
 What it does, per mode (graph layer on = the daemon's default config, and off):
 

@@ -2,9 +2,9 @@
 
 Run from the project root:
 
-    /work/venv/bin/python bench/latency.py                          # full size
-    /work/venv/bin/python bench/latency.py --docs 50 --requests 40  # smoke
-    /work/venv/bin/python bench/latency.py --depths 5,50            # by depth (top_k)
+    .venv/bin/python bench/latency.py                          # full size
+    .venv/bin/python bench/latency.py --docs 50 --requests 40  # smoke
+    .venv/bin/python bench/latency.py --depths 5,50            # by depth (top_k)
 
 Setup: embedded Redis and tansu on free ports, a daemon in this process
 (``daemon.app.start_daemon``), a few hundred small synthetic docs indexed (through the

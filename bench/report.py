@@ -2,8 +2,8 @@
 
 Run from the project root:
 
-    /work/venv/bin/python bench/report.py                        # bench/results/*.json
-    /work/venv/bin/python bench/report.py --results /tmp/smoke   # another results dir
+    .venv/bin/python bench/report.py                        # bench/results/*.json
+    .venv/bin/python bench/report.py --results /tmp/smoke   # another results dir
 
 Every figure and every target of every result file goes into one table; targets are marked
 MET or MISSED exactly as the benchmark computed them (nothing is recomputed or hidden).

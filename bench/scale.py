@@ -2,8 +2,8 @@
 
 Run from the project root:
 
-    /work/venv/bin/python bench/scale.py                          # 1k, 10k, 100k chunks
-    /work/venv/bin/python bench/scale.py --sizes 1000,5000 --queries 50   # smoke
+    .venv/bin/python bench/scale.py                          # 1k, 10k, 100k chunks
+    .venv/bin/python bench/scale.py --sizes 1000,5000 --queries 50   # smoke
 
 One index in a fresh embedded Redis (AOF on, as the daemon runs it) grows stage by stage to
 each size. Chunks are written the way the daemon writes them, ``ChunkIndex.apply`` per doc

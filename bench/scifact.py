@@ -2,8 +2,8 @@
 
 Run from the project root:
 
-    /work/venv/bin/python bench/scifact.py                                   # full (first run ~10 min)
-    /work/venv/bin/python bench/scifact.py --limit-queries 10 --limit-docs 300   # smoke
+    .venv/bin/python bench/scifact.py                                   # full (first run ~10 min)
+    .venv/bin/python bench/scifact.py --limit-queries 10 --limit-docs 300   # smoke
 
 Data: ``../shared/eval/scifact`` relative to the project root (corpus.jsonl, queries.jsonl,
 qrels/test.tsv), never copied into the project.

@@ -2,8 +2,8 @@
 
 Run from the project root:
 
-    /work/venv/bin/python bench/stale_latency.py               # 60 docs, 100 edits
-    /work/venv/bin/python bench/stale_latency.py --edits 15    # smoke
+    .venv/bin/python bench/stale_latency.py               # 60 docs, 100 edits
+    .venv/bin/python bench/stale_latency.py --edits 15    # smoke
 
 The stack is assembled as tests/integration/test_graph.py does: embedded Redis, the real
 embedding model, spaCy NER, ``ChunkIndex``, ``GraphStore``, ``GraphService`` and an

@@ -3,8 +3,8 @@ transaction, and in slices (the default for a document of more than ``write_slic
 
 Run from the project root:
 
-    /work/venv/bin/python bench/write_block.py                      # 300, 1,200, 4,000, 9,400, 300
-    /work/venv/bin/python bench/write_block.py --sizes 100 300      # smoke
+    .venv/bin/python bench/write_block.py                      # 300, 1,200, 4,000, 9,400, 300
+    .venv/bin/python bench/write_block.py --sizes 100 300      # smoke
 
 Redis runs a MULTI/EXEC alone, and RediSearch indexes every chunk inside it (BM25 terms,
 tags, the HNSW insert), so nothing else (any daemon's query, any tenant) is answered
