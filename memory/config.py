@@ -213,7 +213,14 @@ class RetrievalConfig(BaseModel):
     transcript_sparse_weight: float = Field(
         4 / 3, ge=0.0, description="Default weight of the BM25 leg for transcript turns (see transcript_dense_weight)."
     )
-    max_query_chars: int = Field(4096, ge=16, description="Longest search_text accepted.")
+    max_query_chars: int = Field(
+        16384,
+        ge=16,
+        description=(
+            "Longest search_text accepted. An agent may ask with a whole passage: the query vector reads "
+            "the model's window, the BM25 leg its first 64 distinct terms, so a long query costs little more."
+        ),
+    )
     engine_tenant_filter: bool = Field(
         False,
         description=(

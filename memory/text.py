@@ -34,10 +34,12 @@ stopwords (``(is|an|hip)``).
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 import string
 import threading
 import unicodedata
+from collections.abc import Iterator
 
 import snowballstemmer
 
@@ -85,18 +87,22 @@ def tokenize(text: str) -> list[str]:
     Returns:
         Terms in order of appearance, lowercased, possibly repeated.
     """
-    tokens: list[str] = []
+    return list(iter_tokens(text))
+
+
+def iter_tokens(text: str) -> Iterator[str]:
+    """:func:`tokenize`'s terms one at a time, so a reader that needs only the first few
+    (a long query's first distinct terms) does not split the rest."""
     current: list[str] = []
     for ch in text:
         if _is_separator(ch):
             if current:
-                tokens.append("".join(current).lower())
+                yield "".join(current).lower()
                 current = []
         else:
             current.append(ch)
     if current:
-        tokens.append("".join(current).lower())
-    return tokens
+        yield "".join(current).lower()
 
 
 _local = threading.local()
@@ -181,8 +187,11 @@ def query_terms(text: str, *, max_terms: int = 64) -> list[str]:
     Returns:
         Terms for the BM25 leg; empty when nothing searchable remains.
     """
+    # analyze()'s terms in its order (tokens, then compounds), read only as far as needed: a
+    # query of thousands of words costs what its first distinct terms cost.
     seen: dict[str, None] = {}
-    for term in analyze(text):
+    tokens = (cap_term(stem(tok)) for tok in iter_tokens(text) if tok not in STOPWORDS)
+    for term in itertools.chain(tokens, (cap_term(stem(c)) for c in compounds(text))):
         if term in seen:
             continue
         seen[term] = None

@@ -172,6 +172,19 @@ async def test_unknown_filter_key_and_bad_top_k_are_errors(stack) -> None:
             await retriever.search(spec)
 
 
+async def test_a_whole_passage_is_a_query_and_a_longer_one_an_error(stack) -> None:
+    """An agent may ask with a passage of thousands of words: its first terms lead the BM25
+    leg and the model reads its window; past max_query_chars it is refused, not cut."""
+    _, _, retriever = stack
+    limit = RetrievalConfig().max_query_chars
+    passage = "ERR_CONN_RESET_4F2A from the session store. " + "nothing here matches anything " * 600
+    passage = passage[:limit]
+    out = await retriever.search(SearchSpec(text=passage, top_k=3))
+    assert out.hits[0].chunk.doc_id == "wiki/auth.md"
+    with pytest.raises(InvalidRequest, match=f"longer than {limit}"):
+        await retriever.search(SearchSpec(text=passage + "x" * (limit - len(passage) + 1), top_k=3))
+
+
 async def test_versions_replace_delete_and_never_resurrect(stack) -> None:
     """A newer version replaces all chunks; a delete removes them; older versions change nothing."""
     index, ingestor, retriever = stack

@@ -135,6 +135,17 @@ def test_query_terms_are_bounded() -> None:
     assert len(query_terms(" ".join(f"w{i}" for i in range(500)), max_terms=64)) == 64
 
 
+def test_query_terms_are_the_first_distinct_terms_of_the_analysis() -> None:
+    """Read lazily, a query's terms are still analyze()'s first distinct ones, compounds last."""
+    rng = random.Random(7)
+    words = ["IL-6", "e-mail", "the", "Timeouts", "timeout", "ERR_X", "naïve", "x-ray", "of", "504", "a-b-c"]
+    for _ in range(300):
+        text = " ".join(rng.choice(words) for _ in range(rng.randrange(0, 30)))
+        for cap in (1, 3, 8, 64):
+            expected = list(dict.fromkeys(analyze(text)))[:cap]
+            assert query_terms(text, max_terms=cap) == expected, (text, cap)
+
+
 @pytest.mark.parametrize(
     ("value", "escaped"),
     [
