@@ -1,4 +1,4 @@
-"""The SciFact configurations (legs alone, RRF fusions, the daemon's defaults) and their evaluation."""
+"""The BEIR configurations (legs alone, RRF fusions, the daemon's defaults) and their evaluation."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from _scifact_data import ndcg_at, recall_at
 from _stats import summary_ms
 
 from memory.config import RetrievalConfig
+from memory.errors import InvalidRequest
 from memory.retrieval import Retriever
 from memory.search_spec import SearchSpec
 
@@ -63,12 +64,18 @@ def configs() -> list[dict[str, Any]]:
 async def evaluate(
     retriever: Retriever, queries: dict[str, str], qrels: dict[str, dict[str, int]], qids: list[str], top_k: int
 ) -> list[dict[str, Any]]:
-    """nDCG@10, Recall@100 and search time of every config over ``qids``, one printed line per config."""
+    """nDCG@10, Recall@100 and search time of every config over ``qids``, one printed line per config.
+
+    As BEIR's own evaluation: a result whose doc id is the query's id is dropped (ArguAna and
+    Quora hold each query in the corpus too). A query the retriever refuses (blank, too long)
+    scores 0 and is counted in the row's ``refused``.
+    """
     rows: list[dict[str, Any]] = []
     for cfg in configs():
         ndcgs: list[float] = []
         recalls: list[float] = []
         took: list[float] = []
+        refused: list[str] = []
         for qid in qids:
             spec = SearchSpec(
                 text=queries[qid],
@@ -79,9 +86,15 @@ async def evaluate(
                 **cfg["extra"],
             )
             t0 = time.perf_counter()
-            outcome = await retriever.search(spec)
+            try:
+                outcome = await retriever.search(spec)
+            except InvalidRequest as exc:
+                refused.append(f"{qid}: {exc}")
+                ndcgs.append(0.0)
+                recalls.append(0.0)
+                continue
             took.append(time.perf_counter() - t0)
-            ranked = list(dict.fromkeys(h.chunk.doc_id for h in outcome.hits))
+            ranked = [d for d in dict.fromkeys(h.chunk.doc_id for h in outcome.hits) if d != qid]
             ndcgs.append(ndcg_at(ranked, qrels[qid], 10))
             recalls.append(recall_at(ranked, qrels[qid], 100))
         row = {
@@ -90,7 +103,9 @@ async def evaluate(
             "recall@100": sum(recalls) / len(recalls),
             "search_ms": summary_ms(took),
             "per_query_ndcg@10": [round(x, 4) for x in ndcgs],
+            "refused": refused,
         }
         rows.append(row)
-        print(f"  {cfg['name']:<36} nDCG@10 {row['ndcg@10']:.4f}  Recall@100 {row['recall@100']:.4f}", flush=True)
+        note = f"  ({len(refused)} refused, scored 0)" if refused else ""
+        print(f"  {cfg['name']:<36} nDCG@10 {row['ndcg@10']:.4f}  Recall@100 {row['recall@100']:.4f}{note}", flush=True)
     return rows

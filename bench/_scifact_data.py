@@ -1,4 +1,5 @@
-"""BEIR SciFact's data: corpus, queries and judgements (qrels), the docs of a subset run, and the scores."""
+"""A BEIR dataset's data (SciFact by default): corpus, queries and judgements (qrels), the docs of a
+subset run, and the scores."""
 
 from __future__ import annotations
 
@@ -24,10 +25,10 @@ def load_data(data: Path) -> tuple[dict[str, str], dict[str, str], dict[str, dic
             queries[str(d["_id"])] = d["text"]
     qrels: dict[str, dict[str, int]] = defaultdict(dict)
     with (data / "qrels" / "test.tsv").open(encoding="utf-8") as f:
-        reader = csv.reader(f, delimiter="\t")
-        next(reader)  # header
-        for qid, did, score in reader:
-            qrels[qid][did] = int(score)
+        for row in csv.reader(f, delimiter="\t"):
+            if len(row) < 3 or not row[2].strip().lstrip("-").isdigit():
+                continue  # the header ("query-id corpus-id score") or a blank line
+            qrels[row[0]][row[1]] = int(row[2])
     return corpus, queries, dict(qrels)
 
 

@@ -88,9 +88,12 @@ class Question:
     evidence: frozenset[str]
 
 
-def session_time(text: str) -> datetime:
-    """``"1:56 pm on 8 May, 2023"`` as an aware UTC datetime."""
-    return datetime.strptime(text.strip(), "%I:%M %p on %d %B, %Y").replace(tzinfo=UTC)
+def session_time(text: str) -> datetime | None:
+    """``"1:56 pm on 8 May, 2023"`` as an aware UTC datetime; None where it is not in that form."""
+    try:
+        return datetime.strptime(str(text).strip(), "%I:%M %p on %d %B, %Y").replace(tzinfo=UTC)
+    except ValueError:
+        return None
 
 
 def evidence_keys(raw: Sequence[str]) -> frozenset[str]:
@@ -100,36 +103,55 @@ def evidence_keys(raw: Sequence[str]) -> frozenset[str]:
 
 def turn_content(turn: dict[str, Any]) -> str:
     """A turn as a person would write it in a transcript: the speaker's name, then the words."""
-    content = f"{turn['speaker']}: {turn['text']}"
+    content = f"{turn.get('speaker', 'someone')}: {turn.get('text', '')}"
     if turn.get("blip_caption"):
         content += f" [shares {turn['blip_caption']}]"
     return content
 
 
+def _sessions(c: dict[str, Any]) -> list[int]:
+    """The session numbers of a conversation, in order: every ``session_<N>`` that holds turns,
+    whatever numbers are missing between them."""
+    found = (re.fullmatch(r"session_(\d+)", k) for k, v in c.items() if isinstance(v, list))
+    return sorted(int(m.group(1)) for m in found if m)
+
+
 def load(path: Path, conversations: int = 0) -> tuple[list[Turn], list[Question]]:
-    """Turns and questions of the first ``conversations`` conversations (0: all)."""
+    """Turns and questions of the first ``conversations`` conversations (0: all).
+
+    Survives what a LoCoMo file may hold besides the README's quirks: a gap in the session
+    numbers, a ``dia_id`` with no turn number (the turn's place in its session is used), a
+    session date in another form (the previous session's is used). What it repaired is printed.
+    """
     data = json.loads(path.read_text())
     if conversations:
         data = data[:conversations]
     turns: list[Turn] = []
     questions: list[Question] = []
+    repaired: list[str] = []
     for conv in data:
         agent = conv["sample_id"]
         c = conv["conversation"]
-        speakers = {c["speaker_a"]: "user", c["speaker_b"]: "assistant"}
-        n = 1
-        while f"session_{n}" in c:
-            when = session_time(c[f"session_{n}_date_time"])
-            for t in c[f"session_{n}"]:
-                number = int(_EVIDENCE.findall(t["dia_id"])[0][1])
-                turns.append(
-                    Turn(agent, f"session_{n}", number, speakers.get(t["speaker"], "user"), turn_content(t), when)
-                )
-            n += 1
-        for qa in conv["qa"]:
+        speakers = {c.get("speaker_a"): "user", c.get("speaker_b"): "assistant"}
+        when = datetime(2023, 1, 1, tzinfo=UTC)
+        for n in _sessions(c):
+            parsed = session_time(c.get(f"session_{n}_date_time", ""))
+            if parsed is None:
+                repaired.append(f"{agent} session_{n}: date {c.get(f'session_{n}_date_time')!r}")
+            when = parsed or when
+            for place, t in enumerate(c[f"session_{n}"], start=1):
+                ids = _EVIDENCE.findall(str(t.get("dia_id", "")))
+                if not ids:
+                    repaired.append(f"{agent} session_{n}: dia_id {t.get('dia_id')!r} read as turn {place}")
+                number = int(ids[0][1]) if ids else place
+                role = speakers.get(t.get("speaker"), "user")
+                turns.append(Turn(agent, f"session_{n}", number, role, turn_content(t), when))
+        for qa in conv.get("qa", ()):
             ev = evidence_keys(qa.get("evidence") or [])
-            if ev:
-                questions.append(Question(agent, qa["question"], int(qa["category"]), ev))
+            if ev and qa.get("question"):
+                questions.append(Question(agent, qa["question"], int(qa.get("category", 0)), ev))
+    if repaired:
+        print(f"{len(repaired)} repairs while loading {path.name}: {repaired[:5]}", flush=True)
     return turns, questions
 
 
