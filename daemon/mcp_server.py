@@ -34,8 +34,10 @@ SEARCH = (
     "filters: exact metadata matches, e.g. {'agent_id': 'a1'} or {'kind': ['document', 'transcript']} "
     "(only keys the daemon indexes: an unknown key is an invalid_request error naming the allowed ones); "
     "scope: 'chunks' (default), 'communities' (graph summaries of related memories) or 'all'; "
-    "since/until: ISO 8601 times bounding when the memory was recorded. "
-    "Returns results with text, score, source, doc_id, kind, metadata and timestamp."
+    "since/until: ISO 8601 times bounding when the memory was recorded; "
+    "context_turns 0..10: each conversation turn found also comes with that many turns before and after it "
+    "in its session (context), so you read the exchange, not a fragment. "
+    "Returns results with text, score, source, doc_id, kind, metadata and timestamp (and context)."
 )
 REMEMBER = (
     "Record one observation or conversation turn in long-term memory, for this and other agents to find later "
@@ -91,8 +93,9 @@ def build_server(tools: MemoryTools) -> MCPServer[Any]:
         scope: Literal["chunks", "communities", "all"] = "chunks",
         since: str | None = None,
         until: str | None = None,
+        context_turns: int = 0,
     ) -> Annotated[CallToolResult, Rows]:
-        return await _run(tools.search_memory(query, top_k, filters, scope, since, until), wrap=True)
+        return await _run(tools.search_memory(query, top_k, filters, scope, since, until, context_turns), wrap=True)
 
     async def remember(
         text: str,

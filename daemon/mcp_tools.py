@@ -67,8 +67,9 @@ def parse_time(value: str | None, what: str) -> datetime | None:
 
 
 def result_view(r: ResultItem) -> dict[str, Any]:
-    """One search result as a model needs it."""
-    return {
+    """One search result as a model needs it; a conversation turn asked with ``context_turns``
+    also carries the turns around it (``context``), so the model reads the exchange."""
+    view: dict[str, Any] = {
         "text": r.text,
         "score": r.rrf_score,
         "source": r.source,
@@ -77,6 +78,9 @@ def result_view(r: ResultItem) -> dict[str, Any]:
         "metadata": r.metadata,
         "timestamp": r.timestamp,
     }
+    if r.context is not None:
+        view["context"] = [t.model_dump() for t in r.context]
+    return view
 
 
 def ack_view(ack: WriteAck | None, doc_id: str) -> dict[str, Any]:
@@ -180,6 +184,7 @@ class MemoryTools:
         scope: Literal["chunks", "communities", "all"] = "chunks",
         since: str | None = None,
         until: str | None = None,
+        context_turns: int = 0,
     ) -> list[dict[str, Any]]:
         """Ask a query; each result as ``result_view`` shows it.
 
@@ -190,7 +195,13 @@ class MemoryTools:
 
         async def ask(c: MemoryClient) -> list[dict[str, Any]]:
             reply = await c.query(
-                query, top_k=top_k, metadata_filter=filters or None, scope=scope, since=start, until=end
+                query,
+                top_k=top_k,
+                metadata_filter=filters or None,
+                scope=scope,
+                since=start,
+                until=end,
+                context_turns=context_turns,
             )
             return [result_view(r) for r in reply.results]
 

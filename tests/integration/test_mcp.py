@@ -100,6 +100,13 @@ async def test_every_tool_over_stdio(settings: Settings) -> None:
         hits = await ok(c, "search_memory", query="who owns ERR_QUOTA_7F2", filters=mine)
         assert hits[0]["doc_id"] == second["doc_id"] and hits[0]["kind"] == "transcript"
         assert {"text", "score", "source", "doc_id", "kind", "metadata", "timestamp"} <= set(hits[0])
+        assert "context" not in hits[0]
+        # context_turns: the turn comes with the exchange around it.
+        around = await ok(c, "search_memory", query="who owns ERR_QUOTA_7F2", filters=mine, context_turns=1)
+        assert around[0]["doc_id"] == second["doc_id"]
+        assert [(t["turn"], t["role"], t["text"]) for t in around[0]["context"]] == [
+            (0, "assistant", "The beta ships on Friday.")
+        ]
         turn = await ok(c, "get_document", doc_id=first["doc_id"])
         assert (turn["status"], turn["content"]) == ("found", "The beta ships on Friday.")
 
@@ -119,6 +126,7 @@ async def test_every_tool_over_stdio(settings: Settings) -> None:
         unknown = await failed(c, "search_memory", query="x", filters={"no_such_key": "1"})
         assert unknown.startswith("invalid_request:") and "no_such_key" in unknown
         assert "ISO 8601" in await failed(c, "search_memory", query="x", since="last tuesday")
+        assert "context_turns" in await failed(c, "search_memory", query="x", context_turns=11)
         assert (await failed(c, "forget", agent_id=agent)).startswith("invalid_request:")
         assert (await failed(c, "upsert_document", doc_id=doc, content="   ")).startswith("invalid_event:")
 
