@@ -63,6 +63,10 @@ def query(
     until: Annotated[
         str | None, typer.Option("--until", help="Only memories up to this time: ISO 8601, or an age.")
     ] = None,
+    context_turns: Annotated[
+        int,
+        typer.Option("--context-turns", help="Show each conversation turn with this many turns around it (0..10)."),
+    ] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print the raw reply.")] = False,
 ) -> None:
     """Ask the memory a question over Kafka request/reply."""
@@ -85,6 +89,7 @@ def query(
                 scope=scope,
                 since=start,
                 until=end,
+                context_turns=context_turns,
             )
         except QueryFailed as exc:
             if as_json:  # the raw reply, error replies too, for scripts to parse
@@ -119,7 +124,13 @@ def results_view(reply: QueryReply, snippet_chars: int = 240) -> Group:
         head.append(r.chunk_id, style="green")
         head.append(f"  {when} UTC" if when else "")
         head.append(f"  {ranks}", style="dim")
-        text = " ".join(r.text.split())
-        snippet = text if len(text) <= snippet_chars else text[: snippet_chars - 1] + "…"
-        lines += [head, Padding(Text(snippet), (0, 0, 0, 4))]
+        lines += [head, Padding(Text(_snippet(r.text, snippet_chars)), (0, 0, 0, 4))]
+        for t in r.context or ():  # --context-turns: the exchange around the turn, dimmed
+            said = Text(f"turn {t.turn} ({t.role}): {_snippet(t.text, snippet_chars)}", style="dim")
+            lines.append(Padding(said, (0, 0, 0, 6)))
     return Group(*lines)
+
+
+def _snippet(text: str, chars: int) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= chars else flat[: chars - 1] + "…"

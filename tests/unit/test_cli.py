@@ -141,3 +141,31 @@ def test_commands_are_listed_in_their_usual_order() -> None:
         "docs",
         "graph",
     ]
+
+
+def test_query_results_show_the_turns_around_a_turn() -> None:
+    """--context-turns: each conversation turn is shown with the exchange around it."""
+    from rich.console import Console
+
+    from consumers.requests import ContextTurn, QueryReply, ResultItem
+    from daemon.cli.query import results_view
+
+    hit = ResultItem(
+        chunk_id="transcript:a/s/2_p0",
+        rrf_score=0.03,
+        text="Yes, yesterday!",
+        source="a/s",
+        doc_id="transcript:a/s/2",
+        kind="transcript",
+        metadata={},
+        ranks={"sparse": 1},
+        context=[
+            ContextTurn(doc_id="transcript:a/s/1", turn=1, role="user", text="Did you finish the pottery class?"),
+            ContextTurn(doc_id="transcript:a/s/3", turn=3, role="user", text="Congrats!"),
+        ],
+    )
+    console = Console(width=80, record=True, color_system=None)
+    console.print(results_view(QueryReply(query_id="q", total_retrieved=1, took_ms=1.0, results=[hit])))
+    lines = [line.strip() for line in console.export_text().splitlines()]
+    said = ["Yes, yesterday!", "turn 1 (user): Did you finish the pottery class?", "turn 3 (user): Congrats!"]
+    assert lines[2:] == said
