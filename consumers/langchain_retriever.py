@@ -16,6 +16,7 @@ from pydantic import ConfigDict, Field
 from consumers.client import MemoryClient
 from consumers.requests import QueryReply, ResultItem
 from consumers.threaded_client import ThreadedClient
+from memory.conversation import MAX_CONTEXT_TURNS
 
 #: Result fields copied into each Document's metadata (they win over a memory's own keys of the same name).
 RESULT_FIELDS = ("doc_id", "chunk_id", "source", "kind", "timestamp")
@@ -23,10 +24,13 @@ RESULT_FIELDS = ("doc_id", "chunk_id", "source", "kind", "timestamp")
 
 def to_document(result: ResultItem) -> Document:
     """One search result as a LangChain ``Document``: the chunk's text, its metadata, and ours
-    (``doc_id``, ``chunk_id``, ``source``, ``kind``, ``timestamp``, ``score``, ``ranks``)."""
+    (``doc_id``, ``chunk_id``, ``source``, ``kind``, ``timestamp``, ``score``, ``ranks``, and a
+    conversation turn's ``context`` when asked with ``context_turns``)."""
     metadata: dict[str, Any] = dict(result.metadata)
     metadata.update({name: getattr(result, name) for name in RESULT_FIELDS})
     metadata.update(score=result.rrf_score, ranks=dict(result.ranks))
+    if result.context is not None:
+        metadata["context"] = [t.model_dump() for t in result.context]
     return Document(page_content=result.text, metadata=metadata, id=result.chunk_id)
 
 
@@ -43,6 +47,8 @@ class MemoryRetriever(BaseRetriever):
     scope: Literal["chunks", "communities", "all"] = "chunks"
     dense_weight: float | None = None
     sparse_weight: float | None = None
+    context_turns: int = Field(0, ge=0, le=MAX_CONTEXT_TURNS)
+    """Each conversation turn also brings this many turns before and after it (``metadata["context"]``)."""
 
     async def _ask(self, c: MemoryClient, query: str) -> QueryReply:
         return await c.query(
@@ -52,6 +58,7 @@ class MemoryRetriever(BaseRetriever):
             scope=self.scope,
             dense_weight=self.dense_weight,
             sparse_weight=self.sparse_weight,
+            context_turns=self.context_turns,
         )
 
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:

@@ -213,6 +213,20 @@ async def test_the_retriever_in_a_runnable_chain(settings: Settings, threaded: T
         assert first.page_content == text and first.id == f"{doc}_p0"
         assert first.metadata["owner"] == "alice" and first.metadata["service"] == "ledger-service"
         assert first.metadata["kind"] == "document" and first.metadata["score"] > 0
+        assert "context" not in first.metadata
+
+
+async def test_the_retriever_brings_the_turns_around_a_turn(settings: Settings, threaded: ThreadedClient) -> None:
+    """context_turns: a conversation turn's Document carries the exchange around it."""
+    agent = f"lc-{uuid.uuid4().hex[:6]}"
+    said = ["Did the ledger close move?", "Yes, to the 3rd business day.", "Noted, thanks."]
+    async with MemoryClient(bootstrap=settings.kafka_bootstrap, topics=settings.topics, timeout_s=20) as c:
+        for turn, text in enumerate(said):
+            await c.publish_observation(agent_id=agent, session_id="s", turn=turn, content=text, wait=True)
+    retriever = MemoryRetriever(client=threaded, top_k=1, metadata_filter={"agent_id": agent}, context_turns=1)
+    (doc,) = await retriever.ainvoke("the 3rd business day")
+    assert doc.page_content == said[1]
+    assert [t["text"] for t in doc.metadata["context"]] == [said[0], said[2]]
 
 
 async def test_the_list_op(settings: Settings) -> None:
