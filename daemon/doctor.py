@@ -111,9 +111,8 @@ async def _check_redis(settings: Settings) -> list[Finding]:
                 )
             )
         else:
-            found.append(
-                Finding("index schema", True, f"{name!r} matches the settings, {info.get('num_docs', '?')} chunks")
-            )
+            entries = f"{info.get('num_docs', '?')} entries (chunks and community summaries)"
+            found.append(Finding("index schema", True, f"{name!r} matches the settings, {entries}"))
         found.extend(await _check_generation(client, settings, dims))
         found.extend(await _check_unfinished_writes(client, settings, dims or PACKAGED_DIMS))
         found.extend(await _check_directory(client, settings, dims or PACKAGED_DIMS))

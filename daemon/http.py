@@ -138,7 +138,8 @@ td,th{{border-bottom:1px solid #eee;padding:4px 10px;text-align:left;font-size:1
 <div class="card">oldest stale (s)<div class="num" id="stale-oldest">{oldest:.1f}</div></div>
 <div class="card">consumer lag<div class="num" id="consumer-lag">{total_lag}</div></div>
 <div class="card">DLQ records<div class="num" id="dlq-count">{dlq}</div></div>
-<div class="card">chunks indexed<div class="num" id="chunks">{chunks}</div></div>
+<div class="card">index entries<div class="num" id="chunks">{chunks}</div>
+<span class="muted">chunks and community summaries</span></div>
 <div class="card">query p50 / p95 ms<div class="num" id="query-latency">{p50:.1f} / {p95:.1f}</div>
 <span class="muted" id="query-count">{len(q)} recent, {state.query_errors} errors</span></div>
 </div>

@@ -183,8 +183,14 @@ class Summarizer:
         self.summaries_written += 1
         SUMMARIES_WRITTEN.inc()
         await self._store.incr("summaries_written")
+        # community_level: "level" is the log record's own (info, warning).
         log.info(
-            "graph.summary_written", community_id=cid, level=comm.level, model=model, cleared=cleared, tokens=tokens
+            "graph.summary_written",
+            community_id=cid,
+            community_level=comm.level,
+            model=model,
+            cleared=cleared,
+            tokens=tokens,
         )
         return SummaryResult(cid, cleared, text, model, tokens)
 

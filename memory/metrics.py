@@ -35,7 +35,11 @@ CONSUMER_LAG = Gauge(
     ["group", "topic", "partition"],
     registry=REGISTRY,
 )
-INDEX_CHUNKS = Gauge("agentmemd_index_chunks", "Chunks in the search index.", registry=REGISTRY)
+INDEX_CHUNKS = Gauge(
+    "agentmemd_index_chunks",
+    "Entries in the search index: document and transcript chunks, and community summaries.",
+    registry=REGISTRY,
+)
 QUERY_SECONDS = Histogram(
     "agentmemd_query_seconds",
     "Query handling time (parse to reply).",

@@ -118,12 +118,14 @@ def results_view(reply: QueryReply, snippet_chars: int = 240) -> Group:
     for i, r in enumerate(reply.results, 1):
         ranks = " ".join(f"{k}:{v}" for k, v in sorted(r.ranks.items()))
         when = (r.timestamp or "")[:16].replace("T", " ")
+        # The chunk id last: it is the long part, and what an edge cuts (a new user lost the
+        # ranks at 80 columns when they came after it).
         head = Text(no_wrap=True, overflow="ellipsis")
         head.append(f"{i:>2}. ", style="bold")
         head.append(f"{r.rrf_score:.4f}  ", style="cyan")
+        head.append(f"{ranks}  ", style="dim")
+        head.append(f"{when} UTC  " if when else "")
         head.append(r.chunk_id, style="green")
-        head.append(f"  {when} UTC" if when else "")
-        head.append(f"  {ranks}", style="dim")
         lines += [head, Padding(Text(_snippet(r.text, snippet_chars)), (0, 0, 0, 4))]
         for t in r.context or ():  # --context-turns: the exchange around the turn, dimmed
             said = Text(f"turn {t.turn} ({t.role}): {_snippet(t.text, snippet_chars)}", style="dim")

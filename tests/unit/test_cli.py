@@ -98,7 +98,9 @@ def test_query_results_show_their_text_in_an_80_column_terminal() -> None:
     lines = shown.splitlines()
     assert all(len(line) <= 80 for line in lines)
     assert lines[0] == "1 result in 12.3 ms"
-    assert lines[1].startswith(" 1. 0.0325  observation:planner-7") and lines[1].endswith("…")  # cut at the edge
+    # Score, ranks and time first; the long chunk id is what the edge cuts.
+    assert lines[1].startswith(" 1. 0.0325  dense:1 sparse:2  2026-11-29 18:03 UTC  observation:planner-7")
+    assert lines[1].endswith("…")
     body = " ".join(line.strip() for line in lines[2:])
     assert body.startswith("Restarted pgbouncer; the 504s stopped. The pool drained")
     assert body.endswith("…") and len(body) <= 240  # a snippet, not the whole chunk
