@@ -18,7 +18,7 @@ app.add_typer(docs_app, name="docs")
 @docs_app.command("asyncapi")
 def docs_asyncapi(
     out_path: Annotated[Path | None, typer.Option("--out", help="Write here instead of stdout.")] = None,
-    as_yaml: Annotated[bool, typer.Option("--yaml")] = False,
+    as_yaml: Annotated[bool, typer.Option("--yaml", metavar="")] = False,
 ) -> None:
     """The AsyncAPI 3.0 document of every topic and message (FastStream's generator)."""
     import yaml

@@ -36,7 +36,7 @@ def _with_graph(fn: Callable[[GraphService], Awaitable[T]], tenant: str = "defau
 
 @app.command()
 def stale(
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    as_json: Annotated[bool, typer.Option("--json", metavar="")] = False,
     limit: Annotated[int, typer.Option("--limit", min=1)] = 20,
     tenant: TenantOpt = "default",
 ) -> None:
@@ -83,7 +83,9 @@ def stale(
 
 
 @app.command()
-def communities(as_json: Annotated[bool, typer.Option("--json")] = False, tenant: TenantOpt = "default") -> None:
+def communities(
+    as_json: Annotated[bool, typer.Option("--json", metavar="")] = False, tenant: TenantOpt = "default"
+) -> None:
     """Communities: ids, levels, sizes and whether their summaries are fresh."""
 
     async def read(g: GraphService) -> list[dict[str, Any]]:

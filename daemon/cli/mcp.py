@@ -16,7 +16,9 @@ from daemon.mcp_tools import MemoryTools
 
 @app.command()
 def mcp(
-    http: Annotated[bool, typer.Option("--http", help="Serve streamable HTTP at /mcp instead of stdio.")] = False,
+    http: Annotated[
+        bool, typer.Option("--http", metavar="", help="Serve streamable HTTP at /mcp instead of stdio.")
+    ] = False,
     host: Annotated[str, typer.Option("--host", help="HTTP address (with --http).")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", help="HTTP port (with --http).")] = 8765,
     tenant: Annotated[

@@ -27,6 +27,7 @@ WaitOpt = Annotated[
     bool,
     typer.Option(
         "--wait",
+        metavar="",
         help="Wait for the daemon's acknowledgement: once it returns, a query finds the write "
         "(exit 1 if it was dead-lettered, with the reason).",
     ),
@@ -146,7 +147,7 @@ def publish_forget(
     agent_id: Annotated[str, typer.Option("--agent-id")],
     session_id: Annotated[str | None, typer.Option("--session-id", help="The session to forget.")] = None,
     all_sessions: Annotated[
-        bool, typer.Option("--all-sessions", help="Forget every session of the agent instead.")
+        bool, typer.Option("--all-sessions", metavar="", help="Forget every session of the agent instead.")
     ] = False,
     tenant: PublishTenantOpt = None,
     wait: WaitOpt = False,

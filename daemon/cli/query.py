@@ -67,7 +67,7 @@ def query(
         int,
         typer.Option("--context-turns", help="Show each conversation turn with this many turns around it (0..10)."),
     ] = 0,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the raw reply.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", metavar="", help="Print the raw reply.")] = False,
 ) -> None:
     """Ask the memory a question over Kafka request/reply."""
     flt = _pairs(filters, "--filter")

@@ -33,7 +33,10 @@ def _since_ms(value: str | None) -> int | None:
 def drop_generation(
     generation: Annotated[int, typer.Argument(help="The generation to drop (doctor lists those kept).")],
     force: Annotated[
-        bool, typer.Option("--force", help="Drop even one a reindex kept because the live one lacks some of its docs.")
+        bool,
+        typer.Option(
+            "--force", metavar="", help="Drop even one a reindex kept because the live one lacks some of its docs."
+        ),
     ] = False,
 ) -> None:
     """Drop an index generation kept beside the active one: its index and keys. Never the
@@ -49,10 +52,14 @@ def reindex(
     since: Annotated[
         str | None, typer.Option(help="Replay from this time (ISO 8601 or Unix ms) instead of the earliest offset.")
     ] = None,
-    keep_old: Annotated[bool, typer.Option("--keep-old", help="Keep the old generation after the switch.")] = False,
+    keep_old: Annotated[
+        bool, typer.Option("--keep-old", metavar="", help="Keep the old generation after the switch.")
+    ] = False,
     allow_losses: Annotated[
         bool,
-        typer.Option("--allow-losses", help="Switch even if docs the live generation serves failed in the new build."),
+        typer.Option(
+            "--allow-losses", metavar="", help="Switch even if docs the live generation serves failed in the new build."
+        ),
     ] = False,
 ) -> None:
     """Rebuild the index from Kafka with the current settings into a new generation, then switch
