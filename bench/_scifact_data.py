@@ -17,12 +17,12 @@ def load_data(data: Path) -> tuple[dict[str, str], dict[str, str], dict[str, dic
     with (data / "corpus.jsonl").open(encoding="utf-8") as f:
         for line in f:
             d = json.loads(line)
-            corpus[str(d["_id"])] = f"{d.get('title', '')} {d.get('text', '')}".strip()
+            corpus[str(d["_id"])] = f"{d.get('title') or ''} {d.get('text') or ''}".strip()
     queries: dict[str, str] = {}
     with (data / "queries.jsonl").open(encoding="utf-8") as f:
         for line in f:
             d = json.loads(line)
-            queries[str(d["_id"])] = d["text"]
+            queries[str(d["_id"])] = d.get("text") or ""
     qrels: dict[str, dict[str, int]] = defaultdict(dict)
     with (data / "qrels" / "test.tsv").open(encoding="utf-8") as f:
         for row in csv.reader(f, delimiter="\t"):
@@ -33,8 +33,8 @@ def load_data(data: Path) -> tuple[dict[str, str], dict[str, str], dict[str, dic
 
 
 def ndcg_at(ranked: list[str], rels: dict[str, int], k: int = 10) -> float:
-    """nDCG@k with linear gains (as pytrec_eval, which BEIR uses)."""
-    dcg = sum(rels.get(d, 0) / math.log2(i + 2) for i, d in enumerate(ranked[:k]))
+    """nDCG@k with linear gains (as pytrec_eval, which BEIR uses); a grade below 0 gains nothing."""
+    dcg = sum(max(rels.get(d, 0), 0) / math.log2(i + 2) for i, d in enumerate(ranked[:k]))
     ideal = sorted((g for g in rels.values() if g > 0), reverse=True)[:k]
     idcg = sum(g / math.log2(i + 2) for i, g in enumerate(ideal))
     return dcg / idcg if idcg > 0 else 0.0

@@ -120,8 +120,9 @@ def load(path: Path, conversations: int = 0) -> tuple[list[Turn], list[Question]
     """Turns and questions of the first ``conversations`` conversations (0: all).
 
     Survives what a LoCoMo file may hold besides the README's quirks: a gap in the session
-    numbers, a ``dia_id`` with no turn number (the turn's place in its session is used), a
-    session date in another form (the previous session's is used). What it repaired is printed.
+    numbers, a ``dia_id`` with no turn number (the turn's place in its session is used) or one
+    another turn of its session already has (the next free number), a session date in another
+    form (the previous session's is used). What it repaired is printed.
     """
     data = json.loads(path.read_text())
     if conversations:
@@ -139,11 +140,14 @@ def load(path: Path, conversations: int = 0) -> tuple[list[Turn], list[Question]
             if parsed is None:
                 repaired.append(f"{agent} session_{n}: date {c.get(f'session_{n}_date_time')!r}")
             when = parsed or when
+            taken: set[int] = set()
             for place, t in enumerate(c[f"session_{n}"], start=1):
                 ids = _EVIDENCE.findall(str(t.get("dia_id", "")))
-                if not ids:
-                    repaired.append(f"{agent} session_{n}: dia_id {t.get('dia_id')!r} read as turn {place}")
                 number = int(ids[0][1]) if ids else place
+                if not ids or number in taken:  # never one turn over another: the next free number
+                    number = number if number not in taken else max(taken) + 1
+                    repaired.append(f"{agent} session_{n}: dia_id {t.get('dia_id')!r} read as turn {number}")
+                taken.add(number)
                 role = speakers.get(t.get("speaker"), "user")
                 turns.append(Turn(agent, f"session_{n}", number, role, turn_content(t), when))
         for qa in conv.get("qa", ()):

@@ -10,8 +10,11 @@ qrels/test.tsv), never copied into the project. ``--data`` takes any dataset in 
 its results go to ``beir-<folder>.json`` (SciFact's to ``scifact.json``), SciFact's own targets
 (published baselines, no regression) are checked only on SciFact, and the two relative ones
 (fusion against the legs) on every set. As BEIR's evaluation does, a result whose doc id is
-the query's id is dropped (ArguAna and Quora hold each query in the corpus); a doc with no text
-is not ingested and a query the retriever refuses scores 0; both are counted in the notes.
+the query's id is dropped (ArguAna and Quora hold each query in the corpus; BEIR asks for one
+more result to make up for it, the daemon gives at most 100, so Recall@100 there is over 99); a
+doc with no text is not ingested and a query the retriever refuses scores 0; both are counted in
+the notes. ``--name`` names the results (``cqadupstack/android`` would otherwise be
+``beir-android``).
 
 Path: each abstract (``title + " " + text``, ``doc_id`` = the corpus ``_id``, version 1) goes
 through the daemon's own ``memory.ingest.Ingestor`` (chunking with the model's tokenizer,
@@ -22,8 +25,9 @@ alone (dense_weight 0), the dense leg alone (sparse_weight 0), RRF k=60 with equ
 and weighted RRF over dense weight {0.3, 0.5, 0.7} (sparse = 1 - dense) x k {10, 60}. Chunk
 hits map back to their doc_id (a doc ranks where its best chunk ranks; duplicates dropped).
 
-Cache: the chunk embeddings (what takes ~10 minutes) are kept under bench/.cache/scifact/,
-keyed by model and chunk text, and saved as ingestion goes (an interrupted run resumes).
+Cache: the chunk embeddings (what takes ~10 minutes) are kept under bench/.cache/scifact/
+(another dataset's under bench/.cache/<name>/), keyed by model and chunk text, and saved as
+ingestion goes (an interrupted run resumes).
 Every run ingests into a fresh Redis through the real Ingestor, with only the embedding of
 already-seen chunk texts served from that cache. (Keeping Redis's own AOF instead was tried
 and rejected: after a reload RediSearch indexes every hash twice, once during the replay and
@@ -60,8 +64,10 @@ BENCH = "scifact"
 INDEX = "scifact"
 
 
-def bench_name(data: Path) -> str:
-    """``scifact`` for SciFact, ``beir-<folder>`` for any other BEIR dataset."""
+def bench_name(data: Path, name: str | None = None) -> str:
+    """``scifact`` for SciFact, ``beir-<folder>`` for any other BEIR dataset (``--name`` wins)."""
+    if name:
+        return name
     return BENCH if data.resolve().name == BENCH else f"beir-{data.resolve().name}"
 
 
@@ -73,7 +79,7 @@ async def main_async(args: argparse.Namespace, redis_url: str) -> Result:
     wanted = pick_docs(corpus, qrels, qids, args.limit_docs, args.seed)
     blank = [d for d in wanted if not corpus[d].strip()]
     wanted = [d for d in wanted if corpus[d].strip()]
-    name = bench_name(args.data)
+    name = bench_name(args.data, args.name)
     subset = bool(args.limit_queries or args.limit_docs)
     emb_cfg = EmbeddingConfig()  # type: ignore[call-arg]
     chunking = ChunkingConfig(strategy=args.chunking)
@@ -153,7 +159,12 @@ async def main_async(args: argparse.Namespace, redis_url: str) -> Result:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "eval" / "scifact")
-    parser.add_argument("--cache-dir", type=Path, default=CACHE_DIR / "scifact", help="where chunk embeddings are kept")
+    parser.add_argument(
+        "--cache-dir", type=Path, default=None, help="where chunk embeddings are kept (default: bench/.cache/<name>)"
+    )
+    parser.add_argument(
+        "--name", default=None, help="the results' name (default: scifact, or beir-<folder> for another dataset)"
+    )
     parser.add_argument("--limit-queries", type=int, default=0, help="evaluate only the first N test queries")
     parser.add_argument(
         "--limit-docs",
@@ -172,7 +183,9 @@ def main() -> None:
     args = parser.parse_args()
     if not (args.data / "corpus.jsonl").exists():
         parser.error(f"no BEIR dataset at {args.data} (corpus.jsonl, queries.jsonl, qrels/test.tsv)")
-    run_benchmark(bench_name(args.data), args, main_async, kafka=False)
+    if args.cache_dir is None:
+        args.cache_dir = CACHE_DIR / bench_name(args.data, args.name)
+    run_benchmark(bench_name(args.data, args.name), args, main_async, kafka=False)
 
 
 if __name__ == "__main__":

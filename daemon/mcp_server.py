@@ -15,9 +15,11 @@ import structlog
 import uvicorn
 from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult, TextContent
+from pydantic import Field
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from daemon.mcp_tools import MemoryTools, ToolFailure
+from memory.conversation import MAX_CONTEXT_TURNS
 
 log = structlog.get_logger()
 
@@ -93,7 +95,7 @@ def build_server(tools: MemoryTools) -> MCPServer[Any]:
         scope: Literal["chunks", "communities", "all"] = "chunks",
         since: str | None = None,
         until: str | None = None,
-        context_turns: int = 0,
+        context_turns: Annotated[int, Field(ge=0, le=MAX_CONTEXT_TURNS)] = 0,
     ) -> Annotated[CallToolResult, Rows]:
         return await _run(tools.search_memory(query, top_k, filters, scope, since, until, context_turns), wrap=True)
 

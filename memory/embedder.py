@@ -52,6 +52,10 @@ __all__ = [
 ]
 
 
+#: Longest query text the query-embedding cache keeps.
+CACHED_QUERY_CHARS = 2048
+
+
 class Embedder(Protocol):
     """What ingestion and retrieval need from an embedding model."""
 
@@ -231,7 +235,9 @@ class SentenceTransformerEmbedder:
         if self._drainer is None or self._drainer.done():
             self._drainer = asyncio.create_task(self._drain())
         vec = await fut
-        if self._cfg.query_cache_size:
+        # A passage pasted as a query (up to max_query_chars) is seldom asked twice: caching
+        # only short texts keeps the cache's worst case at ~2 KB a key.
+        if self._cfg.query_cache_size and len(text) <= CACHED_QUERY_CHARS:
             self._cache[text] = vec
             if len(self._cache) > self._cfg.query_cache_size:
                 self._cache.popitem(last=False)

@@ -191,7 +191,8 @@ def query_terms(text: str, *, max_terms: int = 64) -> list[str]:
     # query of thousands of words costs what its first distinct terms cost.
     seen: dict[str, None] = {}
     tokens = (cap_term(stem(tok)) for tok in iter_tokens(text) if tok not in STOPWORDS)
-    for term in itertools.chain(tokens, (cap_term(stem(c)) for c in compounds(text))):
+    joined = (cap_term(stem(m.group().replace("-", "").lower())) for m in _COMPOUND.finditer(text))  # as compounds()
+    for term in itertools.chain(tokens, joined):
         if term in seen:
             continue
         seen[term] = None

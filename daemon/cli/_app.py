@@ -1,8 +1,9 @@
 """The root ``agentmemd`` command, its consoles, and what every command group shares:
 settings, clean failures, signal handling and a Redis client.
 
-Every flag (a ``bool`` option) passes ``metavar=""``: typer's help would otherwise show it as
-``--json <bool>``, which reads as if it took a value (found by a new user).
+Every flag our commands declare (a ``bool`` option) passes ``metavar=""``: typer's help would
+otherwise show it as ``--json <bool>``, which reads as if it took a value (typer's own
+``--help`` still shows so).
 """
 
 from __future__ import annotations

@@ -13,9 +13,10 @@ from rich.text import Text
 
 from consumers.client import MemoryClient
 from consumers.errors import QueryFailed
-from consumers.requests import QueryReply
+from consumers.requests import ContextTurn, QueryReply
 from daemon.cli._app import _settings, app, out
 from daemon.cli._client import _pairs, _tenant_target, _with_client
+from memory.conversation import MAX_CONTEXT_TURNS, parse_turn
 
 _AGO = re.compile(r"(\d+)([smhdw])")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
@@ -65,7 +66,12 @@ def query(
     ] = None,
     context_turns: Annotated[
         int,
-        typer.Option("--context-turns", help="Show each conversation turn with this many turns around it (0..10)."),
+        typer.Option(
+            "--context-turns",
+            min=0,
+            max=MAX_CONTEXT_TURNS,
+            help="Show each conversation turn with this many turns around it (0..10).",
+        ),
     ] = 0,
     as_json: Annotated[bool, typer.Option("--json", metavar="", help="Print the raw reply.")] = False,
 ) -> None:
@@ -109,8 +115,8 @@ def query(
 
 def results_view(reply: QueryReply, snippet_chars: int = 240) -> Group:
     """A reply for a terminal of any width: per result, one line of facts (cut at the edge)
-    and the text below it, wrapped. A table with the text as one column of six left it no
-    room below ~160 columns (found by a new user: nothing of the text showed at 80)."""
+    and the text below it, wrapped; with ``context``, the turns around a turn dimmed, before
+    and after it. A table with the text as one column of six showed none of it at 80 columns."""
     n = reply.total_retrieved
     lines: list[Any] = [Text(f"{n} result{'' if n == 1 else 's'} in {reply.took_ms:.1f} ms", style="bold")]
     if reply.truncated:
@@ -118,19 +124,28 @@ def results_view(reply: QueryReply, snippet_chars: int = 240) -> Group:
     for i, r in enumerate(reply.results, 1):
         ranks = " ".join(f"{k}:{v}" for k, v in sorted(r.ranks.items()))
         when = (r.timestamp or "")[:16].replace("T", " ")
-        # The chunk id last: it is the long part, and what an edge cuts (a new user lost the
-        # ranks at 80 columns when they came after it).
+        # The chunk id last: it is the long part, so an edge cuts it rather than the ranks.
         head = Text(no_wrap=True, overflow="ellipsis")
         head.append(f"{i:>2}. ", style="bold")
         head.append(f"{r.rrf_score:.4f}  ", style="cyan")
         head.append(f"{ranks}  ", style="dim")
         head.append(f"{when} UTC  " if when else "")
         head.append(r.chunk_id, style="green")
-        lines += [head, Padding(Text(_snippet(r.text, snippet_chars)), (0, 0, 0, 4))]
-        for t in r.context or ():  # --context-turns: the exchange around the turn, dimmed
-            said = Text(f"turn {t.turn} ({t.role}): {_snippet(t.text, snippet_chars)}", style="dim")
-            lines.append(Padding(said, (0, 0, 0, 6)))
+        lines.append(head)
+        ref = parse_turn(r.doc_id) if r.context else None
+        own = ref.turn if ref is not None else None
+        around = r.context or []
+        for t in (t for t in around if own is not None and t.turn < own):
+            lines.append(Padding(_said(t, snippet_chars), (0, 0, 0, 4)))
+        lines.append(Padding(Text(_snippet(r.text, snippet_chars)), (0, 0, 0, 4)))
+        for t in (t for t in around if own is None or t.turn > own):
+            lines.append(Padding(_said(t, snippet_chars), (0, 0, 0, 4)))
     return Group(*lines)
+
+
+def _said(t: ContextTurn, chars: int) -> Text:
+    """A turn around a result (``--context-turns``), dimmed."""
+    return Text(f"turn {t.turn} ({t.role}): {_snippet(t.text, chars)}", style="dim")
 
 
 def _snippet(text: str, chars: int) -> str:

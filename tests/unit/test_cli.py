@@ -169,5 +169,5 @@ def test_query_results_show_the_turns_around_a_turn() -> None:
     console = Console(width=80, record=True, color_system=None)
     console.print(results_view(QueryReply(query_id="q", total_retrieved=1, took_ms=1.0, results=[hit])))
     lines = [line.strip() for line in console.export_text().splitlines()]
-    said = ["Yes, yesterday!", "turn 1 (user): Did you finish the pottery class?", "turn 3 (user): Congrats!"]
-    assert lines[2:] == said
+    said = ["turn 1 (user): Did you finish the pottery class?", "Yes, yesterday!", "turn 3 (user): Congrats!"]
+    assert lines[2:] == said  # the turn in its place in the exchange
