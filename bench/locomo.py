@@ -26,7 +26,9 @@ categories 1-4. Malformed evidence strings are read as the dataset's README says
 (``"D8:6; D9:17"``, ``"D:11:26"``, ``"D30:05"``); questions left with no evidence are skipped.
 
 Targets (issue 21): fused defaults R@5 >= 0.68, R@10 >= 0.78, R@25 >= 0.87, R@50 >= 0.92, and
-fused >= max(single legs) + 0.02 at every k. Nothing is asserted: misses are reported as MISSED.
+fused >= max(single legs) + 0.02 at every k; ingestion end to end >= 0.85 x the model's own rate
+on the texts the daemon embeds, measured just before and just after ingestion (their mean).
+Nothing is asserted: misses are reported as MISSED.
 """
 
 from __future__ import annotations
@@ -53,11 +55,12 @@ KS = (5, 10, 25, 50)
 #: LoCoMo paper, Table 3: DRAGON retriever over dialogue turns, all categories.
 PUBLISHED = {5: 0.567, 10: 0.662, 25: 0.767, 50: 0.827}
 TARGETS = {5: 0.68, 10: 0.78, 25: 0.87, 50: 0.92}
-#: Search modes: name -> the request's hybrid_params (None: the daemon's defaults).
+#: Search modes: name -> the request's hybrid_params (None: the daemon's defaults). A leg alone
+#: is that leg's list as is: no identifier leg, and no speaker list lifting turns within it.
 MODES: dict[str, dict[str, float] | None] = {
     "fused (defaults)": None,
-    "dense leg alone": {"sparse_weight": 0.0, "identifier_weight": 0.0},
-    "BM25 leg alone": {"dense_weight": 0.0, "identifier_weight": 0.0},
+    "dense leg alone": {"sparse_weight": 0.0, "identifier_weight": 0.0, "speaker_weight": 0.0},
+    "BM25 leg alone": {"dense_weight": 0.0, "identifier_weight": 0.0, "speaker_weight": 0.0},
 }
 _EVIDENCE = re.compile(r"D:?(\d+):(\d+)")
 
@@ -297,6 +300,10 @@ async def main_async(args: argparse.Namespace, servers: Servers) -> Result:
         done = await wait_until(all_indexed, timeout_s=args.timeout, interval_s=0.05)
         ingest_s = time.perf_counter() - t0
         print(f"ingested {len(turns)} turns in {ingest_s:.1f} s (published in {published:.1f} s)", flush=True)
+        # The model's rate again right after (the daemon idle): the ratio below is over the mean
+        # of the two, so a machine that speeds up or slows down around ingestion moves both sides.
+        raw["embedded after ingestion"] = await raw_embedding(composed)
+        print(f"  raw embedding after ingestion: {raw['embedded after ingestion']}", flush=True)
 
         async def ask(
             q: Question, params: dict[str, float] | None, gate: asyncio.Semaphore, top_k: int
@@ -371,18 +378,16 @@ async def main_async(args: argparse.Namespace, servers: Servers) -> Result:
     result.figure("ingest: all turns published -> searchable", ingest_s, "s")
     result.figure("ingest throughput", len(turns) / ingest_s, "turns/s")
     result.figure("raw embedding, turns alone", raw["turns alone"]["per_s"], "texts/s")
-    result.figure(
-        "raw embedding, the texts the daemon embeds (with previous turns)", raw["embedded"]["per_s"], "texts/s"
-    )
-    result.figure(
-        "embedding cost per turn, with context / alone", raw["turns alone"]["per_s"] / raw["embedded"]["per_s"], "x"
-    )
+    before, after = raw["embedded"]["per_s"], raw["embedded after ingestion"]["per_s"]
+    result.figure("raw embedding, the texts the daemon embeds (with previous turns)", (before + after) / 2, "texts/s")
+    result.figure("raw embedding of those texts, before / after ingestion", f"{before:.1f} / {after:.1f}", "texts/s")
+    result.figure("embedding cost per turn, with context / alone", raw["turns alone"]["per_s"] / before, "x")
     result.target(
         "ingest / raw embedding of the texts embedded",
-        len(turns) / ingest_s / raw["embedded"]["per_s"],
+        len(turns) / ingest_s / ((before + after) / 2),
         ">=",
         0.85,
-        expr="turns/s end to end over texts/s of the model alone",
+        expr="turns/s end to end over texts/s of the model alone, the mean of its runs before and after ingestion",
     )
     p95 = freshness["p95_ms"] if freshness["seen"] == freshness["turns"] else float("nan")
     result.target(f"freshness p95 at {args.fresh_rate} turns/s", p95 / 1000, "<=", 1.0, "s")

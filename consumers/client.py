@@ -172,6 +172,7 @@ class MemoryClient:
         until: datetime | None = None,
         recency_weight: float | None = None,
         context_turns: int = 0,
+        speaker_weight: float | None = None,
     ) -> QueryReply:
         """Ask a query and wait for its reply.
 
@@ -196,6 +197,8 @@ class MemoryClient:
                 the daemon's default (0) if None.
             context_turns: also return this many turns before and after each transcript
                 result (its ``context``), so an agent gets the exchange, not a fragment.
+            speaker_weight: weight of the speaker list (the candidates said by someone the
+                query names; 0 off); the daemon's default (0.2) if None.
 
         Raises:
             QueryFailed: the daemon replied with an error.
@@ -220,6 +223,7 @@ class MemoryClient:
             since=since,
             until=until,
             context_turns=context_turns,
+            speaker_weight=speaker_weight,
         )
         data = await self._transport.ask(topic, payload)
         return QueryReply.model_validate(data)

@@ -96,6 +96,7 @@ def query_body(
     since: datetime | None,
     until: datetime | None,
     context_turns: int,
+    speaker_weight: float | None = None,
 ) -> dict[str, Any]:
     """A query request's body; ``MemoryClient.query`` documents the arguments."""
     hybrid: dict[str, Any] = {}
@@ -107,6 +108,8 @@ def query_body(
         hybrid["identifier_weight"] = identifier_weight
     if recency_weight is not None:
         hybrid["recency_weight"] = recency_weight
+    if speaker_weight is not None:
+        hybrid["speaker_weight"] = speaker_weight
     if rrf_k is not None:
         hybrid["rrf_k_constant"] = rrf_k
     payload: dict[str, Any] = {

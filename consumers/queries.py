@@ -146,6 +146,7 @@ def to_spec(req: QueryRequest, tenant: str = DEFAULT_TENANT) -> SearchSpec:
         sparse_weight=hp.sparse_weight,
         identifier_weight=hp.identifier_weight,
         recency_weight=hp.recency_weight,
+        speaker_weight=hp.speaker_weight,
         rrf_k=hp.rrf_k_constant,
         metadata_filter=req.metadata_filter,
         tenant=tenant,

@@ -17,8 +17,9 @@ from memory.conversation import MAX_CONTEXT_TURNS, id_part
 
 class HybridParams(BaseModel):
     """Leg weights and the RRF constant of one query; each left out takes the daemon's
-    configured default (``AGENTMEM_RETRIEVAL__*``: 1.0, 1.0, 1.0, 0.0 and 10 unless set; a
-    transcript turn's dense and BM25 defaults are 2/3 and 4/3 when neither is set)."""
+    configured default (``AGENTMEM_RETRIEVAL__*``: dense, sparse and identifier 1.0, recency
+    0.0, speaker 0.2 and k 10 unless set; a transcript turn's dense and BM25 defaults are 2/3
+    and 4/3 when neither is set)."""
 
     model_config = ConfigDict(strict=True, extra="forbid")
 
@@ -26,9 +27,12 @@ class HybridParams(BaseModel):
     sparse_weight: float | None = Field(None, ge=0.0, le=1000.0)
     identifier_weight: float | None = Field(None, ge=0.0, le=1000.0)
     recency_weight: float | None = Field(None, ge=0.0, le=1000.0)
+    speaker_weight: float | None = Field(None, ge=0.0, le=1000.0)
     rrf_k_constant: int | None = Field(None, ge=0, le=10_000)
 
-    @field_validator("dense_weight", "sparse_weight", "identifier_weight", "recency_weight", mode="before")
+    @field_validator(
+        "dense_weight", "sparse_weight", "identifier_weight", "recency_weight", "speaker_weight", mode="before"
+    )
     @classmethod
     def _ints_are_floats(cls, value: Any) -> Any:
         # JSON has one number type: 1 is as good a weight as 1.0 (bools are not).

@@ -31,6 +31,7 @@ from memory.ingest_report import IngestReport, ItemOutcome
 from memory.records import ApplyResult, ChunkRecord, MemoryItem
 from memory.retrying import retry_while_unavailable
 from memory.session_context import SessionContext
+from memory.speakers import speakers_field
 
 log = structlog.get_logger()
 
@@ -101,6 +102,9 @@ class Ingestor:
                 version=version,
                 timestamp=item.timestamp,
                 tenant=item.tenant,
+                speaker=speakers_field(item.content, str(item.metadata.get("role", "")))
+                if item.kind == "transcript"
+                else "",
             )
             for s in spans
         ]

@@ -59,6 +59,8 @@ class ChunkRecord:
     context_vec: str = ""
     # What the model read, keyed (memory.index.reuse.vector_key): a later chunk with the same key reuses this vector.
     vector_key: str = ""
+    # A transcript turn's speakers (memory.speakers.speakers_field); empty for anything else.
+    speaker: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +78,7 @@ class StoredChunk:
     timestamp: float | None = None  # epoch seconds (the event's time), None if not returned
     version: int | None = None  # the doc version the chunk was written for, None if not returned
     generation: int | None = None  # the index generation the hit came from (its key says so)
+    speaker: str = ""  # a transcript turn's speakers (memory.speakers), empty where none is stored
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,6 +35,7 @@ from memory.search_spec import (
     search_filter,
     validate_spec,
 )
+from memory.speakers import speaker_ranks
 from memory.text import bm25_query, content_terms, query_terms
 from memory.visibility import WriteMarker
 
@@ -273,6 +274,10 @@ class Retriever:
         def fuse(legs: dict[str, list[str] | dict[str, int]], by_id: Mapping[str, LegHit]) -> list[Fused]:
             if weights["recency"] > 0 and by_id:
                 legs["recency"] = recency_ranks([(cid, h.timestamp) for cid, h in by_id.items()])
+            if weights["speaker"] > 0 and by_id:
+                said = speaker_ranks(spec.text, ((cid, h.speaker) for cid, h in by_id.items()))
+                if said:
+                    legs["speaker"] = said
             return fuse_rrf(legs, weights, k=rrf_k, weights_of=kind_weights(spec, weights, by_id, self._cfg))
 
         # Fused first as if no write marker hid anything, and the winners read with every

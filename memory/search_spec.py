@@ -27,6 +27,7 @@ class SearchSpec:
     sparse_weight: float | None = None
     identifier_weight: float | None = None
     recency_weight: float | None = None
+    speaker_weight: float | None = None
     rrf_k: int | None = None
     metadata_filter: Mapping[str, str | Sequence[str]] | None = None
     kinds: tuple[str, ...] | None = None  # restricts results to these kinds (the query's scope)
@@ -49,6 +50,7 @@ def leg_weights(spec: SearchSpec, cfg: RetrievalConfig) -> tuple[dict[str, float
         "sparse": pick(spec.sparse_weight, cfg.sparse_weight),
         "identifier": pick(spec.identifier_weight, cfg.identifier_weight),
         "recency": pick(spec.recency_weight, cfg.recency_weight),
+        "speaker": pick(spec.speaker_weight, cfg.speaker_weight),
     }
     return weights, cfg.rrf_k if spec.rrf_k is None else spec.rrf_k
 

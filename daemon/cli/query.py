@@ -46,6 +46,10 @@ def query(
     recency_weight: Annotated[
         float | None, typer.Option("--recency-weight", help="Weight of newest-first among the candidates (0: off).")
     ] = None,
+    speaker_weight: Annotated[
+        float | None,
+        typer.Option("--speaker-weight", help="Weight of the turns said by someone the query names (0: off)."),
+    ] = None,
     rrf_k: Annotated[int | None, typer.Option("--rrf-k")] = None,
     scope: Annotated[
         Literal["chunks", "communities", "all"] | None,
@@ -91,6 +95,7 @@ def query(
                 sparse_weight=sparse_weight,
                 identifier_weight=identifier_weight,
                 recency_weight=recency_weight,
+                speaker_weight=speaker_weight,
                 rrf_k=rrf_k,
                 scope=scope,
                 since=start,

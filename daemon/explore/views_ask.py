@@ -10,8 +10,14 @@ from daemon.explore.html import esc, link, snippet, table, when
 from memory.search_results import SearchOutcome, leg_order
 
 #: The legs in the order their columns are shown.
-LEGS = ("sparse", "dense", "identifier", "recency")
-LEG_NAMES = {"sparse": "BM25", "dense": "vector", "identifier": "identifier", "recency": "recency"}
+LEGS = ("sparse", "dense", "identifier", "recency", "speaker")
+LEG_NAMES = {
+    "sparse": "BM25",
+    "dense": "vector",
+    "identifier": "identifier",
+    "recency": "recency",
+    "speaker": "speaker",
+}
 
 
 @dataclass(frozen=True, slots=True)

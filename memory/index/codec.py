@@ -24,7 +24,19 @@ from memory.records import ChunkRecord, StoredChunk
 from memory.schema import as_str
 from memory.text import index_terms
 
-_RETURN_FIELDS = ("chunk_id", "text", "doc_id", "source", "kind", "metadata", "idents", "timestamp", "ts", "version")
+_RETURN_FIELDS = (
+    "chunk_id",
+    "text",
+    "doc_id",
+    "source",
+    "kind",
+    "metadata",
+    "idents",
+    "timestamp",
+    "ts",
+    "version",
+    "speaker",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +134,8 @@ def _record_mapping(rec: ChunkRecord, vector: np.ndarray, analysis: Analysis) ->
     }
     if rec.vector_key:
         mapping["vkey"] = rec.vector_key
+    if rec.speaker:  # not in the schema: read back with the hit, for the speaker list
+        mapping["speaker"] = rec.speaker
     for key, value in {**rec.tags, "tenant": rec.tenant}.items():
         mapping[key] = value
         mapping[hash_field(key)] = value_hash(value)
@@ -146,6 +160,7 @@ def _stored(doc: Any, tag_keys: Sequence[str]) -> StoredChunk:
         timestamp=_timestamp(doc),
         version=_int_or_none(getattr(doc, "version", None)),
         generation=keys.key_generation(as_str(getattr(doc, "id", ""))),
+        speaker=as_str(getattr(doc, "speaker", "") or ""),
     )
 
 

@@ -23,7 +23,7 @@ from memory.schema import as_str
 #: the kind (a transcript turn's own leg weights). The chunk id, its doc and the tenant are
 #: read from the key (``keys.chunk_key_parts``): each field returned costs Redis and this
 #: client a few microseconds per candidate, and a leg at ``top_k`` 50 returns 100.
-LEG_FIELDS = ("kind", "ts", "timestamp", "version")
+LEG_FIELDS = ("kind", "ts", "timestamp", "version", "speaker")
 
 #: The tag every leg's hit carries from its key, never asked for.
 TENANT = "tenant"
@@ -45,6 +45,7 @@ class LegHit(NamedTuple):
     timestamp: float | None
     version: int | None
     generation: int | None
+    speaker: str = ""  # a transcript turn's speakers (memory.speakers), for the speaker list
 
     @property
     def doc_id(self) -> str:
@@ -87,7 +88,7 @@ def _hit(
     key: str, get: Any, tags: Sequence[tuple[str, Any]], names: Sequence[Any], parts: _KeyParts, tenant_tag: bool
 ) -> LegHit:
     # ``names``: the field names as the reply spells them (text from a client that decodes).
-    kind, ts, timestamp, version, idents = (get(n) for n in names)
+    kind, ts, timestamp, version, speaker, idents = (get(n) for n in names)
     generation, tenant, chunk_id = parts(key)
     exact = _float_or_none(ts)
     values = {k: as_str(v) for k, n in tags if (v := get(n)) is not None}
@@ -102,6 +103,7 @@ def _hit(
         exact if exact is not None else _float_or_none(timestamp),
         _int_or_none(version),
         generation,
+        as_str(speaker) if speaker is not None else "",
     )
 
 
@@ -117,6 +119,7 @@ def _raw_hit(key: str, get: Any, tags: Sequence[tuple[str, bytes]], parts: _KeyP
     # up to 200 hits per query, and the generic reading was half of a leg's client-side CPU.
     ts = _number(get(b"ts"), float)
     idents = get(b"idents")
+    speaker = get(b"speaker")
     generation, tenant, chunk_id = parts(key)
     values = {}
     for k, n in tags:  # a loop: a comprehension's own frame cost more than its one or two tags
@@ -133,6 +136,7 @@ def _raw_hit(key: str, get: Any, tags: Sequence[tuple[str, bytes]], parts: _KeyP
         ts if ts is not None else _number(get(b"timestamp"), float),
         _number(get(b"version"), int),
         generation,
+        speaker.decode() if speaker is not None else "",
     )
 
 
@@ -181,12 +185,13 @@ def whole_chunks(
     fields that are there: the winners read after fusion are what the legs would have returned."""
     at = {f: i for i, f in enumerate(fields)}
     i_chunk, i_text, i_doc, i_source, i_kind = at["chunk_id"], at["text"], at["doc_id"], at["source"], at["kind"]
-    i_meta, i_idents, i_ts, i_timestamp, i_version = (
+    i_meta, i_idents, i_ts, i_timestamp, i_version, i_speaker = (
         at["metadata"],
         at["idents"],
         at["ts"],
         at["timestamp"],
         at["version"],
+        at["speaker"],
     )
     tags = [(k, at[k]) for k in tag_keys]
     parts = _KeyParts()
@@ -217,6 +222,7 @@ def whole_chunks(
                 timestamp=ts if ts is not None else _float_or_none(row[i_timestamp]),
                 version=_int_or_none(row[i_version]),
                 generation=parts(key)[0],
+                speaker=row[i_speaker] or "",
             )
         )
     return out

@@ -232,3 +232,34 @@ async def test_context_never_crosses_tenants(redis_url: str, embedder: Any, clea
     assert seen == 8
     out = await retriever.search(SearchSpec(text="globex weather report", top_k=10, tenant="acme"))
     assert out.hits and all("globex" not in h.chunk.text for h in out.hits)
+
+
+async def test_a_question_naming_a_speaker_lifts_that_speakers_turns(
+    redis_url: str, embedder: Any, cleanup: list[Any]
+) -> None:
+    """The turns of the one a question names get the speaker list (rank 1, its weight over
+    k + 1 added to their score); another speaker's turns do not; weight 0 turns it off."""
+    client, index, ingestor, retriever = await stack(redis_url, embedder, "speakers")
+    cleanup.append((client, index))
+    said = ["Alice: We adopted a kitten from the shelter.", "Bob: We adopted a puppy from the shelter."]
+    report = await ingestor.apply([turn("pets", "s1", n + 1, text) for n, text in enumerate(said)])
+    assert not report.failed
+    stored = {h[b"chunk_id"].decode(): h for h in [await client.hgetall(k) async for k in _keys(client, index)]}
+    assert stored["transcript:pets/s1/2_p0"][b"speaker"] == b"assistant|bob"
+    question = "What pet did Bob adopt from the shelter?"
+    only = {"agent_id": "pets"}
+    on = await retriever.search(SearchSpec(text=question, top_k=2, metadata_filter=only))
+    off = await retriever.search(SearchSpec(text=question, top_k=2, metadata_filter=only, speaker_weight=0.0))
+    lifted = {h.chunk.doc_id: h for h in on.hits}
+    plain = {h.chunk.doc_id: h for h in off.hits}
+    bob, alice = "transcript:pets/s1/2", "transcript:pets/s1/1"
+    assert lifted[bob].ranks["speaker"] == 1 and "speaker" not in lifted[alice].ranks
+    assert all("speaker" not in h.ranks for h in off.hits)
+    k = RetrievalConfig().rrf_k
+    assert lifted[bob].score == pytest.approx(plain[bob].score + RetrievalConfig().speaker_weight / (k + 1))
+    assert lifted[alice].score == pytest.approx(plain[alice].score)
+
+
+async def _keys(client: aredis.Redis, index: ChunkIndex) -> AsyncIterator[bytes]:
+    async for key in client.scan_iter(match=chunk_pattern(index.cfg.name), count=1000):
+        yield key

@@ -41,6 +41,7 @@ from memory.records import MemoryItem, StoredChunk
 from memory.retrieval import HIDDEN_REFETCH, Retriever
 from memory.search_results import SearchHit, SearchOutcome
 from memory.search_spec import SearchSpec, kind_weights, validate_spec
+from memory.speakers import speaker_ranks
 from memory.text import bm25_query, query_terms
 from tests.conftest import unique
 from tests.integration.test_sliced_writes import PausedAfter, chunks, vectors
@@ -129,6 +130,10 @@ async def full_field_search(retriever: Retriever, spec: SearchSpec) -> SearchOut
             by_id.setdefault(h.chunk_id, h)
     if weights["recency"] > 0 and by_id:
         legs["recency"] = recency_ranks([(cid, h.timestamp) for cid, h in by_id.items()])
+    if weights["speaker"] > 0 and by_id:
+        said = speaker_ranks(spec.text, [(cid, h.speaker) for cid, h in by_id.items()])
+        if said:
+            legs["speaker"] = said
     weights_of = kind_weights(spec, weights, by_id, cfg)  # type: ignore[arg-type]
     fused = fuse_rrf(legs, weights, k=rrf_k, weights_of=weights_of)[: spec.top_k]
     out = [SearchHit(chunk=by_id[f.id], score=f.score, ranks=f.ranks) for f in fused]
@@ -226,6 +231,7 @@ SPECS: dict[str, dict[str, Any]] = {
     "another tenant": {"text": "billing postgres pool", "top_k": 20, "tenant": "acme"},
     "a tenant with nothing": {"text": "billing postgres pool", "top_k": 20, "tenant": "nobody"},
     "turns with context": {"text": "ledger invoice tenant", "top_k": 30, "context_turns": 2},
+    "a speaker named": {"text": "what did the user say about the ledger invoice", "top_k": 30},
     "scope chunks": {"text": "canary rollout shard", "top_k": 25, "kinds": ("document", "transcript")},
     "scope turns only": {"text": "canary rollout shard", "top_k": 10, "kinds": ("transcript",)},
 }
@@ -260,6 +266,8 @@ async def test_hydrated_results_are_the_full_field_results(stack, name: str) -> 
         assert any(h.context for h in new.hits)
     if name == "identifiers":
         assert any("identifier" in h.ranks for h in new.hits)
+    if name == "a speaker named":
+        assert any("speaker" in h.ranks for h in new.hits)
 
 
 async def test_the_same_while_a_sliced_write_hides_chunks(stack) -> None:

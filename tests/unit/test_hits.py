@@ -24,6 +24,7 @@ FIELDS = {
     "idents": "errconnreset4f2a cve20243094",
     "tenant": "default",
     "environment": "production ",
+    "speaker": "user|caroline",
 }
 EXPECTED = LegHit(
     key=KEY,
@@ -34,6 +35,7 @@ EXPECTED = LegHit(
     timestamp=1700000000.123456,
     version=4,
     generation=3,
+    speaker="user|caroline",
 )
 
 
@@ -59,19 +61,26 @@ def test_every_reply_shape_reads_alike() -> None:
 
 def test_missing_fields_read_as_the_codec_reads_them() -> None:
     # No ts (a chunk written before it existed): the indexed timestamp; no version: None.
-    fields = {k: v for k, v in FIELDS.items() if k not in ("ts", "version", "idents", "environment")}
+    fields = {k: v for k, v in FIELDS.items() if k not in ("ts", "version", "idents", "environment", "speaker")}
     reply = {
         b"results": [{b"id": KEY.encode(), b"extra_attributes": {k.encode(): v.encode() for k, v in fields.items()}}]
     }
     (hit,) = leg_hits(reply, TAGS)
-    assert (hit.timestamp, hit.version, hit.idents) == (1700000000.12, None, ())
+    assert (hit.timestamp, hit.version, hit.idents, hit.speaker) == (1700000000.12, None, (), "")
     assert hit.tags == {"tenant": "default", "kind": "document"}
     assert leg_hits({b"results": []}, TAGS) == [] and leg_hits([0], TAGS) == []
 
 
 def test_a_leg_asks_for_its_fields_once() -> None:
     # The ids and the tenant come from the key: never asked for.
-    assert leg_fields(("tenant", "kind", "environment")) == ("kind", "ts", "timestamp", "version", "environment")
+    assert leg_fields(("tenant", "kind", "environment")) == (
+        "kind",
+        "ts",
+        "timestamp",
+        "version",
+        "speaker",
+        "environment",
+    )
     assert "idents" in leg_fields(("tenant",), idents=True)
 
 

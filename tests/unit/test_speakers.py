@@ -1,0 +1,41 @@
+"""Who said a turn, and whether a query names them (memory.speakers)."""
+
+from __future__ import annotations
+
+import pytest
+
+from memory.speakers import named, query_words, speaker_ranks, speakers_field
+
+
+@pytest.mark.parametrize(
+    ("text", "role", "field"),
+    [
+        ("Caroline: Yes, yesterday!", "user", "user|caroline"),
+        ("Dr. Lee: the scan is clear", "assistant", "assistant|dr lee"),
+        ("planner-7: rolled back the deploy", "planner", "planner|planner 7"),
+        ("Caroline:no space after the colon", "user", "user"),
+        ("See https://example.com: it says so", "assistant", "assistant"),  # five words: no label
+        ("Yes, yesterday!", "assistant", "assistant"),
+        ("A: B", "", "a"),
+        ("user: hello", "user", "user"),  # the same speaker once
+        ("", "", ""),
+    ],
+)
+def test_a_turns_speakers_are_its_role_and_the_name_it_opens_with(text: str, role: str, field: str) -> None:
+    assert speakers_field(text, role) == field
+
+
+def test_a_query_names_a_speaker_by_all_of_its_words_in_order() -> None:
+    words = query_words("What did Dr. Lee say about the scan? And Nate?")
+    assert named("assistant|dr lee", words)
+    assert named("user|nate", words)
+    assert not named("user|lee dr", words)  # out of order
+    assert not named("user|nat", words)  # a word, not a prefix
+    assert not named("", words)
+
+
+def test_the_speaker_list_ranks_the_named_speakers_turns_first_and_no_other() -> None:
+    hits = [("t1", "user|caroline"), ("t2", "assistant|melanie"), ("t3", ""), ("d1", "")]
+    assert speaker_ranks("What did Melanie paint?", hits) == {"t2": 1}
+    assert speaker_ranks("what did the user ask for", hits) == {"t1": 1}
+    assert speaker_ranks("sunset painting", hits) == {}
