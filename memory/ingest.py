@@ -89,6 +89,8 @@ class Ingestor:
 
     def _records(self, item: MemoryItem, version: int, offsets: list[tuple[int, int]]) -> list[ChunkRecord]:
         spans = spans_for(item.content, offsets, self._chunking)
+        role = str(item.metadata.get("role", ""))
+        speaker = speakers_field(item.content, role) if item.kind == "transcript" else ""
         return [
             ChunkRecord(
                 chunk_id=chunk_id(item.doc_id, s.index),
@@ -102,9 +104,7 @@ class Ingestor:
                 version=version,
                 timestamp=item.timestamp,
                 tenant=item.tenant,
-                speaker=speakers_field(item.content, str(item.metadata.get("role", "")))
-                if item.kind == "transcript"
-                else "",
+                speaker=speaker,
             )
             for s in spans
         ]

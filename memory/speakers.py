@@ -12,13 +12,18 @@ the recency list. Measured on LoCoMo dev: docs/decisions/0039-turns-know-their-s
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Iterable
 
 from memory.text import tokenize
 
 #: A transcript line's speaker label: up to four words, each opening with a letter, then a
-#: colon and a space ("Caroline: ", "Dr. Lee: ", "planner-7: ").
-_LABEL = re.compile(r"\s*([^\W\d_][\w'.-]*(?: [^\W\d_][\w'.-]*){0,3})\s*:\s")
+#: colon and a space, or a full-width colon ("Caroline: ", "Dr. Lee: ", "planner-7: ").
+_LABEL = re.compile(r"\s*([^\W\d_][\w'\u2019.-]*(?: [^\W\d_][\w'\u2019.-]*){0,3})\s*(?::\s|\uff1a)")
+#: Only the start of a turn is read for its label (a turn may be megabytes long).
+_LABEL_CHARS = 200
+#: A Latin label this short is a marker ("A:", "Q:", "Re:"), not a name.
+_MIN_LABEL_CHARS = 3
 #: Between the speakers of a turn in its stored ``speaker`` field.
 SEPARATOR = "|"
 
@@ -27,24 +32,30 @@ def speakers_field(text: str, role: str) -> str:
     """A turn's ``speaker`` field: its role and the name its text opens with, each as its
     lowercase tokens joined by spaces, the two joined by :data:`SEPARATOR` (``"user|caroline"``);
     empty where it has neither."""
-    label = _LABEL.match(text)
-    names = (role, label.group(1) if label else "")
-    return SEPARATOR.join(dict.fromkeys(n for n in (" ".join(tokenize(x)) for x in names) if n))
+    label = _LABEL.match(unicodedata.normalize("NFC", text[:_LABEL_CHARS]))
+    name = label.group(1) if label else ""
+    if name.isascii() and len(name) < _MIN_LABEL_CHARS:
+        name = ""
+    return SEPARATOR.join(dict.fromkeys(n for n in (" ".join(tokenize(x)) for x in (role, name)) if n))
 
 
 def named(field: str, query: str) -> bool:
     """Whether ``query`` (``" "``-joined lowercase tokens, padded with a space each side) names one
-    of the speakers of a ``speaker`` field: all of a name's tokens, in order."""
+    of the speakers of a ``speaker`` field: all of a name's tokens, next to each other, in order."""
     return any(f" {name} " in query for name in field.split(SEPARATOR) if name)
 
 
 def query_words(text: str) -> str:
     """A query as :func:`named` reads it."""
-    return f" {' '.join(tokenize(text))} "
+    return f" {' '.join(tokenize(unicodedata.normalize('NFC', text)))} "
 
 
 def speaker_ranks(text: str, hits: Iterable[tuple[str, str]]) -> dict[str, int]:
     """The speaker list of a query: each candidate (``(id, speaker field)``) said by someone the
-    query names, at rank 1; empty where the query names none of them."""
+    query names, at rank 1; empty where the query names none of them (or none has a speaker,
+    and then the query is not even read)."""
+    said = [(cid, field) for cid, field in hits if field]
+    if not said:
+        return {}
     words = query_words(text)
-    return {cid: 1 for cid, field in hits if field and named(field, words)}
+    return {cid: 1 for cid, field in said if named(field, words)}

@@ -20,7 +20,8 @@ from memory.schema import as_str
 
 #: What every leg asks Redis for besides the filter's tags: the time (``ts`` exact,
 #: ``timestamp`` for a chunk written before ``ts`` existed), the version (write markers) and
-#: the kind (a transcript turn's own leg weights). The chunk id, its doc and the tenant are
+#: the kind (a transcript turn's own leg weights), a turn's speakers (the speaker list,
+#: ``memory.speakers``; absent for documents). The chunk id, its doc and the tenant are
 #: read from the key (``keys.chunk_key_parts``): each field returned costs Redis and this
 #: client a few microseconds per candidate, and a leg at ``top_k`` 50 returns 100.
 LEG_FIELDS = ("kind", "ts", "timestamp", "version", "speaker")

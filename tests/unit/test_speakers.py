@@ -14,9 +14,13 @@ from memory.speakers import named, query_words, speaker_ranks, speakers_field
         ("Dr. Lee: the scan is clear", "assistant", "assistant|dr lee"),
         ("planner-7: rolled back the deploy", "planner", "planner|planner 7"),
         ("Caroline:no space after the colon", "user", "user"),
-        ("See https://example.com: it says so", "assistant", "assistant"),  # five words: no label
+        ("See https://example.com: it says so", "assistant", "assistant"),  # "://" is no label's colon
         ("Yes, yesterday!", "assistant", "assistant"),
-        ("A: B", "", "a"),
+        ("A: B", "", ""),  # a marker, not a name
+        ("Re: the invoice", "user", "user"),
+        ("\u5f20\u4f1f\uff1a\u4f60\u597d", "user", "user|\u5f20\u4f1f"),  # a full-width colon
+        ("Zoe\u0308: hi", "", "zoë"),  # decomposed: read as its composed form
+        ("O\u2019Brien: done", "user", "user|o\u2019brien"),
         ("user: hello", "user", "user"),  # the same speaker once
         ("", "", ""),
     ],
