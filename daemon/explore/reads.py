@@ -150,6 +150,7 @@ class MemoryReads:
                 ("sparse_weight", form.sparse),
                 ("identifier_weight", form.identifier),
                 ("recency_weight", form.recency),
+                ("speaker_weight", form.speaker),
             ):
                 if value.strip():
                     hybrid[name] = float(value)

@@ -267,6 +267,7 @@ class Explorer:
             sparse=q.get("sparse", ""),
             identifier=q.get("identifier", ""),
             recency=q.get("recency", ""),
+            speaker=q.get("speaker", ""),
             rrf_k=q.get("rrf_k", ""),
             filters=q.get("filters", ""),
             since=q.get("since", ""),

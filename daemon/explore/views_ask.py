@@ -32,6 +32,7 @@ class AskForm:
     sparse: str = ""
     identifier: str = ""
     recency: str = ""
+    speaker: str = ""
     rrf_k: str = ""
     filters: str = ""  # one key=value a line
     since: str = ""
@@ -63,6 +64,7 @@ def form_html(form: AskForm) -> str:
         + box("dense", "vector weight", form.dense, "default")
         + box("identifier", "identifier weight", form.identifier, "default")
         + box("recency", "recency weight", form.recency, "default")
+        + box("speaker", "speaker weight", form.speaker, "default")
         + box("since", "since (ISO time)", form.since, "open")
         + box("until", "until (ISO time)", form.until, "open")
         + f'<label class="wide">metadata filter, one key=value a line<textarea name="filters" rows="2">'

@@ -261,6 +261,9 @@ async def test_ask_shows_each_legs_rank_beside_the_fused_score(env: Env) -> None
         assert cells[2] == str(hit.ranks.get("sparse", DASH)) and cells[3] == str(hit.ranks.get("dense", DASH))
         assert hit.chunk.chunk_id in cells[5]
     assert "BM25 rank" in dom and "vector rank" in dom and "fused #1" in dom
+    assert 'name="speaker"' in dom  # the speaker list's weight, beside the legs'
+    _, refused, _ = await get(env.base + f"/explore/ask?{params}&speaker=-1")
+    assert "speaker_weight" in refused  # passed on as the contract's hybrid_params.speaker_weight
 
 
 async def test_the_graph_shows_a_stale_community_and_why(env: Env) -> None:
