@@ -183,9 +183,10 @@ def main() -> None:
     args = parser.parse_args()
     if not (args.data / "corpus.jsonl").exists():
         parser.error(f"no BEIR dataset at {args.data} (corpus.jsonl, queries.jsonl, qrels/test.tsv)")
+    name = bench_name(args.data, args.name)
     if args.cache_dir is None:
-        args.cache_dir = CACHE_DIR / bench_name(args.data, args.name)
-    run_benchmark(bench_name(args.data, args.name), args, main_async, kafka=False)
+        args.cache_dir = CACHE_DIR / name
+    run_benchmark(name, args, main_async, kafka=False)
 
 
 if __name__ == "__main__":

@@ -34,7 +34,6 @@ stopwords (``(is|an|hip)``).
 from __future__ import annotations
 
 import functools
-import itertools
 import re
 import string
 import threading
@@ -142,7 +141,12 @@ def compounds(text: str) -> list[str]:
     Returns:
         One term per hyphenated word, in order of appearance, possibly repeated.
     """
-    return [m.group().replace("-", "").lower() for m in _COMPOUND.finditer(text)]
+    return list(iter_compounds(text))
+
+
+def iter_compounds(text: str) -> Iterator[str]:
+    """:func:`compounds` one at a time (the regular expression finds each as it is asked for)."""
+    return (m.group().replace("-", "").lower() for m in _COMPOUND.finditer(text))
 
 
 def analyze(text: str) -> list[str]:
@@ -163,9 +167,14 @@ def analyze(text: str) -> list[str]:
         Terms in order of appearance, then the joined compounds; possibly repeated; each at
         most :data:`MAX_TERM_BYTES` bytes.
     """
-    terms = [cap_term(stem(tok)) for tok in tokenize(text) if tok not in STOPWORDS]
-    terms.extend(cap_term(stem(c)) for c in compounds(text))
-    return terms
+    return list(iter_terms(text))
+
+
+def iter_terms(text: str) -> Iterator[str]:
+    """:func:`analyze`'s terms one at a time, in its order: a reader that needs only the first
+    few (a long query's first distinct terms) does not analyze the rest."""
+    yield from (cap_term(stem(tok)) for tok in iter_tokens(text) if tok not in STOPWORDS)
+    yield from (cap_term(stem(c)) for c in iter_compounds(text))
 
 
 def index_terms(text: str) -> str:
@@ -187,12 +196,9 @@ def query_terms(text: str, *, max_terms: int = 64) -> list[str]:
     Returns:
         Terms for the BM25 leg; empty when nothing searchable remains.
     """
-    # analyze()'s terms in its order (tokens, then compounds), read only as far as needed: a
-    # query of thousands of words costs what its first distinct terms cost.
+    # Read lazily: a query of thousands of words costs what its first distinct terms cost.
     seen: dict[str, None] = {}
-    tokens = (cap_term(stem(tok)) for tok in iter_tokens(text) if tok not in STOPWORDS)
-    joined = (cap_term(stem(m.group().replace("-", "").lower())) for m in _COMPOUND.finditer(text))  # as compounds()
-    for term in itertools.chain(tokens, joined):
+    for term in iter_terms(text):
         if term in seen:
             continue
         seen[term] = None
