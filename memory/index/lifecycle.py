@@ -150,6 +150,8 @@ class _Lifecycle:
         if self.pinned is not None:
             return self.pinned
         state = await self.state()
+        if state.building:  # a reindex may switch any moment: a cached generation could be dropped
+            state = await self.state(fresh=True)
         if state.active == 0 and self._recreate:
             await self._recover()
             state = await self.state(fresh=True)

@@ -2,7 +2,7 @@
 
 Every chunk hash holds ``vkey``, a digest of the model's identity and the exact text it read
 (``vector_key``); one pipelined round trip asks the index, per distinct key, for one stored
-vector of the same tenant. Any chunk of the generation may answer, of any doc or version:
+vector of the same tenant. Any chunk of the index searches see may answer, of any doc or version:
 the vector depends only on the key's inputs.
 """
 
@@ -17,7 +17,6 @@ import numpy as np
 from memory.filters import hash_field, value_hash
 from memory.index.errors import translate_errors
 from memory.index.lifecycle import _Lifecycle
-from memory.keys import physical_name
 from memory.records import DEFAULT_TENANT
 from memory.schema import as_str
 
@@ -39,8 +38,10 @@ class _Reuse(_Lifecycle):
         wanted = sorted(set(keys))
         if not wanted:
             return {}
-        gen = await self._generation()
-        index = physical_name(self._cfg.name, gen)
+        await self._generation()  # no generation: recovered, or NotFound, as for every read
+        # The alias (or the pinned build), not the cached generation's own index: a reindex
+        # may have switched and dropped that one within the cache's lifetime.
+        index = self._search_name()
         tenant_field, tenant_hash = hash_field("tenant"), value_hash(tenant)
         async with translate_errors("vector lookup"), self._r.pipeline(transaction=False) as pipe:
             for key in wanted:

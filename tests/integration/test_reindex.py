@@ -20,6 +20,7 @@ from memory.embed_worker import CRASH_MARKER_ENV
 from memory.embedder import SentenceTransformerEmbedder
 from memory.errors import ReindexWouldLose
 from memory.generations import GenerationRegistry
+from memory.metrics import CHUNKS_REUSED
 from memory.schema import physical_name
 from tests.conftest import unique
 from tests.helpers import (
@@ -150,6 +151,26 @@ async def test_reindex_switches_atomically_while_queries_and_writes_go_on(
     assert {r.doc_id for r in await daemon.index.community_records()} >= communities_before
     _, reply = await client.ask({"query_id": "after", "search_text": "release R3", "top_k": 1})
     assert reply["results"][0]["doc_id"] == "rx/3"
+
+
+async def test_an_edit_right_after_a_switch_reuses_vectors_from_the_live_index(
+    env: tuple[Settings, Daemon, PlainClient],
+) -> None:
+    """A daemon that still holds the old generation in its cache looks vectors up in the index
+    searches see: an edit lands (not dead-lettered for the dropped index) and keeps its vectors."""
+    settings, daemon, client = env
+    for i in range(4):
+        await client.send(client.topics.documents, doc(i, 1, LONG), key=f"rx/{i}")
+    await eventually(lambda: _all_indexed(daemon, {f"rx/{i}": 1 for i in range(4)}), timeout=120, what="indexed")
+    assert (await daemon.index.state()).active == 1
+    daemon.index.STATE_TTL_S = 3600.0  # the cached state outlives the switch, as it may for a second
+    rep = await reindex(settings)
+    assert rep.new_generation == 2 and rep.old_dropped
+    reused = CHUNKS_REUSED.labels(client.topics.documents)._value.get()
+    # the same text, so every chunk's vector is stored under its key in generation 2
+    await client.send(client.topics.documents, doc(2, 2, LONG), key="rx/2")
+    await eventually(lambda: _all_indexed(daemon, {"rx/2": 2}), timeout=60, what="the edit indexed")
+    assert CHUNKS_REUSED.labels(client.topics.documents)._value.get() > reused
 
 
 async def test_reindex_with_new_chunking_pauses_old_daemons_until_restarted(
