@@ -86,7 +86,12 @@ async def measure(system: System, work: Work, args: argparse.Namespace) -> dict[
     print(f"[{system.name}] ingesting {len(work.turns)} LoCoMo turns ...", flush=True)
     s = await system.ingest_turns(work.turns)
     out["ingest_locomo"] = {"items": len(work.turns), "seconds": round(s, 2), "per_s": round(len(work.turns) / s, 2)}
-    print(f"[{system.name}] ingest: {out['ingest_scifact']} {out['ingest_locomo']}", flush=True)
+    out["ingest_failures"] = {
+        "failed_submits": system.breaks.count("error", "-"),
+        "incomplete": system.breaks.count("ingest incomplete"),
+    }
+    ingest = (out["ingest_scifact"], out["ingest_locomo"], out["ingest_failures"])
+    print(f"[{system.name}] ingest: {' '.join(map(str, ingest))}", flush=True)
     for mode in system.modes:
         row = await quality(system, work, mode)
         crashes = system.breaks.count("redis crash", mode)

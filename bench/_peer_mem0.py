@@ -3,8 +3,9 @@
 Every memory is added with ``infer=False`` (no LLM: the text is stored as given), one add per
 SciFact doc and per LoCoMo turn, eight at a time; ``user_id`` is the namespace (``scifact``, or
 the LoCoMo conversation) and the metadata carries the id the benchmark scores. mem0 has one
-search, its default: the vector leg, a BM25 leg over spaCy lemmas and entity boosts, scored
-together, with its default threshold 0.1.
+search, its default: a vector leg and a BM25 leg (RediSearch's, over the stored text, asked
+with the query's spaCy lemmas) scored together, plus entity boosts, which stay empty here (only
+``infer=True`` adds link entities), with its default threshold 0.1.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from _servers import spawn_logged, stop_process
 
 SERVER = BENCH_DIR / "_peer_mem0_server.py"
 MEM0_MODES = ["default"]
+#: The index mem0's Redis store creates: the server's ``collection_name``.
+INDEX = "bench"
 #: Adds in flight at once: the server's threads share the 2 cores, as its FastAPI server's do.
 SUBMITTERS = 8
 
@@ -39,9 +42,12 @@ class Mem0(System):
         self.proc: subprocess.Popen[Any] | None = None
         self.redis: Any = None
         self.http: Any = None
+        self.rclient: Any = None
+        self.expected = 0
 
     async def start(self) -> None:
         import httpx
+        import redis.asyncio as aredis
 
         from daemon.launcher import free_port, start_redis
         from memory.embedder import PACKAGED_MINILM, resolve_model_path
@@ -56,8 +62,10 @@ class Mem0(System):
         await wait_http(f"{self.base}/health", None, 300, self.proc)
         limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
         self.http = httpx.AsyncClient(base_url=self.base, timeout=120, limits=limits)
-        # Its index is created by the first add: one first, before any clock, as a deployment that has run before.
+        self.rclient = aredis.from_url(url)
+        # One add before any clock, as a deployment that has run before (its first loads spaCy).
         await self._add_all([("warm-up", "warm-up", {"ref": "warm-up"})])
+        self.expected = 1
 
     async def _add_all(self, items: list[tuple[str, str, dict[str, str]]]) -> None:
         """``(user_id, text, metadata)`` each added on its own, ``SUBMITTERS`` at a time."""
@@ -76,15 +84,21 @@ class Mem0(System):
 
         await asyncio.gather(*(submitter() for _ in range(SUBMITTERS)))
 
-    async def ingest_docs(self, docs: list[tuple[str, str]]) -> float:
+    async def _ingest(self, items: list[tuple[str, str, dict[str, str]]]) -> float:
         t0 = time.perf_counter()  # an add returns once its memory is in the index: searchable
-        await self._add_all([("scifact", text, {"ref": d}) for d, text in docs])
-        return time.perf_counter() - t0
+        await self._add_all(items)
+        took = time.perf_counter() - t0
+        self.expected += len(items)
+        info = await self.rclient.ft(INDEX).info()
+        if (have := int(info.get("num_docs", 0))) < self.expected:
+            self.breaks.add("ingest incomplete", "-", "-", "-", f"{have} of {self.expected} memories indexed")
+        return took
+
+    async def ingest_docs(self, docs: list[tuple[str, str]]) -> float:
+        return await self._ingest([("scifact", text, {"ref": d}) for d, text in docs])
 
     async def ingest_turns(self, turns: list[Any]) -> float:
-        t0 = time.perf_counter()
-        await self._add_all([(t.agent_id, t.content, {"ref": turn_id(t)}) for t in turns])
-        return time.perf_counter() - t0
+        return await self._ingest([(t.agent_id, t.content, {"ref": turn_id(t)}) for t in turns])
 
     async def _search(self, text: str, user: str, mode: str, workload: str) -> list[str]:
         try:
@@ -112,5 +126,7 @@ class Mem0(System):
             await self.http.aclose()
         if self.proc is not None:
             stop_process(self.proc, timeout_s=15)
+        if self.rclient is not None:
+            await self.rclient.aclose()
         if self.redis is not None:
             self.redis.stop()

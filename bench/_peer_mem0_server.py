@@ -37,8 +37,22 @@ def build(redis_url: str, model: str, history: str) -> Memory:
     )
 
 
+def check_offline_data() -> None:
+    """Refuse to serve a degraded mem0: without these it falls back silently (no lemmas, no
+    entity extraction) or fails every search (no stopwords)."""
+    import nltk
+    from mem0.utils.spacy_models import get_nlp_full, get_nlp_lemma
+
+    if get_nlp_lemma() is None or get_nlp_full() is None:
+        raise SystemExit("spaCy's en_core_web_sm did not load: mem0 would run without lemmas and entities")
+    if len(nltk.corpus.stopwords.words("english")) < 100:
+        raise SystemExit("NLTK's English stopwords are missing: every mem0 keyword search would fail")
+
+
 class Handler(BaseHTTPRequestHandler):
     memory: Memory
+    protocol_version = "HTTP/1.1"  # keep-alive, as uvicorn serves mem0's FastAPI server
+    disable_nagle_algorithm = True
 
     def log_message(self, format: str, *args: Any) -> None:  # one line per request is noise here
         return
@@ -75,6 +89,7 @@ class Handler(BaseHTTPRequestHandler):
 
 def main() -> None:
     port, redis_url, model, history = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+    check_offline_data()
     Handler.memory = build(redis_url, model, history)
     server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
     server.daemon_threads = True

@@ -66,6 +66,12 @@ def record(result: Result, systems: dict[str, dict[str, Any]]) -> None:
             continue
         result.figure(f"{name}: SciFact ingestion, submit -> searchable", data["ingest_scifact"]["per_s"], "docs/s")
         result.figure(f"{name}: LoCoMo ingestion, submit -> searchable", data["ingest_locomo"]["per_s"], "turns/s")
+        failures = data.get("ingest_failures", {})
+        if any(failures.values()):
+            result.figure(
+                f"{name}: ingestion failed submits / checks that found items missing",
+                f"{failures['failed_submits']} / {failures['incomplete']}",
+            )
         for mode, row in data["modes"].items():
             result.figure(f"{name}, {mode}: SciFact nDCG@10", row["scifact_ndcg@10"])
             result.figure(f"{name}, {mode}: LoCoMo R@10, all categories", row["locomo_r@10"])

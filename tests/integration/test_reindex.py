@@ -162,10 +162,14 @@ async def test_an_edit_right_after_a_switch_reuses_vectors_from_the_live_index(
     for i in range(4):
         await client.send(client.topics.documents, doc(i, 1, LONG), key=f"rx/{i}")
     await eventually(lambda: _all_indexed(daemon, {f"rx/{i}": 1 for i in range(4)}), timeout=120, what="indexed")
-    assert (await daemon.index.state()).active == 1
-    daemon.index.STATE_TTL_S = 3600.0  # the cached state outlives the switch, as it may for a second
+    stale = await daemon.index.state()
+    assert stale.active == 1
     rep = await reindex(settings)
     assert rep.new_generation == 2 and rep.old_dropped
+    # The daemon still holds the state from before the switch, as it may for up to a second
+    # (any write it made meanwhile would have refreshed it).
+    daemon.index.STATE_TTL_S = 3600.0
+    daemon.index._state, daemon.index._state_at = stale, time.monotonic()
     reused = CHUNKS_REUSED.labels(client.topics.documents)._value.get()
     # the same text, so every chunk's vector is stored under its key in generation 2
     await client.send(client.topics.documents, doc(2, 2, LONG), key="rx/2")
