@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import time
 
 from daemon.reindex import carry_mode, source_topics
 from daemon.settings import Settings
 from memory.config import ChunkingConfig, IndexConfig
-from memory.generations import IndexSpec, index_spec
+from memory.generations import GenerationState, IndexSpec, index_spec
+from memory.index.lifecycle import _build_alive
 from memory.schema import index_schema, key_root, physical_name
 
 
@@ -77,3 +79,13 @@ def test_docs_carry_over_verbatim_or_reanalyzed_only_when_their_vectors_still_ho
     assert carry_mode(spec.model_copy(update={"max_tokens": 64}), spec) is None
     assert carry_mode(spec.model_copy(update={"schema_digest": "x"}), spec) is None
     assert carry_mode(None, spec) is None
+
+
+def test_only_a_live_build_makes_reads_follow_the_registry_fresh() -> None:
+    """While a reindex beats, the generation is read fresh (it may switch any moment); an idle
+    registry and a build abandoned long ago are read from the cache."""
+    now = time.time()
+    assert _build_alive(GenerationState(1, None, building=2, building_heartbeat=now - 5))
+    assert _build_alive(GenerationState(2, None, building=2, building_heartbeat=now - 5))  # switched, catching up
+    assert not _build_alive(GenerationState(1, None, building=2, building_heartbeat=now - 3600))
+    assert not _build_alive(GenerationState(1, None))
