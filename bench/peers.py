@@ -152,8 +152,9 @@ async def run(args: argparse.Namespace, tmp: Path) -> Result:
             result.note(f"{name} broke ({e['kind']}, {e['mode']}, {e['set']}): {e['query']!r}: {e['detail'][:200]}")
     result.note(
         "same Redis binary and modules for every system (daemon.launcher.start_redis, AOF on), each its own; the "
-        "same packaged all-MiniLM-L6-v2 through the daemon's own embedder (AMS through a local OpenAI-compatible "
-        "endpoint); the query-embedding cache off on both sides; one system running at a time"
+        "same packaged all-MiniLM-L6-v2: the daemon's own embedder for agentmemd and, through a local "
+        "OpenAI-compatible endpoint, for AMS; mem0's own huggingface embedder on the same files; the query-embedding "
+        "cache off on agentmemd's and AMS's side (mem0 has none); one system running at a time"
     )
     result.note(
         f"quality: one asker at a time, top {TOP_K}; agentmemd's SciFact hits are chunks ({2 * TOP_K} asked), "
