@@ -152,10 +152,22 @@ class _VersionedWrites(_SlicedWrites):
             return {as_str(m) for m in await self._r.smembers(self._doc_key(gen, tenant, doc_id))}
 
     async def texts(self, chunk_ids: Sequence[str], tenant: str = DEFAULT_TENANT) -> dict[str, str]:
-        """Stored text of each chunk that exists."""
-        gen = await self._generation()
-        async with translate_errors("chunk read"), self._r.pipeline(transaction=False) as pipe:
-            for cid in chunk_ids:
-                pipe.hget(self._chunk_key(gen, tenant, cid), "text")
-            values = await pipe.execute()
-        return {c: as_str(v) for c, v in zip(chunk_ids, values, strict=True) if v is not None}
+        """Stored text of each chunk that exists.
+
+        Read from a generation that was still the active one when the read ended: a summary
+        is written from these, and a reindex may have switched and dropped the generation
+        cached a moment ago (its keys would read as missing). Then read again in the new one.
+        """
+        following = self.pinned is None
+        for _ in range(_WATCH_RETRIES):
+            gen = await self._generation()
+            async with translate_errors("chunk read"), self._r.pipeline(transaction=False) as pipe:
+                for cid in chunk_ids:
+                    pipe.hget(self._chunk_key(gen, tenant, cid), "text")
+                if following:
+                    pipe.hget(self.registry.key, "active")
+                values = await pipe.execute()
+            if not following or int(values.pop() or 0) == gen:
+                return {c: as_str(v) for c, v in zip(chunk_ids, values, strict=True) if v is not None}
+            await self.state(fresh=True)
+        raise IndexError_(f"chunk read kept meeting a generation switch; giving up after {_WATCH_RETRIES} tries")

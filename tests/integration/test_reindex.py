@@ -157,7 +157,8 @@ async def test_an_edit_right_after_a_switch_reuses_vectors_from_the_live_index(
     env: tuple[Settings, Daemon, PlainClient],
 ) -> None:
     """A daemon that still holds the old generation in its cache looks vectors up in the index
-    searches see: an edit lands (not dead-lettered for the dropped index) and keeps its vectors."""
+    searches see: an edit lands (not dead-lettered for the dropped index) and keeps its vectors;
+    and a read of chunk texts (what a summary is written from) finds them in the live generation."""
     settings, daemon, client = env
     for i in range(4):
         await client.send(client.topics.documents, doc(i, 1, LONG), key=f"rx/{i}")
@@ -175,6 +176,10 @@ async def test_an_edit_right_after_a_switch_reuses_vectors_from_the_live_index(
     await client.send(client.topics.documents, doc(2, 2, LONG), key="rx/2")
     await eventually(lambda: _all_indexed(daemon, {"rx/2": 2}), timeout=60, what="the edit indexed")
     assert CHUNKS_REUSED.labels(client.topics.documents)._value.get() > reused
+    # A read for a summary, with the same stale state, finds the texts in the live generation.
+    daemon.index._state, daemon.index._state_at = stale, time.monotonic()
+    texts = await daemon.index.texts(["rx/1_p0", "rx/3_p0"])
+    assert sorted(texts) == ["rx/1_p0", "rx/3_p0"] and "ERR_RX_0003" in texts["rx/3_p0"]
 
 
 async def test_reindex_with_new_chunking_pauses_old_daemons_until_restarted(
