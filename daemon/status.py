@@ -122,20 +122,27 @@ async def measure_lag(settings: Settings) -> LagReport:
     try:
         await probe.start()
         all_topics = await probe.topics()
-        lag: dict[str, dict[str, int]] = {}
-        past_end: dict[str, list[str]] = {}
-        for role, base in bases.items():
-            group = f"{settings.consumer.group_id}.{role}"
-            tps = [
+        # Every partition first, and every log's end in one go: log_ends assigns the probe,
+        # which narrows its metadata to what it assigned, so a topic listed after it would
+        # have no partitions (and read as lag 0, a DLQ of 0).
+        groups: dict[str, list[TopicPartition]] = {
+            f"{settings.consumer.group_id}.{role}": [
                 TopicPartition(topic, p)
                 for topic in sorted(all_topics)
                 if _subscribed(topic, base, settings.consumer.tenancy)
                 for p in sorted(probe.partitions_for_topic(topic) or ())
             ]
+            for role, base in bases.items()
+        }
+        dlq_tps = [TopicPartition(t.dlq, p) for p in sorted(probe.partitions_for_topic(t.dlq) or ())]
+        every = list(dict.fromkeys([*(tp for tps in groups.values() for tp in tps), *dlq_tps]))
+        ends = await log_ends(probe, every) if every else {}
+        lag: dict[str, dict[str, int]] = {}
+        past_end: dict[str, list[str]] = {}
+        for group, tps in groups.items():
             if not tps:
                 lag[group] = {}
                 continue
-            ends = await log_ends(probe, tps)
             reader = AIOKafkaConsumer(
                 bootstrap_servers=settings.kafka_bootstrap,
                 group_id=group,
@@ -154,8 +161,7 @@ async def measure_lag(settings: Settings) -> LagReport:
                 f"{tp.topic}/{tp.partition} ({committed[tp]} > {ends[tp]})" for tp in tps if committed[tp] > ends[tp]
             ]:
                 past_end[group] = beyond
-        dlq_tps = [TopicPartition(t.dlq, p) for p in sorted(probe.partitions_for_topic(t.dlq) or ())]
-        dlq = sum((await log_ends(probe, dlq_tps)).values()) if dlq_tps else 0
+        dlq = sum(ends[tp] for tp in dlq_tps)
         return LagReport(lag, int(dlq), past_end)
     finally:
         await bounded("stop the lag probe", probe.stop())

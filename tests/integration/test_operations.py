@@ -493,6 +493,35 @@ async def test_readyz_fails_when_consumers_leave_their_groups_and_when_draining(
     released.set()
 
 
+async def test_lag_and_dead_letters_are_measured_on_every_topic(kafka_bootstrap: str, redis_url: str) -> None:
+    """Found by a new user: doctor, the status page and the gauges read lag and the DLQ only on
+    the documents topic (the others read as 0): the probe's metadata had narrowed to it."""
+    from aiokafka import AIOKafkaProducer
+
+    from daemon.status import measure_lag
+    from daemon.topics import ensure_topics
+
+    settings = isolated_settings(unique("lag-every"), kafka_bootstrap, redis_url, topic_partitions=1)
+    t = settings.topics
+    await ensure_topics(kafka_bootstrap, t.all(), partitions=1, replication=1)
+    producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all")
+    await producer.start()
+    try:
+        for topic, n in ((t.documents, 1), (t.transcripts, 3), (t.requests, 2), (t.dlq, 2)):
+            for i in range(n):
+                await producer.send_and_wait(topic, f"{topic}-{i}".encode(), key=b"k")
+    finally:
+        await producer.stop()
+    report = await measure_lag(settings)
+    group = settings.consumer.group_id
+    assert report.lag == {
+        f"{group}.documents": {f"{t.documents}/0": 1},
+        f"{group}.transcripts": {f"{t.transcripts}/0": 3},
+        f"{group}.requests": {f"{t.requests}/0": 2},
+    }, report.lag
+    assert report.dlq == 2 and report.past_end == {}
+
+
 async def test_doctor_flags_a_group_committed_past_the_end_of_its_log(kafka_bootstrap: str, redis_url: str) -> None:
     """Found by an operator: after the broker lost its log, a group's committed offsets stood
     past the end of the new one, and doctor said "lag 0" (lag is clamped at 0)."""
