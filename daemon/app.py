@@ -253,7 +253,12 @@ async def start_daemon(
     gc.collect()  # garbage frozen now could never be freed
     gc.freeze()
     log.info("daemon.ready", assigned=daemon.assigned, index=settings.index.name, kafka=settings.kafka_bootstrap)
-    print(f"agentmemd ready: consuming {', '.join(settings.topics.all()[:3])}", file=sys.stdout, flush=True)
+    where = ""
+    if daemon.http is not None:  # the operators' page, where a new user would not guess it
+        host = f"[{settings.http_host}]" if ":" in settings.http_host else settings.http_host
+        explore = ", explorer /explore" if settings.explore.enabled else ""
+        where = f"; status page http://{host}:{settings.http_port}/{explore}"
+    print(f"agentmemd ready: consuming {', '.join(settings.topics.all()[:3])}{where}", file=sys.stdout, flush=True)
     return daemon
 
 

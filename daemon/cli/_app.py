@@ -28,6 +28,8 @@ T = TypeVar("T")
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="agent-memory-daemon: long-term memory for agents.")
 
 out = Console()
+# Piped output is for grep and scripts: whole lines (a chunk id cut at 80 columns names nothing).
+out.soft_wrap = not out.is_terminal
 err = Console(stderr=True)
 
 

@@ -115,10 +115,10 @@ def query(
     if as_json:
         print(reply.model_dump_json(indent=2))
         return
-    out.print(results_view(reply))
+    out.print(results_view(reply, whole_lines=out.soft_wrap))
 
 
-def results_view(reply: QueryReply, snippet_chars: int = 240) -> Group:
+def results_view(reply: QueryReply, snippet_chars: int = 240, *, whole_lines: bool = False) -> Group:
     """A reply for a terminal of any width: per result, one line of facts (cut at the edge)
     and the text below it, wrapped; with ``context``, the turns around a turn dimmed, before
     and after it. A table with the text as one column of six showed none of it at 80 columns."""
@@ -130,7 +130,7 @@ def results_view(reply: QueryReply, snippet_chars: int = 240) -> Group:
         ranks = " ".join(f"{k}:{v}" for k, v in sorted(r.ranks.items()))
         when = (r.timestamp or "")[:16].replace("T", " ")
         # The chunk id last: it is the long part, so an edge cuts it rather than the ranks.
-        head = Text(no_wrap=True, overflow="ellipsis")
+        head = Text(no_wrap=True, overflow="ignore" if whole_lines else "ellipsis")
         head.append(f"{i:>2}. ", style="bold")
         head.append(f"{r.rrf_score:.4f}  ", style="cyan")
         head.append(f"{ranks}  ", style="dim")
@@ -141,10 +141,14 @@ def results_view(reply: QueryReply, snippet_chars: int = 240) -> Group:
         own = ref.turn if ref is not None else None
         around = r.context or []
         for t in (t for t in around if own is not None and t.turn < own):
-            lines.append(Padding(_said(t, snippet_chars), (0, 0, 0, 4)))
-        lines.append(Padding(Text(_snippet(r.text, snippet_chars)), (0, 0, 0, 4)))
+            lines.append(Padding(_said(t, snippet_chars), (0, 0, 0, 4), expand=False))
+        body = Text(_snippet(r.text, snippet_chars))
+        if own is not None and around:  # among its neighbours, the match says so (dimming is lost in a pipe)
+            role = str(r.metadata.get("role") or "")
+            body = Text(f"» turn {own}{f' ({role})' if role else ''}: ", style="bold") + body
+        lines.append(Padding(body, (0, 0, 0, 4), expand=False))
         for t in (t for t in around if own is None or t.turn > own):
-            lines.append(Padding(_said(t, snippet_chars), (0, 0, 0, 4)))
+            lines.append(Padding(_said(t, snippet_chars), (0, 0, 0, 4), expand=False))
     return Group(*lines)
 
 

@@ -33,6 +33,7 @@ def test_up_publish_query_and_clean_stop(tmp_path: Path) -> None:
         "AGENTMEM_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0",
         "AGENTMEM_DATA_DIR": str(tmp_path / "data"),
         "AGENTMEM_TOPIC_PARTITIONS": "1",
+        "AGENTMEM_HTTP_PORT": str(http_port := free_port()),
         "COLUMNS": "200",
     }
     log = (tmp_path / "up.log").open("w")
@@ -50,6 +51,8 @@ def test_up_publish_query_and_clean_stop(tmp_path: Path) -> None:
     threading.Thread(target=read, daemon=True).start()
     try:
         assert ready.wait(120), f"no ready line; stdout={lines!r}"
+        # A new user learns where the status page and the explorer are from the ready line.
+        assert f"status page http://127.0.0.1:{http_port}/, explorer /explore" in lines[-1], lines
         children = psutil.Process(proc.pid).children(recursive=True)
         names = sorted(c.name() for c in children)
         assert any(n.startswith("redis-server") for n in names) and any(n.startswith("tansu") for n in names), names

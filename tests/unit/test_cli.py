@@ -159,7 +159,7 @@ def test_query_results_show_the_turns_around_a_turn() -> None:
         source="a/s",
         doc_id="transcript:a/s/2",
         kind="transcript",
-        metadata={},
+        metadata={"role": "assistant"},
         ranks={"sparse": 1},
         context=[
             ContextTurn(doc_id="transcript:a/s/1", turn=1, role="user", text="Did you finish the pottery class?"),
@@ -169,5 +169,37 @@ def test_query_results_show_the_turns_around_a_turn() -> None:
     console = Console(width=80, record=True, color_system=None)
     console.print(results_view(QueryReply(query_id="q", total_retrieved=1, took_ms=1.0, results=[hit])))
     lines = [line.strip() for line in console.export_text().splitlines()]
-    said = ["turn 1 (user): Did you finish the pottery class?", "Yes, yesterday!", "turn 3 (user): Congrats!"]
-    assert lines[2:] == said  # the turn in its place in the exchange
+    said = [
+        "turn 1 (user): Did you finish the pottery class?",
+        "» turn 2 (assistant): Yes, yesterday!",
+        "turn 3 (user): Congrats!",
+    ]
+    assert lines[2:] == said  # the turn in its place in the exchange, marked as the match
+
+
+def test_piped_query_results_keep_whole_lines() -> None:
+    """Found by a new user: piped, the result line was cut at 80 columns, which cut the chunk
+    id (the only thing naming what matched), and lines were padded with spaces."""
+    from rich.console import Console
+
+    from consumers.requests import QueryReply, ResultItem
+    from daemon.cli._app import out
+    from daemon.cli.query import results_view
+
+    assert out.soft_wrap  # pytest captures stdout: not a terminal
+    long_id = "transcript:planner-7/incident-4411/12_p0" + "-x" * 40
+    hit = ResultItem(
+        chunk_id=long_id,
+        rrf_score=0.03,
+        text="Restarted pgbouncer.",
+        source="planner-7/incident-4411",
+        doc_id="transcript:planner-7/incident-4411/12",
+        kind="transcript",
+        metadata={},
+        ranks={"dense": 1, "sparse": 2},
+    )
+    console = Console(width=80, record=True, color_system=None, soft_wrap=True)
+    reply = QueryReply(query_id="q", total_retrieved=1, took_ms=1.0, results=[hit])
+    console.print(results_view(reply, whole_lines=console.soft_wrap))
+    lines = console.export_text().splitlines()
+    assert lines[1].endswith(long_id) and all(line == line.rstrip() for line in lines)
