@@ -109,7 +109,11 @@ class KafkaTransport:
         try:
             try:
                 await consumer.start()
-                tps = self._reply_partitions(consumer.partitions_for_topic(self._reply_topic))
+                # The cluster's metadata read fresh: a consumer with no subscription tracks no
+                # topics, and its own metadata may list none (Apache Kafka answers a bootstrap's
+                # empty topic list with no topics).
+                cluster = await consumer._client.fetch_all_metadata()
+                tps = self._reply_partitions(cluster.partitions_for_topic(self._reply_topic))
                 consumer.assign(tps)
                 await consumer.seek_to_end(*tps)
                 for tp in tps:

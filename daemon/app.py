@@ -255,7 +255,9 @@ async def start_daemon(
     log.info("daemon.ready", assigned=daemon.assigned, index=settings.index.name, kafka=settings.kafka_bootstrap)
     where = ""
     if daemon.http is not None:  # the operators' page, where a new user would not guess it
-        host = f"[{settings.http_host}]" if ":" in settings.http_host else settings.http_host
+        # Listening on every interface: the loopback one is an address a browser can open.
+        host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(settings.http_host, settings.http_host)
+        host = f"[{host}]" if ":" in host else host
         explore = ", explorer /explore" if settings.explore.enabled else ""
         where = f"; status page http://{host}:{settings.http_port}/{explore}"
     print(f"agentmemd ready: consuming {', '.join(settings.topics.all()[:3])}{where}", file=sys.stdout, flush=True)

@@ -121,20 +121,21 @@ async def measure_lag(settings: Settings) -> LagReport:
     # opened connections already, and each sample would leak a client while the broker hangs.
     try:
         await probe.start()
-        all_topics = await probe.topics()
-        # Every partition first, and every log's end in one go: log_ends assigns the probe,
-        # which narrows its metadata to what it assigned, so a topic listed after it would
-        # have no partitions (and read as lag 0, a DLQ of 0).
+        # Partitions from a fresh read of the whole cluster's metadata: the probe's own lists
+        # only the topics it tracks (after log_ends assigns it, only those; on Apache Kafka,
+        # none before), and a topic missing there read as lag 0, a DLQ of 0.
+        cluster = await probe._client.fetch_all_metadata()
+        all_topics = cluster.topics()
         groups: dict[str, list[TopicPartition]] = {
             f"{settings.consumer.group_id}.{role}": [
                 TopicPartition(topic, p)
                 for topic in sorted(all_topics)
                 if _subscribed(topic, base, settings.consumer.tenancy)
-                for p in sorted(probe.partitions_for_topic(topic) or ())
+                for p in sorted(cluster.partitions_for_topic(topic) or ())
             ]
             for role, base in bases.items()
         }
-        dlq_tps = [TopicPartition(t.dlq, p) for p in sorted(probe.partitions_for_topic(t.dlq) or ())]
+        dlq_tps = [TopicPartition(t.dlq, p) for p in sorted(cluster.partitions_for_topic(t.dlq) or ())]
         every = list(dict.fromkeys([*(tp for tps in groups.values() for tp in tps), *dlq_tps]))
         ends = await log_ends(probe, every) if every else {}
         lag: dict[str, dict[str, int]] = {}

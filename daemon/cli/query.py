@@ -121,7 +121,13 @@ def query(
 def results_view(reply: QueryReply, snippet_chars: int = 240, *, whole_lines: bool = False) -> Group:
     """A reply for a terminal of any width: per result, one line of facts (cut at the edge)
     and the text below it, wrapped; with ``context``, the turns around a turn dimmed, before
-    and after it. A table with the text as one column of six showed none of it at 80 columns."""
+    and after it. A table with the text as one column of six showed none of it at 80 columns.
+    ``whole_lines`` (piped output): nothing is cut or wrapped at the console's width."""
+
+    def indented(text: Text) -> Any:
+        # Padding renders to the console's width, which would crop an unwrapped line.
+        return Text("    ") + text if whole_lines else Padding(text, (0, 0, 0, 4), expand=False)
+
     n = reply.total_retrieved
     lines: list[Any] = [Text(f"{n} result{'' if n == 1 else 's'} in {reply.took_ms:.1f} ms", style="bold")]
     if reply.truncated:
@@ -141,14 +147,14 @@ def results_view(reply: QueryReply, snippet_chars: int = 240, *, whole_lines: bo
         own = ref.turn if ref is not None else None
         around = r.context or []
         for t in (t for t in around if own is not None and t.turn < own):
-            lines.append(Padding(_said(t, snippet_chars), (0, 0, 0, 4), expand=False))
+            lines.append(indented(_said(t, snippet_chars)))
         body = Text(_snippet(r.text, snippet_chars))
         if own is not None and around:  # among its neighbours, the match says so (dimming is lost in a pipe)
             role = str(r.metadata.get("role") or "")
             body = Text(f"» turn {own}{f' ({role})' if role else ''}: ", style="bold") + body
-        lines.append(Padding(body, (0, 0, 0, 4), expand=False))
+        lines.append(indented(body))
         for t in (t for t in around if own is None or t.turn > own):
-            lines.append(Padding(_said(t, snippet_chars), (0, 0, 0, 4), expand=False))
+            lines.append(indented(_said(t, snippet_chars)))
     return Group(*lines)
 
 

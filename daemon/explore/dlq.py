@@ -153,8 +153,8 @@ async def recent_dead_letters(
     out: list[DeadLetter] = []
     try:
         await asyncio.wait_for(consumer.start(), wait_s)
-        await consumer.topics()  # fetches the metadata partitions_for_topic reads
-        parts = consumer.partitions_for_topic(topic)
+        # A fresh read of the cluster's metadata: the consumer's own lists only what it tracks.
+        parts = (await consumer._client.fetch_all_metadata()).partitions_for_topic(topic)
         tps = [TopicPartition(topic, p) for p in sorted(parts or ())]
         if not tps:
             return []

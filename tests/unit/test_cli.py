@@ -182,24 +182,25 @@ def test_piped_query_results_keep_whole_lines() -> None:
     id (the only thing naming what matched), and lines were padded with spaces."""
     from rich.console import Console
 
-    from consumers.requests import QueryReply, ResultItem
-    from daemon.cli._app import out
+    from consumers.requests import ContextTurn, QueryReply, ResultItem
     from daemon.cli.query import results_view
 
-    assert out.soft_wrap  # pytest captures stdout: not a terminal
     long_id = "transcript:planner-7/incident-4411/12_p0" + "-x" * 40
+    text = "Restarted pgbouncer; the 504s stopped. " + "The pool drained after the deploy of billing. " * 4
     hit = ResultItem(
         chunk_id=long_id,
         rrf_score=0.03,
-        text="Restarted pgbouncer.",
+        text=text.strip(),
         source="planner-7/incident-4411",
         doc_id="transcript:planner-7/incident-4411/12",
         kind="transcript",
-        metadata={},
+        metadata={"role": "assistant"},
         ranks={"dense": 1, "sparse": 2},
+        context=[ContextTurn(doc_id="transcript:planner-7/incident-4411/13", turn=13, role="user", text=text)],
     )
     console = Console(width=80, record=True, color_system=None, soft_wrap=True)
     reply = QueryReply(query_id="q", total_retrieved=1, took_ms=1.0, results=[hit])
-    console.print(results_view(reply, whole_lines=console.soft_wrap))
+    console.print(results_view(reply, whole_lines=True))
     lines = console.export_text().splitlines()
     assert lines[1].endswith(long_id) and all(line == line.rstrip() for line in lines)
+    assert lines[2:] == ["    » turn 12 (assistant): " + text.strip(), "    turn 13 (user): " + text.strip()]
