@@ -14,6 +14,7 @@ import subprocess
 import tempfile
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -501,7 +502,8 @@ async def test_lag_and_dead_letters_are_measured_on_every_topic(kafka_bootstrap:
     from daemon.status import measure_lag
     from daemon.topics import ensure_topics
 
-    settings = isolated_settings(unique("lag-every"), kafka_bootstrap, redis_url, topic_partitions=1)
+    # Fresh topics on every run: counts would pile up on a broker kept between runs.
+    settings = isolated_settings(unique(f"lag-every-{uuid.uuid4()}"), kafka_bootstrap, redis_url, topic_partitions=1)
     t = settings.topics
     await ensure_topics(kafka_bootstrap, t.all(), partitions=1, replication=1)
     producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all")
