@@ -165,8 +165,9 @@ async def _check_generation(client: Any, settings: Settings, dims: int | None) -
     reindexing = False
     if state.building:
         sec, usec = await client.time()  # heartbeats are Redis's clock
-        idle = sec + usec / 1e6 - state.building_heartbeat
-        reindexing = idle <= GenerationRegistry.STALE_BUILD_S
+        now = sec + usec / 1e6
+        idle = now - state.building_heartbeat
+        reindexing = state.build_alive(now)
         if state.building == state.active:  # switched; catching up, dropping, re-pointing
             building = f"; {state.building_owner} is finishing its switch to it"
             if not reindexing:

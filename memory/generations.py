@@ -88,6 +88,11 @@ class GenerationState:
     building_owner: str = ""
     building_heartbeat: float = 0.0
 
+    def build_alive(self, now: float) -> bool:
+        """A reindex holds the build slot and beat within ``GenerationRegistry.STALE_BUILD_S``
+        of ``now`` (in Redis's clock, which the heartbeats are on)."""
+        return bool(self.building) and now - self.building_heartbeat <= GenerationRegistry.STALE_BUILD_S
+
 
 # Create the first generation once, however many daemons start together. The alias first:
 # a script is not rolled back on an error, and an alias that already exists (the registry

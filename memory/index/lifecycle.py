@@ -150,7 +150,9 @@ class _Lifecycle:
         if self.pinned is not None:
             return self.pinned
         state = await self.state()
-        if _build_alive(state):  # a reindex may switch any moment: a cached generation could be dropped
+        # A reindex may switch any moment: a cached generation could be dropped. This host's
+        # clock against Redis's: a skewed one only costs a read, or falls back to the cache.
+        if state.build_alive(time.time()):
             state = await self.state(fresh=True)
         if state.active == 0 and self._recreate:
             await self._recover()
@@ -329,9 +331,3 @@ class _Lifecycle:
         if why := self._mismatch(state):
             raise IndexMismatch(why)
         return state.active
-
-
-def _build_alive(state: GenerationState) -> bool:
-    """A reindex holds the build slot and beat lately (by this host's clock against Redis's: a
-    skewed clock only costs a read, or falls back to the cache). An abandoned slot costs nothing."""
-    return bool(state.building) and time.time() - state.building_heartbeat < GenerationRegistry.STALE_BUILD_S

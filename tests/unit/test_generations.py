@@ -9,7 +9,6 @@ from daemon.reindex import carry_mode, source_topics
 from daemon.settings import Settings
 from memory.config import ChunkingConfig, IndexConfig
 from memory.generations import GenerationState, IndexSpec, index_spec
-from memory.index.lifecycle import _build_alive
 from memory.schema import index_schema, key_root, physical_name
 
 
@@ -85,7 +84,7 @@ def test_only_a_live_build_makes_reads_follow_the_registry_fresh() -> None:
     """While a reindex beats, the generation is read fresh (it may switch any moment); an idle
     registry and a build abandoned long ago are read from the cache."""
     now = time.time()
-    assert _build_alive(GenerationState(1, None, building=2, building_heartbeat=now - 5))
-    assert _build_alive(GenerationState(2, None, building=2, building_heartbeat=now - 5))  # switched, catching up
-    assert not _build_alive(GenerationState(1, None, building=2, building_heartbeat=now - 3600))
-    assert not _build_alive(GenerationState(1, None))
+    assert GenerationState(1, None, building=2, building_heartbeat=now - 5).build_alive(now)
+    assert GenerationState(2, None, building=2, building_heartbeat=now - 5).build_alive(now)  # switched, catching up
+    assert not GenerationState(1, None, building=2, building_heartbeat=now - 3600).build_alive(now)
+    assert not GenerationState(1, None).build_alive(now)
