@@ -28,6 +28,15 @@ from memory.errors import BackendUnavailable, InvalidEvent, NotFound
 log = structlog.get_logger()
 
 
+async def cluster_metadata(consumer: AIOKafkaConsumer) -> Any:
+    """The whole cluster's topics and partitions, read fresh (``.topics()``,
+    ``.partitions_for_topic(t)``). A consumer's own metadata lists only the topics it tracks:
+    none without a subscription (on Apache Kafka a bootstrap's empty topic list is answered
+    with none), only its own after ``assign``, none created since. aiokafka has no public
+    call returning partitions."""
+    return await consumer._client.fetch_all_metadata()
+
+
 class KafkaTransport:
     """Sends events and requests, and reads their replies back by correlation id."""
 
@@ -109,10 +118,7 @@ class KafkaTransport:
         try:
             try:
                 await consumer.start()
-                # The cluster's metadata read fresh: a consumer with no subscription tracks no
-                # topics, and its own metadata may list none (Apache Kafka answers a bootstrap's
-                # empty topic list with no topics).
-                cluster = await consumer._client.fetch_all_metadata()
+                cluster = await cluster_metadata(consumer)
                 tps = self._reply_partitions(cluster.partitions_for_topic(self._reply_topic))
                 consumer.assign(tps)
                 await consumer.seek_to_end(*tps)

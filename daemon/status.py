@@ -18,6 +18,7 @@ import structlog
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
+from consumers.transport import cluster_metadata
 from daemon.lost_logs import log_ends
 from daemon.settings import Settings
 from daemon.teardown import bounded
@@ -121,10 +122,8 @@ async def measure_lag(settings: Settings) -> LagReport:
     # opened connections already, and each sample would leak a client while the broker hangs.
     try:
         await probe.start()
-        # Partitions from a fresh read of the whole cluster's metadata: the probe's own lists
-        # only the topics it tracks (after log_ends assigns it, only those; on Apache Kafka,
-        # none before), and a topic missing there read as lag 0, a DLQ of 0.
-        cluster = await probe._client.fetch_all_metadata()
+        # Not the probe's own metadata: a topic missing there read as lag 0, a DLQ of 0.
+        cluster = await cluster_metadata(probe)
         all_topics = cluster.topics()
         groups: dict[str, list[TopicPartition]] = {
             f"{settings.consumer.group_id}.{role}": [

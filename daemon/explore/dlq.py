@@ -20,6 +20,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from consumers.decoding import tenant_from_topic
+from consumers.transport import cluster_metadata
 from daemon.lost_logs import log_ends
 from daemon.teardown import bounded
 from memory.errors import BackendUnavailable
@@ -153,8 +154,7 @@ async def recent_dead_letters(
     out: list[DeadLetter] = []
     try:
         await asyncio.wait_for(consumer.start(), wait_s)
-        # A fresh read of the cluster's metadata: the consumer's own lists only what it tracks.
-        parts = (await consumer._client.fetch_all_metadata()).partitions_for_topic(topic)
+        parts = (await cluster_metadata(consumer)).partitions_for_topic(topic)
         tps = [TopicPartition(topic, p) for p in sorted(parts or ())]
         if not tps:
             return []

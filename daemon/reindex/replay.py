@@ -12,6 +12,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from consumers.decoding import decode_records, tenant_from_topic
+from consumers.transport import cluster_metadata
 from daemon.connections import kafka_options
 from daemon.reindex.report import ReindexProgress
 from daemon.settings import Settings
@@ -72,9 +73,8 @@ class Replayer:
         build ran was written to the old generation by the live daemons, and would be lost
         at the drop if only the first pass's partitions were replayed.
         """
-        # The consumer's own metadata may not list topics created since it started; a fresh
-        # read of the whole cluster's does (aiokafka has no public call returning partitions).
-        cluster = await self.consumer._client.fetch_all_metadata()
+        # Topics created since the consumer started too.
+        cluster = await cluster_metadata(self.consumer)
         self.sources = source_topics(self._s, cluster.topics())
         current = {tp: await self.consumer.position(tp) for tp in self.consumer.assignment()}
         every = [
