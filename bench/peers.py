@@ -52,6 +52,7 @@ import asyncio
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -64,11 +65,58 @@ from _peer_measure import measure
 from _peer_mem0 import Mem0
 from _peer_result import plot, record
 from _peer_system import TOP_K
-from _peer_work import load_work
+from _peer_work import Work, load_work
 from _result import Result, png_path
 from _run import add_common_args, exit_on_sigterm, quiet_logs
 
 BENCH = "peers"
+
+
+def log_tails(folder: Path) -> dict[str, list[str]]:
+    """The last lines of each log a peer wrote in ``folder``."""
+    return {p.name: p.read_text(errors="replace").splitlines()[-5:] for p in folder.glob("*.log")}
+
+
+def peer_folder(tmp: Path, name: str) -> Path:
+    folder = tmp / name.lower()
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+async def measure_peer(
+    name: str,
+    ensure: Callable[[], dict[str, Any]],
+    build: Callable[[Path], Ams | Mem0],
+    folder: Path,
+    work: Work,
+    args: argparse.Namespace,
+    result: Result,
+    installs: dict[str, Any],
+    systems: dict[str, dict[str, Any]],
+) -> None:
+    """Install a peer (its virtualenv), start it in ``folder`` (made by ``peer_folder``) and
+    measure it; a failure to install or mid-run goes into the result, with its logs' tails."""
+    try:
+        installs[name] = ensure()
+    except (RuntimeError, subprocess.CalledProcessError) as exc:
+        installs[name] = {"failed": str(exc)}
+        result.note(f"{name} did not install: {exc}")
+        return
+    system = build(folder)
+    try:
+        await system.start()
+        systems[name] = await measure(system, work, args)
+        if isinstance(system, Ams):
+            systems[name]["redis_restarts"] = system.restarts
+    except Exception as exc:
+        systems[name] = {
+            "failed": f"{type(exc).__name__}: {exc}",
+            "log_tails": log_tails(folder),
+            "breaks": system.breaks.events,
+        }
+        result.note(f"{name} failed mid-run: {type(exc).__name__}: {exc}")
+    finally:
+        await system.close()
 
 
 async def run(args: argparse.Namespace, tmp: Path) -> Result:
@@ -98,52 +146,14 @@ async def run(args: argparse.Namespace, tmp: Path) -> Result:
     finally:
         await ours.close()
 
-    if "ams" in args.peers:
-        try:
-            installs["AMS"] = ensure_ams()
-        except (RuntimeError, subprocess.CalledProcessError) as exc:
-            installs["AMS"] = {"failed": str(exc)}
-            result.note(f"AMS did not install: {exc}")
-        if "failed" not in installs["AMS"]:
-            ams = Ams(tmp / "ams")
-            (tmp / "ams").mkdir(parents=True, exist_ok=True)
-            try:
-                await ams.start()
-                systems["AMS"] = await measure(ams, work, args)
-                systems["AMS"]["redis_restarts"] = ams.restarts
-            except Exception as exc:
-                tails = {p.name: p.read_text(errors="replace").splitlines()[-5:] for p in (tmp / "ams").glob("*.log")}
-                systems["AMS"] = {
-                    "failed": f"{type(exc).__name__}: {exc}",
-                    "log_tails": tails,
-                    "breaks": ams.breaks.events,
-                }
-                result.note(f"AMS failed mid-run: {type(exc).__name__}: {exc}")
-            finally:
-                await ams.close()
-
-    if "mem0" in args.peers:
-        try:
-            installs["mem0"] = ensure_mem0()
-        except (RuntimeError, subprocess.CalledProcessError) as exc:
-            installs["mem0"] = {"failed": str(exc)}
-            result.note(f"mem0 did not install: {exc}")
-        if "failed" not in installs["mem0"]:
-            mem0 = Mem0(tmp / "mem0")
-            (tmp / "mem0").mkdir(parents=True, exist_ok=True)
-            try:
-                await mem0.start()
-                systems["mem0"] = await measure(mem0, work, args)
-            except Exception as exc:
-                tails = {p.name: p.read_text(errors="replace").splitlines()[-5:] for p in (tmp / "mem0").glob("*.log")}
-                systems["mem0"] = {
-                    "failed": f"{type(exc).__name__}: {exc}",
-                    "log_tails": tails,
-                    "breaks": mem0.breaks.events,
-                }
-                result.note(f"mem0 failed mid-run: {type(exc).__name__}: {exc}")
-            finally:
-                await mem0.close()
+    peers: list[tuple[str, Callable[[], dict[str, Any]], Callable[[Path], Ams | Mem0]]] = [
+        ("AMS", ensure_ams, Ams),
+        ("mem0", ensure_mem0, Mem0),
+    ]
+    for name, ensure, build in peers:
+        if name.lower() in args.peers:
+            folder = peer_folder(tmp, name)
+            await measure_peer(name, ensure, build, folder, work, args, result, installs, systems)
 
     result.doc["data"] = {"systems": systems, "installs": installs}
     record(result, systems)
