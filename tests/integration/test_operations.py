@@ -495,8 +495,9 @@ async def test_readyz_fails_when_consumers_leave_their_groups_and_when_draining(
 
 
 async def test_lag_and_dead_letters_are_measured_on_every_topic(kafka_bootstrap: str, redis_url: str) -> None:
-    """Found by a new user: doctor, the status page and the gauges read lag and the DLQ only on
-    the documents topic (the others read as 0): the probe's metadata had narrowed to it."""
+    """Doctor, the status page and the gauges see lag on every consumer group's topics and the
+    DLQ's records, not only the documents topic's (a probe's own metadata narrows to what it
+    assigned)."""
     from aiokafka import AIOKafkaProducer
 
     from daemon.status import measure_lag

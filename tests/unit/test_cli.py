@@ -178,8 +178,8 @@ def test_query_results_show_the_turns_around_a_turn() -> None:
 
 
 def test_piped_query_results_keep_whole_lines() -> None:
-    """Found by a new user: piped, the result line was cut at 80 columns, which cut the chunk
-    id (the only thing naming what matched), and lines were padded with spaces."""
+    """Piped, nothing is cut at the console's width: not the chunk id (the only thing naming
+    what matched), not the text; and no line is padded with spaces."""
     from rich.console import Console
 
     from consumers.requests import ContextTurn, QueryReply, ResultItem
