@@ -11,8 +11,22 @@ from collections import defaultdict
 from pathlib import Path
 
 
-def load_data(data: Path) -> tuple[dict[str, str], dict[str, str], dict[str, dict[str, int]]]:
-    """corpus id -> content, query id -> text (in file order), qrels query id -> {doc id: grade}."""
+def qrels_file(data: Path, split: str) -> Path:
+    """The judgements of ``split`` (BEIR's ``qrels/<split>.tsv``).
+
+    Raises:
+        SystemExit: the dataset has no such file; the message names the splits it has.
+    """
+    path = data / "qrels" / f"{split}.tsv"
+    if not path.exists():
+        have = sorted(p.stem for p in (data / "qrels").glob("*.tsv"))
+        raise SystemExit(f"{data} has no qrels/{split}.tsv; its splits: {', '.join(have) or 'none'} (--split)")
+    return path
+
+
+def load_data(data: Path, split: str = "test") -> tuple[dict[str, str], dict[str, str], dict[str, dict[str, int]]]:
+    """corpus id -> content, query id -> text (in file order), qrels query id -> {doc id: grade}
+    (of ``split``: MS MARCO, for one, has only ``dev``)."""
     corpus: dict[str, str] = {}
     with (data / "corpus.jsonl").open(encoding="utf-8") as f:
         for line in f:
@@ -24,7 +38,7 @@ def load_data(data: Path) -> tuple[dict[str, str], dict[str, str], dict[str, dic
             d = json.loads(line)
             queries[str(d["_id"])] = d.get("text") or ""
     qrels: dict[str, dict[str, int]] = defaultdict(dict)
-    with (data / "qrels" / "test.tsv").open(encoding="utf-8") as f:
+    with qrels_file(data, split).open(encoding="utf-8") as f:
         for row in csv.reader(f, delimiter="\t"):
             if len(row) < 3 or not row[2].strip().lstrip("-").isdigit():
                 continue  # the header ("query-id corpus-id score") or a blank line

@@ -6,7 +6,8 @@ Run from the project root:
     .venv/bin/python bench/scifact.py --limit-queries 10 --limit-docs 300   # smoke
 
 Data: ``../shared/eval/scifact`` relative to the project root (corpus.jsonl, queries.jsonl,
-qrels/test.tsv), never copied into the project. ``--data`` takes any dataset in BEIR's format:
+qrels/test.tsv; ``--split dev`` reads qrels/dev.tsv, MS MARCO's only judgements), never copied
+into the project. ``--data`` takes any dataset in BEIR's format:
 its results go to ``beir-<folder>.json`` (SciFact's to ``scifact.json``), SciFact's own targets
 (published baselines, no regression) are checked only on SciFact, and the two relative ones
 (fusion against the legs) on every set. As BEIR's evaluation does, a result whose doc id is
@@ -49,7 +50,7 @@ from _common import CACHE_DIR, ROOT
 from _result import Result, png_path
 from _run import add_common_args, run_benchmark
 from _scifact_configs import evaluate
-from _scifact_data import load_data, pick_docs
+from _scifact_data import load_data, pick_docs, qrels_file
 from _scifact_ingest import CachedEmbedder, ingest_all
 from _scifact_result import REFERENCES, plot, record
 from _servers import wait_redis_ready
@@ -72,7 +73,7 @@ def bench_name(data: Path, name: str | None = None) -> str:
 
 
 async def main_async(args: argparse.Namespace, redis_url: str) -> Result:
-    corpus, queries, qrels = load_data(args.data)
+    corpus, queries, qrels = load_data(args.data, args.split)
     qids = [q for q in queries if q in qrels]
     if args.limit_queries:
         qids = qids[: args.limit_queries]
@@ -159,6 +160,7 @@ async def main_async(args: argparse.Namespace, redis_url: str) -> Result:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "eval" / "scifact")
+    parser.add_argument("--split", default="test", help="the judgements used: qrels/<SPLIT>.tsv (default: test)")
     parser.add_argument(
         "--cache-dir", type=Path, default=None, help="where chunk embeddings are kept (default: bench/.cache/<name>)"
     )
@@ -182,7 +184,8 @@ def main() -> None:
     add_common_args(parser)
     args = parser.parse_args()
     if not (args.data / "corpus.jsonl").exists():
-        parser.error(f"no BEIR dataset at {args.data} (corpus.jsonl, queries.jsonl, qrels/test.tsv)")
+        parser.error(f"no BEIR dataset at {args.data} (corpus.jsonl, queries.jsonl, qrels/{args.split}.tsv)")
+    qrels_file(args.data, args.split)  # before any server starts
     name = bench_name(args.data, args.name)
     if args.cache_dir is None:
         args.cache_dir = CACHE_DIR / name
