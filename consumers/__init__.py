@@ -12,10 +12,16 @@ if TYPE_CHECKING:
     from consumers.events import DlqRecord, DocumentEvent, ForgetEvent, TranscriptEvent
     from consumers.requests import ErrorReply, HybridParams, QueryReply, QueryRequest, ResultItem
     from consumers.routers import build_router
+    from memory.errors import BackendUnavailable, InvalidRequest, MemdError, NotFound
 
 # Names load on first use, so importing one light piece (the client, a config model) does not
 # pull in the rest (the model, Redis search, FastStream).
 _HOMES: dict[str, str] = {
+    # The errors a client raises, in one import with the client's own.
+    "BackendUnavailable": "memory.errors",
+    "InvalidRequest": "memory.errors",
+    "MemdError": "memory.errors",
+    "NotFound": "memory.errors",
     "ConsumerConfig": "consumers.config",
     "DlqRecord": "consumers.events",
     "DocumentEvent": "consumers.events",
@@ -44,13 +50,17 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "BackendUnavailable",
     "ConsumerConfig",
     "DlqRecord",
     "DocumentEvent",
     "ErrorReply",
     "ForgetEvent",
     "HybridParams",
+    "InvalidRequest",
+    "MemdError",
     "MemoryClient",
+    "NotFound",
     "QueryFailed",
     "QueryReply",
     "QueryRequest",

@@ -242,7 +242,7 @@ class KafkaTransport:
             await self._send(topic, value, key)
             return None
         await self._ensure_reader()
-        raw = await self._exchange(topic, value, key, timeout_s)
+        raw = await self._exchange(topic, value, key, timeout_s, "ack (the event was sent and may still be applied)")
         ack = WriteAck.model_validate_json(raw)
         if ack.status == "dead_lettered":
             raise WriteRejected(ack)
@@ -259,14 +259,19 @@ class KafkaTransport:
             TimeoutError: no reply within the client's timeout.
         """
         await self._ensure_reader()
-        raw = await self._exchange(topic, encode(payload), payload["query_id"], None)
+        raw = await self._exchange(topic, encode(payload), payload["query_id"], None, "reply")
         data: dict[str, Any] = json.loads(raw)
         if "error" in data:
             raise QueryFailed(ErrorReply.model_validate(data))
         return data
 
-    async def _exchange(self, topic: str, value: bytes, key: str, timeout_s: float | None) -> bytes:
-        """Publish a record with reply headers and wait for the reply with its correlation id."""
+    async def _exchange(self, topic: str, value: bytes, key: str, timeout_s: float | None, answer: str) -> bytes:
+        """Publish a record with reply headers and wait for the reply with its correlation id.
+
+        Raises:
+            TimeoutError: no ``answer`` in time, saying where the record went and where the
+                answer was awaited (a bare TimeoutError left users guessing).
+        """
         cid = uuid.uuid4().hex
         fut: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
         self._pending[cid] = fut
@@ -276,7 +281,14 @@ class KafkaTransport:
         try:
             await self._wake_reader()
             await self._send(topic, value, key, headers)
-            return await asyncio.wait_for(fut, timeout=self._timeout if timeout_s is None else timeout_s)
+            wait = self._timeout if timeout_s is None else timeout_s
+            try:
+                return await asyncio.wait_for(fut, timeout=wait)
+            except TimeoutError:
+                raise TimeoutError(
+                    f"no {answer} from the memory daemon within {wait:g} s on {self._reply_topic}: is a "
+                    f"daemon running and reading {topic}? (in topic tenancy, the client needs the tenant)"
+                ) from None
         finally:
             self._pending.pop(cid, None)
             if not self._pending:

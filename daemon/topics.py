@@ -1,5 +1,5 @@
 """Create the contract's topics when they are missing (standard Kafka admin API only), at
-start-up and again whenever the broker has lost them."""
+start-up and again whenever the broker has lost them, and a tenant's on an operator's command."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from aiokafka.errors import (
     for_code,
 )
 
+from consumers.encoding import tenant_topic
 from daemon.connections import kafka_options
 from daemon.settings import Settings
 from memory.errors import BackendUnavailable
@@ -122,6 +123,37 @@ async def ensure_contract_topics(settings: Settings, *, timeout_s: float) -> lis
         timeout_s=timeout_s,
         options=kafka_options(settings),
         configs=settings.topics.configs(settings.ingest.max_content_bytes),
+    )
+
+
+def tenant_topics(settings: Settings, tenant: str) -> list[str]:
+    """A tenant's topics in topic tenancy: its documents, transcripts and requests, which the
+    daemon reads, and its replies, where a request without ``reply_to`` is answered.
+
+    Raises:
+        InvalidRequest: ``tenant`` is no valid tenant name.
+    """
+    t = settings.topics
+    return [tenant_topic(base, tenant) for base in (t.documents, t.transcripts, t.requests, t.replies)]
+
+
+async def ensure_tenant_topics(settings: Settings, tenant: str, *, timeout_s: float) -> list[str]:
+    """Create ``tenant``'s missing topics, the event ones with the daemon's record size; returns
+    those created.
+
+    Raises:
+        InvalidRequest: ``tenant`` is no valid tenant name.
+        BackendUnavailable: the broker cannot be reached within ``timeout_s``.
+    """
+    configs = settings.topics.configs(settings.ingest.max_content_bytes)
+    return await ensure_topics(
+        settings.kafka_bootstrap,
+        tenant_topics(settings, tenant),
+        partitions=settings.topic_partitions,
+        replication=settings.topic_replication,
+        timeout_s=timeout_s,
+        options=kafka_options(settings),
+        configs={tenant_topic(base, tenant): config for base, config in configs.items()},
     )
 
 

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -205,6 +206,18 @@ async def _ledger_indexed(daemon: Daemon, plain: PlainClient) -> None:
         return (await service.store.stale())[0] == 0
 
     await eventually(summarized, timeout=60, what="the tenant's communities summarized")
+
+
+async def test_a_client_without_its_tenant_times_out_saying_where_it_asked(env) -> None:
+    """In topic tenancy nobody reads the bare topics: a client that forgot its tenant gets a
+    TimeoutError naming the topic it wrote to and the tenant, and a write's says it was sent."""
+    _, _, settings = env
+    t = settings.topics
+    async with MemoryClient(bootstrap=settings.kafka_bootstrap, topics=t, timeout_s=2) as lost:
+        with pytest.raises(TimeoutError, match=rf"no reply .* reading {re.escape(t.requests)}\? .*tenant"):
+            await lost.query("vault_token")
+        with pytest.raises(TimeoutError, match=rf"may still be applied.* reading {re.escape(t.documents)}\?"):
+            await lost.publish_document("lost/doc.md", "nobody reads this topic", wait=True)
 
 
 async def test_query_sends_scope_identifier_weight_and_tenant(env) -> None:

@@ -4,14 +4,20 @@ so tenant A never retrieves tenant B's chunks or communities, whatever A's reque
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from consumers.client import MemoryClient
 from daemon.instance import Daemon
 from daemon.topics import ensure_topics
 from tests.conftest import unique
@@ -39,6 +45,9 @@ async def env(kafka_bootstrap: str, redis_url: str) -> AsyncIterator[tuple[Daemo
     ) as (daemon, client, settings):
         assert settings.topics.documents == f"{name}.documents"  # the extra topic's base
         yield daemon, client, name
+
+
+AGENTMEMD = str(Path(sys.executable).parent / "agentmemd")
 
 
 async def ask(client: PlainClient, tenant: str, payload: dict[str, Any]) -> dict[str, Any]:
@@ -192,3 +201,33 @@ async def test_the_first_requests_on_a_new_tenant_topic_are_answered(env, kafka_
     assert reply["query_id"] == "first" and reply["results"] == []  # a tenant of its own: empty
     with pytest.raises(AssertionError, match="no reply"):
         await client.reply(stale_cid, timeout=2)
+
+
+async def test_agentmemd_topics_creates_what_a_new_tenant_needs(env, kafka_bootstrap: str) -> None:
+    """`agentmemd topics --tenant` creates a new tenant's topics: that tenant's client then
+    writes, has its write acknowledged and asks, its replies on its own reply topic; a second
+    run finds every topic there."""
+    _, client, _ = env
+    t = client.topics
+    tenant = f"cli{uuid.uuid4().hex[:6]}"
+    cli_env = {
+        **os.environ,
+        "AGENTMEM_KAFKA_BOOTSTRAP": kafka_bootstrap,
+        "AGENTMEM_CONSUMER__TENANCY": "topic",
+        **{f"AGENTMEM_TOPICS__{kind.upper()}": name for kind, name in t.model_dump().items()},
+    }
+
+    def run() -> list[list[str]]:
+        res = subprocess.run(
+            [AGENTMEMD, "topics", "--tenant", tenant], env=cli_env, capture_output=True, text=True, timeout=120
+        )
+        assert res.returncode == 0, res.stderr
+        return [line.split() for line in res.stdout.splitlines()]
+
+    wanted = [f"{base}.{tenant}" for base in (t.documents, t.transcripts, t.requests, t.replies)]
+    assert await asyncio.to_thread(run) == [["created", topic] for topic in wanted]
+    async with MemoryClient(bootstrap=kafka_bootstrap, topics=t, tenant=tenant, timeout_s=60) as mine:
+        await mine.publish_document("cli/runbook.md", "The cli-tenant pager fires on ERR_CLI_4242.", wait=True)
+        reply = await mine.query("ERR_CLI_4242", top_k=3)
+    assert [r.doc_id for r in reply.results] == ["cli/runbook.md"]
+    assert await asyncio.to_thread(run) == [["exists", topic] for topic in wanted]

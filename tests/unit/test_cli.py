@@ -120,6 +120,22 @@ def test_index_schema_names_the_generation_it_prints() -> None:
     assert yaml.safe_load(res.output)["index"]["name"].endswith("-g3")
 
 
+def test_tenant_topics_are_refused_in_single_tenancy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In single mode the daemon never reads a tenant's topics: creating them is refused, with
+    the setting that would make them read, before anything connects."""
+    from typer.testing import CliRunner
+
+    from daemon.cli import app
+
+    monkeypatch.setenv("AGENTMEM_CONSUMER__TENANCY", "single")
+    monkeypatch.setenv("AGENTMEM_KAFKA_BOOTSTRAP", "127.0.0.1:1")  # nothing listens: never reached
+    # Logging set up on CliRunner's stream would outlive it: later tests' logs would hit a closed file.
+    monkeypatch.setattr("daemon.cli._app.configure_logging", lambda *_: None)
+    res = CliRunner().invoke(app, ["topics", "--tenant", "acme"])
+    assert res.exit_code == 1
+    assert "AGENTMEM_CONSUMER__TENANCY=topic" in " ".join(res.output.split())
+
+
 def test_commands_are_listed_in_their_usual_order() -> None:
     """`agentmemd --help` lists the commands, then the groups, in one fixed order, whichever
     module of the cli package registers them."""
@@ -133,6 +149,7 @@ def test_commands_are_listed_in_their_usual_order() -> None:
         "servers",
         "query",
         "doctor",
+        "topics",
         "stale",
         "communities",
         "drop-generation",
