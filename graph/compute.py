@@ -17,6 +17,7 @@ import asyncio
 import functools
 import multiprocessing as mp
 import os
+import signal
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -52,6 +53,10 @@ def _worker_init(parent: int) -> None:
     waits on its task queue for good, ~450 MB each (seen: the test suite's killed daemons
     left theirs behind). A watchdog thread ends it once its parent is no longer its parent.
     """
+    # Its lifetime is the daemon's (close() kills it): a Ctrl-C or a SIGTERM sent to the whole
+    # process group is the daemon's to act on, not a KeyboardInterrupt traceback from here.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     threading.Thread(target=_exit_when_orphaned, args=(parent,), daemon=True, name="orphan-watch").start()
     communities.preload()
 

@@ -26,7 +26,7 @@ def _cli(env: dict[str, str], *args: str, timeout: float = 60) -> subprocess.Com
 
 
 def test_up_publish_query_and_clean_stop(tmp_path: Path) -> None:
-    """`agentmemd up` reaches ready, serves CLI publishes and queries, and SIGTERM stops every child."""
+    """`agentmemd up` reaches ready, serves CLI publishes and queries, and Ctrl-C stops every child."""
     env = {
         **os.environ,
         "AGENTMEM_KAFKA_BOOTSTRAP": f"127.0.0.1:{free_port()}",
@@ -37,7 +37,10 @@ def test_up_publish_query_and_clean_stop(tmp_path: Path) -> None:
         "COLUMNS": "200",
     }
     log = (tmp_path / "up.log").open("w")
-    proc = subprocess.Popen([AGENTMEMD, "up"], env=env, stdout=subprocess.PIPE, stderr=log, text=True)
+    # A session of its own, so that a Ctrl-C can go to its whole process group, as a terminal's does.
+    proc = subprocess.Popen(
+        [AGENTMEMD, "up"], env=env, stdout=subprocess.PIPE, stderr=log, text=True, start_new_session=True
+    )
     ready = threading.Event()
     lines: list[str] = []
 
@@ -98,9 +101,13 @@ def test_up_publish_query_and_clean_stop(tmp_path: Path) -> None:
         res = _cli(env, "query", "x", "--filter", "tenant=a", "--json")
         assert res.returncode == 1 and json.loads(res.stdout)["error"]["code"] == "invalid_request", res
     finally:
-        proc.send_signal(signal.SIGTERM)
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C
         code = proc.wait(timeout=60)
     assert code == 0
+    log.close()
+    # Every process of the group had the Ctrl-C: none prints a traceback (the graph's compute
+    # process printed a KeyboardInterrupt).
+    assert "Traceback" not in (tmp_path / "up.log").read_text()
     # Every child goes with the daemon: Redis and tansu are stopped by it, the embedding
     # worker and multiprocessing's resource tracker exit when their pipes to it close
     # (which they notice within moments of its exit, hence the short wait).
