@@ -150,8 +150,14 @@ class MemoryTools:
                 self._client = client
             return self._client
 
-    async def _call(self, what: str, fn: Callable[[MemoryClient], Awaitable[T]], *, write: bool = False) -> T:
-        """Run ``fn`` with the client within the deadline; every failure becomes a ToolFailure."""
+    async def _call(
+        self, what: str, fn: Callable[[MemoryClient], Awaitable[T]], *, write: bool | Callable[[], bool] = False
+    ) -> T:
+        """Run ``fn`` with the client within the deadline; every failure becomes a ToolFailure.
+
+        ``write``: whether ``fn`` writes; a callable says whether it had sent its write yet (a
+        write that looks something up first may time out before anything was sent).
+        """
         started = time.monotonic()
         try:
             async with asyncio.timeout(self._cfg.timeout_s):
@@ -166,11 +172,12 @@ class MemoryTools:
             raise ToolFailure(exc.code, f"{exc}{_retry_hint(exc.code)}") from exc
         except TimeoutError as exc:
             took = time.monotonic() - started
-            hint = (
-                " The write may still be applied: check with get_document or search_memory before retrying."
-                if write
-                else " Retry later, or check memory_status."
-            )
+            if not write:
+                hint = " Retry later, or check memory_status."
+            elif callable(write) and not write():
+                hint = " Nothing was written: retrying is safe."
+            else:
+                hint = " The write may still be applied: check with get_document or search_memory before retrying."
             raise ToolFailure(
                 "timeout",
                 f"{what}: no answer from the memory daemon within {took:.1f} s; it may be down or busy.{hint}",
@@ -225,10 +232,13 @@ class MemoryTools:
         """
         key = (agent_id, session_id)
         lock = self._session_locks.setdefault(key, asyncio.Lock())
+        sent = False  # the next free turn is looked up first: a timeout there wrote nothing
 
         async def say(c: MemoryClient) -> dict[str, Any]:
+            nonlocal sent
             async with lock:
                 if turn is not None:
+                    sent = True
                     receipt = await c.publish_observation(
                         agent_id=agent_id, session_id=session_id, turn=turn, content=text, role=role,
                         metadata=metadata, wait=True, timeout_s=self._cfg.timeout_s,
@@ -237,6 +247,7 @@ class MemoryTools:
                     return {**ack_view(receipt.ack, receipt.doc_id), "turn": turn}
                 n = await self._free_turn(c, agent_id, session_id)
                 for _ in range(3):
+                    sent = True
                     receipt = await c.publish_observation(
                         agent_id=agent_id, session_id=session_id, turn=n, content=text, role=role,
                         metadata=metadata, wait=True, timeout_s=self._cfg.timeout_s,
@@ -251,7 +262,7 @@ class MemoryTools:
                     n = await self._free_turn(c, agent_id, session_id, n + 1)
                 raise ToolFailure("conflict", "other writers kept taking this session's next turn; try again")
 
-        return await self._call("remember", say, write=True)
+        return await self._call("remember", say, write=lambda: sent)
 
     async def _free_turn(self, c: MemoryClient, agent_id: str, session_id: str, at_least: int = 0) -> int:
         """The first turn after the session's last stored one, from this process's high-water mark."""

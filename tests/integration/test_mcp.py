@@ -236,6 +236,11 @@ async def test_a_broker_that_stops_is_a_tool_error_in_bounded_time(settings: Set
             started = time.monotonic()
             text = await failed(c, "search_memory", query="is anyone there")
             assert text.startswith("timeout: search_memory: no answer") and time.monotonic() - started < 5, text
+            # remember looks the session's next turn up first: timed out there, it sent nothing.
+            text = await failed(c, "remember", text="unsent", agent_id="a", session_id="s")
+            assert text.startswith("timeout: remember") and "Nothing was written" in text, text
+            text = await failed(c, "remember", text="sent", agent_id="a", session_id="s", turn=3)
+            assert "may still be applied" in text, text
             broker.stop()
             for tool, args in (
                 ("search_memory", {"query": "anything"}),
