@@ -14,10 +14,12 @@ from typing import Annotated, Any, Literal
 import structlog
 import uvicorn
 from mcp.server.mcpserver import MCPServer
-from mcp.types import CallToolResult, TextContent
-from pydantic import Field
+from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
+from mcp.types import CallToolResult, InputRequiredResult, TextContent
+from pydantic import Field, ValidationError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from consumers.decoding import validation_reason
 from daemon.mcp_tools import MemoryTools, ToolFailure
 from memory.conversation import MAX_CONTEXT_TURNS
 
@@ -84,9 +86,25 @@ async def _run(call: Awaitable[Any], *, wrap: bool = False) -> CallToolResult:
     )
 
 
+class _Server(MCPServer[Any]):
+    """The SDK's server, with arguments that fail the tools' schema reported as the other
+    failures are: ``invalid_request: <tool>: <field>: <problem>``, not pydantic's whole dump."""
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], context: Any = None
+    ) -> CallToolResult | InputRequiredResult:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            if isinstance(exc, UnexpectedToolError) or not isinstance(exc.__cause__, ValidationError):
+                raise
+            text = f"invalid_request: {name}: {validation_reason(exc.__cause__, root='arguments')}"
+            return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
+
+
 def build_server(tools: MemoryTools) -> MCPServer[Any]:
     """The MCP server whose tools are ``tools``'."""
-    server: MCPServer[Any] = MCPServer("agentmem", instructions=INSTRUCTIONS, log_level="WARNING")
+    server = _Server("agentmem", instructions=INSTRUCTIONS, log_level="WARNING")
 
     async def search_memory(
         query: str,

@@ -128,6 +128,15 @@ async def test_every_tool_over_stdio(settings: Settings) -> None:
         assert "ISO 8601" in await failed(c, "search_memory", query="x", since="last tuesday")
         assert "context_turns" in await failed(c, "search_memory", query="x", context_turns=11)
         assert (await failed(c, "forget", agent_id=agent)).startswith("invalid_request:")
+        # Arguments the tool's schema refuses read as the other failures do: the code, the
+        # tool, the field and the problem, not pydantic's dump with its links.
+        for tool, args, want in (
+            ("search_memory", {}, "invalid_request: search_memory: query: Field required"),
+            ("remember", {"text": "x", "agent_id": agent}, "invalid_request: remember: session_id: Field required"),
+            ("search_memory", {"query": "x", "context_turns": 11}, "invalid_request: search_memory: context_turns: "),
+        ):
+            text = await failed(c, tool, **args)
+            assert text.startswith(want) and "pydantic.dev" not in text, text
         assert (await failed(c, "upsert_document", doc_id=doc, content="   ")).startswith("invalid_event:")
 
         assert (await ok(c, "forget", agent_id=agent, session_id="s1"))["status"] == "indexed"
