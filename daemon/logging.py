@@ -4,9 +4,40 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
+from collections.abc import Callable
 from typing import Literal
 
 import structlog
+
+#: A library's message (by its template) is shown at most once per this many seconds.
+REPEAT_WINDOW_S = 30.0
+
+
+class RepeatFilter(logging.Filter):
+    """Lets a library's message through once per ``window_s``, by logger and template.
+
+    With the broker down, aiokafka logs the same connection error at every retry: an MCP
+    server wrote ~1,500 such lines a minute to its host's log, burying everything else. The
+    template (``"Unable connect to node with id %s: %s"``) is the key, so a message whose
+    arguments change each time (the attempt, the error's text) still counts as a repeat.
+    """
+
+    def __init__(self, window_s: float = REPEAT_WINDOW_S, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
+        self._window = window_s
+        self._clock = clock
+        self._last: dict[tuple[str, str], float] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key, now = (record.name, str(record.msg)), self._clock()
+        last = self._last.get(key)
+        if last is not None and now - last < self._window:
+            return False
+        if len(self._last) >= 10_000:  # templates are few; this bounds a library that formats its own
+            self._last.clear()
+        self._last[key] = now
+        return True
 
 
 def configure_logging(
@@ -35,6 +66,7 @@ def configure_logging(
             processor=renderer, foreign_pre_chain=[structlog.stdlib.add_logger_name, *shared]
         )
     )
+    handler.addFilter(RepeatFilter())  # only libraries' records reach it: ours go through structlog
     root = logging.getLogger()
     root.handlers = [handler]
     root.setLevel(logging.WARNING)
