@@ -260,7 +260,10 @@ async def start_daemon(
         host = f"[{host}]" if ":" in host else host
         explore = ", explorer /explore" if settings.explore.enabled else ""
         where = f"; status page http://{host}:{settings.http_port}/{explore}"
-    print(f"agentmemd ready: consuming {', '.join(settings.topics.all()[:3])}{where}", file=sys.stdout, flush=True)
+    consumed = settings.topics.all()[:3]
+    if settings.consumer.tenancy == "topic":  # pattern subscriptions: every tenant's topics
+        consumed = [f"{t}.<tenant>" for t in consumed]
+    print(f"agentmemd ready: consuming {', '.join(consumed)}{where}", file=sys.stdout, flush=True)
     return daemon
 
 

@@ -46,7 +46,8 @@ SEARCH = (
 REMEMBER = (
     "Record one observation or conversation turn in long-term memory, for this and other agents to find later "
     "with search_memory (searchable as soon as this returns). Give agent_id and session_id to group it; role is "
-    "who said it (assistant, user, tool...). Leave turn unset: the next free turn of the session is used. "
+    "who said it (assistant, user, tool...). Leave turn unset: the next free turn of the session is used; "
+    "a turn given replaces whatever that turn held. "
     "Returns the acknowledgement (status 'indexed', doc_id, turn)."
 )
 UPSERT = (

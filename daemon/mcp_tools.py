@@ -173,7 +173,7 @@ class MemoryTools:
         except TimeoutError as exc:
             took = time.monotonic() - started
             if not write:
-                hint = " Retry later, or check memory_status."
+                hint = " Retry later." if what == "memory_status" else " Retry later, or check memory_status."
             elif callable(write) and not write():
                 hint = " Nothing was written: retrying is safe."
             else:
@@ -199,6 +199,8 @@ class MemoryTools:
             ToolFailure: a bad argument (``invalid_request``), an error reply, an outage, the deadline.
         """
         start, end = parse_time(since, "since"), parse_time(until, "until")
+        if not query.strip():  # else the contract's check would name its field, search_text
+            raise ToolFailure("invalid_request", "query is empty: give words or identifiers to search for")
 
         async def ask(c: MemoryClient) -> list[dict[str, Any]]:
             reply = await c.query(
@@ -328,6 +330,13 @@ class MemoryTools:
         except ToolFailure as exc:
             status["daemon"] = {"answering": False, "error_code": exc.code, "error": str(exc)}
         status["http"] = await self._http_status()
+        if not status["daemon"]["answering"] and status["http"].get("ready") is True:
+            # Up and ready, yet silent on our topics: most often a tenancy mismatch.
+            status["hint"] = (
+                "the daemon is up but nobody answered on this server's topics: if it runs in topic tenancy, "
+                "start this server with --tenant and AGENTMEM_CONSUMER__TENANCY=topic, and create the tenant's "
+                "topics (agentmemd topics --tenant T)"
+            )
         return status
 
     async def _http_status(self) -> dict[str, Any]:

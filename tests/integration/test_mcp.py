@@ -134,6 +134,7 @@ async def test_every_tool_over_stdio(settings: Settings) -> None:
             ("search_memory", {}, "invalid_request: search_memory: query: Field required"),
             ("remember", {"text": "x", "agent_id": agent}, "invalid_request: remember: session_id: Field required"),
             ("search_memory", {"query": "x", "context_turns": 11}, "invalid_request: search_memory: context_turns: "),
+            ("search_memory", {"query": "  "}, "invalid_request: query is empty"),
         ):
             text = await failed(c, tool, **args)
             assert text.startswith(want) and "pydantic.dev" not in text, text
@@ -250,6 +251,11 @@ async def test_a_broker_that_stops_is_a_tool_error_in_bounded_time(settings: Set
             assert text.startswith("timeout: remember") and "Nothing was written" in text, text
             text = await failed(c, "remember", text="sent", agent_id="a", session_id="s", turn=3)
             assert "may still be applied" in text, text
+            # The daemon's /readyz says ready while nobody reads this broker: the status says
+            # what most often causes that (a server without the daemon's tenancy).
+            status = await ok(c, "memory_status")
+            assert status["daemon"]["answering"] is False and status["http"]["ready"] is True, status
+            assert "--tenant" in status["hint"] and "check memory_status" not in status["daemon"]["error"]
             broker.stop()
             for tool, args in (
                 ("search_memory", {"query": "anything"}),
