@@ -218,7 +218,7 @@ class MemoryStore(BaseStore):
 
     async def _search(self, c: MemoryClient, op: SearchOp) -> list[SearchItem]:
         flt = pushdown_filter(op.filter, self._filter_keys)
-        if op.query:
+        if op.query and op.query.strip():  # a blank query lists, as an empty one does (the daemon refuses it)
             return await self._query(c, op, flt)
         # Without a query: the prefix's items in doc id order (namespace, then key).
         prefix = namespace_source(op.namespace_prefix)

@@ -107,6 +107,9 @@ async def test_side_by_side_with_in_memory_store(threaded: ThreadedClient) -> No
     theirs_pages = [theirs.search(users, limit=2, offset=o) for o in (0, 2, 4)]
     assert [len(p) for p in pages] == [len(p) for p in theirs_pages] == [2, 1, 0]
     assert keyed([i for p in pages for i in p]) == keyed(theirs.search(users))
+    # A blank query (a node passing on empty user input) lists the prefix, as an empty one does.
+    blank = await ours.asearch(users, query="   ")
+    assert keyed(blank) == keyed(await ours.asearch(users, query="")) and blank
 
     # With a query: the same best item, and within the prefix the same set.
     for query, prefix in (("dark mode editor", users), ("ERR_LEDGER_LOCK_9C1 lock_timeout", ())):
