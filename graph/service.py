@@ -136,6 +136,10 @@ class GraphService:
             )
         return out
 
+    async def docs_under(self, tenant: str, prefix: str) -> set[str]:
+        """The docs under ``prefix`` with a contribution here (this service's store is one tenant's)."""
+        return await self._store.doc_ids_under(prefix) if tenant == self._store.tenant else set()
+
     async def repoint(self, index: ChunkIndex, *, page: int = 64) -> int:
         """Re-extract every doc of this graph from ``index``'s chunks and replace its
         contribution at the same version: after a reindex that changed the chunking, the

@@ -115,6 +115,13 @@ class GraphStore:
         async with translate_errors("graph doc listing"):
             return sorted({_s(k)[head:] async for k in self._r.scan_iter(match=f"{self._k('contrib:')}*", count=1000)})
 
+    async def doc_ids_under(self, prefix: str) -> set[str]:
+        """Every doc with a contribution in this graph whose id starts with ``prefix``."""
+        head = len(self._k("contrib:"))
+        pattern = self._k("contrib:") + _glob_escape(prefix) + "*"
+        async with translate_errors("graph doc listing"):
+            return {_s(k)[head:] async for k in self._r.scan_iter(match=pattern, count=1000)}
+
     async def contribution(self, doc_id: str) -> dict[str, Any] | None:
         """The stored contribution of one doc (its JSON form, see ``Contribution.to_json``), if any."""
         async with translate_errors("graph read"):
@@ -378,3 +385,8 @@ def _community(cid: str, raw: bytes | str) -> Community:
 
 def _s(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def _glob_escape(text: str) -> str:
+    """``text`` matched literally by a Redis glob pattern (SCAN's MATCH)."""
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)

@@ -111,6 +111,10 @@ class TenantGraphs:
         await self._known_tenant(item.tenant)
         return await self.service(item.tenant).apply(item, contrib)
 
+    async def docs_under(self, tenant: str, prefix: str) -> set[str]:
+        """The docs under ``prefix`` with a contribution in ``tenant``'s graph."""
+        return await self.store(tenant).doc_ids_under(prefix)
+
     async def on_change(self, item: MemoryItem, chunks: Sequence[ChunkRecord]) -> ContributionResult:
         """Route a document change to its tenant's graph (``prepare`` and ``apply`` in one call)."""
         (contrib,) = await self.prepare([(item, chunks)])

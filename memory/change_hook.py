@@ -27,3 +27,12 @@ class ChangeHook(Protocol[P]):
     async def apply(self, item: MemoryItem, prepared: P) -> object:
         """Write one change's prepared result (idempotent: it may be handed on again)."""
         ...
+
+    async def docs_under(self, tenant: str, prefix: str) -> set[str]:
+        """The docs whose id starts with ``prefix`` that this hook holds results for.
+
+        A forget deletes what it lists; a crash between a doc's chunk delete and its hook
+        write would leave the hook's result behind for good if the redelivered forget
+        listed only the docs that still have chunks.
+        """
+        ...

@@ -4,9 +4,11 @@ folded back into the forget's own."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import structlog
 
+from memory.change_hook import ChangeHook
 from memory.errors import MemdError
 from memory.index import ChunkIndex
 from memory.ingest_report import IngestReport, ItemOutcome
@@ -17,11 +19,13 @@ log = structlog.get_logger()
 
 
 async def expand_forgets(
-    items: Sequence[MemoryItem], *, index: ChunkIndex, retrying: Retrying
+    items: Sequence[MemoryItem], *, index: ChunkIndex, retrying: Retrying, hook: ChangeHook[Any] | None = None
 ) -> tuple[list[MemoryItem], dict[int, MemoryItem]]:
     """Each ``forget`` replaced, in its place, by a delete of every doc it covers: those
-    stored (listed by their tags) and those earlier in this batch (not written yet).
-    Returns the items and, for each delete made, the forget it stands for.
+    stored (listed by their tags), those the ``hook`` still holds (a doc whose chunks an
+    earlier delivery deleted before it crashed, its graph contribution not yet), and those
+    earlier in this batch (not written yet). Returns the items and, for each delete made,
+    the forget it stands for.
 
     A later item of a forgotten doc in the batch still applies after the delete, as
     the turn of a session that goes on after the forget.
@@ -38,6 +42,11 @@ async def expand_forgets(
             "forget listing",
             lambda item=item: index.doc_ids_where(item.tenant, item.tags),  # type: ignore[misc]
         )
+        if hook is not None:
+            stored |= await retrying(
+                "forget listing",
+                lambda item=item: hook.docs_under(item.tenant, item.doc_id),  # type: ignore[misc]
+            )
         # Stored docs are matched by their tags (exactly, in doc_ids_where), not by the id
         # prefix: turns stored before ids were percent-encoded carry the same tags under
         # another id. The batch's own turns are not stored yet: matched by prefix.

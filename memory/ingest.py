@@ -227,7 +227,7 @@ class Ingestor:
         """
         with self.activity.batch():
             asked_forgets = [i for i in items if i.op == "forget"]
-            items, forgets = await expand_forgets(items, index=self._index, retrying=self._retrying)
+            items, forgets = await expand_forgets(items, index=self._index, retrying=self._retrying, hook=self._hook)
             report = await self._apply(items)
             tried = {id(i) for i in coalesce(items)}
             just_failed = report.failed

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import redis.asyncio as aredis
 
+from consumers.events import ForgetEvent, TranscriptEvent
 from graph.config import GraphConfig
 from graph.contribution import Contribution
 from graph.ner import SpacyNer
@@ -368,6 +369,58 @@ async def test_a_write_whose_reply_was_lost_still_reaches_the_graph(
     assert lost == [doc_id] and await s.index.chunk_ids(doc_id)
     assert await s.store._r.get(s.store._k(f"contrib:{doc_id}")) is not None
     assert doc_id in await s.store.entity_docs("err_conn_reset_4f2a")
+
+
+async def test_a_forget_redelivered_after_a_crash_still_clears_the_graph(
+    redis_url: str, embedder: Any, ner: SpacyNer
+) -> None:
+    """A forget's first delivery dies between a turn's chunk delete and its graph delete (as
+    under kill -9): the redelivery lists the session's turns again, the ones with no chunks
+    left among them, and their entities leave the graph."""
+    s = await make_stack(redis_url, embedder, ner, unique("forget-crash"))
+    keys_ = IndexConfig().filter_keys
+    said = ["Alice Johnson from Acme Corporation flew to Paris on Monday.", "Bob Smith met her in Berlin."]
+    turns = [
+        TranscriptEvent(event_id=f"e{n}", agent_id="a1", session_id="s1", turn=n, content=text).to_item(keys_)
+        for n, text in enumerate(said)
+    ]
+    await s.ingestor.apply(turns)
+    assert await s.store.doc_ids() == [t.doc_id for t in turns]
+    forget = ForgetEvent(event_id="f1", op="forget", agent_id="a1", session_id="s1").to_item(keys_)
+
+    class CrashAtTheFirstGraphDelete:
+        crashed = False
+
+        async def prepare(self, changes: Sequence[tuple[MemoryItem, Sequence[Any]]]) -> list[Any]:
+            return await s.graph.prepare(changes)
+
+        async def apply(self, item: MemoryItem, contrib: Any) -> object:
+            if item.op == "delete" and not self.crashed:
+                self.crashed = True  # the chunks of this turn are deleted already
+                raise RuntimeError("the daemon died here")
+            return await s.graph.apply(item, contrib)
+
+        async def docs_under(self, tenant: str, prefix: str) -> set[str]:
+            return await s.graph.docs_under(tenant, prefix)
+
+    dying = Ingestor(
+        index=s.index,
+        embedder=embedder,
+        chunking=ChunkingConfig(),
+        cfg=IngestConfig(),
+        hook=CrashAtTheFirstGraphDelete(),
+    )
+    with pytest.raises(RuntimeError, match="died"):
+        await dying.apply([forget])
+    gone = [t.doc_id for t in turns if not await s.index.chunk_ids(t.doc_id)]
+    assert gone and set(gone) <= set(await s.store.doc_ids())  # chunks deleted, the graph not
+
+    report = await s.ingestor.apply([forget])  # the redelivery
+    assert not report.failed
+    assert [await s.index.chunk_ids(t.doc_id) for t in turns] == [set(), set()]
+    assert await s.store.doc_ids() == []
+    nodes, edges = await s.store.graph()
+    assert nodes == {} and edges == [], (nodes, edges)
 
 
 async def test_a_doc_with_a_megabyte_unbroken_string_is_indexed_and_extracted(
