@@ -36,7 +36,13 @@ class _Turns(_Lifecycle):
         self, doc_ids: Sequence[str], tenant: str, fields: Sequence[str]
     ) -> dict[str, list[tuple[str, str, list[Any]]]]:
         """Each doc's stored chunks in position order as (key, chunk id, ``fields``' values):
-        two round trips for all the docs (their chunk sets, then the chunks)."""
+        two round trips for all the docs (their chunk sets, then the chunks).
+
+        The chunks are read in one transaction with the chunk sets again: an edit between the
+        two round trips (written whole, in one transaction) would otherwise give the new
+        version's first chunks under the old set, a cut-short text read as the whole. A set
+        that changed is read again with its new chunks.
+        """
         if not doc_ids:
             return {}
         gen = await self._generation()
@@ -44,17 +50,27 @@ class _Turns(_Lifecycle):
             async with self._r.pipeline(transaction=False) as pipe:
                 for d in doc_ids:
                     pipe.smembers(self._doc_key(gen, tenant, d))
-                members = await pipe.execute()
-            keys = {
-                d: [(self._chunk_key(gen, tenant, c), c) for c in sorted((as_str(m) for m in ms), key=chunk_position)]
-                for d, ms in zip(doc_ids, members, strict=True)
-            }
-            async with self._r.pipeline(transaction=False) as pipe:
+                members = [{as_str(m) for m in ms} for ms in await pipe.execute()]
+            for _ in range(_WATCH_RETRIES):
+                keys = {
+                    d: [(self._chunk_key(gen, tenant, c), c) for c in sorted(ms, key=chunk_position)]
+                    for d, ms in zip(doc_ids, members, strict=True)
+                }
+                async with self._r.pipeline(transaction=True) as pipe:
+                    for d in doc_ids:
+                        pipe.smembers(self._doc_key(gen, tenant, d))
+                        for key, _ in keys[d]:
+                            pipe.hmget(key, list(fields))
+                    replies = iter(await pipe.execute())
+                rows: dict[str, list[tuple[str, str, list[Any]]]] = {}
+                now: list[set[str]] = []
                 for d in doc_ids:
-                    for key, _ in keys[d]:
-                        pipe.hmget(key, list(fields))
-                rows = iter(await pipe.execute())
-        return {d: [(key, cid, next(rows)) for key, cid in keys[d]] for d in doc_ids}
+                    now.append({as_str(m) for m in next(replies)})
+                    rows[d] = [(key, cid, next(replies)) for key, cid in keys[d]]
+                if now == members:
+                    return rows
+                members = now
+        raise IndexError_(f"chunk read of {len(doc_ids)} doc(s) kept conflicting; giving up after {_WATCH_RETRIES} tries")
 
     async def turn_entries(self, doc_ids: Sequence[str], tenant: str = DEFAULT_TENANT) -> dict[str, list[TurnEntry]]:
         """Each stored doc's chunks in position order, with the text and context they were indexed with."""

@@ -764,3 +764,64 @@ async def test_question_words_are_not_what_a_question_seeks(redis_url: str, embe
     finally:
         await index.drop()
         await client.aclose()
+
+
+async def test_a_lookup_never_returns_a_text_cut_short_by_an_edit_between_its_reads(redis_url: str, embedder) -> None:
+    """An edit (one transaction) lands between a lookup's read of the doc's chunk set and its
+    read of the chunks: the lookup gives one version whole, never the new version's first
+    chunks under the old chunk set."""
+    client = aredis.from_url(redis_url)
+    index = ChunkIndex(client=client, cfg=IndexConfig(name=unique("lookup-race")), dims=embedder.dims)
+    await index.ensure()
+    ingestor = Ingestor(index=index, embedder=embedder, chunking=ChunkingConfig(), cfg=IngestConfig())
+    retriever = Retriever(index=index, embedder=embedder, cfg=RetrievalConfig())
+    try:
+        await _lookup_during_an_edit(index, ingestor, retriever)
+    finally:
+        await index.drop()
+        await client.aclose()
+
+
+async def _lookup_during_an_edit(index: ChunkIndex, ingestor: Ingestor, retriever: Retriever) -> None:
+    doc = "wiki/growing.md"
+
+    def text(n: int) -> str:
+        para = "The ledger-service paged the on-call engineer about replication lag on shard {}. " * 5
+        return "\n\n".join(para.format(*[i] * 5) for i in range(n))
+
+    report = await ingestor.apply([item(doc, 1, text=text(2))])
+    assert len(await index.chunk_ids(doc)) == 2, report
+    [v1] = await retriever.lookup([doc])
+    real = index._r.pipeline
+    edited: list[bool] = []
+
+    class EditAfterTheFirstRead:
+        def __init__(self, pipe: Any) -> None:
+            self._pipe = pipe
+
+        async def __aenter__(self) -> EditAfterTheFirstRead:
+            await self._pipe.__aenter__()
+            return self
+
+        async def __aexit__(self, *exc: Any) -> Any:
+            return await self._pipe.__aexit__(*exc)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._pipe, name)
+
+        async def execute(self) -> Any:
+            out = await self._pipe.execute()
+            if not edited:
+                edited.append(True)
+                await ingestor.apply([item(doc, 2, text=text(3))])  # three chunks now
+            return out
+
+    index._r.pipeline = lambda **kw: EditAfterTheFirstRead(real(**kw))  # type: ignore[method-assign]
+    try:
+        [got] = await retriever.lookup([doc])
+    finally:
+        index._r.pipeline = real  # type: ignore[method-assign]
+    [v2] = await retriever.lookup([doc])
+    assert edited and got.status == "found" and (v1.version, v2.version) == (1, 2)
+    assert len(await index.chunk_ids(doc)) == 3
+    assert (got.version, got.content) in ((1, v1.content), (2, v2.content)), (got.version, got.content)
