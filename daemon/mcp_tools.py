@@ -14,11 +14,12 @@ from datetime import datetime
 from typing import Any, Literal, TypeVar
 
 import structlog
-from pydantic import BaseModel, Field, SecretStr
+from pydantic import BaseModel, Field, SecretStr, ValidationError
 
 from consumers.client import MemoryClient
+from consumers.decoding import validation_reason
 from consumers.errors import QueryFailed, WriteRejected
-from consumers.events import WriteAck
+from consumers.events import TranscriptEvent, WriteAck
 from consumers.requests import GetItem, ResultItem
 from memory.errors import MemdError
 
@@ -232,6 +233,13 @@ class MemoryTools:
             ToolFailure: as for ``search_memory``; ``conflict`` when other writers took the next
                 turn three times running.
         """
+        try:  # the contract's own checks, before the turn lookup would fail on them in its own words
+            TranscriptEvent(
+                event_id="check", agent_id=agent_id, session_id=session_id, turn=turn or 0, role=role,
+                content=text, metadata=dict(metadata or {}),
+            )  # fmt: skip
+        except ValidationError as exc:
+            raise ToolFailure("invalid_request", validation_reason(exc)) from exc
         key = (agent_id, session_id)
         lock = self._session_locks.setdefault(key, asyncio.Lock())
         sent = False  # the next free turn is looked up first: a timeout there wrote nothing

@@ -70,7 +70,7 @@ class _Turns(_Lifecycle):
                 if now == members:
                     return rows
                 members = now
-        raise IndexError_(f"chunk read of {len(doc_ids)} doc(s) kept conflicting; giving up after {_WATCH_RETRIES} tries")
+        raise IndexError_(f"chunk read of {len(doc_ids)} doc(s) kept conflicting; gave up after {_WATCH_RETRIES} tries")
 
     async def turn_entries(self, doc_ids: Sequence[str], tenant: str = DEFAULT_TENANT) -> dict[str, list[TurnEntry]]:
         """Each stored doc's chunks in position order, with the text and context they were indexed with."""

@@ -135,6 +135,7 @@ async def test_every_tool_over_stdio(settings: Settings) -> None:
             ("remember", {"text": "x", "agent_id": agent}, "invalid_request: remember: session_id: Field required"),
             ("search_memory", {"query": "x", "context_turns": 11}, "invalid_request: search_memory: context_turns: "),
             ("search_memory", {"query": "  "}, "invalid_request: query is empty"),
+            ("remember", {"text": "x", "agent_id": "", "session_id": "s"}, "invalid_request: agent_id: "),
         ):
             text = await failed(c, tool, **args)
             assert text.startswith(want) and "pydantic.dev" not in text, text
