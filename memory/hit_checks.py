@@ -27,15 +27,6 @@ def shown(hit: StoredChunk | LegHit, markers: Mapping[tuple[int, str, str], Writ
     return visible(hit.version, markers.get((hit.generation, tenant, hit.doc_id)))
 
 
-def same_version(stored: int | None, found: int | None) -> bool:
-    """Whether a chunk read whole is of the version its leg found it with."""
-    # A leg reads the version as RediSearch returns a NUMERIC field, a double: one above 2**53
-    # (the LangGraph store's nanosecond versions) comes back rounded, the hash holds it exact.
-    if stored is None or found is None:
-        return stored == found
-    return stored == found or float(stored) == float(found)
-
-
 def leg_lists(
     names: Sequence[str],
     results: Sequence[Sequence[LegHit]],

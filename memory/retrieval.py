@@ -20,7 +20,7 @@ from memory.conversation import parse_turn
 from memory.embedder import Embedder
 from memory.filters import in_time, matches, normalize_filter
 from memory.fusion import Fused, fuse_rrf, recency_ranks
-from memory.hit_checks import leg_lists, marker_docs, same_version, shown
+from memory.hit_checks import leg_lists, marker_docs, shown
 from memory.identifiers import query_identifiers
 from memory.index import ChunkIndex, LegHit
 from memory.metrics import LEG_SECONDS
@@ -37,7 +37,7 @@ from memory.search_spec import (
 )
 from memory.speakers import speaker_ranks
 from memory.text import bm25_query, content_terms, query_terms
-from memory.visibility import WriteMarker
+from memory.visibility import WriteMarker, same_version
 
 log = structlog.get_logger()
 

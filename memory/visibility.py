@@ -107,11 +107,24 @@ def _int_or_none(value: object) -> int | None:
     return value
 
 
+def same_version(stored: int | None, found: int | None) -> bool:
+    """Whether two reads of a version are the same version, one of them maybe a search leg's.
+
+    A leg reads the version as RediSearch returns a NUMERIC field, a double: one above 2**53
+    (the LangGraph store's nanosecond versions) comes back rounded, while a hash or a write
+    marker holds it exact.
+    """
+    if stored is None or found is None:
+        return stored == found
+    return stored == found or float(stored) == float(found)
+
+
 def visible(chunk_version: int | None, marker: WriteMarker | None) -> bool:
-    """Whether a query may return a chunk of this version of a document with this marker."""
+    """Whether a query may return a chunk of this version (exact, or as a leg read it) of a
+    document with this marker."""
     if marker is None:
         return True
-    return marker.shown is not None and chunk_version == marker.shown
+    return marker.shown is not None and same_version(marker.shown, chunk_version)
 
 
 def decide(version: int | None, marker: WriteMarker | None, *, owner: str, now: float) -> Decision:

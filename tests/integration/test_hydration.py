@@ -37,7 +37,7 @@ from memory.hit_checks import shown
 from memory.identifiers import identifier_ranks, query_identifiers
 from memory.index import ChunkIndex
 from memory.ingest import Ingestor
-from memory.records import MemoryItem, StoredChunk
+from memory.records import DEFAULT_TENANT, MemoryItem, StoredChunk
 from memory.retrieval import HIDDEN_REFETCH, Retriever
 from memory.search_results import SearchHit, SearchOutcome
 from memory.search_spec import SearchSpec, kind_weights, validate_spec
@@ -402,3 +402,21 @@ async def test_a_version_above_2_53_is_found_and_read_exact(stack) -> None:
     new = await retriever.search(spec)
     assert new.hits and {h.chunk.version for h in new.hits} == {BIG_VERSION}
     assert_same(new, await full_field_search(retriever, spec))
+
+
+async def test_a_large_doc_at_a_version_above_2_53_is_found_after_its_sliced_write(stack) -> None:
+    """A doc written in slices keeps a marker showing its version for a while after the write:
+    the legs' rounded version must count as that version, or every hit of the doc is hidden."""
+    index, retriever = stack
+    doc_id = "specs/big-sliced.md"
+    await index.apply(
+        doc_id, BIG_VERSION, chunks(BIG_VERSION, 3 * SLICE, "quebec romeo", doc_id=doc_id), vectors(12, 9)
+    )
+    gen = await index._generation()
+    markers = await index.write_markers([(gen, DEFAULT_TENANT, doc_id)])
+    assert markers[(gen, DEFAULT_TENANT, doc_id)].shown == BIG_VERSION  # the marker path is taken
+    spec = SearchSpec(text="quebec romeo section", top_k=10, dense_weight=0.0)
+    out = await retriever.search(spec)
+    mine = [h.chunk for h in out.hits if h.chunk.doc_id == doc_id]
+    assert len(mine) == 10 and {c.version for c in mine} == {BIG_VERSION}, (markers, out.hits)
+    await index.apply(doc_id, BIG_VERSION + 1, [], vectors(0, 3))
