@@ -126,20 +126,41 @@ class _Listings(_Lifecycle):
         # Loading a field is most of the cost (~2 us a chunk here): only what is read.
         loaded = ("@source",) if field == "source" else ("@doc_id", "@source")
         req = AggregateRequest(tag_clause({"kind": ["document"], "tenant": [tenant]})).load(*loaded)
-        if source_prefix:
-            req = req.filter(f"startswith(@source, {expression_string(source_prefix)})")
+        # RediSearch's expression strings mangle backslashes and quotes and refuse line breaks
+        # (measured): the prefix's part before the first such character is filtered in Redis,
+        # and the whole prefix, with the page, here.
+        safe = _expression_safe(source_prefix)
+        exact = len(safe) < len(source_prefix)
+        if safe:
+            req = req.filter(f"startswith(@source, {expression_string(safe)})")
+        groups = [f"@{field}", "@source"] if exact and field != "source" else [f"@{field}"]
         # redis-py types sort_by's fields as str; it takes Asc too.
-        req = req.group_by([f"@{field}"]).sort_by(Asc(f"@{field}"), max=0)  # type: ignore[arg-type]
-        req = req.limit(offset, limit).dialect(2)
+        req = req.group_by(groups).sort_by(Asc(f"@{field}"), max=0)  # type: ignore[arg-type]
+        req = (req.limit(0, MAX_AGGREGATE_ROWS) if exact else req.limit(offset, limit)).dialect(2)
         async with translate_errors("value listing"):
             res = await self._ft().aggregate(req)
         out: list[str] = []
         for row in res.rows:
-            pairs = dict(zip(row[::2], row[1::2], strict=False))
-            value = pairs.get(field, pairs.get(field.encode()))
-            if value is not None:
+            pairs = {as_str(k): v for k, v in zip(row[::2], row[1::2], strict=False)}
+            value = pairs.get(field)
+            if value is None or (exact and not as_str(pairs.get("source", "")).startswith(source_prefix)):
+                continue
+            if not (exact and out and out[-1] == as_str(value)):
                 out.append(as_str(value))
-        return out
+        return out[offset : offset + limit] if exact else out
+
+
+#: The most rows RediSearch returns from one FT.AGGREGATE (its own maximum).
+MAX_AGGREGATE_ROWS = 1_000_000
+
+
+def _expression_safe(prefix: str) -> str:
+    """The part of ``prefix`` before its first character an expression string cannot hold as
+    it is: a backslash, a quote or a control character."""
+    for i, c in enumerate(prefix):
+        if c in "\\\"'" or ord(c) < 0x20 or c == "\x7f":
+            return prefix[:i]
+    return prefix
 
 
 def expression_string(value: str) -> str:

@@ -261,6 +261,22 @@ async def test_the_list_op(settings: Settings) -> None:
         with pytest.raises(QueryFailed) as bad:
             await c.list_values("doc_id", limit=0)
         assert bad.value.error_code == "invalid_request"
+        # Backslashes, a backslash before a quote, a line break: what RediSearch's expression
+        # strings mangle (a prefix that widened, matched nothing, or failed as "unavailable").
+        tricky = [f"odd-{run}/w\\\\x", f"odd-{run}/w\\x", f'odd-{run}/q\\"r', f"odd-{run}/n\nl"]
+        await asyncio.gather(
+            *(c.publish_document(f"{run}-t{i}", "a note", source=src, wait=True) for i, src in enumerate(tricky))
+        )
+        for i, src in enumerate(tricky):
+            assert (await c.list_values("doc_id", source_prefix=src)).values == [f"{run}-t{i}"], src
+        assert (await c.list_values("doc_id", source_prefix=f"odd-{run}/w\\\\")).values == [f"{run}-t0"]
+        # Paged after the exact match (the prefix's backslash is matched here, not in Redis).
+        assert (await c.list_values("doc_id", source_prefix=f"odd-{run}/w\\")).values == [f"{run}-t0", f"{run}-t1"]
+        page = await c.list_values("doc_id", source_prefix=f"odd-{run}/w\\", limit=1, offset=1)
+        assert page.values == [f"{run}-t1"]
+        with pytest.raises(QueryFailed) as bad:
+            await c.list_values("doc_id", offset=1_000_001)  # past what the search module pages
+        assert bad.value.error_code == "invalid_request"
 
 
 async def test_each_tenant_sees_its_own_items(kafka_bootstrap: str, redis_url: str) -> None:
