@@ -158,8 +158,11 @@ def time_clause(since: float | None, until: float | None) -> str:
     return f"@timestamp:[{low} {high}]"
 
 
-def in_time(timestamp: float | None, since: float | None, until: float | None) -> bool:
-    """Whether a hit's timestamp lies in the range (a hit without one passes only an open range)."""
+def in_time(timestamp: float | None, since: float | None, until: float | None, *, exact: bool = False) -> bool:
+    """Whether a hit's timestamp lies in the range (a hit without one passes only an open range).
+
+    ``exact``: the timestamp was read from the hash, not returned by a search (no slack).
+    """
     if since is None and until is None:
         return True
     if timestamp is None:
@@ -167,7 +170,7 @@ def in_time(timestamp: float | None, since: float | None, until: float | None) -
     # RediSearch returns a NUMERIC field rounded to 12 significant digits (10 ms for epoch
     # seconds), while its range filter compared the exact value: without this slack the
     # re-check dropped hits the engine had rightly matched, at the range's ends (fuzzing).
-    slack = _RETURNED_PRECISION * abs(timestamp)
+    slack = 0.0 if exact else _RETURNED_PRECISION * abs(timestamp)
     return (since is None or timestamp >= since - slack) and (until is None or timestamp <= until + slack)
 
 

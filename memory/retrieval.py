@@ -162,7 +162,8 @@ class Retriever:
         whole: dict[str, StoredChunk] = {}
         for doc_id, chunks in stored.items():
             first = chunks[0]
-            if matches(first.tags, flt) and in_time(first.timestamp, spec.since, spec.until):
+            # Read from the hashes, exact: the slack for a search's rounded values does not apply.
+            if matches(first.tags, flt) and in_time(first.timestamp, spec.since, spec.until, exact=True):
                 whole[doc_id] = dataclasses.replace(first, text=join_chunks([c.text for c in chunks]))
         return [
             dataclasses.replace(h, context=tuple(whole[d] for d in around.get(h.chunk.chunk_id, ()) if d in whole))

@@ -94,3 +94,6 @@ def test_time_range_clause_and_check() -> None:
     returned = float(f"{exact:.12g}")
     assert in_time(returned, exact, exact) and in_time(returned, exact - 0.001, None)
     assert not in_time(returned, exact + 0.02, None) and not in_time(returned, None, exact - 0.02)
+    # read from the hash (a context turn's), a timestamp 1 ms before the range is outside it
+    assert not in_time(exact, exact + 0.001, None, exact=True) and in_time(exact, exact + 0.001, None)
+    assert in_time(exact, exact, exact, exact=True) and not in_time(exact, None, exact - 0.001, exact=True)
