@@ -101,12 +101,17 @@ class StaleQueue:
             await self._r.zadd(self._k("stale_first"), firsts, nx=True)
 
     async def is_stale(self, cids: Sequence[str]) -> dict[str, bool]:
-        """Whether each community's summary is stale right now."""
+        """Whether each community's summary is stale right now: marked, or of a community a
+        recompute removed (its summary chunk outlives the record until a worker drops it, and
+        longer if that drop fails)."""
         if not cids:
             return {}
-        async with translate_errors("stale read"):
-            scores = await self._r.zmscore(self._k("stale_q"), list(cids))
-        return {c: s is not None for c, s in zip(cids, scores, strict=True)}
+        async with translate_errors("stale read"), self._r.pipeline(transaction=True) as pipe:
+            pipe.zmscore(self._k("stale_q"), list(cids))
+            for c in cids:
+                pipe.hexists(self._k("comms"), c)
+            scores, *exists = await pipe.execute()
+        return {c: s is not None or not e for c, s, e in zip(cids, scores, exists, strict=True)}
 
     async def mark_count(self, cid: str) -> str:
         """How many times a community has been marked (a claim remembers it)."""

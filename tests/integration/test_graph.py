@@ -483,6 +483,12 @@ async def test_scope_communities_returns_summaries(stack: Stack) -> None:
     assert all(h.chunk.kind == "document" for h in chunks_only.hits)
     both, _ = await stack.search.search(SearchSpec(text="auth-service HTTP 401 session-cache", top_k=10), "all")
     assert {h.chunk.kind for h in both.hits} == {"document", "community"}
+    # A recompute that removes the community drops its record at once and its summary chunk
+    # later (or not, if that drop fails): meanwhile the summary is served as stale, not fresh.
+    gone = top.metadata["community_id"]
+    await stack.store._r.hdel(stack.store._k("comms"), gone)
+    outcome, stale = await stack.search.search(spec, "communities")
+    assert gone in stale and stale[gone] is True
 
 
 async def test_litellm_path_with_mock_response(
