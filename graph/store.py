@@ -122,6 +122,19 @@ class GraphStore:
         async with translate_errors("graph doc listing"):
             return {_s(k)[head:] async for k in self._r.scan_iter(match=pattern, count=1000)}
 
+    async def contribution_versions(self, doc_ids: Sequence[str]) -> dict[str, int | None]:
+        """The version of each doc's stored contribution (None: unversioned); docs without one are left out."""
+        async with translate_errors("graph read"), self._r.pipeline(transaction=False) as pipe:
+            for d in doc_ids:
+                pipe.get(self._k(f"contrib:{d}"))
+            raws = await pipe.execute()
+        out: dict[str, int | None] = {}
+        for d, raw in zip(doc_ids, raws, strict=True):
+            if raw is not None:
+                v = json.loads(raw).get("v")
+                out[d] = None if v is None else int(v)
+        return out
+
     async def contribution(self, doc_id: str) -> dict[str, Any] | None:
         """The stored contribution of one doc (its JSON form, see ``Contribution.to_json``), if any."""
         async with translate_errors("graph read"):

@@ -17,6 +17,7 @@ from graph.recompute import Recomputer
 from graph.store import GraphStore
 from graph.summaries import extractive_summary
 from memory.activity import IngestActivity
+from memory.chunking import chunk_doc
 from memory.conversation import vector_text
 from memory.embedder import Embedder
 from memory.errors import MemdError
@@ -68,15 +69,40 @@ class Summarizer:
         self.summaries_written = 0
         self.llm_tokens = 0
 
+    async def _member_chunks(self, members: Sequence[str]) -> dict[str, list[str]]:
+        """Each member's chunk ids, as the graph holds them."""
+        return {m: await self._store.entity_chunks([m]) for m in members}
+
     async def _excerpts(self, members: Sequence[str]) -> list[str]:
-        """Chunk texts that mention the most members, best first, deduplicated."""
+        """Chunk texts that mention the most members, best first, deduplicated.
+
+        The graph names the chunks, the index holds their texts, and a doc's chunks are
+        written before its graph change: in between (longer for a doc written in slices, or
+        after a crash until the event comes back), an edit that shifted the chunk ids leaves
+        the graph's ids pointing at other passages. Such an edit may change no entity, so
+        nothing would mark the summary stale again: the texts are used only if each is of the
+        version the graph holds for its doc, and the members' chunks were the same before and
+        after the read.
+
+        Raises:
+            MemdError: the passages and the graph are out of step (retried after a backoff).
+        """
+        chunks = await self._member_chunks(members)
         counts: dict[str, int] = {}
-        for m in members:
-            for cid in await self._store.entity_chunks([m]):
+        for ids in chunks.values():
+            for cid in ids:
                 counts[cid] = counts.get(cid, 0) + 1
         ranked = sorted(counts, key=lambda c: (-counts[c], c))[:30]
-        texts = await self._index.texts(ranked, self._store.tenant)
-        return [texts[c] for c in ranked if c in texts]
+        graph_versions = await self._store.contribution_versions(sorted({chunk_doc(c) for c in ranked}))
+        read = await self._index.versioned_texts(ranked, self._store.tenant)
+        behind = sorted({chunk_doc(c) for c, (_, v) in read.items() if graph_versions.get(chunk_doc(c), v) != v})
+        if behind:
+            raise MemdError(
+                f"passages out of step with the graph: docs {behind[:3]} changed, their graph change pending"
+            )
+        if await self._member_chunks(members) != chunks:
+            raise MemdError("the graph changed while its passages were read")
+        return [read[c][0] for c in ranked if c in read]
 
     async def summarize(self, cid: str, token: int | None = None) -> SummaryResult | None:
         """Write one community's summary, index it as ``kind=community``, clear its mark.

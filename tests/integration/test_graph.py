@@ -26,10 +26,10 @@ from graph.service import GraphService
 from graph.store import GraphStore
 from memory import keys
 from memory.config import ChunkingConfig, IndexConfig, IngestConfig, RetrievalConfig
-from memory.errors import BackendUnavailable
+from memory.errors import BackendUnavailable, MemdError
 from memory.index import ChunkIndex
 from memory.ingest import Ingestor
-from memory.records import MemoryItem
+from memory.records import ChunkRecord, MemoryItem
 from memory.retrieval import Retriever
 from memory.search_spec import SearchSpec
 from tests.conftest import unique
@@ -421,6 +421,43 @@ async def test_a_forget_redelivered_after_a_crash_still_clears_the_graph(
     assert await s.store.doc_ids() == []
     nodes, edges = await s.store.graph()
     assert nodes == {} and edges == [], (nodes, edges)
+
+
+async def test_a_summary_is_not_written_from_passages_an_edit_moved_before_its_graph_change(
+    redis_url: str, embedder: Any, ner: SpacyNer
+) -> None:
+    """A paragraph inserted at a doc's top shifts its chunk ids and changes no entity. Between
+    its chunk write and its graph change, the graph's ids name other passages: a summary then
+    waits (its community stays stale) instead of being written from them and kept as fresh."""
+    s = await make_stack(redis_url, embedder, ner, unique("moved-passages"))
+
+    async def write_chunks(doc: str, version: int, texts: list[str]) -> Contribution:
+        recs = [
+            ChunkRecord(f"{doc}_p{i}", doc, i, t, "document", doc, {}, {}, version, 1_700_000_000.0 + version)
+            for i, t in enumerate(texts)
+        ]
+        assert (await s.index.apply(doc, version, recs, await embedder.embed_documents(texts))).applied
+        (contrib,) = await s.graph.extract_chunks([[(c.chunk_id, c.text) for c in recs]])
+        return contrib
+
+    billing = "The billing-service writes invoices to ledger-db through pgbouncer-proxy."
+    auth = "The auth-service keeps its sessions in session-cache."
+    await s.store.apply("runbook", 1, await write_chunks("runbook", 1, [billing, auth]))
+    await s.graph.recompute(force=True)
+    while await s.graph.work_once():
+        pass
+    cid = next(c.id for c in await s.store.communities() if "billing-service" in c.members)
+    # Another doc marks the billing community stale, then the runbook gains a first paragraph.
+    marked = await s.store.apply("incident", 1, await write_chunks("incident", 1, [f"{billing} It returned 504s."]))
+    assert cid in marked.marked
+    moved = await write_chunks("runbook", 2, ["Overview: reviewed in March by the on-call team.", billing, auth])
+    with pytest.raises(MemdError, match="out of step"):
+        await s.graph.summarize(cid)  # the graph still names runbook_p0 for billing-service
+    assert (await s.store.is_stale([cid]))[cid] is True
+    applied = await s.store.apply("runbook", 2, moved)
+    assert applied.applied and cid not in applied.marked  # the edit changed no entity
+    result = await s.graph.summarize(cid)
+    assert result is not None and result.cleared and "ledger-db" in result.text, result
 
 
 async def test_a_doc_with_a_megabyte_unbroken_string_is_indexed_and_extracted(
