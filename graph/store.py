@@ -165,6 +165,14 @@ class GraphStore:
         async with translate_errors("graph read"):
             return sorted(_s(c) for c in await self._r.sunion([self._k(f"ent_chunks:{k}") for k in keys]))
 
+    async def chunks_of_each(self, keys: Sequence[str]) -> dict[str, list[str]]:
+        """Each entity's chunk ids (sorted), in one round trip."""
+        async with translate_errors("graph read"), self._r.pipeline(transaction=False) as pipe:
+            for k in keys:
+                pipe.smembers(self._k(f"ent_chunks:{k}"))
+            found = await pipe.execute()
+        return {k: sorted(_s(c) for c in ids) for k, ids in zip(keys, found, strict=True)}
+
     async def entity_docs(self, key: str) -> set[str]:
         """Doc ids mentioning an entity."""
         async with translate_errors("graph read"):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import structlog
@@ -69,11 +69,7 @@ class Summarizer:
         self.summaries_written = 0
         self.llm_tokens = 0
 
-    async def _member_chunks(self, members: Sequence[str]) -> dict[str, list[str]]:
-        """Each member's chunk ids, as the graph holds them."""
-        return {m: await self._store.entity_chunks([m]) for m in members}
-
-    async def _excerpts(self, members: Sequence[str]) -> list[str]:
+    async def _excerpts(self, members: Sequence[str], chunks: Mapping[str, Sequence[str]]) -> list[str]:
         """Chunk texts that mention the most members, best first, deduplicated.
 
         The graph names the chunks, the index holds their texts, and a doc's chunks are
@@ -87,7 +83,6 @@ class Summarizer:
         Raises:
             MemdError: the passages and the graph are out of step (retried after a backoff).
         """
-        chunks = await self._member_chunks(members)
         counts: dict[str, int] = {}
         for ids in chunks.values():
             for cid in ids:
@@ -95,12 +90,15 @@ class Summarizer:
         ranked = sorted(counts, key=lambda c: (-counts[c], c))[:30]
         graph_versions = await self._store.contribution_versions(sorted({chunk_doc(c) for c in ranked}))
         read = await self._index.versioned_texts(ranked, self._store.tenant)
-        behind = sorted({chunk_doc(c) for c, (_, v) in read.items() if graph_versions.get(chunk_doc(c), v) != v})
+        # An unversioned doc (a turn: None in the graph, 0 on its chunks) has no version to compare.
+        behind = sorted(
+            {d for c, (_, v) in read.items() if (g := graph_versions.get(d := chunk_doc(c))) is not None and g != v}
+        )
         if behind:
             raise MemdError(
                 f"passages out of step with the graph: docs {behind[:3]} changed, their graph change pending"
             )
-        if await self._member_chunks(members) != chunks:
+        if await self._store.chunks_of_each(members) != chunks:
             raise MemdError("the graph changed while its passages were read")
         return [read[c][0] for c in ranked if c in read]
 
@@ -140,8 +138,9 @@ class Summarizer:
             log.info("graph.summary_dropped", community_id=cid, reason="no live members", cleared=cleared)
             return None
         names = {m: nodes[m][0] for m in members}
-        weights = {m: float(len(await self._store.entity_chunks([m]))) for m in members}
-        excerpts = await self._excerpts(members)
+        chunks = await self._store.chunks_of_each(members)
+        weights = {m: float(len(chunks[m])) for m in members}
+        excerpts = await self._excerpts(members, chunks)
         tokens = 0
         if self._cfg.llm_model:
             budget, picked, words = self._cfg.summary_token_budget, [], 0

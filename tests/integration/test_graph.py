@@ -459,6 +459,21 @@ async def test_a_summary_is_not_written_from_passages_an_edit_moved_before_its_g
     result = await s.graph.summarize(cid)
     assert result is not None and result.cleared and "ledger-db" in result.text, result
 
+    # Turns carry no version (none in the graph, 0 on their chunks): their communities are summarized.
+    keys_ = IndexConfig().filter_keys
+    said = ["Alice Johnson from Acme Corporation flew to Paris.", "Alice Johnson met Bob Smith of Acme Corporation."]
+    await s.ingestor.apply(
+        [
+            TranscriptEvent(event_id=f"t{n}", agent_id="a1", session_id="s1", turn=n, content=text).to_item(keys_)
+            for n, text in enumerate(said)
+        ]
+    )
+    await s.graph.recompute(force=True)
+    while await s.graph.work_once():
+        pass
+    talk = next(c.id for c in await s.store.communities() if any("alice" in m for m in c.members))
+    assert (await s.store.is_stale([talk]))[talk] is False and await s.store.summary(talk) is not None
+
 
 async def test_a_doc_with_a_megabyte_unbroken_string_is_indexed_and_extracted(
     redis_url: str, embedder: Any, ner: SpacyNer
