@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_vali
 
 from consumers.fields import MAX_VERSION, NO_NUL, AgentPart, DocId
 from memory.conversation import MAX_CONTEXT_TURNS, id_part
+from memory.schema import MAX_SEARCH_OFFSET
 
 
 class HybridParams(BaseModel):
@@ -161,8 +162,6 @@ class GetReply(BaseModel):
 
 #: Most values one ``list`` request may ask for.
 MAX_LIST_VALUES = 1000
-#: The furthest a ``list`` page may start: RediSearch refuses an offset past it.
-MAX_LIST_OFFSET = 1_000_000
 
 
 class ListRequest(BaseModel):
@@ -176,7 +175,7 @@ class ListRequest(BaseModel):
     field: Literal["doc_id", "source"] = "doc_id"
     source_prefix: Annotated[str, StringConstraints(max_length=1024, pattern=NO_NUL)] = ""
     limit: int = Field(100, ge=1, le=MAX_LIST_VALUES)
-    offset: int = Field(0, ge=0, le=MAX_LIST_OFFSET)
+    offset: int = Field(0, ge=0, le=MAX_SEARCH_OFFSET)
 
 
 class ListReply(BaseModel):

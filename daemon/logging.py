@@ -30,6 +30,8 @@ class RepeatFilter(logging.Filter):
         self._last: dict[tuple[str, str], float] = {}
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info:  # a traceback is its own message: one template carries many
+            return True
         key, now = (record.name, str(record.msg)), self._clock()
         last = self._last.get(key)
         if last is not None and now - last < self._window:

@@ -13,6 +13,9 @@ from memory.keys import generation_of as generation_of
 from memory.keys import key_root as key_root
 from memory.keys import physical_name as physical_name
 
+#: The furthest a search or aggregate may page: RediSearch refuses an offset past it.
+MAX_SEARCH_OFFSET = 1_000_000
+
 
 def as_str(value: Any) -> str:
     """A Redis reply value as text (bytes decoded)."""

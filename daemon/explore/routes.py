@@ -29,6 +29,7 @@ from daemon.explore.views_memory import (
 from memory.errors import InvalidRequest, MemdError
 from memory.index import PageKey
 from memory.keys import check_tenant
+from memory.schema import MAX_SEARCH_OFFSET
 
 #: The request key under which the HTTP guard leaves the request's principal.
 PRINCIPAL = web.RequestKey("agentmemd.principal", Principal)
@@ -85,7 +86,7 @@ def offset_of(request: web.Request) -> int:
         value = int(request.query.get("offset", "0"))
     except ValueError as exc:
         raise InvalidRequest("offset is no number") from exc
-    if not 0 <= value <= 1_000_000:
+    if not 0 <= value <= MAX_SEARCH_OFFSET:
         raise InvalidRequest("offset is out of range")
     return value
 

@@ -15,7 +15,7 @@ from memory.index.codec import _stored
 from memory.index.errors import translate_errors
 from memory.index.lifecycle import _Lifecycle
 from memory.records import DEFAULT_TENANT, ChunkRecord
-from memory.schema import as_str
+from memory.schema import MAX_SEARCH_OFFSET, as_str
 
 #: Search timeout of bulk listings (a reindex's summaries), not of askers' queries.
 BULK_QUERY_TIMEOUT_MS = 60_000
@@ -125,33 +125,57 @@ class _Listings(_Lifecycle):
             raise InvalidRequest(f"cannot list {field!r}: only doc_id or source")
         # Loading a field is most of the cost (~2 us a chunk here): only what is read.
         loaded = ("@source",) if field == "source" else ("@doc_id", "@source")
-        req = AggregateRequest(tag_clause({"kind": ["document"], "tenant": [tenant]})).load(*loaded)
         # RediSearch's expression strings mangle backslashes and quotes and refuse line breaks
         # (measured): the prefix's part before the first such character is filtered in Redis,
         # and the whole prefix, with the page, here.
         safe = _expression_safe(source_prefix)
         exact = len(safe) < len(source_prefix)
-        if safe:
-            req = req.filter(f"startswith(@source, {expression_string(safe)})")
         groups = [f"@{field}", "@source"] if exact and field != "source" else [f"@{field}"]
-        # redis-py types sort_by's fields as str; it takes Asc too.
-        req = req.group_by(groups).sort_by(Asc(f"@{field}"), max=0)  # type: ignore[arg-type]
-        req = (req.limit(0, MAX_AGGREGATE_ROWS) if exact else req.limit(offset, limit)).dialect(2)
+
+        def request(start: int, num: int) -> AggregateRequest:
+            # A new request each time: its limit() appends to the plan, it does not replace.
+            req = AggregateRequest(tag_clause({"kind": ["document"], "tenant": [tenant]})).load(*loaded)
+            if safe:
+                req = req.filter(f"startswith(@source, {expression_string(safe)})")
+            # redis-py types sort_by's fields as str; it takes Asc too.
+            req = req.group_by(groups).sort_by(Asc(f"@{field}"), max=0)  # type: ignore[arg-type]
+            return req.limit(start, num).dialect(2)
+
+        if not exact:
+            return [value for value, _ in await self._value_rows(request(offset, limit), field)]
+        # Matched here: pages of the part's rows, in order, until the page asked for is full.
+        out: list[str] = []
+        start = 0
+        while len(out) < offset + limit:
+            if start > MAX_SEARCH_OFFSET:
+                raise InvalidRequest(
+                    f"over {MAX_SEARCH_OFFSET:,} documents' sources start with {safe!r}, the part of the prefix "
+                    "before its first backslash, quote or control character: list a longer prefix"
+                )
+            rows = await self._value_rows(request(start, _EXACT_PAGE), field)
+            for value, source in rows:
+                if source.startswith(source_prefix) and not (out and out[-1] == value):
+                    out.append(value)
+            if len(rows) < _EXACT_PAGE:
+                break
+            start += _EXACT_PAGE
+        return out[offset : offset + limit]
+
+    async def _value_rows(self, req: AggregateRequest, field: str) -> list[tuple[str, str]]:
+        """``(value of field, source)`` of each row (the source is empty when not grouped by)."""
         async with translate_errors("value listing"):
             res = await self._ft().aggregate(req)
-        out: list[str] = []
+        out: list[tuple[str, str]] = []
         for row in res.rows:
             pairs = {as_str(k): v for k, v in zip(row[::2], row[1::2], strict=False)}
             value = pairs.get(field)
-            if value is None or (exact and not as_str(pairs.get("source", "")).startswith(source_prefix)):
-                continue
-            if not (exact and out and out[-1] == as_str(value)):
-                out.append(as_str(value))
-        return out[offset : offset + limit] if exact else out
+            if value is not None:
+                out.append((as_str(value), as_str(pairs.get("source", ""))))
+        return out
 
 
-#: The most rows RediSearch returns from one FT.AGGREGATE (its own maximum).
-MAX_AGGREGATE_ROWS = 1_000_000
+#: Rows read per page when the prefix is matched here.
+_EXACT_PAGE = 10_000
 
 
 def _expression_safe(prefix: str) -> str:

@@ -51,6 +51,7 @@ class _Turns(_Lifecycle):
                 for d in doc_ids:
                     pipe.smembers(self._doc_key(gen, tenant, d))
                 members = [{as_str(m) for m in ms} for ms in await pipe.execute()]
+            rows: dict[str, list[tuple[str, str, list[Any]]]] = {}
             for _ in range(_WATCH_RETRIES):
                 keys = {
                     d: [(self._chunk_key(gen, tenant, c), c) for c in sorted(ms, key=chunk_position)]
@@ -62,7 +63,7 @@ class _Turns(_Lifecycle):
                         for key, _ in keys[d]:
                             pipe.hmget(key, list(fields))
                     replies = iter(await pipe.execute())
-                rows: dict[str, list[tuple[str, str, list[Any]]]] = {}
+                rows = {}
                 now: list[set[str]] = []
                 for d in doc_ids:
                     now.append({as_str(m) for m in next(replies)})
@@ -70,7 +71,9 @@ class _Turns(_Lifecycle):
                 if now == members:
                     return rows
                 members = now
-        raise IndexError_(f"chunk read of {len(doc_ids)} doc(s) kept conflicting; gave up after {_WATCH_RETRIES} tries")
+        # Still changing: a doc being written in slices grows its set with every slice, and its
+        # write marker (read by the callers) shows it as being written; the last read stands.
+        return rows
 
     async def turn_entries(self, doc_ids: Sequence[str], tenant: str = DEFAULT_TENANT) -> dict[str, list[TurnEntry]]:
         """Each stored doc's chunks in position order, with the text and context they were indexed with."""

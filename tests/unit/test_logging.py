@@ -25,3 +25,17 @@ def test_a_repeated_library_message_passes_once_per_window() -> None:
     assert f.filter(_record("faststream", template, 1, "x"))
     now[0] = 30.0  # the window after the first one: shown again
     assert f.filter(_record("aiokafka", template, 1, "still refused"))
+
+
+def test_a_record_with_a_traceback_always_passes() -> None:
+    f = RepeatFilter(window_s=30, clock=lambda: 0.0)
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        import sys
+
+        info = sys.exc_info()
+    for _ in range(3):
+        record = _record("uvicorn.error", "Exception in ASGI application\n")
+        record.exc_info = info
+        assert f.filter(record)
