@@ -68,6 +68,7 @@ class GraphStore:
         self._commit = client.register_script(scripts.COMMIT_SUMMARY)
         self._stale = StaleQueue(client=client, prefix=self.prefix)
         self._leases = Leases(client=client, prefix=self.prefix)
+        self._docs_listed = False  # the doc id list filled from older contributions (once)
 
     def _k(self, suffix: str) -> str:
         return f"{self.prefix}:{suffix}"
@@ -117,10 +118,31 @@ class GraphStore:
 
     async def doc_ids_under(self, prefix: str) -> set[str]:
         """Every doc with a contribution in this graph whose id starts with ``prefix``."""
-        head = len(self._k("contrib:"))
-        pattern = self._k("contrib:") + _glob_escape(prefix) + "*"
+        await self._list_docs_once()
+        low = b"[" + prefix.encode()
         async with translate_errors("graph doc listing"):
-            return {_s(k)[head:] async for k in self._r.scan_iter(match=pattern, count=1000)}
+            # Past every id under the prefix: 0xff starts no UTF-8 sequence.
+            return {_s(d) for d in await self._r.zrangebylex(self._k("docs"), low, low + b"\xff")}
+
+    async def _list_docs_once(self) -> None:
+        """Fill the id list from the contributions once: graphs written before it existed
+        (the apply script keeps it since). A tombstone listed too is harmless: its forget
+        deletes nothing."""
+        if self._docs_listed:
+            return
+        async with translate_errors("graph doc listing"):
+            if not await self._r.exists(self._k("docs_listed")):
+                head = len(self._k("contrib:"))
+                batch: list[str] = []
+                async for k in self._r.scan_iter(match=f"{self._k('contrib:')}*", count=1000):
+                    batch.append(_s(k)[head:])
+                    if len(batch) >= 1000:
+                        await self._r.zadd(self._k("docs"), dict.fromkeys(batch, 0))
+                        batch = []
+                if batch:
+                    await self._r.zadd(self._k("docs"), dict.fromkeys(batch, 0))
+                await self._r.set(self._k("docs_listed"), "1")
+        self._docs_listed = True
 
     async def contribution_versions(self, doc_ids: Sequence[str]) -> dict[str, int | None]:
         """The version of each doc's stored contribution (None: unversioned); docs without one are left out."""
@@ -406,8 +428,3 @@ def _community(cid: str, raw: bytes | str) -> Community:
 
 def _s(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
-
-
-def _glob_escape(text: str) -> str:
-    """``text`` matched literally by a Redis glob pattern (SCAN's MATCH)."""
-    return "".join("\\" + c if c in "*?[]\\" else c for c in text)

@@ -71,10 +71,13 @@ if new then
     redis.call('HINCRBY', P .. ':edges', f, e[3])
   end
   redis.call('SET', KEYS[1], newj)
+  redis.call('ZADD', P .. ':docs', 0, doc)  -- the docs with a contribution, by id (a forget's listing)
 elseif ver ~= '' then
   redis.call('SET', KEYS[1], cjson.encode({v = ver, e = {}, x = {}, d = 1}))  -- a delete's tombstone
+  redis.call('ZREM', P .. ':docs', doc)
 else
   redis.call('DEL', KEYS[1])
+  redis.call('ZREM', P .. ':docs', doc)
 end
 local drift = 0
 for key, _ in pairs(touched) do

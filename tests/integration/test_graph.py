@@ -377,7 +377,8 @@ async def test_a_forget_redelivered_after_a_crash_still_clears_the_graph(
     """A forget's first delivery dies between a turn's chunk delete and its graph delete (as
     under kill -9): the redelivery lists the session's turns again, the ones with no chunks
     left among them, and their entities leave the graph."""
-    s = await make_stack(redis_url, embedder, ner, unique("forget-crash"))
+    name = unique("forget-crash")
+    s = await make_stack(redis_url, embedder, ner, name)
     keys_ = IndexConfig().filter_keys
     said = ["Alice Johnson from Acme Corporation flew to Paris on Monday.", "Bob Smith met her in Berlin."]
     turns = [
@@ -421,6 +422,13 @@ async def test_a_forget_redelivered_after_a_crash_still_clears_the_graph(
     assert await s.store.doc_ids() == []
     nodes, edges = await s.store.graph()
     assert nodes == {} and edges == [], (nodes, edges)
+
+    # A graph written before it kept a list of its docs: the list is filled once, on first use.
+    await s.ingestor.apply(turns)
+    await s.store._r.delete(s.store._k("docs"), s.store._k("docs_listed"))
+    older = GraphStore(client=s.store._r, name=name)
+    assert await older.doc_ids_under(forget.doc_id) == {t.doc_id for t in turns}
+    assert await older.doc_ids_under("transcript:a1/s2/") == set()
 
 
 async def test_a_summary_is_not_written_from_passages_an_edit_moved_before_its_graph_change(
