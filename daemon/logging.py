@@ -30,9 +30,9 @@ class RepeatFilter(logging.Filter):
         self._last: dict[tuple[str, str], float] = {}
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.exc_info:  # a traceback is its own message: one template carries many
-            return True
-        key, now = (record.name, str(record.msg)), self._clock()
+        # One template carries many errors: the exception's type is part of the message.
+        error = record.exc_info[0].__name__ if record.exc_info and record.exc_info[0] else ""
+        key, now = (record.name, f"{record.msg}{error}"), self._clock()
         last = self._last.get(key)
         if last is not None and now - last < self._window:
             return False

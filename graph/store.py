@@ -68,7 +68,6 @@ class GraphStore:
         self._commit = client.register_script(scripts.COMMIT_SUMMARY)
         self._stale = StaleQueue(client=client, prefix=self.prefix)
         self._leases = Leases(client=client, prefix=self.prefix)
-        self._docs_listed = False  # the doc id list filled from older contributions (once)
 
     def _k(self, suffix: str) -> str:
         return f"{self.prefix}:{suffix}"
@@ -122,27 +121,25 @@ class GraphStore:
         low = b"[" + prefix.encode()
         async with translate_errors("graph doc listing"):
             # Past every id under the prefix: 0xff starts no UTF-8 sequence.
-            return {_s(d) for d in await self._r.zrangebylex(self._k("docs"), low, low + b"\xff")}
+            found = {_s(d) for d in await self._r.zrangebylex(self._k("docs"), low, low + b"\xff")}
+        return found - {_LISTED}
 
     async def _list_docs_once(self) -> None:
-        """Fill the id list from the contributions once: graphs written before it existed
-        (the apply script keeps it since). A tombstone listed too is harmless: its forget
-        deletes nothing."""
-        if self._docs_listed:
-            return
+        """Fill the id list from the contributions if it does not say it was: graphs written
+        before it existed (the apply script keeps it since). The mark is a member of the list
+        itself, so a list lost or restored without it is filled again. A tombstone listed too
+        is harmless: its forget deletes nothing."""
         async with translate_errors("graph doc listing"):
-            if not await self._r.exists(self._k("docs_listed")):
-                head = len(self._k("contrib:"))
-                batch: list[str] = []
-                async for k in self._r.scan_iter(match=f"{self._k('contrib:')}*", count=1000):
-                    batch.append(_s(k)[head:])
-                    if len(batch) >= 1000:
-                        await self._r.zadd(self._k("docs"), dict.fromkeys(batch, 0))
-                        batch = []
-                if batch:
+            if await self._r.zscore(self._k("docs"), _LISTED) is not None:
+                return
+            head = len(self._k("contrib:"))
+            batch: list[str] = []
+            async for k in self._r.scan_iter(match=f"{self._k('contrib:')}*", count=1000):
+                batch.append(_s(k)[head:])
+                if len(batch) >= 1000:
                     await self._r.zadd(self._k("docs"), dict.fromkeys(batch, 0))
-                await self._r.set(self._k("docs_listed"), "1")
-        self._docs_listed = True
+                    batch = []
+            await self._r.zadd(self._k("docs"), dict.fromkeys([*batch, _LISTED], 0))
 
     async def contribution_versions(self, doc_ids: Sequence[str]) -> dict[str, int | None]:
         """The version of each doc's stored contribution (None: unversioned); docs without one are left out."""
@@ -424,6 +421,10 @@ class GraphStore:
 def _community(cid: str, raw: bytes | str) -> Community:
     d = json.loads(raw)
     return Community(id=cid, level=d["level"], members=frozenset(d["members"]), parent=d["parent"])
+
+
+#: The member of the doc id list that says it holds every doc (doc ids hold no NUL).
+_LISTED = "\x00listed"
 
 
 def _s(v: Any) -> str:

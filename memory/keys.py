@@ -31,6 +31,7 @@ Under an index name ``<name>`` (it holds no ``:``)::
         nodes, edges, comms, ent_comm   hashes: entities, co-occurrence weights,
                                     communities, entity -> its communities
         contrib:<doc_id>            a doc's contribution (JSON, versioned)
+        docs                        sorted set: the docs with a contribution, by id (a forget's listing)
         ent_docs:<key>, ent_chunks:<key>  sets: the docs and chunks naming an entity
         stale, stale_q, stale_first, stale_docs:<cid>, gen, fence
                                     the stale-summary queue and its fencing (graph.stale_queue)

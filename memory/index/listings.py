@@ -117,9 +117,11 @@ class _Listings(_Lifecycle):
 
         One FT.AGGREGATE: the tenant and kind as TAG clauses (nothing is scored here, and tenant
         names and ``document`` are plain TAG values), the prefix as a ``startswith`` filter, so
-        only the matching values leave Redis. It reads every document chunk of the tenant: a
-        TAG prefix query would read only the matching ones, but RediSearch expands a prefix
-        into at most MAXPREFIXEXPANSIONS (200) values, silently (decision 0025).
+        only the matching values leave Redis (a prefix with a character an expression cannot
+        hold is matched here instead, over a few aggregations of doubling size). It reads every
+        document chunk of the tenant: a TAG prefix query would read only the matching ones, but
+        RediSearch expands a prefix into at most MAXPREFIXEXPANSIONS (200) values, silently
+        (decision 0025).
         """
         if field not in ("doc_id", "source"):
             raise InvalidRequest(f"cannot list {field!r}: only doc_id or source")
@@ -142,27 +144,29 @@ class _Listings(_Lifecycle):
             return req.limit(start, num).dialect(2)
 
         if not exact:
-            return [value for value, _ in await self._value_rows(request(offset, limit), field)]
-        # Matched here: pages of the part's rows, in order, until the page asked for is full.
+            return [value for value, _ in (await self._value_rows(request(offset, limit), field))[0]]
+        # Matched here: the part's rows in order, read in pages that double (each page is a
+        # whole aggregation), until the page asked for is full.
         out: list[str] = []
-        start = 0
+        start, size = 0, _EXACT_PAGE
         while len(out) < offset + limit:
             if start > MAX_SEARCH_OFFSET:
                 raise InvalidRequest(
                     f"over {MAX_SEARCH_OFFSET:,} documents' sources start with {safe!r}, the part of the prefix "
                     "before its first backslash, quote or control character: list a longer prefix"
                 )
-            rows = await self._value_rows(request(start, _EXACT_PAGE), field)
+            rows, read = await self._value_rows(request(start, size), field)
             for value, source in rows:
                 if source.startswith(source_prefix) and not (out and out[-1] == value):
                     out.append(value)
-            if len(rows) < _EXACT_PAGE:
+            if read < size:
                 break
-            start += _EXACT_PAGE
+            start, size = start + size, size * 2
         return out[offset : offset + limit]
 
-    async def _value_rows(self, req: AggregateRequest, field: str) -> list[tuple[str, str]]:
-        """``(value of field, source)`` of each row (the source is empty when not grouped by)."""
+    async def _value_rows(self, req: AggregateRequest, field: str) -> tuple[list[tuple[str, str]], int]:
+        """``(value of field, source)`` of each row (the source is empty when not grouped by),
+        and how many rows Redis returned."""
         async with translate_errors("value listing"):
             res = await self._ft().aggregate(req)
         out: list[tuple[str, str]] = []
@@ -171,10 +175,10 @@ class _Listings(_Lifecycle):
             value = pairs.get(field)
             if value is not None:
                 out.append((as_str(value), as_str(pairs.get("source", ""))))
-        return out
+        return out, len(res.rows)
 
 
-#: Rows read per page when the prefix is matched here.
+#: Rows of the first page read when the prefix is matched here.
 _EXACT_PAGE = 10_000
 
 

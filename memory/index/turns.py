@@ -52,28 +52,32 @@ class _Turns(_Lifecycle):
                     pipe.smembers(self._doc_key(gen, tenant, d))
                 members = [{as_str(m) for m in ms} for ms in await pipe.execute()]
             rows: dict[str, list[tuple[str, str, list[Any]]]] = {}
+            expected = dict(zip(doc_ids, members, strict=True))
+            pending = list(doc_ids)  # each round reads again only the docs whose set changed
             for _ in range(_WATCH_RETRIES):
                 keys = {
-                    d: [(self._chunk_key(gen, tenant, c), c) for c in sorted(ms, key=chunk_position)]
-                    for d, ms in zip(doc_ids, members, strict=True)
+                    d: [(self._chunk_key(gen, tenant, c), c) for c in sorted(expected[d], key=chunk_position)]
+                    for d in pending
                 }
                 async with self._r.pipeline(transaction=True) as pipe:
-                    for d in doc_ids:
+                    for d in pending:
                         pipe.smembers(self._doc_key(gen, tenant, d))
                         for key, _ in keys[d]:
                             pipe.hmget(key, list(fields))
                     replies = iter(await pipe.execute())
-                rows = {}
-                now: list[set[str]] = []
-                for d in doc_ids:
-                    now.append({as_str(m) for m in next(replies)})
+                changed = []
+                for d in pending:
+                    now = {as_str(m) for m in next(replies)}
                     rows[d] = [(key, cid, next(replies)) for key, cid in keys[d]]
-                if now == members:
-                    return rows
-                members = now
-        # Still changing: a doc being written in slices grows its set with every slice, and its
-        # write marker (read by the callers) shows it as being written; the last read stands.
-        return rows
+                    if now != expected[d]:
+                        expected[d] = now
+                        changed.append(d)
+                if not changed:
+                    break
+                pending = changed
+        # A set still changing after every round is a doc being written in slices (it grows with
+        # each slice): its write marker, which the callers read, shows it as being written.
+        return {d: rows[d] for d in doc_ids}
 
     async def turn_entries(self, doc_ids: Sequence[str], tenant: str = DEFAULT_TENANT) -> dict[str, list[TurnEntry]]:
         """Each stored doc's chunks in position order, with the text and context they were indexed with."""

@@ -27,15 +27,14 @@ def test_a_repeated_library_message_passes_once_per_window() -> None:
     assert f.filter(_record("aiokafka", template, 1, "still refused"))
 
 
-def test_a_record_with_a_traceback_always_passes() -> None:
+def test_a_traceback_of_another_type_is_another_message() -> None:
     f = RepeatFilter(window_s=30, clock=lambda: 0.0)
-    try:
-        raise ValueError("boom")
-    except ValueError:
-        import sys
 
-        info = sys.exc_info()
-    for _ in range(3):
-        record = _record("uvicorn.error", "Exception in ASGI application\n")
-        record.exc_info = info
-        assert f.filter(record)
+    def with_error(exc: Exception) -> logging.LogRecord:
+        record = _record("faststream", "Kafka error occurred")
+        record.exc_info = (type(exc), exc, None)
+        return record
+
+    assert f.filter(with_error(ValueError("a")))
+    assert not f.filter(with_error(ValueError("b")))  # the same error again, within the window
+    assert f.filter(with_error(KeyError("c")))  # another error under the same template
