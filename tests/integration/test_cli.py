@@ -105,8 +105,8 @@ def test_up_publish_query_and_clean_stop(tmp_path: Path) -> None:
         code = proc.wait(timeout=60)
     assert code == 0
     log.close()
-    # Every process of the group had the Ctrl-C: none prints a traceback (the graph's compute
-    # process printed a KeyboardInterrupt).
+    # Every process of the group had the Ctrl-C: none prints a traceback (a worker that did not
+    # ignore it would print a KeyboardInterrupt).
     assert "Traceback" not in (tmp_path / "up.log").read_text()
     # Every child goes with the daemon: Redis and tansu are stopped by it, the embedding
     # worker and multiprocessing's resource tracker exit when their pipes to it close
