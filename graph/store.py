@@ -177,13 +177,6 @@ class GraphStore:
             values = await self._r.hmget(self._k("nodes"), list(keys))
         return {k: tuple(json.loads(v)) for k, v in zip(keys, values, strict=True) if v is not None}
 
-    async def entity_chunks(self, keys: Sequence[str]) -> list[str]:
-        """Chunk ids mentioning any of ``keys``."""
-        if not keys:
-            return []
-        async with translate_errors("graph read"):
-            return sorted(_s(c) for c in await self._r.sunion([self._k(f"ent_chunks:{k}") for k in keys]))
-
     async def chunks_of_each(self, keys: Sequence[str]) -> dict[str, list[str]]:
         """Each entity's chunk ids (sorted), in one round trip."""
         async with translate_errors("graph read"), self._r.pipeline(transaction=False) as pipe:

@@ -647,17 +647,17 @@ async def test_refresh_replaces_only_the_same_version(redis_url: str) -> None:
     try:
         assert (await store.apply("d", 2, first)).applied
         assert not (await store.apply("d", 2, moved)).applied  # a replay
-        assert await store.entity_chunks(["err_a_1"]) == ["d_p0"]
+        assert (await store.chunks_of_each(["err_a_1"]))["err_a_1"] == ["d_p0"]
         assert not (await store.apply("d", 1, moved, refresh=True)).applied  # older: never
         assert (await store.apply("d", 2, moved, refresh=True)).applied
-        assert await store.entity_chunks(["err_a_1"]) == ["d_p3"]
+        assert (await store.chunks_of_each(["err_a_1"]))["err_a_1"] == ["d_p3"]
         assert await store.doc_ids() == ["d"]
         # never on an unversioned doc, nor on one deleted meanwhile
         assert (await store.apply("t", None, first)).applied
         assert not (await store.apply("t", None, moved, refresh=True)).applied
         assert (await store.apply("d", 3, None)).applied  # a versioned delete
         assert not (await store.apply("d", 3, moved, refresh=True)).applied
-        assert await store.entity_chunks(["err_a_1"]) == ["d_p0"]  # t's own, unrefreshed; d's gone
+        assert (await store.chunks_of_each(["err_a_1"]))["err_a_1"] == ["d_p0"]  # t's own, unrefreshed; d's gone
     finally:
         await client.aclose()
 

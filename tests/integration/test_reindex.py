@@ -211,7 +211,7 @@ async def test_reindex_with_new_chunking_pauses_old_daemons_until_restarted(
     for i in range(8):
         keys = [k for k, (name, _) in nodes.items() if f"ERR_ESC_{7000 + i}" in name]
         assert len(keys) == 1, (i, keys)
-        refs = await graph.entity_chunks(keys)
+        (refs,) = (await graph.chunks_of_each(keys)).values()
         assert refs and all(f"ERR_ESC_{7000 + i}" in texts[c] for c in refs), (refs, [texts.get(c) for c in refs])
         assert all(not c.endswith("_p0") for c in refs), refs
     again = await agentmemd(["graph", "repoint"], new_env)
