@@ -21,7 +21,7 @@ from memory.errors import InvalidRequest
 from memory.filters import conjoin, hash_clause, matches, tag_clause
 from memory.index.codec import _float_or_none, _stored
 from memory.index.errors import translate_errors
-from memory.index.listings import expression_string
+from memory.index.listings import expression_safe, expression_string
 from memory.index.sliced import _SlicedWrites
 from memory.records import StoredChunk
 from memory.schema import as_str
@@ -168,7 +168,10 @@ class _Browsing(_SlicedWrites):
         loaded = dict.fromkeys((field, *where))
         args: list[Any] = [query, "LOAD", len(loaded), *(f"@{f}" for f in loaded)]
         for key, value in sorted(where.items()):
-            args += ["FILTER", f"@{key} == {expression_string(value)}"]
+            # The hashed clause matched it already; the whole comparison only rules out a hash
+            # collision, and an expression string cannot hold a backslash, quote or line break.
+            if expression_safe(value) == value:
+                args += ["FILTER", f"@{key} == {expression_string(value)}"]
         args += ["GROUPBY", 1, f"@{field}", "REDUCE", "COUNT", 0, "AS", "n"]
         args += ["REDUCE", "MAX", 1, "@timestamp", "AS", "last"]
         args += ["SORTBY", 2, f"@{field}", "ASC", "MAX", 0, "LIMIT", offset, limit, "DIALECT", 2]

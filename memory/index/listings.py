@@ -130,7 +130,7 @@ class _Listings(_Lifecycle):
         # RediSearch's expression strings mangle backslashes and quotes and refuse line breaks
         # (measured): the prefix's part before the first such character is filtered in Redis,
         # and the whole prefix, with the page, here.
-        safe = _expression_safe(source_prefix)
+        safe = expression_safe(source_prefix)
         exact = len(safe) < len(source_prefix)
         groups = [f"@{field}", "@source"] if exact and field != "source" else [f"@{field}"]
 
@@ -182,7 +182,7 @@ class _Listings(_Lifecycle):
 _EXACT_PAGE = 10_000
 
 
-def _expression_safe(prefix: str) -> str:
+def expression_safe(prefix: str) -> str:
     """The part of ``prefix`` before its first character an expression string cannot hold as
     it is: a backslash, a quote or a control character."""
     for i, c in enumerate(prefix):

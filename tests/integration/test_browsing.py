@@ -181,3 +181,19 @@ async def test_an_agent_leaves_the_listing_with_its_last_turn(index: ChunkIndex)
     ]
     await index.apply(first[0].doc_id, None, [], vectors(0, 4))
     assert await index.agents("default", limit=10) == []
+
+
+async def test_an_agent_whose_id_holds_a_backslash_a_quote_or_a_line_break_lists_its_sessions(
+    index: ChunkIndex,
+) -> None:
+    """The sessions of one agent are grouped under a filter on its id: ids a RediSearch
+    expression string cannot hold still list exactly their own sessions."""
+    agents = ["CORP\\ops", 'say "hi"', "two\nlines", "plain"]
+    for n, agent in enumerate(agents):
+        turn = _turn("default", agent, f"s-{n}", 0, 1, n)
+        await index.apply(turn[0].doc_id, None, turn, vectors(1, n))
+    for n, agent in enumerate(agents):
+        found = await index.groups(
+            "session_id", {"tenant": "default", "kind": "transcript"}, limit=10, where={"agent_id": agent}
+        )
+        assert [g.value for g in found] == [f"s-{n}"], agent
