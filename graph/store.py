@@ -117,29 +117,26 @@ class GraphStore:
 
     async def doc_ids_under(self, prefix: str) -> set[str]:
         """Every doc with a contribution in this graph whose id starts with ``prefix``."""
-        await self._list_docs_once()
+        await self._fill_doc_list()
         low = b"[" + prefix.encode()
         async with translate_errors("graph doc listing"):
             # Past every id under the prefix: 0xff starts no UTF-8 sequence.
             found = {_s(d) for d in await self._r.zrangebylex(self._k("docs"), low, low + b"\xff")}
         return found - {_LISTED}
 
-    async def _list_docs_once(self) -> None:
-        """Fill the id list from the contributions if it does not say it was: graphs written
-        before it existed (the apply script keeps it since). The mark is a member of the list
-        itself, so a list lost or restored without it is filled again. A tombstone listed too
-        is harmless: its forget deletes nothing."""
+    async def _fill_doc_list(self) -> None:
+        """Fill the id list from the contributions if it does not say it holds them all: graphs
+        written before it existed (the apply script keeps it since). The mark is a member of the
+        list itself, so a list lost or restored without it is filled again. A tombstone listed
+        too is harmless: its forget deletes nothing."""
         async with translate_errors("graph doc listing"):
             if await self._r.zscore(self._k("docs"), _LISTED) is not None:
                 return
-            head = len(self._k("contrib:"))
-            batch: list[str] = []
-            async for k in self._r.scan_iter(match=f"{self._k('contrib:')}*", count=1000):
-                batch.append(_s(k)[head:])
-                if len(batch) >= 1000:
-                    await self._r.zadd(self._k("docs"), dict.fromkeys(batch, 0))
-                    batch = []
-            await self._r.zadd(self._k("docs"), dict.fromkeys([*batch, _LISTED], 0))
+        ids = await self.doc_ids()
+        async with translate_errors("graph doc listing"):
+            for i in range(0, len(ids), 1000):
+                await self._r.zadd(self._k("docs"), dict.fromkeys(ids[i : i + 1000], 0))
+            await self._r.zadd(self._k("docs"), {_LISTED: 0})
 
     async def contribution_versions(self, doc_ids: Sequence[str]) -> dict[str, int | None]:
         """The version of each doc's stored contribution (None: unversioned); docs without one are left out."""

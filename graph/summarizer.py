@@ -69,8 +69,9 @@ class Summarizer:
         self.summaries_written = 0
         self.llm_tokens = 0
 
-    async def _excerpts(self, members: Sequence[str], chunks: Mapping[str, Sequence[str]]) -> list[str]:
-        """Chunk texts that mention the most members, best first, deduplicated.
+    async def _excerpts(self, chunks: Mapping[str, Sequence[str]]) -> list[str]:
+        """Chunk texts that mention the most members (``chunks``: each member's chunk ids), best
+        first, deduplicated.
 
         The graph names the chunks, the index holds their texts, and a doc's chunks are
         written before its graph change: in between (longer for a doc written in slices, or
@@ -98,7 +99,7 @@ class Summarizer:
             raise MemdError(
                 f"passages out of step with the graph: docs {behind[:3]} changed, their graph change pending"
             )
-        if await self._store.chunks_of_each(members) != chunks:
+        if await self._store.chunks_of_each(list(chunks)) != chunks:
             raise MemdError("the graph changed while its passages were read")
         return [read[c][0] for c in ranked if c in read]
 
@@ -140,7 +141,7 @@ class Summarizer:
         names = {m: nodes[m][0] for m in members}
         chunks = await self._store.chunks_of_each(members)
         weights = {m: float(len(chunks[m])) for m in members}
-        excerpts = await self._excerpts(members, chunks)
+        excerpts = await self._excerpts(chunks)
         tokens = 0
         if self._cfg.llm_model:
             budget, picked, words = self._cfg.summary_token_budget, [], 0
