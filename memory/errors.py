@@ -12,7 +12,7 @@ module: ``memory.index.errors``, ``graph.errors``, ``consumers.errors``)::
     ├── BackendUnavailable (retryable)          unavailable
     │   ├── EmbedderUnavailable ── WorkerCrashed
     │   ├── IndexMismatch
-    │   ├── WriteInProgress (memory.index)
+    │   ├── WriteInProgress, WritesHeld (memory.index)
     │   └── ComputeCrashed (graph)
     ├── Unauthorized                            unauthorized
     ├── EmbedderError                           embedding_failed

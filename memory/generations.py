@@ -87,11 +87,17 @@ class GenerationState:
     building: int = 0
     building_owner: str = ""
     building_heartbeat: float = 0.0
+    held: int = 0
 
     def build_alive(self, now: float) -> bool:
         """A reindex holds the build slot and beat within ``GenerationRegistry.STALE_BUILD_S``
         of ``now`` (in Redis's clock, which the heartbeats are on)."""
         return bool(self.building) and now - self.building_heartbeat <= GenerationRegistry.STALE_BUILD_S
+
+    def unversioned_held(self, now: float) -> bool:
+        """A live reindex holds unversioned writes to the active generation (its last catch-up,
+        ``GenerationRegistry.hold``). A hold outlives its reindex by at most ``STALE_BUILD_S``."""
+        return self.held != 0 and self.held == self.active and self.build_alive(now)
 
 
 # Create the first generation once, however many daemons start together. The alias first:
@@ -153,6 +159,7 @@ if b and b ~= '' then
   -- A build that died after its switch left the active generation: never to be dropped.
   if b ~= redis.call('HGET', KEYS[1], 'active') then abandoned = tonumber(b) end
 end
+redis.call('HDEL', KEYS[1], 'held')
 local g = redis.call('HINCRBY', KEYS[1], 'seq', 1)
 redis.call('HSET', KEYS[1], 'building', g, 'building_owner', ARGV[1], 'building_heartbeat', tostring(now))
 return {g, ARGV[1], tostring(abandoned)}
@@ -186,7 +193,16 @@ return old
 
 _RELEASE = """
 if redis.call('HGET', KEYS[1], 'building_owner') ~= ARGV[1] then return 0 end
-redis.call('HDEL', KEYS[1], 'building', 'building_owner', 'building_heartbeat')
+redis.call('HDEL', KEYS[1], 'building', 'building_owner', 'building_heartbeat', 'held')
+return 1
+"""
+
+# Hold (ARGV[2] = the generation) or release (ARGV[2] = '') unversioned writes, only for the
+# reindex that holds the build slot. The write of this field also fails every writer's
+# transaction in flight: each watches the registry, and reads the hold when it retries.
+_HOLD = """
+if redis.call('HGET', KEYS[1], 'building_owner') ~= ARGV[1] then return 0 end
+if ARGV[2] == '' then redis.call('HDEL', KEYS[1], 'held') else redis.call('HSET', KEYS[1], 'held', ARGV[2]) end
 return 1
 """
 
@@ -219,6 +235,7 @@ class GenerationRegistry:
             building=int(raw.get("building", 0) or 0),
             building_owner=raw.get("building_owner", ""),
             building_heartbeat=float(raw.get("building_heartbeat", 0) or 0),
+            held=int(raw.get("held", 0) or 0),
         )
 
     async def bootstrap(self, spec: IndexSpec) -> bool:
@@ -293,6 +310,24 @@ class GenerationRegistry:
         if int(old) < 0:
             raise ReindexConflict(f"generation {generation} is no longer the build in progress")
         return int(old)
+
+    async def hold_unversioned(self, owner: str, generation: int) -> None:
+        """Hold unversioned writes (transcript turns, unversioned docs) to ``generation``,
+        the active one, while the reindex ``owner`` replays their last events into it.
+
+        Versions make a replayed event that is older than what a live daemon wrote a no-op;
+        without one, the replay would write it over the newer state (a forgotten turn back).
+        Daemons wait the hold out (``WritesHeld``, retried, nothing committed).
+
+        Raises:
+            ReindexConflict: ``owner`` no longer holds the build slot.
+        """
+        if not await self._r.eval(_HOLD, 1, self.key, owner, str(generation)):
+            raise ReindexConflict("the build slot was taken over by another reindex")
+
+    async def release_unversioned(self, owner: str) -> None:
+        """End ``owner``'s hold on unversioned writes (a no-op if it holds none)."""
+        await self._r.eval(_HOLD, 1, self.key, owner, "")
 
     async def mark_kept(self, generation: int, why: str) -> None:
         """Record why an old generation was kept (``doctor`` shows it and warns not to drop it)."""

@@ -200,6 +200,7 @@ class Reindex:
         source, target = self._indexes()
         return Handover(
             registry=self._registry,
+            owner=self._slot.owner,
             source=source,
             target=target,
             replayer=self._replaying(),

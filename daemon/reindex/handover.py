@@ -19,7 +19,7 @@ from daemon.reindex.replay import Replayer
 from daemon.reindex.report import ReindexProgress
 from daemon.reindex.summaries import sync_communities
 from memory.embedder import SentenceTransformerEmbedder
-from memory.errors import BackendUnavailable
+from memory.errors import BackendUnavailable, ReindexConflict
 from memory.generations import GenerationRegistry
 from memory.index import ChunkIndex, DocState, translate_errors
 
@@ -40,6 +40,7 @@ class Handover:
         self,
         *,
         registry: GenerationRegistry,
+        owner: str,
         source: ChunkIndex,
         target: ChunkIndex,
         replayer: Replayer,
@@ -53,6 +54,7 @@ class Handover:
         errors: list[str],
     ) -> None:
         self._registry = registry
+        self._owner = owner
         self._source = source
         self._target = target
         self._replayer = replayer
@@ -66,30 +68,68 @@ class Handover:
         self._errors = errors
 
     async def catch_up(self) -> None:
-        """Replay again up to end offsets read after the switch (retried); failures are reported."""
-        replayer = self._replayer
+        """Replay again up to end offsets read after the switch, then once more while live
+        unversioned writes are held (each retried); failures are reported.
+
+        Versions make a replayed doc event that is older than what a live daemon wrote after
+        the switch a no-op. A transcript turn has none: the first pass may write a turn's
+        older event over a forget or a correction that a live daemon applied from beyond its
+        end offsets. The second pass replays every event since, in order, while live daemons
+        wait to write unversioned docs, so each such turn ends at its latest event. It only
+        covers what was published during the first pass, so the hold is short.
+        """
         self._progress.phase = "catching up"
         self._report()
+        try:
+            if await self._replay_retried():
+                await self._replay_held()
+        finally:
+            if failed := self._replayer.failed_after_switch:
+                self._errors.append(
+                    f"{len(failed)} doc(s) failed in the catch-up after the switch: " + ", ".join(sorted(failed)[:10])
+                )
+
+    async def _replay_held(self) -> None:
+        """The last catch-up pass, with live unversioned writes held."""
+        try:
+            async with translate_errors("hold of unversioned writes"):
+                await self._registry.hold_unversioned(self._owner, self._gen)
+        except (BackendUnavailable, ReindexConflict) as exc:
+            self._errors.append(
+                f"could not hold live writes of transcript turns for the last catch-up ({exc}): a turn "
+                "forgotten or corrected while the reindex ran may show an earlier state; publish it again"
+            )
+            log.error("reindex.hold_failed", error=str(exc))
+            return
+        log.info("reindex.unversioned_held", generation=self._gen)
+        try:
+            await self._replay_retried()
+        finally:
+            try:
+                async with translate_errors("release of unversioned writes"):
+                    await self._registry.release_unversioned(self._owner)
+                log.info("reindex.unversioned_released", generation=self._gen)
+            except BackendUnavailable as exc:  # released with the build slot, or by its heartbeat's end
+                log.warning("reindex.hold_release_failed", error=str(exc))
+
+    async def _replay_retried(self) -> bool:
+        """One catch-up pass to end offsets read now, retried; whether it got there."""
         for attempt in range(CATCH_UP_TRIES):
             try:
-                await replayer.replay_to_end()
-                break
+                await self._replayer.replay_to_end()
+                return True
             except (KafkaError, BackendUnavailable) as exc:
                 log.warning("reindex.catch_up_retry", attempt=attempt + 1, error=str(exc))
                 if attempt == CATCH_UP_TRIES - 1:
                     self._errors.append(f"catch-up after the switch failed: {exc}")
                     log.error("reindex.catch_up_failed", error=str(exc))
-                else:
-                    await asyncio.sleep(2.0**attempt)
+                    return False
+                await asyncio.sleep(2.0**attempt)
             except Exception as exc:  # the switch is done: report it, and keep N (drop_old)
                 self._errors.append(f"catch-up after the switch failed: {type(exc).__name__}: {exc}")
                 log.error("reindex.catch_up_failed", error=str(exc))
-                break
-        if replayer.failed_after_switch:
-            self._errors.append(
-                f"{len(replayer.failed_after_switch)} doc(s) failed in the catch-up after the switch: "
-                + ", ".join(sorted(replayer.failed_after_switch)[:10])
-            )
+                return False
+        return False
 
     async def drop_old(self, accepted: set[tuple[str, str]]) -> bool:
         """Drop N if N+1 holds everything N does (but the ``accepted`` losses); else keep it.

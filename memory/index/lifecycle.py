@@ -22,7 +22,7 @@ from memory.errors import IndexMismatch, NotFound
 from memory.generations import GenerationRegistry, GenerationState, IndexSpec, index_spec
 from memory.index.batching import CommandBatcher
 from memory.index.codec import _RETURN_FIELDS
-from memory.index.errors import IndexError_, _NoGeneration, translate_errors
+from memory.index.errors import IndexError_, WritesHeld, _NoGeneration, translate_errors
 from memory.index.marker_list import MarkerList
 from memory.schema import compare_schema, index_schema, info_attributes, info_index_name
 
@@ -315,11 +315,15 @@ class _Lifecycle:
             info = await self._ft().info()
         return int(info.get("num_docs", 0))
 
-    async def _write_generation(self, pipe: Any) -> int:
+    async def _write_generation(self, pipe: Any, *, unversioned: bool = False) -> int:
         """Inside a WATCH transaction: the generation to write to, with the registry watched.
 
         Watching the registry is what makes the reindex switch safe: a write that read the
-        old generation and has not executed yet fails and retries against the new one.
+        old generation and has not executed yet fails and retries against the new one. The
+        same goes for a reindex's hold on ``unversioned`` writes.
+
+        Raises:
+            WritesHeld: the write is unversioned and a reindex holds such writes.
         """
         if self.pinned is not None:
             return self.pinned
@@ -330,4 +334,9 @@ class _Lifecycle:
             raise self._no_generation()
         if why := self._mismatch(state):
             raise IndexMismatch(why)
+        if unversioned and state.unversioned_held(time.time()):
+            raise WritesHeld(
+                f"a reindex is replaying the last unversioned events (transcript turns) into generation "
+                f"{state.active} of {self._cfg.name!r}; their live writes wait for it"
+            )
         return state.active

@@ -77,7 +77,7 @@ class _SlicedWrites(_Lifecycle):
         Raises:
             WriteInProgress: another live process is writing this very version in slices.
         """
-        gen = await self._write_generation(pipe)
+        gen = await self._write_generation(pipe, unversioned=version is None)
         ver_key, doc_key = self._ver_key(gen, tenant, doc_id), self._doc_key(gen, tenant, doc_id)
         marker_key = self._marker_key(gen, tenant, doc_id)
         await pipe.watch(ver_key, doc_key, marker_key)

@@ -9,6 +9,7 @@ leftovers are dropped, and the build slot is held until the reindex ends.
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from pathlib import Path
@@ -28,7 +29,7 @@ from memory.config import ChunkingConfig
 from memory.embedder import SentenceTransformerEmbedder
 from memory.errors import BackendUnavailable, EmbedderError, NotFound, ReindexConflict, ReindexWouldLose
 from memory.generations import GenerationRegistry, index_spec
-from memory.index import ChunkIndex
+from memory.index import ChunkIndex, WritesHeld
 from memory.keys import chunk_prefix, key_root, physical_name, registry_key, ver_key
 from memory.records import COMMUNITY_PREFIX
 from tests.conftest import unique
@@ -535,3 +536,90 @@ async def test_a_forget_the_live_daemon_has_not_applied_stays_forgotten_in_the_n
     fresh = ChunkIndex(client=daemon.redis, cfg=settings.index, dims=daemon.embedder.dims)
     assert [bool(await fresh.chunk_ids(d)) for d in turns] == [False, False]
     assert await fresh.chunk_ids("transcript:fg-rx/s2/1")
+
+
+async def test_a_turn_forgotten_live_during_the_catch_up_stays_forgotten(
+    env: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A turn's correction is below the catch-up's end offsets, its forget beyond them, and the
+    live daemon applies the forget before the catch-up replays the correction: the last pass,
+    with live unversioned writes held, replays the forget again. Before, the turn came back
+    with the correction's text (turns carry no version to refuse the older event)."""
+    settings, daemon, client = env
+    turn = "transcript:hold/s1/1"
+
+    def event(event_id: str, text: str) -> dict[str, Any]:
+        return {"event_id": event_id, "agent_id": "hold", "session_id": "s1", "turn": 1, "content": text}
+
+    async def text_is(want: str | None) -> bool:
+        ids = await daemon.index.chunk_ids(turn)
+        if want is None:
+            return not ids
+        return bool(ids) and want in "".join((await daemon.index.texts(sorted(ids))).values())
+
+    await client.send(settings.topics.transcripts, event("t1", "the first text of the turn"), key="hold/s1")
+    await eventually(lambda: text_is("first text"), timeout=120, what="the turn indexed")
+
+    real_to_end, real_apply = replay_mod.Replayer.replay_to_end, replay_mod.Replayer._apply
+    corrected = forgotten = False
+
+    async def to_end(self: Any) -> None:
+        nonlocal corrected
+        if self.switched and not corrected:  # the first pass after the switch: a correction below its ends
+            corrected = True
+            await client.send(settings.topics.transcripts, event("t2", "a corrected text"), key="hold/s1")
+            await eventually(lambda: text_is("corrected text"), timeout=60, what="the live correction")
+        await real_to_end(self)
+
+    async def apply(self: Any, topic: str, records: list[Any]) -> None:
+        nonlocal forgotten
+        ids = {json.loads(r.value).get("event_id") for r in records}
+        if self.switched and "t2" in ids and not forgotten:  # the live daemon forgets it first
+            forgotten = True
+            forget = {"event_id": "f", "op": "forget", "agent_id": "hold", "session_id": "s1"}
+            await client.send(settings.topics.transcripts, forget, key="hold/s1")
+            await eventually(lambda: text_is(None), timeout=60, what="the live forget")
+        await real_apply(self, topic, records)
+
+    monkeypatch.setattr(replay_mod.Replayer, "replay_to_end", to_end)
+    monkeypatch.setattr(replay_mod.Replayer, "_apply", apply)
+
+    rep = await reindex(settings)
+
+    assert forgotten and rep.errors == [], rep
+    await daemon.index.state(fresh=True)
+    assert await text_is(None)
+    registry = GenerationRegistry(daemon.redis, settings.index.name)
+    assert (await registry.state()).held == 0  # released: live turns are written again
+    await client.send(settings.topics.transcripts, event("t3", "written after the reindex"), key="hold/s1")
+    await eventually(lambda: text_is("after the reindex"), timeout=60, what="a turn written after the hold")
+
+
+async def test_a_hold_refuses_live_unversioned_writes_only_while_its_reindex_lives(env: Any) -> None:
+    """``hold_unversioned`` makes the daemons' unversioned writes wait (``WritesHeld``, an
+    outage: retried, nothing committed); versioned writes go on, and a hold whose reindex
+    stopped beating lapses with its build slot."""
+    settings, daemon, _ = env
+    registry = GenerationRegistry(daemon.redis, settings.index.name)
+    active = (await registry.state()).active
+    empty = np.zeros((0, daemon.embedder.dims), np.float32)
+    owner = "reindex-test-hold"
+    await registry.reserve(owner)
+    try:
+        with pytest.raises(ReindexConflict):
+            await registry.hold_unversioned("someone-else", active)
+        await registry.hold_unversioned(owner, active)
+        with pytest.raises(WritesHeld):
+            await daemon.index.apply("held/turn", None, [], empty)
+        assert (await daemon.index.apply("held/doc", 3, [], empty)).applied
+        # the reindex stopped beating: its hold lapses with its slot
+        await daemon.redis.hset(registry.key, "building_heartbeat", str(time.time() - 2 * registry.STALE_BUILD_S))
+        assert (await daemon.index.apply("held/turn", None, [], empty)).applied
+        await daemon.redis.hset(registry.key, "building_heartbeat", str(time.time()))
+        await registry.release_unversioned(owner)
+        assert (await registry.state()).held == 0
+        await registry.hold_unversioned(owner, active)
+    finally:
+        await registry.release(owner)
+    assert (await registry.state()).held == 0  # the slot's release ends its hold too
+    assert (await daemon.index.apply("held/turn2", None, [], empty)).applied
