@@ -22,6 +22,11 @@ from graph import scripts
 from memory.index import translate_errors
 
 
+def claim_value(owner: str, token: int) -> str:
+    """What a claim's key holds while the claim stands (``claim.lua`` writes it)."""
+    return f"{owner}|{token}"
+
+
 class Leases:
     """Claims, fencing tokens and singleton leases of one graph (keys under ``prefix``)."""
 
@@ -52,7 +57,7 @@ class Leases:
     async def release(self, cid: str, owner: str, token: int) -> None:
         """Give a claim back, if it is still this lease (an expired one may be another's now)."""
         async with translate_errors("claim"):
-            await self._release(keys=[self._k(f"claim:{cid}")], args=[f"{owner}|{token}"])
+            await self._release(keys=[self._k(f"claim:{cid}")], args=[claim_value(owner, token)])
 
     async def fence(self) -> int:
         """A new fencing token (for writes of community chunks outside a claim)."""

@@ -123,13 +123,16 @@ class StaleQueue:
         async with translate_errors("stale clear"):
             return bool(await self._clear(keys=[self._k("stale")], args=[self._prefix, cid, gen]))
 
-    async def record_failure(self, cid: str, retry_at: float) -> int:
-        """Count a failed summary and defer the community until ``retry_at``; returns attempts.
+    async def record_failure(self, cid: str, retry_at: float, lease: str) -> int:
+        """Count a failed summary and defer the community until ``retry_at``; returns attempts
+        (0 when nothing was recorded).
 
-        Only while the community is still queued: one removed or summarized meanwhile keeps
-        no failure count (it would never be cleared).
+        Only while the community is still queued (one removed or summarized meanwhile keeps
+        no failure count: it would never be cleared) and the worker's claim ``lease``
+        (``leases.claim_value``) still stands: a claim that expired mid-summary may be
+        another worker's now, whose mark this failure must not push back.
         """
         async with translate_errors("stale write"):
-            attempts = int(await self._fail(keys=[self._k("stale_q")], args=[self._prefix, cid, repr(retry_at)]))
+            attempts = int(await self._fail(keys=[self._k("stale_q")], args=[self._prefix, cid, repr(retry_at), lease]))
             await self._r.incr(self._k("summary_failures"))
         return attempts

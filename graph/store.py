@@ -26,7 +26,7 @@ from graph import scripts
 from graph.communities import Community
 from graph.contribution import Contribution, ContributionResult
 from graph.errors import LeaseLost
-from graph.leases import Leases
+from graph.leases import Leases, claim_value
 from graph.stale_queue import StaleItem, StaleQueue
 from memory import keys
 from memory.index import translate_errors
@@ -371,12 +371,13 @@ class GraphStore:
         """Clear the stale mark unless the community was marked again since ``gen``."""
         return await self._stale.clear_if_unchanged(cid, gen)
 
-    async def record_failure(self, cid: str, retry_at: float) -> int:
+    async def record_failure(self, cid: str, retry_at: float, owner: str, token: int) -> int:
         """Count a failed summary and defer the community until ``retry_at``; returns attempts.
 
-        Only while the community is still queued (see StaleQueue.record_failure).
+        Only while the community is still queued and the claim ``owner``/``token`` stands
+        (see StaleQueue.record_failure).
         """
-        return await self._stale.record_failure(cid, retry_at)
+        return await self._stale.record_failure(cid, retry_at, claim_value(owner, token))
 
     async def claim(self, cid: str, owner: str, ttl_s: float, *, now: float | None = None) -> int | None:
         """A short lease on summarizing one community that is due, so daemons never duplicate work.

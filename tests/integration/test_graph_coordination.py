@@ -106,7 +106,10 @@ async def test_a_claim_is_refused_once_the_community_is_not_due(two: Daemons) ->
     assert await two.store.claim(cid, "daemon-b", ttl_s=30) is None  # B's list is out of date
     # A failed community is not due before its backoff either.
     await two.store.apply("doc1", 2, contrib("doc1#0", "alpha-svc", "beta-svc", "gamma-svc", "delta-svc"))
-    await two.store.record_failure(cid, time.time() + 60)
+    token = await two.store.claim(cid, "daemon-a", ttl_s=30)
+    assert token is not None
+    assert await two.store.record_failure(cid, time.time() + 60, "daemon-a", token) == 1
+    await two.store.release(cid, "daemon-a", token)
     assert await two.store.claim(cid, "daemon-b", ttl_s=30) is None
 
 
@@ -308,7 +311,9 @@ async def test_the_stale_view_keeps_a_failing_community_oldest(two: Daemons) -> 
     await two.store.apply("doc1", 2, contrib("doc1#0", "alpha-svc", "beta-svc", "gamma-svc"), now=1000.0)
     await two.store.apply("doc2", 2, contrib("doc2#0", "x-svc", "y-svc", "z-svc"), now=2000.0)
     (first,) = [c.id for c in await two.store.communities() if "alpha-svc" in c.members]
-    await two.store.record_failure(first, time.time() + 3600)
+    token = await two.store.claim(first, "daemon-a", ttl_s=30)
+    assert token is not None
+    await two.store.record_failure(first, time.time() + 3600, "daemon-a", token)
     depth, items = await two.store.stale(limit=1)
     assert depth == 2 and items[0].community_id == first and items[0].first_marked_at == 1000.0
 
@@ -431,11 +436,28 @@ async def test_a_nodes_name_and_type_come_from_a_document_that_still_mentions_it
 async def test_a_failure_of_a_community_no_longer_queued_is_not_kept(two: Daemons) -> None:
     """A summary that fails after its community left the queue leaves no failure count behind."""
     cid = await one_community(two)
-    assert await two.store.record_failure(cid, time.time() + 60) == 1
+    token = await two.store.claim(cid, "daemon-a", ttl_s=30)
+    assert token is not None
+    assert await two.store.record_failure(cid, time.time() + 60, "daemon-a", token) == 1
     assert await two.store.failures(cid) == 1
     await two.store.clear_if_unchanged(cid, await two.store.mark_count(cid))
-    assert await two.store.record_failure(cid, time.time() + 60) == 0
+    assert await two.store.record_failure(cid, time.time() + 60, "daemon-a", token) == 0
     assert await two.store.failures(cid) == 0 and (await two.store.stale())[0] == 0
+
+
+async def test_a_failure_after_the_claim_expired_leaves_the_next_claims_mark_alone(two: Daemons) -> None:
+    """A worker whose claim expired mid-summary, and that another worker has claimed since,
+    fails: the community stays due for the new claim, with no failure counted against it."""
+    cid = await one_community(two)
+    late = await two.store.claim(cid, "daemon-a", ttl_s=0.05)
+    assert late is not None
+    await asyncio.sleep(0.2)  # the claim expires
+    now = await two.store.claim(cid, "daemon-b", ttl_s=30)
+    assert now is not None
+    assert await two.store.record_failure(cid, time.time() + 3600, "daemon-a", late) == 0
+    assert await two.store.failures(cid) == 0 and await two.store.due(time.time(), 10) == [cid]
+    assert await two.store.record_failure(cid, time.time() + 3600, "daemon-b", now) == 1
+    assert await two.store.due(time.time(), 10) == []
 
 
 async def test_a_dropped_summary_still_fences_off_earlier_leases(two: Daemons) -> None:
