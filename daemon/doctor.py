@@ -170,6 +170,8 @@ async def _check_generation(client: Any, settings: Settings, dims: int | None) -
         reindexing = state.build_alive(now)
         if state.building == state.active:  # switched; catching up, dropping, re-pointing
             building = f"; {state.building_owner} is finishing its switch to it"
+            if state.unversioned_held(now):
+                building += " (its last catch-up holds live writes of transcript turns)"
             if not reindexing:
                 building += f" (no heartbeat for {idle:.0f}s: it died; the next reindex takes the slot)"
         else:
