@@ -269,6 +269,14 @@ def start_tansu(bootstrap: str, *, log_dir: Path | None = None, timeout: float =
     return server
 
 
+def describe_data_dir(data_dir: Path) -> str:
+    """The data dir's absolute path, and whether it already holds an index (Redis's AOF)."""
+    path = data_dir.resolve()
+    if (path / "appendonlydir").is_dir():
+        return f"{path} (Redis's data from earlier runs)"
+    return f"{path} (new: the memory starts empty; AGENTMEM_DATA_DIR names another)"
+
+
 @contextlib.contextmanager
 def data_dir_lock(data_dir: Path) -> Iterator[None]:
     """Hold ``data_dir`` for this process alone while the block runs.

@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from daemon.app import run_until_stopped
 from daemon.cli._app import _fail, _run_with_signals, _settings, app
-from daemon.launcher import embedded_servers
+from daemon.launcher import describe_data_dir, embedded_servers
 from daemon.settings import Settings
 from memory.errors import MemdError
 
@@ -22,6 +22,8 @@ def _embedded(settings: Settings) -> Any:
             "AGENTMEM_REDIS_USERNAME (AGENTMEM_REDIS_PASSWORD still applies), or run `agentmemd run` against your Redis"
         )
     password = settings.redis_password.get_secret_value() or None
+    # Relative by default: started from another directory, the memory would look lost.
+    print(f"agentmemd data: {describe_data_dir(settings.data_dir)}", flush=True)
     return embedded_servers(settings.kafka_bootstrap, settings.redis_url, settings.data_dir, redis_password=password)
 
 

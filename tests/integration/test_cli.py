@@ -56,6 +56,9 @@ def test_up_publish_query_and_clean_stop(tmp_path: Path) -> None:
         assert ready.wait(120), f"no ready line; stdout={lines!r}"
         # A new user learns where the status page and the explorer are from the ready line.
         assert f"status page http://127.0.0.1:{http_port}/, explorer /explore" in lines[-1], lines
+        # ... and which data dir holds its memory: relative by default, so the directory it was
+        # started from decides (an operator started it elsewhere and found the memory empty).
+        assert f"agentmemd data: {tmp_path / 'data'} (new: the memory starts empty" in lines[0], lines
         children = psutil.Process(proc.pid).children(recursive=True)
         names = sorted(c.name() for c in children)
         assert any(n.startswith("redis-server") for n in names) and any(n.startswith("tansu") for n in names), names

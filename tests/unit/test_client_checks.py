@@ -68,7 +68,20 @@ def test_event_topics_take_records_as_large_as_an_ordinary_event() -> None:
     assert topics.configs(4 * 1024 * 1024) == {
         topics.documents: {"max.message.bytes": str(limit)},
         topics.transcripts: {"max.message.bytes": str(limit)},
+        topics.requests: {"retention.ms": "3600000", "segment.ms": "3600000"},
+        topics.replies: {"retention.ms": "3600000", "segment.ms": "3600000"},
     }
+
+
+def test_requests_and_replies_are_kept_only_for_their_retention() -> None:
+    """Every reply (up to 100 results) would stay in the broker forever: the requests and
+    replies topics are created with a retention of their own, an hour by default, and a
+    segment of the same length (Kafka deletes only closed segments)."""
+    topics = Topics(exchange_retention_ms=120_000)
+    configs = topics.configs(4096)
+    for t in (topics.requests, topics.replies):
+        assert configs[t] == {"retention.ms": "120000", "segment.ms": "120000"}
+    assert topics.dlq not in configs  # dead letters stay for the operators
 
 
 def test_an_event_escaped_past_the_record_limit_is_refused_with_its_size() -> None:
