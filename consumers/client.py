@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from consumers.config import Topics, event_record_bytes
 from consumers.encoding import (
+    TurnRef,
     delete_body,
     document_body,
     encode,
@@ -232,15 +233,17 @@ class MemoryClient:
         self,
         doc_ids: Sequence[str] = (),
         *,
-        turns: Sequence[tuple[str, str, int]] = (),
+        turns: Sequence[TurnRef] = (),
         metadata_filter: Mapping[str, str | Sequence[str]] | None = None,
         tenant: str | None = None,
         query_id: str | None = None,
     ) -> GetReply:
-        """Look memories up by id: each doc's (or turn's, as ``(agent_id, session_id, turn)``)
-        current version, content and metadata, or ``not_found``; in the order asked.
+        """Look memories up by id: each doc's (or turn's, as ``(agent_id, session_id, turn)``
+        or the wire's ``{"agent_id": …, "session_id": …, "turn": …}``) current version,
+        content and metadata, or ``not_found``; in the order asked.
 
         Raises:
+            InvalidRequest: a turn is neither of those shapes (nothing is sent).
             QueryFailed: the daemon replied with an error (no ids, more than 100, a bad filter).
             BackendUnavailable, NotFound, TimeoutError: as for ``query``.
         """

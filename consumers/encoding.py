@@ -131,18 +131,39 @@ def query_body(
     return payload
 
 
+TurnRef = tuple[str, str, int] | Mapping[str, Any]
+
+
+def _turn_body(ref: TurnRef) -> dict[str, Any]:
+    """A turn to look up, as the wire has it, from ``(agent_id, session_id, turn)`` or that mapping.
+
+    Raises:
+        InvalidRequest: ``ref`` is neither (a mapping's fields are the daemon's to check).
+    """
+    if isinstance(ref, Mapping):
+        return dict(ref)
+    if isinstance(ref, tuple | list) and len(ref) == 3:
+        a, s, t = ref
+        return {"agent_id": a, "session_id": s, "turn": t}
+    raise InvalidRequest(f"turns: {ref!r} is not (agent_id, session_id, turn) nor a mapping of those fields")
+
+
 def get_body(
     doc_ids: Sequence[str],
-    turns: Sequence[tuple[str, str, int]],
+    turns: Sequence[TurnRef],
     metadata_filter: Mapping[str, str | Sequence[str]] | None,
     query_id: str | None,
 ) -> dict[str, Any]:
-    """A get request's body; ``MemoryClient.get`` documents the arguments."""
+    """A get request's body; ``MemoryClient.get`` documents the arguments.
+
+    Raises:
+        InvalidRequest: a turn is neither a triple nor a mapping.
+    """
     payload: dict[str, Any] = {
         "query_id": query_id or f"g_{uuid.uuid4().hex[:12]}",
         "op": "get",
         "doc_ids": list(doc_ids),
-        "turns": [{"agent_id": a, "session_id": s, "turn": t} for a, s, t in turns],
+        "turns": [_turn_body(ref) for ref in turns],
     }
     if metadata_filter:
         payload["metadata_filter"] = _filter_body(metadata_filter)
