@@ -61,7 +61,13 @@ def _read_text(path: Path) -> str:
 @publish_app.command("doc")
 def publish_doc(
     paths: Annotated[list[Path], typer.Argument(help="Files to publish (UTF-8 text).", exists=True, dir_okay=False)],
-    doc_id: Annotated[str | None, typer.Option("--doc-id", help="Only with one path; default: the path as typed (another spelling of it, or another working directory, names another document).")] = None,
+    doc_id: Annotated[
+        str | None,
+        typer.Option(
+            "--doc-id",
+            help="Only with one path; default: the path as typed (another spelling of it names another document).",
+        ),
+    ] = None,
     meta: Annotated[list[str] | None, typer.Option("--meta", help="key=value metadata.")] = None,
     version: Annotated[int | None, typer.Option("--version", help="Default: wall-clock microseconds.")] = None,
     tenant: PublishTenantOpt = None,
