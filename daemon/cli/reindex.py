@@ -9,6 +9,7 @@ import typer
 from rich.progress import Progress
 
 from daemon.cli._app import _fail, _settings, _with_redis, app, err, out
+from daemon.logging import configure_logging
 from memory.errors import MemdError
 
 
@@ -68,6 +69,10 @@ def reindex(
     from daemon.reindex import reindex as run_reindex
 
     settings = _settings()
+    if "log_level" not in settings.model_fields_set:
+        # The progress bar and the summary say what a line per replayed doc would, thousands
+        # of times over; warnings and errors still show. AGENTMEM_LOG_LEVEL=info shows them all.
+        configure_logging("warning", settings.log_format)
     with Progress(console=err, transient=False) as bar:
         task = bar.add_task("starting", total=None)
 

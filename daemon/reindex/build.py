@@ -66,13 +66,13 @@ async def reindex(
     """
     from daemon.components import offline_environment
 
-    started = time.monotonic()
     offline_environment()
     if embedder is not None:
         embedder.check_lent_to(settings.embedding, "build's")
     owns_embedder = embedder is None
     if embedder is None:  # before the Redis client: a model that fails to load leaks nothing
         embedder = await SentenceTransformerEmbedder.load(settings.embedding)
+    started = time.monotonic()  # the rebuild's time, not the model's loading
     run = Reindex(
         settings,
         embedder=embedder,

@@ -151,10 +151,20 @@ class Replayer:
         self._p.invalid += len(dead)
         if not good:
             return
-        rep = await self._ingestor.apply([d.item for d in good])
-        self._p.applied += len(rep.applied)
-        self._p.skipped += len(rep.skipped)
-        self._p.failed += len(rep.failed)
+        items = [d.item for d in good]
+        rep = await self._ingestor.apply(items)
+        # Counted per event, so that the counts add up to the records replayed: a forget is
+        # one event (however many turns it deleted), and an event a later one of the same doc
+        # replaced within the batch was superseded.
+        failed = {id(item) for item, _ in rep.failed}
+        for item in items:
+            outcome = rep.outcomes.get(id(item))
+            if id(item) in failed:
+                self._p.failed += 1
+            elif outcome is not None and outcome.status == "indexed":
+                self._p.applied += 1
+            else:
+                self._p.skipped += 1
         for item, exc in rep.failed:
             self.failed[(item.tenant, item.doc_id)] = f"{exc.code}: {exc}"
             if self.switched:

@@ -533,6 +533,10 @@ async def test_a_forget_the_live_daemon_has_not_applied_stays_forgotten_in_the_n
     rep = await reindex(settings)
 
     assert rep.errors == [] and rep.progress.carried == 0, rep
+    # Each record replayed is counted once: the forget is one event, and the two turns it
+    # forgets, replayed in the same batch, were superseded by it.
+    p = rep.progress
+    assert p.done == 4 and (p.applied, p.skipped, p.invalid, p.failed) == (2, 2, 0, 0), p
     fresh = ChunkIndex(client=daemon.redis, cfg=settings.index, dims=daemon.embedder.dims)
     assert [bool(await fresh.chunk_ids(d)) for d in turns] == [False, False]
     assert await fresh.chunk_ids("transcript:fg-rx/s2/1")
