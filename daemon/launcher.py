@@ -21,6 +21,7 @@ from urllib.parse import urlparse
 
 import structlog
 
+from daemon.broker_memory import BrokerMemoryWatch
 from memory.errors import MemdError
 
 log = structlog.get_logger()
@@ -324,8 +325,11 @@ def embedded_servers(
         except BaseException:
             redis.stop()
             raise
+        watch = BrokerMemoryWatch(broker.proc.pid)
+        watch.start()
         try:
             yield broker, redis
         finally:
+            watch.stop()
             broker.stop()
             redis.stop()
