@@ -254,7 +254,7 @@ async def _check_unfinished_writes(client: Any, settings: Settings, dims: int) -
     async with translate_errors("doctor"):
         sec, usec = await client.time()
     now = sec + usec / 1e6
-    # Markers are stamped with Redis's clock too (memory.index.sliced._redis_now): no host's counts.
+    # Markers are stamped with Redis's clock too (memory.index.lifecycle.redis_now): no host's counts.
     stuck = {k: m for k, m in unfinished.items() if now - m.beat > STUCK_WRITE_S}
     if not stuck:
         return [Finding("large writes", True, f"{len(unfinished)} document(s) being written in slices")]

@@ -12,7 +12,8 @@ module: ``memory.index.errors``, ``graph.errors``, ``consumers.errors``)::
     ├── BackendUnavailable (retryable)          unavailable
     │   ├── EmbedderUnavailable ── WorkerCrashed
     │   ├── IndexMismatch
-    │   ├── WriteInProgress, WritesHeld (memory.index)
+    │   ├── WritesHeld
+    │   ├── WriteInProgress (memory.index)
     │   └── ComputeCrashed (graph)
     ├── Unauthorized                            unauthorized
     ├── EmbedderError                           embedding_failed
@@ -106,6 +107,14 @@ class QueryRefused(EmbedderError):
 
 class IndexMismatch(BackendUnavailable):
     """The active index generation was built with other settings than this process has."""
+
+
+class WritesHeld(BackendUnavailable):
+    """A reindex is replaying the last events of unversioned docs (transcript turns) into the
+    active generation, and holds their live writes meanwhile (``GenerationRegistry.
+    hold_unversioned``). Not retried where it is raised: the ingestor applies the whole batch
+    again once the hold ends, since what it read meanwhile (a forget's turns, a turn's
+    neighbours) may be the replay's passing state. Nothing is committed in between."""
 
 
 class ReindexConflict(MemdError):

@@ -9,6 +9,7 @@ context), ``group_write`` (a group's docs stored and handed to the ``change_hook
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
@@ -23,7 +24,7 @@ from memory.chunking import chunk_id, spans_for
 from memory.config import ChunkingConfig, IngestConfig
 from memory.conversation import vector_text
 from memory.embedder import Embedder
-from memory.errors import InputCrashesWorker, InvalidEvent, MemdError, WorkerCrashed
+from memory.errors import InputCrashesWorker, InvalidEvent, MemdError, WorkerCrashed, WritesHeld
 from memory.forgets import expand_forgets, fold_forgets
 from memory.group_write import write_group
 from memory.index import Analysis, ChunkIndex, analyze_records, vector_key
@@ -222,30 +223,54 @@ class Ingestor:
         the embedding thread never waits for Redis or the hook, and the first docs of a
         large batch become searchable after one group's embedding, not the whole batch's.
 
+        A batch holding an unversioned item (a turn, a forget) waits while a reindex holds
+        such writes (``WritesHeld``), and starts over once the hold ends: what it read before
+        (a forget's turns, a turn's neighbours) may be the reindex replay's passing state.
+
         Raises:
-            BackendUnavailable: only when stopping while Redis is down.
+            BackendUnavailable: only when stopping while Redis is down (or writes are held).
         """
         with self.activity.batch():
-            asked_forgets = [i for i in items if i.op == "forget"]
-            items, forgets = await expand_forgets(items, index=self._index, retrying=self._retrying, hook=self._hook)
-            report = await self._apply(items)
-            tried = {id(i) for i in coalesce(items)}
-            just_failed = report.failed
-            while just_failed:
-                # A doc whose forget failed falls back to nothing: its earlier upsert in the
-                # batch would write the very turn the forget was to remove.
-                failed = {(i.tenant, i.doc_id) for i, _ in just_failed if id(i) not in forgets}
-                rest = [i for i in items if (i.tenant, i.doc_id) in failed and id(i) not in tried]
-                if not rest:
-                    break
-                # Each round tries at least one more item, so this ends; a doc whose
-                # replacement was applied is not in the round's failures and stops there.
-                tried |= {id(i) for i in coalesce(rest)}
-                more = await self._apply(rest)
-                report.add(more)
-                just_failed = more.failed
-            fold_forgets(report, forgets, asked_forgets)
-            return report
+            delay = self._cfg.retry_initial_s
+            while True:
+                try:
+                    return await self._apply_batch(items)
+                except WritesHeld as exc:
+                    if self.stopping.is_set():
+                        raise
+                    log.info("ingest.writes_held", items=len(items), delay_s=delay, reason=str(exc))
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self.stopping.wait(), timeout=delay)
+                    delay = min(delay * 2, self._cfg.retry_max_s)
+
+    async def _apply_batch(self, items: Sequence[MemoryItem]) -> IngestReport:
+        """One try of :meth:`apply`.
+
+        Raises:
+            WritesHeld: a reindex holds unversioned writes, and the batch has some.
+        """
+        if any(i.version is None for i in items):
+            await self._retrying("hold check", self._index.refuse_held_writes)
+        asked_forgets = [i for i in items if i.op == "forget"]
+        items, forgets = await expand_forgets(items, index=self._index, retrying=self._retrying, hook=self._hook)
+        report = await self._apply(items)
+        tried = {id(i) for i in coalesce(items)}
+        just_failed = report.failed
+        while just_failed:
+            # A doc whose forget failed falls back to nothing: its earlier upsert in the
+            # batch would write the very turn the forget was to remove.
+            failed = {(i.tenant, i.doc_id) for i, _ in just_failed if id(i) not in forgets}
+            rest = [i for i in items if (i.tenant, i.doc_id) in failed and id(i) not in tried]
+            if not rest:
+                break
+            # Each round tries at least one more item, so this ends; a doc whose
+            # replacement was applied is not in the round's failures and stops there.
+            tried |= {id(i) for i in coalesce(rest)}
+            more = await self._apply(rest)
+            report.add(more)
+            just_failed = more.failed
+        fold_forgets(report, forgets, asked_forgets)
+        return report
 
     async def _apply(self, items: Sequence[MemoryItem]) -> IngestReport:
         report = IngestReport()

@@ -12,7 +12,7 @@ from typing import Protocol, TypeVar
 import structlog
 
 from memory.config import IngestConfig
-from memory.errors import BackendUnavailable, Unauthorized
+from memory.errors import BackendUnavailable, Unauthorized, WritesHeld
 
 log = structlog.get_logger()
 
@@ -48,12 +48,15 @@ async def retry_while_unavailable(
     Raises:
         BackendUnavailable: the backend is unavailable and ``stopping`` is set.
         Unauthorized: Redis refuses us and ``stopping`` is set.
+        WritesHeld: at once: the caller's whole batch waits and starts over (see ``Ingestor.apply``).
     """
     delay = cfg.retry_initial_s
     attempt = 0
     while True:
         try:
             return await fn()
+        except WritesHeld:
+            raise
         except (BackendUnavailable, Unauthorized) as exc:
             attempt += 1
             if stopping.is_set():

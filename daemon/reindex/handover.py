@@ -100,17 +100,33 @@ class Handover:
                 "forgotten or corrected while the reindex ran may show an earlier state; publish it again"
             )
             log.error("reindex.hold_failed", error=str(exc))
+            if isinstance(exc, BackendUnavailable):  # the hold may have taken, its reply lost
+                await self._release_hold()
             return
         log.info("reindex.unversioned_held", generation=self._gen)
         try:
             await self._replay_retried()
         finally:
+            await self._release_hold()
+
+    async def _release_hold(self) -> None:
+        """End the hold, retried: until then every live batch holding a turn waits (the build
+        slot's release at the very end would also end it, after the drop and the graph)."""
+        for attempt in range(CATCH_UP_TRIES):
             try:
                 async with translate_errors("release of unversioned writes"):
                     await self._registry.release_unversioned(self._owner)
                 log.info("reindex.unversioned_released", generation=self._gen)
-            except BackendUnavailable as exc:  # released with the build slot, or by its heartbeat's end
-                log.warning("reindex.hold_release_failed", error=str(exc))
+                return
+            except BackendUnavailable as exc:
+                log.warning("reindex.hold_release_retry", attempt=attempt + 1, error=str(exc))
+                if attempt < CATCH_UP_TRIES - 1:
+                    await asyncio.sleep(2.0**attempt)
+                else:
+                    self._errors.append(
+                        f"could not end the hold on live writes of transcript turns ({exc}): they wait until "
+                        "the reindex ends"
+                    )
 
     async def _replay_retried(self) -> bool:
         """One catch-up pass to end offsets read now, retried; whether it got there."""

@@ -10,7 +10,7 @@ from memory.index.chunk_index import ChunkIndex
 from memory.index.codec import Analysis, TurnEntry, analyze, analyze_records, turn_terms
 from memory.index.codec import _record_mapping as _record_mapping  # private: patch it in memory.index.codec
 from memory.index.copying import DocState
-from memory.index.errors import IndexError_, QuerySyntaxError, WriteInProgress, WritesHeld, translate_errors
+from memory.index.errors import IndexError_, QuerySyntaxError, WriteInProgress, translate_errors
 from memory.index.errors import _translated as _translated  # private: the translation table's tests use it
 from memory.index.hits import LegHit
 from memory.index.listings import BULK_QUERY_TIMEOUT_MS
@@ -32,7 +32,6 @@ __all__ = [
     "QuerySyntaxError",
     "TurnEntry",
     "WriteInProgress",
-    "WritesHeld",
     "analyze",
     "analyze_records",
     "next_key",

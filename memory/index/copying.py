@@ -11,8 +11,8 @@ from redis import exceptions as rexc
 from memory.index.codec import _reanalyzed, hash_timestamp
 from memory.index.directory import DocChange, queue_change
 from memory.index.errors import IndexError_, translate_errors
-from memory.index.lifecycle import _WATCH_RETRIES, _Lifecycle
-from memory.index.sliced import _redis_now, set_marker
+from memory.index.lifecycle import _WATCH_RETRIES, _Lifecycle, redis_now
+from memory.index.sliced import set_marker
 from memory.keys import check_tenant, doc_prefix, ver_prefix
 from memory.schema import as_str
 from memory.visibility import WriteMarker, live
@@ -62,7 +62,7 @@ class _Copying(_Lifecycle):
         keys = sorted(held)
         out: list[tuple[str, str]] = []
         async with translate_errors("coverage check"):
-            now = await _redis_now(self._r)
+            now = await redis_now(self._r)
             for start in range(0, len(keys), 500):
                 part = keys[start : start + 500]
                 async with self._r.pipeline(transaction=False) as pipe:
@@ -121,7 +121,7 @@ class _Copying(_Lifecycle):
                             marker is not None
                             and marker.writing is not None
                             and (src_ver is None or marker.writing >= int(src_ver))
-                            and live(marker, await _redis_now(self._r))
+                            and live(marker, await redis_now(self._r))
                         ):
                             # A live sliced write of that version or a later one is under way
                             # here: it replaces whatever the copy would bring (and copying

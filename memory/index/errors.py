@@ -6,8 +6,7 @@
     ├── IndexError_                 Redis rejected an index command
     │   └── QuerySyntaxError        RediSearch could not parse a query we built
     ├── BackendUnavailable          (memory.errors) an outage: retried, nothing committed
-    │   ├── WriteInProgress         another live process writes this version in slices
-    │   └── WritesHeld              a reindex's last catch-up holds unversioned writes
+    │   └── WriteInProgress         another live process writes this version in slices
     ├── Unauthorized                (memory.errors) credentials or ACL refused
     └── NotFound                    (memory.errors)
         └── _NoGeneration           the index has no active generation
@@ -34,12 +33,6 @@ class _NoGeneration(NotFound):
 class WriteInProgress(BackendUnavailable):
     """Another live process is writing this very version of the doc in slices: retried later
     (by then it has finished, and the stored version says so, or stopped, and is taken over)."""
-
-
-class WritesHeld(BackendUnavailable):
-    """A reindex is replaying the last events of unversioned docs (transcript turns) into the
-    active generation, and holds their live writes meanwhile: retried later, nothing committed
-    (``GenerationRegistry.hold_unversioned``)."""
 
 
 class IndexError_(MemdError):

@@ -18,17 +18,25 @@ from redisvl.schema import IndexSchema
 
 from memory import keys
 from memory.config import ChunkingConfig, IndexConfig
-from memory.errors import IndexMismatch, NotFound
+from memory.errors import IndexMismatch, NotFound, WritesHeld
 from memory.generations import GenerationRegistry, GenerationState, IndexSpec, index_spec
 from memory.index.batching import CommandBatcher
 from memory.index.codec import _RETURN_FIELDS
-from memory.index.errors import IndexError_, WritesHeld, _NoGeneration, translate_errors
+from memory.index.errors import IndexError_, _NoGeneration, translate_errors
 from memory.index.marker_list import MarkerList
 from memory.schema import compare_schema, index_schema, info_attributes, info_index_name
 
 log = structlog.get_logger()
 
 _WATCH_RETRIES = 16
+
+
+async def redis_now(conn: Any) -> float:
+    """Redis's clock (epoch seconds): write markers and the reindex's heartbeats are stamped
+    and judged by it, so that no two hosts' clocks have to agree. (Asked on its own
+    connection: a watched pipeline buffers TIME instead of sending it.)"""
+    sec, usec = await conn.time()
+    return float(sec) + float(usec) / 1e6
 
 
 class _Lifecycle:
@@ -334,9 +342,26 @@ class _Lifecycle:
             raise self._no_generation()
         if why := self._mismatch(state):
             raise IndexMismatch(why)
-        if unversioned and state.unversioned_held(time.time()):
+        if unversioned:
+            await self._refuse_if_held(state)
+        return state.active
+
+    async def _refuse_if_held(self, state: GenerationState) -> None:
+        """Raise ``WritesHeld`` if a live reindex holds unversioned writes to the active
+        generation (judged by Redis's clock, which the reindex's heartbeats are on)."""
+        if state.held and state.held == state.active and state.unversioned_held(await redis_now(self._r)):
             raise WritesHeld(
                 f"a reindex is replaying the last unversioned events (transcript turns) into generation "
                 f"{state.active} of {self._cfg.name!r}; their live writes wait for it"
             )
-        return state.active
+
+    async def refuse_held_writes(self) -> None:
+        """Raise ``WritesHeld`` now if unversioned writes are held (a fresh registry read), so
+        that a batch holding some waits before it reads or embeds anything.
+
+        Raises:
+            WritesHeld: a live reindex holds them.
+            BackendUnavailable: Redis is unreachable.
+        """
+        if self.pinned is None:
+            await self._refuse_if_held(await self.state(fresh=True))

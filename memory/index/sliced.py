@@ -19,7 +19,7 @@ from memory import keys
 from memory.errors import BackendUnavailable
 from memory.index.directory import DocChange, queue_change
 from memory.index.errors import IndexError_, WriteInProgress, translate_errors
-from memory.index.lifecycle import _WATCH_RETRIES, _Lifecycle
+from memory.index.lifecycle import _WATCH_RETRIES, _Lifecycle, redis_now
 from memory.metrics import SLICED_WRITES
 from memory.records import DEFAULT_TENANT, ApplyResult, ChunkRecord
 from memory.schema import as_str
@@ -53,14 +53,6 @@ def _unfinished(doc_id: str, why: str) -> BackendUnavailable:
     """A sliced write that could not go on. Retried (not dead-lettered, which would commit
     the event with the doc half-written and nobody left to finish it)."""
     return BackendUnavailable(f"write of {doc_id!r} in slices {why} after {_WATCH_RETRIES} tries; retried later")
-
-
-async def _redis_now(conn: Any) -> float:
-    """Redis's clock (epoch seconds): write markers are stamped and judged by it, so that no
-    two hosts' clocks have to agree. (Asked on its own connection: a watched pipeline
-    buffers TIME instead of sending it.)"""
-    sec, usec = await conn.time()
-    return float(sec) + float(usec) / 1e6
 
 
 class _SlicedWrites(_Lifecycle):
@@ -98,7 +90,7 @@ class _SlicedWrites(_Lifecycle):
         """
         if marker is None or not marker.in_progress or version is None:
             return "write"
-        now = await _redis_now(self._r)
+        now = await redis_now(self._r)
         decision = decide(version, marker, owner=self._owner, now=now)
         if decision == "wait":
             SLICED_WRITES.labels("waited").inc()
@@ -182,7 +174,7 @@ class _SlicedWrites(_Lifecycle):
                             shown = marker.shown
                         else:
                             shown = stored_version
-                        now = await _redis_now(self._r)
+                        now = await redis_now(self._r)
                         began = WriteMarker(shown, version, token=token, owner=self._owner, since=now, beat=now)
                         pipe.multi()  # type: ignore[no-untyped-call]
                         # No expiry: a writer that dies leaves the doc hidden until its
@@ -299,7 +291,7 @@ class _SlicedWrites(_Lifecycle):
                         if marker is None or marker.token != token:
                             raise _Superseded
                         found = {as_str(m) for m in await pipe.smembers(doc_key)} if members else set()
-                        beat = await _redis_now(self._r)
+                        beat = await redis_now(self._r)
                         pipe.multi()  # type: ignore[no-untyped-call]
                         set_marker(pipe, self._writing_key(), marker_key, dataclasses.replace(marker, beat=beat))
                         fill(pipe, found)

@@ -124,7 +124,7 @@ class _Turns(_Lifecycle):
             for _ in range(_WATCH_RETRIES):
                 async with self._r.pipeline(transaction=True) as pipe:
                     try:
-                        gen = await self._write_generation(pipe)
+                        gen = await self._write_generation(pipe, unversioned=True)
                         doc_key = self._doc_key(gen, tenant, doc_id)
                         keys = [self._chunk_key(gen, tenant, u[0].chunk_id) for u in updates]
                         await pipe.watch(doc_key, *keys)

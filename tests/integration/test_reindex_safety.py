@@ -27,9 +27,9 @@ from daemon.launcher import free_port, start_tansu
 from daemon.topics import ensure_topics
 from memory.config import ChunkingConfig
 from memory.embedder import SentenceTransformerEmbedder
-from memory.errors import BackendUnavailable, EmbedderError, NotFound, ReindexConflict, ReindexWouldLose
+from memory.errors import BackendUnavailable, EmbedderError, NotFound, ReindexConflict, ReindexWouldLose, WritesHeld
 from memory.generations import GenerationRegistry, index_spec
-from memory.index import ChunkIndex, WritesHeld
+from memory.index import ChunkIndex
 from memory.keys import chunk_prefix, key_root, physical_name, registry_key, ver_key
 from memory.records import COMMUNITY_PREFIX
 from tests.conftest import unique
