@@ -156,10 +156,11 @@ class ConsumerConfig(BaseModel):
         ge=1000,
         le=86_400_000,
         description=(
-            "Requests older than this (by their Kafka timestamp) are skipped unanswered: their asker "
-            "has given up. The request consumers start a new topic or partition at its beginning, so "
-            "the first requests on a tenant topic created while the daemon runs are answered, and "
-            "this cut-off, not the starting point, keeps a backlog of old requests unanswered."
+            "Requests older than this (their Kafka timestamp against the daemon's clock) are not "
+            "searched: they get an `expired` error reply (their asker has given up, or its clock is "
+            "behind the daemon's by this much). The request consumers start a new topic or partition "
+            "at its beginning, so the first requests on a tenant topic created while the daemon runs "
+            "are answered, and this cut-off, not the starting point, keeps a backlog from being searched."
         ),
     )
     ack_timeout_ms: int = Field(

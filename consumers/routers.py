@@ -22,6 +22,7 @@ from faststream.kafka import KafkaRouter
 from consumers.config import ConsumerConfig, Topics
 from consumers.decoding import tenant_from_topic
 from consumers.errors import UnknownReplyTopic
+from consumers.expiry import ExpiryLog, expired_error
 from consumers.ingestion import Ingestion
 from consumers.queries import answer, fit_get_reply, fit_list_reply, fit_reply, guess_query_id, scope_of
 from consumers.replies import (
@@ -218,6 +219,8 @@ def _subscribe_queries(
     """Add the queries subscriber to ``router``: each request answered on its reply topic."""
     input_topics = (topics.documents, topics.transcripts, topics.requests, topics.dlq)
 
+    expiries = ExpiryLog()
+
     @router.subscriber(  # type: ignore[untyped-decorator]
         *_source(cfg, topics.requests),
         group_id=f"{cfg.group_id}.requests",
@@ -242,11 +245,9 @@ def _subscribe_queries(
         assert isinstance(record, ConsumerRecord)
         t0 = time.monotonic()
         age_ms = time.time() * 1000 - (record.timestamp or 0)
-        if record.timestamp and age_ms > cfg.query_max_age_ms:
-            log.info(
-                "query.expired", topic=record.topic, partition=record.partition, offset=record.offset, age_ms=age_ms
-            )
-            return
+        expired = bool(record.timestamp) and age_ms > cfg.query_max_age_ms
+        if expired:
+            expiries.seen(record, age_ms)
         tenant = tenant_from_topic(record.topic, topics.requests, cfg.tenancy)
         default_target = default_reply_topic(topics.replies, cfg.tenancy, tenant)
         target = message.reply_to or default_target
@@ -271,7 +272,13 @@ def _subscribe_queries(
             )
             target, partition = default_target, None
         else:
-            reply = await answer(record.value, search, tenant)
+            # Answered with an error, not skipped: an asker whose clock is behind the daemon's
+            # by more than the cut-off would otherwise time out on every request, untold why.
+            reply = (
+                ErrorReply(query_id=guess_query_id(record.value), error=expired_error(age_ms, cfg.query_max_age_ms))
+                if expired
+                else await answer(record.value, search, tenant)
+            )
             if isinstance(reply, QueryReply):
                 reply = fit_reply(reply, cfg.reply_max_bytes)
             elif isinstance(reply, GetReply):
@@ -284,7 +291,7 @@ def _subscribe_queries(
         except Exception as exc:  # KafkaError, or aiokafka's own check of the partition
             log.error("query.reply_failed", topic=target, partition=partition, error=f"{type(exc).__name__}: {exc}")
         # After the reply: whatever the accounting does, the asker has its answer.
-        outcome = "error" if isinstance(reply, ErrorReply) else "ok"
+        outcome = "expired" if expired else "error" if isinstance(reply, ErrorReply) else "ok"
         QUERY_SECONDS.labels(scope_of(record.value), outcome).observe(elapsed)
         on_query_done(elapsed, outcome)
 
