@@ -7,6 +7,7 @@ import numpy as np
 import structlog
 
 from daemon.reindex.completeness import summary_docs
+from graph.recompute import COMMUNITY_TOMBSTONE_S
 from memory.conversation import vector_text
 from memory.embedder import SentenceTransformerEmbedder
 from memory.errors import EmbedderError, WorkerCrashed
@@ -43,7 +44,15 @@ async def sync_communities(
         await target.apply(rec.doc_id, held[(rec.tenant, rec.doc_id)].version, [rec], vec[None, :], rec.tenant)
     tombstones = [k for k in todo if not held[k].has_chunks and held[k].version is not None]
     for tenant, doc_id in tombstones:
-        await target.apply(doc_id, held[(tenant, doc_id)].version, [], np.zeros((0, 1), np.float32), tenant)
+        # Expiring as the recompute's own do: a permanent copy would outlive what fences it.
+        await target.apply(
+            doc_id,
+            held[(tenant, doc_id)].version,
+            [],
+            np.zeros((0, 1), np.float32),
+            tenant,
+            version_ttl_s=COMMUNITY_TOMBSTONE_S,
+        )
     return len(records) + len(tombstones)
 
 

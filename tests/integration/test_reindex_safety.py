@@ -25,6 +25,7 @@ import daemon.reindex.replay as replay_mod
 import daemon.reindex.slot as slot_mod
 from daemon.launcher import free_port, start_tansu
 from daemon.topics import ensure_topics
+from graph.recompute import COMMUNITY_TOMBSTONE_S
 from memory.config import ChunkingConfig
 from memory.embedder import SentenceTransformerEmbedder
 from memory.errors import BackendUnavailable, EmbedderError, NotFound, ReindexConflict, ReindexWouldLose, WritesHeld
@@ -418,6 +419,9 @@ async def test_a_summary_removed_in_the_check_window_stays_removed(env: Any, mon
     await daemon.index.state(fresh=True)
     assert rep.old_dropped and any("catch-up after the switch failed" in e for e in rep.errors), rep
     assert await daemon.index.chunk_ids(cid) == set()
+    # the copied tombstone expires as the recompute's own do (a copy used to be kept forever)
+    ttl = await daemon.redis.ttl(ver_key(settings.index.name, rep.new_generation, "default", cid))
+    assert 0 < ttl <= COMMUNITY_TOMBSTONE_S, ttl
 
 
 async def test_a_build_that_died_after_its_switch_is_never_dropped(env: Any) -> None:
