@@ -29,6 +29,9 @@ log = structlog.get_logger()
 
 #: Turns probed per ``get`` when looking for a session's next free turn (the contract's cap).
 PROBE_BATCH = 100
+#: Sessions whose next turn and write lock a server process remembers: beyond this many, the
+#: least recently used idle ones are forgotten (their next turn is then looked up again).
+MAX_SESSIONS = 10_000
 
 
 class MCPConfig(BaseModel):
@@ -241,7 +244,7 @@ class MemoryTools:
         except ValidationError as exc:
             raise ToolFailure("invalid_request", validation_reason(exc)) from exc
         key = (agent_id, session_id)
-        lock = self._session_locks.setdefault(key, asyncio.Lock())
+        lock = self._session_lock(key)
         sent = False  # the next free turn is looked up first: a timeout there wrote nothing
 
         async def say(c: MemoryClient) -> dict[str, Any]:
@@ -273,6 +276,21 @@ class MemoryTools:
                 raise ToolFailure("conflict", "other writers kept taking this session's next turn; try again")
 
         return await self._call("remember", say, write=lambda: sent)
+
+    def _session_lock(self, key: tuple[str, str]) -> asyncio.Lock:
+        """The session's write lock, now its most recently used; the least recently used idle
+        sessions beyond ``MAX_SESSIONS`` are forgotten (a long-lived server sees sessions without end)."""
+        lock = self._session_locks.pop(key, None) or asyncio.Lock()
+        self._session_locks[key] = lock
+        excess = len(self._session_locks) - MAX_SESSIONS
+        for old in list(self._session_locks):
+            if excess <= 0:
+                break
+            if old != key and not self._session_locks[old].locked():
+                del self._session_locks[old]
+                self._next_turn.pop(old, None)
+                excess -= 1
+        return lock
 
     async def _free_turn(self, c: MemoryClient, agent_id: str, session_id: str, at_least: int = 0) -> int:
         """The first turn after the session's last stored one, from this process's high-water mark."""
@@ -316,6 +334,9 @@ class MemoryTools:
             )  # fmt: skip
             for key in [k for k in self._next_turn if k[0] == agent_id and session_id in (None, k[1])]:
                 del self._next_turn[key]  # the session starts over: probe again
+            for key in [k for k in self._session_locks if k[0] == agent_id and session_id in (None, k[1])]:
+                if not self._session_locks[key].locked():
+                    del self._session_locks[key]
             return ack_view(r.ack, r.doc_id)
 
         return await self._call("forget", drop, write=True)

@@ -8,7 +8,8 @@ import pytest
 
 from consumers.events import WriteAck
 from consumers.requests import GetItem
-from daemon.mcp_tools import ToolFailure, ack_view, next_free_turn, parse_time
+from daemon import mcp_tools
+from daemon.mcp_tools import MCPConfig, MemoryTools, ToolFailure, ack_view, next_free_turn, parse_time
 
 
 def _items(*found: bool) -> list[GetItem]:
@@ -33,3 +34,22 @@ def test_times_are_iso_8601_or_an_invalid_request() -> None:
 def test_an_ack_shows_only_what_it_has() -> None:
     ack = WriteAck(event_id="e", status="indexed", doc_id="d", version=3, chunks=1)
     assert ack_view(ack, "d") == {"status": "indexed", "doc_id": "d", "version": 3, "chunks": 1}
+
+
+async def test_a_long_lived_server_forgets_its_least_recently_used_idle_sessions(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every session used to keep a lock and a next turn for the server's life."""
+    monkeypatch.setattr(mcp_tools, "MAX_SESSIONS", 3)
+    tools = MemoryTools(lambda: None, MCPConfig())  # type: ignore[arg-type,return-value]
+    busy = tools._session_lock(("a", "busy"))
+    await busy.acquire()  # a write in progress is never forgotten
+    for n in range(5):
+        tools._session_lock(("a", f"s{n}"))
+        tools._next_turn[("a", f"s{n}")] = n
+    assert list(tools._session_locks) == [("a", "busy"), ("a", "s3"), ("a", "s4")]
+    assert set(tools._next_turn) == {("a", "s3"), ("a", "s4")}
+    assert tools._session_lock(("a", "s3")) is tools._session_locks[("a", "s3")]  # used again: kept
+    busy.release()
+    tools._session_lock(("a", "s5"))
+    assert list(tools._session_locks) == [("a", "s4"), ("a", "s3"), ("a", "s5")]
