@@ -27,18 +27,30 @@ def _digest(text: str) -> str:
     return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
 
+#: Chunk text digest -> its entities, least recently used first.
+ExtractionCache = OrderedDict[str, list[Entity]]
+
+
 class Extractor:
     """Turns documents' chunk texts into their contributions to the graph."""
 
-    def __init__(self, *, ner: SpacyNer | None, cfg: GraphConfig, mock_llm_response: str | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        ner: SpacyNer | None,
+        cfg: GraphConfig,
+        mock_llm_response: str | None = None,
+        cache: ExtractionCache | None = None,
+    ) -> None:
         self._ner = ner
         self._cfg = cfg
         # Tests pass litellm's own mock_response through here; never set in production.
         self._mock = mock_llm_response
         self.llm_tokens = 0
-        # Chunk text digest -> its entities: an edit's unchanged chunks are not extracted again
-        # (no NER, no LLM call). Bounded, least recently used first out; empty after a restart.
-        self._extracted: OrderedDict[str, list[Entity]] = OrderedDict()
+        # An edit's unchanged chunks are not extracted again (no NER, no LLM call). Bounded by
+        # extraction_cache_chunks, empty after a restart, and one per process (every tenant's
+        # extractor is given the same: what a text holds does not depend on whose it is).
+        self._extracted: ExtractionCache = OrderedDict() if cache is None else cache
         self.chunks_extracted = 0
 
     async def _llm_entities(self, texts: Sequence[str]) -> list[list[tuple[str, str]] | None]:

@@ -17,7 +17,7 @@ import structlog
 from graph.compute import Offload, in_thread
 from graph.config import GraphConfig
 from graph.contribution import Contribution, ContributionResult
-from graph.extractor import Extractor
+from graph.extractor import ExtractionCache, Extractor
 from graph.ner import SpacyNer
 from graph.recompute import Recomputer, RecomputeReport
 from graph.store import GraphStore
@@ -45,11 +45,12 @@ class GraphService:
         activity: IngestActivity | None = None,
         mock_llm_response: str | None = None,
         offload: Offload = in_thread,
+        extraction_cache: ExtractionCache | None = None,
     ) -> None:
         self._store = store
         # One owner for this service's summary claims and recompute leases.
         owner = uuid.uuid4().hex
-        self._extractor = Extractor(ner=ner, cfg=cfg, mock_llm_response=mock_llm_response)
+        self._extractor = Extractor(ner=ner, cfg=cfg, mock_llm_response=mock_llm_response, cache=extraction_cache)
         self._recomputer = Recomputer(store=store, index=index, cfg=cfg, owner=owner, offload=offload)
         self._summarizer = Summarizer(
             store=store,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 
 import redis.asyncio as aredis
@@ -12,6 +13,7 @@ import structlog
 from graph.compute import Offload, in_thread
 from graph.config import GraphConfig
 from graph.contribution import Contribution, ContributionResult
+from graph.extractor import ExtractionCache
 from graph.ner import SpacyNer
 from graph.service import GraphService
 from graph.store import GraphStore
@@ -55,6 +57,7 @@ class TenantGraphs:
         self._cfg = cfg
         self._mock = mock_llm_response
         self._services: dict[str, GraphService] = {}
+        self._extraction_cache: ExtractionCache = OrderedDict()  # shared: its bound is the process's
         self._known: set[str] = set()
         self.stop = asyncio.Event()
 
@@ -71,6 +74,7 @@ class TenantGraphs:
                 activity=self._activity,
                 mock_llm_response=self._mock,
                 offload=self._offload,
+                extraction_cache=self._extraction_cache,
             )
             svc.stop = self.stop
             self._services[tenant] = svc

@@ -483,3 +483,16 @@ async def test_a_renamed_entity_takes_the_new_name(two: Daemons) -> None:
     await two.store.apply("b", 1, b)
     await two.store.apply("a", 2, a2)
     assert await two.store.nodes(["billing-service"]) == {"billing-service": ("Billing Service", "service")}
+
+
+async def test_every_tenants_extraction_shares_one_bounded_cache(redis_url: str, embedder: Any) -> None:
+    """A text one tenant's graph extracted is not extracted again for another's, and the cache's
+    bound is the process's: it was one cache of up to 20,000 chunks per tenant (~90 MB each)."""
+    d, reg = await looping_graphs(redis_url, embedder, unique("shared-cache"))
+    text = "ERR_LEDGER_LOCK_9C1 stalls the ledger-service until the lock manager restarts."
+    a, b = reg.service("acme"), reg.service("globex")
+    first = await a.extract_chunks([[("doc#0", text)]])
+    again = await b.extract_chunks([[("other#0", text)]])
+    assert (a.chunks_extracted, b.chunks_extracted) == (1, 0)
+    assert set(first[0].entities) == set(again[0].entities) and first[0].entities
+    await d.client.aclose()
