@@ -33,28 +33,18 @@ class Topics(BaseModel):
     requests: str = Field("memory.requests", description="Memory query requests.")
     replies: str = Field("memory.replies", description="Default reply topic when a request has no reply_to header.")
     dlq: str = Field("memory.dlq", description="Rejected events, with the reason and original bytes.")
-    exchange_retention_ms: int = Field(
-        3_600_000,
-        ge=60_000,
-        description=(
-            "How long Kafka keeps the requests and replies topics' records (retention.ms and segment.ms, set "
-            "when the daemon creates them): an answer is read within seconds, and kept forever it would fill "
-            "the broker's disk with every reply. The embedded broker (tansu) keeps every record in memory "
-            "regardless."
-        ),
-    )
 
     def all(self) -> list[str]:
         """Every topic, for creation and checks."""
         return [self.documents, self.transcripts, self.requests, self.replies, self.dlq]
 
-    def configs(self, max_content_bytes: int) -> dict[str, dict[str, str]]:
+    def configs(self, max_content_bytes: int, exchange_retention_ms: int) -> dict[str, dict[str, str]]:
         """Topic configs to create the topics with: the event topics take records as large as
         an event the daemon accepts (Apache Kafka refuses records over 1 MiB by default); the
         requests and replies keep theirs for ``exchange_retention_ms``."""
         limit = {"max.message.bytes": str(event_record_bytes(max_content_bytes))}
         # segment.ms too: Kafka deletes only closed segments, and one closes after 7 days by default.
-        brief = {"retention.ms": str(self.exchange_retention_ms), "segment.ms": str(self.exchange_retention_ms)}
+        brief = {"retention.ms": str(exchange_retention_ms), "segment.ms": str(exchange_retention_ms)}
         return {self.documents: dict(limit), self.transcripts: dict(limit), self.requests: brief, self.replies: brief}
 
 

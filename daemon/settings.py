@@ -51,6 +51,16 @@ class Settings(BaseSettings):
     data_dir: Path = Field(Path(".agentmem"), description="Where `agentmemd servers`/`up` keep Redis's AOF and logs.")
     topic_partitions: int = Field(4, ge=1, le=1024, description="Partitions of topics the daemon creates.")
     topic_replication: int = Field(1, ge=1, le=16, description="Replication factor of topics the daemon creates.")
+    topic_exchange_retention_ms: int = Field(
+        3_600_000,
+        ge=60_000,
+        description=(
+            "How long Kafka keeps the requests and replies topics' records (retention.ms and segment.ms, set "
+            "when the daemon creates them): an answer is read within seconds, and kept forever it would fill "
+            "the broker's disk with every reply. The embedded broker (tansu) keeps every record in memory "
+            "regardless."
+        ),
+    )
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Log level.")
     log_format: Literal["auto", "json", "console"] = Field(
         "auto", description="auto: console on a TTY, JSON otherwise."

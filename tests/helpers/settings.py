@@ -47,5 +47,5 @@ def settings_env(settings: Settings) -> dict[str, str]:
     if settings.consumer.heartbeat_interval_ms is not None:
         env["AGENTMEM_CONSUMER__HEARTBEAT_INTERVAL_MS"] = str(settings.consumer.heartbeat_interval_ms)
     for field, value in settings.topics.model_dump().items():
-        env[f"AGENTMEM_TOPICS__{field.upper()}"] = str(value)
+        env[f"AGENTMEM_TOPICS__{field.upper()}"] = value
     return env

@@ -17,6 +17,7 @@ import urllib.request
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from structlog.testing import capture_logs
@@ -525,10 +526,24 @@ async def test_lag_and_dead_letters_are_measured_on_every_topic(kafka_bootstrap:
     assert report.dlq == 2 and report.past_end == {}
 
 
-async def test_doctor_flags_a_group_committed_past_the_end_of_its_log(kafka_bootstrap: str, redis_url: str) -> None:
+@pytest.mark.parametrize("offset_fetch", ["admin", "refused"])
+async def test_doctor_flags_a_group_committed_past_the_end_of_its_log(
+    kafka_bootstrap: str, redis_url: str, offset_fetch: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Found by an operator: after the broker lost its log, a group's committed offsets stood
-    past the end of the new one, and doctor said "lag 0" (lag is clamped at 0)."""
+    past the end of the new one, and doctor said "lag 0" (lag is clamped at 0). Committed
+    offsets are read with the admin API's OffsetFetch, one request per group, or, on a broker
+    that refuses it, partition by partition with a consumer."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
+    from aiokafka.admin import AIOKafkaAdminClient
+    from aiokafka.errors import UnsupportedVersionError
+
+    if offset_fetch == "refused":
+
+        async def refused(self: Any, *_a: Any, **_k: Any) -> Any:
+            raise UnsupportedVersionError("injected: this broker has no OffsetFetch for admins")
+
+        monkeypatch.setattr(AIOKafkaAdminClient, "list_consumer_group_offsets", refused)
 
     from daemon.doctor import diagnose
     from daemon.status import measure_lag

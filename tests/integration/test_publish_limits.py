@@ -44,7 +44,7 @@ async def _topics(bootstrap: str, max_content_bytes: int) -> Topics:
         [topics.documents, topics.transcripts],
         partitions=1,
         replication=1,
-        configs=topics.configs(max_content_bytes),
+        configs=topics.configs(max_content_bytes, 3_600_000),
     )
     assert set(created) == {topics.documents, topics.transcripts}
     return topics

@@ -65,7 +65,7 @@ def test_event_topics_take_records_as_large_as_an_ordinary_event() -> None:
     metadata = {f"k{i}": "é" * 4096 for i in range(64)}
     _, value = MemoryClient(bootstrap="127.0.0.1:1").document_event("big.md", text, metadata=metadata)
     assert len(value) <= limit
-    assert topics.configs(4 * 1024 * 1024) == {
+    assert topics.configs(4 * 1024 * 1024, 3_600_000) == {
         topics.documents: {"max.message.bytes": str(limit)},
         topics.transcripts: {"max.message.bytes": str(limit)},
         topics.requests: {"retention.ms": "3600000", "segment.ms": "3600000"},
@@ -77,8 +77,8 @@ def test_requests_and_replies_are_kept_only_for_their_retention() -> None:
     """Every reply (up to 100 results) would stay in the broker forever: the requests and
     replies topics are created with a retention of their own, an hour by default, and a
     segment of the same length (Kafka deletes only closed segments)."""
-    topics = Topics(exchange_retention_ms=120_000)
-    configs = topics.configs(4096)
+    topics = Topics()
+    configs = topics.configs(4096, 120_000)
     for t in (topics.requests, topics.replies):
         assert configs[t] == {"retention.ms": "120000", "segment.ms": "120000"}
     assert topics.dlq not in configs  # dead letters stay for the operators
