@@ -3,6 +3,7 @@
 MemdError
 ├── QueryFailed        the daemon answered a request with an error reply (its code)
 ├── WriteRejected      the daemon dead-lettered a write the caller waited for (its ack)
+├── RequestExpired     a request older than consumer.query_max_age_ms, not searched      expired
 └── InvalidRequest
     └── UnknownReplyTopic  reply_to names no topic a reply may go to     invalid_request
 """
@@ -35,3 +36,9 @@ class WriteRejected(MemdError):
 class UnknownReplyTopic(InvalidRequest):
     """reply_to names no topic that exists, no valid topic name, or a topic replies may not go
     to: the error reply goes to the default reply topic."""
+
+
+class RequestExpired(MemdError):
+    """A request older than ``consumer.query_max_age_ms`` by the daemon's clock: not searched."""
+
+    code = "expired"

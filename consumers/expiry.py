@@ -14,7 +14,7 @@ from typing import Any
 
 import structlog
 
-from consumers.requests import ErrorBody
+from consumers.errors import RequestExpired
 
 log = structlog.get_logger()
 
@@ -22,15 +22,12 @@ log = structlog.get_logger()
 WARN_EVERY_S = 60.0
 
 
-def expired_error(age_ms: float, max_age_ms: int) -> ErrorBody:
+def expired_error(age_ms: float, max_age_ms: int) -> RequestExpired:
     """The error an expired request is answered with."""
-    return ErrorBody(
-        code="expired",
-        message=(
-            f"not answered: the request is {age_ms / 1000:,.0f} s old by the daemon's clock, over "
-            f"consumer.query_max_age_ms ({max_age_ms / 1000:,.0f} s). Either it waited that long (its asker "
-            "has given up), or the asker's clock is behind the daemon's by that much: check the hosts' time sync"
-        ),
+    return RequestExpired(
+        f"not answered: the request is {age_ms / 1000:,.0f} s old by the daemon's clock, over "
+        f"consumer.query_max_age_ms ({max_age_ms / 1000:,.0f} s). Either it waited that long (its asker "
+        "has given up), or the asker's clock is behind the daemon's by that much: check the hosts' time sync"
     )
 
 
@@ -44,6 +41,7 @@ class ExpiryLog:
         self._since = 0
 
     def seen(self, record: Any, age_ms: float) -> None:
+        """Count an expired request; warn if the last warning is ``every_s`` old."""
         self._since += 1
         now = time.monotonic()
         if now - self._last < self._every_s:

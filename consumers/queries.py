@@ -247,7 +247,16 @@ def fit_reply(reply: QueryReply, max_bytes: int) -> QueryReply:
 
 
 #: The error codes a reply may carry (docs/contract.md); askers switch on them.
-REPLY_CODES = frozenset({"invalid_request", "unavailable", "unauthorized", "internal"})
+REPLY_CODES = frozenset({"invalid_request", "unavailable", "unauthorized", "expired", "internal"})
+
+
+def error_reply(exc: MemdError, query_id: str | None) -> ErrorReply:
+    """The reply to a request that failed with ``exc`` (logged: an internal code is a bug of
+    ours, an operator's business; the rest is the asker's)."""
+    code = reply_code(exc)
+    emit = log.error if code == "internal" else log.info
+    emit("query.request_failed", query_id=query_id, code=code, cause=exc.code, error=str(exc))
+    return ErrorReply(query_id=query_id, error=ErrorBody(code=code, message=str(exc)))
 
 
 def reply_code(exc: MemdError) -> str:
@@ -291,12 +300,7 @@ async def answer(
         outcome, stale = await search.search(to_spec(req, tenant), req.scope)
         return to_reply(req, outcome, stale)
     except MemdError as exc:
-        qid = query_id or guess_query_id(raw)
-        code = reply_code(exc)
-        # An internal code is a bug of ours (an operator's business); the rest is the asker's.
-        emit = log.error if code == "internal" else log.info
-        emit("query.request_failed", query_id=qid, code=code, cause=exc.code, error=str(exc))
-        return ErrorReply(query_id=qid, error=ErrorBody(code=code, message=str(exc)))
+        return error_reply(exc, query_id or guess_query_id(raw))
     except Exception as exc:  # a bug must still answer the asker, and be logged loudly
         qid = query_id or guess_query_id(raw)
         log.exception("query.request_crashed", query_id=qid)

@@ -274,11 +274,12 @@ def _subscribe_queries(
         else:
             # Answered with an error, not skipped: an asker whose clock is behind the daemon's
             # by more than the cut-off would otherwise time out on every request, untold why.
-            reply = (
-                ErrorReply(query_id=guess_query_id(record.value), error=expired_error(age_ms, cfg.query_max_age_ms))
-                if expired
-                else await answer(record.value, search, tenant)
-            )
+            if expired:
+                too_old = expired_error(age_ms, cfg.query_max_age_ms)
+                error = ErrorBody(code=too_old.code, message=str(too_old))
+                reply = ErrorReply(query_id=guess_query_id(record.value), error=error)
+            else:
+                reply = await answer(record.value, search, tenant)
             if isinstance(reply, QueryReply):
                 reply = fit_reply(reply, cfg.reply_max_bytes)
             elif isinstance(reply, GetReply):
@@ -291,7 +292,7 @@ def _subscribe_queries(
         except Exception as exc:  # KafkaError, or aiokafka's own check of the partition
             log.error("query.reply_failed", topic=target, partition=partition, error=f"{type(exc).__name__}: {exc}")
         # After the reply: whatever the accounting does, the asker has its answer.
-        outcome = "expired" if expired else "error" if isinstance(reply, ErrorReply) else "ok"
+        outcome = "ok" if not isinstance(reply, ErrorReply) else "expired" if reply.error.code == "expired" else "error"
         QUERY_SECONDS.labels(scope_of(record.value), outcome).observe(elapsed)
         on_query_done(elapsed, outcome)
 

@@ -33,7 +33,7 @@ def crossed(rss: int, warned: int, warn_from: int = WARN_FROM_BYTES) -> int | No
 
 class BrokerMemoryWatch:
     """A thread that reads the broker's resident memory every ``every_s`` seconds and logs
-    ``launcher.broker_memory`` as it crosses ``warn_from`` and each doubling of it."""
+    ``launcher.broker_memory_grew`` as it crosses ``warn_from`` and each doubling of it."""
 
     def __init__(self, pid: int, *, warn_from: int = WARN_FROM_BYTES, every_s: float = CHECK_EVERY_S) -> None:
         self._pid = pid
@@ -44,6 +44,10 @@ class BrokerMemoryWatch:
 
     def start(self) -> None:
         self._thread.start()
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
 
     def stop(self) -> None:
         self._stop.set()
@@ -60,7 +64,7 @@ class BrokerMemoryWatch:
                     continue
                 warned = level
                 log.warning(
-                    "launcher.broker_memory",
+                    "launcher.broker_memory_grew",
                     rss_mib=rss // (1024 * 1024),
                     why="the embedded broker keeps every event and reply in memory, with no retention",
                     fix="restart `agentmemd up` to release it (it forgets unconsumed events and the dead letters), "

@@ -133,6 +133,9 @@ class MemoryTools:
         # Per session: the next turn this process will use, and a lock serialising its writes.
         self._next_turn: dict[tuple[str, str], int] = {}
         self._session_locks: dict[tuple[str, str], asyncio.Lock] = {}
+        # Calls holding or waiting for each session's lock: a lock is never forgotten under them
+        # (``locked()`` reads False while a released lock hands over to its next waiter).
+        self._session_users: dict[tuple[str, str], int] = {}
 
     async def close(self) -> None:
         """Stop the client, if one was started."""
@@ -248,6 +251,16 @@ class MemoryTools:
         sent = False  # the next free turn is looked up first: a timeout there wrote nothing
 
         async def say(c: MemoryClient) -> dict[str, Any]:
+            self._session_users[key] = self._session_users.get(key, 0) + 1
+            try:
+                return await said(c)
+            finally:
+                if (left := self._session_users[key] - 1) > 0:
+                    self._session_users[key] = left
+                else:
+                    del self._session_users[key]
+
+        async def said(c: MemoryClient) -> dict[str, Any]:
             nonlocal sent
             async with lock:
                 if turn is not None:
@@ -286,7 +299,7 @@ class MemoryTools:
         for old in list(self._session_locks):
             if excess <= 0:
                 break
-            if old != key and not self._session_locks[old].locked():
+            if old != key and not self._session_users.get(old):
                 del self._session_locks[old]
                 self._next_turn.pop(old, None)
                 excess -= 1
@@ -334,9 +347,6 @@ class MemoryTools:
             )  # fmt: skip
             for key in [k for k in self._next_turn if k[0] == agent_id and session_id in (None, k[1])]:
                 del self._next_turn[key]  # the session starts over: probe again
-            for key in [k for k in self._session_locks if k[0] == agent_id and session_id in (None, k[1])]:
-                if not self._session_locks[key].locked():
-                    del self._session_locks[key]
             return ack_view(r.ack, r.doc_id)
 
         return await self._call("forget", drop, write=True)

@@ -97,6 +97,10 @@ def past_end_text(past_end: dict[str, list[str]]) -> str:
     return "; ".join(f"{g}: {', '.join(parts)}" for g, parts in sorted(past_end.items()))
 
 
+#: Groups whose committed offsets were read partition by partition once (logged once).
+_FELL_BACK: set[str] = set()
+
+
 async def _committed(
     settings: Settings, group: str, tps: list[TopicPartition], opts: dict[str, Any]
 ) -> dict[TopicPartition, int]:
@@ -107,11 +111,18 @@ async def _committed(
         # One request for the whole group: one per partition took seconds with a few
         # thousand partitions (hundreds of tenant topics), past the sampler's bound.
         found = await admin.list_consumer_group_offsets(group, partitions=tps)
-        return {tp: max(found[tp].offset if tp in found else 0, 0) for tp in tps}
+        # A group-level error (its coordinator loading or moved) comes back as no partitions
+        # at all, unraised: read as "nothing committed" it would show the whole log as lag.
+        if all(tp in found for tp in tps):
+            return {tp: max(found[tp].offset, 0) for tp in tps}
+        why = f"{len(tps) - sum(tp in found for tp in tps)} partition(s) missing from the answer"
     except KafkaError as exc:
-        log.info("status.offset_fetch_fallback", group=group, error=f"{type(exc).__name__}: {exc}")
+        why = f"{type(exc).__name__}: {exc}"
     finally:
         await bounded("stop the lag admin", admin.close())
+    if group not in _FELL_BACK:  # once per group: a broker that refuses it refuses every sample
+        _FELL_BACK.add(group)
+        log.info("status.offset_fetch_fell_back", group=group, error=why)
     reader = AIOKafkaConsumer(
         bootstrap_servers=settings.kafka_bootstrap,
         group_id=group,

@@ -97,8 +97,9 @@ async def ensure_topics(
                             "daemon.topic_config_refused",
                             topics=refused,
                             configs={t: wanted[t] for t in refused},
-                            fix="raise the topics' max.message.bytes as far as the broker allows; "
-                            "larger events are refused by the broker (the client says so)",
+                            fix="the topics were created with the broker's defaults instead: raise their "
+                            "max.message.bytes as far as the broker allows (larger events are refused by the broker, "
+                            "the client says so), and give the requests and replies topics a short retention.ms",
                         )
                         resp = await admin.create_topics([new(t, {}) for t in refused])
                     _raise_topic_errors(resp, replication)

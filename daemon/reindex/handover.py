@@ -119,7 +119,7 @@ class Handover:
                 log.info("reindex.unversioned_released", generation=self._gen)
                 return
             except BackendUnavailable as exc:
-                log.warning("reindex.hold_release_retry", attempt=attempt + 1, error=str(exc))
+                log.warning("reindex.hold_release_retried", attempt=attempt + 1, error=str(exc))
                 if attempt < CATCH_UP_TRIES - 1:
                     await asyncio.sleep(2.0**attempt)
                 else:

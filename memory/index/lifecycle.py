@@ -364,4 +364,6 @@ class _Lifecycle:
             BackendUnavailable: Redis is unreachable.
         """
         if self.pinned is None:
-            await self._refuse_if_held(await self.state(fresh=True))
+            state = await self.state(fresh=True)
+            async with translate_errors("write hold check"):
+                await self._refuse_if_held(state)

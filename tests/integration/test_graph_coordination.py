@@ -447,16 +447,24 @@ async def test_a_failure_of_a_community_no_longer_queued_is_not_kept(two: Daemon
 
 async def test_a_failure_after_the_claim_expired_leaves_the_next_claims_mark_alone(two: Daemons) -> None:
     """A worker whose claim expired mid-summary, and that another worker has claimed since,
-    fails: the community stays due for the new claim, with no failure counted against it."""
+    fails: the community stays due for the new claim, with no failure counted against it.
+    Unclaimed since, the failure still backs the community off (a summary that always outran
+    its claim would otherwise be retried at once, for ever)."""
     cid = await one_community(two)
     late = await two.store.claim(cid, "daemon-a", ttl_s=0.05)
     assert late is not None
-    await asyncio.sleep(0.2)  # the claim expires
+    await asyncio.sleep(0.2)  # the claim expires, and nobody claims it
+    assert await two.store.record_failure(cid, time.time() + 0.5, "daemon-a", late) == 1
+    assert await two.store.due(time.time(), 10) == []
+    await asyncio.sleep(0.6)
+    late = await two.store.claim(cid, "daemon-a", ttl_s=0.05)
+    assert late is not None
+    await asyncio.sleep(0.2)  # the claim expires again, and another worker claims it
     now = await two.store.claim(cid, "daemon-b", ttl_s=30)
     assert now is not None
     assert await two.store.record_failure(cid, time.time() + 3600, "daemon-a", late) == 0
-    assert await two.store.failures(cid) == 0 and await two.store.due(time.time(), 10) == [cid]
-    assert await two.store.record_failure(cid, time.time() + 3600, "daemon-b", now) == 1
+    assert await two.store.failures(cid) == 1 and await two.store.due(time.time(), 10) == [cid]
+    assert await two.store.record_failure(cid, time.time() + 3600, "daemon-b", now) == 2
     assert await two.store.due(time.time(), 10) == []
 
 

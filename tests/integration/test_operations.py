@@ -526,14 +526,15 @@ async def test_lag_and_dead_letters_are_measured_on_every_topic(kafka_bootstrap:
     assert report.dlq == 2 and report.past_end == {}
 
 
-@pytest.mark.parametrize("offset_fetch", ["admin", "refused"])
+@pytest.mark.parametrize("offset_fetch", ["admin", "refused", "group error"])
 async def test_doctor_flags_a_group_committed_past_the_end_of_its_log(
     kafka_bootstrap: str, redis_url: str, offset_fetch: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Found by an operator: after the broker lost its log, a group's committed offsets stood
     past the end of the new one, and doctor said "lag 0" (lag is clamped at 0). Committed
     offsets are read with the admin API's OffsetFetch, one request per group, or, on a broker
-    that refuses it, partition by partition with a consumer."""
+    that refuses it or answers with a group-level error (no partitions), partition by partition
+    with a consumer."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
     from aiokafka.admin import AIOKafkaAdminClient
     from aiokafka.errors import UnsupportedVersionError
@@ -544,12 +545,18 @@ async def test_doctor_flags_a_group_committed_past_the_end_of_its_log(
             raise UnsupportedVersionError("injected: this broker has no OffsetFetch for admins")
 
         monkeypatch.setattr(AIOKafkaAdminClient, "list_consumer_group_offsets", refused)
+    elif offset_fetch == "group error":  # aiokafka does not raise a group-level error: it answers nothing
+
+        async def nothing(self: Any, *_a: Any, **_k: Any) -> Any:
+            return {}
+
+        monkeypatch.setattr(AIOKafkaAdminClient, "list_consumer_group_offsets", nothing)
 
     from daemon.doctor import diagnose
     from daemon.status import measure_lag
     from daemon.topics import ensure_topics
 
-    settings = isolated_settings(unique("past-end"), kafka_bootstrap, redis_url, topic_partitions=1)
+    settings = isolated_settings(unique(f"past-end-{offset_fetch}"), kafka_bootstrap, redis_url, topic_partitions=1)
     await ensure_topics(kafka_bootstrap, settings.topics.all(), partitions=1, replication=1)
     group = f"{settings.consumer.group_id}.documents"
     tp = TopicPartition(settings.topics.documents, 0)
@@ -560,7 +567,10 @@ async def test_doctor_flags_a_group_committed_past_the_end_of_its_log(
         await committer.commit({tp: 50})
     finally:
         await committer.stop()
-    report = await measure_lag(settings)
+    with capture_logs() as logs:
+        report = await measure_lag(settings)
     assert report.past_end == {group: [f"{tp.topic}/0 (50 > 0)"]} and report.lag[group] == {f"{tp.topic}/0": 0}
+    fell_back = sorted(e["group"] for e in logs if e["event"] == "status.offset_fetch_fell_back")
+    assert fell_back == ([] if offset_fetch == "admin" else sorted(report.lag)), logs
     groups = [f for f in await diagnose(settings) if f.check == "consumer groups"]
     assert len(groups) == 1 and not groups[0].ok and "committed past the end" in groups[0].detail, groups

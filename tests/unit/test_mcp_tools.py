@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -43,13 +46,72 @@ async def test_a_long_lived_server_forgets_its_least_recently_used_idle_sessions
     monkeypatch.setattr(mcp_tools, "MAX_SESSIONS", 3)
     tools = MemoryTools(lambda: None, MCPConfig())  # type: ignore[arg-type,return-value]
     busy = tools._session_lock(("a", "busy"))
-    await busy.acquire()  # a write in progress is never forgotten
+    tools._session_users[("a", "busy")] = 1  # a write in progress (or waiting) is never forgotten
     for n in range(5):
         tools._session_lock(("a", f"s{n}"))
         tools._next_turn[("a", f"s{n}")] = n
     assert list(tools._session_locks) == [("a", "busy"), ("a", "s3"), ("a", "s4")]
     assert set(tools._next_turn) == {("a", "s3"), ("a", "s4")}
     assert tools._session_lock(("a", "s3")) is tools._session_locks[("a", "s3")]  # used again: kept
-    busy.release()
+    del tools._session_users[("a", "busy")]
+    assert busy is tools._session_locks[("a", "busy")]
     tools._session_lock(("a", "s5"))
     assert list(tools._session_locks) == [("a", "s4"), ("a", "s3"), ("a", "s5")]
+
+
+class _FakeClient:
+    """Holds each write 0.2 s and counts the writers of one session at once; gates let the test
+    order a read-back and a forget."""
+
+    def __init__(self) -> None:
+        self.inside = 0
+        self.max_inside = 0
+        self.gates: dict[str, asyncio.Event] = {}
+        self.store: dict[int, str] = {}
+
+    async def start(self) -> None: ...
+    async def close(self) -> None: ...
+
+    async def publish_observation(self, *, turn: int, content: str, **_: Any) -> Any:
+        self.inside += 1
+        self.max_inside = max(self.max_inside, self.inside)
+        await asyncio.sleep(0.2)
+        self.store[turn] = content
+        self.inside -= 1
+        return SimpleNamespace(ack=None, doc_id=f"t/{turn}")
+
+    async def get(self, *, turns: Any = (), **_: Any) -> Any:
+        if len(turns) == 1 and self.store.get(turns[0][2]) == "a" and not self.gates["a"].is_set():
+            await self.gates["a"].wait()  # A's read-back, A still holding the session lock
+        items = []
+        for _agent, _session, n in turns:
+            if n in self.store:
+                found = GetItem(doc_id=f"t/{n}", status="found", content=self.store[n], metadata={"role": "assistant"})
+                items.append(found)
+            else:
+                items.append(GetItem(doc_id=f"t/{n}", status="not_found"))
+        return SimpleNamespace(items=items)
+
+    async def forget(self, **_: Any) -> Any:
+        await self.gates["forget"].wait()
+        return SimpleNamespace(ack=None, doc_id="f")
+
+
+async def test_a_forget_never_drops_a_lock_that_a_write_waits_for() -> None:
+    """From a review: a forget dropped a session lock that read unlocked while handing over to
+    its next waiter; a later write then took a second lock, and two wrote the session at once
+    (one turn lost)."""
+    fake = _FakeClient()
+    fake.gates = {"a": asyncio.Event(), "forget": asyncio.Event()}
+    tools = MemoryTools(lambda: fake, MCPConfig())  # type: ignore[arg-type,return-value]
+    a = asyncio.ensure_future(tools.remember("a", agent_id="ag", session_id="s"))
+    await asyncio.sleep(0.05)
+    b = asyncio.ensure_future(tools.remember("b", agent_id="ag", session_id="s"))  # waits on A's lock
+    f = asyncio.ensure_future(tools.forget("ag", "s"))
+    await asyncio.sleep(0.4)  # A is in its read-back, holding the lock; B waits on it; F in c.forget
+    fake.gates["a"].set()  # A wakes first and releases: B is woken, not yet running
+    fake.gates["forget"].set()  # F runs before B: the lock reads unlocked, and is dropped
+    await asyncio.sleep(0.05)
+    c = asyncio.ensure_future(tools.remember("c", agent_id="ag", session_id="s"))
+    await asyncio.gather(a, b, f, c)
+    assert fake.max_inside == 1 and sorted(fake.store.values()) == ["a", "b", "c"], fake.store
