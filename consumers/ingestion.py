@@ -19,7 +19,7 @@ from consumers.acks import build_acks
 from consumers.config import ConsumerConfig, Topics
 from consumers.decoding import Decoded, dead_letter, decode_records, dlq_body, tenant_from_topic
 from consumers.events import DlqRecord, WriteAck
-from consumers.replies import PartitionCounts, reply_route
+from consumers.replies import PartitionCounts, default_reply_topic, reply_route
 from memory.attempts import AttemptCounter
 from memory.config import IngestConfig
 from memory.errors import MemdError
@@ -103,6 +103,16 @@ class Ingestion:
             await self._publish_dead(dead_letter(r, str(exc), exc.code), _stamp(r))
         await self._send_acks(build_acks(raw, good, report, self._dead))
 
+    def _own_replies(self, topic: str) -> str | None:
+        """In topic tenancy, the reply topic of the tenant whose event topic ``topic`` is (its
+        acks go there or under it); ``None`` in single tenancy."""
+        if self.cfg.tenancy != "topic":
+            return None
+        for base in (self.topics.documents, self.topics.transcripts):
+            if (tenant := tenant_from_topic(topic, base, "topic")) is not None:
+                return default_reply_topic(self.topics.replies, "topic", tenant)
+        return None
+
     async def _send_acks(self, acks: Sequence[tuple[Any, str, str, WriteAck]]) -> None:
         """Publish each ack to its writer's ``reply_to``, all at once and within
         ``ack_timeout_ms``: an ack never holds up ingestion for long, and one that cannot go
@@ -113,7 +123,12 @@ class Ingestion:
         async def one(record: Any, reply_to: str, cid: str, ack: WriteAck) -> None:
             try:
                 partition = await reply_route(
-                    reply_to, record.headers, self.partition_counts, named=True, inputs=self.input_topics
+                    reply_to,
+                    record.headers,
+                    self.partition_counts,
+                    named=True,
+                    inputs=self.input_topics,
+                    own=self._own_replies(record.topic),
                 )
                 await self.publish_reply(ack.model_dump(mode="json"), reply_to, cid, partition)
             except Exception as exc:

@@ -59,12 +59,17 @@ def default_reply_topic(replies: str, tenancy: str, tenant: str | None) -> str:
     return f"{replies}.{tenant}"
 
 
-def check_reply_to(topic: str, inputs: Sequence[str]) -> None:
-    """Refuse a ``reply_to`` that is no valid topic name or is one of the daemon's inputs (pure).
+def check_reply_to(topic: str, inputs: Sequence[str], own: str | None = None) -> None:
+    """Refuse a ``reply_to`` that is no valid topic name, is one of the daemon's inputs, or,
+    in topic tenancy, lies in the replies topics' namespace but not under the tenant's ``own``
+    reply topic (pure).
 
     ``inputs`` are the documents, transcripts, requests and DLQ topics; their tenant topics
     (``<input>.<tenant>``) count too. A reply published there would be read back as an event,
-    a request or a dead letter.
+    a request or a dead letter. ``own`` (topic tenancy only) is ``<replies>.<tenant>``: a reply
+    may go there or under it (``<replies>.<tenant>.<name>``), never to the shared replies topic
+    or another tenant's, which the daemon's own credentials could write to. Topics outside that
+    namespace are the deployment's to name and protect.
 
     Raises:
         UnknownReplyTopic: with the reason.
@@ -73,6 +78,14 @@ def check_reply_to(topic: str, inputs: Sequence[str]) -> None:
         raise UnknownReplyTopic(f"reply_to header {topic!r} is not a valid topic name")
     if any(topic == base or topic.startswith(base + ".") for base in inputs):
         raise UnknownReplyTopic(f"reply_to {topic!r} is one of the daemon's input topics")
+    if own is None or topic == own or topic.startswith(own + "."):
+        return
+    replies = own.rsplit(".", 1)[0]  # a tenant name holds no dot
+    if topic == replies or topic.startswith(replies + "."):
+        raise UnknownReplyTopic(
+            f"reply_to {topic!r} is another tenant's reply topic, or the shared one: this tenant's replies go to "
+            f"{own!r} or a topic under it ({own}.<name>)"
+        )
 
 
 # A lookup waits this long at most: a query worker must not hang on a topic nobody created.
@@ -196,18 +209,20 @@ async def reply_route(
     *,
     named: bool,
     inputs: Sequence[str],
+    own: str | None = None,
 ) -> int | None:
     """Check where a reply (a query's answer or a write's ack) may go; returns its partition.
 
     A topic the asker ``named`` (its ``reply_to``) must be a valid topic, none of the daemon's
-    ``inputs``, and exist: a reply never goes to garbage or an input, and never makes a broker
-    auto-create a topic (or waits on one nobody created).
+    ``inputs``, under the tenant's ``own`` reply topic in topic tenancy, and exist: a reply
+    never goes to garbage, an input or another tenant, and never makes a broker auto-create a
+    topic (or waits on one nobody created).
 
     Raises:
         UnknownReplyTopic, InvalidRequest, BackendUnavailable: as ``check_reply_to``,
             ``PartitionCounts.require`` and ``reply_partition`` do.
     """
     if named:
-        check_reply_to(topic, inputs)
+        check_reply_to(topic, inputs, own)
         await counts.require(topic)
     return await reply_partition(headers, topic, counts)

@@ -255,7 +255,12 @@ def _subscribe_queries(
         partition: int | None = None
         try:
             partition = await reply_route(
-                target, record.headers, partition_counts, named=bool(message.reply_to), inputs=input_topics
+                target,
+                record.headers,
+                partition_counts,
+                named=bool(message.reply_to),
+                inputs=input_topics,
+                own=default_target if cfg.tenancy == "topic" and tenant is not None else None,
             )
         except MemdError as exc:
             # Not answered: the asker reads a topic or partition we cannot reach. The error goes

@@ -235,3 +235,47 @@ async def test_agentmemd_topics_creates_what_a_new_tenant_needs(env, kafka_boots
         reply = await mine.query("ERR_CLI_4242", top_k=3)
     assert [r.doc_id for r in reply.results] == ["cli/runbook.md"]
     assert await asyncio.to_thread(run) == [["exists", topic] for topic in wanted]
+
+
+async def test_a_tenant_cannot_send_its_replies_or_acks_into_another_tenants_reply_topic(
+    env, kafka_bootstrap: str
+) -> None:
+    """From a security review: globex named acme's reply topic as its reply_to, and the daemon,
+    writing with its own credentials, put globex's results and acks there. Now the query's
+    error goes to globex's own reply topic, the ack nowhere, and acme's topic gets nothing."""
+    daemon, client, _ = env
+    t = client.topics
+    acme_topic, globex_topic = f"{t.replies}.acme", f"{t.replies}.globex"
+    await ensure_topics(kafka_bootstrap, [acme_topic, globex_topic], partitions=1, replication=1)
+    acme, globex = PlainClient(client.bootstrap, t, acme_topic), PlainClient(client.bootstrap, t, globex_topic)
+    await acme.start()
+    await globex.start()
+    try:
+        cid = uuid.uuid4().hex
+        await globex.send(
+            f"{t.requests}.globex",
+            {"query_id": "into-acme", "search_text": "vault_token", "top_k": 3},
+            headers=[("correlation_id", cid.encode()), ("reply_to", acme_topic.encode())],
+        )
+        _, reply = await globex.reply(cid)
+        assert reply["error"]["code"] == "invalid_request" and "another tenant's" in reply["error"]["message"]
+        ack_cid = uuid.uuid4().hex
+        event = {"event_id": "g-x", "op": "upsert", "doc_id": "globex/x.md", "version": 1, "content": "globex writes"}
+        await globex.send(
+            f"{t.documents}.globex",
+            event,
+            key="globex/x.md",
+            headers=[("correlation_id", ack_cid.encode()), ("reply_to", acme_topic.encode())],
+        )
+
+        async def written() -> bool:
+            return await daemon.index.versions(["globex/x.md"], "globex") == {"globex/x.md": 1}
+
+        await eventually(written, timeout=60, what="globex's write applied")  # its ack was due
+        with pytest.raises(AssertionError, match="no reply"):
+            await acme.reply(ack_cid, timeout=3)
+        with pytest.raises(AssertionError, match="no reply"):
+            await acme.reply(cid, timeout=1)
+    finally:
+        await acme.stop()
+        await globex.stop()

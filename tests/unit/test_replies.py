@@ -93,6 +93,27 @@ def test_other_valid_topics_may_take_replies(topic: str) -> None:
 
 
 @pytest.mark.parametrize(
+    ("topic", "allowed"),
+    [
+        ("memory.replies.acme", True),
+        ("memory.replies.acme.agent-7", True),
+        ("agent-7.replies", True),  # outside the namespace: the deployment's to name and protect
+        ("memory.replies.evil", False),
+        ("memory.replies.evil.x", False),
+        ("memory.replies", False),  # the shared one: other tenants' invalid requests are answered there
+    ],
+)
+def test_in_topic_tenancy_replies_never_go_to_another_tenants_reply_topics(topic: str, allowed: bool) -> None:
+    """From a security review: a tenant named another tenant's reply topic as its reply_to and
+    the daemon, writing with its own credentials, filled it (4.5 MB from 280 bytes of requests)."""
+    if allowed:
+        assert check_reply_to(topic, INPUTS, own="memory.replies.acme") is None
+    else:
+        with pytest.raises(UnknownReplyTopic, match="another tenant's reply topic"):
+            check_reply_to(topic, INPUTS, own="memory.replies.acme")
+
+
+@pytest.mark.parametrize(
     ("exc", "code"),
     [
         (InvalidRequest("top_k"), "invalid_request"),
