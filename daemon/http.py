@@ -17,7 +17,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from daemon.explore import PRINCIPAL, Access, Explorer, explorer_refusal
-from daemon.explore.access import COOKIE, LOGIN_PATHS, OPEN_PATHS
+from daemon.explore.access import COOKIE, LOGIN_PATHS, OPEN_PATHS, rebound
 from daemon.status import StatusState, oldest_age_s, past_end_text, percentile
 from memory.errors import MemdError
 from memory.index import ChunkIndex
@@ -158,7 +158,8 @@ def guard(access: Access, *, host: str) -> Callable[..., Awaitable[web.StreamRes
     Open: /healthz and /readyz, always; the explorer's login form. With a token configured,
     everything else needs ``Authorization: Bearer <token>`` (or the login cookie): 401
     without, and a tenant's token reaches the explorer only (403 elsewhere). Without a
-    token, the explorer answers 403 on a non-loopback ``host``.
+    token, the explorer answers 403 on a non-loopback ``host``. On a loopback ``host``, a
+    request naming any other host is refused (421): DNS rebinding.
     """
     refusal = explorer_refusal(host, access)
 
@@ -169,6 +170,8 @@ def guard(access: Access, *, host: str) -> Callable[..., Awaitable[web.StreamRes
         path = request.path
         if path in OPEN_PATHS:
             return await handler(request)
+        if rebound(host, request.url.host):
+            return web.Response(status=421, text="this server answers to localhost and loopback addresses only")
         explorer = path == "/explore" or path.startswith("/explore/")
         if explorer and refusal is not None:
             return web.Response(status=403, text=refusal)

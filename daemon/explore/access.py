@@ -95,6 +95,17 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def rebound(bind_host: str, request_host: str | None) -> bool:
+    """Whether a request to a server bound to loopback names another host in its ``Host``
+    header: a web page whose domain was re-pointed at 127.0.0.1 (DNS rebinding) reading the
+    server through the operator's browser. A server bound elsewhere is reached by names of its
+    own, which only a token guards."""
+    if not is_loopback(bind_host):
+        return False
+    name = (request_host or "").lower()
+    return not (name == "localhost" or name.endswith(".localhost") or is_loopback(name))
+
+
 def explorer_refusal(host: str, access: Access) -> str | None:
     """Why the explorer must not be served on ``host`` with these tokens, or None when it may."""
     if access.required or is_loopback(host):

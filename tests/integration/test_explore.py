@@ -397,3 +397,23 @@ async def test_the_explorer_is_refused_on_a_public_address_without_a_token(env: 
 
 async def _ok() -> dict[str, str | None]:
     return {}
+
+
+async def test_a_page_rebound_to_loopback_cannot_read_the_explorer(env: Env) -> None:
+    """From a security review: a web page whose domain was re-pointed at 127.0.0.1 (DNS
+    rebinding) could read every tenant's memory through the operator's browser, since the
+    loopback server answered any Host. It now answers only loopback names; probes still pass."""
+
+    def with_host(path: str, host: str) -> int:
+        req = urllib.request.Request(env.base + path, headers={"Host": host})
+        try:
+            with urllib.request.urlopen(req, timeout=20) as resp:
+                return int(resp.status)
+        except urllib.error.HTTPError as exc:
+            return int(exc.code)
+
+    port = env.base.rsplit(":", 1)[1]
+    for path in ("/", "/explore", "/explore/dlq", "/metrics"):
+        assert await asyncio.to_thread(with_host, path, f"attacker.example:{port}") == 421, path
+        assert await asyncio.to_thread(with_host, path, f"localhost:{port}") == 200, path
+    assert await asyncio.to_thread(with_host, "/healthz", f"attacker.example:{port}") == 200
