@@ -196,8 +196,6 @@ async def serve_http(tools: MemoryTools, *, host: str, port: int, token: str) ->
     app: ASGIApp = build_server(tools).streamable_http_app(host=host)
     if token:
         app = BearerAuth(app, token)
-    elif host not in ("127.0.0.1", "localhost", "::1"):
-        log.warning("mcp.http_without_token", host=host, fix="set AGENTMEM_MCP__TOKEN")
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on"))
     log.info("mcp.http_serving", url=f"http://{host}:{port}/mcp", auth=bool(token))
     try:

@@ -8,10 +8,12 @@ from typing import Annotated
 import typer
 
 from consumers.client import MemoryClient
-from daemon.cli._app import _settings, app
+from daemon.cli._app import _fail, _settings, app
 from daemon.cli._client import _tenant_target
 from daemon.connections import kafka_options
+from daemon.explore.access import is_loopback
 from daemon.mcp_tools import MemoryTools
+from memory.errors import MemdError
 
 
 @app.command()
@@ -31,6 +33,14 @@ def mcp(
     settings = _settings()
     target = _tenant_target(settings.consumer.tenancy, tenant)
     cfg = settings.mcp
+    if http and not cfg.token.get_secret_value() and not is_loopback(host):
+        # As the explorer: anyone reaching the port could read and write every memory it serves.
+        raise _fail(
+            MemdError(
+                f"--host {host} is reachable from other machines and no token is set: set AGENTMEM_MCP__TOKEN "
+                "(or serve on 127.0.0.1)"
+            )
+        )
 
     def make_client() -> MemoryClient:
         return MemoryClient(

@@ -269,3 +269,20 @@ async def test_a_broker_that_stops_is_a_tool_error_in_bounded_time(settings: Set
             assert (await ok(c, "memory_status"))["daemon"]["answering"] is False
     finally:
         broker.stop()
+
+
+def test_http_on_a_public_address_without_a_token_is_refused() -> None:
+    """From a security review: `--host 0.0.0.0` with no token only logged a warning and served
+    every memory, reads and writes, to whoever reached the port (the explorer refuses)."""
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k != "AGENTMEM_MCP__TOKEN"}
+    res = subprocess.run(
+        [AGENTMEMD, "mcp", "--http", "--host", "0.0.0.0", "--port", str(free_port())],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert res.returncode == 1 and "no token is set" in res.stderr and "AGENTMEM_MCP__TOKEN" in res.stderr, res
