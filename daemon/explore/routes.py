@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from daemon.explore.access import COOKIE, OPERATOR, Access, Principal
-from daemon.explore.html import CSP, CSS, esc, page
+from daemon.explore.html import CSP, CSS, esc, link, page
 from daemon.explore.reads import MemoryReads
 from daemon.explore.views_ask import AskForm, error_html, form_html, results_html
 from daemon.explore.views_dlq import dlq_body
@@ -176,7 +176,7 @@ class Explorer:
     def _crumbs(self, tenant: str, *more: str) -> list[str]:
         return [
             '<a href="/explore">tenants</a>',
-            f'<a href="/explore/tenant?tenant={esc(tenant)}">{esc(tenant)}</a>',
+            link(tenant, "/explore/tenant", tenant=tenant),
             *more,
         ]
 
@@ -226,7 +226,7 @@ class Explorer:
         agent, session = request.query.get("agent", ""), request.query.get("session", "")
         found = await self._reads.turns(tenant, agent, session, page_key(request), self._cfg.page_size)
         params = {"tenant": tenant, "agent": agent, "session": session}
-        sessions = f'<a href="/explore/sessions?tenant={esc(tenant)}&amp;agent={esc(agent)}">{esc(agent)}</a>'
+        sessions = link(agent, "/explore/sessions", tenant=tenant, agent=agent)
         crumbs = self._crumbs(tenant, sessions, esc(session))
         return self._page(request, f"Session {session}", turns_body(found, params), "tenants", crumbs)
 
@@ -293,9 +293,7 @@ class Explorer:
             body = '<p class="muted">the graph layer is off (AGENTMEM_GRAPH__ENABLED=false)</p>'
         else:
             body = graph_body(tenant, view.communities, view.stale, view.depth, view.history, self._reads.now())
-        picker = " ".join(
-            f'<a href="/explore/graph?tenant={esc(t)}">{esc(t)}</a>' for t in await self._visible_tenants(request)
-        )
+        picker = " ".join(link(t, "/explore/graph", tenant=t) for t in await self._visible_tenants(request))
         return self._page(request, f"Graph of {tenant}", f"<p>tenants: {picker}</p>{body}", "graph")
 
     async def community(self, request: web.Request) -> web.Response:
@@ -309,7 +307,7 @@ class Explorer:
             body = community_body(
                 tenant, view.community, cid, view.summary, view.members, view.item, view.stale, self._reads.now()
             )
-        crumbs = [f'<a href="/explore/graph?tenant={esc(tenant)}">graph of {esc(tenant)}</a>', esc(cid)]
+        crumbs = [link(f"graph of {tenant}", "/explore/graph", tenant=tenant), esc(cid)]
         return self._page(request, f"Community {cid}", body, "graph", crumbs)
 
     async def dlq(self, request: web.Request) -> web.Response:
