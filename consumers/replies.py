@@ -61,15 +61,15 @@ def default_reply_topic(replies: str, tenancy: str, tenant: str | None) -> str:
 
 def check_reply_to(topic: str, inputs: Sequence[str], own: str | None = None) -> None:
     """Refuse a ``reply_to`` that is no valid topic name, is one of the daemon's inputs, or,
-    in topic tenancy, lies in the replies topics' namespace but not under the tenant's ``own``
-    reply topic (pure).
+    in topic tenancy, is another tenant's reply topic (pure).
 
     ``inputs`` are the documents, transcripts, requests and DLQ topics; their tenant topics
     (``<input>.<tenant>``) count too. A reply published there would be read back as an event,
     a request or a dead letter. ``own`` (topic tenancy only) is ``<replies>.<tenant>``: a reply
-    may go there or under it (``<replies>.<tenant>.<name>``), never to the shared replies topic
-    or another tenant's, which the daemon's own credentials could write to. Topics outside that
-    namespace are the deployment's to name and protect.
+    may go there or under it (``<replies>.<tenant>.<name>``), or to the shared ``<replies>``
+    (an operator's client reads every tenant's answers there), never to another tenant's, which
+    the daemon's own credentials could write to. Topics outside that namespace are the
+    deployment's to name and protect.
 
     Raises:
         UnknownReplyTopic: with the reason.
@@ -81,10 +81,10 @@ def check_reply_to(topic: str, inputs: Sequence[str], own: str | None = None) ->
     if own is None or topic == own or topic.startswith(own + "."):
         return
     replies = own.rsplit(".", 1)[0]  # a tenant name holds no dot
-    if topic == replies or topic.startswith(replies + "."):
+    if topic.startswith(replies + "."):
         raise UnknownReplyTopic(
-            f"reply_to {topic!r} is another tenant's reply topic, or the shared one: this tenant's replies go to "
-            f"{own!r} or a topic under it ({own}.<name>)"
+            f"reply_to {topic!r} is another tenant's reply topic: this tenant's replies go to {own!r}, a topic "
+            f"under it ({own}.<name>), or the shared {replies!r}"
         )
 
 

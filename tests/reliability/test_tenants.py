@@ -258,7 +258,7 @@ async def test_a_tenant_cannot_send_its_replies_or_acks_into_another_tenants_rep
             headers=[("correlation_id", cid.encode()), ("reply_to", acme_topic.encode())],
         )
         _, reply = await globex.reply(cid)
-        assert reply["error"]["code"] == "invalid_request" and "another tenant's" in reply["error"]["message"]
+        assert reply["error"]["code"] == "invalid_request" and "another tenant's" in reply["error"]["message"], reply
         ack_cid = uuid.uuid4().hex
         event = {"event_id": "g-x", "op": "upsert", "doc_id": "globex/x.md", "version": 1, "content": "globex writes"}
         await globex.send(

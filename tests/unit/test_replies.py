@@ -100,7 +100,7 @@ def test_other_valid_topics_may_take_replies(topic: str) -> None:
         ("agent-7.replies", True),  # outside the namespace: the deployment's to name and protect
         ("memory.replies.evil", False),
         ("memory.replies.evil.x", False),
-        ("memory.replies", False),  # the shared one: other tenants' invalid requests are answered there
+        ("memory.replies", True),  # the shared one: an operator's client for every tenant reads it
     ],
 )
 def test_in_topic_tenancy_replies_never_go_to_another_tenants_reply_topics(topic: str, allowed: bool) -> None:
