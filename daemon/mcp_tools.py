@@ -8,8 +8,9 @@ wiring in ``daemon.mcp_server`` stays thin and these can be read (and tested) on
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from datetime import datetime
 from typing import Any, Literal, TypeVar
 
@@ -247,20 +248,9 @@ class MemoryTools:
         except ValidationError as exc:
             raise ToolFailure("invalid_request", validation_reason(exc)) from exc
         key = (agent_id, session_id)
-        lock = self._session_lock(key)
         sent = False  # the next free turn is looked up first: a timeout there wrote nothing
 
         async def say(c: MemoryClient) -> dict[str, Any]:
-            self._session_users[key] = self._session_users.get(key, 0) + 1
-            try:
-                return await said(c)
-            finally:
-                if (left := self._session_users[key] - 1) > 0:
-                    self._session_users[key] = left
-                else:
-                    del self._session_users[key]
-
-        async def said(c: MemoryClient) -> dict[str, Any]:
             nonlocal sent
             async with lock:
                 if turn is not None:
@@ -288,7 +278,21 @@ class MemoryTools:
                     n = await self._free_turn(c, agent_id, session_id, n + 1)
                 raise ToolFailure("conflict", "other writers kept taking this session's next turn; try again")
 
-        return await self._call("remember", say, write=lambda: sent)
+        with self._session_in_use(key) as lock:  # the lock ``say`` takes, in use for the whole call
+            return await self._call("remember", say, write=lambda: sent)
+
+    @contextlib.contextmanager
+    def _session_in_use(self, key: tuple[str, str]) -> Iterator[asyncio.Lock]:
+        """The session's write lock, counted in use from now until the call ends (while it
+        starts the client, waits for the lock and writes): a lock in use is never forgotten."""
+        self._session_users[key] = self._session_users.get(key, 0) + 1
+        try:
+            yield self._session_lock(key)
+        finally:
+            if (left := self._session_users[key] - 1) > 0:
+                self._session_users[key] = left
+            else:
+                del self._session_users[key]
 
     def _session_lock(self, key: tuple[str, str]) -> asyncio.Lock:
         """The session's write lock, now its most recently used; the least recently used idle
