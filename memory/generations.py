@@ -94,10 +94,16 @@ class GenerationState:
         of ``now`` (in Redis's clock, which the heartbeats are on)."""
         return bool(self.building) and now - self.building_heartbeat <= GenerationRegistry.STALE_BUILD_S
 
+    @property
+    def hold_recorded(self) -> bool:
+        """The registry names a hold on unversioned writes to the active generation, whether
+        or not its reindex still lives (``unversioned_held`` says that)."""
+        return self.held != 0 and self.held == self.active
+
     def unversioned_held(self, now: float) -> bool:
         """A live reindex holds unversioned writes to the active generation (its last catch-up,
         ``GenerationRegistry.hold``). A hold outlives its reindex by at most ``STALE_BUILD_S``."""
-        return self.held != 0 and self.held == self.active and self.build_alive(now)
+        return self.hold_recorded and self.build_alive(now)
 
 
 # Create the first generation once, however many daemons start together. The alias first:

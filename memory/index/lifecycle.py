@@ -349,7 +349,8 @@ class _Lifecycle:
     async def _refuse_if_held(self, state: GenerationState) -> None:
         """Raise ``WritesHeld`` if a live reindex holds unversioned writes to the active
         generation (judged by Redis's clock, which the reindex's heartbeats are on)."""
-        if state.held and state.held == state.active and state.unversioned_held(await redis_now(self._r)):
+        # Redis's clock is asked only when a hold is recorded: the common write pays nothing.
+        if state.hold_recorded and state.unversioned_held(await redis_now(self._r)):
             raise WritesHeld(
                 f"a reindex is replaying the last unversioned events (transcript turns) into generation "
                 f"{state.active} of {self._cfg.name!r}; their live writes wait for it"
