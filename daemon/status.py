@@ -102,12 +102,10 @@ _FELL_BACK: set[str] = set()
 
 
 async def _committed(
-    settings: Settings, group: str, tps: list[TopicPartition], opts: dict[str, Any]
+    settings: Settings, admin: AIOKafkaAdminClient, group: str, tps: list[TopicPartition], opts: dict[str, Any]
 ) -> dict[TopicPartition, int]:
     """``group``'s committed offset of each of ``tps`` (0 where it has none)."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap, request_timeout_ms=5000, **opts)
     try:
-        await admin.start()
         # One request for the whole group: one per partition took seconds with a few
         # thousand partitions (hundreds of tenant topics), past the sampler's bound.
         found = await admin.list_consumer_group_offsets(group, partitions=tps)
@@ -118,8 +116,6 @@ async def _committed(
         why = f"{len(tps) - sum(tp in found for tp in tps)} partition(s) missing from the answer"
     except KafkaError as exc:
         why = f"{type(exc).__name__}: {exc}"
-    finally:
-        await bounded("stop the lag admin", admin.close())
     if group not in _FELL_BACK:  # once per group: a broker that refuses it refuses every sample
         _FELL_BACK.add(group)
         log.info("status.offset_fetch_fell_back", group=group, error=why)
@@ -159,10 +155,12 @@ async def measure_lag(settings: Settings) -> LagReport:
         max_partition_fetch_bytes=4096,
         **opts,
     )
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap, request_timeout_ms=5000, **opts)
     # start() inside the try: a start that fails or is cancelled (the sampler's timeout) has
     # opened connections already, and each sample would leak a client while the broker hangs.
     try:
         await probe.start()
+        await admin.start()
         # Not the probe's own metadata: a topic missing there read as lag 0, a DLQ of 0.
         cluster = await cluster_metadata(probe)
         all_topics = cluster.topics()
@@ -184,7 +182,7 @@ async def measure_lag(settings: Settings) -> LagReport:
             if not tps:
                 lag[group] = {}
                 continue
-            committed = await _committed(settings, group, tps, opts)
+            committed = await _committed(settings, admin, group, tps, opts)
             lag[group] = {f"{tp.topic}/{tp.partition}": max(0, ends[tp] - committed[tp]) for tp in tps}
             # Not lag 0: a group past the end waits for offsets the log may never reach.
             if beyond := [
@@ -194,6 +192,7 @@ async def measure_lag(settings: Settings) -> LagReport:
         dlq = sum(ends[tp] for tp in dlq_tps)
         return LagReport(lag, int(dlq), past_end)
     finally:
+        await bounded("stop the lag admin", admin.close())
         await bounded("stop the lag probe", probe.stop())
 
 
