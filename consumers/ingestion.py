@@ -19,7 +19,7 @@ from consumers.acks import build_acks
 from consumers.config import ConsumerConfig, Topics
 from consumers.decoding import Decoded, dead_letter, decode_records, dlq_body, tenant_from_topic
 from consumers.events import DlqRecord, WriteAck
-from consumers.replies import PartitionCounts, default_reply_topic, reply_route
+from consumers.replies import PartitionCounts, own_reply_topic, reply_route
 from memory.attempts import AttemptCounter
 from memory.config import IngestConfig
 from memory.errors import MemdError
@@ -106,11 +106,9 @@ class Ingestion:
     def _own_replies(self, topic: str) -> str | None:
         """In topic tenancy, the reply topic of the tenant whose event topic ``topic`` is (its
         acks go there or under it); ``None`` in single tenancy."""
-        if self.cfg.tenancy != "topic":
-            return None
         for base in (self.topics.documents, self.topics.transcripts):
-            if (tenant := tenant_from_topic(topic, base, "topic")) is not None:
-                return default_reply_topic(self.topics.replies, "topic", tenant)
+            if (tenant := tenant_from_topic(topic, base, self.cfg.tenancy)) is not None:
+                return own_reply_topic(self.topics.replies, self.cfg.tenancy, tenant)
         return None
 
     async def _send_acks(self, acks: Sequence[tuple[Any, str, str, WriteAck]]) -> None:

@@ -59,6 +59,12 @@ def default_reply_topic(replies: str, tenancy: str, tenant: str | None) -> str:
     return f"{replies}.{tenant}"
 
 
+def own_reply_topic(replies: str, tenancy: str, tenant: str | None) -> str | None:
+    """The reply topic a tenant's replies and acks must go to or under (``check_reply_to``'s
+    ``own``): its own in topic tenancy; ``None`` (any) in single tenancy or for no tenant."""
+    return None if tenancy != "topic" or tenant is None else default_reply_topic(replies, tenancy, tenant)
+
+
 def check_reply_to(topic: str, inputs: Sequence[str], own: str | None = None) -> None:
     """Refuse a ``reply_to`` that is no valid topic name, is one of the daemon's inputs, or,
     in topic tenancy, is another tenant's reply topic (pure).

@@ -28,6 +28,7 @@ from consumers.queries import answer, fit_get_reply, fit_list_reply, fit_reply, 
 from consumers.replies import (
     PartitionCounts,
     default_reply_topic,
+    own_reply_topic,
     reply_route,
 )
 from consumers.requests import ErrorBody, ErrorReply, GetReply, ListReply, QueryReply
@@ -260,7 +261,7 @@ def _subscribe_queries(
                 partition_counts,
                 named=bool(message.reply_to),
                 inputs=input_topics,
-                own=default_target if cfg.tenancy == "topic" and tenant is not None else None,
+                own=own_reply_topic(topics.replies, cfg.tenancy, tenant),
             )
         except MemdError as exc:
             # Not answered: the asker reads a topic or partition we cannot reach. The error goes
