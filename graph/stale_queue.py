@@ -128,9 +128,10 @@ class StaleQueue:
         (0 when nothing was recorded).
 
         Only while the community is still queued (one removed or summarized meanwhile keeps
-        no failure count: it would never be cleared) and the worker's claim ``lease``
-        (``leases.claim_value``) still stands: a claim that expired mid-summary may be
-        another worker's now, whose mark this failure must not push back.
+        no failure count: it would never be cleared) and no claim but the worker's own
+        ``lease`` (``leases.claim_value``) holds it: a claim that expired mid-summary may be
+        another worker's now, whose mark this failure must not push back. One that expired
+        with nobody claiming since still counts, so a summary that outruns its claim backs off.
         """
         async with translate_errors("stale write"):
             attempts = int(await self._fail(keys=[self._k("stale_q")], args=[self._prefix, cid, repr(retry_at), lease]))

@@ -374,8 +374,8 @@ class GraphStore:
     async def record_failure(self, cid: str, retry_at: float, owner: str, token: int) -> int:
         """Count a failed summary and defer the community until ``retry_at``; returns attempts.
 
-        Only while the community is still queued and the claim ``owner``/``token`` stands
-        (see StaleQueue.record_failure).
+        Only while the community is still queued and no other claim than ``owner``/``token``
+        holds it (see StaleQueue.record_failure).
         """
         return await self._stale.record_failure(cid, retry_at, claim_value(owner, token))
 
