@@ -57,7 +57,7 @@ def test_up_publish_query_and_clean_stop(tmp_path: Path) -> None:
         # A new user learns where the status page and the explorer are from the ready line.
         assert f"status page http://127.0.0.1:{http_port}/, explorer /explore" in lines[-1], lines
         # ... and which data dir holds its memory: relative by default, so the directory it was
-        # started from decides (an operator started it elsewhere and found the memory empty).
+        # started from decides (from elsewhere, the memory would look empty).
         assert f"agentmemd data: {tmp_path / 'data'} (new: the memory starts empty" in lines[0], lines
         children = psutil.Process(proc.pid).children(recursive=True)
         names = sorted(c.name() for c in children)

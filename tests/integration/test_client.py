@@ -452,8 +452,8 @@ async def test_get_looks_memories_up_by_id_within_the_tenant_and_filter(env) -> 
             "Rotated the keys.",
             None,
         )
-        # the wire's shape is taken too (an operator passed it, and the triple's unpacking of
-        # a dict's keys came back as "turns.0.turn: Input should be a valid integer")
+        # the wire's shape is taken too (a triple's unpacking of a dict's keys came back as
+        # "turns.0.turn: Input should be a valid integer")
         wire = await memory.get(turns=[{"agent_id": "getter", "session_id": "s/1", "turn": 3}])
         assert wire.items[0].status == "found" and wire.items[0].content == "Rotated the keys."
         with pytest.raises(InvalidRequest, match=r"turns: .* is not \(agent_id, session_id, turn\)"):

@@ -400,7 +400,7 @@ async def _ok() -> dict[str, str | None]:
 
 
 async def test_a_page_rebound_to_loopback_cannot_read_the_explorer(env: Env) -> None:
-    """From a security review: a web page whose domain was re-pointed at 127.0.0.1 (DNS
+    """A web page whose domain was re-pointed at 127.0.0.1 (DNS
     rebinding) could read every tenant's memory through the operator's browser, since the
     loopback server answered any Host. It now answers only loopback names; probes still pass."""
 

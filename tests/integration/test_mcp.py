@@ -272,7 +272,7 @@ async def test_a_broker_that_stops_is_a_tool_error_in_bounded_time(settings: Set
 
 
 def test_http_on_a_public_address_without_a_token_is_refused() -> None:
-    """From a security review: `--host 0.0.0.0` with no token only logged a warning and served
+    """`--host 0.0.0.0` with no token only logged a warning and served
     every memory, reads and writes, to whoever reached the port (the explorer refuses)."""
     import subprocess
 

@@ -1,6 +1,6 @@
-"""The hold on live unversioned writes during a reindex's last catch-up (decision 0041), from a
-review of it: a forget read while held, a turn's context rewrite, a host clock ahead of Redis,
-and a hold whose release or reply is lost.
+"""The hold on live unversioned writes during a reindex's last catch-up (decision 0041): a forget
+read while held, a turn's context rewrite, a host clock ahead of Redis, and a hold whose release
+or reply is lost.
 
 The first three drive two real ``Ingestor``s on one Redis, as the reindex does: a live one that
 follows the active generation and a replay pinned to it.

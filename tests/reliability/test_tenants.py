@@ -240,7 +240,7 @@ async def test_agentmemd_topics_creates_what_a_new_tenant_needs(env, kafka_boots
 async def test_a_tenant_cannot_send_its_replies_or_acks_into_another_tenants_reply_topic(
     env, kafka_bootstrap: str
 ) -> None:
-    """From a security review: globex named acme's reply topic as its reply_to, and the daemon,
+    """Globex named acme's reply topic as its reply_to, and the daemon,
     writing with its own credentials, put globex's results and acks there. Now the query's
     error goes to globex's own reply topic, the ack nowhere, and acme's topic gets nothing."""
     daemon, client, _ = env

@@ -98,7 +98,7 @@ class _FakeClient:
 
 
 async def test_a_forget_never_drops_a_lock_that_a_write_waits_for() -> None:
-    """From a review: a forget dropped a session lock that read unlocked while handing over to
+    """A forget dropped a session lock that read unlocked while handing over to
     its next waiter; a later write then took a second lock, and two wrote the session at once
     (one turn lost)."""
     fake = _FakeClient()

@@ -104,7 +104,7 @@ def test_other_valid_topics_may_take_replies(topic: str) -> None:
     ],
 )
 def test_in_topic_tenancy_replies_never_go_to_another_tenants_reply_topics(topic: str, allowed: bool) -> None:
-    """From a security review: a tenant named another tenant's reply topic as its reply_to and
+    """A tenant named another tenant's reply topic as its reply_to and
     the daemon, writing with its own credentials, filled it (4.5 MB from 280 bytes of requests)."""
     if allowed:
         assert check_reply_to(topic, INPUTS, own="memory.replies.acme") is None
