@@ -12,8 +12,7 @@ from graph.ner import SpacyNer
 from graph.tenants import TenantGraphs
 from memory.activity import IngestActivity
 from memory.embedder import Embedder
-from memory.generations import GenerationRegistry
-from memory.index import ChunkIndex, translate_errors
+from memory.index import ChunkIndex, GenerationRegistry, translate_errors
 
 
 def offline_environment() -> None:

@@ -16,8 +16,8 @@ from daemon.settings import Settings
 from daemon.status import measure_lag, past_end_text
 from daemon.teardown import bounded
 from memory.errors import MemdError, NotFound
-from memory.generations import GenerationRegistry, index_spec
-from memory.index import MAX_PAGE, ChunkIndex, translate_errors
+from memory.generations import index_spec
+from memory.index import MAX_PAGE, ChunkIndex, GenerationRegistry, translate_errors
 from memory.keys import generation_of, key_root, physical_name
 from memory.schema import compare_schema, index_schema, info_attributes, info_index_name
 from memory.server_policies import EVICTION_FIX, SAFE_EVICTION, TIMEOUT_FIX, eviction_policy, search_timeout_policy

@@ -25,8 +25,8 @@ from daemon.settings import Settings
 from daemon.teardown import bounded
 from memory.embedder import SentenceTransformerEmbedder
 from memory.errors import BackendUnavailable
-from memory.generations import GenerationRegistry, index_spec
-from memory.index import ChunkIndex
+from memory.generations import index_spec
+from memory.index import ChunkIndex, GenerationRegistry
 from memory.ingest import Ingestor
 
 log = structlog.get_logger()

@@ -8,8 +8,7 @@ import structlog
 
 from daemon.settings import Settings
 from memory.errors import NotFound, ReindexConflict, ReindexWouldLose
-from memory.generations import GenerationRegistry
-from memory.index import ChunkIndex, translate_errors
+from memory.index import ChunkIndex, GenerationRegistry, translate_errors
 from memory.schema import generation_of, info_index_name, key_root
 
 log = structlog.get_logger()

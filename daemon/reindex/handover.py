@@ -20,8 +20,7 @@ from daemon.reindex.report import ReindexProgress
 from daemon.reindex.summaries import sync_communities
 from memory.embedder import SentenceTransformerEmbedder
 from memory.errors import BackendUnavailable, ReindexConflict
-from memory.generations import GenerationRegistry
-from memory.index import ChunkIndex, DocState, translate_errors
+from memory.index import ChunkIndex, DocState, GenerationRegistry, translate_errors
 
 log = structlog.get_logger()
 

@@ -1,5 +1,5 @@
 """The build slot: one reindex per index across the deployment, held from its reservation to
-its release (``memory.generations`` keeps it in the registry).
+its release (``memory.index.GenerationRegistry`` keeps it in the registry).
 
 A reindex reserves the slot (taking over one whose heartbeat stopped, and dropping the
 generation that build left half-built), keeps it with a heartbeat, switches through it, and
@@ -18,8 +18,8 @@ import structlog
 
 from daemon.teardown import bounded, cancelled
 from memory.errors import BackendUnavailable, NotFound, ReindexConflict
-from memory.generations import GenerationRegistry, GenerationState, IndexSpec
-from memory.index import ChunkIndex, translate_errors
+from memory.generations import GenerationState, IndexSpec
+from memory.index import ChunkIndex, GenerationRegistry, translate_errors
 
 log = structlog.get_logger()
 

@@ -14,6 +14,7 @@ from memory.index.errors import IndexError_, QuerySyntaxError, WriteInProgress, 
 from memory.index.errors import _translated as _translated  # private: the translation table's tests use it
 from memory.index.hits import LegHit
 from memory.index.listings import BULK_QUERY_TIMEOUT_MS
+from memory.index.registry import GenerationRegistry
 from memory.index.reuse import vector_key
 from memory.index.versioned import UNVERSIONED_TOMBSTONE
 
@@ -25,6 +26,7 @@ __all__ = [
     "ChunkIndex",
     "ChunkPage",
     "DocState",
+    "GenerationRegistry",
     "Group",
     "IndexError_",
     "LegHit",

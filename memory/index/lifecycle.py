@@ -19,11 +19,12 @@ from redisvl.schema import IndexSchema
 from memory import keys
 from memory.config import ChunkingConfig, IndexConfig
 from memory.errors import IndexMismatch, NotFound, WritesHeld
-from memory.generations import GenerationRegistry, GenerationState, IndexSpec, index_spec
+from memory.generations import GenerationState, IndexSpec, index_spec
 from memory.index.batching import CommandBatcher
 from memory.index.codec import _RETURN_FIELDS
 from memory.index.errors import IndexError_, _NoGeneration, translate_errors
 from memory.index.marker_list import MarkerList
+from memory.index.registry import GenerationRegistry
 from memory.schema import compare_schema, index_schema, info_attributes, info_index_name
 
 log = structlog.get_logger()

@@ -33,7 +33,7 @@ from daemon.launcher import (
     start_tansu,
 )
 from graph.config import GraphConfig
-from memory.generations import GenerationRegistry
+from memory.index import GenerationRegistry
 from memory.keys import chunk_prefix, dir_docs_key, directory_flag, physical_name, registry_key
 from tests.conftest import unique
 from tests.helpers import PlainClient, chromium, chromium_flags, eventually, isolated_settings, start_daemon

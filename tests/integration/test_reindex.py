@@ -19,7 +19,7 @@ from memory.config import ChunkingConfig
 from memory.embed_worker import CRASH_MARKER_ENV
 from memory.embedder import SentenceTransformerEmbedder
 from memory.errors import ReindexWouldLose
-from memory.generations import GenerationRegistry
+from memory.index import GenerationRegistry
 from memory.metrics import CHUNKS_REUSED
 from memory.schema import physical_name
 from tests.conftest import unique

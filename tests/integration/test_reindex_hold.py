@@ -23,8 +23,7 @@ from consumers.events import ForgetEvent, TranscriptEvent
 from memory.config import ChunkingConfig, IndexConfig, IngestConfig
 from memory.errors import BackendUnavailable, WritesHeld
 from memory.filters import BASE_FILTER_KEYS
-from memory.generations import GenerationRegistry
-from memory.index import ChunkIndex
+from memory.index import ChunkIndex, GenerationRegistry
 from memory.ingest import Ingestor
 from memory.records import MemoryItem
 from tests.conftest import unique

@@ -29,8 +29,8 @@ from graph.recompute import COMMUNITY_TOMBSTONE_S
 from memory.config import ChunkingConfig
 from memory.embedder import SentenceTransformerEmbedder
 from memory.errors import BackendUnavailable, EmbedderError, NotFound, ReindexConflict, ReindexWouldLose, WritesHeld
-from memory.generations import GenerationRegistry, index_spec
-from memory.index import ChunkIndex
+from memory.generations import index_spec
+from memory.index import ChunkIndex, GenerationRegistry
 from memory.keys import chunk_prefix, key_root, physical_name, registry_key, ver_key
 from memory.records import COMMUNITY_PREFIX
 from tests.conftest import unique
