@@ -26,8 +26,8 @@ from pydantic import (
 )
 
 from consumers.fields import MAX_VERSION, AgentPart, DocId, MetaValue, NonEmpty
-from memory.conversation import id_part
-from memory.records import DEFAULT_TENANT, MemoryItem
+from memory.conversation import TURN_PREFIX, turn_doc_id, turn_prefix
+from memory.records import COMMUNITY_PREFIX, DEFAULT_TENANT, MemoryItem
 
 
 class _Event(BaseModel):
@@ -69,7 +69,7 @@ def _tags(metadata: dict[str, Any], filter_keys: Collection[str]) -> dict[str, s
 
 #: doc_id prefixes the daemon writes itself (transcript turns, community summaries): a
 #: document event naming one could overwrite or delete what it did not write.
-RESERVED_DOC_PREFIXES = ("transcript:", "community:")
+RESERVED_DOC_PREFIXES = (TURN_PREFIX, COMMUNITY_PREFIX)
 
 
 class DocumentEvent(_Event):
@@ -143,10 +143,10 @@ class TranscriptEvent(_Event):
         """The stable id of this turn's chunks.
 
         ``%`` and ``/`` in the agent and session ids are percent-encoded, so that
-        (``ops/east``, ``s1``) and (``ops``, ``east/s1``) stay two sessions; every other id
-        keeps the form it always had.
+        (``ops/east``, ``s1``) and (``ops``, ``east/s1``) stay two sessions
+        (``memory.conversation.turn_doc_id``).
         """
-        return f"transcript:{id_part(self.agent_id)}/{id_part(self.session_id)}/{self.turn}"
+        return turn_doc_id(self.agent_id, self.session_id, self.turn)
 
     def to_item(
         self, filter_keys: Collection[str], tenant: str = DEFAULT_TENANT, *, default_ts: float | None = None
@@ -210,10 +210,9 @@ class ForgetEvent(_Event):
         self, filter_keys: Collection[str], tenant: str = DEFAULT_TENANT, *, default_ts: float | None = None
     ) -> MemoryItem:
         """A ``forget`` item: the turn doc ids' common prefix and the tags every such turn carries."""
-        prefix = f"transcript:{id_part(self.agent_id)}/"
+        prefix = turn_prefix(self.agent_id, self.session_id)
         tags = {"agent_id": self.agent_id, "kind": "transcript"}
         if self.session_id is not None:
-            prefix += f"{id_part(self.session_id)}/"
             tags["session_id"] = self.session_id
         return MemoryItem(op="forget", doc_id=prefix, version=None, kind="transcript", tags=tags, tenant=tenant)
 

@@ -32,7 +32,7 @@ def expired_error(age_ms: float, max_age_ms: int) -> RequestExpired:
 
 
 class ExpiryLog:
-    """Warns ``query.expired`` on the first expired request, then at most once per ``every_s``
+    """Warns ``query.request_expired`` on the first expired request, then at most once per ``every_s``
     with how many expired since (a backlog of thousands would flood the log)."""
 
     def __init__(self, every_s: float = WARN_EVERY_S) -> None:
@@ -47,7 +47,7 @@ class ExpiryLog:
         if now - self._last < self._every_s:
             return
         log.warning(
-            "query.expired",
+            "query.request_expired",
             topic=record.topic,
             partition=record.partition,
             offset=record.offset,

@@ -11,7 +11,7 @@ runs; on Apache Kafka, which answers a fetch when data arrives, none do).
 ``fetch_wait`` is the rule; ``FetchBackoff`` applies it to the subscribers' aiokafka consumers.
 aiokafka reads its fetch wait from its fetcher each time it builds a fetch request, and has no
 public way to change it: where that attribute is missing (another aiokafka), nothing changes
-and ``consumer.idle_backoff_unavailable`` says so once.
+and ``consumer.idle_backoff_disabled`` says so once.
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ class FetchBackoff:
         if not isinstance(getattr(fetcher, "_fetch_max_wait_ms", None), int):
             if not self._unavailable:
                 self._unavailable = True
-                log.warning("consumer.idle_backoff_unavailable", reason="aiokafka's fetcher has no _fetch_max_wait_ms")
+                log.warning("consumer.idle_backoff_disabled", reason="aiokafka's fetcher has no _fetch_max_wait_ms")
             return
         fetcher._fetch_max_wait_ms = wait
         watched.applied, watched.consumer_id = wait, id(consumer)

@@ -6,7 +6,6 @@ by event, so one poison event cannot block the others.
 """
 
 import asyncio
-import contextlib
 import dataclasses
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import Any
@@ -33,6 +32,7 @@ from memory.metrics import (
     EVENTS_DEAD_LETTERED,
     EVENTS_FAILED,
 )
+from memory.retrying import pause
 
 log = structlog.get_logger()
 
@@ -200,8 +200,7 @@ class Ingestion:
             # and a glitch of a second (a thread pool, a restarting dependency) would
             # dead-letter a good event. Cut short by a shutdown.
             backoff = min(self.ingest_cfg.retry_initial_s * 2 ** (attempts - 1), self.ingest_cfg.retry_max_s)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.stopping.wait(), timeout=backoff)
+            await pause(self.stopping, backoff)
             raise exc  # not committed: redelivered, and the events before it are idempotent
         # The count is kept (it expires): if another event of this batch fails short of its
         # attempts, the batch comes back, and this one must go straight past, not start over.

@@ -54,7 +54,7 @@ def guess_query_id(raw: bytes | None) -> str | None:
     if not (isinstance(qid, str) and 0 < len(qid) <= 256):
         return None
     # JSON may escape a lone surrogate ("\ud800"): Python reads it, no reply can carry it, and
-    # an error reply holding it failed to serialize, so the asker heard nothing (fuzzing).
+    # an error reply holding it would fail to serialize, and the asker would hear nothing.
     try:
         qid.encode("utf-8")
     except UnicodeEncodeError:
@@ -229,9 +229,9 @@ def fit_reply(reply: QueryReply, max_bytes: int) -> QueryReply:
     """``reply``, with results left off its end until it fits ``max_bytes`` as JSON
     (``truncated`` then says so).
 
-    Why: a reply over the producer's request limit (1 MiB) could not be published and its
-    asker heard nothing (found by fuzzing: one 2 MB chunk, or top_k results carrying big
-    metadata). A bound computed from the lengths skips the encoding for ordinary replies.
+    Why: a reply over the producer's request limit (1 MiB) cannot be published, and its
+    asker would hear nothing (one 2 MB chunk, or top_k results carrying big metadata,
+    would do it). A bound computed from the lengths skips the encoding for ordinary replies.
     """
     if sum(_size_bound(r) for r in reply.results) + 1000 <= max_bytes:
         return reply

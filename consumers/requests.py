@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 from consumers.fields import MAX_VERSION, NO_NUL, AgentPart, DocId
-from memory.conversation import MAX_CONTEXT_TURNS, id_part
+from memory.conversation import MAX_CONTEXT_TURNS, turn_doc_id
 from memory.schema import MAX_SEARCH_OFFSET
 
 
@@ -110,7 +110,7 @@ class TurnKey(BaseModel):
     @property
     def doc_id(self) -> str:
         """The turn's doc id, as its ``TranscriptEvent`` names it."""
-        return f"transcript:{id_part(self.agent_id)}/{id_part(self.session_id)}/{self.turn}"
+        return turn_doc_id(self.agent_id, self.session_id, self.turn)
 
 
 class GetRequest(BaseModel):

@@ -102,14 +102,14 @@ class AssignmentWatcher(ConsumerRebalanceListener):  # type: ignore[misc]
         this consumer still owns.
 
         Why: aiokafka runs a rebalance beside the handler, not after it. Without this, a
-        daemon that lost a partition to a new member went on writing its batch while the new
-        owner replayed the partition from the last commit and applied what came next: a
-        forgotten turn written back after its forget, a corrected turn overwritten by the
-        old one, for good (turns carry no version to refuse them; found by a review). Now
-        the revocation waits for the batch (the group's rebalance with it: within the
-        rebalance timeout, the poll interval), and records fetched before a revocation
-        but handled after it are left to their new owner (nothing of theirs is committed
-        here: the consumer commits only partitions it holds).
+        daemon that lost a partition to a new member would go on writing its batch while the
+        new owner replayed the partition from the last commit and applied what came next: a
+        forgotten turn written back after its forget, a corrected turn overwritten by the old
+        one, for good (turns carry no version to refuse them). So the revocation waits for the
+        batch (the group's rebalance with it: within the rebalance timeout, the poll
+        interval), and records fetched before a revocation but handled after it are left to
+        their new owner (nothing of theirs is committed here: the consumer commits only
+        partitions it holds).
         """
         async with self._busy:
             kept = [r for r in records if (r.topic, r.partition) in self._owned]

@@ -26,13 +26,12 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote, unquote
 
+from consumers.fields import MAX_DOC_ID_CHARS
 from memory.errors import InvalidRequest
+from memory.filters import MAX_VALUE_LENGTH as MAX_SOURCE_CHARS  # a source is filtered on
 
 #: Root of every store document's ``source`` (and, so, ``doc_id``).
 ROOT = "lgstore:"
-#: Longest source a filter may name (the contract's limit for a filter value).
-MAX_SOURCE_CHARS = 512
-MAX_DOC_ID_CHARS = 1024
 #: A metadata string's limit, and how many pieces of JSON a value may take.
 PIECE_CHARS = 4096
 MAX_PIECES = 56

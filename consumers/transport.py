@@ -85,7 +85,7 @@ class KafkaTransport:
             await self._producer.start()
         except KafkaError as exc:
             # A producer that failed to start still holds its client: closed here, or asyncio
-            # reports it unclosed at exit (an operator saw that noise under every refusal).
+            # reports it unclosed at exit, noise under every refusal.
             await _stop_quietly(self._producer, "producer")
             self._producer = None
             raise BackendUnavailable(f"kafka at {self._bootstrap} unreachable: {exc}") from exc

@@ -101,7 +101,7 @@ async def start_daemon(
         await _ensure_index(index, ready_timeout_s)
         for setting, value, fix in await unsafe_settings(redis):
             # Not refused: managed Redis may not let these be changed. Loud, and doctor fails.
-            log.warning("daemon.redis_unsafe_setting", setting=setting, value=value, fix=fix)
+            log.warning("daemon.redis_setting_flagged", setting=setting, value=value, fix=fix)
         if settings.create_topics:
             await ensure_contract_topics(settings, timeout_s=ready_timeout_s)
         # Ingestion marks its batches here; the graph's summarizer waits for quiet moments.
@@ -252,7 +252,9 @@ async def start_daemon(
     # (measured: 8 gen-2 collections of up to 190 ms in 1,500 queries, the whole p99 tail).
     gc.collect()  # garbage frozen now could never be freed
     gc.freeze()
-    log.info("daemon.ready", assigned=daemon.assigned, index=settings.index.name, kafka=settings.kafka_bootstrap)
+    log.info(
+        "daemon.startup_finished", assigned=daemon.assigned, index=settings.index.name, kafka=settings.kafka_bootstrap
+    )
     where = ""
     if daemon.http is not None:  # the operators' page, where a new user would not guess it
         # Listening on every interface: the loopback one is an address a browser can open.
@@ -269,7 +271,7 @@ async def start_daemon(
 
 async def run_until_stopped(settings: Settings, stop: asyncio.Event) -> None:
     """Run the daemon until ``stop`` is set (by a signal handler), which also ends a start-up
-    still in progress (an operator found a daemon whose group join hung deaf to SIGTERM)."""
+    still in progress (a group join that hangs must not make the daemon deaf to SIGTERM)."""
     starting = asyncio.create_task(start_daemon(settings), name="daemon-start")
     stopping = asyncio.create_task(stop.wait(), name="stop-signal")
     await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)

@@ -17,7 +17,7 @@ from daemon.status import measure_lag, past_end_text
 from daemon.teardown import bounded
 from memory.errors import MemdError, NotFound
 from memory.generations import index_spec
-from memory.index import MAX_PAGE, ChunkIndex, GenerationRegistry, translate_errors
+from memory.index import MAX_PAGE, ChunkIndex, GenerationRegistry, redis_now, translate_errors
 from memory.keys import generation_of, key_root, physical_name
 from memory.schema import compare_schema, index_schema, info_attributes, info_index_name
 from memory.server_policies import EVICTION_FIX, SAFE_EVICTION, TIMEOUT_FIX, eviction_policy, search_timeout_policy
@@ -235,8 +235,9 @@ async def _check_directory(client: Any, settings: Settings, dims: int) -> list[F
     ]
 
 
-#: A sliced write with no progress for this long is taken for one whose writer died (a slice
-#: takes well under a second; the marker is taken after embedding).
+#: A sliced write with no progress for this long is reported as one whose writer died. A
+#: writer of the same version takes it over sooner (``memory.visibility.TAKEOVER_AFTER_S``),
+#: but only if one comes: this reports the ones nobody will.
 STUCK_WRITE_S = 600.0
 
 
@@ -252,9 +253,7 @@ async def _check_unfinished_writes(client: Any, settings: Settings, dims: int) -
     if not unfinished:
         return [Finding("large writes", True, "no document is being written in slices")]
     async with translate_errors("doctor"):
-        sec, usec = await client.time()
-    now = sec + usec / 1e6
-    # Markers are stamped with Redis's clock too (memory.index.lifecycle.redis_now): no host's counts.
+        now = await redis_now(client)  # the markers' clock: no host's counts
     stuck = {k: m for k, m in unfinished.items() if now - m.beat > STUCK_WRITE_S}
     if not stuck:
         return [Finding("large writes", True, f"{len(unfinished)} document(s) being written in slices")]

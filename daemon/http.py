@@ -17,7 +17,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from daemon.explore import PRINCIPAL, Access, Explorer, explorer_refusal
-from daemon.explore.access import COOKIE, LOGIN_PATHS, OPEN_PATHS, rebound
+from daemon.explore.access import BEARER_CHALLENGE, COOKIE, LOGIN_PATHS, OPEN_PATHS, UNAUTHORIZED, rebound
 from daemon.status import StatusState, oldest_age_s, past_end_text, percentile
 from memory.errors import MemdError
 from memory.index import ChunkIndex
@@ -179,11 +179,7 @@ def guard(access: Access, *, host: str) -> Callable[..., Awaitable[web.StreamRes
             return await handler(request)
         principal = access.identify(request.headers.get("Authorization"), request.cookies.get(COOKIE))
         if principal is None:
-            return web.json_response(
-                {"error": "unauthorized", "message": "send Authorization: Bearer <token>"},
-                status=401,
-                headers={"WWW-Authenticate": 'Bearer realm="agentmemd"'},
-            )
+            return web.json_response(UNAUTHORIZED, status=401, headers={"WWW-Authenticate": BEARER_CHALLENGE})
         if principal.tenant is not None and not explorer:
             return web.json_response(
                 {"error": "forbidden", "message": "a tenant's token reaches the explorer only"}, status=403

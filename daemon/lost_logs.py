@@ -4,8 +4,8 @@ A broker that comes back empty (tansu keeps its log in memory) starts every part
 offset 0 again, but a consumer that lived through it keeps its old position, and the request
 consumer's auto-commit even writes that position into the new broker's group. Apache Kafka
 answers a fetch past the end with OFFSET_OUT_OF_RANGE and the consumer resets itself; tansu
-answers with nothing, so the consumer waited for ever (an operator found every query after
-such a restart unanswered).
+answers with nothing, so the consumer would wait for ever and no query after such a restart
+would be answered.
 
 The end of a log is judged by the high watermark of the consumer's own last fetch, not by
 the broker's end offsets alone: tansu's ListOffsets answers the base offset of the last

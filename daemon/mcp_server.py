@@ -20,6 +20,7 @@ from pydantic import Field, ValidationError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from consumers.decoding import validation_reason
+from daemon.explore.access import BEARER_CHALLENGE, UNAUTHORIZED
 from daemon.mcp_tools import MemoryTools, ToolFailure
 from memory.conversation import MAX_CONTEXT_TURNS
 
@@ -171,10 +172,10 @@ class BearerAuth:
         if scope["type"] == "http":
             given = dict(scope.get("headers") or ()).get(b"authorization", b"")
             if not hmac.compare_digest(given, self._expected):
-                body = json.dumps({"error": "unauthorized", "message": "send Authorization: Bearer <token>"}).encode()
+                body = json.dumps(UNAUTHORIZED).encode()
                 headers = [
                     (b"content-type", b"application/json"),
-                    (b"www-authenticate", b'Bearer realm="agentmem"'),
+                    (b"www-authenticate", BEARER_CHALLENGE.encode()),
                     (b"content-length", str(len(body)).encode()),
                 ]
                 await send({"type": "http.response.start", "status": 401, "headers": headers})
@@ -197,7 +198,7 @@ async def serve_http(tools: MemoryTools, *, host: str, port: int, token: str) ->
     if token:
         app = BearerAuth(app, token)
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on"))
-    log.info("mcp.http_serving", url=f"http://{host}:{port}/mcp", auth=bool(token))
+    log.info("mcp.http_started", url=f"http://{host}:{port}/mcp", auth=bool(token))
     try:
         await server.serve()
     finally:

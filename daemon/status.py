@@ -27,6 +27,7 @@ from graph.tenants import TenantGraphs
 from memory.errors import MemdError
 from memory.index import ChunkIndex
 from memory.metrics import CONSUMER_LAG, INDEX_CHUNKS, STALE_DEPTH, STALE_OLDEST
+from memory.retrying import pause
 
 log = structlog.get_logger()
 
@@ -253,5 +254,4 @@ class Sampler:
                 await self.sample_once()
             except Exception:  # a monitoring loop must outlive whatever it measures
                 log.exception("status.sample_failed")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=self._interval)
+            await pause(stop, self._interval)

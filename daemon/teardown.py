@@ -60,11 +60,11 @@ async def bounded(what: str, aw: Awaitable[object], seconds: float = CLOSE_TIMEO
         log.warning("teardown.timed_out", what=what, after_s=seconds)
         return False
     if task.cancelled():
-        log.warning("teardown.failed", what=what, error="cancelled")
+        log.warning("teardown.step_failed", what=what, error="cancelled")
         return False
     exc = task.exception()
     if exc is not None:
-        log.warning("teardown.failed", what=what, error=f"{type(exc).__name__}: {exc}")
+        log.warning("teardown.step_failed", what=what, error=f"{type(exc).__name__}: {exc}")
         return False
     return True
 

@@ -167,7 +167,7 @@ async def watch_topics(settings: Settings, halt: asyncio.Event) -> None:
         try:
             created = await ensure_contract_topics(settings, timeout_s=settings.topic_check_s)
         except BackendUnavailable as exc:
-            log.warning("daemon.broker_unreachable", error=str(exc))
+            log.warning("daemon.broker_check_failed", error=str(exc))
             continue
         if created:
             log.warning("daemon.topics_recreated", topics=created)

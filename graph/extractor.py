@@ -85,7 +85,7 @@ class Extractor:
                 # A reply that is not the JSON asked for would fail the same way on every
                 # redelivery and hold the partition for good: this chunk keeps its
                 # identifier and NER entities instead, and the miss is logged.
-                log.warning("graph.llm_reply_unusable", error=str(exc))
+                log.warning("graph.llm_reply_rejected", error=str(exc))
                 out.append([])
         return out
 

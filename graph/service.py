@@ -176,7 +176,7 @@ class GraphService:
             for (doc_id, version, _), contrib in zip(batch, contribs, strict=True):
                 out = await self._store.apply(doc_id, version, contrib, refresh=True)
                 refreshed += out.applied
-        log.info("graph.repointed", tenant=tenant, docs=len(doc_ids), refreshed=refreshed)
+        log.info("graph.chunks_repointed", tenant=tenant, docs=len(doc_ids), refreshed=refreshed)
         return refreshed
 
     async def on_change(self, item: MemoryItem, chunks: Sequence[ChunkRecord]) -> ContributionResult:

@@ -31,6 +31,7 @@ from graph.stale_queue import StaleItem, StaleQueue
 from memory import keys
 from memory.index import translate_errors
 from memory.records import DEFAULT_TENANT
+from memory.schema import as_str
 
 __all__ = ["EDGE_SEP", "GraphStore", "LeaseLost", "StaleItem"]
 
@@ -40,10 +41,10 @@ log = structlog.get_logger()
 def _parse_graph(
     nodes_raw: dict[Any, Any], edges_raw: dict[Any, Any]
 ) -> tuple[dict[str, tuple[str, str]], list[tuple[str, str, int]]]:
-    nodes = {_s(k): tuple(json.loads(v)) for k, v in nodes_raw.items()}
+    nodes = {as_str(k): tuple(json.loads(v)) for k, v in nodes_raw.items()}
     edges = []
     for f, w in edges_raw.items():
-        a, b = _s(f).split(EDGE_SEP)
+        a, b = as_str(f).split(EDGE_SEP)
         edges.append((a, b, int(w)))
     return nodes, sorted(edges)
 
@@ -113,7 +114,9 @@ class GraphStore:
         """Every doc with a contribution in this graph."""
         head = len(self._k("contrib:"))
         async with translate_errors("graph doc listing"):
-            return sorted({_s(k)[head:] async for k in self._r.scan_iter(match=f"{self._k('contrib:')}*", count=1000)})
+            return sorted(
+                {as_str(k)[head:] async for k in self._r.scan_iter(match=f"{self._k('contrib:')}*", count=1000)}
+            )
 
     async def doc_ids_under(self, prefix: str) -> set[str]:
         """Every doc with a contribution in this graph whose id starts with ``prefix``."""
@@ -121,7 +124,7 @@ class GraphStore:
         low = b"[" + prefix.encode()
         async with translate_errors("graph doc listing"):
             # Past every id under the prefix: 0xff starts no UTF-8 sequence.
-            found = {_s(d) for d in await self._r.zrangebylex(self._k("docs"), low, low + b"\xff")}
+            found = {as_str(d) for d in await self._r.zrangebylex(self._k("docs"), low, low + b"\xff")}
         return found - {_LISTED}
 
     async def _fill_doc_list(self) -> None:
@@ -180,12 +183,12 @@ class GraphStore:
             for k in keys:
                 pipe.smembers(self._k(f"ent_chunks:{k}"))
             found = await pipe.execute()
-        return {k: sorted(_s(c) for c in ids) for k, ids in zip(keys, found, strict=True)}
+        return {k: sorted(as_str(c) for c in ids) for k, ids in zip(keys, found, strict=True)}
 
     async def entity_docs(self, key: str) -> set[str]:
         """Doc ids mentioning an entity."""
         async with translate_errors("graph read"):
-            return {_s(d) for d in await self._r.smembers(self._k(f"ent_docs:{key}"))}
+            return {as_str(d) for d in await self._r.smembers(self._k(f"ent_docs:{key}"))}
 
     async def drift(self) -> int:
         """Entity and edge changes since the last community recompute."""
@@ -201,7 +204,7 @@ class GraphStore:
         """The current communities."""
         async with translate_errors("graph read"):
             raw = await self._r.hgetall(self._k("comms"))
-        return sorted((_community(_s(cid), v) for cid, v in raw.items()), key=lambda c: (c.level, c.id))
+        return sorted((_community(as_str(cid), v) for cid, v in raw.items()), key=lambda c: (c.level, c.id))
 
     async def community(self, cid: str) -> Community | None:
         """One current community, or None when it does not exist (any more).
@@ -246,7 +249,7 @@ class GraphStore:
         async with translate_errors("community write"), self._r.pipeline(transaction=True) as pipe:
             if lease is not None:
                 await pipe.watch(lock_key)
-                if _s(await pipe.get(lock_key) or b"") != lease:
+                if as_str(await pipe.get(lock_key) or b"") != lease:
                     raise LeaseLost("the recompute lease expired before its result was stored")
                 pipe.multi()  # type: ignore[no-untyped-call]
             pipe.delete(self._k("comms"), self._k("ent_comm"))
@@ -317,7 +320,7 @@ class GraphStore:
     async def pending_drops(self) -> list[str]:
         """Removed communities whose summary chunks may still be in the index."""
         async with translate_errors("graph read"):
-            return sorted(_s(c) for c in await self._r.smembers(self._k("pending_drop")))
+            return sorted(as_str(c) for c in await self._r.smembers(self._k("pending_drop")))
 
     async def dropped(self, cid: str) -> None:
         """A removed community's summary chunk is gone from the index."""
@@ -328,7 +331,7 @@ class GraphStore:
         """A community's summary record, if written."""
         async with translate_errors("summary read"):
             raw = await self._r.hgetall(self._k(f"summary:{cid}"))
-        return {_s(k): json.loads(v) for k, v in raw.items()} if raw else None
+        return {as_str(k): json.loads(v) for k, v in raw.items()} if raw else None
 
     async def counter(self, name: str) -> int:
         """A graph counter (``summary_failures``, ``summaries_written``)."""
@@ -416,7 +419,3 @@ def _community(cid: str, raw: bytes | str) -> Community:
 
 #: The member of the doc id list that says it holds every doc (doc ids hold no NUL).
 _LISTED = "\x00listed"
-
-
-def _s(v: Any) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from memory.errors import MemdError
 from memory.index import ChunkIndex
 from memory.metrics import LLM_TOKENS, SUMMARIES_FAILED, SUMMARIES_WRITTEN
 from memory.records import COMMUNITY_PREFIX, ChunkRecord
+from memory.retrying import pause
 
 log = structlog.get_logger()
 
@@ -275,5 +275,4 @@ class Summarizer:
             waited += delay
 
     async def _sleep(self, seconds: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.stop.wait(), timeout=seconds)
+        await pause(self.stop, seconds)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 
@@ -23,6 +22,7 @@ from memory.errors import MemdError
 from memory.index import ChunkIndex, translate_errors
 from memory.keys import tenants_key
 from memory.records import DEFAULT_TENANT, ChunkRecord, MemoryItem
+from memory.retrying import pause
 
 log = structlog.get_logger()
 
@@ -125,8 +125,7 @@ class TenantGraphs:
         return await self.apply(item, contrib)
 
     async def _sleep(self, seconds: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.stop.wait(), timeout=seconds)
+        await pause(self.stop, seconds)
 
     async def _each(self, what: str, fn: Callable[[GraphService], Awaitable[object]]) -> int:
         # Each tenant on its own: one whose graph keeps failing (a bug its data triggers)

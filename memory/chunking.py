@@ -73,9 +73,9 @@ def _starts_word(offsets: Offsets, k: int) -> bool:
 
 
 #: Longest character span one token may bring into a chunk. The model's tokenizer reads a
-#: word of over 100 characters as one [UNK] token whatever its length, so a 2 MB word was one
-#: token and one 2 MB chunk: no reply could carry it, and every pass over the text (analysis,
-#: graph patterns) paid for it whole (found by fuzzing). Such a token is cut into pieces of
+#: word of over 100 characters as one [UNK] token whatever its length, so a 2 MB word would be
+#: one token and one 2 MB chunk: no reply could carry it, and every pass over the text
+#: (analysis, graph patterns) would pay for it whole. Such a token is cut into pieces of
 #: this many characters, each counted as a token; real tokens are never this long.
 MAX_TOKEN_CHARS = 100
 

@@ -78,6 +78,18 @@ def id_part(value: str) -> str:
     return value.replace("%", "%25").replace("/", "%2F")
 
 
+def turn_prefix(agent_id: str, session_id: str | None = None) -> str:
+    """The doc id prefix every turn of an agent (or of one of its sessions) starts with."""
+    prefix = f"{TURN_PREFIX}{id_part(agent_id)}/"
+    return prefix if session_id is None else f"{prefix}{id_part(session_id)}/"
+
+
+def turn_doc_id(agent_id: str, session_id: str, turn: int) -> str:
+    """The doc id of a transcript turn: ``transcript:<agent>/<session>/<turn>``, ids as
+    :func:`id_part` holds them."""
+    return f"{turn_prefix(agent_id, session_id)}{turn}"
+
+
 def agent_of(doc_id: str) -> str | None:
     """The agent id a turn's doc id names (:func:`id_part` undone), or None for any other doc."""
     if parse_turn(doc_id) is None:

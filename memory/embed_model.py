@@ -103,7 +103,7 @@ def _trace_encoder(w: LoadedModel, tok: Any) -> Any:
         texts = list(_DIRECT_CHECK)
         for batch in (texts, texts[:2], texts[1:2], _QUERY_CHECK):
             ours = encode(traced, tok, batch, traced=True)
-            if TRACE_FAILED.is_set() or _differs(ours, encode(w, tok, batch), "embed.trace_differs"):
+            if TRACE_FAILED.is_set() or _differs(ours, encode(w, tok, batch), "embed.trace_rejected"):
                 return None
         return module
     except Exception as exc:
@@ -187,7 +187,7 @@ def _direct_matches(w: LoadedModel, tok: Any) -> bool:
     except Exception as exc:
         log.warning("embed.direct_path_failed", error=f"{type(exc).__name__}: {exc}")
         return False
-    return not _differs(ours, encode(w, tok, _DIRECT_CHECK, direct=False), "embed.direct_path_differs")
+    return not _differs(ours, encode(w, tok, _DIRECT_CHECK, direct=False), "embed.direct_path_rejected")
 
 
 def load(path: str, cfg: EmbeddingConfig, channels: Sequence[str]) -> tuple[LoadedModel, dict[str, Any]]:

@@ -335,7 +335,7 @@ class SentenceTransformerEmbedder:
             # library) must not get the query that happened to be alone in it refused.
             await self._encode_alone(CONTROL_TEXT)
         except Exception as exc:
-            log.error("embed.worker_crashes_on_anything", error=str(exc))
+            log.error("embed.control_text_crashed", error=str(exc))
             return crashed
         self.learn_poison({_digest(text)})
         log.error("embed.query_refused", reason="crashed the embedding worker twice, the second time alone")

@@ -105,7 +105,7 @@ def _tag_safe(value: str) -> bool:
     # RediSearch trims TAG values when it indexes them and splits them at the separator, so
     # a value with edge whitespace or a separator can only be matched exactly by its hash.
     # Nor can a TAG query hold an ASCII control character, escaped or not (NUL, \x01, \x7f:
-    # a syntax error, found by fuzzing): those values are matched by hash too.
+    # a syntax error): those values are matched by hash too.
     return value == value.strip() and TAG_SEPARATOR not in value and not any(ch < " " or ch == "\x7f" for ch in value)
 
 
@@ -168,8 +168,8 @@ def in_time(timestamp: float | None, since: float | None, until: float | None, *
     if timestamp is None:
         return False
     # RediSearch returns a NUMERIC field rounded to 12 significant digits (10 ms for epoch
-    # seconds), while its range filter compared the exact value: without this slack the
-    # re-check dropped hits the engine had rightly matched, at the range's ends (fuzzing).
+    # seconds), while its range filter compares the exact value: without this slack the
+    # re-check would drop hits the engine had rightly matched, at the range's ends.
     slack = 0.0 if exact else _RETURNED_PRECISION * abs(timestamp)
     return (since is None or timestamp >= since - slack) and (until is None or timestamp <= until + slack)
 

@@ -52,7 +52,7 @@ async def expand_forgets(
         # another id. The batch's own turns are not stored yet: matched by prefix.
         earlier = {i.doc_id for i in out if i.tenant == item.tenant and i.op == "upsert"}
         covered = sorted(stored | {d for d in earlier if d.startswith(item.doc_id)})
-        log.info("ingest.forget", prefix=item.doc_id, docs=len(covered), tenant=item.tenant)
+        log.info("ingest.forget_planned", prefix=item.doc_id, docs=len(covered), tenant=item.tenant)
         for doc_id in covered:
             delete = MemoryItem(
                 op="delete", doc_id=doc_id, version=None, kind=item.kind, tags=item.tags, tenant=item.tenant

@@ -9,7 +9,6 @@ context), ``group_write`` (a group's docs stored and handed to the ``change_hook
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
@@ -30,7 +29,7 @@ from memory.group_write import write_group
 from memory.index import Analysis, ChunkIndex, analyze_records, vector_key
 from memory.ingest_report import IngestReport, ItemOutcome
 from memory.records import ApplyResult, ChunkRecord, MemoryItem
-from memory.retrying import retry_while_unavailable
+from memory.retrying import pause, retry_while_unavailable
 from memory.session_context import SessionContext
 from memory.speakers import speakers_field
 
@@ -239,8 +238,7 @@ class Ingestor:
                     if self.stopping.is_set():
                         raise
                     log.info("ingest.writes_held", items=len(items), delay_s=delay, reason=str(exc))
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self.stopping.wait(), timeout=delay)
+                    await pause(self.stopping, delay)
                     delay = min(delay * 2, self._cfg.retry_max_s)
 
     async def _apply_batch(self, items: Sequence[MemoryItem]) -> IngestReport:

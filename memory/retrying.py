@@ -19,6 +19,12 @@ log = structlog.get_logger()
 T = TypeVar("T")
 
 
+async def pause(stop: asyncio.Event, seconds: float) -> None:
+    """Wait ``seconds``, or less if ``stop`` is set meanwhile (a shutdown cuts every backoff short)."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), timeout=seconds)
+
+
 class Retrying(Protocol):
     """How the ingestor runs a backend call: retried while the backend is unavailable."""
 
@@ -63,6 +69,5 @@ async def retry_while_unavailable(
                 raise
             emit = log.error if isinstance(exc, Unauthorized) else log.warning
             emit("ingest.backend_retried", what=what, attempt=attempt, delay_s=delay, error=str(exc))
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stopping.wait(), timeout=delay)
+            await pause(stopping, delay)
             delay = min(delay * 2, cfg.retry_max_s)

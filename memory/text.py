@@ -21,7 +21,7 @@ User text is never sent to RediSearch raw: whatever a term still holds that is n
 ASCII letter or digit is backslash-escaped, so query syntax inside user text
 (``@f:{x} | *``, ``-foo``, quotes, braces) is searched as words and can never widen or
 leave the filter. That includes ``_``: a lone ``_`` term (``"what does _ mean"``) is a
-syntax error to this RediSearch, found by fuzzing; escaped, it is searched like any term.
+syntax error to this RediSearch; escaped, it is searched like any term.
 
 Terms are cut to 128 UTF-8 bytes (:data:`MAX_TERM_BYTES`), as RediSearch cuts the tokens it
 indexes: uncut, a longer query term never matched the chunk it came from.

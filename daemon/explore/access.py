@@ -1,8 +1,8 @@
 """Who may see what over HTTP: bearer tokens, tenant-scoped tokens, the loopback rule (pure).
 
-With no token configured the HTTP server stays open as it always was (a loopback address by
-default), except that the explorer is refused on a non-loopback address: it shows what agents
-remember. With a token, every endpoint but ``/healthz`` and ``/readyz`` requires one: the
+With no token configured the HTTP server is open (on a loopback address by default), except
+that the explorer is refused on a non-loopback address: it shows what agents remember. With a
+token, every endpoint but ``/healthz`` and ``/readyz`` requires one: the
 operator's token (``http_token``) sees everything, a tenant's token (``http_tenant_tokens``)
 only the explorer, and only its tenant. Tokens are compared in constant time, as the MCP
 server's.
@@ -15,6 +15,10 @@ import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+#: What a request without a valid token gets, from the HTTP server and from ``agentmemd mcp --http``.
+UNAUTHORIZED = {"error": "unauthorized", "message": "send Authorization: Bearer <token>"}
+#: The ``WWW-Authenticate`` challenge sent with it.
+BEARER_CHALLENGE = 'Bearer realm="agentmemd"'
 #: Paths served to anyone (probes carry no token).
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
 #: The cookie the explorer's login form sets (for browsers, which cannot add a header).

@@ -238,7 +238,7 @@ class Reindex:
         self._carry = carry_mode(state.spec, spec)
         self.progress.generation = self._gen
         log.info(
-            "reindex.started",
+            "reindex.build_started",
             index=self._s.index.name,
             old_generation=self._old,
             generation=self._gen,
@@ -330,7 +330,9 @@ class Reindex:
         self._report()
         await self._slot.switch(self._spec)
         self._replaying().switched = True
-        log.info("reindex.switched", index=self._s.index.name, old_generation=self._old, generation=self._gen)
+        log.info(
+            "reindex.generation_switched", index=self._s.index.name, old_generation=self._old, generation=self._gen
+        )
 
     # -- 6. catch up, 7. drop the old generation: the Handover's -------------------------
 
@@ -364,7 +366,7 @@ class Reindex:
         took = time.monotonic() - self._started
         p = self.progress
         log.info(
-            "reindex.finished",
+            "reindex.build_finished",
             index=self._s.index.name,
             generation=self._gen,
             records=p.done,

@@ -134,7 +134,7 @@ class Handover:
                 await self._replayer.replay_to_end()
                 return True
             except (KafkaError, BackendUnavailable) as exc:
-                log.warning("reindex.catch_up_retry", attempt=attempt + 1, error=str(exc))
+                log.warning("reindex.catch_up_retried", attempt=attempt + 1, error=str(exc))
                 if attempt == CATCH_UP_TRIES - 1:
                     self._errors.append(f"catch-up after the switch failed: {exc}")
                     log.error("reindex.catch_up_failed", error=str(exc))
@@ -185,7 +185,7 @@ class Handover:
             except (KafkaError, BackendUnavailable) as exc:
                 if attempt == CATCH_UP_TRIES - 1:
                     raise
-                log.warning("reindex.summary_sync_retry", attempt=attempt + 1, error=str(exc))
+                log.warning("reindex.summary_sync_retried", attempt=attempt + 1, error=str(exc))
                 await asyncio.sleep(2.0**attempt)
 
     async def _mark_old_kept(self, unexpected: list[tuple[str, str]]) -> None:
@@ -209,8 +209,8 @@ class Handover:
                 return False
             self._progress.phase = "dropping the old generation"
             self._report()
-            # Its registry notes go with it, as drop-generation's do (an operator found a
-            # spec entry left behind by every reindex).
+            # Its registry notes go with it, as drop-generation's do: else each reindex would
+            # leave a spec entry behind.
             await self._registry.unregister(self._old)
             await source.drop()
             return True

@@ -121,7 +121,7 @@ class Replayer:
                 try:
                     now = await self.consumer.end_offsets(tps)
                 except KafkaError as exc:  # the broker is away: keep waiting, as getmany does
-                    log.warning("reindex.replay_waiting", error=str(exc))
+                    log.warning("reindex.replay_waited", error=str(exc))
                     idle_since = time.monotonic()
                     continue
                 shrunk = {f"{tp.topic}/{tp.partition}": now[tp] for tp in tps if now[tp] < ends[tp]}

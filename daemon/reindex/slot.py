@@ -152,5 +152,5 @@ class BuildSlot:
             async with translate_errors("reindex switch check"):
                 return (await self._registry.state()).active == gen
         except Exception as exc:
-            log.warning("reindex.switch_unknown", generation=gen, error=str(exc))
+            log.warning("reindex.switch_unconfirmed", generation=gen, error=str(exc))
             return None

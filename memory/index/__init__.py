@@ -13,6 +13,7 @@ from memory.index.copying import DocState
 from memory.index.errors import IndexError_, QuerySyntaxError, WriteInProgress, translate_errors
 from memory.index.errors import _translated as _translated  # private: the translation table's tests use it
 from memory.index.hits import LegHit
+from memory.index.lifecycle import redis_now
 from memory.index.listings import BULK_QUERY_TIMEOUT_MS
 from memory.index.registry import GenerationRegistry
 from memory.index.reuse import vector_key
@@ -37,6 +38,7 @@ __all__ = [
     "analyze",
     "analyze_records",
     "next_key",
+    "redis_now",
     "translate_errors",
     "turn_terms",
     "vector_key",

@@ -1,8 +1,9 @@
 """What a search leg returns: ids, the fields fusion and the filter re-check read, no text (pure).
 
 A leg's candidates are twice the results asked for, and most are dropped by fusion: reading
-and modelling their text and metadata cost 34.4 core-ms per query at ``top_k`` 50 against
-11.7 at 5 (issue 24). So the legs return these hits, and only the fused winners are read
+and modelling their text and metadata would make a deep query cost several times a shallow
+one ([decision 0027](../../docs/decisions/0027-legs-return-ids-winners-read-whole.md)). So the
+legs return these hits, and only the fused winners are read
 whole (``_Search.hydrate``), by the codec that reads every other chunk.
 """
 
@@ -14,7 +15,7 @@ from typing import Any, NamedTuple
 
 from memory import keys
 from memory.chunking import chunk_doc
-from memory.index.codec import _float_or_none, _int_or_none
+from memory.index.codec import _float_or_none, _int_or_none, _text
 from memory.records import StoredChunk
 from memory.schema import as_str
 
@@ -59,10 +60,6 @@ def leg_fields(tag_keys: Sequence[str], *, idents: bool = False) -> tuple[str, .
     tags it re-checks but the tenant (read from the key)."""
     wanted = (*LEG_FIELDS, *(("idents",) if idents else ()), *tag_keys)
     return tuple(f for f in dict.fromkeys(wanted) if f != TENANT)
-
-
-def _text(value: Any) -> str:
-    return "" if value is None else as_str(value)
 
 
 class _KeyParts:

@@ -183,7 +183,7 @@ class _Lifecycle:
             if await self._adopt():  # only the registry is gone: the data is all there
                 return
         log.error(
-            "index.lost",
+            "index.generation_lost",
             index=self._cfg.name,
             action="recreated empty; run `agentmemd reindex` to rebuild it from what Kafka retains",
         )
@@ -210,7 +210,7 @@ class _Lifecycle:
                 await self.registry.bootstrap(self.spec)
         why = await self.mismatch()
         if why:
-            log.error("index.spec_mismatch", index=self._cfg.name, reason=why)
+            log.error("index.spec_mismatched", index=self._cfg.name, reason=why)
         return created
 
     async def _adopt(self) -> bool:
@@ -270,7 +270,7 @@ class _Lifecycle:
             if "already exists" not in str(exc.__cause__ or exc).lower():
                 raise
             return False
-        log.info("index.created", index=keys.physical_name(self._cfg.name, gen), dims=self._dims)
+        log.info("index.generation_created", index=keys.physical_name(self._cfg.name, gen), dims=self._dims)
         return True
 
     async def _holds_keys(self, gen: int) -> bool:

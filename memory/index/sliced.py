@@ -250,7 +250,7 @@ class _SlicedWrites(_Lifecycle):
         async with translate_errors("marker list"):
             await self.marker_list.prune()
         log.info(
-            "index.sliced_write",
+            "index.sliced_write_finished",
             doc_id=doc_id,
             version=version,
             chunks=len(chunks),

@@ -205,7 +205,7 @@ async def test_reindex_with_new_chunking_pauses_old_daemons_until_restarted(
     assert "generation 2 is live (was 1)" in res.stdout and "8 applied" in res.stdout
     assert "8 graph docs re-pointed to the new chunks" in res.stdout, res.stdout
     # the progress bar, not a log line per replayed doc (an operator's stderr had hundreds)
-    assert "ingest.doc_applied" not in res.stderr and "reindex.started" not in res.stderr
+    assert "ingest.doc_applied" not in res.stderr and "reindex.build_started" not in res.stderr
 
     # the graph follows the new chunks: each late error code points at the chunk that now holds it
     nodes, _ = await graph.graph()

@@ -135,7 +135,7 @@ async def test_a_large_doc_is_written_in_slices_and_ends_exact(stack) -> None:
         result = await index.apply(DOC, 2, chunks(2, 10, "bravo"), vectors(10, 2))
     assert result.applied and result.chunks == 10
     assert _count("finished") == finished + 1
-    [event] = [e for e in logs if e["event"] == "index.sliced_write"]
+    [event] = [e for e in logs if e["event"] == "index.sliced_write_finished"]
     assert event["transactions"] == 5 and event["deleted"] == 0
     assert await index.chunk_ids(DOC) == {f"{DOC}_p{i}" for i in range(10)}
     assert await index.versions([DOC]) == {DOC: 2}
@@ -148,7 +148,7 @@ async def test_a_large_doc_is_written_in_slices_and_ends_exact(stack) -> None:
     # filter the doc by its marker, would hide the new version).
     with capture_logs() as logs:
         assert (await whole(index).apply(DOC, 3, chunks(3, 2, "charlie"), vectors(2, 3))).applied
-    assert not [e for e in logs if e["event"] == "index.sliced_write"]
+    assert not [e for e in logs if e["event"] == "index.sliced_write_finished"]
     assert WriteMarker.decode(await client.get(marker_key)) == WriteMarker(shown=3, writing=None)
     assert await shown(retriever, "charlie") == [(f"{DOC}_p0", 3), (f"{DOC}_p1", 3)]
     assert await index.count() == 2

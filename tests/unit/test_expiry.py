@@ -15,7 +15,7 @@ def test_a_backlog_of_expired_requests_warns_once_per_period_with_its_count() ->
     with capture_logs() as logs:
         for _ in range(500):
             expiries.seen(record, 90_000)
-    assert [(e["event"], e["log_level"], e["expired"]) for e in logs] == [("query.expired", "warning", 1)]
+    assert [(e["event"], e["log_level"], e["expired"]) for e in logs] == [("query.request_expired", "warning", 1)]
     expiries = ExpiryLog(every_s=0)
     with capture_logs() as logs:
         expiries.seen(record, 90_000)

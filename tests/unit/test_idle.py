@@ -81,7 +81,7 @@ def test_an_aiokafka_without_the_attribute_is_said_once_and_left_alone() -> None
     with capture_logs() as logs:
         backoff.tick()
         backoff.tick()
-    assert [e["event"] for e in logs] == ["consumer.idle_backoff_unavailable"]
+    assert [e["event"] for e in logs] == ["consumer.idle_backoff_disabled"]
     assert not hasattr(odd._fetcher, "_fetch_max_wait_ms") and not hasattr(odder, "_fetcher")
 
 

@@ -32,7 +32,7 @@ async def test_a_failing_close_is_reported_not_raised() -> None:
 
     with capture_logs() as logs:
         assert await bounded("failing close", fails(), seconds=1) is False
-    [entry] = [e for e in logs if e["event"] == "teardown.failed"]
+    [entry] = [e for e in logs if e["event"] == "teardown.step_failed"]
     assert entry["what"] == "failing close" and "broker went away" in entry["error"]
 
 
