@@ -32,7 +32,7 @@ from memory.metrics import (
     EVENTS_DEAD_LETTERED,
     EVENTS_FAILED,
 )
-from memory.retrying import pause
+from memory.retrying import backoff_s, pause
 
 log = structlog.get_logger()
 
@@ -199,8 +199,7 @@ class Ingestion:
             # Redelivered at once otherwise: every attempt would be spent within milliseconds,
             # and a glitch of a second (a thread pool, a restarting dependency) would
             # dead-letter a good event. Cut short by a shutdown.
-            backoff = min(self.ingest_cfg.retry_initial_s * 2 ** (attempts - 1), self.ingest_cfg.retry_max_s)
-            await pause(self.stopping, backoff)
+            await pause(self.stopping, backoff_s(attempts, self.ingest_cfg))
             raise exc  # not committed: redelivered, and the events before it are idempotent
         # The count is kept (it expires): if another event of this batch fails short of its
         # attempts, the batch comes back, and this one must go straight past, not start over.

@@ -26,7 +26,7 @@ from consumers.requests import (
     QueryRequest,
     ResultItem,
 )
-from graph.search import ScopedSearch
+from graph import ScopedSearch
 from memory.conversation import parse_turn
 from memory.errors import EmbedderError, InvalidRequest, MemdError, NotFound
 from memory.index import IndexError_, QuerySyntaxError

@@ -32,7 +32,7 @@ from consumers.replies import (
     reply_route,
 )
 from consumers.requests import ErrorBody, ErrorReply, GetReply, ListReply, QueryReply
-from graph.search import ScopedSearch
+from graph import ScopedSearch
 from memory.attempts import AttemptCounter
 from memory.config import IngestConfig
 from memory.errors import MemdError

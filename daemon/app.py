@@ -24,9 +24,7 @@ from daemon.poison_sync import sync_poison
 from daemon.settings import Settings
 from daemon.status import Sampler
 from daemon.topics import ensure_contract_topics, watch_topics
-from graph.compute import CommunityComputer, in_thread
-from graph.search import ScopedSearch
-from graph.tenants import TenantGraphs
+from graph import CommunityComputer, ScopedSearch, TenantGraphs, in_thread
 from memory.activity import IngestActivity
 from memory.attempts import AttemptCounter
 from memory.embedder import POISON_MAX, SentenceTransformerEmbedder

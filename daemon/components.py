@@ -7,9 +7,7 @@ import os
 import redis.asyncio as aredis
 
 from daemon.settings import Settings
-from graph.compute import Offload, in_thread
-from graph.ner import SpacyNer
-from graph.tenants import TenantGraphs
+from graph import Offload, SpacyNer, TenantGraphs, in_thread
 from memory.activity import IngestActivity
 from memory.embedder import Embedder
 from memory.index import ChunkIndex, GenerationRegistry, translate_errors

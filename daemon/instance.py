@@ -18,9 +18,7 @@ from daemon.explore import Access, Explorer, MemoryReads
 from daemon.settings import Settings
 from daemon.status import StatusState
 from daemon.teardown import CLOSE_TIMEOUT_S, await_chain, bounded, cancel_and_wait
-from graph.compute import CommunityComputer
-from graph.search import ScopedSearch
-from graph.tenants import TenantGraphs
+from graph import CommunityComputer, ScopedSearch, TenantGraphs
 from memory.embedder import SentenceTransformerEmbedder
 from memory.index import ChunkIndex
 from memory.ingest import Ingestor

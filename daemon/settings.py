@@ -23,7 +23,7 @@ from consumers.config import ConsumerConfig, KafkaSecurity, Topics
 from daemon.explore.access import Access, duplicate_tokens
 from daemon.explore.config import ExploreConfig
 from daemon.mcp_tools import MCPConfig
-from graph.config import GraphConfig
+from graph import GraphConfig
 from memory.config import ChunkingConfig, EmbeddingConfig, IndexConfig, IngestConfig, RetrievalConfig
 
 

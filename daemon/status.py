@@ -23,7 +23,7 @@ from consumers.transport import cluster_metadata
 from daemon.lost_logs import log_ends
 from daemon.settings import Settings
 from daemon.teardown import bounded
-from graph.tenants import TenantGraphs
+from graph import TenantGraphs
 from memory.errors import MemdError
 from memory.index import ChunkIndex
 from memory.metrics import CONSUMER_LAG, INDEX_CHUNKS, STALE_DEPTH, STALE_OLDEST

@@ -29,7 +29,7 @@ from memory.group_write import write_group
 from memory.index import Analysis, ChunkIndex, analyze_records, vector_key
 from memory.ingest_report import IngestReport, ItemOutcome
 from memory.records import ApplyResult, ChunkRecord, MemoryItem
-from memory.retrying import pause, retry_while_unavailable
+from memory.retrying import backoff_s, pause, retry_while_unavailable
 from memory.session_context import SessionContext
 from memory.speakers import speakers_field
 
@@ -230,16 +230,17 @@ class Ingestor:
             BackendUnavailable: only when stopping while Redis is down (or writes are held).
         """
         with self.activity.batch():
-            delay = self._cfg.retry_initial_s
+            waits = 0
             while True:
                 try:
                     return await self._apply_batch(items)
                 except WritesHeld as exc:
                     if self.stopping.is_set():
                         raise
+                    waits += 1
+                    delay = backoff_s(waits, self._cfg)
                     log.info("ingest.writes_held", items=len(items), delay_s=delay, reason=str(exc))
                     await pause(self.stopping, delay)
-                    delay = min(delay * 2, self._cfg.retry_max_s)
 
     async def _apply_batch(self, items: Sequence[MemoryItem]) -> IngestReport:
         """One try of :meth:`apply`.

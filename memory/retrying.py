@@ -19,6 +19,12 @@ log = structlog.get_logger()
 T = TypeVar("T")
 
 
+def backoff_s(attempt: int, cfg: IngestConfig) -> float:
+    """The wait after the ``attempt``-th failed try (1-based): ``retry_initial_s``, doubled
+    with each further try, never over ``retry_max_s``."""
+    return min(cfg.retry_initial_s * 2.0 ** min(max(attempt, 1) - 1, 64), cfg.retry_max_s)
+
+
 async def pause(stop: asyncio.Event, seconds: float) -> None:
     """Wait ``seconds``, or less if ``stop`` is set meanwhile (a shutdown cuts every backoff short)."""
     with contextlib.suppress(TimeoutError):
@@ -56,7 +62,6 @@ async def retry_while_unavailable(
         Unauthorized: Redis refuses us and ``stopping`` is set.
         WritesHeld: at once: the caller's whole batch waits and starts over (see ``Ingestor.apply``).
     """
-    delay = cfg.retry_initial_s
     attempt = 0
     while True:
         try:
@@ -67,7 +72,7 @@ async def retry_while_unavailable(
             attempt += 1
             if stopping.is_set():
                 raise
+            delay = backoff_s(attempt, cfg)
             emit = log.error if isinstance(exc, Unauthorized) else log.warning
             emit("ingest.backend_retried", what=what, attempt=attempt, delay_s=delay, error=str(exc))
             await pause(stopping, delay)
-            delay = min(delay * 2, cfg.retry_max_s)

@@ -12,7 +12,7 @@ from rich.table import Table
 from daemon.cli._app import _fail, _with_redis, app, out
 from daemon.components import active_index, build_graph
 from daemon.settings import Settings
-from graph.service import GraphService
+from graph import GraphService
 from memory.errors import MemdError
 
 T = TypeVar("T")

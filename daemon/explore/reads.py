@@ -20,10 +20,7 @@ from consumers.requests import QueryRequest
 from daemon.explore.dlq import DeadLetter, recent_dead_letters
 from daemon.explore.views_ask import AskForm, leg_only_ids, parse_filters
 from daemon.explore.views_memory import TenantRow
-from graph.communities import Community
-from graph.search import ScopedSearch
-from graph.stale_queue import StaleItem
-from graph.tenants import TenantGraphs
+from graph import Community, ScopedSearch, StaleItem, TenantGraphs
 from memory.errors import InvalidRequest
 from memory.index import MAX_PAGE, ChunkIndex, ChunkPage, Group, PageKey
 from memory.records import DEFAULT_TENANT, StoredChunk

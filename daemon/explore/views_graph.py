@@ -8,8 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from daemon.explore.html import age, esc, link, table, url, when
-from graph.communities import Community
-from graph.stale_queue import StaleItem
+from graph import Community, StaleItem
 
 #: Most communities the picture draws (the largest first); the table below lists them all.
 MAX_DRAWN = 400

@@ -7,7 +7,7 @@ import numpy as np
 import structlog
 
 from daemon.reindex.completeness import summary_docs
-from graph.recompute import COMMUNITY_TOMBSTONE_S
+from graph import COMMUNITY_TOMBSTONE_S
 from memory.conversation import vector_text
 from memory.embedder import SentenceTransformerEmbedder
 from memory.errors import EmbedderError, WorkerCrashed

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from consumers.ingestion import Ingestion
 from daemon.instance import Daemon
 from memory.config import IngestConfig
 from memory.errors import BackendUnavailable
@@ -136,7 +137,7 @@ async def env(kafka_bootstrap: str, redis_url: str) -> AsyncIterator[tuple[Daemo
 async def test_every_bad_event_is_dead_lettered_and_the_partition_flows(env) -> None:
     """31 bad events on one key (one partition): each is dead-lettered with its reason; the next good event applies."""
     daemon, client = env
-    assert len(EVENT_CASES) >= 31
+    assert len(EVENT_CASES) >= 35  # as many as docs/reliability.md says
     for _name, kind, raw, headers, _ in EVENT_CASES:
         topic = client.topics.documents if kind == "documents" else client.topics.transcripts
         await client.producer.send_and_wait(topic, raw, key=b"same-key", headers=headers)
@@ -295,29 +296,26 @@ async def test_poison_event_is_dead_lettered_after_max_attempts(env) -> None:
         daemon.ingestor.apply = original  # type: ignore[method-assign]
 
 
-async def test_a_redelivered_batch_does_not_dead_letter_twice(env) -> None:
-    """A batch that fails for an outage is redelivered whole: its bad event reaches the DLQ
-    once, not once per delivery, and the good event behind it is applied."""
+async def test_a_redelivered_batch_does_not_dead_letter_twice(env, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch that fails right after its dead letter went out is redelivered whole: its bad
+    event reaches the DLQ once, not once per delivery, and the good event behind it is applied."""
     daemon, client = env
-    original = daemon.ingestor.apply
-    calls = 0
-
-    async def flaky(items):  # Redis "down" for the first two deliveries
-        nonlocal calls
-        calls += 1
-        if calls <= 2:
-            raise BackendUnavailable("redis unreachable (test)")
-        return await original(items)
-
     mark = uuid.uuid4().hex
-    daemon.ingestor.apply = flaky  # type: ignore[method-assign]
-    try:
-        key = f"redelivered-{mark}"
-        await client.send(client.topics.documents, f"{{broken {mark}".encode(), key=key)
-        await client.send(client.topics.documents, json.loads(doc(doc_id=f"redelivered/{mark}.md")), key=key)
-        await eventually(lambda: _has(daemon, f"redelivered/{mark}.md"), timeout=60, what="the good event")
-        assert calls > 2
-        dead = [d for d in await read_dlq(client, 10**6, timeout=5) if mark in (d.get("original_text") or "")]
-        assert len(dead) == 1 and "Invalid JSON" in dead[0]["reason"], dead
-    finally:
-        daemon.ingestor.apply = original  # type: ignore[method-assign]
+    original = Ingestion._publish_dead
+    failures = 0
+
+    async def failing_after_the_dlq(self: Ingestion, record: Any, stamp: int) -> None:
+        nonlocal failures
+        await original(self, record, stamp)
+        if failures < 2 and mark in (record.original_text or ""):  # only this test's batch
+            failures += 1
+            raise BackendUnavailable("broker gone before the commit (test)")
+
+    monkeypatch.setattr(Ingestion, "_publish_dead", failing_after_the_dlq)
+    key = f"redelivered-{mark}"
+    await client.send(client.topics.documents, f"{{broken {mark}".encode(), key=key)
+    await client.send(client.topics.documents, json.loads(doc(doc_id=f"redelivered/{mark}.md")), key=key)
+    await eventually(lambda: _has(daemon, f"redelivered/{mark}.md"), timeout=60, what="the good event")
+    assert failures == 2  # delivered three times, the dead letter published on the first
+    dead = [d for d in await read_dlq(client, 10**6, timeout=5) if mark in (d.get("original_text") or "")]
+    assert len(dead) == 1 and "Invalid JSON" in dead[0]["reason"], dead

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
 
-from consumers.queries import REPLY_CODES, reply_code
+from consumers.queries import REPLY_CODES, fit_reply, reply_code
 from consumers.replies import (
     PartitionCounts,
     UnknownReplyTopic,
@@ -15,6 +16,7 @@ from consumers.replies import (
     parse_reply_partition,
     reply_partition,
 )
+from consumers.requests import QueryReply, ResultItem
 from memory.errors import BackendUnavailable, EmbedderError, InvalidRequest, MemdError, NotFound, QueryRefused
 from memory.index import IndexError_, QuerySyntaxError
 
@@ -143,3 +145,40 @@ def test_tenant_topic_subscriptions_match_only_their_own_topics() -> None:
     assert not re.match(address, "memoryXrequestsYz")
     assert not re.match(address, "memory.requestsXacme")
     assert not re.match(address, "memory.replies.acme")
+
+
+def _reply(sizes: list[int]) -> QueryReply:
+    items = [
+        ResultItem(
+            chunk_id=f"d{i}_p0",
+            rrf_score=1.0 / (i + 1),
+            text="é" * size,  # escaped by json.dumps: 6 bytes each
+            source="s",
+            doc_id=f"d{i}",
+            kind="document",
+            metadata={},
+            ranks={"bm25": i + 1},
+        )
+        for i, size in enumerate(sizes)
+    ]
+    return QueryReply(query_id="q", total_retrieved=len(items), results=items, took_ms=1.0)
+
+
+@pytest.mark.parametrize(
+    ("sizes", "max_bytes", "kept"),
+    [
+        ([10, 10, 10], 100_000, 3),  # fits: returned as it is
+        ([5_000, 5_000, 5_000, 5_000], 40_000, 1),  # each ~30 KB as JSON: only the best fits
+        ([100, 100, 20_000, 100], 40_000, 2),  # one huge result: it and what follows it go
+        ([50_000], 40_000, 0),  # nothing fits: an empty, truncated reply
+    ],
+)
+def test_a_reply_too_big_keeps_the_best_results_that_fit(sizes: list[int], max_bytes: int, kept: int) -> None:
+    """Results are left off the end, never the best first, until the JSON fits; ``truncated``
+    and ``total_retrieved`` say what was kept."""
+    reply = _reply(sizes)
+    fitted = fit_reply(reply, max_bytes)
+    assert [r.chunk_id for r in fitted.results] == [r.chunk_id for r in reply.results[:kept]]
+    assert fitted.total_retrieved == kept
+    assert fitted.truncated == (kept < len(sizes))
+    assert len(json.dumps(fitted.model_dump(mode="json"))) <= max_bytes
