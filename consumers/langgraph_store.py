@@ -67,6 +67,7 @@ class _Versions:
         self._lock = threading.Lock()
 
     def next(self) -> int:
+        """A version above every one given before, and at least the clock in nanoseconds."""
         with self._lock:
             self._last = max(self._last + 1, time.time_ns())
             return self._last

@@ -182,6 +182,7 @@ class PartitionCounts:
             raise BackendUnavailable(f"partitions of {topic!r} unknown: {type(exc).__name__}: {exc}") from exc
 
     async def close(self) -> None:
+        """Stop the producer whose metadata the counts are read from, if one was started."""
         if self._producer is not None:
             producer, self._producer = self._producer, None
             await producer.stop()

@@ -118,6 +118,7 @@ class AssignmentWatcher(ConsumerRebalanceListener):  # type: ignore[misc]
             yield kept
 
     async def on_partitions_revoked(self, revoked: Collection[Any]) -> None:
+        """Give ``revoked`` up once the batch in hand is applied (aiokafka's rebalance callback)."""
         async with self._busy:  # the batch in hand is finished first
             self._owned -= {(tp.topic, tp.partition) for tp in revoked}
         log.info("consumer.partitions_revoked", subscriber=self.name, partitions=len(revoked))
@@ -125,6 +126,7 @@ class AssignmentWatcher(ConsumerRebalanceListener):  # type: ignore[misc]
             self._on_revoked(self.name)
 
     async def on_partitions_assigned(self, assigned: Collection[Any]) -> None:
+        """Own ``assigned`` from now on (aiokafka's rebalance callback)."""
         self._owned |= {(tp.topic, tp.partition) for tp in assigned}
         log.info("consumer.partitions_assigned", subscriber=self.name, partitions=len(assigned))
         self._on_assigned(self.name, len(assigned))

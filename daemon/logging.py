@@ -30,6 +30,7 @@ class RepeatFilter(logging.Filter):
         self._last: dict[tuple[str, str], float] = {}
 
     def filter(self, record: logging.LogRecord) -> bool:
+        """Whether ``record`` passes: not if its template (and error type) passed within the window."""
         # One template carries many errors: the exception's type is part of the message.
         error = record.exc_info[0].__name__ if record.exc_info and record.exc_info[0] else ""
         key, now = (record.name, f"{record.msg}{error}"), self._clock()

@@ -95,6 +95,7 @@ class _Server(MCPServer[Any]):
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Any = None
     ) -> CallToolResult | InputRequiredResult:
+        """The SDK's call, with a schema failure of the arguments as a tool error in our words."""
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as exc:

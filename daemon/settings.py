@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -118,12 +118,37 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Arguments, then environment, then ``.env``, then the TOML file named by
+        ``AGENTMEM_CONFIG_FILE`` (if any), then secrets files, then the defaults."""
         sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings, dotenv_settings]
         toml_path = os.environ.get("AGENTMEM_CONFIG_FILE")
         if toml_path:
             sources.append(TomlConfigSettingsSource(settings_cls, toml_file=Path(toml_path)))
         sources.append(file_secret_settings)
         return tuple(sources)
+
+
+class EmbeddedServerFiles(BaseModel):
+    """Where the embedded servers' files are, on machines with their own builds (``None``:
+    those of the installed wheels). Read from the environment, not ``Settings``: ``agentmemd
+    servers`` and the test suite start servers before any deployment's settings exist."""
+
+    model_config = ConfigDict(frozen=True)
+
+    redis_server_bin: str | None = None
+    redis_modules: tuple[str, ...] | None = None
+    tansu_bin: str | None = None
+
+
+def embedded_server_files() -> EmbeddedServerFiles:
+    """``AGENTMEM_REDIS_SERVER_BIN``, ``AGENTMEM_REDIS_MODULES`` (``:``-separated ``.so``
+    paths) and ``AGENTMEM_TANSU_BIN``, as set in the environment."""
+    modules = os.environ.get("AGENTMEM_REDIS_MODULES")
+    return EmbeddedServerFiles(
+        redis_server_bin=os.environ.get("AGENTMEM_REDIS_SERVER_BIN") or None,
+        redis_modules=tuple(m for m in modules.split(":") if m) if modules else None,
+        tansu_bin=os.environ.get("AGENTMEM_TANSU_BIN") or None,
+    )
 
 
 def namespaced(name: str, **over: Any) -> Settings:

@@ -62,6 +62,7 @@ class TurnRef:
 
     @property
     def doc_id(self) -> str:
+        """The turn's doc id (``transcript:<agent>/<session>/<turn>``)."""
         return f"{self.session}{self.turn}"
 
     def at(self, turn: int) -> TurnRef:

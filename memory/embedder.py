@@ -60,7 +60,9 @@ class Embedder(Protocol):
     """What ingestion and retrieval need from an embedding model."""
 
     @property
-    def dims(self) -> int: ...
+    def dims(self) -> int:
+        """The length of every vector this embedder returns."""
+        ...
 
     @property
     def identity(self) -> str:
@@ -68,11 +70,27 @@ class Embedder(Protocol):
         same identity give a text the same vector (memory.index.reuse keys stored ones by it)."""
         ...
 
-    async def embed_documents(self, texts: Sequence[str]) -> np.ndarray: ...
+    async def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        """One normalized float32 vector per text, in order (shape ``(len(texts), dims)``).
 
-    async def embed_query(self, text: str) -> np.ndarray: ...
+        Raises:
+            BackendUnavailable: the model's worker is down (retried by the caller).
+            EmbedderError: the model failed on this input.
+        """
+        ...
 
-    async def token_offsets(self, text: str) -> list[tuple[int, int]]: ...
+    async def embed_query(self, text: str) -> np.ndarray:
+        """The vector a search compares chunks with (shape ``(dims,)``).
+
+        Raises:
+            BackendUnavailable: the model's worker is down.
+            QueryRefused: the text crashed the model before (a known poison query).
+        """
+        ...
+
+    async def token_offsets(self, text: str) -> list[tuple[int, int]]:
+        """The character span of each model token of ``text``, which chunking cuts along."""
+        ...
 
 
 def resolve_model_path(model: str) -> str:

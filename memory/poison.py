@@ -22,9 +22,13 @@ from memory.schema import as_str
 class PoisonHolder(Protocol):
     """What the sync needs of an embedder: its refused digests, and a way to add more."""
 
-    def poison_digests(self) -> set[str]: ...
+    def poison_digests(self) -> set[str]:
+        """Digests of the query texts this embedder refuses (each crashed its worker)."""
+        ...
 
-    def learn_poison(self, digests: set[str]) -> None: ...
+    def learn_poison(self, digests: set[str]) -> None:
+        """Refuse these query digests too (found by another daemon of the group)."""
+        ...
 
 
 class SharedPoison:

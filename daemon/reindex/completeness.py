@@ -31,6 +31,7 @@ def _tombstones(held: dict[tuple[str, str], DocState]) -> dict[tuple[str, str], 
 
 
 def summary_docs(held: dict[tuple[str, str], DocState]) -> dict[tuple[str, str], DocState]:
+    """The community summaries among ``held`` (tenant, doc id) -> state (pure)."""
     return {k: st for k, st in held.items() if _is_summary(k)}
 
 

@@ -62,6 +62,8 @@ class Replayer:
         self.failed_after_switch: set[str] = set()
 
     async def start(self, since_ms: int | None) -> None:
+        """Start the replay's consumer on every source partition, from ``since_ms`` (Unix
+        milliseconds) or from each partition's start."""
         await self.consumer.start()
         self._since_ms = since_ms
         await self._assign_new()
