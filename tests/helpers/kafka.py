@@ -64,7 +64,8 @@ class PlainClient:
 
 
 async def read_dlq(client: PlainClient, want: int, timeout: float = 30) -> list[dict[str, Any]]:
-    """Dead letters from the start of the DLQ topic, until ``want`` are read or ``timeout``."""
+    """Dead letters from the start of the DLQ topic, until ``want`` are read or ``timeout``
+    (each with its record's Kafka key as ``_kafka_key``)."""
     consumer = AIOKafkaConsumer(
         client.topics.dlq,
         bootstrap_servers=client.bootstrap,
@@ -78,7 +79,8 @@ async def read_dlq(client: PlainClient, want: int, timeout: float = 30) -> list[
         deadline = time.monotonic() + timeout
         while len(out) < want and time.monotonic() < deadline:
             for records in (await consumer.getmany(timeout_ms=200)).values():
-                out += [json.loads(r.value) for r in records]
+                # The record's own Kafka key rides along, under a name no DLQ body has.
+                out += [{**json.loads(r.value), "_kafka_key": r.key} for r in records]
     finally:
         await consumer.stop()
     return out

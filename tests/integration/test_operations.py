@@ -36,7 +36,15 @@ from graph.config import GraphConfig
 from memory.index import GenerationRegistry
 from memory.keys import chunk_prefix, dir_docs_key, directory_flag, physical_name, registry_key
 from tests.conftest import unique
-from tests.helpers import PlainClient, chromium, chromium_flags, eventually, isolated_settings, start_daemon
+from tests.helpers import (
+    PlainClient,
+    chromium,
+    chromium_flags,
+    daemon_and_client,
+    eventually,
+    isolated_settings,
+    start_daemon,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -574,3 +582,19 @@ async def test_doctor_flags_a_group_committed_past_the_end_of_its_log(
     assert fell_back == ([] if offset_fetch == "admin" else sorted(report.lag)), logs
     groups = [f for f in await diagnose(settings) if f.check == "consumer groups"]
     assert len(groups) == 1 and not groups[0].ok and "committed past the end" in groups[0].detail, groups
+
+
+async def test_a_taken_http_port_leaves_memory_serving(kafka_bootstrap: str, redis_url: str) -> None:
+    """A daemon whose HTTP port is taken logs ``daemon.http_failed`` and still answers queries."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        settings = isolated_settings(unique("http-taken"), kafka_bootstrap, redis_url, http_port=port)
+        with capture_logs() as logs:
+            async with daemon_and_client(settings) as (daemon, client):
+                assert daemon.http is None
+                _, reply = await client.ask({"query_id": "still-here", "search_text": "anything", "top_k": 1})
+                assert reply["query_id"] == "still-here" and "results" in reply
+        failed = [e for e in logs if e["event"] == "daemon.http_failed"]
+        assert len(failed) == 1 and failed[0]["port"] == port
