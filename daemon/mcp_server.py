@@ -21,7 +21,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from consumers.decoding import validation_reason
 from daemon.explore.access import BEARER_CHALLENGE, UNAUTHORIZED
-from daemon.mcp_tools import MemoryTools, ToolFailure
+from daemon.mcp_tools import MemoryTools
+from daemon.mcp_views import ToolFailure
 from memory.conversation import MAX_CONTEXT_TURNS
 
 log = structlog.get_logger()

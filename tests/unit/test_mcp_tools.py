@@ -12,7 +12,8 @@ import pytest
 from consumers.events import WriteAck
 from consumers.requests import GetItem
 from daemon import mcp_tools
-from daemon.mcp_tools import MCPConfig, MemoryTools, ToolFailure, ack_view, next_free_turn, parse_time
+from daemon.mcp_tools import MCPConfig, MemoryTools
+from daemon.mcp_views import ToolFailure, ack_view, next_free_turn, parse_time
 
 
 def _items(*found: bool) -> list[GetItem]:

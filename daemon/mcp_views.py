@@ -1,0 +1,76 @@
+"""What the MCP tools return and how they read their arguments (pure): the views of results,
+acks and looked-up documents, times, the next free turn, and the tools' one error."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from consumers.events import WriteAck
+from consumers.requests import GetItem, ResultItem
+
+
+class ToolFailure(Exception):
+    """A tool call that failed; ``code`` is the contract's error code (docs/contract.md)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+
+
+def parse_time(value: str | None, what: str) -> datetime | None:
+    """An ISO 8601 argument (``since``/``until``), naive meaning UTC.
+
+    Raises:
+        ToolFailure: ``invalid_request``, it is no ISO 8601 time.
+    """
+    if value is None or value == "":
+        return None
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        raise ToolFailure(
+            "invalid_request", f"{what} must be an ISO 8601 time such as 2026-01-31T12:00:00Z, got {value!r}"
+        ) from None
+
+
+def result_view(r: ResultItem) -> dict[str, Any]:
+    """One search result as a model needs it; a conversation turn asked with ``context_turns``
+    also carries the turns around it (``context``), so the model reads the exchange."""
+    view: dict[str, Any] = {
+        "text": r.text,
+        "score": r.rrf_score,
+        "source": r.source,
+        "doc_id": r.doc_id,
+        "kind": r.kind,
+        "metadata": r.metadata,
+        "timestamp": r.timestamp,
+    }
+    if r.context is not None:
+        view["context"] = [t.model_dump() for t in r.context]
+    return view
+
+
+def ack_view(ack: WriteAck | None, doc_id: str) -> dict[str, Any]:
+    """A write's acknowledgement (never None here: every tool write waits for it)."""
+    if ack is None:  # only a publish without wait has none, and no tool publishes so
+        return {"status": "sent", "doc_id": doc_id}
+    view: dict[str, Any] = {"status": ack.status, "doc_id": ack.doc_id or doc_id}
+    for name in ("version", "chunks", "stored_version", "reason", "error_code"):
+        if (value := getattr(ack, name)) is not None:
+            view[name] = value
+    return view
+
+
+def item_view(item: GetItem) -> dict[str, Any]:
+    """A looked-up document, without the fields it does not have."""
+    return item.model_dump(exclude_none=True)
+
+
+def next_free_turn(start: int, items: list[GetItem]) -> int | None:
+    """The turn after the last one found among ``items`` (turns ``start``, ``start+1``, ...),
+    or None when all of them were found (look further)."""
+    found = [start + i for i, item in enumerate(items) if item.status != "not_found"]
+    if len(found) == len(items):
+        return None
+    return (found[-1] + 1) if found else start
