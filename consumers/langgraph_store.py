@@ -53,6 +53,9 @@ log = structlog.get_logger()
 
 #: The contract's caps: ids per ``get``, values per ``list``, sources ORed in one filter, ``top_k``.
 GET_BATCH, LIST_PAGE, MAX_SOURCES, MAX_TOP_K = 100, 1000, 64, 100
+#: How long a lookup waits for an item whose new version is being written in slices (the
+#: contract's ``writing``: ask again shortly) before it raises.
+WRITING_WAIT_S = 30.0
 
 
 class _Versions:
@@ -160,15 +163,32 @@ class MemoryStore(BaseStore):
     async def _lookup(
         self, c: MemoryClient, doc_ids: Sequence[str], flt: dict[str, str] | None = None
     ) -> dict[str, GetItem]:
-        """Found items by doc id (in ``get``s of 100; a truncated reply is asked again for the rest)."""
+        """Found items by doc id (in ``get``s of 100; a truncated reply is asked again for the rest).
+
+        An item being written in slices (``writing``) is asked for again until its write ends:
+        it exists, and a put must keep its ``created_at``.
+
+        Raises:
+            TimeoutError: an item was still being written after ``WRITING_WAIT_S``.
+        """
         wanted = list(dict.fromkeys(doc_ids))
         out: dict[str, GetItem] = {}
+        deadline, pause_s = time.monotonic() + WRITING_WAIT_S, 0.05
         while wanted:
-            reply = await c.get(wanted[:GET_BATCH], metadata_filter=flt or None)
-            if not reply.items:
-                raise InvalidRequest(f"{wanted[0]!r} is larger than one reply may carry")
-            out.update({i.doc_id: i for i in reply.items if i.status == "found"})
-            wanted = wanted[len(reply.items) :]
+            writing: list[str] = []
+            while wanted:
+                reply = await c.get(wanted[:GET_BATCH], metadata_filter=flt or None)
+                if not reply.items:
+                    raise InvalidRequest(f"{wanted[0]!r} is larger than one reply may carry")
+                out.update({i.doc_id: i for i in reply.items if i.status == "found"})
+                writing += [i.doc_id for i in reply.items if i.status == "writing"]
+                wanted = wanted[len(reply.items) :]
+            if writing and time.monotonic() > deadline:
+                raise TimeoutError(f"{writing[0]!r} was still being written after {WRITING_WAIT_S:.0f}s")
+            if writing:
+                await asyncio.sleep(pause_s)
+                pause_s = min(pause_s * 2, 1.0)
+            wanted = writing
         return out
 
     async def _write(self, c: MemoryClient, puts: list[PutOp]) -> None:
@@ -251,17 +271,26 @@ class MemoryStore(BaseStore):
         if not sources:
             return []
         want = op.offset + op.limit
-        # Chunks of one doc come back separately: ask for more than wanted, up to the cap.
-        top_k = min(MAX_TOP_K, max(10, 3 * want))
         groups = [sources[i : i + MAX_SOURCES] for i in range(0, len(sources), MAX_SOURCES)]
-        replies = await asyncio.gather(
-            *(c.query(op.query, top_k=top_k, metadata_filter={**flt, "source": g}) for g in groups)
-        )
-        best: dict[str, ResultItem] = {}
-        for reply in replies:
-            for r in reply.results:
-                if r.doc_id not in best or r.rrf_score > best[r.doc_id].rrf_score:
-                    best[r.doc_id] = r
+        # Chunks of one doc come back separately: ask for more than wanted, and for more again
+        # while fewer items than wanted came back from a reply that had more to give.
+        top_k = min(MAX_TOP_K, max(10, 3 * want))
+        while True:
+            replies = await asyncio.gather(
+                *(c.query(op.query, top_k=top_k, metadata_filter={**flt, "source": g}) for g in groups)
+            )
+            best: dict[str, ResultItem] = {}
+            for reply in replies:
+                for r in reply.results:
+                    if r.doc_id not in best or r.rrf_score > best[r.doc_id].rrf_score:
+                        best[r.doc_id] = r
+            full = [r for r in replies if len(r.results) >= top_k and not r.truncated]
+            if len(best) >= want or not full or top_k >= MAX_TOP_K:
+                break
+            top_k = min(MAX_TOP_K, 2 * top_k)
+        if len(best) < want and any(r.truncated for r in replies):
+            # Every chunk carries its item's value: a page of large values does not fit one reply.
+            log.warning("store.search_truncated", items=len(best), wanted=want, top_k=top_k)
         ranked = sorted(best.values(), key=lambda r: (-r.rrf_score, r.doc_id))
         kept: list[SearchItem] = []
         for r in ranked:

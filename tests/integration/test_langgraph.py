@@ -312,3 +312,53 @@ async def test_a_sync_call_from_the_clients_own_loop_is_refused(threaded: Thread
 
     with pytest.raises(RuntimeError, match="own loop"):
         await threaded.acall(nested)
+
+
+def _long_text(words: str, paragraphs: int, seed: str) -> str:
+    return "\n\n".join(
+        f"Paragraph {i} of {seed}: {words} came up again while the on-call engineer {seed} checked "
+        f"pool {i}, replica {i * 7 % 13} and queue {i * 3 % 11} before the handover note."
+        for i in range(paragraphs)
+    )
+
+
+async def test_a_query_search_fills_its_page_with_items_of_many_chunks(threaded: ThreadedClient) -> None:
+    """Items of several chunks each still fill a query search's page: each counts once, and
+    the store asks for more chunks while fewer items than asked came back."""
+    store, ns = MemoryStore(threaded), ("long", uuid.uuid4().hex[:6])
+    await store.abatch(
+        [PutOp(ns, f"k{i}", {"text": _long_text("the saffron ledger outage", 40, f"eng{i}")}) for i in range(10)]
+    )
+    found = await store.asearch(ns, query="saffron ledger outage", limit=10)
+    assert sorted(i.key for i in found) == [f"k{i}" for i in range(10)]
+
+
+async def test_a_get_during_a_sliced_overwrite_finds_the_item(
+    threaded: ThreadedClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While a large item's new version is written in slices (the daemon answers ``writing``),
+    ``get`` waits for it instead of answering None, and the overwrite keeps ``created_at``."""
+    seen: list[str] = []
+    original = MemoryClient.get
+
+    async def recording(self: MemoryClient, *args: Any, **kw: Any) -> Any:
+        reply = await original(self, *args, **kw)
+        seen.extend(i.status for i in reply.items)
+        return reply
+
+    monkeypatch.setattr(MemoryClient, "get", recording)
+    store, ns = MemoryStore(threaded), ("big", uuid.uuid4().hex[:6])
+    await store.aput(ns, "doc", {"text": _long_text("a large runbook", 400, "v0")})
+    first = await store.aget(ns, "doc")
+    assert first is not None
+    for version in range(1, 6):  # until the daemon has once answered `writing` to a get
+        put = asyncio.create_task(store.aput(ns, "doc", {"text": _long_text("a large runbook", 400, f"v{version}")}))
+        while not put.done():
+            item = await store.aget(ns, "doc")
+            assert item is not None and item.created_at == first.created_at
+        await put
+        if "writing" in seen:
+            break
+    assert "writing" in seen, "no get met a write in slices: the test did not exercise the wait"
+    last = await store.aget(ns, "doc")
+    assert last is not None and "v" in last.value["text"] and last.created_at == first.created_at
