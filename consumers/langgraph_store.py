@@ -246,19 +246,19 @@ class MemoryStore(BaseStore):
         if op.limit <= 0:
             return []
         if not op.filter and op.limit <= LIST_PAGE:
-            ids = (await c.list_values("doc_id", source_prefix=prefix, limit=op.limit, offset=op.offset)).values
+            ids, _ = await _doc_ids(c, prefix, op.offset, op.limit)
             found = await self._lookup(c, ids)
-            return [s for s in (_search_item(found.get(d)) for d in ids[: op.limit]) if s is not None]
+            return [s for s in (_search_item(found.get(d)) for d in ids) if s is not None]
         kept: list[SearchItem] = []
         offset = 0
         while len(kept) < op.offset + op.limit:
-            ids = (await c.list_values("doc_id", source_prefix=prefix, limit=LIST_PAGE, offset=offset)).values
+            ids, more = await _doc_ids(c, prefix, offset, LIST_PAGE)
             found = await self._lookup(c, ids, flt)
             for d in ids:
                 item = _search_item(found.get(d))
                 if item is not None and matches_filter(item.value, op.filter):
                     kept.append(item)
-            if len(ids) < LIST_PAGE:
+            if not more:
                 break
             offset += len(ids)
         return kept[op.offset : op.offset + op.limit]
@@ -311,6 +311,20 @@ class MemoryStore(BaseStore):
         if op.max_depth is not None:
             kept = list({ns[: op.max_depth] for ns in kept})
         return sorted(set(kept))[op.offset : op.offset + op.limit]
+
+
+async def _doc_ids(c: MemoryClient, prefix: str, offset: int, limit: int) -> tuple[list[str], bool]:
+    """Up to ``limit`` doc ids under ``prefix`` from ``offset``, and whether more may follow
+    (a reply cut to fit one record is asked again from where it ended)."""
+    ids: list[str] = []
+    while len(ids) < limit:
+        reply = await c.list_values("doc_id", source_prefix=prefix, limit=limit - len(ids), offset=offset + len(ids))
+        ids += reply.values
+        if len(ids) < limit and not reply.truncated:
+            return ids, False
+        if not reply.values:  # nothing fitted: no further progress to make
+            return ids, False
+    return ids, True
 
 
 async def _all_values(c: MemoryClient, field: Literal["doc_id", "source"], prefix: str) -> list[str]:
