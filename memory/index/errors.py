@@ -100,6 +100,10 @@ async def translate_errors(what: str) -> AsyncIterator[None]:
     """Turn redis exceptions into our hierarchy at the point they enter."""
     try:
         yield
+    except rexc.WatchError:
+        # A watched key changed, or the watching connection was lost: the caller's WATCH
+        # loop starts its transaction over on a fresh read, which is no outage.
+        raise
     except (rexc.RedisError, RedisVLError, OSError) as exc:
         ours = _translated(exc, what)
         if ours is None:

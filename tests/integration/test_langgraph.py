@@ -27,6 +27,7 @@ from consumers.langchain_retriever import MemoryRetriever
 from consumers.langgraph_store import MemoryStore
 from consumers.threaded_client import ThreadedClient
 from daemon.settings import Settings
+from memory.config import IndexConfig
 from tests.conftest import unique
 from tests.helpers import daemon_and_client, isolated_settings, topic_tenancy_daemon
 
@@ -334,7 +335,7 @@ async def test_a_query_search_fills_its_page_with_items_of_many_chunks(threaded:
 
 
 async def test_a_get_during_a_sliced_overwrite_finds_the_item(
-    threaded: ThreadedClient, monkeypatch: pytest.MonkeyPatch
+    kafka_bootstrap: str, redis_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """While a large item's new version is written in slices (the daemon answers ``writing``),
     ``get`` waits for it instead of answering None, and the overwrite keeps ``created_at``."""
@@ -347,18 +348,27 @@ async def test_a_get_during_a_sliced_overwrite_finds_the_item(
         return reply
 
     monkeypatch.setattr(MemoryClient, "get", recording)
-    store, ns = MemoryStore(threaded), ("big", uuid.uuid4().hex[:6])
-    await store.aput(ns, "doc", {"text": _long_text("a large runbook", 400, "v0")})
-    first = await store.aget(ns, "doc")
-    assert first is not None
-    for version in range(1, 6):  # until the daemon has once answered `writing` to a get
-        put = asyncio.create_task(store.aput(ns, "doc", {"text": _long_text("a large runbook", 400, f"v{version}")}))
-        while not put.done():
-            item = await store.aget(ns, "doc")
-            assert item is not None and item.created_at == first.created_at
-        await put
-        if "writing" in seen:
-            break
-    assert "writing" in seen, "no get met a write in slices: the test did not exercise the wait"
-    last = await store.aget(ns, "doc")
-    assert last is not None and "v" in last.value["text"] and last.created_at == first.created_at
+    name = unique("lg-sliced")
+    # Slices of 4 chunks: a write of some 30 chunks takes several transactions.
+    s = isolated_settings(name, kafka_bootstrap, redis_url, index=IndexConfig(name=name, write_slice_chunks=4))
+    async with daemon_and_client(s):
+        client = ThreadedClient.connect(bootstrap=s.kafka_bootstrap, topics=s.topics, timeout_s=20)
+        try:
+            store, ns = MemoryStore(client), ("big", "runbook")
+            await store.aput(ns, "doc", {"text": _long_text("a large runbook", 90, "v0")})
+            first = await store.aget(ns, "doc")
+            assert first is not None
+            for version in range(1, 6):  # until the daemon has once answered `writing` to a get
+                text = _long_text("a large runbook", 90, f"v{version}")
+                put = asyncio.create_task(store.aput(ns, "doc", {"text": text}))
+                while not put.done():
+                    item = await store.aget(ns, "doc")
+                    assert item is not None and item.created_at == first.created_at
+                await put
+                if "writing" in seen:
+                    break
+            assert "writing" in seen, "no get met a write in slices: the test did not exercise the wait"
+            last = await store.aget(ns, "doc")
+            assert last is not None and last.value["text"] == text and last.created_at == first.created_at
+        finally:
+            await asyncio.to_thread(client.close)

@@ -7,7 +7,7 @@ import redis.exceptions as rexc
 from redis._parsers import BaseParser
 
 from memory.errors import BackendUnavailable, Unauthorized
-from memory.index import IndexError_, QuerySyntaxError, _translated
+from memory.index import IndexError_, QuerySyntaxError, _translated, translate_errors
 
 
 @pytest.mark.parametrize(
@@ -66,3 +66,18 @@ def test_bad_commands_and_credentials_are_not_outages() -> None:
     assert isinstance(_translated(rexc.ResponseError("Syntax error at offset 3"), "text search"), QuerySyntaxError)
     assert isinstance(_translated(rexc.ResponseError("NOPERM this user has no permissions"), "x"), Unauthorized)
     assert _translated(ValueError("not redis"), "x") is None
+
+
+async def test_a_watch_error_reaches_its_watch_loop_untranslated() -> None:
+    """A WatchError, even one raised as the watching connection dropped (its context a
+    ConnectionError), passes ``translate_errors`` as it is: the caller's WATCH loop retries."""
+
+    async def dropped_while_watching() -> None:
+        try:
+            raise rexc.ConnectionError("Connection reset by peer")
+        except rexc.ConnectionError:
+            raise rexc.WatchError("A ConnectionError occurred on while watching one or more keys") from None
+
+    with pytest.raises(rexc.WatchError):
+        async with translate_errors("chunk write"):
+            await dropped_while_watching()
