@@ -65,7 +65,7 @@ class PlainClient:
 
 async def read_dlq(client: PlainClient, want: int, timeout: float = 30) -> list[dict[str, Any]]:
     """Dead letters from the start of the DLQ topic, until ``want`` are read or ``timeout``
-    (each with its record's Kafka key as ``_kafka_key``)."""
+    (each with its record's Kafka key in hex as ``_kafka_key_hex``)."""
     consumer = AIOKafkaConsumer(
         client.topics.dlq,
         bootstrap_servers=client.bootstrap,
@@ -79,8 +79,9 @@ async def read_dlq(client: PlainClient, want: int, timeout: float = 30) -> list[
         deadline = time.monotonic() + timeout
         while len(out) < want and time.monotonic() < deadline:
             for records in (await consumer.getmany(timeout_ms=200)).values():
-                # The record's own Kafka key rides along, under a name no DLQ body has.
-                out += [{**json.loads(r.value), "_kafka_key": r.key} for r in records]
+                # The record's own Kafka key rides along (as hex, so a record stays plain JSON),
+                # under a name no DLQ body has.
+                out += [{**json.loads(r.value), "_kafka_key_hex": r.key and r.key.hex()} for r in records]
     finally:
         await consumer.stop()
     return out
