@@ -102,9 +102,16 @@ async def _has(daemon: Any, doc_id: str) -> bool:
         return False
 
 
+async def _dead_with(client: PlainClient, text: bytes) -> bool:
+    """Whether the DLQ holds a record whose original bytes contain ``text``."""
+    return any(text.decode() in (d.get("original_text") or "") for d in await read_dlq(client, 10**6, timeout=2))
+
+
 async def test_broker_restart_daemon_reconnects_by_itself(redis_url: str, tmp_path: Path) -> None:
     """The broker goes away and comes back (empty: tansu keeps its log in memory); the daemon
-    recreates its topics, rejoins its groups and serves again without a restart."""
+    recreates its topics, rejoins its groups and serves again without a restart. A bad event
+    at an offset an earlier one held before the restart is dead-lettered too: attempts and
+    dead-letter marks are per record (position and Kafka timestamp), not per position."""
     port = free_port()
     bootstrap = f"127.0.0.1:{port}"
     broker = start_tansu(bootstrap, log_dir=tmp_path)
@@ -113,13 +120,19 @@ async def test_broker_restart_daemon_reconnects_by_itself(redis_url: str, tmp_pa
     daemon = await start_daemon(settings)
     try:
         # Requests answered before the restart: the request consumer's position, and the
-        # offset it auto-commits, are then past the end of the empty broker's new log (an
-        # operator found queries never answered again after such a restart).
+        # offset it auto-commits, are then past the end of the empty broker's new log, where
+        # no query would be answered again unless the daemon moves it back.
         before = PlainClient(bootstrap, settings.topics, settings.topics.replies)
         await before.start()
         try:
             for i in range(6):
                 await before.ask({"query_id": f"pre{i}", "search_text": "anything at all", "top_k": 1})
+            # A good event at offset 0 of the documents log, then a bad one at offset 1,
+            # dead-lettered (and marked so).
+            await before.send(settings.topics.documents, doc("before/broker.md", "written before the restart"))
+            await eventually(lambda: _has(daemon, "before/broker.md"), timeout=60, what="consumed before")
+            await before.producer.send_and_wait(settings.topics.documents, b"{not json: before the restart")
+            await eventually(lambda: _dead_with(before, b"before the restart"), timeout=60, what="dead letter before")
         finally:
             await before.stop()
         broker.stop()
@@ -146,6 +159,9 @@ async def test_broker_restart_daemon_reconnects_by_itself(redis_url: str, tmp_pa
                 settings.topics.documents, doc("after/broker.md", "written after the broker restart okapi")
             )
             await eventually(lambda: _has(daemon, "after/broker.md"), timeout=90, what="consumed after the restart")
+            # Offset 1 of the new log: another bad event where the first one was.
+            await client.producer.send_and_wait(settings.topics.documents, b"{not json: after the restart")
+            await eventually(lambda: _dead_with(client, b"after the restart"), timeout=60, what="dead letter after")
             # One request, waited for (the request consumer may still be rejoining): asked
             # again and again, later requests filled the new log up to the stale position and
             # were answered, which hid that the first ones after the restart never were.
