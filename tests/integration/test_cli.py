@@ -100,7 +100,7 @@ def test_up_publish_query_and_clean_stop(tmp_path: Path) -> None:
         assert res.returncode == 0 and "runbooks/ledger.md_p0" in res.stdout
         res = _cli(env, "query", "x", "--filter", "tenant=a")
         assert res.returncode == 1 and "invalid_request" in res.stderr
-        # --json prints the raw reply, an error reply too (an operator found stdout empty)
+        # --json prints the raw reply, an error reply too (stdout is never left empty)
         res = _cli(env, "query", "x", "--filter", "tenant=a", "--json")
         assert res.returncode == 1 and json.loads(res.stdout)["error"]["code"] == "invalid_request", res
     finally:

@@ -446,9 +446,9 @@ async def test_a_dead_letter_too_big_for_kafka_is_cut_and_the_partition_keeps_fl
 
 
 async def test_a_reply_too_big_for_kafka_drops_results_from_its_end(env) -> None:
-    """Found by fuzzing: a reply over the producer's 1 MiB limit was never published and the
-    asker heard nothing. Five hits carrying ~256 kB of metadata each: the reply keeps the
-    best ones that fit and says truncated."""
+    """A reply over the producer's 1 MiB limit could not be published, and its asker would hear
+    nothing. Five hits carrying ~256 kB of metadata each: the reply keeps the best ones that
+    fit and says truncated."""
     daemon, client = env
     docs = [f"e2e/bulky-{i}.md" for i in range(5)]
     for i, doc_id in enumerate(docs):

@@ -1,8 +1,8 @@
-"""Found by a review: an agent-wide forget lists the agent's stored turns page by page (offset
-paging, 1000 chunks a page). If another daemon deletes some of that agent's turns between
-two pages (a session forget keyed agent/session, on another partition), every later chunk
-moved up by as many places and the listing skipped that many turns: they were never
-forgotten. The listing now runs again until a pass finds nothing new.
+"""An agent-wide forget lists the agent's stored turns page by page (offset paging, 1000 chunks
+a page). If another daemon deletes some of that agent's turns between two pages (a session
+forget keyed agent/session, on another partition), every later chunk moves up by as many
+places, and a single pass would skip that many turns, never forgotten. The listing runs
+again until a pass finds nothing new.
 """
 
 from __future__ import annotations

@@ -138,7 +138,7 @@ async def test_reindex_switches_atomically_while_queries_and_writes_go_on(
     registry = GenerationRegistry(redis, settings.index.name)
     state = await registry.state()
     assert state.active == 2 and state.building == 0
-    # the dropped generation's notes went with it (an operator found spec:N left by every reindex)
+    # the dropped generation's notes went with it (no spec:N is left behind by a reindex)
     notes = {k.decode() for k in await redis.hgetall(registry.key)}
     assert not [k for k in notes if k.endswith(":1")], notes
     indexes = {x.decode() for x in await redis.execute_command("FT._LIST")}

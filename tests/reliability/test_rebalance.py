@@ -1,7 +1,7 @@
-"""A rebalance in the middle of a batch (found by a review helper, its reproduction adapted):
-a daemon that lost a partition to a new member went on writing its batch while the new owner
-replayed the partition and applied what came next, so a turn forgotten after it came back
-for good. The revocation now waits for the batch in hand."""
+"""A rebalance in the middle of a batch: a daemon that loses a partition to a new member must
+not go on writing its batch while the new owner replays the partition and applies what came
+next (a turn forgotten after it would come back for good). The revocation waits for the
+batch in hand."""
 
 from __future__ import annotations
 

@@ -115,9 +115,9 @@ def test_a_full_stop_inside_a_word_is_no_sentence_end() -> None:
 
 
 def test_a_token_longer_than_any_word_is_cut_into_pieces() -> None:
-    """Found by fuzzing: the model reads a word of over 100 characters as one [UNK] token, so
-    a 2 MB word made one 2 MB chunk (no reply could carry it). Such a token counts as pieces
-    of MAX_TOKEN_CHARS characters; the chunks cover it in order, overlapping as usual."""
+    """The model reads a word of over 100 characters as one [UNK] token, so a 2 MB word would be
+    one 2 MB chunk (no reply could carry it). Such a token counts as pieces of MAX_TOKEN_CHARS
+    characters; the chunks cover it in order, overlapping as usual."""
     word = "x" * 200_000
     text = f"before the blob. {word} after the blob."
     offs = [(m.start(), m.end()) for m in re.finditer(r"\S+", text)]  # the blob: one token

@@ -101,7 +101,7 @@ def test_valid_transcript_becomes_an_unversioned_item() -> None:
         (doc(doc_id="community:c0-4a9febc087"), "may not start with"),
         (doc(content="x" * 2000), "content larger than 1024 bytes"),
         (doc(timestamp="yesterday"), "timestamp"),
-        (doc(doc_id="nul\x00doc"), "doc_id"),  # RediSearch reads keys up to a NUL (fuzzing)
+        (doc(doc_id="nul\x00doc"), "doc_id"),  # RediSearch reads keys up to a NUL
     ],
 )
 def test_invalid_documents_are_dead_lettered_with_a_reason(value: bytes | None, reason: str) -> None:
@@ -163,8 +163,8 @@ def test_guess_query_id() -> None:
     assert guess_query_id(b'{"query_id": 5}') is None
     # nesting deep enough for a RecursionError is as unreadable as bad JSON
     assert guess_query_id(b'{"query_id": "q", "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}") is None
-    # a lone surrogate, escaped: no reply could carry it, and the error reply failed to
-    # serialize, so the asker heard nothing (fuzzing); the reply goes out without the id
+    # a lone surrogate, escaped: no reply can carry it, and an error reply holding it would
+    # fail to serialize, leaving the asker with nothing; the reply goes out without the id
     raw = b'{"query_id": "\\ud800", "search_text": "hi"}'
     assert guess_query_id(raw) is None
     with pytest.raises(InvalidRequest):
@@ -319,8 +319,8 @@ def test_a_forget_on_the_transcripts_topic_becomes_a_forget_item() -> None:
     ],
 )
 def test_a_nul_in_an_agent_or_session_id_is_dead_lettered(fields: dict[str, object]) -> None:
-    """Found by fuzzing: such a turn was indexed but never found (RediSearch reads a key up
-    to a NUL), and a forget of it deleted nothing. Refused with the field named."""
+    """Such a turn would be indexed but never found (RediSearch reads a key up to a NUL), and a
+    forget of it would delete nothing. Refused with the field named."""
     raw = json.dumps({"event_id": "e", **fields}).encode()
     good, (dead,) = decode(raw, kind="transcript")
     assert good == [] and ("agent_id" in dead.reason or "session_id" in dead.reason)
