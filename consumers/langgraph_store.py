@@ -244,6 +244,8 @@ class MemoryStore(BaseStore):
         return await _all_values(c, "source", namespace_source(prefix))
 
     async def _search(self, c: MemoryClient, op: SearchOp) -> list[SearchItem]:
+        if op.limit < 0 or op.offset < 0:
+            raise InvalidRequest(f"search: limit and offset must be >= 0, got limit={op.limit} offset={op.offset}")
         flt = pushdown_filter(op.filter, self._filter_keys)
         if op.query and op.query.strip():  # a blank query lists, as an empty one does (the daemon refuses it)
             return await self._query(c, op, flt)

@@ -28,6 +28,7 @@ from consumers.langgraph_store import MemoryStore
 from consumers.threaded_client import ThreadedClient
 from daemon.settings import Settings
 from memory.config import IndexConfig
+from memory.errors import InvalidRequest
 from tests.conftest import unique
 from tests.helpers import daemon_and_client, isolated_settings, topic_tenancy_daemon
 
@@ -321,6 +322,14 @@ def _long_text(words: str, paragraphs: int, seed: str) -> str:
         f"pool {i}, replica {i * 7 % 13} and queue {i * 3 % 11} before the handover note."
         for i in range(paragraphs)
     )
+
+
+async def test_a_negative_limit_or_offset_is_refused_before_anything_is_sent(threaded: ThreadedClient) -> None:
+    """A search with a negative ``limit`` or ``offset`` raises ``InvalidRequest`` naming both."""
+    store = MemoryStore(threaded)
+    for kw in ({"limit": -1}, {"offset": -2}, {"offset": -1, "query": "anything"}):
+        with pytest.raises(InvalidRequest, match="limit and offset must be >= 0"):
+            await store.asearch(("any",), **kw)  # type: ignore[arg-type]
 
 
 async def test_a_query_search_fills_its_page_with_items_of_many_chunks(threaded: ThreadedClient) -> None:
