@@ -13,7 +13,7 @@ import base64
 import binascii
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -47,6 +47,17 @@ class DeadLetter:
     preview: str
     preview_kind: str  # "text", "hex", "none" (the bytes were left out of the record)
     cut: bool
+
+
+@dataclass
+class DlqCache:
+    """The last whole read of the DLQ, given again while every partition's log still starts and
+    ends where it did: a page viewed again reads no record again (each may be ~1 MB)."""
+
+    key: tuple[str, int] | None = None  # (topic, records per partition)
+    bounds: dict[int, tuple[int, int]] = field(default_factory=dict)  # partition -> (start, end)
+    letters: list[DeadLetter] = field(default_factory=list)
+    reads: int = 0  # whole reads made (the cache's hits are the views beyond them)
 
 
 def preview(raw: bytes, limit: int = PREVIEW_BYTES) -> tuple[str, str, bool]:
@@ -138,8 +149,10 @@ async def recent_dead_letters(
     wait_s: float,
     bases: Sequence[str],
     tenancy: str,
+    cache: DlqCache | None = None,
 ) -> list[DeadLetter]:
-    """The last ``limit`` records of each partition of the DLQ ``topic``, newest first.
+    """The last ``limit`` records of each partition of the DLQ ``topic``, newest first
+    (``cache``'s, when no log has moved since it was filled).
 
     Raises:
         BackendUnavailable: the broker could not be asked.
@@ -160,6 +173,9 @@ async def recent_dead_letters(
             return []
         ends = await asyncio.wait_for(log_ends(consumer, tps, wait_s=min(1.0, wait_s)), wait_s)
         starts = await consumer.beginning_offsets(tps)
+        bounds = {tp.partition: (starts.get(tp, 0), ends[tp]) for tp in tps}
+        if cache is not None and cache.key == (topic, limit) and cache.bounds == bounds:
+            return list(cache.letters)
         for tp in tps:
             consumer.seek(tp, max(starts.get(tp, 0), ends[tp] - limit))
         todo = {tp for tp in tps if ends[tp] > max(starts.get(tp, 0), ends[tp] - limit)}
@@ -173,9 +189,12 @@ async def recent_dead_letters(
                         out.append(dead_letter(tp.partition, r.offset, r.value, bases=bases, tenancy=tenancy))
                 if records and records[-1].offset + 1 >= ends[tp]:
                     todo.discard(tp)
+        out.sort(key=lambda d: (d.failed_at, d.partition, d.offset), reverse=True)
+        if cache is not None and not todo:  # a read cut short by the deadline is not kept
+            cache.key, cache.bounds, cache.letters = (topic, limit), bounds, list(out)
+            cache.reads += 1
     except (KafkaError, OSError, TimeoutError) as exc:
         raise BackendUnavailable(f"the DLQ could not be read: {type(exc).__name__}: {exc}") from exc
     finally:
         await bounded("stop the DLQ reader", consumer.stop())
-    out.sort(key=lambda d: (d.failed_at, d.partition, d.offset), reverse=True)
     return out

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from consumers.queries import to_spec
 from consumers.requests import QueryRequest
-from daemon.explore.dlq import DeadLetter, recent_dead_letters
+from daemon.explore.dlq import DeadLetter, DlqCache, recent_dead_letters
 from daemon.explore.views_ask import AskForm, leg_only_ids, parse_filters
 from daemon.explore.views_memory import TenantRow
 from graph import Community, ScopedSearch, StaleItem, TenantGraphs
@@ -83,6 +83,7 @@ class MemoryReads:
         self._graph = graph
         self._status = status
         self.settings = settings
+        self.dlq_cache = DlqCache()
 
     async def tenants(self) -> list[str]:
         """Every tenant: ``default`` alone in single tenancy; in topic tenancy those the graph
@@ -215,6 +216,7 @@ class MemoryReads:
             wait_s=s.explore.dlq_wait_s,
             bases=(s.topics.documents, s.topics.transcripts, s.topics.requests),
             tenancy=s.consumer.tenancy,
+            cache=self.dlq_cache,
         )
 
     def now(self) -> float:

@@ -9,6 +9,7 @@ operator's and two tenants' tokens (the access tests). Screenshots go to
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import shutil
@@ -417,3 +418,46 @@ async def test_a_page_rebound_to_loopback_cannot_read_the_explorer(env: Env) -> 
         assert await asyncio.to_thread(with_host, path, f"attacker.example:{port}") == 421, path
         assert await asyncio.to_thread(with_host, path, f"localhost:{port}") == 200, path
     assert await asyncio.to_thread(with_host, "/healthz", f"attacker.example:{port}") == 200
+
+
+async def test_the_dlq_is_read_again_only_when_its_log_moved(kafka_bootstrap: str) -> None:
+    """A DLQ page viewed again, with no new dead letter, reads no record: the cache gives the
+    last read; a new dead letter makes the next view read the DLQ again, and show it."""
+    from aiokafka import AIOKafkaProducer
+
+    from daemon.explore.dlq import DlqCache, recent_dead_letters
+    from daemon.topics import ensure_topics
+
+    topic = unique("dlq-cache")
+    await ensure_topics(kafka_bootstrap, [topic], partitions=2, replication=1)
+    producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap)
+    await producer.start()
+
+    async def letter(reason: str, partition: int) -> None:
+        body = {"reason": reason, "error_code": "invalid_event", "topic": "memory.documents", "failed_at": reason}
+        await producer.send_and_wait(topic, json.dumps(body).encode(), partition=partition)
+
+    cache = DlqCache()
+
+    async def view() -> list[str]:
+        letters = await recent_dead_letters(
+            bootstrap=kafka_bootstrap,
+            topic=topic,
+            options={},
+            limit=50,
+            wait_s=5.0,
+            bases=("memory.documents",),
+            tenancy="single",
+            cache=cache,
+        )
+        return [d.reason for d in letters]
+
+    try:
+        await letter("r1", 0)
+        await letter("r2", 1)
+        assert await view() == ["r2", "r1"] and cache.reads == 1
+        assert await view() == ["r2", "r1"] and cache.reads == 1  # nothing new: nothing read
+        await letter("r3", 0)
+        assert await view() == ["r3", "r2", "r1"] and cache.reads == 2
+    finally:
+        await producer.stop()
