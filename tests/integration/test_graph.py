@@ -662,6 +662,25 @@ async def test_refresh_replaces_only_the_same_version(redis_url: str) -> None:
         await client.aclose()
 
 
+@pytest.mark.parametrize(("older", "newer"), [(9, 10), (99, 100), (2**53, 2**53 + 1), (10**18, 9 * 10**18)])
+async def test_versions_compare_as_numbers_not_strings(redis_url: str, older: int, newer: int) -> None:
+    """A version with more digits is newer (``"10"`` sorts before ``"9"`` as a string), and two
+    past 2**53 still differ (as doubles they would not): the newer one replaces the older,
+    and the older one never comes back."""
+    client = aredis.from_url(redis_url)
+    store = GraphStore(client=client, name=unique("graph-versions"))
+    old = Contribution(entities={"err_old_1": ("ERR_OLD_1", "error_code", ["d_p0"])}, edges={})
+    new = Contribution(entities={"err_new_1": ("ERR_NEW_1", "error_code", ["d_p0"])}, edges={})
+    try:
+        assert (await store.apply("d", older, old)).applied
+        assert (await store.apply("d", newer, new)).applied
+        assert not (await store.apply("d", older, old)).applied  # a replay of the older one
+        nodes, _ = await store.graph()
+        assert set(nodes) == {"err_new_1"}
+    finally:
+        await client.aclose()
+
+
 FILLER = "the team read the notes again and agreed to keep the plan simple while the work goes on " * 4
 
 

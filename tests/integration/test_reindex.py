@@ -182,6 +182,7 @@ async def test_an_edit_right_after_a_switch_reuses_vectors_from_the_live_index(
     assert sorted(texts) == ["rx/1_p0", "rx/3_p0"] and "ERR_RX_0003" in texts["rx/3_p0"]
 
 
+@pytest.mark.timeout(360)  # above the reindex command's own 300 s
 async def test_reindex_with_new_chunking_pauses_old_daemons_until_restarted(
     env: tuple[Settings, Daemon, PlainClient], tmp_path: Path
 ) -> None:

@@ -246,6 +246,34 @@ async def test_the_same_version_waits_for_a_live_writer_and_takes_over_a_dead_on
     assert await shown(retriever, "bravo") == sorted((f"{DOC}_p{i}", 2) for i in range(12))
 
 
+async def test_a_live_writer_renews_its_marker_with_every_slice(stack) -> None:
+    """Each slice records the write's progress in its marker: a write that has run longer
+    than ``TAKEOVER_AFTER_S`` but still progresses is never taken for dead."""
+    index, _, client = stack
+    await index.apply(DOC, 1, chunks(1, 10, "alpha"), vectors(10, 1))
+    first, write = await PausedAfter.hold(index, 1, index.apply(DOC, 2, chunks(2, 12, "bravo"), vectors(12, 2)))
+    marker_key = doc_marker_key(index.cfg.name, 1, "default", DOC)
+    marker = WriteMarker.decode(await client.get(marker_key))
+    assert marker is not None and marker.in_progress
+    # As if the write had made its last progress long ago, then the next slice goes in.
+    old = dataclasses.replace(marker, since=marker.since - 3600, beat=marker.beat - 3600)
+    await client.set(marker_key, old.encode())
+    second = PausedAfter(index, 1)  # around the first: counts the slices after it
+    index._guarded = second  # type: ignore[method-assign]
+    first.release.set()
+    await asyncio.wait_for(second.reached.wait(), 10)
+    renewed = WriteMarker.decode(await client.get(marker_key))
+    assert renewed is not None and renewed.in_progress and renewed.beat >= marker.beat
+    # Another process's redelivery of the same version waits for it rather than taking over.
+    other = ChunkIndex(client=client, cfg=index.cfg, dims=384, spec=index.spec)
+    with pytest.raises(WriteInProgress):
+        await other.apply(DOC, 2, chunks(2, 12, "bravo"), vectors(12, 2))
+    second.release.set()
+    second.restore()
+    first.restore()
+    assert (await asyncio.wait_for(write, 10)).applied
+
+
 async def test_a_copy_does_not_undo_a_newer_write_under_way(stack) -> None:
     """A reindex's catch-up copies v2 from another generation while v3 is half-written here:
     the copy is refused and counts as covered, and v3 ends whole, with no chunk orphaned."""

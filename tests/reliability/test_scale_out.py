@@ -33,6 +33,7 @@ def assigned_partitions(log_path: Path, subscriber: str) -> int:
     return count
 
 
+@pytest.mark.timeout(360)  # above the 240 s wait for the chunks, so a loss fails its assertion
 async def test_two_daemons_share_partitions_and_survive_a_kill(
     kafka_bootstrap: str, redis_url: str, tmp_path: Path
 ) -> None:

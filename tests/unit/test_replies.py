@@ -102,12 +102,14 @@ def test_other_valid_topics_may_take_replies(topic: str) -> None:
         ("agent-7.replies", True),  # outside the namespace: the deployment's to name and protect
         ("memory.replies.evil", False),
         ("memory.replies.evil.x", False),
+        ("memory.replies.acmecorp", False),  # a tenant whose name starts with this one's
+        ("memory.replies.acmecorp.x", False),
         ("memory.replies", True),  # the shared one: an operator's client for every tenant reads it
     ],
 )
 def test_in_topic_tenancy_replies_never_go_to_another_tenants_reply_topics(topic: str, allowed: bool) -> None:
-    """A tenant named another tenant's reply topic as its reply_to and
-    the daemon, writing with its own credentials, filled it (4.5 MB from 280 bytes of requests)."""
+    """A tenant's reply_to may not name another tenant's reply topic, which the daemon, writing
+    with its own credentials, would fill (4.5 MB from 280 bytes of requests)."""
     if allowed:
         assert check_reply_to(topic, INPUTS, own="memory.replies.acme") is None
     else:
