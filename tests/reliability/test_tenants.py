@@ -279,3 +279,36 @@ async def test_a_tenant_cannot_send_its_replies_or_acks_into_another_tenants_rep
     finally:
         await acme.stop()
         await globex.stop()
+
+
+async def test_a_forget_touches_only_its_own_tenants_turns(env) -> None:
+    """The same agent and session ids in two tenants: a forget on one tenant's topic removes
+    that tenant's turns only, and the other's stay, found by its queries."""
+    daemon, client, _ = env
+    turns = [f"transcript:agent-f/s-9/{n}" for n in (1, 2)]
+    for tenant in SECRETS:
+        for n in (1, 2):
+            turn = {
+                "event_id": f"f-{tenant}-{n}",
+                "agent_id": "agent-f",
+                "session_id": "s-9",
+                "turn": n,
+                "content": f"{tenant} forgetme-marker turn {n} about the quarterly ledger close",
+            }
+            await client.send(f"{client.topics.transcripts}.{tenant}", turn, key="agent-f/s-9")
+
+    async def stored(tenant: str) -> bool:
+        return all([await daemon.index.chunk_ids(t, tenant) for t in turns])
+
+    await eventually(lambda: stored("acme"), timeout=60, what="acme's turns")
+    await eventually(lambda: stored("globex"), timeout=60, what="globex's turns")
+    forget = {"event_id": "forget-f", "op": "forget", "agent_id": "agent-f", "all_sessions": True}
+    await client.send(f"{client.topics.transcripts}.acme", forget, key="agent-f/s-9")
+
+    async def acme_forgot() -> bool:
+        return not any([await daemon.index.chunk_ids(t, "acme") for t in turns])
+
+    await eventually(acme_forgot, timeout=60, what="acme's turns forgotten")
+    assert await stored("globex")
+    reply = await ask(client, "globex", {"query_id": "f", "search_text": "forgetme-marker ledger", "top_k": 5})
+    assert {r["doc_id"] for r in reply["results"]} >= set(turns)
