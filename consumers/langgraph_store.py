@@ -254,13 +254,13 @@ class MemoryStore(BaseStore):
         if op.limit <= 0:
             return []
         if not op.filter and op.limit <= LIST_PAGE:
-            ids, _ = await _doc_ids(c, prefix, op.offset, op.limit)
+            ids, _ = await _values(c, "doc_id", prefix, op.offset, op.limit)
             found = await self._lookup(c, ids)
             return [s for s in (_search_item(found.get(d)) for d in ids) if s is not None]
         kept: list[SearchItem] = []
         offset = 0
         while len(kept) < op.offset + op.limit:
-            ids, more = await _doc_ids(c, prefix, offset, LIST_PAGE)
+            ids, more = await _values(c, "doc_id", prefix, offset, LIST_PAGE)
             found = await self._lookup(c, ids, flt)
             for d in ids:
                 item = _search_item(found.get(d))
@@ -292,8 +292,8 @@ class MemoryStore(BaseStore):
                 for r in reply.results:
                     if r.doc_id not in best or r.rrf_score > best[r.doc_id].rrf_score:
                         best[r.doc_id] = r
-            full = [r for r in replies if len(r.results) >= top_k and not r.truncated]
-            if len(best) >= want or not full or top_k >= MAX_TOP_K:
+            more_to_give = any(len(r.results) >= top_k and not r.truncated for r in replies)
+            if len(best) >= want or not more_to_give or top_k >= MAX_TOP_K:
                 break
             top_k = min(MAX_TOP_K, 2 * top_k)
         if len(best) < want and any(r.truncated for r in replies):
@@ -321,26 +321,29 @@ class MemoryStore(BaseStore):
         return sorted(set(kept))[op.offset : op.offset + op.limit]
 
 
-async def _doc_ids(c: MemoryClient, prefix: str, offset: int, limit: int) -> tuple[list[str], bool]:
-    """Up to ``limit`` doc ids under ``prefix`` from ``offset``, and whether more may follow
-    (a reply cut to fit one record is asked again from where it ended)."""
-    ids: list[str] = []
-    while len(ids) < limit:
-        reply = await c.list_values("doc_id", source_prefix=prefix, limit=limit - len(ids), offset=offset + len(ids))
-        ids += reply.values
-        if len(ids) < limit and not reply.truncated:
-            return ids, False
+async def _values(
+    c: MemoryClient, field: Literal["doc_id", "source"], prefix: str, offset: int, limit: int
+) -> tuple[list[str], bool]:
+    """Up to ``limit`` (at most ``LIST_PAGE``) values of ``field`` under ``prefix`` from
+    ``offset``, and whether more may follow (a reply cut to fit one record is asked again from
+    where it ended)."""
+    values: list[str] = []
+    while len(values) < limit:
+        reply = await c.list_values(field, source_prefix=prefix, limit=limit - len(values), offset=offset + len(values))
+        values += reply.values
+        if len(values) < limit and not reply.truncated:
+            return values, False
         if not reply.values:  # nothing fitted: no further progress to make
-            return ids, False
-    return ids, True
+            return values, False
+    return values, True
 
 
 async def _all_values(c: MemoryClient, field: Literal["doc_id", "source"], prefix: str) -> list[str]:
     out: list[str] = []
     while True:
-        reply = await c.list_values(field, source_prefix=prefix, limit=LIST_PAGE, offset=len(out))
-        out += reply.values
-        if len(reply.values) < LIST_PAGE and not reply.truncated:
+        page, more = await _values(c, field, prefix, len(out), LIST_PAGE)
+        out += page
+        if not more:
             return out
 
 

@@ -3,8 +3,8 @@
 A leg's candidates are twice the results asked for, and most are dropped by fusion: reading
 and modelling their text and metadata would make a deep query cost several times a shallow
 one ([decision 0027](../../docs/decisions/0027-legs-return-ids-winners-read-whole.md)). So the
-legs return these hits, and only the fused winners are read
-whole (``_Search.hydrate``), by the codec that reads every other chunk.
+legs return these hits, and only the fused winners are read whole (``_Search.hydrate``), by
+the codec that reads every other chunk.
 """
 
 from __future__ import annotations

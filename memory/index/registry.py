@@ -155,8 +155,6 @@ class GenerationRegistry:
     """Reads and changes the generation registry of one index name; its redis errors
     arrive translated."""
 
-    STALE_BUILD_S = STALE_BUILD_S
-
     def __init__(self, client: aredis.Redis, name: str) -> None:
         self._r = client
         self.name = name
@@ -207,7 +205,7 @@ class GenerationRegistry:
         Raises:
             ReindexConflict: it is the active generation, or a live reindex is building it.
         """
-        res = int(await self._r.eval(_UNREGISTER, 1, self.key, str(generation), self.STALE_BUILD_S))
+        res = int(await self._r.eval(_UNREGISTER, 1, self.key, str(generation), STALE_BUILD_S))
         if res == -1:
             raise ReindexConflict(f"generation {generation} is the active one: queries are served from it")
         if res == -2:
@@ -227,7 +225,7 @@ class GenerationRegistry:
         Raises:
             ReindexConflict: another reindex is running.
         """
-        res = await self._r.eval(_RESERVE, 1, self.key, owner, self.STALE_BUILD_S)
+        res = await self._r.eval(_RESERVE, 1, self.key, owner, STALE_BUILD_S)
         gen = int(res[0])
         if gen < 0:
             other = res[1].decode() if isinstance(res[1], bytes) else res[1]

@@ -29,7 +29,7 @@ from graph.recompute import COMMUNITY_TOMBSTONE_S
 from memory.config import ChunkingConfig
 from memory.embedder import SentenceTransformerEmbedder
 from memory.errors import BackendUnavailable, EmbedderError, NotFound, ReindexConflict, ReindexWouldLose, WritesHeld
-from memory.generations import index_spec
+from memory.generations import STALE_BUILD_S, index_spec
 from memory.index import ChunkIndex, GenerationRegistry
 from memory.keys import chunk_prefix, key_root, physical_name, registry_key, ver_key
 from memory.records import COMMUNITY_PREFIX
@@ -621,7 +621,7 @@ async def test_a_hold_refuses_live_unversioned_writes_only_while_its_reindex_liv
             await daemon.index.apply("held/turn", None, [], empty)
         assert (await daemon.index.apply("held/doc", 3, [], empty)).applied
         # the reindex stopped beating: its hold lapses with its slot
-        await daemon.redis.hset(registry.key, "building_heartbeat", str(time.time() - 2 * registry.STALE_BUILD_S))
+        await daemon.redis.hset(registry.key, "building_heartbeat", str(time.time() - 2 * STALE_BUILD_S))
         assert (await daemon.index.apply("held/turn", None, [], empty)).applied
         await daemon.redis.hset(registry.key, "building_heartbeat", str(time.time()))
         await registry.release_unversioned(owner)
