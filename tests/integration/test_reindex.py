@@ -172,9 +172,15 @@ async def test_an_edit_right_after_a_switch_reuses_vectors_from_the_live_index(
     daemon.index.STATE_TTL_S = 3600.0
     daemon.index._state, daemon.index._state_at = stale, time.monotonic()
     reused = CHUNKS_REUSED.labels(client.topics.documents)._value.get()
-    # the same text, so every chunk's vector is stored under its key in generation 2
-    await client.send(client.topics.documents, doc(2, 2, LONG), key="rx/2")
-    await eventually(lambda: _all_indexed(daemon, {"rx/2": 2}), timeout=60, what="the edit indexed")
+    # the same text, so every chunk's vector is stored under its key in generation 2.
+    # Waited for by its write ack, not by its stored version: the version shows as soon as
+    # the chunks are written, before the graph hook runs and the batch's reuse is counted.
+    cid = uuid.uuid4().hex
+    headers = [("reply_to", client.reply_topic.encode()), ("correlation_id", cid.encode())]
+    await client.send(client.topics.documents, doc(2, 2, LONG), key="rx/2", headers=headers)
+    _, ack = await client.reply(cid, timeout=60)
+    assert ack["status"] == "indexed" and ack["version"] == 2, ack
+    assert await daemon.index.versions(["rx/2"]) == {"rx/2": 2}
     assert CHUNKS_REUSED.labels(client.topics.documents)._value.get() > reused
     # A read for a summary, with the same stale state, finds the texts in the live generation.
     daemon.index._state, daemon.index._state_at = stale, time.monotonic()
