@@ -32,7 +32,7 @@ from consumers.encoding import (
     tenant_topic,
     turn_body,
 )
-from consumers.events import DocumentEvent, ForgetEvent, TranscriptEvent, WriteAck
+from consumers.events import DocumentEvent, ForgetEvent, TranscriptEvent, WriteAck, forget_scope_error
 from consumers.requests import GetReply, ListReply, QueryReply
 from consumers.transport import KafkaTransport
 from memory.config import DEFAULT_MAX_CONTENT_BYTES
@@ -390,8 +390,8 @@ class MemoryClient:
         Raises:
             InvalidRequest: neither or both of ``session_id`` and ``all_sessions``.
         """
-        if (session_id is None) == (not all_sessions):
-            raise InvalidRequest("forget takes a session_id or all_sessions=True (not both)")
+        if (why := forget_scope_error(session_id, all_sessions)) is not None:
+            raise InvalidRequest(why)
         payload = forget_body(agent_id, session_id)
         event_id = payload["event_id"]
         key = agent_id if session_id is None else f"{agent_id}/{session_id}"

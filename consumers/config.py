@@ -38,11 +38,17 @@ class Topics(BaseModel):
         """Every topic, for creation and checks."""
         return [self.documents, self.transcripts, self.requests, self.replies, self.dlq]
 
-    def configs(self, max_content_bytes: int, exchange_retention_ms: int) -> dict[str, dict[str, str]]:
+    def configs(
+        self, max_content_bytes: int, exchange_retention_ms: int, event_retention_ms: int = -1
+    ) -> dict[str, dict[str, str]]:
         """Topic configs to create the topics with: the event topics take records as large as
-        an event the daemon accepts (Apache Kafka refuses records over 1 MiB by default); the
-        requests and replies keep theirs for ``exchange_retention_ms``."""
-        limit = {"max.message.bytes": str(event_record_bytes(max_content_bytes))}
+        an event the daemon accepts (Apache Kafka refuses records over 1 MiB by default) and
+        keep them for ``event_retention_ms`` (-1: forever); the requests and replies keep
+        theirs for ``exchange_retention_ms``."""
+        limit = {
+            "max.message.bytes": str(event_record_bytes(max_content_bytes)),
+            "retention.ms": str(event_retention_ms),
+        }
         # segment.ms too: Kafka deletes only closed segments, and one closes after 7 days by default.
         brief = {"retention.ms": str(exchange_retention_ms), "segment.ms": str(exchange_retention_ms)}
         return {self.documents: dict(limit), self.transcripts: dict(limit), self.requests: brief, self.replies: brief}

@@ -25,13 +25,28 @@ from pydantic import (
     model_validator,
 )
 
-from consumers.fields import MAX_VERSION, AgentPart, DocId, MetaValue, NonEmpty
+from consumers.fields import MAX_META_CHARS, MAX_VERSION, AgentPart, DocId, MetaValue, NonEmpty
 from memory.conversation import TURN_PREFIX, turn_doc_id, turn_prefix
+from memory.filters import tag_values
 from memory.records import COMMUNITY_PREFIX, DEFAULT_TENANT, MemoryItem
 
 
 class _Event(BaseModel):
     model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
+
+
+def _plain_values(meta: Any) -> Any:
+    """Name the value that is not a string, number or boolean (or is too long), before
+    pydantic tries each of the four types and reports all four failures."""
+    if isinstance(meta, dict):
+        for key, value in meta.items():
+            where = f"metadata[{str(key)[:64]!r}]"
+            if value is None or isinstance(value, dict | list):
+                kind = "null" if value is None else "an object" if isinstance(value, dict) else "an array"
+                raise ValueError(f"{where} is {kind}: metadata values are strings, numbers or booleans")
+            if isinstance(value, str) and len(value) > MAX_META_CHARS:
+                raise ValueError(f"{where} is {len(value)} characters long: at most {MAX_META_CHARS}")
+    return meta
 
 
 def _check_metadata(meta: dict[str, Any]) -> dict[str, Any]:
@@ -58,15 +73,6 @@ def _epoch(ts: datetime | None, default: float | None = None) -> float:
     return ts.timestamp()
 
 
-def _tags(metadata: dict[str, Any], filter_keys: Collection[str]) -> dict[str, str]:
-    """Filterable metadata values become TAG values (booleans as true/false)."""
-    tags: dict[str, str] = {}
-    for key, value in metadata.items():
-        if key in filter_keys and key not in {"kind", "doc_id", "source"}:
-            tags[key] = str(value).lower() if isinstance(value, bool) else str(value)
-    return tags
-
-
 #: doc_id prefixes the daemon writes itself (transcript turns, community summaries): a
 #: document event naming one could overwrite or delete what it did not write.
 RESERVED_DOC_PREFIXES = (TURN_PREFIX, COMMUNITY_PREFIX)
@@ -84,6 +90,7 @@ class DocumentEvent(_Event):
     metadata: dict[str, MetaValue] = Field(default_factory=dict)
     timestamp: datetime | None = None
 
+    _plain = field_validator("metadata", mode="before")(_plain_values)
     _check = field_validator("metadata")(_check_metadata)
 
     @field_validator("doc_id")
@@ -110,7 +117,7 @@ class DocumentEvent(_Event):
             kind="document",
             content=self.content or "",
             source=self.source or self.doc_id,
-            tags=_tags(self.metadata, filter_keys),
+            tags=tag_values(self.metadata, filter_keys),
             metadata=dict(self.metadata),
             timestamp=_epoch(self.timestamp, default_ts),
             tenant=tenant,
@@ -129,6 +136,7 @@ class TranscriptEvent(_Event):
     timestamp: datetime | None = None
     metadata: dict[str, MetaValue] = Field(default_factory=dict)
 
+    _plain = field_validator("metadata", mode="before")(_plain_values)
     _check = field_validator("metadata")(_check_metadata)
 
     @field_validator("content")
@@ -152,8 +160,15 @@ class TranscriptEvent(_Event):
         self, filter_keys: Collection[str], tenant: str = DEFAULT_TENANT, *, default_ts: float | None = None
     ) -> MemoryItem:
         """The memory item for this turn (unversioned: a redelivery overwrites identically)."""
-        tags = _tags(self.metadata, filter_keys)
-        tags.update(agent_id=self.agent_id, session_id=self.session_id)
+        # The event's own fields win over metadata of the same names, in what is stored and
+        # so in the tags: a deployment that makes `role` filterable can filter turns by it.
+        metadata = {
+            **self.metadata,
+            "role": self.role,
+            "turn": self.turn,
+            "agent_id": self.agent_id,
+            "session_id": self.session_id,
+        }
         return MemoryItem(
             op="upsert",
             doc_id=self.doc_id,
@@ -161,17 +176,23 @@ class TranscriptEvent(_Event):
             kind="transcript",
             content=self.content,
             source=f"{self.agent_id}/{self.session_id}",
-            tags=tags,
-            metadata={
-                **self.metadata,
-                "role": self.role,
-                "turn": self.turn,
-                "agent_id": self.agent_id,
-                "session_id": self.session_id,
-            },
+            tags=tag_values(metadata, filter_keys),
+            metadata=metadata,
             timestamp=_epoch(self.timestamp, default_ts),
             tenant=tenant,
         )
+
+
+def forget_scope_error(session_id: str | None, all_sessions: bool) -> str | None:
+    """What is wrong with a forget's scope, or None: it names one session or every one (pure)."""
+    if session_id is not None and all_sessions:
+        return "a forget names a session_id or sets all_sessions, not both"
+    if session_id is None and not all_sessions:
+        return (
+            "a forget names a session_id, or sets all_sessions to forget every session of the agent; "
+            "this one does neither"
+        )
+    return None
 
 
 class ForgetEvent(_Event):
@@ -197,8 +218,8 @@ class ForgetEvent(_Event):
 
     @model_validator(mode="after")
     def _one_scope(self) -> ForgetEvent:
-        if (self.session_id is None) == (not self.all_sessions):
-            raise ValueError("a forget names a session_id or sets all_sessions: true (not both)")
+        if (why := forget_scope_error(self.session_id, self.all_sessions)) is not None:
+            raise ValueError(why)
         return self
 
     @property

@@ -16,4 +16,6 @@ NonEmpty = Annotated[str, StringConstraints(min_length=1, max_length=MAX_DOC_ID_
 NO_NUL = r"^[^\x00]*$"
 DocId = Annotated[str, StringConstraints(min_length=1, max_length=MAX_DOC_ID_CHARS, pattern=NO_NUL)]
 AgentPart = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=NO_NUL)]
-MetaValue = Annotated[str, StringConstraints(max_length=4096)] | int | float | bool
+#: The longest metadata string value.
+MAX_META_CHARS = 4096
+MetaValue = Annotated[str, StringConstraints(max_length=MAX_META_CHARS)] | int | float | bool

@@ -28,7 +28,7 @@ from graph import CommunityComputer, ScopedSearch, TenantGraphs, in_thread
 from memory.activity import IngestActivity
 from memory.attempts import AttemptCounter
 from memory.embedder import POISON_MAX, SentenceTransformerEmbedder
-from memory.errors import BackendUnavailable
+from memory.errors import BackendUnavailable, MemdError
 from memory.generations import index_spec
 from memory.index import ChunkIndex
 from memory.ingest import Ingestor
@@ -263,6 +263,21 @@ async def start_daemon(
     consumed = settings.topics.all()[:3]
     if settings.consumer.tenancy == "topic":  # pattern subscriptions: every tenant's topics
         consumed = [f"{t}.<tenant>" for t in consumed]
+    try:
+        refused = await index.mismatch()
+    except MemdError:
+        refused = None  # Redis blinked: /readyz and doctor say so; this line is only a greeting
+    if refused is not None:
+        # Started and consuming, but every query and write would wait on the index: a user
+        # who just changed a setting must read why here, not find out from a timeout.
+        log.error("daemon.index_refused", why=refused)
+        print(
+            f"agentmemd started but cannot use its index: {refused}. Until then queries answer "
+            f"`unavailable` and writes wait in Kafka, unapplied{where}",
+            file=sys.stdout,
+            flush=True,
+        )
+        return daemon
     print(f"agentmemd ready: consuming {', '.join(consumed)}{where}", file=sys.stdout, flush=True)
     return daemon
 

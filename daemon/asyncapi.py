@@ -12,10 +12,11 @@ from faststream.specification.asyncapi import AsyncAPI
 
 from consumers.events import DlqRecord, DocumentEvent, ForgetEvent, TranscriptEvent
 from consumers.requests import ErrorReply, QueryReply, QueryRequest
+from daemon.about import DISTRIBUTION, package_version
 from daemon.settings import Settings
 
 
-def asyncapi_document(settings: Settings, *, version: str = "0.1.0") -> dict[str, Any]:
+def asyncapi_document(settings: Settings, *, version: str | None = None) -> dict[str, Any]:
     """The AsyncAPI 3.0 document (as JSON-able data) for the configured topics."""
     t = settings.topics
     broker = KafkaBroker(settings.kafka_bootstrap, description="agentmemd: long-term memory for agents")
@@ -49,5 +50,5 @@ def asyncapi_document(settings: Settings, *, version: str = "0.1.0") -> dict[str
 
     broker.publisher(t.replies, title="errors", schema=ErrorReply, description="An error instead of results.")
     broker.publisher(t.dlq, title="dlq", schema=DlqRecord, description="Rejected events with the reason.")
-    doc = AsyncAPI(broker, title="agent-memory-daemon", version=version, schema_version="3.0.0")
+    doc = AsyncAPI(broker, title=DISTRIBUTION, version=version or package_version(), schema_version="3.0.0")
     return dict(doc.to_specification().to_jsonable())

@@ -20,6 +20,7 @@ from pydantic import Field, ValidationError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from consumers.decoding import validation_reason
+from daemon.about import package_version
 from daemon.explore.access import BEARER_CHALLENGE, UNAUTHORIZED
 from daemon.mcp_tools import MemoryTools
 from daemon.mcp_views import ToolFailure
@@ -108,7 +109,7 @@ class _Server(MCPServer[Any]):
 
 def build_server(tools: MemoryTools) -> MCPServer[Any]:
     """The MCP server whose tools are ``tools``'."""
-    server = _Server("agentmem", instructions=INSTRUCTIONS, log_level="WARNING")
+    server = _Server("agentmem", instructions=INSTRUCTIONS, version=package_version(), log_level="WARNING")
 
     async def search_memory(
         query: str,

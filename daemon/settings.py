@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -61,6 +61,16 @@ class Settings(BaseSettings):
             "regardless."
         ),
     )
+    topic_event_retention_ms: int = Field(
+        -1,
+        ge=-1,
+        description=(
+            "How long Kafka keeps the documents and transcripts topics' records (retention.ms, set when "
+            "the daemon creates them); -1, the default: forever. They are the memory's log: a reindex with "
+            "a new model or chunking replays them, and a doc or turn whose events are gone can then only be "
+            "kept by staying on the old settings. At least an hour when set."
+        ),
+    )
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Log level.")
     log_format: Literal["auto", "json", "console"] = Field(
         "auto", description="auto: console on a TTY, JSON otherwise."
@@ -94,6 +104,13 @@ class Settings(BaseSettings):
     graph: GraphConfig = Field(default_factory=GraphConfig)
     mcp: MCPConfig = Field(default_factory=MCPConfig)
     explore: ExploreConfig = Field(default_factory=ExploreConfig)
+
+    @field_validator("topic_event_retention_ms")
+    @classmethod
+    def _event_retention_forever_or_an_hour(cls, value: int) -> int:
+        if value != -1 and value < 3_600_000:
+            raise ValueError("keeps the memory's events: -1 (forever) or at least 3600000 (an hour)")
+        return value
 
     @model_validator(mode="after")
     def _tokens_name_one_principal(self) -> Settings:

@@ -123,7 +123,9 @@ async def ensure_contract_topics(settings: Settings, *, timeout_s: float) -> lis
         replication=settings.topic_replication,
         timeout_s=timeout_s,
         options=kafka_options(settings),
-        configs=settings.topics.configs(settings.ingest.max_content_bytes, settings.topic_exchange_retention_ms),
+        configs=settings.topics.configs(
+            settings.ingest.max_content_bytes, settings.topic_exchange_retention_ms, settings.topic_event_retention_ms
+        ),
     )
 
 
@@ -146,7 +148,9 @@ async def ensure_tenant_topics(settings: Settings, tenant: str, *, timeout_s: fl
         InvalidRequest: ``tenant`` is no valid tenant name.
         BackendUnavailable: the broker cannot be reached within ``timeout_s``.
     """
-    configs = settings.topics.configs(settings.ingest.max_content_bytes, settings.topic_exchange_retention_ms)
+    configs = settings.topics.configs(
+        settings.ingest.max_content_bytes, settings.topic_exchange_retention_ms, settings.topic_event_retention_ms
+    )
     return await ensure_topics(
         settings.kafka_bootstrap,
         tenant_topics(settings, tenant),

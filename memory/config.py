@@ -22,7 +22,13 @@ class IndexConfig(BaseModel):
     hnsw_ef_runtime: int = Field(64, ge=10, description="HNSW query-time candidate list.")
     extra_filter_keys: list[str] = Field(
         default_factory=list,
-        description="Metadata keys filterable in addition to the built-in ones (each a TAG field).",
+        description=(
+            "Metadata keys filterable in addition to the built-in ones (each a TAG field); a "
+            "transcript turn's role and turn count as its metadata. A change (as of the HNSW "
+            "settings) makes daemons refuse the index until `agentmemd reindex` with the new "
+            "settings, which keeps every chunk and vector, even where the broker no longer holds "
+            "their events."
+        ),
     )
     write_slice_chunks: int = Field(
         64,

@@ -6,6 +6,7 @@ import hashlib
 from collections.abc import Collection, Mapping, Sequence
 
 from memory.errors import InvalidRequest
+from memory.records import KINDS
 from memory.text import escape_tag
 
 FilterValue = str | Sequence[str]
@@ -26,8 +27,24 @@ BASE_FILTER_KEYS: tuple[str, ...] = (
 #: filters must know it to tell which values a TAG clause can match.
 TAG_SEPARATOR = "\x1f"
 
+#: Filter keys whose values a chunk takes from its own fields, never from its metadata.
+OWN_TAG_KEYS = frozenset({"kind", "doc_id", "source"})
+
 MAX_VALUES_PER_KEY = 64
 MAX_VALUE_LENGTH = 512
+
+
+def tag_values(metadata: Mapping[str, object], filter_keys: Collection[str]) -> dict[str, str]:
+    """A memory's filterable metadata values as TAG values (booleans as true/false) (pure).
+
+    The one rule both ingestion and a reindex's copy of stored chunks use, so a chunk's tags
+    always follow from the metadata stored beside it.
+    """
+    tags: dict[str, str] = {}
+    for key, value in metadata.items():
+        if key in filter_keys and key not in OWN_TAG_KEYS:
+            tags[key] = str(value).lower() if isinstance(value, bool) else str(value)
+    return tags
 
 
 def value_hash(value: str) -> int:
@@ -74,6 +91,9 @@ def normalize_filter(
                 raise InvalidRequest(f"metadata_filter[{key!r}] values must be strings")
             if not value or len(value) > MAX_VALUE_LENGTH:
                 raise InvalidRequest(f"metadata_filter[{key!r}] values must be 1..{MAX_VALUE_LENGTH} characters")
+            if key == "kind" and value not in KINDS:
+                # A closed set: a value outside it ("turn") would match nothing, in silence.
+                raise InvalidRequest(f"metadata_filter['kind'] is {value!r}; kinds: {', '.join(KINDS)}")
         out[key] = list(dict.fromkeys(str(v) for v in values))
     return out
 

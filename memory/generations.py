@@ -49,6 +49,16 @@ class IndexSpec(BaseModel):
         """A short stable digest of the spec."""
         return hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:16]
 
+    def same_vectors(self, other: IndexSpec) -> bool:
+        """Whether ``other`` cuts the same chunks and embeds them with the same model: its
+        chunk texts and vectors are this spec's, whatever its index fields and text analysis."""
+        return (self.model, self.dims, self.max_tokens, self.overlap) == (
+            other.model,
+            other.dims,
+            other.max_tokens,
+            other.overlap,
+        )
+
     def only_analysis_differs(self, other: IndexSpec) -> bool:
         """Whether ``other`` is this spec but for the text analysis version: chunk texts and
         vectors still hold, and only BM25 terms and identifiers need analyzing again."""

@@ -90,7 +90,8 @@ class Ingestor:
     def _records(self, item: MemoryItem, version: int, offsets: list[tuple[int, int]]) -> list[ChunkRecord]:
         spans = spans_for(item.content, offsets, self._chunking)
         role = str(item.metadata.get("role", ""))
-        speaker = speakers_field(item.content, role) if item.kind == "transcript" else ""
+        agent_id = str(item.metadata.get("agent_id", ""))
+        speaker = speakers_field(item.content, role, agent_id) if item.kind == "transcript" else ""
         return [
             ChunkRecord(
                 chunk_id=chunk_id(item.doc_id, s.index),

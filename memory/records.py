@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 Kind = Literal["document", "transcript", "community"]
+#: Every kind of memory, as a request's `kind` filter may name them.
+KINDS: tuple[Kind, ...] = get_args(Kind)
 
 #: The tenant of single-tenant deployments (and of everything not given one).
 DEFAULT_TENANT = "default"

@@ -1,10 +1,11 @@
 """Who said a transcript turn, and the speaker list a query that names them adds (pure).
 
 Agents ask "what did the planner say about Y?" and "what recipes has Nate made?": most of the
-turns that answer are said by the one the question names. A turn's speakers are its ``role``
-and the name its text opens with, as transcripts write it (``"Caroline: I went to ..."``),
-stored with the turn (:func:`speakers_field`). When a query names a speaker of some of the
-candidates the legs found, those candidates form one more RRF list, all at rank 1
+turns that answer are said by the one the question names. A turn's speakers are its ``role``,
+the name its text opens with, as transcripts write it (``"Caroline: I went to ..."``), and the
+agent's id for what the agent said itself, stored with the turn (:func:`speakers_field`).
+When a query names a speaker of some of the candidates the legs found, those candidates form
+one more RRF list, all at rank 1
 (:func:`speaker_ranks`): a small lift among what the legs found, never a find of its own, as
 the recency list. Measured on LoCoMo dev: docs/decisions/0039-turns-know-their-speakers.md.
 """
@@ -28,15 +29,17 @@ _MIN_LABEL_CHARS = 3
 SEPARATOR = "|"
 
 
-def speakers_field(text: str, role: str) -> str:
-    """A turn's ``speaker`` field: its role and the name its text opens with, each as its
-    lowercase tokens joined by spaces, the two joined by :data:`SEPARATOR` (``"user|caroline"``);
-    empty where it has neither."""
+def speakers_field(text: str, role: str, agent_id: str = "") -> str:
+    """A turn's ``speaker`` field: its role, the name its text opens with, and for a turn the
+    agent said itself (role ``assistant``) the agent's id, each as its lowercase tokens joined
+    by spaces, joined by :data:`SEPARATOR` (``"user|caroline"``, ``"assistant|planner 7"``);
+    empty where it has none."""
     label = _LABEL.match(unicodedata.normalize("NFC", text[:_LABEL_CHARS]))
     name = label.group(1) if label else ""
     if name.isascii() and len(name) < _MIN_LABEL_CHARS:
         name = ""
-    return SEPARATOR.join(dict.fromkeys(n for n in (" ".join(tokenize(x)) for x in (role, name)) if n))
+    agent = agent_id if role == "assistant" else ""
+    return SEPARATOR.join(dict.fromkeys(n for n in (" ".join(tokenize(x)) for x in (role, name, agent)) if n))
 
 
 def named(field: str, query: str) -> bool:

@@ -159,8 +159,10 @@ def publish_forget(
     wait: WaitOpt = False,
 ) -> None:
     """Forget an agent's session (every turn of it), or with --all-sessions every session of the agent."""
-    if (session_id is None) == (not all_sessions):
-        raise typer.BadParameter("give --session-id or --all-sessions (not both)")
+    if session_id is not None and all_sessions:
+        raise typer.BadParameter("give --session-id or --all-sessions, not both")
+    if session_id is None and not all_sessions:
+        raise typer.BadParameter("give --session-id, or --all-sessions to forget every session of the agent")
     settings = _settings()
     target = _tenant_target(settings.consumer.tenancy, tenant)
     r = _with_client(

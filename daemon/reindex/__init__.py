@@ -16,13 +16,14 @@ The façade of the steps and their parts (``memory.generations`` has the model):
 """
 
 from daemon.reindex.build import reindex
-from daemon.reindex.completeness import carry_mode
+from daemon.reindex.completeness import Carry, carry_mode
 from daemon.reindex.drop import drop_generation
 from daemon.reindex.replay import source_topics
 from daemon.reindex.repoint import repoint_graph
 from daemon.reindex.report import ReindexProgress, ReindexReport
 
 __all__ = [
+    "Carry",
     "ReindexProgress",
     "ReindexReport",
     "carry_mode",

@@ -14,7 +14,7 @@ import structlog
 from aiokafka.errors import KafkaError
 
 from daemon.connections import redis_client
-from daemon.reindex.completeness import carry_mode, complete, losses_refused, why_missing
+from daemon.reindex.completeness import Carry, carry_mode, complete, losses_refused, why_missing
 from daemon.reindex.handover import Handover
 from daemon.reindex.replay import Replayer
 from daemon.reindex.repoint import repoint_graph
@@ -105,10 +105,10 @@ class Reindex:
     4. :meth:`check_completeness`: snapshot the docs N serves, catch up to end offsets read
        after the snapshot, and compare. A doc N+1 lacks (or holds at an older version) was not
        reproduced: its events are gone from Kafka (retention, a restarted in-memory broker,
-       ``--since``), the new settings reject it, or it failed. With an unchanged spec it is
-       copied over verbatim from N (with its BM25 terms and identifiers analyzed again when
-       only the text analysis changed); otherwise the switch is refused unless losses are
-       allowed.
+       ``--since``), the new settings reject it, or it failed. With the same model and
+       chunking it is copied over from N (with its BM25 terms and identifiers analyzed again
+       when the text analysis changed, and its filter fields set again from its metadata when
+       the index fields changed); otherwise the switch is refused unless losses are allowed.
     5. :meth:`switch`: one Redis script makes N+1 active and moves the alias. Writers read the
        active generation inside their WATCH transaction, so none can land in N afterwards.
     6. :meth:`Handover.catch_up <daemon.reindex.handover.Handover.catch_up>` (retried): replay
@@ -160,7 +160,7 @@ class Reindex:
         # Set by reserve(): the generations, and what the old one's spec allows.
         self._old = self._gen = 0
         self._rechunked = False
-        self._carry: str | None = None
+        self._carry: Carry | None = None
         self._source: ChunkIndex | None = None
         self._target: ChunkIndex | None = None
         self._replayer: Replayer | None = None
@@ -233,8 +233,8 @@ class Reindex:
             spec.max_tokens,
             spec.overlap,
         )
-        # Same model, chunking and schema: N's chunks are what a replay would write (with
-        # their terms analyzed again if only the analysis changed).
+        # Same model and chunking: N's chunks and vectors are what a replay would write (with
+        # their terms analyzed again, or their filter fields set again, where those changed).
         self._carry = carry_mode(state.spec, spec)
         self.progress.generation = self._gen
         log.info(

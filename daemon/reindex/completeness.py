@@ -3,6 +3,8 @@ those it can (pure selections, and the copies they lead to)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from memory.errors import ReindexWouldLose
 from memory.generations import IndexSpec
 from memory.index import ChunkIndex, DocState
@@ -35,27 +37,35 @@ def summary_docs(held: dict[tuple[str, str], DocState]) -> dict[tuple[str, str],
     return {k: st for k, st in held.items() if _is_summary(k)}
 
 
-def carry_mode(old: IndexSpec | None, new: IndexSpec) -> str | None:
+@dataclass(frozen=True, slots=True)
+class Carry:
+    """How the docs a replay did not reproduce come over from the old generation: as stored,
+    with their BM25 terms and identifiers analyzed again (``reanalyze``), and with their
+    filter fields set again from their stored metadata (``refield``)."""
+
+    reanalyze: bool = False
+    refield: bool = False
+
+
+def carry_mode(old: IndexSpec | None, new: IndexSpec) -> Carry | None:
     """How the docs a replay did not reproduce can come over from the old generation (pure).
 
-    ``"verbatim"``: the same spec, so the stored chunks are what a replay would write.
-    ``"reanalyze"``: only the text analysis changed (a release that bumps ANALYZER_VERSION),
-    so chunk texts and vectors still are, and their BM25 terms and identifiers are computed
-    again. Without it an upgrade on the embedded broker, whose log does not outlive a
-    restart, could reindex nothing and would lose every doc. ``None``: another model,
-    chunking or schema, which only a replay can produce.
+    Only when ``new`` cuts the same chunks with the same model: then the stored chunk texts
+    and vectors are what a replay would write, and what else differs can be computed from
+    the stored chunk. A new text analysis (a release that bumps ANALYZER_VERSION) analyzes
+    each chunk's text again; new index fields (filter keys, HNSW settings) take each chunk's
+    filter values from its stored metadata. Without this an upgrade, or a new filter key, on
+    the embedded broker, whose log does not outlive a restart, could reindex nothing and
+    would lose every doc. ``None``: another model or chunking, which only a replay can
+    produce.
     """
-    if old is None:
+    if old is None or not old.same_vectors(new):
         return None
-    if old == new:
-        return "verbatim"
-    if old.only_analysis_differs(new):
-        return "reanalyze"
-    return None
+    return Carry(reanalyze=old.analyzer != new.analyzer, refield=old.schema_digest != new.schema_digest)
 
 
 async def complete(
-    source: ChunkIndex, target: ChunkIndex, held: dict[tuple[str, str], DocState], carry: str | None
+    source: ChunkIndex, target: ChunkIndex, held: dict[tuple[str, str], DocState], carry: Carry | None
 ) -> tuple[list[tuple[str, str]], int]:
     """Bring ``target`` level with the docs ``held`` from ``source`` where it can: tombstones
     always, served docs when ``carry`` (:func:`carry_mode`) allows. Returns the docs still
@@ -67,19 +77,19 @@ async def complete(
     served = _served(held)
     short = await target.behind(served)
     if short and carry is not None:
-        copied += await _carry_over(source, target, short, reanalyze=carry == "reanalyze")
+        copied += await _carry_over(source, target, short, carry)
         short = await target.behind(served)
     return short + await target.behind(tombstones), copied
 
 
 async def _carry_over(
-    source: ChunkIndex, target: ChunkIndex, keys: list[tuple[str, str]], *, reanalyze: bool = False
+    source: ChunkIndex, target: ChunkIndex, keys: list[tuple[str, str]], carry: Carry = Carry()
 ) -> int:
     """Copy docs the rebuild did not reproduce from the old generation (see :func:`carry_mode`)."""
     assert source.pinned is not None
     copied = 0
     for tenant, doc_id in keys:
-        copied += await target.copy_doc(source.pinned, tenant, doc_id, reanalyze=reanalyze)
+        copied += await target.copy_doc(source.pinned, tenant, doc_id, reanalyze=carry.reanalyze, refield=carry.refield)
     return copied
 
 
@@ -91,9 +101,14 @@ def why_missing(keys: list[tuple[str, str]], failed: dict[tuple[str, str], str])
 def losses_refused(lost: dict[str, str], old: int) -> ReindexWouldLose:
     """The refusal to switch away from generation ``old`` while the new one lacks the docs
     ``lost`` (``tenant/doc_id`` -> why, :func:`why_missing`)."""
-    shown = "; ".join(f"{d} ({why})" for d, why in list(lost.items())[:10])
+    by_reason: dict[str, list[str]] = {}
+    for doc, why in lost.items():
+        by_reason.setdefault(why, []).append(doc)
+    shown = "; ".join(
+        f"{why}: {', '.join(docs[:10])}{f' and {len(docs) - 10} more' if len(docs) > 10 else ''}"
+        for why, docs in by_reason.items()
+    )
     return ReindexWouldLose(
         f"{len(lost)} doc(s) served by generation {old} are not in the new build, so the switch would "
-        f"lose them: {shown}{' ...' if len(lost) > 10 else ''}. Nothing was switched; republish, fix or "
-        "delete them, or pass --allow-losses"
+        f"lose them. {shown}. Nothing was switched; republish, fix or delete them, or pass --allow-losses"
     )

@@ -14,7 +14,7 @@ from collections.abc import Callable
 import structlog
 from aiokafka.errors import KafkaError
 
-from daemon.reindex.completeness import complete, summary_docs
+from daemon.reindex.completeness import Carry, complete, summary_docs
 from daemon.reindex.replay import Replayer
 from daemon.reindex.report import ReindexProgress
 from daemon.reindex.summaries import sync_communities
@@ -44,7 +44,7 @@ class Handover:
         target: ChunkIndex,
         replayer: Replayer,
         embedder: SentenceTransformerEmbedder,
-        carry: str | None,
+        carry: Carry | None,
         old: int,
         gen: int,
         keep_old: bool,

@@ -18,7 +18,7 @@ import numpy as np
 
 from memory import keys
 from memory.conversation import date_words, matching_terms
-from memory.filters import hash_field, value_hash
+from memory.filters import OWN_TAG_KEYS, hash_field, tag_values, value_hash
 from memory.identifiers import identifiers
 from memory.records import ChunkRecord, StoredChunk
 from memory.schema import as_str
@@ -109,6 +109,29 @@ def _reanalyzed(mapping: dict[Any, Any]) -> dict[Any, Any]:
         terms = turn_terms(text, context, float(as_str(mapping[fields["ts"]])) if "ts" in fields else 0.0)
     out[fields.get("terms", "terms")] = terms
     out[fields.get("idents", "idents")] = analysis.idents
+    return out
+
+
+def _refielded(mapping: dict[Any, Any], filter_keys: Sequence[str]) -> dict[Any, Any]:
+    """A stored chunk hash with its filter fields set again from its stored ``metadata`` for
+    ``filter_keys``, as ingestion would set them (``memory.filters.tag_values``): a value
+    for each key its metadata holds, none for the others. A hash without stored metadata
+    keeps the fields it has."""
+    fields = {as_str(k): k for k in mapping}
+    if "metadata" not in fields:
+        return mapping
+    try:
+        metadata = json.loads(as_str(mapping[fields["metadata"]]))
+    except ValueError:
+        return mapping
+    if not isinstance(metadata, dict):
+        return mapping
+    refreshed = [k for k in filter_keys if k not in OWN_TAG_KEYS]
+    dropped = {*refreshed, *(hash_field(k) for k in refreshed)}
+    out = {k: v for k, v in mapping.items() if as_str(k) not in dropped}
+    for key, value in tag_values(metadata, refreshed).items():
+        out[key] = value
+        out[hash_field(key)] = value_hash(value)
     return out
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from redis import exceptions as rexc
 
-from memory.index.codec import _reanalyzed, hash_timestamp
+from memory.index.codec import _reanalyzed, _refielded, hash_timestamp
 from memory.index.directory import DocChange, queue_change
 from memory.index.errors import IndexError_, translate_errors
 from memory.index.lifecycle import _WATCH_RETRIES, _Lifecycle, redis_now
@@ -86,7 +86,9 @@ class _Copying(_Lifecycle):
                         out.append(key)
         return out
 
-    async def copy_doc(self, source_generation: int, tenant: str, doc_id: str, *, reanalyze: bool = False) -> bool:
+    async def copy_doc(
+        self, source_generation: int, tenant: str, doc_id: str, *, reanalyze: bool = False, refield: bool = False
+    ) -> bool:
         """Copy a doc's chunks (hashes verbatim, vectors included) and version from another
         generation built with the same spec into this one's, unless this one already has
         that version or a later one. True if copied.
@@ -98,6 +100,10 @@ class _Copying(_Lifecycle):
         ``reanalyze``: the source was built with the same model, chunking and schema but an
         older text analysis. The chunk texts and vectors are still what a replay would
         write; the ``terms`` and ``idents`` fields are computed again from each stored text.
+
+        ``refield``: the source was built with the same model and chunking but other index
+        fields (filter keys, HNSW settings). Its chunks and vectors still hold; each chunk's
+        filter fields are set again from its stored metadata for this index's filter keys.
         """
         check_tenant(tenant)
         gen = await self._generation()
@@ -131,6 +137,8 @@ class _Copying(_Lifecycle):
                         hashes = [await pipe.hgetall(self._chunk_key(source_generation, tenant, c)) for c in chunk_ids]
                         if reanalyze:
                             hashes = [_reanalyzed(h) for h in hashes]
+                        if refield:
+                            hashes = [_refielded(h, self._cfg.filter_keys) for h in hashes]
                         stored = await pipe.get(ver_key)
                         if src_ver is not None and stored is not None and int(stored) >= int(src_ver):
                             return False

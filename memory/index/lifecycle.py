@@ -127,11 +127,18 @@ class _Lifecycle:
                 "run `agentmemd reindex` to re-analyze it (its chunks and vectors are kept, even "
                 "where the broker no longer holds their events), or run the release that built it"
             )
-        return (
+        head = (
             f"the active index generation {state.active} of {self._cfg.name!r} was built with "
-            f"{state.spec.describe()}, this process has {self.spec.describe()}: restart it with the "
-            "settings the index was built with (or run `agentmemd reindex` with these)"
+            f"{state.spec.describe()}, this process has {self.spec.describe()}: "
         )
+        if state.spec.same_vectors(self.spec):
+            # Other filter keys or HNSW settings: a reindex rebuilds the fields from what is stored.
+            return head + (
+                "its index fields differ (filter keys or HNSW settings). Run `agentmemd reindex` with "
+                "these settings (every chunk and vector is kept, even where the broker no longer "
+                "holds their events), or restart with the settings the index was built with"
+            )
+        return head + "restart it with the settings the index was built with (or run `agentmemd reindex` with these)"
 
     async def state(self, *, fresh: bool = False) -> GenerationState:
         """The generation registry, cached for ``STATE_TTL_S`` unless ``fresh``."""

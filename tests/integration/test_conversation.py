@@ -245,7 +245,7 @@ async def test_a_question_naming_a_speaker_lifts_that_speakers_turns(
     report = await ingestor.apply([turn("pets", "s1", n + 1, text) for n, text in enumerate(said)])
     assert not report.failed
     stored = {h[b"chunk_id"].decode(): h for h in [await client.hgetall(k) async for k in _keys(client, index)]}
-    assert stored["transcript:pets/s1/2_p0"][b"speaker"] == b"assistant|bob"
+    assert stored["transcript:pets/s1/2_p0"][b"speaker"] == b"assistant|bob|pets"  # the agent's own turn
     question = "What pet did Bob adopt from the shelter?"
     only = {"agent_id": "pets"}
     on = await retriever.search(SearchSpec(text=question, top_k=2, metadata_filter=only))

@@ -22,6 +22,7 @@ from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult, TextContent
 
+from daemon.about import package_version
 from daemon.launcher import free_port, start_tansu
 from daemon.settings import Settings
 from daemon.topics import ensure_topics
@@ -90,6 +91,7 @@ async def test_every_tool_over_stdio(settings: Settings) -> None:
     mine = {"agent_id": agent}
     async with stdio(settings) as c:
         assert {t.name for t in (await c.list_tools()).tools} == TOOLS
+        assert c.server_info is not None and c.server_info.version == package_version()
 
         # remember: turns allocated 0, 1, ... and found by the very next search (no sleep).
         first = await ok(c, "remember", text="The beta ships on Friday.", agent_id=agent, session_id="s1")

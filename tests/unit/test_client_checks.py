@@ -7,10 +7,12 @@ from __future__ import annotations
 import json
 
 import pytest
+from pydantic import ValidationError
 
 from consumers.client import MemoryClient
 from consumers.config import Topics, event_record_bytes
 from consumers.events import TranscriptEvent
+from daemon.settings import Settings
 from memory.errors import InvalidEvent
 
 
@@ -33,7 +35,7 @@ def test_a_valid_document_is_encoded_as_the_daemon_reads_it() -> None:
         ("\u200b\ufeff\x00 \u200b", {}, "a.md", "content has no tokens"),  # zero-width, BOM, NUL
         ("x" * 4097, {}, "a.md", "over the 4,096-byte limit"),
         ("é" * 2049, {}, "a.md", "4,098 bytes, over the 4,096-byte limit"),  # UTF-8 bytes, not characters
-        ("ok", {"blob": "v" * 4097}, "a.md", "metadata.blob"),
+        ("ok", {"blob": "v" * 4097}, "a.md", r"metadata\['blob'\] is 4097 characters long"),
         ("ok", {f"k{i}": i for i in range(65)}, "a.md", "more than 64 keys"),
         ("ok", {}, "transcript:x/y/1", "doc_id may not start with"),
     ],
@@ -66,8 +68,8 @@ def test_event_topics_take_records_as_large_as_an_ordinary_event() -> None:
     _, value = MemoryClient(bootstrap="127.0.0.1:1").document_event("big.md", text, metadata=metadata)
     assert len(value) <= limit
     assert topics.configs(4 * 1024 * 1024, 3_600_000) == {
-        topics.documents: {"max.message.bytes": str(limit)},
-        topics.transcripts: {"max.message.bytes": str(limit)},
+        topics.documents: {"max.message.bytes": str(limit), "retention.ms": "-1"},
+        topics.transcripts: {"max.message.bytes": str(limit), "retention.ms": "-1"},
         topics.requests: {"retention.ms": "3600000", "segment.ms": "3600000"},
         topics.replies: {"retention.ms": "3600000", "segment.ms": "3600000"},
     }
@@ -82,6 +84,16 @@ def test_requests_and_replies_are_kept_only_for_their_retention() -> None:
     for t in (topics.requests, topics.replies):
         assert configs[t] == {"retention.ms": "120000", "segment.ms": "120000"}
     assert topics.dlq not in configs  # dead letters stay for the operators
+
+
+def test_the_event_topics_keep_the_memorys_log_forever_unless_told() -> None:
+    """A reindex with a new model replays the documents and transcripts topics: they are
+    created to keep every event (-1) or as long as set, never under an hour."""
+    kept = Topics().configs(4096, 120_000, 7 * 86_400_000)
+    assert kept[Topics().documents]["retention.ms"] == kept[Topics().transcripts]["retention.ms"] == "604800000"
+    assert Settings().topic_event_retention_ms == -1
+    with pytest.raises(ValidationError, match="at least 3600000"):
+        Settings(topic_event_retention_ms=60_000)
 
 
 def test_an_event_escaped_past_the_record_limit_is_refused_with_its_size() -> None:

@@ -303,6 +303,7 @@ def test_a_forget_on_the_transcripts_topic_becomes_a_forget_item() -> None:
     assert agent.doc_id == "transcript:planner/" and "session_id" not in agent.tags
     assert [d.offset for d in dead] == [2, 3, 4, 5, 6] and {d.error_code for d in dead} == {"invalid_event"}
     assert "all_sessions" in dead[0].reason and "sessionId" in dead[2].reason and "agent_id" in dead[4].reason
+    assert "does neither" in dead[0].reason and "not both" in dead[3].reason
     # a turn's id starts with its session's prefix, and with no other session's
     turn = rec({"event_id": "t", "agent_id": "ops/east", "session_id": "s1", "turn": 3, "content": "x"})
     item = decode_records([turn], kind="transcript", filter_keys=BASE_FILTER_KEYS, max_content_bytes=10_000)[0][0].item
@@ -345,3 +346,24 @@ def test_an_event_without_a_timestamp_is_dated_by_its_kafka_record() -> None:
     record = Rec(json.dumps(doc).encode(), timestamp=1_790_000_000_000)
     (g,), _ = decode_records([record], kind="document", filter_keys=BASE_FILTER_KEYS, max_content_bytes=100)
     assert g.item.timestamp == 1_790_000_000.0
+
+
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [
+        ({"b": 1}, "metadata['a'] is an object: metadata values are strings, numbers or booleans"),
+        ([1, 2], "metadata['a'] is an array"),
+        (None, "metadata['a'] is null"),
+        ("x" * 5000, "metadata['a'] is 5000 characters long: at most 4096"),
+    ],
+)
+def test_a_metadata_value_of_another_type_is_named_in_one_reason(value: object, says: str) -> None:
+    """Not the four failures of trying each allowed type (str, int, float, bool) in turn."""
+    body = {"event_id": "e", "op": "upsert", "doc_id": "d", "version": 1, "content": "x", "metadata": {"a": value}}
+    _, dead = decode_records(
+        [Rec(json.dumps(body).encode(), offset=0)],
+        kind="document",
+        filter_keys=BASE_FILTER_KEYS,
+        max_content_bytes=10_000,
+    )
+    assert len(dead) == 1 and says in dead[0].reason and "constrained-str" not in dead[0].reason, dead[0].reason

@@ -38,10 +38,13 @@ def test_build_filter(flt, query) -> None:
         ({"service": 3}, "must be strings"),
         ({"service": ["a", 3]}, "must be strings"),
         ({"service": "x" * 600}, "1..512"),
+        ({"kind": "turn"}, "kinds: document, transcript, community"),
+        ({"kind": ["document", "Transcript"]}, "'Transcript'; kinds"),
     ],
 )
 def test_build_filter_rejects_bad_filters(flt, message) -> None:
-    """Unknown keys and bad values are errors, never silently ignored."""
+    """Unknown keys and bad values are errors, never silently ignored: a kind outside the
+    three would match nothing."""
     with pytest.raises(InvalidRequest, match=message):
         build_filter(flt, allowed=ALLOWED)
 

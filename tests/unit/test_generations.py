@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 
-from daemon.reindex import carry_mode, source_topics
+from daemon.reindex import Carry, carry_mode, source_topics
 from daemon.settings import Settings
 from memory.config import ChunkingConfig, IndexConfig
 from memory.generations import GenerationState, IndexSpec, index_spec
@@ -67,16 +67,24 @@ def test_replayed_topics_single_and_per_tenant() -> None:
     }
 
 
-def test_docs_carry_over_verbatim_or_reanalyzed_only_when_their_vectors_still_hold() -> None:
+def test_docs_carry_over_only_when_their_chunks_and_vectors_still_hold() -> None:
     """What a reindex may copy from the old generation when the broker no longer holds a
-    doc's events: the same spec verbatim; a new text analysis alone with its terms analyzed
-    again; anything else (model, chunking, schema) not at all."""
+    doc's events: with the same model and chunking, the stored chunks, their terms analyzed
+    again under a new text analysis and their filter fields set again under new index fields
+    (another filter key); under another model or chunking, nothing."""
     spec = index_spec(IndexConfig(name="m"), model="a", dims=384, chunking=ChunkingConfig())
-    assert carry_mode(spec, spec) == "verbatim"
-    assert carry_mode(spec.model_copy(update={"analyzer": spec.analyzer - 1}), spec) == "reanalyze"
-    assert carry_mode(spec.model_copy(update={"analyzer": spec.analyzer - 1, "model": "b"}), spec) is None
+    keyed = index_spec(
+        IndexConfig(name="m", extra_filter_keys=["user_id"]), model="a", dims=384, chunking=ChunkingConfig()
+    )
+    older = spec.model_copy(update={"analyzer": spec.analyzer - 1})
+    assert carry_mode(spec, spec) == Carry()
+    assert carry_mode(older, spec) == Carry(reanalyze=True)
+    assert carry_mode(spec, keyed) == Carry(refield=True)
+    assert carry_mode(keyed, spec) == Carry(refield=True)
+    assert carry_mode(older, keyed) == Carry(reanalyze=True, refield=True)
+    assert carry_mode(older.model_copy(update={"model": "b"}), spec) is None
     assert carry_mode(spec.model_copy(update={"max_tokens": 64}), spec) is None
-    assert carry_mode(spec.model_copy(update={"schema_digest": "x"}), spec) is None
+    assert carry_mode(spec.model_copy(update={"overlap": spec.overlap + 1}), spec) is None
     assert carry_mode(None, spec) is None
 
 
@@ -88,3 +96,16 @@ def test_only_a_live_build_makes_reads_follow_the_registry_fresh() -> None:
     assert GenerationState(2, None, building=2, building_heartbeat=now - 5).build_alive(now)  # switched, catching up
     assert not GenerationState(1, None, building=2, building_heartbeat=now - 3600).build_alive(now)
     assert not GenerationState(1, None).build_alive(now)
+
+
+def test_a_refused_switch_names_each_reason_once_with_its_docs() -> None:
+    """29 docs gone from the topics are one reason followed by ten of their names, not the
+    same sentence 29 times; a doc the new settings failed on keeps its own reason."""
+    from daemon.reindex.completeness import NOT_REPLAYED, losses_refused, why_missing
+
+    keys = [("default", f"doc/{i:02d}") for i in range(30)]
+    failed = {("default", "doc/29"): "the model failed: too long"}
+    message = str(losses_refused(why_missing(keys, failed), old=3))
+    assert message.startswith("30 doc(s) served by generation 3 are not in the new build")
+    assert message.count(NOT_REPLAYED) == 1 and "default/doc/09 and 19 more" in message
+    assert "default/doc/10" not in message and "the model failed: too long: default/doc/29" in message

@@ -29,6 +29,15 @@ def test_a_turns_speakers_are_its_role_and_the_name_it_opens_with(text: str, rol
     assert speakers_field(text, role) == field
 
 
+def test_what_an_agent_said_itself_is_said_by_its_agent_id() -> None:
+    """An ``assistant`` turn is the agent's own: "what did planner-7 say" names it. A user's
+    turn in the agent's session is not the agent's."""
+    assert speakers_field("Raised the pool to 40.", "assistant", "planner-7") == "assistant|planner 7"
+    assert speakers_field("Dr. Lee: the scan is clear", "assistant", "dr lee") == "assistant|dr lee"
+    assert speakers_field("The pool ran dry again.", "user", "planner-7") == "user"
+    assert named(speakers_field("Raised the pool.", "assistant", "planner-7"), query_words("What did planner-7 say?"))
+
+
 def test_a_query_names_a_speaker_by_all_of_its_words_in_order() -> None:
     words = query_words("What did Dr. Lee say about the scan? And Nate?")
     assert named("assistant|dr lee", words)
