@@ -29,6 +29,7 @@ from consumers.encoding import (
     get_body,
     list_body,
     query_body,
+    recent_body,
     tenant_topic,
     turn_body,
 )
@@ -271,6 +272,28 @@ class MemoryClient:
         topic = self._topic(self.topics.requests, tenant)
         payload = list_body(field, source_prefix, limit, offset, query_id)
         return ListReply.model_validate(await self._transport.ask(topic, payload))
+
+    async def recent(
+        self,
+        agent_id: str,
+        session_id: str | None = None,
+        *,
+        limit: int = 20,
+        metadata_filter: Mapping[str, str | Sequence[str]] | None = None,
+        tenant: str | None = None,
+        query_id: str | None = None,
+    ) -> GetReply:
+        """The agent's latest ``limit`` (1..100) turns, whole, oldest first: in ``session_id``, or
+        across its sessions without one (by time; session and turn among equal times). What
+        an agent restarted mid-task reads first.
+
+        Raises:
+            QueryFailed: the daemon replied with an error (a limit out of range, say).
+            BackendUnavailable, NotFound, TimeoutError: as for ``query``.
+        """
+        topic = self._topic(self.topics.requests, tenant)
+        payload = recent_body(agent_id, session_id, limit, metadata_filter, query_id)
+        return GetReply.model_validate(await self._transport.ask(topic, payload))
 
     def document_event(
         self,

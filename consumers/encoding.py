@@ -174,6 +174,27 @@ def _filter_body(metadata_filter: Mapping[str, str | Sequence[str]]) -> dict[str
     return {k: v if isinstance(v, str) else list(v) for k, v in metadata_filter.items()}
 
 
+def recent_body(
+    agent_id: str,
+    session_id: str | None,
+    limit: int,
+    metadata_filter: Mapping[str, str | Sequence[str]] | None,
+    query_id: str | None,
+) -> dict[str, Any]:
+    """A recent request's body; ``MemoryClient.recent`` documents the arguments."""
+    payload: dict[str, Any] = {
+        "query_id": query_id or f"r_{uuid.uuid4().hex[:12]}",
+        "op": "recent",
+        "agent_id": agent_id,
+        "limit": limit,
+    }
+    if session_id is not None:
+        payload["session_id"] = session_id
+    if metadata_filter:
+        payload["metadata_filter"] = _filter_body(metadata_filter)
+    return payload
+
+
 def list_body(field: str, source_prefix: str, limit: int, offset: int, query_id: str | None) -> dict[str, Any]:
     """A list request's body; ``MemoryClient.list_values`` documents the arguments."""
     return {

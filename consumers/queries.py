@@ -24,6 +24,8 @@ from consumers.requests import (
     ListRequest,
     QueryReply,
     QueryRequest,
+    RecentReply,
+    RecentRequest,
     ResultItem,
 )
 from graph import ScopedSearch
@@ -65,34 +67,39 @@ def guess_query_id(raw: bytes | None) -> str | None:
 def scope_of(raw: bytes | None) -> str:
     """The scope label of a request, for metrics (invalid requests count as 'invalid')."""
     data = _peek(raw)
-    if data is not None and data.get("op") in ("get", "list"):
+    if data is not None and data.get("op") in ("get", "list", "recent"):
         return str(data["op"])
     scope = "invalid" if data is None else data.get("scope", "chunks")
     return scope if isinstance(scope, str) and scope in {"chunks", "communities", "all"} else "invalid"
 
 
-_REQUEST_OPS: dict[object, type[GetRequest] | type[ListRequest]] = {"get": GetRequest, "list": ListRequest}
+Request = QueryRequest | GetRequest | ListRequest | RecentRequest
+
+_REQUEST_OPS: dict[object, type[GetRequest] | type[ListRequest] | type[RecentRequest]] = {
+    "get": GetRequest,
+    "list": ListRequest,
+    "recent": RecentRequest,
+}
 
 
-def parse_request(raw: bytes | None) -> QueryRequest | GetRequest | ListRequest:
-    """Validate a request body: a search, (``"op": "get"``) a lookup by id, or (``"op": "list"``)
-    a listing of document ids or sources.
+def parse_request(raw: bytes | None) -> Request:
+    """Validate a request body: a search, (``"op": "get"``) a lookup by id, (``"op": "list"``)
+    a listing of document ids or sources, or (``"op": "recent"``) an agent's latest turns.
 
     Raises:
         InvalidRequest: malformed JSON or UTF-8, or a schema error, with the reason.
     """
     op = (_peek(raw) or {}).get("op")
-    model: type[QueryRequest] | type[GetRequest] | type[ListRequest] = (
-        _REQUEST_OPS[op] if isinstance(op, str) and op in _REQUEST_OPS else QueryRequest
-    )
+    model: type[Request] = _REQUEST_OPS[op] if isinstance(op, str) and op in _REQUEST_OPS else QueryRequest
     try:
         return parse_event(raw, model)
     except (ValueError, ValidationError) as exc:
         raise InvalidRequest(str(exc)) from exc
 
 
-def to_get_reply(req: GetRequest, found: Sequence[Lookup], took_ms: float) -> GetReply:
-    """The reply to a lookup, in the request's order."""
+def to_get_reply(req: GetRequest | RecentRequest, found: Sequence[Lookup], took_ms: float) -> GetReply:
+    """The reply to a lookup (in the request's order) or, a ``RecentReply``, to a read of
+    recent turns."""
     items = []
     for f in found:
         if f.status != "found":
@@ -111,7 +118,8 @@ def to_get_reply(req: GetRequest, found: Sequence[Lookup], took_ms: float) -> Ge
                 timestamp=_iso(first.timestamp),
             )
         )
-    return GetReply(query_id=req.query_id, items=items, took_ms=round(took_ms, 3))
+    reply = RecentReply if isinstance(req, RecentRequest) else GetReply
+    return reply(query_id=req.query_id, items=items, took_ms=round(took_ms, 3))
 
 
 def fit_list_reply(reply: ListReply, max_bytes: int) -> ListReply:
@@ -126,13 +134,14 @@ def fit_list_reply(reply: ListReply, max_bytes: int) -> ListReply:
 
 
 def fit_get_reply(reply: GetReply, max_bytes: int) -> GetReply:
-    """``reply``, with items left off its end until it fits ``max_bytes`` as JSON (``truncated`` says so)."""
+    """``reply``, with items left off until it fits ``max_bytes`` as JSON (``truncated`` says
+    so): off its end, or off its start for the oldest-first turns of a ``RecentReply``."""
     items = list(reply.items)
     while True:
         fitted = reply.model_copy(update={"items": items, "truncated": len(items) < len(reply.items)})
         if not items or len(json.dumps(fitted.model_dump(mode="json"))) <= max_bytes:
             return fitted
-        items.pop()
+        items.pop(0 if isinstance(reply, RecentReply) else -1)
 
 
 def to_spec(req: QueryRequest, tenant: str = DEFAULT_TENANT) -> SearchSpec:
@@ -291,6 +300,16 @@ async def answer(
             t0 = time.monotonic()
             found = await search.lookup(req.wanted(), tenant=tenant, metadata_filter=req.metadata_filter)
             return to_get_reply(req, found, (time.monotonic() - t0) * 1000)
+        if isinstance(req, RecentRequest):
+            t0 = time.monotonic()
+            turns = await search.recent(
+                req.agent_id,
+                req.session_id,
+                tenant=tenant,
+                limit=req.limit,
+                metadata_filter=req.metadata_filter,
+            )
+            return to_get_reply(req, turns, (time.monotonic() - t0) * 1000)
         if isinstance(req, ListRequest):
             t0 = time.monotonic()
             values = await search.list_values(

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 from consumers.fields import MAX_VERSION, NO_NUL, AgentPart, DocId
-from memory.conversation import MAX_CONTEXT_TURNS, turn_doc_id
+from memory.conversation import MAX_CONTEXT_TURNS, MAX_RECENT_TURNS, turn_doc_id
 from memory.schema import MAX_SEARCH_OFFSET
 
 
@@ -136,6 +136,20 @@ class GetRequest(BaseModel):
         return list(dict.fromkeys([*self.doc_ids, *(t.doc_id for t in self.turns)]))
 
 
+class RecentRequest(BaseModel):
+    """An agent's latest turns (``"op": "recent"``), in one session or across its sessions; the
+    reply is a ``GetReply`` whose items are those turns, oldest first."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    query_id: Annotated[str, StringConstraints(min_length=1, max_length=256)]
+    op: Literal["recent"]
+    agent_id: AgentPart
+    session_id: AgentPart | None = None
+    limit: int = Field(20, ge=1, le=MAX_RECENT_TURNS)
+    metadata_filter: dict[str, FilterValue] | None = None
+
+
 class GetItem(BaseModel):
     """One looked-up memory: its current version and content, or why there is none."""
 
@@ -158,6 +172,11 @@ class GetReply(BaseModel):
     items: list[GetItem]
     took_ms: float
     truncated: bool = False
+
+
+class RecentReply(GetReply):
+    """The turns of a ``recent``, oldest first; ``truncated``: the oldest left off to fit one
+    record (the same JSON as a ``GetReply``)."""
 
 
 #: Most values one ``list`` request may ask for.

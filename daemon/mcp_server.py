@@ -24,7 +24,7 @@ from daemon.about import package_version
 from daemon.explore.access import BEARER_CHALLENGE, UNAUTHORIZED
 from daemon.mcp_tools import MemoryTools
 from daemon.mcp_views import ToolFailure
-from memory.conversation import MAX_CONTEXT_TURNS
+from memory.conversation import MAX_CONTEXT_TURNS, MAX_RECENT_TURNS
 
 log = structlog.get_logger()
 
@@ -65,6 +65,11 @@ FORGET = (
 GET = (
     "Read one document (or a turn, by its doc_id such as 'transcript:agent/session/3') in full: status "
     "'found' with content, version and metadata, 'not_found', or 'writing' (being replaced: ask again shortly)."
+)
+RECENT = (
+    "Read an agent's latest conversation turns, whole and oldest first: of one session (session_id), or "
+    "across all its sessions. Use it to pick up where a session left off. limit 1..100 (default 20). Each "
+    "turn has its doc_id, content, timestamp and metadata (role, turn, session_id)."
 )
 STATUS = (
     "Check whether the memory daemon answers (a round trip over Kafka) and, if it serves HTTP, its readiness "
@@ -148,6 +153,13 @@ def build_server(tools: MemoryTools) -> MCPServer[Any]:
     async def get_document(doc_id: str) -> Annotated[CallToolResult, Doc]:
         return await _run(tools.get_document(doc_id))
 
+    async def recent_turns(
+        agent_id: str,
+        session_id: str | None = None,
+        limit: Annotated[int, Field(ge=1, le=MAX_RECENT_TURNS)] = 20,
+    ) -> Annotated[CallToolResult, Rows]:
+        return await _run(tools.recent_turns(agent_id, session_id, limit), wrap=True)
+
     async def memory_status() -> Annotated[CallToolResult, Doc]:
         return await _run(tools.memory_status())
 
@@ -158,6 +170,7 @@ def build_server(tools: MemoryTools) -> MCPServer[Any]:
         (delete_document, DELETE),
         (forget, FORGET),
         (get_document, GET),
+        (recent_turns, RECENT),
         (memory_status, STATUS),
     ):
         server.add_tool(fn, name=fn.__name__, description=description)

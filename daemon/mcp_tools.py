@@ -296,6 +296,14 @@ class MemoryTools:
 
         return await self._call("get_document", look)
 
+    async def recent_turns(self, agent_id: str, session_id: str | None = None, limit: int = 20) -> list[dict[str, Any]]:
+        """An agent's latest turns, whole, oldest first (``MemoryClient.recent``)."""
+
+        async def read(c: MemoryClient) -> list[dict[str, Any]]:
+            return [item_view(i) for i in (await c.recent(agent_id, session_id, limit=limit)).items]
+
+        return await self._call("recent_turns", read)
+
     async def memory_status(self) -> dict[str, Any]:
         """The broker round trip (a ``get`` of no real id) and the daemon's /readyz, if configured."""
         status: dict[str, Any] = {"tenant": self._tenant}

@@ -44,6 +44,20 @@ class ScopedSearch:
         """Memories by id (``Retriever.lookup``)."""
         return await self._retriever.lookup(doc_ids, tenant=tenant, metadata_filter=metadata_filter)
 
+    async def recent(
+        self,
+        agent_id: str,
+        session_id: str | None = None,
+        *,
+        tenant: str,
+        limit: int = 20,
+        metadata_filter: Mapping[str, str | Sequence[str]] | None = None,
+    ) -> list[Lookup]:
+        """An agent's latest turns, oldest first (``Retriever.recent``)."""
+        return await self._retriever.recent(
+            agent_id, session_id, tenant=tenant, limit=limit, metadata_filter=metadata_filter
+        )
+
     async def list_values(
         self, *, tenant: str, field: str, source_prefix: str = "", limit: int = 100, offset: int = 0
     ) -> list[str]:

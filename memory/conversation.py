@@ -49,6 +49,8 @@ SEPARATOR = "\n"
 CONTEXT_MARK = "\x1e"
 #: Most turns a query may ask for around each transcript hit (``context_turns``), each side.
 MAX_CONTEXT_TURNS = 10
+#: Most turns one ``"op": "recent"`` request reads back.
+MAX_RECENT_TURNS = 100
 #: Doc id prefix of transcript turns: ``transcript:<agent>/<session>/<turn>``.
 TURN_PREFIX = "transcript:"
 

@@ -16,13 +16,14 @@ import structlog
 
 from memory.chunking import join_chunks
 from memory.config import RetrievalConfig
-from memory.conversation import parse_turn
+from memory.conversation import MAX_RECENT_TURNS, parse_turn
 from memory.embedder import Embedder
+from memory.errors import InvalidRequest
 from memory.filters import in_time, matches, normalize_filter
 from memory.fusion import Fused, fuse_rrf, recency_ranks
 from memory.hit_checks import leg_lists, marker_docs, shown
 from memory.identifiers import query_identifiers
-from memory.index import ChunkIndex, LegHit
+from memory.index import MAX_PAGE, ChunkIndex, LegHit, PageKey
 from memory.metrics import LEG_SECONDS
 from memory.records import DEFAULT_TENANT, StoredChunk
 from memory.search_results import LegTiming, Lookup, SearchHit, SearchOutcome
@@ -128,6 +129,47 @@ class Retriever:
                 text = join_chunks([c.text for c in chunks])
                 out.append(Lookup(doc_id, "found", tuple(chunks), text, chunks[0].version))
         return out
+
+    async def recent(
+        self,
+        agent_id: str,
+        session_id: str | None = None,
+        *,
+        tenant: str = DEFAULT_TENANT,
+        limit: int = 20,
+        metadata_filter: Mapping[str, str | Sequence[str]] | None = None,
+    ) -> list[Lookup]:
+        """An agent's latest ``limit`` turns (in one session, or across its sessions), whole,
+        oldest first: by their time, and by session and turn number among equal times.
+
+        The turns are found newest first by their chunks' time, a page at a time, and read
+        as :meth:`lookup` reads them (tenant, filter, sliced writes); turns it does not show
+        are passed over, so the reply holds the latest ``limit`` the request may see.
+
+        Raises:
+            InvalidRequest: an unknown filter key, or ``limit`` outside 1..``MAX_RECENT_TURNS``.
+            BackendUnavailable: Redis is unreachable.
+        """
+        if not 1 <= limit <= MAX_RECENT_TURNS:
+            raise InvalidRequest(f"recent reads 1..{MAX_RECENT_TURNS} turns, not {limit}")
+        normalize_filter(metadata_filter, allowed=self._index.cfg.filter_keys)  # refused before any read
+        tags = {"tenant": tenant, "kind": "transcript", "agent_id": agent_id}
+        if session_id is not None:
+            tags["session_id"] = session_id
+        found: dict[str, Lookup] = {}
+        seen: set[str] = set()
+        start: PageKey | None = None
+        for _ in range(_RECENT_PAGES):
+            page = await self._index.chunk_page(tags, limit=min(MAX_PAGE, 2 * limit), start=start, order="desc")
+            fresh = [c.doc_id for c in page.chunks if c.doc_id not in seen]
+            seen.update(fresh)
+            for item in await self.lookup(list(dict.fromkeys(fresh)), tenant=tenant, metadata_filter=metadata_filter):
+                if item.status == "found":
+                    found[item.doc_id] = item
+            if len(found) >= limit or page.next is None:
+                break
+            start = page.next
+        return sorted(found.values(), key=_turn_order)[-limit:]
 
     async def list_values(
         self, *, tenant: str, field: str, source_prefix: str = "", limit: int = 100, offset: int = 0
@@ -332,3 +374,15 @@ class Retriever:
         for leg, timing in timings.items():
             LEG_SECONDS.labels(leg).observe(timing.end - timing.start)
         return SearchOutcome(hits=hits_out, took_ms=took_ms, legs=timings, ranked=legs, candidates=by_id)
+
+
+#: Pages of chunks a ``recent`` read goes through at most, for turns it may not show
+#: (another filter's, being forgotten): past these it answers with what it found.
+_RECENT_PAGES = 20
+
+
+def _turn_order(item: Lookup) -> tuple[float, str, int]:
+    """A looked-up turn's place in time: its timestamp, then its session and turn number."""
+    first = item.chunks[0]
+    ref = parse_turn(item.doc_id)
+    return (first.timestamp or 0.0, ref.session if ref is not None else "", ref.turn if ref is not None else 0)

@@ -33,7 +33,16 @@ pytestmark = pytest.mark.integration
 
 AGENTMEMD = str(Path(sys.executable).parent / "agentmemd")
 CHECKOUT = str(Path(__file__).resolve().parents[2])
-TOOLS = {"search_memory", "remember", "upsert_document", "delete_document", "forget", "get_document", "memory_status"}
+TOOLS = {
+    "search_memory",
+    "remember",
+    "upsert_document",
+    "delete_document",
+    "forget",
+    "get_document",
+    "recent_turns",
+    "memory_status",
+}
 
 
 @pytest.fixture(scope="module")
@@ -111,6 +120,14 @@ async def test_every_tool_over_stdio(settings: Settings) -> None:
         ]
         turn = await ok(c, "get_document", doc_id=first["doc_id"])
         assert (turn["status"], turn["content"]) == ("found", "The beta ships on Friday.")
+        # recent_turns: the session's latest turns, oldest first, as an agent picks up again.
+        latest = await ok(c, "recent_turns", agent_id=agent, session_id="s1", limit=1)
+        assert [(t["doc_id"], t["content"], t["metadata"]["role"]) for t in latest] == [
+            (second["doc_id"], said, "user")
+        ]
+        both = await ok(c, "recent_turns", agent_id=agent)
+        assert [t["doc_id"] for t in both] == [first["doc_id"], second["doc_id"]]
+        assert "recent_turns: limit" in await failed(c, "recent_turns", agent_id=agent, limit=0)
 
         # upsert_document -> get_document finds it at once; delete_document -> not_found.
         runbook = "Runbook: raise lock_timeout for ERR_LEDGER_LOCK_9C1."
@@ -145,6 +162,7 @@ async def test_every_tool_over_stdio(settings: Settings) -> None:
 
         assert (await ok(c, "forget", agent_id=agent, session_id="s1"))["status"] == "indexed"
         assert await ok(c, "search_memory", query="beta Friday", filters=mine) == []
+        assert await ok(c, "recent_turns", agent_id=agent) == []
         # The forgotten session starts over at turn 0.
         assert (await ok(c, "remember", text="Fresh start.", agent_id=agent, session_id="s1"))["turn"] == 0
 

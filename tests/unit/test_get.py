@@ -7,7 +7,7 @@ import json
 import pytest
 
 from consumers.queries import fit_get_reply, parse_request, scope_of
-from consumers.requests import GetItem, GetReply, GetRequest
+from consumers.requests import GetItem, GetReply, GetRequest, RecentReply
 from memory.errors import InvalidRequest
 
 
@@ -49,3 +49,13 @@ def test_a_get_reply_too_large_for_one_record_is_cut_and_says_so() -> None:
     assert len(json.dumps(fitted.model_dump(mode="json"))) <= 4000
     whole = fit_get_reply(GetReply(query_id="g", items=items[:1], took_ms=1.0), 4000)
     assert not whole.truncated and len(whole.items) == 1
+
+
+def test_recent_turns_too_large_for_one_record_keep_the_newest() -> None:
+    """A recent read is oldest first: cut to fit, it drops its oldest turns, not its newest."""
+    items = [GetItem(doc_id=f"t{n}", status="found", content="x" * 1000) for n in range(10)]
+    fitted = fit_get_reply(RecentReply(query_id="r", items=items, took_ms=1.0), 4000)
+    assert fitted.truncated and 0 < len(fitted.items) < 10 and fitted.items[-1].doc_id == "t9"
+    assert [i.doc_id for i in fitted.items] == [f"t{n}" for n in range(10 - len(fitted.items), 10)]
+    assert parse_request(b'{"query_id": "r", "op": "recent", "agent_id": "a"}').limit == 20  # type: ignore[union-attr]
+    assert scope_of(b'{"query_id": "r", "op": "recent", "agent_id": "a"}') == "recent"

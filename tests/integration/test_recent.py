@@ -1,0 +1,91 @@
+"""``"op": "recent"``: an agent's latest turns, whole and oldest first, over Kafka request/reply
+with the typed client, as an agent restarted mid-task reads them."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from consumers.client import MemoryClient
+from consumers.errors import QueryFailed
+from daemon.settings import Settings
+from tests.conftest import unique
+from tests.helpers import daemon_and_client, isolated_settings
+
+pytestmark = pytest.mark.integration
+
+DAY = datetime(2026, 11, 20, 9, 0, tzinfo=UTC)
+
+
+@pytest.fixture(scope="module")
+async def client(kafka_bootstrap: str, redis_url: str) -> AsyncIterator[MemoryClient]:
+    settings = isolated_settings(unique("recent"), kafka_bootstrap, redis_url)
+    async with daemon_and_client(settings) as (_daemon, _plain), _client(settings) as memory:
+        yield memory
+
+
+def _client(settings: Settings) -> MemoryClient:
+    return MemoryClient(bootstrap=settings.kafka_bootstrap, topics=settings.topics, timeout_s=30)
+
+
+async def _say(
+    memory: MemoryClient, agent: str, session: str, turn: int, text: str, at: datetime, **kw: object
+) -> None:
+    receipt = await memory.publish_observation(
+        agent_id=agent, session_id=session, turn=turn, content=text, timestamp=at, wait=True, **kw
+    )
+    assert receipt.ack is not None and receipt.ack.status == "indexed", receipt
+
+
+def _said(items: list[object]) -> list[tuple[str, int, str]]:
+    return [(i.metadata["session_id"], i.metadata["turn"], i.content) for i in items]  # type: ignore[attr-defined]
+
+
+async def test_the_latest_turns_of_a_session_and_of_an_agent_oldest_first(client: MemoryClient) -> None:
+    """Published out of order over two days and two sessions: a session's latest turns by time,
+    the agent's across its sessions, the limit keeping the newest, a long turn whole, and
+    nothing of another agent."""
+    agent, other = f"a-{uuid.uuid4().hex[:6]}", f"b-{uuid.uuid4().hex[:6]}"
+    long_turn = " ".join(f"Step {i}: drained pool {i} and checked its replicas before the next." for i in range(80))
+    await _say(client, agent, "day2", 1, "Raised the ledger pool to 40.", DAY + timedelta(days=1, minutes=1))
+    await _say(client, agent, "day1", 0, "The ledger pool ran dry at 02:00.", DAY)
+    await _say(client, agent, "day1", 1, long_turn, DAY + timedelta(minutes=5), role="user")
+    await _say(client, agent, "day2", 0, "Pool exhausted again overnight.", DAY + timedelta(days=1))
+    await _say(client, agent, "day2", 2, "Nightly batch finished cleanly.", DAY + timedelta(days=1, minutes=2))
+    await _say(client, other, "day2", 0, "Another agent's turn.", DAY + timedelta(days=2))
+
+    day1 = (await client.recent(agent, "day1")).items
+    assert _said(day1) == [("day1", 0, "The ledger pool ran dry at 02:00."), ("day1", 1, long_turn)]
+    assert day1[1].metadata["role"] == "user" and day1[1].status == "found" and day1[1].version is None
+    everything = await client.recent(agent)
+    assert [(s, t) for s, t, _ in _said(everything.items)] == [
+        ("day1", 0),
+        ("day1", 1),
+        ("day2", 0),
+        ("day2", 1),
+        ("day2", 2),
+    ]
+    latest = await client.recent(agent, limit=2)
+    assert [(s, t) for s, t, _ in _said(latest.items)] == [("day2", 1), ("day2", 2)]
+    assert latest.items[-1].timestamp == "2026-11-21T09:02:00Z"
+
+    # A filter applies before the limit: the latest two turns within it, not the two latest.
+    filtered = await client.recent(agent, limit=2, metadata_filter={"session_id": "day1"})
+    assert [(s, t) for s, t, _ in _said(filtered.items)] == [("day1", 0), ("day1", 1)]
+
+    # A forgotten session's turns are gone from it; an unknown agent has none.
+    await client.forget(agent_id=agent, session_id="day1", wait=True)
+    assert [(s, t) for s, t, _ in _said((await client.recent(agent)).items)] == [("day2", 0), ("day2", 1), ("day2", 2)]
+    assert (await client.recent(f"nobody-{uuid.uuid4().hex[:6]}")).items == []
+
+
+async def test_a_bad_recent_request_is_an_error_reply(client: MemoryClient) -> None:
+    with pytest.raises(QueryFailed, match=r"invalid_request.*limit"):
+        await client.recent("a", limit=0)
+    with pytest.raises(QueryFailed, match="unknown metadata_filter key 'nope'"):
+        await client.recent("a", metadata_filter={"nope": "x"})
+    with pytest.raises(QueryFailed, match=r"invalid_request.*agent_id"):
+        await client.recent("")
