@@ -287,7 +287,7 @@ class KafkaTransport:
             except TimeoutError:
                 raise TimeoutError(
                     f"no {answer} from the memory daemon within {wait:g} s on {self._reply_topic}: is a "
-                    f"daemon running and reading {topic}, and ready (`agentmemd doctor` says what it waits "
+                    f"daemon running and reading {topic}? Is it ready (`agentmemd doctor` says what it waits "
                     "for)? (in topic tenancy, the client needs the tenant)"
                 ) from None
         finally:

@@ -184,10 +184,10 @@ async def _check_generation(client: Any, settings: Settings, dims: int | None) -
         if state.spec.only_analysis_differs(want) and state.spec.analyzer < want.analyzer:
             # An upgrade that changed the text analysis: no setting brings the old one back.
             fix = "run `agentmemd reindex`: this release analyzes text anew; chunks and vectors are kept"
-        elif state.spec.same_vectors(want):
+        elif state.spec.same_vectors(want) and state.spec.schema_digest != want.schema_digest:
             fix = (
-                "run `agentmemd reindex` with these settings (chunks and vectors are kept: only the "
-                "index fields change), or run the daemon with the ones the index was built with"
+                "run `agentmemd reindex` with these settings (where only the filter keys changed, chunks "
+                "and vectors are kept), or run the daemon with the ones the index was built with"
             )
         return [
             Finding(

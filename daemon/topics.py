@@ -40,6 +40,14 @@ def _config_refused(resp: Any, configs: dict[str, dict[str, str]]) -> dict[str, 
     return refused
 
 
+def fallback_configs(
+    asked: dict[str, dict[str, str]], refused: dict[str, str], keep: tuple[str, ...]
+) -> dict[str, dict[str, str]]:
+    """The configs to ask again for the ``refused`` topics: of what was ``asked``, only the
+    ``keep`` keys (pure)."""
+    return {t: {k: v for k, v in asked[t].items() if k in keep} for t in refused}
+
+
 def _raise_topic_errors(resp: Any, replication: int) -> None:
     """The admin client returns a topic's creation error in the response instead of raising
     it: without this, a topic the broker refused (a replication factor above its brokers, no
@@ -90,18 +98,27 @@ async def ensure_topics(
                             t, num_partitions=partitions, replication_factor=replication, topic_configs=topic_configs
                         )
 
-                    resp = await admin.create_topics([new(t, wanted.get(t, {})) for t in missing])
-                    if refused := _config_refused(resp, wanted):
+                    asked = {t: wanted.get(t, {}) for t in missing}
+                    resp = await admin.create_topics([new(t, asked[t]) for t in missing])
+                    # A broker that caps retention (a managed one) may refuse only that: the
+                    # record size is worth keeping, so it is asked for alone first.
+                    for keep in (("max.message.bytes",), ()):
+                        refused = _config_refused(resp, asked)
+                        if not refused:
+                            break
                         # Better the topic with the broker's own limits than no daemon at all.
                         log.warning(
                             "daemon.topic_config_refused",
                             topics=refused,
-                            configs={t: wanted[t] for t in refused},
-                            fix="the topics were created with the broker's defaults instead: raise their "
-                            "max.message.bytes as far as the broker allows (larger events are refused by the broker, "
-                            "the client says so), and give the requests and replies topics a short retention.ms",
+                            configs={t: asked[t] for t in refused},
+                            fix=f"asked again with {' '.join(keep) or 'the broker defaults'}: raise "
+                            "max.message.bytes as far as the broker allows (larger events are refused by the "
+                            "broker, the client says so), keep the documents and transcripts topics' events "
+                            "(retention.ms -1, or as long as the broker allows: a reindex with a new model replays "
+                            "them), and give the requests and replies topics a short retention.ms",
                         )
-                        resp = await admin.create_topics([new(t, {}) for t in refused])
+                        asked = fallback_configs(asked, refused, keep)
+                        resp = await admin.create_topics([new(t, asked[t]) for t in refused])
                     _raise_topic_errors(resp, replication)
                 log.info("daemon.topics_created", topics=missing, partitions=partitions)
             return missing

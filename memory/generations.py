@@ -44,6 +44,10 @@ class IndexSpec(BaseModel):
     schema_digest: str
     # Specs recorded before the analyzer was versioned were built by version 1.
     analyzer: int = 1
+    # Where chunks are cut besides their size; specs recorded before these were kept were
+    # built with the defaults of their day, which are today's.
+    strategy: str = "stable"
+    min_tokens: int = 64
 
     def fingerprint(self) -> str:
         """A short stable digest of the spec."""
@@ -52,12 +56,11 @@ class IndexSpec(BaseModel):
     def same_vectors(self, other: IndexSpec) -> bool:
         """Whether ``other`` cuts the same chunks and embeds them with the same model: its
         chunk texts and vectors are this spec's, whatever its index fields and text analysis."""
-        return (self.model, self.dims, self.max_tokens, self.overlap) == (
-            other.model,
-            other.dims,
-            other.max_tokens,
-            other.overlap,
-        )
+        return self.chunks() == other.chunks() and (self.model, self.dims) == (other.model, other.dims)
+
+    def chunks(self) -> tuple[str, int, int, str, int]:
+        """What decides where chunks are cut: the model's tokenizer and the chunking settings."""
+        return (self.model, self.max_tokens, self.overlap, self.strategy, self.min_tokens)
 
     def only_analysis_differs(self, other: IndexSpec) -> bool:
         """Whether ``other`` is this spec but for the text analysis version: chunk texts and
@@ -68,14 +71,20 @@ class IndexSpec(BaseModel):
         """The spec in words, for error messages."""
         return (
             f"model={self.model} dims={self.dims} chunking={self.max_tokens}/{self.overlap} "
+            f"({self.strategy}, min {self.min_tokens}) "
             f"schema={self.schema_digest} analyzer={self.analyzer}"
         )
 
 
+def schema_digest(cfg: IndexConfig, *, dims: int) -> str:
+    """A short digest of the index fields these settings build (pure)."""
+    schema = index_schema(cfg, dims=dims, generation=0)
+    return hashlib.sha256(json.dumps(schema["fields"], sort_keys=True).encode()).hexdigest()[:12]
+
+
 def index_spec(cfg: IndexConfig, *, model: str, dims: int, chunking: ChunkingConfig) -> IndexSpec:
     """The spec of an index built with these settings (pure)."""
-    schema = index_schema(cfg, dims=dims, generation=0)
-    digest = hashlib.sha256(json.dumps(schema["fields"], sort_keys=True).encode()).hexdigest()[:12]
+    digest = schema_digest(cfg, dims=dims)
     return IndexSpec(
         model=model,
         dims=dims,
@@ -83,6 +92,8 @@ def index_spec(cfg: IndexConfig, *, model: str, dims: int, chunking: ChunkingCon
         overlap=chunking.overlap,
         schema_digest=digest,
         analyzer=ANALYZER_VERSION,
+        strategy=chunking.strategy,
+        min_tokens=chunking.min_tokens,
     )
 
 

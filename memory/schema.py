@@ -91,6 +91,17 @@ def info_attributes(info: Any) -> dict[str, dict[str, Any]]:
     return out
 
 
+def filter_keys_of(attributes: dict[str, dict[str, Any]]) -> tuple[str, ...]:
+    """The filter keys an index was built with, in its schema's order, from its FT.INFO
+    attributes (:func:`info_attributes`): each TAG field with its hashed twin, but the tenant
+    (pure)."""
+    return tuple(
+        name
+        for name, attr in attributes.items()
+        if name != "tenant" and attr["type"] == "tag" and hash_field(name) in attributes
+    )
+
+
 def info_index_name(info: Any) -> str:
     """The physical index an FT.INFO reply describes (through an alias: the one it points at)."""
     got = _field(info, "index_name")

@@ -14,7 +14,14 @@ import structlog
 from aiokafka.errors import KafkaError
 
 from daemon.connections import redis_client
-from daemon.reindex.completeness import Carry, carry_mode, complete, losses_refused, why_missing
+from daemon.reindex.completeness import (
+    Carry,
+    carry_mode,
+    complete,
+    fields_only_change,
+    losses_refused,
+    why_missing,
+)
 from daemon.reindex.handover import Handover
 from daemon.reindex.replay import Replayer
 from daemon.reindex.repoint import repoint_graph
@@ -228,14 +235,7 @@ class Reindex:
         self._gen, self._old = self._slot.generation, state.active
         spec = self._spec
         # Chunk boundaries come from the model's tokenizer too.
-        self._rechunked = state.spec is None or (state.spec.model, state.spec.max_tokens, state.spec.overlap) != (
-            spec.model,
-            spec.max_tokens,
-            spec.overlap,
-        )
-        # Same model and chunking: N's chunks and vectors are what a replay would write (with
-        # their terms analyzed again, or their filter fields set again, where those changed).
-        self._carry = carry_mode(state.spec, spec)
+        self._rechunked = state.spec is None or state.spec.chunks() != spec.chunks()
         self.progress.generation = self._gen
         log.info(
             "reindex.build_started",
@@ -251,6 +251,13 @@ class Reindex:
         self._slot.start_heartbeat()
         self._target = ChunkIndex(client=self._redis, cfg=self._s.index, dims=dims, spec=spec, generation=self._gen)
         self._source = ChunkIndex(client=self._redis, cfg=self._s.index, dims=dims, spec=spec, generation=self._old)
+        # Same model and chunking: N's chunks and vectors are what a replay would write (with
+        # their terms analyzed again, or their filter fields set again, where those changed).
+        fields_only = False
+        if state.spec is not None and state.spec.schema_digest != spec.schema_digest:
+            old_keys = await self._source.built_with_keys(self._old)
+            fields_only = fields_only_change(state.spec, self._s.index, old_keys)
+        self._carry = carry_mode(state.spec, spec, fields_only=fields_only)
         await self._target.ensure()
 
     # -- 2. replay -----------------------------------------------------------------------

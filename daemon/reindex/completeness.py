@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from memory.config import IndexConfig
 from memory.errors import ReindexWouldLose
-from memory.generations import IndexSpec
+from memory.filters import BASE_FILTER_KEYS
+from memory.generations import IndexSpec, schema_digest
 from memory.index import ChunkIndex, DocState
 from memory.records import COMMUNITY_PREFIX
 
@@ -47,21 +49,35 @@ class Carry:
     refield: bool = False
 
 
-def carry_mode(old: IndexSpec | None, new: IndexSpec) -> Carry | None:
+def carry_mode(old: IndexSpec | None, new: IndexSpec, *, fields_only: bool = False) -> Carry | None:
     """How the docs a replay did not reproduce can come over from the old generation (pure).
 
     Only when ``new`` cuts the same chunks with the same model: then the stored chunk texts
     and vectors are what a replay would write, and what else differs can be computed from
     the stored chunk. A new text analysis (a release that bumps ANALYZER_VERSION) analyzes
-    each chunk's text again; new index fields (filter keys, HNSW settings) take each chunk's
-    filter values from its stored metadata. Without this an upgrade, or a new filter key, on
-    the embedded broker, whose log does not outlive a restart, could reindex nothing and
-    would lose every doc. ``None``: another model or chunking, which only a replay can
-    produce.
+    each chunk's text again. Another schema only when ``fields_only``: the old index is this
+    release's schema under other filter keys (:func:`fields_only_change`), so each chunk's
+    filter values come from its stored metadata; a schema a release changed may hold fields
+    no stored chunk has. Without this an upgrade, or a new filter key, on the embedded
+    broker, whose log does not outlive a restart, could reindex nothing and would lose every
+    doc. ``None``: another model, chunking or schema, which only a replay can produce.
     """
     if old is None or not old.same_vectors(new):
         return None
-    return Carry(reanalyze=old.analyzer != new.analyzer, refield=old.schema_digest != new.schema_digest)
+    refield = old.schema_digest != new.schema_digest
+    if refield and not fields_only:
+        return None
+    return Carry(reanalyze=old.analyzer != new.analyzer, refield=refield)
+
+
+def fields_only_change(old: IndexSpec, cfg: IndexConfig, old_keys: tuple[str, ...] | None) -> bool:
+    """Whether the old generation's schema is the one these settings (``cfg``) build but for
+    its filter keys ``old_keys`` (read from its index), so that a carry-over may set each
+    chunk's filter fields again (pure)."""
+    if old_keys is None or old_keys[: len(BASE_FILTER_KEYS)] != BASE_FILTER_KEYS:
+        return False
+    then = cfg.model_copy(update={"extra_filter_keys": list(old_keys[len(BASE_FILTER_KEYS) :])})
+    return schema_digest(then, dims=old.dims) == old.schema_digest
 
 
 async def complete(

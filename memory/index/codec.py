@@ -22,6 +22,7 @@ from memory.filters import OWN_TAG_KEYS, hash_field, tag_values, value_hash
 from memory.identifiers import identifiers
 from memory.records import ChunkRecord, StoredChunk
 from memory.schema import as_str
+from memory.speakers import speakers_field
 from memory.text import index_terms
 
 _RETURN_FIELDS = (
@@ -115,8 +116,8 @@ def _reanalyzed(mapping: dict[Any, Any]) -> dict[Any, Any]:
 def _refielded(mapping: dict[Any, Any], filter_keys: Sequence[str]) -> dict[Any, Any]:
     """A stored chunk hash with its filter fields set again from its stored ``metadata`` for
     ``filter_keys``, as ingestion would set them (``memory.filters.tag_values``): a value
-    for each key its metadata holds, none for the others. A hash without stored metadata
-    keeps the fields it has."""
+    for each key its metadata holds, none for the others (nor for keys no longer
+    filterable). A hash without stored metadata keeps the fields it has."""
     fields = {as_str(k): k for k in mapping}
     if "metadata" not in fields:
         return mapping
@@ -126,12 +127,42 @@ def _refielded(mapping: dict[Any, Any], filter_keys: Sequence[str]) -> dict[Any,
         return mapping
     if not isinstance(metadata, dict):
         return mapping
-    refreshed = [k for k in filter_keys if k not in OWN_TAG_KEYS]
-    dropped = {*refreshed, *(hash_field(k) for k in refreshed)}
+    # Every filter field but the chunk's own (a TAG with its hashed twin), of these keys or of
+    # keys no longer filterable, goes: a replay writes only those these keys give values.
+    kept = {"tenant", *OWN_TAG_KEYS}
+    dropped = {f for f in fields if hash_field(f) in fields and f not in kept}
+    dropped |= {hash_field(f) for f in dropped}
     out = {k: v for k, v in mapping.items() if as_str(k) not in dropped}
-    for key, value in tag_values(metadata, refreshed).items():
+    for key, value in tag_values(metadata, filter_keys).items():
         out[key] = value
         out[hash_field(key)] = value_hash(value)
+    return out
+
+
+def _respoken(hashes: list[dict[Any, Any]]) -> list[dict[Any, Any]]:
+    """A turn's stored chunk hashes with the ``speaker`` field ingestion writes now
+    (``memory.speakers``), from the turn's first chunk and its stored role and agent; any
+    other doc's hashes as they are."""
+    if not hashes:
+        return hashes
+    named = [{as_str(k): v for k, v in h.items()} for h in hashes]
+    if any(as_str(n.get("kind", b"")) != "transcript" for n in named):
+        return hashes
+    first = min(named, key=lambda n: int(as_str(n.get("position", b"0"))))
+    try:
+        metadata = json.loads(as_str(first.get("metadata", b"{}")))
+    except ValueError:
+        return hashes
+    if not isinstance(metadata, dict):
+        return hashes
+    role, agent = str(metadata.get("role", "")), str(metadata.get("agent_id", ""))
+    field = speakers_field(as_str(first.get("text", b"")), role, agent)
+    out = []
+    for h in hashes:
+        kept = {k: v for k, v in h.items() if as_str(k) != "speaker"}
+        if field:
+            kept["speaker"] = field
+        out.append(kept)
     return out
 
 

@@ -132,11 +132,12 @@ class _Lifecycle:
             f"{state.spec.describe()}, this process has {self.spec.describe()}: "
         )
         if state.spec.same_vectors(self.spec):
-            # Other filter keys or HNSW settings: a reindex rebuilds the fields from what is stored.
+            # Other filter keys: a reindex sets the fields again from what is stored.
             return head + (
-                "its index fields differ (filter keys or HNSW settings). Run `agentmemd reindex` with "
-                "these settings (every chunk and vector is kept, even where the broker no longer "
-                "holds their events), or restart with the settings the index was built with"
+                "its index fields differ (its filter keys, HNSW settings or a release's fields). Run "
+                "`agentmemd reindex` with these settings (where only the filter keys changed, every chunk "
+                "and vector is kept, even where the broker no longer holds their events), or restart "
+                "with the settings the index was built with"
             )
         return head + "restart it with the settings the index was built with (or run `agentmemd reindex` with these)"
 

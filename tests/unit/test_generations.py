@@ -6,10 +6,12 @@ import json
 import time
 
 from daemon.reindex import Carry, carry_mode, source_topics
+from daemon.reindex.completeness import fields_only_change
 from daemon.settings import Settings
 from memory.config import ChunkingConfig, IndexConfig
+from memory.filters import BASE_FILTER_KEYS
 from memory.generations import GenerationState, IndexSpec, index_spec
-from memory.schema import index_schema, key_root, physical_name
+from memory.schema import filter_keys_of, index_schema, key_root, physical_name
 
 
 def test_spec_changes_with_what_changes_the_index_content() -> None:
@@ -70,8 +72,9 @@ def test_replayed_topics_single_and_per_tenant() -> None:
 def test_docs_carry_over_only_when_their_chunks_and_vectors_still_hold() -> None:
     """What a reindex may copy from the old generation when the broker no longer holds a
     doc's events: with the same model and chunking, the stored chunks, their terms analyzed
-    again under a new text analysis and their filter fields set again under new index fields
-    (another filter key); under another model or chunking, nothing."""
+    again under a new text analysis and their filter fields set again under other filter
+    keys (when the old schema is known to differ only there); under another model, chunking
+    or schema, nothing."""
     spec = index_spec(IndexConfig(name="m"), model="a", dims=384, chunking=ChunkingConfig())
     keyed = index_spec(
         IndexConfig(name="m", extra_filter_keys=["user_id"]), model="a", dims=384, chunking=ChunkingConfig()
@@ -79,13 +82,44 @@ def test_docs_carry_over_only_when_their_chunks_and_vectors_still_hold() -> None
     older = spec.model_copy(update={"analyzer": spec.analyzer - 1})
     assert carry_mode(spec, spec) == Carry()
     assert carry_mode(older, spec) == Carry(reanalyze=True)
-    assert carry_mode(spec, keyed) == Carry(refield=True)
-    assert carry_mode(keyed, spec) == Carry(refield=True)
-    assert carry_mode(older, keyed) == Carry(reanalyze=True, refield=True)
+    assert carry_mode(spec, keyed) is None  # a schema not known to differ in its keys alone
+    assert carry_mode(spec, keyed, fields_only=True) == Carry(refield=True)
+    assert carry_mode(keyed, spec, fields_only=True) == Carry(refield=True)
+    assert carry_mode(older, keyed, fields_only=True) == Carry(reanalyze=True, refield=True)
     assert carry_mode(older.model_copy(update={"model": "b"}), spec) is None
     assert carry_mode(spec.model_copy(update={"max_tokens": 64}), spec) is None
     assert carry_mode(spec.model_copy(update={"overlap": spec.overlap + 1}), spec) is None
+    assert carry_mode(spec.model_copy(update={"strategy": "windows"}), spec) is None
+    assert carry_mode(spec.model_copy(update={"min_tokens": 16}), spec, fields_only=True) is None
+    assert carry_mode(spec.model_copy(update={"schema_digest": "x"}), spec) is None
     assert carry_mode(None, spec) is None
+
+
+def test_a_schema_differs_only_in_its_filter_keys_when_this_release_builds_it_from_them() -> None:
+    """The old index's keys, read from it, rebuild its digest with this release's schema: a
+    release that changed the schema itself (a new field) or other HNSW settings does not."""
+    cfg = IndexConfig(name="m", extra_filter_keys=["user_id", "role"])
+    old = index_spec(IndexConfig(name="m"), model="a", dims=384, chunking=ChunkingConfig())
+    assert fields_only_change(old, cfg, BASE_FILTER_KEYS)
+    keyed = index_spec(
+        IndexConfig(name="m", extra_filter_keys=["team"]), model="a", dims=384, chunking=ChunkingConfig()
+    )
+    assert fields_only_change(keyed, cfg, (*BASE_FILTER_KEYS, "team"))
+    assert not fields_only_change(keyed, cfg, BASE_FILTER_KEYS)  # keys read wrong: digests differ
+    assert not fields_only_change(old.model_copy(update={"schema_digest": "fe45906b9971"}), cfg, BASE_FILTER_KEYS)
+    hnsw = index_spec(IndexConfig(name="m", hnsw_m=32), model="a", dims=384, chunking=ChunkingConfig())
+    assert not fields_only_change(hnsw, cfg, BASE_FILTER_KEYS)
+    assert not fields_only_change(old, cfg, None) and not fields_only_change(old, cfg, ("team",))
+
+
+def test_an_index_tells_its_filter_keys_by_their_hashed_twins() -> None:
+    attrs = {
+        name: {"type": typ, "dim": None}
+        for name, typ in [("terms", "text"), ("vkey", "tag"), ("tenant", "tag"), ("h_tenant", "numeric")]
+        + [(k, "tag") for k in ("environment", "team")]
+        + [(f"h_{k}", "numeric") for k in ("environment", "team")]
+    }
+    assert filter_keys_of(attrs) == ("environment", "team")
 
 
 def test_only_a_live_build_makes_reads_follow_the_registry_fresh() -> None:

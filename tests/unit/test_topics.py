@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from daemon.topics import _config_refused, _raise_topic_errors
+from daemon.topics import _config_refused, _raise_topic_errors, fallback_configs
 from memory.errors import BackendUnavailable
 
 
@@ -52,3 +52,17 @@ def test_topics_refused_for_their_configs_are_named_with_the_reason() -> None:
         "docs": "InvalidConfigurationError: max.message.bytes above 8388608",
         "turns": "PolicyViolationError: ",
     }
+
+
+def test_a_topic_refused_for_its_retention_is_asked_again_with_its_record_size_alone() -> None:
+    """A broker that caps retention.ms keeps the record size the daemon needs; only when that
+    is refused too is the topic created with the broker's defaults."""
+    asked = {
+        "docs": {"max.message.bytes": "9", "retention.ms": "-1"},
+        "requests": {"retention.ms": "3600000", "segment.ms": "3600000"},
+        "replies": {"retention.ms": "3600000"},
+    }
+    refused = {"docs": "PolicyViolationError: ", "requests": "PolicyViolationError: "}
+    again = fallback_configs(asked, refused, ("max.message.bytes",))
+    assert again == {"docs": {"max.message.bytes": "9"}, "requests": {}}
+    assert fallback_configs(again, {"docs": "InvalidConfigurationError: "}, ()) == {"docs": {}}
