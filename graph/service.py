@@ -125,6 +125,8 @@ class GraphService:
         """Replace the doc's contribution and mark the communities it touches stale (one Lua call)."""
         t0 = time.monotonic()
         out = await self._store.apply(item.doc_id, item.version, contrib)
+        if out.applied and item.op == "delete":
+            await self._withdraw_summaries(out.marked)
         if out.applied:
             log.info(
                 "graph.doc_applied",
@@ -136,6 +138,20 @@ class GraphService:
                 change_to_stale_ms=round((time.monotonic() - t0) * 1000, 2),
             )
         return out
+
+    async def _withdraw_summaries(self, cids: Sequence[str]) -> None:
+        """Take the summaries of ``cids`` out of the index and the store, leaving them stale:
+        after a delete or a forget, a summary may quote what was removed (extractive ones
+        do, word for word), and no query may find it once the change is acknowledged. Each
+        is written again from what is left."""
+        for cid in cids:
+            if await self._store.summary(cid) is None:
+                continue  # never written, or withdrawn already
+            token = await self._store.fence()
+            if await self._recomputer.delete_summary_chunk(cid, token):
+                # A gen no mark has: the community stays stale, queued to be summarized anew.
+                await self._store.commit_summary(cid, token, "", None)
+                log.info("graph.summary_withdrawn", community_id=cid)
 
     async def docs_under(self, tenant: str, prefix: str) -> set[str]:
         """The docs under ``prefix`` with a contribution here (this service's store is one tenant's)."""

@@ -29,7 +29,7 @@ from memory.config import ChunkingConfig, IndexConfig, IngestConfig, RetrievalCo
 from memory.errors import BackendUnavailable, MemdError
 from memory.index import ChunkIndex
 from memory.ingest import Ingestor
-from memory.records import ChunkRecord, MemoryItem
+from memory.records import COMMUNITY_PREFIX, ChunkRecord, MemoryItem
 from memory.retrieval import Retriever
 from memory.search_spec import SearchSpec
 from tests.conftest import unique
@@ -712,3 +712,44 @@ async def test_an_edit_re_extracts_and_marks_only_what_it_changed(stack: Stack) 
     others = {c.id for c in comms if c.members & {"billing-service", "search-api"}}
     assert joined and others and not joined & others
     assert {i.community_id for i in items} == joined
+
+
+async def test_a_forgotten_turn_is_not_quoted_by_a_summary_once_the_forget_is_applied(
+    redis_url: str, embedder: Any, ner: SpacyNer
+) -> None:
+    """An extractive summary quotes its members' passages. Once a forget (or a delete) is
+    applied, the summaries of the communities it touched are withdrawn, chunk and record,
+    not only marked stale: no query finds the forgotten words in one until it is rewritten
+    from what is left, which then no longer holds them."""
+    s = await make_stack(redis_url, embedder, ner, unique("forget-summary"))
+    keys_ = IndexConfig().filter_keys
+    secret = "Alice Johnson of Acme Corporation gave Bob Smith the vault code in Paris on Monday."
+    kept = "Alice Johnson met Bob Smith in Paris."
+    turns = [
+        TranscriptEvent(event_id=f"t{n}", agent_id="a1", session_id=f"s{n}", turn=0, content=text).to_item(keys_)
+        for n, text in enumerate([secret, kept])
+    ]
+    await s.ingestor.apply(turns)
+    await s.graph.recompute(force=True)
+    while await s.graph.work_once():
+        pass
+    quoting = [
+        c.id
+        for c in await s.store.communities()
+        if "vault code" in ((await s.store.summary(c.id)) or {}).get("text", "")
+    ]
+    assert quoting, "the summary quotes the turn"
+    spec = SearchSpec(text="vault code Paris", top_k=10, kinds=("community",))
+    assert any("vault code" in h.chunk.text for h in (await s.search.search(spec, "communities"))[0].hits)
+
+    forget = ForgetEvent(event_id="f", op="forget", agent_id="a1", session_id="s0").to_item(keys_)
+    assert not (await s.ingestor.apply([forget])).failed
+
+    assert not any("vault code" in h.chunk.text for h in (await s.search.search(spec, "all"))[0].hits)
+    for cid in quoting:
+        assert await s.store.summary(cid) is None and not await s.index.chunk_ids(COMMUNITY_PREFIX + cid)
+        assert (await s.store.is_stale([cid]))[cid] is True  # queued to be written again
+    while await s.graph.work_once():
+        pass
+    rewritten = [(await s.store.summary(cid)) or {} for cid in quoting]
+    assert any(r.get("text") for r in rewritten) and not any("vault code" in r.get("text", "") for r in rewritten)
