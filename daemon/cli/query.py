@@ -1,4 +1,4 @@
-"""``query``: ask the memory a question, and show the reply."""
+"""``query``: ask the memory a question, and show the reply; ``recent``: an agent's latest turns."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from rich.text import Text
 
 from consumers.client import MemoryClient
 from consumers.errors import QueryFailed
-from consumers.requests import ContextTurn, QueryReply
+from consumers.requests import ContextTurn, GetReply, QueryReply
 from daemon.cli._app import _settings, app, out
 from daemon.cli._client import _pairs, _tenant_target, _with_client
-from memory.conversation import MAX_CONTEXT_TURNS, parse_turn
+from memory.conversation import MAX_CONTEXT_TURNS, MAX_RECENT_TURNS, parse_turn
 
 _AGO = re.compile(r"(\d+)([smhdw])")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
@@ -116,6 +116,37 @@ def query(
         print(reply.model_dump_json(indent=2))
         return
     out.print(results_view(reply, whole_lines=out.soft_wrap))
+
+
+@app.command()
+def recent(
+    agent_id: Annotated[str, typer.Option("--agent-id", help="Whose turns.")],
+    session_id: Annotated[
+        str | None, typer.Option("--session-id", help="One session's (default: across the agent's sessions).")
+    ] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, max=MAX_RECENT_TURNS, help="Turns wanted (1..100).")] = 20,
+    filters: Annotated[list[str] | None, typer.Option("--filter", help="key=value; repeat a key for any-of.")] = None,
+    tenant: Annotated[str | None, typer.Option("--tenant", help="Whose memory (topic tenancy).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", metavar="", help="Print the raw reply.")] = False,
+) -> None:
+    """Show an agent's latest turns, oldest first: where a session left off."""
+    flt = _pairs(filters, "--filter")
+    settings = _settings()
+    target = _tenant_target(settings.consumer.tenancy, tenant)
+
+    async def read(c: MemoryClient) -> GetReply:
+        return await c.recent(agent_id, session_id, limit=limit, metadata_filter=flt or None)
+
+    reply = _with_client(read, settings, target)
+    if as_json:
+        print(reply.model_dump_json(indent=2))
+        return
+    if not reply.items:
+        out.print("no turns")
+    for item in reply.items:
+        meta = item.metadata or {}
+        head = f"{item.timestamp or '?'}  {meta.get('session_id', '?')}/{meta.get('turn', '?')} {meta.get('role', '')}:"
+        out.print(Text(head, style="bold"), Text(item.content or ""))
 
 
 def results_view(reply: QueryReply, snippet_chars: int = 240, *, whole_lines: bool = False) -> Group:

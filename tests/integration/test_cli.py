@@ -96,6 +96,10 @@ def test_up_publish_query_and_clean_stop(tmp_path: Path) -> None:
         assert isinstance(results, list)
         assert {r["doc_id"] for r in results} == {"runbooks/ledger.md", "transcript:ops-1/s-9/3"}
 
+        res = _cli(env, "recent", "--agent-id", "ops-1")
+        assert res.returncode == 0 and "s-9/3 assistant: I restarted the lock manager" in res.stdout, res
+        res = _cli(env, "recent", "--agent-id", "ops-1", "--session-id", "s-8", "--json")
+        assert res.returncode == 0 and json.loads(res.stdout)["items"] == [], res
         res = _cli(env, "query", "ERR_LEDGER_LOCK_9C1", "--filter", "service=ledger-service")
         assert res.returncode == 0 and "runbooks/ledger.md_p0" in res.stdout
         res = _cli(env, "query", "x", "--filter", "tenant=a")
