@@ -285,16 +285,18 @@ async def test_a_recompute_longer_than_its_lease_keeps_it(two: Daemons, monkeypa
     """Leiden taking three times the lease's time: the lease is renewed while it runs, so
     another daemon's recompute is refused meanwhile, and A's result is stored."""
     await two.store.apply("doc1", 1, contrib("doc1#0", "alpha-svc", "beta-svc", "gamma-svc"))
-    monkeypatch.setattr("graph.recompute.LEASE_S", 0.3)
+    # A lease of 1 s, renewed every third: a loaded machine (CI, a second test run) may hold
+    # a renewal back a few hundred ms, which a shorter lease would not survive.
+    monkeypatch.setattr("graph.recompute.LEASE_S", 1.0)
     real_detect = communities.detect
 
     def slow_detect(*args: Any, **kwargs: Any) -> Any:
-        time.sleep(0.9)
+        time.sleep(3.0)
         return real_detect(*args, **kwargs)
 
     monkeypatch.setattr("graph.recompute.detect", slow_detect)
     a = asyncio.create_task(two.a.recompute(force=True))
-    await asyncio.sleep(0.6)  # past A's first lease time
+    await asyncio.sleep(2.0)  # past A's first lease time
     assert await two.b.recompute(force=True) is None
     report = await a
     assert report is not None and report.communities == 1

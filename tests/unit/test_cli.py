@@ -148,6 +148,7 @@ def test_commands_are_listed_in_their_usual_order() -> None:
         "run",
         "servers",
         "query",
+        "recent",
         "doctor",
         "topics",
         "stale",
