@@ -152,22 +152,34 @@ class Retriever:
         """
         if not 1 <= limit <= MAX_RECENT_TURNS:
             raise InvalidRequest(f"recent reads 1..{MAX_RECENT_TURNS} turns, not {limit}")
-        normalize_filter(metadata_filter, allowed=self._index.cfg.filter_keys)  # refused before any read
+        flt = normalize_filter(metadata_filter, allowed=self._index.cfg.filter_keys)
         tags = {"tenant": tenant, "kind": "transcript", "agent_id": agent_id}
         if session_id is not None:
             tags["session_id"] = session_id
+        if any(k in flt and v not in flt[k] for k, v in tags.items()):
+            return []  # the filter excludes the agent (or session, or kind) asked for
+        also = {k: v for k, v in flt.items() if k not in tags}
         found: dict[str, Lookup] = {}
         seen: set[str] = set()
         start: PageKey | None = None
         for _ in range(_RECENT_PAGES):
-            page = await self._index.chunk_page(tags, limit=min(MAX_PAGE, 2 * limit), start=start, order="desc")
-            fresh = [c.doc_id for c in page.chunks if c.doc_id not in seen]
+            # The filter inside the search: each page holds only turns the request may see.
+            page = await self._index.chunk_page(
+                tags, limit=min(MAX_PAGE, 2 * limit), start=start, order="desc", also=also
+            )
+            fresh = list(dict.fromkeys(c.doc_id for c in page.chunks if c.doc_id not in seen))
             seen.update(fresh)
-            for item in await self.lookup(list(dict.fromkeys(fresh)), tenant=tenant, metadata_filter=metadata_filter):
+            for item in await self.lookup(fresh, tenant=tenant, metadata_filter=metadata_filter):
                 if item.status == "found":
                     found[item.doc_id] = item
-            if len(found) >= limit or page.next is None:
+            if page.next is None:
                 break
+            if len(found) >= limit:
+                # Done once the next page is older than the limit-th newest turn: turns of the
+                # same time may still follow, and they are ordered by session and turn.
+                edge = sorted(found.values(), key=_turn_order)[-limit].chunks[0].timestamp or 0.0
+                if page.next.timestamp < edge:
+                    break
             start = page.next
         return sorted(found.values(), key=_turn_order)[-limit:]
 

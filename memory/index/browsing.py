@@ -98,8 +98,10 @@ class _Browsing(_SlicedWrites):
         limit: int,
         start: PageKey | None = None,
         order: Literal["asc", "desc"] = "desc",
+        also: Mapping[str, Sequence[str]] | None = None,
     ) -> ChunkPage:
-        """A page of the chunks whose tags equal ``tags``, by timestamp (``order``), from ``start``.
+        """A page of the chunks whose tags equal ``tags`` (and match the filter ``also``, a
+        key's values ORed), by timestamp (``order``), from ``start``.
 
         One FT.SEARCH, sorted on the sortable timestamp and bounded by it from ``start``, so a
         deep page costs what the first does. The tags are matched on their hashed NUMERIC
@@ -116,7 +118,8 @@ class _Browsing(_SlicedWrites):
         if start is not None:
             edge = repr(float(start.timestamp))
             bound = f"@timestamp:[-inf {edge}]" if order == "desc" else f"@timestamp:[{edge} +inf]"
-        query = conjoin(hash_clause({k: [v] for k, v in tags.items()}), bound)
+        want = {**{k: list(v) for k, v in (also or {}).items()}, **{k: [v] for k, v in tags.items()}}
+        query = conjoin(hash_clause(want), bound)
         skip = start.skip if start is not None else 0
         q = (
             Query(query)
@@ -131,7 +134,6 @@ class _Browsing(_SlicedWrites):
         more = len(rows) > limit
         rows = rows[:limit]
         stamps = [r.timestamp or 0.0 for r in rows]
-        want = {k: [v] for k, v in tags.items()}
         return ChunkPage([r for r in rows if matches(r.tags, want)], next_key(stamps, start, more=more))
 
     async def groups(

@@ -165,6 +165,8 @@ async def test_every_tool_over_stdio(settings: Settings) -> None:
         assert await ok(c, "recent_turns", agent_id=agent) == []
         # The forgotten session starts over at turn 0.
         assert (await ok(c, "remember", text="Fresh start.", agent_id=agent, session_id="s1"))["turn"] == 0
+        await ok(c, "remember", text="Elsewhere.", agent_id=agent, session_id="s2")
+        assert [t["content"] for t in await ok(c, "recent_turns", agent_id=agent, session_id="s1")] == ["Fresh start."]
 
         status = await ok(c, "memory_status")
         assert status["daemon"]["answering"] is True

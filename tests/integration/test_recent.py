@@ -13,7 +13,7 @@ from consumers.client import MemoryClient
 from consumers.errors import QueryFailed
 from daemon.settings import Settings
 from tests.conftest import unique
-from tests.helpers import daemon_and_client, isolated_settings
+from tests.helpers import daemon_and_client, isolated_settings, topic_tenancy_daemon
 
 pytestmark = pytest.mark.integration
 
@@ -89,3 +89,37 @@ async def test_a_bad_recent_request_is_an_error_reply(client: MemoryClient) -> N
         await client.recent("a", metadata_filter={"nope": "x"})
     with pytest.raises(QueryFailed, match=r"invalid_request.*agent_id"):
         await client.recent("")
+
+
+async def test_turns_of_one_time_come_in_turn_order_and_a_filter_reaches_past_newer_turns(
+    client: MemoryClient,
+) -> None:
+    """A session imported with one time for all its turns: the latest are its highest turn
+    numbers, whatever order they were written in. A filter applies inside the search, so the
+    one turn it lets through is found behind many newer ones."""
+    agent = f"t-{uuid.uuid4().hex[:6]}"
+    for n in reversed(range(10)):
+        await _say(client, agent, "tie", n, f"Imported line {n}.", DAY)
+    latest = await client.recent(agent, "tie", limit=2)
+    assert [t for _, t, _ in _said(latest.items)] == [8, 9]
+    await _say(client, agent, "old", 0, "The oldest note.", DAY - timedelta(days=30))
+    for n in range(45):
+        await _say(client, agent, "new", n, f"Newer note {n}.", DAY + timedelta(hours=n))
+    only = await client.recent(agent, limit=1, metadata_filter={"session_id": "old"})
+    assert _said(only.items) == [("old", 0, "The oldest note.")]
+    assert (await client.recent(agent, "tie", metadata_filter={"session_id": "new"})).items == []
+
+
+async def test_recent_turns_stay_within_their_tenant(kafka_bootstrap: str, redis_url: str) -> None:
+    """In topic tenancy, the same agent id in two tenants: each reads only its own turns."""
+    async with topic_tenancy_daemon(unique("recent-tenants"), kafka_bootstrap, redis_url, ("t1", "t2")) as env:
+        _daemon, _plain, settings = env
+        async with MemoryClient(bootstrap=settings.kafka_bootstrap, topics=settings.topics, timeout_s=30) as memory:
+            for tenant in ("t1", "t2"):
+                receipt = await memory.publish_observation(
+                    agent_id="shared", session_id="s", turn=0, content=f"{tenant}'s own turn.", tenant=tenant, wait=True
+                )
+                assert receipt.ack is not None and receipt.ack.status == "indexed"
+            for tenant in ("t1", "t2"):
+                reply = await memory.recent("shared", tenant=tenant)
+                assert [i.content for i in reply.items] == [f"{tenant}'s own turn."]
