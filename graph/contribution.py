@@ -39,8 +39,10 @@ class Contribution:
 
 @dataclass(frozen=True, slots=True)
 class ContributionResult:
-    """Whether the change applied, which entities it touched, which communities it marked."""
+    """Whether the change applied, which entities it touched, which communities it marked,
+    and (answering a delete) whose summaries await withdrawal."""
 
     applied: bool
     touched: list[str]
     marked: list[str]
+    withdraw: list[str] = field(default_factory=list)

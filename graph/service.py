@@ -30,6 +30,10 @@ from memory.records import ChunkRecord, MemoryItem
 
 log = structlog.get_logger()
 
+#: Communities whose withdrawal this process remembers (to skip one withdrawn already); past
+#: this many it forgets them all and withdraws again where asked.
+_WITHDRAWN_KEPT = 100_000
+
 
 class GraphService:
     """Keeps the entity graph, communities and summaries in step with the documents."""
@@ -52,6 +56,7 @@ class GraphService:
         owner = uuid.uuid4().hex
         self._extractor = Extractor(ner=ner, cfg=cfg, mock_llm_response=mock_llm_response, cache=extraction_cache)
         self._recomputer = Recomputer(store=store, index=index, cfg=cfg, owner=owner, offload=offload)
+        self._withdrawn: dict[str, int] = {}  # community -> the fencing token it was withdrawn under
         self._summarizer = Summarizer(
             store=store,
             index=index,
@@ -125,8 +130,10 @@ class GraphService:
         """Replace the doc's contribution and mark the communities it touches stale (one Lua call)."""
         t0 = time.monotonic()
         out = await self._store.apply(item.doc_id, item.version, contrib)
-        if out.applied and item.op == "delete":
-            await self._withdraw_summaries(out.marked)
+        if item.op == "delete" and out.withdraw:
+            # A replay too: a withdrawal that failed or was cut short by a crash is redone
+            # when the delete comes again, before it is acknowledged.
+            await self._withdraw_summaries(out.withdraw)
         if out.applied:
             log.info(
                 "graph.doc_applied",
@@ -143,15 +150,25 @@ class GraphService:
         """Take the summaries of ``cids`` out of the index and the store, leaving them stale:
         after a delete or a forget, a summary may quote what was removed (extractive ones
         do, word for word), and no query may find it once the change is acknowledged. Each
-        is written again from what is left."""
+        is written again from what is left.
+
+        Under a fresh fencing token, so a summary being written from passages read before
+        the removal (an older token) is refused; one written since (a newer token) read
+        them after it. A community this process withdrew with nothing stored since (its
+        token is still the last) is only taken out of the set.
+        """
         for cid in cids:
-            if await self._store.summary(cid) is None:
-                continue  # never written, or withdrawn already
-            token = await self._store.fence()
-            if await self._recomputer.delete_summary_chunk(cid, token):
-                # A gen no mark has: the community stays stale, queued to be summarized anew.
-                await self._store.commit_summary(cid, token, "", None)
-                log.info("graph.summary_withdrawn", community_id=cid)
+            mine = self._withdrawn.get(cid)
+            if mine is None or await self._store.summary_token(cid) != mine:
+                token = await self._store.fence()
+                if await self._recomputer.delete_summary_chunk(cid, token):
+                    # A gen no mark has: the community stays stale, queued to be summarized anew.
+                    await self._store.commit_summary(cid, token, "", None)
+                    if len(self._withdrawn) >= _WITHDRAWN_KEPT:
+                        self._withdrawn.clear()
+                    self._withdrawn[cid] = token
+                    log.info("graph.summary_withdrawn", community_id=cid)
+            await self._store.withdrawn(cid)
 
     async def docs_under(self, tenant: str, prefix: str) -> set[str]:
         """The docs under ``prefix`` with a contribution here (this service's store is one tenant's)."""

@@ -106,9 +106,9 @@ class GraphStore:
                     "1" if refresh else "0",
                 ],
             )
-        applied, touched, marked = int(res[0]), json.loads(res[1]), json.loads(res[2])
+        applied, touched, marked, withdraw = (int(res[0]), *(json.loads(r) for r in res[1:4]))
         # cjson encodes an empty Lua table as {}: normalize to lists.
-        return ContributionResult(bool(applied), list(touched or []), sorted(marked or []))
+        return ContributionResult(bool(applied), list(touched or []), sorted(marked or []), sorted(withdraw or []))
 
     async def doc_ids(self) -> list[str]:
         """Every doc with a contribution in this graph."""
@@ -326,6 +326,17 @@ class GraphStore:
         """A removed community's summary chunk is gone from the index."""
         async with translate_errors("graph write"):
             await self._r.srem(self._k("pending_drop"), cid)
+
+    async def summary_token(self, cid: str) -> int | None:
+        """The fencing token of the community's last stored summary or drop, if any."""
+        async with translate_errors("summary read"):
+            raw = await self._r.hget(self._k("summary_token"), cid)
+        return int(raw) if raw is not None else None
+
+    async def withdrawn(self, cid: str) -> None:
+        """The community's summary is out of the index: no longer awaiting withdrawal."""
+        async with translate_errors("graph write"):
+            await self._r.srem(self._k("withdraw"), cid)
 
     async def summary(self, cid: str) -> dict[str, Any] | None:
         """A community's summary record, if written."""

@@ -2,8 +2,17 @@
 -- or '' to delete, version or '', now, refresh '1'/'0'): subtract the old, add the new, and mark stale
 -- every community of every touched entity: one the doc gains or loses, whose passages (its
 -- fingerprint, the 4th field; none stored = changed) or edges changed. An edit of text that names
--- no entity touches none. Returns {applied, touched entity keys, marked community ids}.
+-- no entity touches none. A delete also adds the communities it marks to the set of summaries to
+-- withdraw (they may quote what was deleted), and, replays included, returns that set: the
+-- caller withdraws them and takes each out. Returns {applied, touched entity keys, marked
+-- community ids, communities whose summaries await withdrawal}.
 local P, doc, newj, ver, now, refresh = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]), ARGV[6]
+local function done(applied, keys, cids)
+  if newj ~= '' then return {applied, keys, cids, '[]'} end
+  local pending = redis.call('SMEMBERS', P .. ':withdraw')
+  if #pending == 0 then return {applied, keys, cids, '[]'} end
+  return {applied, keys, cids, cjson.encode(pending)}
+end
 local function vgt(a, b)
   if #a ~= #b then return #a > #b end
   return a > b
@@ -19,11 +28,11 @@ if oldj then old = cjson.decode(oldj) end
 if refresh == '1' then
   -- a re-chunked doc: replaces only a live contribution of its own version (never an older or
   -- newer one, a delete's tombstone, or an unversioned one)
-  if ver == '' or not old or old.v ~= ver or old.d then return {0, '[]', '[]'} end
+  if ver == '' or not old or old.v ~= ver or old.d then return done(0, '[]', '[]') end
 elseif ver ~= '' and old and type(old.v) == 'string' and not vgt(ver, old.v) then
-  return {0, '[]', '[]'}  -- a replay
+  return done(0, '[]', '[]')  -- a replay
 elseif ver == '' and oldj and oldj == newj then
-  return {0, '[]', '[]'}  -- an unversioned item delivered again, unchanged (at-least-once)
+  return done(0, '[]', '[]')  -- an unversioned item delivered again, unchanged (at-least-once)
 end
 local touched, inold, innew, delta = {}, {}, {}, {}
 local new = nil
@@ -124,4 +133,5 @@ for cid, _ in pairs(marked) do
   -- begun before the removal clear the new community's mark (it read generation 1 too).
   redis.call('HSET', P .. ':gen', cid, redis.call('INCR', P .. ':fence'))
 end
-return {1, cjson.encode(keys), cjson.encode(cids)}
+if newj == '' then members('SADD', P .. ':withdraw', cids) end
+return done(1, cjson.encode(keys), cjson.encode(cids))
