@@ -179,12 +179,13 @@ async def _check_generation(client: Any, settings: Settings, dims: int | None) -
             if not reindexing:
                 building += f" (abandoned: no heartbeat for {idle:.0f}s; the next reindex drops it)"
     found = await _check_leftover_generations(client, settings, state.active, state.building, reindexing)
-    if want != state.spec:
+    have = state.spec.known(want)
+    if want != have:
         fix = "run `agentmemd reindex` with these settings, or run the daemon with the ones the index was built with"
-        if state.spec.only_analysis_differs(want) and state.spec.analyzer < want.analyzer:
+        if have.only_analysis_differs(want) and have.analyzer < want.analyzer:
             # An upgrade that changed the text analysis: no setting brings the old one back.
             fix = "run `agentmemd reindex`: this release analyzes text anew; chunks and vectors are kept"
-        elif state.spec.same_vectors(want) and state.spec.schema_digest != want.schema_digest:
+        elif have.same_vectors(want) and have.schema_digest != want.schema_digest:
             fix = (
                 "run `agentmemd reindex` with these settings (where only the filter keys changed, chunks "
                 "and vectors are kept), or run the daemon with the ones the index was built with"
@@ -193,7 +194,7 @@ async def _check_generation(client: Any, settings: Settings, dims: int | None) -
             Finding(
                 "index generation",
                 False,
-                f"generation {state.active} was built with {state.spec.describe()}, "
+                f"generation {state.active} was built with {have.describe()}, "
                 f"these settings build {want.describe()}{building}",
                 fix,
             ),

@@ -44,10 +44,10 @@ class IndexSpec(BaseModel):
     schema_digest: str
     # Specs recorded before the analyzer was versioned were built by version 1.
     analyzer: int = 1
-    # Where chunks are cut besides their size; specs recorded before these were kept were
-    # built with the defaults of their day, which are today's.
-    strategy: str = "stable"
-    min_tokens: int = 64
+    # Where chunks are cut besides their size. None: recorded before these were kept, so not
+    # known; such a spec is compared as if it had this process's (see known()).
+    strategy: str | None = None
+    min_tokens: int | None = None
 
     def fingerprint(self) -> str:
         """A short stable digest of the spec."""
@@ -58,7 +58,13 @@ class IndexSpec(BaseModel):
         chunk texts and vectors are this spec's, whatever its index fields and text analysis."""
         return self.chunks() == other.chunks() and (self.model, self.dims) == (other.model, other.dims)
 
-    def chunks(self) -> tuple[str, int, int, str, int]:
+    def known(self, current: IndexSpec) -> IndexSpec:
+        """This spec, with what it did not record taken from ``current`` (a spec recorded by a
+        release that kept less is compared as that release compared it)."""
+        unknown = {k: getattr(current, k) for k in ("strategy", "min_tokens") if getattr(self, k) is None}
+        return self.model_copy(update=unknown) if unknown else self
+
+    def chunks(self) -> tuple[str, int, int, str | None, int | None]:
         """What decides where chunks are cut: the model's tokenizer and the chunking settings."""
         return (self.model, self.max_tokens, self.overlap, self.strategy, self.min_tokens)
 

@@ -235,7 +235,8 @@ class Reindex:
         self._gen, self._old = self._slot.generation, state.active
         spec = self._spec
         # Chunk boundaries come from the model's tokenizer too.
-        self._rechunked = state.spec is None or state.spec.chunks() != spec.chunks()
+        old = state.spec.known(spec) if state.spec is not None else None
+        self._rechunked = old is None or old.chunks() != spec.chunks()
         self.progress.generation = self._gen
         log.info(
             "reindex.build_started",
@@ -254,10 +255,10 @@ class Reindex:
         # Same model and chunking: N's chunks and vectors are what a replay would write (with
         # their terms analyzed again, or their filter fields set again, where those changed).
         fields_only = False
-        if state.spec is not None and state.spec.schema_digest != spec.schema_digest:
+        if old is not None and old.schema_digest != spec.schema_digest:
             old_keys = await self._source.built_with_keys(self._old)
-            fields_only = fields_only_change(state.spec, self._s.index, old_keys)
-        self._carry = carry_mode(state.spec, spec, fields_only=fields_only)
+            fields_only = fields_only_change(old, self._s.index, old_keys)
+        self._carry = carry_mode(old, spec, fields_only=fields_only)
         await self._target.ensure()
 
     # -- 2. replay -----------------------------------------------------------------------

@@ -6,6 +6,7 @@ Following (the default), reads and writes go to the active generation of the reg
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
 from typing import Any
@@ -113,8 +114,10 @@ class _Lifecycle:
         return self._search
 
     def _mismatch(self, state: GenerationState) -> str | None:
-        if state.spec is None or state.spec == self.spec:
+        if state.spec is None or state.spec.known(self.spec) == self.spec:
             return None
+        state = dataclasses.replace(state, spec=state.spec.known(self.spec))
+        assert state.spec is not None
         if state.spec.only_analysis_differs(self.spec):
             # Only the text analysis differs: no settings bring the other one back.
             head = (

@@ -14,7 +14,7 @@ from daemon.settings import Settings
 from daemon.topics import ensure_topics
 from memory.config import RetrievalConfig
 from memory.conversation import turn_doc_id
-from memory.errors import InvalidRequest
+from memory.errors import InvalidRequest, ReindexWouldLose
 from memory.generations import index_spec
 from memory.index import ChunkIndex
 from memory.keys import chunk_prefix, registry_key
@@ -54,9 +54,13 @@ async def _stored(client: Any, name: str) -> dict[str, tuple[bytes, bytes]]:
     return out
 
 
+def _key(name: str, generation: int, chunk_id: str) -> str:
+    return f"{chunk_prefix(name, generation)}default:{chunk_id}"
+
+
 async def _hash(client: Any, name: str, chunk_id: str) -> dict[bytes, bytes]:
     active = int(await client.hget(registry_key(name), "active"))
-    return dict(await client.hgetall(f"{chunk_prefix(name, active)}default:{chunk_id}"))
+    return dict(await client.hgetall(_key(name, active, chunk_id)))
 
 
 async def _found(retriever: Retriever, flt: dict[str, str]) -> set[str]:
@@ -94,6 +98,9 @@ async def test_a_new_filter_key_on_a_broker_that_lost_its_log_loses_no_memory(re
             before = await _stored(daemon.redis, settings.index.name)
             assert len(before) == len(DOCS) + len(TURNS)
 
+            # A turn stored by a release that did not yet name the agent as a speaker.
+            await daemon.redis.hset(_key(settings.index.name, 1, f"{turn_ids[1]}_p0"), "speaker", "assistant")
+
             broker.stop()
             broker = start_tansu(settings.kafka_bootstrap, log_dir=tmp_path)
             await ensure_topics(bootstrap, settings.topics.all(), partitions=settings.topic_partitions, replication=1)
@@ -103,6 +110,12 @@ async def test_a_new_filter_key_on_a_broker_that_lost_its_log_loses_no_memory(re
             index = ChunkIndex(client=daemon.redis, cfg=keyed.index, dims=dims, spec=spec)
             why = await index.mismatch()
             assert why is not None and "index fields differ" in why and "every chunk" in why, why
+
+            # New HNSW settings too: a schema the old index cannot be shown to differ from in its
+            # keys alone, so nothing is carried and the switch is refused.
+            hnsw = Settings.model_validate({**keyed.model_dump(), "index": {**keyed.index.model_dump(), "hnsw_m": 32}})
+            with pytest.raises(ReindexWouldLose, match="gone from the topics"):
+                await reindex(hnsw)
 
             rep = await reindex(keyed)
 

@@ -143,3 +143,14 @@ def test_a_refused_switch_names_each_reason_once_with_its_docs() -> None:
     assert message.startswith("30 doc(s) served by generation 3 are not in the new build")
     assert message.count(NOT_REPLAYED) == 1 and "default/doc/09 and 19 more" in message
     assert "default/doc/10" not in message and "the model failed: too long: default/doc/29" in message
+
+
+def test_a_spec_recorded_before_its_chunking_strategy_was_kept_reads_as_this_processs() -> None:
+    """A generation recorded by a release that kept no strategy or min_tokens is compared as
+    that release compared it: a deployment running `windows` is not refused on upgrade."""
+    windows = index_spec(IndexConfig(name="m"), model="a", dims=384, chunking=ChunkingConfig(strategy="windows"))
+    recorded = IndexSpec.model_validate_json(windows.model_dump_json(exclude={"strategy", "min_tokens"}))
+    assert (recorded.strategy, recorded.min_tokens) == (None, None) and recorded != windows
+    assert recorded.known(windows) == windows and carry_mode(recorded.known(windows), windows) == Carry()
+    stable = index_spec(IndexConfig(name="m"), model="a", dims=384, chunking=ChunkingConfig())
+    assert stable.known(windows) == stable and carry_mode(stable, windows) is None  # recorded: compared
