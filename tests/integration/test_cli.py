@@ -19,6 +19,8 @@ from daemon.launcher import free_port
 pytestmark = pytest.mark.integration
 
 AGENTMEMD = str(Path(sys.executable).parent / "agentmemd")
+# The checkout under test first: the console script imports whatever install it was made by.
+CHECKOUT = str(Path(__file__).resolve().parents[2])
 
 
 def _cli(env: dict[str, str], *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -35,6 +37,7 @@ def test_up_publish_query_and_clean_stop(tmp_path: Path) -> None:
         "AGENTMEM_TOPIC_PARTITIONS": "1",
         "AGENTMEM_HTTP_PORT": str(http_port := free_port()),
         "COLUMNS": "200",
+        "PYTHONPATH": os.pathsep.join([CHECKOUT, os.environ.get("PYTHONPATH", "")]),
     }
     log = (tmp_path / "up.log").open("w")
     # A session of its own, so that a Ctrl-C can go to its whole process group, as a terminal's does.
@@ -123,9 +126,9 @@ def test_up_publish_query_and_clean_stop(tmp_path: Path) -> None:
 
 
 def test_run_stops_on_sigterm_while_still_starting(redis_url: str) -> None:
-    """Found by an operator: a daemon whose start-up hung (a group join that never ended)
-    ignored SIGTERM and Ctrl-C; only kill -9 ended it. A stop now ends a start-up in progress:
-    here the broker is down, so start-up waits for it, and SIGTERM must end that wait."""
+    """A stop ends a start-up in progress (a group join that never ends must not leave kill -9
+    as the only way out): here the broker is down, so start-up waits for it, and SIGTERM must
+    end that wait."""
     env = {
         **os.environ,
         "AGENTMEM_KAFKA_BOOTSTRAP": f"127.0.0.1:{free_port()}",  # nobody listens
@@ -133,6 +136,7 @@ def test_run_stops_on_sigterm_while_still_starting(redis_url: str) -> None:
         "AGENTMEM_INDEX__NAME": f"sigterm-start-{os.getpid()}",
         "AGENTMEM_HTTP_PORT": "0",
         "AGENTMEM_LOG_FORMAT": "json",
+        "PYTHONPATH": os.pathsep.join([CHECKOUT, os.environ.get("PYTHONPATH", "")]),
     }
     proc = subprocess.Popen([AGENTMEMD, "run"], env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
     try:

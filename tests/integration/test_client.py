@@ -506,9 +506,9 @@ async def _total_end_offset(plain: PlainClient, topic: str) -> int:
 
 
 async def test_cli_publish_refuses_a_binary_or_empty_file_before_sending_any(env, tmp_path: Path) -> None:
-    """Found by a new user: a non-UTF-8 file crashed `publish doc` with a traceback (after the
-    files before it were sent), and an empty one was reported published, then dead-lettered
-    unseen. Every file is now read and checked first, and the error names the file."""
+    """`publish doc` reads and checks every file before sending any: a non-UTF-8 file or an
+    empty one is an error naming the file, not a traceback after the files before it were
+    sent, nor a publish reported done and then dead-lettered unseen."""
     _daemon, plain, settings = env
     good, binary, empty = tmp_path / "good.md", tmp_path / "blob.dat", tmp_path / "empty.md"
     good.write_text("The heron-sync job logs HRN_SYNC_42 on retry.", encoding="utf-8")

@@ -164,9 +164,9 @@ async def test_readyz_fails_with_the_reason_when_redis_is_down(env: Env) -> None
 
 
 async def test_readyz_answers_in_time_when_redis_hangs(env: Env) -> None:
-    """Found by a new user: with Redis paused (SIGSTOP), /readyz answered only after the Redis
-    client's 10 s socket timeout, past any probe's deadline. It now answers 503 within its
-    Redis budget, saying Redis does not answer (an urlopen timeout of 5 s fails the old way)."""
+    """With Redis paused (SIGSTOP), /readyz answers 503 within its Redis budget, saying Redis does
+    not answer, not after the Redis client's 10 s socket timeout, past any probe's deadline (an
+    urlopen timeout of 5 s would fail)."""
     await eventually(lambda: ready_is(env, 200), what="ready")
     env.redis.proc.send_signal(signal.SIGSTOP)
     try:
@@ -538,11 +538,10 @@ async def test_lag_and_dead_letters_are_measured_on_every_topic(kafka_bootstrap:
 async def test_doctor_flags_a_group_committed_past_the_end_of_its_log(
     kafka_bootstrap: str, redis_url: str, offset_fetch: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Found by an operator: after the broker lost its log, a group's committed offsets stood
-    past the end of the new one, and doctor said "lag 0" (lag is clamped at 0). Committed
-    offsets are read with the admin API's OffsetFetch, one request per group, or, on a broker
-    that refuses it or answers with a group-level error (no partitions), partition by partition
-    with a consumer."""
+    """After the broker lost its log, a group's committed offsets stand past the end of the new
+    one: doctor says so, not "lag 0" (lag is clamped at 0). Committed offsets are read with the
+    admin API's OffsetFetch, one request per group, or, on a broker that refuses it or answers
+    with a group-level error (no partitions), partition by partition with a consumer."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
     from aiokafka.admin import AIOKafkaAdminClient
     from aiokafka.errors import UnsupportedVersionError

@@ -1,7 +1,7 @@
-"""Found by a new user: `agentmemd publish doc` and `MemoryClient` could not publish any document
-over ~1 MB (aiokafka's default max_request_size), though the daemon takes content up to 4 MiB.
-Against the real broker: the event topics are created with room for such records, the client's
-producer sends them, and what the daemon would refuse never leaves the client."""
+"""`agentmemd publish doc` and `MemoryClient` publish documents up to the daemon's 4 MiB content
+limit, past aiokafka's default max_request_size (~1 MB). Against the real broker: the event
+topics are created with room for such records, the client's producer sends them, and what the
+daemon would refuse never leaves the client."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""`agentmemd reindex` never loses what the live generation holds (from a helper review).
+"""`agentmemd reindex` never loses what the live generation holds.
 
-Each case once made the reindex switch to an incomplete generation and drop the old one:
+Each case could make a reindex switch to an incomplete generation and drop the old one:
 the broker lost its log (tansu keeps it in memory; Apache Kafka has retention), the catch-up
 after the switch failed, or a tenant was onboarded mid-build. Also: summaries keep their
 fencing tokens, a heartbeat blip does not throw the build away, an abandoned build's

@@ -261,9 +261,9 @@ async def test_a_hyphen_spelling_finds_the_underscore_one_and_no_piece_matches(s
 
 
 async def test_an_identifier_typed_in_lower_case_finds_its_chunk(stack) -> None:
-    """Found by a new user: asked as err-conn-reset-4f2a (or errconnreset4f2a) with the dense
-    leg off, nothing came back for a chunk that wrote ERR_CONN_RESET_4F2A: BM25 holds it as one
-    term with its underscores, and lower-case text was never taken for an identifier."""
+    """Asked as err-conn-reset-4f2a (or errconnreset4f2a) with the dense leg off, a chunk that
+    wrote ERR_CONN_RESET_4F2A is found: BM25 holds it as one term with its underscores, so the
+    lower-case forms must be taken for the identifier too."""
     _, ingestor, retriever = stack
     await ingestor.apply(
         [

@@ -67,7 +67,7 @@ def test_up_uses_a_shorter_session_unless_one_is_configured() -> None:
 
 
 def test_query_results_show_their_text_in_an_80_column_terminal() -> None:
-    """Found by a new user: the results table gave the text column nothing below ~160 columns."""
+    """The results table leaves the text column room on a narrow terminal (below ~160 columns)."""
     from rich.console import Console
 
     from consumers.requests import QueryReply, ResultItem

@@ -244,9 +244,9 @@ def test_a_huge_key_or_headers_never_push_a_dead_letter_past_the_limit() -> None
 
 
 def test_a_reason_quoting_huge_input_never_keeps_a_dead_letter_from_fitting() -> None:
-    """Found by review: a 2 MB metadata key was quoted whole in the reason, no shrinking step
-    cut the reason, the record never fit, its publish failed forever and the partition never
-    committed again. The reason names the key cut short, and is itself cut."""
+    """A 2 MB metadata key is named cut short in the reason, and the reason is itself cut: quoted
+    whole, the dead letter would never fit its record, its publish would fail forever and the
+    partition would never commit again."""
     big_key = "k" * 2_000_000
     value = json.dumps(
         {"event_id": "e", "op": "upsert", "doc_id": "d", "version": 1, "content": "x", "metadata": {big_key: 1}}

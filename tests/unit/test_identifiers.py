@@ -112,7 +112,7 @@ def test_identifier_ranks_tie_hits_naming_as_many_identifiers(hits, wanted, rank
 @pytest.mark.parametrize(
     ("query", "found"),
     [
-        # found by a new user: typed in lower case, these matched nothing with dense off
+        # typed in lower case, an identifier must still be read as one (dense off, nothing else finds it)
         ("err-conn-reset-4f2a", ["errconnreset4f2a"]),
         ("errconnreset4f2a", ["errconnreset4f2a"]),
         ("Err-Conn-Reset-4f2a", ["errconnreset4f2a"]),
