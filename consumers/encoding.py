@@ -14,6 +14,7 @@ from consumers.config import event_record_bytes
 from consumers.decoding import parse_event, tenant_from_topic
 from consumers.events import DocumentEvent, TranscriptEvent
 from memory.errors import InvalidEvent, InvalidRequest
+from memory.filters import tag_text
 
 
 def iso(t: datetime) -> str:
@@ -170,8 +171,17 @@ def get_body(
     return payload
 
 
-def _filter_body(metadata_filter: Mapping[str, str | Sequence[str]]) -> dict[str, str | list[str]]:
-    return {k: v if isinstance(v, str) else list(v) for k, v in metadata_filter.items()}
+def _filter_body(metadata_filter: Mapping[str, Any]) -> dict[str, str | list[str]]:
+    """The wire's filter: strings. A number or a boolean is written as its stored TAG value
+    (``str``, booleans as true/false), so ``{"team": 5}`` finds the memories that stored 5."""
+
+    def text(value: Any) -> Any:
+        return tag_text(value) if isinstance(value, int | float) else value  # bool is an int
+
+    return {
+        k: [text(x) for x in v] if isinstance(v, list | tuple | set | frozenset) else text(v)
+        for k, v in metadata_filter.items()
+    }
 
 
 def recent_body(

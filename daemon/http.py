@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import html
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from aiohttp import web
@@ -95,8 +95,9 @@ def _svg_chart(points: list[tuple[float, int]], width: int = 560, height: int = 
     )
 
 
-def render_status(state: StatusState, *, title: str) -> str:
-    """The operator's page: stale-summary queue, consumer lag, DLQ, query latency."""
+def render_status(state: StatusState, *, title: str, not_ready: Mapping[str, str] | None = None) -> str:
+    """The operator's page: readiness (``not_ready``: the failing /readyz checks), stale-summary
+    queue, consumer lag, DLQ, query latency."""
     now = time.time()
     depth = sum(int(s["depth"]) for s in state.stale.values())
     oldest = max((float(s["oldest_age_s"]) for s in state.stale.values() if s["depth"]), default=0.0)
@@ -120,6 +121,15 @@ def render_status(state: StatusState, *, title: str) -> str:
     chunks = state.chunks if state.chunks is not None else "?"
     p50, p95 = percentile(q, 0.5), percentile(q, 0.95)
     heads = "".join(f"<th>{h}</th>" for h in ("tenant", "community", "level", "age s", "changes", "caused by"))
+    if not_ready is None:
+        not_ready = {} if state.ready else {"kafka": "consumers not assigned yet"}
+    readiness = (
+        '<span id="readiness">ready</span>'
+        if not not_ready
+        else '<span id="readiness" class="bad">not ready: '
+        + html.escape("; ".join(f"{k}: {v}" for k, v in sorted(not_ready.items())))
+        + "</span>"
+    )
     empty = '<tr><td colspan="6" class="muted">empty: every summary is fresh</td></tr>'
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta http-equiv="refresh" content="5">
@@ -132,7 +142,7 @@ td,th{{border-bottom:1px solid #eee;padding:4px 10px;text-align:left;font-size:1
 .bad{{color:#c0392b}}
 </style></head><body>
 <h1>{html.escape(title)}</h1>
-<p class="muted">up {now - state.started_at:.0f}s · {"ready" if state.ready else "not ready"} · refreshed every 5s</p>
+<p class="muted">up {now - state.started_at:.0f}s · {readiness} · refreshed every 5s</p>
 <div class="cards">
 <div class="card">stale summaries<div class="num" id="stale-depth">{depth}</div></div>
 <div class="card">oldest stale (s)<div class="num" id="stale-oldest">{oldest:.1f}</div></div>
@@ -217,7 +227,9 @@ def build_app(
         return resp
 
     async def page(_: web.Request) -> web.Response:
-        return web.Response(text=render_status(state, title=title), content_type="text/html")
+        # The same checks as /readyz: the page must never say ready where the probe does not.
+        failing = {k: v for k, v in (await ready_check()).items() if v}
+        return web.Response(text=render_status(state, title=title, not_ready=failing), content_type="text/html")
 
     app = web.Application(middlewares=[guard(access or Access(), host=host)])
     app.add_routes(

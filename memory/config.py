@@ -24,7 +24,9 @@ class IndexConfig(BaseModel):
         default_factory=list,
         description=(
             "Metadata keys filterable in addition to the built-in ones (each a TAG field); a "
-            "transcript turn's role and turn count as its metadata. A change (as of the HNSW "
+            "transcript turn's role and turn count as its metadata. Identifiers, none built in, "
+            "none a chunk field (text, terms, vector, ...), none starting h_, none twice; in the "
+            'environment a JSON list (\'["team", "role"]\'). A change (as of the HNSW '
             "settings) makes daemons refuse the index until `agentmemd reindex` with the new "
             "settings, which keeps every chunk and vector, even where the broker no longer holds "
             "their events."
@@ -60,14 +62,24 @@ class IndexConfig(BaseModel):
     @field_validator("extra_filter_keys")
     @classmethod
     def _valid_keys(cls, keys: list[str]) -> list[str]:
+        seen: set[str] = set()
         for key in keys:
-            if (
-                not key.isidentifier()
-                or key in BASE_FILTER_KEYS
-                or key.lower() in _RESERVED_FIELDS
-                or key.startswith(HASH_FIELD_PREFIX)
-            ):
-                raise ValueError(f"invalid extra filter key {key!r} (reserved, or not an identifier)")
+            why = (
+                "not an identifier (letters, digits and _, not first a digit)"
+                if not key.isidentifier()
+                else "a built-in filter key already"
+                if key in BASE_FILTER_KEYS
+                else "a field of every chunk"
+                if key.lower() in _RESERVED_FIELDS
+                else f"reserved: {HASH_FIELD_PREFIX}… names the hashed twins of the filter fields"
+                if key.startswith(HASH_FIELD_PREFIX)
+                else "listed twice (keys are told apart regardless of case)"
+                if key.lower() in seen
+                else ""
+            )
+            if why:
+                raise ValueError(f"invalid extra filter key {key!r}: {why}")
+            seen.add(key.lower())
         return keys
 
     @property

@@ -40,11 +40,12 @@ def tag_values(metadata: Mapping[str, object], filter_keys: Collection[str]) -> 
     The one rule both ingestion and a reindex's copy of stored chunks use, so a chunk's tags
     always follow from the metadata stored beside it.
     """
-    tags: dict[str, str] = {}
-    for key, value in metadata.items():
-        if key in filter_keys and key not in OWN_TAG_KEYS:
-            tags[key] = str(value).lower() if isinstance(value, bool) else str(value)
-    return tags
+    return {key: tag_text(value) for key, value in metadata.items() if key in filter_keys and key not in OWN_TAG_KEYS}
+
+
+def tag_text(value: object) -> str:
+    """A metadata value as its TAG value: text, booleans as true/false (pure)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def value_hash(value: str) -> int:
@@ -74,7 +75,10 @@ def normalize_filter(
     out: dict[str, list[str]] = {}
     for key in sorted(metadata_filter or {}):
         if key not in allowed:
-            raise InvalidRequest(f"unknown metadata_filter key {key!r}; filterable keys: {', '.join(sorted(allowed))}")
+            raise InvalidRequest(
+                f"unknown metadata_filter key {key!r}; filterable keys: {', '.join(sorted(allowed))} "
+                "(a deployment adds keys with index.extra_filter_keys, then one agentmemd reindex)"
+            )
         raw = (metadata_filter or {})[key]
         if isinstance(raw, str):
             values: list[object] = [raw]

@@ -113,6 +113,7 @@ class Retriever:
             BackendUnavailable: Redis is unreachable.
         """
         flt = normalize_filter(metadata_filter, allowed=self._index.cfg.filter_keys)
+        await self._index.refuse_mismatch()
         flt["tenant"] = [tenant]
         wanted = list(dict.fromkeys(doc_ids))
         stored = await self._index.turns(wanted, tenant)
@@ -153,6 +154,7 @@ class Retriever:
         if not 1 <= limit <= MAX_RECENT_TURNS:
             raise InvalidRequest(f"recent reads 1..{MAX_RECENT_TURNS} turns, not {limit}")
         flt = normalize_filter(metadata_filter, allowed=self._index.cfg.filter_keys)
+        await self._index.refuse_mismatch()
         tags = {"tenant": tenant, "kind": "transcript", "agent_id": agent_id}
         if session_id is not None:
             tags["session_id"] = session_id
@@ -192,6 +194,7 @@ class Retriever:
         Raises:
             BackendUnavailable: Redis is unreachable.
         """
+        await self._index.refuse_mismatch()
         return await self._index.distinct_values(
             tenant=tenant, field=field, source_prefix=source_prefix, limit=limit, offset=offset
         )

@@ -15,7 +15,9 @@ from typing import Any, TypeVar
 
 import typer
 from pydantic import ValidationError
+from pydantic_settings import SettingsError
 from rich.console import Console
+from rich.markup import escape
 
 from consumers.decoding import validation_reason
 from daemon.connections import redis_client
@@ -33,13 +35,27 @@ out.soft_wrap = not out.is_terminal
 err = Console(stderr=True)
 
 
+def settings_problem() -> tuple[Settings | None, str]:
+    """The settings, or why there are none, in words (not a traceback): each invalid one, or
+    an environment variable that does not parse."""
+    try:
+        return Settings(), ""
+    except ValidationError as exc:
+        return None, f"invalid settings ({exc.error_count()}): {validation_reason(exc, root='settings')}"
+    except SettingsError as exc:
+        # A list or mapping in an environment variable must be JSON; pydantic names the field only.
+        return None, (
+            f"invalid settings: {exc}. A list or a mapping in an AGENTMEM_ variable is JSON, "
+            """e.g. AGENTMEM_INDEX__EXTRA_FILTER_KEYS='["team", "role"]'"""
+        )
+
+
 def _load_settings() -> Settings:
     """The settings, or a clean failure naming each invalid one (not a traceback)."""
-    try:
-        return Settings()
-    except ValidationError as exc:
-        problems = validation_reason(exc, root="settings")
-        raise _fail(ValueError(f"invalid settings ({exc.error_count()}): {problems}")) from None
+    settings, problem = settings_problem()
+    if settings is None:
+        raise _fail(ValueError(problem))
+    return settings
 
 
 def _settings() -> Settings:
@@ -60,7 +76,7 @@ def _run_with_signals(main: Callable[[asyncio.Event], Awaitable[None]]) -> None:
 
 
 def _fail(exc: Exception) -> typer.Exit:
-    err.print(f"[red]error:[/red] {exc}")
+    err.print(f"[red]error:[/red] {escape(str(exc))}")
     return typer.Exit(code=1)
 
 

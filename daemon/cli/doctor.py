@@ -5,24 +5,21 @@ from __future__ import annotations
 import asyncio
 
 import typer
+from rich.markup import escape
 
-from daemon.cli._app import app, err, out
+from daemon.cli._app import app, err, out, settings_problem
 from daemon.logging import configure_logging
-from daemon.settings import Settings
 
 
 @app.command()
 def doctor() -> None:
     """Check settings, Redis, the index schema, Kafka, topics and consumer groups; exit 0 only when healthy."""
-    from pydantic import ValidationError
-
     from daemon.doctor import diagnose
 
-    try:
-        settings = Settings()
-    except ValidationError as exc:
-        err.print(f"[red]✗ settings[/red]: {exc}")
-        raise typer.Exit(code=1) from exc
+    settings, problem = settings_problem()
+    if settings is None:
+        err.print(f"[red]✗ settings[/red]: {escape(problem)}")
+        raise typer.Exit(code=1)
     configure_logging("error", settings.log_format)
     findings = asyncio.run(diagnose(settings))
     for f in findings:

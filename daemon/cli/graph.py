@@ -94,15 +94,18 @@ def communities(
         rows = []
         for c in comms:
             summary = await g.store.summary(c.id)
+            # Entities some document still names: a deleted or forgotten one leaves the community
+            # only at the next recompute, and its name must not show meanwhile.
+            live = sorted(await g.store.nodes(sorted(c.members)))
             rows.append(
                 {
                     "community_id": c.id,
                     "level": c.level,
-                    "size": len(c.members),
+                    "size": len(live),
                     "parent": c.parent,
                     "stale": stale_map.get(c.id, False),
                     "summarized": summary is not None,
-                    "members": sorted(c.members)[:10],
+                    "members": live[:10],
                 }
             )
         return rows

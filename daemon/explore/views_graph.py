@@ -182,9 +182,10 @@ def community_body(
         if text
         else '<p class="muted" id="summary">no summary written yet</p>'
     )
+    # Only entities some document still names: one whose every mention was deleted or forgotten
+    # stays in the community until the next recompute, and its name must not show meanwhile.
     member_rows = (
-        (esc(members.get(m, (m, ""))[0]), esc(members.get(m, ("", ""))[1]), esc(m))
-        for m in sorted(community.members)[:500]
+        (esc(members[m][0]), esc(members[m][1]), esc(m)) for m in sorted(community.members)[:500] if m in members
     )
     parent = (
         link(community.parent, "/explore/community", tenant=tenant, id=community.parent)

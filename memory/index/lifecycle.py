@@ -159,6 +159,11 @@ class _Lifecycle:
         if self.pinned is None and (why := self._mismatch(await self.state())):
             raise IndexMismatch(why)
 
+    async def refuse_mismatch(self) -> None:
+        """Raise ``IndexMismatch`` when this process may not use the active generation: reads
+        that search no leg (a lookup, a listing) answer ``unavailable`` as a search does."""
+        await self._refuse_mismatch()
+
     async def mismatch(self) -> str | None:
         """Why this process may not use the active generation, or ``None`` when it may."""
         if self.pinned is not None:

@@ -197,6 +197,9 @@ async def test_readyz_fails_when_the_broker_is_down(env: Env) -> None:
             await eventually(names_the_broker, timeout=30, what="not ready without the broker, naming it")
         except AssertionError as exc:
             raise AssertionError(f"{exc}; last responses: {seen[-3:]}") from exc
+        # The status page reads the same checks: it must not say ready where the probe does not.
+        status, page = await get(env.base + "/")
+        assert status == 200 and 'class="bad">not ready: ' in page and "broker" in page, page[:2000]
     finally:
         env.broker = start_tansu(env.bootstrap, log_dir=env.tmp)
     await eventually(lambda: ready_is(env, 200), timeout=60, what="ready after the broker returned")

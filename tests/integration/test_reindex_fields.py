@@ -14,7 +14,7 @@ from daemon.settings import Settings
 from daemon.topics import ensure_topics
 from memory.config import RetrievalConfig
 from memory.conversation import turn_doc_id
-from memory.errors import InvalidRequest, ReindexWouldLose
+from memory.errors import IndexMismatch, InvalidRequest, ReindexWouldLose
 from memory.generations import index_spec
 from memory.index import ChunkIndex
 from memory.keys import chunk_prefix, registry_key
@@ -155,5 +155,15 @@ async def test_a_daemon_started_on_an_index_it_cannot_use_says_so_instead_of_rea
         out = capsys.readouterr().out
         assert "agentmemd ready" not in out
         assert "cannot use its index" in out and "index fields differ" in out and "agentmemd reindex" in out, out
+        # Reads that search no leg refuse as a search does, rather than answer from the old index.
+        retriever = Retriever(index=daemon.index, embedder=daemon.embedder, cfg=RetrievalConfig())
+        for read in (
+            retriever.recent("planner"),
+            retriever.lookup(["fk/alpha"]),
+            retriever.list_values(tenant="default", field="doc_id"),
+            retriever.search(SearchSpec(text="ledger", top_k=5)),
+        ):
+            with pytest.raises(IndexMismatch, match="index fields differ"):
+                await read
     finally:
         await daemon.stop()

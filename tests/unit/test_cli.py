@@ -222,3 +222,20 @@ def test_piped_query_results_keep_whole_lines() -> None:
     lines = console.export_text().splitlines()
     assert lines[1].endswith(long_id) and all(line == line.rstrip() for line in lines)
     assert lines[2:] == ["    » turn 12 (assistant): " + text.strip(), "    turn 13 (user): " + text.strip()]
+
+
+@pytest.mark.parametrize("command", [["doctor"], ["config", "show"]])
+def test_a_filter_key_list_that_is_not_json_is_named_with_the_form_it_takes(
+    command: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`AGENTMEM_INDEX__EXTRA_FILTER_KEYS=team,role` is no JSON list: the command fails with
+    the form the variable takes, not pydantic-settings' traceback."""
+    from typer.testing import CliRunner
+
+    from daemon.cli import app
+
+    monkeypatch.setenv("AGENTMEM_INDEX__EXTRA_FILTER_KEYS", "team,role")
+    res = CliRunner().invoke(app, command)
+    assert res.exit_code == 1 and (res.exception is None or isinstance(res.exception, SystemExit)), res.exception
+    said = " ".join(res.output.split())
+    assert "invalid settings" in said and """AGENTMEM_INDEX__EXTRA_FILTER_KEYS='["team", "role"]'""" in said, said

@@ -110,3 +110,12 @@ def test_text_that_is_no_utf_8_is_refused_not_raised() -> None:
     UnicodeEncodeError traceback."""
     with pytest.raises(InvalidEvent, match="not sendable as UTF-8"):
         _client().document_event("a.md", "ok", metadata={"k": "\udcff"})
+
+
+def test_a_filter_on_a_number_or_a_boolean_is_sent_as_its_stored_tag_value() -> None:
+    """Metadata may store 5 or true; a filter takes strings: the client writes them as the
+    daemon stored them, rather than failing with a TypeError."""
+    from consumers.encoding import recent_body
+
+    body = recent_body("a", None, 5, {"team": 5, "flag": True, "any": [1.5, "x", False]}, "q")
+    assert body["metadata_filter"] == {"team": "5", "flag": "true", "any": ["1.5", "x", "false"]}

@@ -268,6 +268,8 @@ def test_a_community_page_says_why_it_is_stale_and_shows_its_summary_escaped() -
     out = community_body("acme", comm, "c1", summary, {"k1": ("<Alice>", "person")}, item, True, 100.0)
     assert 'class="stale"' in out and "stale for 10 s, 2 changes" in out and "runbooks/&lt;x&gt;.md</a>" in out
     assert "&lt;b&gt;summary&lt;/b&gt;" in out and "&lt;Alice&gt;" in out and "<b>" not in out
+    # k2 is no node any more (every document naming it was deleted or forgotten): not listed
+    assert ">k1<" in out and "k2" not in out
     fresh = community_body("acme", comm, "c1", None, {}, None, False, 100.0)
     assert "fresh" in fresh and "no summary written yet" in fresh
     assert "does not exist" in community_body("acme", None, "c9", None, {}, None, False, 100.0)

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import re
 import time
+
+import pytest
+from pydantic import ValidationError
 
 from daemon.reindex import Carry, carry_mode, source_topics
 from daemon.reindex.completeness import fields_only_change
@@ -154,3 +158,19 @@ def test_a_spec_recorded_before_its_chunking_strategy_was_kept_reads_as_this_pro
     assert recorded.known(windows) == windows and carry_mode(recorded.known(windows), windows) == Carry()
     stable = index_spec(IndexConfig(name="m"), model="a", dims=384, chunking=ChunkingConfig())
     assert stable.known(windows) == stable and carry_mode(stable, windows) is None  # recorded: compared
+
+
+@pytest.mark.parametrize(
+    ("keys", "why"),
+    [
+        (["team-id"], "'team-id': not an identifier"),
+        (["service"], "'service': a built-in filter key already"),
+        (["text"], "'text': a field of every chunk"),
+        (["h_team"], "'h_team': reserved: h_"),
+        (["team", "Team"], "'Team': listed twice"),
+    ],
+)
+def test_an_extra_filter_key_that_cannot_be_one_says_why(keys: list[str], why: str) -> None:
+    with pytest.raises(ValidationError, match=re.escape(why)):
+        IndexConfig(name="m", extra_filter_keys=keys)
+    assert IndexConfig(name="m", extra_filter_keys=["team", "role"]).filter_keys[-2:] == ("team", "role")
