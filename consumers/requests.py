@@ -9,10 +9,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 from consumers.fields import MAX_VERSION, NO_NUL, AgentPart, DocId
 from memory.conversation import MAX_CONTEXT_TURNS, MAX_RECENT_TURNS, turn_doc_id
+from memory.filters import MAX_VALUE_LENGTH
 from memory.schema import MAX_SEARCH_OFFSET
 
 
@@ -41,9 +42,27 @@ class HybridParams(BaseModel):
 
 
 FilterValue = (
-    Annotated[str, StringConstraints(min_length=1, max_length=512)]
-    | list[Annotated[str, StringConstraints(min_length=1, max_length=512)]]
+    Annotated[str, StringConstraints(min_length=1, max_length=MAX_VALUE_LENGTH)]
+    | list[Annotated[str, StringConstraints(min_length=1, max_length=MAX_VALUE_LENGTH)]]
 )
+
+
+def _plain_filter(value: Any) -> Any:
+    """Name a filter value that is no string of 1..512 characters, before pydantic tries both
+    shapes of :data:`FilterValue` and reports the failure of each."""
+    if isinstance(value, dict):
+        for key, given in value.items():
+            where = f"metadata_filter[{str(key)[:64]!r}]"
+            for v in given if isinstance(given, list) else [given]:
+                if not isinstance(v, str):
+                    raise ValueError(f"{where}: values are strings or lists of strings, not {type(v).__name__}")
+                if not 1 <= len(v) <= MAX_VALUE_LENGTH:
+                    raise ValueError(f"{where}: values are 1..{MAX_VALUE_LENGTH} characters; one is {len(v)}")
+    return value
+
+
+#: A request's metadata filter: key -> a value, or a list of values (any of them).
+MetadataFilter = Annotated[dict[str, FilterValue] | None, BeforeValidator(_plain_filter)]
 
 
 class TimeRange(BaseModel):
@@ -87,7 +106,7 @@ class QueryRequest(BaseModel):
     search_text: Annotated[str, StringConstraints(min_length=1)]
     top_k: int = 5
     hybrid_params: HybridParams = Field(default_factory=HybridParams)
-    metadata_filter: dict[str, FilterValue] | None = None
+    metadata_filter: MetadataFilter = None
     scope: Literal["chunks", "communities", "all"] = "chunks"
     time_range: TimeRange | None = None
     # Turns before and after each transcript result to return with it (0: none).
@@ -122,7 +141,7 @@ class GetRequest(BaseModel):
     op: Literal["get"]
     doc_ids: list[DocId] = Field(default_factory=list)
     turns: list[TurnKey] = Field(default_factory=list)
-    metadata_filter: dict[str, FilterValue] | None = None
+    metadata_filter: MetadataFilter = None
 
     @model_validator(mode="after")
     def _some_items(self) -> GetRequest:
@@ -147,7 +166,7 @@ class RecentRequest(BaseModel):
     agent_id: AgentPart
     session_id: AgentPart | None = None
     limit: int = Field(20, ge=1, le=MAX_RECENT_TURNS)
-    metadata_filter: dict[str, FilterValue] | None = None
+    metadata_filter: MetadataFilter = None
 
 
 class GetItem(BaseModel):

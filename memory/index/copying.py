@@ -8,14 +8,13 @@ from typing import Any
 
 from redis import exceptions as rexc
 
-from memory.errors import MemdError
 from memory.index.codec import _reanalyzed, _refielded, _respoken, hash_timestamp
 from memory.index.directory import DocChange, queue_change
 from memory.index.errors import IndexError_, translate_errors
 from memory.index.lifecycle import _WATCH_RETRIES, _Lifecycle, redis_now
 from memory.index.sliced import set_marker
 from memory.keys import check_tenant, doc_prefix, ver_prefix
-from memory.schema import as_str, filter_keys_of, info_attributes, physical_name
+from memory.schema import as_str
 from memory.visibility import WriteMarker, live
 
 
@@ -86,16 +85,6 @@ class _Copying(_Lifecycle):
                     if not covered:
                         out.append(key)
         return out
-
-    async def built_with_keys(self, generation: int) -> tuple[str, ...] | None:
-        """The filter keys generation ``generation``'s search index was built with (its FT.INFO);
-        None if it cannot be read."""
-        try:
-            async with translate_errors("index info"):
-                info = await self._r.ft(physical_name(self._cfg.name, generation)).info()  # type: ignore[no-untyped-call]
-        except MemdError:
-            return None
-        return filter_keys_of(info_attributes(info))
 
     async def copy_doc(
         self, source_generation: int, tenant: str, doc_id: str, *, reanalyze: bool = False, refield: bool = False

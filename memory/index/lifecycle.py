@@ -19,14 +19,14 @@ from redisvl.schema import IndexSchema
 
 from memory import keys
 from memory.config import ChunkingConfig, IndexConfig
-from memory.errors import IndexMismatch, NotFound, WritesHeld
+from memory.errors import IndexMismatch, MemdError, NotFound, WritesHeld
 from memory.generations import GenerationState, IndexSpec, index_spec
 from memory.index.batching import CommandBatcher
 from memory.index.codec import _RETURN_FIELDS
 from memory.index.errors import IndexError_, _NoGeneration, translate_errors
 from memory.index.marker_list import MarkerList
 from memory.index.registry import GenerationRegistry
-from memory.schema import compare_schema, index_schema, info_attributes, info_index_name
+from memory.schema import compare_schema, filter_keys_of, index_schema, info_attributes, info_index_name
 
 log = structlog.get_logger()
 
@@ -165,10 +165,30 @@ class _Lifecycle:
         await self._refuse_mismatch()
 
     async def mismatch(self) -> str | None:
-        """Why this process may not use the active generation, or ``None`` when it may."""
+        """Why this process may not use the active generation, or ``None`` when it may; where
+        only the index fields differ, with the filter keys it was built with."""
         if self.pinned is not None:
             return None
-        return self._mismatch(await self.state(fresh=True))
+        state = await self.state(fresh=True)
+        why = self._mismatch(state)
+        if why is None or state.spec is None:
+            return why
+        old = state.spec.known(self.spec)
+        if old.same_vectors(self.spec) and old.schema_digest != self.spec.schema_digest:
+            keys = await self.built_with_keys(state.active)
+            if keys is not None and keys != self._cfg.filter_keys:
+                why += f" (its filter keys: {', '.join(keys)}; these settings': {', '.join(self._cfg.filter_keys)})"
+        return why
+
+    async def built_with_keys(self, generation: int) -> tuple[str, ...] | None:
+        """The filter keys generation ``generation``'s search index was built with (its FT.INFO);
+        None if it cannot be read."""
+        try:
+            async with translate_errors("index info"):
+                info = await self._r.ft(keys.physical_name(self._cfg.name, generation)).info()  # type: ignore[no-untyped-call]
+        except MemdError:
+            return None
+        return filter_keys_of(info_attributes(info))
 
     async def _generation(self) -> int:
         """The generation reads and writes go to (following: the active one)."""

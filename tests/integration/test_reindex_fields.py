@@ -155,6 +155,7 @@ async def test_a_daemon_started_on_an_index_it_cannot_use_says_so_instead_of_rea
         out = capsys.readouterr().out
         assert "agentmemd ready" not in out
         assert "cannot use its index" in out and "index fields differ" in out and "agentmemd reindex" in out, out
+        assert "its filter keys: environment, service" in out and ", doc_id, source, user_id)" in out, out
         # Reads that search no leg refuse as a search does, rather than answer from the old index.
         retriever = Retriever(index=daemon.index, embedder=daemon.embedder, cfg=RetrievalConfig())
         for read in (

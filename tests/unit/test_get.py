@@ -59,3 +59,20 @@ def test_recent_turns_too_large_for_one_record_keep_the_newest() -> None:
     assert [i.doc_id for i in fitted.items] == [f"t{n}" for n in range(10 - len(fitted.items), 10)]
     assert parse_request(b'{"query_id": "r", "op": "recent", "agent_id": "a"}').limit == 20  # type: ignore[union-attr]
     assert scope_of(b'{"query_id": "r", "op": "recent", "agent_id": "a"}') == "recent"
+
+
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [
+        ('"' + "x" * 600 + '"', "metadata_filter['team']: values are 1..512 characters; one is 600"),
+        ("5", "metadata_filter['team']: values are strings or lists of strings, not int"),
+        ('["a", {}]', "metadata_filter['team']: values are strings or lists of strings, not dict"),
+    ],
+)
+def test_a_bad_filter_value_is_named_in_one_reason(value: str, says: str) -> None:
+    """Not the failure of each shape a value may take (a string, or a list of strings)."""
+    for op in ('"search_text": "x"', '"op": "recent", "agent_id": "a"', '"op": "get", "doc_ids": ["d"]'):
+        body = f'{{"query_id": "q", {op}, "metadata_filter": {{"team": {value}}}}}'.encode()
+        with pytest.raises(InvalidRequest) as refused:
+            parse_request(body)
+        assert says in str(refused.value) and "list[" not in str(refused.value), refused.value
