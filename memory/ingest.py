@@ -31,7 +31,7 @@ from memory.ingest_report import IngestReport, ItemOutcome
 from memory.records import ApplyResult, ChunkRecord, MemoryItem
 from memory.retrying import backoff_s, pause, retry_while_unavailable
 from memory.session_context import SessionContext
-from memory.speakers import speakers_field
+from memory.speakers import turn_speakers
 
 log = structlog.get_logger()
 
@@ -89,9 +89,7 @@ class Ingestor:
 
     def _records(self, item: MemoryItem, version: int, offsets: list[tuple[int, int]]) -> list[ChunkRecord]:
         spans = spans_for(item.content, offsets, self._chunking)
-        role = str(item.metadata.get("role", ""))
-        agent_id = str(item.metadata.get("agent_id", ""))
-        speaker = speakers_field(item.content, role, agent_id) if item.kind == "transcript" else ""
+        speaker = turn_speakers(item.content, item.metadata) if item.kind == "transcript" else ""
         return [
             ChunkRecord(
                 chunk_id=chunk_id(item.doc_id, s.index),

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from memory.text import tokenize
 
@@ -40,6 +40,12 @@ def speakers_field(text: str, role: str, agent_id: str = "") -> str:
         name = ""
     agent = agent_id if role == "assistant" else ""
     return SEPARATOR.join(dict.fromkeys(n for n in (" ".join(tokenize(x)) for x in (role, name, agent)) if n))
+
+
+def turn_speakers(text: str, metadata: Mapping[str, object]) -> str:
+    """A turn's ``speaker`` field from its text and the metadata stored with it (its role and
+    agent): the one rule of ingestion and of a reindex's carry-over."""
+    return speakers_field(text, str(metadata.get("role", "")), str(metadata.get("agent_id", "")))
 
 
 def named(field: str, query: str) -> bool:

@@ -22,7 +22,7 @@ from memory.filters import OWN_TAG_KEYS, hash_field, tag_values, value_hash
 from memory.identifiers import identifiers
 from memory.records import ChunkRecord, StoredChunk
 from memory.schema import as_str
-from memory.speakers import speakers_field
+from memory.speakers import turn_speakers
 from memory.text import index_terms
 
 _RETURN_FIELDS = (
@@ -155,8 +155,7 @@ def _respoken(hashes: list[dict[Any, Any]]) -> list[dict[Any, Any]]:
         return hashes
     if not isinstance(metadata, dict):
         return hashes
-    role, agent = str(metadata.get("role", "")), str(metadata.get("agent_id", ""))
-    field = speakers_field(as_str(first.get("text", b"")), role, agent)
+    field = turn_speakers(as_str(first.get("text", b"")), metadata)
     out = []
     for h in hashes:
         kept = {k: v for k, v in h.items() if as_str(k) != "speaker"}
