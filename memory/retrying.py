@@ -19,6 +19,19 @@ log = structlog.get_logger()
 T = TypeVar("T")
 
 
+# After the first tries, a long outage is logged once in this many tries (every ~5 min at
+# the default 5 s cap), so a refused index does not fill the log with one line each wait.
+_LOG_EVERY = 60
+
+
+def worth_logging(attempt: int, error: str, last_logged: str | None) -> bool:
+    """Whether the ``attempt``-th failed try (1-based) is logged: a new error always, the
+    same one on tries 1, 2, 4, 8, … and then once every ``_LOG_EVERY`` tries."""
+    if error != last_logged:
+        return True
+    return attempt & (attempt - 1) == 0 if attempt < _LOG_EVERY else attempt % _LOG_EVERY == 0
+
+
 def backoff_s(attempt: int, cfg: IngestConfig) -> float:
     """The wait after the ``attempt``-th failed try (1-based): ``retry_initial_s``, doubled
     with each further try, never over ``retry_max_s``."""
@@ -46,7 +59,8 @@ async def retry_while_unavailable(
     Gives up only when the daemon is stopping, so offsets are never committed past
     data that is not in Redis. A refusal (a password rotated, an ACL that lost a
     command, e.g. WATCH) is the deployment's, not the event's: waited out, loudly,
-    instead of dead-lettering every event until an operator fixes it.
+    instead of dead-lettering every event until an operator fixes it. The log names the
+    try and the error, but only on the tries ``worth_logging`` picks.
 
     Args:
         what: what ``fn`` does, for the log.
@@ -63,6 +77,7 @@ async def retry_while_unavailable(
         WritesHeld: at once: the caller's whole batch waits and starts over (see ``Ingestor.apply``).
     """
     attempt = 0
+    logged: str | None = None
     while True:
         try:
             return await fn()
@@ -73,6 +88,8 @@ async def retry_while_unavailable(
             if stopping.is_set():
                 raise
             delay = backoff_s(attempt, cfg)
-            emit = log.error if isinstance(exc, Unauthorized) else log.warning
-            emit("ingest.backend_retried", what=what, attempt=attempt, delay_s=delay, error=str(exc))
+            if worth_logging(attempt, str(exc), logged):
+                logged = str(exc)
+                emit = log.error if isinstance(exc, Unauthorized) else log.warning
+                emit("ingest.backend_retried", what=what, attempt=attempt, delay_s=delay, error=logged)
             await pause(stopping, delay)

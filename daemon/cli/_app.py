@@ -58,9 +58,13 @@ def _load_settings() -> Settings:
     return settings
 
 
-def _settings() -> Settings:
+def _settings(*, quiet: bool = False) -> Settings:
+    """The settings, with logging configured. ``quiet``: a one-shot command, whose printed
+    result says what its info lines would; warnings and errors still show, and
+    AGENTMEM_LOG_LEVEL=info shows them all."""
     settings = _load_settings()
-    configure_logging(settings.log_level, settings.log_format)
+    explicit = "log_level" in settings.model_fields_set
+    configure_logging(settings.log_level if explicit or not quiet else "warning", settings.log_format)
     return settings
 
 
@@ -82,7 +86,7 @@ def _fail(exc: Exception) -> typer.Exit:
 
 def _with_redis(fn: Callable[[Settings, Any], Awaitable[T]]) -> T:
     """Run ``fn(settings, redis client)`` to the end; a MemdError becomes a clean CLI failure."""
-    settings = _settings()
+    settings = _settings(quiet=True)
 
     async def main() -> T:
         client = redis_client(settings)

@@ -9,7 +9,6 @@ import typer
 from rich.progress import Progress
 
 from daemon.cli._app import _fail, _settings, _with_redis, app, err, out
-from daemon.logging import configure_logging
 from memory.errors import MemdError
 
 
@@ -68,11 +67,8 @@ def reindex(
     from daemon.reindex import ReindexProgress
     from daemon.reindex import reindex as run_reindex
 
-    settings = _settings()
-    if "log_level" not in settings.model_fields_set:
-        # The progress bar and the summary say what a line per replayed doc would, thousands
-        # of times over; warnings and errors still show. AGENTMEM_LOG_LEVEL=info shows them all.
-        configure_logging("warning", settings.log_format)
+    # The progress bar and the summary say what a line per replayed doc would, thousands of times over.
+    settings = _settings(quiet=True)
     with Progress(console=err, transient=False) as bar:
         task = bar.add_task("starting", total=None)
 

@@ -9,7 +9,7 @@ from structlog.testing import capture_logs
 
 from memory.config import IngestConfig
 from memory.errors import BackendUnavailable, Unauthorized, WritesHeld
-from memory.retrying import backoff_s, retry_while_unavailable
+from memory.retrying import backoff_s, retry_while_unavailable, worth_logging
 
 CFG = IngestConfig(retry_initial_s=0.2, retry_max_s=5.0)
 
@@ -33,8 +33,8 @@ def test_backoff_doubles_up_to_its_cap(attempt: int, expected: float) -> None:
 
 
 async def test_an_outage_is_retried_with_growing_waits_until_it_ends() -> None:
-    """Each try that meets an outage is logged as a warning with the wait that follows,
-    the waits grow as the backoff says, and the call's result comes back once it works."""
+    """A try that meets an outage is logged as a warning with the wait that follows (tries
+    1, 2 and 4 of one error), the waits grow as the backoff says, and the call's result comes back once it works."""
     cfg = IngestConfig(retry_initial_s=0.001, retry_max_s=0.004)
     tries = 0
 
@@ -49,9 +49,9 @@ async def test_an_outage_is_retried_with_growing_waits_until_it_ends() -> None:
         got = await retry_while_unavailable("chunk write", flaky, stopping=asyncio.Event(), cfg=cfg)
     assert got == "done" and tries == 5
     retried = [e for e in logs if e["event"] == "ingest.backend_retried"]
-    assert [e["delay_s"] for e in retried] == [0.001, 0.002, 0.004, 0.004]
+    assert [e["delay_s"] for e in retried] == [0.001, 0.002, 0.004]  # the third try is not logged
     assert {e["log_level"] for e in retried} == {"warning"}
-    assert [e["attempt"] for e in retried] == [1, 2, 3, 4]
+    assert [e["attempt"] for e in retried] == [1, 2, 4]
 
 
 async def test_a_refusal_is_waited_out_loudly() -> None:
@@ -92,3 +92,31 @@ async def test_a_stopping_daemon_gives_up_and_a_hold_passes_through() -> None:
     with pytest.raises(WritesHeld):
         await retry_while_unavailable("chunk write", held, stopping=asyncio.Event(), cfg=CFG)
     assert calls == 1
+
+
+def test_a_long_outage_is_logged_sparsely_and_a_new_error_at_once() -> None:
+    """The same error is logged on tries 1, 2, 4, …, 32, then every 60th; another error at once."""
+    same = [n for n in range(1, 241) if worth_logging(n, "index refused", "index refused")]
+    assert same == [1, 2, 4, 8, 16, 32, 60, 120, 180, 240]
+    assert worth_logging(7, "redis unavailable", "index refused")
+    assert worth_logging(1, "index refused", None)
+
+
+async def test_a_retry_loop_logs_the_tries_worth_logging_and_each_change_of_error() -> None:
+    """Ten tries of one error are logged on tries 1, 2, 4 and 8; the error that follows is logged on its first try."""
+    cfg = IngestConfig(retry_initial_s=0.0001, retry_max_s=0.0001)
+    tries = 0
+
+    async def down() -> str:
+        nonlocal tries
+        tries += 1
+        if tries <= 10:
+            raise BackendUnavailable("index refused (test)")
+        if tries == 11:
+            raise BackendUnavailable("redis unavailable (test)")
+        return "done"
+
+    with capture_logs() as logs:
+        assert await retry_while_unavailable("chunk write", down, stopping=asyncio.Event(), cfg=cfg) == "done"
+    retried = [(e["attempt"], e["error"]) for e in logs if e["event"] == "ingest.backend_retried"]
+    assert retried == [(n, "index refused (test)") for n in (1, 2, 4, 8)] + [(11, "redis unavailable (test)")]
