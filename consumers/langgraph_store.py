@@ -182,7 +182,7 @@ class MemoryStore(BaseStore):
             writing: list[str] = []
             while wanted:
                 reply = await c.get(wanted[:GET_BATCH], metadata_filter=flt or None)
-                if not reply.items:
+                if not reply.items or reply.items[0].content_truncated:
                     raise InvalidRequest(f"{wanted[0]!r} is larger than one reply may carry")
                 out.update({i.doc_id: i for i in reply.items if i.status == "found"})
                 writing += [i.doc_id for i in reply.items if i.status == "writing"]

@@ -135,13 +135,36 @@ def fit_list_reply(reply: ListReply, max_bytes: int) -> ListReply:
 
 def fit_get_reply(reply: GetReply, max_bytes: int) -> GetReply:
     """``reply``, with items left off until it fits ``max_bytes`` as JSON (``truncated`` says
-    so): off its end, or off its start for the oldest-first turns of a ``RecentReply``."""
+    so): off its end, or off its start for the oldest-first turns of a ``RecentReply``. An
+    item too large alone (the first asked for, or the newest turn) keeps the start of its
+    content, and its ``content_truncated`` says so."""
     items = list(reply.items)
     while True:
         fitted = reply.model_copy(update={"items": items, "truncated": len(items) < len(reply.items)})
-        if not items or len(json.dumps(fitted.model_dump(mode="json"))) <= max_bytes:
+        size = len(json.dumps(fitted.model_dump(mode="json")))
+        if size <= max_bytes or not items:
             return fitted
+        if len(items) == 1 and items[0].content:
+            cut = _cut_to_fit(reply, items[0], size, max_bytes)
+            if cut is not None:
+                return cut
         items.pop(0 if isinstance(reply, RecentReply) else -1)
+
+
+def _cut_to_fit(reply: GetReply, item: GetItem, size: int, max_bytes: int) -> GetReply | None:
+    """``reply`` with ``item`` alone, its content cut at the end to fit ``max_bytes``
+    (``size``: the JSON's size with all of it), or None if its other fields alone do not fit."""
+    text = item.content or ""
+    budget = len(json.dumps(text)) - (size - max_bytes) - 32  # bytes the content's JSON may take
+    keep = len(text)
+    while keep > 0:
+        # Scaled by the bytes per character of what is kept: a few rounds for any mix of scripts.
+        keep = min(keep - 1, int(keep * budget / max(len(json.dumps(text[:keep])), 1)))
+        if keep <= 0 or len(json.dumps(text[:keep])) <= budget:
+            break
+    cut = item.model_copy(update={"content": text[: max(keep, 0)], "content_truncated": True})
+    fitted = reply.model_copy(update={"items": [cut], "truncated": True})
+    return fitted if len(json.dumps(fitted.model_dump(mode="json"))) <= max_bytes else None
 
 
 def to_spec(req: QueryRequest, tenant: str = DEFAULT_TENANT) -> SearchSpec:

@@ -182,6 +182,8 @@ class GetItem(BaseModel):
     content: str | None = None
     metadata: dict[str, Any] | None = None
     timestamp: str | None = None
+    # The content's end was cut: this one item alone did not fit one Kafka record.
+    content_truncated: bool = False
 
 
 class GetReply(BaseModel):

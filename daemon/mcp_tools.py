@@ -20,7 +20,7 @@ from consumers.client import MemoryClient
 from consumers.decoding import validation_reason
 from consumers.errors import QueryFailed, WriteRejected
 from consumers.events import TranscriptEvent
-from daemon.mcp_views import ToolFailure, ack_view, item_view, next_free_turn, parse_time, result_view
+from daemon.mcp_views import ToolFailure, ack_view, holds_turn, item_view, next_free_turn, parse_time, result_view
 from memory.errors import MemdError
 
 T = TypeVar("T")
@@ -204,7 +204,7 @@ class MemoryTools:
                     # Another server process may have taken the same turn at the same moment
                     # (the later write wins): read it back, and move ours on if it lost.
                     back = (await c.get(turns=[(agent_id, session_id, n)])).items[0]
-                    if back.status != "found" or (back.content, (back.metadata or {}).get("role")) == (text, role):
+                    if back.status != "found" or holds_turn(back, text, role):
                         self._next_turn[key] = n + 1
                         return {**ack_view(receipt.ack, receipt.doc_id), "turn": n}
                     log.info("mcp.turn_taken", agent_id=agent_id, session_id=session_id, turn=n)

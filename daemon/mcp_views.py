@@ -63,8 +63,19 @@ def ack_view(ack: WriteAck | None, doc_id: str) -> dict[str, Any]:
 
 
 def item_view(item: GetItem) -> dict[str, Any]:
-    """A looked-up document, without the fields it does not have."""
-    return item.model_dump(exclude_none=True)
+    """A looked-up document, without the fields it does not have (``content_truncated`` only when true)."""
+    view = item.model_dump(exclude_none=True)
+    if not item.content_truncated:
+        del view["content_truncated"]
+    return view
+
+
+def holds_turn(item: GetItem, text: str, role: str) -> bool:
+    """Whether a turn read back is the one written (``text`` by ``role``); a turn too long
+    for one reply comes back cut, so only its start can be compared."""
+    if (item.metadata or {}).get("role") != role or item.content is None:
+        return False
+    return text.startswith(item.content) if item.content_truncated else item.content == text
 
 
 def next_free_turn(start: int, items: list[GetItem]) -> int | None:

@@ -146,7 +146,8 @@ def recent(
     for item in reply.items:
         meta = item.metadata or {}
         head = f"{item.timestamp or '?'}  {meta.get('session_id', '?')}/{meta.get('turn', '?')} {meta.get('role', '')}:"
-        out.print(Text(head, style="bold"), Text(item.content or ""))
+        cut = Text(" (cut: longer than one reply)", style="yellow") if item.content_truncated else ""
+        out.print(Text(head, style="bold"), Text(item.content or ""), cut)
 
 
 def results_view(reply: QueryReply, snippet_chars: int = 240, *, whole_lines: bool = False) -> Group:

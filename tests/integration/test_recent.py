@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from consumers.client import MemoryClient
+from consumers.config import ConsumerConfig
 from consumers.errors import QueryFailed
 from daemon.settings import Settings
 from tests.conftest import unique
@@ -18,11 +19,14 @@ from tests.helpers import daemon_and_client, isolated_settings, topic_tenancy_da
 pytestmark = pytest.mark.integration
 
 DAY = datetime(2026, 11, 20, 9, 0, tzinfo=UTC)
+REPLY_MAX_BYTES = 32_000  # small, so that one long turn or document alone does not fit a reply
 
 
 @pytest.fixture(scope="module")
 async def client(kafka_bootstrap: str, redis_url: str) -> AsyncIterator[MemoryClient]:
-    settings = isolated_settings(unique("recent"), kafka_bootstrap, redis_url)
+    name = unique("recent")
+    consumer = ConsumerConfig(group_id=name, reply_max_bytes=REPLY_MAX_BYTES)
+    settings = isolated_settings(name, kafka_bootstrap, redis_url, consumer=consumer)
     async with daemon_and_client(settings) as (_daemon, _plain), _client(settings) as memory:
         yield memory
 
@@ -108,6 +112,30 @@ async def test_turns_of_one_time_come_in_turn_order_and_a_filter_reaches_past_ne
     only = await client.recent(agent, limit=1, metadata_filter={"session_id": "old"})
     assert _said(only.items) == [("old", 0, "The oldest note.")]
     assert (await client.recent(agent, "tie", metadata_filter={"session_id": "new"})).items == []
+
+
+async def test_a_turn_or_document_too_large_for_one_reply_comes_back_cut(client: MemoryClient) -> None:
+    """A turn or a document that alone does not fit one reply keeps the start of its content,
+    and says so; a recent read keeps the newest turn over the older ones."""
+    agent = f"l-{uuid.uuid4().hex[:6]}"
+    huge = " ".join(f"Line {i}: the replica at rack {i % 7} lagged by {i} ms." for i in range(900))
+    assert len(huge) > REPLY_MAX_BYTES
+    await _say(client, agent, "s", 0, "A short first turn.", DAY)
+    await _say(client, agent, "s", 1, huge, DAY + timedelta(minutes=1))
+    reply = await client.recent(agent)
+    assert reply.truncated and [i.metadata["turn"] for i in reply.items] == [1]  # type: ignore[index]
+    item = reply.items[0]
+    assert item.content_truncated and item.content and huge.startswith(item.content)
+    assert len(item.content) > REPLY_MAX_BYTES // 2
+    doc_id = f"runbooks/{agent}.md"
+    receipt = await client.publish_document(doc_id, huge, wait=True)
+    assert receipt.ack is not None and receipt.ack.status == "indexed"
+    got = await client.get([doc_id, "runbooks/another.md"])
+    assert got.truncated and [i.doc_id for i in got.items] == [doc_id]
+    assert got.items[0].content_truncated and huge.startswith(got.items[0].content or "-")
+    short = await client.get(turns=[(agent, "s", 0)])
+    assert not short.truncated and short.items[0].content == "A short first turn."
+    assert not short.items[0].content_truncated
 
 
 async def test_recent_turns_stay_within_their_tenant(kafka_bootstrap: str, redis_url: str) -> None:

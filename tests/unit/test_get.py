@@ -61,6 +61,24 @@ def test_recent_turns_too_large_for_one_record_keep_the_newest() -> None:
     assert scope_of(b'{"query_id": "r", "op": "recent", "agent_id": "a"}') == "recent"
 
 
+@pytest.mark.parametrize("reply", [GetReply, RecentReply])
+def test_an_item_too_large_alone_keeps_the_start_of_its_content(reply: type[GetReply]) -> None:
+    """The one item left (the first asked for, the newest turn) is cut, not dropped: the reply
+    fits, keeps the start of the content, and both flags say so; an ASCII cut wastes little."""
+    items = [GetItem(doc_id=f"t{n}", status="found", content="é" * 2000 + f"{n}" * 9000) for n in range(3)]
+    fitted = fit_get_reply(reply(query_id="r", items=items, took_ms=1.0), 8000)
+    assert len(fitted.items) == 1 and fitted.truncated and fitted.items[0].content_truncated
+    kept = fitted.items[0]
+    assert kept.doc_id == ("t2" if reply is RecentReply else "t0")
+    assert kept.content and items[int(kept.doc_id[1])].content.startswith(kept.content)  # type: ignore[union-attr]
+    assert len(json.dumps(fitted.model_dump(mode="json"))) <= 8000
+    ascii_only = fit_get_reply(
+        reply(query_id="r", items=[GetItem(doc_id="d", status="found", content="x" * 9000)], took_ms=1.0), 8000
+    )
+    assert 7700 < len(json.dumps(ascii_only.model_dump(mode="json"))) <= 8000
+    assert not fit_get_reply(reply(query_id="r", items=items[:1], took_ms=1.0), 100_000).items[0].content_truncated
+
+
 @pytest.mark.parametrize(
     ("value", "says"),
     [

@@ -13,7 +13,7 @@ from consumers.events import WriteAck
 from consumers.requests import GetItem
 from daemon import mcp_tools
 from daemon.mcp_tools import MCPConfig, MemoryTools
-from daemon.mcp_views import ToolFailure, ack_view, next_free_turn, parse_time
+from daemon.mcp_views import ToolFailure, ack_view, holds_turn, item_view, next_free_turn, parse_time
 
 
 def _items(*found: bool) -> list[GetItem]:
@@ -25,6 +25,18 @@ def test_the_next_free_turn_follows_the_last_one_found() -> None:
     assert next_free_turn(0, _items(True, True, False)) == 2
     assert next_free_turn(10, _items(True, False, True, False)) == 13  # a gap is not reused
     assert next_free_turn(0, _items(True, True)) is None  # all taken: look further
+
+
+def test_a_turn_read_back_is_ours_when_its_text_and_role_match_or_it_was_cut_from_ours() -> None:
+    def back(content: str, role: str = "user", cut: bool = False) -> GetItem:
+        return GetItem(doc_id="t", status="found", content=content, metadata={"role": role}, content_truncated=cut)
+
+    assert holds_turn(back("said this"), "said this", "user")
+    assert not holds_turn(back("said that"), "said this", "user")
+    assert not holds_turn(back("said this", role="assistant"), "said this", "user")
+    assert holds_turn(back("said", cut=True), "said this", "user")  # too long for one reply: its start
+    assert not holds_turn(back("said", cut=False), "said this", "user")
+    assert "content_truncated" not in item_view(back("x")) and item_view(back("x", cut=True))["content_truncated"]
 
 
 def test_times_are_iso_8601_or_an_invalid_request() -> None:
