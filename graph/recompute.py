@@ -177,7 +177,7 @@ class Recomputer:
         good. Each delete is versioned with a fresh fencing token: a summary of the old
         community still being written (an earlier token) can no longer land after it.
         """
-        pending = await self._store.pending_drops()
+        pending = await self._store.summaries.pending_drops()
         if not pending:
             return 0
         # Under the recompute lock (``locked``: the caller holds it), so that no recompute can
@@ -190,10 +190,10 @@ class Recomputer:
     async def _drop_pending(self) -> int:
         done = 0
         live = {c.id for c in await self._store.communities()}
-        for cid in await self._store.pending_drops():
+        for cid in await self._store.summaries.pending_drops():
             if cid not in live:  # else the id came back in a later recompute: its summary is live
                 await self.delete_summary_chunk(cid, await self._store.fence())
-            await self._store.dropped(cid)
+            await self._store.summaries.dropped(cid)
             done += 1
         return done
 

@@ -159,16 +159,16 @@ class GraphService:
         """
         for cid in cids:
             mine = self._withdrawn.get(cid)
-            if mine is None or await self._store.summary_token(cid) != mine:
+            if mine is None or await self._store.summaries.token(cid) != mine:
                 token = await self._store.fence()
                 if await self._recomputer.delete_summary_chunk(cid, token):
                     # A gen no mark has: the community stays stale, queued to be summarized anew.
-                    await self._store.commit_summary(cid, token, "", None)
+                    await self._store.summaries.commit(cid, token, "", None)
                     if len(self._withdrawn) >= _WITHDRAWN_KEPT:
                         self._withdrawn.clear()
                     self._withdrawn[cid] = token
                     log.info("graph.summary_withdrawn", community_id=cid)
-            await self._store.withdrawn(cid)
+            await self._store.summaries.withdrawn(cid)
 
     async def docs_under(self, tenant: str, prefix: str) -> set[str]:
         """The docs under ``prefix`` with a contribution here (this service's store is one tenant's)."""

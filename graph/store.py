@@ -1,6 +1,7 @@
 """The entity graph in Redis: per-document contributions, applied atomically, the community
-map and summaries; ``GraphStore`` is also the façade over the stale-summary queue
-(``graph.stale_queue``) and the claims and leases (``graph.leases``).
+map; its ``summaries`` are the community summaries' records (``graph.summary_records``), and
+it is the façade over the stale-summary queue (``graph.stale_queue``) and the claims and
+leases (``graph.leases``).
 
 Every document's contribution (its entities, their chunk ids, its co-occurrence edge
 weights; ``graph.contribution``) is stored as one JSON value. Applying a change is one Lua
@@ -28,6 +29,7 @@ from graph.contribution import Contribution, ContributionResult
 from graph.errors import LeaseLost
 from graph.leases import Leases, claim_value
 from graph.stale_queue import StaleItem, StaleQueue
+from graph.summary_records import SummaryRecords
 from memory import keys
 from memory.index import translate_errors
 from memory.records import DEFAULT_TENANT
@@ -66,7 +68,7 @@ class GraphStore:
         # One hash tag per (index, tenant): a tenant's graph never shares a key with another's.
         self.prefix = keys.graph_prefix(name, tenant)
         self._apply = client.register_script(scripts.APPLY)
-        self._commit = client.register_script(scripts.COMMIT_SUMMARY)
+        self.summaries = SummaryRecords(client=client, prefix=self.prefix)
         self._stale = StaleQueue(client=client, prefix=self.prefix)
         self._leases = Leases(client=client, prefix=self.prefix)
 
@@ -299,50 +301,6 @@ class GraphStore:
                 await pipe.execute()
             except rexc.WatchError as exc:
                 raise LeaseLost("the recompute lease changed hands while its result was stored") from exc
-
-    async def commit_summary(self, cid: str, token: int, gen: str, summary: dict[str, Any] | None) -> tuple[bool, bool]:
-        """Store a summary record (``None``: drop it) and clear the mark, fenced by ``token``.
-
-        Nothing is stored when the community no longer exists or a summary of a later token
-        is already stored; the mark is cleared only if the community was not marked again
-        since ``gen``.
-
-        Returns:
-            (written, cleared).
-        """
-        fields: list[str] = []
-        for k, v in (summary or {}).items():
-            fields += [k, json.dumps(v)]
-        async with translate_errors("summary write"):
-            res = await self._commit(keys=[self._k(f"summary:{cid}")], args=[self.prefix, cid, token, gen, *fields])
-        return bool(int(res[0])), bool(int(res[1]))
-
-    async def pending_drops(self) -> list[str]:
-        """Removed communities whose summary chunks may still be in the index."""
-        async with translate_errors("graph read"):
-            return sorted(as_str(c) for c in await self._r.smembers(self._k("pending_drop")))
-
-    async def dropped(self, cid: str) -> None:
-        """A removed community's summary chunk is gone from the index."""
-        async with translate_errors("graph write"):
-            await self._r.srem(self._k("pending_drop"), cid)
-
-    async def summary_token(self, cid: str) -> int | None:
-        """The fencing token of the community's last stored summary or drop, if any."""
-        async with translate_errors("summary read"):
-            raw = await self._r.hget(self._k("summary_token"), cid)
-        return int(raw) if raw is not None else None
-
-    async def withdrawn(self, cid: str) -> None:
-        """The community's summary is out of the index: no longer awaiting withdrawal."""
-        async with translate_errors("graph write"):
-            await self._r.srem(self._k("withdraw"), cid)
-
-    async def summary(self, cid: str) -> dict[str, Any] | None:
-        """A community's summary record, if written."""
-        async with translate_errors("summary read"):
-            raw = await self._r.hgetall(self._k(f"summary:{cid}"))
-        return {as_str(k): json.loads(v) for k, v in raw.items()} if raw else None
 
     async def counter(self, name: str) -> int:
         """A graph counter (``summary_failures``, ``summaries_written``)."""

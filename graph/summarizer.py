@@ -135,7 +135,7 @@ class Summarizer:
         if not members:
             cleared = False
             if await self._recomputer.delete_summary_chunk(cid, token):
-                _, cleared = await self._store.commit_summary(cid, token, gen, None)
+                _, cleared = await self._store.summaries.commit(cid, token, gen, None)
             log.info("graph.summary_dropped", community_id=cid, reason="no live members", cleared=cleared)
             return None
         names = {m: nodes[m][0] for m in members}
@@ -198,7 +198,7 @@ class Summarizer:
         wrote = await self._index.apply(doc_id, token, [record], vectors, self._store.tenant)
         written = cleared = False
         if wrote.applied:
-            written, cleared = await self._store.commit_summary(
+            written, cleared = await self._store.summaries.commit(
                 cid, token, gen, {"text": text, "model": model, "gen": gen, "written_at": now, "level": comm.level}
             )
         if not written:

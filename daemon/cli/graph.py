@@ -93,7 +93,7 @@ def communities(
         stale_map = await g.store.is_stale([c.id for c in comms])
         rows = []
         for c in comms:
-            summary = await g.store.summary(c.id)
+            summary = await g.store.summaries.get(c.id)
             # Entities some document still names: a deleted or forgotten one leaves the community
             # only at the next recompute, and its name must not show meanwhile.
             live = sorted(await g.store.nodes(sorted(c.members)))

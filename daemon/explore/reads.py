@@ -199,7 +199,7 @@ class MemoryReads:
         if is_stale:
             _, items = await store.stale(limit=MAX_PAGE)
             item = next((i for i in items if i.community_id == cid), None)
-        return CommunityView(community, await store.summary(cid), members, item, is_stale)
+        return CommunityView(community, await store.summaries.get(cid), members, item, is_stale)
 
     async def dead_letters(self) -> list[DeadLetter]:
         """The DLQ's recent records (``ExploreConfig.dlq_records`` a partition), newest first.

@@ -193,7 +193,7 @@ async def test_edit_marks_exactly_the_touched_communities(stack: Stack) -> None:
         pass
     assert (await stack.store.stale())[0] == 0
     for cid in expected:
-        summary = await stack.store.summary(cid)
+        summary = await stack.store.summaries.get(cid)
         assert summary is not None and summary["model"] == "extractive" and summary["text"].startswith("Entities:")
 
 
@@ -480,7 +480,7 @@ async def test_a_summary_is_not_written_from_passages_an_edit_moved_before_its_g
     while await s.graph.work_once():
         pass
     talk = next(c.id for c in await s.store.communities() if any("alice" in m for m in c.members))
-    assert (await s.store.is_stale([talk]))[talk] is False and await s.store.summary(talk) is not None
+    assert (await s.store.is_stale([talk]))[talk] is False and await s.store.summaries.get(talk) is not None
 
 
 async def test_a_doc_with_a_megabyte_unbroken_string_is_indexed_and_extracted(
@@ -585,7 +585,7 @@ async def test_litellm_path_with_mock_response(
     assert "auth-service" in prompt and "session-cache" in prompt
     assert "ERR_SESSION_EXPIRED_77 means token_ttl is shorter" in prompt or "session-cache ran out of memory" in prompt
     cid = next(iter(c.id for c in await s.store.communities()))
-    summary = await s.store.summary(cid)
+    summary = await s.store.summaries.get(cid)
     assert summary is not None and summary["model"] == "gpt-4o-mini"
     assert summary["text"] == "Auth sessions expire early when session-cache evicts; raise token_ttl."
 
@@ -635,7 +635,7 @@ async def test_stale_cli_reports_the_queue(stack: Stack, redis_url: str) -> None
         await stack.delete(doc_id)
     res = subprocess.run([agentmemd, "graph", "rebuild"], env=env, capture_output=True, text=True)
     assert res.returncode == 0 and ", 0 removed" not in res.stdout, res.stdout + res.stderr
-    assert await stack.store.pending_drops() == []
+    assert await stack.store.summaries.pending_drops() == []
 
 
 async def test_refresh_replaces_only_the_same_version(redis_url: str) -> None:
@@ -737,7 +737,7 @@ async def test_a_forgotten_turn_is_not_quoted_by_a_summary_once_the_forget_is_ap
     quoting = [
         c.id
         for c in await s.store.communities()
-        if "vault code" in ((await s.store.summary(c.id)) or {}).get("text", "")
+        if "vault code" in ((await s.store.summaries.get(c.id)) or {}).get("text", "")
     ]
     assert quoting, "the summary quotes the turn"
     spec = SearchSpec(text="vault code Paris", top_k=10, kinds=("community",))
@@ -748,9 +748,9 @@ async def test_a_forgotten_turn_is_not_quoted_by_a_summary_once_the_forget_is_ap
 
     assert not any("vault code" in h.chunk.text for h in (await s.search.search(spec, "all"))[0].hits)
     for cid in quoting:
-        assert await s.store.summary(cid) is None and not await s.index.chunk_ids(COMMUNITY_PREFIX + cid)
+        assert await s.store.summaries.get(cid) is None and not await s.index.chunk_ids(COMMUNITY_PREFIX + cid)
         assert (await s.store.is_stale([cid]))[cid] is True  # queued to be written again
     while await s.graph.work_once():
         pass
-    rewritten = [(await s.store.summary(cid)) or {} for cid in quoting]
+    rewritten = [(await s.store.summaries.get(cid)) or {} for cid in quoting]
     assert any(r.get("text") for r in rewritten) and not any("vault code" in r.get("text", "") for r in rewritten)

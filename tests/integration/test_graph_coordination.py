@@ -140,7 +140,7 @@ async def test_a_summary_from_an_earlier_lease_never_replaces_a_later_one(two: D
     assert later is not None and later.cleared
     embedder.release.set()
     assert await task is None  # superseded
-    summary = await two.store.summary(cid)
+    summary = await two.store.summaries.get(cid)
     assert summary is not None and summary["gen"] == gen_b and summary["text"] == later.text
     assert await two.summary_chunk(cid) == later.text
     assert (await two.store.is_stale([cid]))[cid] is False
@@ -161,8 +161,8 @@ async def test_a_community_removed_mid_summary_does_not_come_back(two: Daemons) 
     assert await task is None
     assert cid not in {c.id for c in await two.store.communities()}
     assert await two.summary_chunk(cid) is None
-    assert await two.store.summary(cid) is None
-    assert await two.store.pending_drops() == []
+    assert await two.store.summaries.get(cid) is None
+    assert await two.store.summaries.pending_drops() == []
     # its tombstone fences late writers for a day, then goes (churn would grow them for good)
     ver_key = two.index._ver_key(await two.index._generation(), "default", COMMUNITY_PREFIX + cid)
     assert 0 < await two.client.ttl(ver_key) <= COMMUNITY_TOMBSTONE_S
@@ -184,7 +184,7 @@ async def test_a_summary_begun_before_its_community_was_removed_and_recreated_le
     (comm,) = await two.store.communities()
     await two.store.replace_communities([], changed=set(), removed={cid}, events=[], drift_seen=0, now=time.time())
     await two.store.replace_communities([comm], changed={cid}, removed=set(), events=[], drift_seen=0, now=time.time())
-    _, cleared = await two.store.commit_summary(cid, token, gen, {"text": "written for the old community"})
+    _, cleared = await two.store.summaries.commit(cid, token, gen, {"text": "written for the old community"})
     assert not cleared
     assert (await two.store.is_stale([cid]))[cid]
 
@@ -206,10 +206,10 @@ async def test_a_failed_drop_of_a_removed_summary_is_retried(two: Daemons, monke
     with pytest.raises(BackendUnavailable):
         await two.a.recompute(force=True)
     assert cid not in {c.id for c in await two.store.communities()}
-    assert await two.store.pending_drops() == [cid] and await two.summary_chunk(cid) is not None
+    assert await two.store.summaries.pending_drops() == [cid] and await two.summary_chunk(cid) is not None
     monkeypatch.setattr(two.index, "apply", real_apply)
     await two.b.work_once()
-    assert await two.summary_chunk(cid) is None and await two.store.pending_drops() == []
+    assert await two.summary_chunk(cid) is None and await two.store.summaries.pending_drops() == []
 
 
 async def test_a_re_summary_after_a_delete_names_only_live_entities(two: Daemons) -> None:
@@ -222,13 +222,13 @@ async def test_a_re_summary_after_a_delete_names_only_live_entities(two: Daemons
     await two.store.apply("doc2", 2, None)  # project-x-service is in no document any more
     assert (await two.store.is_stale([comm.id]))[comm.id] is True
     assert await two.a.work_once() == 1
-    summary = await two.store.summary(comm.id)
+    summary = await two.store.summaries.get(comm.id)
     assert summary is not None and "project-x-service" not in summary["text"]
     assert "acme-gateway" in summary["text"]
     # Every member gone: the summary is dropped, not rewritten from the member list.
     await two.store.apply("doc1", 2, None)
     await two.a.work_once()
-    assert await two.summary_chunk(comm.id) is None and await two.store.summary(comm.id) is None
+    assert await two.summary_chunk(comm.id) is None and await two.store.summaries.get(comm.id) is None
     assert (await two.store.stale())[0] == 0
 
 
@@ -277,7 +277,7 @@ async def test_a_recompute_that_lost_its_lease_stores_nothing(two: Daemons) -> N
             [stray], changed={stray.id}, removed={cid}, events=[], drift_seen=0, now=time.time(), lease=lease
         )
     assert [c.id for c in await two.store.communities()] == [cid]
-    assert await two.store.pending_drops() == []
+    assert await two.store.summaries.pending_drops() == []
     assert not await two.store.renew("recompute", lease, 60)  # nor can A extend B's lease
 
 
@@ -476,12 +476,12 @@ async def test_a_dropped_summary_still_fences_off_earlier_leases(two: Daemons) -
     cid = await one_community(two)
     early, late = await two.store.fence(), await two.store.fence()
     gen = await two.store.mark_count(cid)
-    assert await two.store.commit_summary(cid, late, gen, None) == (True, True)
-    assert await two.store.commit_summary(cid, early, gen, {"text": "ghost", "gen": gen}) == (False, False)
-    assert await two.store.summary(cid) is None
+    assert await two.store.summaries.commit(cid, late, gen, None) == (True, True)
+    assert await two.store.summaries.commit(cid, early, gen, {"text": "ghost", "gen": gen}) == (False, False)
+    assert await two.store.summaries.get(cid) is None
     newer = await two.store.fence()
-    assert (await two.store.commit_summary(cid, newer, gen, {"text": "fresh", "gen": gen}))[0]
-    assert await two.store.summary(cid) == {"text": "fresh", "gen": gen}
+    assert (await two.store.summaries.commit(cid, newer, gen, {"text": "fresh", "gen": gen}))[0]
+    assert await two.store.summaries.get(cid) == {"text": "fresh", "gen": gen}
 
 
 async def test_a_renamed_entity_takes_the_new_name(two: Daemons) -> None:

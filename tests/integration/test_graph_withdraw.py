@@ -47,7 +47,7 @@ async def _two_sessions(s: Stack) -> tuple[list[MemoryItem], MemoryItem]:
 async def _quoted(s: Stack) -> bool:
     """Whether a summary (in the index or the store) still quotes the forgotten turn."""
     hits = (await s.search.search(SPEC, "communities"))[0].hits
-    stored = [(await s.store.summary(c.id)) or {} for c in await s.store.communities()]
+    stored = [(await s.store.summaries.get(c.id)) or {} for c in await s.store.communities()]
     return any("vault code" in h.chunk.text for h in hits) or any("vault code" in r.get("text", "") for r in stored)
 
 
@@ -70,7 +70,7 @@ async def test_a_summary_being_written_from_the_forgotten_turn_is_refused(
     assert not await _quoted(s) and not await s.index.chunk_ids(COMMUNITY_PREFIX + cid)
     while await s.graph.work_once():
         pass
-    assert (await s.store.summary(cid) or {}).get("text") and not await _quoted(s)
+    assert (await s.store.summaries.get(cid) or {}).get("text") and not await _quoted(s)
 
 
 @pytest.mark.parametrize("removal", ["forget", "delete"])

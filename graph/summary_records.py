@@ -1,0 +1,74 @@
+"""The records of one graph's community summaries, under the graph's hash tag:
+
+- ``summary:<cid>``: the summary record (its text, the generation it read, …);
+- ``summary_token``: per community, the fencing token of its last stored summary or drop;
+- ``pending_drop``: removed communities whose summary chunks may still be in the index;
+- ``withdraw``: communities whose summary quotes a removed document, awaiting withdrawal.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import redis.asyncio as aredis
+
+from graph import scripts
+from memory.index import translate_errors
+from memory.schema import as_str
+
+
+class SummaryRecords:
+    """The summary records of one graph (``prefix``: its keys' prefix and hash tag)."""
+
+    def __init__(self, *, client: aredis.Redis, prefix: str) -> None:
+        self._r = client
+        self.prefix = prefix
+        self._commit = client.register_script(scripts.COMMIT_SUMMARY)
+
+    def _k(self, suffix: str) -> str:
+        return f"{self.prefix}:{suffix}"
+
+    async def commit(self, cid: str, token: int, gen: str, summary: dict[str, Any] | None) -> tuple[bool, bool]:
+        """Store a summary record (``None``: drop it) and clear the mark, fenced by ``token``.
+
+        Nothing is stored when the community no longer exists or a summary of a later token
+        is already stored; the mark is cleared only if the community was not marked again
+        since ``gen``.
+
+        Returns:
+            (written, cleared).
+        """
+        fields: list[str] = []
+        for k, v in (summary or {}).items():
+            fields += [k, json.dumps(v)]
+        async with translate_errors("summary write"):
+            res = await self._commit(keys=[self._k(f"summary:{cid}")], args=[self.prefix, cid, token, gen, *fields])
+        return bool(int(res[0])), bool(int(res[1]))
+
+    async def pending_drops(self) -> list[str]:
+        """Removed communities whose summary chunks may still be in the index."""
+        async with translate_errors("graph read"):
+            return sorted(as_str(c) for c in await self._r.smembers(self._k("pending_drop")))
+
+    async def dropped(self, cid: str) -> None:
+        """A removed community's summary chunk is gone from the index."""
+        async with translate_errors("graph write"):
+            await self._r.srem(self._k("pending_drop"), cid)
+
+    async def token(self, cid: str) -> int | None:
+        """The fencing token of the community's last stored summary or drop, if any."""
+        async with translate_errors("summary read"):
+            raw = await self._r.hget(self._k("summary_token"), cid)
+        return int(raw) if raw is not None else None
+
+    async def withdrawn(self, cid: str) -> None:
+        """The community's summary is out of the index: no longer awaiting withdrawal."""
+        async with translate_errors("graph write"):
+            await self._r.srem(self._k("withdraw"), cid)
+
+    async def get(self, cid: str) -> dict[str, Any] | None:
+        """A community's summary record, if written."""
+        async with translate_errors("summary read"):
+            raw = await self._r.hgetall(self._k(f"summary:{cid}"))
+        return {as_str(k): json.loads(v) for k, v in raw.items()} if raw else None
