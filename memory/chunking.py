@@ -147,22 +147,40 @@ def chunk_spans(text: str, offsets: Offsets, *, max_tokens: int, overlap: int) -
 _MIN_OVERLAP_CHARS = 16
 
 
-def join_chunks(texts: Sequence[str]) -> str:
-    """A doc's text again from its chunks in position order: each chunk's overlap with the one
-    before it (the longest prefix of it that ends the previous chunk, at least 16 characters)
-    is dropped; chunks with no such overlap are joined by a space.
+def join_chunks(
+    texts: Sequence[str], starts: Sequence[int | None] | None = None, gaps: Sequence[str] | None = None
+) -> str:
+    """A doc's text again from its chunks in position order.
+
+    With each chunk's ``starts`` (where it starts in the doc) and ``gaps`` (the text between
+    it and the chunk before, when they do not overlap), the join is exact: an overlap is
+    dropped by its length, a gap put back as it was. A chunk stored without its start (before
+    it was kept) is joined by its text: its overlap with the chunk before (the longest
+    prefix of it that ends the previous chunk, at least 16 characters) is dropped, and
+    chunks with no such overlap are joined by a space.
     """
     if not texts:
         return ""
-    out = texts[0]
-    for prev, nxt in itertools.pairwise(texts):
+    out = [texts[0]]
+    for k in range(1, len(texts)):
+        prev, nxt = texts[k - 1], texts[k]
+        a, b = (starts[k - 1], starts[k]) if starts is not None else (None, None)
+        if a is not None and b is not None:
+            prev_end = a + len(prev)
+            out.append(nxt[prev_end - b :] if b < prev_end else (gaps[k] if gaps is not None else "") + nxt)
+            continue
         cut = 0
-        for k in range(min(len(prev), len(nxt)), _MIN_OVERLAP_CHARS - 1, -1):
-            if prev.endswith(nxt[:k]):
-                cut = k
+        for n in range(min(len(prev), len(nxt)), _MIN_OVERLAP_CHARS - 1, -1):
+            if prev.endswith(nxt[:n]):
+                cut = n
                 break
-        out += nxt[cut:] if cut else " " + nxt
-    return out
+        out.append(nxt[cut:] if cut else " " + nxt)
+    return "".join(out)
+
+
+def span_gaps(text: str, spans: Sequence[ChunkSpan]) -> list[str]:
+    """The text between each span and the one before it, where they do not overlap ("" otherwise)."""
+    return [text[spans[k - 1].end : s.start] if k and s.start > spans[k - 1].end else "" for k, s in enumerate(spans)]
 
 
 # -- boundaries anchored to the content ----------------------------------------------------

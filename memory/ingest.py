@@ -19,7 +19,7 @@ import structlog
 from memory.activity import IngestActivity
 from memory.batch_plan import coalesce, embedding_groups
 from memory.change_hook import ChangeHook
-from memory.chunking import chunk_id, spans_for
+from memory.chunking import chunk_id, span_gaps, spans_for
 from memory.config import ChunkingConfig, IngestConfig
 from memory.conversation import vector_text
 from memory.embedder import Embedder
@@ -90,6 +90,7 @@ class Ingestor:
     def _records(self, item: MemoryItem, version: int, offsets: list[tuple[int, int]]) -> list[ChunkRecord]:
         spans = spans_for(item.content, offsets, self._chunking)
         speaker = turn_speakers(item.content, item.metadata) if item.kind == "transcript" else ""
+        gaps = span_gaps(item.content, spans)
         return [
             ChunkRecord(
                 chunk_id=chunk_id(item.doc_id, s.index),
@@ -104,8 +105,10 @@ class Ingestor:
                 timestamp=item.timestamp,
                 tenant=item.tenant,
                 speaker=speaker,
+                start=s.start,
+                gap=gap,
             )
-            for s in spans
+            for s, gap in zip(spans, gaps, strict=True)
         ]
 
     async def _chunk_all(self, items: Sequence[MemoryItem]) -> list[list[ChunkRecord]]:

@@ -63,6 +63,10 @@ class ChunkRecord:
     vector_key: str = ""
     # A transcript turn's speakers (memory.speakers.speakers_field); empty for anything else.
     speaker: str = ""
+    # Where the chunk starts in its doc's content, and the text between the chunk before and
+    # this one when they do not overlap (a blank line, a line break): the doc is read back exact.
+    start: int = 0
+    gap: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +85,8 @@ class StoredChunk:
     version: int | None = None  # the doc version the chunk was written for, None if not returned
     generation: int | None = None  # the index generation the hit came from (its key says so)
     speaker: str = ""  # a transcript turn's speakers (memory.speakers), empty where none is stored
+    start: int | None = None  # where it starts in its doc (ChunkRecord.start); None if not read or not stored
+    gap: str = ""  # the text between the chunk before and this one (ChunkRecord.gap), as read
 
 
 @dataclass(frozen=True, slots=True)

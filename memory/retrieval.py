@@ -127,7 +127,7 @@ class Retriever:
                 marker = markers.get((chunks[0].generation or 0, tenant, doc_id))
                 out.append(Lookup(doc_id, "writing" if marker is None or marker.shown is not None else "not_found"))
             else:
-                text = join_chunks([c.text for c in chunks])
+                text = _joined(chunks)
                 out.append(Lookup(doc_id, "found", tuple(chunks), text, chunks[0].version))
         return out
 
@@ -221,7 +221,7 @@ class Retriever:
             first = chunks[0]
             # Read from the hashes, exact: the slack for a search's rounded values does not apply.
             if matches(first.tags, flt) and in_time(first.timestamp, spec.since, spec.until, exact=True):
-                whole[doc_id] = dataclasses.replace(first, text=join_chunks([c.text for c in chunks]))
+                whole[doc_id] = dataclasses.replace(first, text=_joined(chunks))
         return [
             dataclasses.replace(h, context=tuple(whole[d] for d in around.get(h.chunk.chunk_id, ()) if d in whole))
             for h in hits
@@ -401,3 +401,8 @@ def _turn_order(item: Lookup) -> tuple[float, str, int]:
     first = item.chunks[0]
     ref = parse_turn(item.doc_id)
     return (first.timestamp or 0.0, ref.session if ref is not None else "", ref.turn if ref is not None else 0)
+
+
+def _joined(chunks: Sequence[StoredChunk]) -> str:
+    """A doc's content from its stored chunks (in position order), exact where they kept their starts."""
+    return join_chunks([c.text for c in chunks], [c.start for c in chunks], [c.gap for c in chunks])

@@ -39,6 +39,9 @@ _RETURN_FIELDS = (
     "speaker",
 )
 
+#: Read with a doc's chunks when the doc is read back whole (``memory.chunking.join_chunks``).
+JOIN_FIELDS = ("start", "gap")
+
 
 @dataclass(frozen=True, slots=True)
 class TurnEntry:
@@ -189,6 +192,9 @@ def _record_mapping(rec: ChunkRecord, vector: np.ndarray, analysis: Analysis) ->
         mapping["vkey"] = rec.vector_key
     if rec.speaker:  # not in the schema: read back with the hit, for the speaker list
         mapping["speaker"] = rec.speaker
+    mapping["start"] = rec.start  # these two not in the schema either: read to join a doc's chunks
+    if rec.gap:
+        mapping["gap"] = rec.gap
     for key, value in {**rec.tags, "tenant": rec.tenant}.items():
         mapping[key] = value
         mapping[hash_field(key)] = value_hash(value)
@@ -214,6 +220,8 @@ def _stored(doc: Any, tag_keys: Sequence[str]) -> StoredChunk:
         version=_int_or_none(getattr(doc, "version", None)),
         generation=keys.key_generation(as_str(getattr(doc, "id", ""))),
         speaker=as_str(getattr(doc, "speaker", "") or ""),
+        start=_int_or_none(getattr(doc, "start", None)),
+        gap=_text(getattr(doc, "gap", None)),
     )
 
 

@@ -10,7 +10,7 @@ import numpy as np
 from redis import exceptions as rexc
 
 from memory.chunking import chunk_id, chunk_position
-from memory.index.codec import TurnEntry, _float_or_none, _stored, _text, turn_terms
+from memory.index.codec import JOIN_FIELDS, TurnEntry, _float_or_none, _stored, _text, turn_terms
 from memory.index.errors import IndexError_, translate_errors
 from memory.index.lifecycle import _WATCH_RETRIES, _Lifecycle
 from memory.keys import check_tenant
@@ -96,11 +96,12 @@ class _Turns(_Lifecycle):
     async def turns(self, doc_ids: Sequence[str], tenant: str = DEFAULT_TENANT) -> dict[str, list[StoredChunk]]:
         """Each stored doc's chunks in position order, as a search leg returns them (for the
         turns around a hit and lookups by id)."""
-        rows = await self._chunk_rows(doc_ids, tenant, self._fields)
+        fields = (*self._fields, *JOIN_FIELDS)
+        rows = await self._chunk_rows(doc_ids, tenant, fields)
         out: dict[str, list[StoredChunk]] = {}
         for d, chunks in rows.items():
             found = [
-                _stored(types.SimpleNamespace(id=key, **dict(zip(self._fields, values, strict=True))), self._tag_keys)
+                _stored(types.SimpleNamespace(id=key, **dict(zip(fields, values, strict=True))), self._tag_keys)
                 for key, _, values in chunks
                 if values[0] is not None
             ]

@@ -407,7 +407,10 @@ async def test_get_looks_memories_up_by_id_within_the_tenant_and_filter(env) -> 
     """A get answers each doc or turn asked for, in order: its current version, whole content, metadata and time,
     or not_found for one never stored, deleted, outside the filter or another tenant's."""
     daemon, plain, _ = env
-    long_text = " ".join(f"Runbook step {n}: check the kestrel-gateway pool and restart it." for n in range(120))
+    # Markdown whose chunks end at blank lines and line breaks: read back exactly, not joined by spaces.
+    long_text = "\n\n".join(
+        f"## Step {n}\n\nCheck the kestrel-gateway pool and restart it.\n- then  verify\tpool {n}." for n in range(60)
+    )
     async with (
         MemoryClient(bootstrap=plain.bootstrap, topics=plain.topics, tenant=WRITER) as memory,
         MemoryClient(bootstrap=plain.bootstrap, topics=plain.topics, tenant=OTHER) as other,

@@ -150,3 +150,36 @@ def test_join_chunks_restores_what_chunk_spans_cut() -> None:
     spans = chunk_spans(text, offsets(text), max_tokens=40, overlap=8)
     assert len(spans) > 3
     assert join_chunks([s.text for s in spans]) == text
+
+
+_PIECES = ["Alpha", "beta.", "gamma!", "ERR_X_1", "\n", "\n\n", "\n\n\n", " ", "  ", "\t", "x" * 150, "naïve", "3.5"]
+
+
+@pytest.mark.parametrize("strategy", ["windows", "stable"])
+@pytest.mark.parametrize("seed", range(40))
+def test_a_doc_joins_back_exactly_from_its_chunks_starts_and_gaps(strategy: str, seed: int) -> None:
+    """Blank lines, line breaks, runs of spaces and words cut inside: with each chunk's start
+    and gap, the chunks join back to the content from the first token to the last, exactly."""
+    import random
+
+    from memory.chunking import span_gaps, spans_for
+    from memory.config import ChunkingConfig
+
+    rng = random.Random(seed)
+    parts = [rng.choice(_PIECES) for _ in range(rng.randint(1, 900))]
+    text = "".join(p if p.isspace() or not k or parts[k - 1].isspace() else " " + p for k, p in enumerate(parts))
+    offs = offsets(text)
+    if not offs:
+        return
+    size = rng.choice([16, 20, 64])
+    cfg = ChunkingConfig(strategy=strategy, max_tokens=size, overlap=rng.choice([0, 2, 3]), min_tokens=size // 2)
+    spans = spans_for(text, offs, cfg)
+    joined = join_chunks([s.text for s in spans], [s.start for s in spans], span_gaps(text, spans))
+    assert joined == text[offs[0][0] : offs[-1][1]]
+
+
+def test_chunks_stored_without_their_starts_join_as_before() -> None:
+    """A chunk written before starts were kept (start None) is joined by its text, as it always was."""
+    assert join_chunks(["no overlap here", "at all"], [None, None], ["", ""]) == "no overlap here at all"
+    assert join_chunks(["a\n", "b"], [0, 2], ["", ""]) == "a\nb"
+    assert join_chunks(["para one.", "para two."], [0, 11], ["", "\n\n"]) == "para one.\n\npara two."
