@@ -10,7 +10,7 @@ import contextlib
 import dataclasses
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterable, Sequence
 from typing import Any
 
 import structlog
@@ -176,6 +176,28 @@ _EVENT_DOCS = {
 }
 
 
+#: Records a tenant seen on its topics (``memory.tenants.TenantRegistry.saw``).
+SawTenant = Callable[[str], Awaitable[None]]
+
+
+async def _no_registry(_tenant: str) -> None:
+    return None
+
+
+async def _note_tenants(saw: SawTenant, names: Iterable[str], base: str, cfg: ConsumerConfig) -> None:
+    """In topic tenancy, record the tenants whose topics (under ``base``) ``names`` are, so their
+    topics come back if the broker loses them; a failure is logged, never the record's."""
+    if cfg.tenancy != "topic":
+        return
+    for tenant in {tenant_from_topic(name, base, "topic") for name in names}:
+        if tenant is None:
+            continue
+        try:
+            await saw(tenant)
+        except MemdError as exc:
+            log.warning("consumer.tenant_unrecorded", tenant=tenant, error=str(exc))
+
+
 def _subscribe_events(
     router: KafkaRouter,
     ingestion: Ingestion,
@@ -185,6 +207,7 @@ def _subscribe_events(
     cfg: ConsumerConfig,
     watch: AssignmentWatcher,
     seen: Callable[[str], None],
+    saw_tenant: SawTenant,
 ) -> None:
     """Add the batched subscriber of ``kind`` ("document" or "transcript") events on ``base``
     (``on_documents`` or ``on_transcripts``, by ``watch.name``) to ``router``."""
@@ -193,6 +216,7 @@ def _subscribe_events(
         seen(watch.name)
         async with watch.handling(_records(message.raw_message)) as records:
             if records:
+                await _note_tenants(saw_tenant, {r.topic for r in records}, base, cfg)
                 await ingestion.ingest(records, kind)
         seen(watch.name)  # a batch longer than idle_after_s is no idleness
 
@@ -218,6 +242,7 @@ def _subscribe_queries(
     partition_counts: PartitionCounts,
     on_query_done: Callable[[float, str], None],
     seen: Callable[[str], None],
+    saw_tenant: SawTenant,
 ) -> None:
     """Add the queries subscriber to ``router``: each request answered on its reply topic."""
     input_topics = (topics.documents, topics.transcripts, topics.requests, topics.dlq)
@@ -252,6 +277,7 @@ def _subscribe_queries(
         if expired:
             expiries.seen(record, age_ms)
         tenant = tenant_from_topic(record.topic, topics.requests, cfg.tenancy)
+        await _note_tenants(saw_tenant, (record.topic,), topics.requests, cfg)
         default_target = default_reply_topic(topics.replies, cfg.tenancy, tenant)
         target = message.reply_to or default_target
         reply: QueryReply | GetReply | ListReply | ErrorReply
@@ -321,6 +347,7 @@ def build_router(
     partition_counts: PartitionCounts,
     on_query_done: Callable[[float, str], None] = lambda _s, _o: None,
     seen: Callable[[str], None] = lambda _role: None,
+    saw_tenant: SawTenant = _no_registry,
 ) -> KafkaRouter:
     """The daemon's three subscribers: documents, transcripts (batched) and queries.
 
@@ -347,7 +374,9 @@ def build_router(
     events = (("documents", "document", topics.documents), ("transcripts", "transcript", topics.transcripts))
     for role, kind, base in events:
         watch = AssignmentWatcher(role, on_assigned, on_revoked)
-        _subscribe_events(router, ingestion, kind=kind, base=base, cfg=cfg, watch=watch, seen=seen)
+        _subscribe_events(
+            router, ingestion, kind=kind, base=base, cfg=cfg, watch=watch, seen=seen, saw_tenant=saw_tenant
+        )
     _subscribe_queries(
         router,
         search=search,
@@ -358,5 +387,6 @@ def build_router(
         partition_counts=partition_counts,
         on_query_done=on_query_done,
         seen=seen,
+        saw_tenant=saw_tenant,
     )
     return router

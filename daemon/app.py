@@ -23,7 +23,7 @@ from daemon.lost_logs import rewind_lost_logs
 from daemon.poison_sync import sync_poison
 from daemon.settings import Settings
 from daemon.status import Sampler
-from daemon.topics import ensure_contract_topics, watch_topics
+from daemon.topics import ensure_daemon_topics, watch_topics
 from graph import CommunityComputer, ScopedSearch, TenantGraphs, in_thread
 from memory.activity import IngestActivity
 from memory.attempts import AttemptCounter
@@ -35,6 +35,7 @@ from memory.ingest import Ingestor
 from memory.poison import SharedPoison
 from memory.retrieval import Retriever
 from memory.server_policies import unsafe_settings
+from memory.tenants import TenantRegistry
 
 log = structlog.get_logger()
 
@@ -100,8 +101,9 @@ async def start_daemon(
         for setting, value, fix in await unsafe_settings(redis):
             # Not refused: managed Redis may not let these be changed. Loud, and doctor fails.
             log.warning("daemon.redis_setting_flagged", setting=setting, value=value, fix=fix)
+        tenants = TenantRegistry(client=redis, name=settings.index.name)
         if settings.create_topics:
-            await ensure_contract_topics(settings, timeout_s=ready_timeout_s)
+            await ensure_daemon_topics(settings, tenants.all, timeout_s=ready_timeout_s)
         # Ingestion marks its batches here; the graph's summarizer waits for quiet moments.
         activity = IngestActivity()
         graph: TenantGraphs | None = None
@@ -205,6 +207,7 @@ async def start_daemon(
                 partition_counts=partition_counts,
                 on_query_done=status.record_query,
                 seen=backoff.seen,
+                saw_tenant=tenants.saw,
                 attempts_counter=AttemptCounter(client=redis, name=settings.index.name),
             )
         )
@@ -218,7 +221,7 @@ async def start_daemon(
         await daemon.stop()
         raise BackendUnavailable(f"consumers not assigned within {ready_timeout_s}s") from exc
     if settings.create_topics:
-        daemon.spawn(watch_topics(settings, daemon.halt), "topic-watch")
+        daemon.spawn(watch_topics(settings, tenants.all, daemon.halt), "topic-watch")
     consumer_cfg = settings.consumer
     for sub in broker.subscribers:
         role = subscriber_role(sub)

@@ -15,12 +15,14 @@ from daemon.connections import kafka_options, redis_client
 from daemon.settings import Settings
 from daemon.status import measure_lag, past_end_text
 from daemon.teardown import bounded
+from daemon.topics import tenant_topics
 from memory.errors import MemdError, NotFound
 from memory.generations import index_spec
 from memory.index import MAX_PAGE, ChunkIndex, GenerationRegistry, redis_now, translate_errors
 from memory.keys import generation_of, key_root, physical_name
 from memory.schema import compare_schema, index_schema, info_attributes, info_index_name
 from memory.server_policies import EVICTION_FIX, SAFE_EVICTION, TIMEOUT_FIX, eviction_policy, search_timeout_policy
+from memory.tenants import TenantRegistry
 
 #: Vector dimensions of the packaged model, the default; other models are checked by name only.
 PACKAGED_DIMS = 384
@@ -334,21 +336,25 @@ async def _check_kafka(settings: Settings) -> list[Finding]:
     found.append(Finding("kafka", True, f"reachable at {settings.kafka_bootstrap}"))
     t = settings.topics
     wanted = [t.replies, t.dlq]
+    tenants: list[str] = []
     if settings.consumer.tenancy == "single":
         wanted += [t.documents, t.transcripts, t.requests]
+    else:
+        tenants = await _seen_tenants(settings)
+        wanted += [name for tenant in tenants for name in tenant_topics(settings, tenant)]
     missing = [name for name in wanted if name not in topics]
     if missing:
-        found.append(
-            Finding(
-                "topics",
-                False,
-                f"missing: {', '.join(missing)}",
-                "start the daemon once (it creates them when AGENTMEM_CREATE_TOPICS is true) "
-                "or create them with your Kafka tooling",
-            )
+        lost = sorted({tenant for tenant in tenants if set(tenant_topics(settings, tenant)) - set(topics)})
+        fix = (
+            "start the daemon once (it creates them when AGENTMEM_CREATE_TOPICS is true) "
+            "or create them with your Kafka tooling"
         )
+        if lost:
+            fix += f"; a tenant's: a running daemon recreates them, or `agentmemd topics --tenant {lost[0]}`"
+        found.append(Finding("topics", False, f"missing: {', '.join(missing[:12])}", fix))
     else:
-        found.append(Finding("topics", True, f"all {len(wanted)} present"))
+        seen = f", {len(tenants)} tenants' included" if tenants else ""
+        found.append(Finding("topics", True, f"all {len(wanted)} present{seen}"))
     try:
         report = await asyncio.wait_for(measure_lag(settings), timeout=20)
         detail = ", ".join(f"{g}: lag {sum(p.values())}" for g, p in sorted(report.lag.items()))
@@ -370,6 +376,17 @@ async def _check_kafka(settings: Settings) -> list[Finding]:
             Finding("consumer groups", False, f"cannot read offsets: {exc}", "check broker ACLs for the groups")
         )
     return found
+
+
+async def _seen_tenants(settings: Settings) -> list[str]:
+    """The tenants daemons have seen (topic tenancy), or none when Redis cannot say (its own finding says why)."""
+    client = redis_client(settings)
+    try:
+        return await asyncio.wait_for(TenantRegistry(client=client, name=settings.index.name).all(), timeout=10)
+    except (MemdError, TimeoutError):
+        return []
+    finally:
+        await client.aclose()
 
 
 async def diagnose(settings: Settings) -> list[Finding]:

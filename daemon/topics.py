@@ -1,10 +1,12 @@
 """Create the contract's topics when they are missing (standard Kafka admin API only), at
-start-up and again whenever the broker has lost them, and a tenant's on an operator's command."""
+start-up and again whenever the broker has lost them, with every seen tenant's in topic
+tenancy, and a tenant's on an operator's command."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import structlog
@@ -21,7 +23,7 @@ from aiokafka.errors import (
 from consumers.encoding import tenant_topic
 from daemon.connections import kafka_options
 from daemon.settings import Settings
-from memory.errors import BackendUnavailable
+from memory.errors import BackendUnavailable, MemdError
 
 log = structlog.get_logger()
 
@@ -165,29 +167,51 @@ async def ensure_tenant_topics(settings: Settings, tenant: str, *, timeout_s: fl
         InvalidRequest: ``tenant`` is no valid tenant name.
         BackendUnavailable: the broker cannot be reached within ``timeout_s``.
     """
+    return await ensure_tenants_topics(settings, [tenant], timeout_s=timeout_s)
+
+
+async def ensure_tenants_topics(settings: Settings, tenants: Sequence[str], *, timeout_s: float) -> list[str]:
+    """``ensure_tenant_topics`` for each of ``tenants``, in one listing of the broker's topics."""
+    if not tenants:
+        return []
     configs = settings.topics.configs(
         settings.ingest.max_content_bytes, settings.topic_exchange_retention_ms, settings.topic_event_retention_ms
     )
     return await ensure_topics(
         settings.kafka_bootstrap,
-        tenant_topics(settings, tenant),
+        [name for tenant in tenants for name in tenant_topics(settings, tenant)],
         partitions=settings.topic_partitions,
         replication=settings.topic_replication,
         timeout_s=timeout_s,
         options=kafka_options(settings),
-        configs={tenant_topic(base, tenant): config for base, config in configs.items()},
+        configs={tenant_topic(base, t): config for t in tenants for base, config in configs.items()},
     )
 
 
-async def watch_topics(settings: Settings, halt: asyncio.Event) -> None:
-    """Every ``topic_check_s`` until ``halt``, recreate the contract's topics the broker lost."""
+async def ensure_daemon_topics(
+    settings: Settings, tenants: Callable[[], Awaitable[Sequence[str]]], *, timeout_s: float
+) -> list[str]:
+    """The contract's topics and, in topic tenancy, those of every tenant seen (``tenants``):
+    the missing ones created; returns those."""
+    created = await ensure_contract_topics(settings, timeout_s=timeout_s)
+    if settings.consumer.tenancy == "topic":
+        created += await ensure_tenants_topics(settings, await tenants(), timeout_s=timeout_s)
+    return created
+
+
+async def watch_topics(
+    settings: Settings, tenants: Callable[[], Awaitable[Sequence[str]]], halt: asyncio.Event
+) -> None:
+    """Every ``topic_check_s`` until ``halt``, recreate the topics the broker lost: the
+    contract's and, in topic tenancy, every seen tenant's (``tenants``)."""
     # A broker that comes back empty (tansu keeps its log in memory) has lost our topics;
-    # recreating them lets the consumers rejoin by themselves. Real Kafka keeps them.
+    # recreating them lets the consumers rejoin by themselves, and a tenant's clients find
+    # their topics again. Real Kafka keeps them.
     while not halt.is_set():
         await asyncio.sleep(settings.topic_check_s)
         try:
-            created = await ensure_contract_topics(settings, timeout_s=settings.topic_check_s)
-        except BackendUnavailable as exc:
+            created = await ensure_daemon_topics(settings, tenants, timeout_s=settings.topic_check_s)
+        except MemdError as exc:  # the broker, or Redis for the tenant list
             log.warning("daemon.broker_check_failed", error=str(exc))
             continue
         if created:

@@ -19,10 +19,10 @@ from graph.store import GraphStore
 from memory.activity import IngestActivity
 from memory.embedder import Embedder
 from memory.errors import MemdError
-from memory.index import ChunkIndex, translate_errors
-from memory.keys import tenants_key
+from memory.index import ChunkIndex
 from memory.records import DEFAULT_TENANT, ChunkRecord, MemoryItem
 from memory.retrying import pause
+from memory.tenants import TenantRegistry
 
 log = structlog.get_logger()
 
@@ -58,7 +58,7 @@ class TenantGraphs:
         self._mock = mock_llm_response
         self._services: dict[str, GraphService] = {}
         self._extraction_cache: ExtractionCache = OrderedDict()  # shared: its bound is the process's
-        self._known: set[str] = set()
+        self._tenants = TenantRegistry(client=client, name=name)
         self.stop = asyncio.Event()
 
     def service(self, tenant: str = DEFAULT_TENANT) -> GraphService:
@@ -86,17 +86,7 @@ class TenantGraphs:
 
     async def tenants(self) -> list[str]:
         """Every tenant any daemon has seen."""
-        async with translate_errors("tenant list"):
-            found = {
-                m.decode() if isinstance(m, bytes) else str(m) for m in await self._r.smembers(tenants_key(self._name))
-            }
-        return sorted(found | self._known)
-
-    async def _known_tenant(self, tenant: str) -> None:
-        if tenant not in self._known:
-            async with translate_errors("tenant list"):
-                await self._r.sadd(tenants_key(self._name), tenant)
-            self._known.add(tenant)
+        return await self._tenants.all()
 
     async def prepare(self, changes: Sequence[tuple[MemoryItem, Sequence[ChunkRecord]]]) -> list[Contribution | None]:
         """Each change's contribution, extracted per tenant in one call each; writes nothing."""
@@ -112,7 +102,7 @@ class TenantGraphs:
 
     async def apply(self, item: MemoryItem, contrib: Contribution | None) -> ContributionResult:
         """Route a prepared change to its tenant's graph."""
-        await self._known_tenant(item.tenant)
+        await self._tenants.saw(item.tenant)
         return await self.service(item.tenant).apply(item, contrib)
 
     async def docs_under(self, tenant: str, prefix: str) -> set[str]:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis.asyncio as aredis
 from structlog.testing import capture_logs
 
 from daemon.instance import Daemon
@@ -584,6 +585,31 @@ async def test_doctor_flags_a_group_committed_past_the_end_of_its_log(
     assert fell_back == ([] if offset_fetch == "admin" else sorted(report.lag)), logs
     groups = [f for f in await diagnose(settings) if f.check == "consumer groups"]
     assert len(groups) == 1 and not groups[0].ok and "committed past the end" in groups[0].detail, groups
+
+
+async def test_doctor_checks_the_topics_of_every_tenant_seen(kafka_bootstrap: str, redis_url: str) -> None:
+    """In topic tenancy, doctor checks each seen tenant's topics (a broker that lost them, as
+    tansu does on a restart, leaves its clients without a reply topic) and names the fix."""
+    from consumers.config import ConsumerConfig
+    from daemon.doctor import diagnose
+    from daemon.topics import ensure_contract_topics, ensure_tenant_topics
+    from memory.tenants import TenantRegistry
+
+    name = unique("doctor-tenants")
+    consumer = ConsumerConfig(group_id=name, tenancy="topic")
+    settings = isolated_settings(name, kafka_bootstrap, redis_url, topic_partitions=1, consumer=consumer)
+    await ensure_contract_topics(settings, timeout_s=30)
+    client = aredis.from_url(redis_url)
+    try:
+        await TenantRegistry(client=client, name=settings.index.name).saw("ghost")
+    finally:
+        await client.aclose()
+    topics = [f for f in await diagnose(settings) if f.check == "topics"]
+    assert len(topics) == 1 and not topics[0].ok, topics
+    assert f"{settings.topics.replies}.ghost" in topics[0].detail and "--tenant ghost" in topics[0].fix
+    await ensure_tenant_topics(settings, "ghost", timeout_s=30)
+    topics = [f for f in await diagnose(settings) if f.check == "topics"]
+    assert topics[0].ok and "1 tenants'" in topics[0].detail, topics
 
 
 async def test_a_taken_http_port_leaves_memory_serving(kafka_bootstrap: str, redis_url: str) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from consumers.errors import QueryFailed
 from daemon.launcher import free_port, start_redis, start_tansu
 from daemon.status import measure_lag
 from memory.config import IngestConfig
@@ -175,6 +176,68 @@ async def test_broker_restart_daemon_reconnects_by_itself(redis_url: str, tmp_pa
             await eventually(nothing_past_the_end, timeout=60, what="every group's offsets back inside the log")
         finally:
             await client.stop()
+    finally:
+        await daemon.stop()
+        broker.stop()
+
+
+async def test_a_tenants_topics_come_back_after_the_broker_lost_them(redis_url: str, tmp_path: Path) -> None:
+    """Topic tenancy: a tenant wrote through its own topics, then the broker restarts empty
+    (tansu keeps its log in memory). The daemon recreates that tenant's topics with its own,
+    so the tenant's client, which reads its own reply topic, is answered again."""
+    from consumers.client import MemoryClient
+    from consumers.config import ConsumerConfig
+    from daemon.topics import ensure_tenant_topics, tenant_topics
+    from graph.config import GraphConfig
+
+    bootstrap = f"127.0.0.1:{free_port()}"
+    broker = start_tansu(bootstrap, log_dir=tmp_path)
+    name = unique("tenant-topics-back")
+    consumer = ConsumerConfig(group_id=name, tenancy="topic", metadata_max_age_ms=500)
+    # The graph off: it records the tenants it sees too, and here ingestion alone must.
+    settings = isolated_settings(
+        name,
+        bootstrap,
+        redis_url,
+        topic_partitions=1,
+        topic_check_s=1.0,
+        consumer=consumer,
+        graph=GraphConfig(enabled=False),
+    )
+    await ensure_tenant_topics(settings, "acme", timeout_s=30)  # as `agentmemd topics --tenant acme` does
+    daemon = await start_daemon(settings)
+    try:
+        async with MemoryClient(bootstrap=bootstrap, topics=settings.topics, tenant="acme", timeout_s=60) as memory:
+            text = "Refunds over 500 euros need a second approver from finance."
+            receipt = await memory.publish_document("kb/refunds.md", text, wait=True)
+            assert receipt.ack is not None and receipt.ack.status == "indexed"
+        broker.stop()
+        await asyncio.sleep(2)
+        broker = start_tansu(bootstrap, log_dir=tmp_path)
+
+        async def tenant_topics_back() -> bool:
+            from aiokafka.admin import AIOKafkaAdminClient
+
+            admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+            try:
+                await admin.start()
+                return set(tenant_topics(settings, "acme")) <= set(await admin.list_topics())
+            except Exception:
+                return False
+            finally:
+                await admin.close()
+
+        await eventually(tenant_topics_back, timeout=60, what="the daemon recreated the tenant's topics")
+        async with MemoryClient(bootstrap=bootstrap, topics=settings.topics, tenant="acme", timeout_s=20) as memory:
+
+            async def answered() -> bool:
+                try:
+                    reply = await memory.query("who approves large refunds?", top_k=3)
+                except (TimeoutError, QueryFailed):  # the request consumer may still be rejoining
+                    return False
+                return [r.doc_id for r in reply.results][:1] == ["kb/refunds.md"]
+
+            await eventually(answered, timeout=120, what="the tenant answered again")
     finally:
         await daemon.stop()
         broker.stop()
