@@ -33,7 +33,9 @@ from consumers.encoding import (
     tenant_topic,
     turn_body,
 )
+from consumers.errors import UnknownReplyTopic
 from consumers.events import DocumentEvent, ForgetEvent, TranscriptEvent, WriteAck, forget_scope_error
+from consumers.replies import check_reply_to, own_reply_topic
 from consumers.requests import GetReply, ListReply, QueryReply
 from consumers.transport import KafkaTransport
 from memory.config import DEFAULT_MAX_CONTENT_BYTES
@@ -152,10 +154,27 @@ class MemoryClient:
         """
         return encode_event(model, payload, max_content_bytes=self._max_content_bytes)
 
-    def _topic(self, base: str, tenant: str | None) -> str:
-        """Where a call publishes: ``base`` itself, or the tenant's ``<base>.<tenant>``."""
+    def _topic(self, base: str, tenant: str | None, *, answered: bool) -> str:
+        """Where a call publishes: ``base`` itself, or the tenant's ``<base>.<tenant>``.
+
+        Raises:
+            InvalidRequest: ``answered`` (a reply or an ack is awaited), and a daemon in topic
+                tenancy would not answer the tenant's call on this client's reply topic.
+        """
         tenant = self.tenant if tenant is None else tenant
-        return base if tenant is None else tenant_topic(base, tenant)
+        if tenant is None:
+            return base
+        topic = tenant_topic(base, tenant)
+        if answered:
+            reply = self._transport.reply_topic
+            try:
+                check_reply_to(reply, (), own_reply_topic(self.topics.replies, "topic", tenant))
+            except UnknownReplyTopic as exc:
+                raise InvalidRequest(
+                    f"tenant {tenant!r} is answered on its own reply topic, and this client reads {reply!r}: "
+                    f"ask with a client built with tenant={tenant!r}, or one reading {self.topics.replies!r}"
+                ) from exc
+        return topic
 
     async def query(
         self,
@@ -191,8 +210,9 @@ class MemoryClient:
                 default (``chunks``) if None.
             tenant: ask this tenant's memory, on ``<requests topic>.<tenant>`` (for a daemon in
                 topic tenancy); None: the client's tenant, else the requests topic itself. The
-                reply still goes to this client's reply topic: a client built with ``tenant=``
-                reads its tenant's own, keeping replies off the topic every tenant reads.
+                reply goes to this client's reply topic, which the daemon allows for the
+                tenant's own (``<replies>.<tenant>``) or the shared one (a client built without
+                ``tenant=``); a client of another tenant raises ``InvalidRequest``.
             since: only memories timestamped at or after this time (naive times are UTC).
             until: only memories timestamped at or before this time.
             recency_weight: weight of the recency list (the candidates newest first; 0 off);
@@ -210,7 +230,7 @@ class MemoryClient:
                 this query waited (the next query starts a new one).
             TimeoutError: no reply within the client's timeout.
         """
-        topic = self._topic(self.topics.requests, tenant)
+        topic = self._topic(self.topics.requests, tenant, answered=True)
         payload = query_body(
             text,
             top_k=top_k,
@@ -248,7 +268,7 @@ class MemoryClient:
             QueryFailed: the daemon replied with an error (no ids, more than 100, a bad filter).
             BackendUnavailable, NotFound, TimeoutError: as for ``query``.
         """
-        topic = self._topic(self.topics.requests, tenant)
+        topic = self._topic(self.topics.requests, tenant, answered=True)
         payload = get_body(doc_ids, turns, metadata_filter, query_id)
         return GetReply.model_validate(await self._transport.ask(topic, payload))
 
@@ -269,7 +289,7 @@ class MemoryClient:
             QueryFailed: the daemon replied with an error (a limit out of range, say).
             BackendUnavailable, NotFound, TimeoutError: as for ``query``.
         """
-        topic = self._topic(self.topics.requests, tenant)
+        topic = self._topic(self.topics.requests, tenant, answered=True)
         payload = list_body(field, source_prefix, limit, offset, query_id)
         return ListReply.model_validate(await self._transport.ask(topic, payload))
 
@@ -291,7 +311,7 @@ class MemoryClient:
             QueryFailed: the daemon replied with an error (a limit out of range, say).
             BackendUnavailable, NotFound, TimeoutError: as for ``query``.
         """
-        topic = self._topic(self.topics.requests, tenant)
+        topic = self._topic(self.topics.requests, tenant, answered=True)
         payload = recent_body(agent_id, session_id, limit, metadata_filter, query_id)
         return GetReply.model_validate(await self._transport.ask(topic, payload))
 
@@ -347,7 +367,7 @@ class MemoryClient:
             doc_id, content, version=version, source=source, metadata=metadata, timestamp=timestamp
         )
         ack = await self._transport.publish(
-            self._topic(self.topics.documents, tenant), value, doc_id, wait=wait, timeout_s=timeout_s
+            self._topic(self.topics.documents, tenant, answered=wait), value, doc_id, wait=wait, timeout_s=timeout_s
         )
         return Receipt(event_id=json.loads(value)["event_id"], doc_id=doc_id, version=version, ack=ack)
 
@@ -366,7 +386,11 @@ class MemoryClient:
         payload = delete_body(doc_id, version)
         event_id = payload["event_id"]
         ack = await self._transport.publish(
-            self._topic(self.topics.documents, tenant), encode(payload), doc_id, wait=wait, timeout_s=timeout_s
+            self._topic(self.topics.documents, tenant, answered=wait),
+            encode(payload),
+            doc_id,
+            wait=wait,
+            timeout_s=timeout_s,
         )
         return Receipt(event_id=event_id, doc_id=doc_id, version=version, ack=ack)
 
@@ -389,7 +413,7 @@ class MemoryClient:
         payload = turn_body(agent_id, session_id, turn, content, role, metadata, timestamp)
         event_id = payload["event_id"]
         value = self.check_event(TranscriptEvent, payload)
-        topic = self._topic(self.topics.transcripts, tenant)
+        topic = self._topic(self.topics.transcripts, tenant, answered=wait)
         ack = await self._transport.publish(topic, value, f"{agent_id}/{session_id}", wait=wait, timeout_s=timeout_s)
         doc_id = TranscriptEvent.model_validate_json(value).doc_id
         return Receipt(event_id=event_id, doc_id=doc_id, version=None, ack=ack)
@@ -418,7 +442,7 @@ class MemoryClient:
         payload = forget_body(agent_id, session_id)
         event_id = payload["event_id"]
         key = agent_id if session_id is None else f"{agent_id}/{session_id}"
-        topic = self._topic(self.topics.transcripts, tenant)
+        topic = self._topic(self.topics.transcripts, tenant, answered=wait)
         ack = await self._transport.publish(topic, encode(payload), key, wait=wait, timeout_s=timeout_s)
         prefix = ForgetEvent.model_validate(payload).to_item(()).doc_id  # the turns' common prefix
         return Receipt(event_id=event_id, doc_id=prefix, version=None, ack=ack)

@@ -73,6 +73,11 @@ class KafkaTransport:
         # would each start a consumer, and only the last would ever be stopped.
         self._reader_lock = asyncio.Lock()
 
+    @property
+    def reply_topic(self) -> str:
+        """The topic this transport reads replies and acks on."""
+        return self._reply_topic
+
     async def start(self) -> None:
         """Connect the producer.
 

@@ -119,3 +119,21 @@ def test_a_filter_on_a_number_or_a_boolean_is_sent_as_its_stored_tag_value() -> 
 
     body = recent_body("a", None, 5, {"team": 5, "flag": True, "any": [1.5, "x", False]}, "q")
     assert body["metadata_filter"] == {"team": "5", "flag": "true", "any": ["1.5", "x", "false"]}
+
+
+async def test_a_call_for_another_tenant_than_the_clients_own_is_refused_before_it_is_sent() -> None:
+    """A daemon in topic tenancy answers a tenant only on its own or the shared reply topic: a
+    client of tenant acme asking for globex would wait for a reply that never comes here."""
+    from memory.errors import InvalidRequest
+
+    acme = MemoryClient(bootstrap="127.0.0.1:1", tenant="acme")
+    with pytest.raises(
+        InvalidRequest, match=r"tenant 'globex' is answered on its own reply topic.*memory\.replies\.acme"
+    ):
+        await acme.query("refunds", tenant="globex")
+    with pytest.raises(InvalidRequest, match="tenant 'globex'"):
+        await acme.publish_document("kb/a.md", "text", tenant="globex", wait=True)
+    assert acme._topic("memory.documents", "globex", answered=False) == "memory.documents.globex"  # no reply awaited
+    assert acme._topic("memory.requests", None, answered=True) == "memory.requests.acme"
+    operator = MemoryClient(bootstrap="127.0.0.1:1")  # reads the shared reply topic, which any tenant may use
+    assert operator._topic("memory.requests", "globex", answered=True) == "memory.requests.globex"
