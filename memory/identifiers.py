@@ -67,12 +67,14 @@ def _hyphenated(text: str) -> list[tuple[int, int]]:
     """Spans of the hyphen-joined identifiers of ``text``, in order, not overlapping.
 
     One needs a letter (``2024-01-15`` is a date) and must not start with a label
-    (``HTTP-504`` stays ``http504`` and ``504``, as before).
+    (``HTTP-504`` stays ``http504`` and ``504``, as before). A single letter is no label, even
+    one that is a stopword alone: ``T-1001`` is a ticket, as ``B-12`` is a vitamin.
     """
     spans = []
     for m in _HYPHENATED.finditer(text):
         raw = m.group(0)
-        if any(c.isalpha() for c in raw) and normalize_identifier(raw.split("-", 1)[0]) not in _NOT_IDENTIFIERS:
+        label = normalize_identifier(raw.split("-", 1)[0])
+        if any(c.isalpha() for c in raw) and (len(label) == 1 or label not in _NOT_IDENTIFIERS):
             spans.append(m.span())
     return spans
 

@@ -7,7 +7,6 @@ as JSON, timestamps and the float32 vector. Reads turn a search hit back into a 
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 from collections.abc import Callable, Mapping, Sequence
@@ -90,11 +89,37 @@ def turn_terms(text: str, context: str, timestamp: float) -> str:
     return matching_terms(_analysis(text).terms, [index_terms(date_words(timestamp)), index_terms(context)])
 
 
+@functools.lru_cache(maxsize=4096)
+def _value_identifiers(values: str) -> tuple[str, ...]:
+    return tuple(identifiers(values, limit=_METADATA_IDENTIFIERS))
+
+
+#: Most identifiers a chunk takes from its metadata (its ticket, session or incident ids).
+_METADATA_IDENTIFIERS = 32
+
+
+def with_metadata_identifiers(idents: str, metadata: Mapping[str, Any]) -> str:
+    """A chunk's ``idents``, then the identifiers its metadata's text values name that its
+    text does not: a turn of session ``INC-4411`` or a doc with ``ticket: T-1002`` is found
+    by that id, though its text never writes it."""
+    texts = [v for v in metadata.values() if isinstance(v, str)]
+    texts += [x for v in metadata.values() if isinstance(v, list) for x in v if isinstance(x, str)]
+    if not texts:
+        return idents
+    # One value a line: an identifier never runs from one value into the next.
+    extra = [t for t in _value_identifiers("\n".join(texts)) if t not in idents.split()]
+    return " ".join([idents, *extra]) if idents else " ".join(extra)
+
+
 def analyze_records(chunks: Sequence[ChunkRecord]) -> list[Analysis]:
-    """:func:`analyze` for chunk records: a transcript turn's terms also hold its context's."""
+    """:func:`analyze` for chunk records: a transcript turn's terms also hold its context's,
+    and every chunk's identifiers those of its metadata (``with_metadata_identifiers``)."""
     out = analyze([c.text for c in chunks])
     return [
-        dataclasses.replace(a, terms=turn_terms(c.text, c.context, c.timestamp)) if c.kind == "transcript" else a
+        Analysis(
+            turn_terms(c.text, c.context, c.timestamp) if c.kind == "transcript" else a.terms,
+            with_metadata_identifiers(a.idents, c.metadata),
+        )
         for a, c in zip(out, chunks, strict=True)
     ]
 
@@ -112,7 +137,13 @@ def _reanalyzed(mapping: dict[Any, Any]) -> dict[Any, Any]:
         context = as_str(mapping[fields["context"]]) if "context" in fields else ""
         terms = turn_terms(text, context, float(as_str(mapping[fields["ts"]])) if "ts" in fields else 0.0)
     out[fields.get("terms", "terms")] = terms
-    out[fields.get("idents", "idents")] = analysis.idents
+    try:
+        metadata = json.loads(as_str(mapping[fields["metadata"]])) if "metadata" in fields else {}
+    except ValueError:
+        metadata = {}
+    out[fields.get("idents", "idents")] = with_metadata_identifiers(
+        analysis.idents, metadata if isinstance(metadata, dict) else {}
+    )
     return out
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -276,6 +277,23 @@ async def test_an_identifier_typed_in_lower_case_finds_its_chunk(stack) -> None:
         by_doc = {h.chunk.doc_id: h.ranks for h in out.hits}
         assert out.hits and out.hits[0].chunk.doc_id == "lc/a.md", (typed, by_doc)
         assert by_doc["lc/a.md"].get("identifier") == 1 and "identifier" not in by_doc.get("lc/b.md", {}), by_doc
+
+
+async def test_an_id_only_the_metadata_names_is_found_by_the_identifier_leg(stack) -> None:
+    """A support turn whose ticket id is only in its metadata (``ticket: T-1002``), beside one
+    of another ticket: asked for T-1002, the identifier leg finds the first and not the second."""
+    _, ingestor, retriever = stack
+    said = "The customer asked again when the refund lands; I promised Friday."
+    await ingestor.apply(
+        [
+            dataclasses.replace(item("md/t1002", text=said), metadata={"ticket": "T-1002", "customer": "Northwind"}),
+            dataclasses.replace(item("md/t1003", text=said), metadata={"ticket": "T-1003", "customer": "Contoso"}),
+        ]
+    )
+    out = await retriever.search(SearchSpec(text="what did we say on T-1002?", top_k=2))
+    by_doc = {h.chunk.doc_id: h.ranks for h in out.hits}
+    assert out.hits[0].chunk.doc_id == "md/t1002" and by_doc["md/t1002"].get("identifier") == 1, by_doc
+    assert "identifier" not in by_doc.get("md/t1003", {}), by_doc
 
 
 async def test_a_time_range_filters_every_leg_before_fusion(stack) -> None:

@@ -66,6 +66,10 @@ def test_calls_and_long_identifiers() -> None:
         # a date is no identifier; a label in front keeps the status code
         ("on 2024-01-15", []),
         ("HTTP-504 again", ["504", "http504"]),
+        # a single letter is no label, even a stopword alone ("t", "a")
+        ("ticket T-1001 reopened", ["t1001"]),
+        ("the A-380 and S-100", ["a380", "s100"]),
+        ("Plan A-1 or T-cells", []),
         # lower-case compounds stay words
         ("the billing-service on db-01.prod sent e-mail", []),
     ],
@@ -137,3 +141,13 @@ def test_query_identifiers_agree_with_the_documents_spelling() -> None:
         ("PoolTimeoutError2", "pooltimeouterror2"),
     ):
         assert set(identifiers(doc)) & set(query_identifiers(query)), (doc, query)
+
+
+def test_a_chunk_takes_the_identifiers_its_metadata_names() -> None:
+    """A ticket or session id in the metadata is an identifier of the chunk, once, after its text's."""
+    from memory.index.codec import with_metadata_identifiers
+
+    metadata = {"ticket": "T-1002", "session_id": "INC-4411", "turn": 3, "tags": ["RF-88231", "billing"], "x": "t1001"}
+    assert with_metadata_identifiers("t1001 err42", metadata) == "t1001 err42 t1002 inc4411 rf88231"
+    assert with_metadata_identifiers("", {"service": "billing", "env": "production"}) == ""
+    assert with_metadata_identifiers("", {"a": "ABC", "b": "-9999"}) == ""  # never joined into one (ABC-9999)
