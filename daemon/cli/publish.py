@@ -51,11 +51,28 @@ def _read_text(path: Path) -> str:
         InvalidEvent: not UTF-8 text, or unreadable.
     """
     try:
-        return path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         raise InvalidEvent(f"{path} is not UTF-8 text (byte {exc.start}): only text files can be published") from exc
     except OSError as exc:
         raise InvalidEvent(f"{path} cannot be read: {exc.strerror or exc}") from exc
+    if (at := binary_at(text)) is not None:
+        raise InvalidEvent(f"{path} looks binary (a control character at {at}): only text files can be published")
+    return text
+
+
+#: Control characters that text files hold: tab, line feed, form feed, carriage return (and ESC, of ANSI colours).
+_TEXT_CONTROLS = frozenset("\t\n\f\r\x1b")
+
+
+def binary_at(text: str) -> int | None:
+    """Where a NUL, or the first of the control characters making up over 1 % of the first
+    8,192 characters, sits: what valid UTF-8 that is no text file holds (a PDF, an archive)."""
+    if (nul := text.find("\x00")) >= 0:
+        return nul
+    head = text[:8192]
+    odd = [i for i, c in enumerate(head) if c < " " and c not in _TEXT_CONTROLS]
+    return odd[0] if odd and len(odd) * 100 > len(head) else None
 
 
 @publish_app.command("doc")

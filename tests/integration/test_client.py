@@ -517,9 +517,19 @@ async def test_cli_publish_refuses_a_binary_or_empty_file_before_sending_any(env
     good.write_text("The heron-sync job logs HRN_SYNC_42 on retry.", encoding="utf-8")
     binary.write_bytes(b"\x7fELF\x02\x01\x01\x00" + bytes(range(128, 256)))
     empty.write_text("", encoding="utf-8")
+    # Valid UTF-8, yet no text: a NUL, or control characters throughout (a PDF's streams).
+    nul, pdf = tmp_path / "nul.md", tmp_path / "report.pdf"
+    nul.write_bytes(b"\x00\x01binary")
+    pdf.write_bytes(b"%PDF-1.4\n" + bytes(range(1, 128)) * 4)
     topic = f"{settings.topics.documents}.{WRITER}"
     before = await _total_end_offset(plain, topic)
-    for bad, why in ((binary, "is not UTF-8 text"), (empty, "content is empty")):
+    bad_files = (
+        (binary, "is not UTF-8 text"),
+        (empty, "content is empty"),
+        (nul, "looks binary"),
+        (pdf, "looks binary"),
+    )
+    for bad, why in bad_files:
         rc, _out, err = await _agentmemd(settings, "publish", "doc", str(good), str(bad), "--tenant", WRITER)
         assert rc == 1 and why in err and bad.name in err and "Traceback" not in err, (bad, rc, err)
     assert await _total_end_offset(plain, topic) == before, "a file was sent before the bad one was found"
