@@ -189,8 +189,8 @@ class MemoryClient:
         identifier_weight: float | None = None,
         scope: Literal["chunks", "communities", "all"] | None = None,
         tenant: str | None = None,
-        since: datetime | None = None,
-        until: datetime | None = None,
+        since: datetime | str | None = None,
+        until: datetime | str | None = None,
         recency_weight: float | None = None,
         context_turns: int = 0,
         speaker_weight: float | None = None,
@@ -213,8 +213,9 @@ class MemoryClient:
                 reply goes to this client's reply topic, which the daemon allows for the
                 tenant's own (``<replies>.<tenant>``) or the shared one (a client built without
                 ``tenant=``); a client of another tenant raises ``InvalidRequest``.
-            since: only memories timestamped at or after this time (naive times are UTC).
-            until: only memories timestamped at or before this time.
+            since: only memories timestamped at or after this time: a datetime (naive: UTC),
+                an ISO 8601 string, or an age before now (``"24h"``, ``"7d"``).
+            until: only memories timestamped at or before this time (as ``since``).
             recency_weight: weight of the recency list (the candidates newest first; 0 off);
                 the daemon's default (0) if None.
             context_turns: also return this many turns before and after each transcript

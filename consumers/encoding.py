@@ -4,10 +4,11 @@ checks of an event, run before it is sent (the counterpart of ``consumers.decodi
 from __future__ import annotations
 
 import json
+import re
 import unicodedata
 import uuid
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from consumers.config import event_record_bytes
@@ -20,6 +21,32 @@ from memory.filters import tag_text
 def iso(t: datetime) -> str:
     """ISO 8601 for the wire; a naive time is UTC, as the daemon reads it."""
     return (t if t.tzinfo is not None else t.replace(tzinfo=UTC)).isoformat()
+
+
+_AGE = re.compile(r"(\d{1,9})([smhdw])")
+_AGE_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def when(value: datetime | str | None, what: str, *, now: datetime | None = None) -> datetime | None:
+    """A time argument (``since``, ``until``) as every client surface takes it: a datetime, an
+    ISO 8601 time (naive: UTC), or an age before ``now`` (``90m``, ``24h``, ``7d``, ``2w``).
+
+    Raises:
+        InvalidRequest: none of these, naming ``what``.
+    """
+    if value is None or isinstance(value, datetime):
+        return value
+    text = value.strip()
+    if not text:
+        return None
+    if age := _AGE.fullmatch(text):
+        return (now or datetime.now(UTC)) - timedelta(**{_AGE_UNITS[age.group(2)]: int(age.group(1))})
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        raise InvalidRequest(
+            f"{what} takes an ISO 8601 time (2026-11-24T09:00:00Z) or an age (90m, 24h, 7d, 2w), got {value!r}"
+        ) from None
 
 
 def encode(payload: Mapping[str, Any]) -> bytes:
@@ -94,12 +121,16 @@ def query_body(
     rrf_k: int | None,
     query_id: str | None,
     scope: str | None,
-    since: datetime | None,
-    until: datetime | None,
+    since: datetime | str | None,
+    until: datetime | str | None,
     context_turns: int,
     speaker_weight: float | None = None,
 ) -> dict[str, Any]:
-    """A query request's body; ``MemoryClient.query`` documents the arguments."""
+    """A query request's body; ``MemoryClient.query`` documents the arguments.
+
+    Raises:
+        InvalidRequest: ``since`` or ``until`` is no time (see ``when``).
+    """
     hybrid: dict[str, Any] = {}
     if dense_weight is not None:
         hybrid["dense_weight"] = dense_weight
@@ -126,7 +157,8 @@ def query_body(
         payload["scope"] = scope
     if context_turns:
         payload["context_turns"] = context_turns
-    window = {name: iso(t) for name, t in (("since", since), ("until", until)) if t is not None}
+    times = {name: when(t, name) for name, t in (("since", since), ("until", until))}
+    window = {name: iso(t) for name, t in times.items() if t is not None}
     if window:
         payload["time_range"] = window
     return payload

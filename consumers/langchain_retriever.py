@@ -6,17 +6,20 @@ imports this module.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, Literal
 
 from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, ValidationInfo, field_validator
 
 from consumers.client import MemoryClient
+from consumers.encoding import when
 from consumers.requests import QueryReply, ResultItem
 from consumers.threaded_client import ThreadedClient
 from memory.conversation import MAX_CONTEXT_TURNS
+from memory.errors import InvalidRequest
 
 #: Result fields copied into each Document's metadata (they win over a memory's own keys of the same name).
 RESULT_FIELDS = ("doc_id", "chunk_id", "source", "kind", "timestamp")
@@ -37,7 +40,8 @@ def to_document(result: ResultItem) -> Document:
 class MemoryRetriever(BaseRetriever):
     """Documents from agentmemd's hybrid search (BM25 + vector, fused), best first."""
 
-    model_config = ConfigDict(arbitrary_types_allowed=True)
+    # A mistyped argument is an error, not a setting silently ignored.
+    model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
 
     client: ThreadedClient
     """The connection (its ``MemoryClient`` settings carry the tenant)."""
@@ -47,8 +51,25 @@ class MemoryRetriever(BaseRetriever):
     scope: Literal["chunks", "communities", "all"] = "chunks"
     dense_weight: float | None = None
     sparse_weight: float | None = None
+    identifier_weight: float | None = None
+    recency_weight: float | None = None
+    speaker_weight: float | None = None
+    """Each leg's or list's weight (docs/contract.md); None: the daemon's default."""
+    since: datetime | str | None = None
+    until: datetime | str | None = None
+    """Only memories recorded in this window: a datetime, an ISO 8601 string, or an age such as
+    ``"7d"`` (read anew at each call: the last seven days)."""
     context_turns: int = Field(0, ge=0, le=MAX_CONTEXT_TURNS)
     """Each conversation turn also brings this many turns before and after it (``metadata["context"]``)."""
+
+    @field_validator("since", "until")
+    @classmethod
+    def _a_time(cls, value: datetime | str | None, info: ValidationInfo) -> datetime | str | None:
+        try:
+            when(value, info.field_name or "time")  # refused now, not at the first question
+        except InvalidRequest as exc:
+            raise ValueError(str(exc)) from None
+        return value
 
     async def _ask(self, c: MemoryClient, query: str) -> QueryReply:
         return await c.query(
@@ -58,6 +79,11 @@ class MemoryRetriever(BaseRetriever):
             scope=self.scope,
             dense_weight=self.dense_weight,
             sparse_weight=self.sparse_weight,
+            identifier_weight=self.identifier_weight,
+            recency_weight=self.recency_weight,
+            speaker_weight=self.speaker_weight,
+            since=self.since,
+            until=self.until,
             context_turns=self.context_turns,
         )
 

@@ -90,7 +90,10 @@ def parse_request(raw: bytes | None) -> Request:
         InvalidRequest: malformed JSON or UTF-8, or a schema error, with the reason.
     """
     op = (_peek(raw) or {}).get("op")
-    model: type[Request] = _REQUEST_OPS[op] if isinstance(op, str) and op in _REQUEST_OPS else QueryRequest
+    if op is not None and not (isinstance(op, str) and op in _REQUEST_OPS):
+        shown = repr(op[:40]) if isinstance(op, str) else f"of type {type(op).__name__}"
+        raise InvalidRequest(f"unknown op {shown}: a request is a search (no op), or has op get, recent or list")
+    model: type[Request] = _REQUEST_OPS[op] if op is not None else QueryRequest
     try:
         return parse_event(raw, model)
     except (ValueError, ValidationError) as exc:

@@ -41,7 +41,7 @@ SEARCH = (
     "filters: exact metadata matches, e.g. {'agent_id': 'a1'} or {'kind': ['document', 'transcript']} "
     "(only keys the daemon indexes: an unknown key is an invalid_request error naming the allowed ones); "
     "scope: 'chunks' (default), 'communities' (graph summaries of related memories) or 'all'; "
-    "since/until: ISO 8601 times bounding when the memory was recorded; "
+    "since/until: ISO 8601 times, or ages such as '24h' or '7d', bounding when the memory was recorded; "
     "context_turns 0..10: each conversation turn found also comes with that many turns before and after it "
     "in its session (context), so you read the exchange, not a fragment. "
     "Returns results with text, score, source, doc_id, kind, metadata and timestamp (and context)."

@@ -6,8 +6,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from consumers.encoding import when
 from consumers.events import WriteAck
 from consumers.requests import GetItem, ResultItem
+from memory.errors import InvalidRequest
 
 
 class ToolFailure(Exception):
@@ -19,19 +21,15 @@ class ToolFailure(Exception):
 
 
 def parse_time(value: str | None, what: str) -> datetime | None:
-    """An ISO 8601 argument (``since``/``until``), naive meaning UTC.
+    """A time argument (``since``/``until``): ISO 8601 (naive meaning UTC) or an age (``24h``, ``7d``).
 
     Raises:
-        ToolFailure: ``invalid_request``, it is no ISO 8601 time.
+        ToolFailure: ``invalid_request``, it is neither.
     """
-    if value is None or value == "":
-        return None
     try:
-        return datetime.fromisoformat(value)
-    except ValueError:
-        raise ToolFailure(
-            "invalid_request", f"{what} must be an ISO 8601 time such as 2026-01-31T12:00:00Z, got {value!r}"
-        ) from None
+        return when(value, what)
+    except InvalidRequest as exc:
+        raise ToolFailure("invalid_request", str(exc)) from None
 
 
 def result_view(r: ResultItem) -> dict[str, Any]:

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import re
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
 import typer
@@ -12,27 +11,21 @@ from rich.padding import Padding
 from rich.text import Text
 
 from consumers.client import MemoryClient
+from consumers.encoding import when
 from consumers.errors import QueryFailed
 from consumers.requests import ContextTurn, GetReply, QueryReply
 from daemon.cli._app import _settings, app, out
 from daemon.cli._client import _pairs, _tenant_target, _with_client
 from memory.conversation import MAX_CONTEXT_TURNS, MAX_RECENT_TURNS, parse_turn
-
-_AGO = re.compile(r"(\d+)([smhdw])")
-_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+from memory.errors import InvalidRequest
 
 
 def _when(value: str | None, what: str) -> datetime | None:
     """``--since``/``--until``: an ISO 8601 time (UTC without a zone) or an age (``90m``, ``24h``, ``7d``)."""
-    if value is None:
-        return None
-    ago = _AGO.fullmatch(value.strip())
-    if ago:
-        return datetime.now(UTC) - timedelta(**{_UNITS[ago.group(2)]: int(ago.group(1))})
     try:
-        return datetime.fromisoformat(value)
-    except ValueError:
-        raise typer.BadParameter(f"{what} takes an ISO 8601 time or an age such as 24h or 7d, got {value!r}") from None
+        return when(value, what)
+    except InvalidRequest as exc:
+        raise typer.BadParameter(str(exc)) from None
 
 
 @app.command()

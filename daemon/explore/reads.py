@@ -13,9 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
-
-from consumers.queries import to_spec
+from consumers.encoding import iso, when
+from consumers.queries import parse_request, to_spec
 from consumers.requests import QueryRequest
 from daemon.explore.dlq import DeadLetter, DlqCache, recent_dead_letters
 from daemon.explore.views_ask import AskForm, leg_only_ids, parse_filters
@@ -140,30 +139,32 @@ class MemoryReads:
             BackendUnavailable: Redis is unreachable.
         """
         body: dict[str, Any] = {"query_id": "explore", "search_text": form.q, "scope": form.scope}
-        try:
-            body["top_k"] = int(form.k or "10")
-            hybrid: dict[str, Any] = {}
-            for name, value in (
-                ("dense_weight", form.dense),
-                ("sparse_weight", form.sparse),
-                ("identifier_weight", form.identifier),
-                ("recency_weight", form.recency),
-                ("speaker_weight", form.speaker),
-            ):
-                if value.strip():
-                    hybrid[name] = float(value)
-            if form.rrf_k.strip():
-                hybrid["rrf_k_constant"] = int(form.rrf_k)
-            body["hybrid_params"] = hybrid
-            if form.filters.strip():
+        body["top_k"] = _number(form.k or "10", "k (results)", int)
+        hybrid: dict[str, Any] = {}
+        for name, value in (
+            ("dense_weight", form.dense),
+            ("sparse_weight", form.sparse),
+            ("identifier_weight", form.identifier),
+            ("recency_weight", form.recency),
+            ("speaker_weight", form.speaker),
+        ):
+            if value.strip():
+                hybrid[name] = _number(value, name, float)
+        if form.rrf_k.strip():
+            hybrid["rrf_k_constant"] = _number(form.rrf_k, "rrf_k", int)
+        body["hybrid_params"] = hybrid
+        if form.filters.strip():
+            try:
                 body["metadata_filter"] = parse_filters(form.filters)
-            if form.since.strip() or form.until.strip():
-                body["time_range"] = {
-                    k: v.strip() for k, v in (("since", form.since), ("until", form.until)) if v.strip()
-                }
-            req = QueryRequest.model_validate_json(json.dumps(body))
-        except (ValueError, ValidationError) as exc:
-            raise InvalidRequest(str(exc)) from exc
+            except ValueError as exc:
+                raise InvalidRequest(str(exc)) from exc
+        times = {name: when(value, name) for name, value in (("since", form.since), ("until", form.until))}
+        if window := {name: iso(t) for name, t in times.items() if t is not None}:
+            body["time_range"] = window
+        # The Kafka handler's own parsing: its reasons, not pydantic's dump.
+        req = parse_request(json.dumps(body).encode())
+        if not isinstance(req, QueryRequest):
+            raise InvalidRequest("the explorer asks searches only")
         spec = to_spec(req, tenant)
         outcome, stale = await self._search.search(spec, req.scope)
         weights, rrf_k = self._retriever.weights(spec)
@@ -222,3 +223,15 @@ class MemoryReads:
     def now(self) -> float:
         """The clock the pages' ages are measured by."""
         return time.time()
+
+
+def _number(value: str, what: str, kind: type[int] | type[float]) -> Any:
+    """A form field as a number.
+
+    Raises:
+        InvalidRequest: it is none, naming the field.
+    """
+    try:
+        return kind(value.strip())
+    except ValueError:
+        raise InvalidRequest(f"{what} is no {'whole ' if kind is int else ''}number: {value!r}") from None

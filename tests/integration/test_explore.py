@@ -265,6 +265,13 @@ async def test_ask_shows_each_legs_rank_beside_the_fused_score(env: Env) -> None
     assert 'name="speaker"' in dom  # the speaker list's weight, beside the legs'
     _, refused, _ = await get(env.base + f"/explore/ask?{params}&speaker=-1")
     assert "speaker_weight" in refused  # passed on as the contract's hybrid_params.speaker_weight
+    # A mistyped field is named in words, not as Python's or pydantic's own text; an age is a time.
+    asked = urllib.parse.urlencode({"tenant": "acme", "q": query})
+    for bad, says in (("k=abc", "k (results) is no whole number: &#x27;abc&#x27;"), ("since=yesterday", "since takes")):
+        _, body, _ = await get(env.base + f"/explore/ask?{asked}&{bad}")
+        assert says in body and "pydantic" not in body and "invalid literal" not in body, body[-1500:]
+    _, aged, _ = await get(env.base + f"/explore/ask?{params}&since=3650d")
+    assert 'id="results"' in aged and 'id="error"' not in aged and "since takes" not in aged
 
 
 async def test_the_graph_shows_a_stale_community_and_why(env: Env) -> None:

@@ -11,6 +11,7 @@ import hashlib
 import math
 import uuid
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypedDict
 
 import pytest
@@ -20,6 +21,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 from langgraph.store.base import BaseStore, Item, PutOp
 from langgraph.store.memory import InMemoryStore
+from pydantic import ValidationError
 
 from consumers.client import MemoryClient
 from consumers.errors import QueryFailed
@@ -219,6 +221,26 @@ async def test_the_retriever_in_a_runnable_chain(settings: Settings, threaded: T
         assert first.metadata["owner"] == "alice" and first.metadata["service"] == "ledger-service"
         assert first.metadata["kind"] == "document" and first.metadata["score"] > 0
         assert "context" not in first.metadata
+
+
+async def test_the_retriever_takes_a_time_window_and_refuses_what_it_does_not_know(
+    settings: Settings, threaded: ThreadedClient
+) -> None:
+    """``since`` as an age keeps last week's note and drops last year's; a mistyped argument
+    or a time it cannot read is an error when the retriever is built, not ignored."""
+    run = uuid.uuid4().hex[:8]
+    now = datetime.now(UTC)
+    async with MemoryClient(bootstrap=settings.kafka_bootstrap, topics=settings.topics, timeout_s=20) as c:
+        for doc, age in ((f"lc/{run}/old.md", timedelta(days=400)), (f"lc/{run}/new.md", timedelta(days=2))):
+            text = f"Quokka rota {run}: who holds the pager this week."
+            await c.publish_document(doc, text, source=f"lc/{run}/", timestamp=now - age, wait=True)
+    recent = MemoryRetriever(client=threaded, top_k=5, since="7d", sparse_weight=1.0, identifier_weight=0.0)
+    docs = await recent.ainvoke(f"quokka rota {run} pager")
+    assert [d.metadata["doc_id"] for d in docs if run in d.metadata["doc_id"]] == [f"lc/{run}/new.md"]
+    with pytest.raises(ValidationError, match="since takes an ISO 8601 time"):
+        MemoryRetriever(client=threaded, since="last week")
+    with pytest.raises(ValidationError, match="Extra inputs are not permitted"):
+        MemoryRetriever(client=threaded, sinse="7d")  # type: ignore[call-arg]
 
 
 async def test_the_retriever_brings_the_turns_around_a_turn(settings: Settings, threaded: ThreadedClient) -> None:

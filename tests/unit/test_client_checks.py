@@ -137,3 +137,19 @@ async def test_a_call_for_another_tenant_than_the_clients_own_is_refused_before_
     assert acme._topic("memory.requests", None, answered=True) == "memory.requests.acme"
     operator = MemoryClient(bootstrap="127.0.0.1:1")  # reads the shared reply topic, which any tenant may use
     assert operator._topic("memory.requests", "globex", answered=True) == "memory.requests.globex"
+
+
+def test_a_time_is_a_datetime_an_iso_string_or_an_age() -> None:
+    """Every client surface (the client, CLI, MCP tools, explorer, retriever) reads since/until alike."""
+    from datetime import UTC, datetime, timedelta
+
+    from consumers.encoding import when
+    from memory.errors import InvalidRequest
+
+    now = datetime(2026, 11, 30, 12, tzinfo=UTC)
+    assert when("7d", "since", now=now) == now - timedelta(days=7)
+    assert when(" 90m ", "since", now=now) == now - timedelta(minutes=90)
+    assert when("2026-11-24T09:00:00Z", "until") == datetime(2026, 11, 24, 9, tzinfo=UTC)
+    assert when(now, "since") is now and when(None, "since") is None and when("", "since") is None
+    with pytest.raises(InvalidRequest, match=r"until takes an ISO 8601 time .* or an age .*'last tuesday'"):
+        when("last tuesday", "until")

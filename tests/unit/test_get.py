@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -94,3 +95,11 @@ def test_a_bad_filter_value_is_named_in_one_reason(value: str, says: str) -> Non
         with pytest.raises(InvalidRequest) as refused:
             parse_request(body)
         assert says in str(refused.value) and "list[" not in str(refused.value), refused.value
+
+
+@pytest.mark.parametrize(("op", "shown"), [('"search"', "'search'"), ('["get"]', "of type list"), ("7", "of type int")])
+def test_an_unknown_op_names_the_ops_there_are(op: str, shown: str) -> None:
+    with pytest.raises(
+        InvalidRequest, match=f"unknown op {re.escape(shown)}: a request is a search .* get, recent or list"
+    ):
+        parse_request(f'{{"query_id": "q", "op": {op}, "search_text": "x"}}'.encode())
