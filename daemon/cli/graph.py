@@ -10,10 +10,12 @@ import typer
 from rich.table import Table
 
 from daemon.cli._app import _fail, _with_redis, app, out
+from daemon.cli._client import _tenant_target
 from daemon.components import active_index, build_graph
 from daemon.settings import Settings
 from graph import GraphService
 from memory.errors import MemdError
+from memory.records import DEFAULT_TENANT
 
 T = TypeVar("T")
 
@@ -21,15 +23,19 @@ graph_app = typer.Typer(no_args_is_help=True, help="The entity graph and its com
 app.add_typer(graph_app, name="graph")
 
 
-TenantOpt = Annotated[str, typer.Option("--tenant", help="Whose graph (topic tenancy); 'default' otherwise.")]
+TenantOpt = Annotated[
+    str | None, typer.Option("--tenant", help="Whose graph: required in topic tenancy; 'default' otherwise.")
+]
 
 
-def _with_graph(fn: Callable[[GraphService], Awaitable[T]], tenant: str = "default") -> T:
-    """Run ``fn`` with ``tenant``'s graph service, wired as the daemon wires it, over the active index."""
+def _with_graph(fn: Callable[[GraphService], Awaitable[T]], tenant: str | None = None) -> T:
+    """Run ``fn`` with ``tenant``'s graph service, wired as the daemon wires it, over the active
+    index. In topic tenancy the tenant must be named: the default one holds nobody's graph there."""
 
     async def run(settings: Settings, client: Any) -> T:
+        whose = _tenant_target(settings.consumer.tenancy, tenant) or DEFAULT_TENANT
         graph = build_graph(settings, redis=client, index=await active_index(settings, client), embedder=None, ner=None)
-        return await fn(graph.service(tenant))
+        return await fn(graph.service(whose))
 
     return _with_redis(run)
 
@@ -38,7 +44,7 @@ def _with_graph(fn: Callable[[GraphService], Awaitable[T]], tenant: str = "defau
 def stale(
     as_json: Annotated[bool, typer.Option("--json", metavar="")] = False,
     limit: Annotated[int, typer.Option("--limit", min=1)] = 20,
-    tenant: TenantOpt = "default",
+    tenant: TenantOpt = None,
 ) -> None:
     """The stale-summary queue: depth, oldest age, and the oldest communities with why."""
     import time
@@ -83,9 +89,7 @@ def stale(
 
 
 @app.command()
-def communities(
-    as_json: Annotated[bool, typer.Option("--json", metavar="")] = False, tenant: TenantOpt = "default"
-) -> None:
+def communities(as_json: Annotated[bool, typer.Option("--json", metavar="")] = False, tenant: TenantOpt = None) -> None:
     """Communities: ids, levels, sizes and whether their summaries are fresh."""
 
     async def read(g: GraphService) -> list[dict[str, Any]]:
@@ -97,6 +101,8 @@ def communities(
             # Entities some document still names: a deleted or forgotten one leaves the community
             # only at the next recompute, and its name must not show meanwhile.
             live = sorted(await g.store.nodes(sorted(c.members)))
+            if not live:  # every member deleted or forgotten: gone at the next recompute
+                continue
             rows.append(
                 {
                     "community_id": c.id,
@@ -124,7 +130,7 @@ def communities(
 
 
 @graph_app.command("rebuild")
-def graph_rebuild(tenant: TenantOpt = "default") -> None:
+def graph_rebuild(tenant: TenantOpt = None) -> None:
     """Recompute communities now (ids stay stable; changed ones are marked stale)."""
     report = _with_graph(lambda g: g.recompute(force=True), tenant)
     if report is None:

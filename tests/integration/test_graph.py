@@ -626,6 +626,10 @@ async def test_stale_cli_reports_the_queue(stack: Stack, redis_url: str) -> None
     }
     res = subprocess.run([agentmemd, "communities", "--json"], env=env, capture_output=True, text=True, check=True)
     assert len(json.loads(res.stdout)["communities"]) == data["depth"]
+    # In topic tenancy the default tenant holds nobody's graph: an unnamed tenant is an error, not "0 communities".
+    topic = {**env, "AGENTMEM_CONSUMER__TENANCY": "topic"}
+    res = subprocess.run([agentmemd, "communities"], env=topic, capture_output=True, text=True)
+    assert res.returncode != 0 and "--tenant" in res.stderr and "communities" not in res.stdout, res.stdout + res.stderr
     res = subprocess.run([agentmemd, "graph", "rebuild"], env=env, capture_output=True, text=True, check=True)
     assert "communities" in res.stdout
     assert "graph.communities_recomputed" not in res.stderr  # a one-shot command prints its result, not its info lines
