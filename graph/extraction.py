@@ -185,8 +185,13 @@ def merge_entities(
 
 
 def ner_pairs(ents: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
-    """spaCy ``(text, label)`` pairs mapped to our types; labels we don't use are dropped."""
-    return [(text, _NER_TYPES[label]) for text, label in ents if label in _NER_TYPES and len(text.strip()) > 1]
+    """spaCy ``(text, label)`` pairs mapped to our types; labels we don't use are dropped, and so
+    is a span across a line break (a heading run into the paragraph under it: "GDPR\n\nData")."""
+    return [
+        (text, _NER_TYPES[label])
+        for text, label in ents
+        if label in _NER_TYPES and len(text.strip()) > 1 and "\n" not in text.strip()
+    ]
 
 
 def cooccurrence(chunks: Sequence[Sequence[str]]) -> Counter[tuple[str, str]]:

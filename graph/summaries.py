@@ -15,8 +15,9 @@ _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(`])|\n+")
 
 
 def split_sentences(text: str) -> list[str]:
-    """Sentences of a text (a light splitter; good enough for ops prose)."""
-    return [s.strip() for s in _SENTENCE.split(text) if len(s.strip()) > 3]
+    """Sentences of a text (a light splitter; good enough for ops prose). A markdown heading
+    line is none: it names the entities below it and says nothing of them."""
+    return [s.strip() for s in _SENTENCE.split(text) if len(s.strip()) > 3 and not s.lstrip().startswith("#")]
 
 
 def mentions(sentence: str, names: Mapping[str, str]) -> set[str]:

@@ -171,3 +171,11 @@ def test_a_capped_contribution_keeps_the_most_mentioned_entities_and_heaviest_ed
 
     _, heaviest = cap_contribution(entities, edges, max_entities=4, max_edges=2)
     assert heaviest == Counter({("a", "b"): 4, ("a", "c"): 3})  # (a, c) ties (b, c) and wins on key
+
+
+def test_an_entity_across_a_line_break_is_dropped() -> None:
+    """spaCy may run a heading into the paragraph below it; such a span names nothing."""
+    assert ner_pairs([("GDPR\n\nData", "ORG"), ("DocuSign", "ORG"), (" Stripe\n", "ORG")]) == [
+        ("DocuSign", "org"),
+        (" Stripe\n", "org"),
+    ]

@@ -60,3 +60,8 @@ def test_parse_entities_rejects_non_answers(reply: str) -> None:
     """A reply without the asked-for JSON is a retryable failure."""
     with pytest.raises(LlmFailed):
         parse_entities(reply)
+
+
+def test_a_markdown_heading_is_no_sentence() -> None:
+    text = "# Password Reset\n\nA password reset sends a link that expires in 15 minutes.\n## Notes\n"
+    assert split_sentences(text) == ["A password reset sends a link that expires in 15 minutes."]
