@@ -425,25 +425,29 @@ class MemoryClient:
         agent_id: str,
         session_id: str | None = None,
         all_sessions: bool = False,
+        turn: int | None = None,
         tenant: str | None = None,
         wait: bool = False,
         timeout_s: float | None = None,
     ) -> Receipt:
-        """Forget every turn of a session, or with ``all_sessions=True`` of every session of the agent.
+        """Forget every turn of a session, one of them (``turn``), or with ``all_sessions=True``
+        every session of the agent.
 
         Keyed as the session's turns are, so it applies after every turn of it published
         before; turns published later are kept. ``tenant``, ``wait`` and ``timeout_s``: as for
-        ``publish_document`` (with ``wait``, once acknowledged no query finds those turns).
+        ``publish_document`` (with ``wait``, once acknowledged no query finds those turns, nor
+        a forgotten turn's words in the turns around it).
 
         Raises:
-            InvalidRequest: neither or both of ``session_id`` and ``all_sessions``.
+            InvalidRequest: neither or both of ``session_id`` and ``all_sessions``, or a
+                ``turn`` without its ``session_id``.
         """
-        if (why := forget_scope_error(session_id, all_sessions)) is not None:
+        if (why := forget_scope_error(session_id, all_sessions, turn)) is not None:
             raise InvalidRequest(why)
-        payload = forget_body(agent_id, session_id)
+        payload = forget_body(agent_id, session_id, turn)
         event_id = payload["event_id"]
         key = agent_id if session_id is None else f"{agent_id}/{session_id}"
         topic = self._topic(self.topics.transcripts, tenant, answered=wait)
         ack = await self._transport.publish(topic, encode(payload), key, wait=wait, timeout_s=timeout_s)
-        prefix = ForgetEvent.model_validate(payload).to_item(()).doc_id  # the turns' common prefix
+        prefix = ForgetEvent.model_validate(payload).to_item(()).doc_id  # the turns' common prefix, or the turn's id
         return Receipt(event_id=event_id, doc_id=prefix, version=None, ack=ack)

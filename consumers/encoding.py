@@ -300,12 +300,14 @@ def turn_body(
     return payload
 
 
-def forget_body(agent_id: str, session_id: str | None) -> dict[str, Any]:
-    """A forget's body, with a fresh event id: of the session, or (``session_id`` None) of
-    every session of the agent."""
+def forget_body(agent_id: str, session_id: str | None, turn: int | None = None) -> dict[str, Any]:
+    """A forget's body, with a fresh event id: of one turn of the session, of the session, or
+    (``session_id`` None) of every session of the agent."""
     payload: dict[str, Any] = {"event_id": uuid.uuid4().hex, "op": "forget", "agent_id": agent_id}
     if session_id is not None:
         payload["session_id"] = session_id
     else:
         payload["all_sessions"] = True
+    if turn is not None:
+        payload["turn"] = turn
     return payload

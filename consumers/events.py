@@ -183,8 +183,9 @@ class TranscriptEvent(_Event):
         )
 
 
-def forget_scope_error(session_id: str | None, all_sessions: bool) -> str | None:
-    """What is wrong with a forget's scope, or None: it names one session or every one (pure)."""
+def forget_scope_error(session_id: str | None, all_sessions: bool, turn: int | None = None) -> str | None:
+    """What is wrong with a forget's scope, or None: it names one turn of a session, one
+    session, or every one (pure)."""
     if session_id is not None and all_sessions:
         return "a forget names a session_id or sets all_sessions, not both"
     if session_id is None and not all_sessions:
@@ -192,11 +193,14 @@ def forget_scope_error(session_id: str | None, all_sessions: bool) -> str | None
             "a forget names a session_id, or sets all_sessions to forget every session of the agent; "
             "this one does neither"
         )
+    if turn is not None and session_id is None:
+        return "a forget of one turn names its session_id too"
     return None
 
 
 class ForgetEvent(_Event):
-    """Forget a session's turns (``session_id``), or every turn of an agent (``all_sessions``).
+    """Forget one turn (``session_id`` and ``turn``), a session's turns (``session_id``), or
+    every turn of an agent (``all_sessions``).
 
     Published on the transcripts topic with the session's key (``agent_id/session_id``), so
     it applies after every turn of that session published before it; turns published after
@@ -215,10 +219,11 @@ class ForgetEvent(_Event):
     agent_id: AgentPart
     session_id: AgentPart | None = None
     all_sessions: bool = False
+    turn: int | None = Field(None, ge=0, le=MAX_VERSION)
 
     @model_validator(mode="after")
     def _one_scope(self) -> ForgetEvent:
-        if (why := forget_scope_error(self.session_id, self.all_sessions)) is not None:
+        if (why := forget_scope_error(self.session_id, self.all_sessions, self.turn)) is not None:
             raise ValueError(why)
         return self
 
@@ -230,19 +235,32 @@ class ForgetEvent(_Event):
     def to_item(
         self, filter_keys: Collection[str], tenant: str = DEFAULT_TENANT, *, default_ts: float | None = None
     ) -> MemoryItem:
-        """A ``forget`` item: the turn doc ids' common prefix and the tags every such turn carries."""
-        prefix = turn_prefix(self.agent_id, self.session_id)
+        """A ``forget`` item: the turn doc ids' common prefix and the tags every such turn carries;
+        for one turn, the delete of that turn (its neighbours' context is then written again
+        without it, as after any change of a session)."""
         tags = {"agent_id": self.agent_id, "kind": "transcript"}
         if self.session_id is not None:
             tags["session_id"] = self.session_id
+        if self.session_id is not None and self.turn is not None:
+            doc_id = turn_doc_id(self.agent_id, self.session_id, self.turn)
+            return MemoryItem(op="delete", doc_id=doc_id, version=None, kind="transcript", tags=tags, tenant=tenant)
+        prefix = turn_prefix(self.agent_id, self.session_id)
         return MemoryItem(op="forget", doc_id=prefix, version=None, kind="transcript", tags=tags, tenant=tenant)
 
 
 def _transcript_op(value: Any) -> str:
-    # Only "forget" is special: turns never had an op, and one sent anyway ("upsert", say)
-    # was ignored as any extra field is; it still is.
+    # Turns never had an op: one sent anyway as "upsert" is ignored as any extra field is.
+    # Another ("delete", say) would be stored as a turn, the opposite of what its writer meant.
     op = value.get("op") if isinstance(value, dict) else getattr(value, "op", None)
-    return "forget" if op == "forget" else "turn"
+    if op == "forget":
+        return "forget"
+    if op is not None and op != "upsert":
+        shown = repr(op[:40]) if isinstance(op, str) else f"of type {type(op).__name__}"
+        raise ValueError(
+            f"unknown op {shown} on the transcripts topic: a turn has no op (or upsert); "
+            'a turn, a session or an agent is forgotten with "op": "forget"'
+        )
+    return "turn"
 
 
 #: What the transcripts topic carries: turns and (``"op": "forget"``) forgets.

@@ -59,8 +59,9 @@ UPSERT = (
 )
 DELETE = "Delete the document doc_id from memory (it is no longer found). Returns the acknowledgement."
 FORGET = (
-    "Forget every remembered turn of one session of an agent (session_id), or of all its sessions "
-    "(all_sessions=true, session_id unset). Irreversible. Returns the acknowledgement."
+    "Forget every remembered turn of one session of an agent (session_id), only one turn of it "
+    "(session_id and turn), or all its sessions (all_sessions=true, session_id unset). Irreversible. "
+    "Returns the acknowledgement."
 )
 GET = (
     "Read one document (or a turn, by its doc_id such as 'transcript:agent/session/3') in full: status "
@@ -146,9 +147,12 @@ def build_server(tools: MemoryTools) -> MCPServer[Any]:
         return await _run(tools.delete_document(doc_id))
 
     async def forget(
-        agent_id: str, session_id: str | None = None, all_sessions: bool = False
+        agent_id: str,
+        session_id: str | None = None,
+        all_sessions: bool = False,
+        turn: Annotated[int | None, Field(ge=0)] = None,
     ) -> Annotated[CallToolResult, Doc]:
-        return await _run(tools.forget(agent_id, session_id, all_sessions))
+        return await _run(tools.forget(agent_id, session_id, all_sessions, turn))
 
     async def get_document(doc_id: str) -> Annotated[CallToolResult, Doc]:
         return await _run(tools.get_document(doc_id))

@@ -274,16 +274,18 @@ class MemoryTools:
 
         return await self._call("delete_document", drop, write=True)
 
-    async def forget(self, agent_id: str, session_id: str | None = None, all_sessions: bool = False) -> dict[str, Any]:
-        """Forget a session's turns (or every session's) and wait for the ack."""
+    async def forget(
+        self, agent_id: str, session_id: str | None = None, all_sessions: bool = False, turn: int | None = None
+    ) -> dict[str, Any]:
+        """Forget a session's turns, one of them (``turn``), or every session's, and wait for the ack."""
 
         async def drop(c: MemoryClient) -> dict[str, Any]:
             r = await c.forget(
-                agent_id=agent_id, session_id=session_id, all_sessions=all_sessions, wait=True,
+                agent_id=agent_id, session_id=session_id, all_sessions=all_sessions, turn=turn, wait=True,
                 timeout_s=self._cfg.timeout_s,
             )  # fmt: skip
             for key in [k for k in self._next_turn if k[0] == agent_id and session_id in (None, k[1])]:
-                del self._next_turn[key]  # the session starts over: probe again
+                del self._next_turn[key]  # the session starts over (or has a gap): probe again
             return ack_view(r.ack, r.doc_id)
 
         return await self._call("forget", drop, write=True)

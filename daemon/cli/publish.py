@@ -172,20 +172,25 @@ def publish_forget(
     all_sessions: Annotated[
         bool, typer.Option("--all-sessions", metavar="", help="Forget every session of the agent instead.")
     ] = False,
+    turn: Annotated[int | None, typer.Option("--turn", min=0, help="Forget only this turn of the session.")] = None,
     tenant: PublishTenantOpt = None,
     wait: WaitOpt = False,
 ) -> None:
-    """Forget an agent's session (every turn of it), or with --all-sessions every session of the agent."""
+    """Forget an agent's session (every turn of it), one turn of it (--turn), or with
+    --all-sessions every session of the agent."""
     if session_id is not None and all_sessions:
         raise typer.BadParameter("give --session-id or --all-sessions, not both")
     if session_id is None and not all_sessions:
         raise typer.BadParameter("give --session-id, or --all-sessions to forget every session of the agent")
+    if turn is not None and session_id is None:
+        raise typer.BadParameter("--turn forgets one turn of the session --session-id names")
     settings = _settings()
     target = _tenant_target(settings.consumer.tenancy, tenant)
     r = _with_client(
-        lambda c: c.forget(agent_id=agent_id, session_id=session_id, all_sessions=all_sessions, wait=wait),
+        lambda c: c.forget(agent_id=agent_id, session_id=session_id, all_sessions=all_sessions, turn=turn, wait=wait),
         settings,
         target,
     )
     what = f"session {session_id} of agent {agent_id}" if session_id else f"every session of agent {agent_id}"
+    what = f"turn {turn} of {what}" if turn is not None else what
     out.print(f"forget of {what} published" + (f": {_said(r)}" if wait else ""))

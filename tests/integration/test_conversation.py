@@ -215,6 +215,29 @@ async def test_forgetting_a_session_leaves_no_trace_in_any_other_turn(
             assert "quokka" not in row[f] and "marsupi" not in row[f], (cid, f)
 
 
+async def test_forgetting_one_turn_takes_its_words_out_of_the_turns_around_it(
+    redis_url: str, embedder: Any, cleanup: list[Any]
+) -> None:
+    """One turn forgotten: it is gone, the other turns stay, and none of them holds its words in
+    its terms or context any more; the turns after it are embedded again without it."""
+    client, index, ingestor, _ = await stack(redis_url, embedder, "forget-turn")
+    cleanup.append((client, index))
+    said = [f"Caroline: step {n} of the plan went fine." for n in range(6)]
+    said[2] = "Caroline: my vault code is quokka77 near the marsupial exhibit."
+    await ingestor.apply([turn("a", "s1", n, t) for n, t in enumerate(said)])
+    assert sum("quokka" in row["context"] for row in (await stored_turns(client, index)).values()) >= 4
+    event = ForgetEvent(event_id="forget-a-s1-2", op="forget", agent_id="a", session_id="s1", turn=2)
+    report = await ingestor.apply([event.to_item(BASE_FILTER_KEYS)])
+    assert not report.failed
+    rows = await stored_turns(client, index)
+    assert sorted(rows) == [f"transcript:a/s1/{n}_p0" for n in (0, 1, 3, 4, 5)]
+    for cid, row in rows.items():
+        for f in FIELDS:
+            assert "quokka" not in row[f] and "marsupi" not in row[f], (cid, f)
+    [fresh] = await embedder.embed_documents([vector_text(said[3], rows["transcript:a/s1/3_p0"]["context_vec"])])
+    np.testing.assert_allclose(rows["transcript:a/s1/3_p0"]["vector"], fresh, atol=2e-3)
+
+
 async def test_context_never_crosses_tenants(redis_url: str, embedder: Any, cleanup: list[Any]) -> None:
     """Two tenants with the same agent and session ids: each tenant's turns are indexed with its own neighbours
     only, and a query in one tenant never returns the other's words."""

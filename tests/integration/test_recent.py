@@ -13,6 +13,7 @@ from consumers.client import MemoryClient
 from consumers.config import ConsumerConfig
 from consumers.errors import QueryFailed
 from daemon.settings import Settings
+from memory.errors import InvalidRequest
 from tests.conftest import unique
 from tests.helpers import daemon_and_client, isolated_settings, topic_tenancy_daemon
 
@@ -84,6 +85,18 @@ async def test_the_latest_turns_of_a_session_and_of_an_agent_oldest_first(client
     await client.forget(agent_id=agent, session_id="day1", wait=True)
     assert [(s, t) for s, t, _ in _said((await client.recent(agent)).items)] == [("day2", 0), ("day2", 1), ("day2", 2)]
     assert (await client.recent(f"nobody-{uuid.uuid4().hex[:6]}")).items == []
+
+
+async def test_one_forgotten_turn_leaves_the_session_around_it(client: MemoryClient) -> None:
+    """``forget(turn=)`` over Kafka: acked for that turn, which is gone; the others stay."""
+    agent = f"f-{uuid.uuid4().hex[:6]}"
+    for n, text in enumerate(["Opened the ticket.", "My card number is 4111 1111.", "Closed the ticket."]):
+        await _say(client, agent, "s", n, text, DAY + timedelta(minutes=n))
+    receipt = await client.forget(agent_id=agent, session_id="s", turn=1, wait=True)
+    assert receipt.ack is not None and receipt.ack.status == "indexed" and receipt.doc_id.endswith("/s/1"), receipt
+    assert [t for _, t, _ in _said((await client.recent(agent)).items)] == [0, 2]
+    with pytest.raises(InvalidRequest, match="names its session_id"):
+        await client.forget(agent_id=agent, all_sessions=True, turn=1)
 
 
 async def test_a_bad_recent_request_is_an_error_reply(client: MemoryClient) -> None:
