@@ -194,6 +194,7 @@ class MemoryClient:
         recency_weight: float | None = None,
         context_turns: int = 0,
         speaker_weight: float | None = None,
+        min_similarity: float | None = None,
     ) -> QueryReply:
         """Ask a query and wait for its reply.
 
@@ -222,6 +223,8 @@ class MemoryClient:
                 result (its ``context``), so an agent gets the exchange, not a fragment.
             speaker_weight: weight of the speaker list (the candidates said by someone the
                 query names; 0 off); the daemon's default (0.2) if None.
+            min_similarity: the vector leg keeps only candidates at least this similar
+                (cosine, -1..1) to the question; the daemon's default (off) if None.
 
         Raises:
             QueryFailed: the daemon replied with an error.
@@ -247,6 +250,7 @@ class MemoryClient:
             until=until,
             context_turns=context_turns,
             speaker_weight=speaker_weight,
+            min_similarity=min_similarity,
         )
         data = await self._transport.ask(topic, payload)
         return QueryReply.model_validate(data)

@@ -125,6 +125,7 @@ def query_body(
     until: datetime | str | None,
     context_turns: int,
     speaker_weight: float | None = None,
+    min_similarity: float | None = None,
 ) -> dict[str, Any]:
     """A query request's body; ``MemoryClient.query`` documents the arguments.
 
@@ -144,6 +145,8 @@ def query_body(
         hybrid["speaker_weight"] = speaker_weight
     if rrf_k is not None:
         hybrid["rrf_k_constant"] = rrf_k
+    if min_similarity is not None:
+        hybrid["min_similarity"] = min_similarity
     payload: dict[str, Any] = {
         "query_id": query_id or f"q_{uuid.uuid4().hex[:12]}",
         "search_text": text,

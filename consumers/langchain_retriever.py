@@ -55,6 +55,8 @@ class MemoryRetriever(BaseRetriever):
     recency_weight: float | None = None
     speaker_weight: float | None = None
     """Each leg's or list's weight (docs/contract.md); None: the daemon's default."""
+    min_similarity: float | None = Field(None, ge=-1.0, le=1.0)
+    """The vector leg keeps only candidates this similar (cosine) to the question; None: the daemon's default."""
     since: datetime | str | None = None
     until: datetime | str | None = None
     """Only memories recorded in this window: a datetime, an ISO 8601 string, or an age such as
@@ -82,6 +84,7 @@ class MemoryRetriever(BaseRetriever):
             identifier_weight=self.identifier_weight,
             recency_weight=self.recency_weight,
             speaker_weight=self.speaker_weight,
+            min_similarity=self.min_similarity,
             since=self.since,
             until=self.until,
             context_turns=self.context_turns,

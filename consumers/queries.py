@@ -182,6 +182,7 @@ def to_spec(req: QueryRequest, tenant: str = DEFAULT_TENANT) -> SearchSpec:
         identifier_weight=hp.identifier_weight,
         recency_weight=hp.recency_weight,
         speaker_weight=hp.speaker_weight,
+        min_similarity=hp.min_similarity,
         rrf_k=hp.rrf_k_constant,
         metadata_filter=req.metadata_filter,
         tenant=tenant,

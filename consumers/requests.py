@@ -31,9 +31,17 @@ class HybridParams(BaseModel):
     recency_weight: float | None = Field(None, ge=0.0, le=1000.0)
     speaker_weight: float | None = Field(None, ge=0.0, le=1000.0)
     rrf_k_constant: int | None = Field(None, ge=0, le=10_000)
+    # The vector leg keeps only candidates at least this similar (cosine) to the question.
+    min_similarity: float | None = Field(None, ge=-1.0, le=1.0)
 
     @field_validator(
-        "dense_weight", "sparse_weight", "identifier_weight", "recency_weight", "speaker_weight", mode="before"
+        "dense_weight",
+        "sparse_weight",
+        "identifier_weight",
+        "recency_weight",
+        "speaker_weight",
+        "min_similarity",
+        mode="before",
     )
     @classmethod
     def _ints_are_floats(cls, value: Any) -> Any:

@@ -43,7 +43,9 @@ SEARCH = (
     "scope: 'chunks' (default), 'communities' (graph summaries of related memories) or 'all'; "
     "since/until: ISO 8601 times, or ages such as '24h' or '7d', bounding when the memory was recorded; "
     "context_turns 0..10: each conversation turn found also comes with that many turns before and after it "
-    "in its session (context), so you read the exchange, not a fragment. "
+    "in its session (context), so you read the exchange, not a fragment; "
+    "min_similarity -1..1 (off by default): leave out what the meaning search finds less similar than this, "
+    "so a question about nothing remembered returns little or nothing. "
     "Returns results with text, score, source, doc_id, kind, metadata and timestamp (and context)."
 )
 REMEMBER = (
@@ -125,8 +127,11 @@ def build_server(tools: MemoryTools) -> MCPServer[Any]:
         since: str | None = None,
         until: str | None = None,
         context_turns: Annotated[int, Field(ge=0, le=MAX_CONTEXT_TURNS)] = 0,
+        min_similarity: Annotated[float | None, Field(ge=-1.0, le=1.0)] = None,
     ) -> Annotated[CallToolResult, Rows]:
-        return await _run(tools.search_memory(query, top_k, filters, scope, since, until, context_turns), wrap=True)
+        return await _run(
+            tools.search_memory(query, top_k, filters, scope, since, until, context_turns, min_similarity), wrap=True
+        )
 
     async def remember(
         text: str,

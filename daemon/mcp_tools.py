@@ -133,6 +133,7 @@ class MemoryTools:
         since: str | None = None,
         until: str | None = None,
         context_turns: int = 0,
+        min_similarity: float | None = None,
     ) -> list[dict[str, Any]]:
         """Ask a query; each result as ``result_view`` shows it.
 
@@ -152,6 +153,7 @@ class MemoryTools:
                 since=start,
                 until=end,
                 context_turns=context_turns,
+                min_similarity=min_similarity,
             )
             return [result_view(r) for r in reply.results]
 

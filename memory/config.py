@@ -220,6 +220,16 @@ class RetrievalConfig(BaseModel):
             "dev (docs/decisions)."
         ),
     )
+    min_similarity: float | None = Field(
+        None,
+        ge=-1.0,
+        le=1.0,
+        description=(
+            "Default floor of the vector leg: candidates whose cosine similarity to the question is below it "
+            "are left out before fusion, so a question about nothing stored finds nothing there (None: off). "
+            "Where to set it depends on the model and the memory: measure on your own questions."
+        ),
+    )
     rrf_k: int = Field(
         10,
         ge=0,

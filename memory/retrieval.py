@@ -33,6 +33,7 @@ from memory.search_spec import (
     kind_weights,
     leg_queries,
     leg_weights,
+    max_vector_distance,
     search_filter,
     validate_spec,
 )
@@ -82,12 +83,20 @@ class Retriever:
         return hits
 
     async def _dense(
-        self, text: str, filter_query: str, k: int, tags: Sequence[str], timings: dict[str, LegTiming]
+        self,
+        text: str,
+        filter_query: str,
+        k: int,
+        tags: Sequence[str],
+        timings: dict[str, LegTiming],
+        max_distance: float | None = None,
     ) -> list[LegHit]:
         start = time.monotonic()
         vector = await self._embedder.embed_query(text)
         embedded = time.monotonic()
-        hits = await self._index.rank_vector(vector, filter_query=filter_query, k=k, tag_keys=tags)
+        hits = await self._index.rank_vector(
+            vector, filter_query=filter_query, k=k, tag_keys=tags, max_distance=max_distance
+        )
         timings["dense"] = LegTiming(start, time.monotonic(), embedded)
         return hits
 
@@ -322,7 +331,8 @@ class Retriever:
         if weights["sparse"] > 0:
             runs["sparse"] = lambda n: self._sparse(spec.text, hash_query, n, tags, timings)
         if weights["dense"] > 0:
-            runs["dense"] = lambda n: self._dense(spec.text, knn_query, n, tags, timings)
+            reach = max_vector_distance(spec, self._cfg)
+            runs["dense"] = lambda n: self._dense(spec.text, knn_query, n, tags, timings, reach)
         idents = query_identifiers(spec.text, limit=32) if weights["identifier"] > 0 else []
         if idents:
             runs["identifier"] = lambda n: self._identifier(idents, hash_query, n, tags, timings)

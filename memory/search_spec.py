@@ -37,6 +37,14 @@ class SearchSpec:
     until: float | None = None
     # For each transcript hit, also return this many turns before and after it in its session.
     context_turns: int = 0
+    # The vector leg's floor of cosine similarity; None: the configured default.
+    min_similarity: float | None = None
+
+
+def max_vector_distance(spec: SearchSpec, cfg: RetrievalConfig) -> float | None:
+    """The cosine distance past which the vector leg drops a candidate (None: none dropped)."""
+    floor = cfg.min_similarity if spec.min_similarity is None else spec.min_similarity
+    return None if floor is None else 1.0 - floor
 
 
 def leg_weights(spec: SearchSpec, cfg: RetrievalConfig) -> tuple[dict[str, float], int]:

@@ -44,6 +44,12 @@ def query(
         typer.Option("--speaker-weight", help="Weight of the turns said by someone the query names (0: off)."),
     ] = None,
     rrf_k: Annotated[int | None, typer.Option("--rrf-k")] = None,
+    min_similarity: Annotated[
+        float | None,
+        typer.Option(
+            "--min-similarity", min=-1.0, max=1.0, help="The vector leg keeps only candidates this similar (cosine)."
+        ),
+    ] = None,
     scope: Annotated[
         Literal["chunks", "communities", "all"] | None,
         typer.Option("--scope", help="chunks (default), communities (graph summaries) or all (both, fused)."),
@@ -89,6 +95,7 @@ def query(
                 identifier_weight=identifier_weight,
                 recency_weight=recency_weight,
                 speaker_weight=speaker_weight,
+                min_similarity=min_similarity,
                 rrf_k=rrf_k,
                 scope=scope,
                 since=start,

@@ -175,6 +175,23 @@ def leg_hits(reply: Any, tag_keys: Sequence[str]) -> list[LegHit]:
     return out
 
 
+def reply_distances(reply: Any) -> list[float]:
+    """Each hit's ``vector_distance`` in a raw KNN ``FT.SEARCH`` reply that returned it, in its
+    order (``leg_hits``'s shapes); a hit without one counts as the farthest (2, cosine's most)."""
+    found: list[Any] = []
+    if isinstance(reply, Mapping):
+        for item in reply.get(b"results", reply.get("results")) or ():
+            attrs = item.get(b"extra_attributes", item.get("extra_attributes")) or {}
+            found.append(attrs.get(b"vector_distance", attrs.get("vector_distance")))
+    else:
+        items = list(reply or ())[1:]
+        for i in range(0, len(items) - 1, 2):
+            flat = items[i + 1] or ()
+            found.append({as_str(flat[j]): flat[j + 1] for j in range(0, len(flat) - 1, 2)}.get("vector_distance"))
+    distances = [_float_or_none(d) for d in found]
+    return [2.0 if d is None else d for d in distances]
+
+
 def whole_chunks(
     rows: Sequence[tuple[str, Sequence[Any] | None]], fields: Sequence[str], tag_keys: Sequence[str]
 ) -> list[StoredChunk | None]:

@@ -17,7 +17,7 @@ from redis.exceptions import NoScriptError
 
 from memory.index.codec import _stored
 from memory.index.errors import translate_errors
-from memory.index.hits import LegHit, leg_fields, leg_hits, whole_chunks
+from memory.index.hits import LegHit, leg_fields, leg_hits, reply_distances, whole_chunks
 from memory.index.lifecycle import _Lifecycle
 from memory.index.marker_list import MAX_READ
 from memory.records import StoredChunk
@@ -126,11 +126,18 @@ class _Search(_Lifecycle):
         return await self._ranked("text search", [*args, "LIMIT", 0, k, "DIALECT", 2], tag_keys)
 
     async def rank_vector(
-        self, vector: np.ndarray, *, filter_query: str, k: int, tag_keys: Sequence[str] = ("tenant",)
+        self,
+        vector: np.ndarray,
+        *,
+        filter_query: str,
+        k: int,
+        tag_keys: Sequence[str] = ("tenant",),
+        max_distance: float | None = None,
     ) -> list[LegHit]:
-        """``search_vector``'s candidates in its order, as ``LegHit``s carrying ``tag_keys``."""
+        """``search_vector``'s candidates in its order, as ``LegHit``s carrying ``tag_keys``;
+        with ``max_distance``, only those at most that far (cosine distance) from ``vector``."""
         base = filter_query if filter_query == "*" else f"({filter_query})"
-        fields = leg_fields(tag_keys)
+        fields = leg_fields(tag_keys) + (("vector_distance",) if max_distance is not None else ())
         await self._refuse_mismatch()  # as search_vector
         vec = np.asarray(vector, dtype=np.float32).tobytes()
         args: list[Any] = [
@@ -153,7 +160,13 @@ class _Search(_Lifecycle):
             "ef",
             max(self._cfg.hnsw_ef_runtime, k),
         ]
-        return await self._ranked("vector search", args, tag_keys)
+        if max_distance is None:
+            return await self._ranked("vector search", args, tag_keys)
+        async with translate_errors("vector search"):
+            reply = await self._batch.execute("FT.SEARCH", self._search_name(), *args)
+        # Nearest first: the candidates within reach are a prefix of the list.
+        near = sum(1 for d in reply_distances(reply) if d <= max_distance)
+        return leg_hits(reply, tag_keys)[:near]
 
     def standing_markers(
         self, standing: Mapping[str, WriteMarker], docs: Iterable[tuple[int, str, str]]

@@ -7,6 +7,7 @@ import random
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
+import numpy as np
 import pytest
 import redis.asyncio as aredis
 
@@ -294,6 +295,30 @@ async def test_an_id_only_the_metadata_names_is_found_by_the_identifier_leg(stac
     by_doc = {h.chunk.doc_id: h.ranks for h in out.hits}
     assert out.hits[0].chunk.doc_id == "md/t1002" and by_doc["md/t1002"].get("identifier") == 1, by_doc
     assert "identifier" not in by_doc.get("md/t1003", {}), by_doc
+
+
+async def test_a_similarity_floor_keeps_only_the_vector_candidates_close_enough(stack, embedder) -> None:
+    """``min_similarity``: the vector leg keeps exactly the candidates whose cosine similarity
+    to the question reaches the floor (checked against the model's own vectors), so a question
+    about nothing stored, with no word to match, finds nothing at all."""
+    _, _, retriever = stack
+    question = "why does billing time out talking to postgres"
+    spec = SearchSpec(text=question, top_k=8, sparse_weight=0.0, metadata_filter={"environment": "production"})
+    everything = await retriever.search(spec)
+    texts = {h.chunk.chunk_id: h.chunk.text for h in everything.hits}
+    [q] = await embedder.embed_documents([question])
+    vectors = dict(zip(texts, await embedder.embed_documents(list(texts.values())), strict=True))
+    sims = {c: float(np.dot(q, v) / (np.linalg.norm(q) * np.linalg.norm(v))) for c, v in vectors.items()}
+    # The floor in the widest gap between two candidates: the query encoder's rounding cannot cross it.
+    ranked = sorted(sims.values(), reverse=True)
+    gap, at = max((ranked[i] - ranked[i + 1], i) for i in range(len(ranked) - 1))
+    assert gap > 0.04 and at + 1 < len(ranked), sims
+    floor = (ranked[at] + ranked[at + 1]) / 2
+    kept = await retriever.search(dataclasses.replace(spec, min_similarity=floor))
+    assert {h.chunk.chunk_id for h in kept.hits} == {c for c, s in sims.items() if s >= floor}, (sims, floor)
+    nothing = await retriever.search(SearchSpec(text="🙂🙂 the of and", top_k=5, min_similarity=0.5))
+    assert nothing.hits == []
+    assert (await retriever.search(SearchSpec(text="🙂🙂 the of and", top_k=5))).hits  # without it: the nearest
 
 
 async def test_a_time_range_filters_every_leg_before_fusion(stack) -> None:
