@@ -4,16 +4,16 @@ checks of an event, run before it is sent (the counterpart of ``consumers.decodi
 from __future__ import annotations
 
 import json
-import re
 import unicodedata
 import uuid
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from consumers.config import event_record_bytes
 from consumers.decoding import parse_event, tenant_from_topic
 from consumers.events import DocumentEvent, TranscriptEvent
+from consumers.times import when
 from memory.errors import InvalidEvent, InvalidRequest
 from memory.filters import tag_text
 
@@ -21,32 +21,6 @@ from memory.filters import tag_text
 def iso(t: datetime) -> str:
     """ISO 8601 for the wire; a naive time is UTC, as the daemon reads it."""
     return (t if t.tzinfo is not None else t.replace(tzinfo=UTC)).isoformat()
-
-
-_AGE = re.compile(r"(\d{1,9})([smhdw])")
-_AGE_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
-
-
-def when(value: datetime | str | None, what: str, *, now: datetime | None = None) -> datetime | None:
-    """A time argument (``since``, ``until``) as every client surface takes it: a datetime, an
-    ISO 8601 time (naive: UTC), or an age before ``now`` (``90m``, ``24h``, ``7d``, ``2w``).
-
-    Raises:
-        InvalidRequest: none of these, naming ``what``.
-    """
-    if value is None or isinstance(value, datetime):
-        return value
-    text = value.strip()
-    if not text:
-        return None
-    if age := _AGE.fullmatch(text):
-        return (now or datetime.now(UTC)) - timedelta(**{_AGE_UNITS[age.group(2)]: int(age.group(1))})
-    try:
-        return datetime.fromisoformat(text)
-    except ValueError:
-        raise InvalidRequest(
-            f"{what} takes an ISO 8601 time (2026-11-24T09:00:00Z) or an age (90m, 24h, 7d, 2w), got {value!r}"
-        ) from None
 
 
 def encode(payload: Mapping[str, Any]) -> bytes:

@@ -235,17 +235,16 @@ class ForgetEvent(_Event):
     def to_item(
         self, filter_keys: Collection[str], tenant: str = DEFAULT_TENANT, *, default_ts: float | None = None
     ) -> MemoryItem:
-        """A ``forget`` item: the turn doc ids' common prefix and the tags every such turn carries;
-        for one turn, the delete of that turn (its neighbours' context is then written again
-        without it, as after any change of a session)."""
+        """A ``forget`` item: the turn doc ids' common prefix (for one turn, that turn's doc id)
+        and the tags every such turn carries (``memory.forgets`` expands it)."""
         tags = {"agent_id": self.agent_id, "kind": "transcript"}
         if self.session_id is not None:
             tags["session_id"] = self.session_id
         if self.session_id is not None and self.turn is not None:
             doc_id = turn_doc_id(self.agent_id, self.session_id, self.turn)
-            return MemoryItem(op="delete", doc_id=doc_id, version=None, kind="transcript", tags=tags, tenant=tenant)
-        prefix = turn_prefix(self.agent_id, self.session_id)
-        return MemoryItem(op="forget", doc_id=prefix, version=None, kind="transcript", tags=tags, tenant=tenant)
+        else:
+            doc_id = turn_prefix(self.agent_id, self.session_id)
+        return MemoryItem(op="forget", doc_id=doc_id, version=None, kind="transcript", tags=tags, tenant=tenant)
 
 
 def _transcript_op(value: Any) -> str:

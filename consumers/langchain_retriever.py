@@ -15,9 +15,9 @@ from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict, Field, ValidationInfo, field_validator
 
 from consumers.client import MemoryClient
-from consumers.encoding import when
 from consumers.requests import QueryReply, ResultItem
 from consumers.threaded_client import ThreadedClient
+from consumers.times import when
 from memory.conversation import MAX_CONTEXT_TURNS
 from memory.errors import InvalidRequest
 

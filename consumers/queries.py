@@ -140,7 +140,7 @@ def fit_get_reply(reply: GetReply, max_bytes: int) -> GetReply:
     """``reply``, with items left off until it fits ``max_bytes`` as JSON (``truncated`` says
     so): off its end, or off its start for the oldest-first turns of a ``RecentReply``. An
     item too large alone (the first asked for, or the newest turn) keeps the start of its
-    content, and its ``content_truncated`` says so."""
+    content, and its own ``content_truncated`` says so."""
     items = list(reply.items)
     while True:
         fitted = reply.model_copy(update={"items": items, "truncated": len(items) < len(reply.items)})
@@ -166,7 +166,7 @@ def _cut_to_fit(reply: GetReply, item: GetItem, size: int, max_bytes: int) -> Ge
         if keep <= 0 or len(json.dumps(text[:keep])) <= budget:
             break
     cut = item.model_copy(update={"content": text[: max(keep, 0)], "content_truncated": True})
-    fitted = reply.model_copy(update={"items": [cut], "truncated": True})
+    fitted = reply.model_copy(update={"items": [cut], "truncated": len(reply.items) > 1})
     return fitted if len(json.dumps(fitted.model_dump(mode="json"))) <= max_bytes else None
 
 

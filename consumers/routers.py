@@ -185,8 +185,9 @@ async def _no_registry(_tenant: str) -> None:
 
 
 async def _note_tenants(saw: SawTenant, names: Iterable[str], base: str, cfg: ConsumerConfig) -> None:
-    """In topic tenancy, record the tenants whose topics (under ``base``) ``names`` are, so their
-    topics come back if the broker loses them; a failure is logged, never the record's."""
+    """In topic tenancy, record the tenants whose event topics (under ``base``) ``names`` are,
+    so their topics come back if the broker loses them; a failure is logged, never the
+    record's. Only a tenant that wrote is recorded: a question to a mistyped tenant is not."""
     if cfg.tenancy != "topic":
         return
     for tenant in {tenant_from_topic(name, base, "topic") for name in names}:
@@ -242,7 +243,6 @@ def _subscribe_queries(
     partition_counts: PartitionCounts,
     on_query_done: Callable[[float, str], None],
     seen: Callable[[str], None],
-    saw_tenant: SawTenant,
 ) -> None:
     """Add the queries subscriber to ``router``: each request answered on its reply topic."""
     input_topics = (topics.documents, topics.transcripts, topics.requests, topics.dlq)
@@ -277,7 +277,6 @@ def _subscribe_queries(
         if expired:
             expiries.seen(record, age_ms)
         tenant = tenant_from_topic(record.topic, topics.requests, cfg.tenancy)
-        await _note_tenants(saw_tenant, (record.topic,), topics.requests, cfg)
         default_target = default_reply_topic(topics.replies, cfg.tenancy, tenant)
         target = message.reply_to or default_target
         reply: QueryReply | GetReply | ListReply | ErrorReply
@@ -387,6 +386,5 @@ def build_router(
         partition_counts=partition_counts,
         on_query_done=on_query_done,
         seen=seen,
-        saw_tenant=saw_tenant,
     )
     return router

@@ -29,11 +29,12 @@ def asyncapi_document(settings: Settings, *, version: str | None = None) -> dict
     @broker.subscriber(
         t.transcripts + suffix,
         title="transcripts",
-        description="Agent transcript turns, and forgets of a session or an agent; key = agent_id/session_id.",
+        description="Agent transcript turns, and forgets of a turn, a session or an agent; key = agent_id/session_id.",
     )
     async def transcripts(event: TranscriptEvent | ForgetEvent) -> None:
         """One turn of an agent session, idempotent on (agent_id, session_id, turn); or
-        ``"op": "forget"``: delete a session's turns (every turn of the agent without session_id)."""
+        ``"op": "forget"``: delete a session's turns (one of them with turn; every turn of the
+        agent without session_id)."""
 
     @broker.subscriber(
         t.requests + suffix,

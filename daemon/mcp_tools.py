@@ -286,8 +286,9 @@ class MemoryTools:
                 agent_id=agent_id, session_id=session_id, all_sessions=all_sessions, turn=turn, wait=True,
                 timeout_s=self._cfg.timeout_s,
             )  # fmt: skip
-            for key in [k for k in self._next_turn if k[0] == agent_id and session_id in (None, k[1])]:
-                del self._next_turn[key]  # the session starts over (or has a gap): probe again
+            if turn is None:  # the session starts over: probe again (one turn's gap changes no next turn)
+                for key in [k for k in self._next_turn if k[0] == agent_id and session_id in (None, k[1])]:
+                    del self._next_turn[key]
             return ack_view(r.ack, r.doc_id)
 
         return await self._call("forget", drop, write=True)

@@ -6,9 +6,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from consumers.encoding import when
 from consumers.events import WriteAck
 from consumers.requests import GetItem, ResultItem
+from consumers.times import when
 from memory.errors import InvalidRequest
 
 
@@ -78,8 +78,9 @@ def holds_turn(item: GetItem, text: str, role: str) -> bool:
 
 def next_free_turn(start: int, items: list[GetItem]) -> int | None:
     """The turn after the last one found among ``items`` (turns ``start``, ``start+1``, ...),
-    or None when all of them were found (look further)."""
-    found = [start + i for i, item in enumerate(items) if item.status != "not_found"]
-    if len(found) == len(items):
+    or None when the last of them was found (look further: a turn past them may be taken
+    too, and a gap, such as a forgotten turn, is no end of the session)."""
+    if not items or items[-1].status != "not_found":
         return None
+    found = [start + i for i, item in enumerate(items) if item.status != "not_found"]
     return (found[-1] + 1) if found else start

@@ -24,6 +24,7 @@ from consumers.encoding import tenant_topic
 from daemon.connections import kafka_options
 from daemon.settings import Settings
 from memory.errors import BackendUnavailable, MemdError
+from memory.records import DEFAULT_TENANT
 
 log = structlog.get_logger()
 
@@ -195,7 +196,9 @@ async def ensure_daemon_topics(
     the missing ones created; returns those."""
     created = await ensure_contract_topics(settings, timeout_s=timeout_s)
     if settings.consumer.tenancy == "topic":
-        created += await ensure_tenants_topics(settings, await tenants(), timeout_s=timeout_s)
+        # "default" is single tenancy's one tenant: a deployment that moved to topic tenancy has it on record.
+        seen = [t for t in await tenants() if t != DEFAULT_TENANT]
+        created += await ensure_tenants_topics(settings, seen, timeout_s=timeout_s)
     return created
 
 

@@ -12,12 +12,14 @@ import re
 from collections.abc import Mapping, Sequence
 
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(`])|\n+")
+# A markdown heading ("## Notes"), not a sentence opening with "#" ("#4411 reopened").
+_HEADING = re.compile(r"\s*#{1,6}\s")
 
 
 def split_sentences(text: str) -> list[str]:
     """Sentences of a text (a light splitter; good enough for ops prose). A markdown heading
     line is none: it names the entities below it and says nothing of them."""
-    return [s.strip() for s in _SENTENCE.split(text) if len(s.strip()) > 3 and not s.lstrip().startswith("#")]
+    return [s.strip() for s in _SENTENCE.split(text) if len(s.strip()) > 3 and not _HEADING.match(s)]
 
 
 def mentions(sentence: str, names: Mapping[str, str]) -> set[str]:

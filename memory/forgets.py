@@ -9,6 +9,7 @@ from typing import Any
 import structlog
 
 from memory.change_hook import ChangeHook
+from memory.conversation import parse_turn
 from memory.errors import MemdError
 from memory.index import ChunkIndex
 from memory.ingest_report import IngestReport, ItemOutcome
@@ -28,7 +29,9 @@ async def expand_forgets(
     the forget it stands for.
 
     A later item of a forgotten doc in the batch still applies after the delete, as
-    the turn of a session that goes on after the forget.
+    the turn of a session that goes on after the forget. A forget of one turn (its doc id a
+    turn's) covers the docs of its session with that turn number: the turn's id, and the
+    one it was stored under before ids were percent-encoded.
     """
     if not any(i.op == "forget" for i in items):
         return list(items), {}
@@ -38,6 +41,8 @@ async def expand_forgets(
         if item.op != "forget":
             out.append(item)
             continue
+        one = parse_turn(item.doc_id)
+        prefix = item.doc_id if one is None else one.session
         stored = await retrying(
             "forget listing",
             lambda item=item: index.doc_ids_where(item.tenant, item.tags),  # type: ignore[misc]
@@ -45,13 +50,15 @@ async def expand_forgets(
         if hook is not None:
             stored |= await retrying(
                 "forget listing",
-                lambda item=item: hook.docs_under(item.tenant, item.doc_id),  # type: ignore[misc]
+                lambda item=item, prefix=prefix: hook.docs_under(item.tenant, prefix),  # type: ignore[misc]
             )
         # Stored docs are matched by their tags (exactly, in doc_ids_where), not by the id
         # prefix: turns stored before ids were percent-encoded carry the same tags under
         # another id. The batch's own turns are not stored yet: matched by prefix.
         earlier = {i.doc_id for i in out if i.tenant == item.tenant and i.op == "upsert"}
-        covered = sorted(stored | {d for d in earlier if d.startswith(item.doc_id)})
+        covered = sorted(stored | {d for d in earlier if d.startswith(prefix)})
+        if one is not None:
+            covered = [d for d in covered if (ref := parse_turn(d)) is not None and ref.turn == one.turn]
         log.info("ingest.forget_planned", prefix=item.doc_id, docs=len(covered), tenant=item.tenant)
         for doc_id in covered:
             delete = MemoryItem(

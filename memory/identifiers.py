@@ -22,8 +22,10 @@ one are not identifiers of their own. Before analyzer version 2, ``ERR-CONN-RESE
 from __future__ import annotations
 
 import bisect
+import functools
 import re
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from typing import Any
 
 from memory.fusion import competition_ranks
 from memory.text import MAX_TERM_BYTES, STOPWORDS
@@ -171,3 +173,25 @@ def identifier_ranks(hits: Sequence[tuple[str, Iterable[str]]], wanted: Collecti
     for hit_id, held in hits:
         counts.setdefault(hit_id, len(want.intersection(held)))
     return competition_ranks(counts)
+
+
+@functools.lru_cache(maxsize=1024)
+def _value_identifiers(values: str) -> tuple[str, ...]:
+    return tuple(identifiers(values, limit=_METADATA_IDENTIFIERS))
+
+
+#: Most identifiers a chunk takes from its metadata (its ticket, session or incident ids).
+_METADATA_IDENTIFIERS = 32
+
+
+def with_metadata_identifiers(idents: str, metadata: Mapping[str, Any]) -> str:
+    """A chunk's ``idents``, then the identifiers its metadata's text values name that its
+    text does not: a turn of session ``INC-4411`` or a doc with ``ticket: T-1002`` is found
+    by that id, though its text never writes it."""
+    texts = [v for v in metadata.values() if isinstance(v, str)]
+    texts += [x for v in metadata.values() if isinstance(v, list) for x in v if isinstance(x, str)]
+    if not texts:
+        return idents
+    # One value a line: an identifier never runs from one value into the next.
+    extra = [t for t in _value_identifiers("\n".join(texts)) if t not in idents.split()]
+    return " ".join([idents, *extra]) if idents else " ".join(extra)

@@ -24,10 +24,11 @@ T = TypeVar("T")
 _LOG_EVERY = 60
 
 
-def worth_logging(attempt: int, error: str, last_logged: str | None) -> bool:
-    """Whether the ``attempt``-th failed try (1-based) is logged: a new error always, the
-    same one on tries 1, 2, 4, 8, … and then once every ``_LOG_EVERY`` tries."""
-    if error != last_logged:
+def worth_logging(attempt: int, kind: str, last_logged: str | None) -> bool:
+    """Whether the ``attempt``-th failed try (1-based) is logged: a new kind of error (its
+    class) always, the same kind on tries 1, 2, 4, 8, … and then once every ``_LOG_EVERY``
+    tries (its message may change with every try: a port, a time)."""
+    if kind != last_logged:
         return True
     return attempt & (attempt - 1) == 0 if attempt < _LOG_EVERY else attempt % _LOG_EVERY == 0
 
@@ -88,8 +89,8 @@ async def retry_while_unavailable(
             if stopping.is_set():
                 raise
             delay = backoff_s(attempt, cfg)
-            if worth_logging(attempt, str(exc), logged):
-                logged = str(exc)
+            if worth_logging(attempt, type(exc).__name__, logged):
+                logged = type(exc).__name__
                 emit = log.error if isinstance(exc, Unauthorized) else log.warning
-                emit("ingest.backend_retried", what=what, attempt=attempt, delay_s=delay, error=logged)
+                emit("ingest.backend_retried", what=what, attempt=attempt, delay_s=delay, error=str(exc))
             await pause(stopping, delay)

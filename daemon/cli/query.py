@@ -11,9 +11,9 @@ from rich.padding import Padding
 from rich.text import Text
 
 from consumers.client import MemoryClient
-from consumers.encoding import when
 from consumers.errors import QueryFailed
 from consumers.requests import ContextTurn, GetReply, QueryReply
+from consumers.times import when
 from daemon.cli._app import _settings, app, out
 from daemon.cli._client import _pairs, _tenant_target, _with_client
 from memory.conversation import MAX_CONTEXT_TURNS, MAX_RECENT_TURNS, parse_turn

@@ -13,9 +13,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from consumers.encoding import iso, when
+from consumers.encoding import iso
 from consumers.queries import parse_request, to_spec
 from consumers.requests import QueryRequest
+from consumers.times import when
 from daemon.explore.dlq import DeadLetter, DlqCache, recent_dead_letters
 from daemon.explore.views_ask import AskForm, leg_only_ids, parse_filters
 from daemon.explore.views_memory import TenantRow

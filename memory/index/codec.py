@@ -18,7 +18,7 @@ import numpy as np
 from memory import keys
 from memory.conversation import date_words, matching_terms
 from memory.filters import OWN_TAG_KEYS, hash_field, tag_values, value_hash
-from memory.identifiers import identifiers
+from memory.identifiers import identifiers, with_metadata_identifiers
 from memory.records import ChunkRecord, StoredChunk
 from memory.schema import as_str
 from memory.speakers import turn_speakers
@@ -39,7 +39,7 @@ _RETURN_FIELDS = (
 )
 
 #: Read with a doc's chunks when the doc is read back whole (``memory.chunking.join_chunks``).
-JOIN_FIELDS = ("start", "gap")
+JOIN_FIELDS = ("chunk_start", "chunk_gap")
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,28 +87,6 @@ def turn_terms(text: str, context: str, timestamp: float) -> str:
     """The ``terms`` of a transcript turn's chunk: its own terms weighted up, the day it was said,
     then its neighbours' (``memory.conversation``)."""
     return matching_terms(_analysis(text).terms, [index_terms(date_words(timestamp)), index_terms(context)])
-
-
-@functools.lru_cache(maxsize=4096)
-def _value_identifiers(values: str) -> tuple[str, ...]:
-    return tuple(identifiers(values, limit=_METADATA_IDENTIFIERS))
-
-
-#: Most identifiers a chunk takes from its metadata (its ticket, session or incident ids).
-_METADATA_IDENTIFIERS = 32
-
-
-def with_metadata_identifiers(idents: str, metadata: Mapping[str, Any]) -> str:
-    """A chunk's ``idents``, then the identifiers its metadata's text values name that its
-    text does not: a turn of session ``INC-4411`` or a doc with ``ticket: T-1002`` is found
-    by that id, though its text never writes it."""
-    texts = [v for v in metadata.values() if isinstance(v, str)]
-    texts += [x for v in metadata.values() if isinstance(v, list) for x in v if isinstance(x, str)]
-    if not texts:
-        return idents
-    # One value a line: an identifier never runs from one value into the next.
-    extra = [t for t in _value_identifiers("\n".join(texts)) if t not in idents.split()]
-    return " ".join([idents, *extra]) if idents else " ".join(extra)
 
 
 def analyze_records(chunks: Sequence[ChunkRecord]) -> list[Analysis]:
@@ -223,9 +201,9 @@ def _record_mapping(rec: ChunkRecord, vector: np.ndarray, analysis: Analysis) ->
         mapping["vkey"] = rec.vector_key
     if rec.speaker:  # not in the schema: read back with the hit, for the speaker list
         mapping["speaker"] = rec.speaker
-    mapping["start"] = rec.start  # these two not in the schema either: read to join a doc's chunks
+    mapping["chunk_start"] = rec.start  # these two not in the schema either: read to join a doc's chunks
     if rec.gap:
-        mapping["gap"] = rec.gap
+        mapping["chunk_gap"] = rec.gap
     for key, value in {**rec.tags, "tenant": rec.tenant}.items():
         mapping[key] = value
         mapping[hash_field(key)] = value_hash(value)
@@ -251,8 +229,8 @@ def _stored(doc: Any, tag_keys: Sequence[str]) -> StoredChunk:
         version=_int_or_none(getattr(doc, "version", None)),
         generation=keys.key_generation(as_str(getattr(doc, "id", ""))),
         speaker=as_str(getattr(doc, "speaker", "") or ""),
-        start=_int_or_none(getattr(doc, "start", None)),
-        gap=_text(getattr(doc, "gap", None)),
+        start=_int_or_none(getattr(doc, "chunk_start", None)),
+        gap=_text(getattr(doc, "chunk_gap", None)),
     )
 
 

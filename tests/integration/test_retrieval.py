@@ -489,7 +489,11 @@ async def test_forget_deletes_a_sessions_turns_and_nothing_else(stack) -> None:
         content="zephyr cache, stored under the old id",
         tags={"agent_id": "fg/a", "session_id": "s2"},
     )
-    await ingestor.apply([legacy])
+    await ingestor.apply([legacy, dataclasses.replace(legacy, doc_id="transcript:fg/a/s2/8")])
+    # one turn forgotten: found under its old id by its session's tags, and only that turn
+    turn9 = ForgetEvent(event_id="f9", op="forget", agent_id="fg/a", session_id="s2", turn=9)
+    assert (await ingestor.apply([turn9.to_item(BASE_FILTER_KEYS)])).failed == []
+    assert not await index.chunk_ids(legacy.doc_id) and await index.chunk_ids("transcript:fg/a/s2/8")
     await ingestor.apply([_forget("fg/a")])
     assert not await index.chunk_ids("transcript:fg%2Fa/s2/1") and not await index.chunk_ids(s1[3])
     assert not await index.chunk_ids(legacy.doc_id)

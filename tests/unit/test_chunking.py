@@ -179,7 +179,18 @@ def test_a_doc_joins_back_exactly_from_its_chunks_starts_and_gaps(strategy: str,
 
 
 def test_chunks_stored_without_their_starts_join_as_before() -> None:
-    """A chunk written before starts were kept (start None) is joined by its text, as it always was."""
+    """A chunk written before starts were kept (start None) is joined by its text, as it
+    always was: by its overlap with the chunk before, else by a space; a doc mixing both
+    joins each pair by what that pair has."""
     assert join_chunks(["no overlap here", "at all"], [None, None], ["", ""]) == "no overlap here at all"
-    assert join_chunks(["a\n", "b"], [0, 2], ["", ""]) == "a\nb"
+    overlapping = ["the first part of it, then the overlap", "then the overlap and the rest"]
+    assert join_chunks(overlapping, [None, None], ["", ""]) == "the first part of it, then the overlap and the rest"
+    assert join_chunks(["para one.", "para two.", "three"], [0, 11, None], ["", "\n\n", ""]) == (
+        "para one.\n\npara two. three"
+    )
+
+
+def test_chunks_with_their_starts_put_back_gaps_and_drop_overlaps_by_length() -> None:
+    assert join_chunks(["a\n", "b"], [0, 2], ["", ""]) == "a\nb"  # touching: no gap stored
     assert join_chunks(["para one.", "para two."], [0, 11], ["", "\n\n"]) == "para one.\n\npara two."
+    assert join_chunks(["abcdef", "defgh"], [0, 3], ["", ""]) == "abcdefgh"  # a 3-character overlap, below 16

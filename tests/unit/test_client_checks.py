@@ -143,7 +143,7 @@ def test_a_time_is_a_datetime_an_iso_string_or_an_age() -> None:
     """Every client surface (the client, CLI, MCP tools, explorer, retriever) reads since/until alike."""
     from datetime import UTC, datetime, timedelta
 
-    from consumers.encoding import when
+    from consumers.times import when
     from memory.errors import InvalidRequest
 
     now = datetime(2026, 11, 30, 12, tzinfo=UTC)
@@ -153,3 +153,12 @@ def test_a_time_is_a_datetime_an_iso_string_or_an_age() -> None:
     assert when(now, "since") is now and when(None, "since") is None and when("", "since") is None
     with pytest.raises(InvalidRequest, match=r"until takes an ISO 8601 time .* or an age .*'last tuesday'"):
         when("last tuesday", "until")
+
+
+@pytest.mark.parametrize("age", ["1000000d", "999999999w"])
+def test_an_age_beyond_the_calendar_is_an_invalid_request_not_an_overflow(age: str) -> None:
+    from consumers.times import when
+    from memory.errors import InvalidRequest
+
+    with pytest.raises(InvalidRequest, match="since takes"):
+        when(age, "since")

@@ -327,13 +327,30 @@ def test_a_nul_in_an_agent_or_session_id_is_dead_lettered(fields: dict[str, obje
     assert good == [] and ("agent_id" in dead.reason or "session_id" in dead.reason)
 
 
-def test_a_turn_with_an_op_other_than_forget_is_still_a_turn() -> None:
-    """Turns never had an op: one sent anyway ("upsert") was ignored and still is."""
+def test_a_turn_sent_as_an_upsert_is_a_turn_and_as_a_delete_a_dead_letter() -> None:
+    """Turns never had an op: "upsert" was ignored and still is; another ("delete") would be
+    stored as the turn its writer meant to remove, and is dead-lettered instead."""
     body = {"event_id": "t", "op": "upsert", "agent_id": "a", "session_id": "s", "turn": 1, "content": "x"}
+    deleting = {**body, "op": "delete"}
     good, dead = decode_records(
+        [Rec(json.dumps(b).encode(), offset=n) for n, b in enumerate((body, deleting))],
+        kind="transcript",
+        filter_keys=BASE_FILTER_KEYS,
+        max_content_bytes=100,
+    )
+    assert [g.item.op for g in good] == ["upsert"] and good[0].item.doc_id == "transcript:a/s/1"
+    assert [d.offset for d in dead] == [1] and "unknown op 'delete'" in dead[0].reason
+
+
+def test_a_forget_of_one_turn_names_the_turn_and_its_sessions_tags() -> None:
+    """The item's doc id is the turn's (ids encoded as turns encode them); its tags are its
+    session's, which ``memory.forgets`` lists and narrows to the turn's number."""
+    body = {"event_id": "f", "op": "forget", "agent_id": "ops/east", "session_id": "s1", "turn": 12}
+    (g,), dead = decode_records(
         [Rec(json.dumps(body).encode())], kind="transcript", filter_keys=BASE_FILTER_KEYS, max_content_bytes=100
     )
-    assert dead == [] and good[0].item.op == "upsert" and good[0].item.doc_id == "transcript:a/s/1"
+    assert dead == [] and (g.item.op, g.item.doc_id) == ("forget", "transcript:ops%2Feast/s1/12")
+    assert g.item.tags == {"agent_id": "ops/east", "session_id": "s1", "kind": "transcript"}
 
 
 def test_an_event_without_a_timestamp_is_dated_by_its_kafka_record() -> None:

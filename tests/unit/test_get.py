@@ -77,6 +77,7 @@ def test_an_item_too_large_alone_keeps_the_start_of_its_content(reply: type[GetR
         reply(query_id="r", items=[GetItem(doc_id="d", status="found", content="x" * 9000)], took_ms=1.0), 8000
     )
     assert 7700 < len(json.dumps(ascii_only.model_dump(mode="json"))) <= 8000
+    assert ascii_only.items[0].content_truncated and not ascii_only.truncated  # no item was left off
     assert not fit_get_reply(reply(query_id="r", items=items[:1], took_ms=1.0), 100_000).items[0].content_truncated
 
 

@@ -145,7 +145,7 @@ def test_query_identifiers_agree_with_the_documents_spelling() -> None:
 
 def test_a_chunk_takes_the_identifiers_its_metadata_names() -> None:
     """A ticket or session id in the metadata is an identifier of the chunk, once, after its text's."""
-    from memory.index.codec import with_metadata_identifiers
+    from memory.identifiers import with_metadata_identifiers
 
     metadata = {"ticket": "T-1002", "session_id": "INC-4411", "turn": 3, "tags": ["RF-88231", "billing"], "x": "t1001"}
     assert with_metadata_identifiers("t1001 err42", metadata) == "t1001 err42 t1002 inc4411 rf88231"

@@ -25,6 +25,8 @@ def test_the_next_free_turn_follows_the_last_one_found() -> None:
     assert next_free_turn(0, _items(True, True, False)) == 2
     assert next_free_turn(10, _items(True, False, True, False)) == 13  # a gap is not reused
     assert next_free_turn(0, _items(True, True)) is None  # all taken: look further
+    # A gap (a forgotten turn) with the batch's last turn taken: the turns past it may be taken too.
+    assert next_free_turn(0, _items(True, False, True)) is None
 
 
 def test_a_turn_read_back_is_ours_when_its_text_and_role_match_or_it_was_cut_from_ours() -> None:

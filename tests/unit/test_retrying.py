@@ -96,14 +96,15 @@ async def test_a_stopping_daemon_gives_up_and_a_hold_passes_through() -> None:
 
 def test_a_long_outage_is_logged_sparsely_and_a_new_error_at_once() -> None:
     """The same error is logged on tries 1, 2, 4, …, 32, then every 60th; another error at once."""
-    same = [n for n in range(1, 241) if worth_logging(n, "index refused", "index refused")]
+    same = [n for n in range(1, 241) if worth_logging(n, "BackendUnavailable", "BackendUnavailable")]
     assert same == [1, 2, 4, 8, 16, 32, 60, 120, 180, 240]
-    assert worth_logging(7, "redis unavailable", "index refused")
-    assert worth_logging(1, "index refused", None)
+    assert worth_logging(7, "Unauthorized", "BackendUnavailable")
+    assert worth_logging(1, "BackendUnavailable", None)
 
 
 async def test_a_retry_loop_logs_the_tries_worth_logging_and_each_change_of_error() -> None:
-    """Ten tries of one error are logged on tries 1, 2, 4 and 8; the error that follows is logged on its first try."""
+    """Ten tries of one kind of error, its message changing, are logged on tries 1, 2, 4 and 8
+    (each with its own message); another kind that follows is logged on its first try."""
     cfg = IngestConfig(retry_initial_s=0.0001, retry_max_s=0.0001)
     tries = 0
 
@@ -111,12 +112,13 @@ async def test_a_retry_loop_logs_the_tries_worth_logging_and_each_change_of_erro
         nonlocal tries
         tries += 1
         if tries <= 10:
-            raise BackendUnavailable("index refused (test)")
+            raise BackendUnavailable(f"redis unavailable (try {tries})")
         if tries == 11:
-            raise BackendUnavailable("redis unavailable (test)")
+            raise Unauthorized("redis refused the credentials (test)")
         return "done"
 
     with capture_logs() as logs:
         assert await retry_while_unavailable("chunk write", down, stopping=asyncio.Event(), cfg=cfg) == "done"
     retried = [(e["attempt"], e["error"]) for e in logs if e["event"] == "ingest.backend_retried"]
-    assert retried == [(n, "index refused (test)") for n in (1, 2, 4, 8)] + [(11, "redis unavailable (test)")]
+    expected = [(n, f"redis unavailable (try {n})") for n in (1, 2, 4, 8)]
+    assert retried == [*expected, (11, "redis refused the credentials (test)")]

@@ -63,5 +63,5 @@ def test_parse_entities_rejects_non_answers(reply: str) -> None:
 
 
 def test_a_markdown_heading_is_no_sentence() -> None:
-    text = "# Password Reset\n\nA password reset sends a link that expires in 15 minutes.\n## Notes\n"
-    assert split_sentences(text) == ["A password reset sends a link that expires in 15 minutes."]
+    text = "# Password Reset\n\nA password reset sends a link that expires in 15 minutes.\n## Notes\n#4411 reopened."
+    assert split_sentences(text) == ["A password reset sends a link that expires in 15 minutes.", "#4411 reopened."]
