@@ -176,6 +176,10 @@ _EVENT_DOCS = {
 }
 
 
+#: A query's outcome (the ``outcome`` label of ``agentmemd_query_seconds``) by its error code:
+#: an asker's bad request, or a request too old to answer, is no failure of the daemon's.
+_OUTCOMES = {"invalid_request": "invalid", "expired": "expired"}
+
 #: Records a tenant seen on its topics (``memory.tenants.TenantRegistry.saw``).
 SawTenant = Callable[[str], Awaitable[None]]
 
@@ -325,7 +329,7 @@ def _subscribe_queries(
         except Exception as exc:  # KafkaError, or aiokafka's own check of the partition
             log.error("query.reply_failed", topic=target, partition=partition, error=f"{type(exc).__name__}: {exc}")
         # After the reply: whatever the accounting does, the asker has its answer.
-        outcome = "ok" if not isinstance(reply, ErrorReply) else "expired" if reply.error.code == "expired" else "error"
+        outcome = "ok" if not isinstance(reply, ErrorReply) else _OUTCOMES.get(reply.error.code, "error")
         QUERY_SECONDS.labels(scope_of(record.value), outcome).observe(elapsed)
         on_query_done(elapsed, outcome)
 

@@ -151,7 +151,8 @@ td,th{{border-bottom:1px solid #eee;padding:4px 10px;text-align:left;font-size:1
 <div class="card">index entries<div class="num" id="chunks">{chunks}</div>
 <span class="muted">chunks and community summaries</span></div>
 <div class="card">query p50 / p95 ms<div class="num" id="query-latency">{p50:.1f} / {p95:.1f}</div>
-<span class="muted" id="query-count">{len(q)} recent, {state.query_errors} errors</span></div>
+<span class="muted" id="query-count">{len(q)} recent, {state.query_errors} errors, \
+{state.query_refused} refused (bad or expired requests)</span></div>
 </div>
 <h2>Stale-summary queue</h2>
 {_svg_chart(list(state.depth_history))}

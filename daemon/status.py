@@ -70,13 +70,16 @@ class StatusState:
     # tenant -> the same history for that tenant alone (what a tenant's explorer charts)
     tenant_history: dict[str, deque[tuple[float, int]]] = field(default_factory=dict)
     query_ms: deque[float] = field(default_factory=lambda: deque(maxlen=1000))
-    query_errors: int = 0
+    query_errors: int = 0  # the daemon failed to answer (unavailable, internal)
+    query_refused: int = 0  # an asker's bad or too old request
 
     def record_query(self, seconds: float, outcome: str) -> None:
-        """Called by the query subscriber after each reply."""
+        """Called by the query subscriber after each reply (``outcome``: ok, invalid, expired, error)."""
         self.query_ms.append(seconds * 1000)
-        if outcome != "ok":
+        if outcome == "error":
             self.query_errors += 1
+        elif outcome != "ok":
+            self.query_refused += 1
 
 
 def _subscribed(topic: str, base: str, tenancy: str) -> bool:
