@@ -188,8 +188,11 @@ def with_metadata_identifiers(idents: str, metadata: Mapping[str, Any]) -> str:
     """A chunk's ``idents``, then the identifiers its metadata's text values name that its
     text does not: a turn of session ``INC-4411`` or a doc with ``ticket: T-1002`` is found
     by that id, though its text never writes it."""
-    texts = [v for v in metadata.values() if isinstance(v, str)]
-    texts += [x for v in metadata.values() if isinstance(v, list) for x in v if isinstance(x, str)]
+    # Not the agent's id: every turn of the agent would tie at the identifier leg's first rank
+    # for a question naming it, where the speaker list already lifts the agent's own turns.
+    values = [v for k, v in metadata.items() if k != "agent_id"]
+    texts = [v for v in values if isinstance(v, str)]
+    texts += [x for v in values if isinstance(v, list) for x in v if isinstance(x, str)]
     if not texts:
         return idents
     # One value a line: an identifier never runs from one value into the next.

@@ -150,4 +150,5 @@ def test_a_chunk_takes_the_identifiers_its_metadata_names() -> None:
     metadata = {"ticket": "T-1002", "session_id": "INC-4411", "turn": 3, "tags": ["RF-88231", "billing"], "x": "t1001"}
     assert with_metadata_identifiers("t1001 err42", metadata) == "t1001 err42 t1002 inc4411 rf88231"
     assert with_metadata_identifiers("", {"service": "billing", "env": "production"}) == ""
+    assert with_metadata_identifiers("", {"agent_id": "PLANNER-7", "session_id": "INC-4411"}) == "inc4411"
     assert with_metadata_identifiers("", {"a": "ABC", "b": "-9999"}) == ""  # never joined into one (ABC-9999)
