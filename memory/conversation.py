@@ -190,15 +190,16 @@ def matching_terms(own_terms: str, context_terms: Iterable[str]) -> str:
 
 
 def date_words(timestamp: float) -> str:
-    """The day a turn was said, as words a question would use (``8 May 2023``, UTC); empty when
-    the turn has no time."""
+    """The day a turn was said, as words a question would use (``Monday 8 May 2023``, UTC):
+    "what did we promise on Tuesday?" matches the turns of Tuesdays. Empty when the turn has
+    no time."""
     if timestamp <= 0:
         return ""
     try:
         day = datetime.fromtimestamp(timestamp, UTC)
     except (OverflowError, OSError, ValueError):
         return ""
-    return f"{day.day} {day:%B} {day.year}"
+    return f"{day:%A} {day.day} {day:%B} {day.year}"
 
 
 def neighbourhood(refs: Iterable[TurnRef]) -> set[TurnRef]:

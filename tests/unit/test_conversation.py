@@ -101,8 +101,8 @@ def test_matching_terms_weigh_the_turns_own_words_first() -> None:
 
 @pytest.mark.parametrize(
     ("timestamp", "expected"),
-    [(1683554160.0, "8 May 2023"), (0.0, ""), (-5.0, ""), (1e300, "")],
+    [(1683554160.0, "Monday 8 May 2023"), (0.0, ""), (-5.0, ""), (1e300, "")],
 )
 def test_date_words(timestamp: float, expected: str) -> None:
-    """The day a turn was said, in words; nothing for a turn without a usable time."""
+    """The day a turn was said, in words, its weekday too; nothing for a turn without a usable time."""
     assert date_words(timestamp) == expected
