@@ -108,12 +108,18 @@ class _Search(_Lifecycle):
             res = await self._ft().search(q, query_params=params)
         return [_stored(d, self._tag_keys) for d in res.docs]
 
-    async def _ranked(self, what: str, args: list[Any], tag_keys: Sequence[str]) -> list[LegHit]:
+    async def _ranked(
+        self, what: str, args: list[Any], tag_keys: Sequence[str], max_distance: float | None = None
+    ) -> list[LegHit]:
         # FT.SEARCH sent and read as is: redis-py's Query and Result objects (and the decoding
         # of every returned value) were most of a leg's client-side CPU.
         async with translate_errors(what):
             reply = await self._batch.execute("FT.SEARCH", self._search_name(), *args)
-        return leg_hits(reply, tag_keys)
+        hits = leg_hits(reply, tag_keys)
+        if max_distance is None:
+            return hits
+        # A KNN reply is nearest first: the candidates within reach are a prefix of it.
+        return hits[: sum(1 for d in reply_distances(reply) if d <= max_distance)]
 
     async def rank_text(
         self, query: str, *, k: int, tag_keys: Sequence[str] = ("tenant",), idents: bool = False
@@ -160,13 +166,7 @@ class _Search(_Lifecycle):
             "ef",
             max(self._cfg.hnsw_ef_runtime, k),
         ]
-        if max_distance is None:
-            return await self._ranked("vector search", args, tag_keys)
-        async with translate_errors("vector search"):
-            reply = await self._batch.execute("FT.SEARCH", self._search_name(), *args)
-        # Nearest first: the candidates within reach are a prefix of the list.
-        near = sum(1 for d in reply_distances(reply) if d <= max_distance)
-        return leg_hits(reply, tag_keys)[:near]
+        return await self._ranked("vector search", args, tag_keys, max_distance)
 
     def standing_markers(
         self, standing: Mapping[str, WriteMarker], docs: Iterable[tuple[int, str, str]]
