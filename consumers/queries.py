@@ -158,14 +158,13 @@ def _cut_to_fit(reply: GetReply, item: GetItem, size: int, max_bytes: int) -> Ge
     """``reply`` with ``item`` alone, its content cut at the end to fit ``max_bytes``
     (``size``: the JSON's size with all of it), or None if its other fields alone do not fit."""
     text = item.content or ""
-    budget = len(json.dumps(text)) - (size - max_bytes) - 32  # bytes the content's JSON may take
-    keep = len(text)
-    while keep > 0:
+    keep, used = len(text), len(json.dumps(text))
+    budget = used - (size - max_bytes) - 32  # bytes the content's JSON may take
+    while keep > 0 and used > budget:
         # Scaled by the bytes per character of what is kept: a few rounds for any mix of scripts.
-        keep = min(keep - 1, int(keep * budget / max(len(json.dumps(text[:keep])), 1)))
-        if keep <= 0 or len(json.dumps(text[:keep])) <= budget:
-            break
-    cut = item.model_copy(update={"content": text[: max(keep, 0)], "content_truncated": True})
+        keep = max(0, min(keep - 1, int(keep * budget / used)))
+        used = len(json.dumps(text[:keep]))
+    cut = item.model_copy(update={"content": text[:keep], "content_truncated": True})
     fitted = reply.model_copy(update={"items": [cut], "truncated": len(reply.items) > 1})
     return fitted if len(json.dumps(fitted.model_dump(mode="json"))) <= max_bytes else None
 
