@@ -103,7 +103,7 @@ async def start_daemon(
             log.warning("daemon.redis_setting_flagged", setting=setting, value=value, fix=fix)
         tenants = TenantRegistry(client=redis, name=settings.index.name)
         if settings.create_topics:
-            await ensure_daemon_topics(settings, tenants.all, timeout_s=ready_timeout_s)
+            await ensure_daemon_topics(settings, tenants.with_topics, timeout_s=ready_timeout_s)
         # Ingestion marks its batches here; the graph's summarizer waits for quiet moments.
         activity = IngestActivity()
         graph: TenantGraphs | None = None
@@ -221,7 +221,7 @@ async def start_daemon(
         await daemon.stop()
         raise BackendUnavailable(f"consumers not assigned within {ready_timeout_s}s") from exc
     if settings.create_topics:
-        daemon.spawn(watch_topics(settings, tenants.all, daemon.halt), "topic-watch")
+        daemon.spawn(watch_topics(settings, tenants.with_topics, daemon.halt), "topic-watch")
     consumer_cfg = settings.consumer
     for sub in broker.subscribers:
         role = subscriber_role(sub)

@@ -20,7 +20,6 @@ from memory.errors import MemdError, NotFound
 from memory.generations import index_spec
 from memory.index import MAX_PAGE, ChunkIndex, GenerationRegistry, redis_now, translate_errors
 from memory.keys import generation_of, key_root, physical_name
-from memory.records import DEFAULT_TENANT
 from memory.schema import compare_schema, index_schema, info_attributes, info_index_name
 from memory.server_policies import EVICTION_FIX, SAFE_EVICTION, TIMEOUT_FIX, eviction_policy, search_timeout_policy
 from memory.tenants import TenantRegistry
@@ -383,8 +382,7 @@ async def _seen_tenants(settings: Settings) -> list[str]:
     """The tenants daemons have seen (topic tenancy), or none when Redis cannot say (its own finding says why)."""
     client = redis_client(settings)
     try:
-        seen = await asyncio.wait_for(TenantRegistry(client=client, name=settings.index.name).all(), timeout=10)
-        return [t for t in seen if t != DEFAULT_TENANT]  # single tenancy's, as daemon.topics skips it
+        return await asyncio.wait_for(TenantRegistry(client=client, name=settings.index.name).with_topics(), timeout=10)
     except (MemdError, TimeoutError):
         return []
     finally:

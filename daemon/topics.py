@@ -24,7 +24,6 @@ from consumers.encoding import tenant_topic
 from daemon.connections import kafka_options
 from daemon.settings import Settings
 from memory.errors import BackendUnavailable, MemdError
-from memory.records import DEFAULT_TENANT
 
 log = structlog.get_logger()
 
@@ -192,13 +191,11 @@ async def ensure_tenants_topics(settings: Settings, tenants: Sequence[str], *, t
 async def ensure_daemon_topics(
     settings: Settings, tenants: Callable[[], Awaitable[Sequence[str]]], *, timeout_s: float
 ) -> list[str]:
-    """The contract's topics and, in topic tenancy, those of every tenant seen (``tenants``):
-    the missing ones created; returns those."""
+    """The contract's topics and, in topic tenancy, those of every tenant seen (``tenants``,
+    ``TenantRegistry.with_topics``): the missing ones created; returns those."""
     created = await ensure_contract_topics(settings, timeout_s=timeout_s)
     if settings.consumer.tenancy == "topic":
-        # "default" is single tenancy's one tenant: a deployment that moved to topic tenancy has it on record.
-        seen = [t for t in await tenants() if t != DEFAULT_TENANT]
-        created += await ensure_tenants_topics(settings, seen, timeout_s=timeout_s)
+        created += await ensure_tenants_topics(settings, await tenants(), timeout_s=timeout_s)
     return created
 
 

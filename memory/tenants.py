@@ -8,6 +8,7 @@ import redis.asyncio as aredis
 
 from memory.index import translate_errors
 from memory.keys import tenants_key
+from memory.records import DEFAULT_TENANT
 from memory.schema import as_str
 
 
@@ -39,3 +40,12 @@ class TenantRegistry:
         async with translate_errors("tenant list"):
             found = {as_str(m) for m in await self._r.smembers(self._key)}
         return sorted(found | self._known)
+
+    async def with_topics(self) -> list[str]:
+        """The tenants whose topics topic tenancy keeps: every one recorded but ``default``,
+        single tenancy's one tenant (a deployment that moved to topic tenancy has it on record).
+
+        Raises:
+            BackendUnavailable: Redis is unreachable.
+        """
+        return [t for t in await self.all() if t != DEFAULT_TENANT]

@@ -601,7 +601,9 @@ async def test_doctor_checks_the_topics_of_every_tenant_seen(kafka_bootstrap: st
     await ensure_contract_topics(settings, timeout_s=30)
     client = aredis.from_url(redis_url)
     try:
-        await TenantRegistry(client=client, name=settings.index.name).saw("ghost")
+        registry = TenantRegistry(client=client, name=settings.index.name)
+        await registry.saw("ghost")
+        await registry.saw("default")  # from single tenancy, before the move: no topics of its own asked for
     finally:
         await client.aclose()
     topics = [f for f in await diagnose(settings) if f.check == "topics"]
