@@ -222,7 +222,7 @@ async def test_forgetting_one_turn_takes_its_words_out_of_the_turns_around_it(
     its terms or context any more; the turns after it are embedded again without it."""
     client, index, ingestor, _ = await stack(redis_url, embedder, "forget-turn")
     cleanup.append((client, index))
-    said = [f"Caroline: step {n} of the plan went fine." for n in range(6)]
+    said = [f"Caroline: step {n} of the plan went fine." for n in range(26)]  # turns 20-25 start with "2" too
     said[2] = "Caroline: my vault code is quokka77 near the marsupial exhibit."
     await ingestor.apply([turn("a", "s1", n, t) for n, t in enumerate(said)])
     assert sum("quokka" in row["context"] for row in (await stored_turns(client, index)).values()) >= 4
@@ -230,7 +230,7 @@ async def test_forgetting_one_turn_takes_its_words_out_of_the_turns_around_it(
     report = await ingestor.apply([event.to_item(BASE_FILTER_KEYS)])
     assert not report.failed
     rows = await stored_turns(client, index)
-    assert sorted(rows) == [f"transcript:a/s1/{n}_p0" for n in (0, 1, 3, 4, 5)]
+    assert sorted(rows) == sorted(f"transcript:a/s1/{n}_p0" for n in range(26) if n != 2)
     for cid, row in rows.items():
         for f in FIELDS:
             assert "quokka" not in row[f] and "marsupi" not in row[f], (cid, f)

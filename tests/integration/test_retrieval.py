@@ -319,6 +319,11 @@ async def test_a_similarity_floor_keeps_only_the_vector_candidates_close_enough(
     nothing = await retriever.search(SearchSpec(text="🙂🙂 the of and", top_k=5, min_similarity=0.5))
     assert nothing.hits == []
     assert (await retriever.search(SearchSpec(text="🙂🙂 the of and", top_k=5))).hits  # without it: the nearest
+    # The configured floor applies when the request names none; a request's own overrides it.
+    index, _, _ = stack
+    floored = Retriever(index=index, embedder=embedder, cfg=RetrievalConfig(min_similarity=0.5))
+    assert (await floored.search(SearchSpec(text="🙂🙂 the of and", top_k=5))).hits == []
+    assert (await floored.search(SearchSpec(text="🙂🙂 the of and", top_k=5, min_similarity=-1.0))).hits
 
 
 async def test_a_time_range_filters_every_leg_before_fusion(stack) -> None:

@@ -162,3 +162,27 @@ def test_an_age_beyond_the_calendar_is_an_invalid_request_not_an_overflow(age: s
 
     with pytest.raises(InvalidRequest, match="since takes"):
         when(age, "since")
+
+
+async def test_only_a_call_awaiting_an_answer_for_another_tenant_is_refused() -> None:
+    """Through the client's own methods: a waited write, or a forget, for another tenant is
+    refused before it is sent; a write that waits for nothing goes to that tenant's topic."""
+    from memory.errors import InvalidRequest
+
+    acme = MemoryClient(bootstrap="127.0.0.1:1", tenant="acme")
+    sent: list[str] = []
+
+    async def publish(topic: str, _value: bytes, _key: str, **_kw: object) -> None:
+        sent.append(topic)
+
+    acme._transport.publish = publish  # type: ignore[method-assign]
+    with pytest.raises(InvalidRequest, match="tenant 'globex'"):
+        await acme.publish_observation(agent_id="a", session_id="s", turn=0, content="hi", tenant="globex", wait=True)
+    with pytest.raises(InvalidRequest, match="tenant 'globex'"):
+        await acme.forget(agent_id="a", session_id="s", tenant="globex", wait=True)
+    with pytest.raises(InvalidRequest, match="tenant 'globex'"):
+        await acme.delete_document("kb/a.md", tenant="globex", wait=True)
+    assert sent == []
+    await acme.publish_document("kb/a.md", "text", tenant="globex")
+    await acme.publish_observation(agent_id="a", session_id="s", turn=0, content="hi", tenant="globex")
+    assert sent == ["memory.documents.globex", "memory.transcripts.globex"]

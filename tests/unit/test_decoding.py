@@ -384,3 +384,11 @@ def test_a_metadata_value_of_another_type_is_named_in_one_reason(value: object, 
         max_content_bytes=10_000,
     )
     assert len(dead) == 1 and says in dead[0].reason and "constrained-str" not in dead[0].reason, dead[0].reason
+
+
+def test_a_forget_of_one_turn_without_its_session_is_refused() -> None:
+    """Every session's turn 3 is no scope a forget can name: it would widen the forget."""
+    from consumers.events import ForgetEvent
+
+    with pytest.raises(ValueError, match="a forget of one turn names its session_id too"):
+        ForgetEvent(event_id="f", op="forget", agent_id="a", all_sessions=True, turn=3)

@@ -135,3 +135,18 @@ def test_per_id_weights_are_checked_too() -> None:
 def test_legs_fetch_at_least_the_candidate_floor(cfg: dict[str, float], top_k: int, fetched: int) -> None:
     retriever = Retriever(index=None, embedder=None, cfg=RetrievalConfig(**cfg))  # type: ignore[arg-type]
     assert retriever.fetch_k(top_k) == fetched
+
+
+def test_a_similarity_floor_is_a_cosine_distance_reach() -> None:
+    """min_similarity s keeps vector candidates within cosine distance 1 - s; the request's
+    floor wins over the configured one, and neither means no floor."""
+    from memory.config import RetrievalConfig
+    from memory.search_spec import SearchSpec, max_vector_distance
+
+    assert max_vector_distance(SearchSpec(text="x", top_k=1, min_similarity=0.8), RetrievalConfig()) == pytest.approx(
+        0.2
+    )
+    configured = RetrievalConfig(min_similarity=0.25)
+    assert max_vector_distance(SearchSpec(text="x", top_k=1), configured) == pytest.approx(0.75)
+    assert max_vector_distance(SearchSpec(text="x", top_k=1, min_similarity=-1.0), configured) == pytest.approx(2.0)
+    assert max_vector_distance(SearchSpec(text="x", top_k=1), RetrievalConfig()) is None

@@ -152,3 +152,14 @@ def test_a_chunk_takes_the_identifiers_its_metadata_names() -> None:
     assert with_metadata_identifiers("", {"service": "billing", "env": "production"}) == ""
     assert with_metadata_identifiers("", {"agent_id": "PLANNER-7", "session_id": "INC-4411"}) == "inc4411"
     assert with_metadata_identifiers("", {"a": "ABC", "b": "-9999"}) == ""  # never joined into one (ABC-9999)
+
+
+def test_a_copied_chunk_analyzed_again_keeps_its_metadata_identifiers() -> None:
+    """A reindex across an analysis change analyzes stored hashes again: the ids their metadata
+    names are among the new ``idents``, as ingestion writes them."""
+    import json as _json
+
+    from memory.index.codec import _reanalyzed
+
+    stored = {b"text": b"The refund lands on Friday.", b"metadata": _json.dumps({"ticket": "T-1002"}).encode()}
+    assert _reanalyzed(stored)["idents"].split() == ["t1002"]
