@@ -196,5 +196,6 @@ def with_metadata_identifiers(idents: str, metadata: Mapping[str, Any]) -> str:
     if not texts:
         return idents
     # One value a line: an identifier never runs from one value into the next.
-    extra = [t for t in _value_identifiers("\n".join(texts)) if t not in idents.split()]
+    own = set(idents.split())
+    extra = [t for t in _value_identifiers("\n".join(texts)) if t not in own]
     return " ".join([idents, *extra]) if idents else " ".join(extra)
