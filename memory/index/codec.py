@@ -115,13 +115,8 @@ def _reanalyzed(mapping: dict[Any, Any]) -> dict[Any, Any]:
         context = as_str(mapping[fields["context"]]) if "context" in fields else ""
         terms = turn_terms(text, context, float(as_str(mapping[fields["ts"]])) if "ts" in fields else 0.0)
     out[fields.get("terms", "terms")] = terms
-    try:
-        metadata = json.loads(as_str(mapping[fields["metadata"]])) if "metadata" in fields else {}
-    except ValueError:
-        metadata = {}
-    out[fields.get("idents", "idents")] = with_metadata_identifiers(
-        analysis.idents, metadata if isinstance(metadata, dict) else {}
-    )
+    metadata = _metadata_of(mapping[fields["metadata"]]) if "metadata" in fields else None
+    out[fields.get("idents", "idents")] = with_metadata_identifiers(analysis.idents, metadata or {})
     return out
 
 
@@ -131,13 +126,8 @@ def _refielded(mapping: dict[Any, Any], filter_keys: Sequence[str]) -> dict[Any,
     for each key its metadata holds, none for the others (nor for keys no longer
     filterable). A hash without stored metadata keeps the fields it has."""
     fields = {as_str(k): k for k in mapping}
-    if "metadata" not in fields:
-        return mapping
-    try:
-        metadata = json.loads(as_str(mapping[fields["metadata"]]))
-    except ValueError:
-        return mapping
-    if not isinstance(metadata, dict):
+    metadata = _metadata_of(mapping[fields["metadata"]]) if "metadata" in fields else None
+    if metadata is None:
         return mapping
     # Every filter field but the chunk's own (a TAG with its hashed twin), of these keys or of
     # keys no longer filterable, goes: a replay writes only those these keys give values.
@@ -161,11 +151,8 @@ def _respoken(hashes: list[dict[Any, Any]]) -> list[dict[Any, Any]]:
     if any(as_str(n.get("kind", b"")) != "transcript" for n in named):
         return hashes
     first = min(named, key=lambda n: int(as_str(n.get("position", b"0"))))
-    try:
-        metadata = json.loads(as_str(first.get("metadata", b"{}")))
-    except ValueError:
-        return hashes
-    if not isinstance(metadata, dict):
+    metadata = _metadata_of(first.get("metadata", b"{}"))
+    if metadata is None:
         return hashes
     field = turn_speakers(as_str(first.get("text", b"")), metadata)
     out = []
@@ -210,19 +197,27 @@ def _record_mapping(rec: ChunkRecord, vector: np.ndarray, analysis: Analysis) ->
     return mapping
 
 
-def _stored(doc: Any, tag_keys: Sequence[str]) -> StoredChunk:
-    raw_meta = getattr(doc, "metadata", "{}")
+def _metadata_of(raw: Any) -> dict[str, Any] | None:
+    """A stored ``metadata`` field as the object it was written as; None when it is missing or
+    is no JSON object."""
+    if raw is None:
+        return None
     try:
-        metadata = json.loads(as_str(raw_meta))
+        metadata = json.loads(as_str(raw))
     except ValueError:
-        metadata = {}
+        return None
+    return metadata if isinstance(metadata, dict) else None
+
+
+def _stored(doc: Any, tag_keys: Sequence[str]) -> StoredChunk:
+    metadata = _metadata_of(getattr(doc, "metadata", "{}")) or {}
     return StoredChunk(
         chunk_id=as_str(getattr(doc, "chunk_id", "")),
         text=as_str(getattr(doc, "text", "")),
         doc_id=as_str(getattr(doc, "doc_id", "")),
         source=as_str(getattr(doc, "source", "")),
         kind=as_str(getattr(doc, "kind", "")),
-        metadata=metadata if isinstance(metadata, dict) else {},
+        metadata=metadata,
         tags={k: as_str(getattr(doc, k)) for k in tag_keys if getattr(doc, k, None) is not None},
         idents=tuple(as_str(getattr(doc, "idents", "")).split()),
         timestamp=_timestamp(doc),
