@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from consumers.config import Topics, event_record_bytes
 from consumers.encoding import (
+    ClientFilter,
     TurnRef,
     delete_body,
     document_body,
@@ -181,7 +182,7 @@ class MemoryClient:
         text: str,
         *,
         top_k: int = 5,
-        metadata_filter: Mapping[str, str | Sequence[str]] | None = None,
+        metadata_filter: ClientFilter | None = None,
         dense_weight: float | None = None,
         sparse_weight: float | None = None,
         rrf_k: int | None = None,
@@ -201,7 +202,8 @@ class MemoryClient:
         Args:
             text: what to search for.
             top_k: results wanted (1..100).
-            metadata_filter: key -> value, or values (any of them).
+            metadata_filter: key -> value, values (any of them), or ``{"not": value or values}``
+                (none of them).
             dense_weight: weight of the vector leg (0 skips it); the daemon's default if None.
             sparse_weight: weight of the BM25 leg (0 skips it); the daemon's default if None.
             rrf_k: the RRF constant; the daemon's default if None.
@@ -260,7 +262,7 @@ class MemoryClient:
         doc_ids: Sequence[str] = (),
         *,
         turns: Sequence[TurnRef] = (),
-        metadata_filter: Mapping[str, str | Sequence[str]] | None = None,
+        metadata_filter: ClientFilter | None = None,
         tenant: str | None = None,
         query_id: str | None = None,
     ) -> GetReply:
@@ -304,7 +306,7 @@ class MemoryClient:
         session_id: str | None = None,
         *,
         limit: int = 20,
-        metadata_filter: Mapping[str, str | Sequence[str]] | None = None,
+        metadata_filter: ClientFilter | None = None,
         tenant: str | None = None,
         query_id: str | None = None,
     ) -> GetReply:

@@ -8,14 +8,14 @@ import unicodedata
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 from consumers.config import event_record_bytes
 from consumers.decoding import parse_event, tenant_from_topic
 from consumers.events import DocumentEvent, TranscriptEvent
 from consumers.times import when
 from memory.errors import InvalidEvent, InvalidRequest
-from memory.filters import tag_text
+from memory.filters import EXCLUDE_OPERATOR, tag_text
 
 
 def iso(t: datetime) -> str:
@@ -83,11 +83,17 @@ def _has_token(text: str) -> bool:
     return any(not c.isspace() and unicodedata.category(c) not in ("Cc", "Cf") for c in text)
 
 
+#: A filter as the client takes it: key -> a value, values (any of them), or
+#: ``{"not": value or values}`` (none of them); numbers and booleans as their stored text.
+ClientFilterValue = str | int | float | Sequence[str | int | float]
+ClientFilter = Mapping[str, ClientFilterValue | Mapping[Literal["not"], ClientFilterValue]]
+
+
 def query_body(
     text: str,
     *,
     top_k: int,
-    metadata_filter: Mapping[str, str | Sequence[str]] | None,
+    metadata_filter: ClientFilter | None,
     dense_weight: float | None,
     sparse_weight: float | None,
     identifier_weight: float | None,
@@ -161,7 +167,7 @@ def _turn_body(ref: TurnRef) -> dict[str, Any]:
 def get_body(
     doc_ids: Sequence[str],
     turns: Sequence[TurnRef],
-    metadata_filter: Mapping[str, str | Sequence[str]] | None,
+    metadata_filter: ClientFilter | None,
     query_id: str | None,
 ) -> dict[str, Any]:
     """A get request's body; ``MemoryClient.get`` documents the arguments.
@@ -180,15 +186,21 @@ def get_body(
     return payload
 
 
-def _filter_body(metadata_filter: Mapping[str, Any]) -> dict[str, str | list[str]]:
+def _filter_body(metadata_filter: Mapping[str, Any]) -> dict[str, Any]:
     """The wire's filter: strings. A number or a boolean is written as its stored TAG value
-    (``str``, booleans as true/false), so ``{"team": 5}`` finds the memories that stored 5."""
+    (``str``, booleans as true/false), so ``{"team": 5}`` finds the memories that stored 5;
+    ``{"not": ...}`` keeps its shape, its values written alike."""
 
     def text(value: Any) -> Any:
         return tag_text(value) if isinstance(value, int | float) else value  # bool is an int
 
+    def values(v: Any) -> Any:
+        return [text(x) for x in v] if isinstance(v, list | tuple | set | frozenset) else text(v)
+
     return {
-        k: [text(x) for x in v] if isinstance(v, list | tuple | set | frozenset) else text(v)
+        k: {EXCLUDE_OPERATOR: values(v[EXCLUDE_OPERATOR])}
+        if isinstance(v, Mapping) and set(v) == {EXCLUDE_OPERATOR}
+        else values(v)
         for k, v in metadata_filter.items()
     }
 
@@ -197,7 +209,7 @@ def recent_body(
     agent_id: str,
     session_id: str | None,
     limit: int,
-    metadata_filter: Mapping[str, str | Sequence[str]] | None,
+    metadata_filter: ClientFilter | None,
     query_id: str | None,
 ) -> dict[str, Any]:
     """A recent request's body; ``MemoryClient.recent`` documents the arguments."""

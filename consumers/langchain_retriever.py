@@ -46,7 +46,7 @@ class MemoryRetriever(BaseRetriever):
     client: ThreadedClient
     """The connection (its ``MemoryClient`` settings carry the tenant)."""
     top_k: int = Field(5, ge=1, le=100)
-    metadata_filter: dict[str, str | list[str]] | None = None
+    metadata_filter: dict[str, str | list[str] | dict[Literal["not"], str | list[str]]] | None = None
     """Filterable keys only (docs/contract.md); keys AND, a list ORs its values."""
     scope: Literal["chunks", "communities", "all"] = "chunks"
     dense_weight: float | None = None

@@ -34,6 +34,7 @@ from consumers.requests import GetItem, ResultItem
 from consumers.store_mapping import (
     DEFAULT_FILTER_KEYS,
     ROOT,
+    PushedFilter,
     is_item,
     item_doc_id,
     item_parts,
@@ -166,7 +167,7 @@ class MemoryStore(BaseStore):
         self,
         c: MemoryClient,
         doc_ids: Sequence[str],
-        flt: dict[str, str] | None = None,
+        flt: PushedFilter | None = None,
         *,
         writing_wait_s: float = READ_WRITING_WAIT_S,
     ) -> dict[str, GetItem]:
@@ -271,7 +272,7 @@ class MemoryStore(BaseStore):
             offset += len(ids)
         return kept[op.offset : op.offset + op.limit]
 
-    async def _query(self, c: MemoryClient, op: SearchOp, flt: dict[str, str]) -> list[SearchItem]:
+    async def _query(self, c: MemoryClient, op: SearchOp, flt: PushedFilter) -> list[SearchItem]:
         """Hybrid search within the prefix's namespaces (64 to a filter; more run side by side
         and are merged by score), each doc once, then the exact filter, offset and limit."""
         assert op.query is not None

@@ -13,7 +13,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstr
 
 from consumers.fields import MAX_VERSION, NO_NUL, AgentPart, DocId
 from memory.conversation import MAX_CONTEXT_TURNS, MAX_RECENT_TURNS, turn_doc_id
-from memory.filters import MAX_VALUE_LENGTH
+from memory.filters import EXCLUDE_OPERATOR, MAX_VALUE_LENGTH
 from memory.schema import MAX_SEARCH_OFFSET
 
 
@@ -56,11 +56,20 @@ FilterValue = (
 
 
 def _plain_filter(value: Any) -> Any:
-    """Name a filter value that is no string of 1..512 characters, before pydantic tries both
-    shapes of :data:`FilterValue` and reports the failure of each."""
+    """Name a filter value that is no string of 1..512 characters, or an object other than
+    ``{"not": ...}``, before pydantic tries each shape of a filter value and reports the
+    failure of each."""
     if isinstance(value, dict):
         for key, given in value.items():
             where = f"metadata_filter[{str(key)[:64]!r}]"
+            if isinstance(given, dict):
+                if set(given) != {EXCLUDE_OPERATOR}:
+                    named = ", ".join(repr(str(k)[:64]) for k in given) or "nothing"
+                    raise ValueError(
+                        f"{where}: an object's one key is {EXCLUDE_OPERATOR!r} (values none of which may match), "
+                        f"not {named}"
+                    )
+                where, given = f"{where}[{EXCLUDE_OPERATOR!r}]", given[EXCLUDE_OPERATOR]
             for v in given if isinstance(given, list) else [given]:
                 if not isinstance(v, str):
                     raise ValueError(f"{where}: values are strings or lists of strings, not {type(v).__name__}")
@@ -69,8 +78,11 @@ def _plain_filter(value: Any) -> Any:
     return value
 
 
-#: A request's metadata filter: key -> a value, or a list of values (any of them).
-MetadataFilter = Annotated[dict[str, FilterValue] | None, BeforeValidator(_plain_filter)]
+#: A request's metadata filter: key -> a value, a list of values (any of them), or
+#: ``{"not": value or values}`` (none of them).
+MetadataFilter = Annotated[
+    dict[str, FilterValue | dict[Literal["not"], FilterValue]] | None, BeforeValidator(_plain_filter)
+]
 
 
 class TimeRange(BaseModel):

@@ -23,11 +23,12 @@ import json
 import math
 from collections.abc import Collection, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import quote, unquote
 
 from consumers.fields import MAX_DOC_ID_CHARS
 from memory.errors import InvalidRequest
+from memory.filters import EXCLUDE_OPERATOR
 from memory.filters import MAX_VALUE_LENGTH as MAX_SOURCE_CHARS  # a source is filtered on
 
 #: Root of every store document's ``source`` (and, so, ``doc_id``).
@@ -129,16 +130,23 @@ def item_parts(metadata: Mapping[str, Any]) -> tuple[tuple[str, ...], str, dict[
     return namespace, str(metadata[KEY_KEY]), value, datetime.fromisoformat(created) if created else None
 
 
-def pushdown_filter(flt: Mapping[str, Any] | None, filter_keys: Collection[str]) -> dict[str, str]:
-    """The part of a LangGraph ``filter`` the daemon can apply before fusion: equality on a
-    string, for fields copied into filterable metadata. The whole filter is still applied
+#: What a LangGraph filter pushes down: a field's string, or ``{"not": string}``.
+PushedFilter = dict[str, str | dict[Literal["not"], str]]
+
+
+def pushdown_filter(flt: Mapping[str, Any] | None, filter_keys: Collection[str]) -> PushedFilter:
+    """The part of a LangGraph ``filter`` the daemon can apply before fusion: equality or
+    inequality (``$ne``) to a string, for fields copied into filterable metadata. Only string
+    values are copied, so a stored value equals the string exactly when the item's field does,
+    and an item without the field passes ``$ne`` in both. The whole filter is still applied
     afterwards (``matches_filter``); this only narrows what the daemon returns."""
-    out: dict[str, str] = {}
+    out: PushedFilter = {}
     for field, want in (flt or {}).items():
-        if isinstance(want, dict) and set(want) == {"$eq"}:
-            want = want["$eq"]
+        negated = isinstance(want, dict) and set(want) == {"$ne"}
+        if isinstance(want, dict) and len(want) == 1 and set(want) <= {"$eq", "$ne"}:
+            want = next(iter(want.values()))
         if field in filter_keys and field not in _NOT_PROMOTED and isinstance(want, str) and 0 < len(want) <= 512:
-            out[field] = want
+            out[field] = {EXCLUDE_OPERATOR: want} if negated else want
     return out
 
 

@@ -38,7 +38,8 @@ SEARCH = (
     "Search long-term memory (documents and past conversation turns) by meaning and keywords; best matches first. "
     "Use it before answering anything that may depend on earlier sessions, decisions, runbooks or notes. "
     "Args: query (natural language or exact identifiers such as error codes); top_k 1..100; "
-    "filters: exact metadata matches, e.g. {'agent_id': 'a1'} or {'kind': ['document', 'transcript']} "
+    "filters: exact metadata matches, e.g. {'agent_id': 'a1'} or {'kind': ['document', 'transcript']} (any of them), "
+    "or exclusions, e.g. {'session_id': {'not': 's-7'}} (none of them; a memory without the key passes) "
     "(only keys the daemon indexes: an unknown key is an invalid_request error naming the allowed ones); "
     "scope: 'chunks' (default), 'communities' (graph summaries of related memories) or 'all'; "
     "since/until: ISO 8601 times, or ages such as '24h' or '7d', bounding when the memory was recorded; "
@@ -122,7 +123,7 @@ def build_server(tools: MemoryTools) -> MCPServer[Any]:
     async def search_memory(
         query: str,
         top_k: int = 10,
-        filters: dict[str, str | list[str]] | None = None,
+        filters: dict[str, str | list[str] | dict[Literal["not"], str | list[str]]] | None = None,
         scope: Literal["chunks", "communities", "all"] = "chunks",
         since: str | None = None,
         until: str | None = None,

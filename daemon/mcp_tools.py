@@ -128,7 +128,7 @@ class MemoryTools:
         self,
         query: str,
         top_k: int = 10,
-        filters: Mapping[str, str | list[str]] | None = None,
+        filters: Mapping[str, str | list[str] | Mapping[Literal["not"], str | list[str]]] | None = None,
         scope: Literal["chunks", "communities", "all"] = "chunks",
         since: str | None = None,
         until: str | None = None,

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Literal
 
 from graph.store import GraphStore
+from memory.filters import FilterSpec
 from memory.retrieval import Retriever
 from memory.search_results import Lookup, SearchOutcome
 from memory.search_spec import SearchSpec
@@ -39,7 +40,7 @@ class ScopedSearch:
         return outcome, stale
 
     async def lookup(
-        self, doc_ids: Sequence[str], *, tenant: str, metadata_filter: Mapping[str, str | Sequence[str]] | None = None
+        self, doc_ids: Sequence[str], *, tenant: str, metadata_filter: FilterSpec | None = None
     ) -> list[Lookup]:
         """Memories by id (``Retriever.lookup``)."""
         return await self._retriever.lookup(doc_ids, tenant=tenant, metadata_filter=metadata_filter)
@@ -51,7 +52,7 @@ class ScopedSearch:
         *,
         tenant: str,
         limit: int = 20,
-        metadata_filter: Mapping[str, str | Sequence[str]] | None = None,
+        metadata_filter: FilterSpec | None = None,
     ) -> list[Lookup]:
         """An agent's latest turns, oldest first (``Retriever.recent``)."""
         return await self._retriever.recent(

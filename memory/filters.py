@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
 
 from memory.errors import InvalidRequest
 from memory.records import KINDS
 from memory.text import escape_tag
 
 FilterValue = str | Sequence[str]
+#: A request's filter as given: key -> a value, values (any of them), or ``{"not": ...}``.
+FilterSpec = Mapping[str, FilterValue | Mapping[Literal["not"], FilterValue]]
 
 #: Keys every deployment can filter on; settings may add more.
 BASE_FILTER_KEYS: tuple[str, ...] = (
@@ -62,17 +66,76 @@ def hash_field(key: str) -> str:
     return f"{HASH_FIELD_PREFIX}{key}"
 
 
+@dataclass(frozen=True, slots=True)
+class TagFilter:
+    """A request's exact filter: keys AND; under a key, a chunk's value must be one of the
+    ``include`` values (when the key has any) and none of the ``exclude`` values. A chunk
+    without the key passes an exclusion and fails an inclusion, in the engine as here."""
+
+    include: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    exclude: Mapping[str, Sequence[str]] = field(default_factory=dict)
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """Every key the filter names: the tags a hit must carry to be re-checked."""
+        return tuple(sorted({*self.include, *self.exclude}))
+
+    def admits(self, key: str, value: str | None) -> bool:
+        """Whether ``value`` under ``key`` passes the filter's clauses on that key."""
+        wanted = self.include.get(key)
+        return (wanted is None or value in wanted) and value not in self.exclude.get(key, ())
+
+    def matches(self, tags: Mapping[str, str]) -> bool:
+        """Whether a stored chunk's tag values satisfy the filter (exact string comparison)."""
+        if not matches(tags, self.include):
+            return False
+        for key, values in self.exclude.items():  # noqa: SIM110 (hot: every candidate of every leg)
+            if tags.get(key) in values:
+                return False
+        return True
+
+    def including(self, key: str, values: Sequence[str]) -> TagFilter:
+        """The filter with ``key`` limited to ``values`` (its inclusion replaced)."""
+        return TagFilter({**self.include, key: list(values)}, self.exclude)
+
+    def without(self, keys: Collection[str]) -> TagFilter:
+        """The filter with no clause on ``keys``."""
+        return TagFilter(
+            {k: v for k, v in self.include.items() if k not in keys},
+            {k: v for k, v in self.exclude.items() if k not in keys},
+        )
+
+    def hash_query(self) -> str:
+        """The non-scoring form (see :func:`hash_clause`); ``"*"`` when empty."""
+        return conjoin(hash_clause(self.include), *(f"-{hash_clause({k: v})}" for k, v in sorted(self.exclude.items())))
+
+    def knn_query(self) -> str:
+        """The vector leg's pre-filter (see :func:`knn_clause`); ``"*"`` when empty.
+
+        Exclusions by hash: a TAG clause matches a value RediSearch trimmed ("edge" matches
+        a stored "edge "), which a re-check drops from an inclusion's hits but could never
+        bring back into an exclusion's."""
+        return conjoin(knn_clause(self.include), *(f"-{hash_clause({k: v})}" for k, v in sorted(self.exclude.items())))
+
+
+#: The one operator a filter value may be given as: ``{"not": value or values}``.
+EXCLUDE_OPERATOR: Literal["not"] = "not"
+
+
 def normalize_filter(
-    metadata_filter: Mapping[str, FilterValue] | None,
+    metadata_filter: FilterSpec | None,
     *,
     allowed: Collection[str],
-) -> dict[str, list[str]]:
-    """Validate a request's filter into key -> allowed values (keys AND, values OR).
+) -> TagFilter:
+    """Validate a request's filter: key -> a value, values (any of them), or
+    ``{"not": value or values}`` (none of them). Keys AND.
 
     Raises:
-        InvalidRequest: unknown key, empty or over-long value, empty list, non-string value.
+        InvalidRequest: unknown key or operator, empty or over-long value, empty list,
+            non-string value.
     """
-    out: dict[str, list[str]] = {}
+    include: dict[str, list[str]] = {}
+    exclude: dict[str, list[str]] = {}
     for key in sorted(metadata_filter or {}):
         if key not in allowed:
             raise InvalidRequest(
@@ -80,26 +143,67 @@ def normalize_filter(
                 "(a deployment adds keys with index.extra_filter_keys, then one agentmemd reindex)"
             )
         raw = (metadata_filter or {})[key]
-        if isinstance(raw, str):
-            values: list[object] = [raw]
-        elif isinstance(raw, list | tuple):
-            values = list(raw)
-        else:
-            raise InvalidRequest(f"metadata_filter[{key!r}] values must be strings or lists of strings")
-        if not values:
-            raise InvalidRequest(f"metadata_filter[{key!r}] is an empty list")
-        if len(values) > MAX_VALUES_PER_KEY:
-            raise InvalidRequest(f"metadata_filter[{key!r}] has more than {MAX_VALUES_PER_KEY} values")
-        for value in values:
-            if not isinstance(value, str):
-                raise InvalidRequest(f"metadata_filter[{key!r}] values must be strings")
-            if not value or len(value) > MAX_VALUE_LENGTH:
-                raise InvalidRequest(f"metadata_filter[{key!r}] values must be 1..{MAX_VALUE_LENGTH} characters")
-            if key == "kind" and value not in KINDS:
-                # A closed set: a value outside it ("turn") would match nothing, in silence.
-                raise InvalidRequest(f"metadata_filter['kind'] is {value!r}; kinds: {', '.join(KINDS)}")
-        out[key] = list(dict.fromkeys(str(v) for v in values))
+        into, where = include, f"metadata_filter[{key!r}]"
+        if isinstance(raw, Mapping):
+            if set(raw) != {EXCLUDE_OPERATOR}:
+                raise InvalidRequest(
+                    f"{where} is an object: its one key is {EXCLUDE_OPERATOR!r} (values none of which may "
+                    f"match), not {', '.join(repr(str(k)) for k in raw) or 'nothing'}"
+                )
+            raw, into, where = raw[EXCLUDE_OPERATOR], exclude, f"{where}[{EXCLUDE_OPERATOR!r}]"
+        into[key] = _values(key, raw, where)
+    return TagFilter(include, exclude)
+
+
+def filter_from_pairs(pairs: Iterable[str], *, strip: bool = False) -> dict[str, object]:
+    """``key=value`` and ``key!=value`` texts (a command's options, a form's lines) as a
+    request's filter: a key given twice takes any of its values, or with ``!=`` none of them.
+    ``strip``: whitespace around a key and a value is dropped.
+
+    Raises:
+        InvalidRequest: a text without ``=`` or a key, or a key given with both ``=`` and ``!=``.
+    """
+    include: dict[str, list[str]] = {}
+    exclude: dict[str, list[str]] = {}
+    for raw in pairs:
+        key, sep, value = raw.partition("=")
+        into = include
+        if key.endswith("!"):
+            key, into = key[:-1], exclude
+        if strip:
+            key, value = key.strip(), value.strip()
+        if not sep or not key:
+            raise InvalidRequest(f"a filter looks like key=value or key!=value, not {raw!r}")
+        into.setdefault(key, []).append(value)
+    both = sorted(set(include) & set(exclude))
+    if both:
+        raise InvalidRequest(f"filter key {both[0]!r} is given with both = and !=: give one or the other")
+    out: dict[str, object] = {k: v[0] if len(v) == 1 else v for k, v in include.items()}
+    out.update({k: {EXCLUDE_OPERATOR: v[0] if len(v) == 1 else v} for k, v in exclude.items()})
     return out
+
+
+def _values(key: str, raw: object, where: str) -> list[str]:
+    """One key's values, validated, in order and without repeats."""
+    if isinstance(raw, str):
+        values: list[object] = [raw]
+    elif isinstance(raw, list | tuple):
+        values = list(raw)
+    else:
+        raise InvalidRequest(f"{where} values must be strings or lists of strings")
+    if not values:
+        raise InvalidRequest(f"{where} is an empty list")
+    if len(values) > MAX_VALUES_PER_KEY:
+        raise InvalidRequest(f"{where} has more than {MAX_VALUES_PER_KEY} values")
+    for value in values:
+        if not isinstance(value, str):
+            raise InvalidRequest(f"{where} values must be strings")
+        if not value or len(value) > MAX_VALUE_LENGTH:
+            raise InvalidRequest(f"{where} values must be 1..{MAX_VALUE_LENGTH} characters")
+        if key == "kind" and value not in KINDS:
+            # A closed set: a value outside it ("turn") would match nothing, in silence.
+            raise InvalidRequest(f"{where} is {value!r}; kinds: {', '.join(KINDS)}")
+    return list(dict.fromkeys(str(v) for v in values))
 
 
 def tag_clause(flt: Mapping[str, Sequence[str]]) -> str:
@@ -159,16 +263,18 @@ def matches(tags: Mapping[str, str], flt: Mapping[str, Sequence[str]]) -> bool:
 
 
 def build_filter(
-    metadata_filter: Mapping[str, FilterValue] | None,
+    metadata_filter: FilterSpec | None,
     *,
     allowed: Collection[str],
 ) -> str:
-    """Validate and render a filter as TAG clauses (keys AND, values OR); ``"*"`` when empty.
+    """Validate and render a filter as TAG clauses (keys AND, values OR, ``not`` values
+    negated); ``"*"`` when empty.
 
     Raises:
         InvalidRequest: see ``normalize_filter``.
     """
-    return tag_clause(normalize_filter(metadata_filter, allowed=allowed))
+    flt = normalize_filter(metadata_filter, allowed=allowed)
+    return conjoin(tag_clause(flt.include), *(f"-{tag_clause({k: v})}" for k, v in sorted(flt.exclude.items())))
 
 
 def time_clause(since: float | None, until: float | None) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from memory.filters import in_time, matches
+from memory.filters import TagFilter, in_time
 from memory.identifiers import identifier_ranks
 from memory.index import LegHit
 from memory.records import StoredChunk
@@ -31,7 +31,7 @@ def leg_lists(
     names: Sequence[str],
     results: Sequence[Sequence[LegHit]],
     spec: SearchSpec,
-    flt: Mapping[str, Sequence[str]],
+    flt: TagFilter,
     idents: Sequence[str],
     markers: Mapping[tuple[int, str, str], WriteMarker],
 ) -> tuple[dict[str, list[str] | dict[str, int]], dict[str, LegHit]]:
@@ -45,7 +45,7 @@ def leg_lists(
         hits = [
             h
             for h in found
-            if matches(h.tags, flt)
+            if flt.matches(h.tags)
             and in_time(h.timestamp, spec.since, spec.until)
             and (not markers or shown(h, markers, spec.tenant))
         ]

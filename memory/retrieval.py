@@ -19,7 +19,7 @@ from memory.config import RetrievalConfig
 from memory.conversation import MAX_RECENT_TURNS, parse_turn
 from memory.embedder import Embedder
 from memory.errors import InvalidRequest
-from memory.filters import in_time, matches, normalize_filter
+from memory.filters import FilterSpec, TagFilter, in_time, normalize_filter
 from memory.fusion import Fused, fuse_rrf, recency_ranks
 from memory.hit_checks import leg_lists, marker_docs, shown
 from memory.identifiers import query_identifiers
@@ -109,7 +109,7 @@ class Retriever:
         doc_ids: Sequence[str],
         *,
         tenant: str = DEFAULT_TENANT,
-        metadata_filter: Mapping[str, str | Sequence[str]] | None = None,
+        metadata_filter: FilterSpec | None = None,
     ) -> list[Lookup]:
         """Each doc's current content (its stored chunks joined in order) and version.
 
@@ -121,16 +121,15 @@ class Retriever:
             InvalidRequest: an unknown filter key.
             BackendUnavailable: Redis is unreachable.
         """
-        flt = normalize_filter(metadata_filter, allowed=self._index.cfg.filter_keys)
+        flt = normalize_filter(metadata_filter, allowed=self._index.cfg.filter_keys).including("tenant", [tenant])
         await self._index.refuse_mismatch()
-        flt["tenant"] = [tenant]
         wanted = list(dict.fromkeys(doc_ids))
         stored = await self._index.turns(wanted, tenant)
         markers = await self._markers(list(stored.values()), tenant)
         out: list[Lookup] = []
         for doc_id in wanted:
             chunks = stored.get(doc_id)
-            if not chunks or not matches(chunks[0].tags, flt):
+            if not chunks or not flt.matches(chunks[0].tags):
                 out.append(Lookup(doc_id, "not_found"))
             elif markers and not all(shown(c, markers, tenant) for c in chunks):
                 marker = markers.get((chunks[0].generation or 0, tenant, doc_id))
@@ -147,7 +146,7 @@ class Retriever:
         *,
         tenant: str = DEFAULT_TENANT,
         limit: int = 20,
-        metadata_filter: Mapping[str, str | Sequence[str]] | None = None,
+        metadata_filter: FilterSpec | None = None,
     ) -> list[Lookup]:
         """An agent's latest ``limit`` turns (in one session, or across its sessions), whole,
         oldest first: by their time, and by session and turn number among equal times.
@@ -167,9 +166,9 @@ class Retriever:
         tags = {"tenant": tenant, "kind": "transcript", "agent_id": agent_id}
         if session_id is not None:
             tags["session_id"] = session_id
-        if any(k in flt and v not in flt[k] for k, v in tags.items()):
+        if not all(flt.admits(k, v) for k, v in tags.items()):
             return []  # the filter excludes the agent (or session, or kind) asked for
-        also = {k: v for k, v in flt.items() if k not in tags}
+        also = flt.without(tags)
         found: dict[str, Lookup] = {}
         seen: set[str] = set()
         start: PageKey | None = None
@@ -208,9 +207,7 @@ class Retriever:
             tenant=tenant, field=field, source_prefix=source_prefix, limit=limit, offset=offset
         )
 
-    async def _with_turns(
-        self, hits: list[SearchHit], spec: SearchSpec, flt: Mapping[str, Sequence[str]]
-    ) -> list[SearchHit]:
+    async def _with_turns(self, hits: list[SearchHit], spec: SearchSpec, flt: TagFilter) -> list[SearchHit]:
         """Each transcript hit with the turns around it that the request may see (its tenant,
         filter and time range, as for the hits themselves)."""
         around: dict[str, list[str]] = {}
@@ -229,7 +226,7 @@ class Retriever:
         for doc_id, chunks in stored.items():
             first = chunks[0]
             # Read from the hashes, exact: the slack for a search's rounded values does not apply.
-            if matches(first.tags, flt) and in_time(first.timestamp, spec.since, spec.until, exact=True):
+            if flt.matches(first.tags) and in_time(first.timestamp, spec.since, spec.until, exact=True):
                 whole[doc_id] = dataclasses.replace(first, text=_joined(chunks))
         return [
             dataclasses.replace(h, context=tuple(whole[d] for d in around.get(h.chunk.chunk_id, ()) if d in whole))
@@ -250,7 +247,7 @@ class Retriever:
         fused: Sequence[Fused],
         by_id: Mapping[str, LegHit],
         spec: SearchSpec,
-        flt: Mapping[str, Sequence[str]],
+        flt: TagFilter,
         first: tuple[list[StoredChunk | None], Mapping[tuple[int, str, str], WriteMarker]] | None = None,
         *,
         last: bool = True,
@@ -281,7 +278,7 @@ class Retriever:
                 if (
                     chunk is not None
                     and same_version(chunk.version, leg.version)
-                    and matches(chunk.tags, flt)
+                    and flt.matches(chunk.tags)
                     and in_time(chunk.timestamp, spec.since, spec.until)
                     and (not markers or shown(chunk, markers, spec.tenant))
                 ):
@@ -321,13 +318,13 @@ class Retriever:
         """One run of the legs, fusion and hydration; None (unless ``last``) where a winner was
         rewritten since the legs read it (see ``_hydrated``)."""
         flt = search_filter(spec, self._index.cfg.filter_keys)
-        if spec.kinds and not flt["kind"]:  # the request's kind filter and its scope exclude each other
+        if spec.kinds and not flt.include["kind"]:  # the request's kind filter and its scope exclude each other
             return SearchOutcome(hits=[], took_ms=(time.monotonic() - t0) * 1000)
         hash_query, knn_query = leg_queries(flt, spec, engine_tenant_filter=self._cfg.engine_tenant_filter)
         k = self.fetch_k(spec.top_k)
         timings: dict[str, LegTiming] = {}
         runs: dict[str, Callable[[int], Awaitable[list[LegHit]]]] = {}
-        tags = tuple(flt)
+        tags = flt.keys
         if weights["sparse"] > 0:
             runs["sparse"] = lambda n: self._sparse(spec.text, hash_query, n, tags, timings)
         if weights["dense"] > 0:

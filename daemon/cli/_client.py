@@ -13,10 +13,19 @@ from consumers.errors import QueryFailed
 from daemon.cli._app import _fail, _settings
 from daemon.connections import kafka_options
 from daemon.settings import Settings
-from memory.errors import MemdError
+from memory.errors import InvalidRequest, MemdError
+from memory.filters import filter_from_pairs
 from memory.records import DEFAULT_TENANT
 
 T = TypeVar("T")
+
+
+def _filter(values: list[str] | None) -> dict[str, Any]:
+    """``--filter`` options (``key=value``, ``key!=value``) as a request's filter."""
+    try:
+        return filter_from_pairs(values or [])
+    except InvalidRequest as exc:
+        raise typer.BadParameter(f"--filter: {exc}") from None
 
 
 def _pairs(values: list[str] | None, what: str) -> dict[str, Any]:

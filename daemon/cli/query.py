@@ -15,9 +15,11 @@ from consumers.errors import QueryFailed
 from consumers.requests import ContextTurn, GetReply, QueryReply
 from consumers.times import when
 from daemon.cli._app import _settings, app, out
-from daemon.cli._client import _pairs, _tenant_target, _with_client
+from daemon.cli._client import _filter, _tenant_target, _with_client
 from memory.conversation import MAX_CONTEXT_TURNS, MAX_RECENT_TURNS, parse_turn
 from memory.errors import InvalidRequest
+
+FILTER_HELP = "key=value (repeat a key for any of them) or key!=value (none of them)."
 
 
 def _when(value: str | None, what: str) -> datetime | None:
@@ -32,7 +34,7 @@ def _when(value: str | None, what: str) -> datetime | None:
 def query(
     text: Annotated[str, typer.Argument(help="What to search for.")],
     top_k: Annotated[int, typer.Option("--top-k", help="Results wanted (1..100).")] = 5,
-    filters: Annotated[list[str] | None, typer.Option("--filter", help="key=value; repeat a key for any-of.")] = None,
+    filters: Annotated[list[str] | None, typer.Option("--filter", help=FILTER_HELP)] = None,
     dense_weight: Annotated[float | None, typer.Option("--dense-weight")] = None,
     sparse_weight: Annotated[float | None, typer.Option("--sparse-weight")] = None,
     identifier_weight: Annotated[float | None, typer.Option("--identifier-weight")] = None,
@@ -79,7 +81,7 @@ def query(
     as_json: Annotated[bool, typer.Option("--json", metavar="", help="Print the raw reply.")] = False,
 ) -> None:
     """Ask the memory a question over Kafka request/reply."""
-    flt = _pairs(filters, "--filter")
+    flt = _filter(filters)
     start, end = _when(since, "--since"), _when(until, "--until")
     settings = _settings()
     target = _tenant_target(settings.consumer.tenancy, tenant)
@@ -125,12 +127,12 @@ def recent(
         str | None, typer.Option("--session-id", help="One session's (default: across the agent's sessions).")
     ] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, max=MAX_RECENT_TURNS, help="Turns wanted (1..100).")] = 20,
-    filters: Annotated[list[str] | None, typer.Option("--filter", help="key=value; repeat a key for any-of.")] = None,
+    filters: Annotated[list[str] | None, typer.Option("--filter", help=FILTER_HELP)] = None,
     tenant: Annotated[str | None, typer.Option("--tenant", help="Whose memory (topic tenancy).")] = None,
     as_json: Annotated[bool, typer.Option("--json", metavar="", help="Print the raw reply.")] = False,
 ) -> None:
     """Show an agent's latest turns, oldest first: where a session left off."""
-    flt = _pairs(filters, "--filter")
+    flt = _filter(filters)
     settings = _settings()
     target = _tenant_target(settings.consumer.tenancy, tenant)
 

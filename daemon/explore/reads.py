@@ -155,10 +155,7 @@ class MemoryReads:
             hybrid["rrf_k_constant"] = _number(form.rrf_k, "rrf_k", int)
         body["hybrid_params"] = hybrid
         if form.filters.strip():
-            try:
-                body["metadata_filter"] = parse_filters(form.filters)
-            except ValueError as exc:
-                raise InvalidRequest(str(exc)) from exc
+            body["metadata_filter"] = parse_filters(form.filters)
         times = {name: when(value, name) for name, value in (("since", form.since), ("until", form.until))}
         if window := {name: iso(t) for name, t in times.items() if t is not None}:
             body["time_range"] = window

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from daemon.explore.html import esc, link, snippet, table, when
+from memory.filters import filter_from_pairs
 from memory.search_results import SearchOutcome, leg_order
 
 #: The legs in the order their columns are shown.
@@ -67,7 +68,7 @@ def form_html(form: AskForm) -> str:
         + box("speaker", "speaker weight", form.speaker, "default")
         + box("since", "since (ISO time)", form.since, "open")
         + box("until", "until (ISO time)", form.until, "open")
-        + f'<label class="wide">metadata filter, one key=value a line<textarea name="filters" rows="2">'
+        + f'<label class="wide">metadata filter, one key=value or key!=value a line<textarea name="filters" rows="2">'
         f"{esc(form.filters)}</textarea></label>"
         '<div class="wide"><button type="submit">ask</button></div></form>'
     )
@@ -170,20 +171,11 @@ def leg_only_ids(outcome: SearchOutcome, shown: int) -> list[str]:
     return list(out)
 
 
-def parse_filters(text: str) -> dict[str, str | list[str]]:
-    """``key=value`` lines as a metadata filter; a key given twice takes any of its values.
+def parse_filters(text: str) -> dict[str, object]:
+    """``key=value`` and ``key!=value`` lines as a metadata filter (``filter_from_pairs``):
+    a key given twice takes any of its values, or with ``!=`` none of them.
 
     Raises:
-        ValueError: a line that holds no ``=``.
+        InvalidRequest: a line that holds no ``=``, or a key given with both forms.
     """
-    out: dict[str, str | list[str]] = {}
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        key, sep, value = line.partition("=")
-        if not sep:
-            raise ValueError(f"filter line {line.strip()!r} holds no '='")
-        key, value = key.strip(), value.strip()
-        have = out.get(key)
-        out[key] = value if have is None else [*([have] if isinstance(have, str) else have), value]
-    return out
+    return filter_from_pairs((line for line in text.splitlines() if line.strip()), strip=True)

@@ -18,7 +18,7 @@ from redis.commands.search.query import Query
 
 from memory import keys
 from memory.errors import InvalidRequest
-from memory.filters import conjoin, hash_clause, matches, tag_clause
+from memory.filters import TagFilter, conjoin, hash_clause, tag_clause
 from memory.index.codec import _float_or_none, _stored
 from memory.index.errors import translate_errors
 from memory.index.listings import expression_safe, expression_string
@@ -98,10 +98,10 @@ class _Browsing(_SlicedWrites):
         limit: int,
         start: PageKey | None = None,
         order: Literal["asc", "desc"] = "desc",
-        also: Mapping[str, Sequence[str]] | None = None,
+        also: TagFilter | None = None,
     ) -> ChunkPage:
-        """A page of the chunks whose tags equal ``tags`` (and match the filter ``also``, a
-        key's values ORed), by timestamp (``order``), from ``start``.
+        """A page of the chunks whose tags equal ``tags`` (and match the filter ``also``), by
+        timestamp (``order``), from ``start``.
 
         One FT.SEARCH, sorted on the sortable timestamp and bounded by it from ``start``, so a
         deep page costs what the first does. The tags are matched on their hashed NUMERIC
@@ -118,8 +118,10 @@ class _Browsing(_SlicedWrites):
         if start is not None:
             edge = repr(float(start.timestamp))
             bound = f"@timestamp:[-inf {edge}]" if order == "desc" else f"@timestamp:[{edge} +inf]"
-        want = {**{k: list(v) for k, v in (also or {}).items()}, **{k: [v] for k, v in tags.items()}}
-        query = conjoin(hash_clause(want), bound)
+        want = (also or TagFilter()).without(tags)
+        for key, value in tags.items():
+            want = want.including(key, [value])
+        query = conjoin(want.hash_query(), bound)
         skip = start.skip if start is not None else 0
         q = (
             Query(query)
@@ -134,7 +136,7 @@ class _Browsing(_SlicedWrites):
         more = len(rows) > limit
         rows = rows[:limit]
         stamps = [r.timestamp or 0.0 for r in rows]
-        return ChunkPage([r for r in rows if matches(r.tags, want)], next_key(stamps, start, more=more))
+        return ChunkPage([r for r in rows if want.matches(r.tags)], next_key(stamps, start, more=more))
 
     async def groups(
         self,

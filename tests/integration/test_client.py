@@ -463,6 +463,10 @@ async def test_get_looks_memories_up_by_id_within_the_tenant_and_filter(env) -> 
             await memory.get(turns=["getter/s/1/3"])  # type: ignore[list-item]
         filtered = await memory.get(["get/runbook.md"], metadata_filter={"service": "other"})
         assert filtered.items[0].status == "not_found"
+        kept = await memory.get(["get/runbook.md"], metadata_filter={"service": {"not": "other"}})
+        assert kept.items[0].status == "found"
+        with pytest.raises(QueryFailed, match=r"metadata_filter\['service'\]: an object's one key is 'not'"):
+            await memory.get(["get/runbook.md"], metadata_filter={"service": {"ne": "other"}})  # type: ignore[dict-item]
         with pytest.raises(QueryFailed, match=r"1\.\.100"):
             await memory.get([])
 

@@ -24,6 +24,7 @@ from consumers.events import TranscriptEvent
 from memory.config import ChunkingConfig, IndexConfig, IngestConfig, RetrievalConfig
 from memory.filters import (
     BASE_FILTER_KEYS,
+    TagFilter,
     conjoin,
     hash_clause,
     in_time,
@@ -65,7 +66,7 @@ async def full_field_search(retriever: Retriever, spec: SearchSpec) -> SearchOut
     index: ChunkIndex = retriever._index
     weights, rrf_k = retriever.weights(spec)
     validate_spec(spec, weights, retriever._cfg)
-    flt = normalize_filter(spec.metadata_filter, allowed=index.cfg.filter_keys)
+    flt = dict(normalize_filter(spec.metadata_filter, allowed=index.cfg.filter_keys).include)
     flt["tenant"] = [spec.tenant]
     if spec.kinds:
         flt["kind"] = [k for k in flt.get("kind", spec.kinds) if k in spec.kinds]
@@ -138,7 +139,7 @@ async def full_field_search(retriever: Retriever, spec: SearchSpec) -> SearchOut
     fused = fuse_rrf(legs, weights, k=rrf_k, weights_of=weights_of)[: spec.top_k]
     out = [SearchHit(chunk=by_id[f.id], score=f.score, ranks=f.ranks) for f in fused]
     if spec.context_turns and out:
-        out = await retriever._with_turns(out, spec, flt)
+        out = await retriever._with_turns(out, spec, TagFilter(flt))
     return SearchOutcome(hits=out, took_ms=(time.monotonic() - t0) * 1000)
 
 

@@ -118,6 +118,11 @@ async def test_every_tool_over_stdio(settings: Settings) -> None:
         assert [(t["turn"], t["role"], t["text"]) for t in around[0]["context"]] == [
             (0, "assistant", "The beta ships on Friday.")
         ]
+        # an exclusion: the agent's memories outside its session s1 (none yet)
+        others = await ok(
+            c, "search_memory", query="who owns ERR_QUOTA_7F2", filters={**mine, "session_id": {"not": "s1"}}
+        )
+        assert others == []
         turn = await ok(c, "get_document", doc_id=first["doc_id"])
         assert (turn["status"], turn["content"]) == ("found", "The beta ships on Friday.")
         # recent_turns: the session's latest turns, oldest first, as an agent picks up again.

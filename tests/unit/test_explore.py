@@ -17,6 +17,7 @@ from daemon.explore.views_memory import document_body, turns_body
 from daemon.settings import Settings
 from graph.communities import Community
 from graph.stale_queue import StaleItem
+from memory.errors import InvalidRequest
 from memory.index import ChunkPage, LegHit, PageKey, next_key
 from memory.records import StoredChunk
 from memory.search_results import SearchHit, SearchOutcome, leg_order
@@ -245,17 +246,21 @@ def test_communities_picture_marks_the_stale_and_escapes_ids() -> None:
         ("env=prod", {"env": "prod"}),
         ("env = prod\n\nservice=a=b", {"env": "prod", "service": "a=b"}),
         ("env=a\nenv=b\nenv=c", {"env": ["a", "b", "c"]}),
+        ("env != prod\nservice!=a\nservice!=b", {"env": {"not": "prod"}, "service": {"not": ["a", "b"]}}),
     ],
 )
 def test_parse_filters(text: str, want: dict[str, object]) -> None:
-    """``key=value`` lines make a metadata filter; a repeated key takes any of its values."""
+    """``key=value`` lines make a metadata filter; a repeated key takes any of its values, and
+    ``key!=value`` none of them."""
     assert parse_filters(text) == want
 
 
 def test_parse_filters_refuses_a_line_without_a_value() -> None:
     """A line with no ``=`` is an error, not a silent drop."""
-    with pytest.raises(ValueError, match="holds no"):
+    with pytest.raises(InvalidRequest, match="key=value or key!=value, not 'env'"):
         parse_filters("env")
+    with pytest.raises(InvalidRequest, match="both = and !="):
+        parse_filters("env=a\nenv!=b")
 
 
 def test_a_community_page_says_why_it_is_stale_and_shows_its_summary_escaped() -> None:

@@ -22,6 +22,8 @@ ALLOWED = set(BASE_FILTER_KEYS)
         ),
         ({"environment": ["production", "staging"]}, "@environment:{production|staging}"),
         ({"service": "x} | @kind:{*"}, r"@service:{x\}\ \|\ \@kind\:\{\*}"),
+        ({"service": {"not": "a"}}, "-@service:{a}"),
+        ({"service": {"not": ["a", "b"]}, "environment": "prod"}, "@environment:{prod} -@service:{a|b}"),
     ],
 )
 def test_build_filter(flt, query) -> None:
@@ -53,7 +55,7 @@ def test_hash_clause_and_matches() -> None:
     """The numeric form filters the same values; matches re-checks exact strings."""
     from memory.filters import hash_clause, matches, normalize_filter, tag_clause, value_hash
 
-    flt = normalize_filter({"service": ["a", "b"], "environment": "prod"}, allowed=ALLOWED)
+    flt = normalize_filter({"service": ["a", "b"], "environment": "prod"}, allowed=ALLOWED).include
     assert flt == {"environment": ["prod"], "service": ["a", "b"]}
     h = hash_clause(flt)
     assert h == (
@@ -100,3 +102,80 @@ def test_time_range_clause_and_check() -> None:
     # read from the hash (a context turn's), a timestamp 1 ms before the range is outside it
     assert not in_time(exact, exact + 0.001, None, exact=True) and in_time(exact, exact + 0.001, None)
     assert in_time(exact, exact, exact, exact=True) and not in_time(exact, None, exact - 0.001, exact=True)
+
+
+def test_an_exclusion_keeps_what_lacks_the_key_and_drops_its_values() -> None:
+    """``{"not": ...}``: a chunk without the key passes, one with an excluded value fails;
+    keys AND with inclusions, and ``admits`` checks one key alone."""
+    from memory.filters import normalize_filter
+
+    flt = normalize_filter({"service": {"not": ["a", "b"]}, "environment": ["prod", "qa"]}, allowed=ALLOWED)
+    assert (flt.include, flt.exclude) == ({"environment": ["prod", "qa"]}, {"service": ["a", "b"]})
+    assert flt.keys == ("environment", "service")
+    assert flt.matches({"environment": "prod"}) and flt.matches({"environment": "qa", "service": "c"})
+    assert not flt.matches({"environment": "prod", "service": "b"}) and not flt.matches({"service": "c"})
+    assert flt.admits("service", None) and flt.admits("service", "c") and not flt.admits("service", "a")
+    assert not flt.admits("environment", "dev") and flt.admits("other", "x")
+    narrowed = flt.including("service", ["c"]).without({"environment"})
+    assert (narrowed.include, narrowed.exclude) == ({"service": ["c"]}, {"service": ["a", "b"]})
+
+
+def test_exclusions_in_the_engine_queries() -> None:
+    """The hash form negates each excluded key's values; the vector leg's too, always by
+    hash, since a TAG clause matches a value RediSearch trimmed."""
+    from memory.filters import normalize_filter
+
+    flt = normalize_filter({"service": {"not": ["a", "b"]}, "environment": "prod"}, allowed=ALLOWED)
+    ha, hb, hp = value_hash("a"), value_hash("b"), value_hash("prod")
+    excluded = f"-(@h_service:[{ha} {ha}] | @h_service:[{hb} {hb}])"
+    assert flt.hash_query() == f"@h_environment:[{hp} {hp}] {excluded}"
+    assert flt.knn_query() == f"@environment:{{prod}} {excluded}"
+    alone = normalize_filter({"service": {"not": "a"}}, allowed=ALLOWED)
+    assert alone.hash_query() == alone.knn_query() == f"-@h_service:[{ha} {ha}]"
+
+
+@pytest.mark.parametrize(
+    ("flt", "message"),
+    [
+        ({"service": {"is": "a"}}, "its one key is 'not'"),
+        ({"service": {"not": "a", "also": "b"}}, "its one key is 'not'"),
+        ({"service": {"not": []}}, r"metadata_filter\['service'\]\['not'\] is an empty list"),
+        ({"service": {"not": [""]}}, "1..512"),
+    ],
+)
+def test_bad_exclusions(flt, message) -> None:
+    with pytest.raises(InvalidRequest, match=message):
+        build_filter(flt, allowed=ALLOWED)
+
+
+@pytest.mark.parametrize(
+    ("pairs", "want"),
+    [
+        ([], {}),
+        (["env=prod", "env=qa", "svc=a=b"], {"env": ["prod", "qa"], "svc": "a=b"}),
+        (["env!=prod"], {"env": {"not": "prod"}}),
+        (["env!=prod", "env!=qa", "svc=a"], {"env": {"not": ["prod", "qa"]}, "svc": "a"}),
+        (["env=!prod"], {"env": "!prod"}),
+    ],
+)
+def test_filter_from_pairs(pairs, want) -> None:
+    """``key=value`` texts include (a repeated key: any of them), ``key!=value`` exclude."""
+    from memory.filters import filter_from_pairs
+
+    assert filter_from_pairs(pairs) == want
+
+
+@pytest.mark.parametrize(
+    ("pairs", "message"),
+    [
+        (["env"], "key=value or key!=value"),
+        (["=x"], "key=value"),
+        (["!=x"], "key=value"),
+        (["env=a", "env!=b"], "both"),
+    ],
+)
+def test_filter_from_pairs_refuses(pairs, message) -> None:
+    from memory.filters import filter_from_pairs
+
+    with pytest.raises(InvalidRequest, match=message):
+        filter_from_pairs(pairs)

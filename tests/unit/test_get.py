@@ -87,6 +87,12 @@ def test_an_item_too_large_alone_keeps_the_start_of_its_content(reply: type[GetR
         ('"' + "x" * 600 + '"', "metadata_filter['team']: values are 1..512 characters; one is 600"),
         ("5", "metadata_filter['team']: values are strings or lists of strings, not int"),
         ('["a", {}]', "metadata_filter['team']: values are strings or lists of strings, not dict"),
+        (
+            '{"ne": "a"}',
+            "metadata_filter['team']: an object's one key is 'not' (values none of which may match), not 'ne'",
+        ),
+        ('{"not": 5}', "metadata_filter['team']['not']: values are strings or lists of strings, not int"),
+        ('{"not": ["a", ""]}', "metadata_filter['team']['not']: values are 1..512 characters; one is 0"),
     ],
 )
 def test_a_bad_filter_value_is_named_in_one_reason(value: str, says: str) -> None:
@@ -96,6 +102,14 @@ def test_a_bad_filter_value_is_named_in_one_reason(value: str, says: str) -> Non
         with pytest.raises(InvalidRequest) as refused:
             parse_request(body)
         assert says in str(refused.value) and "list[" not in str(refused.value), refused.value
+
+
+def test_an_exclusion_is_a_filter_value() -> None:
+    """``{"not": value or values}`` parses for a search, ``get`` and ``recent`` alike."""
+    for op in ('"search_text": "x"', '"op": "recent", "agent_id": "a"', '"op": "get", "doc_ids": ["d"]'):
+        flt = '{"team": {"not": ["a", "b"]}, "env": {"not": "prod"}, "svc": "s"}'
+        req = parse_request(f'{{"query_id": "q", {op}, "metadata_filter": {flt}}}'.encode())
+        assert req.metadata_filter == {"team": {"not": ["a", "b"]}, "env": {"not": "prod"}, "svc": "s"}
 
 
 @pytest.mark.parametrize(("op", "shown"), [('"search"', "'search'"), ('["get"]', "of type list"), ("7", "of type int")])

@@ -77,11 +77,13 @@ def test_a_value_that_cannot_be_stored_is_refused(bad: dict[str, Any]) -> None:
         value_metadata(("a",), "k", bad, created_at=datetime.now(UTC))
 
 
-def test_only_string_equality_on_filterable_fields_is_pushed_down() -> None:
+def test_only_string_equality_and_inequality_on_filterable_fields_are_pushed_down() -> None:
     flt = {"service": "billing", "environment": {"$eq": "prod"}, "kind": "x", "priority": 2, "agent_id": {"$ne": "a"}}
-    assert pushdown_filter(flt, ("service", "environment", "agent_id", "kind")) == {
+    flt |= {"role": {"$ne": 3}, "team": {"$gt": "a"}, "user": {"$eq": "u", "$ne": "v"}}
+    assert pushdown_filter(flt, ("service", "environment", "agent_id", "kind", "role", "team", "user")) == {
         "service": "billing",
         "environment": "prod",
+        "agent_id": {"not": "a"},
     }
     assert pushdown_filter(None, ("service",)) == {}
 
