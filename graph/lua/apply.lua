@@ -34,6 +34,19 @@ elseif ver ~= '' and old and type(old.v) == 'string' and not vgt(ver, old.v) the
 elseif ver == '' and oldj and oldj == newj then
   return done(0, '[]', '[]')  -- an unversioned item delivered again, unchanged (at-least-once)
 end
+-- Other docs' entities, each doc's contribution decoded once: deleting a copy of a large doc
+-- decoded the original's ~1 MB record once per shared entity, and held Redis for over a minute.
+local others = {}
+local function stated_elsewhere(key)
+  for _, e in pairs(others) do
+    if e[key] then return e[key] end
+  end
+  local d = redis.call('SRANDMEMBER', P .. ':ent_docs:' .. key)
+  local other = d and redis.call('GET', P .. ':contrib:' .. d)
+  if not other then return nil end
+  others[d] = cjson.decode(other).e
+  return others[d][key]
+end
 local touched, inold, innew, delta = {}, {}, {}, {}
 local new = nil
 if newj ~= '' then new = cjson.decode(newj) end
@@ -51,11 +64,7 @@ if old then
       -- this doc may have set the node's name and type: take them from its new version if it
       -- still mentions the entity, else from a document that still does, so they are never
       -- ones no document states
-      local oi = new and new.e[key]
-      if not oi then
-        local other = redis.call('GET', P .. ':contrib:' .. redis.call('SRANDMEMBER', P .. ':ent_docs:' .. key))
-        oi = other and cjson.decode(other).e[key]
-      end
+      local oi = (new and new.e[key]) or stated_elsewhere(key)
       if oi then redis.call('HSET', P .. ':nodes', key, cjson.encode({oi[1], oi[2]})) end
     end
   end
