@@ -148,12 +148,16 @@ _MIN_OVERLAP_CHARS = 16
 
 
 def join_chunks(
-    texts: Sequence[str], starts: Sequence[int | None] | None = None, gaps: Sequence[str] | None = None
+    texts: Sequence[str],
+    starts: Sequence[int | None] | None = None,
+    gaps: Sequence[str] | None = None,
+    tail: str = "",
 ) -> str:
     """A doc's text again from its chunks in position order.
 
     With each chunk's ``starts`` (where it starts in the doc) and ``gaps`` (the text between
-    it and the chunk before, when they do not overlap), the join is exact: an overlap is
+    it and the chunk before, when they do not overlap; before the first, the text the doc
+    opens with), and the ``tail`` after the last chunk, the join is exact: an overlap is
     dropped by its length, a gap put back as it was. A chunk stored without its start (before
     it was kept) is joined by its text: its overlap with the chunk before (the longest
     prefix of it that ends the previous chunk, at least 16 characters) is dropped, and
@@ -161,7 +165,7 @@ def join_chunks(
     """
     if not texts:
         return ""
-    out = [texts[0]]
+    out = [(gaps[0] if gaps else "") + texts[0]]
     for k in range(1, len(texts)):
         prev, nxt = texts[k - 1], texts[k]
         a, b = (starts[k - 1], starts[k]) if starts is not None else (None, None)
@@ -175,12 +179,21 @@ def join_chunks(
                 cut = n
                 break
         out.append(nxt[cut:] if cut else " " + nxt)
-    return "".join(out)
+    return "".join(out) + tail
 
 
 def span_gaps(text: str, spans: Sequence[ChunkSpan]) -> list[str]:
-    """The text between each span and the one before it, where they do not overlap ("" otherwise)."""
-    return [text[spans[k - 1].end : s.start] if k and s.start > spans[k - 1].end else "" for k, s in enumerate(spans)]
+    """The text between each span and the one before it, where they do not overlap ("" otherwise),
+    and before the first span the text ``text`` opens with."""
+    gaps = [text[: spans[0].start]] if spans else []
+    for prev, span in itertools.pairwise(spans):
+        gaps.append(text[prev.end : span.start] if span.start > prev.end else "")
+    return gaps
+
+
+def span_tail(text: str, spans: Sequence[ChunkSpan]) -> str:
+    """The text after the last span: what ``text`` ends with past its last token."""
+    return text[max(s.end for s in spans) :] if spans else ""
 
 
 # -- boundaries anchored to the content ----------------------------------------------------

@@ -92,7 +92,8 @@ class IndexConfig(BaseModel):
 # called ``payload`` or ``id`` breaks or vanishes from every result that carries it).
 _RESERVED_FIELDS = frozenset(
     {"text", "terms", "idents", "vector", "chunk_id", "version", "timestamp", "metadata", "position", "tenant"}
-    | {"ts", "context", "context_vec", "vkey", "speaker", "chunk_start", "chunk_gap"}  # beside them, outside the schema
+    # beside them, outside the schema
+    | {"ts", "context", "context_vec", "vkey", "speaker", "chunk_start", "chunk_gap", "chunk_tail"}
     | {"id", "payload", "score", "json", "vector_distance", "__score"}
 )
 

@@ -19,7 +19,7 @@ import structlog
 from memory.activity import IngestActivity
 from memory.batch_plan import coalesce, embedding_groups
 from memory.change_hook import ChangeHook
-from memory.chunking import chunk_id, span_gaps, spans_for
+from memory.chunking import chunk_id, span_gaps, span_tail, spans_for
 from memory.config import ChunkingConfig, IngestConfig
 from memory.conversation import vector_text
 from memory.embedder import Embedder
@@ -91,6 +91,7 @@ class Ingestor:
         spans = spans_for(item.content, offsets, self._chunking)
         speaker = turn_speakers(item.content, item.metadata) if item.kind == "transcript" else ""
         gaps = span_gaps(item.content, spans)
+        tail = span_tail(item.content, spans)
         return [
             ChunkRecord(
                 chunk_id=chunk_id(item.doc_id, s.index),
@@ -107,8 +108,9 @@ class Ingestor:
                 speaker=speaker,
                 start=s.start,
                 gap=gap,
+                tail=tail if k == len(spans) - 1 else "",
             )
-            for s, gap in zip(spans, gaps, strict=True)
+            for k, (s, gap) in enumerate(zip(spans, gaps, strict=True))
         ]
 
     async def _chunk_all(self, items: Sequence[MemoryItem]) -> list[list[ChunkRecord]]:

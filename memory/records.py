@@ -64,9 +64,12 @@ class ChunkRecord:
     # A transcript turn's speakers (memory.speakers.speakers_field); empty for anything else.
     speaker: str = ""
     # Where the chunk starts in its doc's content, and the text between the chunk before and
-    # this one when they do not overlap (a blank line, a line break): the doc is read back exact.
+    # this one when they do not overlap (a blank line, a line break), before the first chunk
+    # the text its content opens with (an indent), and after the last one the text it ends with
+    # (a final newline): the doc is read back exact.
     start: int = 0
     gap: str = ""
+    tail: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +90,7 @@ class StoredChunk:
     speaker: str = ""  # a transcript turn's speakers (memory.speakers), empty where none is stored
     start: int | None = None  # where it starts in its doc (ChunkRecord.start); None if not read or not stored
     gap: str = ""  # the text between the chunk before and this one (ChunkRecord.gap), as read
+    tail: str = ""  # the text after the doc's last chunk (ChunkRecord.tail), on that chunk, as read
 
 
 @dataclass(frozen=True, slots=True)

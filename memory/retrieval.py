@@ -412,4 +412,4 @@ def _turn_order(item: Lookup) -> tuple[float, str, int]:
 
 def _joined(chunks: Sequence[StoredChunk]) -> str:
     """A doc's content from its stored chunks (in position order), exact where they kept their starts."""
-    return join_chunks([c.text for c in chunks], [c.start for c in chunks], [c.gap for c in chunks])
+    return join_chunks([c.text for c in chunks], [c.start for c in chunks], [c.gap for c in chunks], chunks[-1].tail)

@@ -39,7 +39,7 @@ _RETURN_FIELDS = (
 )
 
 #: Read with a doc's chunks when the doc is read back whole (``memory.chunking.join_chunks``).
-JOIN_FIELDS = ("chunk_start", "chunk_gap")
+JOIN_FIELDS = ("chunk_start", "chunk_gap", "chunk_tail")
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,9 +188,11 @@ def _record_mapping(rec: ChunkRecord, vector: np.ndarray, analysis: Analysis) ->
         mapping["vkey"] = rec.vector_key
     if rec.speaker:  # not in the schema: read back with the hit, for the speaker list
         mapping["speaker"] = rec.speaker
-    mapping["chunk_start"] = rec.start  # these two not in the schema either: read to join a doc's chunks
+    mapping["chunk_start"] = rec.start  # these not in the schema either: read to join a doc's chunks
     if rec.gap:
         mapping["chunk_gap"] = rec.gap
+    if rec.tail:
+        mapping["chunk_tail"] = rec.tail
     for key, value in {**rec.tags, "tenant": rec.tenant}.items():
         mapping[key] = value
         mapping[hash_field(key)] = value_hash(value)
@@ -226,6 +228,7 @@ def _stored(doc: Any, tag_keys: Sequence[str]) -> StoredChunk:
         speaker=as_str(getattr(doc, "speaker", "") or ""),
         start=_int_or_none(getattr(doc, "chunk_start", None)),
         gap=_text(getattr(doc, "chunk_gap", None)),
+        tail=_text(getattr(doc, "chunk_tail", None)),
     )
 
 

@@ -407,10 +407,13 @@ async def test_get_looks_memories_up_by_id_within_the_tenant_and_filter(env) -> 
     """A get answers each doc or turn asked for, in order: its current version, whole content, metadata and time,
     or not_found for one never stored, deleted, outside the filter or another tenant's."""
     daemon, plain, _ = env
-    # Markdown whose chunks end at blank lines and line breaks: read back exactly, not joined by spaces.
-    long_text = "\n\n".join(
+    # Markdown whose chunks end at blank lines and line breaks: read back exactly, not joined by
+    # spaces, down to the indent it opens with and the newline it ends with.
+    steps = (
         f"## Step {n}\n\nCheck the kestrel-gateway pool and restart it.\n- then  verify\tpool {n}." for n in range(60)
     )
+    long_text = "\n\n    " + "\n\n".join(steps) + "\n"
+    trace = '  File "x.py", line 3, in rotate\n    keys.rotate()\n'  # a tool's output, indent and all
     async with (
         MemoryClient(bootstrap=plain.bootstrap, topics=plain.topics, tenant=WRITER) as memory,
         MemoryClient(bootstrap=plain.bootstrap, topics=plain.topics, tenant=OTHER) as other,
@@ -419,7 +422,7 @@ async def test_get_looks_memories_up_by_id_within_the_tenant_and_filter(env) -> 
         await memory.publish_document("get/runbook.md", long_text, version=2, metadata={"service": "kestrel"})
         await memory.publish_document("get/gone.md", "soon deleted", version=1)
         await memory.delete_document("get/gone.md", version=2)
-        await memory.publish_observation(agent_id="getter", session_id="s/1", turn=3, content="Rotated the keys.")
+        await memory.publish_observation(agent_id="getter", session_id="s/1", turn=3, content=trace)
         await other.publish_document("get/theirs.md", "another tenant's", version=1)
 
         async def stored() -> bool:
@@ -452,13 +455,13 @@ async def test_get_looks_memories_up_by_id_within_the_tenant_and_filter(env) -> 
         assert (turn.status, turn.kind, turn.content, turn.version) == (
             "found",
             "transcript",
-            "Rotated the keys.",
+            trace,
             None,
         )
         # the wire's shape is taken too (a triple's unpacking of a dict's keys came back as
         # "turns.0.turn: Input should be a valid integer")
         wire = await memory.get(turns=[{"agent_id": "getter", "session_id": "s/1", "turn": 3}])
-        assert wire.items[0].status == "found" and wire.items[0].content == "Rotated the keys."
+        assert wire.items[0].status == "found" and wire.items[0].content == trace
         with pytest.raises(InvalidRequest, match=r"turns: .* is not \(agent_id, session_id, turn\)"):
             await memory.get(turns=["getter/s/1/3"])  # type: ignore[list-item]
         filtered = await memory.get(["get/runbook.md"], metadata_filter={"service": "other"})

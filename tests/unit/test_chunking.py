@@ -158,16 +158,18 @@ _PIECES = ["Alpha", "beta.", "gamma!", "ERR_X_1", "\n", "\n\n", "\n\n\n", " ", "
 @pytest.mark.parametrize("strategy", ["windows", "stable"])
 @pytest.mark.parametrize("seed", range(40))
 def test_a_doc_joins_back_exactly_from_its_chunks_starts_and_gaps(strategy: str, seed: int) -> None:
-    """Blank lines, line breaks, runs of spaces and words cut inside: with each chunk's start
-    and gap, the chunks join back to the content from the first token to the last, exactly."""
+    """Blank lines, line breaks, runs of spaces and words cut inside, and what the text opens
+    and ends with (an indent, a final newline): with each chunk's start and gap, and the
+    last one's tail, the chunks join back to the content exactly."""
     import random
 
-    from memory.chunking import span_gaps, spans_for
+    from memory.chunking import span_gaps, span_tail, spans_for
     from memory.config import ChunkingConfig
 
     rng = random.Random(seed)
     parts = [rng.choice(_PIECES) for _ in range(rng.randint(1, 900))]
     text = "".join(p if p.isspace() or not k or parts[k - 1].isspace() else " " + p for k, p in enumerate(parts))
+    text = rng.choice(["", "\n\n    ", "  "]) + text + rng.choice(["", "\n", " \n\n"])
     offs = offsets(text)
     if not offs:
         return
@@ -175,7 +177,11 @@ def test_a_doc_joins_back_exactly_from_its_chunks_starts_and_gaps(strategy: str,
     cfg = ChunkingConfig(strategy=strategy, max_tokens=size, overlap=rng.choice([0, 2, 3]), min_tokens=size // 2)
     spans = spans_for(text, offs, cfg)
     joined = join_chunks([s.text for s in spans], [s.start for s in spans], span_gaps(text, spans))
-    assert joined == text[offs[0][0] : offs[-1][1]]
+    assert joined == text[: offs[-1][1]]
+    assert (
+        join_chunks([s.text for s in spans], [s.start for s in spans], span_gaps(text, spans), span_tail(text, spans))
+        == text
+    )
 
 
 def test_chunks_stored_without_their_starts_join_as_before() -> None:

@@ -167,6 +167,7 @@ def test_a_spec_recorded_before_its_chunking_strategy_was_kept_reads_as_this_pro
         (["service"], "'service': a built-in filter key already"),
         (["text"], "'text': a field of every chunk"),
         (["chunk_gap"], "'chunk_gap': a field of every chunk"),  # where a doc's chunks join: never a tag's
+        (["chunk_tail"], "'chunk_tail': a field of every chunk"),
         (["h_team"], "'h_team': reserved: h_"),
         (["team", "Team"], "'Team': listed twice"),
     ],
