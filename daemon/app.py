@@ -8,6 +8,7 @@ import contextlib
 import functools
 import gc
 import sys
+from collections.abc import Awaitable, Callable
 
 import structlog
 
@@ -285,9 +286,12 @@ async def start_daemon(
     return daemon
 
 
-async def run_until_stopped(settings: Settings, stop: asyncio.Event) -> None:
+async def run_until_stopped(
+    settings: Settings, stop: asyncio.Event, *, before_stop: Callable[[], Awaitable[object]] | None = None
+) -> None:
     """Run the daemon until ``stop`` is set (by a signal handler), which also ends a start-up
-    still in progress (a group join that hangs must not make the daemon deaf to SIGTERM)."""
+    still in progress (a group join that hangs must not make the daemon deaf to SIGTERM).
+    ``before_stop``: awaited once ``stop`` is set, while the daemon still runs (``up``'s drain)."""
     starting = asyncio.create_task(start_daemon(settings), name="daemon-start")
     stopping = asyncio.create_task(stop.wait(), name="stop-signal")
     await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
@@ -301,5 +305,7 @@ async def run_until_stopped(settings: Settings, stop: asyncio.Event) -> None:
     daemon = starting.result()
     try:
         await stop.wait()
+        if before_stop is not None:
+            await before_stop()
     finally:
         await daemon.stop()

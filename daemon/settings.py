@@ -93,6 +93,14 @@ class Settings(BaseSettings):
     )
     status_sample_s: float = Field(5.0, gt=0, description="How often lag, queue depth and index size are sampled.")
     shutdown_timeout_s: float = Field(30.0, gt=0, description="Time given to in-flight messages on SIGTERM.")
+    up_drain_s: float = Field(
+        60.0,
+        ge=0,
+        description=(
+            "`up` only: on Ctrl-C or SIGTERM, how long the daemon keeps applying the events its embedded "
+            "broker still holds (it keeps them in memory only), before it stops (0 = at once; a second Ctrl-C too)."
+        ),
+    )
     kafka_security: KafkaSecurity = Field(default_factory=KafkaSecurity)
     topics: Topics = Field(default_factory=Topics)
     consumer: ConsumerConfig = Field(default_factory=ConsumerConfig)

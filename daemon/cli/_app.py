@@ -68,12 +68,20 @@ def _settings(*, quiet: bool = False) -> Settings:
     return settings
 
 
-def _run_with_signals(main: Callable[[asyncio.Event], Awaitable[None]]) -> None:
+def _run_with_signals(main: Callable[[asyncio.Event], Awaitable[None]], again: asyncio.Event | None = None) -> None:
+    """Run ``main(stop)``, ``stop`` set by SIGINT or SIGTERM; ``again``, if given, by a second one."""
+
     async def runner() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
+
+        def signalled() -> None:
+            if stop.is_set() and again is not None:
+                again.set()
+            stop.set()
+
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
+            loop.add_signal_handler(sig, signalled)
         await main(stop)
 
     asyncio.run(runner())

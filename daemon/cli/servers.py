@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 from typing import Any
 
 from pydantic import ValidationError
 
 from daemon.app import run_until_stopped
 from daemon.cli._app import _fail, _run_with_signals, _settings, app
+from daemon.drain import drain_events
 from daemon.launcher import describe_data_dir, embedded_servers
 from daemon.settings import Settings
 from memory.errors import MemdError
@@ -31,9 +33,14 @@ def _embedded(settings: Settings) -> Any:
 def up() -> None:
     """Start the embedded broker and Redis, then the daemon, in the foreground (Ctrl-C stops all)."""
     settings = _embedded_session(_settings())
+    again = asyncio.Event()  # a second Ctrl-C: stop without applying what the broker still holds
+
+    def main(stop: asyncio.Event) -> Awaitable[None]:
+        return run_until_stopped(settings, stop, before_stop=lambda: drain_events(settings, again))
+
     try:
         with _embedded(settings):
-            _run_with_signals(lambda stop: run_until_stopped(settings, stop))
+            _run_with_signals(main, again)
     except MemdError as exc:
         raise _fail(exc) from exc
 
