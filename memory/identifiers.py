@@ -39,12 +39,25 @@ _PATTERNS = [
     re.compile(r"\b[1-5][0-9]{2}\b"),  # HTTP status codes
     re.compile(r"\b[A-Z][A-Z0-9]{1,9}-[0-9]{1,9}\b"),  # tickets and deploys: INC-4411, DEPLOY-77
     re.compile(r"\b[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]+)+\b"),  # CamelCase: PoolTimeoutError
+    # Lower-case hex with letters and digits, as git prints commits and objects: a3f9c2e.
+    re.compile(r"\b(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b"),
 ]
 # Upper-case words and numbers joined by hyphens: ERR-CONN-RESET, ABC-123, CVE-2024-3094,
 # HLA-DRB1. Lower-case ones stay words (e-mail, state-of-the-art, db-01): BM25 joins those.
 # The match ends before a lower-case tail ("IL-6-induced" gives IL-6), and never inside a
 # word ("ABC-123abc" is none).
 _HYPHENATED = re.compile(r"(?<![\w-])[A-Z0-9][A-Z0-9_]*(?:-[A-Z0-9_]+)+(?!\w)")
+# A file name alone, with an extension of source, config or logs: http.py, db.toml. Neither
+# this nor _PATH lets two repeats compete for the same characters: on 16,000 characters of
+# "a-a-…" or "a/a/…" each reads in one pass (a first version took over a second).
+_FILE_NAME = re.compile(
+    r"(?<![\w./-])[\w-]+\."
+    r"(?:py|pyi|js|mjs|ts|tsx|jsx|go|rs|java|kt|rb|php|cs|cpp|cc|hpp|swift|scala|sh|sql|proto|"
+    r"toml|ya?ml|json|ini|cfg|conf|env|lock|md|rst|txt|csv|log|tf|gradle|xml|html|css)\b(?![\w/])"
+)
+# File paths ending in a file name (config/db.toml, /var/log/app.log, src/server/http.py): the
+# path is one identifier and its file name another, so "http.py" finds "src/server/http.py".
+_PATH = re.compile(r"(?<![\w./~-])(?:~/|\.{1,2}/|/)?(?:[\w.-]+/)+[\w-]+\.[A-Za-z][A-Za-z0-9]{0,7}\b")
 # Function calls (db.pool.acquire(): a dotted name, kept when "(" follows it. Not a lookahead
 # in the pattern: a failed "(?=\()" backtracked through the dotted name from every segment's
 # start, quadratic on "a.a.a…" (1.5 s for 16k characters of query text, on the event loop).
@@ -97,6 +110,15 @@ def _matches(text: str) -> Iterable[str]:
     for m in _DOTTED.finditer(text):
         if text.startswith("(", m.end()):
             yield m.group(0)
+    yield from _files(text)
+
+
+def _files(text: str) -> Iterable[str]:
+    for m in _FILE_NAME.finditer(text):
+        yield m.group(0)
+    for m in _PATH.finditer(text):
+        yield m.group(0)
+        yield m.group(0).rsplit("/", 1)[1]
 
 
 def identifiers(text: str, *, limit: int = 256) -> list[str]:
@@ -184,18 +206,30 @@ def _value_identifiers(values: str) -> tuple[str, ...]:
 _METADATA_IDENTIFIERS = 32
 
 
-def with_metadata_identifiers(idents: str, metadata: Mapping[str, Any]) -> str:
+def with_metadata_identifiers(idents: str, metadata: Mapping[str, Any], names: Sequence[str] = ()) -> str:
     """A chunk's ``idents``, then the identifiers its metadata's text values name that its
     text does not: a turn of session ``INC-4411`` or a doc with ``ticket: T-1002`` is found
-    by that id, though its text never writes it."""
+    by that id, though its text never writes it. ``names``: a document's id and source, whose
+    file path and name are its own identifiers too (``src/server/http.py``, ``http.py``)."""
     # Not the agent's id: every turn of the agent would tie at the identifier leg's first rank
     # for a question naming it, where the speaker list already lifts the agent's own turns.
     values = [v for k, v in metadata.items() if k != "agent_id"]
     texts = [v for v in values if isinstance(v, str)]
     texts += [x for v in values if isinstance(v, list) for x in v if isinstance(x, str)]
-    if not texts:
+    named = _name_identifiers("\n".join(names)) if names else ()
+    if not texts and not named:
         return idents
     # One value a line: an identifier never runs from one value into the next.
     own = set(idents.split())
-    extra = [t for t in _value_identifiers("\n".join(texts)) if t not in own]
-    return " ".join([idents, *extra]) if idents else " ".join(extra)
+    found = (*_value_identifiers("\n".join(texts)), *named) if texts else named
+    extra = [t for t in dict.fromkeys(found) if t not in own]
+    return " ".join([idents, *extra]) if idents and extra else idents or " ".join(extra)
+
+
+@functools.lru_cache(maxsize=1024)
+def _name_identifiers(names: str) -> tuple[str, ...]:
+    """The file paths and names in a document's id and source (nothing else they hold: a
+    numeric id would tie every chunk of its doc at the first rank for a question naming a
+    number)."""
+    out = dict.fromkeys(normalize_identifier(raw)[:MAX_TERM_BYTES] for raw in _files(names))
+    return tuple(t for t in out if len(t) >= 3)

@@ -91,12 +91,13 @@ def turn_terms(text: str, context: str, timestamp: float) -> str:
 
 def analyze_records(chunks: Sequence[ChunkRecord]) -> list[Analysis]:
     """:func:`analyze` for chunk records: a transcript turn's terms also hold its context's,
-    and every chunk's identifiers those of its metadata (``with_metadata_identifiers``)."""
+    and every chunk's identifiers those of its metadata and a document's those of its file name
+    (``with_metadata_identifiers``)."""
     out = analyze([c.text for c in chunks])
     return [
         Analysis(
             turn_terms(c.text, c.context, c.timestamp) if c.kind == "transcript" else a.terms,
-            with_metadata_identifiers(a.idents, c.metadata),
+            with_metadata_identifiers(a.idents, c.metadata, (c.doc_id, c.source) if c.kind == "document" else ()),
         )
         for a, c in zip(out, chunks, strict=True)
     ]
@@ -116,7 +117,9 @@ def _reanalyzed(mapping: dict[Any, Any]) -> dict[Any, Any]:
         terms = turn_terms(text, context, float(as_str(mapping[fields["ts"]])) if "ts" in fields else 0.0)
     out[fields.get("terms", "terms")] = terms
     metadata = _metadata_of(mapping[fields["metadata"]]) if "metadata" in fields else None
-    out[fields.get("idents", "idents")] = with_metadata_identifiers(analysis.idents, metadata or {})
+    kind = as_str(mapping[fields["kind"]]) if "kind" in fields else ""
+    names = tuple(as_str(mapping[fields[k]]) for k in ("doc_id", "source") if k in fields) if kind == "document" else ()
+    out[fields.get("idents", "idents")] = with_metadata_identifiers(analysis.idents, metadata or {}, names)
     return out
 
 

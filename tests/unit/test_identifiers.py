@@ -20,6 +20,12 @@ from memory.identifiers import identifier_ranks, identifiers, normalize_identifi
         ("call db.pool.acquire() now", ["dbpoolacquire"]),
         ("raise max_connections", ["maxconnections"]),
         ("plain words only, 12 of them", []),
+        ("reverted a3f9c2e, then 5e7d1b9c0a", ["a3f9c2e", "5e7d1b9c0a"]),
+        ("edit config/db.toml, then src/server/http.py", ["configdbtoml", "dbtoml", "srcserverhttppy", "httppy"]),
+        ("see /var/log/app.log and ../lib/x.go and ./run.sh", ["varlogapplog", "applog", "libxgo", "xgo", "runsh"]),
+        ("open README.md and db.toml", ["readme", "readmemd", "dbtoml"]),
+        # no file: a ratio, a unit, an abbreviation, hex without digits or without letters
+        ("and/or 5 mg/kg, 24/7, e.g. 3.5/2.1; deadbeef added 1234567", []),
     ],
 )
 def test_identifiers(text: str, found: list[str]) -> None:
@@ -163,3 +169,20 @@ def test_a_copied_chunk_analyzed_again_keeps_its_metadata_identifiers() -> None:
 
     stored = {b"text": b"The refund lands on Friday.", b"metadata": _json.dumps({"ticket": "T-1002"}).encode()}
     assert _reanalyzed(stored)["idents"].split() == ["t1002"]
+
+
+def test_a_documents_file_path_and_name_are_its_identifiers() -> None:
+    """A doc named by a file path is found by the path and by the file name, though its text
+    never writes them; a name that is no file (a number, an id) adds nothing."""
+    from memory.identifiers import with_metadata_identifiers
+    from memory.index.codec import _reanalyzed
+
+    names = ("src/server/http.py", "src/server/http.py")
+    assert with_metadata_identifiers("routeconflicterror", {}, names) == "routeconflicterror srcserverhttppy httppy"
+    assert with_metadata_identifiers("", {"ticket": "T-1002"}, ("runbooks/db.md",)) == "t1002 runbooksdbmd dbmd"
+    assert with_metadata_identifiers("", {}, ("4983", "doc_8832")) == ""
+    stored = {b"text": b"Routes are parsed here.", b"kind": b"document", b"doc_id": b"src/http.py", b"source": b"x"}
+    assert _reanalyzed(stored)["idents"].split() == ["srchttppy", "httppy"]
+    turn = {b"text": b"Routes are parsed here.", b"kind": b"transcript", b"doc_id": b"src/http.py"}
+    assert _reanalyzed(turn)["idents"] == ""
+

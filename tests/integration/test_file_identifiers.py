@@ -1,0 +1,65 @@
+"""Files and commits as identifiers, against a real Redis with RediSearch and the real model: a
+coding agent asks for a file by its path or name, and for a commit by its short hash."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+import redis.asyncio as aredis
+
+from consumers.events import TranscriptEvent
+from memory.config import ChunkingConfig, IndexConfig, IngestConfig, RetrievalConfig
+from memory.filters import BASE_FILTER_KEYS
+from memory.index import ChunkIndex
+from memory.ingest import Ingestor
+from memory.records import MemoryItem
+from memory.retrieval import Retriever
+from memory.search_spec import SearchSpec
+from tests.conftest import unique
+
+pytestmark = pytest.mark.integration
+
+DOCS = {
+    # its text never writes its own path
+    "src/server/http.py": "def parse_request(body):\n    # routes are matched here, then the handler runs\n",
+    "src/server/routes.py": "def match_route(path):\n    # the request's path is matched against each route\n",
+    "runbooks/db.md": "To raise the pool size, edit config/db.toml and restart the workers.",
+}
+TURN = "I reverted a3f9c2e and changed config/worker.toml; the pool size stays as it is."
+
+
+def _doc(doc_id: str, text: str) -> MemoryItem:
+    return MemoryItem(op="upsert", doc_id=doc_id, version=1, content=text, source=doc_id, tags={}, metadata={})
+
+
+@pytest.fixture(scope="module")
+async def retriever(redis_url: str, embedder) -> AsyncIterator[Retriever]:
+    client = aredis.from_url(redis_url)
+    index = ChunkIndex(client=client, cfg=IndexConfig(name=unique(__name__)), dims=embedder.dims)
+    await index.drop()
+    await index.ensure()
+    ingestor = Ingestor(index=index, embedder=embedder, chunking=ChunkingConfig(), cfg=IngestConfig())
+    turn = TranscriptEvent(event_id="t", agent_id="coder", session_id="s-1", turn=1, content=TURN)
+    report = await ingestor.apply([*(_doc(d, t) for d, t in DOCS.items()), turn.to_item(BASE_FILTER_KEYS)])
+    assert report.failed == []
+    yield Retriever(index=index, embedder=embedder, cfg=RetrievalConfig())
+    await index.drop()
+    await client.aclose()
+
+
+@pytest.mark.parametrize(
+    ("question", "first"),
+    [
+        ("src/server/http.py", "src/server/http.py"),  # the doc's own path, never in its text
+        ("what does http.py do?", "src/server/http.py"),  # its file name alone
+        ("how do I change config/db.toml", "runbooks/db.md"),  # not the turn naming config/worker.toml
+        ("which commit did we revert, a3f9c2e?", "transcript:coder/s-1/1"),
+    ],
+)
+async def test_a_file_or_commit_named_in_a_question_comes_first(
+    retriever: Retriever, question: str, first: str
+) -> None:
+    out = await retriever.search(SearchSpec(text=question, top_k=3))
+    assert out.hits[0].chunk.doc_id == first, [h.chunk.doc_id for h in out.hits]
+    assert out.hits[0].ranks.get("identifier") == 1
