@@ -293,7 +293,9 @@ class KafkaTransport:
                 raise TimeoutError(
                     f"no {answer} from the memory daemon within {wait:g} s on {self._reply_topic}: is a "
                     f"daemon running and reading {topic}? Is it ready (`agentmemd doctor` says what it waits "
-                    "for)? (in topic tenancy, the client needs the tenant)"
+                    "for), or still busy with what came before it (a large document takes minutes to embed; "
+                    "wait longer with timeout_s, or --timeout in the CLI)? (in topic tenancy, the client needs "
+                    "the tenant)"
                 ) from None
         finally:
             self._pending.pop(cid, None)

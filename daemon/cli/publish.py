@@ -32,6 +32,14 @@ WaitOpt = Annotated[
         "(exit 1 if it was dead-lettered, with the reason).",
     ),
 ]
+TimeoutOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--timeout",
+        min=0.1,
+        help="With --wait: seconds to wait for each acknowledgement (default 30; a large document takes minutes).",
+    ),
+]
 
 
 def _said(receipt: Receipt) -> str:
@@ -89,10 +97,13 @@ def publish_doc(
     version: Annotated[int | None, typer.Option("--version", help="Default: wall-clock microseconds.")] = None,
     tenant: PublishTenantOpt = None,
     wait: WaitOpt = False,
+    timeout: TimeoutOpt = None,
 ) -> None:
     """Upsert documents from files."""
     settings = _settings()
     target = _tenant_target(settings.consumer.tenancy, tenant)
+    if doc_id is not None and not doc_id.strip():
+        raise typer.BadParameter("--doc-id is empty: name the document, or leave it out for the path")
     if doc_id and len(paths) != 1:
         raise typer.BadParameter("--doc-id needs exactly one path")
     metadata = _pairs(meta, "--meta")
@@ -113,17 +124,28 @@ def publish_doc(
             for path in paths:
                 receipts.append(
                     await client.publish_document(
-                        doc_id or str(path), _read_text(path), version=version, metadata=metadata, wait=wait
+                        doc_id or str(path),
+                        _read_text(path),
+                        version=version,
+                        metadata=metadata,
+                        wait=wait,
+                        timeout_s=timeout,
                     )
                 )
                 progress.advance(task)
         return receipts
 
     receipts = _with_client(send, settings, target)
-    if wait:
-        for r in receipts:
-            out.print(f"{r.doc_id} v{r.version}: {_said(r)}")
-    out.print(f"published {len(receipts)} document(s)")
+    if not wait:
+        out.print(f"published {len(receipts)} document(s)")
+        return
+    for r in receipts:
+        out.print(f"{r.doc_id} v{r.version}: {_said(r)}")
+    ignored = sum(r.ack is not None and r.ack.status == "ignored" for r in receipts)
+    out.print(
+        f"published {len(receipts)} document(s): {len(receipts) - ignored} indexed"
+        + (f", {ignored} ignored (an older or equal version than the one stored)" if ignored else "")
+    )
 
 
 @publish_app.command("delete")
@@ -132,11 +154,14 @@ def publish_delete(
     version: Annotated[int | None, typer.Option("--version")] = None,
     tenant: PublishTenantOpt = None,
     wait: WaitOpt = False,
+    timeout: TimeoutOpt = None,
 ) -> None:
     """Delete a document (every chunk of it)."""
     settings = _settings()
     target = _tenant_target(settings.consumer.tenancy, tenant)
-    r = _with_client(lambda c: c.delete_document(doc_id, version=version, wait=wait), settings, target)
+    r = _with_client(
+        lambda c: c.delete_document(doc_id, version=version, wait=wait, timeout_s=timeout), settings, target
+    )
     out.print(f"delete of {doc_id} published at version {r.version}" + (f": {_said(r)}" if wait else ""))
 
 
@@ -150,6 +175,7 @@ def publish_observation(
     meta: Annotated[list[str] | None, typer.Option("--meta", help="key=value metadata.")] = None,
     tenant: PublishTenantOpt = None,
     wait: WaitOpt = False,
+    timeout: TimeoutOpt = None,
 ) -> None:
     """Record one transcript turn or observation of an agent."""
     metadata = _pairs(meta, "--meta")
@@ -157,7 +183,14 @@ def publish_observation(
     target = _tenant_target(settings.consumer.tenancy, tenant)
     r = _with_client(
         lambda c: c.publish_observation(
-            agent_id=agent_id, session_id=session_id, turn=turn, content=text, role=role, metadata=metadata, wait=wait
+            agent_id=agent_id,
+            session_id=session_id,
+            turn=turn,
+            content=text,
+            role=role,
+            metadata=metadata,
+            wait=wait,
+            timeout_s=timeout,
         ),
         settings,
         target,
@@ -175,6 +208,7 @@ def publish_forget(
     turn: Annotated[int | None, typer.Option("--turn", min=0, help="Forget only this turn of the session.")] = None,
     tenant: PublishTenantOpt = None,
     wait: WaitOpt = False,
+    timeout: TimeoutOpt = None,
 ) -> None:
     """Forget an agent's session (every turn of it), one turn of it (--turn), or with
     --all-sessions every session of the agent."""
@@ -187,7 +221,9 @@ def publish_forget(
     settings = _settings()
     target = _tenant_target(settings.consumer.tenancy, tenant)
     r = _with_client(
-        lambda c: c.forget(agent_id=agent_id, session_id=session_id, all_sessions=all_sessions, turn=turn, wait=wait),
+        lambda c: c.forget(
+            agent_id=agent_id, session_id=session_id, all_sessions=all_sessions, turn=turn, wait=wait, timeout_s=timeout
+        ),
         settings,
         target,
     )
