@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 import typer
@@ -248,3 +249,30 @@ def test_text_with_tabs_form_feeds_and_colours_is_text_and_a_nul_or_control_soup
     assert binary_at("one stray \x07 bell in a long text" + " and more words" * 20) is None  # under 1 %
     assert binary_at("text\x00more") == 4
     assert binary_at("%PDF-1.4\n" + "".join(map(chr, range(1, 32))) * 4) == 9
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["publish", "doc", "{path}", "--doc-id", ""], "--doc-id is empty"),
+        (["publish", "doc", "{path}", "--wait", "--timeout", "0"], "--timeout"),
+        (["query", "x", "--filter", "env"], "key=value or key!=value"),
+        (["query", "x", "--filter", "env=a", "--filter", "env!=b"], "both = and !="),
+    ],
+)
+def test_bad_options_are_refused_before_anything_connects(
+    args: list[str], said: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """An empty doc id is not the path in disguise, a wait needs some time, and a filter is
+    key=value or key!=value on each key: refused with a usage error, nothing sent."""
+    from typer.testing import CliRunner
+
+    from daemon.cli import app
+
+    doc = tmp_path / "a.md"
+    doc.write_text("A note.")
+    monkeypatch.setenv("AGENTMEM_KAFKA_BOOTSTRAP", "127.0.0.1:1")  # nothing listens: never reached
+    monkeypatch.setattr("daemon.cli._app.configure_logging", lambda *_: None)
+    res = CliRunner().invoke(app, [a.format(path=doc) for a in args])
+    assert res.exit_code == 2, res.output
+    assert said in " ".join(res.output.split()), res.output
