@@ -8,6 +8,7 @@ client that sends strings where numbers belong has a bug the DLQ should show.
 
 from __future__ import annotations
 
+import difflib
 import math
 from collections.abc import Collection
 from datetime import UTC, datetime
@@ -33,6 +34,19 @@ from memory.records import COMMUNITY_PREFIX, DEFAULT_TENANT, MemoryItem
 
 class _Event(BaseModel):
     model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_misspelt_fields(cls, data: Any) -> Any:
+        """Refuse an unknown field that spells a missing one nearly right (``metdata``): it
+        would be ignored, and the event stored without what it meant to carry. Other unknown
+        fields stay ignored, so a producer of a later contract's fields is still read."""
+        if isinstance(data, dict):
+            missing = [f for f in cls.model_fields if f not in data]
+            for key in data:
+                if key not in cls.model_fields and (near := difflib.get_close_matches(str(key), missing, 1, 0.8)):
+                    raise ValueError(f"unknown field {str(key)[:64]!r}: did you mean {near[0]!r}?")
+        return data
 
 
 def _plain_values(meta: Any) -> Any:

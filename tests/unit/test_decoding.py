@@ -102,6 +102,9 @@ def test_valid_transcript_becomes_an_unversioned_item() -> None:
         (doc(content="x" * 2000), "content larger than 1024 bytes"),
         (doc(timestamp="yesterday"), "timestamp"),
         (doc(doc_id="nul\x00doc"), "doc_id"),  # RediSearch reads keys up to a NUL
+        # a field spelt nearly as a missing one: refused, not ignored with what it carried
+        (doc(content="x").replace(b'"metadata"', b'"metdata"'), "unknown field 'metdata': did you mean 'metadata'?"),
+        (doc(content="x").replace(b'"version"', b'"verison"'), "did you mean 'version'?"),
     ],
 )
 def test_invalid_documents_are_dead_lettered_with_a_reason(value: bytes | None, reason: str) -> None:
@@ -392,3 +395,14 @@ def test_a_forget_of_one_turn_without_its_session_is_refused() -> None:
 
     with pytest.raises(ValueError, match="a forget of one turn names its session_id too"):
         ForgetEvent(event_id="f", op="forget", agent_id="a", all_sessions=True, turn=3)
+
+
+def test_an_unknown_field_unlike_any_missing_one_is_ignored() -> None:
+    """A producer's own field (``trace_id``), or one a later contract adds, is read past: only
+    a near spelling of a field the event lacks is taken for a mistake."""
+    body = json.loads(doc(content="x"))
+    good, dead = decode(json.dumps({**body, "trace_id": "t-1", "meta": {"a": 1}}).encode(), limit=1024)
+    assert dead == [] and len(good) == 1
+    # "metadata" is there: a second, near spelling beside it is the producer's own field
+    good, dead = decode(json.dumps({**body, "metadatas": {"a": 1}}).encode(), limit=1024)
+    assert dead == [] and len(good) == 1
