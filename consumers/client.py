@@ -392,9 +392,10 @@ class MemoryClient:
         version = default_version() if version is None else version
         payload = delete_body(doc_id, version)
         event_id = payload["event_id"]
+        value = self.check_event(DocumentEvent, payload)  # an empty doc id raises here, not at the daemon
         ack = await self._transport.publish(
             self._topic(self.topics.documents, tenant, answered=wait),
-            encode(payload),
+            value,
             doc_id,
             wait=wait,
             timeout_s=timeout_s,

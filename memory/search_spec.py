@@ -12,6 +12,7 @@ from memory.config import RetrievalConfig
 from memory.conversation import MAX_CONTEXT_TURNS
 from memory.errors import InvalidRequest
 from memory.filters import FilterSpec, TagFilter, conjoin, normalize_filter, time_clause
+from memory.identifiers import query_identifiers
 from memory.index import LegHit
 from memory.records import DEFAULT_TENANT
 
@@ -67,7 +68,8 @@ def validate_spec(spec: SearchSpec, weights: Mapping[str, float], cfg: Retrieval
     """Check ``spec`` (with its resolved ``weights``) against the configured limits.
 
     Raises:
-        InvalidRequest: bad top_k, empty or over-long text, both text and vector weights 0,
+        InvalidRequest: bad top_k, empty or over-long text, both text and vector weights 0
+            (unless the identifier leg runs alone on a question naming an identifier),
             a non-finite or inverted time range, bad context_turns.
     """
     if not 1 <= spec.top_k <= cfg.max_top_k:
@@ -76,8 +78,16 @@ def validate_spec(spec: SearchSpec, weights: Mapping[str, float], cfg: Retrieval
         raise InvalidRequest("search_text is empty")
     if len(spec.text) > cfg.max_query_chars:
         raise InvalidRequest(f"search_text is longer than {cfg.max_query_chars} characters")
-    if weights["dense"] <= 0 and weights["sparse"] <= 0:
-        raise InvalidRequest("at least one of dense_weight and sparse_weight must be > 0")
+    # The identifier leg alone is an exact lookup: it needs an identifier to look up.
+    if (
+        weights["dense"] <= 0
+        and weights["sparse"] <= 0
+        and not (weights["identifier"] > 0 and query_identifiers(spec.text, limit=1))
+    ):
+        raise InvalidRequest(
+            "at least one of dense_weight and sparse_weight must be > 0, "
+            "or identifier_weight with a search_text that names an identifier (ERR_X_1, INC-4411, a3f9c2e)"
+        )
     for bound in (spec.since, spec.until):
         if bound is not None and not math.isfinite(bound):
             raise InvalidRequest("time range bounds must be finite")

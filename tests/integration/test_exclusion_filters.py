@@ -28,7 +28,7 @@ SERVICES = {"d/billing": "billing", "d/auth": "auth", "d/spaced": "edge ", "d/no
 ONLY_LEG = {
     "dense": {"sparse_weight": 0.0, "identifier_weight": 0.0},
     "sparse": {"dense_weight": 0.0, "identifier_weight": 0.0},
-    "identifier": {"dense_weight": 0.0, "sparse_weight": 0.0001},
+    "identifier": {"dense_weight": 0.0, "sparse_weight": 0.0},
 }
 
 

@@ -10,6 +10,7 @@ import redis.asyncio as aredis
 
 from consumers.events import TranscriptEvent
 from memory.config import ChunkingConfig, IndexConfig, IngestConfig, RetrievalConfig
+from memory.errors import InvalidRequest
 from memory.filters import BASE_FILTER_KEYS
 from memory.index import ChunkIndex
 from memory.ingest import Ingestor
@@ -63,3 +64,13 @@ async def test_a_file_or_commit_named_in_a_question_comes_first(
     out = await retriever.search(SearchSpec(text=question, top_k=3))
     assert out.hits[0].chunk.doc_id == first, [h.chunk.doc_id for h in out.hits]
     assert out.hits[0].ranks.get("identifier") == 1
+
+
+async def test_the_identifier_leg_alone_is_an_exact_lookup(retriever: Retriever) -> None:
+    """With the text legs off, a question naming an identifier finds exactly what holds it; one
+    naming none is refused, since nothing could be found."""
+    alone = {"dense_weight": 0.0, "sparse_weight": 0.0, "identifier_weight": 1.0}
+    out = await retriever.search(SearchSpec(text="config/db.toml", top_k=5, **alone))
+    assert [h.chunk.doc_id for h in out.hits] == ["runbooks/db.md"]
+    with pytest.raises(InvalidRequest, match="names an identifier"):
+        await retriever.search(SearchSpec(text="the pool size", top_k=5, **alone))

@@ -185,4 +185,3 @@ def test_a_documents_file_path_and_name_are_its_identifiers() -> None:
     assert _reanalyzed(stored)["idents"].split() == ["srchttppy", "httppy"]
     turn = {b"text": b"Routes are parsed here.", b"kind": b"transcript", b"doc_id": b"src/http.py"}
     assert _reanalyzed(turn)["idents"] == ""
-
