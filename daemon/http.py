@@ -108,7 +108,7 @@ def render_status(state: StatusState, *, title: str, not_ready: Mapping[str, str
             rows.append(
                 f"<tr><td>{html.escape(tenant)}</td><td>{html.escape(item.community_id)}</td><td>{item.level}</td>"
                 f"<td>{oldest_age_s([item.first_marked_at], now):.1f}</td><td>{item.change_count}</td>"
-                f"<td>{html.escape(', '.join(item.doc_ids[:5]))}</td></tr>"
+                f"<td>{html.escape(item.cause())}</td></tr>"
             )
     lag_rows = [
         f"<tr><td>{html.escape(group)}</td><td>{html.escape(tp)}</td><td>{value}</td></tr>"

@@ -38,6 +38,15 @@ class StaleItem:
     change_count: int
     doc_ids: list[str]
 
+    def cause(self, limit: int = 5) -> str:
+        """What marked it, for a person: the docs whose changes did, else the recompute that
+        made it (a new or regrouped community, never summarized as it is)."""
+        return ", ".join(self.doc_ids[:limit]) or RECOMPUTE_CAUSE
+
+
+#: A stale community no document change marked: a recompute made it.
+RECOMPUTE_CAUSE = "a recompute (new or regrouped)"
+
 
 class StaleQueue:
     """Reads and clears the stale marks of one graph (keys under ``prefix``)."""

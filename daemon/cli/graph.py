@@ -83,7 +83,7 @@ def stale(
             str(i.level),
             f"{now - i.first_marked_at:.1f}",
             str(i.change_count),
-            ", ".join(i.doc_ids[:5]),
+            i.cause(),
         )
     out.print(table)
 

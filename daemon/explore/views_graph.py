@@ -9,6 +9,7 @@ from typing import Any
 
 from daemon.explore.html import age, esc, link, table, url, when
 from graph import Community, StaleItem
+from graph.stale_queue import RECOMPUTE_CAUSE
 
 #: Most communities the picture draws (the largest first); the table below lists them all.
 MAX_DRAWN = 400
@@ -48,7 +49,7 @@ def communities_svg(
             tip += " · stale"
             if item is not None:
                 tip += f" since {when(item.first_marked_at)} UTC, {item.change_count} changes; caused by "
-                tip += ", ".join(item.doc_ids[:5]) or "a recompute"
+                tip += item.cause()
         label = (
             f'<text x="{cx:.1f}" y="{cy + 4:.1f}" font-size="11" text-anchor="middle" fill="#fff">'
             f"{len(c.members)}</text>"
@@ -134,7 +135,7 @@ def graph_body(
                 str(item.level),
                 esc(age(now - item.first_marked_at)),
                 str(item.change_count),
-                docs or '<span class="muted">a recompute</span>',
+                docs or f'<span class="muted">{RECOMPUTE_CAUSE}</span>',
             )
         )
     return (
@@ -171,10 +172,7 @@ def community_body(
     if is_stale:
         docs = ", ".join(link(d, "/explore/document", tenant=tenant, doc=d) for d in (item.doc_ids if item else []))
         since = f" for {esc(age(now - item.first_marked_at))}, {item.change_count} changes" if item else ""
-        state = (
-            f'<p id="community-state" class="stale">stale{since}; caused by '
-            f"{docs or 'a recompute that created or changed it'}</p>"
-        )
+        state = f'<p id="community-state" class="stale">stale{since}; caused by {docs or RECOMPUTE_CAUSE}</p>'
     text = (summary or {}).get("text")
     summary_html = (
         f'<div class="text" id="summary">{esc(text)}</div><p class="muted">by {esc((summary or {}).get("model", ""))}, '

@@ -286,3 +286,14 @@ def test_a_document_page_shows_its_version_and_a_turn_none() -> None:
     assert "unversioned" not in document_body("acme", "guide.md", [doc])
     assert "<td>1</td>" in document_body("acme", "guide.md", [doc])
     assert "unversioned" in document_body("acme", "transcript:a/s/0", [_chunk("hi")])
+
+
+def test_a_stale_community_says_what_marked_it() -> None:
+    """The docs whose changes marked it, or, with none (a recompute made it), that: never an
+    empty "caused by" beside "0 changes"."""
+    from graph.stale_queue import RECOMPUTE_CAUSE
+
+    new = StaleItem("c0-1", 0, 1.0, 1.0, 0, [])
+    marked = StaleItem("c0-2", 0, 1.0, 2.0, 7, [f"d{i}" for i in range(9)])
+    assert new.cause() == RECOMPUTE_CAUSE
+    assert marked.cause() == "d0, d1, d2, d3, d4" and marked.cause(limit=2) == "d0, d1"
