@@ -68,6 +68,7 @@ def build_acks(
             ack.reason, ack.error_code = dead[position]
         elif g is not None and (outcome := report.outcomes.get(id(g.item))) is not None:
             ack.status, ack.chunks, ack.stored_version = outcome.status, outcome.chunks, outcome.stored_version
+            ack.embedded = outcome.embedded
             if outcome.status == "ignored":
                 ack.reason = f"version {g.item.version} is older than the stored version {outcome.stored_version}"
         elif g is not None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import base64
+import difflib
+import json
 import re
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
@@ -175,7 +177,26 @@ def parse_event(raw: bytes | None, model: type[E]) -> E:
     try:
         return model.model_validate_json(raw or b"")
     except ValidationError as exc:
-        raise ValueError(validation_reason(exc)) from exc
+        raise ValueError(validation_reason(exc) + _misspelt(raw, exc)) from exc
+
+
+def _misspelt(raw: bytes | None, exc: ValidationError) -> str:
+    """For a required field missing, the field of the body that spells it nearly right, if
+    any ("; 'verison' is no field: did you mean 'version'?"); "" otherwise. The body is read
+    again only here, on the way to a dead letter."""
+    missing = [str(e["loc"][-1]) for e in exc.errors(include_url=False) if e["type"] == "missing" and e["loc"]]
+    if not missing:
+        return ""
+    try:
+        body = json.loads(raw or b"")
+    except ValueError:
+        return ""
+    if not isinstance(body, dict):
+        return ""
+    for field in missing:
+        if near := difflib.get_close_matches(field, [k for k in body if k != field], 1, 0.8):
+            return f"; {near[0][:64]!r} is no field: did you mean {field!r}?"
+    return ""
 
 
 def _check_body(raw: bytes | None) -> None:
@@ -198,7 +219,7 @@ def parse_transcript(raw: bytes | None) -> TranscriptEvent | ForgetEvent:
     try:
         return _TRANSCRIPT_TOPIC.validate_json(raw or b"")
     except ValidationError as exc:
-        raise ValueError(validation_reason(exc)) from exc
+        raise ValueError(validation_reason(exc) + _misspelt(raw, exc)) from exc
 
 
 def decode_records(

@@ -12,7 +12,7 @@ import difflib
 import math
 from collections.abc import Collection
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import (
     BaseModel,
@@ -33,20 +33,21 @@ from memory.records import COMMUNITY_PREFIX, DEFAULT_TENANT, MemoryItem
 
 
 class _Event(BaseModel):
-    model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
+    # Unknown fields are read past (held aside, never used): a producer may carry its own, or
+    # a later contract's. Held, so that a misspelt one can be told from those.
+    model_config = ConfigDict(strict=True, extra="allow", frozen=True)
 
-    @model_validator(mode="before")
-    @classmethod
-    def _no_misspelt_fields(cls, data: Any) -> Any:
+    @model_validator(mode="after")
+    def _no_misspelt_fields(self) -> Self:
         """Refuse an unknown field that spells a missing one nearly right (``metdata``): it
-        would be ignored, and the event stored without what it meant to carry. Other unknown
-        fields stay ignored, so a producer of a later contract's fields is still read."""
-        if isinstance(data, dict):
-            missing = [f for f in cls.model_fields if f not in data]
-            for key in data:
-                if key not in cls.model_fields and (near := difflib.get_close_matches(str(key), missing, 1, 0.8)):
-                    raise ValueError(f"unknown field {str(key)[:64]!r}: did you mean {near[0]!r}?")
-        return data
+        would be read past, and the event stored without what it meant to carry. (After
+        validation: a check before it would make pydantic read the JSON as Python objects,
+        where a strict datetime refuses a string.)"""
+        missing = [f for f in type(self).model_fields if f not in self.model_fields_set]
+        for key in self.model_extra or {}:
+            if near := difflib.get_close_matches(key, missing, 1, 0.8):
+                raise ValueError(f"unknown field {key[:64]!r}: did you mean {near[0]!r}?")
+        return self
 
 
 def _plain_values(meta: Any) -> Any:
@@ -298,6 +299,7 @@ class WriteAck(BaseModel):
     doc_id: str | None = None
     version: int | None = None
     chunks: int | None = None  # chunks this delivery wrote (None: it wrote none)
+    embedded: int | None = None  # of those, the chunks sent to the model (the rest reused stored vectors)
     stored_version: int | None = None
     reason: str | None = None
     error_code: str | None = None

@@ -93,6 +93,7 @@ async def write_group(
                 "indexed" if result.applied or same else "ignored",
                 chunks=result.chunks if result.applied else None,
                 stored_version=result.stored_version,
+                embedded=report.embedded_by_doc.get((item.tenant, item.doc_id), 0) if result.applied else None,
             )
             if result.applied:
                 report.applied.append(result)

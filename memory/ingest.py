@@ -167,10 +167,16 @@ class Ingestor:
                 )
                 found.update({(tenant, k): v for k, v in stored.items()})
         todo: dict[str, str] = {}  # key (or, without one, the text itself) -> the text to embed
+        first: list[tuple[str, str]] = []  # (tenant, doc id) of the first chunk of each key embedded
         for c in records:
             if (c.tenant, c.vector_key) not in found:
-                todo.setdefault(c.vector_key or vector_text(c.text, c.context_vec), vector_text(c.text, c.context_vec))
+                key = c.vector_key or vector_text(c.text, c.context_vec)
+                if key not in todo:
+                    todo[key] = vector_text(c.text, c.context_vec)
+                    first.append((c.tenant, c.doc_id))
         fresh = dict(zip(todo, await self._embed(list(todo.values())), strict=True)) if todo else {}
+        for doc in first:
+            report.embedded_by_doc[doc] = report.embedded_by_doc.get(doc, 0) + 1
         report.chunks_embedded += len(todo)
         report.chunks_reused += len(records) - len(todo)
         rows = [

@@ -18,6 +18,7 @@ class ItemOutcome:
     status: Literal["indexed", "ignored"]
     chunks: int | None = None  # written by this item (None: not written now)
     stored_version: int | None = None
+    embedded: int | None = None  # of its chunks, those sent to the model (the rest reused a stored vector)
 
 
 @dataclass
@@ -33,6 +34,8 @@ class IngestReport:
     outcomes: dict[int, ItemOutcome] = field(default_factory=dict)
     chunks_embedded: int = 0  # sent to the model
     chunks_reused: int = 0  # kept a vector already stored (or embedded once for the whole batch)
+    # (tenant, doc id) -> its chunks sent to the model (a text two docs share counts for the first)
+    embedded_by_doc: dict[tuple[str, str], int] = field(default_factory=dict)
 
     def add(self, other: IngestReport) -> None:
         """Fold another report of the same batch into this one."""
@@ -43,3 +46,5 @@ class IngestReport:
         self.outcomes.update(other.outcomes)
         self.chunks_embedded += other.chunks_embedded
         self.chunks_reused += other.chunks_reused
+        for doc, n in other.embedded_by_doc.items():
+            self.embedded_by_doc[doc] = self.embedded_by_doc.get(doc, 0) + n

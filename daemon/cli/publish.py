@@ -48,7 +48,8 @@ def _said(receipt: Receipt) -> str:
     if ack is None:
         return "published"
     if ack.status == "indexed":
-        return "indexed" + (f" ({ack.chunks} chunk(s))" if ack.chunks else "")
+        embedded = f", {ack.embedded} embedded" if ack.embedded is not None else ""
+        return "indexed" + (f" ({ack.chunks} chunk(s){embedded})" if ack.chunks else "")
     return f"ignored: {ack.reason}"
 
 

@@ -54,7 +54,10 @@ async def test_a_write_waited_for_is_found_by_the_next_query(env: Any) -> None:
     receipt = await client.publish_document(doc, RUNBOOK, version=3, wait=True)
     assert receipt.ack is not None
     assert (receipt.ack.status, receipt.ack.doc_id, receipt.ack.version) == ("indexed", doc, 3)
-    assert receipt.ack.event_id == receipt.event_id and receipt.ack.chunks == 1
+    assert receipt.ack.event_id == receipt.event_id and (receipt.ack.chunks, receipt.ack.embedded) == (1, 1)
+    # the same text again, a new version: written anew, its vector reused, and the ack says so
+    again_v4 = await client.publish_document(doc, RUNBOOK, version=4, wait=True)
+    assert again_v4.ack is not None and (again_v4.ack.chunks, again_v4.ack.embedded) == (1, 0)
     # No sleep, no polling: the ack means searchable.
     reply = await client.query("ERR_LEDGER_LOCK_9C1 lock_timeout", top_k=3)
     assert doc in [r.doc_id for r in reply.results]
@@ -75,7 +78,7 @@ async def test_a_write_waited_for_is_found_by_the_next_query(env: Any) -> None:
     again = await client.forget(agent_id=agent, session_id="s1", wait=True)
     assert again.ack is not None and (again.ack.status, again.ack.chunks) == ("indexed", 0)
 
-    gone = await client.delete_document(doc, version=4, wait=True)
+    gone = await client.delete_document(doc, version=5, wait=True)
     assert gone.ack is not None and (gone.ack.status, gone.ack.chunks) == ("indexed", 0)
     looked = await client.get([doc])
     assert looked.items[0].status == "not_found"

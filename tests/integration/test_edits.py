@@ -83,8 +83,12 @@ async def test_an_edit_embeds_only_its_changed_chunk(stack: Any) -> None:
 
     counting.sent.clear()
     paras[5] = paragraph(rng)
-    edit = await ingestor.apply([upsert("wiki/runbook.md", 2, paras)])
+    item = upsert("wiki/runbook.md", 2, paras)
+    edit = await ingestor.apply([item])
     assert (edit.chunks_embedded, edit.chunks_reused) == (1, 11)
+    # what the writer's ack reports: 12 chunks written, 1 of them embedded
+    outcome = edit.outcomes[id(item)]
+    assert (outcome.chunks, outcome.embedded) == (12, 1)
     assert counting.sent == [paras[5]]
     after = await index.texts(sorted(await index.chunk_ids("wiki/runbook.md")))
     assert sorted(after.values()) == sorted(paras) and len(set(after.values()) - set(before.values())) == 1
@@ -109,8 +113,10 @@ async def test_a_paragraph_shared_by_two_docs_is_embedded_once(stack: Any) -> No
     # Twice in one batch: embedded once.
     counting.sent.clear()
     twice = paragraph(rng)
-    both = await ingestor.apply([upsert("wiki/c.md", 1, [twice]), upsert("wiki/d.md", 1, [twice])])
+    c, d = upsert("wiki/c.md", 1, [twice]), upsert("wiki/d.md", 1, [twice])
+    both = await ingestor.apply([c, d])
     assert (both.chunks_embedded, both.chunks_reused) == (1, 1) and counting.sent == [twice]
+    assert (both.outcomes[id(c)].embedded, both.outcomes[id(d)].embedded) == (1, 0)  # counted once, for the first
 
 
 async def test_no_vector_crosses_tenants_or_models(stack: Any, embedder: Any) -> None:

@@ -104,7 +104,7 @@ def test_valid_transcript_becomes_an_unversioned_item() -> None:
         (doc(doc_id="nul\x00doc"), "doc_id"),  # RediSearch reads keys up to a NUL
         # a field spelt nearly as a missing one: refused, not ignored with what it carried
         (doc(content="x").replace(b'"metadata"', b'"metdata"'), "unknown field 'metdata': did you mean 'metadata'?"),
-        (doc(content="x").replace(b'"version"', b'"verison"'), "did you mean 'version'?"),
+        (doc(content="x").replace(b'"version"', b'"verison"'), "'verison' is no field: did you mean 'version'?"),
     ],
 )
 def test_invalid_documents_are_dead_lettered_with_a_reason(value: bytes | None, reason: str) -> None:
