@@ -45,7 +45,9 @@ class _Event(BaseModel):
         where a strict datetime refuses a string.)"""
         missing = [f for f in type(self).model_fields if f not in self.model_fields_set]
         for key in self.model_extra or {}:
-            if near := difflib.get_close_matches(key, missing, 1, 0.8):
+            near = difflib.get_close_matches(key, missing, 1, 0.8)
+            # A field extended (timestamp_ms, source_id, sources) is the producer's own.
+            if near and not key.startswith(near[0]) and not near[0].startswith(key):
                 raise ValueError(f"unknown field {key[:64]!r}: did you mean {near[0]!r}?")
         return self
 

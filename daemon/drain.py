@@ -4,7 +4,8 @@ tansu keeps its log in memory: an event the broker accepted and the daemon had n
 when ``up`` stopped was gone at the next start, neither applied nor dead-lettered. So on the
 first Ctrl-C (or SIGTERM) ``up`` keeps consuming until its groups have committed every event
 of the documents and transcripts topics (every tenant's), for at most ``up_drain_s``; a second
-signal stops at once. Apache Kafka keeps its log, so ``run`` does not wait.
+signal ends the wait at once (the daemon's own stop then takes what a stop takes). Apache Kafka
+keeps its log, so ``run`` does not wait.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Coroutine
+from typing import Any
 
 import structlog
 from aiokafka.errors import KafkaError
@@ -34,27 +37,36 @@ def events_left(report: LagReport, group_id: str) -> int:
 
 async def drain_events(settings: Settings, interrupt: asyncio.Event) -> int:
     """Wait until the daemon has applied every event the broker holds, ``interrupt`` is set (a
-    second signal) or ``settings.up_drain_s`` pass.
+    second signal) or ``settings.up_drain_s`` pass; each lag read is raced against both, so
+    neither waits for a broker that does not answer.
 
     Returns:
-        The events left unapplied (0: none), or -1 when the lag could not be read.
+        The events left unapplied (0: none), or -1 when the lag could not be read (or was not
+        read: ``up_drain_s`` is 0, or the interrupt or the deadline came first).
     """
+    if settings.up_drain_s <= 0:
+        return -1
     deadline = time.monotonic() + settings.up_drain_s
     told = False
+    left = -1
     while True:
         try:
-            report = await asyncio.wait_for(measure_lag(settings), timeout=10.0)
+            report = await _before(measure_lag(settings), interrupt, deadline)
         except (KafkaError, TimeoutError, OSError) as exc:
             log.warning("daemon.drain_lag_unread", error=f"{type(exc).__name__}: {exc}")
+            print("agentmemd stopping: the broker's lag could not be read; events not yet applied are lost", flush=True)
             return -1
-        left = events_left(report, settings.consumer.group_id)
-        if left == 0:
-            if told:
-                log.info("daemon.drain_finished")
-            return 0
-        if interrupt.is_set() or time.monotonic() >= deadline:
+        if report is not None:
+            left = events_left(report, settings.consumer.group_id)
+            if left == 0:
+                if told:
+                    log.info("daemon.drain_finished")
+                return 0
+        if report is None or interrupt.is_set() or time.monotonic() >= deadline:
             log.warning("daemon.drain_cut", events=left, waited_s=settings.up_drain_s, interrupted=interrupt.is_set())
-            print(f"agentmemd stopping with {left} event(s) unapplied: the embedded broker forgets them", flush=True)
+            if left > 0:
+                said = f"agentmemd stopping with {left} event(s) unapplied: the embedded broker forgets them"
+                print(said, flush=True)
             return left
         if not told:
             told = True
@@ -65,4 +77,23 @@ async def drain_events(settings: Settings, interrupt: asyncio.Event) -> int:
                 flush=True,
             )
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(interrupt.wait(), timeout=POLL_S)
+            await asyncio.wait_for(interrupt.wait(), timeout=min(POLL_S, max(0.0, deadline - time.monotonic())))
+
+
+async def _before(read: Coroutine[Any, Any, LagReport], interrupt: asyncio.Event, deadline: float) -> LagReport | None:
+    """``read``'s report, or None when ``interrupt`` is set or ``deadline`` passes first.
+
+    Raises:
+        TimeoutError: the read took longer than 10 s (a broker that does not answer).
+    """
+    task = asyncio.ensure_future(asyncio.wait_for(read, timeout=10.0))
+    stop = asyncio.ensure_future(interrupt.wait())
+    try:
+        done, _ = await asyncio.wait(
+            {task, stop}, timeout=max(0.0, deadline - time.monotonic()), return_when=asyncio.FIRST_COMPLETED
+        )
+        return task.result() if task in done else None
+    finally:
+        for t in (task, stop):
+            t.cancel()
+        await asyncio.gather(task, stop, return_exceptions=True)

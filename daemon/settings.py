@@ -98,7 +98,7 @@ class Settings(BaseSettings):
         ge=0,
         description=(
             "`up` only: on Ctrl-C or SIGTERM, how long the daemon keeps applying the events its embedded "
-            "broker still holds (it keeps them in memory only), before it stops (0 = at once; a second Ctrl-C too)."
+            "broker still holds (it keeps them in memory only), before it stops (0: no wait; a second Ctrl-C ends it)."
         ),
     )
     kafka_security: KafkaSecurity = Field(default_factory=KafkaSecurity)

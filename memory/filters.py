@@ -168,6 +168,8 @@ def filter_from_pairs(pairs: Iterable[str], *, strip: bool = False) -> dict[str,
     for raw in pairs:
         key, sep, value = raw.partition("=")
         into = include
+        if strip:
+            key = key.rstrip()
         if key.endswith("!"):
             key, into = key[:-1], exclude
         if strip:
@@ -267,14 +269,15 @@ def build_filter(
     *,
     allowed: Collection[str],
 ) -> str:
-    """Validate and render a filter as TAG clauses (keys AND, values OR, ``not`` values
-    negated); ``"*"`` when empty.
+    """Validate and render a filter as TAG clauses (keys AND, values OR), ``not`` values
+    negated on their hashed fields; ``"*"`` when empty.
 
     Raises:
         InvalidRequest: see ``normalize_filter``.
     """
     flt = normalize_filter(metadata_filter, allowed=allowed)
-    return conjoin(tag_clause(flt.include), *(f"-{tag_clause({k: v})}" for k, v in sorted(flt.exclude.items())))
+    # Exclusions by hash, as the legs' (see TagFilter.knn_query): a TAG matches trimmed values.
+    return conjoin(tag_clause(flt.include), *(f"-{hash_clause({k: v})}" for k, v in sorted(flt.exclude.items())))
 
 
 def time_clause(since: float | None, until: float | None) -> str:

@@ -40,7 +40,8 @@ _PATTERNS = [
     re.compile(r"\b[A-Z][A-Z0-9]{1,9}-[0-9]{1,9}\b"),  # tickets and deploys: INC-4411, DEPLOY-77
     re.compile(r"\b[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]+)+\b"),  # CamelCase: PoolTimeoutError
     # Lower-case hex with letters and digits, as git prints commits and objects: a3f9c2e.
-    re.compile(r"\b(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b"),
+    # Up to 64 (a SHA-256), with or without 0x; not a number in e-notation (1e10000).
+    re.compile(r"\b(?:0x)?(?![0-9]*e[0-9]+\b)(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{7,64}\b"),
 ]
 # Upper-case words and numbers joined by hyphens: ERR-CONN-RESET, ABC-123, CVE-2024-3094,
 # HLA-DRB1. Lower-case ones stay words (e-mail, state-of-the-art, db-01): BM25 joins those.
@@ -57,7 +58,9 @@ _FILE_NAME = re.compile(
 )
 # File paths ending in a file name (config/db.toml, /var/log/app.log, src/server/http.py): the
 # path is one identifier and its file name another, so "http.py" finds "src/server/http.py".
-_PATH = re.compile(r"(?<![\w./~-])(?:~/|\.{1,2}/|/)?(?:[\w.-]+/)+[\w-]+\.[A-Za-z][A-Za-z0-9]{0,7}\b")
+# The extension is lower case, and of one letter only c or h: "mg/kg.The" (a missing space)
+# and "e.g./i.e." are no files.
+_PATH = re.compile(r"(?<![\w./~-])(?:~/|\.{1,2}/|/)?(?:[\w.-]+/)+[\w-]+\.(?:[a-z][a-z0-9]{1,7}|[ch])\b")
 # Function calls (db.pool.acquire(): a dotted name, kept when "(" follows it. Not a lookahead
 # in the pattern: a failed "(?=\()" backtracked through the dotted name from every segment's
 # start, quadratic on "a.a.a…" (1.5 s for 16k characters of query text, on the event loop).

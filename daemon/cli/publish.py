@@ -42,6 +42,11 @@ TimeoutOpt = Annotated[
 ]
 
 
+def _check_timeout(wait: bool, timeout: float | None) -> None:
+    if timeout is not None and not wait:
+        raise typer.BadParameter("--timeout is how long --wait waits: give --wait too")
+
+
 def _said(receipt: Receipt) -> str:
     """What a waited-for write's ack says, for a person."""
     ack = receipt.ack
@@ -101,6 +106,7 @@ def publish_doc(
     timeout: TimeoutOpt = None,
 ) -> None:
     """Upsert documents from files."""
+    _check_timeout(wait, timeout)
     settings = _settings()
     target = _tenant_target(settings.consumer.tenancy, tenant)
     if doc_id is not None and not doc_id.strip():
@@ -158,6 +164,7 @@ def publish_delete(
     timeout: TimeoutOpt = None,
 ) -> None:
     """Delete a document (every chunk of it)."""
+    _check_timeout(wait, timeout)
     settings = _settings()
     target = _tenant_target(settings.consumer.tenancy, tenant)
     r = _with_client(
@@ -179,6 +186,7 @@ def publish_observation(
     timeout: TimeoutOpt = None,
 ) -> None:
     """Record one transcript turn or observation of an agent."""
+    _check_timeout(wait, timeout)
     metadata = _pairs(meta, "--meta")
     settings = _settings()
     target = _tenant_target(settings.consumer.tenancy, tenant)
@@ -213,6 +221,7 @@ def publish_forget(
 ) -> None:
     """Forget an agent's session (every turn of it), one turn of it (--turn), or with
     --all-sessions every session of the agent."""
+    _check_timeout(wait, timeout)
     if session_id is not None and all_sessions:
         raise typer.BadParameter("give --session-id or --all-sessions, not both")
     if session_id is None and not all_sessions:

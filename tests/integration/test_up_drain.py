@@ -78,3 +78,23 @@ async def test_a_stopped_up_applies_what_its_broker_accepted_before_it_stops(tmp
         assert [i.doc_id for i in reply.items if i.status != "found"] == [], said
     finally:
         assert await asyncio.to_thread(second.ctrl_c) == 0
+
+
+async def test_a_second_signal_ends_the_wait_on_a_broker_that_never_answers(tmp_path: Path) -> None:
+    """The lag is read from a broker that takes connections and never answers: the second
+    Ctrl-C ends the drain then and there, not after the read's own 10 s bound or the drain's
+    60; with no drain at all nothing is read."""
+    from daemon.drain import drain_events
+    from daemon.settings import Settings
+
+    silent = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)  # accepts, never replies
+    port = silent.sockets[0].getsockname()[1]
+    settings = Settings(kafka_bootstrap=f"127.0.0.1:{port}", up_drain_s=60.0)
+    try:
+        again = asyncio.Event()
+        asyncio.get_running_loop().call_later(0.3, again.set)
+        assert await asyncio.wait_for(drain_events(settings, again), timeout=8.0) == -1
+        assert await asyncio.wait_for(drain_events(settings.model_copy(update={"up_drain_s": 0.0}), again), 1.0) == -1
+    finally:
+        silent.close()
+        await silent.wait_closed()

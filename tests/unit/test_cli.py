@@ -256,6 +256,7 @@ def test_text_with_tabs_form_feeds_and_colours_is_text_and_a_nul_or_control_soup
     [
         (["publish", "doc", "{path}", "--doc-id", ""], "--doc-id is empty"),
         (["publish", "doc", "{path}", "--wait", "--timeout", "0"], "--timeout"),
+        (["publish", "doc", "{path}", "--timeout", "60"], "give --wait too"),
         (["query", "x", "--filter", "env"], "key=value or key!=value"),
         (["query", "x", "--filter", "env=a", "--filter", "env!=b"], "both = and !="),
     ],

@@ -406,3 +406,10 @@ def test_an_unknown_field_unlike_any_missing_one_is_ignored() -> None:
     # "metadata" is there: a second, near spelling beside it is the producer's own field
     good, dead = decode(json.dumps({**body, "metadatas": {"a": 1}}).encode(), limit=1024)
     assert dead == [] and len(good) == 1
+    # a field extended is the producer's own, the field it extends missing or not
+    extended = {k: v for k, v in body.items() if k != "source"} | {"timestamp_ms": 1, "source_id": "s"}
+    good, dead = decode(json.dumps(extended).encode(), limit=1024)
+    assert dead == [] and len(good) == 1
+    # and a timestamp is read as one (a check before validation made every ISO string fail)
+    good, dead = decode(json.dumps({**body, "timestamp": "2026-12-05T21:58:45Z", "trace_id": "t"}).encode())
+    assert dead == [] and good[0].item.timestamp is not None

@@ -246,7 +246,7 @@ def test_communities_picture_marks_the_stale_and_escapes_ids() -> None:
         ("env=prod", {"env": "prod"}),
         ("env = prod\n\nservice=a=b", {"env": "prod", "service": "a=b"}),
         ("env=a\nenv=b\nenv=c", {"env": ["a", "b", "c"]}),
-        ("env != prod\nservice!=a\nservice!=b", {"env": {"not": "prod"}, "service": {"not": ["a", "b"]}}),
+        ("env != prod\nservice!=a\nservice! = b", {"env": {"not": "prod"}, "service": {"not": ["a", "b"]}}),
     ],
 )
 def test_parse_filters(text: str, want: dict[str, object]) -> None:

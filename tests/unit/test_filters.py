@@ -22,8 +22,12 @@ ALLOWED = set(BASE_FILTER_KEYS)
         ),
         ({"environment": ["production", "staging"]}, "@environment:{production|staging}"),
         ({"service": "x} | @kind:{*"}, r"@service:{x\}\ \|\ \@kind\:\{\*}"),
-        ({"service": {"not": "a"}}, "-@service:{a}"),
-        ({"service": {"not": ["a", "b"]}, "environment": "prod"}, "@environment:{prod} -@service:{a|b}"),
+        ({"service": {"not": "a"}}, f"-@h_service:[{value_hash('a')} {value_hash('a')}]"),
+        (
+            {"service": {"not": ["a", "b"]}, "environment": "prod"},
+            f"@environment:{{prod}} -(@h_service:[{value_hash('a')} {value_hash('a')}] | "
+            f"@h_service:[{value_hash('b')} {value_hash('b')}])",
+        ),
     ],
 )
 def test_build_filter(flt, query) -> None:

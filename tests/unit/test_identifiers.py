@@ -26,6 +26,9 @@ from memory.identifiers import identifier_ranks, identifiers, normalize_identifi
         ("open README.md and db.toml", ["readme", "readmemd", "dbtoml"]),
         # no file: a ratio, a unit, an abbreviation, hex without digits or without letters
         ("and/or 5 mg/kg, 24/7, e.g. 3.5/2.1; deadbeef added 1234567", []),
+        # nor a missing space after a full stop, nor e-notation
+        ("5 mg/kg.The dose, CD4/CD8.In mice, e.g./i.e. both; 1e10000", []),
+        ("digest " + "a1" * 32 + " at 0x7ffe12ab", ["a1" * 32, "0x7ffe12ab"]),
     ],
 )
 def test_identifiers(text: str, found: list[str]) -> None:
