@@ -219,7 +219,7 @@ class MemoryClient:
             since: only memories timestamped at or after this time: a datetime (naive: UTC),
                 an ISO 8601 string, or an age before now (``"24h"``, ``"7d"``).
             until: only memories timestamped at or before this time (as ``since``).
-            recency_weight: weight of the recency list (the candidates newest first; 0 off);
+            recency_weight: weight of the recency list (the results newest first; 0 off);
                 the daemon's default (0) if None.
             context_turns: also return this many turns before and after each transcript
                 result (its ``context``), so an agent gets the exchange, not a fragment.
@@ -330,7 +330,7 @@ class MemoryClient:
         version: int | None = None,
         source: str | None = None,
         metadata: Mapping[str, Any] | None = None,
-        timestamp: datetime | None = None,
+        timestamp: datetime | str | None = None,
     ) -> tuple[int, bytes]:
         """The upsert ``publish_document`` sends, checked and encoded, with its version; sends
         nothing (check a batch of documents before sending the first).
@@ -352,7 +352,7 @@ class MemoryClient:
         source: str | None = None,
         metadata: Mapping[str, Any] | None = None,
         tenant: str | None = None,
-        timestamp: datetime | None = None,
+        timestamp: datetime | str | None = None,
         wait: bool = False,
         timeout_s: float | None = None,
     ) -> Receipt:
@@ -412,7 +412,7 @@ class MemoryClient:
         role: str = "assistant",
         metadata: Mapping[str, Any] | None = None,
         tenant: str | None = None,
-        timestamp: datetime | None = None,
+        timestamp: datetime | str | None = None,
         wait: bool = False,
         timeout_s: float | None = None,
     ) -> Receipt:

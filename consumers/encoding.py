@@ -8,7 +8,7 @@ import unicodedata
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any
 
 from consumers.config import event_record_bytes
 from consumers.decoding import parse_event, tenant_from_topic
@@ -21,6 +21,19 @@ from memory.filters import EXCLUDE_OPERATOR, tag_text
 def iso(t: datetime) -> str:
     """ISO 8601 for the wire; a naive time is UTC, as the daemon reads it."""
     return (t if t.tzinfo is not None else t.replace(tzinfo=UTC)).isoformat()
+
+
+def _stamp(timestamp: datetime | str | None) -> str:
+    """An event's time for the wire: a datetime or an ISO 8601 time (naive: UTC); now if None.
+
+    Raises:
+        InvalidEvent: a string that is no time.
+    """
+    try:
+        at = when(timestamp, "timestamp")
+    except InvalidRequest as exc:
+        raise InvalidEvent(str(exc)) from None
+    return iso(at or datetime.now(UTC))
 
 
 def encode(payload: Mapping[str, Any]) -> bytes:
@@ -86,7 +99,7 @@ def _has_token(text: str) -> bool:
 #: A filter as the client takes it: key -> a value, values (any of them), or
 #: ``{"not": value or values}`` (none of them); numbers and booleans as their stored text.
 ClientFilterValue = str | int | float | Sequence[str | int | float]
-ClientFilter = Mapping[str, ClientFilterValue | Mapping[Literal["not"], ClientFilterValue]]
+ClientFilter = Mapping[str, ClientFilterValue | Mapping[str, ClientFilterValue]]
 
 
 def query_body(
@@ -244,7 +257,7 @@ def document_body(
     version: int,
     source: str | None,
     metadata: Mapping[str, Any] | None,
-    timestamp: datetime | None,
+    timestamp: datetime | str | None,
 ) -> dict[str, Any]:
     """An upsert's body, with a fresh event id; ``MemoryClient.document_event`` documents the
     arguments."""
@@ -256,7 +269,7 @@ def document_body(
         "source": source or doc_id,
         "content": content,
         "metadata": dict(metadata or {}),
-        "timestamp": iso(timestamp or datetime.now(UTC)),
+        "timestamp": _stamp(timestamp),
     }
 
 
@@ -272,7 +285,7 @@ def turn_body(
     content: str,
     role: str,
     metadata: Mapping[str, Any] | None,
-    timestamp: datetime | None,
+    timestamp: datetime | str | None,
 ) -> dict[str, Any]:
     """A transcript turn's body, with a fresh event id; ``MemoryClient.publish_observation``
     documents the arguments."""
@@ -285,7 +298,7 @@ def turn_body(
         "content": content,
         "metadata": dict(metadata or {}),
     }
-    payload["timestamp"] = iso(timestamp or datetime.now(UTC))
+    payload["timestamp"] = _stamp(timestamp)
     return payload
 
 

@@ -46,14 +46,14 @@ class MemoryRetriever(BaseRetriever):
     client: ThreadedClient
     """The connection (its ``MemoryClient`` settings carry the tenant)."""
     top_k: int = Field(5, ge=1, le=100)
-    metadata_filter: dict[str, str | list[str] | dict[Literal["not"], str | list[str]]] | None = None
+    metadata_filter: dict[str, str | list[str] | dict[str, str | list[str]]] | None = None
     """Filterable keys only (docs/contract.md); keys AND, a list ORs its values."""
     scope: Literal["chunks", "communities", "all"] = "chunks"
-    dense_weight: float | None = None
-    sparse_weight: float | None = None
-    identifier_weight: float | None = None
-    recency_weight: float | None = None
-    speaker_weight: float | None = None
+    dense_weight: float | None = Field(None, ge=0.0, le=1000.0)
+    sparse_weight: float | None = Field(None, ge=0.0, le=1000.0)
+    identifier_weight: float | None = Field(None, ge=0.0, le=1000.0)
+    recency_weight: float | None = Field(None, ge=0.0, le=1000.0)
+    speaker_weight: float | None = Field(None, ge=0.0, le=1000.0)
     """Each leg's or list's weight (docs/contract.md); None: the daemon's default."""
     min_similarity: float | None = Field(None, ge=-1.0, le=1.0)
     """The vector leg keeps only candidates this similar (cosine) to the question; None: the daemon's default."""

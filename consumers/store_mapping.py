@@ -23,7 +23,7 @@ import json
 import math
 from collections.abc import Collection, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any
 from urllib.parse import quote, unquote
 
 from consumers.fields import MAX_DOC_ID_CHARS
@@ -131,7 +131,7 @@ def item_parts(metadata: Mapping[str, Any]) -> tuple[tuple[str, ...], str, dict[
 
 
 #: What a LangGraph filter pushes down: a field's string, or ``{"not": string}``.
-PushedFilter = dict[str, str | dict[Literal["not"], str]]
+PushedFilter = dict[str, str | dict[str, str]]
 
 
 def pushdown_filter(flt: Mapping[str, Any] | None, filter_keys: Collection[str]) -> PushedFilter:

@@ -21,7 +21,16 @@ from memory.generations import index_spec
 from memory.index import MAX_PAGE, ChunkIndex, GenerationRegistry, redis_now, translate_errors
 from memory.keys import generation_of, key_root, physical_name
 from memory.schema import compare_schema, index_schema, info_attributes, info_index_name
-from memory.server_policies import EVICTION_FIX, SAFE_EVICTION, TIMEOUT_FIX, eviction_policy, search_timeout_policy
+from memory.server_policies import (
+    EVICTION_FIX,
+    GC_CLEAN_THRESHOLD,
+    GC_FIX,
+    SAFE_EVICTION,
+    TIMEOUT_FIX,
+    eviction_policy,
+    gc_clean_threshold,
+    search_timeout_policy,
+)
 from memory.tenants import TenantRegistry
 
 #: Vector dimensions of the packaged model, the default; other models are checked by name only.
@@ -70,6 +79,21 @@ async def _check_redis(settings: Settings) -> list[Finding]:
                     f"ON_TIMEOUT {timeout}"
                     + ("" if timeout == "fail" else ": a slow query answers with partial results, silently"),
                     TIMEOUT_FIX,
+                )
+            )
+        if (threshold := await gc_clean_threshold(client)) is not None:
+            found.append(
+                Finding(
+                    "search GC threshold",
+                    threshold <= GC_CLEAN_THRESHOLD,
+                    f"FORK_GC_CLEAN_THRESHOLD {threshold}"
+                    + (
+                        ""
+                        if threshold <= GC_CLEAN_THRESHOLD
+                        else ": until that many chunks are rewritten, a word in most of them outranks every "
+                        "other (its BM25 IDF overflows)"
+                    ),
+                    GC_FIX,
                 )
             )
         if (eviction := await eviction_policy(client)) is not None:

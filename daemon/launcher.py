@@ -24,6 +24,7 @@ import structlog
 from daemon.broker_memory import BrokerMemoryWatch
 from daemon.settings import embedded_server_files
 from memory.errors import MemdError
+from memory.server_policies import GC_CLEAN_THRESHOLD, GC_RUN_INTERVAL_S
 
 log = structlog.get_logger()
 
@@ -205,8 +206,10 @@ def start_redis(
         args += ["--loadmodule", module]
         if "redisearch" in Path(module).name:
             # A query that outlives the search timeout fails instead of answering with
-            # what it found so far, silently (see memory.server_policies).
-            args += ["ON_TIMEOUT", "FAIL"]
+            # what it found so far, silently; and the garbage of rewritten chunks is collected
+            # within seconds, however little of it there is (see memory.server_policies).
+            args += ["ON_TIMEOUT", "FAIL", "FORK_GC_CLEAN_THRESHOLD", str(GC_CLEAN_THRESHOLD)]
+            args += ["FORK_GC_RUN_INTERVAL", str(GC_RUN_INTERVAL_S)]
     log_path = data_dir / "redis.log"
     args += ["--logfile", str(log_path.resolve())]
     proc = subprocess.Popen(

@@ -53,7 +53,8 @@ REMEMBER = (
     "Record one observation or conversation turn in long-term memory, for this and other agents to find later "
     "with search_memory (searchable as soon as this returns). Give agent_id and session_id to group it; role is "
     "who said it (assistant, user, tool...). Leave turn unset: the next free turn of the session is used; "
-    "a turn given replaces whatever that turn held. "
+    "a turn given replaces whatever that turn held. timestamp (ISO 8601, optional) is when it was said, "
+    "for importing past conversations; now by default. "
     "Returns the acknowledgement (status 'indexed', doc_id, turn)."
 )
 UPSERT = (
@@ -123,7 +124,9 @@ def build_server(tools: MemoryTools) -> MCPServer[Any]:
     async def search_memory(
         query: str,
         top_k: int = 10,
-        filters: dict[str, str | list[str] | dict[Literal["not"], str | list[str]]] | None = None,
+        # Objects of any key: the daemon names a wrong one ({"nope": ...}) in a sentence, where
+        # the SDK's own check of a Literal key dumped every shape of the union.
+        filters: dict[str, str | list[str] | dict[str, str | list[str]]] | None = None,
         scope: Literal["chunks", "communities", "all"] = "chunks",
         since: str | None = None,
         until: str | None = None,
@@ -141,8 +144,9 @@ def build_server(tools: MemoryTools) -> MCPServer[Any]:
         role: str = "assistant",
         turn: int | None = None,
         metadata: dict[str, Any] | None = None,
+        timestamp: str | None = None,
     ) -> Annotated[CallToolResult, Doc]:
-        return await _run(tools.remember(text, agent_id, session_id, role, turn, metadata))
+        return await _run(tools.remember(text, agent_id, session_id, role, turn, metadata, timestamp))
 
     async def upsert_document(
         doc_id: str, content: str, metadata: dict[str, Any] | None = None

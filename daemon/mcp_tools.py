@@ -128,7 +128,7 @@ class MemoryTools:
         self,
         query: str,
         top_k: int = 10,
-        filters: Mapping[str, str | list[str] | Mapping[Literal["not"], str | list[str]]] | None = None,
+        filters: Mapping[str, str | list[str] | Mapping[str, str | list[str]]] | None = None,
         scope: Literal["chunks", "communities", "all"] = "chunks",
         since: str | None = None,
         until: str | None = None,
@@ -167,9 +167,11 @@ class MemoryTools:
         role: str = "assistant",
         turn: int | None = None,
         metadata: Mapping[str, Any] | None = None,
+        timestamp: str | None = None,
     ) -> dict[str, Any]:
         """Publish a turn and wait for its ack; without ``turn``, the session's next free one
         (see docs/mcp.md, "Turn numbers", for what stays racy across server processes).
+        ``timestamp``: when it was said (ISO 8601), for importing past conversations; now if None.
 
         Raises:
             ToolFailure: as for ``search_memory``; ``conflict`` when other writers took the next
@@ -182,6 +184,7 @@ class MemoryTools:
             )  # fmt: skip
         except ValidationError as exc:
             raise ToolFailure("invalid_request", validation_reason(exc)) from exc
+        said_at = parse_time(timestamp, "timestamp")
         key = (agent_id, session_id)
         sent = False  # the next free turn is looked up first: a timeout there wrote nothing
 
@@ -192,7 +195,7 @@ class MemoryTools:
                     sent = True
                     receipt = await c.publish_observation(
                         agent_id=agent_id, session_id=session_id, turn=turn, content=text, role=role,
-                        metadata=metadata, wait=True, timeout_s=self._cfg.timeout_s,
+                        metadata=metadata, timestamp=said_at, wait=True, timeout_s=self._cfg.timeout_s,
                     )  # fmt: skip
                     self._next_turn[key] = max(self._next_turn.get(key, 0), turn + 1)
                     return {**ack_view(receipt.ack, receipt.doc_id), "turn": turn}
@@ -201,7 +204,7 @@ class MemoryTools:
                     sent = True
                     receipt = await c.publish_observation(
                         agent_id=agent_id, session_id=session_id, turn=n, content=text, role=role,
-                        metadata=metadata, wait=True, timeout_s=self._cfg.timeout_s,
+                        metadata=metadata, timestamp=said_at, wait=True, timeout_s=self._cfg.timeout_s,
                     )  # fmt: skip
                     # Another server process may have taken the same turn at the same moment
                     # (the later write wins): read it back, and move ours on if it lost.

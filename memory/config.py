@@ -208,8 +208,8 @@ class RetrievalConfig(BaseModel):
         0.0,
         ge=0.0,
         description=(
-            "Default weight of the recency list: the other legs' candidates ranked newest first "
-            "(0: off, the order is by relevance alone)."
+            "Default weight of the recency list: the results the other lists give, ranked newest first, "
+            "so it reorders them and never brings in another (0: off, the order is by relevance alone)."
         ),
     )
     speaker_weight: float = Field(

@@ -337,13 +337,20 @@ class Retriever:
         results = list(await asyncio.gather(*(run(k) for run in runs.values())))
 
         def fuse(legs: dict[str, list[str] | dict[str, int]], by_id: Mapping[str, LegHit]) -> list[Fused]:
-            if weights["recency"] > 0 and by_id:
-                legs["recency"] = recency_ranks([(cid, h.timestamp) for cid, h in by_id.items()])
             if weights["speaker"] > 0 and by_id:
                 said = speaker_ranks(spec.text, ((cid, h.speaker) for cid, h in by_id.items()))
                 if said:
                     legs["speaker"] = said
-            return fuse_rrf(legs, weights, k=rrf_k, weights_of=kind_weights(spec, weights, by_id, self._cfg))
+            per_kind = kind_weights(spec, weights, by_id, self._cfg)
+            fused = fuse_rrf(legs, weights, k=rrf_k, weights_of=per_kind)
+            if weights["recency"] > 0 and fused:
+                # Newest first among the results the fusion without it gives: it orders them,
+                # never brings in another. Over every candidate (each leg's floor of 30 holds
+                # most of one user's memory) it sorted by time, a filler line of the last session first.
+                near = fused[: spec.top_k]
+                legs["recency"] = recency_ranks([(f.id, by_id[f.id].timestamp) for f in near])
+                fused = fuse_rrf(legs, weights, k=rrf_k, weights_of=per_kind)
+            return fused
 
         # Fused first as if no write marker hid anything, and the winners read with every
         # marker standing in the index (read after the legs, as ever; none, almost always):

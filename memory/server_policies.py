@@ -15,6 +15,20 @@ from memory.schema import as_str
 SAFE_EVICTION = frozenset({"noeviction"})
 
 TIMEOUT_FIX = "load the search module with ON_TIMEOUT FAIL (Redis 8: CONFIG SET search-on-timeout fail)"
+
+#: RediSearch's fork GC: run every few seconds, whenever any chunk was rewritten or deleted.
+#: Until it runs, a rewritten chunk's old terms still count in each term's document frequency,
+#: while the live document count does not: a word in most chunks then counts in more documents
+#: than there are, its BM25 IDF overflows (41 where it should be 0) and it outranks every other
+#: word. Each turn is rewritten as the next two arrive, so in a small memory ("I" in every turn)
+#: that held until 100 chunks had been rewritten, RediSearch's default threshold.
+GC_CLEAN_THRESHOLD = 1
+GC_RUN_INTERVAL_S = 5
+GC_FIX = (
+    f"load the search module with FORK_GC_CLEAN_THRESHOLD {GC_CLEAN_THRESHOLD} FORK_GC_RUN_INTERVAL "
+    f"{GC_RUN_INTERVAL_S} (Redis 8: CONFIG SET search-fork-gc-clean-threshold {GC_CLEAN_THRESHOLD}, "
+    f"search-fork-gc-run-interval {GC_RUN_INTERVAL_S})"
+)
 EVICTION_FIX = "CONFIG SET maxmemory-policy noeviction (then a full Redis refuses writes, which are retried)"
 
 
@@ -61,6 +75,19 @@ async def eviction_policy(client: Any) -> str | None:
     versions, the graph, the generation registry, each gone without a trace or an error.
     """
     return await _config(client, [(("CONFIG", "GET", "maxmemory-policy"), "maxmemory-policy")])
+
+
+async def gc_clean_threshold(client: Any) -> int | None:
+    """RediSearch's ``FORK_GC_CLEAN_THRESHOLD`` (deleted documents before its GC runs); None if
+    unreadable. See ``GC_CLEAN_THRESHOLD`` for what a high one does to BM25 scores."""
+    value = await _config(
+        client,
+        [
+            (("FT.CONFIG", "GET", "FORK_GC_CLEAN_THRESHOLD"), "FORK_GC_CLEAN_THRESHOLD"),
+            (("CONFIG", "GET", "search-fork-gc-clean-threshold"), "search-fork-gc-clean-threshold"),
+        ],
+    )
+    return int(value) if value is not None and value.isdigit() else None
 
 
 async def unsafe_settings(client: Any) -> list[tuple[str, str, str]]:

@@ -39,7 +39,7 @@ def query(
     sparse_weight: Annotated[float | None, typer.Option("--sparse-weight")] = None,
     identifier_weight: Annotated[float | None, typer.Option("--identifier-weight")] = None,
     recency_weight: Annotated[
-        float | None, typer.Option("--recency-weight", help="Weight of newest-first among the candidates (0: off).")
+        float | None, typer.Option("--recency-weight", help="Weight of newest-first among the results (0: off).")
     ] = None,
     speaker_weight: Annotated[
         float | None,

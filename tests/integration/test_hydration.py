@@ -129,14 +129,17 @@ async def full_field_search(retriever: Retriever, spec: SearchSpec) -> SearchOut
             legs[name] = [h.chunk_id for h in hits]
         for h in hits:
             by_id.setdefault(h.chunk_id, h)
-    if weights["recency"] > 0 and by_id:
-        legs["recency"] = recency_ranks([(cid, h.timestamp) for cid, h in by_id.items()])
     if weights["speaker"] > 0 and by_id:
         said = speaker_ranks(spec.text, [(cid, h.speaker) for cid, h in by_id.items()])
         if said:
             legs["speaker"] = said
     weights_of = kind_weights(spec, weights, by_id, cfg)  # type: ignore[arg-type]
-    fused = fuse_rrf(legs, weights, k=rrf_k, weights_of=weights_of)[: spec.top_k]
+    fused = fuse_rrf(legs, weights, k=rrf_k, weights_of=weights_of)
+    if weights["recency"] > 0 and fused:  # newest first among the best of the fusion without it
+        near = fused[: spec.top_k]
+        legs["recency"] = recency_ranks([(f.id, by_id[f.id].timestamp) for f in near])
+        fused = fuse_rrf(legs, weights, k=rrf_k, weights_of=weights_of)
+    fused = fused[: spec.top_k]
     out = [SearchHit(chunk=by_id[f.id], score=f.score, ranks=f.ranks) for f in fused]
     if spec.context_turns and out:
         out = await retriever._with_turns(out, spec, TagFilter(flt))

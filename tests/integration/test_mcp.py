@@ -151,6 +151,23 @@ async def test_every_tool_over_stdio(settings: Settings) -> None:
         assert unknown.startswith("invalid_request:") and "no_such_key" in unknown
         assert "ISO 8601" in await failed(c, "search_memory", query="x", since="last tuesday")
         assert "context_turns" in await failed(c, "search_memory", query="x", context_turns=11)
+        # an object of another key than "not": the daemon's one sentence, not the SDK's union dump
+        wrong = await failed(c, "search_memory", query="x", filters={"session_id": {"nope": "a"}})
+        assert wrong.startswith("invalid_request:") and "one key is 'not'" in wrong and "list[" not in wrong
+        # a past conversation imported with its time
+        old = await ok(
+            c,
+            "remember",
+            text="We met in May.",
+            agent_id=f"{agent}-import",
+            session_id="s0",
+            timestamp="2026-05-02T10:00:00Z",
+        )
+        said = await ok(c, "get_document", doc_id=old["doc_id"])
+        assert said["timestamp"].startswith("2026-05-02T10:00:00")
+        assert "ISO 8601" in await failed(
+            c, "remember", text="x", agent_id=f"{agent}-import", session_id="s0", timestamp="soon"
+        )
         assert (await failed(c, "forget", agent_id=agent)).startswith("invalid_request:")
         # Arguments the tool's schema refuses read as the other failures do: the code, the
         # tool, the field and the problem, not pydantic's dump with its links.

@@ -186,3 +186,29 @@ async def test_only_a_call_awaiting_an_answer_for_another_tenant_is_refused() ->
     await acme.publish_document("kb/a.md", "text", tenant="globex")
     await acme.publish_observation(agent_id="a", session_id="s", turn=0, content="hi", tenant="globex")
     assert sent == ["memory.documents.globex", "memory.transcripts.globex"]
+
+
+def test_an_event_time_is_a_datetime_or_an_iso_string() -> None:
+    """As ``query(since=)`` takes one: an ISO string is read as the time it names (naive:
+    UTC); a string that is no time is refused as an event the daemon would refuse, not an
+    ``AttributeError`` from deep in the encoding."""
+    from consumers.encoding import document_body, turn_body
+
+    said = turn_body("a", "s", 1, "hi", "user", None, "2026-10-20T10:00:00Z")
+    assert said["timestamp"] == "2026-10-20T10:00:00+00:00"
+    assert document_body("d", "c", 1, None, None, "2026-10-20T10:00:00")["timestamp"] == "2026-10-20T10:00:00+00:00"
+    with pytest.raises(InvalidEvent, match="timestamp takes an ISO 8601 time"):
+        turn_body("a", "s", 1, "hi", "user", None, "yesterday")
+
+
+@pytest.mark.parametrize(
+    "weight", ["dense_weight", "sparse_weight", "identifier_weight", "recency_weight", "speaker_weight"]
+)
+def test_a_retriever_with_a_negative_weight_is_refused_when_built(weight: str) -> None:
+    """As top_k and context_turns are: at once, not at its first query."""
+    pytest.importorskip("langchain_core")
+    from consumers.langchain_retriever import MemoryRetriever
+
+    client = MemoryClient(bootstrap="127.0.0.1:1")  # never started: nothing connects
+    with pytest.raises(ValidationError, match=weight):
+        MemoryRetriever(client=client, **{weight: -1.0})

@@ -1,0 +1,85 @@
+"""BM25 statistics of a memory whose chunks are rewritten (each turn, as the next two arrive),
+against a real Redis with RediSearch, set up as the embedded one is (``daemon.launcher``)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+import redis.asyncio as aredis
+
+from consumers.events import TranscriptEvent
+from memory.config import ChunkingConfig, IndexConfig, IngestConfig, RetrievalConfig
+from memory.filters import BASE_FILTER_KEYS
+from memory.index import ChunkIndex
+from memory.ingest import Ingestor
+from memory.retrieval import Retriever
+from memory.search_spec import SearchSpec
+from memory.server_policies import GC_CLEAN_THRESHOLD, GC_RUN_INTERVAL_S, gc_clean_threshold
+from tests.conftest import unique
+
+pytestmark = pytest.mark.integration
+
+CHAT = [
+    "I think I need a new phone.",
+    "What do you use it for most?",
+    "I mostly take photos and I read on it.",
+    "Do you have a budget in mind?",
+    "I would say about 400 euros.",
+    "Any brand you prefer?",
+    "I had a Pixel before and I liked it.",
+    "Battery life matters to you?",
+    "Yes, I travel a lot and I hate charging.",
+    "How about screen size?",
+    "I like small phones, I have small hands.",
+    "Noted. Any colour?",
+    "I don't care about the colour.",
+    "Shall I compare three models?",
+    "Yes please, I want to decide this week.",
+    "Do you need a case as well?",
+    "I think I have one already.",
+    "Should the camera be great in low light?",
+    "I shoot a lot at night, so yes.",
+    "Would you buy refurbished?",
+    "I would, if the warranty is good.",
+    "Any trade-in?",
+    "I can give my old phone back.",
+    "Great, I'll prepare the comparison.",
+]
+
+
+@pytest.fixture
+async def stack(redis_url: str, embedder) -> AsyncIterator[tuple[aredis.Redis, Ingestor, Retriever]]:
+    client = aredis.from_url(redis_url)
+    index = ChunkIndex(client=client, cfg=IndexConfig(name=unique(__name__)), dims=embedder.dims)
+    await index.drop()
+    await index.ensure()
+    ingestor = Ingestor(index=index, embedder=embedder, chunking=ChunkingConfig(), cfg=IngestConfig())
+    yield client, ingestor, Retriever(index=index, embedder=embedder, cfg=RetrievalConfig())
+    await index.drop()
+    await client.aclose()
+
+
+async def test_a_word_in_every_turn_never_outranks_the_answer_once_rewrites_are_collected(stack) -> None:
+    """24 turns, each published alone, so each earlier turn is rewritten twice (its context):
+    "i" then counts in ~70 documents of 24. Until RediSearch's GC collects the old ones its IDF
+    overflows (40 where it should be 0.02), and the BM25 leg's first five for "What budget did
+    I give?" were the turns saying "I" most ("I mostly take photos and I read on it."). With the
+    embedded Redis's GC settings, within seconds the first is a turn naming the budget or what
+    to give; with RediSearch's defaults (GC after 100 rewrites) it never was."""
+    client, ingestor, retriever = stack
+    assert await gc_clean_threshold(client) == GC_CLEAN_THRESHOLD
+    for n, text in enumerate(CHAT):
+        event = TranscriptEvent(event_id=f"e{n}", agent_id="shopper", session_id="s1", turn=n, content=text)
+        assert (await ingestor.apply([event.to_item(BASE_FILTER_KEYS)])).failed == []
+    spec = SearchSpec(text="What budget did I give?", top_k=3, dense_weight=0.0, identifier_weight=0.0)
+    deadline = time.monotonic() + 6 * GC_RUN_INTERVAL_S
+    first = ""
+    while time.monotonic() < deadline:
+        first = (await retriever.search(spec)).hits[0].chunk.text
+        if "give" in first or "budget" in first:
+            return
+        await asyncio.sleep(0.5)
+    pytest.fail(f"the BM25 leg still puts {first!r} first")
