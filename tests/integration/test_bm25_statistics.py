@@ -11,14 +11,13 @@ import pytest
 import redis.asyncio as aredis
 
 from consumers.events import TranscriptEvent
-from memory.config import ChunkingConfig, IndexConfig, IngestConfig, RetrievalConfig
 from memory.filters import BASE_FILTER_KEYS
-from memory.index import ChunkIndex
 from memory.ingest import Ingestor
 from memory.retrieval import Retriever
 from memory.search_spec import SearchSpec
 from memory.server_policies import GC_CLEAN_THRESHOLD, GC_RUN_INTERVAL_S, gc_clean_threshold
 from tests.conftest import unique
+from tests.helpers.stacks import memory_stack
 
 pytestmark = pytest.mark.integration
 
@@ -52,14 +51,8 @@ CHAT = [
 
 @pytest.fixture
 async def stack(redis_url: str, embedder) -> AsyncIterator[tuple[aredis.Redis, Ingestor, Retriever]]:
-    client = aredis.from_url(redis_url)
-    index = ChunkIndex(client=client, cfg=IndexConfig(name=unique(__name__)), dims=embedder.dims)
-    await index.drop()
-    await index.ensure()
-    ingestor = Ingestor(index=index, embedder=embedder, chunking=ChunkingConfig(), cfg=IngestConfig())
-    yield client, ingestor, Retriever(index=index, embedder=embedder, cfg=RetrievalConfig())
-    await index.drop()
-    await client.aclose()
+    async with memory_stack(redis_url, embedder, unique(__name__)) as own:
+        yield own.client, own.ingestor, own.retriever
 
 
 async def test_a_word_in_every_turn_never_outranks_the_answer_once_rewrites_are_collected(stack) -> None:

@@ -7,10 +7,9 @@ import dataclasses
 from collections.abc import AsyncIterator
 
 import pytest
-import redis.asyncio as aredis
 
 from consumers.events import TranscriptEvent
-from memory.config import ChunkingConfig, IndexConfig, IngestConfig, RetrievalConfig
+from memory.config import ChunkingConfig, IngestConfig
 from memory.errors import InvalidRequest
 from memory.filters import BASE_FILTER_KEYS
 from memory.index import ChunkIndex
@@ -19,6 +18,7 @@ from memory.records import MemoryItem
 from memory.retrieval import Retriever
 from memory.search_spec import SearchSpec
 from tests.conftest import unique
+from tests.helpers.stacks import memory_stack
 
 pytestmark = pytest.mark.integration
 
@@ -44,20 +44,12 @@ def _turn(session: str, n: int, text: str) -> MemoryItem:
 
 @pytest.fixture(scope="module")
 async def stack(redis_url: str, embedder) -> AsyncIterator[tuple[ChunkIndex, Retriever]]:
-    client = aredis.from_url(redis_url)
-    index = ChunkIndex(client=client, cfg=IndexConfig(name=unique(__name__)), dims=embedder.dims)
-    await index.drop()
-    await index.ensure()
-    ingestor = Ingestor(index=index, embedder=embedder, chunking=ChunkingConfig(), cfg=IngestConfig())
-    retriever = Retriever(index=index, embedder=embedder, cfg=RetrievalConfig())
     items = [_doc(d, s) for d, s in SERVICES.items()]
     items += [_turn("s-1", 1, "the walrus deploy failed on s-1"), _turn("s-1", 2, "walrus rollback on s-1")]
     items += [_turn("s-2", 1, "the walrus deploy worked on s-2"), _turn("s-3", 1, "walrus notes from s-3")]
-    report = await ingestor.apply(items)
-    assert report.failed == []
-    yield index, retriever
-    await index.drop()
-    await client.aclose()
+    async with memory_stack(redis_url, embedder, unique(__name__)) as own:
+        assert (await own.ingestor.apply(items)).failed == []
+        yield own.index, own.retriever
 
 
 async def _found(retriever: Retriever, text: str, flt: dict[str, object], **weights: float) -> set[str]:

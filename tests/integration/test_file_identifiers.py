@@ -6,18 +6,15 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
-import redis.asyncio as aredis
 
 from consumers.events import TranscriptEvent
-from memory.config import ChunkingConfig, IndexConfig, IngestConfig, RetrievalConfig
 from memory.errors import InvalidRequest
 from memory.filters import BASE_FILTER_KEYS
-from memory.index import ChunkIndex
-from memory.ingest import Ingestor
 from memory.records import MemoryItem
 from memory.retrieval import Retriever
 from memory.search_spec import SearchSpec
 from tests.conftest import unique
+from tests.helpers.stacks import memory_stack
 
 pytestmark = pytest.mark.integration
 
@@ -36,17 +33,11 @@ def _doc(doc_id: str, text: str) -> MemoryItem:
 
 @pytest.fixture(scope="module")
 async def retriever(redis_url: str, embedder) -> AsyncIterator[Retriever]:
-    client = aredis.from_url(redis_url)
-    index = ChunkIndex(client=client, cfg=IndexConfig(name=unique(__name__)), dims=embedder.dims)
-    await index.drop()
-    await index.ensure()
-    ingestor = Ingestor(index=index, embedder=embedder, chunking=ChunkingConfig(), cfg=IngestConfig())
     turn = TranscriptEvent(event_id="t", agent_id="coder", session_id="s-1", turn=1, content=TURN)
-    report = await ingestor.apply([*(_doc(d, t) for d, t in DOCS.items()), turn.to_item(BASE_FILTER_KEYS)])
-    assert report.failed == []
-    yield Retriever(index=index, embedder=embedder, cfg=RetrievalConfig())
-    await index.drop()
-    await client.aclose()
+    async with memory_stack(redis_url, embedder, unique(__name__)) as stack:
+        items = [*(_doc(d, t) for d, t in DOCS.items()), turn.to_item(BASE_FILTER_KEYS)]
+        assert (await stack.ingestor.apply(items)).failed == []
+        yield stack.retriever
 
 
 @pytest.mark.parametrize(

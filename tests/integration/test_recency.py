@@ -7,16 +7,13 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
-import redis.asyncio as aredis
 
 from consumers.events import TranscriptEvent
-from memory.config import ChunkingConfig, IndexConfig, IngestConfig, RetrievalConfig
 from memory.filters import BASE_FILTER_KEYS
-from memory.index import ChunkIndex
-from memory.ingest import Ingestor
 from memory.retrieval import Retriever
 from memory.search_spec import SearchSpec
 from tests.conftest import unique
+from tests.helpers.stacks import memory_stack
 
 pytestmark = pytest.mark.integration
 
@@ -36,11 +33,6 @@ SAID = [
 
 @pytest.fixture(scope="module")
 async def retriever(redis_url: str, embedder) -> AsyncIterator[Retriever]:
-    client = aredis.from_url(redis_url)
-    index = ChunkIndex(client=client, cfg=IndexConfig(name=unique(__name__)), dims=embedder.dims)
-    await index.drop()
-    await index.ensure()
-    ingestor = Ingestor(index=index, embedder=embedder, chunking=ChunkingConfig(), cfg=IngestConfig())
     turns = [
         TranscriptEvent(
             event_id=f"t{n}", agent_id="pa-ana", session_id=f"s{day // 7}", turn=n, role="user", content=text,
@@ -48,10 +40,9 @@ async def retriever(redis_url: str, embedder) -> AsyncIterator[Retriever]:
         ).to_item(BASE_FILTER_KEYS)
         for n, (day, text) in enumerate(SAID)
     ]  # fmt: skip
-    assert (await ingestor.apply(turns)).failed == []
-    yield Retriever(index=index, embedder=embedder, cfg=RetrievalConfig())
-    await index.drop()
-    await client.aclose()
+    async with memory_stack(redis_url, embedder, unique(__name__)) as stack:
+        assert (await stack.ingestor.apply(turns)).failed == []
+        yield stack.retriever
 
 
 @pytest.mark.parametrize("weight", [5.0, 50.0])
