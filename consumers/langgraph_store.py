@@ -95,6 +95,7 @@ class MemoryStore(BaseStore):
         *,
         index: dict[str, Any] | None = None,
         filter_keys: Collection[str] = DEFAULT_FILTER_KEYS,
+        recency_weight: float | None = None,
     ) -> None:
         """A store on ``client``.
 
@@ -106,7 +107,16 @@ class MemoryStore(BaseStore):
             filter_keys: value fields copied into filterable metadata, so that a ``filter=`` on
                 them is applied inside the daemon's search: keys the daemon can filter on (the
                 built-in ones, and its ``AGENTMEM_INDEX__EXTRA_FILTER_KEYS``).
+            recency_weight: the recency list's weight in every query search (LangGraph's
+                ``search`` takes none): the newer of two items on the same subject first
+                (docs/conversation.md, "What is true now"); None: the daemon's default.
+
+        Raises:
+            ValueError: a negative ``recency_weight``.
         """
+        if recency_weight is not None and not 0.0 <= recency_weight <= 1000.0:
+            raise ValueError(f"recency_weight must be in 0..1000, got {recency_weight}")
+        self._recency_weight = recency_weight
         self._client = client
         self._fields = list((index or {}).get("fields") or ["$"])
         self._filter_keys = tuple(filter_keys)
@@ -114,9 +124,9 @@ class MemoryStore(BaseStore):
 
     @classmethod
     def connect(cls, *, bootstrap: str, tenant: str | None = None, **options: Any) -> MemoryStore:
-        """A store with its own ``ThreadedClient`` (``options``: ``index``, ``filter_keys``, and
+        """A store with its own ``ThreadedClient`` (``options``: ``index``, ``filter_keys``, ``recency_weight``, and
         ``MemoryClient``'s ``topics``, ``reply_partition``, ``timeout_s``)."""
-        store_opts = {k: options.pop(k) for k in ("index", "filter_keys") if k in options}
+        store_opts = {k: options.pop(k) for k in ("index", "filter_keys", "recency_weight") if k in options}
         return cls(ThreadedClient.connect(bootstrap=bootstrap, tenant=tenant, **options), **store_opts)
 
     def close(self) -> None:
@@ -286,7 +296,12 @@ class MemoryStore(BaseStore):
         top_k = min(MAX_TOP_K, max(10, 3 * want))
         while True:
             replies = await asyncio.gather(
-                *(c.query(op.query, top_k=top_k, metadata_filter={**flt, "source": g}) for g in groups)
+                *(
+                    c.query(
+                        op.query, top_k=top_k, metadata_filter={**flt, "source": g}, recency_weight=self._recency_weight
+                    )
+                    for g in groups
+                )
             )
             best: dict[str, ResultItem] = {}
             for reply in replies:

@@ -403,3 +403,20 @@ async def test_a_get_during_a_sliced_overwrite_finds_the_item(
             assert last is not None and last.value["text"] == text and last.created_at == first.created_at
         finally:
             await asyncio.to_thread(client.close)
+
+
+async def test_a_store_with_a_recency_weight_puts_the_newer_of_two_facts_first(threaded: ThreadedClient) -> None:
+    """Two facts of one user under uuid keys, as langgraph.md's example stores them: the later
+    ("started eating fish again") comes first with the store's recency weight, whatever their
+    scores for the question."""
+    ns = ("users", f"u-{uuid.uuid4().hex[:6]}", "facts")
+    newest = MemoryStore(threaded, recency_weight=5.0)
+    await newest.aput(ns, str(uuid.uuid4()), {"text": "Ana is vegetarian and never eats fish."})
+    await newest.aput(ns, str(uuid.uuid4()), {"text": "Ana started eating fish again last month."})
+    found = await newest.asearch(ns, query="Does Ana eat fish?", limit=2)
+    assert [i.value["text"] for i in found] == [
+        "Ana started eating fish again last month.",
+        "Ana is vegetarian and never eats fish.",
+    ]
+    with pytest.raises(ValueError, match="recency_weight"):
+        MemoryStore(threaded, recency_weight=-1.0)
