@@ -36,3 +36,10 @@ async def memory_stack(redis_url: str, embedder: Any, name: str) -> AsyncIterato
     finally:
         await index.drop()
         await client.aclose()
+
+
+async def settled(client: aredis.Redis, index_name: str) -> None:
+    """Run RediSearch's GC on the index now, so that BM25's statistics hold still until the
+    next write: the embedded Redis runs it every few seconds (``memory.server_policies``), and
+    a run between two searches compared for equality changes their scores."""
+    await client.execute_command("FT.DEBUG", "GC_FORCEINVOKE", index_name)

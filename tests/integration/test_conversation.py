@@ -22,6 +22,7 @@ from memory.records import MemoryItem
 from memory.retrieval import Retriever
 from memory.search_spec import SearchSpec
 from tests.conftest import unique
+from tests.helpers.stacks import settled
 
 pytestmark = pytest.mark.integration
 
@@ -271,6 +272,7 @@ async def test_a_question_naming_a_speaker_lifts_that_speakers_turns(
     assert stored["transcript:pets/s1/2_p0"][b"speaker"] == b"assistant|bob|pets"  # the agent's own turn
     question = "What pet did Bob adopt from the shelter?"
     only = {"agent_id": "pets"}
+    await settled(retriever._index._r, retriever._index.cfg.name)  # the same BM25 statistics for both
     on = await retriever.search(SearchSpec(text=question, top_k=2, metadata_filter=only))
     off = await retriever.search(SearchSpec(text=question, top_k=2, metadata_filter=only, speaker_weight=0.0))
     lifted = {h.chunk.doc_id: h for h in on.hits}

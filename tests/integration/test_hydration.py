@@ -45,6 +45,7 @@ from memory.search_spec import SearchSpec, kind_weights, validate_spec
 from memory.speakers import speaker_ranks
 from memory.text import bm25_query, query_terms
 from tests.conftest import unique
+from tests.helpers.stacks import settled
 from tests.integration.test_sliced_writes import PausedAfter, chunks, vectors
 
 pytestmark = pytest.mark.integration
@@ -261,6 +262,7 @@ def assert_same(new: SearchOutcome, old: SearchOutcome) -> None:
 async def test_hydrated_results_are_the_full_field_results(stack, name: str) -> None:
     _, retriever = stack
     spec = SearchSpec(**SPECS[name])
+    await settled(retriever._index._r, retriever._index.cfg.name)
     new, old = await retriever.search(spec), await full_field_search(retriever, spec)
     assert_same(new, old)
     if name != "a tenant with nothing":
@@ -297,6 +299,7 @@ async def test_the_same_while_a_sliced_write_hides_chunks(stack) -> None:
         ):
             asked.clear()
             index.rank_text = recording  # type: ignore[method-assign]
+            await settled(index._r, index.cfg.name)
             try:
                 new = await searcher.search(spec)
             finally:
@@ -313,6 +316,7 @@ async def test_the_same_while_a_sliced_write_hides_chunks(stack) -> None:
         pause.restore()
         await write
     spec = SearchSpec(text="alpha yankee section", top_k=20)
+    await settled(index._r, index.cfg.name)
     new = await retriever.search(spec)
     assert_same(new, await full_field_search(retriever, spec))
     assert {h.chunk.version for h in new.hits if h.chunk.doc_id == BIG} == {2}
@@ -403,6 +407,7 @@ async def test_a_version_above_2_53_is_found_and_read_exact(stack) -> None:
     """A search returns a NUMERIC field as a double; the winner's re-check allows for it."""
     _, retriever = stack
     spec = SearchSpec(text="doc", top_k=100, metadata_filter={"doc_id": "wiki/doc-003.md"})
+    await settled(retriever._index._r, retriever._index.cfg.name)
     new = await retriever.search(spec)
     assert new.hits and {h.chunk.version for h in new.hits} == {BIG_VERSION}
     assert_same(new, await full_field_search(retriever, spec))

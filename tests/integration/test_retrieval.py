@@ -26,6 +26,7 @@ from memory.search_spec import SearchSpec
 from memory.server_policies import search_timeout_policy
 from memory.text import bm25_query
 from tests.conftest import unique
+from tests.helpers.stacks import settled
 
 pytestmark = pytest.mark.integration
 
@@ -401,6 +402,7 @@ async def test_a_shallow_request_is_fused_from_the_candidate_floor(stack) -> Non
     )
     only = {"source": "floor"}
     text = "pelican report harbor ferry quartz"
+    await settled(retriever._index._r, retriever._index.cfg.name)  # the same BM25 statistics for both
     shallow = await retriever.search(SearchSpec(text=text, top_k=5, metadata_filter=only))
     deeper = await retriever.search(SearchSpec(text=text, top_k=15, metadata_filter=only))
     floor = RetrievalConfig().min_candidates
@@ -546,6 +548,7 @@ async def test_filters_do_not_change_bm25_scores(stack) -> None:
     from memory.text import bm25_query, query_terms
 
     terms = query_terms("timeout pool connection gateway 504")  # no ties among the matching chunks
+    await settled(index._r, index.cfg.name)  # the same BM25 statistics for both
     plain = await index.search_text(bm25_query(terms), k=10)
     filtered = await index.search_text(bm25_query(terms, within=hash_clause({"tenant": ["default"]})), k=10)
     assert [h.chunk_id for h in plain] == [h.chunk_id for h in filtered] and len(plain) >= 3
