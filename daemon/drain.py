@@ -1,7 +1,7 @@
 """The last events applied before ``up`` stops its embedded broker, which forgets them.
 
-tansu keeps its log in memory: an event the broker accepted and the daemon had not yet applied
-when ``up`` stopped was gone at the next start, neither applied nor dead-lettered. So on the
+tansu keeps its log in memory: an event the broker accepted and the daemon has not applied
+when ``up`` stops is gone at the next start, neither applied nor dead-lettered. So on the
 first Ctrl-C (or SIGTERM) ``up`` keeps consuming until its groups have committed every event
 of the documents and transcripts topics (every tenant's), for at most ``up_drain_s``; a second
 signal ends the wait at once (the daemon's own stop then takes what a stop takes). Apache Kafka

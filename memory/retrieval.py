@@ -346,7 +346,7 @@ class Retriever:
             if weights["recency"] > 0 and fused:
                 # Newest first among the results the fusion without it gives: it orders them,
                 # never brings in another. Over every candidate (each leg's floor of 30 holds
-                # most of one user's memory) it sorted by time, a filler line of the last session first.
+                # most of one user's memory) it would sort a memory by time, small talk first.
                 near = fused[: spec.top_k]
                 legs["recency"] = recency_ranks([(f.id, by_id[f.id].timestamp) for f in near])
                 fused = fuse_rrf(legs, weights, k=rrf_k, weights_of=per_kind)

@@ -20,8 +20,8 @@ TIMEOUT_FIX = "load the search module with ON_TIMEOUT FAIL (Redis 8: CONFIG SET 
 #: Until it runs, a rewritten chunk's old terms still count in each term's document frequency,
 #: while the live document count does not: a word in most chunks then counts in more documents
 #: than there are, its BM25 IDF overflows (41 where it should be 0) and it outranks every other
-#: word. Each turn is rewritten as the next two arrive, so in a small memory ("I" in every turn)
-#: that held until 100 chunks had been rewritten, RediSearch's default threshold.
+#: word. Each turn is rewritten as the next two arrive, so under RediSearch's default threshold
+#: (100 rewritten chunks) a small memory ("I" in every turn) stays that way.
 GC_CLEAN_THRESHOLD = 1
 GC_RUN_INTERVAL_S = 5
 GC_FIX = (

@@ -34,8 +34,8 @@ elseif ver ~= '' and old and type(old.v) == 'string' and not vgt(ver, old.v) the
 elseif ver == '' and oldj and oldj == newj then
   return done(0, '[]', '[]')  -- an unversioned item delivered again, unchanged (at-least-once)
 end
--- Other docs' entities, each doc's contribution decoded once: deleting a copy of a large doc
--- decoded the original's ~1 MB record once per shared entity, and held Redis for over a minute.
+-- Other docs' entities, each doc's contribution decoded once per script: decoded once per
+-- shared entity, the delete of a copy of a large doc (~1 MB record) holds Redis for a minute.
 local others = {}
 local function stated_elsewhere(key)
   for _, e in pairs(others) do
