@@ -107,15 +107,19 @@ class TagFilter:
 
     def hash_query(self) -> str:
         """The non-scoring form (see :func:`hash_clause`); ``"*"`` when empty."""
-        return conjoin(hash_clause(self.include), *(f"-{hash_clause({k: v})}" for k, v in sorted(self.exclude.items())))
+        return conjoin(hash_clause(self.include), self.exclusions())
 
     def knn_query(self) -> str:
-        """The vector leg's pre-filter (see :func:`knn_clause`); ``"*"`` when empty.
+        """The vector leg's pre-filter (see :func:`knn_clause`); ``"*"`` when empty."""
+        return conjoin(knn_clause(self.include), self.exclusions())
 
-        Exclusions by hash: a TAG clause matches a value RediSearch trimmed ("edge" matches
+    def exclusions(self) -> str:
+        """Every excluded value negated on its hashed field; ``"*"`` when none.
+
+        By hash in every form: a TAG clause matches a value RediSearch trimmed ("edge" matches
         a stored "edge "), which a re-check drops from an inclusion's hits but could never
         bring back into an exclusion's."""
-        return conjoin(knn_clause(self.include), *(f"-{hash_clause({k: v})}" for k, v in sorted(self.exclude.items())))
+        return conjoin(*(f"-{hash_clause({k: v})}" for k, v in sorted(self.exclude.items())))
 
 
 #: The one operator a filter value may be given as: ``{"not": value or values}``.
@@ -276,8 +280,7 @@ def build_filter(
         InvalidRequest: see ``normalize_filter``.
     """
     flt = normalize_filter(metadata_filter, allowed=allowed)
-    # Exclusions by hash, as the legs' (see TagFilter.knn_query): a TAG matches trimmed values.
-    return conjoin(tag_clause(flt.include), *(f"-{hash_clause({k: v})}" for k, v in sorted(flt.exclude.items())))
+    return conjoin(tag_clause(flt.include), flt.exclusions())
 
 
 def time_clause(since: float | None, until: float | None) -> str:
