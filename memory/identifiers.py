@@ -130,8 +130,13 @@ def identifiers(text: str, *, limit: int = 256) -> list[str]:
     Each is cut to ``MAX_TERM_BYTES`` (as RediSearch cuts what it indexes); stopwords are
     never identifiers.
     """
+    return _terms(_matches(text), limit)
+
+
+def _terms(raws: Iterable[str], limit: int) -> list[str]:
+    """Distinct normalized terms of matched identifiers, in order, at most ``limit``."""
     seen: dict[str, None] = {}
-    for raw in _matches(text):
+    for raw in raws:
         term = normalize_identifier(raw)[:MAX_TERM_BYTES]  # ASCII: bytes are characters
         if len(term) >= 3 and term not in seen and term not in _NOT_IDENTIFIERS:
             seen[term] = None
@@ -234,5 +239,4 @@ def _name_identifiers(names: str) -> tuple[str, ...]:
     """The file paths and names in a document's id and source (nothing else they hold: a
     numeric id would tie every chunk of its doc at the first rank for a question naming a
     number)."""
-    out = dict.fromkeys(normalize_identifier(raw)[:MAX_TERM_BYTES] for raw in _files(names))
-    return tuple(t for t in out if len(t) >= 3)
+    return tuple(_terms(_files(names), _METADATA_IDENTIFIERS))
