@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import difflib
 import json
 import re
 from collections.abc import Callable, Collection, Sequence
@@ -13,7 +12,14 @@ from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from consumers.events import DlqRecord, DocumentEvent, ForgetEvent, TranscriptEvent, TranscriptTopicEvent
+from consumers.events import (
+    DlqRecord,
+    DocumentEvent,
+    ForgetEvent,
+    TranscriptEvent,
+    TranscriptTopicEvent,
+    near_spelling,
+)
 from memory.records import DEFAULT_TENANT, MemoryItem
 
 E = TypeVar("E", bound=BaseModel)
@@ -194,8 +200,8 @@ def _misspelt(raw: bytes | None, exc: ValidationError) -> str:
     if not isinstance(body, dict):
         return ""
     for field in missing:
-        if near := difflib.get_close_matches(field, [k for k in body if k != field], 1, 0.8):
-            return f"; {near[0][:64]!r} is no field: did you mean {field!r}?"
+        if near := near_spelling(field, [k for k in body if k != field]):
+            return f"; {near[:64]!r} is no field: did you mean {field!r}?"
     return ""
 
 

@@ -31,6 +31,15 @@ from memory.conversation import TURN_PREFIX, turn_doc_id, turn_prefix
 from memory.filters import tag_values
 from memory.records import COMMUNITY_PREFIX, DEFAULT_TENANT, MemoryItem
 
+#: How alike (difflib's ratio) an unknown name and a field must be to be taken for its misspelling.
+MISSPELLING_RATIO = 0.8
+
+
+def near_spelling(word: str, among: Collection[str]) -> str | None:
+    """The one of ``among`` that ``word`` spells nearly right (``metdata``: ``metadata``), if any."""
+    near = difflib.get_close_matches(word, list(among), 1, MISSPELLING_RATIO)
+    return near[0] if near else None
+
 
 class _Event(BaseModel):
     # Unknown fields are read past (held aside, never used): a producer may carry its own, or
@@ -45,10 +54,10 @@ class _Event(BaseModel):
         where a strict datetime refuses a string.)"""
         missing = [f for f in type(self).model_fields if f not in self.model_fields_set]
         for key in self.model_extra or {}:
-            near = difflib.get_close_matches(key, missing, 1, 0.8)
+            near = near_spelling(key, missing)
             # A field extended (timestamp_ms, source_id, sources) is the producer's own.
-            if near and not key.startswith(near[0]) and not near[0].startswith(key):
-                raise ValueError(f"unknown field {key[:64]!r}: did you mean {near[0]!r}?")
+            if near and not key.startswith(near) and not near.startswith(key):
+                raise ValueError(f"unknown field {key[:64]!r}: did you mean {near!r}?")
         return self
 
 
