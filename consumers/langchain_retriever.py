@@ -15,7 +15,7 @@ from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict, Field, ValidationInfo, field_validator
 
 from consumers.client import MemoryClient
-from consumers.requests import QueryReply, ResultItem
+from consumers.requests import MAX_WEIGHT, QueryReply, ResultItem
 from consumers.threaded_client import ThreadedClient
 from consumers.times import when
 from memory.conversation import MAX_CONTEXT_TURNS
@@ -49,11 +49,11 @@ class MemoryRetriever(BaseRetriever):
     metadata_filter: dict[str, str | list[str] | dict[str, str | list[str]]] | None = None
     """Filterable keys only (docs/contract.md); keys AND, a list ORs its values."""
     scope: Literal["chunks", "communities", "all"] = "chunks"
-    dense_weight: float | None = Field(None, ge=0.0, le=1000.0)
-    sparse_weight: float | None = Field(None, ge=0.0, le=1000.0)
-    identifier_weight: float | None = Field(None, ge=0.0, le=1000.0)
-    recency_weight: float | None = Field(None, ge=0.0, le=1000.0)
-    speaker_weight: float | None = Field(None, ge=0.0, le=1000.0)
+    dense_weight: float | None = Field(None, ge=0.0, le=MAX_WEIGHT)
+    sparse_weight: float | None = Field(None, ge=0.0, le=MAX_WEIGHT)
+    identifier_weight: float | None = Field(None, ge=0.0, le=MAX_WEIGHT)
+    recency_weight: float | None = Field(None, ge=0.0, le=MAX_WEIGHT)
+    speaker_weight: float | None = Field(None, ge=0.0, le=MAX_WEIGHT)
     """Each leg's or list's weight (docs/contract.md); None: the daemon's default."""
     min_similarity: float | None = Field(None, ge=-1.0, le=1.0)
     """The vector leg keeps only candidates this similar (cosine) to the question; None: the daemon's default."""

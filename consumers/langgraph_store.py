@@ -30,7 +30,7 @@ from langgraph.store.base import (
 )
 
 from consumers.client import MemoryClient, Receipt
-from consumers.requests import GetItem, ResultItem
+from consumers.requests import MAX_WEIGHT, GetItem, ResultItem
 from consumers.store_mapping import (
     DEFAULT_FILTER_KEYS,
     ROOT,
@@ -114,8 +114,8 @@ class MemoryStore(BaseStore):
         Raises:
             ValueError: a negative ``recency_weight``.
         """
-        if recency_weight is not None and not 0.0 <= recency_weight <= 1000.0:
-            raise ValueError(f"recency_weight must be in 0..1000, got {recency_weight}")
+        if recency_weight is not None and not 0.0 <= recency_weight <= MAX_WEIGHT:
+            raise ValueError(f"recency_weight must be in 0..{MAX_WEIGHT:g}, got {recency_weight}")
         self._recency_weight = recency_weight
         self._client = client
         self._fields = list((index or {}).get("fields") or ["$"])

@@ -16,6 +16,9 @@ from memory.conversation import MAX_CONTEXT_TURNS, MAX_RECENT_TURNS, turn_doc_id
 from memory.filters import EXCLUDE_OPERATOR, MAX_VALUE_LENGTH
 from memory.schema import MAX_SEARCH_OFFSET
 
+#: The largest weight a leg or list may be given (the contract's bound, on every surface).
+MAX_WEIGHT = 1000.0
+
 
 class HybridParams(BaseModel):
     """Leg weights and the RRF constant of one query; each left out takes the daemon's
@@ -25,11 +28,11 @@ class HybridParams(BaseModel):
 
     model_config = ConfigDict(strict=True, extra="forbid")
 
-    dense_weight: float | None = Field(None, ge=0.0, le=1000.0)
-    sparse_weight: float | None = Field(None, ge=0.0, le=1000.0)
-    identifier_weight: float | None = Field(None, ge=0.0, le=1000.0)
-    recency_weight: float | None = Field(None, ge=0.0, le=1000.0)
-    speaker_weight: float | None = Field(None, ge=0.0, le=1000.0)
+    dense_weight: float | None = Field(None, ge=0.0, le=MAX_WEIGHT)
+    sparse_weight: float | None = Field(None, ge=0.0, le=MAX_WEIGHT)
+    identifier_weight: float | None = Field(None, ge=0.0, le=MAX_WEIGHT)
+    recency_weight: float | None = Field(None, ge=0.0, le=MAX_WEIGHT)
+    speaker_weight: float | None = Field(None, ge=0.0, le=MAX_WEIGHT)
     rrf_k_constant: int | None = Field(None, ge=0, le=10_000)
     # The vector leg keeps only candidates at least this similar (cosine) to the question.
     min_similarity: float | None = Field(None, ge=-1.0, le=1.0)
