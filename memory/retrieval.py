@@ -14,16 +14,15 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 import structlog
 
-from memory.chunking import join_chunks
 from memory.config import RetrievalConfig
-from memory.conversation import MAX_RECENT_TURNS, parse_turn
+from memory.conversation import parse_turn
 from memory.embedder import Embedder
-from memory.errors import InvalidRequest
-from memory.filters import FilterSpec, TagFilter, in_time, normalize_filter
+from memory.filters import FilterSpec, TagFilter, in_time
 from memory.fusion import Fused, fuse_rrf, recency_ranks
 from memory.hit_checks import leg_lists, marker_docs, shown
 from memory.identifiers import query_identifiers
-from memory.index import MAX_PAGE, ChunkIndex, LegHit, PageKey
+from memory.index import ChunkIndex, LegHit
+from memory.lookups import Lookups, joined
 from memory.metrics import LEG_SECONDS
 from memory.records import DEFAULT_TENANT, StoredChunk
 from memory.search_results import LegTiming, Lookup, SearchHit, SearchOutcome
@@ -56,6 +55,7 @@ class Retriever:
         self._index = index
         self._embedder = embedder
         self._cfg = cfg
+        self._lookups = Lookups(index)
 
     def fetch_k(self, top_k: int) -> int:
         """Candidates each leg fetches: ``ceil(top_k * fetch_multiplier)``, at least ``min_candidates``."""
@@ -111,33 +111,8 @@ class Retriever:
         tenant: str = DEFAULT_TENANT,
         metadata_filter: FilterSpec | None = None,
     ) -> list[Lookup]:
-        """Each doc's current content (its stored chunks joined in order) and version.
-
-        Visibility is a search's: only the tenant's own docs, only those matching the filter,
-        and a doc being written in slices shows no mix of versions (``writing`` while the
-        chunks stored are not all of the version its marker shows).
-
-        Raises:
-            InvalidRequest: an unknown filter key.
-            BackendUnavailable: Redis is unreachable.
-        """
-        flt = normalize_filter(metadata_filter, allowed=self._index.cfg.filter_keys).including("tenant", [tenant])
-        await self._index.refuse_mismatch()
-        wanted = list(dict.fromkeys(doc_ids))
-        stored = await self._index.turns(wanted, tenant)
-        markers = await self._markers(list(stored.values()), tenant)
-        out: list[Lookup] = []
-        for doc_id in wanted:
-            chunks = stored.get(doc_id)
-            if not chunks or not flt.matches(chunks[0].tags):
-                out.append(Lookup(doc_id, "not_found"))
-            elif markers and not all(shown(c, markers, tenant) for c in chunks):
-                marker = markers.get((chunks[0].generation or 0, tenant, doc_id))
-                out.append(Lookup(doc_id, "writing" if marker is None or marker.shown is not None else "not_found"))
-            else:
-                text = _joined(chunks)
-                out.append(Lookup(doc_id, "found", tuple(chunks), text, chunks[0].version))
-        return out
+        """Each doc's current content and version (``Lookups.lookup``)."""
+        return await self._lookups.lookup(doc_ids, tenant=tenant, metadata_filter=metadata_filter)
 
     async def recent(
         self,
@@ -148,62 +123,16 @@ class Retriever:
         limit: int = 20,
         metadata_filter: FilterSpec | None = None,
     ) -> list[Lookup]:
-        """An agent's latest ``limit`` turns (in one session, or across its sessions), whole,
-        oldest first: by their time, and by session and turn number among equal times.
-
-        The turns are found newest first by their chunks' time, a page at a time, and read
-        as :meth:`lookup` reads them (tenant, filter, sliced writes); turns it does not show
-        are passed over, so the reply holds the latest ``limit`` the request may see.
-
-        Raises:
-            InvalidRequest: an unknown filter key, or ``limit`` outside 1..``MAX_RECENT_TURNS``.
-            BackendUnavailable: Redis is unreachable.
-        """
-        if not 1 <= limit <= MAX_RECENT_TURNS:
-            raise InvalidRequest(f"recent reads 1..{MAX_RECENT_TURNS} turns, not {limit}")
-        flt = normalize_filter(metadata_filter, allowed=self._index.cfg.filter_keys)
-        await self._index.refuse_mismatch()
-        tags = {"tenant": tenant, "kind": "transcript", "agent_id": agent_id}
-        if session_id is not None:
-            tags["session_id"] = session_id
-        if not all(flt.admits(k, v) for k, v in tags.items()):
-            return []  # the filter excludes the agent (or session, or kind) asked for
-        also = flt.without(tags)
-        found: dict[str, Lookup] = {}
-        seen: set[str] = set()
-        start: PageKey | None = None
-        for _ in range(_RECENT_PAGES):
-            # The filter inside the search: each page holds only turns the request may see.
-            page = await self._index.chunk_page(
-                tags, limit=min(MAX_PAGE, 2 * limit), start=start, order="desc", also=also
-            )
-            fresh = list(dict.fromkeys(c.doc_id for c in page.chunks if c.doc_id not in seen))
-            seen.update(fresh)
-            for item in await self.lookup(fresh, tenant=tenant, metadata_filter=metadata_filter):
-                if item.status == "found":
-                    found[item.doc_id] = item
-            if page.next is None:
-                break
-            if len(found) >= limit:
-                # Done once the next page is older than the limit-th newest turn: turns of the
-                # same time may still follow, and they are ordered by session and turn.
-                edge = sorted(found.values(), key=_turn_order)[-limit].chunks[0].timestamp or 0.0
-                if page.next.timestamp < edge:
-                    break
-            start = page.next
-        return sorted(found.values(), key=_turn_order)[-limit:]
+        """An agent's latest ``limit`` turns, whole, oldest first (``Lookups.recent``)."""
+        return await self._lookups.recent(
+            agent_id, session_id, tenant=tenant, limit=limit, metadata_filter=metadata_filter
+        )
 
     async def list_values(
         self, *, tenant: str, field: str, source_prefix: str = "", limit: int = 100, offset: int = 0
     ) -> list[str]:
-        """The distinct doc ids or sources of the tenant's documents under a source prefix
-        (``ChunkIndex.distinct_values``).
-
-        Raises:
-            BackendUnavailable: Redis is unreachable.
-        """
-        await self._index.refuse_mismatch()
-        return await self._index.distinct_values(
+        """The distinct doc ids or sources of the tenant's documents (``Lookups.list_values``)."""
+        return await self._lookups.list_values(
             tenant=tenant, field=field, source_prefix=source_prefix, limit=limit, offset=offset
         )
 
@@ -227,20 +156,11 @@ class Retriever:
             first = chunks[0]
             # Read from the hashes, exact: the slack for a search's rounded values does not apply.
             if flt.matches(first.tags) and in_time(first.timestamp, spec.since, spec.until, exact=True):
-                whole[doc_id] = dataclasses.replace(first, text=_joined(chunks))
+                whole[doc_id] = dataclasses.replace(first, text=joined(chunks))
         return [
             dataclasses.replace(h, context=tuple(whole[d] for d in around.get(h.chunk.chunk_id, ()) if d in whole))
             for h in hits
         ]
-
-    async def _markers(
-        self, results: Sequence[Sequence[StoredChunk | LegHit]], tenant: str
-    ) -> dict[tuple[int, str, str], WriteMarker]:
-        # Read after the legs: whatever mix of a sliced write's chunks they returned, the
-        # marker read last decides which version of that doc this answer shows. (A doc with
-        # no marker was written in one transaction, as before.) Each hit's own generation:
-        # the alias the legs searched may have moved since this process last read it.
-        return await self._index.write_markers(sorted(marker_docs(results, tenant)))
 
     async def _hydrated(
         self,
@@ -363,7 +283,7 @@ class Retriever:
         if standing is None:
             # More markers stand than the winners' read returns: those of the candidates'
             # docs are read, and the winners read again with theirs.
-            markers = await self._markers(results, spec.tenant)
+            markers = await self._lookups.markers(results, spec.tenant)
             first = None
         else:
             candidates = marker_docs(results, spec.tenant) if standing else ()
@@ -381,7 +301,7 @@ class Retriever:
                 wider = await asyncio.gather(*(runs[names[i]](k * HIDDEN_REFETCH) for i in crowded))
                 for i, found in zip(crowded, wider, strict=True):
                     results[i] = found
-                markers = await self._markers(results, spec.tenant)
+                markers = await self._lookups.markers(results, spec.tenant)
             legs, by_id = leg_lists(names, results, spec, flt, idents, markers)
             fused = fuse(legs, by_id)
             hits_out, rewritten = await self._hydrated(fused, by_id, spec, flt, last=last)
@@ -403,20 +323,3 @@ class Retriever:
         for leg, timing in timings.items():
             LEG_SECONDS.labels(leg).observe(timing.end - timing.start)
         return SearchOutcome(hits=hits_out, took_ms=took_ms, legs=timings, ranked=legs, candidates=by_id)
-
-
-#: Pages of chunks a ``recent`` read goes through at most, for turns it may not show
-#: (another filter's, being forgotten): past these it answers with what it found.
-_RECENT_PAGES = 20
-
-
-def _turn_order(item: Lookup) -> tuple[float, str, int]:
-    """A looked-up turn's place in time: its timestamp, then its session and turn number."""
-    first = item.chunks[0]
-    ref = parse_turn(item.doc_id)
-    return (first.timestamp or 0.0, ref.session if ref is not None else "", ref.turn if ref is not None else 0)
-
-
-def _joined(chunks: Sequence[StoredChunk]) -> str:
-    """A doc's content from its stored chunks (in position order), exact where they kept their starts."""
-    return join_chunks([c.text for c in chunks], [c.start for c in chunks], [c.gap for c in chunks], chunks[-1].tail)

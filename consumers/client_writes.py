@@ -1,0 +1,173 @@
+"""The write half of ``MemoryClient``: documents, observations and forgets, each checked as
+the daemon would check it before anything is sent."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from consumers.client_core import _ClientCore
+from consumers.encoding import delete_body, document_body, encode, forget_body, turn_body
+from consumers.events import DocumentEvent, ForgetEvent, TranscriptEvent, WriteAck, forget_scope_error
+from memory.errors import InvalidRequest
+
+
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    """What a publish sent (its event id, doc id and version) and, when it waited, the ack:
+    ``indexed`` (searchable now) or ``ignored`` (an older version than the stored one)."""
+
+    event_id: str
+    doc_id: str
+    version: int | None
+    ack: WriteAck | None = None
+
+
+def default_version() -> int:
+    """A version that grows with wall-clock time (microseconds), for callers without their own."""
+    return time.time_ns() // 1000
+
+
+class _Writes(_ClientCore):
+    """Publishing: what ``MemoryClient`` sends without a reply (an ack when asked to wait)."""
+
+    def document_event(
+        self,
+        doc_id: str,
+        content: str,
+        *,
+        version: int | None = None,
+        source: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        timestamp: datetime | str | None = None,
+    ) -> tuple[int, bytes]:
+        """The upsert ``publish_document`` sends, checked and encoded, with its version; sends
+        nothing (check a batch of documents before sending the first).
+
+        Raises:
+            InvalidEvent: the daemon would dead-letter it (blank content, content over the
+                limit, a reserved doc_id, metadata out of bounds), with the reason.
+        """
+        version = default_version() if version is None else version
+        payload = document_body(doc_id, content, version, source, metadata, timestamp)
+        return version, self.check_event(DocumentEvent, payload)
+
+    async def publish_document(
+        self,
+        doc_id: str,
+        content: str,
+        *,
+        version: int | None = None,
+        source: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        tenant: str | None = None,
+        timestamp: datetime | str | None = None,
+        wait: bool = False,
+        timeout_s: float | None = None,
+    ) -> Receipt:
+        """Upsert a document; the receipt has the version used (wall-clock based when not given).
+
+        ``tenant``: publish into this tenant's memory (topic tenancy; see ``query``).
+        ``timestamp``: when it was written (what ``query(since=, until=)`` selects on); now
+        when None (sent in the event, so a replay keeps it).
+        ``wait``: return once the daemon acknowledged it (the receipt's ``ack``): a query sent
+        after that finds it. ``timeout_s``: how long to wait (the client's timeout when None).
+
+        Raises:
+            InvalidEvent: the daemon would dead-letter it (see ``document_event``); nothing is sent.
+            WriteRejected: (``wait``) the daemon dead-lettered it.
+            BackendUnavailable: the broker could not take it.
+            TimeoutError: (``wait``) no ack in time; the event was sent.
+        """
+        version, value = self.document_event(
+            doc_id, content, version=version, source=source, metadata=metadata, timestamp=timestamp
+        )
+        ack = await self._transport.publish(
+            self._topic(self.topics.documents, tenant, answered=wait), value, doc_id, wait=wait, timeout_s=timeout_s
+        )
+        return Receipt(event_id=json.loads(value)["event_id"], doc_id=doc_id, version=version, ack=ack)
+
+    async def delete_document(
+        self,
+        doc_id: str,
+        *,
+        version: int | None = None,
+        tenant: str | None = None,
+        wait: bool = False,
+        timeout_s: float | None = None,
+    ) -> Receipt:
+        """Delete a document; the receipt has the version used. ``tenant``, ``wait`` and
+        ``timeout_s``: as for ``publish_document``."""
+        version = default_version() if version is None else version
+        payload = delete_body(doc_id, version)
+        event_id = payload["event_id"]
+        value = self.check_event(DocumentEvent, payload)  # an empty doc id raises here, not at the daemon
+        ack = await self._transport.publish(
+            self._topic(self.topics.documents, tenant, answered=wait),
+            value,
+            doc_id,
+            wait=wait,
+            timeout_s=timeout_s,
+        )
+        return Receipt(event_id=event_id, doc_id=doc_id, version=version, ack=ack)
+
+    async def publish_observation(
+        self,
+        *,
+        agent_id: str,
+        session_id: str,
+        turn: int,
+        content: str,
+        role: str = "assistant",
+        metadata: Mapping[str, Any] | None = None,
+        tenant: str | None = None,
+        timestamp: datetime | str | None = None,
+        wait: bool = False,
+        timeout_s: float | None = None,
+    ) -> Receipt:
+        """Record one transcript turn or observation. ``tenant``, ``timestamp``, ``wait`` and
+        ``timeout_s``: as for ``publish_document``."""
+        payload = turn_body(agent_id, session_id, turn, content, role, metadata, timestamp)
+        event_id = payload["event_id"]
+        value = self.check_event(TranscriptEvent, payload)
+        topic = self._topic(self.topics.transcripts, tenant, answered=wait)
+        ack = await self._transport.publish(topic, value, f"{agent_id}/{session_id}", wait=wait, timeout_s=timeout_s)
+        doc_id = TranscriptEvent.model_validate_json(value).doc_id
+        return Receipt(event_id=event_id, doc_id=doc_id, version=None, ack=ack)
+
+    async def forget(
+        self,
+        *,
+        agent_id: str,
+        session_id: str | None = None,
+        all_sessions: bool = False,
+        turn: int | None = None,
+        tenant: str | None = None,
+        wait: bool = False,
+        timeout_s: float | None = None,
+    ) -> Receipt:
+        """Forget every turn of a session, one of them (``turn``), or with ``all_sessions=True``
+        every session of the agent.
+
+        Keyed as the session's turns are, so it applies after every turn of it published
+        before; turns published later are kept. ``tenant``, ``wait`` and ``timeout_s``: as for
+        ``publish_document`` (with ``wait``, once acknowledged no query finds those turns, nor
+        a forgotten turn's words in the turns around it).
+
+        Raises:
+            InvalidRequest: neither or both of ``session_id`` and ``all_sessions``, or a
+                ``turn`` without its ``session_id``.
+        """
+        if (why := forget_scope_error(session_id, all_sessions, turn)) is not None:
+            raise InvalidRequest(why)
+        payload = forget_body(agent_id, session_id, turn)
+        event_id = payload["event_id"]
+        key = agent_id if session_id is None else f"{agent_id}/{session_id}"
+        topic = self._topic(self.topics.transcripts, tenant, answered=wait)
+        ack = await self._transport.publish(topic, encode(payload), key, wait=wait, timeout_s=timeout_s)
+        prefix = ForgetEvent.model_validate(payload).to_item(()).doc_id  # the turns' common prefix, or the turn's id
+        return Receipt(event_id=event_id, doc_id=prefix, version=None, ack=ack)
