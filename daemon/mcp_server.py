@@ -7,8 +7,9 @@ turns their failures into tool errors, and runs the transports (with a bearer to
 from __future__ import annotations
 
 import hmac
+import inspect
 import json
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping, Sequence
 from typing import Annotated, Any, Literal
 
 import structlog
@@ -20,6 +21,7 @@ from pydantic import Field, ValidationError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from consumers.decoding import validation_reason
+from consumers.events import near_spelling
 from daemon.about import package_version
 from daemon.explore.access import BEARER_CHALLENGE, UNAUTHORIZED
 from daemon.mcp_tools import MemoryTools
@@ -104,10 +106,20 @@ class _Server(MCPServer[Any]):
     """The SDK's server, with arguments that fail the tools' schema reported as the other
     failures are: ``invalid_request: <tool>: <field>: <problem>``, not pydantic's whole dump."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        #: Each tool's argument names: the SDK reads past any other, so ``filter`` for
+        #: ``filters`` would search unfiltered.
+        self.arguments: dict[str, tuple[str, ...]] = {}
+
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Any = None
     ) -> CallToolResult | InputRequiredResult:
-        """The SDK's call, with a schema failure of the arguments as a tool error in our words."""
+        """The SDK's call, with an unknown argument or a schema failure of the arguments as a
+        tool error in our words."""
+        if (why := unknown_arguments(arguments or {}, self.arguments.get(name))) is not None:
+            text = f"invalid_request: {name}: {why}"
+            return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as exc:
@@ -188,7 +200,23 @@ def build_server(tools: MemoryTools) -> MCPServer[Any]:
         (memory_status, STATUS),
     ):
         server.add_tool(fn, name=fn.__name__, description=description)
+        server.arguments[fn.__name__] = tuple(inspect.signature(fn).parameters)
     return server
+
+
+def unknown_arguments(arguments: Mapping[str, Any], known: Sequence[str] | None) -> str | None:
+    """Why ``arguments`` hold one a tool taking ``known`` does not (None: they do not, or
+    the tool is not ours to check), naming a near spelling or else what it takes."""
+    if known is None:
+        return None
+    unknown = [a for a in arguments if a not in known]
+    if not unknown:
+        return None
+    first = unknown[0]
+    near = near_spelling(first, [k for k in known if k not in arguments])
+    hint = f"did you mean {near!r}?" if near else f"it takes {', '.join(known) or 'none'}"
+    more = f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""
+    return f"unknown argument {first!r}{more}: {hint}"
 
 
 class BearerAuth:

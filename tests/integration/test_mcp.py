@@ -177,10 +177,14 @@ async def test_every_tool_over_stdio(settings: Settings) -> None:
             ("search_memory", {"query": "x", "context_turns": 11}, "invalid_request: search_memory: context_turns: "),
             ("search_memory", {"query": "  "}, "invalid_request: query is empty"),
             ("remember", {"text": "x", "agent_id": "", "session_id": "s"}, "invalid_request: agent_id: "),
+            # an argument the tool does not take is refused, not read past: unfiltered otherwise
+            ("search_memory", {"query": "x", "filter": mine}, "invalid_request: search_memory: unknown argument "),
+            ("memory_status", {"verbose": True}, "invalid_request: memory_status: unknown argument 'verbose'"),
         ):
             text = await failed(c, tool, **args)
             assert text.startswith(want) and "pydantic.dev" not in text, text
         assert (await failed(c, "upsert_document", doc_id=doc, content="   ")).startswith("invalid_event:")
+        assert "did you mean 'filters'?" in await failed(c, "search_memory", query="x", filter=mine)
 
         assert (await ok(c, "forget", agent_id=agent, session_id="s1"))["status"] == "indexed"
         assert await ok(c, "search_memory", query="beta Friday", filters=mine) == []

@@ -12,6 +12,7 @@ import pytest
 from consumers.events import WriteAck
 from consumers.requests import GetItem
 from daemon import mcp_tools
+from daemon.mcp_server import unknown_arguments
 from daemon.mcp_tools import MCPConfig, MemoryTools
 from daemon.mcp_views import ToolFailure, ack_view, holds_turn, item_view, next_free_turn, parse_time
 
@@ -130,3 +131,17 @@ async def test_a_forget_never_drops_a_lock_that_a_write_waits_for() -> None:
     c = asyncio.ensure_future(tools.remember("c", agent_id="ag", session_id="s"))
     await asyncio.gather(a, b, f, c)
     assert fake.max_inside == 1 and sorted(fake.store.values()) == ["a", "b", "c"], fake.store
+
+
+def test_an_argument_a_tool_does_not_take_is_named_with_its_near_spelling_or_what_it_takes() -> None:
+    known = ("query", "top_k", "filters")
+    assert unknown_arguments({"query": "x", "top_k": 3}, known) is None
+    assert unknown_arguments({"query": "x", "filter": {}}, known) == (
+        "unknown argument 'filter': did you mean 'filters'?"
+    )
+    # a near spelling of an argument already given is no hint
+    assert unknown_arguments({"query": "x", "querry": "y"}, known) == (
+        "unknown argument 'querry': it takes query, top_k, filters"
+    )
+    assert unknown_arguments({"a": 1, "b": 2}, ()) == "unknown argument 'a' (and 1 more): it takes none"
+    assert unknown_arguments({"anything": 1}, None) is None  # not one of ours: the SDK decides
