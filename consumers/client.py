@@ -116,10 +116,12 @@ class MemoryClient(_Writes):
         metadata_filter: ClientFilter | None = None,
         tenant: str | None = None,
         query_id: str | None = None,
+        history: bool = False,
     ) -> GetReply:
         """Look memories up by id: each doc's (or turn's, as ``(agent_id, session_id, turn)``
         or the wire's ``{"agent_id": …, "session_id": …, "turn": …}``) current version,
-        content and metadata, or ``not_found``; in the order asked.
+        content and metadata, or ``not_found``; in the order asked. With ``history``, each
+        found document's earlier versions too (its ``history``, newest first).
 
         Raises:
             InvalidRequest: a turn is neither of those shapes (nothing is sent).
@@ -127,7 +129,7 @@ class MemoryClient(_Writes):
             BackendUnavailable, NotFound, TimeoutError: as for ``query``.
         """
         topic = self._topic(self.topics.requests, tenant, answered=True)
-        payload = get_body(doc_ids, turns, metadata_filter, query_id)
+        payload = get_body(doc_ids, turns, metadata_filter, query_id, history)
         return GetReply.model_validate(await self._transport.ask(topic, payload))
 
     async def list_values(

@@ -182,6 +182,7 @@ def get_body(
     turns: Sequence[TurnRef],
     metadata_filter: ClientFilter | None,
     query_id: str | None,
+    history: bool = False,
 ) -> dict[str, Any]:
     """A get request's body; ``MemoryClient.get`` documents the arguments.
 
@@ -196,6 +197,8 @@ def get_body(
     }
     if metadata_filter:
         payload["metadata_filter"] = _filter_body(metadata_filter)
+    if history:
+        payload["history"] = True
     return payload
 
 

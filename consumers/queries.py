@@ -15,6 +15,7 @@ from consumers.decoding import parse_event
 from consumers.requests import (
     CommunityInfo,
     ContextTurn,
+    EarlierVersion,
     ErrorBody,
     ErrorReply,
     GetItem,
@@ -32,6 +33,7 @@ from graph import ScopedSearch
 from memory.conversation import parse_turn
 from memory.errors import EmbedderError, InvalidRequest, MemdError, NotFound
 from memory.index import IndexError_, QuerySyntaxError
+from memory.index.history import Version
 from memory.records import DEFAULT_TENANT, StoredChunk
 from memory.search_results import Lookup, SearchHit, SearchOutcome
 from memory.search_spec import SearchSpec
@@ -119,10 +121,22 @@ def to_get_reply(req: GetRequest | RecentRequest, found: Sequence[Lookup], took_
                 content=f.content,
                 metadata=first.metadata,
                 timestamp=_iso(first.timestamp),
+                history=[_earlier(v) for v in f.history] if isinstance(req, GetRequest) and req.history else None,
             )
         )
     reply = RecentReply if isinstance(req, RecentRequest) else GetReply
     return reply(query_id=req.query_id, items=items, took_ms=round(took_ms, 3))
+
+
+def _earlier(v: Version) -> EarlierVersion:
+    return EarlierVersion(
+        version=v.version,
+        content=v.content,
+        source=v.source,
+        metadata=v.metadata,
+        timestamp=_iso(v.timestamp),
+        until=_iso(v.until),
+    )
 
 
 def fit_list_reply(reply: ListReply, max_bytes: int) -> ListReply:
@@ -140,7 +154,9 @@ def fit_get_reply(reply: GetReply, max_bytes: int) -> GetReply:
     """``reply``, with items left off until it fits ``max_bytes`` as JSON (``truncated`` says
     so): off its end, or off its start for the oldest-first turns of a ``RecentReply``. An
     item too large alone (the first asked for, or the newest turn) keeps the start of its
-    content, and its own ``content_truncated`` says so."""
+    content, and its own ``content_truncated`` says so. Earlier versions go first: the
+    oldest of the last item that has any, until it fits (``history_truncated`` says so)."""
+    reply = _fit_history(reply, max_bytes)
     items = list(reply.items)
     while True:
         fitted = reply.model_copy(update={"items": items, "truncated": len(items) < len(reply.items)})
@@ -152,6 +168,20 @@ def fit_get_reply(reply: GetReply, max_bytes: int) -> GetReply:
             if cut is not None:
                 return cut
         items.pop(0 if isinstance(reply, RecentReply) else -1)
+
+
+def _fit_history(reply: GetReply, max_bytes: int) -> GetReply:
+    """``reply`` with the oldest earlier versions left off, last item first, until it fits
+    ``max_bytes`` or none is left (each list halved: a few encodings per item)."""
+    items = list(reply.items)
+    for i in reversed(range(len(items))):
+        while items[i].history:
+            fitted = reply.model_copy(update={"items": items})
+            if len(json.dumps(fitted.model_dump(mode="json"))) <= max_bytes:
+                return fitted
+            kept = items[i].history or []
+            items[i] = items[i].model_copy(update={"history": kept[: len(kept) // 2], "history_truncated": True})
+    return reply.model_copy(update={"items": items})
 
 
 def _cut_to_fit(reply: GetReply, item: GetItem, size: int, max_bytes: int) -> GetReply | None:
@@ -324,7 +354,9 @@ async def answer(
             raise InvalidRequest("the request topic does not name a valid tenant")
         if isinstance(req, GetRequest):
             t0 = time.monotonic()
-            found = await search.lookup(req.wanted(), tenant=tenant, metadata_filter=req.metadata_filter)
+            found = await search.lookup(
+                req.wanted(), tenant=tenant, metadata_filter=req.metadata_filter, history=req.history
+            )
             return to_get_reply(req, found, (time.monotonic() - t0) * 1000)
         if isinstance(req, RecentRequest):
             t0 = time.monotonic()

@@ -165,6 +165,8 @@ class GetRequest(BaseModel):
     doc_ids: list[DocId] = Field(default_factory=list)
     turns: list[TurnKey] = Field(default_factory=list)
     metadata_filter: MetadataFilter = None
+    # Also each found document's earlier versions, newest first (IndexConfig.history_versions).
+    history: bool = False
 
     @model_validator(mode="after")
     def _some_items(self) -> GetRequest:
@@ -192,6 +194,17 @@ class RecentRequest(BaseModel):
     metadata_filter: MetadataFilter = None
 
 
+class EarlierVersion(BaseModel):
+    """A version of a document that a later one replaced, as it was stored."""
+
+    version: int
+    content: str
+    source: str
+    metadata: dict[str, Any]
+    timestamp: str | None = None  # when it was written (ISO 8601, UTC)
+    until: str | None = None  # when the version that replaced it was written
+
+
 class GetItem(BaseModel):
     """One looked-up memory: its current version and content, or why there is none."""
 
@@ -207,6 +220,10 @@ class GetItem(BaseModel):
     timestamp: str | None = None
     # The content's end was cut: this one item alone did not fit one Kafka record.
     content_truncated: bool = False
+    # Asked with history: the document's earlier versions, newest first (none for a turn).
+    history: list[EarlierVersion] | None = None
+    # Its oldest versions were left off to fit one Kafka record.
+    history_truncated: bool = False
 
 
 class GetReply(BaseModel):

@@ -71,7 +71,9 @@ FORGET = (
 )
 GET = (
     "Read one document (or a turn, by its doc_id such as 'transcript:agent/session/3') in full: status "
-    "'found' with content, version and metadata, 'not_found', or 'writing' (being replaced: ask again shortly)."
+    "'found' with content, version and metadata, 'not_found', or 'writing' (being replaced: ask again shortly). "
+    "history=true also returns a document's earlier versions, newest first, each with its content and the time "
+    "it held from (timestamp) and until: what it said before it was changed."
 )
 RECENT = (
     "Read an agent's latest conversation turns, whole and oldest first: of one session (session_id), or "
@@ -176,8 +178,8 @@ def build_server(tools: MemoryTools) -> MCPServer[Any]:
     ) -> Annotated[CallToolResult, Doc]:
         return await _run(tools.forget(agent_id, session_id, all_sessions, turn))
 
-    async def get_document(doc_id: str) -> Annotated[CallToolResult, Doc]:
-        return await _run(tools.get_document(doc_id))
+    async def get_document(doc_id: str, history: bool = False) -> Annotated[CallToolResult, Doc]:
+        return await _run(tools.get_document(doc_id, history))
 
     async def recent_turns(
         agent_id: str,

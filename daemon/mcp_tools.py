@@ -296,11 +296,12 @@ class MemoryTools:
 
         return await self._call("forget", drop, write=True)
 
-    async def get_document(self, doc_id: str) -> dict[str, Any]:
-        """One document's (or turn's) current version, content and metadata, or ``not_found``."""
+    async def get_document(self, doc_id: str, history: bool = False) -> dict[str, Any]:
+        """One document's (or turn's) current version, content and metadata, or ``not_found``;
+        with ``history``, a document's earlier versions too."""
 
         async def look(c: MemoryClient) -> dict[str, Any]:
-            return item_view((await c.get([doc_id])).items[0])
+            return item_view((await c.get([doc_id], history=history)).items[0])
 
         return await self._call("get_document", look)
 

@@ -61,10 +61,12 @@ def ack_view(ack: WriteAck | None, doc_id: str) -> dict[str, Any]:
 
 
 def item_view(item: GetItem) -> dict[str, Any]:
-    """A looked-up document, without the fields it does not have (``content_truncated`` only when true)."""
+    """A looked-up document, without the fields it does not have (``content_truncated`` and
+    ``history_truncated`` only when true)."""
     view = item.model_dump(exclude_none=True)
-    if not item.content_truncated:
-        del view["content_truncated"]
+    for flag in ("content_truncated", "history_truncated"):
+        if not view[flag]:
+            del view[flag]
     return view
 
 

@@ -40,10 +40,15 @@ class ScopedSearch:
         return outcome, stale
 
     async def lookup(
-        self, doc_ids: Sequence[str], *, tenant: str, metadata_filter: FilterSpec | None = None
+        self,
+        doc_ids: Sequence[str],
+        *,
+        tenant: str,
+        metadata_filter: FilterSpec | None = None,
+        history: bool = False,
     ) -> list[Lookup]:
         """Memories by id (``Retriever.lookup``)."""
-        return await self._retriever.lookup(doc_ids, tenant=tenant, metadata_filter=metadata_filter)
+        return await self._retriever.lookup(doc_ids, tenant=tenant, metadata_filter=metadata_filter, history=history)
 
     async def recent(
         self,

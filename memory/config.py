@@ -45,6 +45,17 @@ class IndexConfig(BaseModel):
         ),
     )
 
+    history_versions: int = Field(
+        5,
+        ge=0,
+        le=1000,
+        description=(
+            "Earlier versions of each document kept when an upsert replaces them, readable by id "
+            "(`get` with history: content, time, and until when it held); 0 keeps none. A delete "
+            "drops them with the document. Transcript turns and community summaries keep none."
+        ),
+    )
+
     @field_validator("name")
     @classmethod
     def _valid_name(cls, name: str) -> str:

@@ -13,6 +13,8 @@ Under an index name ``<name>`` (it holds no ``:``)::
                                     a delete, as a tombstone)                    ver_key
         doc:<tenant>:<doc_id>       set: the doc's chunk ids                     doc_key
         wr:<tenant>:<doc_id>        a sliced write's marker (memory.visibility)  marker_key
+        hist:<tenant>:<doc_id>      list: the doc's earlier versions, newest
+                                    first (memory.index.history)                history_key
         dir                         set when the generation was created empty:
                                     its directory is whole                       directory_flag
         dir:docs:<tenant>           sorted set (scores 0: code point order): the
@@ -166,6 +168,11 @@ def marker_key(name: str, generation: int, tenant: str, doc_id: str) -> str:
     """The doc's write marker (``memory.visibility``): only while (or just after) it was
     written in slices."""
     return f"{marker_prefix(name, generation)}{tenant}:{doc_id}"
+
+
+def history_key(name: str, generation: int, tenant: str, doc_id: str) -> str:
+    """The doc's earlier versions (a list, newest first)."""
+    return f"{key_root(name, generation)}hist:{tenant}:{doc_id}"
 
 
 def directory_flag(name: str, generation: int) -> str:

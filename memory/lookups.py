@@ -4,14 +4,15 @@ and no mix of a sliced write's versions (``memory.visibility``)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
-from memory.chunking import join_chunks
 from memory.conversation import MAX_RECENT_TURNS, parse_turn
 from memory.errors import InvalidRequest
 from memory.filters import FilterSpec, normalize_filter
 from memory.hit_checks import marker_docs, shown
 from memory.index import MAX_PAGE, ChunkIndex, LegHit, PageKey
+from memory.index.codec import joined_text
 from memory.records import DEFAULT_TENANT, StoredChunk
 from memory.search_results import Lookup
 from memory.visibility import WriteMarker
@@ -29,12 +30,15 @@ class Lookups:
         *,
         tenant: str = DEFAULT_TENANT,
         metadata_filter: FilterSpec | None = None,
+        history: bool = False,
     ) -> list[Lookup]:
-        """Each doc's current content (its stored chunks joined in order) and version.
+        """Each doc's current content (its stored chunks joined in order) and version, and
+        with ``history`` a found document's earlier versions (``memory.index.history``).
 
         Visibility is a search's: only the tenant's own docs, only those matching the filter,
         and a doc being written in slices shows no mix of versions (``writing`` while the
-        chunks stored are not all of the version its marker shows).
+        chunks stored are not all of the version its marker shows). A doc that is not shown
+        shows no history either.
 
         Raises:
             InvalidRequest: an unknown filter key.
@@ -54,9 +58,22 @@ class Lookups:
                 marker = markers.get((chunks[0].generation or 0, tenant, doc_id))
                 out.append(Lookup(doc_id, "writing" if marker is None or marker.shown is not None else "not_found"))
             else:
-                text = joined(chunks)
+                text = joined_text(chunks)
                 out.append(Lookup(doc_id, "found", tuple(chunks), text, chunks[0].version))
+        if history:
+            out = await self._with_history(out, tenant)
         return out
+
+    async def _with_history(self, found: list[Lookup], tenant: str) -> list[Lookup]:
+        docs = [f.doc_id for f in found if f.status == "found" and f.chunks[0].kind == "document"]
+        earlier = await self._index.history(docs, tenant)
+        # Read after the chunks: a write in between pushed the version read as current.
+        return [
+            dataclasses.replace(f, history=tuple(v for v in earlier[f.doc_id] if v.version < (f.version or 0)))
+            if f.doc_id in earlier
+            else f
+            for f in found
+        ]
 
     async def recent(
         self,
@@ -147,8 +164,3 @@ def _turn_order(item: Lookup) -> tuple[float, str, int]:
     first = item.chunks[0]
     ref = parse_turn(item.doc_id)
     return (first.timestamp or 0.0, ref.session if ref is not None else "", ref.turn if ref is not None else 0)
-
-
-def joined(chunks: Sequence[StoredChunk]) -> str:
-    """A doc's content from its stored chunks (in position order), exact where they kept their starts."""
-    return join_chunks([c.text for c in chunks], [c.start for c in chunks], [c.gap for c in chunks], chunks[-1].tail)

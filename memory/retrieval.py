@@ -22,7 +22,8 @@ from memory.fusion import Fused, fuse_rrf, recency_ranks
 from memory.hit_checks import leg_lists, marker_docs, shown
 from memory.identifiers import query_identifiers
 from memory.index import ChunkIndex, LegHit
-from memory.lookups import Lookups, joined
+from memory.index.codec import joined_text
+from memory.lookups import Lookups
 from memory.metrics import LEG_SECONDS
 from memory.records import DEFAULT_TENANT, StoredChunk
 from memory.search_results import LegTiming, Lookup, SearchHit, SearchOutcome
@@ -110,9 +111,10 @@ class Retriever:
         *,
         tenant: str = DEFAULT_TENANT,
         metadata_filter: FilterSpec | None = None,
+        history: bool = False,
     ) -> list[Lookup]:
-        """Each doc's current content and version (``Lookups.lookup``)."""
-        return await self._lookups.lookup(doc_ids, tenant=tenant, metadata_filter=metadata_filter)
+        """Each doc's current content and version, and earlier versions (``Lookups.lookup``)."""
+        return await self._lookups.lookup(doc_ids, tenant=tenant, metadata_filter=metadata_filter, history=history)
 
     async def recent(
         self,
@@ -156,7 +158,7 @@ class Retriever:
             first = chunks[0]
             # Read from the hashes, exact: the slack for a search's rounded values does not apply.
             if flt.matches(first.tags) and in_time(first.timestamp, spec.since, spec.until, exact=True):
-                whole[doc_id] = dataclasses.replace(first, text=joined(chunks))
+                whole[doc_id] = dataclasses.replace(first, text=joined_text(chunks))
         return [
             dataclasses.replace(h, context=tuple(whole[d] for d in around.get(h.chunk.chunk_id, ()) if d in whole))
             for h in hits

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from memory.index import LegHit
+from memory.index.history import Version
 from memory.records import StoredChunk
 
 
@@ -40,6 +41,7 @@ class Lookup:
     chunks: tuple[StoredChunk, ...] = ()
     content: str = ""
     version: int | None = None
+    history: tuple[Version, ...] = ()  # a document's earlier versions, newest first, when asked for
 
 
 @dataclass

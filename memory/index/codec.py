@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from memory import keys
+from memory.chunking import join_chunks
 from memory.conversation import date_words, matching_terms
 from memory.filters import OWN_TAG_KEYS, hash_field, tag_values, value_hash
 from memory.identifiers import identifiers, with_metadata_identifiers
@@ -233,6 +234,11 @@ def _stored(doc: Any, tag_keys: Sequence[str]) -> StoredChunk:
         gap=_text(getattr(doc, "chunk_gap", None)),
         tail=_text(getattr(doc, "chunk_tail", None)),
     )
+
+
+def joined_text(chunks: Sequence[StoredChunk]) -> str:
+    """A doc's content from its stored chunks (in position order), exact where they kept their starts."""
+    return join_chunks([c.text for c in chunks], [c.start for c in chunks], [c.gap for c in chunks], chunks[-1].tail)
 
 
 def _text(value: Any) -> str:

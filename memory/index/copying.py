@@ -8,6 +8,7 @@ from typing import Any
 
 from redis import exceptions as rexc
 
+from memory import keys
 from memory.index.codec import _reanalyzed, _refielded, _respoken, hash_timestamp
 from memory.index.directory import DocChange, queue_change
 from memory.index.errors import IndexError_, translate_errors
@@ -110,6 +111,8 @@ class _Copying(_Lifecycle):
         src_ver_key = self._ver_key(source_generation, tenant, doc_id)
         src_doc = self._doc_key(source_generation, tenant, doc_id)
         src_marker_key = self._marker_key(source_generation, tenant, doc_id)
+        src_history = keys.history_key(self._cfg.name, source_generation, tenant, doc_id)
+        history = keys.history_key(self._cfg.name, gen, tenant, doc_id)
         async with translate_errors("doc copy"):
             for _ in range(_WATCH_RETRIES):
                 async with self._r.pipeline(transaction=True) as pipe:
@@ -119,7 +122,8 @@ class _Copying(_Lifecycle):
                         # The source is watched too: a live write to it between these reads
                         # (before a switch, daemons still write there) retries the copy, so
                         # chunks and version are never copied from two different writes.
-                        await pipe.watch(src_ver_key, src_doc, src_marker_key, ver_key, doc_key, marker_key)
+                        watched = (src_ver_key, src_doc, src_marker_key, src_history, ver_key, doc_key, marker_key)
+                        await pipe.watch(*watched)
                         src_ver = await pipe.get(src_ver_key)
                         src_marker = WriteMarker.decode(await pipe.get(src_marker_key))
                         marker = WriteMarker.decode(await pipe.get(marker_key))
@@ -146,7 +150,12 @@ class _Copying(_Lifecycle):
                         if src_ver is None and (stored is not None or await pipe.exists(doc_key)):
                             return False  # unversioned: whatever the target holds (or forgot) is as new
                         old_ids = {as_str(m) for m in await pipe.smembers(doc_key)}
+                        earlier = await pipe.lrange(src_history, 0, -1)
                         pipe.multi()  # type: ignore[no-untyped-call]
+                        # The doc's earlier versions come with it (memory.index.history).
+                        pipe.delete(history)
+                        if earlier:
+                            pipe.rpush(history, *earlier)
                         stale = [self._chunk_key(gen, tenant, c) for c in old_ids - set(chunk_ids)]
                         if stale:
                             pipe.delete(*stale)

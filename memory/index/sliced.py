@@ -19,7 +19,8 @@ from memory import keys
 from memory.errors import BackendUnavailable
 from memory.index.directory import DocChange, queue_change
 from memory.index.errors import IndexError_, WriteInProgress, translate_errors
-from memory.index.lifecycle import _WATCH_RETRIES, _Lifecycle, redis_now
+from memory.index.history import _History
+from memory.index.lifecycle import _WATCH_RETRIES, redis_now
 from memory.metrics import SLICED_WRITES
 from memory.records import DEFAULT_TENANT, ApplyResult, ChunkRecord
 from memory.schema import as_str
@@ -55,7 +56,7 @@ def _unfinished(doc_id: str, why: str) -> BackendUnavailable:
     return BackendUnavailable(f"write of {doc_id!r} in slices {why} after {_WATCH_RETRIES} tries; retried later")
 
 
-class _SlicedWrites(_Lifecycle):
+class _SlicedWrites(_History):
     """Sliced writes, the marker checks every write makes, and marker reads."""
 
     async def _watch_doc(
@@ -108,6 +109,7 @@ class _SlicedWrites(_Lifecycle):
         mappings: Sequence[dict[str, Any]],
         tenant: str,
         version_ttl_s: int | None,
+        keep: int = 0,
     ) -> ApplyResult:
         """Write a large doc in transactions of ``write_slice_chunks`` (see memory.visibility).
 
@@ -121,11 +123,15 @@ class _SlicedWrites(_Lifecycle):
         records progress. When another write took the doc over (a newer version, a reindex's
         copy, a redelivery that found this one stalled), this one begins again, which settles
         it (see ``_begin_sliced``); a generation switch starts it again in the new generation.
+        ``keep``: the earlier versions the doc's history keeps (``memory.index.history``); the
+        version replaced is pushed when the write begins.
         """
         token = uuid.uuid4().hex
         for _ in range(_WATCH_RETRIES):
             try:
-                begun = await self._begin_sliced(doc_id, version, tenant, token, deleting=not chunks)
+                begun = await self._begin_sliced(
+                    doc_id, version, tenant, token, deleting=not chunks, keep=keep, by=chunks
+                )
                 if isinstance(begun, ApplyResult):
                     return begun
                 gen, old_ids = begun
@@ -147,7 +153,15 @@ class _SlicedWrites(_Lifecycle):
         raise _unfinished(doc_id, "kept restarting")
 
     async def _begin_sliced(
-        self, doc_id: str, version: int, tenant: str, token: str, *, deleting: bool
+        self,
+        doc_id: str,
+        version: int,
+        tenant: str,
+        token: str,
+        *,
+        deleting: bool,
+        keep: int = 0,
+        by: Sequence[ChunkRecord] = (),
     ) -> tuple[int, set[str]] | ApplyResult:
         """Take the doc's marker for a sliced write: its generation and current chunk ids,
         or the result when this version is not to be written (this version or a later one is
@@ -176,7 +190,13 @@ class _SlicedWrites(_Lifecycle):
                             shown = stored_version
                         now = await redis_now(self._r)
                         began = WriteMarker(shown, version, token=token, owner=self._owner, since=now, beat=now)
+                        replaced = (
+                            await self._replaced(gen, tenant, doc_id, stored_version, old_ids, by) if keep else None
+                        )
                         pipe.multi()  # type: ignore[no-untyped-call]
+                        if deleting:
+                            pipe.delete(self._history_key(gen, tenant, doc_id))
+                        self._push_history(pipe, gen, tenant, doc_id, replaced, keep)
                         # No expiry: a writer that dies leaves the doc hidden until its
                         # event's redelivery (or a later version) writes it again.
                         set_marker(pipe, self._writing_key(), marker_key, began)

@@ -13,6 +13,7 @@ from memory.index import codec  # _record_mapping looked up on its module, where
 from memory.index.codec import Analysis, _int_or_none, analyze_records
 from memory.index.directory import DocChange, queue_change
 from memory.index.errors import IndexError_, _NoGeneration, translate_errors
+from memory.index.history import kept_versions
 from memory.index.lifecycle import _WATCH_RETRIES
 from memory.index.sliced import _mark_finished, _SlicedWrites
 from memory.keys import check_tenant
@@ -87,6 +88,7 @@ class _VersionedWrites(_SlicedWrites):
         analyses: Sequence[Analysis],
         version_ttl_s: int | None = None,
     ) -> ApplyResult:
+        keep = kept_versions(chunks, version, self._cfg.history_versions)
         rows = zip(chunks, vectors, analyses, strict=True)
         if len(chunks) <= _INLINE_MAPPINGS:
             mappings = [codec._record_mapping(*row) for row in rows]
@@ -107,7 +109,13 @@ class _VersionedWrites(_SlicedWrites):
                         new_ids = {c.chunk_id for c in chunks}
                         if version is not None and len(chunks) + len(old_ids - new_ids) > self._cfg.write_slice_chunks:
                             break  # too large for one transaction: see memory.visibility
+                        replaced = (
+                            await self._replaced(gen, tenant, doc_id, stored_version, old_ids, chunks) if keep else None
+                        )
                         pipe.multi()  # type: ignore[no-untyped-call]
+                        if version is not None and not chunks:
+                            pipe.delete(self._history_key(gen, tenant, doc_id))  # a deleted doc leaves nothing
+                        self._push_history(pipe, gen, tenant, doc_id, replaced, keep)
                         stale = [self._chunk_key(gen, tenant, c) for c in old_ids - new_ids]
                         if stale:
                             pipe.delete(*stale)
@@ -143,7 +151,7 @@ class _VersionedWrites(_SlicedWrites):
             else:
                 raise IndexError_(f"write of {doc_id!r} kept conflicting; giving up after {_WATCH_RETRIES} tries")
             assert version is not None
-            return await self._apply_sliced(doc_id, version, chunks, mappings, tenant, version_ttl_s)
+            return await self._apply_sliced(doc_id, version, chunks, mappings, tenant, version_ttl_s, keep)
 
     async def chunk_ids(self, doc_id: str, tenant: str = DEFAULT_TENANT) -> set[str]:
         """The chunk ids currently stored for a doc."""

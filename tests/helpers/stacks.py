@@ -24,10 +24,10 @@ class Stack:
 
 
 @contextlib.asynccontextmanager
-async def memory_stack(redis_url: str, embedder: Any, name: str) -> AsyncIterator[Stack]:
-    """A fresh index named ``name`` (default settings), dropped when the block ends."""
+async def memory_stack(redis_url: str, embedder: Any, name: str, **index_settings: Any) -> AsyncIterator[Stack]:
+    """A fresh index named ``name`` (default settings but ``index_settings``), dropped when the block ends."""
     client = aredis.from_url(redis_url)
-    index = ChunkIndex(client=client, cfg=IndexConfig(name=name), dims=embedder.dims)
+    index = ChunkIndex(client=client, cfg=IndexConfig(name=name, **index_settings), dims=embedder.dims)
     await index.drop()
     await index.ensure()
     ingestor = Ingestor(index=index, embedder=embedder, chunking=ChunkingConfig(), cfg=IngestConfig())

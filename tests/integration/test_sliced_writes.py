@@ -52,6 +52,11 @@ def chunks(version: int, n: int, word: str, doc_id: str = DOC) -> list[ChunkReco
     ]
 
 
+async def earlier(index: ChunkIndex) -> list[int]:
+    """The versions the doc's history keeps (memory.index.history), newest first."""
+    return [v.version for v in (await index.history([DOC])).get(DOC, [])]
+
+
 def vectors(n: int, seed: int) -> np.ndarray:
     v = np.random.default_rng(seed).standard_normal((n, 384)).astype(np.float32)
     return v / np.linalg.norm(v, axis=1, keepdims=True)
@@ -215,6 +220,8 @@ async def test_a_newer_version_takes_a_paused_write_over(stack) -> None:
     assert await shown(retriever, "charlie") == [(f"{DOC}_p{i}", 4) for i in range(3)]
     assert await shown(retriever, "bravo") == [] and await shown(retriever, "alpha") == []
     assert await shown(retriever, "delta") == []
+    # Kept once, by v3's start: v4 replaced a mix of v1 and v3, which no version ever said.
+    assert await earlier(index) == [1]
 
 
 async def test_the_same_version_waits_for_a_live_writer_and_takes_over_a_dead_one(stack) -> None:
@@ -244,6 +251,7 @@ async def test_the_same_version_waits_for_a_live_writer_and_takes_over_a_dead_on
     assert not result.applied and result.stored_version == 2  # the ingestor treats it as done
     assert await index.count() == 12
     assert await shown(retriever, "bravo") == sorted((f"{DOC}_p{i}", 2) for i in range(12))
+    assert await earlier(index) == [1]  # once, through three starts of the write
 
 
 async def test_a_live_writer_renews_its_marker_with_every_slice(stack) -> None:
@@ -332,6 +340,7 @@ async def test_a_write_that_died_half_way_is_taken_over_by_its_redelivery(stack)
     assert await index.chunk_ids(DOC) == {f"{DOC}_p{i}" for i in range(6)}
     assert await index.count() == 6
     assert await shown(retriever, "bravo") == [(f"{DOC}_p{i}", 2) for i in range(6)]
+    assert await earlier(index) == [1]
     (finding,) = await _check_unfinished_writes(client, settings, 384)
     assert finding.ok and "no document is being written" in finding.detail, finding
 
@@ -369,6 +378,7 @@ async def test_a_reindex_copy_and_switch_mid_write(stack) -> None:
     assert await target.versions([DOC]) == {DOC: 2}
     assert await target.chunk_ids(DOC) == {f"{DOC}_p{i}" for i in range(12)}
     assert await shown(retriever, "bravo") == sorted((f"{DOC}_p{i}", 2) for i in range(12))
+    assert await earlier(target) == [1]  # copied over, not kept again by the restarted write
     assert await shown(retriever, "alpha") == []
     # A doc with no marker in the old generation, half-written in the new one.
     other_doc = "specs/other.md"

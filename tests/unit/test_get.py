@@ -8,7 +8,7 @@ import re
 import pytest
 
 from consumers.queries import fit_get_reply, parse_request, scope_of
-from consumers.requests import GetItem, GetReply, GetRequest, RecentReply
+from consumers.requests import EarlierVersion, GetItem, GetReply, GetRequest, RecentReply
 from memory.errors import InvalidRequest
 
 
@@ -118,3 +118,22 @@ def test_an_unknown_op_names_the_ops_there_are(op: str, shown: str) -> None:
         InvalidRequest, match=f"unknown op {re.escape(shown)}: a request is a search .* get, recent or list"
     ):
         parse_request(f'{{"query_id": "q", "op": {op}, "search_text": "x"}}'.encode())
+
+
+def test_earlier_versions_go_first_oldest_first_when_a_reply_is_too_large() -> None:
+    def earlier(v: int) -> EarlierVersion:
+        return EarlierVersion(version=v, content=f"v{v} " + "x" * 900, source="d", metadata={})
+
+    items = [
+        GetItem(doc_id=f"d{i}", status="found", content="now", history=[earlier(v) for v in range(8, 0, -1)])
+        for i in range(2)
+    ]
+    reply = GetReply(query_id="g", items=items, took_ms=1.0)
+    fitted = fit_get_reply(reply, 12_000)
+    assert len(json.dumps(fitted.model_dump(mode="json"))) <= 12_000
+    first, last = fitted.items
+    # Every item stays; the last one's oldest versions go first, the newest stay.
+    assert not fitted.truncated and [i.content for i in fitted.items] == ["now", "now"]
+    assert [v.version for v in first.history or []] == list(range(8, 0, -1)) and not first.history_truncated
+    assert [v.version for v in last.history or []] == [8, 7] and last.history_truncated
+    assert fit_get_reply(reply, 100_000) == reply  # what fits is left alone

@@ -1,0 +1,61 @@
+"""``get``: memories by id, as stored now, and with ``--history`` a document's earlier versions."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.text import Text
+
+from consumers.client import MemoryClient
+from consumers.requests import GetItem, GetReply
+from daemon.cli._app import _settings, app, out
+from daemon.cli._client import _filter, _tenant_target, _with_client
+from daemon.cli.query import FILTER_HELP
+
+
+@app.command()
+def get(
+    doc_ids: Annotated[list[str], typer.Argument(help="Document ids (a turn's: transcript:<agent>/<session>/<turn>).")],
+    history: Annotated[
+        bool, typer.Option("--history", help="Also each document's earlier versions, newest first.")
+    ] = False,
+    filters: Annotated[list[str] | None, typer.Option("--filter", help=FILTER_HELP)] = None,
+    tenant: Annotated[str | None, typer.Option("--tenant", help="Whose memory (topic tenancy).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", metavar="", help="Print the raw reply.")] = False,
+) -> None:
+    """Show memories by id: each one's current version and content."""
+    flt = _filter(filters)
+    settings = _settings()
+    target = _tenant_target(settings.consumer.tenancy, tenant)
+
+    async def read(c: MemoryClient) -> GetReply:
+        return await c.get(doc_ids, metadata_filter=flt or None, history=history)
+
+    reply = _with_client(read, settings, target)
+    if as_json:
+        print(reply.model_dump_json(indent=2))
+        return
+    for item in reply.items:
+        _show(item)
+    if reply.truncated:
+        out.print(Text("(more items did not fit one Kafka record)", style="yellow"))
+
+
+def _show(item: GetItem) -> None:
+    if item.status != "found":
+        out.print(Text(f"{item.doc_id}: {item.status.replace('_', ' ')}", style="yellow"))
+        return
+    version = f" version {item.version}" if item.version is not None else ""
+    out.print(Text(f"{item.doc_id}{version}  {item.timestamp or '?'}  ({item.source})", style="bold"))
+    cut = Text(" (cut: longer than one reply)", style="yellow") if item.content_truncated else ""
+    out.print(Text(item.content or ""), cut)
+    if item.history is None:
+        return
+    if not item.history:
+        out.print(Text("  no earlier versions kept", style="dim"))
+    for v in item.history:
+        out.print(Text(f"  version {v.version}  {v.timestamp or '?'} until {v.until or '?'}", style="bold dim"))
+        out.print(Text(v.content, style="dim"))
+    if item.history_truncated:
+        out.print(Text("  (older versions did not fit one Kafka record)", style="yellow"))

@@ -1,0 +1,159 @@
+"""A document's earlier versions, on the real embedder and Redis: an upsert keeps the version it
+replaces (exact, with its time and until when it held), trimmed to the setting; a delete drops
+them; a redelivery, a late older version or an unchanged rewrite adds none; a document written
+in slices keeps them too; turns and other tenants keep none of another's; a reindex's copy
+carries them; and through the daemon a ``get`` with history returns them over Kafka."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+
+from consumers.client import MemoryClient
+from memory.index import ChunkIndex
+from memory.keys import history_key
+from memory.records import MemoryItem
+from memory.search_results import Lookup
+from tests.conftest import unique
+from tests.helpers import daemon_and_client, isolated_settings
+from tests.helpers.stacks import Stack, memory_stack
+
+pytestmark = pytest.mark.integration
+
+DOC = "notes/alice.md"
+#: Opening indent and final newline: a version reads back as written.
+V1 = "  Alice lives in Paris and works on the billing service.\n"
+V2 = "Alice moved to Berlin in March.\n\nShe still works on the billing service.\n"
+V3 = "Alice lives in Berlin and leads the ledger team.\n"
+
+
+def upsert(version: int, content: str, ts: float, tenant: str = "default", **meta: Any) -> MemoryItem:
+    return MemoryItem("upsert", DOC, version, content=content, source=DOC, metadata=meta, timestamp=ts, tenant=tenant)
+
+
+async def looked(stack: Stack, doc_id: str = DOC, tenant: str = "default") -> Lookup:
+    (found,) = await stack.retriever.lookup([doc_id], tenant=tenant, history=True)
+    return found
+
+
+async def test_an_upsert_keeps_what_it_replaces_and_a_delete_drops_it(redis_url: str, embedder: Any) -> None:
+    async with memory_stack(redis_url, embedder, unique(__name__)) as stack:
+        await stack.ingestor.apply([upsert(1, V1, 1000.0, team="billing")])
+        assert (await looked(stack)).history == ()
+        await stack.ingestor.apply([upsert(2, V2, 2000.0, team="billing")])
+        await stack.ingestor.apply([upsert(3, V3, 3000.0, team="ledger")])
+        now = await looked(stack)
+        assert (now.version, now.content) == (3, V3)
+        assert [(v.version, v.content, v.metadata, v.timestamp, v.until) for v in now.history] == [
+            (2, V2, {"team": "billing"}, 2000.0, 3000.0),
+            (1, V1, {"team": "billing"}, 1000.0, 2000.0),
+        ]
+        # A redelivery and a late older version are not applied; a new version of the same
+        # content, source and metadata changes nothing worth keeping.
+        await stack.ingestor.apply([upsert(3, V3, 3000.0, team="ledger")])
+        await stack.ingestor.apply([upsert(2, V2, 2000.0, team="billing")])
+        await stack.ingestor.apply([upsert(4, V3, 4000.0, team="ledger")])
+        assert [v.version for v in (await looked(stack)).history] == [2, 1]
+        # A metadata change alone is a change.
+        await stack.ingestor.apply([upsert(5, V3, 5000.0, team="platform")])
+        assert [v.version for v in (await looked(stack)).history] == [4, 2, 1]
+        # A delete leaves nothing readable, and a later upsert starts a new history.
+        await stack.ingestor.apply([MemoryItem("delete", DOC, 6)])
+        assert (await looked(stack)).status == "not_found"
+        gen = (await stack.index.state()).active
+        assert not await stack.client.exists(history_key(stack.index.cfg.name, gen, "default", DOC))
+        await stack.ingestor.apply([upsert(7, V1, 7000.0)])
+        assert (await looked(stack)).history == ()
+        # Without history asked for, none is read.
+        (plain,) = await stack.retriever.lookup([DOC])
+        assert plain.history == ()
+
+
+async def test_the_history_is_trimmed_to_the_setting_and_off_at_zero(redis_url: str, embedder: Any) -> None:
+    async with memory_stack(redis_url, embedder, unique(__name__), history_versions=2) as stack:
+        for v in range(1, 6):
+            await stack.ingestor.apply([upsert(v, f"Revision {v} of the runbook.", 1000.0 * v)])
+        assert [(v.version, v.content) for v in (await looked(stack)).history] == [
+            (4, "Revision 4 of the runbook."),
+            (3, "Revision 3 of the runbook."),
+        ]
+    async with memory_stack(redis_url, embedder, unique(__name__), history_versions=0) as stack:
+        for v in range(1, 4):
+            await stack.ingestor.apply([upsert(v, f"Revision {v} of the runbook.", 1000.0 * v)])
+        assert (await looked(stack)).history == ()
+        gen = (await stack.index.state()).active
+        assert not await stack.client.exists(history_key(stack.index.cfg.name, gen, "default", DOC))
+
+
+async def test_a_document_written_in_slices_keeps_its_history(redis_url: str, embedder: Any) -> None:
+    paragraphs = [f"Section {i}: the ledger service {'retries ' * 60}the write." for i in range(8)]
+    old, new = "\n\n".join(paragraphs), "\n\n".join(p.replace("ledger", "billing") for p in paragraphs)
+    async with memory_stack(redis_url, embedder, unique(__name__), write_slice_chunks=2) as stack:
+        await stack.ingestor.apply([upsert(1, old, 1000.0)])
+        assert len(await stack.index.chunk_ids(DOC)) > 4  # more than two slices
+        await stack.ingestor.apply([upsert(2, new, 2000.0)])
+        now = await looked(stack)
+        assert now.content == new
+        assert [(v.version, v.content, v.until) for v in now.history] == [(1, old, 2000.0)]
+        await stack.ingestor.apply([MemoryItem("delete", DOC, 3)])
+        gen = (await stack.index.state()).active
+        assert not await stack.client.exists(history_key(stack.index.cfg.name, gen, "default", DOC))
+
+
+async def test_turns_keep_none_and_tenants_keep_their_own(redis_url: str, embedder: Any) -> None:
+    async with memory_stack(redis_url, embedder, unique(__name__)) as stack:
+        turn = "transcript:planner/s1/0"
+        for text in ("We ship on Friday.", "We ship on Monday."):
+            await stack.ingestor.apply(
+                [MemoryItem("upsert", turn, None, kind="transcript", content=text, source="planner/s1")]
+            )
+        (said,) = await stack.retriever.lookup([turn], history=True)
+        assert (said.content, said.history) == ("We ship on Monday.", ())
+        await stack.ingestor.apply([upsert(1, V1, 1000.0, tenant="acme"), upsert(1, V3, 1000.0)])
+        await stack.ingestor.apply([upsert(2, V2, 2000.0, tenant="acme")])
+        assert [v.content for v in (await looked(stack, tenant="acme")).history] == [V1]
+        assert (await looked(stack)).history == ()
+        # Outside the filter, a doc shows no history either.
+        (hidden,) = await stack.retriever.lookup(
+            [DOC], tenant="acme", metadata_filter={"source": "elsewhere"}, history=True
+        )
+        assert (hidden.status, hidden.history) == ("not_found", ())
+
+
+async def test_a_reindex_copy_carries_the_history(redis_url: str, embedder: Any) -> None:
+    async with memory_stack(redis_url, embedder, unique(__name__)) as stack:
+        await stack.ingestor.apply([upsert(1, V1, 1000.0)])
+        await stack.ingestor.apply([upsert(2, V2, 2000.0)])
+        gen, _ = await stack.index.registry.reserve("test-history-copy")
+        index = stack.index
+        target = ChunkIndex(client=stack.client, cfg=index.cfg, dims=embedder.dims, spec=index.spec, generation=gen)
+        try:
+            await target.ensure()
+            assert await target.copy_doc(1, "default", DOC)
+            assert await target.history([DOC]) == await index.history([DOC])
+            assert [v.content for v in (await target.history([DOC]))[DOC]] == [V1]
+        finally:
+            await index.registry.release("test-history-copy")
+            await target.drop()
+
+
+async def test_get_with_history_over_kafka(kafka_bootstrap: str, redis_url: str) -> None:
+    settings = isolated_settings(unique(__name__), kafka_bootstrap, redis_url)
+    doc = f"notes/{uuid.uuid4().hex[:8]}.md"
+    async with (
+        daemon_and_client(settings) as (_daemon, _plain),
+        MemoryClient(bootstrap=kafka_bootstrap, topics=settings.topics, timeout_s=30) as client,
+    ):
+        await client.publish_document(doc, V1, version=1, timestamp="2026-03-01T09:00:00Z", wait=True)
+        await client.publish_document(doc, V2, version=2, timestamp="2026-04-01T09:00:00Z", wait=True)
+        (item,) = (await client.get([doc], history=True)).items
+        assert (item.version, item.content) == (2, V2)
+        assert item.history is not None and not item.history_truncated
+        (earlier,) = item.history
+        assert (earlier.version, earlier.content) == (1, V1)
+        assert earlier.timestamp is not None and earlier.timestamp.startswith("2026-03-01T09:00:00")
+        assert earlier.until is not None and earlier.until.startswith("2026-04-01T09:00:00")
+        # Not asked for: not sent.
+        assert (await client.get([doc])).items[0].history is None
