@@ -110,6 +110,17 @@ def test_up_publish_query_and_clean_stop(tmp_path: Path) -> None:
         # --json prints the raw reply, an error reply too (stdout is never left empty)
         res = _cli(env, "query", "x", "--filter", "tenant=a", "--json")
         assert res.returncode == 1 and json.loads(res.stdout)["error"]["code"] == "invalid_request", res
+        # An edit keeps what the runbook said before: `get --history` shows both.
+        doc.write_text("Runbook: when the ledger-service throws ERR_LEDGER_LOCK_9C1, drain the queue first.\n")
+        res = _cli(env, "publish", "doc", str(doc), "--doc-id", "runbooks/ledger.md", "--wait")
+        assert res.returncode == 0, res.stderr
+        res = _cli(env, "get", "runbooks/ledger.md", "--history")
+        assert res.returncode == 0, res.stderr
+        now, before = res.stdout.index("drain the queue first"), res.stdout.index("restart the lock manager")
+        assert now < before and " until " in res.stdout, res.stdout
+        res = _cli(env, "get", "runbooks/ledger.md", "runbooks/none.md", "--json")
+        items = json.loads(res.stdout)["items"]
+        assert [(i["status"], i["history"]) for i in items] == [("found", None), ("not_found", None)], items
     finally:
         os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C
         code = proc.wait(timeout=60)

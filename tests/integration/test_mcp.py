@@ -140,6 +140,14 @@ async def test_every_tool_over_stdio(settings: Settings) -> None:
         assert (put["status"], put["doc_id"]) == ("indexed", doc)
         got = await ok(c, "get_document", doc_id=doc)
         assert (got["status"], got["version"], got["metadata"]["team"]) == ("found", put["version"], "ledger")
+        # An edit: history=true reads what the runbook said before, and until when.
+        edited = "Runbook: drain the queue, then raise lock_timeout for ERR_LEDGER_LOCK_9C1."
+        await ok(c, "upsert_document", doc_id=doc, content=edited, metadata={"team": "ledger"})
+        both = await ok(c, "get_document", doc_id=doc, history=True)
+        assert both["content"] == edited and "history_truncated" not in both
+        assert [(v["content"], v["version"]) for v in both["history"]] == [(runbook, put["version"])]
+        assert both["history"][0]["until"] is not None
+        assert "history" not in await ok(c, "get_document", doc_id=doc)
         assert doc in [h["doc_id"] for h in await ok(c, "search_memory", query="ERR_LEDGER_LOCK_9C1", top_k=3)]
         assert await ok(c, "search_memory", query="ERR_LEDGER_LOCK_9C1", until="2000-01-01T00:00:00Z") == []
         assert (await ok(c, "delete_document", doc_id=doc))["status"] == "indexed"
