@@ -155,7 +155,8 @@ def fit_get_reply(reply: GetReply, max_bytes: int) -> GetReply:
     so): off its end, or off its start for the oldest-first turns of a ``RecentReply``. An
     item too large alone (the first asked for, or the newest turn) keeps the start of its
     content, and its own ``content_truncated`` says so. Earlier versions go first: the
-    oldest of the last item that has any, until it fits (``history_truncated`` says so)."""
+    oldest of the item whose versions take the most bytes, until it fits
+    (``history_truncated`` says so)."""
     reply = _fit_history(reply, max_bytes)
     items = list(reply.items)
     while True:
@@ -171,16 +172,21 @@ def fit_get_reply(reply: GetReply, max_bytes: int) -> GetReply:
 
 
 def _fit_history(reply: GetReply, max_bytes: int) -> GetReply:
-    """``reply`` with the oldest earlier versions left off, last item first, until it fits
-    ``max_bytes`` or none is left (each list halved: a few encodings per item)."""
+    """``reply`` with earlier versions left off until it fits ``max_bytes`` or none is left:
+    each time the oldest of the item whose versions take the most bytes, so one large
+    document's past does not push out every small one's."""
     items = list(reply.items)
-    for i in reversed(range(len(items))):
-        while items[i].history:
-            fitted = reply.model_copy(update={"items": items})
-            if len(json.dumps(fitted.model_dump(mode="json"))) <= max_bytes:
-                return fitted
-            kept = items[i].history or []
-            items[i] = items[i].model_copy(update={"history": kept[: len(kept) // 2], "history_truncated": True})
+    sizes = [[len(json.dumps(v.model_dump(mode="json"))) + 1 for v in i.history or []] for i in items]
+    excess = len(json.dumps(reply.model_dump(mode="json"))) - max_bytes
+    while excess > 0 and any(sizes):
+        # Dropped by their sizes, then measured whole: a few encodings, not one per version.
+        while excess > 0 and any(sizes):
+            i = max(range(len(items)), key=lambda n: sum(sizes[n]))
+            excess -= sizes[i].pop()
+            kept = (items[i].history or [])[: len(sizes[i])]
+            items[i] = items[i].model_copy(update={"history": kept, "history_truncated": True})
+        fitted = reply.model_copy(update={"items": items})
+        excess = len(json.dumps(fitted.model_dump(mode="json"))) - max_bytes
     return reply.model_copy(update={"items": items})
 
 

@@ -22,6 +22,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from consumers.decoding import validation_reason
 from consumers.events import near_spelling
+from consumers.requests import MAX_WEIGHT
 from daemon.about import package_version
 from daemon.explore.access import BEARER_CHALLENGE, UNAUTHORIZED
 from daemon.mcp_tools import MemoryTools
@@ -48,7 +49,9 @@ SEARCH = (
     "context_turns 0..10: each conversation turn found also comes with that many turns before and after it "
     "in its session (context), so you read the exchange, not a fragment; "
     "min_similarity -1..1 (off by default): leave out what the meaning search finds less similar than this, "
-    "so a question about nothing remembered returns little or nothing. "
+    "so a question about nothing remembered returns little or nothing; "
+    "recency_weight 0..1000 (0 by default): order the results newer first, for questions about what holds now "
+    "(about 1 breaks near ties between old and new facts; 5 or more puts the newest of the results first). "
     "Returns results with text, score, source, doc_id, kind, metadata and timestamp (and context)."
 )
 REMEMBER = (
@@ -61,7 +64,9 @@ REMEMBER = (
 )
 UPSERT = (
     "Store or replace a whole document (notes, a runbook, a file's text) under doc_id; a later upsert of the same "
-    "doc_id replaces it. Searchable as soon as this returns. Returns the acknowledgement (status, doc_id, version)."
+    "doc_id replaces it; get_document with history=true reads what it said before. timestamp (ISO 8601, optional) "
+    "is when it was written, for imports; now by default. Searchable as soon as this returns. "
+    "Returns the acknowledgement (status, doc_id, version)."
 )
 DELETE = "Delete the document doc_id from memory (it is no longer found). Returns the acknowledgement."
 FORGET = (
@@ -146,9 +151,13 @@ def build_server(tools: MemoryTools) -> MCPServer[Any]:
         until: str | None = None,
         context_turns: Annotated[int, Field(ge=0, le=MAX_CONTEXT_TURNS)] = 0,
         min_similarity: Annotated[float | None, Field(ge=-1.0, le=1.0)] = None,
+        recency_weight: Annotated[float | None, Field(ge=0.0, le=MAX_WEIGHT)] = None,
     ) -> Annotated[CallToolResult, Rows]:
         return await _run(
-            tools.search_memory(query, top_k, filters, scope, since, until, context_turns, min_similarity), wrap=True
+            tools.search_memory(
+                query, top_k, filters, scope, since, until, context_turns, min_similarity, recency_weight
+            ),
+            wrap=True,
         )
 
     async def remember(
@@ -163,9 +172,9 @@ def build_server(tools: MemoryTools) -> MCPServer[Any]:
         return await _run(tools.remember(text, agent_id, session_id, role, turn, metadata, timestamp))
 
     async def upsert_document(
-        doc_id: str, content: str, metadata: dict[str, Any] | None = None
+        doc_id: str, content: str, metadata: dict[str, Any] | None = None, timestamp: str | None = None
     ) -> Annotated[CallToolResult, Doc]:
-        return await _run(tools.upsert_document(doc_id, content, metadata))
+        return await _run(tools.upsert_document(doc_id, content, metadata, timestamp))
 
     async def delete_document(doc_id: str) -> Annotated[CallToolResult, Doc]:
         return await _run(tools.delete_document(doc_id))

@@ -134,6 +134,7 @@ class MemoryTools:
         until: str | None = None,
         context_turns: int = 0,
         min_similarity: float | None = None,
+        recency_weight: float | None = None,
     ) -> list[dict[str, Any]]:
         """Ask a query; each result as ``result_view`` shows it.
 
@@ -154,6 +155,7 @@ class MemoryTools:
                 until=end,
                 context_turns=context_turns,
                 min_similarity=min_similarity,
+                recency_weight=recency_weight,
             )
             return [result_view(r) for r in reply.results]
 
@@ -260,12 +262,16 @@ class MemoryTools:
             start += PROBE_BATCH
 
     async def upsert_document(
-        self, doc_id: str, content: str, metadata: Mapping[str, Any] | None = None
+        self, doc_id: str, content: str, metadata: Mapping[str, Any] | None = None, timestamp: str | None = None
     ) -> dict[str, Any]:
-        """Upsert a document (a wall-clock version) and wait for its ack."""
+        """Upsert a document (a wall-clock version) and wait for its ack; ``timestamp``: when it
+        was written (ISO 8601), now by default."""
+        when = parse_time(timestamp, "timestamp")
 
         async def put(c: MemoryClient) -> dict[str, Any]:
-            r = await c.publish_document(doc_id, content, metadata=metadata, wait=True, timeout_s=self._cfg.timeout_s)
+            r = await c.publish_document(
+                doc_id, content, metadata=metadata, timestamp=when, wait=True, timeout_s=self._cfg.timeout_s
+            )
             return ack_view(r.ack, r.doc_id)
 
         return await self._call("upsert_document", put, write=True)

@@ -23,6 +23,19 @@ def coalesce(items: Sequence[MemoryItem]) -> list[MemoryItem]:
     return list(best.values())
 
 
+def passed_over(items: Sequence[MemoryItem], kept: Sequence[MemoryItem]) -> dict[int, list[MemoryItem]]:
+    """For each versioned document item of ``kept`` (by ``id``), the items of its doc that
+    ``coalesce`` passed over for it: lower versions, never written, yet said (a document's
+    history keeps them, ``memory.index.history``). Docs with none are left out."""
+    wanted = {(k.tenant, k.doc_id): k for k in kept if k.version is not None and k.kind == "document"}
+    out: dict[int, list[MemoryItem]] = {}
+    for item in items:
+        k = wanted.get((item.tenant, item.doc_id))
+        if k is not None and item is not k and item.version is not None and item.version < (k.version or 0):
+            out.setdefault(id(k), []).append(item)
+    return out
+
+
 def embedding_groups(sizes: Sequence[int], target: int) -> list[range]:
     """Split a batch's docs, in order, into groups of about ``target`` chunks each.
 

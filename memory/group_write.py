@@ -4,7 +4,7 @@ in order once its own chunks are stored, and each item's outcome put in the batc
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -13,6 +13,7 @@ import structlog
 from memory.change_hook import ChangeHook
 from memory.errors import MemdError
 from memory.index import Analysis, ChunkIndex
+from memory.index.history import Passed
 from memory.ingest_report import IngestReport, ItemOutcome
 from memory.records import ApplyResult, ChunkRecord, MemoryItem
 from memory.retrying import Retrying
@@ -32,6 +33,7 @@ async def write_group(
     hook: ChangeHook[Any] | None,
     retrying: Retrying,
     concurrency: int,
+    passed: Mapping[int, Sequence[MemoryItem]] | None = None,
 ) -> None:
     """Store the docs of a group, a few at a time, and hand each to the hook in order.
 
@@ -51,6 +53,7 @@ async def write_group(
         hook: handed each doc written (or found already written at its version), if any.
         retrying: how a Redis call is run (retried while Redis is unavailable).
         concurrency: docs written at a time.
+        passed: each item's earlier versions of its batch (by ``id``; ``batch_plan.passed_over``).
 
     Raises:
         MemdError: a write's retryable failure (only once the daemon is stopping); the
@@ -64,10 +67,11 @@ async def write_group(
     async def store(
         item: MemoryItem, doc_chunks: list[ChunkRecord], vecs: np.ndarray, an: Sequence[Analysis]
     ) -> ApplyResult:
+        said = [Passed.of(p) for p in (passed or {}).get(id(item), ())]
         async with gate:
             return await retrying(
                 "chunk write",
-                lambda: index.apply(item.doc_id, item.version, doc_chunks, vecs, item.tenant, an),
+                lambda: index.apply(item.doc_id, item.version, doc_chunks, vecs, item.tenant, an, passed=said),
             )
 
     writes: list[asyncio.Future[ApplyResult]] = []

@@ -17,7 +17,7 @@ import numpy as np
 import structlog
 
 from memory.activity import IngestActivity
-from memory.batch_plan import coalesce, embedding_groups
+from memory.batch_plan import coalesce, embedding_groups, passed_over
 from memory.change_hook import ChangeHook
 from memory.chunking import chunk_id, span_gaps, span_tail, spans_for
 from memory.config import ChunkingConfig, IngestConfig
@@ -284,6 +284,7 @@ class Ingestor:
     async def _apply(self, items: Sequence[MemoryItem]) -> IngestReport:
         report = IngestReport()
         todo = coalesce(items)
+        passed = passed_over(items, todo)
         stored: dict[tuple[str, str], int] = {}
         for tenant in sorted({i.tenant for i in todo}):
             versioned = [i.doc_id for i in todo if i.version is not None and i.tenant == tenant]
@@ -369,6 +370,7 @@ class Ingestor:
                     hook=self._hook,
                     retrying=self._retrying,
                     concurrency=self._cfg.write_concurrency,
+                    passed=passed,
                 )
             )
         if writing is not None:

@@ -9,10 +9,11 @@ from collections.abc import Sequence
 
 from memory.conversation import MAX_RECENT_TURNS, parse_turn
 from memory.errors import InvalidRequest
-from memory.filters import FilterSpec, normalize_filter
+from memory.filters import FilterSpec, TagFilter, normalize_filter, tag_values
 from memory.hit_checks import marker_docs, shown
 from memory.index import MAX_PAGE, ChunkIndex, LegHit, PageKey
 from memory.index.codec import joined_text
+from memory.index.history import Version
 from memory.records import DEFAULT_TENANT, StoredChunk
 from memory.search_results import Lookup
 from memory.visibility import WriteMarker
@@ -61,15 +62,23 @@ class Lookups:
                 text = joined_text(chunks)
                 out.append(Lookup(doc_id, "found", tuple(chunks), text, chunks[0].version))
         if history:
-            out = await self._with_history(out, tenant)
+            out = await self._with_history(out, tenant, flt)
         return out
 
-    async def _with_history(self, found: list[Lookup], tenant: str) -> list[Lookup]:
+    async def _with_history(self, found: list[Lookup], tenant: str, flt: TagFilter) -> list[Lookup]:
+        """``found`` with each document's earlier versions that the request may see: those
+        the filter admits (by their own metadata) and older than the version read as
+        current (read after it: a write in between pushed that version)."""
         docs = [f.doc_id for f in found if f.status == "found" and f.chunks[0].kind == "document"]
         earlier = await self._index.history(docs, tenant)
-        # Read after the chunks: a write in between pushed the version read as current.
+        keys = self._index.cfg.filter_keys
+
+        def shown(f: Lookup, v: Version) -> bool:
+            tags = {**tag_values(v.metadata, keys), "tenant": tenant, "doc_id": f.doc_id, "kind": "document"}
+            return v.version < (f.version or 0) and flt.matches(tags | {"source": v.source})
+
         return [
-            dataclasses.replace(f, history=tuple(v for v in earlier[f.doc_id] if v.version < (f.version or 0)))
+            dataclasses.replace(f, history=tuple(v for v in earlier[f.doc_id] if shown(f, v)))
             if f.doc_id in earlier
             else f
             for f in found

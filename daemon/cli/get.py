@@ -52,10 +52,11 @@ def _show(item: GetItem) -> None:
     out.print(Text(item.content or ""), cut)
     if item.history is None:
         return
-    if not item.history:
+    if not item.history and not item.history_truncated:
         out.print(Text("  no earlier versions kept", style="dim"))
     for v in item.history:
         out.print(Text(f"  version {v.version}  {v.timestamp or '?'} until {v.until or '?'}", style="bold dim"))
         out.print(Text(v.content, style="dim"))
     if item.history_truncated:
-        out.print(Text("  (older versions did not fit one Kafka record)", style="yellow"))
+        left = "earlier" if not item.history else "older"
+        out.print(Text(f"  ({left} versions left off to fit one Kafka record: get this id alone)", style="yellow"))

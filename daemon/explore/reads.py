@@ -23,6 +23,7 @@ from daemon.explore.views_memory import TenantRow
 from graph import Community, ScopedSearch, StaleItem, TenantGraphs
 from memory.errors import InvalidRequest
 from memory.index import MAX_PAGE, ChunkIndex, ChunkPage, Group, PageKey
+from memory.index.history import Version
 from memory.records import DEFAULT_TENANT, StoredChunk
 from memory.retrieval import Retriever
 from memory.search_results import SearchOutcome
@@ -128,9 +129,15 @@ class MemoryReads:
         """A tenant's chunks, newest first."""
         return await self.index.chunk_page({"tenant": tenant}, limit=limit, start=start, order="desc")
 
-    async def document(self, tenant: str, doc_id: str) -> list[StoredChunk]:
-        """A document's (or a turn's) stored chunks in order."""
-        return (await self.index.turns([doc_id], tenant)).get(doc_id, [])
+    async def document(self, tenant: str, doc_id: str) -> tuple[list[StoredChunk], list[Version]]:
+        """A document's (or a turn's) stored chunks in order, and its earlier versions, newest
+        first (those older than the chunks read: a write in between pushed theirs)."""
+        chunks = (await self.index.turns([doc_id], tenant)).get(doc_id, [])
+        if not chunks or chunks[0].kind != "document":
+            return chunks, []
+        current = chunks[0].version or 0
+        earlier = (await self.index.history([doc_id], tenant)).get(doc_id, [])
+        return chunks, [v for v in earlier if v.version < current]
 
     async def ask(self, form: AskForm, tenant: str) -> Answer:
         """Answer the form's question as the Kafka query handler would, and read why.

@@ -242,10 +242,9 @@ class Explorer:
         """A document's (or a turn's) version and chunks."""
         tenant = await self._tenant(request)
         doc_id = request.query.get("doc", "")
-        chunks = await self._reads.document(tenant, doc_id)
-        return self._page(
-            request, doc_id, document_body(tenant, doc_id, chunks), "tenants", self._crumbs(tenant, esc(doc_id))
-        )
+        chunks, earlier = await self._reads.document(tenant, doc_id)
+        body = document_body(tenant, doc_id, chunks, earlier)
+        return self._page(request, doc_id, body, "tenants", self._crumbs(tenant, esc(doc_id)))
 
     async def chunks(self, request: web.Request) -> web.Response:
         """A tenant's chunks, newest first, keyset-paged."""

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from daemon.explore.html import esc, link, pager, snippet, table, when
 from memory.conversation import parse_turn
 from memory.index import ChunkPage, Group, PageKey
+from memory.index.history import Version
 from memory.records import StoredChunk
 
 
@@ -123,8 +124,9 @@ def turns_body(page: ChunkPage, params: Mapping[str, str]) -> str:
     )
 
 
-def document_body(tenant: str, doc_id: str, chunks: Sequence[StoredChunk]) -> str:
-    """One document (or turn): its stored version and its chunks in order, whole."""
+def document_body(tenant: str, doc_id: str, chunks: Sequence[StoredChunk], earlier: Sequence[Version] = ()) -> str:
+    """One document (or turn): its stored version and its chunks in order, whole, then the
+    earlier versions its history keeps (``memory.index.history``), newest first."""
     if not chunks:
         return f'<p class="muted">{esc(doc_id)} holds no chunk in tenant {esc(tenant)} (deleted, or never written).</p>'
     first = chunks[0]
@@ -143,15 +145,29 @@ def document_body(tenant: str, doc_id: str, chunks: Sequence[StoredChunk]) -> st
         ],
         table_id="doc-facts",
     )
-    note = (
-        '<p class="muted">The index keeps the latest version of a document; older versions are '
-        "replaced whole by a newer one (their history is the Kafka topic's).</p>"
-    )
     rows = (
         (esc(c.chunk_id), esc(c.version), f'<div class="text chunk-text">{esc(c.text)}</div>', esc(_meta(c.metadata)))
         for c in chunks
     )
-    return facts + note + "<h2>Chunks</h2>" + table(("chunk", "version", "text", "metadata"), rows, table_id="chunks")
+    body = facts + "<h2>Chunks</h2>" + table(("chunk", "version", "text", "metadata"), rows, table_id="chunks")
+    if first.kind != "document":
+        return body
+    past = (
+        (
+            esc(v.version),
+            esc(when(v.timestamp)),
+            esc(when(v.until)),
+            f'<div class="text chunk-text">{esc(v.content)}</div>',
+            esc(_meta(v.metadata)),
+        )
+        for v in earlier
+    )
+    note = (
+        '<p class="muted">What the versions a newer one replaced said, as many as '
+        "<code>AGENTMEM_INDEX__HISTORY_VERSIONS</code> keeps; a delete drops them.</p>"
+    )
+    columns = ("version", "from", "until", "content", "metadata")
+    return body + "<h2>Earlier versions</h2>" + note + table(columns, past, table_id="history", empty="none kept")
 
 
 def _meta(metadata: Mapping[str, object]) -> str:

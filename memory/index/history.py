@@ -12,6 +12,7 @@ restarted sliced write finds it at the head already).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import types
 from collections.abc import Sequence
@@ -23,8 +24,9 @@ from memory.chunking import chunk_position, join_chunks
 from memory.index.codec import JOIN_FIELDS, _stored, joined_text
 from memory.index.errors import translate_errors
 from memory.index.lifecycle import _Lifecycle
-from memory.records import DEFAULT_TENANT, ChunkRecord
+from memory.records import DEFAULT_TENANT, ChunkRecord, MemoryItem
 from memory.schema import as_str
+from memory.visibility import WriteMarker
 
 #: What is read of each old chunk to rebuild its version.
 _FIELDS = ("text", "version", "kind", "source", "metadata", "timestamp", "ts", *JOIN_FIELDS)
@@ -72,16 +74,77 @@ class Version:
             return None
 
 
-def kept_versions(chunks: Sequence[ChunkRecord], version: int | None, limit: int) -> int:
+def kept_versions(chunks: Sequence[ChunkRecord], version: int | None, limit: int) -> int | None:
     """How many earlier versions a write of ``chunks`` at ``version`` keeps: ``limit`` for
-    a versioned document's upsert, else none (pure)."""
+    a versioned document's upsert (0: none, and the list is dropped), else None: the write
+    leaves the list alone (a turn, a summary) or drops it with the doc (a delete) (pure)."""
     if version is None or not chunks or chunks[0].kind != "document":
-        return 0
+        return None
     return limit
 
 
-def _content(chunks: Sequence[ChunkRecord]) -> str:
-    return join_chunks([c.text for c in chunks], [c.start for c in chunks], [c.gap for c in chunks], chunks[-1].tail)
+@dataclass(frozen=True, slots=True)
+class Passed:
+    """A version of a doc that its batch held before the one written (``memory.batch_plan``):
+    never written, yet said, so its history keeps it (or, a delete, drops what came before)."""
+
+    version: int
+    deleted: bool
+    content: str
+    source: str
+    metadata: dict[str, Any]
+    timestamp: float
+
+    @classmethod
+    def of(cls, item: MemoryItem) -> Passed:
+        """What ``item`` said (a document's upsert or delete)."""
+        deleted = item.op == "delete"
+        return cls(item.version or 0, deleted, item.content, item.source, dict(item.metadata), item.timestamp)
+
+
+def plan_history(
+    stored: Version | None, floor: int | None, passed: Sequence[Passed], final: Passed, head: int | None
+) -> tuple[list[Version], bool]:
+    """The entries a write of ``final`` pushes, oldest first, and whether it drops the list
+    first (a delete among ``passed``) (pure).
+
+    ``stored``: the version stored now (its ``until`` unset), if it is to be kept; ``floor``:
+    the version stored now, kept or not; ``passed``: the batch's versions, of which those
+    between ``floor`` and ``final`` count; ``head``: the version at the head of the
+    list, whose entries are kept already (a write that starts again pushes none twice).
+    A version is kept with ``until`` the time of the next one that says something else
+    (content, source or metadata): one that says the same is no change.
+    """
+    entries: list[Version] = []
+    clear = False
+    prev = stored
+    between = (p for p in passed if (floor is None or p.version > floor) and p.version < final.version)
+    for p in sorted(between, key=lambda p: p.version):
+        if p.deleted:
+            entries, clear, prev = [], True, None
+            continue
+        said = Version(p.version, p.content, p.source, p.metadata, p.timestamp, None)
+        if prev is not None and _says(prev) == _says(said):
+            continue  # no change: the first to say it goes on holding
+        if prev is not None:
+            entries.append(dataclasses.replace(prev, until=p.timestamp))
+        prev = said
+    if prev is not None and _says(prev) != (final.content, final.source, final.metadata):
+        entries.append(dataclasses.replace(prev, until=final.timestamp))
+    if not clear and head is not None:
+        entries = [e for e in entries if e.version > head]
+    return entries, clear
+
+
+def _says(v: Version) -> tuple[str, str, dict[str, Any]]:
+    return v.content, v.source, v.metadata
+
+
+def _final(chunks: Sequence[ChunkRecord]) -> Passed:
+    """What a write of ``chunks`` (a document's, at least one) says."""
+    first = chunks[0]
+    content = join_chunks([c.text for c in chunks], [c.start for c in chunks], [c.gap for c in chunks], chunks[-1].tail)
+    return Passed(first.version, False, content, first.source, dict(first.metadata), first.timestamp)
 
 
 class _History(_Lifecycle):
@@ -90,57 +153,74 @@ class _History(_Lifecycle):
     def _history_key(self, gen: int, tenant: str, doc_id: str) -> str:
         return keys.history_key(self._cfg.name, gen, tenant, doc_id)
 
-    async def _replaced(
-        self, gen: int, tenant: str, doc_id: str, stored: int | None, old_ids: set[str], by: Sequence[ChunkRecord]
-    ) -> str | None:
-        """The history entry of the stored version a write of ``by`` is about to replace, or
-        None: nothing stored, a mix of versions, not a document, at the head already, or
-        the same content, source and metadata as ``by`` (a new version of the same thing).
+    async def _history_plan(
+        self,
+        gen: int,
+        tenant: str,
+        doc_id: str,
+        stored: int | None,
+        old_ids: set[str],
+        marker: WriteMarker | None,
+        chunks: Sequence[ChunkRecord],
+        passed: Sequence[Passed],
+    ) -> tuple[list[Version], bool]:
+        """What a write of ``chunks`` pushes onto the doc's history, and whether it drops the
+        list first (``plan_history``).
 
-        Read outside the caller's transaction but after its WATCH of the doc's version and
-        chunk set: a write between this read and the caller's EXEC fails the EXEC, and the
-        caller reads again.
+        The stored version is kept only when every stored chunk carries it: not while a
+        sliced write is under way (its start kept that version, or, a delete, dropped the
+        list), nor after one died half-way (no version ever said that mix).
+
+        Read outside the caller's transaction but after its WATCH of the doc's version, chunk
+        set and marker: a write between this read and the caller's EXEC fails the EXEC, and
+        the caller reads again.
         """
-        if stored is None or not old_ids:
-            return None
         chunk_keys = [self._chunk_key(gen, tenant, cid) for cid in sorted(old_ids, key=chunk_position)]
+        readable = stored is not None and chunk_keys and (marker is None or not marker.in_progress)
         async with translate_errors("history read"), self._r.pipeline(transaction=False) as pipe:
             pipe.lindex(self._history_key(gen, tenant, doc_id), 0)
-            for chunk_key in chunk_keys:
+            for chunk_key in chunk_keys if readable else ():
                 pipe.hmget(chunk_key, list(_FIELDS))
-            head, *rows = await pipe.execute()
-        latest = Version.decode(head) if head is not None else None
-        if latest is not None and latest.version == stored:
-            return None
-        chunks = [
+            raw_head, *rows = await pipe.execute()
+        head = Version.decode(raw_head) if raw_head is not None else None
+        old = [
             _stored(types.SimpleNamespace(id=key, **dict(zip(_FIELDS, row, strict=True))), ())
-            for key, row in zip(chunk_keys, rows, strict=True)
+            for key, row in zip(chunk_keys, rows, strict=False)
             if row[0] is not None
         ]
-        if len(chunks) != len(chunk_keys) or any(c.version != stored or c.kind != "document" for c in chunks):
-            return None
-        first, text = chunks[0], joined_text(chunks)
-        if by and (text, first.source, first.metadata) == (_content(by), by[0].source, by[0].metadata):
-            return None
-        until = by[0].timestamp if by else None
-        return Version(stored, text, first.source, first.metadata, first.timestamp, until).encode()
+        kept: Version | None = None
+        if readable and len(old) == len(chunk_keys) and all(c.version == stored and c.kind == "document" for c in old):
+            first = old[0]
+            kept = Version(first.version or 0, joined_text(old), first.source, first.metadata, first.timestamp, None)
+        return plan_history(kept, stored, passed, _final(chunks), head.version if head is not None else None)
 
-    def _push_history(self, pipe: Any, gen: int, tenant: str, doc_id: str, entry: str | None, keep: int) -> None:
-        """Queue, in the caller's transaction, ``entry`` onto the doc's history (trimmed to ``keep``)."""
-        if entry is None or keep <= 0:
-            return
+    def _write_history(
+        self, pipe: Any, gen: int, tenant: str, doc_id: str, plan: tuple[list[Version], bool], keep: int
+    ) -> None:
+        """Queue, in the caller's transaction, a plan's entries onto the doc's history, the
+        list trimmed to ``keep`` (dropped at 0: a lowered setting frees what it no longer keeps)."""
         key = self._history_key(gen, tenant, doc_id)
-        pipe.lpush(key, entry)
+        entries, clear = plan
+        if clear or keep <= 0:
+            pipe.delete(key)
+        if keep <= 0:
+            return
+        for entry in entries:
+            pipe.lpush(key, entry.encode())
         pipe.ltrim(key, 0, keep - 1)
 
     async def history(self, doc_ids: Sequence[str], tenant: str = DEFAULT_TENANT) -> dict[str, list[Version]]:
-        """Each doc's earlier versions, newest first (docs without any are left out)."""
+        """Each doc's earlier versions, newest first, as many as the setting keeps (docs
+        without any are left out)."""
         if not doc_ids:
+            return {}
+        keep = self._cfg.history_versions
+        if keep <= 0:
             return {}
         gen = await self._generation()
         async with translate_errors("history read"), self._r.pipeline(transaction=False) as pipe:
             for d in doc_ids:
-                pipe.lrange(self._history_key(gen, tenant, d), 0, -1)
+                pipe.lrange(self._history_key(gen, tenant, d), 0, keep - 1)
             lists = await pipe.execute()
         out: dict[str, list[Version]] = {}
         for d, raw in zip(doc_ids, lists, strict=True):

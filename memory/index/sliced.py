@@ -19,7 +19,7 @@ from memory import keys
 from memory.errors import BackendUnavailable
 from memory.index.directory import DocChange, queue_change
 from memory.index.errors import IndexError_, WriteInProgress, translate_errors
-from memory.index.history import _History
+from memory.index.history import Passed, _History
 from memory.index.lifecycle import _WATCH_RETRIES, redis_now
 from memory.metrics import SLICED_WRITES
 from memory.records import DEFAULT_TENANT, ApplyResult, ChunkRecord
@@ -109,7 +109,8 @@ class _SlicedWrites(_History):
         mappings: Sequence[dict[str, Any]],
         tenant: str,
         version_ttl_s: int | None,
-        keep: int = 0,
+        keep: int | None = None,
+        passed: Sequence[Passed] = (),
     ) -> ApplyResult:
         """Write a large doc in transactions of ``write_slice_chunks`` (see memory.visibility).
 
@@ -123,14 +124,14 @@ class _SlicedWrites(_History):
         records progress. When another write took the doc over (a newer version, a reindex's
         copy, a redelivery that found this one stalled), this one begins again, which settles
         it (see ``_begin_sliced``); a generation switch starts it again in the new generation.
-        ``keep``: the earlier versions the doc's history keeps (``memory.index.history``); the
-        version replaced is pushed when the write begins.
+        ``keep`` and ``passed``: the earlier versions the doc's history keeps, and those of its
+        batch (``memory.index.history``); the versions replaced are pushed when the write begins.
         """
         token = uuid.uuid4().hex
         for _ in range(_WATCH_RETRIES):
             try:
                 begun = await self._begin_sliced(
-                    doc_id, version, tenant, token, deleting=not chunks, keep=keep, by=chunks
+                    doc_id, version, tenant, token, deleting=not chunks, keep=keep, by=chunks, passed=passed
                 )
                 if isinstance(begun, ApplyResult):
                     return begun
@@ -160,8 +161,9 @@ class _SlicedWrites(_History):
         token: str,
         *,
         deleting: bool,
-        keep: int = 0,
+        keep: int | None = None,
         by: Sequence[ChunkRecord] = (),
+        passed: Sequence[Passed] = (),
     ) -> tuple[int, set[str]] | ApplyResult:
         """Take the doc's marker for a sliced write: its generation and current chunk ids,
         or the result when this version is not to be written (this version or a later one is
@@ -190,13 +192,16 @@ class _SlicedWrites(_History):
                             shown = stored_version
                         now = await redis_now(self._r)
                         began = WriteMarker(shown, version, token=token, owner=self._owner, since=now, beat=now)
-                        replaced = (
-                            await self._replaced(gen, tenant, doc_id, stored_version, old_ids, by) if keep else None
+                        plan = (
+                            await self._history_plan(gen, tenant, doc_id, stored_version, old_ids, marker, by, passed)
+                            if keep
+                            else ([], False)
                         )
                         pipe.multi()  # type: ignore[no-untyped-call]
                         if deleting:
                             pipe.delete(self._history_key(gen, tenant, doc_id))
-                        self._push_history(pipe, gen, tenant, doc_id, replaced, keep)
+                        if keep is not None:
+                            self._write_history(pipe, gen, tenant, doc_id, plan, keep)
                         # No expiry: a writer that dies leaves the doc hidden until its
                         # event's redelivery (or a later version) writes it again.
                         set_marker(pipe, self._writing_key(), marker_key, began)

@@ -13,7 +13,7 @@ from memory.index import codec  # _record_mapping looked up on its module, where
 from memory.index.codec import Analysis, _int_or_none, analyze_records
 from memory.index.directory import DocChange, queue_change
 from memory.index.errors import IndexError_, _NoGeneration, translate_errors
-from memory.index.history import kept_versions
+from memory.index.history import Passed, kept_versions
 from memory.index.lifecycle import _WATCH_RETRIES
 from memory.index.sliced import _mark_finished, _SlicedWrites
 from memory.keys import check_tenant
@@ -50,12 +50,15 @@ class _VersionedWrites(_SlicedWrites):
         tenant: str = DEFAULT_TENANT,
         analyses: Sequence[Analysis] | None = None,
         version_ttl_s: int | None = None,
+        passed: Sequence[Passed] = (),
     ) -> ApplyResult:
         """Replace every chunk of ``doc_id`` with ``chunks`` (none = delete), atomically.
 
         ``analyses`` (from :func:`analyze`, one per chunk) saves computing them here.
         ``version_ttl_s``: the stored version expires (a removed community's tombstone only
         has late writers of the last minutes to fence off; a document's is kept for good).
+        ``passed``: the doc's versions its batch held before this one, never written, which
+        its history keeps (``memory.index.history``).
 
         With a ``version``, applies only when it is above the stored one and then stores it;
         the check and the write form one optimistic transaction (WATCH), so two daemons
@@ -71,12 +74,12 @@ class _VersionedWrites(_SlicedWrites):
         elif len(analyses) != len(chunks):
             raise MemdError(f"{len(analyses)} analyses for {len(chunks)} chunks of {doc_id!r}")
         try:
-            return await self._apply(doc_id, version, chunks, vectors, tenant, analyses, version_ttl_s)
+            return await self._apply(doc_id, version, chunks, vectors, tenant, analyses, version_ttl_s, passed)
         except _NoGeneration:
             if not self._recreate:
                 raise
             await self._recover()
-            return await self._apply(doc_id, version, chunks, vectors, tenant, analyses, version_ttl_s)
+            return await self._apply(doc_id, version, chunks, vectors, tenant, analyses, version_ttl_s, passed)
 
     async def _apply(
         self,
@@ -87,6 +90,7 @@ class _VersionedWrites(_SlicedWrites):
         tenant: str,
         analyses: Sequence[Analysis],
         version_ttl_s: int | None = None,
+        passed: Sequence[Passed] = (),
     ) -> ApplyResult:
         keep = kept_versions(chunks, version, self._cfg.history_versions)
         rows = zip(chunks, vectors, analyses, strict=True)
@@ -109,13 +113,18 @@ class _VersionedWrites(_SlicedWrites):
                         new_ids = {c.chunk_id for c in chunks}
                         if version is not None and len(chunks) + len(old_ids - new_ids) > self._cfg.write_slice_chunks:
                             break  # too large for one transaction: see memory.visibility
-                        replaced = (
-                            await self._replaced(gen, tenant, doc_id, stored_version, old_ids, chunks) if keep else None
+                        plan = (
+                            await self._history_plan(
+                                gen, tenant, doc_id, stored_version, old_ids, marker, chunks, passed
+                            )
+                            if keep
+                            else ([], False)
                         )
                         pipe.multi()  # type: ignore[no-untyped-call]
                         if version is not None and not chunks:
                             pipe.delete(self._history_key(gen, tenant, doc_id))  # a deleted doc leaves nothing
-                        self._push_history(pipe, gen, tenant, doc_id, replaced, keep)
+                        if keep is not None:
+                            self._write_history(pipe, gen, tenant, doc_id, plan, keep)
                         stale = [self._chunk_key(gen, tenant, c) for c in old_ids - new_ids]
                         if stale:
                             pipe.delete(*stale)
@@ -151,7 +160,7 @@ class _VersionedWrites(_SlicedWrites):
             else:
                 raise IndexError_(f"write of {doc_id!r} kept conflicting; giving up after {_WATCH_RETRIES} tries")
             assert version is not None
-            return await self._apply_sliced(doc_id, version, chunks, mappings, tenant, version_ttl_s, keep)
+            return await self._apply_sliced(doc_id, version, chunks, mappings, tenant, version_ttl_s, keep, passed)
 
     async def chunk_ids(self, doc_id: str, tenant: str = DEFAULT_TENANT) -> set[str]:
         """The chunk ids currently stored for a doc."""

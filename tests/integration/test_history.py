@@ -12,9 +12,11 @@ from typing import Any
 import pytest
 
 from consumers.client import MemoryClient
+from memory.config import ChunkingConfig, IngestConfig
 from memory.index import ChunkIndex
+from memory.ingest import Ingestor
 from memory.keys import history_key
-from memory.records import MemoryItem
+from memory.records import ChunkRecord, MemoryItem
 from memory.search_results import Lookup
 from tests.conftest import unique
 from tests.helpers import daemon_and_client, isolated_settings
@@ -30,7 +32,10 @@ V3 = "Alice lives in Berlin and leads the ledger team.\n"
 
 
 def upsert(version: int, content: str, ts: float, tenant: str = "default", **meta: Any) -> MemoryItem:
-    return MemoryItem("upsert", DOC, version, content=content, source=DOC, metadata=meta, timestamp=ts, tenant=tenant)
+    tags = {k: str(v) for k, v in meta.items()}  # as DocumentEvent.to_item tags filterable metadata
+    return MemoryItem(
+        "upsert", DOC, version, content=content, source=DOC, tags=tags, metadata=meta, timestamp=ts, tenant=tenant
+    )
 
 
 async def looked(stack: Stack, doc_id: str = DOC, tenant: str = "default") -> Lookup:
@@ -157,3 +162,62 @@ async def test_get_with_history_over_kafka(kafka_bootstrap: str, redis_url: str)
         assert earlier.until is not None and earlier.until.startswith("2026-04-01T09:00:00")
         # Not asked for: not sent.
         assert (await client.get([doc])).items[0].history is None
+
+
+async def test_a_batch_keeps_the_versions_it_passed_over_and_a_delete_in_it_drops_the_rest(
+    redis_url: str, embedder: Any
+) -> None:
+    async with memory_stack(redis_url, embedder, unique(__name__)) as stack:
+        await stack.ingestor.apply([upsert(1, V1, 1000.0)])
+        # One batch: v2 and v3 are never written (coalesced into v4), yet were said.
+        await stack.ingestor.apply([upsert(3, V3, 3000.0), upsert(2, V2, 2000.0), upsert(4, "Alice left.", 4000.0)])
+        assert [(v.version, v.until) for v in (await looked(stack)).history] == [
+            (3, 4000.0),
+            (2, 3000.0),
+            (1, 2000.0),
+        ]
+        # A delete in a batch with a later upsert: what came before it is gone, as if applied.
+        await stack.ingestor.apply([MemoryItem("delete", DOC, 5), upsert(6, V2, 6000.0)])
+        assert (await looked(stack)).history == ()
+        await stack.ingestor.apply([upsert(7, "SECRET", 7000.0)])
+        await stack.ingestor.apply([upsert(8, V1, 8000.0), MemoryItem("delete", DOC, 9), upsert(10, V3, 10_000.0)])
+        assert (await looked(stack)).history == ()
+
+
+async def test_an_earlier_version_outside_the_filter_is_not_shown(redis_url: str, embedder: Any) -> None:
+    async with memory_stack(redis_url, embedder, unique(__name__), extra_filter_keys=["team"]) as stack:
+        await stack.ingestor.apply([upsert(1, V1, 1000.0, team="secret")])
+        await stack.ingestor.apply([upsert(2, V2, 2000.0, team="billing")])
+        await stack.ingestor.apply([upsert(3, V3, 3000.0, team="billing")])
+        (seen,) = await stack.retriever.lookup([DOC], metadata_filter={"team": "billing"}, history=True)
+        assert [v.version for v in seen.history] == [2]
+        (seen,) = await stack.retriever.lookup([DOC], metadata_filter={"team": {"not": "secret"}}, history=True)
+        assert [v.version for v in seen.history] == [2]
+        assert [v.version for v in (await looked(stack)).history] == [2, 1]
+
+
+async def test_a_lowered_setting_trims_at_the_next_write_and_zero_drops(redis_url: str, embedder: Any) -> None:
+    async with memory_stack(redis_url, embedder, unique(__name__)) as stack:
+        for v in range(1, 6):
+            await stack.ingestor.apply([upsert(v, f"Revision {v}.", 1000.0 * v)])
+        assert len((await looked(stack)).history) == 4
+        gen = (await stack.index.state()).active
+        key = history_key(stack.index.cfg.name, gen, "default", DOC)
+        for keep, want in ((2, 2), (0, 0)):
+            cfg = stack.index.cfg.model_copy(update={"history_versions": keep})
+            index = ChunkIndex(client=stack.client, cfg=cfg, dims=embedder.dims, spec=stack.index.spec)
+            assert len((await index.history([DOC])).get(DOC, [])) == want  # read: capped at once
+            ingestor = Ingestor(index=index, embedder=embedder, chunking=ChunkingConfig(), cfg=IngestConfig())
+            await ingestor.apply([upsert(13 - keep // 2, "Revision 13.", 9000.0 + keep)])
+            assert await stack.client.llen(key) == want  # stored: trimmed by the write
+
+
+async def test_a_community_summary_keeps_none(redis_url: str, embedder: Any) -> None:
+    async with memory_stack(redis_url, embedder, unique(__name__)) as stack:
+        cid = "community:0:7"
+        for version, text in ((1, "Ledger team: Alice, Bob."), (2, "Ledger team: Alice, Bob, Carol.")):
+            record = ChunkRecord(cid + "_p0", cid, 0, text, "community", cid, {}, {}, version, 1000.0 * version)
+            vectors = await embedder.embed_documents([text])
+            assert (await stack.index.apply(cid, version, [record], vectors)).applied
+        gen = (await stack.index.state()).active
+        assert not await stack.client.exists(history_key(stack.index.cfg.name, gen, "default", cid))

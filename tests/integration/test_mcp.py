@@ -148,6 +148,11 @@ async def test_every_tool_over_stdio(settings: Settings) -> None:
         assert [(v["content"], v["version"]) for v in both["history"]] == [(runbook, put["version"])]
         assert both["history"][0]["until"] is not None
         assert "history" not in await ok(c, "get_document", doc_id=doc)
+        newest = await ok(c, "search_memory", query="ERR_LEDGER_LOCK_9C1", top_k=3, recency_weight=1.0)
+        assert newest[0]["doc_id"] == doc and newest[0]["text"] == edited
+        dated = await ok(c, "upsert_document", doc_id=doc, content=edited + " Dated.", timestamp="2026-02-03T04:05:06Z")
+        assert (await ok(c, "get_document", doc_id=doc))["timestamp"].startswith("2026-02-03T04:05:06")
+        assert dated["status"] == "indexed"
         assert doc in [h["doc_id"] for h in await ok(c, "search_memory", query="ERR_LEDGER_LOCK_9C1", top_k=3)]
         assert await ok(c, "search_memory", query="ERR_LEDGER_LOCK_9C1", until="2000-01-01T00:00:00Z") == []
         assert (await ok(c, "delete_document", doc_id=doc))["status"] == "indexed"

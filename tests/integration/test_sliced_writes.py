@@ -224,6 +224,21 @@ async def test_a_newer_version_takes_a_paused_write_over(stack) -> None:
     assert await earlier(index) == [1]
 
 
+async def test_a_large_delete_taken_over_half_way_keeps_no_part_of_the_deleted_version(stack) -> None:
+    """A delete of v2 stops after its first slice and v3 lands in one transaction: what is
+    left of v2 is no version anyone wrote, and v2 was being deleted, so no history keeps it."""
+    index, retriever, _ = stack
+    await index.apply(DOC, 1, chunks(1, 10, "alpha"), vectors(10, 1))
+    await whole(index).apply(DOC, 2, chunks(2, 10, "bravo"), vectors(10, 2))
+    assert await earlier(index) == [1]
+    pause, delete = await PausedAfter.hold(index, 1, index.apply(DOC, 3, [], vectors(0, 3)))
+    assert (await whole(index).apply(DOC, 4, chunks(4, 3, "charlie"), vectors(3, 4))).applied
+    pause.release.set()
+    assert not (await asyncio.wait_for(delete, 10)).applied
+    assert await earlier(index) == []
+    assert await shown(retriever, "charlie") == [(f"{DOC}_p{i}", 4) for i in range(3)]
+
+
 async def test_the_same_version_waits_for_a_live_writer_and_takes_over_a_dead_one(stack) -> None:
     """A rebalance hands v2's event to another daemon while the first still writes it: the
     second waits (a retryable error) while the write progresses, and takes over once it stops."""

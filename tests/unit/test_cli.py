@@ -150,6 +150,7 @@ def test_commands_are_listed_in_their_usual_order() -> None:
         "servers",
         "query",
         "recent",
+        "get",
         "doctor",
         "topics",
         "stale",

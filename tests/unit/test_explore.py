@@ -19,6 +19,7 @@ from graph.communities import Community
 from graph.stale_queue import StaleItem
 from memory.errors import InvalidRequest
 from memory.index import ChunkPage, LegHit, PageKey, next_key
+from memory.index.history import Version
 from memory.records import StoredChunk
 from memory.search_results import SearchHit, SearchOutcome, leg_order
 
@@ -286,6 +287,16 @@ def test_a_document_page_shows_its_version_and_a_turn_none() -> None:
     assert "unversioned" not in document_body("acme", "guide.md", [doc])
     assert "<td>1</td>" in document_body("acme", "guide.md", [doc])
     assert "unversioned" in document_body("acme", "transcript:a/s/0", [_chunk("hi")])
+
+
+def test_a_document_page_shows_its_earlier_versions_escaped() -> None:
+    doc = _chunk("Ana lives in Berlin.", chunk_id="facts/ana_p0", kind="document")
+    past = [Version(3, HOSTILE, "facts/ana", {"team": "<b>"}, 1_700_000_000.0, 1_700_086_400.0)]
+    page = document_body("acme", "facts/ana", [doc], past)
+    assert "Earlier versions" in page and esc(HOSTILE) in page and "<script" not in page and "<b>" not in page
+    assert "2023-11-14" in page and "2023-11-15" in page  # from, until
+    assert "none kept" in document_body("acme", "facts/ana", [doc])
+    assert "Earlier versions" not in document_body("acme", "transcript:a/s/0", [_chunk("hi")])
 
 
 def test_a_stale_community_says_what_marked_it() -> None:

@@ -120,20 +120,21 @@ def test_an_unknown_op_names_the_ops_there_are(op: str, shown: str) -> None:
         parse_request(f'{{"query_id": "q", "op": {op}, "search_text": "x"}}'.encode())
 
 
-def test_earlier_versions_go_first_oldest_first_when_a_reply_is_too_large() -> None:
-    def earlier(v: int) -> EarlierVersion:
-        return EarlierVersion(version=v, content=f"v{v} " + "x" * 900, source="d", metadata={})
+def test_earlier_versions_go_first_oldest_of_the_largest_first_when_a_reply_is_too_large() -> None:
+    def earlier(v: int, size: int) -> EarlierVersion:
+        return EarlierVersion(version=v, content=f"v{v} " + "x" * size, source="d", metadata={})
 
-    items = [
-        GetItem(doc_id=f"d{i}", status="found", content="now", history=[earlier(v) for v in range(8, 0, -1)])
-        for i in range(2)
-    ]
-    reply = GetReply(query_id="g", items=items, took_ms=1.0)
-    fitted = fit_get_reply(reply, 12_000)
-    assert len(json.dumps(fitted.model_dump(mode="json"))) <= 12_000
-    first, last = fitted.items
-    # Every item stays; the last one's oldest versions go first, the newest stay.
+    small = GetItem(doc_id="small", status="found", content="now", history=[earlier(v, 100) for v in (3, 2, 1)])
+    large = GetItem(doc_id="large", status="found", content="now", history=[earlier(v, 4000) for v in (3, 2, 1)])
+    reply = GetReply(query_id="g", items=[large, small], took_ms=1.0)
+    fitted = fit_get_reply(reply, 6_000)
+    assert len(json.dumps(fitted.model_dump(mode="json"))) <= 6_000
+    kept_large, kept_small = fitted.items
+    # Every item stays; the large one's oldest versions go, the small one keeps all of its.
     assert not fitted.truncated and [i.content for i in fitted.items] == ["now", "now"]
-    assert [v.version for v in first.history or []] == list(range(8, 0, -1)) and not first.history_truncated
-    assert [v.version for v in last.history or []] == [8, 7] and last.history_truncated
+    assert [v.version for v in kept_large.history or []] == [3] and kept_large.history_truncated
+    assert [v.version for v in kept_small.history or []] == [3, 2, 1] and not kept_small.history_truncated
     assert fit_get_reply(reply, 100_000) == reply  # what fits is left alone
+    # Past every version, items go as before.
+    tight = fit_get_reply(reply, 700)
+    assert len(json.dumps(tight.model_dump(mode="json"))) <= 700 and tight.items[0].history == []

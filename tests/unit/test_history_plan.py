@@ -1,0 +1,60 @@
+"""What a write pushes onto a document's history (``memory.index.history.plan_history``, pure)."""
+
+from __future__ import annotations
+
+from memory.index.history import Passed, Version, plan_history
+
+
+def said(version: int, content: str, ts: float, *, deleted: bool = False, **meta: object) -> Passed:
+    return Passed(version, deleted, content, "notes/ana.md", dict(meta), ts)
+
+
+def stored(version: int, content: str, ts: float) -> Version:
+    return Version(version, content, "notes/ana.md", {}, ts, None)
+
+
+def shown(plan: tuple[list[Version], bool]) -> tuple[list[tuple[int, str, float | None, float | None]], bool]:
+    entries, clear = plan
+    return [(e.version, e.content, e.timestamp, e.until) for e in entries], clear
+
+
+def test_the_stored_version_is_kept_until_the_write_that_replaces_it() -> None:
+    plan = plan_history(stored(1, "Paris", 10.0), 1, [], said(2, "Berlin", 20.0), None)
+    assert shown(plan) == ([(1, "Paris", 10.0, 20.0)], False)
+
+
+def test_the_versions_a_batch_passed_over_are_kept_in_order_each_until_the_next() -> None:
+    passed = [said(3, "Munich", 30.0), said(2, "Berlin", 20.0), said(1, "old", 1.0)]  # v1: below the stored one
+    plan = plan_history(stored(1, "Paris", 10.0), 1, passed, said(4, "Lisbon", 40.0), None)
+    assert shown(plan) == ([(1, "Paris", 10.0, 20.0), (2, "Berlin", 20.0, 30.0), (3, "Munich", 30.0, 40.0)], False)
+
+
+def test_a_delete_in_the_batch_drops_everything_before_it() -> None:
+    passed = [said(2, "Berlin", 20.0), said(3, "", 30.0, deleted=True), said(4, "Munich", 40.0)]
+    plan = plan_history(stored(1, "Paris", 10.0), 1, passed, said(5, "Lisbon", 50.0), 1)
+    # The list goes, and what came after the delete is kept, whatever the head said.
+    assert shown(plan) == ([(4, "Munich", 40.0, 50.0)], True)
+
+
+def test_an_unchanged_version_is_no_change_and_the_first_to_say_it_holds_from_its_time() -> None:
+    passed = [said(2, "Paris", 20.0), said(3, "Berlin", 30.0)]
+    plan = plan_history(stored(1, "Paris", 10.0), 1, passed, said(4, "Berlin", 40.0), None)
+    assert shown(plan) == ([(1, "Paris", 10.0, 30.0)], False)
+    # Metadata is part of what a version says.
+    plan = plan_history(stored(1, "Paris", 10.0), 1, [], said(2, "Paris", 20.0, team="x"), None)
+    assert shown(plan) == ([(1, "Paris", 10.0, 20.0)], False)
+
+
+def test_what_the_head_holds_already_is_not_pushed_again() -> None:
+    passed = [said(2, "Berlin", 20.0)]
+    plan = plan_history(stored(1, "Paris", 10.0), 1, passed, said(3, "Lisbon", 30.0), 2)
+    assert shown(plan) == ([], False)
+    plan = plan_history(stored(1, "Paris", 10.0), 1, passed, said(3, "Lisbon", 30.0), 1)
+    assert shown(plan) == ([(2, "Berlin", 20.0, 30.0)], False)
+
+
+def test_a_stored_version_not_to_be_kept_still_bounds_the_batch() -> None:
+    # A sliced write under way: the stored v2 is not read, yet v1 and v2 of the batch are past.
+    passed = [said(1, "old", 1.0), said(2, "Berlin", 20.0), said(3, "Munich", 30.0)]
+    plan = plan_history(None, 2, passed, said(4, "Lisbon", 40.0), None)
+    assert shown(plan) == ([(3, "Munich", 30.0, 40.0)], False)
