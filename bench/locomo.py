@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import re
 import time
@@ -89,6 +90,8 @@ class Question:
     text: str
     category: int
     evidence: frozenset[str]
+    #: The conversation's two speakers: the first published with role user, the second assistant.
+    speakers: tuple[str, str] = ("", "")
 
 
 def session_time(text: str) -> datetime | None:
@@ -156,10 +159,55 @@ def load(path: Path, conversations: int = 0) -> tuple[list[Turn], list[Question]
         for qa in conv.get("qa", ()):
             ev = evidence_keys(qa.get("evidence") or [])
             if ev and qa.get("question"):
-                questions.append(Question(agent, qa["question"], int(qa.get("category", 0)), ev))
+                pair = (str(c.get("speaker_a", "")), str(c.get("speaker_b", "")))
+                questions.append(Question(agent, qa["question"], int(qa.get("category", 0)), ev, pair))
     if repaired:
         print(f"{len(repaired)} repairs while loading {path.name}: {repaired[:5]}", flush=True)
     return turns, questions
+
+
+#: Words after which a speaker's name is an object ("gave Caroline", "with Melanie").
+_OBJECT_AFTER = frozenset(
+    "to with for about from give gave gives tell told help helped by at of inspire inspired make made "
+    "motivate motivated remind reminds support supports encourage encouraged".split()
+)
+#: Grammar a pronoun put in a name's place needs ("I is" -> "I am").
+_AGREEMENT = (
+    (" I is", " I am"),
+    (" I has", " I have"),
+    (" I does", " I do"),
+    (" you is", " you are"),
+    (" you was", " you were"),
+    (" you has", " you have"),
+    (" you does", " you do"),
+    ("does you", "do you"),
+    ("does I", "do I"),
+    ("Does you", "Do you"),
+    ("Does I", "Do I"),
+)
+
+
+def in_person(q: Question) -> tuple[str, int] | None:
+    """``q`` asked by one of its speakers, as a user asks an assistant: a question naming only
+    the first speaker (role user) in the first person ("When did I go to ..."), one naming only
+    the second (role assistant) in the second ("What did you paint?"), and which; None for a
+    question naming neither or both (pure)."""
+    first, second = (bool(name) and re.search(rf"\b{re.escape(name)}\b", q.text) is not None for name in q.speakers)
+    if first == second:
+        return None
+    person = 1 if first else 2
+    subject, obj, own = ("I", "me", "my") if person == 1 else ("you", "you", "your")
+
+    def pronoun(m: re.Match[str]) -> str:
+        before = q.text[: m.start()].split()
+        if m.group(2):
+            return own
+        return obj if before and before[-1].lower().strip(",") in _OBJECT_AFTER else subject
+
+    text = re.sub(rf"\b({re.escape(q.speakers[person - 1])})('s|\u2019s)?\b", pronoun, q.text)
+    for wrong, right in _AGREEMENT:
+        text = text.replace(wrong, right)
+    return text[:1].upper() + text[1:], person
 
 
 def recall_at(ranked: Sequence[str], evidence: frozenset[str], k: int) -> float:
@@ -331,6 +379,8 @@ async def main_async(args: argparse.Namespace, servers: Servers) -> Result:
                 if k == max(KS):
                     deepest = scores(per_k[k], questions)
                     took_ms = summary_ms([a[1] for a in answers])
+            if params is None:
+                defaults_per_k = per_k
             by_k = {k: scores(per_k[k], questions) for k in KS}
             rows[name] = {label: {f"R@{k}": by_k[k][label][f"R@{k}"] for k in KS} for label in ("all", "cat1-4")} | {
                 "query_ms": took_ms,
@@ -338,6 +388,34 @@ async def main_async(args: argparse.Namespace, servers: Servers) -> Result:
             }
             rec = rows[name]["all"]
             print(f"  {name:<20} " + "  ".join(f"R@{k} {rec[f'R@{k}']:.3f}" for k in KS), flush=True)
+
+        # The questions that name one speaker, asked by that speaker as a user asks an assistant
+        # ("When did I ...", "What did you ..."), with the defaults; beside them as asked.
+        asked = [(i, r) for i, q in enumerate(questions) if (r := in_person(q)) is not None]
+        subset = [questions[i] for i, _ in asked]
+        in_person_rows: dict[str, dict[str, float]] = {}
+        if asked:
+            by_person: dict[int, dict[int, list[str]]] = {}
+            for k in KS:
+                gate = asyncio.Semaphore(args.askers)
+                answers = await asyncio.gather(
+                    *(ask(dataclasses.replace(questions[i], text=r[0]), None, gate, k) for i, r in asked)
+                )
+                by_person[k] = {j: a[0] for j, a in enumerate(answers)}
+            named = {k: {j: defaults_per_k[k][i] for j, (i, _) in enumerate(asked)} for k in KS}
+            for label, ranked, which in (
+                ("as asked", named, (1, 2)),
+                ("in the first or second person", by_person, (1, 2)),
+                ("in the first person (the user)", by_person, (1,)),
+                ("in the second person (the assistant)", by_person, (2,)),
+            ):
+                keep = [j for j, (_, r) in enumerate(asked) if r[1] in which]
+                chosen = [subset[j] for j in keep]
+                in_person_rows[label] = {
+                    f"R@{k}": scores({n: ranked[k][j] for n, j in enumerate(keep)}, chosen)["all"][f"R@{k}"] for k in KS
+                } | {"questions": len(keep)}
+                rec = in_person_rows[label]
+                print(f"  one speaker named, {label:<38} " + "  ".join(f"R@{k} {rec[f'R@{k}']:.3f}" for k in KS))
 
         # Freshness: one conversation again under a new agent id, a turn every 1/rate s, as an
         # agent publishes them; each timed from its publish until its chunk is stored.
@@ -373,6 +451,7 @@ async def main_async(args: argparse.Namespace, servers: Servers) -> Result:
         "raw_embedding": raw,
         "freshness": freshness,
         "modes": rows,
+        "one_speaker_in_person": in_person_rows,
         "published_dragon": PUBLISHED,
     }
     result.figure("ingest: all turns published -> searchable", ingest_s, "s")
@@ -396,6 +475,11 @@ async def main_async(args: argparse.Namespace, servers: Servers) -> Result:
         for label in ("all", "cat1-4"):
             for k in KS:
                 result.figure(f"{name}, {label}, R@{k}", row[label][f"R@{k}"])
+    for label, row in in_person_rows.items():
+        result.figure(
+            f"fused (defaults), questions naming one speaker, {label} ({row['questions']}), R@5/10/25/50",
+            " / ".join(f"{row[f'R@{k}']:.3f}" for k in KS),
+        )
     for k in KS[:-1]:
         first = rows["fused (defaults)"]["first_k_of_50"]["all"][f"R@{k}"]
         result.figure(f"fused (defaults), all, R@{k} of the first {k} of a request for {max(KS)}", first)
@@ -414,6 +498,11 @@ async def main_async(args: argparse.Namespace, servers: Servers) -> Result:
         f"{max(KS)} were asked by one asker at a time (their p50 is a latency), every other request by "
         f"{args.askers} concurrent askers. Published reference (DRAGON, turns as units, LoCoMo paper Table 3): "
         + ", ".join(f"R@{k} {v}" for k, v in PUBLISHED.items())
+    )
+    result.note(
+        "questions naming one speaker were also asked as that speaker would ask an assistant: the first speaker's "
+        "(published with role user) in the first person, the second's (role assistant) in the second, the name "
+        "replaced by I/me/my or you/your (bench/locomo.py in_person); no target"
     )
     if result.doc["smoke"]:
         result.note("SUBSET RUN: not comparable with the published figures")

@@ -27,6 +27,11 @@ _LABEL_CHARS = 200
 _MIN_LABEL_CHARS = 3
 #: Between the speakers of a turn in its stored ``speaker`` field.
 SEPARATOR = "|"
+#: A question in the first person ("what did I say?") names the one asking, and in the second
+#: person the one asked: in a chat's transcript, the ``user`` and the ``assistant`` roles.
+ASKER_WORDS = frozenset({"i", "me", "my", "mine", "myself"})
+ASKED_WORDS = frozenset({"you", "your", "yours", "yourself"})
+ASKER_ROLE, ASKED_ROLE = "user", "assistant"
 
 
 def speakers_field(text: str, role: str, agent_id: str = "") -> str:
@@ -55,8 +60,14 @@ def named(field: str, query: str) -> bool:
 
 
 def query_words(text: str) -> str:
-    """A query as :func:`named` reads it."""
-    return f" {' '.join(tokenize(unicodedata.normalize('NFC', text)))} "
+    """A query as :func:`named` reads it: its words, and the role its pronouns name, if one
+    does (:data:`ASKER_WORDS`, :data:`ASKED_WORDS`; both at once, "can you tell me …", name
+    neither: the words say who asks, not whom the question is about)."""
+    words = tokenize(unicodedata.normalize("NFC", text))
+    said = set(words)
+    asker, asked = not said.isdisjoint(ASKER_WORDS), not said.isdisjoint(ASKED_WORDS)
+    role = ASKER_ROLE if asker and not asked else ASKED_ROLE if asked and not asker else None
+    return f" {' '.join(words)} " + (f"{role} " if role else "")
 
 
 def speaker_ranks(text: str, hits: Iterable[tuple[str, str]]) -> dict[str, int]:

@@ -52,3 +52,16 @@ def test_the_speaker_list_ranks_the_named_speakers_turns_first_and_no_other() ->
     assert speaker_ranks("What did Melanie paint?", hits) == {"t2": 1}
     assert speaker_ranks("what did the user ask for", hits) == {"t1": 1}
     assert speaker_ranks("sunset painting", hits) == {}
+
+
+def test_a_question_in_the_first_person_names_the_user_and_in_the_second_the_assistant() -> None:
+    hits = [("u", "user|caroline"), ("a", "assistant|melanie"), ("doc", "")]
+    assert speaker_ranks("What did I say about the move?", hits) == {"u": 1}
+    assert speaker_ranks("Where's my passport?", hits) == {"u": 1}
+    assert speaker_ranks("I'm lost: which hotel?", hits) == {"u": 1}
+    assert speaker_ranks("What did you recommend?", hits) == {"a": 1}
+    # Both at once say who asks, not whom it is about; a name still counts.
+    assert speaker_ranks("Can you tell me what I said?", hits) == {}
+    assert speaker_ranks("Can you tell me what Melanie said?", hits) == {"a": 1}
+    # A word that holds "i" or "you" is no pronoun.
+    assert speaker_ranks("Is the wifi down in Youngstown?", hits) == {}
