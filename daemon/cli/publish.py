@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated
 
@@ -9,9 +10,10 @@ import typer
 from rich.progress import Progress
 
 from consumers.client import MemoryClient, Receipt
+from consumers.times import when
 from daemon.cli._app import _settings, app, err, out
 from daemon.cli._client import _pairs, _tenant_target, _with_client
-from memory.errors import InvalidEvent
+from memory.errors import InvalidEvent, InvalidRequest
 
 publish_app = typer.Typer(no_args_is_help=True, help="Publish documents, deletes and observations.")
 app.add_typer(publish_app, name="publish")
@@ -40,6 +42,23 @@ TimeoutOpt = Annotated[
         help="With --wait: seconds to wait for each acknowledgement (default 30; a large document takes minutes).",
     ),
 ]
+
+
+StampOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--timestamp",
+        help="When it was written or said: ISO 8601 (UTC without a zone) or an age (90m, 7d); default now. "
+        "For imports: it dates the memory, and --since/--until select on it (the version orders edits).",
+    ),
+]
+
+
+def _stamp(value: str | None) -> datetime | None:
+    try:
+        return when(value, "--timestamp")
+    except InvalidRequest as exc:
+        raise typer.BadParameter(str(exc)) from None
 
 
 def _check_timeout(wait: bool, timeout: float | None) -> None:
@@ -101,12 +120,14 @@ def publish_doc(
     ] = None,
     meta: Annotated[list[str] | None, typer.Option("--meta", help="key=value metadata.")] = None,
     version: Annotated[int | None, typer.Option("--version", help="Default: wall-clock microseconds.")] = None,
+    timestamp: StampOpt = None,
     tenant: PublishTenantOpt = None,
     wait: WaitOpt = False,
     timeout: TimeoutOpt = None,
 ) -> None:
     """Upsert documents from files."""
     _check_timeout(wait, timeout)
+    stamp = _stamp(timestamp)
     settings = _settings()
     target = _tenant_target(settings.consumer.tenancy, tenant)
     if doc_id is not None and not doc_id.strip():
@@ -122,7 +143,9 @@ def publish_doc(
         # must not leave the others half published, nor go to the dead letters unseen.
         for path in paths:
             try:
-                client.document_event(doc_id or str(path), _read_text(path), version=version, metadata=metadata)
+                client.document_event(
+                    doc_id or str(path), _read_text(path), version=version, metadata=metadata, timestamp=stamp
+                )
             except InvalidEvent as exc:
                 raise InvalidEvent(f"{path}: {exc}" if str(path) not in str(exc) else str(exc)) from exc
         with Progress(console=err, transient=True, disable=len(paths) < 2) as progress:
@@ -135,6 +158,7 @@ def publish_doc(
                         _read_text(path),
                         version=version,
                         metadata=metadata,
+                        timestamp=stamp,
                         wait=wait,
                         timeout_s=timeout,
                     )
@@ -181,12 +205,14 @@ def publish_observation(
     turn: Annotated[int, typer.Option("--turn")],
     role: Annotated[str, typer.Option("--role")] = "assistant",
     meta: Annotated[list[str] | None, typer.Option("--meta", help="key=value metadata.")] = None,
+    timestamp: StampOpt = None,
     tenant: PublishTenantOpt = None,
     wait: WaitOpt = False,
     timeout: TimeoutOpt = None,
 ) -> None:
     """Record one transcript turn or observation of an agent."""
     _check_timeout(wait, timeout)
+    stamp = _stamp(timestamp)
     metadata = _pairs(meta, "--meta")
     settings = _settings()
     target = _tenant_target(settings.consumer.tenancy, tenant)
@@ -198,6 +224,7 @@ def publish_observation(
             content=text,
             role=role,
             metadata=metadata,
+            timestamp=stamp,
             wait=wait,
             timeout_s=timeout,
         ),

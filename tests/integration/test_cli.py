@@ -82,6 +82,8 @@ def test_up_publish_query_and_clean_stop(tmp_path: Path) -> None:
             "s-9",
             "--turn",
             "3",
+            "--timestamp",
+            "2026-05-02T10:00:00Z",
             "I restarted the lock manager for ERR_LEDGER_LOCK_9C1.",
         )
         assert res.returncode == 0, res.stderr
@@ -101,6 +103,22 @@ def test_up_publish_query_and_clean_stop(tmp_path: Path) -> None:
 
         res = _cli(env, "recent", "--agent-id", "ops-1")
         assert res.returncode == 0 and "s-9/3 assistant: I restarted the lock manager" in res.stdout, res
+        assert "2026-05-02T10:00:00" in res.stdout, res.stdout  # dated by --timestamp
+        res = _cli(
+            env,
+            "publish",
+            "observation",
+            "--agent-id",
+            "a",
+            "--session-id",
+            "s",
+            "--turn",
+            "0",
+            "--timestamp",
+            "soon",
+            "x",
+        )
+        assert res.returncode == 2 and "--timestamp" in res.stderr, res
         res = _cli(env, "recent", "--agent-id", "ops-1", "--session-id", "s-8", "--json")
         assert res.returncode == 0 and json.loads(res.stdout)["items"] == [], res
         res = _cli(env, "query", "ERR_LEDGER_LOCK_9C1", "--filter", "service=ledger-service")
