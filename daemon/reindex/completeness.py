@@ -95,6 +95,11 @@ async def complete(
     if short and carry is not None:
         copied += await _carry_over(source, target, short, carry)
         short = await target.behind(served)
+    # Docs the replay brought level: their earlier versions that fell out of Kafka's retention.
+    assert source.pinned is not None
+    missing = set(short)
+    level = [k for k, st in served.items() if st.version is not None and k not in missing]
+    await target.carry_history(source.pinned, level)
     return short + await target.behind(tombstones), copied
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,6 +13,7 @@ from memory import keys
 from memory.index.codec import _reanalyzed, _refielded, _respoken, hash_timestamp
 from memory.index.directory import DocChange, queue_change
 from memory.index.errors import IndexError_, translate_errors
+from memory.index.history import Version
 from memory.index.lifecycle import _WATCH_RETRIES, _Lifecycle, redis_now
 from memory.index.sliced import set_marker
 from memory.keys import check_tenant, doc_prefix, ver_prefix
@@ -86,6 +88,64 @@ class _Copying(_Lifecycle):
                     if not covered:
                         out.append(key)
         return out
+
+    async def carry_history(self, source_generation: int, docs: Sequence[tuple[str, str]]) -> int:
+        """Merge into this generation's history lists the earlier versions another generation
+        keeps of ``docs`` (``(tenant, doc_id)``) where both hold the same version of the doc.
+        Returns how many lists gained versions.
+
+        Why: a reindex replays what Kafka retains. A doc whose latest event it retains comes
+        out at the same version as in the old generation, so it is not copied, and its
+        history would be only what the retained events said; the old generation's list
+        also holds what fell out of retention. Versions both lists hold keep this one's entry.
+        """
+        keep = self._cfg.history_versions
+        if keep <= 0 or not docs:
+            return 0
+        gen = await self._generation()
+        name = self._cfg.name
+        async with translate_errors("history carry-over"):
+            async with self._r.pipeline(transaction=False) as pipe:
+                for tenant, doc_id in docs:
+                    pipe.llen(keys.history_key(name, source_generation, tenant, doc_id))
+                sizes = await pipe.execute()
+            merged = 0
+            for (tenant, doc_id), size in zip(docs, sizes, strict=True):
+                if size:
+                    merged += await self._merge_history(source_generation, gen, tenant, doc_id, keep)
+        return merged
+
+    async def _merge_history(self, source_generation: int, gen: int, tenant: str, doc_id: str, keep: int) -> int:
+        name = self._cfg.name
+        src_ver, ver = self._ver_key(source_generation, tenant, doc_id), self._ver_key(gen, tenant, doc_id)
+        src_list = keys.history_key(name, source_generation, tenant, doc_id)
+        here = keys.history_key(name, gen, tenant, doc_id)
+        for _ in range(_WATCH_RETRIES):
+            async with self._r.pipeline(transaction=True) as pipe:
+                try:
+                    # A write to either side between the reads and the merge retries it.
+                    await pipe.watch(src_ver, ver, src_list, here)
+                    versions = await pipe.mget(src_ver, ver)
+                    if versions[0] is None or versions[0] != versions[1]:
+                        return 0
+                    theirs, ours = await pipe.lrange(src_list, 0, -1), await pipe.lrange(here, 0, -1)
+                    by_version: dict[int, Any] = {}
+                    for raw in [*theirs, *ours]:  # ours last: it wins a version both hold
+                        entry = Version.decode(raw)
+                        if entry is not None:
+                            by_version[entry.version] = raw
+                    entries = [by_version[v] for v in sorted(by_version, reverse=True)][:keep]
+                    if entries == list(ours):
+                        return 0
+                    pipe.multi()  # type: ignore[no-untyped-call]
+                    pipe.delete(here)
+                    if entries:
+                        pipe.rpush(here, *entries)
+                    await pipe.execute()
+                    return 1
+                except rexc.WatchError:
+                    continue
+        raise IndexError_(f"history carry-over of {doc_id!r} kept conflicting; giving up after {_WATCH_RETRIES} tries")
 
     async def copy_doc(
         self, source_generation: int, tenant: str, doc_id: str, *, reanalyze: bool = False, refield: bool = False

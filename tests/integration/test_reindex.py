@@ -287,6 +287,29 @@ async def test_reindex_since_a_time_replays_only_later_events(env: tuple[Setting
     assert {c.rsplit("_p", 1)[0] for c in chunks} == {"rx/4", "rx/5", "rx/6"}
 
 
+async def test_a_reindex_keeps_the_history_that_fell_out_of_the_replay(
+    env: tuple[Settings, Daemon, PlainClient],
+) -> None:
+    """A doc whose latest event the replay holds comes out at the version the old generation
+    holds, so it is not copied: its earlier versions, older than the replay, come over from
+    the old generation's history."""
+    settings, daemon, client = env
+    for v in (1, 2):
+        await client.send(client.topics.documents, doc(0, v, f"edit {v}"), key="rx/0")
+        await eventually(lambda v=v: _all_indexed(daemon, {"rx/0": v}), timeout=60, what=f"v{v}")
+    await asyncio.sleep(1.0)
+    since_ms = int(time.time() * 1000)
+    await client.send(client.topics.documents, doc(0, 3, "edit 3"), key="rx/0")
+    await eventually(lambda: _all_indexed(daemon, {"rx/0": 3}), timeout=60, what="v3")
+    before = (await daemon.index.history(["rx/0"]))["rx/0"]
+    assert [(v.version, v.content.endswith(f"edit {v.version}")) for v in before] == [(2, True), (1, True)]
+
+    rep = await reindex(settings, since_ms=since_ms)
+    assert rep.progress.done == 1 and rep.progress.carried == 0
+    assert (await daemon.index.state(fresh=True)).active != 1
+    assert (await daemon.index.history(["rx/0"]))["rx/0"] == before
+
+
 # Three builds, each restarting its crashed worker twice (a model load each): minutes when the
 # suite's 3 processes share 2 cores, so the hang guard is 360 s, not 180.
 @pytest.mark.timeout(360)
