@@ -24,7 +24,7 @@ def get(
     tenant: Annotated[str | None, typer.Option("--tenant", help="Whose memory (topic tenancy).")] = None,
     as_json: Annotated[bool, typer.Option("--json", metavar="", help="Print the raw reply.")] = False,
 ) -> None:
-    """Show memories by id: each one's current version and content."""
+    """Show memories by id: each one's current version and content (exit 1 if one is not found)."""
     flt = _filter(filters)
     settings = _settings()
     target = _tenant_target(settings.consumer.tenancy, tenant)
@@ -35,11 +35,13 @@ def get(
     reply = _with_client(read, settings, target)
     if as_json:
         print(reply.model_dump_json(indent=2))
-        return
-    for item in reply.items:
-        _show(item)
-    if reply.truncated:
-        out.print(Text("(more items did not fit one Kafka record)", style="yellow"))
+    else:
+        for item in reply.items:
+            _show(item)
+        if reply.truncated:
+            out.print(Text("(more items did not fit one Kafka record)", style="yellow"))
+    if any(i.status == "not_found" for i in reply.items):
+        raise typer.Exit(1)  # as a lookup tool does: a script tells "found" from "not found"
 
 
 def _show(item: GetItem) -> None:
