@@ -14,12 +14,13 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any, Literal, TypeVar
 
 import structlog
-from pydantic import BaseModel, Field, SecretStr, ValidationError
+from pydantic import ValidationError
 
 from consumers.client import MemoryClient
 from consumers.decoding import validation_reason
 from consumers.errors import QueryFailed, WriteRejected
 from consumers.events import TranscriptEvent
+from daemon.mcp_config import MCPConfig
 from daemon.mcp_views import ToolFailure, ack_view, holds_turn, item_view, next_free_turn, parse_time, result_view
 from memory.errors import MemdError
 
@@ -32,18 +33,6 @@ PROBE_BATCH = 100
 #: Sessions whose next turn and write lock a server process remembers: beyond this many, the
 #: least recently used idle ones are forgotten (their next turn is then looked up again).
 MAX_SESSIONS = 10_000
-
-
-class MCPConfig(BaseModel):
-    """``agentmemd mcp``: the MCP server in front of the daemon's Kafka contract."""
-
-    token: SecretStr = Field(
-        SecretStr(""),
-        description="Bearer token `agentmemd mcp --http` requires ('' = none; stdio never asks).",
-    )
-    timeout_s: float = Field(
-        10.0, gt=0, le=300, description="Deadline of one MCP tool call (the Kafka reply or ack it waits for)."
-    )
 
 
 class MemoryTools:

@@ -22,7 +22,7 @@ from pydantic_settings import (
 from consumers.config import ConsumerConfig, KafkaSecurity, Topics
 from daemon.explore.access import Access, duplicate_tokens
 from daemon.explore.config import ExploreConfig
-from daemon.mcp_tools import MCPConfig
+from daemon.mcp_config import MCPConfig
 from graph import GraphConfig
 from memory.config import ChunkingConfig, EmbeddingConfig, IndexConfig, IngestConfig, RetrievalConfig
 

@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.table import Table
 
 from daemon.cli._app import _fail, _with_redis, app, out
 from daemon.cli._client import _tenant_target
-from daemon.components import active_index, build_graph
 from daemon.settings import Settings
-from graph import GraphService
 from memory.errors import MemdError
 from memory.records import DEFAULT_TENANT
+
+if TYPE_CHECKING:
+    from graph import GraphService
 
 T = TypeVar("T")
 
@@ -31,6 +32,8 @@ TenantOpt = Annotated[
 def _with_graph(fn: Callable[[GraphService], Awaitable[T]], tenant: str | None = None) -> T:
     """Run ``fn`` with ``tenant``'s graph service, wired as the daemon wires it, over the active
     index. In topic tenancy the tenant must be named: the default one holds nobody's graph there."""
+
+    from daemon.components import active_index, build_graph  # only these commands need the graph's wiring
 
     async def run(settings: Settings, client: Any) -> T:
         whose = _tenant_target(settings.consumer.tenancy, tenant) or DEFAULT_TENANT
@@ -145,6 +148,7 @@ def graph_rebuild(tenant: TenantOpt = None) -> None:
 def graph_repoint() -> None:
     """Re-extract every graph doc of every tenant from the active index's chunks, so entities
     cite the chunks that hold them now (`reindex` does it after a chunking change)."""
+    from daemon.components import active_index
     from daemon.reindex import repoint_graph
 
     async def run(settings: Settings, client: Any) -> int:

@@ -8,10 +8,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from daemon.app import run_until_stopped
 from daemon.cli._app import _fail, _run_with_signals, _settings, app
-from daemon.drain import drain_events
-from daemon.launcher import describe_data_dir, embedded_servers
 from daemon.settings import Settings
 from memory.errors import MemdError
 
@@ -23,6 +20,8 @@ def _embedded(settings: Settings) -> Any:
             f"the embedded Redis has only the default user, not {settings.redis_username!r}: unset "
             "AGENTMEM_REDIS_USERNAME (AGENTMEM_REDIS_PASSWORD still applies), or run `agentmemd run` against your Redis"
         )
+    from daemon.launcher import describe_data_dir, embedded_servers  # every other command starts faster without
+
     password = settings.redis_password.get_secret_value() or None
     # Relative by default: started from another directory, the memory would look lost.
     print(f"agentmemd data: {describe_data_dir(settings.data_dir)}", flush=True)
@@ -36,6 +35,9 @@ def up() -> None:
     again = asyncio.Event()  # a second Ctrl-C: stop without applying what the broker still holds
 
     def main(stop: asyncio.Event) -> Awaitable[None]:
+        from daemon.app import run_until_stopped
+        from daemon.drain import drain_events
+
         return run_until_stopped(settings, stop, before_stop=lambda: drain_events(settings, again))
 
     try:
@@ -64,6 +66,8 @@ def run() -> None:
     """Run only the daemon, against the configured Kafka and Redis (production)."""
     settings = _settings()
     try:
+        from daemon.app import run_until_stopped
+
         _run_with_signals(lambda stop: run_until_stopped(settings, stop))
     except MemdError as exc:
         raise _fail(exc) from exc

@@ -1,0 +1,18 @@
+"""``agentmemd mcp``'s settings, apart from the tools: every command reads the settings, and
+only ``mcp`` needs the client the tools stand on."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field, SecretStr
+
+
+class MCPConfig(BaseModel):
+    """``agentmemd mcp``: the MCP server in front of the daemon's Kafka contract."""
+
+    token: SecretStr = Field(
+        SecretStr(""),
+        description="Bearer token `agentmemd mcp --http` requires ('' = none; stdio never asks).",
+    )
+    timeout_s: float = Field(
+        10.0, gt=0, le=300, description="Deadline of one MCP tool call (the Kafka reply or ack it waits for)."
+    )
