@@ -31,8 +31,13 @@ def passed_over(items: Sequence[MemoryItem], kept: Sequence[MemoryItem]) -> dict
     out: dict[int, list[MemoryItem]] = {}
     for item in items:
         k = wanted.get((item.tenant, item.doc_id))
-        if k is not None and item is not k and item.version is not None and item.version < (k.version or 0):
-            out.setdefault(id(k), []).append(item)
+        if k is None or item is k or item.version is None or item.version >= (k.version or 0):
+            continue
+        # An upsert of nothing visible (format or control characters only) would have been
+        # dead-lettered, had it been written: it said nothing to keep.
+        if item.op == "upsert" and not any(ch.isprintable() and not ch.isspace() for ch in item.content):
+            continue
+        out.setdefault(id(k), []).append(item)
     return out
 
 

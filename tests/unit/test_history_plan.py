@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from memory.batch_plan import passed_over
 from memory.index.history import Passed, Version, plan_history
+from memory.records import MemoryItem
 
 
 def said(version: int, content: str, ts: float, *, deleted: bool = False, **meta: object) -> Passed:
@@ -58,3 +62,16 @@ def test_a_stored_version_not_to_be_kept_still_bounds_the_batch() -> None:
     passed = [said(1, "old", 1.0), said(2, "Berlin", 20.0), said(3, "Munich", 30.0)]
     plan = plan_history(None, 2, passed, said(4, "Lisbon", 40.0), None)
     assert shown(plan) == ([(3, "Munich", 30.0, 40.0)], False)
+
+
+def test_a_batch_passes_over_the_lower_versions_of_a_kept_document_and_nothing_else() -> None:
+    def item(doc: str, version: int | None, content: str = "text", op: str = "upsert", **kw: Any) -> MemoryItem:
+        return MemoryItem(op, doc, version, content=content, **kw)  # type: ignore[arg-type]
+
+    kept = item("a", 3)
+    lower, other_tenant = item("a", 2), item("a", 1, tenant="acme")
+    blank = item("a", 1, "\u200b\ufeff")  # refused, had it been written: said nothing
+    deleted = item("a", 1, "", op="delete")
+    turn = item("transcript:x/s/0", None, kind="transcript")
+    batch = [lower, kept, other_tenant, blank, deleted, turn, item("b", 1)]
+    assert passed_over(batch, [kept, turn, other_tenant]) == {id(kept): [lower, deleted]}
