@@ -258,6 +258,11 @@ async def start_daemon(
         "daemon.startup_finished", assigned=daemon.assigned, index=settings.index.name, kafka=settings.kafka_bootstrap
     )
     where = ""
+    if daemon.http is None and settings.http_port:  # it failed: said in the line a user reads
+        where = (
+            f"; no status page: port {settings.http_port} could not be opened (daemon.http_failed says why; "
+            "AGENTMEM_HTTP_PORT picks another)"
+        )
     if daemon.http is not None:  # the operators' page, where a new user would not guess it
         # Listening on every interface: the loopback one is an address a browser can open.
         host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(settings.http_host, settings.http_host)

@@ -50,8 +50,10 @@ def _show(item: GetItem) -> None:
         return
     version = f" version {item.version}" if item.version is not None else ""
     out.print(Text(f"{item.doc_id}{version}  {item.timestamp or '?'}  ({item.source})", style="bold"))
-    cut = Text(" (cut: longer than one reply)", style="yellow") if item.content_truncated else ""
-    out.print(Text(item.content or ""), cut)
+    parts = [Text(item.content or "")]
+    if item.content_truncated:
+        parts.append(Text("(cut: longer than one reply)", style="yellow"))
+    out.print(*parts)
     if item.history is None:
         return
     if not item.history and not item.history_truncated:

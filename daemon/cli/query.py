@@ -148,8 +148,10 @@ def recent(
     for item in reply.items:
         meta = item.metadata or {}
         head = f"{item.timestamp or '?'}  {meta.get('session_id', '?')}/{meta.get('turn', '?')} {meta.get('role', '')}:"
-        cut = Text(" (cut: longer than one reply)", style="yellow") if item.content_truncated else ""
-        out.print(Text(head, style="bold"), Text(item.content or ""), cut)
+        parts = [Text(head, style="bold"), Text(item.content or "")]
+        if item.content_truncated:
+            parts.append(Text("(cut: longer than one reply)", style="yellow"))
+        out.print(*parts)
 
 
 def results_view(reply: QueryReply, snippet_chars: int = 240, *, whole_lines: bool = False) -> Group:
