@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 import json
 import time
 from collections.abc import Sequence
@@ -174,19 +175,34 @@ def fit_get_reply(reply: GetReply, max_bytes: int) -> GetReply:
 def _fit_history(reply: GetReply, max_bytes: int) -> GetReply:
     """``reply`` with earlier versions left off until it fits ``max_bytes`` or none is left:
     each time the oldest of the item whose versions take the most bytes, so one large
-    document's past does not push out every small one's."""
-    items = list(reply.items)
-    sizes = [[len(json.dumps(v.model_dump(mode="json"))) + 1 for v in i.history or []] for i in items]
+    document's past does not push out every small one's. Sizes are summed per version and
+    the reply measured whole once per round: linear in the versions, whatever their number."""
+    sizes = [[len(json.dumps(v.model_dump(mode="json"))) + 1 for v in i.history or []] for i in reply.items]
+    kept = [len(s) for s in sizes]
+    fitted = reply
     excess = len(json.dumps(reply.model_dump(mode="json"))) - max_bytes
-    while excess > 0 and any(sizes):
-        # Dropped by their sizes, then measured whole: a few encodings, not one per version.
-        while excess > 0 and any(sizes):
-            i = max(range(len(items)), key=lambda n: sum(sizes[n]))
-            excess -= sizes[i].pop()
-            kept = (items[i].history or [])[: len(sizes[i])]
-            items[i] = items[i].model_copy(update={"history": kept, "history_truncated": True})
-        fitted = reply.model_copy(update={"items": items})
+    while excess > 0 and any(kept):
+        heap = [(-sum(s[:n]), i) for i, (s, n) in enumerate(zip(sizes, kept, strict=True)) if n]
+        heapq.heapify(heap)
+        while excess > 0 and heap:
+            total, i = heapq.heappop(heap)
+            kept[i] -= 1
+            excess -= sizes[i][kept[i]]
+            if kept[i]:
+                heapq.heappush(heap, (total + sizes[i][kept[i]], i))
+        fitted = _with_versions(reply, kept)
         excess = len(json.dumps(fitted.model_dump(mode="json"))) - max_bytes
+    return fitted
+
+
+def _with_versions(reply: GetReply, kept: Sequence[int]) -> GetReply:
+    """``reply`` with each item's first ``kept`` earlier versions (``history_truncated`` where fewer)."""
+    items = [
+        item
+        if n == len(item.history or [])
+        else item.model_copy(update={"history": (item.history or [])[:n], "history_truncated": True})
+        for item, n in zip(reply.items, kept, strict=True)
+    ]
     return reply.model_copy(update={"items": items})
 
 

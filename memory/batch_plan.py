@@ -3,6 +3,7 @@ target number of chunks, embedded one after the other (``embedding_groups``). Pu
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Sequence
 
 from memory.records import MemoryItem
@@ -33,12 +34,17 @@ def passed_over(items: Sequence[MemoryItem], kept: Sequence[MemoryItem]) -> dict
         k = wanted.get((item.tenant, item.doc_id))
         if k is None or item is k or item.version is None or item.version >= (k.version or 0):
             continue
-        # An upsert of nothing visible (format or control characters only) would have been
-        # dead-lettered, had it been written: it said nothing to keep.
-        if item.op == "upsert" and not any(ch.isprintable() and not ch.isspace() for ch in item.content):
-            continue
+        if item.op == "upsert" and not says_something(item.content):
+            continue  # dead-lettered, had it been written: it said nothing to keep
         out.setdefault(id(k), []).append(item)
     return out
+
+
+def says_something(content: str) -> bool:
+    """Whether ``content`` holds a character the model's tokenizer reads: one that is not
+    whitespace, a control, format or private-use character, a combining mark on its own, or
+    the replacement character, all of which it drops (pure)."""
+    return any(not ch.isspace() and ch != "\ufffd" and unicodedata.category(ch)[0] not in "CMZ" for ch in content)
 
 
 def embedding_groups(sizes: Sequence[int], target: int) -> list[range]:

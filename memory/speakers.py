@@ -63,11 +63,15 @@ def query_words(text: str) -> str:
     """A query as :func:`named` reads it: its words, and the role its pronouns name, if one
     does (:data:`ASKER_WORDS`, :data:`ASKED_WORDS`; both at once, "can you tell me …", name
     neither: the words say who asks, not whom the question is about)."""
-    words = tokenize(unicodedata.normalize("NFC", text))
-    said = set(words)
+    text = unicodedata.normalize("NFC", text)
+    words = tokenize(text)
+    # A phone's apostrophe ("I\u2019m") splits as a typed one does, for the pronouns alone:
+    # names keep theirs ("O\u2019Brien"), as their turns' speaker fields do.
+    said = set(tokenize(text.replace("\u2019", "'")))
     asker, asked = not said.isdisjoint(ASKER_WORDS), not said.isdisjoint(ASKED_WORDS)
     role = ASKER_ROLE if asker and not asked else ASKED_ROLE if asked and not asker else None
-    return f" {' '.join(words)} " + (f"{role} " if role else "")
+    # After a separator no name holds: "research" + "assistant" is no "Research Assistant".
+    return f" {' '.join(words)} " + (f"{SEPARATOR} {role} " if role else "")
 
 
 def speaker_ranks(text: str, hits: Iterable[tuple[str, str]]) -> dict[str, int]:

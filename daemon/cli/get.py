@@ -13,6 +13,10 @@ from daemon.cli._app import _settings, app, out
 from daemon.cli._client import _filter, _tenant_target, _with_client
 from daemon.cli.query import FILTER_HELP
 
+#: The exit code when an id is not found: apart from a failure's 1 and a usage error's 2, so
+#: a script can tell "not there" from "could not ask".
+NOT_FOUND_EXIT = 3
+
 
 @app.command()
 def get(
@@ -24,7 +28,7 @@ def get(
     tenant: Annotated[str | None, typer.Option("--tenant", help="Whose memory (topic tenancy).")] = None,
     as_json: Annotated[bool, typer.Option("--json", metavar="", help="Print the raw reply.")] = False,
 ) -> None:
-    """Show memories by id: each one's current version and content (exit 1 if one is not found)."""
+    """Show memories by id: each one's current version and content (exit 3 if one is not found)."""
     flt = _filter(filters)
     settings = _settings()
     target = _tenant_target(settings.consumer.tenancy, tenant)
@@ -41,7 +45,7 @@ def get(
         if reply.truncated:
             out.print(Text("(more items did not fit one Kafka record)", style="yellow"))
     if any(i.status == "not_found" for i in reply.items):
-        raise typer.Exit(1)  # as a lookup tool does: a script tells "found" from "not found"
+        raise typer.Exit(NOT_FOUND_EXIT)
 
 
 def _show(item: GetItem) -> None:

@@ -97,6 +97,7 @@ async def complete(
         short = await target.behind(served)
     # Docs the replay brought level: their earlier versions that fell out of Kafka's retention.
     assert source.pinned is not None
+    # (A doc just copied brought its list: it is level with nothing to merge.)
     missing = set(short)
     level = [k for k, st in served.items() if st.version is not None and k not in missing]
     await target.carry_history(source.pinned, level)

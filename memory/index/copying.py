@@ -29,6 +29,20 @@ class DocState:
     has_chunks: bool
 
 
+#: Docs whose versions and history lists one round trip of ``carry_history`` reads.
+_CARRY_BATCH = 256
+
+
+def _merged(theirs: Sequence[Any], ours: Sequence[Any], keep: int) -> list[Any]:
+    """Two history lists as one, newest first, ``keep`` long; a version both hold keeps ours (pure)."""
+    by_version: dict[int, Any] = {}
+    for raw in [*theirs, *ours]:  # ours last: it wins a version both hold
+        entry = Version.decode(raw)
+        if entry is not None:
+            by_version[entry.version] = raw
+    return [by_version[v] for v in sorted(by_version, reverse=True)][:keep]
+
+
 class _Copying(_Lifecycle):
     """``doc_versions``, ``behind`` and ``copy_doc``: one generation compared with and
     copied into another."""
@@ -98,53 +112,57 @@ class _Copying(_Lifecycle):
         out at the same version as in the old generation, so it is not copied, and its
         history would be only what the retained events said; the old generation's list
         also holds what fell out of retention. Versions both lists hold keep this one's entry.
+        Read in pipelines, a few hundred docs a round trip; only a doc whose merge changes
+        its list is written, in a transaction of its own.
         """
         keep = self._cfg.history_versions
         if keep <= 0 or not docs:
             return 0
         gen = await self._generation()
-        name = self._cfg.name
-        async with translate_errors("history carry-over"):
-            async with self._r.pipeline(transaction=False) as pipe:
-                for tenant, doc_id in docs:
-                    pipe.llen(keys.history_key(name, source_generation, tenant, doc_id))
-                sizes = await pipe.execute()
-            merged = 0
-            for (tenant, doc_id), size in zip(docs, sizes, strict=True):
-                if size:
+        merged = 0
+        for start in range(0, len(docs), _CARRY_BATCH):
+            batch = docs[start : start + _CARRY_BATCH]
+            async with translate_errors("history carry-over"), self._r.pipeline(transaction=False) as pipe:
+                for tenant, doc_id in batch:
+                    pipe.mget(self._ver_key(source_generation, tenant, doc_id), self._ver_key(gen, tenant, doc_id))
+                    pipe.lrange(self._history_key_of(source_generation, tenant, doc_id), 0, -1)
+                    pipe.lrange(self._history_key_of(gen, tenant, doc_id), 0, -1)
+                rows = await pipe.execute()
+            for n, (tenant, doc_id) in enumerate(batch):
+                versions, theirs, ours = rows[3 * n : 3 * n + 3]
+                level = theirs and versions[0] is not None and versions[0] == versions[1]
+                if level and _merged(theirs, ours, keep) != list(ours):
                     merged += await self._merge_history(source_generation, gen, tenant, doc_id, keep)
         return merged
 
+    def _history_key_of(self, gen: int, tenant: str, doc_id: str) -> str:
+        return keys.history_key(self._cfg.name, gen, tenant, doc_id)
+
     async def _merge_history(self, source_generation: int, gen: int, tenant: str, doc_id: str, keep: int) -> int:
-        name = self._cfg.name
         src_ver, ver = self._ver_key(source_generation, tenant, doc_id), self._ver_key(gen, tenant, doc_id)
-        src_list = keys.history_key(name, source_generation, tenant, doc_id)
-        here = keys.history_key(name, gen, tenant, doc_id)
-        for _ in range(_WATCH_RETRIES):
-            async with self._r.pipeline(transaction=True) as pipe:
-                try:
-                    # A write to either side between the reads and the merge retries it.
-                    await pipe.watch(src_ver, ver, src_list, here)
-                    versions = await pipe.mget(src_ver, ver)
-                    if versions[0] is None or versions[0] != versions[1]:
-                        return 0
-                    theirs, ours = await pipe.lrange(src_list, 0, -1), await pipe.lrange(here, 0, -1)
-                    by_version: dict[int, Any] = {}
-                    for raw in [*theirs, *ours]:  # ours last: it wins a version both hold
-                        entry = Version.decode(raw)
-                        if entry is not None:
-                            by_version[entry.version] = raw
-                    entries = [by_version[v] for v in sorted(by_version, reverse=True)][:keep]
-                    if entries == list(ours):
-                        return 0
-                    pipe.multi()  # type: ignore[no-untyped-call]
-                    pipe.delete(here)
-                    if entries:
-                        pipe.rpush(here, *entries)
-                    await pipe.execute()
-                    return 1
-                except rexc.WatchError:
-                    continue
+        src_list = self._history_key_of(source_generation, tenant, doc_id)
+        here = self._history_key_of(gen, tenant, doc_id)
+        async with translate_errors("history carry-over"):
+            for _ in range(_WATCH_RETRIES):
+                async with self._r.pipeline(transaction=True) as pipe:
+                    try:
+                        # A write to either side between the reads and the merge retries it.
+                        await pipe.watch(src_ver, ver, src_list, here)
+                        versions = await pipe.mget(src_ver, ver)
+                        if versions[0] is None or versions[0] != versions[1]:
+                            return 0
+                        theirs, ours = await pipe.lrange(src_list, 0, -1), await pipe.lrange(here, 0, -1)
+                        entries = _merged(theirs, ours, keep)
+                        if entries == list(ours):
+                            return 0
+                        pipe.multi()  # type: ignore[no-untyped-call]
+                        pipe.delete(here)
+                        if entries:
+                            pipe.rpush(here, *entries)
+                        await pipe.execute()
+                        return 1
+                    except rexc.WatchError:
+                        continue
         raise IndexError_(f"history carry-over of {doc_id!r} kept conflicting; giving up after {_WATCH_RETRIES} tries")
 
     async def copy_doc(

@@ -113,7 +113,9 @@ def plan_history(
     between ``floor`` and ``final`` count; ``head``: the version at the head of the
     list, whose entries are kept already (a write that starts again pushes none twice).
     A version is kept with ``until`` the time of the next one that says something else
-    (content, source or metadata): one that says the same is no change.
+    (content, source or metadata). One that says the same is no change: the later of the two
+    stands for both, as it does when they are written one at a time (and a write that starts
+    again plans what it planned the first time).
     """
     entries: list[Version] = []
     clear = False
@@ -125,7 +127,8 @@ def plan_history(
             continue
         said = Version(p.version, p.content, p.source, p.metadata, p.timestamp, None)
         if prev is not None and _says(prev) == _says(said):
-            continue  # no change: the first to say it goes on holding
+            prev = said  # no change: the latest to say it holds, as when written one at a time
+            continue
         if prev is not None:
             entries.append(dataclasses.replace(prev, until=p.timestamp))
         prev = said

@@ -40,10 +40,11 @@ def test_a_delete_in_the_batch_drops_everything_before_it() -> None:
     assert shown(plan) == ([(4, "Munich", 40.0, 50.0)], True)
 
 
-def test_an_unchanged_version_is_no_change_and_the_first_to_say_it_holds_from_its_time() -> None:
+def test_an_unchanged_version_is_no_change_and_the_latest_to_say_it_stands_for_both() -> None:
     passed = [said(2, "Paris", 20.0), said(3, "Berlin", 30.0)]
     plan = plan_history(stored(1, "Paris", 10.0), 1, passed, said(4, "Berlin", 40.0), None)
-    assert shown(plan) == ([(1, "Paris", 10.0, 30.0)], False)
+    # As written one at a time: v2 replaced v1 with no change, so v2 stands for both.
+    assert shown(plan) == ([(2, "Paris", 20.0, 30.0)], False)
     # Metadata is part of what a version says.
     plan = plan_history(stored(1, "Paris", 10.0), 1, [], said(2, "Paris", 20.0, team="x"), None)
     assert shown(plan) == ([(1, "Paris", 10.0, 20.0)], False)
@@ -75,3 +76,12 @@ def test_a_batch_passes_over_the_lower_versions_of_a_kept_document_and_nothing_e
     turn = item("transcript:x/s/0", None, kind="transcript")
     batch = [lower, kept, other_tenant, blank, deleted, turn, item("b", 1)]
     assert passed_over(batch, [kept, turn, other_tenant]) == {id(kept): [lower, deleted]}
+
+
+def test_a_write_that_starts_again_plans_what_it_pushed_the_first_time() -> None:
+    passed = [said(2, "Paris", 20.0)]
+    first = plan_history(stored(1, "Paris", 10.0), 1, passed, said(3, "Berlin", 30.0), None)
+    assert shown(first) == ([(2, "Paris", 20.0, 30.0)], False)
+    # Its start pushed that; started again, the stored version is not read (a sliced write under way).
+    again = plan_history(None, 1, passed, said(3, "Berlin", 30.0), 2)
+    assert shown(again) == ([], False)

@@ -65,3 +65,8 @@ def test_a_question_in_the_first_person_names_the_user_and_in_the_second_the_ass
     assert speaker_ranks("Can you tell me what Melanie said?", hits) == {"a": 1}
     # A word that holds "i" or "you" is no pronoun.
     assert speaker_ranks("Is the wifi down in Youngstown?", hits) == {}
+    # A phone's apostrophe splits as a typed one does.
+    assert speaker_ranks("I\u2019m lost: which hotel?", hits) == {"u": 1}
+    assert speaker_ranks("you\u2019re sure?", hits) == {"a": 1}
+    # The role never joins the question's last word into another speaker's name.
+    assert speaker_ranks("What did you say about research", [("r", "user|research assistant")]) == {}
