@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Awaitable, Collection, Iterable, Sequence
 from datetime import UTC, datetime
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 import structlog
 from langgraph.store.base import (
@@ -31,6 +31,7 @@ from langgraph.store.base import (
 
 from consumers.client import MemoryClient, Receipt
 from consumers.requests import MAX_WEIGHT, GetItem, ResultItem
+from consumers.store_listing import LIST_PAGE, all_values, list_page
 from consumers.store_mapping import (
     DEFAULT_FILTER_KEYS,
     ROOT,
@@ -53,7 +54,7 @@ T = TypeVar("T")
 log = structlog.get_logger()
 
 #: The contract's caps: ids per ``get``, values per ``list``, sources ORed in one filter, ``top_k``.
-GET_BATCH, LIST_PAGE, MAX_SOURCES, MAX_TOP_K = 100, 1000, 64, 100
+GET_BATCH, MAX_SOURCES, MAX_TOP_K = 100, 64, 100
 #: How long a read waits for an item whose new version is being written in slices (the
 #: contract's ``writing``: ask again shortly), and how long a put's lookup of ``created_at``
 #: does. A put waits less: a write in slices whose writer died ends only when a later
@@ -132,6 +133,22 @@ class MemoryStore(BaseStore):
     def close(self) -> None:
         """Close the connection (a later call opens it again)."""
         self._client.close()
+
+    def history(self, namespace: tuple[str, ...], key: str) -> list[Item]:
+        """The values the item held before its current one, newest first, each with the time
+        it was put (``updated_at``): it held until the one before it in the list, or the current
+        item, was put. As many as the daemon keeps (``AGENTMEM_INDEX__HISTORY_VERSIONS``); none
+        after a delete. Not part of LangGraph's ``BaseStore``: call it on this store."""
+        return self._client.call(lambda c: self._history(c, namespace, key))
+
+    async def ahistory(self, namespace: tuple[str, ...], key: str) -> list[Item]:
+        """``history``, awaited."""
+        return await self._client.acall(lambda c: self._history(c, namespace, key))
+
+    async def _history(self, c: MemoryClient, namespace: tuple[str, ...], key: str) -> list[Item]:
+        (found,) = (await c.get([item_doc_id(namespace, key)], history=True)).items
+        earlier = [_item_of(v.metadata, v.timestamp) for v in found.history or []]
+        return [i for i in earlier if i is not None]
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         """Run ops in order of kind: every read sees the store before this batch's writes, as in
@@ -252,7 +269,7 @@ class MemoryStore(BaseStore):
 
     async def _sources(self, c: MemoryClient, prefix: tuple[str, ...]) -> list[str]:
         """Every namespace source under ``prefix`` (the contract's ``list`` of sources)."""
-        return await _all_values(c, "source", namespace_source(prefix))
+        return await all_values(c, "source", namespace_source(prefix))
 
     async def _search(self, c: MemoryClient, op: SearchOp) -> list[SearchItem]:
         if op.limit < 0 or op.offset < 0:
@@ -265,13 +282,13 @@ class MemoryStore(BaseStore):
         if op.limit <= 0:
             return []
         if not op.filter and op.limit <= LIST_PAGE:
-            ids, _ = await _values(c, "doc_id", prefix, op.offset, op.limit)
+            ids, _ = await list_page(c, "doc_id", prefix, op.offset, op.limit)
             found = await self._lookup(c, ids)
             return [s for s in (_search_item(found.get(d)) for d in ids) if s is not None]
         kept: list[SearchItem] = []
         offset = 0
         while len(kept) < op.offset + op.limit:
-            ids, more = await _values(c, "doc_id", prefix, offset, LIST_PAGE)
+            ids, more = await list_page(c, "doc_id", prefix, offset, LIST_PAGE)
             found = await self._lookup(c, ids, flt)
             for d in ids:
                 item = _search_item(found.get(d))
@@ -337,32 +354,6 @@ class MemoryStore(BaseStore):
         return sorted(set(kept))[op.offset : op.offset + op.limit]
 
 
-async def _values(
-    c: MemoryClient, field: Literal["doc_id", "source"], prefix: str, offset: int, limit: int
-) -> tuple[list[str], bool]:
-    """Up to ``limit`` (at most ``LIST_PAGE``) values of ``field`` under ``prefix`` from
-    ``offset``, and whether more may follow (a reply cut to fit one record is asked again from
-    where it ended)."""
-    values: list[str] = []
-    while len(values) < limit:
-        reply = await c.list_values(field, source_prefix=prefix, limit=limit - len(values), offset=offset + len(values))
-        values += reply.values
-        if len(values) < limit and not reply.truncated:
-            return values, False
-        if not reply.values:  # nothing fitted: no further progress to make
-            return values, False
-    return values, True
-
-
-async def _all_values(c: MemoryClient, field: Literal["doc_id", "source"], prefix: str) -> list[str]:
-    out: list[str] = []
-    while True:
-        page, more = await _values(c, field, prefix, len(out), LIST_PAGE)
-        out += page
-        if not more:
-            return out
-
-
 def _parts(item: GetItem | None) -> tuple[tuple[str, ...], str, dict[str, Any], datetime, datetime] | None:
     if item is None or not is_item(item.metadata):
         return None
@@ -383,6 +374,13 @@ def _item(found: GetItem | None) -> Item | None:
     if parts is None:
         return None
     ns, key, value, created, updated = parts
+    return Item(namespace=ns, key=key, value=value, created_at=created, updated_at=updated)
+
+
+def _item_of(metadata: dict[str, Any], timestamp: str | None) -> Item | None:
+    if not is_item(metadata):
+        return None
+    ns, key, value, created, updated = _from_metadata(metadata, timestamp)
     return Item(namespace=ns, key=key, value=value, created_at=created, updated_at=updated)
 
 

@@ -420,3 +420,43 @@ async def test_a_store_with_a_recency_weight_puts_the_newer_of_two_facts_first(t
     ]
     with pytest.raises(ValueError, match="recency_weight"):
         MemoryStore(threaded, recency_weight=-1.0)
+
+
+class Home(TypedDict, total=False):
+    user: str
+    city: str
+    before: list[str]
+
+
+async def test_a_graph_keeps_a_fact_current_and_reads_what_it_said_before(threaded: ThreadedClient) -> None:
+    """A fact kept under one key, as docs/conversation.md says: each put replaces it, and the
+    store's ``history`` (read by a graph node) gives the values it held before, newest first."""
+    store = MemoryStore(threaded)
+
+    async def move(state: Home, runtime: Runtime[None]) -> Home:
+        assert runtime.store is not None
+        await runtime.store.aput(("users", state["user"]), "home_city", {"city": state["city"]})
+        assert isinstance(runtime.store, MemoryStore)
+        earlier = await runtime.store.ahistory(("users", state["user"]), "home_city")
+        return {"before": [i.value["city"] for i in earlier]}
+
+    builder = StateGraph(Home)
+    builder.add_node("move", move)  # type: ignore[arg-type]
+    builder.add_edge(START, "move")
+    builder.add_edge("move", END)
+    graph = builder.compile(store=store)
+    user = f"home-{uuid.uuid4().hex[:6]}"
+    assert (await graph.ainvoke({"user": user, "city": "Paris"}))["before"] == []
+    assert (await graph.ainvoke({"user": user, "city": "Lisbon"}))["before"] == ["Paris"]
+    assert (await graph.ainvoke({"user": user, "city": "Berlin"}))["before"] == ["Lisbon", "Paris"]
+    current = await store.aget(("users", user), "home_city")
+    earlier = await asyncio.to_thread(store.history, ("users", user), "home_city")
+    assert current is not None and current.value == {"city": "Berlin"}
+    assert [(i.namespace, i.key, i.value["city"]) for i in earlier] == [
+        (("users", user), "home_city", "Lisbon"),
+        (("users", user), "home_city", "Paris"),
+    ]
+    # Each held from its own put until the next one.
+    assert earlier[1].updated_at <= earlier[0].updated_at <= current.updated_at
+    await store.adelete(("users", user), "home_city")
+    assert await store.ahistory(("users", user), "home_city") == []
