@@ -274,10 +274,17 @@ def start_tansu(bootstrap: str, *, log_dir: Path | None = None, timeout: float =
     return server
 
 
+#: Bytes of AOF and RDB files an empty Redis writes at its start (131 here): more is data.
+_EMPTY_AOF_BYTES = 512
+
+
 def describe_data_dir(data_dir: Path) -> str:
-    """The data dir's absolute path, and whether it already holds an index (Redis's AOF)."""
+    """The data dir's absolute path, and whether it already holds data (Redis's AOF holds
+    more than a Redis that started and stopped, a start that failed on another port, writes)."""
     path = data_dir.resolve()
-    if (path / "appendonlydir").is_dir():
+    aof = path / "appendonlydir"
+    held = sum(f.stat().st_size for f in aof.glob("*") if f.suffix in (".aof", ".rdb")) if aof.is_dir() else 0
+    if held > _EMPTY_AOF_BYTES:
         return f"{path} (Redis's data from earlier runs)"
     return f"{path} (new: the memory starts empty; AGENTMEM_DATA_DIR names another)"
 
