@@ -17,7 +17,7 @@ import uvicorn
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.types import CallToolResult, InputRequiredResult, TextContent
-from pydantic import Field, ValidationError
+from pydantic import Field, Strict, ValidationError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from consumers.decoding import validation_reason
@@ -92,6 +92,8 @@ STATUS = (
 
 
 Rows = list[dict[str, Any]]
+#: A flag is true or false: pydantic's lax reading would also take "yes", "off" or 1.
+StrictFlag = Annotated[bool, Strict()]
 Doc = dict[str, Any]
 
 
@@ -182,12 +184,12 @@ def build_server(tools: MemoryTools) -> MCPServer[Any]:
     async def forget(
         agent_id: str,
         session_id: str | None = None,
-        all_sessions: bool = False,
+        all_sessions: StrictFlag = False,
         turn: Annotated[int | None, Field(ge=0)] = None,
     ) -> Annotated[CallToolResult, Doc]:
         return await _run(tools.forget(agent_id, session_id, all_sessions, turn))
 
-    async def get_document(doc_id: str, history: bool = False) -> Annotated[CallToolResult, Doc]:
+    async def get_document(doc_id: str, history: StrictFlag = False) -> Annotated[CallToolResult, Doc]:
         return await _run(tools.get_document(doc_id, history))
 
     async def recent_turns(

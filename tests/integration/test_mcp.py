@@ -148,6 +148,7 @@ async def test_every_tool_over_stdio(settings: Settings) -> None:
         assert [(v["content"], v["version"]) for v in both["history"]] == [(runbook, put["version"])]
         assert both["history"][0]["until"] is not None
         assert "history" not in await ok(c, "get_document", doc_id=doc)
+        assert "history" in await failed(c, "get_document", doc_id=doc, history="yes")  # a flag is a boolean
         newest = await ok(c, "search_memory", query="ERR_LEDGER_LOCK_9C1", top_k=3, recency_weight=1.0)
         assert newest[0]["doc_id"] == doc and newest[0]["text"] == edited
         dated = await ok(c, "upsert_document", doc_id=doc, content=edited + " Dated.", timestamp="2026-02-03T04:05:06Z")
