@@ -47,8 +47,10 @@ class ScopedSearch:
         metadata_filter: FilterSpec | None = None,
         history: bool = False,
     ) -> list[Lookup]:
-        """Memories by id (``Retriever.lookup``)."""
-        return await self._retriever.lookup(doc_ids, tenant=tenant, metadata_filter=metadata_filter, history=history)
+        """Memories by id (``Lookups.lookup``)."""
+        return await self._retriever.lookups.lookup(
+            doc_ids, tenant=tenant, metadata_filter=metadata_filter, history=history
+        )
 
     async def recent(
         self,
@@ -59,15 +61,15 @@ class ScopedSearch:
         limit: int = 20,
         metadata_filter: FilterSpec | None = None,
     ) -> list[Lookup]:
-        """An agent's latest turns, oldest first (``Retriever.recent``)."""
-        return await self._retriever.recent(
+        """An agent's latest turns, oldest first (``Lookups.recent``)."""
+        return await self._retriever.lookups.recent(
             agent_id, session_id, tenant=tenant, limit=limit, metadata_filter=metadata_filter
         )
 
     async def list_values(
         self, *, tenant: str, field: str, source_prefix: str = "", limit: int = 100, offset: int = 0
     ) -> list[str]:
-        """Distinct doc ids or sources of the tenant's documents (``Retriever.list_values``)."""
-        return await self._retriever.list_values(
+        """Distinct doc ids or sources of the tenant's documents (``Lookups.list_values``)."""
+        return await self._retriever.lookups.list_values(
             tenant=tenant, field=field, source_prefix=source_prefix, limit=limit, offset=offset
         )

@@ -17,7 +17,7 @@ import structlog
 from memory.config import RetrievalConfig
 from memory.conversation import parse_turn
 from memory.embedder import Embedder
-from memory.filters import FilterSpec, TagFilter, in_time
+from memory.filters import TagFilter, in_time
 from memory.fusion import Fused, fuse_rrf, recency_ranks
 from memory.hit_checks import leg_lists, marker_docs, shown
 from memory.identifiers import query_identifiers
@@ -25,8 +25,8 @@ from memory.index import ChunkIndex, LegHit
 from memory.index.codec import joined_text
 from memory.lookups import Lookups
 from memory.metrics import LEG_SECONDS
-from memory.records import DEFAULT_TENANT, StoredChunk
-from memory.search_results import LegTiming, Lookup, SearchHit, SearchOutcome
+from memory.records import StoredChunk
+from memory.search_results import LegTiming, SearchHit, SearchOutcome
 from memory.search_spec import (
     SearchSpec,
     fetch_depth,
@@ -56,7 +56,8 @@ class Retriever:
         self._index = index
         self._embedder = embedder
         self._cfg = cfg
-        self._lookups = Lookups(index)
+        #: Reads by id (``get``, ``recent``, the distinct ids), with a search's visibility.
+        self.lookups = Lookups(index)
 
     def fetch_k(self, top_k: int) -> int:
         """Candidates each leg fetches: ``ceil(top_k * fetch_multiplier)``, at least ``min_candidates``."""
@@ -104,39 +105,6 @@ class Retriever:
     def weights(self, spec: SearchSpec) -> tuple[dict[str, float], int]:
         """The legs' weights and the RRF k of ``spec``, the configured default for each it leaves out."""
         return leg_weights(spec, self._cfg)
-
-    async def lookup(
-        self,
-        doc_ids: Sequence[str],
-        *,
-        tenant: str = DEFAULT_TENANT,
-        metadata_filter: FilterSpec | None = None,
-        history: bool = False,
-    ) -> list[Lookup]:
-        """Each doc's current content and version, and earlier versions (``Lookups.lookup``)."""
-        return await self._lookups.lookup(doc_ids, tenant=tenant, metadata_filter=metadata_filter, history=history)
-
-    async def recent(
-        self,
-        agent_id: str,
-        session_id: str | None = None,
-        *,
-        tenant: str = DEFAULT_TENANT,
-        limit: int = 20,
-        metadata_filter: FilterSpec | None = None,
-    ) -> list[Lookup]:
-        """An agent's latest ``limit`` turns, whole, oldest first (``Lookups.recent``)."""
-        return await self._lookups.recent(
-            agent_id, session_id, tenant=tenant, limit=limit, metadata_filter=metadata_filter
-        )
-
-    async def list_values(
-        self, *, tenant: str, field: str, source_prefix: str = "", limit: int = 100, offset: int = 0
-    ) -> list[str]:
-        """The distinct doc ids or sources of the tenant's documents (``Lookups.list_values``)."""
-        return await self._lookups.list_values(
-            tenant=tenant, field=field, source_prefix=source_prefix, limit=limit, offset=offset
-        )
 
     async def _with_turns(self, hits: list[SearchHit], spec: SearchSpec, flt: TagFilter) -> list[SearchHit]:
         """Each transcript hit with the turns around it that the request may see (its tenant,
@@ -285,7 +253,7 @@ class Retriever:
         if standing is None:
             # More markers stand than the winners' read returns: those of the candidates'
             # docs are read, and the winners read again with theirs.
-            markers = await self._lookups.markers(results, spec.tenant)
+            markers = await self.lookups.markers(results, spec.tenant)
             first = None
         else:
             candidates = marker_docs(results, spec.tenant) if standing else ()
@@ -303,7 +271,7 @@ class Retriever:
                 wider = await asyncio.gather(*(runs[names[i]](k * HIDDEN_REFETCH) for i in crowded))
                 for i, found in zip(crowded, wider, strict=True):
                     results[i] = found
-                markers = await self._lookups.markers(results, spec.tenant)
+                markers = await self.lookups.markers(results, spec.tenant)
             legs, by_id = leg_lists(names, results, spec, flt, idents, markers)
             fused = fuse(legs, by_id)
             hits_out, rewritten = await self._hydrated(fused, by_id, spec, flt, last=last)

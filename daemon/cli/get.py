@@ -11,7 +11,7 @@ from consumers.client import MemoryClient
 from consumers.requests import GetItem, GetReply
 from daemon.cli._app import _settings, app, out
 from daemon.cli._client import _filter, _tenant_target, _with_client
-from daemon.cli.query import FILTER_HELP
+from daemon.cli.query import FilterOpt, JsonOpt, ReadTenantOpt
 
 #: The exit code when an id is not found: apart from a failure's 1 and a usage error's 2, so
 #: a script can tell "not there" from "could not ask".
@@ -22,11 +22,11 @@ NOT_FOUND_EXIT = 3
 def get(
     doc_ids: Annotated[list[str], typer.Argument(help="Document ids (a turn's: transcript:<agent>/<session>/<turn>).")],
     history: Annotated[
-        bool, typer.Option("--history", help="Also each document's earlier versions, newest first.")
+        bool, typer.Option("--history", metavar="", help="Also each document's earlier versions, newest first.")
     ] = False,
-    filters: Annotated[list[str] | None, typer.Option("--filter", help=FILTER_HELP)] = None,
-    tenant: Annotated[str | None, typer.Option("--tenant", help="Whose memory (topic tenancy).")] = None,
-    as_json: Annotated[bool, typer.Option("--json", metavar="", help="Print the raw reply.")] = False,
+    filters: FilterOpt = None,
+    tenant: ReadTenantOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Show memories by id: each one's current version and content (exit 3 if one is not found)."""
     flt = _filter(filters)

@@ -20,6 +20,10 @@ from memory.conversation import MAX_CONTEXT_TURNS, MAX_RECENT_TURNS, parse_turn
 from memory.errors import InvalidRequest
 
 FILTER_HELP = "key=value (repeat a key for any of them) or key!=value (none of them)."
+#: The options every read command takes alike.
+FilterOpt = Annotated[list[str] | None, typer.Option("--filter", help=FILTER_HELP)]
+ReadTenantOpt = Annotated[str | None, typer.Option("--tenant", help="Whose memory (topic tenancy).")]
+JsonOpt = Annotated[bool, typer.Option("--json", metavar="", help="Print the raw reply.")]
 
 
 def _when(value: str | None, what: str) -> datetime | None:
@@ -34,7 +38,7 @@ def _when(value: str | None, what: str) -> datetime | None:
 def query(
     text: Annotated[str, typer.Argument(help="What to search for.")],
     top_k: Annotated[int, typer.Option("--top-k", help="Results wanted (1..100).")] = 5,
-    filters: Annotated[list[str] | None, typer.Option("--filter", help=FILTER_HELP)] = None,
+    filters: FilterOpt = None,
     dense_weight: Annotated[float | None, typer.Option("--dense-weight")] = None,
     sparse_weight: Annotated[float | None, typer.Option("--sparse-weight")] = None,
     identifier_weight: Annotated[float | None, typer.Option("--identifier-weight")] = None,
@@ -78,7 +82,7 @@ def query(
             help="Show each conversation turn with this many turns around it (0..10).",
         ),
     ] = 0,
-    as_json: Annotated[bool, typer.Option("--json", metavar="", help="Print the raw reply.")] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Ask the memory a question over Kafka request/reply."""
     flt = _filter(filters)
@@ -127,9 +131,9 @@ def recent(
         str | None, typer.Option("--session-id", help="One session's (default: across the agent's sessions).")
     ] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, max=MAX_RECENT_TURNS, help="Turns wanted (1..100).")] = 20,
-    filters: Annotated[list[str] | None, typer.Option("--filter", help=FILTER_HELP)] = None,
-    tenant: Annotated[str | None, typer.Option("--tenant", help="Whose memory (topic tenancy).")] = None,
-    as_json: Annotated[bool, typer.Option("--json", metavar="", help="Print the raw reply.")] = False,
+    filters: FilterOpt = None,
+    tenant: ReadTenantOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Show an agent's latest turns, oldest first: where a session left off."""
     flt = _filter(filters)

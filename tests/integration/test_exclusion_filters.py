@@ -121,13 +121,15 @@ async def test_get_and_recent_apply_the_exclusion(stack) -> None:
     """``get`` answers not_found for an excluded memory; ``recent`` passes over the excluded
     session's turns, and excluding the agent asked for reads nothing."""
     _, retriever = stack
-    got = await retriever.lookup(["d/billing", "d/auth", "d/none"], metadata_filter={"service": {"not": "billing"}})
+    got = await retriever.lookups.lookup(
+        ["d/billing", "d/auth", "d/none"], metadata_filter={"service": {"not": "billing"}}
+    )
     assert [(g.doc_id, g.status) for g in got] == [("d/billing", "not_found"), ("d/auth", "found"), ("d/none", "found")]
-    turns = await retriever.recent("ex-agent", metadata_filter={"session_id": {"not": ["s-1", "s-3"]}})
+    turns = await retriever.lookups.recent("ex-agent", metadata_filter={"session_id": {"not": ["s-1", "s-3"]}})
     assert [t.doc_id for t in turns] == ["transcript:ex-agent/s-2/1"]
-    turns = await retriever.recent("ex-agent", metadata_filter={"agent_id": {"not": "ex-agent"}})
+    turns = await retriever.lookups.recent("ex-agent", metadata_filter={"agent_id": {"not": "ex-agent"}})
     assert turns == []
-    turns = await retriever.recent("ex-agent", "s-1", metadata_filter={"session_id": {"not": "s-2"}})
+    turns = await retriever.lookups.recent("ex-agent", "s-1", metadata_filter={"session_id": {"not": "s-2"}})
     assert [t.doc_id for t in turns] == ["transcript:ex-agent/s-1/1", "transcript:ex-agent/s-1/2"]
 
 

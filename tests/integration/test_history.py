@@ -39,7 +39,7 @@ def upsert(version: int, content: str, ts: float, tenant: str = "default", **met
 
 
 async def looked(stack: Stack, doc_id: str = DOC, tenant: str = "default") -> Lookup:
-    (found,) = await stack.retriever.lookup([doc_id], tenant=tenant, history=True)
+    (found,) = await stack.retriever.lookups.lookup([doc_id], tenant=tenant, history=True)
     return found
 
 
@@ -72,7 +72,7 @@ async def test_an_upsert_keeps_what_it_replaces_and_a_delete_drops_it(redis_url:
         await stack.ingestor.apply([upsert(7, V1, 7000.0)])
         assert (await looked(stack)).history == ()
         # Without history asked for, none is read.
-        (plain,) = await stack.retriever.lookup([DOC])
+        (plain,) = await stack.retriever.lookups.lookup([DOC])
         assert plain.history == ()
 
 
@@ -114,14 +114,14 @@ async def test_turns_keep_none_and_tenants_keep_their_own(redis_url: str, embedd
             await stack.ingestor.apply(
                 [MemoryItem("upsert", turn, None, kind="transcript", content=text, source="planner/s1")]
             )
-        (said,) = await stack.retriever.lookup([turn], history=True)
+        (said,) = await stack.retriever.lookups.lookup([turn], history=True)
         assert (said.content, said.history) == ("We ship on Monday.", ())
         await stack.ingestor.apply([upsert(1, V1, 1000.0, tenant="acme"), upsert(1, V3, 1000.0)])
         await stack.ingestor.apply([upsert(2, V2, 2000.0, tenant="acme")])
         assert [v.content for v in (await looked(stack, tenant="acme")).history] == [V1]
         assert (await looked(stack)).history == ()
         # Outside the filter, a doc shows no history either.
-        (hidden,) = await stack.retriever.lookup(
+        (hidden,) = await stack.retriever.lookups.lookup(
             [DOC], tenant="acme", metadata_filter={"source": "elsewhere"}, history=True
         )
         assert (hidden.status, hidden.history) == ("not_found", ())
@@ -189,9 +189,9 @@ async def test_an_earlier_version_outside_the_filter_is_not_shown(redis_url: str
         await stack.ingestor.apply([upsert(1, V1, 1000.0, team="secret")])
         await stack.ingestor.apply([upsert(2, V2, 2000.0, team="billing")])
         await stack.ingestor.apply([upsert(3, V3, 3000.0, team="billing")])
-        (seen,) = await stack.retriever.lookup([DOC], metadata_filter={"team": "billing"}, history=True)
+        (seen,) = await stack.retriever.lookups.lookup([DOC], metadata_filter={"team": "billing"}, history=True)
         assert [v.version for v in seen.history] == [2]
-        (seen,) = await stack.retriever.lookup([DOC], metadata_filter={"team": {"not": "secret"}}, history=True)
+        (seen,) = await stack.retriever.lookups.lookup([DOC], metadata_filter={"team": {"not": "secret"}}, history=True)
         assert [v.version for v in seen.history] == [2]
         assert [v.version for v in (await looked(stack)).history] == [2, 1]
 

@@ -102,7 +102,7 @@ async def full_field_search(retriever: Retriever, spec: SearchSpec) -> SearchOut
         runs["identifier"] = identifier
     names = list(runs)
     results = list(await asyncio.gather(*(run(k) for run in runs.values())))
-    markers = await retriever._lookups.markers(results, spec.tenant)
+    markers = await retriever.lookups.markers(results, spec.tenant)
     if markers:
         crowded = [
             i
@@ -113,7 +113,7 @@ async def full_field_search(retriever: Retriever, spec: SearchSpec) -> SearchOut
             wider = await asyncio.gather(*(runs[names[i]](k * HIDDEN_REFETCH) for i in crowded))
             for i, found in zip(crowded, wider, strict=True):
                 results[i] = found
-            markers = await retriever._lookups.markers(results, spec.tenant)
+            markers = await retriever.lookups.markers(results, spec.tenant)
     by_id: dict[str, StoredChunk] = {}
     legs: dict[str, list[str] | dict[str, int]] = {}
     for name, found in zip(names, results, strict=True):

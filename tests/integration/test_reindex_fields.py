@@ -159,9 +159,9 @@ async def test_a_daemon_started_on_an_index_it_cannot_use_says_so_instead_of_rea
         # Reads that search no leg refuse as a search does, rather than answer from the old index.
         retriever = Retriever(index=daemon.index, embedder=daemon.embedder, cfg=RetrievalConfig())
         for read in (
-            retriever.recent("planner"),
-            retriever.lookup(["fk/alpha"]),
-            retriever.list_values(tenant="default", field="doc_id"),
+            retriever.lookups.recent("planner"),
+            retriever.lookups.lookup(["fk/alpha"]),
+            retriever.lookups.list_values(tenant="default", field="doc_id"),
             retriever.search(SearchSpec(text="ledger", top_k=5)),
         ):
             with pytest.raises(IndexMismatch, match="index fields differ"):

@@ -846,7 +846,7 @@ async def _lookup_during_an_edit(index: ChunkIndex, ingestor: Ingestor, retrieve
 
     report = await ingestor.apply([item(doc, 1, text=text(2))])
     assert len(await index.chunk_ids(doc)) == 2, report
-    [v1] = await retriever.lookup([doc])
+    [v1] = await retriever.lookups.lookup([doc])
     real = index._r.pipeline
     edited: list[bool] = []
 
@@ -873,10 +873,10 @@ async def _lookup_during_an_edit(index: ChunkIndex, ingestor: Ingestor, retrieve
 
     index._r.pipeline = lambda **kw: EditAfterTheFirstRead(real(**kw))  # type: ignore[method-assign]
     try:
-        [got] = await retriever.lookup([doc])
+        [got] = await retriever.lookups.lookup([doc])
     finally:
         index._r.pipeline = real  # type: ignore[method-assign]
-    [v2] = await retriever.lookup([doc])
+    [v2] = await retriever.lookups.lookup([doc])
     assert edited and got.status == "found" and (v1.version, v2.version) == (1, 2)
     assert len(await index.chunk_ids(doc)) == 3
     assert (got.version, got.content) in ((1, v1.content), (2, v2.content)), (got.version, got.content)
