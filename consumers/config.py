@@ -66,7 +66,12 @@ class ConsumerConfig(BaseModel):
         ),
     )
     metadata_max_age_ms: int = Field(
-        30_000, ge=100, description="How often topic metadata is refreshed (new tenant topics are found this fast)."
+        5_000,
+        ge=100,
+        description=(
+            "How often topic metadata is refreshed: a new tenant's topics are found this fast (then the "
+            "consumer group rebalances), so its first writes and questions wait up to this long."
+        ),
     )
     group_id: str = Field(
         "agentmemd",

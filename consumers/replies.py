@@ -107,7 +107,7 @@ class PartitionCounts:
     before it is refused.
     """
 
-    def __init__(self, bootstrap: str, options: dict[str, Any] | None = None, *, metadata_max_age_ms: int = 30_000):
+    def __init__(self, bootstrap: str, options: dict[str, Any] | None = None, *, metadata_max_age_ms: int = 5_000):
         self._bootstrap, self._options = bootstrap, dict(options or {})
         self._max_age_ms = metadata_max_age_ms
         self._producer: AIOKafkaProducer | None = None

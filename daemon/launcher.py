@@ -329,6 +329,20 @@ def embedded_servers(
     ``redis_password``: the default user's password (AGENTMEM_REDIS_PASSWORD), so the
     embedded Redis is no more open than the settings say.
     """
+    # Both ports first: a user told of one taken port at a time fixes them in as many starts.
+    taken = [
+        f"{host}:{port} ({what}; {setting})"
+        for (host, port), what, setting in (
+            (_host_port(redis_url, 6379), "redis-server", "AGENTMEM_REDIS_URL"),
+            (_host_port(bootstrap.split(",")[0], 9092), "the tansu broker", "AGENTMEM_KAFKA_BOOTSTRAP"),
+        )
+        if _listening(host, port)
+    ]
+    if len(taken) > 1:
+        raise LauncherError(
+            f"cannot start: {' and '.join(taken)} are already in use (another `agentmemd up`? system "
+            "servers?); stop them, or point those settings at free ports"
+        )
     with data_dir_lock(data_dir):
         redis = start_redis(redis_url, data_dir=data_dir, password=redis_password)
         try:

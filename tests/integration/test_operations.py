@@ -419,6 +419,16 @@ def test_embedded_servers_refuse_a_port_already_in_use(tmp_path: Path) -> None:
             start_redis(f"redis://127.0.0.1:{port}/0", data_dir=tmp_path / "redis")
         with pytest.raises(LauncherError, match="already in use"):
             start_tansu(f"127.0.0.1:{port}", log_dir=tmp_path)
+        with socket.socket() as also:  # both taken: one message names both settings
+            also.bind(("127.0.0.1", 0))
+            also.listen()
+            other = also.getsockname()[1]
+            with (
+                pytest.raises(LauncherError) as both,
+                embedded_servers(f"127.0.0.1:{other}", f"redis://127.0.0.1:{port}/0", tmp_path),
+            ):
+                pass
+            assert "AGENTMEM_REDIS_URL" in str(both.value) and "AGENTMEM_KAFKA_BOOTSTRAP" in str(both.value)
 
 
 def test_one_data_dir_serves_one_set_of_embedded_servers(tmp_path: Path) -> None:
