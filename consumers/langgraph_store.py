@@ -17,7 +17,6 @@ import structlog
 from langgraph.store.base import (
     BaseStore,
     GetOp,
-    Item,
     ListNamespacesOp,
     Op,
     PutOp,
@@ -31,14 +30,13 @@ from langgraph.store.base import (
 
 from consumers.client import MemoryClient, Receipt
 from consumers.requests import MAX_WEIGHT, GetItem, ResultItem
+from consumers.store_items import EarlierItem, earlier_item, found_item, search_item, search_item_of
 from consumers.store_listing import LIST_PAGE, all_values, list_page
 from consumers.store_mapping import (
     DEFAULT_FILTER_KEYS,
     ROOT,
     PushedFilter,
-    is_item,
     item_doc_id,
-    item_parts,
     literal_prefix,
     matches_filter,
     namespace_matches,
@@ -109,7 +107,7 @@ class MemoryStore(BaseStore):
                 them is applied inside the daemon's search: keys the daemon can filter on (the
                 built-in ones, and its ``AGENTMEM_INDEX__EXTRA_FILTER_KEYS``).
             recency_weight: the recency list's weight in every query search (LangGraph's
-                ``search`` takes none): the newer of two items on the same subject first
+                ``search`` takes none): about 3 puts the newer of two close matches first
                 (docs/conversation.md, "What is true now"); None: the daemon's default.
 
         Raises:
@@ -134,20 +132,20 @@ class MemoryStore(BaseStore):
         """Close the connection (a later call opens it again)."""
         self._client.close()
 
-    def history(self, namespace: tuple[str, ...], key: str) -> list[Item]:
-        """The values the item held before its current one, newest first, each with the time
-        it was put (``updated_at``): it held until the one before it in the list, or the current
-        item, was put. As many as the daemon keeps (``AGENTMEM_INDEX__HISTORY_VERSIONS``); none
-        after a delete. Not part of LangGraph's ``BaseStore``: call it on this store."""
+    def history(self, namespace: tuple[str, ...], key: str) -> list[EarlierItem]:
+        """The values the item held before its current one, newest first: each put at its
+        ``updated_at`` and held ``until`` a put of another value. As many as the daemon keeps
+        (``AGENTMEM_INDEX__HISTORY_VERSIONS``); none after a delete. Not part of LangGraph's
+        ``BaseStore``: call it on this store."""
         return self._client.call(lambda c: self._history(c, namespace, key))
 
-    async def ahistory(self, namespace: tuple[str, ...], key: str) -> list[Item]:
+    async def ahistory(self, namespace: tuple[str, ...], key: str) -> list[EarlierItem]:
         """``history``, awaited."""
         return await self._client.acall(lambda c: self._history(c, namespace, key))
 
-    async def _history(self, c: MemoryClient, namespace: tuple[str, ...], key: str) -> list[Item]:
+    async def _history(self, c: MemoryClient, namespace: tuple[str, ...], key: str) -> list[EarlierItem]:
         (found,) = (await c.get([item_doc_id(namespace, key)], history=True)).items
-        earlier = [_item_of(v.metadata, v.timestamp) for v in found.history or []]
+        earlier = [earlier_item(v.metadata, v.timestamp, v.until) for v in found.history or []]
         return [i for i in earlier if i is not None]
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
@@ -172,7 +170,7 @@ class MemoryStore(BaseStore):
         if gets:
             found = await self._lookup(c, [item_doc_id(op.namespace, op.key) for _, op in gets])
             for i, op in gets:
-                results[i] = _item(found.get(item_doc_id(op.namespace, op.key)))
+                results[i] = found_item(found.get(item_doc_id(op.namespace, op.key)))
         for i, any_op in enumerate(ops):
             if isinstance(any_op, SearchOp):
                 reads.append((i, self._search(c, any_op)))
@@ -236,7 +234,7 @@ class MemoryStore(BaseStore):
             if op.value is None:
                 sends.append(c.delete_document(doc_id, version=self._versions.next(), wait=True))
                 continue
-            old = _item(before.get(doc_id))
+            old = found_item(before.get(doc_id))
             metadata = value_metadata(
                 op.namespace, op.key, op.value, created_at=old.created_at if old else now, filter_keys=self._filter_keys
             )
@@ -284,14 +282,14 @@ class MemoryStore(BaseStore):
         if not op.filter and op.limit <= LIST_PAGE:
             ids, _ = await list_page(c, "doc_id", prefix, op.offset, op.limit)
             found = await self._lookup(c, ids)
-            return [s for s in (_search_item(found.get(d)) for d in ids) if s is not None]
+            return [s for s in (search_item(found.get(d)) for d in ids) if s is not None]
         kept: list[SearchItem] = []
         offset = 0
         while len(kept) < op.offset + op.limit:
             ids, more = await list_page(c, "doc_id", prefix, offset, LIST_PAGE)
             found = await self._lookup(c, ids, flt)
             for d in ids:
-                item = _search_item(found.get(d))
+                item = search_item(found.get(d))
                 if item is not None and matches_filter(item.value, op.filter):
                     kept.append(item)
             if not more:
@@ -335,7 +333,7 @@ class MemoryStore(BaseStore):
         ranked = sorted(best.values(), key=lambda r: (-r.rrf_score, r.doc_id))
         kept: list[SearchItem] = []
         for r in ranked:
-            item = _search_item_of(r.metadata, r.timestamp, r.rrf_score)
+            item = search_item_of(r.metadata, r.timestamp, r.rrf_score)
             if item is not None and matches_filter(item.value, op.filter):
                 kept.append(item)
         return kept[op.offset : want]
@@ -354,49 +352,4 @@ class MemoryStore(BaseStore):
         return sorted(set(kept))[op.offset : op.offset + op.limit]
 
 
-def _parts(item: GetItem | None) -> tuple[tuple[str, ...], str, dict[str, Any], datetime, datetime] | None:
-    if item is None or not is_item(item.metadata):
-        return None
-    assert item.metadata is not None
-    return _from_metadata(item.metadata, item.timestamp)
-
-
-def _from_metadata(
-    metadata: dict[str, Any], timestamp: str | None
-) -> tuple[tuple[str, ...], str, dict[str, Any], datetime, datetime]:
-    namespace, key, value, created = item_parts(metadata)
-    updated = datetime.fromisoformat(timestamp) if timestamp else created or datetime.now(UTC)
-    return namespace, key, value, created or updated, updated
-
-
-def _item(found: GetItem | None) -> Item | None:
-    parts = _parts(found)
-    if parts is None:
-        return None
-    ns, key, value, created, updated = parts
-    return Item(namespace=ns, key=key, value=value, created_at=created, updated_at=updated)
-
-
-def _item_of(metadata: dict[str, Any], timestamp: str | None) -> Item | None:
-    if not is_item(metadata):
-        return None
-    ns, key, value, created, updated = _from_metadata(metadata, timestamp)
-    return Item(namespace=ns, key=key, value=value, created_at=created, updated_at=updated)
-
-
-def _search_item(found: GetItem | None) -> SearchItem | None:
-    parts = _parts(found)
-    if parts is None:
-        return None
-    ns, key, value, created, updated = parts
-    return SearchItem(namespace=ns, key=key, value=value, created_at=created, updated_at=updated)
-
-
-def _search_item_of(metadata: dict[str, Any], timestamp: str | None, score: float) -> SearchItem | None:
-    if not is_item(metadata):
-        return None
-    ns, key, value, created, updated = _from_metadata(metadata, timestamp)
-    return SearchItem(namespace=ns, key=key, value=value, created_at=created, updated_at=updated, score=score)
-
-
-__all__ = ["ROOT", "MemoryStore"]
+__all__ = ["ROOT", "EarlierItem", "MemoryStore"]

@@ -51,7 +51,7 @@ SEARCH = (
     "min_similarity -1..1 (off by default): leave out what the meaning search finds less similar than this, "
     "so a question about nothing remembered returns little or nothing; "
     "recency_weight 0..1000 (0 by default): order the results newer first, for questions about what holds now "
-    "(about 1 breaks near ties between old and new facts; 5 or more puts the newest of the results first). "
+    "(about 3 puts the newer of two close matches first; 5 or more puts the newest of the results first). "
     "Returns results with text, score, source, doc_id, kind, metadata and timestamp (and context)."
 )
 REMEMBER = (

@@ -457,6 +457,11 @@ async def test_a_graph_keeps_a_fact_current_and_reads_what_it_said_before(thread
         (("users", user), "home_city", "Paris"),
     ]
     # Each held from its own put until the next one.
-    assert earlier[1].updated_at <= earlier[0].updated_at <= current.updated_at
+    assert earlier[1].until == earlier[0].updated_at and earlier[0].until == current.updated_at
+    # A put of the same value is no change: the history stays, and says when Berlin began.
+    await store.aput(("users", user), "home_city", {"city": "Berlin"})
+    again = await store.ahistory(("users", user), "home_city")
+    assert [(i.value["city"], i.until) for i in again] == [(i.value["city"], i.until) for i in earlier]
+    assert again[0].dict()["until"] == earlier[0].until.isoformat()
     await store.adelete(("users", user), "home_city")
     assert await store.ahistory(("users", user), "home_city") == []
