@@ -3,11 +3,13 @@
 When an upsert replaces a stored version of a document, the transaction that writes the new
 version also pushes the old one (its content joined from its chunks, its time, source and
 metadata, and ``until``, the time of the version that replaced it) onto the doc's history
-list, newest first, trimmed to ``IndexConfig.history_versions``. A delete drops the list
-with the chunks: a deleted document leaves nothing readable. Turns and community summaries
-keep none. Only a version whose every stored chunk carries it is kept (a sliced write that
-died half-way left a mix, which no version ever said), and never twice (a redelivery or a
-restarted sliced write finds it at the head already).
+list, newest first, trimmed to ``IndexConfig.history_versions``; so do the versions its batch
+held before it and never wrote (``Passed``). A delete drops the list with the chunks: a
+deleted document leaves nothing readable. Turns and community summaries keep none. What is
+pushed is planned by ``plan_history`` (pure): the stored version only when every stored
+chunk carries it and no sliced write is under way, no version that says what the next one
+says, and nothing at or below the version at the head of the list (a write that starts
+again pushes nothing twice).
 """
 
 from __future__ import annotations
