@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from memory.batch_plan import passed_over
+from memory.index.copying import _merged
 from memory.index.history import Passed, Version, plan_history
 from memory.records import MemoryItem
 
@@ -85,3 +86,16 @@ def test_a_write_that_starts_again_plans_what_it_pushed_the_first_time() -> None
     # Its start pushed that; started again, the stored version is not read (a sliced write under way).
     again = plan_history(None, 1, passed, said(3, "Berlin", 30.0), 2)
     assert shown(again) == ([], False)
+
+
+def test_a_reindex_merge_keeps_each_version_once_ours_first_newest_first() -> None:
+    def entry(version: int, content: str) -> bytes:
+        return Version(version, content, "d", {}, float(version), float(version + 1)).encode().encode()
+
+    theirs = [entry(3, "old three"), entry(2, "two"), entry(1, "one")]
+    ours = [entry(4, "four"), entry(3, "three")]
+    merged = [Version.decode(raw) for raw in _merged(theirs, ours, keep=4)]
+    want = [(4, "four"), (3, "three"), (2, "two"), (1, "one")]
+    assert [(v.version, v.content) for v in merged if v is not None] == want
+    assert len(_merged(theirs, ours, keep=2)) == 2
+    assert _merged([b"not json"], ours, keep=5) == ours  # an entry another release wrote is left out
