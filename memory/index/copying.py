@@ -9,7 +9,6 @@ from typing import Any
 
 from redis import exceptions as rexc
 
-from memory import keys
 from memory.index.codec import _reanalyzed, _refielded, _respoken, hash_timestamp
 from memory.index.directory import DocChange, queue_change
 from memory.index.errors import IndexError_, translate_errors
@@ -125,8 +124,8 @@ class _Copying(_Lifecycle):
             async with translate_errors("history carry-over"), self._r.pipeline(transaction=False) as pipe:
                 for tenant, doc_id in batch:
                     pipe.mget(self._ver_key(source_generation, tenant, doc_id), self._ver_key(gen, tenant, doc_id))
-                    pipe.lrange(self._history_key_of(source_generation, tenant, doc_id), 0, -1)
-                    pipe.lrange(self._history_key_of(gen, tenant, doc_id), 0, -1)
+                    pipe.lrange(self._history_key(source_generation, tenant, doc_id), 0, -1)
+                    pipe.lrange(self._history_key(gen, tenant, doc_id), 0, -1)
                 rows = await pipe.execute()
             for n, (tenant, doc_id) in enumerate(batch):
                 versions, theirs, ours = rows[3 * n : 3 * n + 3]
@@ -135,13 +134,10 @@ class _Copying(_Lifecycle):
                     merged += await self._merge_history(source_generation, gen, tenant, doc_id, keep)
         return merged
 
-    def _history_key_of(self, gen: int, tenant: str, doc_id: str) -> str:
-        return keys.history_key(self._cfg.name, gen, tenant, doc_id)
-
     async def _merge_history(self, source_generation: int, gen: int, tenant: str, doc_id: str, keep: int) -> int:
         src_ver, ver = self._ver_key(source_generation, tenant, doc_id), self._ver_key(gen, tenant, doc_id)
-        src_list = self._history_key_of(source_generation, tenant, doc_id)
-        here = self._history_key_of(gen, tenant, doc_id)
+        src_list = self._history_key(source_generation, tenant, doc_id)
+        here = self._history_key(gen, tenant, doc_id)
         async with translate_errors("history carry-over"):
             for _ in range(_WATCH_RETRIES):
                 async with self._r.pipeline(transaction=True) as pipe:
@@ -189,8 +185,8 @@ class _Copying(_Lifecycle):
         src_ver_key = self._ver_key(source_generation, tenant, doc_id)
         src_doc = self._doc_key(source_generation, tenant, doc_id)
         src_marker_key = self._marker_key(source_generation, tenant, doc_id)
-        src_history = keys.history_key(self._cfg.name, source_generation, tenant, doc_id)
-        history = keys.history_key(self._cfg.name, gen, tenant, doc_id)
+        src_history = self._history_key(source_generation, tenant, doc_id)
+        history = self._history_key(gen, tenant, doc_id)
         async with translate_errors("doc copy"):
             for _ in range(_WATCH_RETRIES):
                 async with self._r.pipeline(transaction=True) as pipe:

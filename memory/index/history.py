@@ -21,7 +21,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from memory import keys
 from memory.chunking import chunk_position, join_chunks
 from memory.index.codec import JOIN_FIELDS, _stored, joined_text
 from memory.index.errors import translate_errors
@@ -154,9 +153,6 @@ def _final(chunks: Sequence[ChunkRecord]) -> Passed:
 
 class _History(_Lifecycle):
     """The history lists: what a replacing write pushes, and reads by doc id."""
-
-    def _history_key(self, gen: int, tenant: str, doc_id: str) -> str:
-        return keys.history_key(self._cfg.name, gen, tenant, doc_id)
 
     async def _history_plan(
         self,

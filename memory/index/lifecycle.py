@@ -103,6 +103,10 @@ class _Lifecycle:
         was written in slices."""
         return keys.marker_key(self._cfg.name, gen, tenant, doc_id)
 
+    def _history_key(self, gen: int, tenant: str, doc_id: str) -> str:
+        """The doc's earlier versions (``memory.index.history``)."""
+        return keys.history_key(self._cfg.name, gen, tenant, doc_id)
+
     def _search_name(self) -> str:
         return self._cfg.name if self.pinned is None else keys.physical_name(self._cfg.name, self.pinned)
 
