@@ -164,9 +164,11 @@ class _History(_Lifecycle):
         marker: WriteMarker | None,
         chunks: Sequence[ChunkRecord],
         passed: Sequence[Passed],
+        keep: int | None,
     ) -> tuple[list[Version], bool]:
         """What a write of ``chunks`` pushes onto the doc's history, and whether it drops the
-        list first (``plan_history``).
+        list first (``plan_history``); nothing, unread, when it keeps none (``keep``, as
+        ``kept_versions`` says) or has nothing to keep (a new doc, alone in its batch).
 
         The stored version is kept only when every stored chunk carries it: not while a
         sliced write is under way (its start kept that version, or, a delete, dropped the
@@ -176,6 +178,8 @@ class _History(_Lifecycle):
         set and marker: a write between this read and the caller's EXEC fails the EXEC, and
         the caller reads again.
         """
+        if not keep or (not passed and (stored is None or not old_ids)):
+            return [], False
         chunk_keys = [self._chunk_key(gen, tenant, cid) for cid in sorted(old_ids, key=chunk_position)]
         readable = stored is not None and chunk_keys and (marker is None or not marker.in_progress)
         async with translate_errors("history read"), self._r.pipeline(transaction=False) as pipe:
@@ -196,11 +200,26 @@ class _History(_Lifecycle):
         return plan_history(kept, stored, passed, _final(chunks), head.version if head is not None else None)
 
     def _write_history(
-        self, pipe: Any, gen: int, tenant: str, doc_id: str, plan: tuple[list[Version], bool], keep: int
+        self,
+        pipe: Any,
+        gen: int,
+        tenant: str,
+        doc_id: str,
+        plan: tuple[list[Version], bool],
+        keep: int | None,
+        *,
+        deleting: bool,
     ) -> None:
-        """Queue, in the caller's transaction, a plan's entries onto the doc's history, the
-        list trimmed to ``keep`` (dropped at 0: a lowered setting frees what it no longer keeps)."""
+        """Queue, in the caller's transaction, what a write does to the doc's history: a delete
+        drops it (a deleted doc leaves nothing readable); a document's upsert pushes its
+        plan's entries, the list trimmed to ``keep`` (dropped at 0: a lowered setting frees
+        what it no longer keeps); any other write (``keep`` None) leaves it alone."""
         key = self._history_key(gen, tenant, doc_id)
+        if deleting:
+            pipe.delete(key)
+            return
+        if keep is None:
+            return
         entries, clear = plan
         if clear or keep <= 0:
             pipe.delete(key)

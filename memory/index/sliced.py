@@ -192,16 +192,10 @@ class _SlicedWrites(_History):
                             shown = stored_version
                         now = await redis_now(self._r)
                         began = WriteMarker(shown, version, token=token, owner=self._owner, since=now, beat=now)
-                        plan = (
-                            await self._history_plan(gen, tenant, doc_id, stored_version, old_ids, marker, by, passed)
-                            if keep
-                            else ([], False)
-                        )
+                        seen_now = (stored_version, old_ids, marker)
+                        plan = await self._history_plan(gen, tenant, doc_id, *seen_now, by, passed, keep)
                         pipe.multi()  # type: ignore[no-untyped-call]
-                        if deleting:
-                            pipe.delete(self._history_key(gen, tenant, doc_id))
-                        if keep is not None:
-                            self._write_history(pipe, gen, tenant, doc_id, plan, keep)
+                        self._write_history(pipe, gen, tenant, doc_id, plan, keep, deleting=deleting)
                         # No expiry: a writer that dies leaves the doc hidden until its
                         # event's redelivery (or a later version) writes it again.
                         set_marker(pipe, self._writing_key(), marker_key, began)

@@ -113,18 +113,11 @@ class _VersionedWrites(_SlicedWrites):
                         new_ids = {c.chunk_id for c in chunks}
                         if version is not None and len(chunks) + len(old_ids - new_ids) > self._cfg.write_slice_chunks:
                             break  # too large for one transaction: see memory.visibility
-                        plan = (
-                            await self._history_plan(
-                                gen, tenant, doc_id, stored_version, old_ids, marker, chunks, passed
-                            )
-                            if keep
-                            else ([], False)
-                        )
+                        seen_now = (stored_version, old_ids, marker)
+                        plan = await self._history_plan(gen, tenant, doc_id, *seen_now, chunks, passed, keep)
                         pipe.multi()  # type: ignore[no-untyped-call]
-                        if version is not None and not chunks:
-                            pipe.delete(self._history_key(gen, tenant, doc_id))  # a deleted doc leaves nothing
-                        if keep is not None:
-                            self._write_history(pipe, gen, tenant, doc_id, plan, keep)
+                        deleting = version is not None and not chunks
+                        self._write_history(pipe, gen, tenant, doc_id, plan, keep, deleting=deleting)
                         stale = [self._chunk_key(gen, tenant, c) for c in old_ids - new_ids]
                         if stale:
                             pipe.delete(*stale)
