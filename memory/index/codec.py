@@ -11,7 +11,7 @@ import functools
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -236,8 +236,21 @@ def _stored(doc: Any, tag_keys: Sequence[str]) -> StoredChunk:
     )
 
 
-def joined_text(chunks: Sequence[StoredChunk]) -> str:
-    """A doc's content from its stored chunks (in position order), exact where they kept their starts."""
+class _Joinable(Protocol):
+    """What a chunk gives to be joined: a stored one, or one about to be written."""
+
+    @property
+    def text(self) -> str: ...
+    @property
+    def start(self) -> int | None: ...
+    @property
+    def gap(self) -> str: ...
+    @property
+    def tail(self) -> str: ...
+
+
+def joined_text(chunks: Sequence[_Joinable]) -> str:
+    """A doc's content from its chunks (in position order), exact where they kept their starts."""
     return join_chunks([c.text for c in chunks], [c.start for c in chunks], [c.gap for c in chunks], chunks[-1].tail)
 
 

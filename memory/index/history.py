@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from memory.chunking import chunk_position, join_chunks
+from memory.chunking import chunk_position
 from memory.index.codec import JOIN_FIELDS, _stored, joined_text
 from memory.index.errors import translate_errors
 from memory.index.lifecycle import _Lifecycle
@@ -147,8 +147,7 @@ def _says(v: Version) -> tuple[str, str, dict[str, Any]]:
 def _final(chunks: Sequence[ChunkRecord]) -> Passed:
     """What a write of ``chunks`` (a document's, at least one) says."""
     first = chunks[0]
-    content = join_chunks([c.text for c in chunks], [c.start for c in chunks], [c.gap for c in chunks], chunks[-1].tail)
-    return Passed(first.version, False, content, first.source, dict(first.metadata), first.timestamp)
+    return Passed(first.version, False, joined_text(chunks), first.source, dict(first.metadata), first.timestamp)
 
 
 class _History(_Lifecycle):
