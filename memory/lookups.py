@@ -67,15 +67,14 @@ class Lookups:
 
     async def _with_history(self, found: list[Lookup], tenant: str, flt: TagFilter) -> list[Lookup]:
         """``found`` with each document's earlier versions that the request may see: those
-        the filter admits (by their own metadata) and older than the version read as
-        current (read after it: a write in between pushed that version)."""
-        docs = [f.doc_id for f in found if f.status == "found" and f.chunks[0].kind == "document"]
-        earlier = await self._index.history(docs, tenant)
+        the filter admits (by their own metadata) and older than the version read as current."""
+        docs = {f.doc_id: f.version or 0 for f in found if f.status == "found" and f.chunks[0].kind == "document"}
+        earlier = await self._index.history(list(docs), tenant, current=docs)
         keys = self._index.cfg.filter_keys
 
         def shown(f: Lookup, v: Version) -> bool:
             tags = {**tag_values(v.metadata, keys), "tenant": tenant, "doc_id": f.doc_id, "kind": "document"}
-            return v.version < (f.version or 0) and flt.matches(tags | {"source": v.source})
+            return flt.matches(tags | {"source": v.source})
 
         return [
             dataclasses.replace(f, history=tuple(v for v in earlier[f.doc_id] if shown(f, v)))

@@ -135,9 +135,8 @@ class MemoryReads:
         chunks = (await self.index.turns([doc_id], tenant)).get(doc_id, [])
         if not chunks or chunks[0].kind != "document":
             return chunks, []
-        current = chunks[0].version or 0
-        earlier = (await self.index.history([doc_id], tenant)).get(doc_id, [])
-        return chunks, [v for v in earlier if v.version < current]
+        current = {doc_id: chunks[0].version or 0}
+        return chunks, (await self.index.history([doc_id], tenant, current=current)).get(doc_id, [])
 
     async def ask(self, form: AskForm, tenant: str) -> Answer:
         """Answer the form's question as the Kafka query handler would, and read why.

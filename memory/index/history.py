@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import types
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -228,9 +228,12 @@ class _History(_Lifecycle):
             pipe.lpush(key, entry.encode())
         pipe.ltrim(key, 0, keep - 1)
 
-    async def history(self, doc_ids: Sequence[str], tenant: str = DEFAULT_TENANT) -> dict[str, list[Version]]:
+    async def history(
+        self, doc_ids: Sequence[str], tenant: str = DEFAULT_TENANT, *, current: Mapping[str, int] | None = None
+    ) -> dict[str, list[Version]]:
         """Each doc's earlier versions, newest first, as many as the setting keeps (docs
-        without any are left out)."""
+        without any are left out). ``current``: the version of each doc read as current just
+        before; only versions older than it are kept (a write in between pushed that one)."""
         if not doc_ids:
             return {}
         keep = self._cfg.history_versions
@@ -243,7 +246,8 @@ class _History(_Lifecycle):
             lists = await pipe.execute()
         out: dict[str, list[Version]] = {}
         for d, raw in zip(doc_ids, lists, strict=True):
-            versions = [v for v in (Version.decode(r) for r in raw) if v is not None]
+            below = None if current is None else current.get(d)
+            versions = [v for v in map(Version.decode, raw) if v is not None and (below is None or v.version < below)]
             if versions:
                 out[d] = versions
         return out
