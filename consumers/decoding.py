@@ -20,6 +20,7 @@ from consumers.events import (
     TranscriptTopicEvent,
     near_spelling,
 )
+from memory.config import DEFAULT_MAX_FUTURE_S
 from memory.records import DEFAULT_TENANT, MemoryItem
 
 E = TypeVar("E", bound=BaseModel)
@@ -234,6 +235,7 @@ def decode_records(
     kind: str,
     filter_keys: Collection[str],
     max_content_bytes: int,
+    max_future_s: float = DEFAULT_MAX_FUTURE_S,
     tenant_of: Callable[[str], str | None] = lambda _topic: DEFAULT_TENANT,
 ) -> tuple[list[Decoded], list[DlqRecord]]:
     """Split a batch into valid items (in order) and dead letters.
@@ -243,6 +245,7 @@ def decode_records(
         kind: ``"document"`` or ``"transcript"``.
         filter_keys: metadata keys that become TAG values.
         max_content_bytes: larger content is rejected.
+        max_future_s: a timestamp further after its record's time is rejected.
         tenant_of: the tenant of a record's topic (``None``: not a valid tenant topic).
 
     Returns:
@@ -267,7 +270,7 @@ def decode_records(
             tenant = tenant_of(rec.topic)
             if tenant is None:
                 raise ValueError(f"topic {rec.topic!r} does not name a valid tenant")
-            item = event.to_item(filter_keys, tenant, default_ts=record_time(rec))
+            item = event.to_item(filter_keys, tenant, default_ts=record_time(rec), max_future_s=max_future_s)
         except ValueError as exc:
             dead.append(dead_letter(rec, str(exc), "invalid_event"))
             continue

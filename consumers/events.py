@@ -27,6 +27,7 @@ from pydantic import (
 )
 
 from consumers.fields import MAX_META_CHARS, MAX_VERSION, AgentPart, DocId, MetaValue, NonEmpty
+from memory.config import DEFAULT_MAX_FUTURE_S
 from memory.conversation import TURN_PREFIX, turn_doc_id, turn_prefix
 from memory.filters import tag_values
 from memory.records import COMMUNITY_PREFIX, DEFAULT_TENANT, MemoryItem
@@ -89,14 +90,37 @@ def _check_metadata(meta: dict[str, Any]) -> dict[str, Any]:
     return meta
 
 
-def _epoch(ts: datetime | None, default: float | None = None) -> float:
+def _epoch(ts: datetime | None, default: float | None = None, max_future_s: float = DEFAULT_MAX_FUTURE_S) -> float:
     """Epoch seconds of an event's time; without one, ``default`` (the Kafka record's time,
-    so that a replay dates it as the first delivery did), else now."""
+    so that a replay dates it as the first delivery did), else now.
+
+    Raises:
+        ValueError: the time is more than ``max_future_s`` after ``default`` (else now).
+    """
+    reference = default if default is not None else datetime.now(UTC).timestamp()
     if ts is None:
-        return default if default is not None else datetime.now(UTC).timestamp()
+        return reference
     if ts.tzinfo is None:
         ts = ts.replace(tzinfo=UTC)
-    return ts.timestamp()
+    epoch = ts.timestamp()
+    if epoch > reference + max_future_s:
+        against = "its Kafka record's time" if default is not None else "the daemon's clock"
+        raise ValueError(
+            f"timestamp {ts.isoformat()} is {_span(epoch - reference)} after {against}; a timestamp says when "
+            f"the memory was recorded, at most {max_future_s:g} s ahead (a time without a zone is read as UTC)"
+        )
+    return epoch
+
+
+def _span(seconds: float) -> str:
+    """A duration as a person reads it: ``42 s``, ``17 min``, ``5.0 h``, ``3 days``."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 172_800:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86_400:.0f} days"
 
 
 #: doc_id prefixes the daemon writes itself (transcript turns, community summaries): a
@@ -127,12 +151,18 @@ class DocumentEvent(_Event):
         return value
 
     def to_item(
-        self, filter_keys: Collection[str], tenant: str = DEFAULT_TENANT, *, default_ts: float | None = None
+        self,
+        filter_keys: Collection[str],
+        tenant: str = DEFAULT_TENANT,
+        *,
+        default_ts: float | None = None,
+        max_future_s: float = DEFAULT_MAX_FUTURE_S,
     ) -> MemoryItem:
         """The memory item this event asks for (a delete's content, if any, is ignored).
 
         Raises:
-            ValueError: an upsert without content, or with blank content.
+            ValueError: an upsert without content, or with blank content; a timestamp more
+                than ``max_future_s`` after ``default_ts`` (else now).
         """
         if self.op == "upsert" and (self.content is None or not self.content.strip()):
             raise ValueError("an upsert needs content" if self.content is None else "content is empty")
@@ -145,7 +175,7 @@ class DocumentEvent(_Event):
             source=self.source or self.doc_id,
             tags=tag_values(self.metadata, filter_keys),
             metadata=dict(self.metadata),
-            timestamp=_epoch(self.timestamp, default_ts),
+            timestamp=_epoch(self.timestamp, default_ts, max_future_s),
             tenant=tenant,
         )
 
@@ -183,9 +213,18 @@ class TranscriptEvent(_Event):
         return turn_doc_id(self.agent_id, self.session_id, self.turn)
 
     def to_item(
-        self, filter_keys: Collection[str], tenant: str = DEFAULT_TENANT, *, default_ts: float | None = None
+        self,
+        filter_keys: Collection[str],
+        tenant: str = DEFAULT_TENANT,
+        *,
+        default_ts: float | None = None,
+        max_future_s: float = DEFAULT_MAX_FUTURE_S,
     ) -> MemoryItem:
-        """The memory item for this turn (unversioned: a redelivery overwrites identically)."""
+        """The memory item for this turn (unversioned: a redelivery overwrites identically).
+
+        Raises:
+            ValueError: a timestamp more than ``max_future_s`` after ``default_ts`` (else now).
+        """
         # The event's own fields win over metadata of the same names, in what is stored and
         # so in the tags: a deployment that makes `role` filterable can filter turns by it.
         metadata = {
@@ -204,7 +243,7 @@ class TranscriptEvent(_Event):
             source=f"{self.agent_id}/{self.session_id}",
             tags=tag_values(metadata, filter_keys),
             metadata=metadata,
-            timestamp=_epoch(self.timestamp, default_ts),
+            timestamp=_epoch(self.timestamp, default_ts, max_future_s),
             tenant=tenant,
         )
 
@@ -259,7 +298,12 @@ class ForgetEvent(_Event):
         return None
 
     def to_item(
-        self, filter_keys: Collection[str], tenant: str = DEFAULT_TENANT, *, default_ts: float | None = None
+        self,
+        filter_keys: Collection[str],
+        tenant: str = DEFAULT_TENANT,
+        *,
+        default_ts: float | None = None,
+        max_future_s: float = DEFAULT_MAX_FUTURE_S,
     ) -> MemoryItem:
         """A ``forget`` item: the turn doc ids' common prefix (for one turn, that turn's doc id)
         and the tags every such turn carries (``memory.forgets`` expands it)."""

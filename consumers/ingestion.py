@@ -74,6 +74,7 @@ class Ingestion:
             kind=kind,
             filter_keys=self.filter_keys,
             max_content_bytes=self.ingest_cfg.max_content_bytes,
+            max_future_s=self.ingest_cfg.max_future_s,
             tenant_of=lambda topic: tenant_from_topic(topic, base, self.cfg.tenancy),
         )
         raw = {(r.topic, r.partition, r.offset): r for r in records}

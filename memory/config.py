@@ -284,6 +284,9 @@ class RetrievalConfig(BaseModel):
 #: Largest event content accepted by default (UTF-8 bytes): about the largest document
 #: one would hand an agent's memory whole (a long manual, a big log excerpt).
 DEFAULT_MAX_CONTENT_BYTES = 4 * 1024 * 1024
+#: How far an event's timestamp may run ahead of its Kafka record's time by default: more
+#: than hosts' clocks drift apart, less than a naive local time read as UTC east of it.
+DEFAULT_MAX_FUTURE_S = 300.0
 
 
 class IngestConfig(BaseModel):
@@ -291,6 +294,16 @@ class IngestConfig(BaseModel):
 
     max_content_bytes: int = Field(
         DEFAULT_MAX_CONTENT_BYTES, ge=1024, description="Largest content accepted (UTF-8 bytes)."
+    )
+    max_future_s: float = Field(
+        DEFAULT_MAX_FUTURE_S,
+        ge=0,
+        description=(
+            "How far an event's timestamp may be ahead of its Kafka record's time (or, without one, "
+            "of the daemon's clock) before the event is dead-lettered. A timestamp says when a memory "
+            "was recorded: one in the future would come first by recency and escape every time_range "
+            "that ends before it. Judged against the record's time, so a replay decides the same."
+        ),
     )
     retry_initial_s: float = Field(
         0.2, gt=0, description="First backoff when Redis is unavailable or an event's handling failed."

@@ -148,6 +148,7 @@ class Replayer:
             kind=kind,
             filter_keys=self._s.index.filter_keys,
             max_content_bytes=self._s.ingest.max_content_bytes,
+            max_future_s=self._s.ingest.max_future_s,
             tenant_of=lambda t: tenant_from_topic(t, base, self._s.consumer.tenancy),
         )
         self._p.invalid += len(dead)

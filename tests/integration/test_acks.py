@@ -11,6 +11,7 @@ import os
 import sys
 import uuid
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +104,11 @@ async def test_a_refused_event_is_acked_dead_lettered_with_its_reason(env: Any) 
         ({"event_id": "e-bad-1", "op": "upsert", "doc_id": "acks/x.md", "version": "3", "content": "x"}, "version"),
         (b"{not json", "JSON"),
         ({"event_id": "e-bad-2", "op": "upsert", "doc_id": "acks/y.md", "version": 1, "content": "\u200b"}, "token"),
+        (
+            {"event_id": "e-bad-3", "op": "upsert", "doc_id": "acks/z.md", "version": 1, "content": "z"}
+            | {"timestamp": (datetime.now(UTC) + timedelta(days=30)).isoformat()},
+            "after its Kafka record's time",
+        ),
     ):
         cid = uuid.uuid4().hex
         headers = [("reply_to", plain.reply_topic.encode()), ("correlation_id", cid.encode())]

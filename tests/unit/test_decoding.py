@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import json
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -366,6 +366,42 @@ def test_an_event_without_a_timestamp_is_dated_by_its_kafka_record() -> None:
     record = Rec(json.dumps(doc).encode(), timestamp=1_790_000_000_000)
     (g,), _ = decode_records([record], kind="document", filter_keys=BASE_FILTER_KEYS, max_content_bytes=100)
     assert g.item.timestamp == 1_790_000_000.0
+
+
+def test_a_timestamp_ahead_of_its_record_is_dead_lettered_whatever_the_clock_says() -> None:
+    """A timestamp is when a memory was recorded: one far ahead of its record's time is refused
+    with the gap named, judged against the record so that a replay years later decides the same,
+    and a few seconds of clock drift between hosts pass."""
+    record_ms = 1_790_000_000_000  # 2026-09-21T14:13:20Z
+    turn = {"event_id": "t", "agent_id": "a", "session_id": "s", "turn": 1, "content": "x"}
+    late = {**turn, "timestamp": "2026-09-21T16:13:20"}  # naive local time of UTC+2, read as UTC
+    (dead,) = decode_records(
+        [Rec(json.dumps(late).encode(), topic="memory.transcripts", timestamp=record_ms)],
+        kind="transcript",
+        filter_keys=BASE_FILTER_KEYS,
+        max_content_bytes=100,
+    )[1]
+    assert dead.error_code == "invalid_event"
+    assert "2.0 h after its Kafka record's time" in dead.reason and "at most 300 s ahead" in dead.reason
+    drift = {**turn, "timestamp": "2026-09-21T14:14:20Z"}  # 60 s ahead
+    (good,), _ = decode_records(
+        [Rec(json.dumps(drift).encode(), topic="memory.transcripts", timestamp=record_ms)],
+        kind="transcript",
+        filter_keys=BASE_FILTER_KEYS,
+        max_content_bytes=100,
+    )
+    assert good.item.timestamp == 1_790_000_060.0
+    far = doc(timestamp="2027-09-21T14:13:20Z")
+    args = {"kind": "document", "filter_keys": BASE_FILTER_KEYS, "max_content_bytes": 100}
+    (dead,) = decode_records([Rec(far, timestamp=record_ms)], **args)[1]  # type: ignore[arg-type]
+    assert "365 days after its Kafka record's time" in dead.reason
+    (good,), _ = decode_records([Rec(far, timestamp=record_ms)], max_future_s=366 * 86_400, **args)  # type: ignore[arg-type]
+    assert good.item.timestamp == datetime(2027, 9, 21, 14, 13, 20, tzinfo=UTC).timestamp()
+    # Without a record time the daemon's clock is the reference.
+    (dead,) = decode(doc(timestamp=(datetime.now(UTC) + timedelta(hours=1)).isoformat()))[1]
+    assert "after the daemon's clock" in dead.reason
+    (good,), _ = decode(doc(timestamp=(datetime.now(UTC) - timedelta(days=400)).isoformat()))
+    assert good.item.timestamp < datetime.now(UTC).timestamp()
 
 
 @pytest.mark.parametrize(
