@@ -12,9 +12,14 @@ _AGE = re.compile(r"(\d{1,9})([smhdw])")
 _AGE_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 
 
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+
 def when(value: datetime | str | None, what: str, *, now: datetime | None = None) -> datetime | None:
     """A time argument (``since``, ``until``) as every client surface takes it: a datetime, an
     ISO 8601 time (naive: UTC), or an age before ``now`` (``90m``, ``24h``, ``7d``, ``2w``).
+    A date alone is the day's first instant, and for ``until`` (``what`` names it, ``--until``
+    too) its last, so ``since=until="2026-12-05"`` is that whole day rather than one instant.
 
     Raises:
         InvalidRequest: none of these, naming ``what``.
@@ -27,7 +32,10 @@ def when(value: datetime | str | None, what: str, *, now: datetime | None = None
     try:
         if age := _AGE.fullmatch(text):
             return (now or datetime.now(UTC)) - timedelta(**{_AGE_UNITS[age.group(2)]: int(age.group(1))})
-        return datetime.fromisoformat(text)
+        at = datetime.fromisoformat(text)
+        if _DATE.fullmatch(text) and what.lstrip("-") == "until":
+            return at + timedelta(days=1, microseconds=-1)
+        return at
     except (ValueError, OverflowError):  # OverflowError: an age reaching before year 1
         raise InvalidRequest(
             f"{what} takes an ISO 8601 time (2026-11-24T09:00:00Z) or an age (90m, 24h, 7d, 2w), got {value[:80]!r}"

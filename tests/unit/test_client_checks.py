@@ -153,6 +153,12 @@ def test_a_time_is_a_datetime_an_iso_string_or_an_age() -> None:
     assert when(now, "since") is now and when(None, "since") is None and when("", "since") is None
     with pytest.raises(InvalidRequest, match=r"until takes an ISO 8601 time .* or an age .*'last tuesday'"):
         when("last tuesday", "until")
+    # A date alone: the whole day, so since=until=that date is the day, not one instant.
+    day = datetime(2026, 12, 5)
+    assert when("2026-12-05", "since") == day and when("2026-12-05", "--since") == day
+    end = datetime(2026, 12, 5, 23, 59, 59, 999_999)
+    assert when("2026-12-05", "until") == end and when("2026-12-05", "--until") == end
+    assert when("2026-12-05T00:00", "until") == day and when("2026-12-05", "timestamp") == day
 
 
 @pytest.mark.parametrize("age", ["1000000d", "999999999w"])
