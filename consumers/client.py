@@ -47,6 +47,7 @@ class MemoryClient(_Writes):
         context_turns: int = 0,
         speaker_weight: float | None = None,
         min_similarity: float | None = None,
+        fold_repeats: bool = True,
     ) -> QueryReply:
         """Ask a query and wait for its reply.
 
@@ -68,7 +69,8 @@ class MemoryClient(_Writes):
                 tenant's own (``<replies>.<tenant>``) or the shared one (a client built without
                 ``tenant=``); a client of another tenant raises ``InvalidRequest``.
             since: only memories timestamped at or after this time: a datetime (naive: UTC),
-                an ISO 8601 string, or an age before now (``"24h"``, ``"7d"``).
+                an ISO 8601 string (a date alone: its first instant, and for ``until`` its last),
+                or an age before now (``"24h"``, ``"7d"``).
             until: only memories timestamped at or before this time (as ``since``).
             recency_weight: weight of the recency list (the results newest first; 0 off);
                 the daemon's default (0) if None.
@@ -78,6 +80,9 @@ class MemoryClient(_Writes):
                 query names; 0 off); the daemon's default (0.2) if None.
             min_similarity: the vector leg keeps only candidates at least this similar
                 (cosine, -1..1) to the question; the daemon's default (off) if None.
+            fold_repeats: a result whose text is a better one's, word for word (case and
+                spacing aside), is listed in that one's ``repeats`` instead of taking a place
+                of its own; False returns each as a result.
 
         Raises:
             QueryFailed: the daemon replied with an error.
@@ -104,6 +109,7 @@ class MemoryClient(_Writes):
             context_turns=context_turns,
             speaker_weight=speaker_weight,
             min_similarity=min_similarity,
+            fold_repeats=fold_repeats,
         )
         data = await self._transport.ask(topic, payload)
         return QueryReply.model_validate(data)

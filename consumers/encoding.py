@@ -119,6 +119,7 @@ def query_body(
     context_turns: int,
     speaker_weight: float | None = None,
     min_similarity: float | None = None,
+    fold_repeats: bool = True,
 ) -> dict[str, Any]:
     """A query request's body; ``MemoryClient.query`` documents the arguments.
 
@@ -153,6 +154,8 @@ def query_body(
         payload["scope"] = scope
     if context_turns:
         payload["context_turns"] = context_turns
+    if not fold_repeats:
+        payload["fold_repeats"] = False
     times = {name: when(t, name) for name, t in (("since", since), ("until", until))}
     window = {name: iso(t) for name, t in times.items() if t is not None}
     if window:

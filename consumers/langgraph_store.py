@@ -312,8 +312,13 @@ class MemoryStore(BaseStore):
         while True:
             replies = await asyncio.gather(
                 *(
+                    # Every item is its own: two keys holding the same text are two results.
                     c.query(
-                        op.query, top_k=top_k, metadata_filter={**flt, "source": g}, recency_weight=self._recency_weight
+                        op.query,
+                        top_k=top_k,
+                        metadata_filter={**flt, "source": g},
+                        recency_weight=self._recency_weight,
+                        fold_repeats=False,
                     )
                     for g in groups
                 )

@@ -28,6 +28,7 @@ from consumers.requests import (
     QueryRequest,
     RecentReply,
     RecentRequest,
+    Repeat,
     ResultItem,
 )
 from graph import ScopedSearch
@@ -240,6 +241,7 @@ def to_spec(req: QueryRequest, tenant: str = DEFAULT_TENANT) -> SearchSpec:
         since=since,
         until=until,
         context_turns=req.context_turns,
+        fold_repeats=req.fold_repeats,
     )
 
 
@@ -297,6 +299,8 @@ def to_reply(req: QueryRequest, outcome: SearchOutcome, stale: dict[str, bool] |
             context=[_context_turn(c) for c in h.context]
             if req.context_turns and h.chunk.kind == "transcript"
             else None,
+            repeats=[Repeat(doc_id=r.doc_id, chunk_id=r.chunk_id, timestamp=_iso(r.timestamp)) for r in h.repeats]
+            or None,
         )
         for h in outcome.hits
     ]
@@ -309,6 +313,7 @@ def _size_bound(item: ResultItem) -> int:
     """Bytes one result can take as JSON at most (every character escaped as \\uXXXX)."""
     meta = sum(len(str(k)) + len(str(v)) + 8 for k, v in item.metadata.items())
     around = sum(len(c.text) + len(c.doc_id) + len(c.role) + 80 for c in item.context or ())
+    around += sum(len(r.doc_id) + len(r.chunk_id) + 80 for r in item.repeats or ())
     return 6 * (len(item.text) + len(item.source) + len(item.doc_id) + len(item.chunk_id) + meta + around) + 400
 
 

@@ -134,6 +134,9 @@ class QueryRequest(BaseModel):
     time_range: TimeRange | None = None
     # Turns before and after each transcript result to return with it (0: none).
     context_turns: int = Field(0, ge=0, le=MAX_CONTEXT_TURNS)
+    # A result whose text is a better one's, word for word, is listed under it as a repeat
+    # instead of taking a place of its own (memory.repeats); false returns each as a result.
+    fold_repeats: bool = True
 
 
 #: Most items one ``get`` request may name.
@@ -286,6 +289,14 @@ class ContextTurn(BaseModel):
     timestamp: str | None = None
 
 
+class Repeat(BaseModel):
+    """A memory whose text is a result's, word for word, folded into that result."""
+
+    doc_id: str
+    chunk_id: str
+    timestamp: str | None = None
+
+
 class ResultItem(BaseModel):
     """One retrieved chunk."""
 
@@ -303,6 +314,8 @@ class ResultItem(BaseModel):
     timestamp: str | None = None
     # The turns around a transcript result, in turn order, when the query asked for them.
     context: list[ContextTurn] | None = None
+    # Lower-ranked memories with this result's text, best first (None: there were none).
+    repeats: list[Repeat] | None = None
 
 
 class QueryReply(BaseModel):

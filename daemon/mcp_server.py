@@ -51,8 +51,9 @@ SEARCH = (
     "min_similarity -1..1 (off by default): leave out what the meaning search finds less similar than this, "
     "so a question about nothing remembered returns little or nothing; "
     "recency_weight 0..1000 (0 by default): order the results newer first, for questions about what holds now "
-    "(about 3 puts the newer of two close matches first; 5 or more puts the newest of the results first). "
-    "Returns results with text, score, source, doc_id, kind, metadata and timestamp (and context)."
+    "(about 3 puts the newer of two close matches first; from about 5 the results come mostly newest first). "
+    "Returns results with text, score, source, doc_id, kind, metadata and timestamp (and context); a result whose "
+    "text later results repeat word for word lists them (repeats: doc_id, timestamp) in their stead."
 )
 REMEMBER = (
     "Record one observation or conversation turn in long-term memory, for this and other agents to find later "

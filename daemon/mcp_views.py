@@ -34,7 +34,8 @@ def parse_time(value: str | None, what: str) -> datetime | None:
 
 def result_view(r: ResultItem) -> dict[str, Any]:
     """One search result as a model needs it; a conversation turn asked with ``context_turns``
-    also carries the turns around it (``context``), so the model reads the exchange."""
+    also carries the turns around it (``context``), so the model reads the exchange, and a
+    text that lower-ranked memories repeat word for word says where and when (``repeats``)."""
     view: dict[str, Any] = {
         "text": r.text,
         "score": r.rrf_score,
@@ -46,6 +47,8 @@ def result_view(r: ResultItem) -> dict[str, Any]:
     }
     if r.context is not None:
         view["context"] = [t.model_dump() for t in r.context]
+    if r.repeats is not None:
+        view["repeats"] = [{"doc_id": x.doc_id, "timestamp": x.timestamp} for x in r.repeats]
     return view
 
 

@@ -26,6 +26,7 @@ from memory.index.codec import joined_text
 from memory.lookups import Lookups
 from memory.metrics import LEG_SECONDS
 from memory.records import StoredChunk
+from memory.repeats import repeat_key
 from memory.search_results import LegTiming, SearchHit, SearchOutcome
 from memory.search_spec import (
     SearchSpec,
@@ -153,7 +154,8 @@ class Retriever:
         ``last``, it stops at the first rewritten winner (the caller searches again).
         """
         out: list[SearchHit] = []
-        dropped = rewritten = 0
+        dropped = rewritten = folded = 0
+        first_of: dict[str, int] = {}  # repeat key -> its first result's place in out
         pos = 0
         while len(out) < spec.top_k and pos < len(fused) and (last or not rewritten):
             batch = fused[pos : pos + spec.top_k - len(out)]
@@ -172,12 +174,21 @@ class Retriever:
                     and in_time(chunk.timestamp, spec.since, spec.until)
                     and (not markers or shown(chunk, markers, spec.tenant))
                 ):
+                    key = repeat_key(chunk.text) if spec.fold_repeats else ""
+                    if key and (at := first_of.get(key)) is not None:
+                        out[at] = dataclasses.replace(out[at], repeats=(*out[at].repeats, chunk))
+                        folded += 1
+                        continue
+                    if key:
+                        first_of[key] = len(out)
                     out.append(SearchHit(chunk=chunk, score=f.score, ranks=f.ranks))
                 else:
                     dropped += 1
                     rewritten += chunk is not None and not same_version(chunk.version, leg.version)
         if dropped:
             log.info("retrieve.winners_changed", dropped=dropped, rewritten=rewritten, top_k=spec.top_k)
+        if folded:
+            log.debug("retrieve.repeats_folded", folded=folded, top_k=spec.top_k)
         return out, rewritten
 
     async def search(self, spec: SearchSpec) -> SearchOutcome:

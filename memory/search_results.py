@@ -21,6 +21,8 @@ class SearchHit:
     # The turns around a transcript hit (``SearchSpec.context_turns``), in turn order, each
     # whole (its chunks joined); the hit itself is not among them.
     context: tuple[StoredChunk, ...] = ()
+    # Later results with the same text (``memory.repeats``), in rank order, folded into this one.
+    repeats: tuple[StoredChunk, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,6 +40,8 @@ class SearchSpec:
     context_turns: int = 0
     # The vector leg's floor of cosine similarity; None: the configured default.
     min_similarity: float | None = None
+    # Results whose text repeats a better one's fold into it (``memory.repeats``).
+    fold_repeats: bool = True
 
 
 def max_vector_distance(spec: SearchSpec, cfg: RetrievalConfig) -> float | None:

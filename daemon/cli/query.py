@@ -82,6 +82,13 @@ def query(
             help="Show each conversation turn with this many turns around it (0..10).",
         ),
     ] = 0,
+    fold_repeats: Annotated[
+        bool,
+        typer.Option(
+            "--fold-repeats/--no-fold-repeats",
+            help="List a result that repeats a better one word for word under it (default), or as its own.",
+        ),
+    ] = True,
     as_json: JsonOpt = False,
 ) -> None:
     """Ask the memory a question over Kafka request/reply."""
@@ -107,6 +114,7 @@ def query(
                 since=start,
                 until=end,
                 context_turns=context_turns,
+                fold_repeats=fold_repeats,
             )
         except QueryFailed as exc:
             if as_json:  # the raw reply, error replies too, for scripts to parse
@@ -195,6 +203,12 @@ def results_view(reply: QueryReply, snippet_chars: int = 240, *, whole_lines: bo
         lines.append(indented(body))
         for t in (t for t in around if own is None or t.turn > own):
             lines.append(indented(_said(t, snippet_chars)))
+        if r.repeats:
+            times = sorted(x.timestamp for x in r.repeats if x.timestamp)
+            span = f", the latest {times[-1][:16].replace('T', ' ')} UTC" if times else ""
+            said = f"(the same text in {len(r.repeats)} more: {', '.join(x.doc_id for x in r.repeats[:3])}"
+            said += f"{', …' if len(r.repeats) > 3 else ''}{span})"
+            lines.append(indented(Text(said, style="dim")))
     return Group(*lines)
 
 

@@ -97,6 +97,8 @@ def results_html(
     """
     legs = [leg for leg in LEGS if leg in outcome.ranked]
     fused_at = {h.chunk.chunk_id: i for i, h in enumerate(outcome.hits, start=1)}
+    # A candidate folded into a result for repeating its text (memory.repeats): its result's place.
+    repeat_of = {r.chunk_id: i for i, h in enumerate(outcome.hits, start=1) for r in h.repeats}
     rows = []
     for i, h in enumerate(outcome.hits, start=1):
         best = min(h.ranks.values(), default=None)
@@ -111,7 +113,15 @@ def results_html(
                 f'<span class="num">{esc(moved)}</span>',
                 link(h.chunk.doc_id, "/explore/document", tenant=tenant, doc=h.chunk.doc_id)
                 + f'<br><span class="muted">{esc(h.chunk.chunk_id)} · {esc(h.chunk.kind)}{badge} · '
-                f"{esc(when(h.chunk.timestamp))}</span>",
+                f"{esc(when(h.chunk.timestamp))}</span>"
+                + (
+                    f'<br><span class="muted repeats">the same text in {len(h.repeats)} more: '
+                    + ", ".join(link(r.doc_id, "/explore/document", tenant=tenant, doc=r.doc_id) for r in h.repeats[:5])
+                    + (" …" if len(h.repeats) > 5 else "")
+                    + "</span>"
+                    if h.repeats
+                    else ""
+                ),
                 f'<div class="text">{snippet(h.chunk.text, 300)}</div>',
             ]
         )
@@ -137,7 +147,14 @@ def results_html(
             fused = fused_at.get(chunk_id)
             text = texts.get(chunk_id, "")
             won = ' class="won"' if fused is not None else ""
-            where = f"fused #{fused}" if fused is not None else "not in the results"
+            folded = repeat_of.get(chunk_id)
+            where = (
+                f"fused #{fused}"
+                if fused is not None
+                else f"repeats #{folded}"
+                if folded is not None
+                else "not in the results"
+            )
             leg_rows.append(
                 (
                     f'<span class="num"{won}>{rank}</span>',

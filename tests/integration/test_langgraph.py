@@ -465,3 +465,42 @@ async def test_a_graph_keeps_a_fact_current_and_reads_what_it_said_before(thread
     assert again[0].dict()["until"] == earlier[0].until.isoformat()
     await store.adelete(("users", user), "home_city")
     assert await store.ahistory(("users", user), "home_city") == []
+
+
+async def test_a_repeated_text_folds_into_its_first_result_except_in_the_store(
+    settings: Settings, threaded: ThreadedClient
+) -> None:
+    """The same observation written three times (case and spacing aside) is one result listing
+    the other two, and the next memory takes the places they would have held; asked with
+    ``fold_repeats=False`` each is its own result. The LangGraph store never folds: two keys
+    holding the same value are two items."""
+    agent = f"rep-{uuid.uuid4().hex[:6]}"
+    same = ["Nightly build failed on test_ledger_close.", "nightly build  failed on test_ledger_close.\n"]
+    async with MemoryClient(bootstrap=settings.kafka_bootstrap, topics=settings.topics, timeout_s=20) as c:
+        for day in range(3):
+            await c.publish_observation(
+                agent_id=agent, session_id=f"day{day}", turn=0, content=same[day % 2], wait=True,
+                timestamp=datetime(2026, 11, 10 + day, 6, tzinfo=UTC),
+            )  # fmt: skip
+        await c.publish_observation(
+            agent_id=agent, session_id="day3", turn=0, content="Nightly build passed after the ledger fix.", wait=True
+        )
+        folded = await c.query("nightly build test_ledger_close", top_k=2, metadata_filter={"agent_id": agent})
+        whole = await c.query(
+            "nightly build test_ledger_close", top_k=4, metadata_filter={"agent_id": agent}, fold_repeats=False
+        )
+    first, second = folded.results
+    assert "failed" in first.text and "passed" in second.text
+    assert first.repeats is not None and second.repeats is None
+    assert {r.doc_id for r in first.repeats} | {first.doc_id} == {f"transcript:{agent}/day{d}/0" for d in range(3)}
+    assert all(r.timestamp and r.timestamp.startswith("2026-11-1") for r in first.repeats)
+    assert len(whole.results) == 4 and all(r.repeats is None for r in whole.results)
+
+    retriever = MemoryRetriever(client=threaded, top_k=2, metadata_filter={"agent_id": agent})
+    docs = await retriever.ainvoke("nightly build test_ledger_close")
+    assert len(docs[0].metadata["repeats"]) == 2 and "repeats" not in docs[1].metadata
+
+    store, ns = MemoryStore(threaded), ("rep", agent)
+    await store.abatch([PutOp(ns, key, {"text": "Ship the ledger fix on Friday."}) for key in ("a", "b")])
+    found = await store.asearch(ns, query="when does the ledger fix ship", limit=5)
+    assert sorted(i.key for i in found) == ["a", "b"]
