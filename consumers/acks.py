@@ -14,6 +14,7 @@ from typing import Any
 
 from consumers.decoding import Decoded
 from consumers.events import WriteAck
+from consumers.fields import MAX_DOC_ID_CHARS
 from memory.ingest_report import IngestReport, ItemOutcome
 
 #: (topic, partition, offset) of a record.
@@ -28,13 +29,20 @@ def ack_route(headers: Sequence[tuple[str, bytes]] | None) -> tuple[str, str] | 
     return (reply_to, cid) if reply_to and cid else None
 
 
-def _event_id(raw: bytes | None) -> str | None:
+def _named(raw: bytes | None) -> tuple[str | None, str | None]:
+    """The ``event_id`` and ``doc_id`` a record's JSON names, where they are plain strings: an
+    event refused before it decoded (too large, a bad field) is still acked under its names."""
     try:
         data: Any = json.loads(raw or b"")
     except (ValueError, RecursionError):
-        return None
-    eid = data.get("event_id") if isinstance(data, dict) else None
-    return eid if isinstance(eid, str) and 0 < len(eid) <= 256 else None
+        return None, None
+    if not isinstance(data, dict):
+        return None, None
+    eid, doc_id = data.get("event_id"), data.get("doc_id")
+    return (
+        eid if isinstance(eid, str) and 0 < len(eid) <= 256 else None,
+        doc_id if isinstance(doc_id, str) and 0 < len(doc_id) <= MAX_DOC_ID_CHARS else None,
+    )
 
 
 def build_acks(
@@ -60,7 +68,8 @@ def build_acks(
         if route is None:
             continue
         g = decoded.get(position)
-        ack = WriteAck(event_id=_event_id(record.value), status="ignored")
+        event_id, doc_id = _named(record.value)
+        ack = WriteAck(event_id=event_id, doc_id=doc_id, status="ignored")
         if g is not None:
             ack.doc_id, ack.version = g.item.doc_id, g.item.version
         if position in dead:
@@ -69,6 +78,7 @@ def build_acks(
         elif g is not None and (outcome := report.outcomes.get(id(g.item))) is not None:
             ack.status, ack.chunks, ack.stored_version = outcome.status, outcome.chunks, outcome.stored_version
             ack.embedded = outcome.embedded
+            ack.forgotten = outcome.forgotten
             if outcome.status == "ignored":
                 ack.reason = f"version {g.item.version} is older than the stored version {outcome.stored_version}"
         elif g is not None:

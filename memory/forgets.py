@@ -77,6 +77,10 @@ def fold_forgets(report: IngestReport, forgets: dict[int, MemoryItem], asked: Se
         forgets: for each delete made (by ``id``), the forget it stands for (``expand_forgets``).
         asked: the batch's forget items.
     """
+    removed: dict[int, int] = {}  # forget (by id) -> the turns its deletes removed
+    for delete_id, origin in forgets.items():
+        if (done := report.outcomes.get(delete_id)) is not None and done.status == "indexed":
+            removed[id(origin)] = removed.get(id(origin), 0) + 1
     if forgets:
         # A delete a forget stood for failed: the forget (the event) failed, once.
         by_event: dict[int, tuple[MemoryItem, MemdError]] = {}
@@ -90,4 +94,4 @@ def fold_forgets(report: IngestReport, forgets: dict[int, MemoryItem], asked: Se
     failed_now = {id(i) for i, _ in report.failed}
     for forget in asked:
         if id(forget) not in failed_now:
-            report.outcomes[id(forget)] = ItemOutcome("indexed", chunks=0)
+            report.outcomes[id(forget)] = ItemOutcome("indexed", chunks=0, forgotten=removed.get(id(forget), 0))

@@ -19,6 +19,7 @@ class ItemOutcome:
     chunks: int | None = None  # written by this item (None: not written now)
     stored_version: int | None = None
     embedded: int | None = None  # of its chunks, those sent to the model (the rest reused a stored vector)
+    forgotten: int | None = None  # a forget's turns this delivery removed (0: none were stored)
 
 
 @dataclass

@@ -159,11 +159,17 @@ def recent(
         out.print("no turns")
     for item in reply.items:
         meta = item.metadata or {}
-        head = f"{item.timestamp or '?'}  {meta.get('session_id', '?')}/{meta.get('turn', '?')} {meta.get('role', '')}:"
+        where = f"{meta.get('session_id', '?')}/{meta.get('turn', '?')} {meta.get('role', '')}"
+        head = f"{_shown_time(item.timestamp) or '?'}  {where}:"
         parts = [Text(head, style="bold"), Text(item.content or "")]
         if item.content_truncated:
             parts.append(Text("(cut: longer than one reply)", style="yellow"))
         out.print(*parts)
+
+
+def _shown_time(iso: str | None) -> str:
+    """A reply's ISO 8601 UTC time as every read command prints it: ``2026-12-05 16:12 UTC``."""
+    return f"{iso[:16].replace('T', ' ')} UTC" if iso else ""
 
 
 def results_view(reply: QueryReply, snippet_chars: int = 240, *, whole_lines: bool = False) -> Group:
@@ -182,13 +188,13 @@ def results_view(reply: QueryReply, snippet_chars: int = 240, *, whole_lines: bo
         lines.append(Text("(truncated: more results did not fit one Kafka record)", style="yellow"))
     for i, r in enumerate(reply.results, 1):
         ranks = " ".join(f"{k}:{v}" for k, v in sorted(r.ranks.items()))
-        when = (r.timestamp or "")[:16].replace("T", " ")
+        when = _shown_time(r.timestamp)
         # The chunk id last: it is the long part, so an edge cuts it rather than the ranks.
         head = Text(no_wrap=True, overflow="ignore" if whole_lines else "ellipsis")
         head.append(f"{i:>2}. ", style="bold")
         head.append(f"{r.rrf_score:.4f}  ", style="cyan")
         head.append(f"{ranks}  ", style="dim")
-        head.append(f"{when} UTC  " if when else "")
+        head.append(f"{when}  " if when else "")
         head.append(r.chunk_id, style="green")
         lines.append(head)
         ref = parse_turn(r.doc_id) if r.context else None
@@ -205,7 +211,7 @@ def results_view(reply: QueryReply, snippet_chars: int = 240, *, whole_lines: bo
             lines.append(indented(_said(t, snippet_chars)))
         if r.repeats:
             times = sorted(x.timestamp for x in r.repeats if x.timestamp)
-            span = f", the latest {times[-1][:16].replace('T', ' ')} UTC" if times else ""
+            span = f", the latest {_shown_time(times[-1])}" if times else ""
             said = f"(the same text in {len(r.repeats)} more: {', '.join(x.doc_id for x in r.repeats[:3])}"
             said += f"{', …' if len(r.repeats) > 3 else ''}{span})"
             lines.append(indented(Text(said, style="dim")))

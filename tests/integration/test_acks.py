@@ -72,12 +72,12 @@ async def test_a_write_waited_for_is_found_by_the_next_query(env: Any) -> None:
     assert [r.doc_id for r in found.results] == [said.doc_id]
 
     forgot = await client.forget(agent_id=agent, session_id="s1", wait=True)
-    assert forgot.ack is not None and forgot.ack.status == "indexed"
+    assert forgot.ack is not None and (forgot.ack.status, forgot.ack.forgotten) == ("indexed", 1)
     after = await client.query("when do we ship the beta", top_k=3, metadata_filter={"agent_id": agent})
     assert after.results == []
     # Forgetting again (or a session never written) removes nothing, and did all it had to.
     again = await client.forget(agent_id=agent, session_id="s1", wait=True)
-    assert again.ack is not None and (again.ack.status, again.ack.chunks) == ("indexed", 0)
+    assert again.ack is not None and (again.ack.status, again.ack.chunks, again.ack.forgotten) == ("indexed", 0, 0)
 
     gone = await client.delete_document(doc, version=5, wait=True)
     assert gone.ack is not None and (gone.ack.status, gone.ack.chunks) == ("indexed", 0)
@@ -117,8 +117,8 @@ async def test_a_refused_event_is_acked_dead_lettered_with_its_reason(env: Any) 
         assert ack["status"] == "dead_lettered", ack
         assert why.lower() in (ack["reason"] or "").lower(), ack
         assert ack["error_code"]
-        if isinstance(payload, dict):
-            assert ack["event_id"] == payload["event_id"]
+        if isinstance(payload, dict):  # named as the event named itself, though it never decoded
+            assert (ack["event_id"], ack["doc_id"]) == (payload["event_id"], payload["doc_id"])
 
 
 async def test_a_write_that_waits_raises_when_dead_lettered(env: Any) -> None:

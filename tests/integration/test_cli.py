@@ -103,7 +103,7 @@ def test_up_publish_query_and_clean_stop(tmp_path: Path) -> None:
 
         res = _cli(env, "recent", "--agent-id", "ops-1")
         assert res.returncode == 0 and "s-9/3 assistant: I restarted the lock manager" in res.stdout, res
-        assert "2026-05-02T10:00:00" in res.stdout, res.stdout  # dated by --timestamp
+        assert "2026-05-02 10:00 UTC" in res.stdout, res.stdout  # dated by --timestamp, shown as query shows times
         res = _cli(
             env,
             "publish",
@@ -140,6 +140,12 @@ def test_up_publish_query_and_clean_stop(tmp_path: Path) -> None:
         assert res.returncode == 3, res  # one not found: apart from a failure's 1
         items = json.loads(res.stdout)["items"]
         assert [(i["status"], i["history"]) for i in items] == [("found", None), ("not_found", None)], items
+        # A forget says what it removed: nothing for a session never written (a misspelt id).
+        forget = ("publish", "forget", "--agent-id", "ops-1", "--wait", "--session-id")
+        res = _cli(env, *forget, "s-99")
+        assert res.returncode == 0 and "nothing stored for session s-99 of agent ops-1" in res.stdout, res
+        res = _cli(env, *forget, "s-9")
+        assert res.returncode == 0 and "forgot session s-9 of agent ops-1: 1 turn(s) removed" in res.stdout, res
     finally:
         os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C
         code = proc.wait(timeout=60)

@@ -60,7 +60,8 @@ async def settings(kafka_bootstrap: str, redis_url: str) -> AsyncIterator[Settin
 
 @pytest.fixture(scope="module")
 async def threaded(settings: Settings) -> AsyncIterator[ThreadedClient]:
-    client = ThreadedClient.connect(bootstrap=settings.kafka_bootstrap, topics=settings.topics, timeout_s=20)
+    # 60 s: one batch of 400 chunks to embed took over 20 s under the whole suite's load.
+    client = ThreadedClient.connect(bootstrap=settings.kafka_bootstrap, topics=settings.topics, timeout_s=60)
     yield client
     await asyncio.to_thread(client.close)
 
