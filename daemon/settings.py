@@ -23,8 +23,10 @@ from consumers.config import ConsumerConfig, KafkaSecurity, Topics
 from daemon.explore.access import Access, duplicate_tokens
 from daemon.explore.config import ExploreConfig
 from daemon.mcp_config import MCPConfig
+from daemon.settings_check import misspelt_variables, unknown_keys
 from graph import GraphConfig
 from memory.config import ChunkingConfig, EmbeddingConfig, IndexConfig, IngestConfig, RetrievalConfig
+from memory.errors import ConfigError
 
 
 class Settings(BaseSettings):
@@ -146,9 +148,18 @@ class Settings(BaseSettings):
         """Arguments, then environment, then ``.env``, then the TOML file named by
         ``AGENTMEM_CONFIG_FILE`` (if any), then secrets files, then the defaults."""
         sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings, dotenv_settings]
+        if misspelt := misspelt_variables(os.environ, Settings):
+            raise ConfigError(f"no such setting: {'; '.join(misspelt)}")
         toml_path = os.environ.get("AGENTMEM_CONFIG_FILE")
         if toml_path:
-            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=Path(toml_path)))
+            path = Path(toml_path)
+            if not path.is_file():
+                where = "" if path.is_absolute() else f" (a relative path is read from {Path.cwd()})"
+                raise ConfigError(f"AGENTMEM_CONFIG_FILE names {toml_path}, which is not a file{where}")
+            toml = TomlConfigSettingsSource(settings_cls, toml_file=path)
+            if unknown := unknown_keys(toml.toml_data, Settings):
+                raise ConfigError(f"{toml_path}: no such setting: {'; '.join(unknown)}")
+            sources.append(toml)
         sources.append(file_secret_settings)
         return tuple(sources)
 
@@ -262,6 +273,9 @@ def render_markdown() -> str:
         "section. Precedence, highest first: the environment (prefix `AGENTMEM_`, `__` between a",
         "section and its setting), an optional `.env`, the TOML file named by `AGENTMEM_CONFIG_FILE`",
         "([config/agentmemd.toml](../config/agentmemd.toml) lists every setting), the defaults.",
+        "A config file that is not there, a key of it that names no setting, and an `AGENTMEM_`",
+        "variable that nearly names one (`AGENTMEM_CHUNKING__MAX_TOKEN`) are refused at start, each",
+        "named with the setting it is near: the defaults would otherwise run without a word.",
         "`agentmemd config show` prints the effective settings; regenerate this page with",
         "`agentmemd config markdown > docs/configuration.md`. What some of them trade off, measured:",
         "[operations.md](operations.md#tuning).",

@@ -50,6 +50,13 @@ class InvalidEvent(MemdError):
     code = "invalid_event"
 
 
+class ConfigError(MemdError):
+    """The deployment's settings cannot be read as written: a config file that is not there,
+    or a key or variable that names no setting (a misspelling the defaults would hide)."""
+
+    code = "invalid_config"
+
+
 class NotFound(MemdError):
     """A named thing (index, document) does not exist."""
 

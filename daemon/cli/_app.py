@@ -23,7 +23,7 @@ from consumers.decoding import validation_reason
 from daemon.connections import redis_client
 from daemon.logging import configure_logging
 from daemon.settings import Settings
-from memory.errors import MemdError
+from memory.errors import ConfigError, MemdError
 
 T = TypeVar("T")
 
@@ -42,6 +42,8 @@ def settings_problem() -> tuple[Settings | None, str]:
         return Settings(), ""
     except ValidationError as exc:
         return None, f"invalid settings ({exc.error_count()}): {validation_reason(exc, root='settings')}"
+    except ConfigError as exc:
+        return None, f"invalid settings: {exc}"
     except SettingsError as exc:
         # A list or mapping in an environment variable must be JSON; pydantic names the field only.
         return None, (

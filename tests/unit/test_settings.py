@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from consumers.config import ConsumerConfig
 from daemon.settings import Settings, render_markdown, render_toml, setting_rows
+from memory.errors import ConfigError
 from memory.schema import index_schema
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -68,6 +69,43 @@ def test_toml_file_is_read_below_env(monkeypatch: pytest.MonkeyPatch, tmp_path: 
     monkeypatch.setenv("AGENTMEM_INDEX__NAME", "fromenv")
     s = Settings()
     assert s.redis_url == "redis://from-toml:1/0" and s.index.name == "fromenv"
+
+
+def test_a_config_file_that_is_not_there_or_names_no_setting_is_refused(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Else the defaults would run silently: a daemon against the default broker, or with the
+    chunking the file meant to change. Each misspelling is named with the setting it is near."""
+    monkeypatch.setenv("AGENTMEM_CONFIG_FILE", str(tmp_path / "missing.toml"))
+    with pytest.raises(ConfigError, match=r"missing\.toml, which is not a file"):
+        Settings()
+    monkeypatch.setenv("AGENTMEM_CONFIG_FILE", "relative.toml")
+    with pytest.raises(ConfigError, match="a relative path is read from"):
+        Settings()
+    path = tmp_path / "c.toml"
+    path.write_text('[chunking]\nmax_token = 100\n[retrival]\nx = 1\n[http_tenant_tokens]\nacme = "t"\n')
+    monkeypatch.setenv("AGENTMEM_CONFIG_FILE", str(path))
+    with pytest.raises(ConfigError) as caught:
+        Settings()
+    assert str(caught.value).endswith(
+        "no such setting: chunking.max_token (did you mean chunking.max_tokens?); retrival (did you mean retrieval?)"
+    )  # a mapping setting's keys (tenant tokens) are its values, not settings
+
+
+def test_a_variable_that_nearly_names_a_setting_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """AGENTMEM_CHUNKING__MAX_TOKEN was read past: the chunking stayed at its default. A
+    variable near no setting may be another program's, and the servers' and tests' own pass."""
+    for name in ("AGENTMEM_REDIS_SERVER_BIN", "AGENTMEM_TEST_WHATEVER", "AGENTMEM_SOMETHING_ELSE_ENTIRELY"):
+        monkeypatch.setenv(name, "x")
+    Settings()
+    monkeypatch.setenv("AGENTMEM_CHUNKING__MAX_TOKEN", "128")
+    monkeypatch.setenv("AGENTMEM_KAFKA_BOOTSTRP", "k:9092")
+    with pytest.raises(ConfigError) as caught:
+        Settings()
+    assert str(caught.value) == (
+        "no such setting: AGENTMEM_CHUNKING__MAX_TOKEN (did you mean AGENTMEM_CHUNKING__MAX_TOKENS?); "
+        "AGENTMEM_KAFKA_BOOTSTRP (did you mean AGENTMEM_KAFKA_BOOTSTRAP?)"
+    )
 
 
 @pytest.mark.parametrize(
