@@ -16,6 +16,9 @@ from consumers.transport import KafkaTransport
 from memory.config import DEFAULT_MAX_CONTENT_BYTES
 from memory.errors import InvalidRequest
 
+#: How long a call waits for the daemon's reply by default (seconds).
+DEFAULT_TIMEOUT_S = 30.0
+
 
 class _ClientCore:
     """The connection and the topic each call goes to; the reads and writes build on it."""
@@ -30,7 +33,7 @@ class _ClientCore:
         tenant: str | None = None,
         reply_fetch_wait_ms: int = 5,
         reply_idle_pause_s: float = 5.0,
-        timeout_s: float = 30.0,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
         kafka_options: dict[str, Any] | None = None,
         max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES,
     ) -> None:

@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 import typer
 
 from consumers.client import MemoryClient
+from consumers.client_core import DEFAULT_TIMEOUT_S
 from consumers.errors import QueryFailed
 from daemon.cli._app import _fail, _settings
 from daemon.connections import kafka_options
@@ -43,9 +44,14 @@ def _pairs(values: list[str] | None, what: str) -> dict[str, Any]:
 
 
 def _with_client(
-    fn: Callable[[MemoryClient], Awaitable[T]], settings: Settings | None = None, tenant: str | None = None
+    fn: Callable[[MemoryClient], Awaitable[T]],
+    settings: Settings | None = None,
+    tenant: str | None = None,
+    *,
+    timeout_s: float | None = None,
 ) -> T:
-    """Run ``fn`` with a client of ``tenant`` (see ``_tenant_target``), failing as the CLI does."""
+    """Run ``fn`` with a client of ``tenant`` (see ``_tenant_target``), failing as the CLI does;
+    ``timeout_s``: how long a reply is waited for (None: the client's default)."""
     settings = _settings() if settings is None else settings
 
     async def main() -> T:
@@ -57,6 +63,7 @@ def _with_client(
             tenant=tenant,
             kafka_options=kafka_options(settings),
             max_content_bytes=settings.ingest.max_content_bytes,
+            timeout_s=DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s,
         ) as client:
             return await fn(client)
 

@@ -11,7 +11,7 @@ from consumers.client import MemoryClient
 from consumers.requests import GetItem, GetReply
 from daemon.cli._app import _settings, app, out
 from daemon.cli._client import _filter, _tenant_target, _with_client
-from daemon.cli.query import FilterOpt, JsonOpt, ReadTenantOpt
+from daemon.cli.query import FilterOpt, JsonOpt, ReadTenantOpt, ReadTimeoutOpt, shown_time
 
 #: The exit code when an id is not found: apart from a failure's 1 and a usage error's 2, so
 #: a script can tell "not there" from "could not ask".
@@ -27,6 +27,7 @@ def get(
     filters: FilterOpt = None,
     tenant: ReadTenantOpt = None,
     as_json: JsonOpt = False,
+    timeout: ReadTimeoutOpt = None,
 ) -> None:
     """Show memories by id: each one's current version and content (exit 3 if one is not found)."""
     flt = _filter(filters)
@@ -36,7 +37,7 @@ def get(
     async def read(c: MemoryClient) -> GetReply:
         return await c.get(doc_ids, metadata_filter=flt or None, history=history)
 
-    reply = _with_client(read, settings, target)
+    reply = _with_client(read, settings, target, timeout_s=timeout)
     if as_json:
         print(reply.model_dump_json(indent=2))
     else:
@@ -53,7 +54,7 @@ def _show(item: GetItem) -> None:
         out.print(Text(f"{item.doc_id}: {item.status.replace('_', ' ')}", style="yellow"))
         return
     version = f" version {item.version}" if item.version is not None else ""
-    out.print(Text(f"{item.doc_id}{version}  {item.timestamp or '?'}  ({item.source})", style="bold"))
+    out.print(Text(f"{item.doc_id}{version}  {shown_time(item.timestamp) or '?'}  ({item.source})", style="bold"))
     parts = [Text(item.content or "")]
     if item.content_truncated:
         parts.append(Text("(cut: longer than one reply)", style="yellow"))
@@ -63,7 +64,8 @@ def _show(item: GetItem) -> None:
     if not item.history and not item.history_truncated:
         out.print(Text("  no earlier versions kept", style="dim"))
     for v in item.history:
-        out.print(Text(f"  version {v.version}  {v.timestamp or '?'} until {v.until or '?'}", style="bold dim"))
+        held = f"{shown_time(v.timestamp) or '?'} until {shown_time(v.until) or '?'}"
+        out.print(Text(f"  version {v.version}  {held}", style="bold dim"))
         out.print(Text(v.content, style="dim"))
     if item.history_truncated:
         left = "earlier" if not item.history else "older"

@@ -24,6 +24,10 @@ FILTER_HELP = "key=value (repeat a key for any of them) or key!=value (none of t
 FilterOpt = Annotated[list[str] | None, typer.Option("--filter", help=FILTER_HELP)]
 ReadTenantOpt = Annotated[str | None, typer.Option("--tenant", help="Whose memory (topic tenancy).")]
 JsonOpt = Annotated[bool, typer.Option("--json", metavar="", help="Print the raw reply.")]
+ReadTimeoutOpt = Annotated[
+    float | None,
+    typer.Option("--timeout", min=0.1, help="Seconds to wait for the daemon's reply (default 30)."),
+]
 
 
 def _when(value: str | None, what: str) -> datetime | None:
@@ -90,6 +94,7 @@ def query(
         ),
     ] = True,
     as_json: JsonOpt = False,
+    timeout: ReadTimeoutOpt = None,
 ) -> None:
     """Ask the memory a question over Kafka request/reply."""
     flt = _filter(filters)
@@ -121,11 +126,7 @@ def query(
                 print(exc.reply.model_dump_json(indent=2))
             raise
 
-    reply = _with_client(
-        ask,
-        settings,
-        target,
-    )
+    reply = _with_client(ask, settings, target, timeout_s=timeout)
     if as_json:
         print(reply.model_dump_json(indent=2))
         return
@@ -142,6 +143,7 @@ def recent(
     filters: FilterOpt = None,
     tenant: ReadTenantOpt = None,
     as_json: JsonOpt = False,
+    timeout: ReadTimeoutOpt = None,
 ) -> None:
     """Show an agent's latest turns, oldest first: where a session left off."""
     flt = _filter(filters)
@@ -151,7 +153,7 @@ def recent(
     async def read(c: MemoryClient) -> GetReply:
         return await c.recent(agent_id, session_id, limit=limit, metadata_filter=flt or None)
 
-    reply = _with_client(read, settings, target)
+    reply = _with_client(read, settings, target, timeout_s=timeout)
     if as_json:
         print(reply.model_dump_json(indent=2))
         return
@@ -160,14 +162,14 @@ def recent(
     for item in reply.items:
         meta = item.metadata or {}
         where = f"{meta.get('session_id', '?')}/{meta.get('turn', '?')} {meta.get('role', '')}"
-        head = f"{_shown_time(item.timestamp) or '?'}  {where}:"
+        head = f"{shown_time(item.timestamp) or '?'}  {where}:"
         parts = [Text(head, style="bold"), Text(item.content or "")]
         if item.content_truncated:
             parts.append(Text("(cut: longer than one reply)", style="yellow"))
         out.print(*parts)
 
 
-def _shown_time(iso: str | None) -> str:
+def shown_time(iso: str | None) -> str:
     """A reply's ISO 8601 UTC time as every read command prints it: ``2026-12-05 16:12 UTC``."""
     return f"{iso[:16].replace('T', ' ')} UTC" if iso else ""
 
@@ -188,7 +190,7 @@ def results_view(reply: QueryReply, snippet_chars: int = 240, *, whole_lines: bo
         lines.append(Text("(truncated: more results did not fit one Kafka record)", style="yellow"))
     for i, r in enumerate(reply.results, 1):
         ranks = " ".join(f"{k}:{v}" for k, v in sorted(r.ranks.items()))
-        when = _shown_time(r.timestamp)
+        when = shown_time(r.timestamp)
         # The chunk id last: it is the long part, so an edge cuts it rather than the ranks.
         head = Text(no_wrap=True, overflow="ignore" if whole_lines else "ellipsis")
         head.append(f"{i:>2}. ", style="bold")
@@ -211,7 +213,7 @@ def results_view(reply: QueryReply, snippet_chars: int = 240, *, whole_lines: bo
             lines.append(indented(_said(t, snippet_chars)))
         if r.repeats:
             times = sorted(x.timestamp for x in r.repeats if x.timestamp)
-            span = f", the latest {_shown_time(times[-1])}" if times else ""
+            span = f", the latest {shown_time(times[-1])}" if times else ""
             said = f"(the same text in {len(r.repeats)} more: {', '.join(x.doc_id for x in r.repeats[:3])}"
             said += f"{', …' if len(r.repeats) > 3 else ''}{span})"
             lines.append(indented(Text(said, style="dim")))

@@ -101,7 +101,7 @@ def test_up_publish_query_and_clean_stop(tmp_path: Path) -> None:
         assert isinstance(results, list)
         assert {r["doc_id"] for r in results} == {"runbooks/ledger.md", "transcript:ops-1/s-9/3"}
 
-        res = _cli(env, "recent", "--agent-id", "ops-1")
+        res = _cli(env, "recent", "--agent-id", "ops-1", "--timeout", "45")
         assert res.returncode == 0 and "s-9/3 assistant: I restarted the lock manager" in res.stdout, res
         assert "2026-05-02 10:00 UTC" in res.stdout, res.stdout  # dated by --timestamp, shown as query shows times
         res = _cli(
