@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer
+from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
 from daemon.connections import kafka_options, redis_client
@@ -395,11 +396,44 @@ async def _check_kafka(settings: Settings) -> list[Finding]:
             )
         else:
             found.append(Finding("consumer groups", True, f"{detail}; {report.dlq} DLQ records"))
+        found.extend(await _check_daemons(settings, sorted(report.lag)))
     except (KafkaError, OSError, TimeoutError) as exc:
         found.append(
             Finding("consumer groups", False, f"cannot read offsets: {exc}", "check broker ACLs for the groups")
         )
     return found
+
+
+async def _check_daemons(settings: Settings, groups: list[str]) -> list[Finding]:
+    """Whether a daemon consumes: each group has a member. Lag alone cannot say: with no
+    daemon running it stays where the last one left it, often 0, and all looked well."""
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=settings.kafka_bootstrap, request_timeout_ms=5000, **settings.kafka_security.aiokafka_kwargs()
+    )
+    try:
+        await asyncio.wait_for(admin.start(), timeout=15)
+        # One group a request: tansu closes the connection on a request naming several.
+        replies = [await asyncio.wait_for(admin.describe_consumer_groups([g]), timeout=15) for g in groups]
+    except (KafkaError, OSError, TimeoutError) as exc:
+        return [Finding("daemons", False, f"cannot describe the groups: {exc}", "check broker ACLs for the groups")]
+    finally:
+        await bounded("stop the groups probe", admin.close())
+    # Each group as (error_code, group_id, state, protocol_type, protocol, members).
+    members = {g[1]: len(g[5]) for reply in replies for r in reply for g in r.groups if g[0] == 0 and g[1]}
+    idle = [g for g in groups if not members.get(g)]
+    if not idle:
+        return [Finding("daemons", True, ", ".join(f"{g}: {members[g]} member(s)" for g in groups))]
+    start = "start one (`agentmemd run`, or `agentmemd up` on one machine); its log and /readyz say what it waits for"
+    if len(idle) == len(groups):
+        return [Finding("daemons", False, f"no daemon is consuming: no member in {', '.join(idle)}", start)]
+    return [
+        Finding(
+            "daemons",
+            False,
+            f"no member in {', '.join(idle)}: their topics are not read",
+            "a daemon that is still starting joins within moments; else " + start,
+        )
+    ]
 
 
 async def _seen_tenants(settings: Settings) -> list[str]:
