@@ -97,6 +97,12 @@ def reindex(
         + (f", {p.graph_docs} graph docs re-pointed to the new chunks" if p.graph_docs else "")
         + ("" if rep.old_dropped else f"; generation {rep.old_generation} kept")
     )
+    if rep.settings_changed:
+        err.print(
+            "[yellow]note:[/yellow] it was built with other settings than the old generation: daemons still "
+            "running with the old ones now refuse writes and vector queries until restarted with these. "
+            "Under `agentmemd up`, a restart forgets the events they had not applied (docs/reindex.md)."
+        )
     for e in rep.errors:
         err.print(f"[yellow]warning:[/yellow] {e}")
     if rep.errors:

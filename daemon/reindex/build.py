@@ -167,6 +167,7 @@ class Reindex:
         # Set by reserve(): the generations, and what the old one's spec allows.
         self._old = self._gen = 0
         self._rechunked = False
+        self._settings_changed = False
         self._carry: Carry | None = None
         self._source: ChunkIndex | None = None
         self._target: ChunkIndex | None = None
@@ -237,6 +238,8 @@ class Reindex:
         # Chunk boundaries come from the model's tokenizer too.
         old = state.spec.known(spec) if state.spec is not None else None
         self._rechunked = old is None or old.chunks() != spec.chunks()
+        # Daemons still running with the old generation's settings refuse the new one.
+        self._settings_changed = old != spec
         self.progress.generation = self._gen
         log.info(
             "reindex.build_started",
@@ -383,7 +386,7 @@ class Reindex:
             chunks=chunks,
             took_s=round(took, 1),
         )
-        return ReindexReport(self._old, self._gen, p, dropped, took, chunks, self._errors)
+        return ReindexReport(self._old, self._gen, p, dropped, took, chunks, self._errors, self._settings_changed)
 
     # -- 9. release ----------------------------------------------------------------------
 

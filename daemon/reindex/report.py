@@ -33,3 +33,6 @@ class ReindexReport:
     took_s: float
     chunks: int = 0
     errors: list[str] = field(default_factory=list)
+    # The new generation's settings differ from the old one's: daemons still running with the
+    # old settings refuse it until restarted with the new (docs/reindex.md).
+    settings_changed: bool = False

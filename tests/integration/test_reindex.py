@@ -275,6 +275,7 @@ async def test_reindex_since_a_time_replays_only_later_events(env: tuple[Setting
 
     rep = await reindex(settings, since_ms=since_ms)
     assert rep.progress.done == 3 and rep.progress.applied == 3 and rep.progress.carried == 4
+    assert not rep.settings_changed  # running daemons carry on
     chunks = await stored_chunks(daemon.redis, settings.index.name)
     assert {c.rsplit("_p", 1)[0] for c in chunks} == {f"rx/{i}" for i in range(7)}
 
@@ -283,6 +284,7 @@ async def test_reindex_since_a_time_replays_only_later_events(env: tuple[Setting
         await reindex(rechunked, since_ms=since_ms)
     rep = await reindex(rechunked, since_ms=since_ms, allow_losses=True)
     assert rep.progress.done == 3 and rep.progress.carried == 0 and rep.old_dropped
+    assert rep.settings_changed  # the running daemon, on the old chunking, now refuses it
     chunks = await stored_chunks(daemon.redis, settings.index.name)
     assert {c.rsplit("_p", 1)[0] for c in chunks} == {"rx/4", "rx/5", "rx/6"}
 
