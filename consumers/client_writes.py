@@ -171,3 +171,19 @@ class _Writes(_ClientCore):
         ack = await self._transport.publish(topic, encode(payload), key, wait=wait, timeout_s=timeout_s)
         prefix = ForgetEvent.model_validate(payload).to_item(()).doc_id  # the turns' common prefix, or the turn's id
         return Receipt(event_id=event_id, doc_id=prefix, version=None, ack=ack)
+
+    async def republish(
+        self, topic: str, value: bytes, key: str, *, wait: bool = False, timeout_s: float | None = None
+    ) -> WriteAck | None:
+        """Send an event's bytes as they are to an input topic (the documents or transcripts
+        topic, or a tenant's): a dead letter sent again, once its cause is fixed. The daemon
+        judges it as any event; with ``wait``, its ack.
+
+        Raises:
+            InvalidRequest: ``topic`` is no input topic of this client's.
+            WriteRejected: with ``wait``, the daemon dead-lettered it again.
+        """
+        bases = (self.topics.documents, self.topics.transcripts)
+        if not any(topic == b or topic.startswith(b + ".") for b in bases):
+            raise InvalidRequest(f"{topic!r} is not an input topic ({' or '.join(bases)}, or a tenant's)")
+        return await self._transport.publish(topic, value, key, wait=wait, timeout_s=timeout_s)

@@ -6,7 +6,7 @@ commands, then the groups, in the order they are imported below.
 
 # isort: off
 from daemon.cli._app import app
-from daemon.cli import servers, query, get, publish, config, doctor, topics, docs, graph, reindex, mcp  # noqa: F401
+from daemon.cli import servers, query, get, publish, dlq, config, doctor, topics, docs, graph, reindex, mcp  # noqa: F401
 
 # isort: on
 

@@ -1,0 +1,129 @@
+"""``dlq``: the dead letters, listed, and sent again once their cause is fixed."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+from typing import Annotated
+
+import typer
+from rich.text import Text
+
+from consumers.client import MemoryClient
+from consumers.errors import WriteRejected
+from consumers.events import WriteAck
+from daemon.cli._app import _fail, _settings, app, out
+from daemon.cli._client import _with_client
+from daemon.dlq_replay import Replay, parse_position, read_dead_letters, replay_of
+from daemon.explore.dlq import recent_dead_letters, tenant_of
+from daemon.settings import Settings
+from memory.errors import InvalidRequest, MemdError
+
+dlq_app = typer.Typer(no_args_is_help=True, help="The dead letters: list them, send them again.")
+app.add_typer(dlq_app, name="dlq")
+
+
+@dlq_app.command("list")
+def dlq_list(
+    limit: Annotated[int, typer.Option("--limit", min=1, max=1000, help="Latest records of each DLQ partition.")] = 20,
+    as_json: Annotated[bool, typer.Option("--json", metavar="", help="One JSON object per record.")] = False,
+) -> None:
+    """The latest dead letters, newest first: where each sits (PARTITION:OFFSET, what `dlq
+    replay` takes), why it was refused, and where it came from."""
+    s = _settings(quiet=True)
+    t = s.topics
+    try:
+        letters = asyncio.run(
+            recent_dead_letters(
+                bootstrap=s.kafka_bootstrap,
+                topic=t.dlq,
+                options=s.kafka_security.aiokafka_kwargs(),
+                limit=limit,
+                wait_s=10.0,
+                bases=(t.documents, t.transcripts),
+                tenancy=s.consumer.tenancy,
+            )
+        )
+    except MemdError as exc:
+        raise _fail(exc) from exc
+    if as_json:
+        for d in letters:
+            print(json.dumps(dataclasses.asdict(d), ensure_ascii=False))
+        return
+    if not letters:
+        out.print(f"no dead letters in {t.dlq}")
+    for d in letters:
+        origin = f"{d.topic} {d.original_partition}:{d.original_offset}"
+        out.print(Text(f"{d.partition}:{d.offset}  {d.failed_at[:19]}  {d.code}  from {origin}", style="bold"))
+        out.print(Text(f"    {d.reason}"))
+        first = d.preview.splitlines()[0] if d.preview else ""
+        shown = first[:160] + ("…" if len(first) > 160 or d.cut else "") if d.preview_kind == "text" else ""
+        out.print(Text(f"    {shown}" if shown else "    (original left out: too large to keep)", style="dim"))
+
+
+@dlq_app.command("replay")
+def dlq_replay(
+    positions: Annotated[list[str], typer.Argument(help="Dead letters as PARTITION:OFFSET (see `dlq list`).")],
+    wait: Annotated[
+        bool, typer.Option("--wait", metavar="", help="Wait for each event's ack (exit 1 if refused again).")
+    ] = False,
+    timeout: Annotated[float | None, typer.Option("--timeout", min=0.1, help="With --wait: seconds per ack.")] = None,
+) -> None:
+    """Send dead letters again, each as it was: the original bytes, to the topic they came from,
+    under their key. Fix the cause first: the daemon judges them as any event."""
+    try:
+        wanted = [parse_position(p) for p in positions]
+    except InvalidRequest as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    s = _settings(quiet=True)
+    t = s.topics
+    try:
+        records = asyncio.run(
+            read_dead_letters(
+                bootstrap=s.kafka_bootstrap,
+                topic=t.dlq,
+                options=s.kafka_security.aiokafka_kwargs(),
+                positions=wanted,
+                wait_s=10.0,
+            )
+        )
+    except MemdError as exc:
+        raise _fail(exc) from exc
+    failed = False
+    for p in dict.fromkeys(wanted):
+        name = f"{p[0]}:{p[1]}"
+        if p not in records:
+            out.print(Text(f"{name}: no such record in {t.dlq} (see `agentmemd dlq list`)", style="yellow"))
+            failed = True
+            continue
+        try:
+            replay = replay_of(*records[p], inputs=(t.documents, t.transcripts))
+        except InvalidRequest as exc:
+            out.print(Text(f"{name}: not sent: {exc}", style="yellow"))
+            failed = True
+            continue
+        said = _send(replay, s, wait=wait, timeout_s=timeout)
+        failed |= said.startswith("dead-lettered")
+        out.print(f"{name}: sent to {replay.topic} under key {replay.key!r}" + (f": {said}" if said else ""))
+    if failed:
+        raise typer.Exit(1)
+
+
+def _send(replay: Replay, settings: Settings, *, wait: bool, timeout_s: float | None) -> str:
+    """Publish one replay; with ``wait``, what its ack said."""
+    t = settings.topics
+    tenant = tenant_of(replay.topic, (t.documents, t.transcripts), settings.consumer.tenancy)
+
+    async def send(c: MemoryClient) -> WriteAck | None:
+        try:
+            return await c.republish(replay.topic, replay.value, replay.key, wait=wait, timeout_s=timeout_s)
+        except WriteRejected as exc:  # an answer here, not a failure of the command
+            return exc.ack
+
+    ack = _with_client(send, settings, tenant if settings.consumer.tenancy == "topic" else None)
+    if ack is None:
+        return ""
+    if ack.status == "dead_lettered":
+        return f"dead-lettered again: {ack.reason}"
+    return ack.status + (f" ({ack.chunks} chunk(s))" if ack.chunks else "") + (f": {ack.reason}" if ack.reason else "")

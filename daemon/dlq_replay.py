@@ -1,0 +1,114 @@
+"""Dead letters sent again (``agentmemd dlq replay``): which records, and what each republishes.
+
+A DLQ record (``consumers.events.DlqRecord``) keeps the original event's topic, key and bytes.
+Once the cause is fixed (a writer's bug, a setting), the event can be sent again as it was,
+under its own key, so it keeps its place in its key's order; the daemon judges it as any event.
+:func:`replay_of` is pure; :func:`read_dead_letters` reads the named records.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import KafkaError
+
+from daemon.teardown import bounded
+from memory.errors import BackendUnavailable, InvalidRequest
+
+
+@dataclass(frozen=True, slots=True)
+class Replay:
+    """What one dead letter sends again: the original's bytes, to its topic, under its key."""
+
+    topic: str
+    key: str
+    value: bytes
+
+
+def parse_position(text: str) -> tuple[int, int]:
+    """``PARTITION:OFFSET`` of a DLQ record, as the list prints it.
+
+    Raises:
+        InvalidRequest: not two whole numbers.
+    """
+    part, sep, offset = text.partition(":")
+    if not sep or not part.isdigit() or not offset.isdigit():
+        raise InvalidRequest(f"a dead letter is named PARTITION:OFFSET (as `agentmemd dlq list` shows), got {text!r}")
+    return int(part), int(offset)
+
+
+def replay_of(value: bytes | None, record_key: bytes | None, inputs: Sequence[str]) -> Replay:
+    """What a DLQ record's value sends again.
+
+    Raises:
+        InvalidRequest: no DLQ record; its original was left out (too large to keep); its topic
+            is none of ``inputs`` (nor a tenant's of one); or it kept no key.
+    """
+    try:
+        body: Any = json.loads(value or b"")
+    except (ValueError, RecursionError):
+        body = None
+    if not isinstance(body, dict) or not isinstance(body.get("topic"), str):
+        raise InvalidRequest("this record is no dead letter of the daemon's")
+    topic: str = body["topic"]
+    where = f"{topic} partition {body.get('partition')} offset {body.get('offset')}"
+    if body.get("original_truncated") or not body.get("original_b64"):
+        raise InvalidRequest(
+            f"its original was too large to keep in the DLQ: publish it again from its source, "
+            f"or from {where} while that topic retains it"
+        )
+    if not any(topic == b or topic.startswith(b + ".") for b in inputs):
+        raise InvalidRequest(f"its topic {topic!r} is no input topic of this deployment")
+    try:
+        original = base64.b64decode(body["original_b64"], validate=True)
+    except (binascii.Error, ValueError, TypeError):
+        raise InvalidRequest("its original_b64 is not base64") from None
+    key = _key(record_key, body.get("key"))
+    if key is None:
+        raise InvalidRequest(f"it kept no key to send it under (its key was dropped to fit): republish {where}")
+    return Replay(topic=topic, key=key, value=original)
+
+
+def _key(record_key: bytes | None, body_key: Any) -> str | None:
+    if record_key is not None:
+        try:
+            return record_key.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    return body_key if isinstance(body_key, str) else None
+
+
+async def read_dead_letters(
+    *, bootstrap: str, topic: str, options: Mapping[str, Any], positions: Sequence[tuple[int, int]], wait_s: float
+) -> dict[tuple[int, int], tuple[bytes | None, bytes | None]]:
+    """The value and key of each named DLQ record (those the log still holds).
+
+    Raises:
+        BackendUnavailable: the broker could not be asked.
+    """
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, enable_auto_commit=False, request_timeout_ms=5000, fetch_max_wait_ms=50, **options
+    )
+    found: dict[tuple[int, int], tuple[bytes | None, bytes | None]] = {}
+    try:
+        await asyncio.wait_for(consumer.start(), wait_s)
+        for partition, offset in dict.fromkeys(positions):
+            tp = TopicPartition(topic, partition)
+            consumer.assign([tp])
+            consumer.seek(tp, offset)
+            batch = await asyncio.wait_for(consumer.getmany(tp, timeout_ms=int(wait_s * 1000), max_records=1), wait_s)
+            for record in batch.get(tp, []):
+                if record.offset == offset:
+                    found[(partition, offset)] = (record.value, record.key)
+    except (KafkaError, OSError, TimeoutError) as exc:
+        raise BackendUnavailable(f"the DLQ could not be read: {type(exc).__name__}: {exc}") from exc
+    finally:
+        await bounded("stop the DLQ reader", consumer.stop())
+    return found

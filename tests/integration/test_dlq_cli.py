@@ -1,0 +1,71 @@
+"""`agentmemd dlq`: dead letters listed with their cause, and sent again once it is fixed, each
+to its own topic under its own key, through a real broker, daemon and Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from consumers.client import MemoryClient
+from consumers.errors import WriteRejected
+from memory.config import IngestConfig
+from tests.conftest import unique
+from tests.helpers import isolated_settings, settings_env, start_daemon
+
+pytestmark = pytest.mark.integration
+
+AGENTMEMD = str(Path(sys.executable).parent / "agentmemd")
+
+
+def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [AGENTMEMD, *args], env={**os.environ, "COLUMNS": "200", **env}, capture_output=True, text=True, timeout=120
+    )
+
+
+async def test_a_dead_letter_is_listed_and_sent_again_once_its_cause_is_fixed(
+    kafka_bootstrap: str, redis_url: str
+) -> None:
+    name = unique("dlq-cli")
+    tight = isolated_settings(name, kafka_bootstrap, redis_url, ingest=IngestConfig(max_content_bytes=1024))
+    env = settings_env(tight)
+    big = "The ledger close moved to the 3rd business day. " * 40  # ~2 KB: over the tight limit
+    daemon = await start_daemon(tight)
+    try:
+        async with MemoryClient(bootstrap=kafka_bootstrap, topics=tight.topics, timeout_s=30) as c:
+            with pytest.raises(WriteRejected, match="content larger than 1024 bytes"):
+                await c.publish_document("dlq/ledger.md", big, version=1, wait=True)
+        listed = await asyncio.to_thread(_cli, env, "dlq", "list", "--json")
+        assert listed.returncode == 0, listed
+        (letter,) = [json.loads(line) for line in listed.stdout.splitlines()]
+        assert "content larger than 1024 bytes" in letter["reason"] and letter["topic"] == tight.topics.documents
+        where = f"{letter['partition']}:{letter['offset']}"
+        shown = await asyncio.to_thread(_cli, env, "dlq", "list")
+        assert shown.returncode == 0 and where in shown.stdout and "content larger" in shown.stdout, shown
+        # The cause still stands: refused again, and the command says so.
+        again = await asyncio.to_thread(_cli, env, "dlq", "replay", where, "--wait", "--timeout", "60")
+        assert again.returncode == 1 and "dead-lettered again: content larger than 1024 bytes" in again.stdout, again
+    finally:
+        await daemon.stop()
+
+    fixed = tight.model_copy(update={"ingest": IngestConfig(max_content_bytes=4096)})
+    daemon = await start_daemon(fixed)
+    try:
+        sent = await asyncio.to_thread(_cli, env, "dlq", "replay", where, "--wait", "--timeout", "60")
+        assert sent.returncode == 0, sent
+        assert f"{where}: sent to {tight.topics.documents} under key 'dlq/ledger.md': indexed" in sent.stdout
+        async with MemoryClient(bootstrap=kafka_bootstrap, topics=tight.topics, timeout_s=30) as c:
+            found = await c.get(["dlq/ledger.md"])
+        assert (found.items[0].status, found.items[0].content) == ("found", big)
+        missing = await asyncio.to_thread(_cli, env, "dlq", "replay", "0:999999", "1:x")
+        assert missing.returncode == 2 and "PARTITION:OFFSET" in missing.stderr, missing
+        missing = await asyncio.to_thread(_cli, env, "dlq", "replay", "0:999999")
+        assert missing.returncode == 1 and "0:999999: no such record" in missing.stdout, missing
+    finally:
+        await daemon.stop()
