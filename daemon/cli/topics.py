@@ -1,13 +1,15 @@
-"""``topics``: create the contract's topics, or a tenant's, where they are missing."""
+"""``topics``: create the contract's topics, or a tenant's, where they are missing; ``tenants``: those seen."""
 
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated
+import json
+from typing import Annotated, Any
 
 import typer
 
-from daemon.cli._app import _fail, _settings, app, out
+from daemon.cli._app import _fail, _settings, _with_redis, app, out
+from daemon.settings import Settings
 from daemon.topics import ensure_contract_topics, ensure_tenant_topics, tenant_topics
 from memory.errors import MemdError
 
@@ -53,3 +55,19 @@ def topics(
         raise _fail(exc) from exc
     for name, created in rows:
         out.print(f"{'created' if created else 'exists '}  {name}", highlight=False)
+
+
+@app.command()
+def tenants(as_json: Annotated[bool, typer.Option("--json", metavar="", help="A JSON list.")] = False) -> None:
+    """The tenants any daemon of this index has seen (``default`` for the bare topics), one a
+    line: whom `stale`, `communities` and the read commands take with --tenant."""
+    from memory.tenants import TenantRegistry
+
+    async def read(settings: Settings, client: Any) -> list[str]:
+        return await TenantRegistry(client=client, name=settings.index.name).all()
+
+    seen = _with_redis(read)
+    if as_json:
+        print(json.dumps(seen))
+        return
+    out.print("\n".join(seen) if seen else "no tenant seen yet (no daemon has consumed an event or a request)")

@@ -623,6 +623,10 @@ async def test_doctor_checks_the_topics_of_every_tenant_seen(kafka_bootstrap: st
         await client.aclose()
     topics = [f for f in await diagnose(settings) if f.check == "topics"]
     assert len(topics) == 1 and not topics[0].ok, topics
+    from tests.helpers import settings_env
+
+    listed = await asyncio.to_thread(run_cli, settings_env(settings), "tenants", "--json")
+    assert listed.returncode == 0 and json.loads(listed.stdout) == ["default", "ghost"], listed
     assert f"{settings.topics.replies}.ghost" in topics[0].detail and "--tenant ghost" in topics[0].fix
     await ensure_tenant_topics(settings, "ghost", timeout_s=30)
     found = {f.check: f for f in await diagnose(settings)}
