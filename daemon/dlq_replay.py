@@ -19,6 +19,8 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
+from consumers.transport import cluster_metadata
+from daemon.lost_logs import log_ends
 from daemon.teardown import bounded
 from memory.errors import BackendUnavailable, InvalidRequest
 
@@ -99,14 +101,23 @@ async def read_dead_letters(
     found: dict[tuple[int, int], tuple[bytes | None, bytes | None]] = {}
     try:
         await asyncio.wait_for(consumer.start(), wait_s)
+        parts = (await cluster_metadata(consumer)).partitions_for_topic(topic) or set()
+        tps = [TopicPartition(topic, p) for p in sorted(parts)]
+        ends = await asyncio.wait_for(log_ends(consumer, tps, wait_s=min(1.0, wait_s)), wait_s) if tps else {}
+        starts = await consumer.beginning_offsets(tps) if tps else {}
+        loop = asyncio.get_running_loop()
         for partition, offset in dict.fromkeys(positions):
             tp = TopicPartition(topic, partition)
+            if tp not in ends or not starts.get(tp, 0) <= offset < ends[tp]:
+                continue  # no such partition, or the log no longer (or never) held it
             consumer.assign([tp])
             consumer.seek(tp, offset)
-            batch = await asyncio.wait_for(consumer.getmany(tp, timeout_ms=int(wait_s * 1000), max_records=1), wait_s)
-            for record in batch.get(tp, []):
-                if record.offset == offset:
-                    found[(partition, offset)] = (record.value, record.key)
+            deadline = loop.time() + wait_s
+            while (partition, offset) not in found and loop.time() < deadline:
+                batch = await consumer.getmany(tp, timeout_ms=200, max_records=1)
+                for record in batch.get(tp, []):
+                    if record.offset == offset:
+                        found[(partition, offset)] = (record.value, record.key)
     except (KafkaError, OSError, TimeoutError) as exc:
         raise BackendUnavailable(f"the DLQ could not be read: {type(exc).__name__}: {exc}") from exc
     finally:
