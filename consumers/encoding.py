@@ -4,6 +4,7 @@ checks of an event, run before it is sent (the counterpart of ``consumers.decodi
 from __future__ import annotations
 
 import json
+import math
 import unicodedata
 import uuid
 from collections.abc import Mapping, Sequence
@@ -68,7 +69,9 @@ def encode_event(
         value = encode(payload)
         event = parse_event(value, model)  # the daemon's own parsing, and its reasons
         if isinstance(event, DocumentEvent):
-            event.to_item(())  # an upsert's content rules
+            # An upsert's content rules; not its time, which the daemon judges by its own
+            # setting against the record's time.
+            event.to_item((), max_future_s=math.inf)
     except UnicodeEncodeError as exc:  # a lone surrogate, e.g. from undecodable argv bytes
         raise InvalidEvent(f"not sendable as UTF-8 text: {exc}") from exc
     except ValueError as exc:

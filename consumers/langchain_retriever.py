@@ -37,6 +37,7 @@ def to_document(result: ResultItem) -> Document:
         metadata["context"] = [t.model_dump() for t in result.context]
     if result.repeats is not None:
         metadata["repeats"] = [r.model_dump() for r in result.repeats]
+        metadata["repeat_count"] = result.repeat_count
     return Document(page_content=result.text, metadata=metadata, id=result.chunk_id)
 
 

@@ -301,6 +301,7 @@ def to_reply(req: QueryRequest, outcome: SearchOutcome, stale: dict[str, bool] |
             else None,
             repeats=[Repeat(doc_id=r.doc_id, chunk_id=r.chunk_id, timestamp=_iso(r.timestamp)) for r in h.repeats]
             or None,
+            repeat_count=h.repeat_count or None,
         )
         for h in outcome.hits
     ]

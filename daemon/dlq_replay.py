@@ -74,7 +74,9 @@ def replay_of(value: bytes | None, record_key: bytes | None, inputs: Sequence[st
         raise InvalidRequest("its original_b64 is not base64") from None
     key = _key(record_key, body.get("key"))
     if key is None:
-        raise InvalidRequest(f"it kept no key to send it under (its key was dropped to fit): republish {where}")
+        raise InvalidRequest(
+            f"it has no UTF-8 key to send it under (published without one, or not kept): republish {where}"
+        )
     return Replay(topic=topic, key=key, value=original)
 
 
@@ -115,9 +117,12 @@ async def read_dead_letters(
             deadline = loop.time() + wait_s
             while (partition, offset) not in found and loop.time() < deadline:
                 batch = await consumer.getmany(tp, timeout_ms=200, max_records=1)
-                for record in batch.get(tp, []):
+                records = batch.get(tp, [])
+                for record in records:
                     if record.offset == offset:
                         found[(partition, offset)] = (record.value, record.key)
+                if records and records[-1].offset > offset:
+                    break  # the log holds no record there (a gap in its offsets)
     except (KafkaError, OSError, TimeoutError) as exc:
         raise BackendUnavailable(f"the DLQ could not be read: {type(exc).__name__}: {exc}") from exc
     finally:

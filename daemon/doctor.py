@@ -419,7 +419,12 @@ async def _check_daemons(settings: Settings, groups: list[str]) -> list[Finding]
     finally:
         await bounded("stop the groups probe", admin.close())
     # Each group as (error_code, group_id, state, protocol_type, protocol, members).
-    members = {g[1]: len(g[5]) for reply in replies for r in reply for g in r.groups if g[0] == 0 and g[1]}
+    described = [(name, g) for name, reply in zip(groups, replies, strict=True) for r in reply for g in r.groups]
+    failed = {name: g[0] for name, g in described if g[0] != 0}
+    if failed:  # not authorized, a coordinator loading or moving: says nothing of members
+        said = ", ".join(f"{name}: error {code}" for name, code in sorted(failed.items()))
+        return [Finding("daemons", False, f"cannot describe {said}", "check broker ACLs for the groups, or retry")]
+    members = {name: len(g[5]) for name, g in described}
     idle = [g for g in groups if not members.get(g)]
     if not idle:
         return [Finding("daemons", True, ", ".join(f"{g}: {members[g]} member(s)" for g in groups))]

@@ -49,6 +49,7 @@ def result_view(r: ResultItem) -> dict[str, Any]:
         view["context"] = [t.model_dump() for t in r.context]
     if r.repeats is not None:
         view["repeats"] = [{"doc_id": x.doc_id, "timestamp": x.timestamp} for x in r.repeats]
+        view["repeat_count"] = r.repeat_count
     return view
 
 

@@ -23,10 +23,9 @@ from consumers.config import ConsumerConfig, KafkaSecurity, Topics
 from daemon.explore.access import Access, duplicate_tokens
 from daemon.explore.config import ExploreConfig
 from daemon.mcp_config import MCPConfig
-from daemon.settings_check import misspelt_variables, unknown_keys
+from daemon.settings_check import ConfigError, misspelt_variables, unknown_keys
 from graph import GraphConfig
 from memory.config import ChunkingConfig, EmbeddingConfig, IndexConfig, IngestConfig, RetrievalConfig
-from memory.errors import ConfigError
 
 
 class Settings(BaseSettings):
@@ -148,7 +147,9 @@ class Settings(BaseSettings):
         """Arguments, then environment, then ``.env``, then the TOML file named by
         ``AGENTMEM_CONFIG_FILE`` (if any), then secrets files, then the defaults."""
         sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings, dotenv_settings]
-        if misspelt := misspelt_variables(os.environ, Settings):
+        # The environment's and the .env file's (read with the same prefix, so as loosely).
+        names = [*os.environ, *(getattr(dotenv_settings, "env_vars", None) or {})]
+        if misspelt := misspelt_variables(names, Settings, others=_NOT_SETTINGS):
             raise ConfigError(f"no such setting: {'; '.join(misspelt)}")
         toml_path = os.environ.get("AGENTMEM_CONFIG_FILE")
         if toml_path:
@@ -174,6 +175,11 @@ class EmbeddedServerFiles(BaseModel):
     redis_server_bin: str | None = None
     redis_modules: tuple[str, ...] | None = None
     tansu_bin: str | None = None
+
+
+#: ``AGENTMEM_`` variables that are no settings: the config file's name and the embedded
+#: servers' files.
+_NOT_SETTINGS = frozenset({"CONFIG_FILE", *(name.upper() for name in EmbeddedServerFiles.model_fields)})
 
 
 def embedded_server_files() -> EmbeddedServerFiles:

@@ -6,14 +6,22 @@ a daemon would run against the wrong broker or with the wrong chunking.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from pydantic import BaseModel
 
-#: ``AGENTMEM_`` variables that are not settings: the config file's own name, the embedded
-#: servers' files (``daemon.settings.embedded_server_files``) and the test suite's.
-NOT_SETTINGS = frozenset({"CONFIG_FILE", "REDIS_SERVER_BIN", "REDIS_MODULES", "TANSU_BIN"})
+from memory.errors import MemdError
+
+
+class ConfigError(MemdError):
+    """The deployment's settings cannot be read as written: a config file that is not there,
+    or a key or variable that names no setting (a misspelling the defaults would hide)."""
+
+    code = "invalid_config"
+
+
+#: ``AGENTMEM_`` variables of the test suite's own, which are no settings either.
 NOT_SETTINGS_PREFIXES = ("TEST_",)
 
 
@@ -41,16 +49,19 @@ def unknown_keys(data: Mapping[str, Any], model: type[BaseModel], where: str = "
     return out
 
 
-def misspelt_variables(names: Iterable[str], model: type[BaseModel], prefix: str = "AGENTMEM_") -> list[str]:
+def misspelt_variables(
+    names: Iterable[str], model: type[BaseModel], *, others: Collection[str] = (), prefix: str = "AGENTMEM_"
+) -> list[str]:
     """Each ``AGENTMEM_`` variable that names no setting but nearly names one, with that one
-    (``AGENTMEM_CHUNKING__MAX_TOKEN (did you mean AGENTMEM_CHUNKING__MAX_TOKENS?)``). A
-    variable near no setting is left alone: it may be another program's."""
+    (``AGENTMEM_CHUNKING__MAX_TOKEN (did you mean AGENTMEM_CHUNKING__MAX_TOKENS?)``), in any
+    case, as settings are read. A variable near no setting is left alone: it may be another
+    program's. ``others``: the names after the prefix that are variables but no settings."""
     out: list[str] = []
-    for name in sorted(names):
+    for name in sorted({n.upper() for n in names}):
         if not name.startswith(prefix):
             continue
         rest = name[len(prefix) :]
-        if rest in NOT_SETTINGS or rest.startswith(NOT_SETTINGS_PREFIXES):
+        if rest in others or rest.startswith(NOT_SETTINGS_PREFIXES):
             continue
         parts = rest.lower().split("__")
         current: type[BaseModel] | None = model

@@ -23,7 +23,8 @@ module: ``memory.index.errors``, ``graph.errors``, ``consumers.errors``)::
     ├── IndexError_ ── QuerySyntaxError (memory.index)   index_error
     ├── LeaseLost, NerUnavailable, LlmFailed (graph)
     ├── QueryFailed, WriteRejected (consumers: the client's view of a reply or an ack)
-    └── LauncherError (daemon.launcher)         launcher
+    ├── LauncherError (daemon.launcher)         launcher
+    └── ConfigError (daemon.settings_check)     invalid_config     (at start, never in a reply)
 """
 
 from __future__ import annotations
@@ -48,13 +49,6 @@ class InvalidEvent(MemdError):
     """An ingested event is malformed; it goes to the DLQ with this message."""
 
     code = "invalid_event"
-
-
-class ConfigError(MemdError):
-    """The deployment's settings cannot be read as written: a config file that is not there,
-    or a key or variable that names no setting (a misspelling the defaults would hide)."""
-
-    code = "invalid_config"
 
 
 class NotFound(MemdError):

@@ -9,9 +9,26 @@ own result: it is listed under the first as a repeat, and the next memory takes 
 
 from __future__ import annotations
 
+from memory.records import StoredChunk
+
+#: Most repeats a result lists; ``repeat_count`` counts them all.
+MAX_LISTED_REPEATS = 20
+
 
 def repeat_key(text: str) -> str:
     """What two texts must share to be repeats: their words, in order, case aside.
     ``"Build  failed.\\n"`` and ``"build failed."`` are repeats; ``"Build failed"`` (no
     stop) is not: only case and spacing are set aside, so no two different sayings fold."""
     return " ".join(text.split()).casefold()
+
+
+def fold_key(chunk: StoredChunk, context_turns: int) -> str:
+    """What a result must share with a better one to fold into it ("": it never folds).
+
+    The kind and, for a turn, the speaker's role are part of it: a user's "Bye!" and the
+    assistant's stay two memories. A turn asked for with its exchange (``context_turns``)
+    never folds, since the same words answer different exchanges ("Yes, do it.")."""
+    if chunk.kind == "transcript" and context_turns:
+        return ""
+    role = str(chunk.metadata.get("role", "")) if chunk.kind == "transcript" else ""
+    return f"{chunk.kind}\x1f{role}\x1f{repeat_key(chunk.text)}"

@@ -26,7 +26,7 @@ from memory.index.codec import joined_text
 from memory.lookups import Lookups
 from memory.metrics import LEG_SECONDS
 from memory.records import StoredChunk
-from memory.repeats import repeat_key
+from memory.repeats import MAX_LISTED_REPEATS, fold_key
 from memory.search_results import LegTiming, SearchHit, SearchOutcome
 from memory.search_spec import (
     SearchSpec,
@@ -155,10 +155,13 @@ class Retriever:
         """
         out: list[SearchHit] = []
         dropped = rewritten = folded = 0
-        first_of: dict[str, int] = {}  # repeat key -> its first result's place in out
-        pos = 0
+        first_of: dict[str, int] = {}  # fold key -> its first result's place in out
+        pos = size = 0
         while len(out) < spec.top_k and pos < len(fused) and (last or not rewritten):
-            batch = fused[pos : pos + spec.top_k - len(out)]
+            # Once texts repeat, more may follow: each read takes twice the last, so that a
+            # hundred copies of one text cost a few round trips, not one each.
+            size = max(spec.top_k - len(out), 2 * size if folded else 0)
+            batch = fused[pos : pos + size]
             pos += len(batch)
             found = [by_id[f.id] for f in batch]
             if first is not None:
@@ -167,6 +170,8 @@ class Retriever:
                 docs = sorted(marker_docs([found], spec.tenant))
                 chunks, markers = await self._index.hydrate(found, docs)
             for f, leg, chunk in zip(batch, found, chunks, strict=True):
+                if len(out) == spec.top_k:
+                    break  # read beyond what was needed: the rest is not looked at
                 if (
                     chunk is not None
                     and same_version(chunk.version, leg.version)
@@ -174,9 +179,11 @@ class Retriever:
                     and in_time(chunk.timestamp, spec.since, spec.until)
                     and (not markers or shown(chunk, markers, spec.tenant))
                 ):
-                    key = repeat_key(chunk.text) if spec.fold_repeats else ""
+                    key = fold_key(chunk, spec.context_turns) if spec.fold_repeats else ""
                     if key and (at := first_of.get(key)) is not None:
-                        out[at] = dataclasses.replace(out[at], repeats=(*out[at].repeats, chunk))
+                        host = out[at]
+                        listed = host.repeats if len(host.repeats) >= MAX_LISTED_REPEATS else (*host.repeats, chunk)
+                        out[at] = dataclasses.replace(host, repeats=listed, repeat_count=host.repeat_count + 1)
                         folded += 1
                         continue
                     if key:

@@ -23,7 +23,8 @@ from consumers.decoding import validation_reason
 from daemon.connections import redis_client
 from daemon.logging import configure_logging
 from daemon.settings import Settings
-from memory.errors import ConfigError, MemdError
+from daemon.settings_check import ConfigError
+from memory.errors import MemdError
 
 T = TypeVar("T")
 

@@ -104,7 +104,7 @@ def dlq_replay(
             failed = True
             continue
         said = _send(replay, s, wait=wait, timeout_s=timeout)
-        failed |= said.startswith("dead-lettered")
+        failed |= said.startswith(("dead-lettered", "no ack"))
         out.print(f"{name}: sent to {replay.topic} under key {replay.key!r}" + (f": {said}" if said else ""))
     if failed:
         raise typer.Exit(1)
@@ -115,15 +115,17 @@ def _send(replay: Replay, settings: Settings, *, wait: bool, timeout_s: float | 
     t = settings.topics
     tenant = tenant_of(replay.topic, (t.documents, t.transcripts), settings.consumer.tenancy)
 
-    async def send(c: MemoryClient) -> WriteAck | None:
+    async def send(c: MemoryClient) -> str:
         try:
-            return await c.republish(replay.topic, replay.value, replay.key, wait=wait, timeout_s=timeout_s)
+            ack = await c.republish(replay.topic, replay.value, replay.key, wait=wait, timeout_s=timeout_s)
         except WriteRejected as exc:  # an answer here, not a failure of the command
-            return exc.ack
+            return f"dead-lettered again: {exc.ack.reason}"
+        except TimeoutError:  # sent: the next ones are sent all the same
+            return "no ack in time (it was sent, and may still be applied)"
+        return "" if ack is None else _said(ack)
 
-    ack = _with_client(send, settings, tenant if settings.consumer.tenancy == "topic" else None)
-    if ack is None:
-        return ""
-    if ack.status == "dead_lettered":
-        return f"dead-lettered again: {ack.reason}"
+    return _with_client(send, settings, tenant if settings.consumer.tenancy == "topic" else None)
+
+
+def _said(ack: WriteAck) -> str:
     return ack.status + (f" ({ack.chunks} chunk(s))" if ack.chunks else "") + (f": {ack.reason}" if ack.reason else "")

@@ -266,9 +266,10 @@ def publish_forget(
     )
     what = f"session {session_id} of agent {agent_id}" if session_id else f"every session of agent {agent_id}"
     what = f"turn {turn} of {what}" if turn is not None else what
-    if wait and r.ack is not None and r.ack.status == "indexed":
-        # A misspelt session id forgets nothing and is acked all the same: say so.
-        n = r.ack.forgotten or 0
+    if wait and r.ack is not None and r.ack.status == "indexed" and r.ack.forgotten is not None:
+        # A misspelt session id forgets nothing and is acked all the same: say so (a daemon of
+        # an earlier release says no count).
+        n = r.ack.forgotten
         out.print(f"forgot {what}: {n} turn(s) removed" if n else f"nothing stored for {what}: nothing removed")
         return
     out.print(f"forget of {what} published" + (f": {_said(r)}" if wait else ""))

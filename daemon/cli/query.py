@@ -11,6 +11,7 @@ from rich.padding import Padding
 from rich.text import Text
 
 from consumers.client import MemoryClient
+from consumers.client_core import DEFAULT_TIMEOUT_S
 from consumers.errors import QueryFailed
 from consumers.requests import ContextTurn, GetReply, QueryReply
 from consumers.times import when
@@ -26,7 +27,7 @@ ReadTenantOpt = Annotated[str | None, typer.Option("--tenant", help="Whose memor
 JsonOpt = Annotated[bool, typer.Option("--json", metavar="", help="Print the raw reply.")]
 ReadTimeoutOpt = Annotated[
     float | None,
-    typer.Option("--timeout", min=0.1, help="Seconds to wait for the daemon's reply (default 30)."),
+    typer.Option("--timeout", min=0.1, help=f"Seconds to wait for the daemon's reply (default {DEFAULT_TIMEOUT_S:g})."),
 ]
 
 
@@ -214,8 +215,9 @@ def results_view(reply: QueryReply, snippet_chars: int = 240, *, whole_lines: bo
         if r.repeats:
             times = sorted(x.timestamp for x in r.repeats if x.timestamp)
             span = f", the latest {shown_time(times[-1])}" if times else ""
-            said = f"(the same text in {len(r.repeats)} more: {', '.join(x.doc_id for x in r.repeats[:3])}"
-            said += f"{', …' if len(r.repeats) > 3 else ''}{span})"
+            n = r.repeat_count or len(r.repeats)
+            said = f"(the same text in {n} more: {', '.join(x.doc_id for x in r.repeats[:3])}"
+            said += f"{', …' if n > 3 else ''}{span})"
             lines.append(indented(Text(said, style="dim")))
     return Group(*lines)
 

@@ -115,9 +115,9 @@ def results_html(
                 + f'<br><span class="muted">{esc(h.chunk.chunk_id)} · {esc(h.chunk.kind)}{badge} · '
                 f"{esc(when(h.chunk.timestamp))}</span>"
                 + (
-                    f'<br><span class="muted repeats">the same text in {len(h.repeats)} more: '
+                    f'<br><span class="muted repeats">the same text in {h.repeat_count} more: '
                     + ", ".join(link(r.doc_id, "/explore/document", tenant=tenant, doc=r.doc_id) for r in h.repeats[:5])
-                    + (" …" if len(h.repeats) > 5 else "")
+                    + (" …" if h.repeat_count > 5 else "")
                     + "</span>"
                     if h.repeats
                     else ""

@@ -238,8 +238,9 @@ class Reindex:
         # Chunk boundaries come from the model's tokenizer too.
         old = state.spec.known(spec) if state.spec is not None else None
         self._rechunked = old is None or old.chunks() != spec.chunks()
-        # Daemons still running with the old generation's settings refuse the new one.
-        self._settings_changed = old != spec
+        # Daemons still running with the old generation's settings refuse the new one (an old
+        # generation that recorded no spec refuses nobody).
+        self._settings_changed = old is not None and old != spec
         self.progress.generation = self._gen
         log.info(
             "reindex.build_started",

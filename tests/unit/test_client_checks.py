@@ -218,3 +218,16 @@ def test_a_retriever_with_a_negative_weight_is_refused_when_built(weight: str) -
     client = MemoryClient(bootstrap="127.0.0.1:1")  # never started: nothing connects
     with pytest.raises(ValidationError, match=weight):
         MemoryRetriever(client=client, **{weight: -1.0})
+
+
+def test_the_client_leaves_a_timestamp_ahead_to_the_daemon() -> None:
+    """The daemon judges a timestamp against the record's time by its own setting, which the
+    client does not know: the client's checks must not refuse it by the default."""
+    from datetime import UTC, datetime, timedelta
+
+    from consumers.encoding import document_body, encode_event
+    from consumers.events import DocumentEvent
+
+    ahead = datetime.now(UTC) + timedelta(hours=1)
+    payload = document_body("d", "the ledger closes on the 3rd", 1, None, None, ahead)
+    assert json.loads(encode_event(DocumentEvent, payload, max_content_bytes=4096))["doc_id"] == "d"

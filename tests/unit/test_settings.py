@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from consumers.config import ConsumerConfig
 from daemon.settings import Settings, render_markdown, render_toml, setting_rows
-from memory.errors import ConfigError
+from daemon.settings_check import ConfigError
 from memory.schema import index_schema
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -106,6 +106,14 @@ def test_a_variable_that_nearly_names_a_setting_is_refused(monkeypatch: pytest.M
         "no such setting: AGENTMEM_CHUNKING__MAX_TOKEN (did you mean AGENTMEM_CHUNKING__MAX_TOKENS?); "
         "AGENTMEM_KAFKA_BOOTSTRP (did you mean AGENTMEM_KAFKA_BOOTSTRAP?)"
     )
+
+
+def test_a_misspelt_variable_in_the_env_file_is_refused_too(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """`.env` is read with the same prefix, in any case."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".env").write_text("agentmem_retrival__dense_weight=2\n")
+    with pytest.raises(ConfigError, match=r"AGENTMEM_RETRIVAL__DENSE_WEIGHT \(did you mean AGENTMEM_RETRIEVAL__DENSE"):
+        Settings()
 
 
 @pytest.mark.parametrize(
