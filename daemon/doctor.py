@@ -396,6 +396,17 @@ async def _check_kafka(settings: Settings) -> list[Finding]:
             )
         else:
             found.append(Finding("consumer groups", True, f"{detail}; {report.dlq} DLQ records"))
+        if report.unread_bare:
+            said = ", ".join(f"{n} on {topic}" for topic, n in sorted(report.unread_bare.items()))
+            found.append(
+                Finding(
+                    "bare topics",
+                    False,
+                    f"in topic tenancy no daemon reads the bare topics, and records wait there: {said}",
+                    "publish on <topic>.<tenant> (the CLI's --tenant, the client's tenant=); the records "
+                    "waiting belong to no tenant: publish them again on their tenant's topic",
+                )
+            )
         found.extend(await _check_daemons(settings, sorted(report.lag)))
     except (KafkaError, OSError, TimeoutError) as exc:
         found.append(

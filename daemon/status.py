@@ -94,6 +94,9 @@ class LagReport:
     lag: dict[str, dict[str, int]]
     dlq: int
     past_end: dict[str, list[str]]
+    # In topic tenancy: records on a bare input topic that its group never read (no daemon
+    # reads those topics there), by topic; none listed where there are none.
+    unread_bare: dict[str, int] = field(default_factory=dict)
 
 
 def past_end_text(past_end: dict[str, list[str]]) -> str:
@@ -194,7 +197,19 @@ async def measure_lag(settings: Settings) -> LagReport:
             ]:
                 past_end[group] = beyond
         dlq = sum(ends[tp] for tp in dlq_tps)
-        return LagReport(lag, int(dlq), past_end)
+        unread: dict[str, int] = {}
+        if settings.consumer.tenancy == "topic":
+            for role, base in bases.items():
+                bare = [TopicPartition(base, p) for p in sorted(cluster.partitions_for_topic(base) or ())]
+                if not bare:
+                    continue
+                bare_ends = await log_ends(probe, bare)
+                starts = await probe.beginning_offsets(bare)
+                committed = await _committed(settings, admin, f"{settings.consumer.group_id}.{role}", bare, opts)
+                left = sum(max(0, bare_ends[tp] - max(committed[tp], starts.get(tp, 0))) for tp in bare)
+                if left:
+                    unread[base] = left
+        return LagReport(lag, int(dlq), past_end, unread)
     finally:
         await bounded("stop the lag admin", admin.close())
         await bounded("stop the lag probe", probe.stop())

@@ -629,8 +629,23 @@ async def test_doctor_checks_the_topics_of_every_tenant_seen(kafka_bootstrap: st
     assert listed.returncode == 0 and json.loads(listed.stdout) == ["default", "ghost"], listed
     assert f"{settings.topics.replies}.ghost" in topics[0].detail and "--tenant ghost" in topics[0].fix
     await ensure_tenant_topics(settings, "ghost", timeout_s=30)
+    # A producer that still writes to the bare topic: nobody reads it in topic tenancy.
+    from aiokafka import AIOKafkaProducer
+
+    from daemon.topics import ensure_topics
+
+    await ensure_topics(kafka_bootstrap, [settings.topics.documents], partitions=1, replication=1)
+    producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all")
+    await producer.start()
+    try:
+        for n in range(2):
+            await producer.send_and_wait(settings.topics.documents, b"{}", key=f"d{n}".encode())
+    finally:
+        await producer.stop()
     found = {f.check: f for f in await diagnose(settings)}
     assert found["topics"].ok and "1 tenants'" in found["topics"].detail, found
+    bare = found["bare topics"]
+    assert not bare.ok and f"2 on {settings.topics.documents}" in bare.detail and "<topic>.<tenant>" in bare.fix
     # No daemon of this group runs: lag says nothing of that (0 here), the groups' members do.
     idle = found["daemons"]
     assert not idle.ok and idle.detail.startswith("no daemon is consuming: no member in "), idle
