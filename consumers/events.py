@@ -27,6 +27,7 @@ from pydantic import (
 )
 
 from consumers.fields import MAX_META_CHARS, MAX_VERSION, AgentPart, DocId, MetaValue, NonEmpty
+from consumers.times import age
 from memory.config import DEFAULT_MAX_FUTURE_S
 from memory.conversation import TURN_PREFIX, turn_doc_id, turn_prefix
 from memory.filters import tag_values
@@ -106,21 +107,10 @@ def _epoch(ts: datetime | None, default: float | None = None, max_future_s: floa
     if epoch > reference + max_future_s:
         against = "its Kafka record's time" if default is not None else "the daemon's clock"
         raise ValueError(
-            f"timestamp {ts.isoformat()} is {_span(epoch - reference)} after {against}; a timestamp says when "
+            f"timestamp {ts.isoformat()} is {age(epoch - reference)} after {against}; a timestamp says when "
             f"the memory was recorded, at most {max_future_s:g} s ahead (a time without a zone is read as UTC)"
         )
     return epoch
-
-
-def _span(seconds: float) -> str:
-    """A duration as a person reads it: ``42 s``, ``17 min``, ``5.0 h``, ``3 days``."""
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    if seconds < 172_800:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86_400:.0f} days"
 
 
 #: doc_id prefixes the daemon writes itself (transcript turns, community summaries): a

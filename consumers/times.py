@@ -40,3 +40,15 @@ def when(value: datetime | str | None, what: str, *, now: datetime | None = None
         raise InvalidRequest(
             f"{what} takes an ISO 8601 time (2026-11-24T09:00:00Z) or an age (90m, 24h, 7d, 2w), got {value[:80]!r}"
         ) from None
+
+
+def age(seconds: float) -> str:
+    """A duration for people: ``42 s``, ``7 min``, ``3.5 h``, ``2.0 d``."""
+    seconds = max(0.0, seconds)
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 172800:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} d"

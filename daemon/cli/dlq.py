@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.text import Text
@@ -24,6 +24,20 @@ dlq_app = typer.Typer(no_args_is_help=True, help="The dead letters: list them, s
 app.add_typer(dlq_app, name="dlq")
 
 
+#: Longest a command waits for the DLQ's records.
+READ_WAIT_S = 10.0
+
+
+def _reader(s: Settings) -> dict[str, Any]:
+    """Where and how both commands read the DLQ."""
+    return {
+        "bootstrap": s.kafka_bootstrap,
+        "topic": s.topics.dlq,
+        "options": s.kafka_security.aiokafka_kwargs(),
+        "wait_s": READ_WAIT_S,
+    }
+
+
 @dlq_app.command("list")
 def dlq_list(
     limit: Annotated[int, typer.Option("--limit", min=1, max=1000, help="Latest records of each DLQ partition.")] = 20,
@@ -36,13 +50,7 @@ def dlq_list(
     try:
         letters = asyncio.run(
             recent_dead_letters(
-                bootstrap=s.kafka_bootstrap,
-                topic=t.dlq,
-                options=s.kafka_security.aiokafka_kwargs(),
-                limit=limit,
-                wait_s=10.0,
-                bases=(t.documents, t.transcripts),
-                tenancy=s.consumer.tenancy,
+                **_reader(s), limit=limit, bases=(t.documents, t.transcripts), tenancy=s.consumer.tenancy
             )
         )
     except MemdError as exc:
@@ -79,15 +87,7 @@ def dlq_replay(
     s = _settings(quiet=True)
     t = s.topics
     try:
-        records = asyncio.run(
-            read_dead_letters(
-                bootstrap=s.kafka_bootstrap,
-                topic=t.dlq,
-                options=s.kafka_security.aiokafka_kwargs(),
-                positions=wanted,
-                wait_s=10.0,
-            )
-        )
+        records = asyncio.run(read_dead_letters(**_reader(s), positions=wanted))
     except MemdError as exc:
         raise _fail(exc) from exc
     failed = False

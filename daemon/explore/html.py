@@ -72,18 +72,6 @@ def when(epoch: float | None) -> str:
         return ""
 
 
-def age(seconds: float) -> str:
-    """A duration for people: ``42 s``, ``7 min``, ``3.5 h``, ``2.0 d``."""
-    seconds = max(0.0, seconds)
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    if seconds < 172800:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.1f} d"
-
-
 def table(heads: Sequence[str], rows: Iterable[Sequence[str]], *, table_id: str = "", empty: str = "nothing") -> str:
     """A table of already-escaped cells (``heads`` are our own words, escaped here)."""
     head = "".join(f"<th>{esc(h)}</th>" for h in heads)

@@ -7,7 +7,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from daemon.explore.html import age, esc, link, table, url, when
+from consumers.times import age
+from daemon.explore.html import esc, link, table, url, when
 from graph import Community, StaleItem
 from graph.stale_queue import RECOMPUTE_CAUSE
 
