@@ -67,6 +67,8 @@ class MemoryRetriever(BaseRetriever):
     ``"7d"`` (read anew at each call: the last seven days)."""
     context_turns: int = Field(0, ge=0, le=MAX_CONTEXT_TURNS)
     """Each conversation turn also brings this many turns before and after it (``metadata["context"]``)."""
+    fold_repeats: bool = True
+    """A text that later results repeat word for word comes once, with ``metadata["repeats"]``."""
 
     @field_validator("since", "until")
     @classmethod
@@ -92,6 +94,7 @@ class MemoryRetriever(BaseRetriever):
             since=self.since,
             until=self.until,
             context_turns=self.context_turns,
+            fold_repeats=self.fold_repeats,
         )
 
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:

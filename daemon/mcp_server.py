@@ -51,9 +51,10 @@ SEARCH = (
     "min_similarity -1..1 (off by default): leave out what the meaning search finds less similar than this, "
     "so a question about nothing remembered returns little or nothing; "
     "recency_weight 0..1000 (0 by default): order the results newer first, for questions about what holds now "
-    "(about 3 puts the newer of two close matches first; from about 5 the results come mostly newest first). "
-    "Returns results with text, score, source, doc_id, kind, metadata and timestamp (and context); a result whose "
-    "text later results repeat word for word lists them (repeats: doc_id, timestamp) in their stead."
+    "(about 3 puts the newer of two close matches first; from about 5 the results come mostly newest first); "
+    "fold_repeats (true by default): a text that later results repeat word for word comes once. "
+    "Returns results with text, score, source, doc_id, kind, metadata and timestamp (and context); a result "
+    "whose text others repeat lists them, newest first (repeats: doc_id, timestamp; repeat_count)."
 )
 REMEMBER = (
     "Record one observation or conversation turn in long-term memory, for this and other agents to find later "
@@ -95,6 +96,8 @@ STATUS = (
 Rows = list[dict[str, Any]]
 #: A flag is true or false: pydantic's lax reading would also take "yes", "off" or 1.
 StrictFlag = Annotated[bool, Strict()]
+#: A count is a whole number: lax reading took "3" as 3 (a turn number "3" replaced turn 3) and true as 1.
+StrictCount = Annotated[int, Strict()]
 Doc = dict[str, Any]
 
 
@@ -145,20 +148,21 @@ def build_server(tools: MemoryTools) -> MCPServer[Any]:
 
     async def search_memory(
         query: str,
-        top_k: int = 10,
+        top_k: StrictCount = 10,
         # Objects of any key: the daemon names a wrong one ({"nope": ...}) in a sentence, where
         # the SDK's own check of a Literal key dumped every shape of the union.
         filters: dict[str, str | list[str] | dict[str, str | list[str]]] | None = None,
         scope: Literal["chunks", "communities", "all"] = "chunks",
         since: str | None = None,
         until: str | None = None,
-        context_turns: Annotated[int, Field(ge=0, le=MAX_CONTEXT_TURNS)] = 0,
+        context_turns: Annotated[StrictCount, Field(ge=0, le=MAX_CONTEXT_TURNS)] = 0,
         min_similarity: Annotated[float | None, Field(ge=-1.0, le=1.0)] = None,
         recency_weight: Annotated[float | None, Field(ge=0.0, le=MAX_WEIGHT)] = None,
+        fold_repeats: StrictFlag = True,
     ) -> Annotated[CallToolResult, Rows]:
         return await _run(
             tools.search_memory(
-                query, top_k, filters, scope, since, until, context_turns, min_similarity, recency_weight
+                query, top_k, filters, scope, since, until, context_turns, min_similarity, recency_weight, fold_repeats
             ),
             wrap=True,
         )
@@ -168,7 +172,7 @@ def build_server(tools: MemoryTools) -> MCPServer[Any]:
         agent_id: str,
         session_id: str,
         role: str = "assistant",
-        turn: int | None = None,
+        turn: StrictCount | None = None,
         metadata: dict[str, Any] | None = None,
         timestamp: str | None = None,
     ) -> Annotated[CallToolResult, Doc]:
@@ -186,7 +190,7 @@ def build_server(tools: MemoryTools) -> MCPServer[Any]:
         agent_id: str,
         session_id: str | None = None,
         all_sessions: StrictFlag = False,
-        turn: Annotated[int | None, Field(ge=0)] = None,
+        turn: Annotated[StrictCount | None, Field(ge=0)] = None,
     ) -> Annotated[CallToolResult, Doc]:
         return await _run(tools.forget(agent_id, session_id, all_sessions, turn))
 
@@ -196,7 +200,7 @@ def build_server(tools: MemoryTools) -> MCPServer[Any]:
     async def recent_turns(
         agent_id: str,
         session_id: str | None = None,
-        limit: Annotated[int, Field(ge=1, le=MAX_RECENT_TURNS)] = 20,
+        limit: Annotated[StrictCount, Field(ge=1, le=MAX_RECENT_TURNS)] = 20,
     ) -> Annotated[CallToolResult, Rows]:
         return await _run(tools.recent_turns(agent_id, session_id, limit), wrap=True)
 

@@ -124,6 +124,7 @@ class MemoryTools:
         context_turns: int = 0,
         min_similarity: float | None = None,
         recency_weight: float | None = None,
+        fold_repeats: bool = True,
     ) -> list[dict[str, Any]]:
         """Ask a query; each result as ``result_view`` shows it.
 
@@ -145,6 +146,7 @@ class MemoryTools:
                 context_turns=context_turns,
                 min_similarity=min_similarity,
                 recency_weight=recency_weight,
+                fold_repeats=fold_repeats,
             )
             return [result_view(r) for r in reply.results]
 

@@ -11,15 +11,27 @@ from __future__ import annotations
 
 from memory.records import StoredChunk
 
+#: What may close a sentence: full stops, exclamation and question marks, an ellipsis, and
+#: their full-width forms.
+CLOSING_STOPS = ".!?\u2026\u3002\uff01\uff1f "
+
 #: Most repeats a result lists; ``repeat_count`` counts them all.
 MAX_LISTED_REPEATS = 20
 
 
 def repeat_key(text: str) -> str:
-    """What two texts must share to be repeats: their words, in order, case aside.
-    ``"Build  failed.\\n"`` and ``"build failed."`` are repeats; ``"Build failed"`` (no
-    stop) is not: only case and spacing are set aside, so no two different sayings fold."""
-    return " ".join(text.split()).casefold()
+    """What two texts must share to be repeats: their words, in order, case aside, and
+    without the stop that ends them. ``"Build  failed.\n"``, ``"build failed"`` and ``"Build
+    failed!"`` are repeats; ``"Build, failed"`` is not: only case, spacing and the closing
+    stop are set aside, so no two different sayings fold."""
+    return " ".join(text.split()).casefold().rstrip(CLOSING_STOPS)
+
+
+def newest_first(repeats: tuple[StoredChunk, ...]) -> tuple[StoredChunk, ...]:
+    """The repeats a result lists: the newest ``MAX_LISTED_REPEATS`` (the same text ranks by
+    little but its time, and "when was this last said?" reads the first)."""
+    ordered = sorted(repeats, key=lambda c: c.timestamp if c.timestamp is not None else float("-inf"), reverse=True)
+    return tuple(ordered[:MAX_LISTED_REPEATS])
 
 
 def fold_key(chunk: StoredChunk, context_turns: int) -> str:

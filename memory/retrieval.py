@@ -26,7 +26,7 @@ from memory.index.codec import joined_text
 from memory.lookups import Lookups
 from memory.metrics import LEG_SECONDS
 from memory.records import StoredChunk
-from memory.repeats import MAX_LISTED_REPEATS, fold_key
+from memory.repeats import fold_key, newest_first
 from memory.search_results import LegTiming, SearchHit, SearchOutcome
 from memory.search_spec import (
     SearchSpec,
@@ -182,8 +182,9 @@ class Retriever:
                     key = fold_key(chunk, spec.context_turns) if spec.fold_repeats else ""
                     if key and (at := first_of.get(key)) is not None:
                         host = out[at]
-                        listed = host.repeats if len(host.repeats) >= MAX_LISTED_REPEATS else (*host.repeats, chunk)
-                        out[at] = dataclasses.replace(host, repeats=listed, repeat_count=host.repeat_count + 1)
+                        out[at] = dataclasses.replace(
+                            host, repeats=(*host.repeats, chunk), repeat_count=host.repeat_count + 1
+                        )
                         folded += 1
                         continue
                     if key:
@@ -195,6 +196,7 @@ class Retriever:
         if dropped:
             log.info("retrieve.winners_changed", dropped=dropped, rewritten=rewritten, top_k=spec.top_k)
         if folded:
+            out = [dataclasses.replace(h, repeats=newest_first(h.repeats)) if h.repeats else h for h in out]
             log.debug("retrieve.repeats_folded", folded=folded, top_k=spec.top_k)
         return out, rewritten
 

@@ -21,8 +21,8 @@ class SearchHit:
     # The turns around a transcript hit (``SearchSpec.context_turns``), in turn order, each
     # whole (its chunks joined); the hit itself is not among them.
     context: tuple[StoredChunk, ...] = ()
-    # Later results with the same text (``memory.repeats``), in rank order, folded into this
-    # one: the first ``MAX_LISTED_REPEATS``, and how many there were.
+    # Later results with the same text (``memory.repeats``), folded into this one: the newest
+    # ``MAX_LISTED_REPEATS``, newest first, and how many there were.
     repeats: tuple[StoredChunk, ...] = ()
     repeat_count: int = 0
 

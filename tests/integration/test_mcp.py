@@ -161,6 +161,10 @@ async def test_every_tool_over_stdio(settings: Settings) -> None:
 
         # Bad arguments: tool errors with the contract's code, and the server goes on serving.
         assert (await failed(c, "search_memory", query="x", top_k=0)).startswith("invalid_request: top_k")
+        # A count is a whole number: "3" would have been read as 3, and true as 1.
+        assert "top_k" in await failed(c, "search_memory", query="x", top_k="3")
+        assert "top_k" in await failed(c, "search_memory", query="x", top_k=True)
+        assert "turn" in await failed(c, "remember", text="x", agent_id="a", session_id="s", turn="3")
         unknown = await failed(c, "search_memory", query="x", filters={"no_such_key": "1"})
         assert unknown.startswith("invalid_request:") and "no_such_key" in unknown
         assert "ISO 8601" in await failed(c, "search_memory", query="x", since="last tuesday")
