@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 
 import pytest
@@ -220,6 +221,17 @@ def test_results_show_each_legs_rank_and_its_own_list() -> None:
     assert "&lt;i&gt;leg only&lt;/i&gt;" in out and "<script" not in out
     second = out.split('id="results"')[1].split("<tr>")[3]
     assert '<span class="num">1</span>' in second and "&ndash;" in second
+
+
+def test_a_result_shows_the_repeats_folded_into_it_and_the_legs_say_where_they_went() -> None:
+    """A folded candidate is not "not in the results": its leg list says which result it repeats."""
+    copy = _chunk("first", "d3_p0", "document")
+    hit = SearchHit(chunk=_chunk("first", "d1_p0", "document"), score=0.2, ranks={"dense": 1}, repeats=(copy,))
+    hit = dataclasses.replace(hit, repeat_count=1)
+    cand = {c: LegHit(f"k:{c}", c, "document", {}, (), None, 1, 1) for c in ("d1_p0", "d3_p0")}
+    outcome = SearchOutcome(hits=[hit], took_ms=1.0, ranked={"dense": ["d1_p0", "d3_p0"]}, candidates=cand)
+    out = results_html(outcome, {"dense": 1.0}, 10, {}, "acme", {})
+    assert "the same text in 1 more" in out and "repeats #1" in out and "not in the results" not in out
 
 
 def test_leg_order_reads_lists_and_tied_ranks() -> None:
