@@ -29,6 +29,7 @@ from langgraph.store.base import (
 )
 
 from consumers.client import MemoryClient, Receipt
+from consumers.errors import QueryFailed
 from consumers.requests import MAX_WEIGHT, GetItem, ResultItem
 from consumers.store_items import EarlierItem, earlier_item, found_item, search_item, search_item_of
 from consumers.store_listing import LIST_PAGE, all_values, list_page
@@ -273,6 +274,21 @@ class MemoryStore(BaseStore):
         if op.limit < 0 or op.offset < 0:
             raise InvalidRequest(f"search: limit and offset must be >= 0, got limit={op.limit} offset={op.offset}")
         flt = pushdown_filter(op.filter, self._filter_keys)
+        try:
+            return await self._search_filtered(c, op, flt)
+        except QueryFailed as exc:
+            # A key of filter_keys the daemon does not filter on fails the first filtered
+            # search: say which setting of whose to change, not only the daemon's words.
+            message = exc.reply.error.message
+            named = [k for k in flt if f"metadata_filter key {k!r}" in message]
+            if exc.error_code != "invalid_request" or not named:
+                raise
+            raise InvalidRequest(
+                f"MemoryStore's filter_keys name {named[0]!r}, which the daemon does not filter on ({message}): "
+                "leave it out of filter_keys, or add it to the daemon's AGENTMEM_INDEX__EXTRA_FILTER_KEYS"
+            ) from exc
+
+    async def _search_filtered(self, c: MemoryClient, op: SearchOp, flt: PushedFilter) -> list[SearchItem]:
         if op.query and op.query.strip():  # a blank query lists, as an empty one does (the daemon refuses it)
             return await self._query(c, op, flt)
         # Without a query: the prefix's items in doc id order (namespace, then key).

@@ -505,3 +505,16 @@ async def test_a_repeated_text_folds_into_its_first_result_except_in_the_store(
     await store.abatch([PutOp(ns, key, {"text": "Ship the ledger fix on Friday."}) for key in ("a", "b")])
     found = await store.asearch(ns, query="when does the ledger fix ship", limit=5)
     assert sorted(i.key for i in found) == ["a", "b"]
+
+
+async def test_a_filter_key_the_daemon_does_not_filter_on_names_the_setting_to_change(
+    threaded: ThreadedClient,
+) -> None:
+    """The first filtered search with such a key fails: the error says it is the store's
+    filter_keys, and what to do, in one InvalidRequest (it was the daemon's reply alone)."""
+    store, ns = MemoryStore(threaded, filter_keys=("env",)), ("fk", uuid.uuid4().hex[:6])
+    await store.aput(ns, "a", {"text": "deploys go to eu-west-1", "env": "prod"})
+    for query in ("where do deploys go", None):
+        with pytest.raises(InvalidRequest, match=r"filter_keys name 'env', which the daemon does not filter on"):
+            await store.asearch(ns, query=query, filter={"env": "prod"})
+    assert [i.key for i in await store.asearch(ns, query="where do deploys go")] == ["a"]  # unfiltered: fine
