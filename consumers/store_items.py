@@ -3,35 +3,27 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from langgraph.store.base import Item, SearchItem
 
 from consumers.requests import GetItem
 from consumers.store_mapping import is_item, item_parts
 
+T = TypeVar("T", bound=Item)
 
-def _parts(item: GetItem | None) -> tuple[tuple[str, ...], str, dict[str, Any], datetime, datetime] | None:
-    if item is None or not is_item(item.metadata):
+
+def _built(cls: type[T], metadata: dict[str, Any] | None, timestamp: str | None, **extra: Any) -> T | None:
+    """The ``cls`` item a store document's metadata and time carry; None for any other document."""
+    if metadata is None or not is_item(metadata):
         return None
-    assert item.metadata is not None
-    return _from_metadata(item.metadata, item.timestamp)
-
-
-def _from_metadata(
-    metadata: dict[str, Any], timestamp: str | None
-) -> tuple[tuple[str, ...], str, dict[str, Any], datetime, datetime]:
     namespace, key, value, created = item_parts(metadata)
     updated = datetime.fromisoformat(timestamp) if timestamp else created or datetime.now(UTC)
-    return namespace, key, value, created or updated, updated
+    return cls(namespace=namespace, key=key, value=value, created_at=created or updated, updated_at=updated, **extra)
 
 
 def found_item(found: GetItem | None) -> Item | None:
-    parts = _parts(found)
-    if parts is None:
-        return None
-    ns, key, value, created, updated = parts
-    return Item(namespace=ns, key=key, value=value, created_at=created, updated_at=updated)
+    return None if found is None else _built(Item, found.metadata, found.timestamp)
 
 
 class EarlierItem(Item):
@@ -50,23 +42,12 @@ class EarlierItem(Item):
 
 
 def earlier_item(metadata: dict[str, Any], timestamp: str | None, until: str | None) -> EarlierItem | None:
-    if not is_item(metadata):
-        return None
-    ns, key, value, created, updated = _from_metadata(metadata, timestamp)
-    held = datetime.fromisoformat(until) if until else None
-    return EarlierItem(namespace=ns, key=key, value=value, created_at=created, updated_at=updated, until=held)
+    return _built(EarlierItem, metadata, timestamp, until=datetime.fromisoformat(until) if until else None)
 
 
 def search_item(found: GetItem | None) -> SearchItem | None:
-    parts = _parts(found)
-    if parts is None:
-        return None
-    ns, key, value, created, updated = parts
-    return SearchItem(namespace=ns, key=key, value=value, created_at=created, updated_at=updated)
+    return None if found is None else _built(SearchItem, found.metadata, found.timestamp)
 
 
 def search_item_of(metadata: dict[str, Any], timestamp: str | None, score: float) -> SearchItem | None:
-    if not is_item(metadata):
-        return None
-    ns, key, value, created, updated = _from_metadata(metadata, timestamp)
-    return SearchItem(namespace=ns, key=key, value=value, created_at=created, updated_at=updated, score=score)
+    return _built(SearchItem, metadata, timestamp, score=score)
