@@ -181,10 +181,7 @@ class Retriever:
                 ):
                     key = fold_key(chunk, spec.context_turns) if spec.fold_repeats else ""
                     if key and (at := first_of.get(key)) is not None:
-                        host = out[at]
-                        out[at] = dataclasses.replace(
-                            host, repeats=(*host.repeats, chunk), repeat_count=host.repeat_count + 1
-                        )
+                        out[at] = dataclasses.replace(out[at], repeats=(*out[at].repeats, chunk))
                         folded += 1
                         continue
                     if key:
@@ -196,7 +193,10 @@ class Retriever:
         if dropped:
             log.info("retrieve.winners_changed", dropped=dropped, rewritten=rewritten, top_k=spec.top_k)
         if folded:
-            out = [dataclasses.replace(h, repeats=newest_first(h.repeats)) if h.repeats else h for h in out]
+            out = [
+                dataclasses.replace(h, repeats=newest_first(h.repeats), repeat_count=len(h.repeats)) if h.repeats else h
+                for h in out
+            ]
             log.debug("retrieve.repeats_folded", folded=folded, top_k=spec.top_k)
         return out, rewritten
 
