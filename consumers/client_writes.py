@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from consumers.client_core import _ClientCore
+from consumers.decoding import topic_base
 from consumers.encoding import delete_body, document_body, encode, forget_body, turn_body
 from consumers.events import DocumentEvent, ForgetEvent, TranscriptEvent, WriteAck, forget_scope_error
 from memory.errors import InvalidRequest
@@ -184,6 +185,6 @@ class _Writes(_ClientCore):
             WriteRejected: with ``wait``, the daemon dead-lettered it again.
         """
         bases = (self.topics.documents, self.topics.transcripts)
-        if not any(topic == b or topic.startswith(b + ".") for b in bases):
+        if topic_base(topic, bases) is None:
             raise InvalidRequest(f"{topic!r} is not an input topic ({' or '.join(bases)}, or a tenant's)")
         return await self._transport.publish(topic, value, key, wait=wait, timeout_s=timeout_s)

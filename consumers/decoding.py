@@ -64,6 +64,11 @@ def tenant_from_topic(topic: str, base: str, mode: str) -> str | None:
     return tenant if _TENANT.match(tenant) else None
 
 
+def topic_base(topic: str, bases: Sequence[str]) -> str | None:
+    """The first of ``bases`` that ``topic`` is, or is a tenant's topic of (``<base>.<tenant>``)."""
+    return next((base for base in bases if topic == base or topic.startswith(base + ".")), None)
+
+
 def valid_topic(name: str) -> bool:
     """Whether ``name`` is a legal Kafka topic name (so a reply can be published to it)."""
     return bool(_TOPIC.match(name)) and name not in {".", ".."}

@@ -22,7 +22,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError, UnknownTopicOrPartitionError
 from aiokafka.protocol.metadata import MetadataRequest
 
-from consumers.decoding import valid_topic
+from consumers.decoding import topic_base, valid_topic
 from consumers.errors import UnknownReplyTopic
 from memory.errors import BackendUnavailable, InvalidRequest
 
@@ -82,7 +82,7 @@ def check_reply_to(topic: str, inputs: Sequence[str], own: str | None = None) ->
     """
     if not valid_topic(topic):
         raise UnknownReplyTopic(f"reply_to header {topic!r} is not a valid topic name")
-    if any(topic == base or topic.startswith(base + ".") for base in inputs):
+    if topic_base(topic, inputs) is not None:
         raise UnknownReplyTopic(f"reply_to {topic!r} is one of the daemon's input topics")
     if own is None or topic == own or topic.startswith(own + "."):
         return

@@ -19,6 +19,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
+from consumers.decoding import topic_base
 from consumers.transport import cluster_metadata
 from daemon.lost_logs import log_ends
 from daemon.teardown import bounded
@@ -66,7 +67,7 @@ def replay_of(value: bytes | None, record_key: bytes | None, inputs: Sequence[st
             f"its original was too large to keep in the DLQ: publish it again from its source, "
             f"or from {where} while that topic retains it"
         )
-    if not any(topic == b or topic.startswith(b + ".") for b in inputs):
+    if topic_base(topic, inputs) is None:
         raise InvalidRequest(f"its topic {topic!r} is no input topic of this deployment")
     try:
         original = base64.b64decode(body["original_b64"], validate=True)

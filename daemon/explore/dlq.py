@@ -19,7 +19,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
-from consumers.decoding import tenant_from_topic
+from consumers.decoding import tenant_from_topic, topic_base
 from consumers.transport import cluster_metadata
 from daemon.lost_logs import log_ends
 from daemon.teardown import bounded
@@ -119,10 +119,8 @@ def dead_letter(partition: int, offset: int, value: bytes | None, *, bases: Sequ
 
 def tenant_of(topic: str, bases: Sequence[str], tenancy: str) -> str | None:
     """The tenant of a record of ``topic``: that of the first input topic ``bases`` it belongs to."""
-    for base in bases:
-        if topic == base or topic.startswith(base + "."):
-            return tenant_from_topic(topic, base, tenancy)
-    return None
+    base = topic_base(topic, bases)
+    return None if base is None else tenant_from_topic(topic, base, tenancy)
 
 
 def _original(body: Mapping[str, Any]) -> bytes:
