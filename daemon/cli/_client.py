@@ -11,6 +11,7 @@ import typer
 from consumers.client import MemoryClient
 from consumers.client_core import DEFAULT_TIMEOUT_S
 from consumers.errors import QueryFailed
+from consumers.events import WriteAck
 from daemon.cli._app import _fail, _settings
 from daemon.connections import kafka_options
 from daemon.settings import Settings
@@ -95,3 +96,12 @@ def _tenant_target(tenancy: str, tenant: str | None) -> str | None:
             f"{DEFAULT_TENANT!r} tenant's"
         )
     return None
+
+
+def ack_said(ack: WriteAck) -> str:
+    """What a write's ack says, for a person: ``indexed (12 chunk(s), 1 embedded)``, or its
+    status and why."""
+    if ack.status == "indexed":
+        embedded = f", {ack.embedded} embedded" if ack.embedded is not None else ""
+        return "indexed" + (f" ({ack.chunks} chunk(s){embedded})" if ack.chunks else "")
+    return f"{ack.status}: {ack.reason}"

@@ -12,9 +12,8 @@ from rich.text import Text
 
 from consumers.client import MemoryClient
 from consumers.errors import WriteRejected
-from consumers.events import WriteAck
 from daemon.cli._app import _fail, _settings, app, out
-from daemon.cli._client import _with_client
+from daemon.cli._client import _with_client, ack_said
 from daemon.dlq_replay import Replay, parse_position, read_dead_letters, replay_of
 from daemon.explore.dlq import recent_dead_letters, tenant_of
 from daemon.settings import Settings
@@ -122,10 +121,6 @@ def _send(replay: Replay, settings: Settings, *, wait: bool, timeout_s: float | 
             return f"dead-lettered again: {exc.ack.reason}"
         except TimeoutError:  # sent: the next ones are sent all the same
             return "no ack in time (it was sent, and may still be applied)"
-        return "" if ack is None else _said(ack)
+        return "" if ack is None else ack_said(ack)
 
     return _with_client(send, settings, tenant if settings.consumer.tenancy == "topic" else None)
-
-
-def _said(ack: WriteAck) -> str:
-    return ack.status + (f" ({ack.chunks} chunk(s))" if ack.chunks else "") + (f": {ack.reason}" if ack.reason else "")

@@ -12,7 +12,7 @@ from rich.progress import Progress
 from consumers.client import MemoryClient, Receipt
 from consumers.times import when
 from daemon.cli._app import _settings, app, err, out
-from daemon.cli._client import _pairs, _tenant_target, _with_client
+from daemon.cli._client import _pairs, _tenant_target, _with_client, ack_said
 from memory.errors import InvalidEvent, InvalidRequest
 
 publish_app = typer.Typer(no_args_is_help=True, help="Publish documents, deletes and observations.")
@@ -68,13 +68,7 @@ def _check_timeout(wait: bool, timeout: float | None) -> None:
 
 def _said(receipt: Receipt) -> str:
     """What a waited-for write's ack says, for a person."""
-    ack = receipt.ack
-    if ack is None:
-        return "published"
-    if ack.status == "indexed":
-        embedded = f", {ack.embedded} embedded" if ack.embedded is not None else ""
-        return "indexed" + (f" ({ack.chunks} chunk(s){embedded})" if ack.chunks else "")
-    return f"ignored: {ack.reason}"
+    return "published" if receipt.ack is None else ack_said(receipt.ack)
 
 
 def _read_text(path: Path) -> str:
