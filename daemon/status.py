@@ -94,8 +94,8 @@ class LagReport:
     lag: dict[str, dict[str, int]]
     dlq: int
     past_end: dict[str, list[str]]
-    # In topic tenancy: records on a bare input topic that its group never read (no daemon
-    # reads those topics there), by topic; none listed where there are none.
+    # Asked for (``bare``), in topic tenancy: records on a bare input topic that its group never
+    # read (no daemon reads those topics there), by topic; none listed where there are none.
     unread_bare: dict[str, int] = field(default_factory=dict)
 
 
@@ -140,8 +140,10 @@ async def _committed(
         await bounded("stop the lag reader", reader.stop())
 
 
-async def measure_lag(settings: Settings) -> LagReport:
-    """Lag of every consumer group of this deployment, and the number of DLQ records ever written.
+async def measure_lag(settings: Settings, *, bare: bool = False) -> LagReport:
+    """Lag of every consumer group of this deployment, and the number of DLQ records ever written;
+    with ``bare``, in topic tenancy, the records waiting on the bare input topics (``doctor``
+    asks: the status page's samples need not read three more logs each time).
 
     Committed offsets are read with the admin API's OffsetFetch, one request per group; a
     broker that does not understand it is asked with a group-bound consumer that never
@@ -198,15 +200,15 @@ async def measure_lag(settings: Settings) -> LagReport:
                 past_end[group] = beyond
         dlq = sum(ends[tp] for tp in dlq_tps)
         unread: dict[str, int] = {}
-        if settings.consumer.tenancy == "topic":
+        if bare and settings.consumer.tenancy == "topic":
             for role, base in bases.items():
-                bare = [TopicPartition(base, p) for p in sorted(cluster.partitions_for_topic(base) or ())]
-                if not bare:
+                tps = [TopicPartition(base, p) for p in sorted(cluster.partitions_for_topic(base) or ())]
+                if not tps:
                     continue
-                bare_ends = await log_ends(probe, bare)
-                starts = await probe.beginning_offsets(bare)
-                committed = await _committed(settings, admin, f"{settings.consumer.group_id}.{role}", bare, opts)
-                left = sum(max(0, bare_ends[tp] - max(committed[tp], starts.get(tp, 0))) for tp in bare)
+                bare_ends = await log_ends(probe, tps)
+                starts = await probe.beginning_offsets(tps)
+                committed = await _committed(settings, admin, f"{settings.consumer.group_id}.{role}", tps, opts)
+                left = sum(max(0, bare_ends[tp] - max(committed[tp], starts.get(tp, 0))) for tp in tps)
                 if left:
                     unread[base] = left
         return LagReport(lag, int(dlq), past_end, unread)
