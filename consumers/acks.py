@@ -78,7 +78,7 @@ def build_acks(
         elif g is not None and (outcome := report.outcomes.get(id(g.item))) is not None:
             ack.status, ack.chunks, ack.stored_version = outcome.status, outcome.chunks, outcome.stored_version
             ack.embedded = outcome.embedded
-            ack.forgotten = outcome.forgotten
+            ack.forgotten, ack.removed = outcome.forgotten, outcome.removed
             if outcome.status == "ignored":
                 ack.reason = f"version {g.item.version} is older than the stored version {outcome.stored_version}"
         elif g is not None:

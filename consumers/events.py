@@ -346,6 +346,7 @@ class WriteAck(BaseModel):
     chunks: int | None = None  # chunks this delivery wrote (None: it wrote none)
     embedded: int | None = None  # of those, the chunks sent to the model (the rest reused stored vectors)
     forgotten: int | None = None  # a forget's turns this delivery removed (0: none were stored)
+    removed: int | None = None  # a document delete's chunks this delivery removed (0: none were stored)
     stored_version: int | None = None
     reason: str | None = None
     error_code: str | None = None

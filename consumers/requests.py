@@ -314,8 +314,8 @@ class ResultItem(BaseModel):
     timestamp: str | None = None
     # The turns around a transcript result, in turn order, when the query asked for them.
     context: list[ContextTurn] | None = None
-    # Lower-ranked memories with this result's text, best first (None: there were none): the
-    # first 20, and how many there were.
+    # Lower-ranked memories with this result's text, newest first (None: there were none): the
+    # newest 20, and how many there were.
     repeats: list[Repeat] | None = None
     repeat_count: int | None = None
 

@@ -58,7 +58,7 @@ def ack_view(ack: WriteAck | None, doc_id: str) -> dict[str, Any]:
     if ack is None:  # only a publish without wait has none, and no tool publishes so
         return {"status": "sent", "doc_id": doc_id}
     view: dict[str, Any] = {"status": ack.status, "doc_id": ack.doc_id or doc_id}
-    for name in ("version", "chunks", "embedded", "forgotten", "stored_version", "reason", "error_code"):
+    for name in ("version", "chunks", "embedded", "forgotten", "removed", "stored_version", "reason", "error_code"):
         if (value := getattr(ack, name)) is not None:
             view[name] = value
     return view

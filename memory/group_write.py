@@ -98,6 +98,7 @@ async def write_group(
                 chunks=result.chunks if result.applied else None,
                 stored_version=result.stored_version,
                 embedded=report.embedded_by_doc.get((item.tenant, item.doc_id), 0) if result.applied else None,
+                removed=result.removed if result.applied and item.op == "delete" else None,
             )
             if result.applied:
                 report.applied.append(result)

@@ -20,6 +20,7 @@ class ItemOutcome:
     stored_version: int | None = None
     embedded: int | None = None  # of its chunks, those sent to the model (the rest reused a stored vector)
     forgotten: int | None = None  # a forget's turns this delivery removed (0: none were stored)
+    removed: int | None = None  # a document delete's chunks this delivery removed (0: none were stored)
 
 
 @dataclass

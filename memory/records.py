@@ -101,3 +101,4 @@ class ApplyResult:
     applied: bool
     chunks: int = 0
     stored_version: int | None = None
+    removed: int = 0  # chunks of the earlier state this write removed (a delete's: all it found)

@@ -103,5 +103,7 @@ def ack_said(ack: WriteAck) -> str:
     status and why."""
     if ack.status == "indexed":
         embedded = f", {ack.embedded} embedded" if ack.embedded is not None else ""
+        if ack.removed:
+            return f"indexed ({ack.removed} chunk(s) removed)"
         return "indexed" + (f" ({ack.chunks} chunk(s){embedded})" if ack.chunks else "")
     return f"{ack.status}: {ack.reason}"

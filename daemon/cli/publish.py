@@ -188,6 +188,10 @@ def publish_delete(
     r = _with_client(
         lambda c: c.delete_document(doc_id, version=version, wait=wait, timeout_s=timeout), settings, target
     )
+    if wait and r.ack is not None and r.ack.status == "indexed" and r.ack.removed == 0:
+        # A misspelt doc id deletes nothing and is acked all the same: say so.
+        out.print(f"nothing stored for {doc_id}: nothing removed (its version {r.version} is kept as deleted)")
+        return
     out.print(f"delete of {doc_id} published at version {r.version}" + (f": {_said(r)}" if wait else ""))
 
 

@@ -147,7 +147,9 @@ class _VersionedWrites(_SlicedWrites):
                             else:
                                 _mark_finished(pipe, self._writing_key(), marker_key, version)
                         await pipe.execute()
-                        return ApplyResult(doc_id, applied=True, chunks=len(chunks), stored_version=version)
+                        return ApplyResult(
+                            doc_id, applied=True, chunks=len(chunks), stored_version=version, removed=len(stale)
+                        )
                     except rexc.WatchError:
                         continue
             else:

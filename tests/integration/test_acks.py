@@ -80,9 +80,15 @@ async def test_a_write_waited_for_is_found_by_the_next_query(env: Any) -> None:
     assert again.ack is not None and (again.ack.status, again.ack.chunks, again.ack.forgotten) == ("indexed", 0, 0)
 
     gone = await client.delete_document(doc, version=5, wait=True)
-    assert gone.ack is not None and (gone.ack.status, gone.ack.chunks) == ("indexed", 0)
+    assert gone.ack is not None and (gone.ack.status, gone.ack.chunks, gone.ack.removed) == ("indexed", 0, 1)
     looked = await client.get([doc])
     assert looked.items[0].status == "not_found"
+    # A delete of a doc never written (a misspelt id) removes nothing and says so.
+    typo = await client.delete_document(doc + ".typo", version=1, wait=True)
+    assert typo.ack is not None and (typo.ack.status, typo.ack.removed) == ("indexed", 0)
+    # A redelivery of the delete already applied wrote nothing now: no count.
+    again_gone = await client.delete_document(doc, version=5, wait=True)
+    assert again_gone.ack is not None and (again_gone.ack.status, again_gone.ack.removed) == ("indexed", None)
 
 
 async def test_a_stale_version_is_acked_ignored_and_changes_nothing(env: Any) -> None:

@@ -146,6 +146,11 @@ def test_up_publish_query_and_clean_stop(tmp_path: Path) -> None:
         assert res.returncode == 0 and "nothing stored for session s-99 of agent ops-1" in res.stdout, res
         res = _cli(env, *forget, "s-9")
         assert res.returncode == 0 and "forgot session s-9 of agent ops-1: 1 turn(s) removed" in res.stdout, res
+        # So does a delete: of a doc never written, and of one stored.
+        res = _cli(env, "publish", "delete", "runbooks/ledgr.md", "--wait")
+        assert res.returncode == 0 and "nothing stored for runbooks/ledgr.md: nothing removed" in res.stdout, res
+        res = _cli(env, "publish", "delete", "runbooks/ledger.md", "--wait")
+        assert res.returncode == 0 and "indexed (1 chunk(s) removed)" in res.stdout, res
     finally:
         os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C
         code = proc.wait(timeout=60)

@@ -156,7 +156,8 @@ async def test_every_tool_over_stdio(settings: Settings) -> None:
         assert dated["status"] == "indexed"
         assert doc in [h["doc_id"] for h in await ok(c, "search_memory", query="ERR_LEDGER_LOCK_9C1", top_k=3)]
         assert await ok(c, "search_memory", query="ERR_LEDGER_LOCK_9C1", until="2000-01-01T00:00:00Z") == []
-        assert (await ok(c, "delete_document", doc_id=doc))["status"] == "indexed"
+        deleted = await ok(c, "delete_document", doc_id=doc)
+        assert (deleted["status"], deleted["removed"]) == ("indexed", 1), deleted
         assert (await ok(c, "get_document", doc_id=doc))["status"] == "not_found"
 
         # Bad arguments: tool errors with the contract's code, and the server goes on serving.
