@@ -330,7 +330,8 @@ def _subscribe_queries(
             log.error("query.reply_failed", topic=target, partition=partition, error=f"{type(exc).__name__}: {exc}")
         # After the reply: whatever the accounting does, the asker has its answer.
         outcome = "ok" if not isinstance(reply, ErrorReply) else _OUTCOMES.get(reply.error.code, "error")
-        QUERY_SECONDS.labels(scope_of(record.value), outcome).observe(elapsed)
+        # A topic that names no valid tenant is answered with an error, and counted apart.
+        QUERY_SECONDS.labels(tenant or "", scope_of(record.value), outcome).observe(elapsed)
         on_query_done(elapsed, outcome)
 
 

@@ -43,7 +43,8 @@ INDEX_CHUNKS = Gauge(
 QUERY_SECONDS = Histogram(
     "agentmemd_query_seconds",
     "Query handling time (parse to reply).",
-    ["scope", "outcome"],
+    # A tenant is a topic (topic tenancy), so this label has no more values than the topics.
+    ["tenant", "scope", "outcome"],
     registry=REGISTRY,
     buckets=(0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0),
 )

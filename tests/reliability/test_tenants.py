@@ -141,6 +141,31 @@ async def test_tenants_never_see_each_other(env) -> None:
         assert all(other_id not in r["text"] for r in reply["results"]) and reply["results"]
 
 
+async def test_query_times_are_counted_per_tenant(env) -> None:
+    """An operator reads each tenant's query load and errors apart: the histogram's tenant label
+    is the request topic's tenant."""
+    from memory.metrics import REGISTRY
+
+    _daemon, client, _ = env
+
+    def count(tenant: str, outcome: str) -> float:
+        labels = {"tenant": tenant, "scope": "chunks", "outcome": outcome}
+        return REGISTRY.get_sample_value("agentmemd_query_seconds_count", labels) or 0.0
+
+    before = {(t, o): count(t, o) for t in SECRETS for o in ("ok", "invalid")}
+    for _ in range(2):
+        assert "results" in await ask(client, "acme", {"query_id": "m1", "search_text": "vault_token", "top_k": 1})
+    bad = await ask(client, "globex", {"query_id": "m2", "search_text": "vault_token", "top_k": 0})
+    assert bad["error"]["code"] == "invalid_request"
+    after = {(t, o): count(t, o) for t in SECRETS for o in ("ok", "invalid")}
+    assert {k: after[k] - before[k] for k in after} == {
+        ("acme", "ok"): 2,
+        ("acme", "invalid"): 0,
+        ("globex", "ok"): 0,
+        ("globex", "invalid"): 1,
+    }
+
+
 async def test_topics_without_a_valid_tenant_are_refused(env) -> None:
     """An event on a topic that names no valid tenant is dead-lettered, never stored for anyone."""
     daemon, client, _ = env
