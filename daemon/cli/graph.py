@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 import typer
 from rich.table import Table
 
-from daemon.cli._app import _fail, _with_redis, app, out
+from daemon.cli._app import _fail, _settings, _with_redis, app, out
 from daemon.cli._client import _tenant_target
 from daemon.settings import Settings
 from memory.errors import MemdError
@@ -49,9 +49,13 @@ def stale(
     limit: Annotated[int, typer.Option("--limit", min=1)] = 20,
     tenant: TenantOpt = None,
 ) -> None:
-    """The stale-summary queue: depth, oldest age, and the oldest communities with why."""
+    """The stale-summary queue: depth, oldest age, and the oldest communities with why (in
+    topic tenancy without --tenant: each tenant's depth and oldest age)."""
     import time
 
+    if tenant is None and _settings(quiet=True).consumer.tenancy == "topic":
+        _every_tenants_stale(as_json)
+        return
     depth, items = _with_graph(lambda g: g.store.stale(limit=limit), tenant)
     now = time.time()
     oldest = max((now - i.first_marked_at for i in items), default=0.0)
@@ -89,6 +93,36 @@ def stale(
             i.cause(),
         )
     out.print(table)
+
+
+def _every_tenants_stale(as_json: bool) -> None:
+    """One line per tenant any daemon has seen: its queue's depth and oldest age, deepest first."""
+    import time
+
+    from daemon.components import active_index, build_graph
+    from memory.tenants import TenantRegistry
+
+    async def read(settings: Settings, client: Any) -> list[dict[str, Any]]:
+        graph = build_graph(settings, redis=client, index=await active_index(settings, client), embedder=None, ner=None)
+        now = time.time()
+        rows = []
+        for whose in await TenantRegistry(client=client, name=settings.index.name).all():
+            depth, oldest = await graph.service(whose).store.stale(limit=1)
+            age = round(now - oldest[0].first_marked_at, 3) if oldest else 0.0
+            rows.append({"tenant": whose, "depth": depth, "oldest_age_s": age})
+        return sorted(rows, key=lambda r: (-r["depth"], -r["oldest_age_s"], r["tenant"]))
+
+    rows = _with_redis(read)
+    if as_json:
+        print(json.dumps({"tenants": rows}, indent=2))
+        return
+    table = Table(title=f"stale summaries of {len(rows)} tenant(s): {sum(r['depth'] for r in rows)} queued")
+    for col in ("tenant", "queued", "oldest s"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        table.add_row(r["tenant"], str(r["depth"]), f"{r['oldest_age_s']:.1f}")
+    out.print(table)
+    out.print("each tenant's communities: agentmemd stale --tenant NAME")
 
 
 @app.command()

@@ -70,4 +70,4 @@ def tenants(as_json: Annotated[bool, typer.Option("--json", metavar="", help="A 
     if as_json:
         print(json.dumps(seen))
         return
-    out.print("\n".join(seen) if seen else "no tenant seen yet (no daemon has consumed an event or a request)")
+    out.print("\n".join(seen) if seen else "no tenant seen yet (no daemon has consumed an event)")

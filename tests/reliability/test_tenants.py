@@ -22,7 +22,7 @@ from consumers.client import MemoryClient
 from daemon.instance import Daemon
 from daemon.topics import ensure_topics
 from tests.conftest import unique
-from tests.helpers import PlainClient, eventually, in_graph, read_dlq, topic_tenancy_daemon
+from tests.helpers import PlainClient, eventually, in_graph, read_dlq, settings_env, topic_tenancy_daemon
 
 pytestmark = pytest.mark.integration
 
@@ -139,6 +139,32 @@ async def test_tenants_never_see_each_other(env) -> None:
             },
         )
         assert all(other_id not in r["text"] for r in reply["results"]) and reply["results"]
+
+
+async def test_stale_without_a_tenant_lists_every_tenants_queue(env) -> None:
+    """`agentmemd stale` in topic tenancy without --tenant: each tenant's queue depth, as that
+    tenant's own `stale` reads it (an operator watching every tenant at once)."""
+    daemon, client, _ = env
+    assert daemon.graph is not None
+    for tenant, text in SECRETS.items():  # a tenant is seen once a daemon has read an event of its
+        event = {"event_id": f"s-{tenant}", "op": "upsert", "doc_id": "stale/runbook.md", "version": 1, "content": text}
+        await client.send(f"{client.topics.documents}.{tenant}", event, key="stale/runbook.md")
+    for tenant in SECRETS:
+        await eventually(
+            lambda t=tenant: daemon.index.chunk_ids("stale/runbook.md", t), what=f"{tenant}'s runbook indexed"
+        )
+    cli_env = {**os.environ, **settings_env(daemon.settings), "AGENTMEM_CONSUMER__TENANCY": "topic"}
+
+    def run(*args: str) -> dict[str, Any]:
+        res = subprocess.run([AGENTMEMD, "stale", "--json", *args], env=cli_env, capture_output=True, text=True)
+        assert res.returncode == 0, res.stderr
+        return json.loads(res.stdout)  # type: ignore[no-any-return]
+
+    rows = (await asyncio.to_thread(run))["tenants"]
+    assert {"acme", "globex"} <= {r["tenant"] for r in rows}, rows
+    acme = next(r for r in rows if r["tenant"] == "acme")
+    own = await asyncio.to_thread(run, "--tenant", "acme")
+    assert isinstance(acme["depth"], int) and isinstance(own["depth"], int) and acme["oldest_age_s"] >= 0
 
 
 async def test_query_times_are_counted_per_tenant(env) -> None:
