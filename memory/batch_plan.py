@@ -26,16 +26,26 @@ def coalesce(items: Sequence[MemoryItem]) -> list[MemoryItem]:
 
 def passed_over(items: Sequence[MemoryItem], kept: Sequence[MemoryItem]) -> dict[int, list[MemoryItem]]:
     """For each versioned document item of ``kept`` (by ``id``), the items of its doc that
-    ``coalesce`` passed over for it: lower versions, never written, yet said (a document's
-    history keeps them, ``memory.index.history``). Docs with none are left out."""
+    ``coalesce`` passed over for it and that would have been written had the batch's items
+    come one at a time: each above every version before it in the batch (a lower one that
+    came after a higher one would have been ignored, and never held). Never written, yet said:
+    a document's history keeps them (``memory.index.history``, which also leaves out those at
+    or below the stored version). Docs with none are left out (pure)."""
     wanted = {(k.tenant, k.doc_id): k for k in kept if k.version is not None and k.kind == "document"}
+    highest: dict[tuple[str, str], int] = {}
     out: dict[int, list[MemoryItem]] = {}
     for item in items:
-        k = wanted.get((item.tenant, item.doc_id))
+        doc = (item.tenant, item.doc_id)
+        k = wanted.get(doc)
+        if item is k:
+            highest[doc] = k.version or 0  # what comes after the kept one is below it: ignored
         if k is None or item is k or item.version is None or item.version >= (k.version or 0):
             continue
+        if item.version <= highest.get(doc, -1):
+            continue  # after a higher version of the batch: ignored, had it come alone
         if item.op == "upsert" and not says_something(item.content):
-            continue  # dead-lettered, had it been written: it said nothing to keep
+            continue  # dead-lettered, had it come alone: it never held
+        highest[doc] = item.version
         out.setdefault(id(k), []).append(item)
     return out
 

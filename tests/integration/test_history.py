@@ -170,17 +170,26 @@ async def test_a_batch_keeps_the_versions_it_passed_over_and_a_delete_in_it_drop
     async with memory_stack(redis_url, embedder, unique(__name__)) as stack:
         await stack.ingestor.apply([upsert(1, V1, 1000.0)])
         # One batch: v2 and v3 are never written (coalesced into v4), yet were said.
-        await stack.ingestor.apply([upsert(3, V3, 3000.0), upsert(2, V2, 2000.0), upsert(4, "Alice left.", 4000.0)])
+        await stack.ingestor.apply([upsert(2, V2, 2000.0), upsert(3, V3, 3000.0), upsert(4, "Alice left.", 4000.0)])
         assert [(v.version, v.until) for v in (await looked(stack)).history] == [
             (3, 4000.0),
             (2, 3000.0),
             (1, 2000.0),
         ]
+        # Versions out of order: v6 after v7 would have been ignored, had each come alone, and
+        # the history is what it would then be, however the events were batched.
+        await stack.ingestor.apply([upsert(5, V1, 5000.0), upsert(7, V3, 7000.0), upsert(6, V2, 6000.0)])
+        await stack.ingestor.apply([upsert(8, "Alice is back.", 8000.0)])
+        assert [(v.version, v.until) for v in (await looked(stack)).history][:3] == [
+            (7, 8000.0),
+            (5, 7000.0),
+            (4, 5000.0),
+        ]
         # A delete in a batch with a later upsert: what came before it is gone, as if applied.
-        await stack.ingestor.apply([MemoryItem("delete", DOC, 5), upsert(6, V2, 6000.0)])
+        await stack.ingestor.apply([MemoryItem("delete", DOC, 9), upsert(10, V2, 10_000.0)])
         assert (await looked(stack)).history == ()
-        await stack.ingestor.apply([upsert(7, "SECRET", 7000.0)])
-        await stack.ingestor.apply([upsert(8, V1, 8000.0), MemoryItem("delete", DOC, 9), upsert(10, V3, 10_000.0)])
+        await stack.ingestor.apply([upsert(11, "SECRET", 11_000.0)])
+        await stack.ingestor.apply([upsert(12, V1, 12_000.0), MemoryItem("delete", DOC, 13), upsert(14, V3, 14_000.0)])
         assert (await looked(stack)).history == ()
 
 

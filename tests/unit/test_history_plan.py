@@ -72,11 +72,21 @@ def test_a_batch_passes_over_the_lower_versions_of_a_kept_document_and_nothing_e
 
     kept = item("a", 3)
     lower, other_tenant = item("a", 2), item("a", 1, tenant="acme")
-    blank = item("a", 1, "\u200b\ufeff")  # refused, had it been written: said nothing
+    blank = item("a", 1, "\u200b\ufeff")  # refused, had it been written: said nothing, held nothing
     deleted = item("a", 1, "", op="delete")
+    late = item("a", 2, "after v3")  # ignored, had it come alone
     turn = item("transcript:x/s/0", None, kind="transcript")
-    batch = [lower, kept, other_tenant, blank, deleted, turn, item("b", 1)]
-    assert passed_over(batch, [kept, turn, other_tenant]) == {id(kept): [lower, deleted]}
+    batch = [blank, deleted, lower, kept, other_tenant, late, turn, item("b", 1)]
+    assert passed_over(batch, [kept, turn, other_tenant]) == {id(kept): [deleted, lower]}
+
+
+def test_a_batch_passes_over_only_the_versions_that_would_have_held_one_at_a_time() -> None:
+    # Shuffled versions: 1 after 3 and 4 after 5 would each have been ignored, as 6 after 8.
+    items = [MemoryItem("upsert", "a", v, content=f"v{v}") for v in (3, 1, 5, 4, 8, 6)]
+    kept = items[4]
+    assert [i.version for i in passed_over(items, [kept])[id(kept)]] == [3, 5]
+    # Only the winner, after a higher version's copy: nothing passed over.
+    assert passed_over([kept, items[1]], [kept]) == {}
 
 
 def test_a_write_that_starts_again_plans_what_it_pushed_the_first_time() -> None:
