@@ -16,6 +16,7 @@ from consumers.decoding import Decoded
 from consumers.events import WriteAck
 from consumers.fields import MAX_DOC_ID_CHARS
 from memory.ingest_report import IngestReport, ItemOutcome
+from memory.replays import differs_between
 
 #: (topic, partition, offset) of a record.
 Position = tuple[str, int, int]
@@ -42,6 +43,14 @@ def _named(raw: bytes | None) -> tuple[str | None, str | None]:
     return (
         eid if isinstance(eid, str) and 0 < len(eid) <= 256 else None,
         doc_id if isinstance(doc_id, str) and 0 < len(doc_id) <= MAX_DOC_ID_CHARS else None,
+    )
+
+
+def conflict_reason(version: int | None, what: str) -> str:
+    """Why an event of a version already written, saying something else, changed nothing."""
+    return (
+        f"version {version} of this doc is already written with another {what}: this event changed nothing "
+        "(a change needs a higher version)"
     )
 
 
@@ -79,14 +88,19 @@ def build_acks(
             ack.status, ack.chunks, ack.stored_version = outcome.status, outcome.chunks, outcome.stored_version
             ack.embedded = outcome.embedded
             ack.forgotten, ack.removed = outcome.forgotten, outcome.removed
-            if outcome.status == "ignored":
+            if outcome.conflict is not None:
+                ack.reason = conflict_reason(g.item.version, outcome.conflict)
+            elif outcome.status == "ignored":
                 ack.reason = f"version {g.item.version} is older than the stored version {outcome.stored_version}"
         elif g is not None:
             winner = winners.get((g.item.tenant, g.item.doc_id))
             ack.stored_version = winner[1].stored_version if winner else None
             copy = winner is not None and winner[1].status == "indexed" and g.item.version is not None
             if copy and winner is not None and g.item.version == winner[1].stored_version:
-                ack.status = "indexed"  # a copy of the winner (a producer's retry)
+                if (what := differs_between(g.item, winner[0].item)) is None:
+                    ack.status = "indexed"  # a copy of the winner (a producer's retry)
+                else:
+                    ack.reason = conflict_reason(g.item.version, what)
                 out.append((record, *route, ack))
                 continue
             later = f" (version {winner[0].item.version})" if winner and winner[0].item.version is not None else ""

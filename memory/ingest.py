@@ -28,7 +28,8 @@ from memory.forgets import expand_forgets, fold_forgets
 from memory.group_write import write_group
 from memory.index import Analysis, ChunkIndex, analyze_records, vector_key
 from memory.ingest_report import IngestReport, ItemOutcome
-from memory.records import ApplyResult, ChunkRecord, MemoryItem
+from memory.records import ApplyResult, ChunkRecord, MemoryItem, StoredChunk
+from memory.replays import differs_from_stored
 from memory.retrying import backoff_s, pause, retry_while_unavailable
 from memory.session_context import SessionContext
 from memory.speakers import turn_speakers
@@ -281,6 +282,33 @@ class Ingestor:
         fold_forgets(report, forgets, asked_forgets)
         return report
 
+    async def _conflicts_apart(self, replays: list[MemoryItem], report: IngestReport) -> list[MemoryItem]:
+        """The upserts of ``replays`` (their version is the stored one) that say what is stored;
+        each other one is a conflict: another content, source or metadata under a version
+        already written (a producer that reused a version), acked ``ignored`` with the reason,
+        never a silent "indexed". A redelivery says what is stored, and is kept."""
+        upserts = [i for i in replays if i.op == "upsert" and i.kind == "document"]
+        if not upserts:
+            return replays
+        found: dict[tuple[str, str], list[StoredChunk]] = {}
+        for tenant in sorted({i.tenant for i in upserts}):
+            ids = [i.doc_id for i in upserts if i.tenant == tenant]
+            read = await self._retrying(
+                "replay read",
+                lambda t=tenant, d=ids: self._index.turns(d, t),  # type: ignore[misc]
+            )
+            found.update({(tenant, d): chunks for d, chunks in read.items()})
+        kept: list[MemoryItem] = []
+        compared = {id(i) for i in upserts}
+        for item in replays:
+            chunks = found.get((item.tenant, item.doc_id))
+            if id(item) in compared and chunks and (why := differs_from_stored(item, chunks)) is not None:
+                report.outcomes[id(item)] = ItemOutcome("ignored", stored_version=item.version, conflict=why)
+                log.warning("ingest.version_conflict", doc_id=item.doc_id, version=item.version, differs=why)
+            else:
+                kept.append(item)
+        return kept
+
     async def _apply(self, items: Sequence[MemoryItem]) -> IngestReport:
         report = IngestReport()
         todo = coalesce(items)
@@ -307,6 +335,7 @@ class Ingestor:
                     replays.append(item)
             else:
                 live.append(item)
+        replays = await self._conflicts_apart(replays, report)
 
         # A redelivery of the version already in the index may be one whose follow-up
         # work (the graph) was cut short by a crash: hand it on again. The hook has its

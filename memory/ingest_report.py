@@ -21,6 +21,9 @@ class ItemOutcome:
     embedded: int | None = None  # of its chunks, those sent to the model (the rest reused a stored vector)
     forgotten: int | None = None  # a forget's turns this delivery removed (0: none were stored)
     removed: int | None = None  # a document delete's chunks this delivery removed (0: none were stored)
+    # What differs ("content", "source", "metadata") from the stored doc of this very version:
+    # a producer that reused a version (None: no conflict).
+    conflict: str | None = None
 
 
 @dataclass

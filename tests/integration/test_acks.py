@@ -103,6 +103,39 @@ async def test_a_stale_version_is_acked_ignored_and_changes_nothing(env: Any) ->
     assert (looked.items[0].version, looked.items[0].content) == (10, "version ten: lock_timeout is 30s")
 
 
+async def test_a_version_reused_for_other_content_is_acked_ignored_with_the_reason(env: Any) -> None:
+    """A producer that picks versions by the second can send two edits under one version: the
+    second is not the one stored, and its ack says so instead of "indexed". A copy (a retry)
+    is still indexed, one at a time or in one batch."""
+    _daemon, plain, client = env
+    doc = f"acks/{uuid.uuid4().hex[:8]}.md"
+    meta = {"service": "ledger-service", "priority": 3, "ratio": 0.25, "paged": True, "note": "é\u00a0x"}
+    first = await client.publish_document(doc, RUNBOOK + "\n\n  Indented.\n", version=7, metadata=meta, wait=True)
+    assert first.ack is not None and first.ack.status == "indexed"
+    retry = await client.publish_document(doc, RUNBOOK + "\n\n  Indented.\n", version=7, metadata=meta, wait=True)
+    assert retry.ack is not None and (retry.ack.status, retry.ack.reason) == ("indexed", None)
+    for content, metadata, what in (
+        ("Runbook: something else entirely.", meta, "content"),
+        (RUNBOOK + "\n\n  Indented.\n", {**meta, "priority": 4}, "metadata"),
+    ):
+        other = await client.publish_document(doc, content, version=7, metadata=metadata, wait=True)
+        assert other.ack is not None and other.ack.status == "ignored", other.ack
+        assert f"already written with another {what}" in (other.ack.reason or ""), other.ack
+    looked = await client.get([doc])
+    assert (looked.items[0].content, looked.items[0].metadata["priority"]) == (RUNBOOK + "\n\n  Indented.\n", 3)
+    # Two events of one new version in one batch: the first is written, the second refused.
+    batch_doc = f"acks/{uuid.uuid4().hex[:8]}.md"
+    cids = [uuid.uuid4().hex for _ in range(3)]
+    for cid, content in zip(cids, ("content A", "content B", "content A"), strict=True):
+        event = {"event_id": cid, "op": "upsert", "doc_id": batch_doc, "version": 5, "content": content}
+        headers = [("reply_to", plain.reply_topic.encode()), ("correlation_id", cid.encode())]
+        await plain.send(plain.topics.documents, event, key=batch_doc, headers=headers)
+    acks = [(await plain.reply(cid))[1] for cid in cids]
+    assert [a["status"] for a in acks] == ["indexed", "ignored", "indexed"], acks
+    assert "another content" in acks[1]["reason"]
+    assert (await client.get([batch_doc])).items[0].content == "content A"
+
+
 async def test_a_refused_event_is_acked_dead_lettered_with_its_reason(env: Any) -> None:
     _daemon, plain, _client = env
     t = plain.topics
