@@ -17,11 +17,12 @@ from faststream.kafka.publisher import DefaultPublisher
 from consumers.acks import build_acks
 from consumers.config import ConsumerConfig, Topics
 from consumers.decoding import Decoded, dead_letter, decode_records, dlq_body, tenant_from_topic
+from consumers.errors import UnknownReplyTopic
 from consumers.events import DlqRecord, WriteAck
 from consumers.replies import PartitionCounts, own_reply_topic, reply_route
 from memory.attempts import AttemptCounter
 from memory.config import IngestConfig
-from memory.errors import MemdError
+from memory.errors import InvalidRequest, MemdError
 from memory.ingest import Ingestor
 from memory.ingest_report import IngestReport
 from memory.metrics import (
@@ -114,21 +115,33 @@ class Ingestion:
 
     async def _send_acks(self, acks: Sequence[tuple[Any, str, str, WriteAck]]) -> None:
         """Publish each ack to its writer's ``reply_to``, all at once and within
-        ``ack_timeout_ms``: an ack never holds up ingestion for long, and one that cannot go
-        (an invalid or missing topic, a broker away) is logged, never retried."""
+        ``ack_timeout_ms``: an ack never holds up ingestion for long. Where a query's error
+        reply would go, so does an ack whose headers name nowhere it may go: a ``reply_to``
+        that is no topic, an input or another tenant's goes to the default reply topic (the
+        tenant's own), a ``reply_partition`` that does not exist to ``reply_to`` unpartitioned.
+        One that still cannot go (a broker away) is logged, never retried."""
         if not acks:
             return
 
         async def one(record: Any, reply_to: str, cid: str, ack: WriteAck) -> None:
+            own = self._own_replies(record.topic)
             try:
-                partition = await reply_route(
-                    reply_to,
-                    record.headers,
-                    self.partition_counts,
-                    named=True,
-                    inputs=self.input_topics,
-                    own=self._own_replies(record.topic),
-                )
+                try:
+                    partition = await reply_route(
+                        reply_to,
+                        record.headers,
+                        self.partition_counts,
+                        named=True,
+                        inputs=self.input_topics,
+                        own=own,
+                    )
+                except InvalidRequest as exc:
+                    if isinstance(exc, UnknownReplyTopic):
+                        reply_to = own or self.topics.replies
+                    partition = None
+                    log.warning(
+                        "ingest.ack_rerouted", topic=record.topic, offset=record.offset, to=reply_to, why=str(exc)
+                    )
                 await self.publish_reply(ack.model_dump(mode="json"), reply_to, cid, partition)
             except Exception as exc:
                 log.warning(

@@ -171,18 +171,32 @@ async def test_a_write_that_waits_raises_when_dead_lettered(env: Any) -> None:
     assert caught.value.ack.status == "dead_lettered" and caught.value.ack.reason
 
 
-async def test_an_ack_that_cannot_go_holds_nothing_up(env: Any) -> None:
+async def test_an_ack_whose_headers_name_nowhere_goes_where_a_querys_error_would(env: Any) -> None:
+    """A reply_to that is no topic, an input or missing: the ack goes to the default reply
+    topic, as a query's error reply does; a reply_partition that does not exist: to reply_to
+    unpartitioned. Neither holds anything up, and none goes into an input topic."""
     daemon, plain, client = env
     t = plain.topics
+    assert plain.reply_topic == t.replies  # this test reads the default reply topic
     doc_a, doc_b = f"acks/{uuid.uuid4().hex[:8]}-a.md", f"acks/{uuid.uuid4().hex[:8]}-b.md"
-    for reply_to in ("no-such-topic-" + uuid.uuid4().hex[:6], t.documents, "bad topic name!"):
-        event = DocumentEvent(event_id=uuid.uuid4().hex, op="upsert", doc_id=doc_a, version=1, content=RUNBOOK)
-        headers = [("reply_to", reply_to.encode()), ("correlation_id", b"c-1")]
+    routes = [
+        [("reply_to", ("no-such-topic-" + uuid.uuid4().hex[:6]).encode())],
+        [("reply_to", t.documents.encode())],
+        [("reply_to", b"bad topic name!")],
+        [("reply_to", t.replies.encode()), ("reply_partition", b"99")],
+    ]
+    cids = [uuid.uuid4().hex for _ in routes]
+    for version, (cid, route) in enumerate(zip(cids, routes, strict=True), start=1):
+        event = DocumentEvent(event_id=cid, op="upsert", doc_id=doc_a, version=version, content=RUNBOOK)
+        headers = [*route, ("correlation_id", cid.encode())]
         await plain.send(t.documents, event.model_dump(mode="json", exclude_none=True), key=doc_a, headers=headers)
     # The next event on the same partition is applied and acked: nothing waited on the first.
     receipt = await client.publish_document(doc_b, RUNBOOK, version=1, wait=True)
     assert receipt.ack is not None and receipt.ack.status == "indexed"
-    assert await daemon.index.chunk_ids(doc_a)  # written, unacked
+    for cid in cids:
+        _h, ack = await plain.reply(cid, timeout=30)
+        assert (ack["event_id"], ack["doc_id"]) == (cid, doc_a), ack
+    assert await daemon.index.chunk_ids(doc_a)
     assert not await daemon.index.chunk_ids(t.documents)  # no ack published into an input topic
 
 
