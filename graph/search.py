@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from typing import Literal
 
 from graph.store import GraphStore
+from memory.errors import InvalidRequest
 from memory.filters import FilterSpec
 from memory.retrieval import Retriever
 from memory.search_results import Lookup, SearchOutcome
@@ -19,6 +20,23 @@ SCOPE_KINDS: dict[str, tuple[str, ...] | None] = {
     "communities": ("community",),
     "all": None,
 }
+
+
+def outside_scope(flt: FilterSpec | None, scope: Scope) -> str | None:
+    """Why a ``kind`` filter can match nothing in ``scope`` (every kind it names is outside
+    the scope's), or None: such a search would answer an empty list, untold why (pure)."""
+    kinds = SCOPE_KINDS[scope]
+    wanted = (flt or {}).get("kind")
+    if kinds is None or wanted is None or isinstance(wanted, dict):
+        return None
+    named = [wanted] if isinstance(wanted, str) else list(wanted)
+    if not named or any(k in kinds for k in named):
+        return None
+    other = "communities" if "community" in named else "chunks"
+    return (
+        f"metadata_filter['kind'] names {', '.join(map(repr, named))}, outside scope {scope!r} "
+        f"(its kinds: {', '.join(kinds)}): ask with scope {other!r} or 'all'"
+    )
 
 
 class ScopedSearch:
@@ -34,6 +52,8 @@ class ScopedSearch:
         Returns:
             The outcome, and for each community in it whether its summary is stale now.
         """
+        if (why := outside_scope(spec.metadata_filter, scope)) is not None:
+            raise InvalidRequest(why)
         outcome = await self._retriever.search(dataclasses.replace(spec, kinds=SCOPE_KINDS[scope]))
         cids = [str(h.chunk.metadata.get("community_id")) for h in outcome.hits if h.chunk.kind == "community"]
         stale = await self._stores(spec.tenant).is_stale(cids) if self._stores is not None and cids else {}

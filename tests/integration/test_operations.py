@@ -150,6 +150,20 @@ async def test_health_ready_and_metrics(env: Env) -> None:
     assert "agentmemd_consumer_lag{" in metrics and "agentmemd_index_chunks" in metrics
 
 
+async def test_a_kind_filter_outside_the_scope_is_an_invalid_request(env: Env) -> None:
+    """kind=community under the default scope (chunks) could only answer an empty list: the
+    asker is told which scope to ask with instead."""
+    _, reply = await env.client.ask(
+        {"query_id": "k1", "search_text": "ERR_OPS_1", "metadata_filter": {"kind": "community"}}
+    )
+    assert reply["error"]["code"] == "invalid_request", reply
+    assert "outside scope 'chunks'" in reply["error"]["message"] and "'communities'" in reply["error"]["message"]
+    _, reply = await env.client.ask(
+        {"query_id": "k2", "search_text": "ERR_OPS_1", "scope": "all", "metadata_filter": {"kind": "community"}}
+    )
+    assert "results" in reply, reply
+
+
 async def test_readyz_fails_with_the_reason_when_redis_is_down(env: Env) -> None:
     """Redis down: /readyz is 503 and names Redis; /healthz stays 200; Redis back: ready again."""
     env.redis.stop()
