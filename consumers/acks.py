@@ -15,6 +15,7 @@ from typing import Any
 from consumers.decoding import Decoded
 from consumers.events import WriteAck
 from consumers.fields import MAX_DOC_ID_CHARS
+from memory.conversation import turn_doc_id
 from memory.ingest_report import IngestReport, ItemOutcome
 from memory.replays import differs_between
 
@@ -40,6 +41,11 @@ def _named(raw: bytes | None) -> tuple[str | None, str | None]:
     if not isinstance(data, dict):
         return None, None
     eid, doc_id = data.get("event_id"), data.get("doc_id")
+    agent, session, turn = data.get("agent_id"), data.get("session_id"), data.get("turn")
+    if doc_id is None and isinstance(agent, str) and isinstance(session, str) and isinstance(turn, int):
+        # A turn is named by where it was said.
+        said = 0 < len(agent) <= 256 and 0 < len(session) <= 256 and not isinstance(turn, bool) and turn >= 0
+        doc_id = turn_doc_id(agent, session, turn) if said else None
     return (
         eid if isinstance(eid, str) and 0 < len(eid) <= 256 else None,
         doc_id if isinstance(doc_id, str) and 0 < len(doc_id) <= MAX_DOC_ID_CHARS else None,

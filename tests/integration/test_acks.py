@@ -158,6 +158,13 @@ async def test_a_refused_event_is_acked_dead_lettered_with_its_reason(env: Any) 
         assert ack["error_code"]
         if isinstance(payload, dict):  # named as the event named itself, though it never decoded
             assert (ack["event_id"], ack["doc_id"]) == (payload["event_id"], payload["doc_id"])
+    # A turn refused is named by where it was said (a turn's event has no doc_id).
+    cid = uuid.uuid4().hex
+    turn = {"event_id": "e-bad-4", "agent_id": "ops", "session_id": "s-1", "turn": 3, "role": "", "content": "hi"}
+    headers = [("reply_to", plain.reply_topic.encode()), ("correlation_id", cid.encode())]
+    await plain.send(t.transcripts, turn, key="ops/s-1", headers=headers)
+    _h, ack = await plain.reply(cid)
+    assert (ack["status"], ack["doc_id"]) == ("dead_lettered", "transcript:ops/s-1/3"), ack
 
 
 async def test_a_write_that_waits_raises_when_dead_lettered(env: Any) -> None:
