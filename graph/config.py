@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, SecretStr
 
 
 class GraphConfig(BaseModel):
@@ -13,8 +13,28 @@ class GraphConfig(BaseModel):
     llm_model: str = Field(
         "", description="litellm model for summaries and extraction (e.g. 'gpt-4o-mini'); '' = offline."
     )
+    llm_api_base: str = Field(
+        "",
+        description=(
+            "Base URL of the model's API, for a self-hosted or proxied model (e.g. 'http://127.0.0.1:4000/v1'); "
+            "'' = the provider's own (litellm also reads the provider's variables, such as OPENAI_API_BASE)."
+        ),
+    )
+    llm_api_key: SecretStr = Field(
+        SecretStr(""), description="API key of the model; '' = the provider's variable (such as OPENAI_API_KEY)."
+    )
     llm_extraction: bool = Field(False, description="Also extract entities with the LLM (needs llm_model).")
-    llm_timeout_s: float = Field(60.0, gt=0, description="Timeout of one LLM call.")
+    llm_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        description=(
+            "Timeout of one LLM call, retries included (none are made: a failed summary is retried later, "
+            "a failed extraction leaves its chunks their NER entities)."
+        ),
+    )
+    llm_concurrency: int = Field(
+        4, ge=1, le=64, description="LLM extraction calls of one batch made at once (ingestion waits for them)."
+    )
     max_entities_per_chunk: int = Field(40, ge=2, le=500, description="Cap on entities (and so edges) per chunk.")
     extraction_cache_chunks: int = Field(
         20_000,

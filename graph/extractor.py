@@ -15,7 +15,7 @@ from graph.config import GraphConfig
 from graph.contribution import Contribution
 from graph.errors import LlmFailed
 from graph.extraction import Entity, cap_contribution, chunk_entities, contribution_from, fingerprints
-from graph.llm import EXTRACT_SYSTEM, complete, parse_entities
+from graph.llm import EXTRACT_SYSTEM, complete, endpoint, parse_entities
 from graph.ner import SpacyNer
 from memory.errors import MemdError
 from memory.metrics import LLM_EXTRACTION_SKIPPED, LLM_TOKENS
@@ -54,39 +54,48 @@ class Extractor:
         self.chunks_extracted = 0
 
     async def _llm_entities(self, texts: Sequence[str]) -> list[list[tuple[str, str]] | None]:
-        """The LLM's entities of each text; None where the call was skipped (not to be cached)."""
-        out: list[list[tuple[str, str]] | None] = []
-        for text in texts:
-            try:
-                res = await complete(
-                    self._cfg.llm_model,
-                    EXTRACT_SYSTEM,
-                    text,
-                    timeout_s=self._cfg.llm_timeout_s,
-                    mock_response=self._mock,
-                )
-            except MemdError as exc:
-                # A refusal, a bad key, a rate limit or an unreachable model: raised, it
-                # redelivered the batch at once and without end (no attempt counts, nothing
-                # dead-lettered), re-embedding it and calling the model again each time, and
-                # a refusal tied to the input held the partition for good. Ingestion does not
-                # wait on the LLM: this batch's chunks keep their identifier and NER entities,
-                # and the rest of the batch does not call the model again.
-                log.warning(
-                    "graph.llm_extraction_skipped", chunks=len(texts) - len(out), error=f"{type(exc).__name__}: {exc}"
-                )
-                LLM_EXTRACTION_SKIPPED.inc(len(texts) - len(out))
-                return out + [None for _ in range(len(texts) - len(out))]
+        """The LLM's entities of each text, ``llm_concurrency`` calls at a time (ingestion waits
+        for them); None where the call was skipped (not to be cached)."""
+        out: list[list[tuple[str, str]] | None] = [None] * len(texts)
+        gate = asyncio.Semaphore(self._cfg.llm_concurrency)
+        failed: list[str] = []
+
+        async def one(i: int, text: str) -> None:
+            async with gate:
+                if failed:
+                    return  # the model failed this batch: the rest do not call it again
+                try:
+                    res = await complete(
+                        self._cfg.llm_model,
+                        EXTRACT_SYSTEM,
+                        text,
+                        timeout_s=self._cfg.llm_timeout_s,
+                        mock_response=self._mock,
+                        **endpoint(self._cfg),
+                    )
+                except MemdError as exc:
+                    # A refusal, a bad key, a rate limit, a timeout or an unreachable model:
+                    # raised, it redelivered the batch at once and without end (no attempt
+                    # counts, nothing dead-lettered), and a refusal tied to the input held the
+                    # partition for good. These chunks keep their identifier and NER entities.
+                    failed.append(f"{type(exc).__name__}: {exc}")
+                    return
             self.llm_tokens += res.prompt_tokens + res.completion_tokens
             LLM_TOKENS.labels("extraction").inc(res.prompt_tokens + res.completion_tokens)
             try:
-                out.append(parse_entities(res.text))
+                out[i] = parse_entities(res.text)
             except LlmFailed as exc:
                 # A reply that is not the JSON asked for would fail the same way on every
                 # redelivery and hold the partition for good: this chunk keeps its
                 # identifier and NER entities instead, and the miss is logged.
                 log.warning("graph.llm_reply_rejected", error=str(exc))
-                out.append([])
+                out[i] = []
+
+        await asyncio.gather(*(one(i, t) for i, t in enumerate(texts)))
+        if failed:
+            skipped = sum(1 for x in out if x is None)
+            log.warning("graph.llm_extraction_skipped", chunks=skipped, error=failed[0])
+            LLM_EXTRACTION_SKIPPED.inc(skipped)
         return out
 
     async def extract_chunks(self, docs: Sequence[Sequence[tuple[str, str]]]) -> list[Contribution]:

@@ -6,6 +6,7 @@ Only used when ``graph.llm_model`` is set. Tests drive it with litellm's own
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ from typing import Any
 
 import structlog
 
+from graph.config import GraphConfig
 from graph.errors import LlmFailed
 from memory.errors import BackendUnavailable
 
@@ -48,23 +50,37 @@ def summary_prompt(community_id: str, members: Sequence[str], excerpts: Sequence
     return "\n".join(lines)
 
 
+def endpoint(cfg: GraphConfig) -> dict[str, Any]:
+    """The model's API base and key as litellm takes them, where the settings give them."""
+    out: dict[str, Any] = {}
+    if cfg.llm_api_base:
+        out["api_base"] = cfg.llm_api_base
+    if key := cfg.llm_api_key.get_secret_value():
+        out["api_key"] = key
+    return out
+
+
 async def complete(
     model: str, system: str, user: str, *, timeout_s: float, mock_response: str | None = None, **extra: Any
 ) -> LlmResult:
-    """One chat completion through litellm.
+    """One chat completion through litellm, within ``timeout_s`` in all: neither litellm nor the
+    provider's client retries (an OpenAI client's two retries made a 12 s timeout take 37 s).
 
     Raises:
-        LlmFailed: the call failed or returned no text (retryable).
+        LlmFailed: the call failed, timed out or returned no text (retryable).
     """
     import litellm
 
-    kwargs: dict[str, Any] = {"timeout": timeout_s, **extra}
+    # Its banner and "LiteLLM.Info" lines are printed, not logged: they broke the JSON log.
+    litellm.suppress_debug_info = True
+    kwargs: dict[str, Any] = {"timeout": timeout_s, "num_retries": 0, "max_retries": 0, **extra}
     if mock_response is not None:
         kwargs["mock_response"] = mock_response
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
     try:
-        resp = await litellm.acompletion(
-            model=model, messages=[{"role": "system", "content": system}, {"role": "user", "content": user}], **kwargs
-        )
+        resp = await asyncio.wait_for(litellm.acompletion(model=model, messages=messages, **kwargs), timeout_s)
+    except TimeoutError as exc:
+        raise LlmFailed(f"LLM {model} failed: no reply within {timeout_s:g} s") from exc
     except Exception as exc:  # litellm raises many provider-specific types; all mean "failed"
         if "connect" in str(exc).lower():
             raise BackendUnavailable(f"LLM {model} unreachable: {exc}") from exc

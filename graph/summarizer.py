@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import structlog
 
 from graph.config import GraphConfig
-from graph.llm import SUMMARY_SYSTEM, complete, summary_prompt
+from graph.llm import SUMMARY_SYSTEM, complete, endpoint, summary_prompt
 from graph.recompute import Recomputer
 from graph.store import GraphStore
 from graph.summaries import extractive_summary
@@ -157,6 +157,7 @@ class Summarizer:
                 summary_prompt(cid, [names[m] for m in members], picked),
                 timeout_s=self._cfg.llm_timeout_s,
                 mock_response=self._mock,
+                **endpoint(self._cfg),
             )
             text, model, tokens = res.text, self._cfg.llm_model, res.prompt_tokens + res.completion_tokens
             self.llm_tokens += tokens
