@@ -179,6 +179,15 @@ class GraphStore:
             values = await self._r.hmget(self._k("nodes"), list(keys))
         return {k: tuple(json.loads(v)) for k, v in zip(keys, values, strict=True) if v is not None}
 
+    async def named(self, communities: Sequence[Community]) -> list[Community]:
+        """The communities with a member some document still names, in order: one whose every
+        member was deleted or forgotten lasts until the next recompute, and is shown nowhere."""
+        keys = sorted({m for c in communities for m in c.members})
+        live: set[str] = set()
+        for start in range(0, len(keys), 10_000):
+            live |= set(await self.nodes(keys[start : start + 10_000]))
+        return [c for c in communities if not live.isdisjoint(c.members)]
+
     async def chunks_of_each(self, keys: Sequence[str]) -> dict[str, list[str]]:
         """Each entity's chunk ids (sorted), in one round trip."""
         async with translate_errors("graph read"), self._r.pipeline(transaction=False) as pipe:

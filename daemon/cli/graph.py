@@ -130,7 +130,7 @@ def communities(as_json: Annotated[bool, typer.Option("--json", metavar="")] = F
     """Communities: ids, levels, sizes and whether their summaries are fresh."""
 
     async def read(g: GraphService) -> list[dict[str, Any]]:
-        comms = await g.store.communities()
+        comms = await g.store.named(await g.store.communities())
         stale_map = await g.store.is_stale([c.id for c in comms])
         rows = []
         for c in comms:
@@ -138,8 +138,6 @@ def communities(as_json: Annotated[bool, typer.Option("--json", metavar="")] = F
             # Entities some document still names: a deleted or forgotten one leaves the community
             # only at the next recompute, and its name must not show meanwhile.
             live = sorted(await g.store.nodes(sorted(c.members)))
-            if not live:  # every member deleted or forgotten: gone at the next recompute
-                continue
             rows.append(
                 {
                     "community_id": c.id,
@@ -148,7 +146,7 @@ def communities(as_json: Annotated[bool, typer.Option("--json", metavar="")] = F
                     "parent": c.parent,
                     "stale": stale_map.get(c.id, False),
                     "summarized": summary is not None,
-                    "members": live[:10],
+                    "members": live,
                 }
             )
         return rows
@@ -162,7 +160,8 @@ def communities(as_json: Annotated[bool, typer.Option("--json", metavar="")] = F
         table.add_column(col, overflow="fold")
     for r in rows:
         fresh = "stale" if r["stale"] else ("fresh" if r["summarized"] else "none")
-        table.add_row(r["community_id"], str(r["level"]), str(r["size"]), fresh, ", ".join(r["members"]))
+        shown = ", ".join(r["members"][:10]) + (f", … ({r['size'] - 10} more)" if r["size"] > 10 else "")
+        table.add_row(r["community_id"], str(r["level"]), str(r["size"]), fresh, shown)
     out.print(table)
 
 

@@ -182,7 +182,7 @@ class MemoryReads:
         if self._graph is None:
             return None
         store = self._graph.store(tenant)
-        communities = await store.communities()
+        communities = await store.named(await store.communities())
         depth, items = await store.stale(limit=MAX_PAGE)
         flags = await store.is_stale([c.id for c in communities])
         listed = {i.community_id: i for i in items}

@@ -169,8 +169,16 @@ def community_body(
     """One community: whether and why it is stale, its summary, its members."""
     if community is None:
         return f'<p class="muted">community {esc(cid)} does not exist (any more) in tenant {esc(tenant)}.</p>'
+    live = [m for m in sorted(community.members) if m in members]
     state = '<p id="community-state">fresh: its summary covers its members as they are</p>'
-    if is_stale:
+    if not live:
+        state = (
+            '<p id="community-state" class="muted">gone: every member was deleted or forgotten; '
+            "the next recompute removes it</p>"
+        )
+    elif summary is None and not is_stale:
+        state = '<p id="community-state">not summarized yet</p>'
+    elif is_stale:
         docs = ", ".join(link(d, "/explore/document", tenant=tenant, doc=d) for d in (item.doc_ids if item else []))
         since = f" for {esc(age(now - item.first_marked_at))}, {item.change_count} changes" if item else ""
         state = f'<p id="community-state" class="stale">stale{since}; caused by {docs or RECOMPUTE_CAUSE}</p>'
@@ -183,16 +191,14 @@ def community_body(
     )
     # Only entities some document still names: one whose every mention was deleted or forgotten
     # stays in the community until the next recompute, and its name must not show meanwhile.
-    member_rows = (
-        (esc(members[m][0]), esc(members[m][1]), esc(m)) for m in sorted(community.members)[:500] if m in members
-    )
+    member_rows = ((esc(members[m][0]), esc(members[m][1]), esc(m)) for m in live[:500])
     parent = (
         link(community.parent, "/explore/community", tenant=tenant, id=community.parent)
         if community.parent
         else "&ndash;"
     )
     return (
-        f"<p>level {community.level} · {len(community.members)} members · parent {parent}</p>"
+        f"<p>level {community.level} · {len(live)} members · parent {parent}</p>"
         + state
         + "<h2>Summary</h2>"
         + summary_html

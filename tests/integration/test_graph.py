@@ -667,6 +667,25 @@ async def test_refresh_replaces_only_the_same_version(redis_url: str) -> None:
         await client.aclose()
 
 
+async def test_communities_whose_every_member_is_gone_are_named_nowhere(redis_url: str) -> None:
+    """Until the next recompute, a community whose documents were all deleted still exists:
+    ``named`` (what the CLI and the explorer list) leaves it out, and keeps one with a member left."""
+    from graph.communities import Community
+
+    client = aredis.from_url(redis_url)
+    store = GraphStore(client=client, name=unique("graph-named"))
+    kept = Contribution(entities={"err_a_1": ("ERR_A_1", "error_code", ["a_p0"])}, edges={})
+    gone = Contribution(entities={"err_b_2": ("ERR_B_2", "error_code", ["b_p0"])}, edges={})
+    try:
+        assert (await store.apply("a", 1, kept)).applied and (await store.apply("b", 1, gone)).applied
+        both = [Community("c-a", 0, frozenset({"err_a_1", "err_b_2"})), Community("c-b", 0, frozenset({"err_b_2"}))]
+        assert [c.id for c in await store.named(both)] == ["c-a", "c-b"]
+        assert (await store.apply("b", 2, None)).applied  # b deleted: err_b_2 is named by no document
+        assert [c.id for c in await store.named(both)] == ["c-a"]
+    finally:
+        await client.aclose()
+
+
 @pytest.mark.parametrize(("older", "newer"), [(9, 10), (99, 100), (2**53, 2**53 + 1), (10**18, 9 * 10**18)])
 async def test_versions_compare_as_numbers_not_strings(redis_url: str, older: int, newer: int) -> None:
     """A version with more digits is newer (``"10"`` sorts before ``"9"`` as a string), and two

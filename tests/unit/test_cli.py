@@ -228,6 +228,29 @@ def test_piped_query_results_keep_whole_lines() -> None:
     assert lines[2:] == ["    » turn 12 (assistant): " + text.strip(), "    turn 13 (user): " + text.strip()]
 
 
+def test_a_community_summary_says_it_is_one_and_whether_it_is_stale() -> None:
+    from rich.console import Console
+
+    from consumers.requests import CommunityInfo, QueryReply, ResultItem
+    from daemon.cli.query import results_view
+
+    hit = ResultItem(
+        chunk_id="community:c1-a88d_p0",
+        rrf_score=0.03,
+        text="Entities: billing-service, pgbouncer.",
+        source="community",
+        doc_id="community:c1-a88d",
+        kind="community",
+        metadata={},
+        ranks={"sparse": 1},
+        community=CommunityInfo(community_id="c1-a88d", level=1, member_count=7, stale=True),
+    )
+    console = Console(width=120, record=True, color_system=None)
+    console.print(results_view(QueryReply(query_id="q", total_retrieved=1, took_ms=1.0, results=[hit])))
+    said = console.export_text()
+    assert "(community summary, level 1, 7 members, stale: members changed since it was written)" in said
+
+
 @pytest.mark.parametrize("command", [["doctor"], ["config", "show"]])
 def test_a_filter_key_list_that_is_not_json_is_named_with_the_form_it_takes(
     command: list[str], monkeypatch: pytest.MonkeyPatch

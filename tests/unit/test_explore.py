@@ -288,8 +288,13 @@ def test_a_community_page_says_why_it_is_stale_and_shows_its_summary_escaped() -
     assert "&lt;b&gt;summary&lt;/b&gt;" in out and "&lt;Alice&gt;" in out and "<b>" not in out
     # k2 is no node any more (every document naming it was deleted or forgotten): not listed
     assert ">k1<" in out and "k2" not in out
-    fresh = community_body("acme", comm, "c1", None, {}, None, False, 100.0)
-    assert "fresh" in fresh and "no summary written yet" in fresh
+    written = community_body("acme", comm, "c1", summary, {"k1": ("Alice", "person")}, None, False, 100.0)
+    assert "fresh: its summary covers its members" in written and "1 members" in written
+    unsummarized = community_body("acme", comm, "c1", None, {"k1": ("Alice", "person")}, None, False, 100.0)
+    assert "not summarized yet" in unsummarized and "fresh" not in unsummarized
+    # Every member gone (each document naming them deleted): never "fresh", and no member count.
+    gone = community_body("acme", comm, "c1", summary, {}, None, False, 100.0)
+    assert "gone: every member was deleted or forgotten" in gone and "fresh" not in gone and "0 members" in gone
     assert "does not exist" in community_body("acme", None, "c9", None, {}, None, False, 100.0)
 
 
