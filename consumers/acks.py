@@ -109,6 +109,20 @@ def build_acks(
                     ack.reason = conflict_reason(g.item.version, what)
                 out.append((record, *route, ack))
                 continue
+            same = winner is not None and g.item.version is not None and g.item.version == winner[0].item.version
+            if same and winner is not None and winner[1].conflict is not None:
+                # Beside a winner of this version that conflicted with the stored one.
+                what = differs_between(g.item, winner[0].item)
+                ack.reason = (
+                    conflict_reason(g.item.version, winner[1].conflict)
+                    if what is None
+                    else (
+                        f"another event of version {g.item.version} in the same batch was judged in its place "
+                        "(its content differs from this one's): this event changed nothing"
+                    )
+                )
+                out.append((record, *route, ack))
+                continue
             later = f" (version {winner[0].item.version})" if winner and winner[0].item.version is not None else ""
             ack.reason = f"superseded by a later event of the same doc in the same batch{later}"
         else:

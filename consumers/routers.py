@@ -37,7 +37,7 @@ from memory.attempts import AttemptCounter
 from memory.config import IngestConfig
 from memory.errors import MemdError
 from memory.ingest import Ingestor
-from memory.metrics import QUERY_SECONDS
+from memory.metrics import QUERY_SECONDS, TENANT_QUERIES, TENANT_QUERY_SECONDS
 
 log = structlog.get_logger()
 
@@ -330,8 +330,10 @@ def _subscribe_queries(
             log.error("query.reply_failed", topic=target, partition=partition, error=f"{type(exc).__name__}: {exc}")
         # After the reply: whatever the accounting does, the asker has its answer.
         outcome = "ok" if not isinstance(reply, ErrorReply) else _OUTCOMES.get(reply.error.code, "error")
+        QUERY_SECONDS.labels(scope_of(record.value), outcome).observe(elapsed)
         # A topic that names no valid tenant is answered with an error, and counted apart.
-        QUERY_SECONDS.labels(tenant or "", scope_of(record.value), outcome).observe(elapsed)
+        TENANT_QUERIES.labels(tenant or "", outcome).inc()
+        TENANT_QUERY_SECONDS.labels(tenant or "").inc(elapsed)
         on_query_done(elapsed, outcome)
 
 

@@ -10,7 +10,7 @@ all under the graph's hash tag:
 - ``stale_docs:<cid>``: the docs whose changes marked it;
 - ``gen``: per community, the fencing counter's value at its last mark (a summary clears the
   mark only if it read the same);
-- ``failures``: failed summary attempts since the last success.
+- ``failures``: failed summary attempts since the last success, and ``last_error`` the last one's why.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import redis.asyncio as aredis
 
@@ -37,12 +38,19 @@ class StaleItem:
     last_marked_at: float
     change_count: int
     doc_ids: list[str]
+    attempts: int = 0  # failed summaries since it was marked
+    last_error: str = ""  # why the last one failed
+    retry_at: float | None = None  # after a failure: when it is due again
+    claimed: bool = False  # a worker holds it now (or one that died, until its claim expires)
 
     def cause(self, limit: int = 5) -> str:
         """What marked it, for a person: the docs whose changes did, else the recompute that
         made it (a new or regrouped community, never summarized as it is)."""
         return ", ".join(self.doc_ids[:limit]) or RECOMPUTE_CAUSE
 
+
+#: The longest reason of a failed summary kept (a provider's error can quote a whole prompt).
+MAX_ERROR_CHARS = 500
 
 #: A stale community no document change marked: a recompute made it.
 RECOMPUTE_CAUSE = "a recompute (new or regrouped)"
@@ -84,14 +92,35 @@ class StaleQueue:
                 await self._repair_stale_first()
             cids = [as_str(c) for c in await self._r.zrange(self._k("stale_first"), 0, max(limit, 1) - 1)]
             recs = await self._r.hmget(self._k("stale"), cids) if cids else []
+            failed: list[Any] = []
+            if cids:
+                async with self._r.pipeline(transaction=False) as pipe:
+                    pipe.hmget(self._k("failures"), cids)
+                    pipe.hmget(self._k("last_error"), cids)
+                    pipe.zmscore(self._k("stale_q"), cids)
+                    for cid in cids:
+                        pipe.exists(self._k(f"claim:{cid}"))
+                    failed = await pipe.execute()
             items = []
-            for cid, rec in zip(cids, recs, strict=True):
+            for i, (cid, rec) in enumerate(zip(cids, recs, strict=True)):
                 if rec is None:
                     continue
                 d = json.loads(rec)
                 docs = sorted(as_str(x) for x in await self._r.smembers(self._k(f"stale_docs:{cid}")))
+                attempts = int(failed[0][i] or 0)
                 items.append(
-                    StaleItem(cid, int(d["level"]), float(d["first"]), float(d["last"]), int(d["count"]), docs)
+                    StaleItem(
+                        cid,
+                        int(d["level"]),
+                        float(d["first"]),
+                        float(d["last"]),
+                        int(d["count"]),
+                        docs,
+                        attempts=attempts,
+                        last_error=as_str(failed[1][i]) if failed[1][i] is not None else "",
+                        retry_at=float(failed[2][i]) if attempts and failed[2][i] is not None else None,
+                        claimed=bool(failed[3 + i]),
+                    )
                 )
         return depth, items
 
@@ -132,7 +161,7 @@ class StaleQueue:
         async with translate_errors("stale clear"):
             return bool(await self._clear(keys=[self._k("stale")], args=[self._prefix, cid, gen]))
 
-    async def record_failure(self, cid: str, retry_at: float, lease: str) -> int:
+    async def record_failure(self, cid: str, retry_at: float, lease: str, error: str = "") -> int:
         """Count a failed summary and defer the community until ``retry_at``; returns attempts
         (0 when nothing was recorded).
 
@@ -143,6 +172,7 @@ class StaleQueue:
         with nobody claiming since still counts, so a summary that outruns its claim backs off.
         """
         async with translate_errors("stale write"):
-            attempts = int(await self._fail(keys=[self._k("stale_q")], args=[self._prefix, cid, repr(retry_at), lease]))
+            args = [self._prefix, cid, repr(retry_at), lease, error[:MAX_ERROR_CHARS]]
+            attempts = int(await self._fail(keys=[self._k("stale_q")], args=args))
             await self._r.incr(self._k("summary_failures"))
         return attempts

@@ -293,6 +293,7 @@ class GraphStore:
                 pipe.hdel(self._k("summary_token"), cid)
                 pipe.hdel(self._k("gen"), cid)
                 pipe.hdel(self._k("failures"), cid)
+                pipe.hdel(self._k("last_error"), cid)
             levels = {c.id: c.level for c in communities}
             for cid in changed:
                 pipe.hsetnx(
@@ -352,13 +353,14 @@ class GraphStore:
         """Clear the stale mark unless the community was marked again since ``gen``."""
         return await self._stale.clear_if_unchanged(cid, gen)
 
-    async def record_failure(self, cid: str, retry_at: float, owner: str, token: int) -> int:
-        """Count a failed summary and defer the community until ``retry_at``; returns attempts.
+    async def record_failure(self, cid: str, retry_at: float, owner: str, token: int, error: str = "") -> int:
+        """Count a failed summary (``error``: why, kept until a summary succeeds) and defer the
+        community until ``retry_at``; returns attempts.
 
         Only while the community is still queued and no other claim than ``owner``/``token``
         holds it (see StaleQueue.record_failure).
         """
-        return await self._stale.record_failure(cid, retry_at, claim_value(owner, token))
+        return await self._stale.record_failure(cid, retry_at, claim_value(owner, token), error)
 
     async def claim(self, cid: str, owner: str, ttl_s: float, *, now: float | None = None) -> int | None:
         """A short lease on summarizing one community that is due, so daemons never duplicate work.

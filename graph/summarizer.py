@@ -243,7 +243,7 @@ class Summarizer:
             except MemdError as exc:
                 attempts = await self._store.failures(cid) + 1
                 delay = min(self._cfg.summary_retry_initial_s * 2 ** (attempts - 1), self._cfg.summary_retry_max_s)
-                await self._store.record_failure(cid, time.time() + delay, self._owner, token)
+                await self._store.record_failure(cid, time.time() + delay, self._owner, token, str(exc))
                 SUMMARIES_FAILED.inc()
                 log.warning(
                     "graph.summary_failed", community_id=cid, attempts=attempts, retry_in_s=delay, error=str(exc)

@@ -283,10 +283,11 @@ class Ingestor:
         return report
 
     async def _conflicts_apart(self, replays: list[MemoryItem], report: IngestReport) -> list[MemoryItem]:
-        """The upserts of ``replays`` (their version is the stored one) that say what is stored;
-        each other one is a conflict: another content, source or metadata under a version
-        already written (a producer that reused a version), acked ``ignored`` with the reason,
-        never a silent "indexed". A redelivery says what is stored, and is kept."""
+        """``replays`` (their version is the stored one) without the document upserts that say
+        something else than what is stored: another content, source or metadata under a version
+        already written (a producer that reused a version). Those are acked ``ignored`` with
+        the reason, never a silent "indexed", and not handed to the graph. A redelivery says
+        what is stored, and is kept (decision 0057)."""
         upserts = [i for i in replays if i.op == "upsert" and i.kind == "document"]
         if not upserts:
             return replays
@@ -295,7 +296,7 @@ class Ingestor:
             ids = [i.doc_id for i in upserts if i.tenant == tenant]
             read = await self._retrying(
                 "replay read",
-                lambda t=tenant, d=ids: self._index.turns(d, t),  # type: ignore[misc]
+                lambda t=tenant, d=ids: self._index.as_written(d, t),  # type: ignore[misc]
             )
             found.update({(tenant, d): chunks for d, chunks in read.items()})
         kept: list[MemoryItem] = []
@@ -304,7 +305,9 @@ class Ingestor:
             chunks = found.get((item.tenant, item.doc_id))
             if id(item) in compared and chunks and (why := differs_from_stored(item, chunks)) is not None:
                 report.outcomes[id(item)] = ItemOutcome("ignored", stored_version=item.version, conflict=why)
-                log.warning("ingest.version_conflict", doc_id=item.doc_id, version=item.version, differs=why)
+                log.warning(
+                    "ingest.version_conflict", tenant=item.tenant, doc_id=item.doc_id, version=item.version, differs=why
+                )
             else:
                 kept.append(item)
         return kept

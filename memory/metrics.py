@@ -43,10 +43,22 @@ INDEX_CHUNKS = Gauge(
 QUERY_SECONDS = Histogram(
     "agentmemd_query_seconds",
     "Query handling time (parse to reply).",
-    # A tenant is a topic (topic tenancy), so this label has no more values than the topics.
-    ["tenant", "scope", "outcome"],
+    ["scope", "outcome"],
     registry=REGISTRY,
     buckets=(0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0),
+)
+# Per tenant, counters rather than a histogram: a tenant is a topic, and there may be thousands.
+TENANT_QUERIES = Counter(
+    "agentmemd_tenant_queries_total",
+    "Queries answered, per tenant and outcome.",
+    ["tenant", "outcome"],
+    registry=REGISTRY,
+)
+TENANT_QUERY_SECONDS = Counter(
+    "agentmemd_tenant_query_seconds_total",
+    "Query handling time summed per tenant (over the tenant's queries: its mean).",
+    ["tenant"],
+    registry=REGISTRY,
 )
 LEG_SECONDS = Histogram(
     "agentmemd_query_leg_seconds",

@@ -27,8 +27,12 @@ def differs_from_stored(item: MemoryItem, chunks: Sequence[StoredChunk]) -> str 
 
 def differs_between(item: MemoryItem, other: MemoryItem) -> str | None:
     """What of ``item`` differs from ``other``, an event of the same doc and version: as
-    :func:`differs_from_stored` says it, or None for a copy (a producer's retry)."""
-    if item.op != other.op or item.content != other.content:
+    :func:`differs_from_stored` says it, or None for a copy (a producer's retry). A delete and
+    an upsert are not compared, in a batch as one at a time: a stored delete leaves nothing
+    to compare with."""
+    if item.op != other.op:
+        return None
+    if item.content != other.content:
         return "content"
     if item.source != other.source:
         return "source"

@@ -16,7 +16,7 @@ from memory.errors import MemdError
 from memory.records import DEFAULT_TENANT
 
 if TYPE_CHECKING:
-    from graph import GraphService
+    from graph import GraphService, StaleItem
 
 T = TypeVar("T")
 
@@ -73,6 +73,10 @@ def stale(
                             "last_marked_at": i.last_marked_at,
                             "change_count": i.change_count,
                             "doc_ids": i.doc_ids,
+                            "attempts": i.attempts,
+                            "last_error": i.last_error or None,
+                            "retry_at": i.retry_at,
+                            "claimed": i.claimed,
                         }
                         for i in items
                     ],
@@ -82,7 +86,7 @@ def stale(
         )
         return
     table = Table(title=f"stale summaries: {depth} queued, oldest {oldest:.1f}s")
-    for col in ("community", "level", "age s", "changes", "caused by"):
+    for col in ("community", "level", "age s", "changes", "caused by", "summary"):
         table.add_column(col, overflow="fold")
     for i in items:
         table.add_row(
@@ -91,8 +95,19 @@ def stale(
             f"{now - i.first_marked_at:.1f}",
             str(i.change_count),
             i.cause(),
+            _summary_state(i, now),
         )
     out.print(table)
+
+
+def _summary_state(item: StaleItem, now: float) -> str:
+    """Where a stale community's summary stands: being written, failing (how often, why, when
+    it is tried again) or waiting its turn."""
+    if item.attempts:
+        again = f", again in {max(0.0, item.retry_at - now):.0f}s" if item.retry_at is not None else ""
+        state = f"failed {item.attempts}x{again}: {item.last_error or '?'}"
+        return ("being written; " if item.claimed else "") + state
+    return "being written (or held by a worker that died, until its claim expires)" if item.claimed else "waiting"
 
 
 def _every_tenants_stale(as_json: bool) -> None:

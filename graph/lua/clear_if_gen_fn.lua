@@ -7,5 +7,6 @@ local function clear_if_gen(P, cid, gen)
   redis.call('ZREM', P .. ':stale_first', cid)
   redis.call('DEL', P .. ':stale_docs:' .. cid)
   redis.call('HDEL', P .. ':failures', cid)
+  redis.call('HDEL', P .. ':last_error', cid)
   return true
 end

@@ -277,9 +277,7 @@ class _SlicedWrites(_History):
             transactions=len(writes) + len(drops) + 2,
             took_s=round(time.monotonic() - started, 3),
         )
-        return ApplyResult(
-            doc_id, applied=True, chunks=len(chunks), stored_version=version, removed=len(old_ids - new_ids)
-        )
+        return ApplyResult(doc_id, applied=True, chunks=len(chunks), stored_version=version, removed=len(stale))
 
     async def _guarded(
         self,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import types
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -16,6 +17,9 @@ from memory.index.lifecycle import _WATCH_RETRIES, _Lifecycle
 from memory.keys import check_tenant
 from memory.records import DEFAULT_TENANT, StoredChunk
 from memory.schema import as_str
+
+#: Chunks decoded on the event loop; more go to a thread (pure Python per chunk).
+_DECODED_INLINE = 256
 
 
 class _Turns(_Lifecycle):
@@ -78,6 +82,29 @@ class _Turns(_Lifecycle):
         # A set still changing after every round is a doc being written in slices (it grows with
         # each slice): its write marker, which the callers read, shows it as being written.
         return {d: rows[d] for d in doc_ids}
+
+    async def as_written(self, doc_ids: Sequence[str], tenant: str = DEFAULT_TENANT) -> dict[str, list[StoredChunk]]:
+        """Each stored doc's chunks in position order, with only what says what was written
+        (text, version, source, metadata and how the chunks join): what an event of the
+        stored version is compared with (``memory.replays``). Many chunks are decoded in a
+        thread, off the event loop."""
+        fields = ("text", "version", "source", "metadata", *JOIN_FIELDS)
+        rows = await self._chunk_rows(doc_ids, tenant, fields)
+
+        def decoded() -> dict[str, list[StoredChunk]]:
+            out: dict[str, list[StoredChunk]] = {}
+            for d, chunks in rows.items():
+                found = [
+                    _stored(types.SimpleNamespace(id=key, **dict(zip(fields, values, strict=True))), ())
+                    for key, _, values in chunks
+                    if values[0] is not None
+                ]
+                if found:
+                    out[d] = found
+            return out
+
+        many = sum(len(c) for c in rows.values()) > _DECODED_INLINE
+        return await asyncio.to_thread(decoded) if many else decoded()
 
     async def turn_entries(self, doc_ids: Sequence[str], tenant: str = DEFAULT_TENANT) -> dict[str, list[TurnEntry]]:
         """Each stored doc's chunks in position order, with the text and context they were indexed with."""

@@ -145,8 +145,9 @@ async def test_health_ready_and_metrics(env: Env) -> None:
     _, metrics = await get(env.base + "/metrics")
     assert re.search(rf'agentmemd_events_consumed_total\{{topic="{re.escape(t.documents)}"\}} 2\.0', metrics)
     assert re.search(r'agentmemd_events_dead_lettered_total\{code="invalid_event",topic="[^"]+"\} 1\.0', metrics)
-    assert 'agentmemd_query_seconds_count{outcome="ok",scope="chunks",tenant="default"}' in metrics
+    assert 'agentmemd_query_seconds_count{outcome="ok",scope="chunks"}' in metrics
     assert 'agentmemd_query_leg_seconds_count{leg="sparse"}' in metrics
+    assert 'agentmemd_tenant_queries_total{outcome="ok",tenant="default"}' in metrics
     assert "agentmemd_consumer_lag{" in metrics and "agentmemd_index_chunks" in metrics
 
 

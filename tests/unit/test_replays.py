@@ -38,5 +38,5 @@ def test_nothing_is_compared_where_the_stored_doc_cannot_say() -> None:
 def test_two_events_of_one_version_in_a_batch() -> None:
     assert differs_between(item(), item()) is None
     assert differs_between(item(), item("x")) == "content"
-    assert differs_between(item(), MemoryItem("delete", "d", 4)) == "content"
+    assert differs_between(item(), MemoryItem("delete", "d", 4)) is None  # as when stored: not compared
     assert differs_between(item(), item(metadata={})) == "metadata"
