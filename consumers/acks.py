@@ -12,9 +12,12 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pydantic import TypeAdapter, ValidationError
+
 from consumers.decoding import Decoded
 from consumers.events import WriteAck
 from consumers.fields import MAX_DOC_ID_CHARS
+from consumers.requests import TurnKey
 from memory.conversation import turn_doc_id
 from memory.ingest_report import IngestReport, ItemOutcome
 from memory.replays import differs_between
@@ -31,6 +34,18 @@ def ack_route(headers: Sequence[tuple[str, bytes]] | None) -> tuple[str, str] | 
     return (reply_to, cid) if reply_to and cid else None
 
 
+_TURN_KEY = TypeAdapter(TurnKey)
+
+
+def _turn_of(agent: Any, session: Any, turn: Any) -> tuple[str, str, int] | None:
+    """``(agent_id, session_id, turn)`` where the three are valid as a turn's, else None."""
+    try:
+        key = _TURN_KEY.validate_python({"agent_id": agent, "session_id": session, "turn": turn})
+    except ValidationError:
+        return None
+    return key.agent_id, key.session_id, key.turn
+
+
 def _named(raw: bytes | None) -> tuple[str | None, str | None]:
     """The ``event_id`` and ``doc_id`` a record's JSON names, where they are plain strings: an
     event refused before it decoded (too large, a bad field) is still acked under its names."""
@@ -42,10 +57,8 @@ def _named(raw: bytes | None) -> tuple[str | None, str | None]:
         return None, None
     eid, doc_id = data.get("event_id"), data.get("doc_id")
     agent, session, turn = data.get("agent_id"), data.get("session_id"), data.get("turn")
-    if doc_id is None and isinstance(agent, str) and isinstance(session, str) and isinstance(turn, int):
-        # A turn is named by where it was said.
-        said = 0 < len(agent) <= 256 and 0 < len(session) <= 256 and not isinstance(turn, bool) and turn >= 0
-        doc_id = turn_doc_id(agent, session, turn) if said else None
+    if doc_id is None and (where := _turn_of(agent, session, turn)) is not None:
+        doc_id = turn_doc_id(*where)  # a turn is named by where it was said
     return (
         eid if isinstance(eid, str) and 0 < len(eid) <= 256 else None,
         doc_id if isinstance(doc_id, str) and 0 < len(doc_id) <= MAX_DOC_ID_CHARS else None,
