@@ -181,7 +181,10 @@ def community_body(
     elif is_stale:
         docs = ", ".join(link(d, "/explore/document", tenant=tenant, doc=d) for d in (item.doc_ids if item else []))
         since = f" for {esc(age(now - item.first_marked_at))}, {item.change_count} changes" if item else ""
-        state = f'<p id="community-state" class="stale">stale{since}; caused by {docs or RECOMPUTE_CAUSE}</p>'
+        failing = (
+            f"; its summary failed {item.attempts} time(s): {esc(item.last_error)}" if item and item.attempts else ""
+        )
+        state = f'<p id="community-state" class="stale">stale{since}; caused by {docs or RECOMPUTE_CAUSE}{failing}</p>'
     text = (summary or {}).get("text")
     summary_html = (
         f'<div class="text" id="summary">{esc(text)}</div><p class="muted">by {esc((summary or {}).get("model", ""))}, '

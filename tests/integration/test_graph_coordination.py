@@ -108,9 +108,16 @@ async def test_a_claim_is_refused_once_the_community_is_not_due(two: Daemons) ->
     await two.store.apply("doc1", 2, contrib("doc1#0", "alpha-svc", "beta-svc", "gamma-svc", "delta-svc"))
     token = await two.store.claim(cid, "daemon-a", ttl_s=30)
     assert token is not None
-    assert await two.store.record_failure(cid, time.time() + 60, "daemon-a", token) == 1
+    (held,) = (await two.store.stale())[1]
+    assert held.claimed and held.attempts == 0  # an operator sees a worker holds it
+    retry_at = time.time() + 60
+    assert await two.store.record_failure(cid, retry_at, "daemon-a", token, "LlmFailed: no reply within 60 s") == 1
     await two.store.release(cid, "daemon-a", token)
     assert await two.store.claim(cid, "daemon-b", ttl_s=30) is None
+    # What `stale` shows: how often it failed, why, and when it is tried again.
+    (failing,) = (await two.store.stale())[1]
+    assert (failing.attempts, failing.last_error, failing.claimed) == (1, "LlmFailed: no reply within 60 s", False)
+    assert failing.retry_at == pytest.approx(retry_at)
 
 
 async def test_two_workers_write_one_summary_per_stale_community(two: Daemons) -> None:

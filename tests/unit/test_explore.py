@@ -296,6 +296,9 @@ def test_a_community_page_says_why_it_is_stale_and_shows_its_summary_escaped() -
     gone = community_body("acme", comm, "c1", summary, {}, None, False, 100.0)
     assert "gone: every member was deleted or forgotten" in gone and "fresh" not in gone and "0 members" in gone
     assert "does not exist" in community_body("acme", None, "c9", None, {}, None, False, 100.0)
+    failing = StaleItem("c1", 0, 90.0, 95.0, 2, [], attempts=2, last_error="LlmFailed: <timeout>")
+    page = community_body("acme", comm, "c1", summary, {"k1": ("Alice", "person")}, failing, True, 100.0)
+    assert "its summary failed 2 time(s): LlmFailed: &lt;timeout&gt;" in page
 
 
 def test_a_document_page_shows_its_version_and_a_turn_none() -> None:
