@@ -143,6 +143,8 @@ async def _check_redis(settings: Settings) -> list[Finding]:
         found.extend(await _check_generation(client, settings, dims))
         found.extend(await _check_unfinished_writes(client, settings, dims or PACKAGED_DIMS))
         found.extend(await _check_directory(client, settings, dims or PACKAGED_DIMS))
+        if settings.graph.enabled:
+            found.extend(await _check_summaries(client, settings))
     except MemdError as exc:
         fix = (
             "check AGENTMEM_REDIS_USERNAME / AGENTMEM_REDIS_PASSWORD"
@@ -272,6 +274,33 @@ async def _check_directory(client: Any, settings: Settings, dims: int) -> list[F
 #: writer of the same version takes it over sooner (``memory.visibility.TAKEOVER_AFTER_S``),
 #: but only if one comes: this reports the ones nobody will.
 STUCK_WRITE_S = 600.0
+
+
+async def _check_summaries(client: Any, settings: Settings) -> list[Finding]:
+    """Whether community summaries are being written: a summary that keeps failing (an LLM that
+    is unreachable, refuses, or times out) leaves its community stale, and nothing else says so."""
+    from daemon.components import active_index, build_graph
+
+    graph = build_graph(settings, redis=client, index=await active_index(settings, client), embedder=None, ner=None)
+    failing: list[tuple[str, int, str]] = []
+    queued = 0
+    for tenant in await TenantRegistry(client=client, name=settings.index.name).all():
+        depth, items = await graph.service(tenant).store.stale(limit=MAX_PAGE)
+        queued += depth
+        failing += [(tenant, i.attempts, i.last_error) for i in items if i.attempts]
+    if not failing:
+        return [Finding("summaries", True, f"none failing; {queued} stale communit(ies) queued")]
+    tenants = sorted({t for t, _, _ in failing})
+    worst = max(failing, key=lambda f: f[1])
+    detail = (
+        f"{len(failing)} stale communit(ies) failed to be summarized (tenant(s) {', '.join(tenants[:5])}; "
+        f"one failed {worst[1]} time(s): {worst[2] or '?'})"
+    )
+    fix = (
+        "check graph.llm_model, graph.llm_api_base and graph.llm_api_key (docs/graph.md); "
+        "`agentmemd stale` shows each community's last error"
+    )
+    return [Finding("summaries", False, detail, fix)]
 
 
 async def _check_unfinished_writes(client: Any, settings: Settings, dims: int) -> list[Finding]:

@@ -564,6 +564,44 @@ async def test_lag_and_dead_letters_are_measured_on_every_topic(kafka_bootstrap:
     assert report.dlq == 2 and report.past_end == {}
 
 
+async def test_doctor_names_summaries_that_keep_failing(env: Env) -> None:
+    """A community whose summary failed (an unreachable or refusing LLM) fails doctor's
+    summaries check with the reason; with none failing the check passes."""
+    import time
+
+    from graph.contribution import Contribution
+    from memory.tenants import TenantRegistry
+    from tests.helpers import settings_env
+
+    good = settings_env(env.daemon.settings)
+    # As a daemon records a tenant once it reads an event of its (this test publishes none).
+    await TenantRegistry(client=env.daemon.redis, name=env.daemon.settings.index.name).saw("default")
+    res = await asyncio.to_thread(run_cli, good, "doctor")
+    assert "✓ summaries: none failing" in res.stdout, res.stdout
+    assert env.daemon.graph is not None
+    service = env.daemon.graph.service("default")
+    # Ten separate triangles: ten stale communities (this daemon runs no summarizer).
+    for i in range(10):
+        keys = [f"doctor{i}-svc-{c}" for c in "abc"]
+        ents = {k: (k, "service", [f"doctor/{i}.md_p0"]) for k in keys}
+        edges = {(a, b): 1 for j, a in enumerate(keys) for b in keys[j + 1 :]}
+        await service.store.apply(f"doctor/{i}.md", 1, Contribution(entities=ents, edges=edges))
+    await service.recompute(force=True)
+    failed = None
+    for item in (await service.store.stale(limit=100))[1]:
+        token = await service.store.claim(item.community_id, "doctor-test", ttl_s=30)
+        if token is not None:
+            why = "LlmFailed: LLM openai/x unreachable"
+            await service.store.record_failure(item.community_id, time.time() + 3600, "doctor-test", token, why)
+            await service.store.release(item.community_id, "doctor-test", token)
+            failed = item.community_id
+            break
+    assert failed is not None
+    res = await asyncio.to_thread(run_cli, good, "doctor")
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "✗ summaries" in res.stdout and "LLM openai/x unreachable" in res.stdout and "llm_api_base" in res.stdout
+
+
 @pytest.mark.parametrize("offset_fetch", ["admin", "refused", "group error"])
 async def test_doctor_flags_a_group_committed_past_the_end_of_its_log(
     kafka_bootstrap: str, redis_url: str, offset_fetch: str, monkeypatch: pytest.MonkeyPatch
