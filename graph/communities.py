@@ -12,7 +12,7 @@ import contextlib
 import functools
 import hashlib
 import io
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,8 +71,14 @@ def preload() -> None:
 
 
 def _leiden(
-    nodes: Sequence[str], edges: Sequence[tuple[str, str, float]], seed: int, resolution: float
+    nodes: Sequence[str],
+    edges: Sequence[tuple[str, str, float]],
+    seed: int,
+    resolution: float,
+    start: Mapping[str, int] | None = None,
 ) -> list[frozenset[str]]:
+    """Leiden's communities of the graph, started from ``start`` (each node's community in the
+    previous detection, where it had one) rather than from every node alone."""
     import networkx as nx
 
     algorithms = _cdlib_algorithms()
@@ -88,7 +94,21 @@ def _leiden(
         g.add_edge(ids[a], ids[b], weight=float(w))
     if g.number_of_edges() == 0:
         return [frozenset([n]) for n in names]
-    result = algorithms.leiden(g, weights="weight", seed=seed, resolution_parameter=resolution)
+    initial = None
+    if start:
+        # The previous communities, numbered anew; a node that was in none starts alone.
+        numbers: dict[int, int] = {}
+        initial = []
+        for name in names:
+            key = start.get(name)
+            initial.append(numbers.setdefault(key, len(numbers)) if key is not None else -1)
+        alone = len(numbers)
+        for i, n in enumerate(initial):
+            if n == -1:
+                initial[i], alone = alone, alone + 1
+    result = algorithms.leiden(
+        g, weights="weight", seed=seed, resolution_parameter=resolution, initial_membership=initial
+    )
     found = (frozenset(names[i] for i in c) for c in result.communities)
     return sorted(found, key=lambda c: (-len(c), sorted(c)))
 
@@ -102,6 +122,7 @@ def detect(
     max_size: int = 10,
     max_levels: int = 3,
     min_size: int = 2,
+    previous: Sequence[tuple[int, frozenset[str]]] = (),
 ) -> list[RawCommunity]:
     """Leiden at level 0; any community above ``max_size`` is re-split into level + 1.
 
@@ -113,6 +134,9 @@ def detect(
         max_size: the largest community left unsplit (GraphRAG uses 10).
         max_levels: how deep the hierarchy may go.
         min_size: smaller communities (isolated entities) are not kept.
+        previous: the last detection's communities, as ``(level, members)``: each level's
+            Leiden starts from them, so a small change of the graph moves few communities
+            (from every node alone, deleting one isolated document regrouped a quarter of them).
 
     Returns:
         Communities of every level; a child's ``parent`` indexes this list.
@@ -125,8 +149,13 @@ def detect(
     def sub_edges(members: frozenset[str]) -> list[tuple[str, str, float]]:
         return [e for n in members for e in by_node.get(n, ()) if e[1] in members]
 
+    was: dict[int, dict[str, int]] = {}
+    for k, (level, members) in enumerate(previous):
+        for m in members:
+            was.setdefault(level, {})[m] = k
+
     queue: list[tuple[int, frozenset[str], int | None]] = [
-        (0, c, None) for c in _leiden(nodes, edges, seed, resolution)
+        (0, c, None) for c in _leiden(nodes, edges, seed, resolution, was.get(0))
     ]
     while queue:
         level, members, parent = queue.pop(0)
@@ -140,7 +169,7 @@ def detect(
             res = resolution
             for _ in range(8):
                 res *= 2
-                parts = _leiden(sorted(members), sub_edges(members), seed, res)
+                parts = _leiden(sorted(members), sub_edges(members), seed, res, was.get(level + 1))
                 if len(parts) > 1:
                     queue.extend((level + 1, p, me) for p in parts)
                     break

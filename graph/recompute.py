@@ -111,6 +111,7 @@ class Recomputer:
             return None
         drift = await self._store.drift()
         nodes, edges = await self._store.graph()
+        old = await self._store.communities()
         raw = await self._offload(
             detect,
             sorted(nodes),
@@ -119,8 +120,10 @@ class Recomputer:
             resolution=self._cfg.resolution,
             max_size=self._cfg.max_community_size,
             max_levels=self._cfg.max_levels,
+            # Started from the communities as they are: a small change moves few of them, and
+            # so few summaries are written again (decision 0058).
+            previous=[(c.level, c.members) for c in old],
         )
-        old = await self._store.communities()
         # Off the event loop as well: on a graph of thousands of communities, matching
         # takes long enough to stall queries and consumers' heartbeats.
         result = await self._offload(assign_ids, raw, old, threshold=self._cfg.match_threshold)
