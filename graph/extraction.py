@@ -64,7 +64,10 @@ _EXCEPTION = re.compile(r"\b(?:[a-z_][\w]*\.)*([A-Z][A-Za-z0-9]*(?:Error|Excepti
 _FUNCTION = re.compile(r"\b([A-Za-z_][\w]*(?:\.[A-Za-z_][\w]*)*)\(\)")
 _FILE_PATH = re.compile(r"(?<![\w.])((?:/[\w.-]+){2,}|(?:[\w-]+/)+[\w-]+\.[a-z]{1,5})\b")
 _MODULE = re.compile(r"\b([a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*){2,})\b")
-_SERVICE = re.compile(r"\b([a-z][a-z0-9]*(?:-[a-z0-9]+)*-(?:service|svc|api|worker|gateway|db|cache|queue|proxy))\b")
+# Not a host's first part: "payments-db-01.internal" is a host, not the service "payments-db".
+_SERVICE = re.compile(
+    r"\b([a-z][a-z0-9]*(?:-[a-z0-9]+)*-(?:service|svc|api|worker|gateway|db|cache|queue|proxy))\b(?![-.][a-z0-9])"
+)
 _HOST = re.compile(r"\b([a-z][a-z0-9-]*\d+(?:\.[a-z][a-z0-9-]*)+|[a-z][a-z0-9-]*-\d+)\b")
 _CONFIG_KEY = re.compile(r"\b([a-z][a-z0-9]*(?:_[a-z0-9]+)+)\b")
 _SQL_TABLE = re.compile(r"\b(?:FROM|JOIN|INTO|UPDATE|TABLE)\s+([a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)?)\b")

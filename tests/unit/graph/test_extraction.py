@@ -78,6 +78,13 @@ def test_a_run_too_long_for_any_identifier_is_skipped_and_its_neighbours_kept() 
     assert extract_identifiers(f"on a{edge} now") == []
 
 
+def test_a_hosts_name_is_no_service() -> None:
+    found = extract_identifiers("payments-db-01.internal and redis-cache-03 failed; billing-service. auth-api")
+    assert ("payments-db", "service") not in found and ("redis-cache", "service") not in found
+    assert ("payments-db-01.internal", "host") in found and ("redis-cache-03", "host") in found
+    assert ("billing-service", "service") in found and ("auth-api", "service") in found
+
+
 def test_plain_prose_has_no_identifiers() -> None:
     """Ordinary words and numbers are not entities."""
     assert merge_entities(extract_identifiers("We met at 10 and talked about the weather for 45 minutes.")) == []
