@@ -79,12 +79,19 @@ async def test_the_settings_base_url_and_key_reach_the_model(model: FakeModel) -
     assert [s["auth"] for s in model.seen] == ["Bearer sk-team"]
 
 
-async def test_a_model_that_does_not_answer_in_time_fails_once_without_retries(model: FakeModel) -> None:
+async def test_a_model_that_does_not_answer_in_time_fails_once_without_retries(
+    model: FakeModel, capfd: pytest.CaptureFixture[str]
+) -> None:
     model.delay_s = 3.0
     with pytest.raises(LlmFailed):
         await complete("openai/team-model", "sys", "x", timeout_s=0.5, **endpoint(cfg(model)))
     await asyncio.sleep(1.0)  # a retry, had one been made, would have reached the server by now
     assert len(model.seen) == 1
+    # litellm printed banners on a failure ("Give Feedback / Get Help"), into the JSON log.
+    with pytest.raises(LlmFailed):
+        await complete("openai/team-model", "sys", "x", timeout_s=5, api_base=model.base + "/nowhere", api_key="k")
+    printed = capfd.readouterr()
+    assert printed.out == "" and "LiteLLM" not in printed.err and "Give Feedback" not in printed.err, printed
 
 
 async def test_extraction_calls_run_at_once_and_a_slow_model_leaves_ner_entities(model: FakeModel) -> None:
