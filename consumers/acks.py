@@ -16,7 +16,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from consumers.decoding import Decoded
 from consumers.events import WriteAck
-from consumers.fields import MAX_DOC_ID_CHARS
+from consumers.fields import MAX_DOC_ID_CHARS, MAX_VERSION
 from consumers.requests import TurnKey
 from memory.conversation import turn_doc_id
 from memory.ingest_report import IngestReport, ItemOutcome
@@ -46,23 +46,25 @@ def _turn_of(agent: Any, session: Any, turn: Any) -> tuple[str, str, int] | None
     return key.agent_id, key.session_id, key.turn
 
 
-def _named(raw: bytes | None) -> tuple[str | None, str | None]:
-    """The ``event_id`` and ``doc_id`` a record's JSON names, where they are plain strings: an
-    event refused before it decoded (too large, a bad field) is still acked under its names."""
+def _named(raw: bytes | None) -> dict[str, Any]:
+    """The ``event_id``, ``doc_id`` and ``version`` a record's JSON names, where each is valid
+    as such: an event refused before it decoded (too large, a bad field) is still acked under
+    its names."""
     try:
         data: Any = json.loads(raw or b"")
     except (ValueError, RecursionError):
-        return None, None
+        data = None
     if not isinstance(data, dict):
-        return None, None
-    eid, doc_id = data.get("event_id"), data.get("doc_id")
+        return {"event_id": None}
+    eid, doc_id, version = data.get("event_id"), data.get("doc_id"), data.get("version")
     agent, session, turn = data.get("agent_id"), data.get("session_id"), data.get("turn")
     if doc_id is None and (where := _turn_of(agent, session, turn)) is not None:
         doc_id = turn_doc_id(*where)  # a turn is named by where it was said
-    return (
-        eid if isinstance(eid, str) and 0 < len(eid) <= 256 else None,
-        doc_id if isinstance(doc_id, str) and 0 < len(doc_id) <= MAX_DOC_ID_CHARS else None,
-    )
+    return {
+        "event_id": eid if isinstance(eid, str) and 0 < len(eid) <= 256 else None,
+        "doc_id": doc_id if isinstance(doc_id, str) and 0 < len(doc_id) <= MAX_DOC_ID_CHARS else None,
+        "version": version if type(version) is int and 0 <= version <= MAX_VERSION else None,
+    }
 
 
 def conflict_reason(version: int | None, what: str) -> str:
@@ -96,10 +98,11 @@ def build_acks(
         if route is None:
             continue
         g = decoded.get(position)
-        event_id, doc_id = _named(record.value)
-        ack = WriteAck(event_id=event_id, doc_id=doc_id, status="ignored")
         if g is not None:
-            ack.doc_id, ack.version = g.item.doc_id, g.item.version
+            ack = WriteAck(event_id=g.event_id, doc_id=g.item.doc_id, version=g.item.version, status="ignored")
+        else:
+            # Parsed again only when it never decoded: an event's JSON may be megabytes.
+            ack = WriteAck(**_named(record.value), status="ignored")
         if position in dead:
             ack.status = "dead_lettered"
             ack.reason, ack.error_code = dead[position]

@@ -45,6 +45,7 @@ class Decoded:
     topic: str
     partition: int
     offset: int
+    event_id: str | None = None  # what its ack is named by (the item does not keep it)
 
 
 _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
@@ -279,5 +280,6 @@ def decode_records(
         except ValueError as exc:
             dead.append(dead_letter(rec, str(exc), "invalid_event"))
             continue
-        good.append(Decoded(item=item, topic=rec.topic, partition=rec.partition, offset=rec.offset))
+        eid = event.event_id
+        good.append(Decoded(item, rec.topic, rec.partition, rec.offset, eid if len(eid) <= 256 else None))
     return good, dead

@@ -158,6 +158,8 @@ async def test_a_refused_event_is_acked_dead_lettered_with_its_reason(env: Any) 
         assert ack["error_code"]
         if isinstance(payload, dict):  # named as the event named itself, though it never decoded
             assert (ack["event_id"], ack["doc_id"]) == (payload["event_id"], payload["doc_id"])
+            valid = payload["version"] if isinstance(payload["version"], int) else None
+            assert ack["version"] == valid, ack  # "3", a string, names no version
     # A turn refused is named by where it was said (a turn's event has no doc_id).
     cid = uuid.uuid4().hex
     turn = {"event_id": "e-bad-4", "agent_id": "ops", "session_id": "s-1", "turn": 3, "role": "", "content": "hi"}
