@@ -94,3 +94,12 @@ class GraphConfig(BaseModel):
     summary_retry_max_s: float = Field(300.0, gt=0, description="Longest backoff after failed summaries.")
     claim_ttl_s: float = Field(120.0, gt=0, description="How long a worker's claim on a community lasts.")
     queue_log_interval_s: float = Field(30.0, gt=0, description="How often queue depth and oldest age are logged.")
+
+    @property
+    def summarizer(self) -> str:
+        """What writes summaries, as their records name it: the litellm model, or ``extractive``."""
+        return self.llm_model or EXTRACTIVE
+
+
+#: The offline summarizer's name in a summary record (``model``) and its chunk's metadata.
+EXTRACTIVE = "extractive"

@@ -1,7 +1,8 @@
 """The graph's Lua scripts, read once at import from ``graph/lua/`` (package data).
 
-Each script runs atomically in Redis. ``clear_if_gen_fn.lua`` defines one Lua function that
-the scripts clearing a stale mark share; it is prepended to each of them.
+Each script runs atomically in Redis. ``clear_if_gen_fn.lua`` and ``mark_fn.lua`` each define
+one Lua function that the scripts clearing, or setting, a stale mark share; it is prepended to
+each of them.
 """
 
 from __future__ import annotations
@@ -14,11 +15,13 @@ def _read(name: str) -> str:
 
 
 _CLEAR_FN = _read("clear_if_gen_fn")
+_MARK_FN = _read("mark_fn")
 
-APPLY = _read("apply")
+APPLY = _MARK_FN + _read("apply")
 CLAIM = _read("claim")
 CLEAR_IF_GEN = _CLEAR_FN + _read("clear_if_gen")
 COMMIT_SUMMARY = _CLEAR_FN + _read("commit_summary")
+MARK = _MARK_FN + _read("mark")
 RECORD_FAILURE = _read("record_failure")
 RELEASE = _read("release")
 RENEW = _read("renew")

@@ -11,6 +11,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import structlog
 
@@ -35,6 +36,15 @@ log = structlog.get_logger()
 _WITHDRAWN_KEPT = 100_000
 
 
+@dataclass(frozen=True, slots=True)
+class ResummarizeReport:
+    """What ``GraphService.resummarize`` marked."""
+
+    summarizer: str  # what the workers write summaries with now (``GraphConfig.summarizer``)
+    marked: int  # communities marked stale for a new summary
+    kept: int  # summaries left as they are: written by that summarizer, or none written yet
+
+
 class GraphService:
     """Keeps the entity graph, communities and summaries in step with the documents."""
 
@@ -52,6 +62,7 @@ class GraphService:
         extraction_cache: ExtractionCache | None = None,
     ) -> None:
         self._store = store
+        self._cfg = cfg
         # One owner for this service's summary claims and recompute leases.
         owner = uuid.uuid4().hex
         self._extractor = Extractor(ner=ner, cfg=cfg, mock_llm_response=mock_llm_response, cache=extraction_cache)
@@ -245,6 +256,24 @@ class GraphService:
             MemdError: the summary could not be written (the caller retries with backoff).
         """
         return await self._summarizer.summarize(cid, token)
+
+    async def resummarize(self, *, everything: bool = False) -> ResummarizeReport:
+        """Mark stale the communities whose summary another summarizer wrote (``everything``:
+        every summarized community), so the workers write each again with the one configured
+        now: after switching between extractive and an LLM, or between models. Summaries
+        otherwise change only with their communities.
+
+        A community with no summary yet is already queued, or has no member left to summarize:
+        it is not marked. Each mark takes a new generation, so a summary that a worker is
+        writing meanwhile with the old settings does not clear it.
+        """
+        live = [c.id for c in await self._store.named(await self._store.communities())]
+        writers = await self._store.summaries.writers(live)
+        now_by = self._cfg.summarizer
+        wanted = [cid for cid in live if writers[cid] is not None and (everything or writers[cid] != now_by)]
+        marked = await self._store.mark(wanted)
+        log.info("graph.resummarize_marked", summarizer=now_by, marked=marked, everything=everything)
+        return ResummarizeReport(summarizer=now_by, marked=marked, kept=len(live) - marked)
 
     async def due(self, limit: int) -> list[str]:
         """Stale communities whose turn has come (oldest first; failed ones after their backoff)."""

@@ -1,12 +1,14 @@
 """The stale-summary queue of one graph: which communities wait for a new summary.
 
 A community is marked stale when a document change touches one of its entities (the apply
-script) or a recompute creates or changes it (``GraphStore.replace_communities``). Its keys,
+script), a recompute creates or changes it (``GraphStore.replace_communities``), or an
+operator asks for new summaries (``StaleQueue.mark``, after switching the summarizer). Its keys,
 all under the graph's hash tag:
 
 - ``stale_q``: the work queue, scored by first mark or, after a failure, the retry time;
 - ``stale_first``: the same ids scored by first mark (what ``stale`` lists, oldest first);
-- ``stale``: per community, its level, first and last mark and change count;
+- ``stale``: per community, its level, first and last mark, change count and whether an
+  operator asked;
 - ``stale_docs:<cid>``: the docs whose changes marked it;
 - ``gen``: per community, the fencing counter's value at its last mark (a summary clears the
   mark only if it read the same);
@@ -42,11 +44,13 @@ class StaleItem:
     last_error: str = ""  # why the last one failed
     retry_at: float | None = None  # after a failure: when it is due again
     claimed: bool = False  # a worker holds it now (or one that died, until its claim expires)
+    asked: bool = False  # an operator asked for a new summary (``agentmemd graph resummarize``)
 
     def cause(self, limit: int = 5) -> str:
-        """What marked it, for a person: the docs whose changes did, else the recompute that
-        made it (a new or regrouped community, never summarized as it is)."""
-        return ", ".join(self.doc_ids[:limit]) or RECOMPUTE_CAUSE
+        """What marked it, for a person: the docs whose changes did, else an operator's
+        request, else the recompute that made it (a new or regrouped community, never
+        summarized as it is)."""
+        return ", ".join(self.doc_ids[:limit]) or (ASKED_CAUSE if self.asked else RECOMPUTE_CAUSE)
 
 
 #: The longest reason of a failed summary kept (a provider's error can quote a whole prompt).
@@ -54,6 +58,9 @@ MAX_ERROR_CHARS = 500
 
 #: A stale community no document change marked: a recompute made it.
 RECOMPUTE_CAUSE = "a recompute (new or regrouped)"
+
+#: A stale community an operator marked.
+ASKED_CAUSE = "asked (graph resummarize)"
 
 
 class StaleQueue:
@@ -64,6 +71,7 @@ class StaleQueue:
         self._prefix = prefix
         self._clear = client.register_script(scripts.CLEAR_IF_GEN)
         self._fail = client.register_script(scripts.RECORD_FAILURE)
+        self._mark = client.register_script(scripts.MARK)
 
     def _k(self, suffix: str) -> str:
         return f"{self._prefix}:{suffix}"
@@ -120,9 +128,20 @@ class StaleQueue:
                         last_error=as_str(failed[1][i]) if failed[1][i] is not None else "",
                         retry_at=float(failed[2][i]) if attempts and failed[2][i] is not None else None,
                         claimed=bool(failed[3 + i]),
+                        asked=bool(d.get("asked", False)),
                     )
                 )
         return depth, items
+
+    async def failing(self) -> list[tuple[str, int, str]]:
+        """Every community whose summaries failed since the last success: (id, attempts, the
+        last one's why), most attempts first. Read whole (two reads), however deep the queue."""
+        async with translate_errors("stale read"):
+            counts = {as_str(c): int(n) for c, n in (await self._r.hgetall(self._k("failures"))).items()}
+            cids = sorted(counts)
+            errors = await self._r.hmget(self._k("last_error"), cids) if cids else []
+        found = [(c, counts[c], as_str(e) if e is not None else "") for c, e in zip(cids, errors, strict=True)]
+        return sorted(found, key=lambda f: (-f[1], f[0]))
 
     async def _repair_stale_first(self) -> None:
         """Rebuild the first-marked index from the queue (stores written before it existed)."""
@@ -155,6 +174,17 @@ class StaleQueue:
         """How many times a community has been marked (a claim remembers it)."""
         async with translate_errors("stale read"):
             return as_str(await self._r.hget(self._k("gen"), cid) or b"0")
+
+    async def mark(self, cids: Sequence[str], now: float) -> int:
+        """Mark communities stale at an operator's request, each with a new generation, so a
+        summary being written from the old settings does not clear it; returns how many (a
+        community no longer in the map is passed over). One script per 1,000 communities."""
+        marked = 0
+        async with translate_errors("stale write"):
+            for i in range(0, len(cids), 1000):
+                part = list(cids[i : i + 1000])
+                marked += int(await self._mark(keys=[self._k("stale")], args=[self._prefix, repr(now), *part]))
+        return marked
 
     async def clear_if_unchanged(self, cid: str, gen: str) -> bool:
         """Clear the stale mark unless the community was marked again since ``gen`` (its mark_count then)."""

@@ -341,6 +341,10 @@ class GraphStore:
         """Queue depth and the oldest ``limit`` stale communities, oldest first (see StaleQueue.stale)."""
         return await self._stale.stale(limit)
 
+    async def failing(self) -> list[tuple[str, int, str]]:
+        """Communities whose summaries failed since the last success (see StaleQueue.failing)."""
+        return await self._stale.failing()
+
     async def is_stale(self, cids: Sequence[str]) -> dict[str, bool]:
         """Whether each community's summary is stale right now."""
         return await self._stale.is_stale(cids)
@@ -348,6 +352,10 @@ class GraphStore:
     async def mark_count(self, cid: str) -> str:
         """How many times a community has been marked (a claim remembers it)."""
         return await self._stale.mark_count(cid)
+
+    async def mark(self, cids: Sequence[str], *, now: float | None = None) -> int:
+        """Mark communities stale at an operator's request; returns how many (see StaleQueue.mark)."""
+        return await self._stale.mark(cids, time.time() if now is None else now)
 
     async def clear_if_unchanged(self, cid: str, gen: str) -> bool:
         """Clear the stale mark unless the community was marked again since ``gen``."""

@@ -159,7 +159,7 @@ class Summarizer:
                 mock_response=self._mock,
                 **endpoint(self._cfg),
             )
-            text, model, tokens = res.text, self._cfg.llm_model, res.prompt_tokens + res.completion_tokens
+            text, tokens = res.text, res.prompt_tokens + res.completion_tokens
             self.llm_tokens += tokens
             LLM_TOKENS.labels("summary").inc(tokens)
         else:
@@ -170,7 +170,7 @@ class Summarizer:
                 max_sentences=self._cfg.summary_sentences,
                 word_budget=self._cfg.summary_token_budget,
             )
-            model = "extractive"
+        model = self._cfg.summarizer
         now = time.time()
         top = sorted(members, key=lambda m: (-weights[m], m))[:20]
         record = ChunkRecord(
@@ -240,14 +240,15 @@ class Summarizer:
             try:
                 if await self.summarize(cid, token) is not None:
                     done += 1
-            except MemdError as exc:
+            except Exception as exc:
+                # Any failure, a bug's too, backs this community off with its reason: retried at
+                # once, one community that always fails would hold the worker for ever.
+                why = str(exc) if isinstance(exc, MemdError) else f"{type(exc).__name__}: {exc}"
                 attempts = await self._store.failures(cid) + 1
                 delay = min(self._cfg.summary_retry_initial_s * 2 ** (attempts - 1), self._cfg.summary_retry_max_s)
-                await self._store.record_failure(cid, time.time() + delay, self._owner, token, str(exc))
+                await self._store.record_failure(cid, time.time() + delay, self._owner, token, why)
                 SUMMARIES_FAILED.inc()
-                log.warning(
-                    "graph.summary_failed", community_id=cid, attempts=attempts, retry_in_s=delay, error=str(exc)
-                )
+                log.warning("graph.summary_failed", community_id=cid, attempts=attempts, retry_in_s=delay, error=why)
             finally:
                 await self._store.release(cid, self._owner, token)
             await self._sleep(60.0 / self._cfg.summarizer_rate_per_min)

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import redis.asyncio as aredis
@@ -66,6 +67,17 @@ class SummaryRecords:
         """The community's summary is out of the index: no longer awaiting withdrawal."""
         async with translate_errors("graph write"):
             await self._r.srem(self._k("withdraw"), cid)
+
+    async def writers(self, cids: Sequence[str]) -> dict[str, str | None]:
+        """What wrote each community's summary (a litellm model, or ``extractive``); ``None``
+        for a community with no summary record."""
+        if not cids:
+            return {}
+        async with translate_errors("summary read"), self._r.pipeline(transaction=False) as pipe:
+            for cid in cids:
+                pipe.hget(self._k(f"summary:{cid}"), "model")
+            raw = await pipe.execute()
+        return {cid: None if m is None else json.loads(m) for cid, m in zip(cids, raw, strict=True)}
 
     async def get(self, cid: str) -> dict[str, Any] | None:
         """A community's summary record, if written."""

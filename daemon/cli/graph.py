@@ -192,6 +192,25 @@ def graph_rebuild(tenant: TenantOpt = None) -> None:
     )
 
 
+@graph_app.command("resummarize")
+def graph_resummarize(
+    everything: Annotated[
+        bool, typer.Option("--all", help="Every summarized community, not only those another summarizer wrote.")
+    ] = False,
+    tenant: TenantOpt = None,
+) -> None:
+    """Mark stale the communities whose summary another summarizer wrote (after setting or
+    changing graph.llm_model), so the daemons' workers write them again. Run it with the
+    daemons' settings: the summarizer compared against is the one they name."""
+    report = _with_graph(lambda g: g.resummarize(everything=everything), tenant)
+    other = f"communities summarized by another summarizer than {report.summarizer!r}"
+    which = "summarized communities" if everything else other
+    out.print(
+        f"{report.marked} {which} marked stale, {report.kept} left as they are; "
+        "the daemons' workers write them again (agentmemd stale shows the queue)"
+    )
+
+
 @graph_app.command("repoint")
 def graph_repoint() -> None:
     """Re-extract every graph doc of every tenant from the active index's chunks, so entities

@@ -1,4 +1,4 @@
--- Replace one document's contribution to the entity graph (KEYS[1]; ARGV: prefix, doc id, new JSON
+-- (after mark_fn.lua) Replace one document's contribution to the entity graph (KEYS[1]; ARGV: prefix, doc id, new JSON
 -- or '' to delete, version or '', now, refresh '1'/'0'): subtract the old, add the new, and mark stale
 -- every community of every touched entity: one the doc gains or loses, whose passages (its
 -- fingerprint, the 4th field; none stored = changed) or edges changed. An edit of text that names
@@ -121,26 +121,7 @@ end
 local cids = {}
 for cid, _ in pairs(marked) do
   table.insert(cids, cid)
-  local s = redis.call('HGET', P .. ':stale', cid)
-  local rec
-  if s then
-    rec = cjson.decode(s)
-    rec.last = now
-    rec.count = rec.count + 1
-  else
-    local c = redis.call('HGET', P .. ':comms', cid)
-    local level = 0
-    if c then level = cjson.decode(c).level end
-    rec = {level = level, first = now, last = now, count = 1}
-    redis.call('ZADD', P .. ':stale_q', now, cid)
-  end
-  redis.call('HSET', P .. ':stale', cid, cjson.encode(rec))
-  redis.call('ZADD', P .. ':stale_first', 'NX', rec.first, cid)
-  redis.call('SADD', P .. ':stale_docs:' .. cid, doc)
-  -- From the one fencing counter, not a per-community count: a removed community's entry
-  -- goes, and a count restarting at 1 when the same members come back would let a summary
-  -- begun before the removal clear the new community's mark (it read generation 1 too).
-  redis.call('HSET', P .. ':gen', cid, redis.call('INCR', P .. ':fence'))
+  mark_stale(P, cid, now, doc, false)
 end
 if newj == '' then members('SADD', P .. ':withdraw', cids) end
 return done(1, cjson.encode(keys), cjson.encode(cids))

@@ -590,6 +590,59 @@ async def test_litellm_path_with_mock_response(
     assert summary["text"] == "Auth sessions expire early when session-cache evicts; raise token_ttl."
 
 
+async def test_resummarize_rewrites_the_summaries_another_summarizer_wrote(stack: Stack, redis_url: str) -> None:
+    """After switching to an LLM, `graph resummarize` marks the extractive summaries stale (a
+    summary in flight from before cannot clear the mark) and the workers write them with the
+    model; run again it marks nothing, and --all marks every summarized community."""
+    await stack.graph.recompute(force=True)
+    while await stack.graph.work_once():
+        pass
+    comms = [c.id for c in await stack.store.communities()]
+    assert comms and (await stack.store.stale())[0] == 0
+    same = await stack.graph.resummarize()
+    assert (same.summarizer, same.marked, same.kept) == ("extractive", 0, len(comms))
+
+    said = "Sessions expire when session-cache evicts; raise token_ttl."
+    llm = GraphService(
+        store=stack.store,
+        index=stack.index,
+        embedder=stack.embedder,
+        ner=None,
+        cfg=GraphConfig(llm_model="gpt-4o-mini", summarizer_rate_per_min=60_000),
+        mock_llm_response=said,
+    )
+    in_flight = {cid: await stack.store.mark_count(cid) for cid in comms}
+    report = await llm.resummarize()
+    assert (report.summarizer, report.marked, report.kept) == ("gpt-4o-mini", len(comms), 0)
+    depth, items = await stack.store.stale(limit=100)
+    assert depth == len(comms) and all(i.asked and i.cause() == "asked (graph resummarize)" for i in items)
+    # A summary begun before the mark, with the old summarizer, does not clear it.
+    assert not await stack.store.clear_if_unchanged(comms[0], in_flight[comms[0]])
+    while await llm.work_once():
+        pass
+    assert (await stack.store.stale())[0] == 0
+    for cid in comms:
+        summary = await stack.store.summaries.get(cid)
+        assert summary is not None and summary["model"] == "gpt-4o-mini" and summary["text"] == said
+    again = await llm.resummarize()
+    assert (again.marked, again.kept) == (0, len(comms))
+
+    env = {
+        **os.environ,
+        "AGENTMEM_REDIS_URL": redis_url,
+        "AGENTMEM_INDEX__NAME": stack.index.cfg.name,
+        "AGENTMEM_GRAPH__LLM_MODEL": "gpt-4o-mini",
+    }
+    agentmemd = str(Path(sys.executable).parent / "agentmemd")
+    res = subprocess.run([agentmemd, "graph", "resummarize", "--all"], env=env, capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert f"{len(comms)} summarized communities marked stale, 0 left" in " ".join(res.stdout.split()), res.stdout
+    assert (await stack.store.stale())[0] == len(comms)
+    # Back to the extractive summarizer: the model's summaries are the other summarizer's now.
+    back = await stack.graph.resummarize()
+    assert (back.summarizer, back.marked) == ("extractive", len(comms))
+
+
 @pytest.mark.parametrize("failure", ["litellm.RateLimitError", "litellm.InternalServerError"])
 async def test_llm_extraction_failures_never_hold_ingestion(
     redis_url: str, embedder: Any, ner: SpacyNer, failure: str
