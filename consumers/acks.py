@@ -139,6 +139,11 @@ def build_acks(
                 )
                 out.append((record, *route, ack))
                 continue
+            if winner is not None and winner[1].status == "ignored" and winner[1].conflict is None and g.item.version:
+                # The doc's highest version of the batch was already below the stored one.
+                ack.reason = f"version {g.item.version} is older than the stored version {winner[1].stored_version}"
+                out.append((record, *route, ack))
+                continue
             later = f" (version {winner[0].item.version})" if winner and winner[0].item.version is not None else ""
             ack.reason = f"superseded by a later event of the same doc in the same batch{later}"
         else:

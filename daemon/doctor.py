@@ -285,9 +285,9 @@ async def _check_summaries(client: Any, settings: Settings) -> list[Finding]:
     failing: list[tuple[str, int, str]] = []
     queued = 0
     for tenant in await TenantRegistry(client=client, name=settings.index.name).all():
-        depth, items = await graph.service(tenant).store.stale(limit=MAX_PAGE)
-        queued += depth
-        failing += [(tenant, i.attempts, i.last_error) for i in items if i.attempts]
+        store = graph.service(tenant).store
+        queued += (await store.stale(limit=1))[0]
+        failing += [(tenant, attempts, why) for _, attempts, why in await store.failing()]
     if not failing:
         return [Finding("summaries", True, f"none failing; {queued} stale communit(ies) queued")]
     tenants = sorted({t for t, _, _ in failing})

@@ -8,6 +8,7 @@ entities (spaCy) are passed in from outside, so this module stays pure.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import itertools
 import re
@@ -64,10 +65,7 @@ _EXCEPTION = re.compile(r"\b(?:[a-z_][\w]*\.)*([A-Z][A-Za-z0-9]*(?:Error|Excepti
 _FUNCTION = re.compile(r"\b([A-Za-z_][\w]*(?:\.[A-Za-z_][\w]*)*)\(\)")
 _FILE_PATH = re.compile(r"(?<![\w.])((?:/[\w.-]+){2,}|(?:[\w-]+/)+[\w-]+\.[a-z]{1,5})\b")
 _MODULE = re.compile(r"\b([a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*){2,})\b")
-# Not a host's first part: "payments-db-01.internal" is a host, not the service "payments-db".
-_SERVICE = re.compile(
-    r"\b([a-z][a-z0-9]*(?:-[a-z0-9]+)*-(?:service|svc|api|worker|gateway|db|cache|queue|proxy))\b(?![-.][a-z0-9])"
-)
+_SERVICE = re.compile(r"\b([a-z][a-z0-9]*(?:-[a-z0-9]+)*-(?:service|svc|api|worker|gateway|db|cache|queue|proxy))\b")
 _HOST = re.compile(r"\b([a-z][a-z0-9-]*\d+(?:\.[a-z][a-z0-9-]*)+|[a-z][a-z0-9-]*-\d+)\b")
 _CONFIG_KEY = re.compile(r"\b([a-z][a-z0-9]*(?:_[a-z0-9]+)+)\b")
 _SQL_TABLE = re.compile(r"\b(?:FROM|JOIN|INTO|UPDATE|TABLE)\s+([a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)?)\b")
@@ -140,9 +138,16 @@ def _found(text: str) -> Iterable[tuple[str, str]]:
         yield m.group(1), "file_path"
     for m in _MODULE.finditer(text):
         yield m.group(1), "module"
+    hosts = list(_HOST.finditer(text))
+    # A host's first part is no service: "payments-db-01.internal" is a host, not the service
+    # "payments-db". A pod's (checkout-service-7d9f8b6c-xk2pq) or a DNS name's
+    # (auth-api.svc.cluster.local) is: neither is a host here.
+    starts, ends = [m.start(1) for m in hosts], [m.end(1) for m in hosts]  # disjoint, in order
     for m in _SERVICE.finditer(text):
-        yield m.group(1), "service"
-    for m in _HOST.finditer(text):
+        i = bisect.bisect_right(starts, m.start(1)) - 1
+        if i < 0 or m.end(1) > ends[i]:
+            yield m.group(1), "service"
+    for m in hosts:
         yield m.group(1), "host"
     for m in _CONFIG_KEY.finditer(text):
         yield m.group(1), "config_key"

@@ -85,7 +85,10 @@ async def complete(
         if "connect" in str(exc).lower():
             raise BackendUnavailable(f"LLM {model} unreachable: {exc}") from exc
         raise LlmFailed(f"LLM {model} failed: {type(exc).__name__}: {exc}") from exc
-    text = (resp.choices[0].message.content or "").strip()
+    try:
+        text = (resp.choices[0].message.content or "").strip()
+    except (AttributeError, IndexError, TypeError) as exc:  # a proxy that answers with no choice
+        raise LlmFailed(f"LLM {model} returned no choice: {type(exc).__name__}: {exc}") from exc
     if not text:
         raise LlmFailed(f"LLM {model} returned no text")
     usage = getattr(resp, "usage", None)

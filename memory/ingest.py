@@ -282,15 +282,25 @@ class Ingestor:
         fold_forgets(report, forgets, asked_forgets)
         return report
 
-    async def _conflicts_apart(self, replays: list[MemoryItem], report: IngestReport) -> list[MemoryItem]:
+    async def _conflicts_apart(
+        self, replays: list[MemoryItem], copies: Sequence[MemoryItem], report: IngestReport
+    ) -> list[MemoryItem]:
         """``replays`` (their version is the stored one) without the document upserts that say
         something else than what is stored: another content, source or metadata under a version
         already written (a producer that reused a version). Those are acked ``ignored`` with
         the reason, never a silent "indexed", and not handed to the graph. A redelivery says
-        what is stored, and is kept (decision 0057)."""
+        what is stored, and is kept (decision 0057).
+
+        ``copies``: the batch's other upserts of a replay's doc and version, which ``coalesce``
+        passed over. Each is judged against what is stored too, as it would be alone: the
+        batch ``[v5 B, v5 A]`` over a stored v5 A acks B ``ignored`` and A ``indexed``, and A
+        goes to the graph in B's place."""
         upserts = [i for i in replays if i.op == "upsert" and i.kind == "document"]
         if not upserts:
             return replays
+        docs = {(i.tenant, i.doc_id) for i in upserts}
+        copies = [c for c in copies if c.op == "upsert" and c.kind == "document" and (c.tenant, c.doc_id) in docs]
+        copied = {id(c) for c in copies}
         found: dict[tuple[str, str], list[StoredChunk]] = {}
         for tenant in sorted({i.tenant for i in upserts}):
             ids = [i.doc_id for i in upserts if i.tenant == tenant]
@@ -300,16 +310,23 @@ class Ingestor:
             )
             found.update({(tenant, d): chunks for d, chunks in read.items()})
         kept: list[MemoryItem] = []
-        compared = {id(i) for i in upserts}
-        for item in replays:
+        kept_docs: set[tuple[str, str]] = set()
+        compared = {id(i) for i in upserts} | copied
+        for item in [*replays, *copies]:
             chunks = found.get((item.tenant, item.doc_id))
             if id(item) in compared and chunks and (why := differs_from_stored(item, chunks)) is not None:
                 report.outcomes[id(item)] = ItemOutcome("ignored", stored_version=item.version, conflict=why)
                 log.warning(
                     "ingest.version_conflict", tenant=item.tenant, doc_id=item.doc_id, version=item.version, differs=why
                 )
+            elif id(item) in copied:
+                report.outcomes[id(item)] = ItemOutcome("indexed", stored_version=item.version)
+                if (item.tenant, item.doc_id) not in kept_docs:
+                    kept.append(item)  # the doc's kept item conflicted: this one says what is stored
+                    kept_docs.add((item.tenant, item.doc_id))
             else:
                 kept.append(item)
+                kept_docs.add((item.tenant, item.doc_id))
         return kept
 
     async def _apply(self, items: Sequence[MemoryItem]) -> IngestReport:
@@ -338,7 +355,10 @@ class Ingestor:
                     replays.append(item)
             else:
                 live.append(item)
-        replays = await self._conflicts_apart(replays, report)
+        if replays:
+            chosen, again = {id(i) for i in todo}, {(i.tenant, i.doc_id, i.version) for i in replays}
+            copies = [i for i in items if id(i) not in chosen and (i.tenant, i.doc_id, i.version) in again]
+            replays = await self._conflicts_apart(replays, copies, report)
 
         # A redelivery of the version already in the index may be one whose follow-up
         # work (the graph) was cut short by a crash: hand it on again. The hook has its

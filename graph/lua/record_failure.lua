@@ -7,5 +7,5 @@ local holder = redis.call('GET', P .. ':claim:' .. cid)
 if holder and holder ~= lease then return 0 end
 if not redis.call('ZSCORE', P .. ':stale_q', cid) then return 0 end
 redis.call('ZADD', P .. ':stale_q', 'XX', retry_at, cid)
-if err then redis.call('HSET', P .. ':last_error', cid, err) end
+if err ~= '' then redis.call('HSET', P .. ':last_error', cid, err) end
 return redis.call('HINCRBY', P .. ':failures', cid, 1)

@@ -24,7 +24,7 @@ from consumers.events import DocumentEvent
 from daemon.instance import Daemon
 from daemon.settings import Settings
 from daemon.topics import ensure_topics
-from memory.config import ChunkingConfig, IngestConfig
+from memory.config import ChunkingConfig, IndexConfig, IngestConfig
 from memory.filters import BASE_FILTER_KEYS
 from memory.index import ChunkIndex
 from memory.ingest import Ingestor
@@ -239,6 +239,38 @@ async def test_a_redelivery_of_a_written_event_is_acked_indexed_and_written_once
     finally:
         await daemon.stop()
         await plain.stop()
+        await index.drop()
+        await client.aclose()
+
+
+async def test_in_one_batch_each_copy_of_a_written_version_is_judged_against_what_is_stored(
+    redis_url: str, embedder: Any
+) -> None:
+    """Over a stored version 5 ("A"), the batch [v5 "B", v5 "A", v5 "C"] says what each event
+    would have heard alone: "B" and "C" another content, "A" indexed (a redelivery), though
+    the batch kept "B" to compare first."""
+    client = aredis.from_url(redis_url)
+    index = ChunkIndex(client=client, cfg=IndexConfig(name=unique("acks-copies")), dims=embedder.dims)
+    await index.ensure()
+    ingestor = Ingestor(index=index, embedder=embedder, chunking=ChunkingConfig(), cfg=IngestConfig())
+    try:
+
+        def v5(content: str) -> Any:
+            body = {"event_id": content, "op": "upsert", "doc_id": "acks/copies.md", "version": 5, "content": content}
+            return DocumentEvent.model_validate(body).to_item(BASE_FILTER_KEYS)
+
+        await ingestor.apply([v5(RUNBOOK)])
+        items = [v5("Runbook B."), v5(RUNBOOK), v5("Runbook C.")]
+        report = await ingestor.apply(items)
+        said = [report.outcomes[id(i)] for i in items]
+        assert [(o.status, o.conflict) for o in said] == [
+            ("ignored", "content"),
+            ("indexed", None),
+            ("ignored", "content"),
+        ]
+        assert all(o.stored_version == 5 and o.chunks is None for o in said)
+        assert (await index.as_written(["acks/copies.md"], "default"))["acks/copies.md"][0].text == RUNBOOK
+    finally:
         await index.drop()
         await client.aclose()
 

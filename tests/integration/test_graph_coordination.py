@@ -454,6 +454,23 @@ async def test_a_failure_of_a_community_no_longer_queued_is_not_kept(two: Daemon
     assert await two.store.failures(cid) == 0 and (await two.store.stale())[0] == 0
 
 
+async def test_a_summary_written_while_marked_again_ends_the_failures_before_it(two: Daemons) -> None:
+    """Failed twice, then written while a change marked it again: it stays queued for the
+    change, due now (not at the last failure's retry time), with no failure left to show."""
+    cid = await one_community(two)
+    token = await two.store.claim(cid, "daemon-a", ttl_s=30)
+    assert token is not None
+    for _ in range(2):
+        await two.store.record_failure(cid, time.time() + 3600, "daemon-a", token, "LlmFailed: rate limited")
+    gen = await two.store.mark_count(cid)
+    await two.store.apply("doc1", 2, contrib("doc1#0", "alpha-svc", "beta-svc", "gamma-svc", "delta-svc"))
+    written = await two.store.summaries.commit(cid, token, gen, {"text": "alpha-svc calls beta-svc.", "model": "x"})
+    assert written == (True, False)
+    (item,) = (await two.store.stale())[1]
+    assert (item.attempts, item.last_error, item.retry_at) == (0, "", None)
+    assert await two.store.due(time.time(), 10) == [cid]
+
+
 async def test_a_failure_after_the_claim_expired_leaves_the_next_claims_mark_alone(two: Daemons) -> None:
     """A worker whose claim expired mid-summary, and that another worker has claimed since,
     fails: the community stays due for the new claim, with no failure counted against it.

@@ -63,3 +63,17 @@ def test_an_older_version_in_the_batch_is_superseded_by_the_later_one() -> None:
         "ignored",
         "superseded by a later event of the same doc in the same batch (version 5)",
     )
+
+
+def test_below_a_stored_version_every_event_of_the_batch_says_so() -> None:
+    """The doc's highest version of the batch (5) was already below the stored one (7): a copy
+    of it, and an older version, are older than what is stored, not superseded by the batch."""
+    raw, good = batch((4, "A"), (5, "B"), (5, "B"))
+    report = IngestReport()
+    report.outcomes[id(good[1].item)] = ItemOutcome("ignored", stored_version=7)
+    reasons = [r for _, r in acked(raw, good, report)]
+    assert reasons == [
+        "version 4 is older than the stored version 7",
+        "version 5 is older than the stored version 7",
+        "version 5 is older than the stored version 7",
+    ]

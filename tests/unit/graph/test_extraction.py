@@ -83,6 +83,13 @@ def test_a_hosts_name_is_no_service() -> None:
     assert ("payments-db", "service") not in found and ("redis-cache", "service") not in found
     assert ("payments-db-01.internal", "host") in found and ("redis-cache-03", "host") in found
     assert ("billing-service", "service") in found and ("auth-api", "service") in found
+    for named, service in (
+        ("checkout-service-7d9f8b6c-xk2pq restarted", "checkout-service"),  # a pod
+        ("auth-api.svc.cluster.local timed out", "auth-api"),  # a DNS name
+        ("user-service-v2 is out", "user-service"),
+        ("payments-db.internal is slow", "payments-db"),
+    ):
+        assert (service, "service") in extract_identifiers(named), named
 
 
 def test_plain_prose_has_no_identifiers() -> None:
