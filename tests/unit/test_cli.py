@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 import typer
@@ -167,30 +168,37 @@ def test_commands_are_listed_in_their_usual_order() -> None:
     ]
 
 
-def test_query_results_show_the_turns_around_a_turn() -> None:
-    """--context-turns: each conversation turn is shown with the exchange around it."""
+def rendered(width: int, **result: Any) -> str:
+    """The CLI's text for a reply of one result (a turn of ``a/s`` unless ``result`` says otherwise)."""
     from rich.console import Console
 
-    from consumers.requests import ContextTurn, QueryReply, ResultItem
+    from consumers.requests import QueryReply, ResultItem
     from daemon.cli.query import results_view
 
-    hit = ResultItem(
-        chunk_id="transcript:a/s/2_p0",
-        rrf_score=0.03,
-        text="Yes, yesterday!",
-        source="a/s",
-        doc_id="transcript:a/s/2",
-        kind="transcript",
-        metadata={"role": "assistant"},
-        ranks={"sparse": 1},
-        context=[
-            ContextTurn(doc_id="transcript:a/s/1", turn=1, role="user", text="Did you finish the pottery class?"),
-            ContextTurn(doc_id="transcript:a/s/3", turn=3, role="user", text="Congrats!"),
-        ],
-    )
-    console = Console(width=80, record=True, color_system=None)
+    fields: dict[str, Any] = {
+        "chunk_id": "transcript:a/s/2_p0",
+        "rrf_score": 0.03,
+        "source": "a/s",
+        "doc_id": "transcript:a/s/2",
+        "kind": "transcript",
+        "metadata": {"role": "assistant"},
+        "ranks": {"sparse": 1},
+    }
+    console = Console(width=width, record=True, color_system=None)
+    hit = ResultItem(**{**fields, **result})
     console.print(results_view(QueryReply(query_id="q", total_retrieved=1, took_ms=1.0, results=[hit])))
-    lines = [line.strip() for line in console.export_text().splitlines()]
+    return console.export_text()
+
+
+def test_query_results_show_the_turns_around_a_turn() -> None:
+    """--context-turns: each conversation turn is shown with the exchange around it."""
+    from consumers.requests import ContextTurn
+
+    context = [
+        ContextTurn(doc_id="transcript:a/s/1", turn=1, role="user", text="Did you finish the pottery class?"),
+        ContextTurn(doc_id="transcript:a/s/3", turn=3, role="user", text="Congrats!"),
+    ]
+    lines = [line.strip() for line in rendered(80, text="Yes, yesterday!", context=context).splitlines()]
     said = [
         "turn 1 (user): Did you finish the pottery class?",
         "» turn 2 (assistant): Yes, yesterday!",
@@ -229,25 +237,18 @@ def test_piped_query_results_keep_whole_lines() -> None:
 
 
 def test_a_community_summary_says_it_is_one_and_whether_it_is_stale() -> None:
-    from rich.console import Console
+    from consumers.requests import CommunityInfo
 
-    from consumers.requests import CommunityInfo, QueryReply, ResultItem
-    from daemon.cli.query import results_view
-
-    hit = ResultItem(
+    said = rendered(
+        120,
         chunk_id="community:c1-a88d_p0",
-        rrf_score=0.03,
         text="Entities: billing-service, pgbouncer.",
         source="community",
         doc_id="community:c1-a88d",
         kind="community",
         metadata={},
-        ranks={"sparse": 1},
         community=CommunityInfo(community_id="c1-a88d", level=1, member_count=7, stale=True),
     )
-    console = Console(width=120, record=True, color_system=None)
-    console.print(results_view(QueryReply(query_id="q", total_retrieved=1, took_ms=1.0, results=[hit])))
-    said = console.export_text()
     assert "(community summary, level 1, 7 members, stale: members changed since it was written)" in said
 
 
