@@ -110,7 +110,9 @@ def build_acks(
             ack.status, ack.chunks, ack.stored_version = outcome.status, outcome.chunks, outcome.stored_version
             ack.embedded = outcome.embedded
             ack.forgotten, ack.removed = outcome.forgotten, outcome.removed
-            if outcome.conflict is not None:
+            if outcome.refused is not None:
+                ack.reason = outcome.refused
+            elif outcome.conflict is not None:
                 ack.reason = conflict_reason(g.item.version, outcome.conflict)
             elif outcome.status == "ignored":
                 ack.reason = f"version {g.item.version} is older than the stored version {outcome.stored_version}"

@@ -7,7 +7,7 @@ by event, so one poison event cannot block the others.
 
 import asyncio
 import dataclasses
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import structlog
@@ -24,7 +24,7 @@ from memory.attempts import AttemptCounter
 from memory.config import IngestConfig
 from memory.errors import InvalidRequest, MemdError
 from memory.ingest import Ingestor
-from memory.ingest_report import IngestReport
+from memory.ingest_report import IngestReport, ItemOutcome
 from memory.metrics import (
     ACKS_SENT,
     CHUNKS_EMBEDDED,
@@ -36,6 +36,11 @@ from memory.metrics import (
 from memory.retrying import backoff_s, pause
 
 log = structlog.get_logger()
+
+
+async def none_erased() -> Mapping[str, float]:
+    """No tenant is erased (single tenancy, and tests that build a pipeline alone)."""
+    return {}
 
 
 def _stamp(record: ConsumerRecord[Any, Any]) -> int:
@@ -60,6 +65,8 @@ class Ingestion:
     partition_counts: PartitionCounts
     # Where a reply (an ack) must never go: the daemon's inputs.
     input_topics: tuple[str, ...]
+    # In topic tenancy, the erased tenants (``TenantRegistry.erased``): their events are not applied.
+    erased_tenants: Callable[[], Awaitable[Mapping[str, float]]] = dataclasses.field(default=none_erased)
     # Positions dead-lettered while their batch is handled, with (reason, code); the documents
     # and transcripts subscribers share this object, and their positions never collide.
     _dead: dict[tuple[str, int, int], tuple[str, str]] = dataclasses.field(default_factory=dict)
@@ -88,9 +95,19 @@ class Ingestion:
     async def _ingest(
         self, good: Sequence[Decoded], dead: Sequence[DlqRecord], raw: dict[tuple[str, int, int], Any], base: str
     ) -> None:
+        erased = await self.erased_tenants() if self.cfg.tenancy == "topic" and good else {}
+        gone = [g for g in good if g.item.tenant in erased]
         # Applied first, dead-lettered after: a batch that fails (an outage, a poison event
         # short of its attempts) is redelivered whole, and must not have published anything yet.
-        report = await self._apply_isolated(good, raw)
+        report = await self._apply_isolated([g for g in good if g.item.tenant not in erased] if gone else good, raw)
+        for g in gone:
+            why = (
+                f"tenant {g.item.tenant!r} was erased (agentmemd erase-tenant): its events are not applied "
+                f"until its topics are created again (agentmemd topics --tenant {g.item.tenant})"
+            )
+            report.outcomes[id(g.item)] = ItemOutcome("ignored", refused=why)
+        if gone:
+            log.warning("ingest.erased_tenant_skipped", tenants=sorted({g.item.tenant for g in gone}), events=len(gone))
         # By the kind's topic (a tenant's own topic counts under it): the model's work, not a tenant's.
         CHUNKS_EMBEDDED.labels(base).inc(report.chunks_embedded)
         CHUNKS_REUSED.labels(base).inc(report.chunks_reused)

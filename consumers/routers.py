@@ -10,7 +10,7 @@ import contextlib
 import dataclasses
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 import structlog
@@ -23,7 +23,7 @@ from consumers.config import ConsumerConfig, Topics
 from consumers.decoding import tenant_from_topic
 from consumers.errors import UnknownReplyTopic
 from consumers.expiry import ExpiryLog, expired_error
-from consumers.ingestion import Ingestion
+from consumers.ingestion import Ingestion, none_erased
 from consumers.queries import answer, fit_get_reply, fit_list_reply, fit_reply, guess_query_id, scope_of
 from consumers.replies import (
     PartitionCounts,
@@ -354,6 +354,7 @@ def build_router(
     on_query_done: Callable[[float, str], None] = lambda _s, _o: None,
     seen: Callable[[str], None] = lambda _role: None,
     saw_tenant: SawTenant = _no_registry,
+    erased_tenants: Callable[[], Awaitable[Mapping[str, float]]] = none_erased,
 ) -> KafkaRouter:
     """The daemon's three subscribers: documents, transcripts (batched) and queries.
 
@@ -376,6 +377,7 @@ def build_router(
         publish_reply=publish_reply,
         partition_counts=partition_counts,
         input_topics=(topics.documents, topics.transcripts, topics.requests, topics.dlq),
+        erased_tenants=erased_tenants,
     )
     events = (("documents", "document", topics.documents), ("transcripts", "transcript", topics.transcripts))
     for role, kind, base in events:

@@ -209,6 +209,7 @@ async def start_daemon(
                 on_query_done=status.record_query,
                 seen=backoff.seen,
                 saw_tenant=tenants.saw,
+                erased_tenants=tenants.erased,
                 attempts_counter=AttemptCounter(client=redis, name=settings.index.name),
             )
         )

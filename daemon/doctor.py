@@ -9,12 +9,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer
-from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
 from daemon.connections import kafka_options, redis_client
 from daemon.settings import Settings
-from daemon.status import measure_lag, past_end_text
+from daemon.status import group_members, measure_lag, past_end_text
 from daemon.teardown import bounded
 from daemon.topics import tenant_topics
 from memory.errors import MemdError, NotFound
@@ -447,24 +446,12 @@ async def _check_kafka(settings: Settings) -> list[Finding]:
 async def _check_daemons(settings: Settings, groups: list[str]) -> list[Finding]:
     """Whether a daemon consumes: each group has a member. Lag alone cannot say: with no
     daemon running it stays where the last one left it, often 0, and all looked well."""
-    admin = AIOKafkaAdminClient(
-        bootstrap_servers=settings.kafka_bootstrap, request_timeout_ms=5000, **settings.kafka_security.aiokafka_kwargs()
-    )
     try:
-        await asyncio.wait_for(admin.start(), timeout=15)
-        # One group a request: tansu closes the connection on a request naming several.
-        replies = [await asyncio.wait_for(admin.describe_consumer_groups([g]), timeout=15) for g in groups]
+        members = await group_members(settings, groups)
     except (KafkaError, OSError, TimeoutError) as exc:
         return [Finding("daemons", False, f"cannot describe the groups: {exc}", "check broker ACLs for the groups")]
-    finally:
-        await bounded("stop the groups probe", admin.close())
-    # Each group as (error_code, group_id, state, protocol_type, protocol, members).
-    described = [(name, g) for name, reply in zip(groups, replies, strict=True) for r in reply for g in r.groups]
-    failed = {name: g[0] for name, g in described if g[0] != 0}
-    if failed:  # not authorized, a coordinator loading or moving: says nothing of members
-        said = ", ".join(f"{name}: error {code}" for name, code in sorted(failed.items()))
-        return [Finding("daemons", False, f"cannot describe {said}", "check broker ACLs for the groups, or retry")]
-    members = {name: len(g[5]) for name, g in described}
+    except MemdError as exc:  # not authorized, a coordinator loading or moving: says nothing of members
+        return [Finding("daemons", False, str(exc), "check broker ACLs for the groups, or retry")]
     idle = [g for g in groups if not members.get(g)]
     if not idle:
         return [Finding("daemons", True, ", ".join(f"{g}: {members[g]} member(s)" for g in groups))]

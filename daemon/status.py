@@ -140,6 +140,33 @@ async def _committed(
         await bounded("stop the lag reader", reader.stop())
 
 
+async def group_members(settings: Settings, groups: Sequence[str]) -> dict[str, int]:
+    """How many members each consumer group has now (a daemon killed less than its session
+    timeout ago still counts).
+
+    Raises:
+        KafkaError, OSError, TimeoutError: the broker could not be asked.
+        MemdError: the broker could not describe a group (not authorized, a coordinator
+            loading or moving): that says nothing of its members.
+    """
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=settings.kafka_bootstrap, request_timeout_ms=5000, **settings.kafka_security.aiokafka_kwargs()
+    )
+    try:
+        await asyncio.wait_for(admin.start(), timeout=15)
+        # One group a request: tansu closes the connection on a request naming several.
+        replies = [await asyncio.wait_for(admin.describe_consumer_groups([g]), timeout=15) for g in groups]
+    finally:
+        await bounded("stop the groups probe", admin.close())
+    # Each group as (error_code, group_id, state, protocol_type, protocol, members).
+    described = [(name, g) for name, reply in zip(groups, replies, strict=True) for r in reply for g in r.groups]
+    failed = {name: g[0] for name, g in described if g[0] != 0}
+    if failed:
+        said = ", ".join(f"{name}: error {code}" for name, code in sorted(failed.items()))
+        raise MemdError(f"cannot describe {said}")
+    return {name: len(g[5]) for name, g in described}
+
+
 async def measure_lag(settings: Settings, *, bare: bool = False) -> LagReport:
     """Lag of every consumer group of this deployment, and the number of DLQ records ever written;
     with ``bare``, in topic tenancy, the records waiting on the bare input topics (``doctor``
@@ -256,7 +283,14 @@ class Sampler:
         if self._graph is not None:
             total = 0
             with contextlib.suppress(MemdError):
-                for tenant in await self._graph.tenants():
+                tenants = await self._graph.tenants()
+                for gone in set(s.stale) - set(tenants):  # erased: its queue and series go with it
+                    s.stale.pop(gone, None)
+                    s.tenant_history.pop(gone, None)
+                    with contextlib.suppress(KeyError):
+                        STALE_DEPTH.remove(gone)
+                        STALE_OLDEST.remove(gone)
+                for tenant in tenants:
                     depth, items = await self._graph.store(tenant).stale(limit=10)
                     oldest = oldest_age_s([i.first_marked_at for i in items], time.time())
                     s.stale[tenant] = {"depth": depth, "oldest_age_s": oldest, "items": items}

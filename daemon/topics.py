@@ -216,3 +216,33 @@ async def watch_topics(
             continue
         if created:
             log.warning("daemon.topics_recreated", topics=created)
+
+
+async def delete_tenant_topics(settings: Settings, tenant: str, *, timeout_s: float) -> list[str]:
+    """Delete ``tenant``'s topics (``tenant_topics``) where they exist, with every event and
+    reply they hold; returns those deleted.
+
+    Raises:
+        InvalidRequest: ``tenant`` is no valid tenant name.
+        BackendUnavailable: the broker cannot be reached within ``timeout_s``, or refused.
+    """
+    wanted = tenant_topics(settings, tenant)
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=settings.kafka_bootstrap,
+        request_timeout_ms=int(timeout_s * 1000),
+        **kafka_options(settings),
+    )
+    try:
+        await asyncio.wait_for(admin.start(), timeout_s)
+        there = [t for t in wanted if t in set(await admin.list_topics())]
+        if there:
+            resp = await admin.delete_topics(there, timeout_ms=int(timeout_s * 1000))
+            failed = [f"{name}: {for_code(code).__name__}" for name, code, *_ in resp.topic_error_codes if code]
+            if failed:
+                raise BackendUnavailable(f"kafka refused to delete topic(s) {'; '.join(failed)}")
+            log.info("daemon.topics_deleted", topics=there)
+        return there
+    except (KafkaConnectionError, KafkaError, OSError, TimeoutError) as exc:
+        raise BackendUnavailable(f"kafka at {settings.kafka_bootstrap}: topics not deleted: {exc}") from exc
+    finally:
+        await admin.close()

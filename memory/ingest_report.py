@@ -24,6 +24,8 @@ class ItemOutcome:
     # What differs ("content", "source", "metadata") from the stored doc of this very version:
     # a producer that reused a version (None: no conflict).
     conflict: str | None = None
+    # Why an event was not applied at all, for its writer (its tenant was erased).
+    refused: str | None = None
 
 
 @dataclass

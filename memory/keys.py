@@ -28,6 +28,7 @@ Under an index name ``<name>`` (it holds no ``:``)::
     <name>:<kind>:<topic>:<partition>:<offset>:<stamp>
                                     a record's attempts / dead-letter mark       attempt_key
     <name>:tenants                  set: every tenant a daemon has seen          tenants_key
+    <name>:erased                   hash: each erased tenant -> when (s)         erased_key
     {<name>:<tenant>}:g:            root of one tenant's entity graph (one hash
                                     slot: its Lua scripts touch many keys)       graph_prefix
         nodes, edges, comms, ent_comm   hashes: entities, co-occurrence weights,
@@ -235,6 +236,38 @@ def attempt_key(name: str, kind: str, topic: str, partition: int, offset: int, s
 def tenants_key(name: str) -> str:
     """The set of every tenant a daemon has seen (what graph work iterates over)."""
     return f"{name}:tenants"
+
+
+def erased_key(name: str) -> str:
+    """The hash of erased tenants, each with when it was erased (seconds since the epoch):
+    daemons neither record nor apply an event of one until its topics are created again."""
+    return f"{name}:erased"
+
+
+def _glob(text: str) -> str:
+    """``text`` matched literally in a SCAN pattern."""
+    return re.sub(r"([*?\[\]\\])", r"\\\1", text)
+
+
+def tenant_patterns(name: str, generation: int, tenant: str) -> list[str]:
+    """SCAN patterns of every key ``tenant`` owns in ``generation``: its chunks (community
+    summaries among them), versions, chunk lists, write markers, histories and directory."""
+    root, t = _glob(key_root(name, generation)), _glob(tenant)
+    return [
+        *(f"{root}{kind}:{t}:*" for kind in ("chunk", "ver", "doc", "wr", "hist")),
+        *(f"{root}dir:{kind}:{t}" for kind in ("docs", "last", "agents", "chunks")),
+        f"{root}dir:turns:{t}:*",
+    ]
+
+
+def tenant_marker_pattern(name: str, tenant: str) -> str:
+    """The pattern of ``tenant``'s write marker keys in any generation (as ``writing_key`` lists them)."""
+    return f"{_glob(name)}:g*:wr:{_glob(tenant)}:*"
+
+
+def graph_pattern(name: str, tenant: str) -> str:
+    """The SCAN pattern of every key of ``tenant``'s entity graph."""
+    return _glob(graph_prefix(name, tenant)) + ":*"
 
 
 def graph_prefix(name: str, tenant: str) -> str:

@@ -1,15 +1,38 @@
 """The tenants a daemon has seen, shared by every daemon of an index in one Redis set
 (``memory.keys.tenants_key``): what the graph's loops walk, and whose topics the daemon
-recreates when the broker lost them."""
+recreates when the broker lost them. An erased tenant (``memory.keys.erased_key``) is in
+neither, and is not recorded again until its topics are created anew (``restore``)."""
 
 from __future__ import annotations
+
+import time
 
 import redis.asyncio as aredis
 
 from memory.index import translate_errors
-from memory.keys import tenants_key
+from memory.keys import erased_key, tenants_key
 from memory.records import DEFAULT_TENANT
 from memory.schema import as_str
+
+# Record a tenant unless it is erased (KEYS: the tenants set, the erased hash; ARGV: tenant).
+_SAW = """
+if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then return 0 end
+redis.call('SADD', KEYS[1], ARGV[1])
+return 1
+"""
+
+# Mark a tenant erased at Redis's own time and take it off the list (KEYS as _SAW): returns the time.
+_ERASE = """
+local t = redis.call('TIME')
+local at = t[1] .. '.' .. string.format('%06d', tonumber(t[2]))
+redis.call('HSET', KEYS[2], ARGV[1], at)
+redis.call('SREM', KEYS[1], ARGV[1])
+return at
+"""
+
+#: How long a daemon trusts its last read of the erased tenants: an erase waits longer than
+#: this before it deletes, so that no batch read after the erase writes the tenant's data.
+ERASED_READ_TTL_S = 1.0
 
 
 class TenantRegistry:
@@ -18,28 +41,36 @@ class TenantRegistry:
     def __init__(self, *, client: aredis.Redis, name: str) -> None:
         self._r = client
         self._key = tenants_key(name)
+        self._erased_key = erased_key(name)
         self._known: set[str] = set()
+        self._saw = client.register_script(_SAW)
+        self._erase = client.register_script(_ERASE)
+        self._erased: dict[str, float] = {}
+        self._erased_read_at = float("-inf")
 
     async def saw(self, tenant: str) -> None:
-        """Record ``tenant`` (a set lookup once it is known to this process).
+        """Record ``tenant`` (a set lookup once it is known to this process), unless it is erased.
 
         Raises:
             BackendUnavailable: Redis is unreachable.
         """
         if tenant not in self._known:
             async with translate_errors("tenant list"):
-                await self._r.sadd(self._key, tenant)
-            self._known.add(tenant)
+                recorded = await self._saw(keys=[self._key, self._erased_key], args=[tenant])
+            if int(recorded):
+                self._known.add(tenant)
 
     async def all(self) -> list[str]:
-        """Every tenant any daemon of the index has seen, sorted.
+        """Every tenant any daemon of the index has seen and nobody erased since, sorted.
 
         Raises:
             BackendUnavailable: Redis is unreachable.
         """
         async with translate_errors("tenant list"):
             found = {as_str(m) for m in await self._r.smembers(self._key)}
-        return sorted(found | self._known)
+            gone = {as_str(m) for m in await self._r.hkeys(self._erased_key)}
+        self._known -= gone
+        return sorted((found | self._known) - gone)
 
     async def with_topics(self) -> list[str]:
         """The tenants whose topics topic tenancy keeps: every one recorded but ``default``,
@@ -49,3 +80,42 @@ class TenantRegistry:
             BackendUnavailable: Redis is unreachable.
         """
         return [t for t in await self.all() if t != DEFAULT_TENANT]
+
+    async def erased(self) -> dict[str, float]:
+        """Each erased tenant with when it was erased; read again at most every
+        ``ERASED_READ_TTL_S`` (one read per batch would cost every batch a round trip).
+
+        Raises:
+            BackendUnavailable: Redis is unreachable.
+        """
+        now = time.monotonic()
+        if now - self._erased_read_at >= ERASED_READ_TTL_S:
+            async with translate_errors("tenant list"):
+                raw = await self._r.hgetall(self._erased_key)
+            self._erased = {as_str(k): float(v) for k, v in raw.items()}
+            self._erased_read_at = now
+        return self._erased
+
+    async def erase(self, tenant: str) -> float:
+        """Mark ``tenant`` erased and take it off the list; returns when (Redis's clock).
+
+        Raises:
+            BackendUnavailable: Redis is unreachable.
+        """
+        async with translate_errors("tenant erase"):
+            at = await self._erase(keys=[self._key, self._erased_key], args=[tenant])
+        self._known.discard(tenant)
+        return float(as_str(at))
+
+    async def restore(self, tenant: str) -> float | None:
+        """Lift ``tenant``'s erasure (its topics are being created again, for a new start);
+        returns when it had been erased, ``None`` if it was not.
+
+        Raises:
+            BackendUnavailable: Redis is unreachable.
+        """
+        async with translate_errors("tenant list"), self._r.pipeline(transaction=True) as pipe:
+            pipe.hget(self._erased_key, tenant)
+            pipe.hdel(self._erased_key, tenant)
+            at, _ = await pipe.execute()
+        return None if at is None else float(as_str(at))

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import typer
 
 from daemon.cli._app import _fail, _settings, _with_redis, app, out
+from daemon.connections import redis_client
 from daemon.settings import Settings
 from daemon.topics import ensure_contract_topics, ensure_tenant_topics, tenant_topics
 from memory.errors import MemdError
@@ -39,22 +41,34 @@ def topics(
             )
         )
 
-    async def main() -> list[tuple[str, bool]]:
+    async def main() -> tuple[list[tuple[str, bool]], dict[str, float]]:
         if not tenant:
             created = set(await ensure_contract_topics(settings, timeout_s=TIMEOUT_S))
-            return [(t, t in created) for t in settings.topics.all()]
+            return [(t, t in created) for t in settings.topics.all()], {}
+        from memory.tenants import TenantRegistry  # only a tenant's topics need Redis
+
         rows: list[tuple[str, bool]] = []
+        lifted: dict[str, float] = {}
         for name in dict.fromkeys(tenant):
+            tenant_topics(settings, name)  # a name that is no tenant's fails before Redis is asked
+            client = redis_client(settings)
+            try:  # a tenant erased before starts anew: its events are applied again
+                if (at := await TenantRegistry(client=client, name=settings.index.name).restore(name)) is not None:
+                    lifted[name] = at
+            finally:
+                await client.aclose()
             created = set(await ensure_tenant_topics(settings, name, timeout_s=TIMEOUT_S))
             rows += [(t, t in created) for t in tenant_topics(settings, name)]
-        return rows
+        return rows, lifted
 
     try:
-        rows = asyncio.run(main())
+        rows, lifted = asyncio.run(main())
     except MemdError as exc:
         raise _fail(exc) from exc
     for name, created in rows:
         out.print(f"{'created' if created else 'exists '}  {name}", highlight=False)
+    for name, at in lifted.items():
+        out.print(f"tenant {name} was erased at {_utc(at)}: it starts anew, and its events are applied again")
 
 
 @app.command()
@@ -71,3 +85,74 @@ def tenants(as_json: Annotated[bool, typer.Option("--json", metavar="", help="A 
         print(json.dumps(seen))
         return
     out.print("\n".join(seen) if seen else "no tenant seen yet (no daemon has consumed an event)")
+
+
+@app.command("erase-tenant")
+def erase_tenant_command(
+    tenant: Annotated[str, typer.Argument(help="The tenant to erase (topic tenancy).")],
+    yes: Annotated[bool, typer.Option("--yes", help="Erase (without it: only say what it would erase).")] = False,
+    delete_topics: Annotated[
+        bool, typer.Option("--delete-topics", help="Also delete its topics with their events (no daemon may run).")
+    ] = False,
+    sweep_s: Annotated[
+        float, typer.Option("--sweep", min=5, help="Longest time to sweep for data written by batches already in hand.")
+    ] = 60.0,
+) -> None:
+    """Erase a tenant: every memory, graph and summary of it in Redis (every index generation)
+    and its place in `tenants`; with --delete-topics, its topics with their events too. Daemons
+    apply none of its events from then on, until `agentmemd topics --tenant` starts it anew."""
+    from daemon.erase import erase_tenant
+
+    settings = _settings(quiet=True)
+    if settings.consumer.tenancy != "topic":
+        raise _fail(
+            ValueError(
+                "erase-tenant needs AGENTMEM_CONSUMER__TENANCY=topic: in single tenancy every memory is the default "
+                "tenant's, and its events stay in the shared topics (remove an agent's turns with `agentmemd publish "
+                "forget --all-sessions`, a document with `agentmemd publish delete`)"
+            )
+        )
+    try:
+        topics = tenant_topics(settings, tenant)
+    except MemdError as exc:
+        raise _fail(exc) from exc
+    if not yes:
+        what = f"delete the topics {', '.join(topics)} with every event they hold, and " if delete_topics else ""
+        out.print(
+            f"this would erase tenant {tenant}: {what}every memory, graph and summary of it in Redis, and it cannot "
+            "be undone. Run again with --yes.",
+            highlight=False,
+        )
+        raise typer.Exit(code=2)
+    report = _with_redis(
+        lambda s, client: erase_tenant(s, client, tenant, delete_topics=delete_topics, sweep_for_s=sweep_s)
+    )
+    deleted = f"{len(report.topics)} topic(s) deleted ({', '.join(report.topics)}), " if report.topics else ""
+    out.print(
+        f"tenant {tenant} erased at {_utc(report.erased_at)}: {deleted}{report.keys + report.late_keys} Redis key(s) "
+        f"deleted ({report.late_keys} of them written meanwhile by batches already in hand)",
+        highlight=False,
+    )
+    if not report.quiet:
+        raise _fail(
+            MemdError(
+                f"a daemon was still writing tenant {tenant}'s data after {report.swept_s:.0f} s of sweeping: "
+                "run the command again once its batch is done"
+            )
+        )
+    if not delete_topics:
+        out.print(
+            f"its events stay in {', '.join(topics[:2])} (daemons ignore them) until their retention removes them, or "
+            "until the topics are deleted: with the daemons stopped, `agentmemd erase-tenant "
+            f"{tenant} --yes --delete-topics` (an embedded broker forgets them when `up` restarts)",
+            highlight=False,
+        )
+    out.print(
+        f"dead letters of {tenant} stay in {settings.topics.dlq} until its retention removes them; "
+        f"`agentmemd topics --tenant {tenant}` would start it anew",
+        highlight=False,
+    )
+
+
+def _utc(at: float) -> str:
+    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")

@@ -35,6 +35,7 @@ from memory.errors import BackendUnavailable
 from memory.generations import index_spec
 from memory.index import ChunkIndex, GenerationRegistry
 from memory.ingest import Ingestor
+from memory.tenants import TenantRegistry
 
 log = structlog.get_logger()
 
@@ -275,7 +276,8 @@ class Reindex:
         """
         _, target = self._indexes()
         ingestor = Ingestor(index=target, embedder=self._embedder, chunking=self._s.chunking, cfg=self._s.ingest)
-        self._replayer = Replayer(self._s, ingestor, self.progress, self._report)
+        erased = TenantRegistry(client=self._redis, name=self._s.index.name).erased
+        self._replayer = Replayer(self._s, ingestor, self.progress, self._report, erased=erased)
         try:
             await self._replayer.start(self._since_ms)
             self.progress.phase = "replaying"

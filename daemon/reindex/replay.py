@@ -4,7 +4,7 @@ generation through the daemon's own decoding and ``Ingestor``."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import structlog
@@ -12,6 +12,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from consumers.decoding import decode_records, tenant_from_topic
+from consumers.ingestion import none_erased
 from consumers.transport import cluster_metadata
 from daemon.connections import kafka_options
 from daemon.reindex.report import ReindexProgress
@@ -40,8 +41,17 @@ def source_topics(settings: Settings, topics: set[str]) -> dict[str, tuple[str, 
 class Replayer:
     """Reads the source topics partition by partition and applies them to the new generation."""
 
-    def __init__(self, settings: Settings, ingestor: Ingestor, progress: ReindexProgress, report: Callable[[], None]):
+    def __init__(
+        self,
+        settings: Settings,
+        ingestor: Ingestor,
+        progress: ReindexProgress,
+        report: Callable[[], None],
+        *,
+        erased: Callable[[], Awaitable[Mapping[str, float]]] = none_erased,
+    ):
         self._s = settings
+        self._erased = erased  # tenants erased: their events, still in the log, are not replayed
         self._ingestor = ingestor
         self._p = progress
         self._report = report
@@ -152,6 +162,10 @@ class Replayer:
             tenant_of=lambda t: tenant_from_topic(t, base, self._s.consumer.tenancy),
         )
         self._p.invalid += len(dead)
+        if good and self._s.consumer.tenancy == "topic":
+            erased = await self._erased()
+            self._p.skipped += sum(1 for d in good if d.item.tenant in erased)
+            good = [d for d in good if d.item.tenant not in erased]
         if not good:
             return
         items = [d.item for d in good]

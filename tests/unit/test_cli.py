@@ -155,6 +155,7 @@ def test_commands_are_listed_in_their_usual_order() -> None:
         "doctor",
         "topics",
         "tenants",
+        "erase-tenant",
         "stale",
         "communities",
         "drop-generation",

@@ -1,0 +1,133 @@
+"""Erasing a tenant (topic tenancy): every memory, graph and summary of it in Redis, and its
+place on the tenant list, for a customer who leaves (a deletion request); with
+``delete_topics``, its topics too, with the events they hold.
+
+The erase is marked in Redis first (``TenantRegistry.erase``): from then on daemons neither
+apply an event of the tenant (its writer is acked ``ignored``) nor record it again, so they
+do not recreate its topics, and a reindex does not replay it. A batch a daemon read before it
+saw the mark may still be writing: the keys are deleted once the mark has been seen
+(``ERASED_READ_TTL_S``), then swept again until two sweeps in a row find nothing (or
+``sweep_for_s`` pass). Creating the tenant's topics again (``agentmemd topics --tenant``)
+lifts the mark, for a new start.
+
+Topics are deleted only while no daemon consumes: a consumer whose pattern subscription held
+a topic deleted under it retried committing offsets for it without end (aiokafka treats the
+broker's "unknown topic" as retryable), and stopped answering every tenant (seen here on tansu).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+from aiokafka.errors import KafkaError
+
+from daemon.settings import Settings
+from daemon.status import group_members
+from daemon.topics import delete_tenant_topics, tenant_topics
+from memory import keys
+from memory.errors import BackendUnavailable, InvalidRequest
+from memory.index import GenerationRegistry, translate_errors
+from memory.tenants import ERASED_READ_TTL_S, TenantRegistry
+
+log = structlog.get_logger()
+
+#: Keys deleted per command.
+_BATCH = 500
+#: Pause between two sweeps.
+SWEEP_EVERY_S = 2.0
+
+
+@dataclass
+class EraseReport:
+    """What an erase removed."""
+
+    tenant: str
+    erased_at: float  # Redis's clock
+    topics: list[str] = field(default_factory=list)  # deleted with their events
+    keys: int = 0  # Redis keys deleted at first
+    late_keys: int = 0  # deleted by the sweeps after: written by batches read before the mark
+    swept_s: float = 0.0
+    quiet: bool = True  # the last two sweeps found nothing (else: run it again)
+
+
+async def tenant_keys(client: Any, name: str, tenant: str) -> int:
+    """Delete every Redis key of ``tenant`` under index ``name`` (each generation's, and its
+    graph's) and its write markers' listing; returns how many keys were deleted."""
+    registry = GenerationRegistry(client, name)
+    state = await registry.state()
+    generations = await registry.listed() | {g for g in (state.active, state.building) if g}
+    patterns = [p for g in sorted(generations) for p in keys.tenant_patterns(name, g, tenant)]
+    patterns.append(keys.graph_pattern(name, tenant))
+    deleted = 0
+    async with translate_errors("tenant erase"):
+        for pattern in patterns:
+            batch: list[Any] = []
+            async for key in client.scan_iter(match=pattern, count=1000):
+                batch.append(key)
+                if len(batch) >= _BATCH:
+                    deleted += int(await client.unlink(*batch))
+                    batch = []
+            if batch:
+                deleted += int(await client.unlink(*batch))
+        markers = [
+            m async for m in client.sscan_iter(keys.writing_key(name), match=keys.tenant_marker_pattern(name, tenant))
+        ]
+        for i in range(0, len(markers), _BATCH):
+            await client.srem(keys.writing_key(name), *markers[i : i + _BATCH])
+    return deleted
+
+
+async def erase_tenant(
+    settings: Settings,
+    client: Any,
+    tenant: str,
+    *,
+    delete_topics: bool = False,
+    sweep_for_s: float = 60.0,
+    topic_timeout_s: float = 30.0,
+) -> EraseReport:
+    """Erase ``tenant`` (see the module's docstring).
+
+    Raises:
+        InvalidRequest: ``tenant`` is no valid tenant name, or ``delete_topics`` while a daemon
+            consumes (nothing is erased then).
+        BackendUnavailable: Redis or the broker cannot be reached (run it again: each step
+            is idempotent).
+    """
+    name = settings.index.name
+    tenant_topics(settings, tenant)  # a name that is no tenant's fails before anything is erased
+    if delete_topics:
+        gid = settings.consumer.group_id
+        groups = [f"{gid}.{kind}" for kind in ("documents", "transcripts", "requests")]
+        try:
+            busy = {g: n for g, n in (await group_members(settings, groups)).items() if n}
+        except (KafkaError, OSError, TimeoutError) as exc:
+            raise BackendUnavailable(f"kafka at {settings.kafka_bootstrap}: consumer groups unread: {exc}") from exc
+        if busy:
+            raise InvalidRequest(
+                f"daemons consume ({', '.join(f'{g}: {n} member(s)' for g, n in sorted(busy.items()))}): deleting "
+                "a topic under a running daemon stalls its consumers for every tenant. Erase without "
+                "--delete-topics now, and delete the topics once the daemons are stopped (one stopped less than "
+                "consumer.session_timeout_ms ago may still count), or let retention remove their events"
+            )
+    registry = TenantRegistry(client=client, name=name)
+    report = EraseReport(tenant=tenant, erased_at=await registry.erase(tenant))
+    log.info("tenant.erase_marked", tenant=tenant)
+    if delete_topics:
+        report.topics = await delete_tenant_topics(settings, tenant, timeout_s=topic_timeout_s)
+    await asyncio.sleep(ERASED_READ_TTL_S * 2)  # every daemon's next batch sees the mark
+    report.keys = await tenant_keys(client, name, tenant)
+    started, quiet = time.monotonic(), 0
+    while quiet < 2 and time.monotonic() - started < sweep_for_s:
+        await asyncio.sleep(SWEEP_EVERY_S)
+        late = await tenant_keys(client, name, tenant)
+        report.late_keys += late
+        quiet = quiet + 1 if late == 0 else 0
+    report.swept_s = time.monotonic() - started
+    report.quiet = quiet >= 2
+    log.info("tenant.erased", tenant=tenant, topics=report.topics, keys=report.keys, late_keys=report.late_keys)
+    return report

@@ -1,0 +1,149 @@
+"""Erasing a tenant through the real broker, daemon and Redis: its topics and every key of it
+go, the other tenant keeps everything, an event sent to it afterwards is acked ``ignored``
+and applies nothing, and creating its topics again starts it anew."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import redis.asyncio as aredis
+from aiokafka.admin import AIOKafkaAdminClient
+
+from consumers.client import MemoryClient
+from consumers.config import ConsumerConfig
+from daemon.status import group_members
+from daemon.topics import ensure_tenant_topics, tenant_topics
+from memory import keys
+from tests.conftest import unique
+from tests.helpers import isolated_settings, settings_env, start_daemon
+
+pytestmark = pytest.mark.integration
+
+AGENTMEMD = str(Path(sys.executable).parent / "agentmemd")
+
+
+async def keys_of(client: aredis.Redis, name: str, tenant: str) -> list[str]:
+    """Every Redis key that names ``tenant`` under index ``name``, whatever its kind."""
+    found = [k.decode() async for k in client.scan_iter(match=f"{name}:*:{tenant}:*", count=1000)]
+    found += [k.decode() async for k in client.scan_iter(match=f"{name}:*:{tenant}", count=1000)]
+    found += [k.decode() async for k in client.scan_iter(match=keys.graph_prefix(name, tenant) + ":*", count=1000)]
+    return sorted(found)
+
+
+def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [AGENTMEMD, *args], env={**os.environ, "COLUMNS": "200", **env}, capture_output=True, text=True, timeout=180
+    )
+
+
+async def test_an_erased_tenant_leaves_nothing_and_the_other_keeps_everything(
+    kafka_bootstrap: str, redis_url: str
+) -> None:
+    name = unique("erase-tenant")
+    consumer = ConsumerConfig(group_id=name, tenancy="topic", metadata_max_age_ms=500)
+    settings = isolated_settings(
+        name, kafka_bootstrap, redis_url, topic_partitions=1, topic_check_s=0.5, consumer=consumer
+    )
+    for tenant in ("acme", "globex"):
+        await ensure_tenant_topics(settings, tenant, timeout_s=30)
+    env = {**settings_env(settings), "AGENTMEM_CONSUMER__TENANCY": "topic"}
+    redis = aredis.from_url(redis_url)
+    daemon = await start_daemon(settings)
+    clients = {
+        t: MemoryClient(bootstrap=kafka_bootstrap, topics=settings.topics, tenant=t, timeout_s=30)
+        for t in ("acme", "globex")
+    }
+    try:
+        for c in clients.values():
+            await c.start()
+        acme, globex = clients["acme"], clients["globex"]
+        await acme.publish_document(
+            "runbooks/ledger.md", "ledger-service raises ERR_LEDGER_LOCK_9C1 under load.", version=1, wait=True
+        )
+        await acme.publish_observation(
+            agent_id="ops", session_id="s1", turn=1, content="Acme's ledger-service paged twice tonight.", wait=True
+        )
+        await globex.publish_document(
+            "runbooks/ledger.md", "globex keeps its ledger in ledger-db-02.", version=1, wait=True
+        )
+        before = await keys_of(redis, settings.index.name, "acme")
+        assert any(":chunk:acme:" in k for k in before) and any(k.startswith("{") for k in before), before
+        globex_keys = await keys_of(redis, settings.index.name, "globex")
+
+        # Without --yes it only says what it would do; deleting topics under a running daemon is refused.
+        said = await asyncio.to_thread(cli, env, "erase-tenant", "acme")
+        assert said.returncode == 2 and "--yes" in said.stdout, said.stdout + said.stderr
+        busy = await asyncio.to_thread(cli, env, "erase-tenant", "acme", "--yes", "--delete-topics")
+        assert busy.returncode == 1 and "daemons consume" in " ".join(busy.stderr.split()), busy.stdout + busy.stderr
+        assert await keys_of(redis, settings.index.name, "acme") == before
+
+        done = await asyncio.to_thread(cli, env, "erase-tenant", "acme", "--yes", "--sweep", "6")
+        assert done.returncode == 0, done.stdout + done.stderr
+        text = " ".join(done.stdout.split())
+        assert "tenant acme erased" in text and "its events stay in" in text, text
+        assert await keys_of(redis, settings.index.name, "acme") == []
+        assert await keys_of(redis, settings.index.name, "globex") == globex_keys
+        listed = await asyncio.to_thread(cli, env, "tenants", "--json")
+        assert listed.stdout.strip() == '["globex"]', listed.stdout
+        reply = await globex.query("where does globex keep its ledger?", top_k=3)
+        assert reply.results and reply.results[0].doc_id == "runbooks/ledger.md" and "globex" in reply.results[0].text
+
+        # A producer that still writes for acme: acked ignored with the reason, nothing applied.
+        late = await acme.publish_document("late.md", "a late acme note", version=1, wait=True)
+        assert late.ack is not None and late.ack.status == "ignored" and "erased" in (late.ack.reason or ""), late.ack
+        assert await keys_of(redis, settings.index.name, "acme") == []
+        assert (await acme.query("late acme note", top_k=5)).results == []
+
+        # With the daemon stopped, its topics go too, and the next daemon does not bring them back.
+        await daemon.stop()
+        # tansu keeps a stopped consumer's membership until it restarts (Apache Kafka drops it at
+        # once): the command is run as a deployment whose group no daemon has joined.
+        quiet_env = {**env, "AGENTMEM_CONSUMER__GROUP_ID": unique("no-daemon")}
+        quiet = settings.model_copy(
+            update={
+                "consumer": settings.consumer.model_copy(update={"group_id": quiet_env["AGENTMEM_CONSUMER__GROUP_ID"]})
+            }
+        )
+        groups = [f"{quiet.consumer.group_id}.{kind}" for kind in ("documents", "transcripts", "requests")]
+        assert not any((await group_members(quiet, groups)).values())
+        gone = await asyncio.to_thread(
+            cli, quiet_env, "erase-tenant", "acme", "--yes", "--delete-topics", "--sweep", "5"
+        )
+        assert gone.returncode == 0 and "4 topic(s) deleted" in " ".join(gone.stdout.split()), gone.stdout + gone.stderr
+        daemon = await start_daemon(settings)
+        await asyncio.sleep(2 * settings.topic_check_s)
+        admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+        await admin.start()
+        try:
+            left = set(await admin.list_topics())
+        finally:
+            await admin.close()
+        assert not left & set(tenant_topics(settings, "acme")) and set(tenant_topics(settings, "globex")) <= left
+
+        # Its topics created again: it starts anew.
+        anew = await asyncio.to_thread(cli, env, "topics", "--tenant", "acme")
+        assert anew.returncode == 0 and "tenant acme was erased at" in " ".join(anew.stdout.split()), anew.stdout
+        fresh = MemoryClient(bootstrap=kafka_bootstrap, topics=settings.topics, tenant="acme", timeout_s=60)
+        await fresh.start()
+        try:
+            receipt = await fresh.publish_document("runbooks/new.md", "A new start for acme.", version=1, wait=True)
+            assert receipt.ack is not None and receipt.ack.status == "indexed", receipt.ack
+            assert [r.doc_id for r in (await fresh.query("new start", top_k=5)).results] == ["runbooks/new.md"]
+        finally:
+            await fresh.close()
+    finally:
+        for c in clients.values():
+            await c.close()
+        await daemon.stop()
+        await redis.aclose()
+
+
+async def test_erase_tenant_is_refused_in_single_tenancy(kafka_bootstrap: str, redis_url: str) -> None:
+    settings = isolated_settings(unique("erase-single"), kafka_bootstrap, redis_url)
+    said = await asyncio.to_thread(cli, settings_env(settings), "erase-tenant", "default", "--yes")
+    assert said.returncode == 1 and "AGENTMEM_CONSUMER__TENANCY=topic" in " ".join(said.stderr.split()), said.stderr
