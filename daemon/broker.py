@@ -14,8 +14,39 @@ from memory.errors import BackendUnavailable
 SUBSCRIBERS = ("documents", "transcripts", "requests")
 
 
+#: Longest a consumer tries to commit its offsets before it rejoins its group.
+LAST_COMMIT_S = 10.0
+
+
+def bound_last_commit() -> None:
+    """Bound the commit aiokafka makes before a consumer rejoins its group (once per process).
+
+    aiokafka retries a retryable commit error there without end, and "unknown topic" is one:
+    a tenant's topic deleted under the daemon's pattern subscription held the rejoin of the
+    requests consumer, and so every tenant's questions, for as long as the daemon ran (seen on
+    tansu). Past ``LAST_COMMIT_S`` the commit is given up as failed, which aiokafka logs and
+    rejoins after; the records read since the last commit are read again (at-least-once).
+    """
+    from aiokafka.consumer.group_coordinator import GroupCoordinator
+    from aiokafka.errors import CommitFailedError
+
+    original = GroupCoordinator._maybe_do_last_autocommit
+    if getattr(original, "bounded", False):
+        return
+
+    async def within(self: GroupCoordinator, assignment: Any) -> None:
+        try:
+            await asyncio.wait_for(original(self, assignment), LAST_COMMIT_S)
+        except TimeoutError as exc:
+            raise CommitFailedError(f"offsets not committed within {LAST_COMMIT_S:g} s before the rejoin") from exc
+
+    within.bounded = True  # type: ignore[attr-defined]
+    GroupCoordinator._maybe_do_last_autocommit = within
+
+
 def build_broker(settings: Settings) -> KafkaBroker:
     """The daemon's broker: its subscribers and the replies' and acks' producer."""
+    bound_last_commit()
     return KafkaBroker(
         settings.kafka_bootstrap,
         metadata_max_age_ms=settings.consumer.metadata_max_age_ms,
