@@ -88,7 +88,14 @@ class GraphConfig(BaseModel):
     summarizer_max_defer_s: float = Field(
         5.0, ge=0, description="Longest a summary waits for ingestion to go quiet before it starts anyway."
     )
-    summary_token_budget: int = Field(1500, ge=100, description="Most input words given to one summary.")
+    summary_token_budget: int = Field(
+        1500,
+        ge=100,
+        description=(
+            "Most input words given to one summary: an LLM's prompt names the 50 most mentioned members "
+            "within a quarter of it, then excerpts."
+        ),
+    )
     summary_sentences: int = Field(5, ge=1, le=50, description="Sentences in an extractive summary.")
     summary_retry_initial_s: float = Field(1.0, gt=0, description="First backoff after a failed summary.")
     summary_retry_max_s: float = Field(300.0, gt=0, description="Longest backoff after failed summaries.")

@@ -43,9 +43,14 @@ class LlmResult:
     completion_tokens: int
 
 
-def summary_prompt(community_id: str, members: Sequence[str], excerpts: Sequence[str]) -> str:
-    """The user message for one community: its members, then source excerpts."""
-    lines = [f"Community {community_id} has {len(members)} entities:", ", ".join(members), "", "Source excerpts:"]
+def summary_prompt(community_id: str, members: Sequence[str], excerpts: Sequence[str], *, of: int | None = None) -> str:
+    """The user message for one community: its members (``of``: how many it has in all, when
+    ``members`` are only the most mentioned), then source excerpts."""
+    total = len(members) if of is None else of
+    head = f"Community {community_id} has {total} entities" + (
+        ":" if total == len(members) else f"; the {len(members)} most mentioned:"
+    )
+    lines = [head, ", ".join(members), "", "Source excerpts:"]
     lines += [f"- {e}" for e in excerpts]
     return "\n".join(lines)
 

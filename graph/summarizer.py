@@ -27,6 +27,9 @@ from memory.retrying import pause
 
 log = structlog.get_logger()
 
+#: Most members an LLM summary's prompt names (the most mentioned first).
+PROMPT_MEMBERS = 50
+
 
 @dataclass
 class SummaryResult:
@@ -68,6 +71,8 @@ class Summarizer:
         self.stop = asyncio.Event()
         self.summaries_written = 0
         self.llm_tokens = 0
+        self._failing = 0  # summaries failed in a row
+        self._paused_until = float("-inf")  # (monotonic) no summary starts before this
 
     async def _excerpts(self, chunks: Mapping[str, Sequence[str]]) -> list[str]:
         """Chunk texts that mention the most members (``chunks``: each member's chunk ids), best
@@ -143,8 +148,19 @@ class Summarizer:
         weights = {m: float(len(chunks[m])) for m in members}
         excerpts = await self._excerpts(chunks)
         tokens = 0
+        central = sorted(members, key=lambda m: (-weights[m], m))
         if self._cfg.llm_model:
-            budget, picked, words = self._cfg.summary_token_budget, [], 0
+            # The most mentioned members, within a quarter of the word budget: a community of
+            # 1,500 entities put 75,000 characters of names, in name order, before any excerpt.
+            budget, words = self._cfg.summary_token_budget, 0
+            shown: list[str] = []
+            for m in central[:PROMPT_MEMBERS]:
+                n = len(names[m].split())
+                if shown and words + n > budget // 4:
+                    break
+                shown.append(names[m])
+                words += n
+            picked: list[str] = []
             for e in excerpts:
                 n = len(e.split())
                 if words + n > budget:
@@ -154,7 +170,7 @@ class Summarizer:
             res = await complete(
                 self._cfg.llm_model,
                 SUMMARY_SYSTEM,
-                summary_prompt(cid, [names[m] for m in members], picked),
+                summary_prompt(cid, shown, picked, of=len(members)),
                 timeout_s=self._cfg.llm_timeout_s,
                 mock_response=self._mock,
                 **endpoint(self._cfg),
@@ -172,7 +188,7 @@ class Summarizer:
             )
         model = self._cfg.summarizer
         now = time.time()
-        top = sorted(members, key=lambda m: (-weights[m], m))[:20]
+        top = central[:20]
         record = ChunkRecord(
             chunk_id=doc_id,
             doc_id=doc_id,
@@ -229,6 +245,8 @@ class Summarizer:
         """Summarize what is due right now (used by the worker and by tests). Returns how many."""
         done = 0
         await self._recomputer.drop_removed()
+        if time.monotonic() < self._paused_until:
+            return 0
         for cid in await self.due(max(self._cfg.summarizer_concurrency, 1) * 4):
             await self._yield_to_ingestion()
             if self.stop.is_set():
@@ -249,6 +267,18 @@ class Summarizer:
                 await self._store.record_failure(cid, time.time() + delay, self._owner, token, why)
                 SUMMARIES_FAILED.inc()
                 log.warning("graph.summary_failed", community_id=cid, attempts=attempts, retry_in_s=delay, error=why)
+                # The next community would most likely fail alike (a model down, a rate limit):
+                # the worker pauses too, doubling while summaries keep failing, so a failing
+                # model is not called for every community in turn (78 calls in 20 s, seen).
+                self._failing += 1
+                pause_s = min(
+                    self._cfg.summary_retry_initial_s * 2 ** (self._failing - 1), self._cfg.summary_retry_max_s
+                )
+                self._paused_until = time.monotonic() + pause_s
+                log.warning("graph.summaries_paused", pause_s=pause_s, failures_in_a_row=self._failing)
+                break
+            else:
+                self._failing = 0
             finally:
                 await self._store.release(cid, self._owner, token)
             await self._sleep(60.0 / self._cfg.summarizer_rate_per_min)

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -641,6 +642,81 @@ async def test_resummarize_rewrites_the_summaries_another_summarizer_wrote(stack
     # Back to the extractive summarizer: the model's summaries are the other summarizer's now.
     back = await stack.graph.resummarize()
     assert (back.summarizer, back.marked) == ("extractive", len(comms))
+
+
+async def test_a_large_communitys_prompt_names_its_most_mentioned_members_within_the_budget(
+    redis_url: str, embedder: Any, ner: SpacyNer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A community of 300 entities: the prompt names the 50 most mentioned (the one every
+    chunk names first), not all 300 in name order, and stays within summary_token_budget."""
+    import litellm
+
+    prompts: list[str] = []
+    original = litellm.acompletion
+
+    async def spy(**kwargs: Any) -> Any:
+        prompts.append(kwargs["messages"][1]["content"])
+        return await original(**kwargs)
+
+    monkeypatch.setattr(litellm, "acompletion", spy)
+    s = await make_stack(
+        redis_url,
+        embedder,
+        ner,
+        unique("big-prompt"),
+        llm_model="gpt-4o-mini",
+        mock="A summary.",
+        summary_token_budget=400,
+    )
+    entities = {f"svc-{i:03d}-api": (f"svc-{i:03d}-api", "service", [f"d#{i % 7}"]) for i in range(300)}
+    entities["zz-hub-api"] = ("zz-hub-api", "service", [f"d#{i}" for i in range(7)])
+    edges = {(a, "zz-hub-api"): 1 for a in entities if a != "zz-hub-api"}
+    await s.store.apply("d", 1, Contribution(entities=entities, edges=edges))
+    await s.graph.recompute(force=True)
+    while await s.graph.work_once():
+        pass
+    big = [p for p in prompts if "has 301 entities" in p]
+    assert big, prompts
+    head, names = big[0].split("\n")[:2]
+    assert head.endswith("the 50 most mentioned:") and names.split(", ")[0] == "zz-hub-api", head
+    assert len(names.split(", ")) == 50 and len(big[0].split()) <= 400 + 20
+
+
+async def test_a_failing_model_pauses_the_worker_not_only_the_community(
+    redis_url: str, embedder: Any, ner: SpacyNer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three communities due and a model that fails: one call, then the worker pauses (the
+    next community would fail alike), for twice as long after each failure in a row."""
+    import litellm
+
+    calls: list[float] = []
+    original = litellm.acompletion
+
+    async def spy(**kwargs: Any) -> Any:
+        calls.append(time.monotonic())
+        return await original(**kwargs)
+
+    monkeypatch.setattr(litellm, "acompletion", spy)
+    s = await make_stack(
+        redis_url,
+        embedder,
+        ner,
+        unique("llm-pause"),
+        llm_model="gpt-4o-mini",
+        mock="litellm.InternalServerError",
+        summary_retry_initial_s=0.5,
+    )
+    for doc_id, text in CORPUS.items():
+        await s.put(doc_id, text)
+    await s.graph.recompute(force=True)
+    assert len(await s.graph.due(10)) >= 3
+    assert await s.graph.work_once() == 0 and len(calls) == 1
+    assert await s.graph.work_once() == 0 and len(calls) == 1  # paused: the others wait
+    await asyncio.sleep(0.6)
+    assert await s.graph.work_once() == 0 and len(calls) == 2
+    assert await s.graph.work_once() == 0 and len(calls) == 2  # paused for 1 s now
+    await asyncio.sleep(1.1)
+    assert await s.graph.work_once() == 0 and len(calls) == 3
 
 
 @pytest.mark.parametrize("failure", ["litellm.RateLimitError", "litellm.InternalServerError"])
