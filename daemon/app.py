@@ -26,6 +26,7 @@ from daemon.settings import Settings
 from daemon.status import Sampler
 from daemon.topics import ensure_daemon_topics, watch_topics
 from graph import CommunityComputer, ScopedSearch, TenantGraphs, in_thread
+from graph.summary_records import record_summarizer
 from memory.activity import IngestActivity
 from memory.attempts import AttemptCounter
 from memory.embedder import POISON_MAX, SentenceTransformerEmbedder
@@ -236,6 +237,8 @@ async def start_daemon(
     if graph is not None:
         daemon.spawn(graph.run_recompute(), "graph-recompute")
         daemon.spawn(graph.run_queue_log(), "graph-queue-log")
+        if settings.graph.summarizer_concurrency:
+            await record_summarizer(redis, settings.index.name, settings.graph.summarizer)
         for i in range(settings.graph.summarizer_concurrency):
             daemon.spawn(graph.run_worker(), f"graph-summarizer-{i}")
     status.ready = True

@@ -42,6 +42,7 @@ class ResummarizeReport:
 
     summarizer: str  # what the workers write summaries with now (``GraphConfig.summarizer``)
     marked: int  # communities marked stale for a new summary
+    queued: int  # of those, already waiting for one (a change or an earlier request marked them)
     kept: int  # summaries left as they are: written by that summarizer, or none written yet
 
 
@@ -257,7 +258,7 @@ class GraphService:
         """
         return await self._summarizer.summarize(cid, token)
 
-    async def resummarize(self, *, everything: bool = False) -> ResummarizeReport:
+    async def resummarize(self, *, everything: bool = False, summarizer: str | None = None) -> ResummarizeReport:
         """Mark stale the communities whose summary another summarizer wrote (``everything``:
         every summarized community), so the workers write each again with the one configured
         now: after switching between extractive and an LLM, or between models. Summaries
@@ -265,15 +266,17 @@ class GraphService:
 
         A community with no summary yet is already queued, or has no member left to summarize:
         it is not marked. Each mark takes a new generation, so a summary that a worker is
-        writing meanwhile with the old settings does not clear it.
+        writing meanwhile with the old settings does not clear it. ``summarizer``: what the
+        daemons' workers write with (``GraphConfig.summarizer`` of their settings), when not
+        this service's own.
         """
         live = [c.id for c in await self._store.named(await self._store.communities())]
         writers = await self._store.summaries.writers(live)
-        now_by = self._cfg.summarizer
+        now_by = summarizer or self._cfg.summarizer
         wanted = [cid for cid in live if writers[cid] is not None and (everything or writers[cid] != now_by)]
-        marked = await self._store.mark(wanted)
-        log.info("graph.resummarize_marked", summarizer=now_by, marked=marked, everything=everything)
-        return ResummarizeReport(summarizer=now_by, marked=marked, kept=len(live) - marked)
+        marked, queued = await self._store.mark(wanted)
+        log.info("graph.resummarize_marked", summarizer=now_by, marked=marked, queued=queued, everything=everything)
+        return ResummarizeReport(summarizer=now_by, marked=marked, queued=queued, kept=len(live) - marked)
 
     async def due(self, limit: int) -> list[str]:
         """Stale communities whose turn has come (oldest first; failed ones after their backoff)."""

@@ -175,16 +175,18 @@ class StaleQueue:
         async with translate_errors("stale read"):
             return as_str(await self._r.hget(self._k("gen"), cid) or b"0")
 
-    async def mark(self, cids: Sequence[str], now: float) -> int:
+    async def mark(self, cids: Sequence[str], now: float) -> tuple[int, int]:
         """Mark communities stale at an operator's request, each with a new generation, so a
         summary being written from the old settings does not clear it; returns how many (a
-        community no longer in the map is passed over). One script per 1,000 communities."""
-        marked = 0
+        community no longer in the map is passed over) and how many of them were queued
+        already. One script per 1,000 communities."""
+        marked = queued = 0
         async with translate_errors("stale write"):
             for i in range(0, len(cids), 1000):
                 part = list(cids[i : i + 1000])
-                marked += int(await self._mark(keys=[self._k("stale")], args=[self._prefix, repr(now), *part]))
-        return marked
+                n, q = await self._mark(keys=[self._k("stale")], args=[self._prefix, repr(now), *part])
+                marked, queued = marked + int(n), queued + int(q)
+        return marked, queued
 
     async def clear_if_unchanged(self, cid: str, gen: str) -> bool:
         """Clear the stale mark unless the community was marked again since ``gen`` (its mark_count then)."""

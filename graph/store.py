@@ -353,8 +353,9 @@ class GraphStore:
         """How many times a community has been marked (a claim remembers it)."""
         return await self._stale.mark_count(cid)
 
-    async def mark(self, cids: Sequence[str], *, now: float | None = None) -> int:
-        """Mark communities stale at an operator's request; returns how many (see StaleQueue.mark)."""
+    async def mark(self, cids: Sequence[str], *, now: float | None = None) -> tuple[int, int]:
+        """Mark communities stale at an operator's request; returns how many, and how many of
+        them were queued already (see StaleQueue.mark)."""
         return await self._stale.mark(cids, time.time() if now is None else now)
 
     async def clear_if_unchanged(self, cid: str, gen: str) -> bool:

@@ -9,12 +9,14 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 from typing import Any
 
 import redis.asyncio as aredis
 
 from graph import scripts
+from memory import keys
 from memory.index import translate_errors
 from memory.schema import as_str
 
@@ -84,3 +86,20 @@ class SummaryRecords:
         async with translate_errors("summary read"):
             raw = await self._r.hgetall(self._k(f"summary:{cid}"))
         return {as_str(k): json.loads(v) for k, v in raw.items()} if raw else None
+
+
+async def record_summarizer(client: aredis.Redis, name: str, summarizer: str) -> None:
+    """Record what this daemon's summary workers write with (``GraphConfig.summarizer``): the
+    one ``graph resummarize`` compares summaries against, whatever its own settings say."""
+    async with translate_errors("summarizer record"):
+        await client.set(keys.summarizer_key(name), json.dumps({"summarizer": summarizer, "at": time.time()}))
+
+
+async def recorded_summarizer(client: aredis.Redis, name: str) -> tuple[str, float] | None:
+    """What the daemons last started their summary workers with, and when; ``None`` if none did."""
+    async with translate_errors("summarizer read"):
+        raw = await client.get(keys.summarizer_key(name))
+    if raw is None:
+        return None
+    d = json.loads(raw)
+    return str(d["summarizer"]), float(d["at"])

@@ -29,6 +29,7 @@ Under an index name ``<name>`` (it holds no ``:``)::
                                     a record's attempts / dead-letter mark       attempt_key
     <name>:tenants                  set: every tenant a daemon has seen          tenants_key
     <name>:erased                   hash: each erased tenant -> when (s)         erased_key
+    <name>:summarizer               the summarizer the daemons last started with summarizer_key
     {<name>:<tenant>}:g:            root of one tenant's entity graph (one hash
                                     slot: its Lua scripts touch many keys)       graph_prefix
         nodes, edges, comms, ent_comm   hashes: entities, co-occurrence weights,
@@ -242,6 +243,11 @@ def erased_key(name: str) -> str:
     """The hash of erased tenants, each with when it was erased (seconds since the epoch):
     daemons neither record nor apply an event of one until its topics are created again."""
     return f"{name}:erased"
+
+
+def summarizer_key(name: str) -> str:
+    """What the last daemon to start its summary workers writes summaries with, and when."""
+    return f"{name}:summarizer"
 
 
 def _glob(text: str) -> str:

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from daemon.cli._app import _fail, _settings, _with_redis, app, out
 from daemon.cli._client import _tenant_target
+from daemon.cli.query import shown_epoch
 from daemon.settings import Settings
 from memory.errors import MemdError
 from memory.records import DEFAULT_TENANT
@@ -197,16 +198,42 @@ def graph_resummarize(
     everything: Annotated[
         bool, typer.Option("--all", help="Every summarized community, not only those another summarizer wrote.")
     ] = False,
+    summarizer: Annotated[
+        str | None,
+        typer.Option(
+            "--summarizer",
+            metavar="NAME",
+            help="What the daemons write summaries with ('extractive' or the litellm model), when not recorded.",
+        ),
+    ] = None,
     tenant: TenantOpt = None,
 ) -> None:
     """Mark stale the communities whose summary another summarizer wrote (after setting or
-    changing graph.llm_model), so the daemons' workers write them again. Run it with the
-    daemons' settings: the summarizer compared against is the one they name."""
-    report = _with_graph(lambda g: g.resummarize(everything=everything), tenant)
+    changing graph.llm_model), so the daemons' workers write them again. Compared against the
+    summarizer the daemons last started with (recorded in Redis), not this shell's settings."""
+    from graph.summary_records import recorded_summarizer
+
+    settings = _settings(quiet=True)
+
+    async def current(_settings: Settings, client: Any) -> tuple[str, float] | None:
+        return await recorded_summarizer(client, _settings.index.name)
+
+    recorded = _with_redis(current)
+    if summarizer is None and recorded is not None and recorded[0] != settings.graph.summarizer:
+        raise _fail(
+            MemdError(
+                f"the daemons write summaries with {recorded[0]!r} (the last one started its workers at "
+                f"{shown_epoch(recorded[1])}), and these settings name {settings.graph.summarizer!r}: run with the "
+                f"daemons' settings, or name the summarizer with --summarizer (nothing was marked)"
+            )
+        )
+    by = summarizer or (recorded[0] if recorded is not None else settings.graph.summarizer)
+    report = _with_graph(lambda g: g.resummarize(everything=everything, summarizer=by), tenant)
     other = f"communities summarized by another summarizer than {report.summarizer!r}"
     which = "summarized communities" if everything else other
+    again = f" ({report.queued} of them were queued already)" if report.queued else ""
     out.print(
-        f"{report.marked} {which} marked stale, {report.kept} left as they are; "
+        f"{report.marked} {which} marked stale{again}, {report.kept} left as they are; "
         "the daemons' workers write them again (agentmemd stale shows the queue)"
     )
 

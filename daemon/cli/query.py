@@ -175,6 +175,13 @@ def shown_time(iso: str | None) -> str:
     return f"{iso[:16].replace('T', ' ')} UTC" if iso else ""
 
 
+def shown_epoch(at: float) -> str:
+    """A time in seconds since the epoch as ``shown_time`` prints it."""
+    from datetime import UTC, datetime
+
+    return shown_time(datetime.fromtimestamp(at, UTC).isoformat())
+
+
 def results_view(reply: QueryReply, snippet_chars: int = 240, *, whole_lines: bool = False) -> Group:
     """A reply for a terminal of any width: per result, one line of facts (cut at the edge)
     and the text below it, wrapped; with ``context``, the turns around a turn dimmed, before

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import typer
 
 from daemon.cli._app import _fail, _settings, _with_redis, app, out
+from daemon.cli.query import shown_epoch
 from daemon.connections import redis_client
 from daemon.settings import Settings
 from daemon.topics import ensure_contract_topics, ensure_tenant_topics, tenant_topics
@@ -68,7 +68,7 @@ def topics(
     for name, created in rows:
         out.print(f"{'created' if created else 'exists '}  {name}", highlight=False)
     for name, at in lifted.items():
-        out.print(f"tenant {name} was erased at {_utc(at)}: it starts anew, and its events are applied again")
+        out.print(f"tenant {name} was erased at {shown_epoch(at)}: it starts anew, and its events are applied again")
 
 
 @app.command()
@@ -129,8 +129,9 @@ def erase_tenant_command(
     )
     deleted = f"{len(report.topics)} topic(s) deleted ({', '.join(report.topics)}), " if report.topics else ""
     out.print(
-        f"tenant {tenant} erased at {_utc(report.erased_at)}: {deleted}{report.keys + report.late_keys} Redis key(s) "
-        f"deleted ({report.late_keys} of them written meanwhile by batches already in hand)",
+        f"tenant {tenant} erased at {shown_epoch(report.erased_at)}: {deleted}"
+        f"{report.keys + report.late_keys} Redis key(s) deleted "
+        f"({report.late_keys} of them written meanwhile by batches already in hand)",
         highlight=False,
     )
     if not report.quiet:
@@ -152,7 +153,3 @@ def erase_tenant_command(
         f"`agentmemd topics --tenant {tenant}` would start it anew",
         highlight=False,
     )
-
-
-def _utc(at: float) -> str:
-    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")

@@ -18,6 +18,7 @@ from consumers.client import MemoryClient
 from consumers.config import ConsumerConfig
 from daemon.status import group_members
 from daemon.topics import ensure_tenant_topics, tenant_topics
+from graph.summary_records import recorded_summarizer
 from memory import keys
 from tests.conftest import unique
 from tests.helpers import isolated_settings, settings_env, start_daemon
@@ -71,6 +72,7 @@ async def test_an_erased_tenant_leaves_nothing_and_the_other_keeps_everything(
         await globex.publish_document(
             "runbooks/ledger.md", "globex keeps its ledger in ledger-db-02.", version=1, wait=True
         )
+        assert (await recorded_summarizer(redis, settings.index.name) or ("",))[0] == "extractive"  # what it runs
         before = await keys_of(redis, settings.index.name, "acme")
         assert any(":chunk:acme:" in k for k in before) and any(k.startswith("{") for k in before), before
         globex_keys = await keys_of(redis, settings.index.name, "globex")

@@ -25,6 +25,7 @@ from graph.ner import SpacyNer
 from graph.search import ScopedSearch
 from graph.service import GraphService
 from graph.store import GraphStore
+from graph.summary_records import record_summarizer
 from memory import keys
 from memory.config import ChunkingConfig, IndexConfig, IngestConfig, RetrievalConfig
 from memory.errors import BackendUnavailable, MemdError
@@ -639,6 +640,15 @@ async def test_resummarize_rewrites_the_summaries_another_summarizer_wrote(stack
     assert res.returncode == 0, res.stdout + res.stderr
     assert f"{len(comms)} summarized communities marked stale, 0 left" in " ".join(res.stdout.split()), res.stdout
     assert (await stack.store.stale())[0] == len(comms)
+    res = subprocess.run([agentmemd, "graph", "resummarize", "--all"], env=env, capture_output=True, text=True)
+    assert f"({len(comms)} of them were queued already)" in " ".join(res.stdout.split()), res.stdout
+    # The daemons started their workers with the model: a shell without its settings is refused.
+    await record_summarizer(stack.store._r, stack.index.cfg.name, "gpt-4o-mini")
+    plain = {k: v for k, v in env.items() if k != "AGENTMEM_GRAPH__LLM_MODEL"}
+    res = subprocess.run([agentmemd, "graph", "resummarize"], env=plain, capture_output=True, text=True)
+    said = " ".join(res.stderr.split())
+    assert res.returncode == 1 and "the daemons write summaries with 'gpt-4o-mini'" in said, said
+    assert "nothing was marked" in said and (await stack.store.stale())[0] == len(comms)
     # Back to the extractive summarizer: the model's summaries are the other summarizer's now.
     back = await stack.graph.resummarize()
     assert (back.summarizer, back.marked) == ("extractive", len(comms))
