@@ -80,6 +80,7 @@ class _ClientCore:
             timeout_s=timeout_s,
             kafka_options=dict(kafka_options or {}),
             max_request_size=event_record_bytes(max_content_bytes),
+            shared_topics=frozenset(self.topics.all()),
         )
 
     async def __aenter__(self) -> Self:

@@ -51,10 +51,15 @@ class KafkaTransport:
         timeout_s: float,
         kafka_options: dict[str, Any],
         max_request_size: int,
+        shared_topics: frozenset[str] = frozenset(),
     ) -> None:
         """The arguments are ``MemoryClient``'s, which documents them; ``max_request_size``:
-        the largest record the producer sends (unless ``kafka_options`` says otherwise)."""
+        the largest record the producer sends (unless ``kafka_options`` says otherwise);
+        ``shared_topics``: the contract's own topics, which an event may be sent to before
+        they exist (a daemon creates them); any other (a tenant's) must exist first."""
         self._bootstrap = bootstrap
+        self._shared_topics = shared_topics
+        self._existing: set[str] = set()
         self._reply_topic = reply_topic
         self._reply_partition = reply_partition
         self._reply_wait_ms = reply_fetch_wait_ms
@@ -242,8 +247,11 @@ class KafkaTransport:
             WriteRejected: the daemon dead-lettered it.
             TimeoutError: no ack within ``timeout_s`` (the client's when None); the event was sent
                 and may still be applied.
+            NotFound: (without ``wait``) a tenant's topic that does not exist; nothing was sent.
         """
         if not wait:
+            if topic not in self._shared_topics:
+                await self._require(topic)
             await self._send(topic, value, key)
             return None
         await self._ensure_reader()
@@ -252,6 +260,31 @@ class KafkaTransport:
         if ack.status == "dead_lettered":
             raise WriteRejected(ack)
         return ack
+
+    async def _require(self, topic: str) -> None:
+        """Fail unless ``topic`` exists: a broker that creates topics on first use (tansu, or
+        Kafka's auto.create.topics.enable) would take an event for a misspelt tenant, and a
+        daemon in topic tenancy would make a tenant of it. (An awaited write finds out by its
+        reply topic; one sent without waiting had nothing to tell it.)
+
+        Raises:
+            NotFound: the topic does not exist.
+            BackendUnavailable: the broker could not be asked.
+        """
+        if topic in self._existing:
+            return
+        if self._producer is None:
+            raise RuntimeError("client not started")
+        try:
+            cluster = await self._producer.client.fetch_all_metadata()
+        except KafkaError as exc:
+            raise BackendUnavailable(f"kafka at {self._bootstrap}: topics unread: {exc}") from exc
+        self._existing |= set(cluster.topics())
+        if topic not in self._existing:
+            raise NotFound(
+                f"topic {topic!r} does not exist: is the tenant spelt right? An operator creates a tenant's "
+                "topics with `agentmemd topics --tenant NAME`; nothing was sent"
+            )
 
     async def ask(self, topic: str, payload: Mapping[str, Any]) -> dict[str, Any]:
         """Publish a request and wait for its reply's JSON; an error reply raises ``QueryFailed``.

@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 from structlog.testing import capture_logs
 
@@ -503,6 +504,20 @@ async def test_cli_publish_in_topic_tenancy_needs_a_tenant_and_writes_to_its_top
         return not await daemon.index.chunk_ids("cli/osprey.md", WRITER)
 
     await eventually(deleted, timeout=60, what="the CLI's delete in the tenant's memory")
+    # A misspelt tenant, without --wait: refused before sending (a broker that creates topics
+    # on first use would take it, and the daemon would make a tenant of it).
+    misspelt = WRITER + "x"
+    rc, _out, err = await _agentmemd(
+        settings, "publish", "doc", str(path), "--doc-id", "cli/t.md", "--tenant", misspelt
+    )
+    said = " ".join(err.split())
+    assert rc != 0 and f"{settings.topics.documents}.{misspelt}' does not exist" in said, err
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
+    await admin.start()
+    try:
+        assert f"{settings.topics.documents}.{misspelt}" not in await admin.list_topics()
+    finally:
+        await admin.close()
 
 
 async def _total_end_offset(plain: PlainClient, topic: str) -> int:
