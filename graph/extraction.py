@@ -114,8 +114,19 @@ _LONGEST_RUN = 256
 _LONG_RUN = re.compile(rf"(?<![\w./-])[\w./-]{{{_LONGEST_RUN + 1},}}")
 
 
+# A URL names a page, not a file path, module or host of ours: its parts were read as
+# "/github.com/someone" paths and "docs.python.org"-like modules, hubs linking every README.
+_URL = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s<>()\[\]\"'`]*|\bwww\.[^\s<>()\[\]\"'`]+")
+# A word and a number that number steps, parts and sections ("step-3"), not a host.
+_NOT_HOSTS = frozenset(
+    "step part section phase chapter page item figure fig table option level stage round day week month "
+    "year version rev note example line row column col case test task point slide lesson exercise question "
+    "appendix unit rule tier type class grade size top".split()
+)
+
+
 def _found(text: str) -> Iterable[tuple[str, str]]:
-    text = _LONG_RUN.sub(" ", text)
+    text = _URL.sub(" ", _LONG_RUN.sub(" ", text))
     for m in _HTTP.finditer(text):
         code = m.group(1) or m.group(2)
         yield f"HTTP {code}", "http_status"
@@ -148,7 +159,9 @@ def _found(text: str) -> Iterable[tuple[str, str]]:
         if i < 0 or m.end(1) > ends[i]:
             yield m.group(1), "service"
     for m in hosts:
-        yield m.group(1), "host"
+        host = m.group(1)
+        if "." in host or host.rsplit("-", 1)[0] not in _NOT_HOSTS:
+            yield host, "host"
     for m in _CONFIG_KEY.finditer(text):
         yield m.group(1), "config_key"
     for m in _SQL_TABLE.finditer(text):
@@ -194,12 +207,25 @@ def merge_entities(
 
 def ner_pairs(ents: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
     """spaCy ``(text, label)`` pairs mapped to our types; labels we don't use are dropped, and so
-    is a span across a line break (a heading run into the paragraph under it: "GDPR\n\nData")."""
-    return [
-        (text, _NER_TYPES[label])
-        for text, label in ents
-        if label in _NER_TYPES and len(text.strip()) > 1 and "\n" not in text.strip()
-    ]
+    is a span that is no name (``_a_name``)."""
+    return [(text, _NER_TYPES[label]) for text, label in ents if label in _NER_TYPES and _a_name(text.strip())]
+
+
+# Markdown's and code's punctuation inside a span: "Yahoo Answers](https://…", "// Default",
+# "pg_upgradecluster - Migrate" (a man page's title line).
+_NOT_IN_A_NAME = ("](", "://", "//", " - ", " | ", "`", "=", "{", "}", "<", ">")
+
+
+def _a_name(text: str) -> bool:
+    """Whether a span spaCy labelled reads as a name: on one line (not a heading run into the
+    paragraph under it: "GDPR\n\nData"), starting with a letter or digit, mostly letters and
+    digits (not "┌──────"), and holding none of the code and markup punctuation a name does not."""
+    if len(text) < 2 or "\n" in text or not text[0].isalnum():
+        return False
+    if any(mark in text for mark in _NOT_IN_A_NAME):
+        return False
+    chars = [c for c in text if not c.isspace()]
+    return sum(c.isalnum() for c in chars) * 2 >= len(chars) and any(c.isalpha() for c in chars)
 
 
 def cooccurrence(chunks: Sequence[Sequence[str]]) -> Counter[tuple[str, str]]:

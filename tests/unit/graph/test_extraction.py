@@ -193,3 +193,35 @@ def test_an_entity_across_a_line_break_is_dropped() -> None:
         ("DocuSign", "org"),
         (" Stripe\n", "org"),
     ]
+
+
+def test_a_urls_parts_are_no_paths_modules_or_hosts() -> None:
+    """A link names a page: "/github.com/someone" was a file path of every README linking there."""
+    found = extract_identifiers(
+        "See https://github.com/adityagiri3600/repo and <https://anaconda.org/conda-forge/cymem>, "
+        "or www.example.com/docs; the config lives in /etc/pgbouncer/pgbouncer.ini."
+    )
+    assert all("github" not in n and "anaconda" not in n and "example" not in n for n, _ in found), found
+    assert ("/etc/pgbouncer/pgbouncer.ini", "file_path") in found
+
+
+def test_numbered_steps_are_no_hosts() -> None:
+    found = extract_identifiers("In step-3 restart web-01 and db-7; see part-2 and section-10.")
+    assert ("web-01", "host") in found and ("db-7", "host") in found
+    assert all(n not in {"step-3", "part-2", "section-10"} for n, _ in found), found
+
+
+def test_a_span_of_code_or_markup_is_no_named_entity() -> None:
+    """spaCy's labels on technical Markdown: comments, link syntax, box drawing and a man
+    page's title line are not names; real names are kept."""
+    spans = [
+        ("// Default", "ORG"),
+        ("// ./a-module.js", "PERSON"),
+        ("Yahoo Answers](https://www.kaggle.com", "ORG"),
+        ("┌──────────────", "ORG"),
+        ("pg_upgradecluster - Migrate", "PRODUCT"),
+        ("Acme Corporation", "ORG"),
+        ("Alice Johnson", "PERSON"),
+        ("3M", "ORG"),
+    ]
+    assert ner_pairs(spans) == [("Acme Corporation", "org"), ("Alice Johnson", "person"), ("3M", "org")]
