@@ -108,7 +108,7 @@ def render_status(state: StatusState, *, title: str, not_ready: Mapping[str, str
             rows.append(
                 f"<tr><td>{html.escape(tenant)}</td><td>{html.escape(item.community_id)}</td><td>{item.level}</td>"
                 f"<td>{oldest_age_s([item.first_marked_at], now):.1f}</td><td>{item.change_count}</td>"
-                f"<td>{html.escape(item.cause())}</td></tr>"
+                f"<td>{html.escape(item.cause())}</td><td>{html.escape(item.state(now))}</td></tr>"
             )
     lag_rows = [
         f"<tr><td>{html.escape(group)}</td><td>{html.escape(tp)}</td><td>{value}</td></tr>"
@@ -120,7 +120,9 @@ def render_status(state: StatusState, *, title: str, not_ready: Mapping[str, str
     dlq = state.dlq_records if state.dlq_records is not None else "?"
     chunks = state.chunks if state.chunks is not None else "?"
     p50, p95 = percentile(q, 0.5), percentile(q, 0.95)
-    heads = "".join(f"<th>{h}</th>" for h in ("tenant", "community", "level", "age s", "changes", "caused by"))
+    heads = "".join(
+        f"<th>{h}</th>" for h in ("tenant", "community", "level", "age s", "changes", "caused by", "summary")
+    )
     if not_ready is None:
         not_ready = {} if state.ready else {"kafka": "consumers not assigned yet"}
     readiness = (
@@ -130,7 +132,7 @@ def render_status(state: StatusState, *, title: str, not_ready: Mapping[str, str
         + html.escape("; ".join(f"{k}: {v}" for k, v in sorted(not_ready.items())))
         + "</span>"
     )
-    empty = '<tr><td colspan="6" class="muted">empty: every summary is fresh</td></tr>'
+    empty = '<tr><td colspan="7" class="muted">empty: every summary is fresh</td></tr>'
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta http-equiv="refresh" content="5">
 <title>{html.escape(title)}</title>

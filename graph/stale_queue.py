@@ -52,6 +52,15 @@ class StaleItem:
         summarized as it is)."""
         return ", ".join(self.doc_ids[:limit]) or (ASKED_CAUSE if self.asked else RECOMPUTE_CAUSE)
 
+    def state(self, now: float) -> str:
+        """Where its summary stands, for a person: being written, failing (how often, why, when
+        it is tried again) or waiting its turn."""
+        if self.attempts:
+            again = f", again in {max(0.0, self.retry_at - now):.0f}s" if self.retry_at is not None else ""
+            failed = f"failed {self.attempts}x{again}: {self.last_error or '?'}"
+            return ("being written; " if self.claimed else "") + failed
+        return "being written (or held by a worker that died, until its claim expires)" if self.claimed else "waiting"
+
 
 #: The longest reason of a failed summary kept (a provider's error can quote a whole prompt).
 MAX_ERROR_CHARS = 500

@@ -17,7 +17,7 @@ from memory.errors import MemdError
 from memory.records import DEFAULT_TENANT
 
 if TYPE_CHECKING:
-    from graph import GraphService, StaleItem
+    from graph import GraphService
 
 T = TypeVar("T")
 
@@ -96,19 +96,9 @@ def stale(
             f"{now - i.first_marked_at:.1f}",
             str(i.change_count),
             i.cause(),
-            _summary_state(i, now),
+            i.state(now),
         )
     out.print(table)
-
-
-def _summary_state(item: StaleItem, now: float) -> str:
-    """Where a stale community's summary stands: being written, failing (how often, why, when
-    it is tried again) or waiting its turn."""
-    if item.attempts:
-        again = f", again in {max(0.0, item.retry_at - now):.0f}s" if item.retry_at is not None else ""
-        state = f"failed {item.attempts}x{again}: {item.last_error or '?'}"
-        return ("being written; " if item.claimed else "") + state
-    return "being written (or held by a worker that died, until its claim expires)" if item.claimed else "waiting"
 
 
 def _every_tenants_stale(as_json: bool) -> None:

@@ -308,12 +308,11 @@ def test_bad_options_are_refused_before_anything_connects(
 
 
 def test_a_stale_communitys_summary_state_says_failing_why_and_when_again() -> None:
-    from daemon.cli.graph import _summary_state
     from graph.stale_queue import StaleItem
 
     base = StaleItem("c1", 0, 10.0, 20.0, 1, [])
-    assert _summary_state(base, 100.0) == "waiting"
+    assert base.state(100.0) == "waiting"
     held = StaleItem("c1", 0, 10.0, 20.0, 1, [], claimed=True)
-    assert _summary_state(held, 100.0).startswith("being written (or held by a worker that died")
+    assert held.state(100.0).startswith("being written (or held by a worker that died")
     failing = StaleItem("c1", 0, 10.0, 20.0, 1, [], attempts=3, last_error="LlmFailed: timeout", retry_at=130.0)
-    assert _summary_state(failing, 100.0) == "failed 3x, again in 30s: LlmFailed: timeout"
+    assert failing.state(100.0) == "failed 3x, again in 30s: LlmFailed: timeout"

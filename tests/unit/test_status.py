@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from daemon.status import oldest_age_s
+from daemon.status import StatusState, oldest_age_s
 
 
 def test_oldest_age_is_never_negative() -> None:
@@ -14,9 +14,23 @@ def test_oldest_age_is_never_negative() -> None:
 
 
 def test_an_askers_bad_or_expired_request_is_refused_not_an_error_of_the_daemons() -> None:
-    from daemon.status import StatusState
 
     state = StatusState(started_at=0.0)
     for outcome in ("ok", "invalid", "expired", "error", "invalid"):
         state.record_query(0.01, outcome)
     assert (len(state.query_ms), state.query_errors, state.query_refused) == (5, 1, 3)
+
+
+def test_the_status_page_says_why_a_stale_summary_is_not_written() -> None:
+    """A failing summarizer shows on the page, with the reason, not only as a growing queue."""
+    import time
+
+    from daemon.http import render_status
+    from graph.stale_queue import StaleItem
+
+    now = time.time()
+    failing = StaleItem("c1", 0, now - 60, now - 30, 2, ["runbooks/a.md"], attempts=3, last_error="LlmFailed: 500")
+    state = StatusState(started_at=0.0, ready=True)
+    state.stale = {"acme": {"depth": 1, "oldest_age_s": 60.0, "items": [failing]}}
+    page = render_status(state, title="agentmemd")
+    assert "<th>summary</th>" in page and "failed 3x: LlmFailed: 500" in page
