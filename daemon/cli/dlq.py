@@ -41,9 +41,12 @@ def _reader(s: Settings) -> dict[str, Any]:
 def dlq_list(
     limit: Annotated[int, typer.Option("--limit", min=1, max=1000, help="Latest records of each DLQ partition.")] = 20,
     as_json: Annotated[bool, typer.Option("--json", metavar="", help="One JSON object per record.")] = False,
+    tenant: Annotated[
+        str | None, typer.Option("--tenant", help="Only the dead letters of this tenant's events (topic tenancy).")
+    ] = None,
 ) -> None:
     """The latest dead letters, newest first: where each sits (PARTITION:OFFSET, what `dlq
-    replay` takes), why it was refused, and where it came from."""
+    replay` takes), why it was refused, and where it came from (in topic tenancy, whose)."""
     s = _settings(quiet=True)
     t = s.topics
     try:
@@ -54,14 +57,17 @@ def dlq_list(
         )
     except MemdError as exc:
         raise _fail(exc) from exc
+    if tenant is not None:  # of the latest `limit` of each partition: a tenant's older ones need a larger --limit
+        letters = [d for d in letters if d.tenant == tenant]
     if as_json:
         for d in letters:
             print(json.dumps(dataclasses.asdict(d), ensure_ascii=False))
         return
     if not letters:
-        out.print(f"no dead letters in {t.dlq}")
+        out.print(f"no dead letters{f' of tenant {tenant}' if tenant else ''} in {t.dlq}")
     for d in letters:
-        origin = f"{d.topic} {d.original_partition}:{d.original_offset}"
+        whose = f" (tenant {d.tenant})" if s.consumer.tenancy == "topic" and d.tenant else ""
+        origin = f"{d.topic} {d.original_partition}:{d.original_offset}{whose}"
         out.print(Text(f"{d.partition}:{d.offset}  {d.failed_at[:19]}  {d.code}  from {origin}", style="bold"))
         out.print(Text(f"    {d.reason}"))
         first = d.preview.splitlines()[0] if d.preview else ""
