@@ -141,7 +141,8 @@ def build_acks(
                 )
                 out.append((record, *route, ack))
                 continue
-            if winner is not None and winner[1].status == "ignored" and winner[1].conflict is None and g.item.version:
+            below = winner is not None and winner[1].status == "ignored" and winner[1].conflict is None
+            if below and winner is not None and g.item.version is not None:
                 # The doc's highest version of the batch was already below the stored one.
                 ack.reason = f"version {g.item.version} is older than the stored version {winner[1].stored_version}"
                 out.append((record, *route, ack))

@@ -34,11 +34,16 @@ from memory.metrics import (
     EVENTS_FAILED,
 )
 from memory.retrying import backoff_s, pause
+from memory.tenants import Erasure
 
 log = structlog.get_logger()
 
 
-async def none_erased() -> Mapping[str, float]:
+def _at(record: DlqRecord) -> tuple[str, int, int]:
+    return (record.topic, record.partition, record.offset)
+
+
+async def none_erased() -> Mapping[str, Erasure]:
     """No tenant is erased (single tenancy, and tests that build a pipeline alone)."""
     return {}
 
@@ -66,7 +71,7 @@ class Ingestion:
     # Where a reply (an ack) must never go: the daemon's inputs.
     input_topics: tuple[str, ...]
     # In topic tenancy, the erased tenants (``TenantRegistry.erased``): their events are not applied.
-    erased_tenants: Callable[[], Awaitable[Mapping[str, float]]] = dataclasses.field(default=none_erased)
+    erased_tenants: Callable[[], Awaitable[Mapping[str, Erasure]]] = dataclasses.field(default=none_erased)
     # Positions dead-lettered while their batch is handled, with (reason, code); the documents
     # and transcripts subscribers share this object, and their positions never collide.
     _dead: dict[tuple[str, int, int], tuple[str, str]] = dataclasses.field(default_factory=dict)
@@ -95,15 +100,23 @@ class Ingestion:
     async def _ingest(
         self, good: Sequence[Decoded], dead: Sequence[DlqRecord], raw: dict[tuple[str, int, int], Any], base: str
     ) -> None:
-        erased = await self.erased_tenants() if self.cfg.tenancy == "topic" and good else {}
-        gone = [g for g in good if g.item.tenant in erased]
+        erased = await self.erased_tenants() if self.cfg.tenancy == "topic" and (good or dead) else {}
+
+        def refused(tenant: str | None, position: tuple[str, int, int]) -> bool:
+            erasure = erased.get(tenant) if tenant is not None else None
+            return erasure is not None and erasure.refuses(getattr(raw[position], "timestamp", None))
+
+        gone = [g for g in good if refused(g.item.tenant, (g.topic, g.partition, g.offset))]
+        kept = [g for g in good if not refused(g.item.tenant, (g.topic, g.partition, g.offset))] if gone else good
+        # An erased tenant's events that do not decode are not kept in the shared DLQ either.
+        dead = [d for d in dead if not refused(tenant_from_topic(d.topic, base, self.cfg.tenancy), _at(d))]
         # Applied first, dead-lettered after: a batch that fails (an outage, a poison event
         # short of its attempts) is redelivered whole, and must not have published anything yet.
-        report = await self._apply_isolated([g for g in good if g.item.tenant not in erased] if gone else good, raw)
+        report = await self._apply_isolated(kept, raw)
         for g in gone:
             why = (
-                f"tenant {g.item.tenant!r} was erased (agentmemd erase-tenant): its events are not applied "
-                f"until its topics are created again (agentmemd topics --tenant {g.item.tenant})"
+                f"tenant {g.item.tenant!r} was erased (agentmemd erase-tenant): its events from before are never "
+                f"applied, nor any until its topics are created again (agentmemd topics --tenant {g.item.tenant})"
             )
             report.outcomes[id(g.item)] = ItemOutcome("ignored", refused=why)
         if gone:
@@ -112,7 +125,7 @@ class Ingestion:
         CHUNKS_EMBEDDED.labels(base).inc(report.chunks_embedded)
         CHUNKS_REUSED.labels(base).inc(report.chunks_reused)
         for record in dead:
-            await self._publish_dead(record, _stamp(raw[(record.topic, record.partition, record.offset)]))
+            await self._publish_dead(record, _stamp(raw[_at(record)]))
         # By the item itself: a batch may hold the same doc_id in two tenants (topic
         # tenancy) or in several versions, and the DLQ must get the record that failed.
         by_item: dict[int, Decoded] = {id(g.item): g for g in good}

@@ -38,6 +38,7 @@ from memory.config import IngestConfig
 from memory.errors import MemdError
 from memory.ingest import Ingestor
 from memory.metrics import QUERY_SECONDS, TENANT_QUERIES, TENANT_QUERY_SECONDS
+from memory.tenants import Erasure
 
 log = structlog.get_logger()
 
@@ -354,7 +355,7 @@ def build_router(
     on_query_done: Callable[[float, str], None] = lambda _s, _o: None,
     seen: Callable[[str], None] = lambda _role: None,
     saw_tenant: SawTenant = _no_registry,
-    erased_tenants: Callable[[], Awaitable[Mapping[str, float]]] = none_erased,
+    erased_tenants: Callable[[], Awaitable[Mapping[str, Erasure]]] = none_erased,
 ) -> KafkaRouter:
     """The daemon's three subscribers: documents, transcripts (batched) and queries.
 

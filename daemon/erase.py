@@ -6,8 +6,9 @@ The erase is marked in Redis first (``TenantRegistry.erase``): from then on daem
 apply an event of the tenant (its writer is acked ``ignored``) nor record it again, so they
 do not recreate its topics, and a reindex does not replay it. A batch a daemon read before it
 saw the mark may still be writing: the keys are deleted once the mark has been seen
-(``ERASED_READ_TTL_S``), then swept again until two sweeps in a row find nothing (or
-``sweep_for_s`` pass). Creating the tenant's topics again (``agentmemd topics --tenant``)
+(``ERASED_READ_TTL_S``), then swept again every ``SWEEP_EVERY_S`` for ``sweep_for_s``
+(longer than an LLM summary's call, ``graph.llm_timeout_s``); a summary checks the mark
+again before it writes. Creating the tenant's topics again (``agentmemd topics --tenant``)
 lifts the mark, for a new start.
 
 Topics are deleted only while no daemon consumes: a consumer whose pattern subscription held
@@ -73,9 +74,10 @@ async def tenant_keys(client: Any, name: str, tenant: str) -> int:
                     batch = []
             if batch:
                 deleted += int(await client.unlink(*batch))
-        markers = [
-            m async for m in client.sscan_iter(keys.writing_key(name), match=keys.tenant_marker_pattern(name, tenant))
-        ]
+        markers = []
+        for g in sorted(generations):
+            pattern = keys.tenant_marker_pattern(name, g, tenant)
+            markers += [m async for m in client.sscan_iter(keys.writing_key(name), match=pattern)]
         for i in range(0, len(markers), _BATCH):
             await client.srem(keys.writing_key(name), *markers[i : i + _BATCH])
     return deleted
@@ -87,7 +89,7 @@ async def erase_tenant(
     tenant: str,
     *,
     delete_topics: bool = False,
-    sweep_for_s: float = 60.0,
+    sweep_for_s: float = 90.0,
     topic_timeout_s: float = 30.0,
 ) -> EraseReport:
     """Erase ``tenant`` (see the module's docstring).
@@ -121,8 +123,10 @@ async def erase_tenant(
         report.topics = await delete_tenant_topics(settings, tenant, timeout_s=topic_timeout_s)
     await asyncio.sleep(ERASED_READ_TTL_S * 2)  # every daemon's next batch sees the mark
     report.keys = await tenant_keys(client, name, tenant)
+    # The whole window, not until a first quiet pair of sweeps: a summary's LLM call or a
+    # large document's batch may write nothing for a minute, then write.
     started, quiet = time.monotonic(), 0
-    while quiet < 2 and time.monotonic() - started < sweep_for_s:
+    while time.monotonic() - started < sweep_for_s:
         await asyncio.sleep(SWEEP_EVERY_S)
         late = await tenant_keys(client, name, tenant)
         report.late_keys += late

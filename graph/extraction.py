@@ -111,7 +111,7 @@ def normalize(name: str, aliases: Mapping[str, str] | None = None) -> str:
 # work per chunk measured here. Blanked first (one linear pass: only a run's start can
 # match), every pattern below scans runs of at most this length, so the whole is linear.
 _LONGEST_RUN = 256
-_LONG_RUN = re.compile(rf"(?<![\w./-])[\w./-]{{{_LONGEST_RUN + 1},}}")
+_LONG_RUN = re.compile(rf"(?<![\w./+-])[\w./+-]{{{_LONGEST_RUN + 1},}}")
 
 
 # A URL names a page, not a file path, module or host of ours: its parts were read as

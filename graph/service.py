@@ -22,7 +22,7 @@ from graph.extractor import ExtractionCache, Extractor
 from graph.ner import SpacyNer
 from graph.recompute import Recomputer, RecomputeReport
 from graph.store import GraphStore
-from graph.summarizer import Summarizer, SummaryResult
+from graph.summarizer import Summarizer, SummaryPause, SummaryResult
 from memory.activity import IngestActivity
 from memory.chunking import chunk_position
 from memory.embedder import Embedder
@@ -61,6 +61,7 @@ class GraphService:
         mock_llm_response: str | None = None,
         offload: Offload = in_thread,
         extraction_cache: ExtractionCache | None = None,
+        summary_pause: SummaryPause | None = None,
     ) -> None:
         self._store = store
         self._cfg = cfg
@@ -78,6 +79,7 @@ class GraphService:
             owner=owner,
             activity=activity,
             mock_llm_response=mock_llm_response,
+            pause=summary_pause,
         )
 
     @property

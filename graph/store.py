@@ -67,6 +67,7 @@ class GraphStore:
         self.tenant = tenant
         # One hash tag per (index, tenant): a tenant's graph never shares a key with another's.
         self.prefix = keys.graph_prefix(name, tenant)
+        self._erased_key = keys.erased_key(name)
         self._apply = client.register_script(scripts.APPLY)
         self.summaries = SummaryRecords(client=client, prefix=self.prefix)
         self._stale = StaleQueue(client=client, prefix=self.prefix)
@@ -74,6 +75,12 @@ class GraphStore:
 
     def _k(self, suffix: str) -> str:
         return f"{self.prefix}:{suffix}"
+
+    async def erased(self) -> bool:
+        """Whether this graph's tenant is erased now (``memory.tenants``): nothing of it may be written."""
+        async with translate_errors("tenant read"):
+            raw = await self._r.hget(self._erased_key, self.tenant)
+        return raw is not None and not json.loads(raw)["restored"]
 
     async def apply(
         self,

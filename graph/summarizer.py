@@ -32,6 +32,15 @@ PROMPT_MEMBERS = 50
 
 
 @dataclass
+class SummaryPause:
+    """The pause after failed summaries, shared by every tenant's summarizer of a process (they
+    call one model): how many failed in a row, and until when no summary starts."""
+
+    failing: int = 0
+    until: float = float("-inf")  # time.monotonic()
+
+
+@dataclass
 class SummaryResult:
     """One summary written: which community, whether its mark was cleared, its text."""
 
@@ -56,6 +65,7 @@ class Summarizer:
         owner: str,
         activity: IngestActivity | None = None,
         mock_llm_response: str | None = None,
+        pause: SummaryPause | None = None,
     ) -> None:
         self._store = store
         self._index = index
@@ -71,8 +81,7 @@ class Summarizer:
         self.stop = asyncio.Event()
         self.summaries_written = 0
         self.llm_tokens = 0
-        self._failing = 0  # summaries failed in a row
-        self._paused_until = float("-inf")  # (monotonic) no summary starts before this
+        self._pause = SummaryPause() if pause is None else pause
 
     async def _excerpts(self, chunks: Mapping[str, Sequence[str]]) -> list[str]:
         """Chunk texts that mention the most members (``chunks``: each member's chunk ids), best
@@ -212,6 +221,11 @@ class Summarizer:
         if self._embedder is None:
             raise MemdError("summaries need an embedder")
         vectors = await self._embedder.embed_documents([vector_text(text, "")])
+        if await self._store.erased():
+            # Erased while this summary was written (an LLM call takes up to a minute): its
+            # chunk must not outlive the erase's sweep.
+            log.info("graph.summary_dropped", community_id=cid, reason="tenant erased")
+            return None
         wrote = await self._index.apply(doc_id, token, [record], vectors, self._store.tenant)
         written = cleared = False
         if wrote.applied:
@@ -245,7 +259,7 @@ class Summarizer:
         """Summarize what is due right now (used by the worker and by tests). Returns how many."""
         done = 0
         await self._recomputer.drop_removed()
-        if time.monotonic() < self._paused_until:
+        if time.monotonic() < self._pause.until:
             return 0
         for cid in await self.due(max(self._cfg.summarizer_concurrency, 1) * 4):
             await self._yield_to_ingestion()
@@ -270,15 +284,15 @@ class Summarizer:
                 # The next community would most likely fail alike (a model down, a rate limit):
                 # the worker pauses too, doubling while summaries keep failing, so a failing
                 # model is not called for every community in turn (78 calls in 20 s, seen).
-                self._failing += 1
+                self._pause.failing += 1
                 pause_s = min(
-                    self._cfg.summary_retry_initial_s * 2 ** (self._failing - 1), self._cfg.summary_retry_max_s
+                    self._cfg.summary_retry_initial_s * 2 ** (self._pause.failing - 1), self._cfg.summary_retry_max_s
                 )
-                self._paused_until = time.monotonic() + pause_s
-                log.warning("graph.summaries_paused", pause_s=pause_s, failures_in_a_row=self._failing)
+                self._pause.until = time.monotonic() + pause_s
+                log.warning("graph.summaries_paused", pause_s=pause_s, failures_in_a_row=self._pause.failing)
                 break
             else:
-                self._failing = 0
+                self._pause.failing = 0
             finally:
                 await self._store.release(cid, self._owner, token)
             await self._sleep(60.0 / self._cfg.summarizer_rate_per_min)

@@ -16,6 +16,7 @@ from graph.extractor import ExtractionCache
 from graph.ner import SpacyNer
 from graph.service import GraphService
 from graph.store import GraphStore
+from graph.summarizer import SummaryPause
 from memory.activity import IngestActivity
 from memory.embedder import Embedder
 from memory.errors import MemdError
@@ -58,6 +59,7 @@ class TenantGraphs:
         self._mock = mock_llm_response
         self._services: dict[str, GraphService] = {}
         self._extraction_cache: ExtractionCache = OrderedDict()  # shared: its bound is the process's
+        self._summary_pause = SummaryPause()  # shared: every tenant's summaries call one model
         self._tenants = TenantRegistry(client=client, name=name)
         self.stop = asyncio.Event()
 
@@ -75,6 +77,7 @@ class TenantGraphs:
                 mock_llm_response=self._mock,
                 offload=self._offload,
                 extraction_cache=self._extraction_cache,
+                summary_pause=self._summary_pause,
             )
             svc.stop = self.stop
             self._services[tenant] = svc

@@ -266,9 +266,9 @@ def tenant_patterns(name: str, generation: int, tenant: str) -> list[str]:
     ]
 
 
-def tenant_marker_pattern(name: str, tenant: str) -> str:
-    """The pattern of ``tenant``'s write marker keys in any generation (as ``writing_key`` lists them)."""
-    return f"{_glob(name)}:g*:wr:{_glob(tenant)}:*"
+def tenant_marker_pattern(name: str, generation: int, tenant: str) -> str:
+    """The pattern of ``tenant``'s write marker keys in ``generation`` (as ``writing_key`` lists them)."""
+    return f"{_glob(marker_prefix(name, generation))}{_glob(tenant)}:*"
 
 
 def graph_pattern(name: str, tenant: str) -> str:

@@ -5,7 +5,10 @@ neither, and is not recorded again until its topics are created anew (``restore`
 
 from __future__ import annotations
 
+import json
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 import redis.asyncio as aredis
 
@@ -16,7 +19,8 @@ from memory.schema import as_str
 
 # Record a tenant unless it is erased (KEYS: the tenants set, the erased hash; ARGV: tenant).
 _SAW = """
-if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then return 0 end
+local v = redis.call('HGET', KEYS[2], ARGV[1])
+if v and not cjson.decode(v).restored then return 0 end
 redis.call('SADD', KEYS[1], ARGV[1])
 return 1
 """
@@ -24,11 +28,38 @@ return 1
 # Mark a tenant erased at Redis's own time and take it off the list (KEYS as _SAW): returns the time.
 _ERASE = """
 local t = redis.call('TIME')
-local at = t[1] .. '.' .. string.format('%06d', tonumber(t[2]))
-redis.call('HSET', KEYS[2], ARGV[1], at)
+local at = tonumber(t[1]) + tonumber(t[2]) / 1000000
+redis.call('HSET', KEYS[2], ARGV[1], cjson.encode({at = at, restored = false}))
 redis.call('SREM', KEYS[1], ARGV[1])
-return at
+return tostring(at)
 """
+
+# Lift an erasure, keeping when it was (KEYS[1]: the erased hash; ARGV: tenant): the time, or
+# nil when the tenant is not erased now.
+_RESTORE = """
+local v = redis.call('HGET', KEYS[1], ARGV[1])
+if not v then return nil end
+local d = cjson.decode(v)
+if d.restored then return nil end
+d.restored = true
+redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(d))
+return tostring(d.at)
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Erasure:
+    """A tenant's erasure: when, and whether its topics were created again since (it started
+    anew; its events from before ``at`` are still never applied, nor replayed)."""
+
+    at: float
+    restored: bool
+
+    def refuses(self, record_ms: int | None) -> bool:
+        """Whether an event of the tenant, written to Kafka at ``record_ms`` (its record's
+        time; ``None``: unknown), is to be left unapplied."""
+        return not self.restored or record_ms is None or record_ms <= self.at * 1000
+
 
 #: How long a daemon trusts its last read of the erased tenants: an erase waits longer than
 #: this before it deletes, so that no batch read after the erase writes the tenant's data.
@@ -45,7 +76,8 @@ class TenantRegistry:
         self._known: set[str] = set()
         self._saw = client.register_script(_SAW)
         self._erase = client.register_script(_ERASE)
-        self._erased: dict[str, float] = {}
+        self._restore = client.register_script(_RESTORE)
+        self._erased: dict[str, Erasure] = {}
         self._erased_read_at = float("-inf")
 
     async def saw(self, tenant: str) -> None:
@@ -68,7 +100,8 @@ class TenantRegistry:
         """
         async with translate_errors("tenant list"):
             found = {as_str(m) for m in await self._r.smembers(self._key)}
-            gone = {as_str(m) for m in await self._r.hkeys(self._erased_key)}
+            raw = await self._r.hgetall(self._erased_key)
+        gone = {t for t, e in _erasures(raw).items() if not e.restored}
         self._known -= gone
         return sorted((found | self._known) - gone)
 
@@ -81,9 +114,10 @@ class TenantRegistry:
         """
         return [t for t in await self.all() if t != DEFAULT_TENANT]
 
-    async def erased(self) -> dict[str, float]:
-        """Each erased tenant with when it was erased; read again at most every
-        ``ERASED_READ_TTL_S`` (one read per batch would cost every batch a round trip).
+    async def erased(self) -> dict[str, Erasure]:
+        """Each tenant ever erased, with when and whether it started anew since; read again at
+        most every ``ERASED_READ_TTL_S`` (one read per batch would cost every batch a round
+        trip).
 
         Raises:
             BackendUnavailable: Redis is unreachable.
@@ -92,7 +126,7 @@ class TenantRegistry:
         if now - self._erased_read_at >= ERASED_READ_TTL_S:
             async with translate_errors("tenant list"):
                 raw = await self._r.hgetall(self._erased_key)
-            self._erased = {as_str(k): float(v) for k, v in raw.items()}
+            self._erased = _erasures(raw)
             self._erased_read_at = now
         return self._erased
 
@@ -109,13 +143,20 @@ class TenantRegistry:
 
     async def restore(self, tenant: str) -> float | None:
         """Lift ``tenant``'s erasure (its topics are being created again, for a new start);
-        returns when it had been erased, ``None`` if it was not.
+        returns when it had been erased, ``None`` if it is not erased now. When stays recorded:
+        its events from before are still never applied, nor replayed by a reindex.
 
         Raises:
             BackendUnavailable: Redis is unreachable.
         """
-        async with translate_errors("tenant list"), self._r.pipeline(transaction=True) as pipe:
-            pipe.hget(self._erased_key, tenant)
-            pipe.hdel(self._erased_key, tenant)
-            at, _ = await pipe.execute()
+        async with translate_errors("tenant list"):
+            at = await self._restore(keys=[self._erased_key], args=[tenant])
         return None if at is None else float(as_str(at))
+
+
+def _erasures(raw: Mapping[bytes | str, bytes | str]) -> dict[str, Erasure]:
+    out = {}
+    for k, v in raw.items():
+        d = json.loads(v)
+        out[as_str(k)] = Erasure(at=float(d["at"]), restored=bool(d["restored"]))
+    return out

@@ -93,6 +93,7 @@ def reindex(
         f"generation {rep.new_generation} is live (was {rep.old_generation}): {p.done} records replayed, "
         f"{p.applied} applied, {p.skipped} superseded, {p.invalid} invalid, {p.failed} failed, "
         f"{p.communities} summaries copied, {rep.chunks} chunks, {rep.took_s:.1f}s"
+        + (f", {p.erased} of erased tenants left out" if p.erased else "")
         + (f", {p.carried} docs carried over from the old generation" if p.carried else "")
         + (f", {p.graph_docs} graph docs re-pointed to the new chunks" if p.graph_docs else "")
         + ("" if rep.old_dropped else f"; generation {rep.old_generation} kept")

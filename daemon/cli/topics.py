@@ -50,15 +50,14 @@ def topics(
         rows: list[tuple[str, bool]] = []
         lifted: dict[str, float] = {}
         for name in dict.fromkeys(tenant):
-            tenant_topics(settings, name)  # a name that is no tenant's fails before Redis is asked
+            created = set(await ensure_tenant_topics(settings, name, timeout_s=TIMEOUT_S))
+            rows += [(t, t in created) for t in tenant_topics(settings, name)]
             client = redis_client(settings)
-            try:  # a tenant erased before starts anew: its events are applied again
+            try:  # a tenant erased before starts anew, once its topics are there
                 if (at := await TenantRegistry(client=client, name=settings.index.name).restore(name)) is not None:
                     lifted[name] = at
             finally:
                 await client.aclose()
-            created = set(await ensure_tenant_topics(settings, name, timeout_s=TIMEOUT_S))
-            rows += [(t, t in created) for t in tenant_topics(settings, name)]
         return rows, lifted
 
     try:
@@ -68,7 +67,9 @@ def topics(
     for name, created in rows:
         out.print(f"{'created' if created else 'exists '}  {name}", highlight=False)
     for name, at in lifted.items():
-        out.print(f"tenant {name} was erased at {shown_epoch(at)}: it starts anew, and its events are applied again")
+        out.print(
+            f"tenant {name} was erased at {shown_epoch(at)}: it starts anew (its events from before are never applied)"
+        )
 
 
 @app.command()
@@ -95,8 +96,8 @@ def erase_tenant_command(
         bool, typer.Option("--delete-topics", help="Also delete its topics with their events (no daemon may run).")
     ] = False,
     sweep_s: Annotated[
-        float, typer.Option("--sweep", min=5, help="Longest time to sweep for data written by batches already in hand.")
-    ] = 60.0,
+        float, typer.Option("--sweep", min=5, help="How long to sweep for data written by work already in hand.")
+    ] = 90.0,
 ) -> None:
     """Erase a tenant: every memory, graph and summary of it in Redis (every index generation)
     and its place in `tenants`; with --delete-topics, its topics with their events too. Daemons

@@ -18,6 +18,7 @@ from daemon.connections import kafka_options
 from daemon.reindex.report import ReindexProgress
 from daemon.settings import Settings
 from memory.ingest import Ingestor
+from memory.tenants import Erasure
 
 log = structlog.get_logger()
 
@@ -48,7 +49,7 @@ class Replayer:
         progress: ReindexProgress,
         report: Callable[[], None],
         *,
-        erased: Callable[[], Awaitable[Mapping[str, float]]] = none_erased,
+        erased: Callable[[], Awaitable[Mapping[str, Erasure]]] = none_erased,
     ):
         self._s = settings
         self._erased = erased  # tenants erased: their events, still in the log, are not replayed
@@ -162,10 +163,15 @@ class Replayer:
             tenant_of=lambda t: tenant_from_topic(t, base, self._s.consumer.tenancy),
         )
         self._p.invalid += len(dead)
-        if good and self._s.consumer.tenancy == "topic":
-            erased = await self._erased()
-            self._p.skipped += sum(1 for d in good if d.item.tenant in erased)
-            good = [d for d in good if d.item.tenant not in erased]
+        if good and self._s.consumer.tenancy == "topic" and (erased := await self._erased()):
+            at = {(r.topic, r.partition, r.offset): getattr(r, "timestamp", None) for r in records}
+
+            def refused(d: Any) -> bool:
+                erasure = erased.get(d.item.tenant)
+                return erasure is not None and erasure.refuses(at[(d.topic, d.partition, d.offset)])
+
+            self._p.erased += sum(1 for d in good if refused(d))
+            good = [d for d in good if not refused(d)]
         if not good:
             return
         items = [d.item for d in good]

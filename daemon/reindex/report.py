@@ -17,6 +17,7 @@ class ReindexProgress:
     skipped: int = 0
     invalid: int = 0
     failed: int = 0
+    erased: int = 0  # events of an erased tenant (from before its erasure): never replayed
     communities: int = 0
     graph_docs: int = 0
     carried: int = 0  # docs copied from the old generation: the replay did not reproduce them

@@ -5,13 +5,17 @@ and applies nothing, and creating its topics again starts it anew."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis.asyncio as aredis
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 
 from consumers.client import MemoryClient
@@ -34,6 +38,21 @@ async def keys_of(client: aredis.Redis, name: str, tenant: str) -> list[str]:
     found += [k.decode() async for k in client.scan_iter(match=f"{name}:*:{tenant}", count=1000)]
     found += [k.decode() async for k in client.scan_iter(match=keys.graph_prefix(name, tenant) + ":*", count=1000)]
     return sorted(found)
+
+
+async def _ack(bootstrap: str, topic: str, cid: str) -> dict[str, Any]:
+    """The ack with correlation id ``cid`` on ``topic``, read from its start."""
+    reader = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=5)
+    await reader.start()
+    try:
+        for _ in range(300):
+            for records in (await reader.getmany(timeout_ms=100)).values():
+                for r in records:
+                    if dict(r.headers).get("correlation_id") == cid.encode():
+                        return dict(json.loads(r.value))
+        raise AssertionError(f"no ack {cid} on {topic}")
+    finally:
+        await reader.stop()
 
 
 def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
@@ -133,6 +152,25 @@ async def test_an_erased_tenant_leaves_nothing_and_the_other_keeps_everything(
         fresh = MemoryClient(bootstrap=kafka_bootstrap, topics=settings.topics, tenant="acme", timeout_s=60)
         await fresh.start()
         try:
+            # An event recorded before the erase (a producer's late retry, a lagging consumer) never comes back.
+            erased_at = json.loads(await redis.hget(keys.erased_key(settings.index.name), "acme"))["at"]
+            body = fresh.document_event("runbooks/ledger.md", "ledger-service raises ERR_LEDGER_LOCK_9C1 again.")[1]
+            cid = uuid.uuid4().hex
+            asks = [("reply_to", f"{settings.topics.replies}.acme".encode()), ("correlation_id", cid.encode())]
+            producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all")
+            await producer.start()
+            try:
+                await producer.send_and_wait(
+                    f"{settings.topics.documents}.acme",
+                    body,
+                    key=b"runbooks/ledger.md",
+                    timestamp_ms=int((erased_at - 60) * 1000),
+                    headers=asks,
+                )
+            finally:
+                await producer.stop()
+            old = await _ack(kafka_bootstrap, f"{settings.topics.replies}.acme", cid)
+            assert old["status"] == "ignored" and "erased" in old["reason"], old
             receipt = await fresh.publish_document("runbooks/new.md", "A new start for acme.", version=1, wait=True)
             assert receipt.ack is not None and receipt.ack.status == "indexed", receipt.ack
             assert [r.doc_id for r in (await fresh.query("new start", top_k=5)).results] == ["runbooks/new.md"]

@@ -34,6 +34,7 @@ from memory.ingest import Ingestor
 from memory.records import COMMUNITY_PREFIX, ChunkRecord, MemoryItem
 from memory.retrieval import Retriever
 from memory.search_spec import SearchSpec
+from memory.tenants import TenantRegistry
 from tests.conftest import unique
 
 pytestmark = pytest.mark.integration
@@ -727,6 +728,16 @@ async def test_a_failing_model_pauses_the_worker_not_only_the_community(
     assert await s.graph.work_once() == 0 and len(calls) == 2  # paused for 1 s now
     await asyncio.sleep(1.1)
     assert await s.graph.work_once() == 0 and len(calls) == 3
+
+
+async def test_a_summary_finished_after_its_tenant_was_erased_is_not_written(stack: Stack) -> None:
+    """An erase may come while a summary is written (an LLM call takes up to a minute): the
+    summary checks the mark before it writes, so its chunk cannot outlive the erase's sweep."""
+    await stack.graph.recompute(force=True)
+    cid = (await stack.graph.due(1))[0]
+    await TenantRegistry(client=stack.store._r, name=stack.index.cfg.name).erase("default")
+    assert await stack.graph.summarize(cid) is None
+    assert await stack.index.chunk_ids(COMMUNITY_PREFIX + cid) == set()
 
 
 @pytest.mark.parametrize("failure", ["litellm.RateLimitError", "litellm.InternalServerError"])
