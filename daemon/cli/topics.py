@@ -7,8 +7,9 @@ import json
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 
-from daemon.cli._app import _fail, _settings, _with_redis, app, out
+from daemon.cli._app import _fail, _settings, _with_redis, app, err, out
 from daemon.cli.query import shown_epoch
 from daemon.connections import redis_client
 from daemon.settings import Settings
@@ -41,14 +42,15 @@ def topics(
             )
         )
 
-    async def main() -> tuple[list[tuple[str, bool]], dict[str, float]]:
+    async def main() -> tuple[list[tuple[str, bool]], dict[str, float], list[tuple[str, str]]]:
         if not tenant:
             created = set(await ensure_contract_topics(settings, timeout_s=TIMEOUT_S))
-            return [(t, t in created) for t in settings.topics.all()], {}
+            return [(t, t in created) for t in settings.topics.all()], {}, []
         from memory.tenants import TenantRegistry  # only a tenant's topics need Redis
 
         rows: list[tuple[str, bool]] = []
         lifted: dict[str, float] = {}
+        unchecked: list[tuple[str, str]] = []
         for name in dict.fromkeys(tenant):
             created = set(await ensure_tenant_topics(settings, name, timeout_s=TIMEOUT_S))
             rows += [(t, t in created) for t in tenant_topics(settings, name)]
@@ -56,16 +58,23 @@ def topics(
             try:  # a tenant erased before starts anew, once its topics are there
                 if (at := await TenantRegistry(client=client, name=settings.index.name).restore(name)) is not None:
                     lifted[name] = at
+            except MemdError as exc:  # the topics are what this command is for: Redis may be out of its reach
+                unchecked.append((name, str(exc)))
             finally:
                 await client.aclose()
-        return rows, lifted
+        return rows, lifted, unchecked
 
     try:
-        rows, lifted = asyncio.run(main())
+        rows, lifted, unchecked = asyncio.run(main())
     except MemdError as exc:
         raise _fail(exc) from exc
     for name, created in rows:
         out.print(f"{'created' if created else 'exists '}  {name}", highlight=False)
+    for name, why in unchecked:
+        err.print(
+            f"[yellow]warning:[/yellow] could not read whether tenant {escape(name)} was erased ({escape(why)}): "
+            "were it, its events would stay unapplied until this command runs again with Redis in reach"
+        )
     for name, at in lifted.items():
         out.print(
             f"tenant {name} was erased at {shown_epoch(at)}: it starts anew (its events from before are never applied)"

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
 import sys
 import uuid
 from pathlib import Path
@@ -25,7 +23,7 @@ from daemon.topics import ensure_tenant_topics, tenant_topics
 from graph.summary_records import recorded_summarizer
 from memory import keys
 from tests.conftest import unique
-from tests.helpers import isolated_settings, settings_env, start_daemon
+from tests.helpers import agentmemd, isolated_settings, settings_env, start_daemon
 
 pytestmark = pytest.mark.integration
 
@@ -53,12 +51,6 @@ async def _ack(bootstrap: str, topic: str, cid: str) -> dict[str, Any]:
         raise AssertionError(f"no ack {cid} on {topic}")
     finally:
         await reader.stop()
-
-
-def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [AGENTMEMD, *args], env={**os.environ, "COLUMNS": "200", **env}, capture_output=True, text=True, timeout=180
-    )
 
 
 async def test_an_erased_tenant_leaves_nothing_and_the_other_keeps_everything(
@@ -97,19 +89,19 @@ async def test_an_erased_tenant_leaves_nothing_and_the_other_keeps_everything(
         globex_keys = await keys_of(redis, settings.index.name, "globex")
 
         # Without --yes it only says what it would do; deleting topics under a running daemon is refused.
-        said = await asyncio.to_thread(cli, env, "erase-tenant", "acme")
+        said = await agentmemd(["erase-tenant", "acme"], env)
         assert said.returncode == 2 and "--yes" in said.stdout, said.stdout + said.stderr
-        busy = await asyncio.to_thread(cli, env, "erase-tenant", "acme", "--yes", "--delete-topics")
+        busy = await agentmemd(["erase-tenant", "acme", "--yes", "--delete-topics"], env)
         assert busy.returncode == 1 and "daemons consume" in " ".join(busy.stderr.split()), busy.stdout + busy.stderr
         assert await keys_of(redis, settings.index.name, "acme") == before
 
-        done = await asyncio.to_thread(cli, env, "erase-tenant", "acme", "--yes", "--sweep", "6")
+        done = await agentmemd(["erase-tenant", "acme", "--yes", "--sweep", "6"], env)
         assert done.returncode == 0, done.stdout + done.stderr
         text = " ".join(done.stdout.split())
         assert "tenant acme erased" in text and "its events stay in" in text, text
         assert await keys_of(redis, settings.index.name, "acme") == []
         assert await keys_of(redis, settings.index.name, "globex") == globex_keys
-        listed = await asyncio.to_thread(cli, env, "tenants", "--json")
+        listed = await agentmemd(["tenants", "--json"], env)
         assert listed.stdout.strip() == '["globex"]', listed.stdout
         reply = await globex.query("where does globex keep its ledger?", top_k=3)
         assert reply.results and reply.results[0].doc_id == "runbooks/ledger.md" and "globex" in reply.results[0].text
@@ -132,9 +124,7 @@ async def test_an_erased_tenant_leaves_nothing_and_the_other_keeps_everything(
         )
         groups = [f"{quiet.consumer.group_id}.{kind}" for kind in ("documents", "transcripts", "requests")]
         assert not any((await group_members(quiet, groups)).values())
-        gone = await asyncio.to_thread(
-            cli, quiet_env, "erase-tenant", "acme", "--yes", "--delete-topics", "--sweep", "5"
-        )
+        gone = await agentmemd(["erase-tenant", "acme", "--yes", "--delete-topics", "--sweep", "5"], quiet_env)
         assert gone.returncode == 0 and "4 topic(s) deleted" in " ".join(gone.stdout.split()), gone.stdout + gone.stderr
         daemon = await start_daemon(settings)
         await asyncio.sleep(2 * settings.topic_check_s)
@@ -147,7 +137,7 @@ async def test_an_erased_tenant_leaves_nothing_and_the_other_keeps_everything(
         assert not left & set(tenant_topics(settings, "acme")) and set(tenant_topics(settings, "globex")) <= left
 
         # Its topics created again: it starts anew.
-        anew = await asyncio.to_thread(cli, env, "topics", "--tenant", "acme")
+        anew = await agentmemd(["topics", "--tenant", "acme"], env)
         assert anew.returncode == 0 and "tenant acme was erased at" in " ".join(anew.stdout.split()), anew.stdout
         fresh = MemoryClient(bootstrap=kafka_bootstrap, topics=settings.topics, tenant="acme", timeout_s=60)
         await fresh.start()
@@ -185,5 +175,5 @@ async def test_an_erased_tenant_leaves_nothing_and_the_other_keeps_everything(
 
 async def test_erase_tenant_is_refused_in_single_tenancy(kafka_bootstrap: str, redis_url: str) -> None:
     settings = isolated_settings(unique("erase-single"), kafka_bootstrap, redis_url)
-    said = await asyncio.to_thread(cli, settings_env(settings), "erase-tenant", "default", "--yes")
+    said = await agentmemd(["erase-tenant", "default", "--yes"], settings_env(settings))
     assert said.returncode == 1 and "AGENTMEM_CONSUMER__TENANCY=topic" in " ".join(said.stderr.split()), said.stderr

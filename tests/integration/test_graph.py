@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,6 +107,22 @@ async def ner() -> AsyncIterator[SpacyNer]:
     n = await SpacyNer.load("en_core_web_sm")
     yield n
     n.close()
+
+
+@pytest.fixture
+def llm_calls(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """The arguments of every litellm completion call, each still made (with its mock_response)."""
+    import litellm
+
+    calls: list[dict[str, Any]] = []
+    original = litellm.acompletion
+
+    async def spy(**kwargs: Any) -> Any:
+        calls.append(kwargs)
+        return await original(**kwargs)
+
+    monkeypatch.setattr(litellm, "acompletion", spy)
+    return calls
 
 
 async def make_stack(redis_url: str, embedder: Any, ner: SpacyNer, name: str, **graph_cfg: Any) -> Stack:
@@ -555,20 +570,11 @@ async def test_scope_communities_returns_summaries(stack: Stack) -> None:
 
 
 async def test_litellm_path_with_mock_response(
-    redis_url: str, embedder: Any, ner: SpacyNer, monkeypatch: pytest.MonkeyPatch
+    redis_url: str, embedder: Any, ner: SpacyNer, llm_calls: list[dict[str, Any]]
 ) -> None:
     """With a model configured, summaries go through litellm; the prompt carries members and chunk text."""
-    import litellm
-
     assert os.environ.get("LITELLM_LOCAL_MODEL_COST_MAP") == "True"
-    calls: list[dict[str, Any]] = []
-    original = litellm.acompletion
-
-    async def spy(**kwargs: Any) -> Any:
-        calls.append(kwargs)
-        return await original(**kwargs)
-
-    monkeypatch.setattr(litellm, "acompletion", spy)
+    calls = llm_calls
     s = await make_stack(
         redis_url,
         embedder,
@@ -656,20 +662,10 @@ async def test_resummarize_rewrites_the_summaries_another_summarizer_wrote(stack
 
 
 async def test_a_large_communitys_prompt_names_its_most_mentioned_members_within_the_budget(
-    redis_url: str, embedder: Any, ner: SpacyNer, monkeypatch: pytest.MonkeyPatch
+    redis_url: str, embedder: Any, ner: SpacyNer, llm_calls: list[dict[str, Any]]
 ) -> None:
     """A community of 300 entities: the prompt names the 50 most mentioned (the one every
     chunk names first), not all 300 in name order, and stays within summary_token_budget."""
-    import litellm
-
-    prompts: list[str] = []
-    original = litellm.acompletion
-
-    async def spy(**kwargs: Any) -> Any:
-        prompts.append(kwargs["messages"][1]["content"])
-        return await original(**kwargs)
-
-    monkeypatch.setattr(litellm, "acompletion", spy)
     s = await make_stack(
         redis_url,
         embedder,
@@ -686,6 +682,7 @@ async def test_a_large_communitys_prompt_names_its_most_mentioned_members_within
     await s.graph.recompute(force=True)
     while await s.graph.work_once():
         pass
+    prompts = [c["messages"][1]["content"] for c in llm_calls]
     big = [p for p in prompts if "has 301 entities" in p]
     assert big, prompts
     head, names = big[0].split("\n")[:2]
@@ -694,20 +691,11 @@ async def test_a_large_communitys_prompt_names_its_most_mentioned_members_within
 
 
 async def test_a_failing_model_pauses_the_worker_not_only_the_community(
-    redis_url: str, embedder: Any, ner: SpacyNer, monkeypatch: pytest.MonkeyPatch
+    redis_url: str, embedder: Any, ner: SpacyNer, llm_calls: list[dict[str, Any]]
 ) -> None:
     """Three communities due and a model that fails: one call, then the worker pauses (the
     next community would fail alike), for twice as long after each failure in a row."""
-    import litellm
-
-    calls: list[float] = []
-    original = litellm.acompletion
-
-    async def spy(**kwargs: Any) -> Any:
-        calls.append(time.monotonic())
-        return await original(**kwargs)
-
-    monkeypatch.setattr(litellm, "acompletion", spy)
+    calls = llm_calls
     s = await make_stack(
         redis_url,
         embedder,
