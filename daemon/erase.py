@@ -6,7 +6,7 @@ The erase is marked in Redis first (``TenantRegistry.erase``): from then on daem
 apply an event of the tenant (its writer is acked ``ignored``) nor record it again, so they
 do not recreate its topics, and a reindex does not replay it. A batch a daemon read before it
 saw the mark may still be writing: the keys are deleted once the mark has been seen
-(``ERASED_READ_TTL_S``), then swept again every ``SWEEP_EVERY_S`` for ``sweep_for_s``
+(``ERASED_READ_TTL_S``), then swept again, at most ``SWEEP_EVERY_S`` apart, for ``sweep_for_s``
 (longer than an LLM summary's call, ``graph.llm_timeout_s``); a summary checks the mark
 again before it writes. Creating the tenant's topics again (``agentmemd topics --tenant``)
 lifts the mark, for a new start.
@@ -31,15 +31,16 @@ from daemon.status import group_members
 from daemon.topics import delete_tenant_topics, tenant_topics
 from memory import keys
 from memory.errors import BackendUnavailable, InvalidRequest
-from memory.index import GenerationRegistry, translate_errors
+from memory.index import translate_errors
+from memory.schema import as_str
 from memory.tenants import ERASED_READ_TTL_S, TenantRegistry
 
 log = structlog.get_logger()
 
 #: Keys deleted per command.
 _BATCH = 500
-#: Pause between two sweeps.
-SWEEP_EVERY_S = 2.0
+#: Longest pause between two sweeps (each reads the index's keys once).
+SWEEP_EVERY_S = 10.0
 
 
 @dataclass
@@ -57,29 +58,25 @@ class EraseReport:
 
 async def tenant_keys(client: Any, name: str, tenant: str) -> int:
     """Delete every Redis key of ``tenant`` under index ``name`` (each generation's, and its
-    graph's) and its write markers' listing; returns how many keys were deleted."""
-    registry = GenerationRegistry(client, name)
-    state = await registry.state()
-    generations = await registry.listed() | {g for g in (state.active, state.building) if g}
-    patterns = [p for g in sorted(generations) for p in keys.tenant_patterns(name, g, tenant)]
-    patterns.append(keys.graph_pattern(name, tenant))
+    graph's) and its write markers' listing; returns how many keys were deleted. Reads the
+    index's keys once (``SCAN``), and the graph's."""
+    owned = keys.tenant_key(name, tenant)
     deleted = 0
     async with translate_errors("tenant erase"):
-        for pattern in patterns:
+        for pattern, mine in ((keys.generation_pattern(name), owned), (keys.graph_pattern(name, tenant), None)):
             batch: list[Any] = []
             async for key in client.scan_iter(match=pattern, count=1000):
-                batch.append(key)
+                if mine is None or mine.fullmatch(as_str(key)):
+                    batch.append(key)
                 if len(batch) >= _BATCH:
                     deleted += int(await client.unlink(*batch))
                     batch = []
             if batch:
                 deleted += int(await client.unlink(*batch))
-        markers = []
-        for g in sorted(generations):
-            pattern = keys.tenant_marker_pattern(name, g, tenant)
-            markers += [m async for m in client.sscan_iter(keys.writing_key(name), match=pattern)]
+        writing = keys.writing_key(name)
+        markers = [m async for m in client.sscan_iter(writing) if owned.fullmatch(as_str(m))]
         for i in range(0, len(markers), _BATCH):
-            await client.srem(keys.writing_key(name), *markers[i : i + _BATCH])
+            await client.srem(writing, *markers[i : i + _BATCH])
     return deleted
 
 
@@ -126,8 +123,9 @@ async def erase_tenant(
     # The whole window, not until a first quiet pair of sweeps: a summary's LLM call or a
     # large document's batch may write nothing for a minute, then write.
     started, quiet = time.monotonic(), 0
+    every = min(SWEEP_EVERY_S, sweep_for_s / 3)  # at least three sweeps: the last two say it is quiet
     while time.monotonic() - started < sweep_for_s:
-        await asyncio.sleep(SWEEP_EVERY_S)
+        await asyncio.sleep(every)
         late = await tenant_keys(client, name, tenant)
         report.late_keys += late
         quiet = quiet + 1 if late == 0 else 0

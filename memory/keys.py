@@ -255,20 +255,21 @@ def _glob(text: str) -> str:
     return re.sub(r"([*?\[\]\\])", r"\\\1", text)
 
 
-def tenant_patterns(name: str, generation: int, tenant: str) -> list[str]:
-    """SCAN patterns of every key ``tenant`` owns in ``generation``: its chunks (community
-    summaries among them), versions, chunk lists, write markers, histories and directory."""
-    root, t = _glob(key_root(name, generation)), _glob(tenant)
-    return [
-        *(f"{root}{kind}:{t}:*" for kind in ("chunk", "ver", "doc", "wr", "hist")),
-        *(f"{root}dir:{kind}:{t}" for kind in ("docs", "last", "agents", "chunks")),
-        f"{root}dir:turns:{t}:*",
-    ]
+def generation_pattern(name: str) -> str:
+    """The SCAN pattern of every key of every generation of index ``name``."""
+    return f"{_glob(name)}:g*"
 
 
-def tenant_marker_pattern(name: str, generation: int, tenant: str) -> str:
-    """The pattern of ``tenant``'s write marker keys in ``generation`` (as ``writing_key`` lists them)."""
-    return f"{_glob(marker_prefix(name, generation))}{_glob(tenant)}:*"
+def tenant_key(name: str, tenant: str) -> re.Pattern[str]:
+    """Matches every key ``tenant`` owns in any generation of index ``name`` (among those of
+    ``generation_pattern``): its chunks (community summaries among them), versions, chunk
+    lists, write markers, histories and directory. One pattern: a sweep of a large index
+    then reads its keys once, not once per kind."""
+    t = re.escape(tenant)
+    return re.compile(
+        rf"{re.escape(name)}:g\d+:(?:(?:chunk|ver|doc|wr|hist):{t}:.*|dir:(?:docs|last|agents|chunks):{t}|dir:turns:{t}:.*)",
+        re.DOTALL,
+    )
 
 
 def graph_pattern(name: str, tenant: str) -> str:
