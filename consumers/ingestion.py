@@ -48,6 +48,23 @@ async def none_erased() -> Mapping[str, Erasure]:
     return {}
 
 
+def refused_by(erased: Mapping[str, Erasure], tenant: str | None, record: Any) -> bool:
+    """Whether an erasure leaves ``record`` (of ``tenant``'s topic) unapplied, by its time."""
+    erasure = erased.get(tenant) if tenant is not None else None
+    return erasure is not None and erasure.refuses(getattr(record, "timestamp", None))
+
+
+def erased_apart(
+    good: Sequence[Decoded], erased: Mapping[str, Erasure], raw: Mapping[tuple[str, int, int], Any]
+) -> tuple[list[Decoded], list[Decoded]]:
+    """``good`` as (kept, left out): the events an erasure refuses (``raw``: each one's record)."""
+    kept: list[Decoded] = []
+    gone: list[Decoded] = []
+    for g in good:
+        (gone if refused_by(erased, g.item.tenant, raw[(g.topic, g.partition, g.offset)]) else kept).append(g)
+    return kept, gone
+
+
 def _stamp(record: ConsumerRecord[Any, Any]) -> int:
     # With the position, tells a record from another one a lost log put at the same offset.
     return int(getattr(record, "timestamp", 0) or 0)
@@ -101,15 +118,11 @@ class Ingestion:
         self, good: Sequence[Decoded], dead: Sequence[DlqRecord], raw: dict[tuple[str, int, int], Any], base: str
     ) -> None:
         erased = await self.erased_tenants() if self.cfg.tenancy == "topic" and (good or dead) else {}
-
-        def refused(tenant: str | None, position: tuple[str, int, int]) -> bool:
-            erasure = erased.get(tenant) if tenant is not None else None
-            return erasure is not None and erasure.refuses(getattr(raw[position], "timestamp", None))
-
-        gone = [g for g in good if refused(g.item.tenant, (g.topic, g.partition, g.offset))]
-        kept = [g for g in good if not refused(g.item.tenant, (g.topic, g.partition, g.offset))] if gone else good
+        kept, gone = erased_apart(good, erased, raw)
         # An erased tenant's events that do not decode are not kept in the shared DLQ either.
-        dead = [d for d in dead if not refused(tenant_from_topic(d.topic, base, self.cfg.tenancy), _at(d))]
+        dead = [
+            d for d in dead if not refused_by(erased, tenant_from_topic(d.topic, base, self.cfg.tenancy), raw[_at(d)])
+        ]
         # Applied first, dead-lettered after: a batch that fails (an outage, a poison event
         # short of its attempts) is redelivered whole, and must not have published anything yet.
         report = await self._apply_isolated(kept, raw)

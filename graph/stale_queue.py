@@ -108,23 +108,30 @@ class StaleQueue:
             if depth != int(await self._r.zcard(self._k("stale_first"))):
                 await self._repair_stale_first()
             cids = [as_str(c) for c in await self._r.zrange(self._k("stale_first"), 0, max(limit, 1) - 1)]
-            recs = await self._r.hmget(self._k("stale"), cids) if cids else []
-            failed: list[Any] = []
+            read: list[Any] = []
             if cids:
+                # One round trip for all the items, their documents included: the explorer lists
+                # hundreds, and the status page samples every tenant's.
                 async with self._r.pipeline(transaction=False) as pipe:
+                    pipe.hmget(self._k("stale"), cids)
                     pipe.hmget(self._k("failures"), cids)
                     pipe.hmget(self._k("last_error"), cids)
                     pipe.zmscore(self._k("stale_q"), cids)
                     for cid in cids:
                         pipe.exists(self._k(f"claim:{cid}"))
-                    failed = await pipe.execute()
+                    for cid in cids:
+                        pipe.smembers(self._k(f"stale_docs:{cid}"))
+                    read = await pipe.execute()
+            n = len(cids)
+            recs, failures, errors, scores = read[:4] if read else ([], [], [], [])
+            claims, doc_sets = read[4 : 4 + n], read[4 + n :]
             items = []
             for i, (cid, rec) in enumerate(zip(cids, recs, strict=True)):
                 if rec is None:
                     continue
                 d = json.loads(rec)
-                docs = sorted(as_str(x) for x in await self._r.smembers(self._k(f"stale_docs:{cid}")))
-                attempts = int(failed[0][i] or 0)
+                docs = sorted(as_str(x) for x in doc_sets[i])
+                attempts = int(failures[i] or 0)
                 items.append(
                     StaleItem(
                         cid,
@@ -134,9 +141,9 @@ class StaleQueue:
                         int(d["count"]),
                         docs,
                         attempts=attempts,
-                        last_error=as_str(failed[1][i]) if failed[1][i] is not None else "",
-                        retry_at=float(failed[2][i]) if attempts and failed[2][i] is not None else None,
-                        claimed=bool(failed[3 + i]),
+                        last_error=as_str(errors[i]) if errors[i] is not None else "",
+                        retry_at=float(scores[i]) if attempts and scores[i] is not None else None,
+                        claimed=bool(claims[i]),
                         asked=bool(d.get("asked", False)),
                     )
                 )

@@ -34,6 +34,7 @@ from memory import keys
 from memory.index import translate_errors
 from memory.records import DEFAULT_TENANT
 from memory.schema import as_str
+from memory.tenants import Erasure
 
 __all__ = ["EDGE_SEP", "GraphStore", "LeaseLost", "StaleItem"]
 
@@ -80,7 +81,7 @@ class GraphStore:
         """Whether this graph's tenant is erased now (``memory.tenants``): nothing of it may be written."""
         async with translate_errors("tenant read"):
             raw = await self._r.hget(self._erased_key, self.tenant)
-        return raw is not None and not json.loads(raw)["restored"]
+        return raw is not None and not Erasure.from_json(raw).restored
 
     async def apply(
         self,

@@ -23,7 +23,7 @@ from memory.errors import MemdError
 from memory.index import ChunkIndex
 from memory.metrics import LLM_TOKENS, SUMMARIES_FAILED, SUMMARIES_WRITTEN
 from memory.records import COMMUNITY_PREFIX, ChunkRecord
-from memory.retrying import pause
+from memory.retrying import doubling, pause
 
 log = structlog.get_logger()
 
@@ -277,7 +277,7 @@ class Summarizer:
                 # once, one community that always fails would hold the worker for ever.
                 why = str(exc) if isinstance(exc, MemdError) else f"{type(exc).__name__}: {exc}"
                 attempts = await self._store.failures(cid) + 1
-                delay = min(self._cfg.summary_retry_initial_s * 2 ** (attempts - 1), self._cfg.summary_retry_max_s)
+                delay = self._backoff_s(attempts)
                 await self._store.record_failure(cid, time.time() + delay, self._owner, token, why)
                 SUMMARIES_FAILED.inc()
                 log.warning("graph.summary_failed", community_id=cid, attempts=attempts, retry_in_s=delay, error=why)
@@ -285,9 +285,7 @@ class Summarizer:
                 # the worker pauses too, doubling while summaries keep failing, so a failing
                 # model is not called for every community in turn (78 calls in 20 s, seen).
                 self._pause.failing += 1
-                pause_s = min(
-                    self._cfg.summary_retry_initial_s * 2 ** (self._pause.failing - 1), self._cfg.summary_retry_max_s
-                )
+                pause_s = self._backoff_s(self._pause.failing)
                 self._pause.until = time.monotonic() + pause_s
                 log.warning("graph.summaries_paused", pause_s=pause_s, failures_in_a_row=self._pause.failing)
                 break
@@ -297,6 +295,10 @@ class Summarizer:
                 await self._store.release(cid, self._owner, token)
             await self._sleep(60.0 / self._cfg.summarizer_rate_per_min)
         return done
+
+    def _backoff_s(self, failures: int) -> float:
+        """The wait after ``failures`` failed summaries in a row, of a community or of the worker."""
+        return doubling(failures, self._cfg.summary_retry_initial_s, self._cfg.summary_retry_max_s)
 
     async def _yield_to_ingestion(self) -> None:
         """Wait (bounded) until ingestion is quiet before starting a summary.

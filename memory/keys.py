@@ -28,7 +28,7 @@ Under an index name ``<name>`` (it holds no ``:``)::
     <name>:<kind>:<topic>:<partition>:<offset>:<stamp>
                                     a record's attempts / dead-letter mark       attempt_key
     <name>:tenants                  set: every tenant a daemon has seen          tenants_key
-    <name>:erased                   hash: each erased tenant -> when (s)         erased_key
+    <name>:erased                   hash: each erased tenant -> its erasure      erased_key
     <name>:summarizer               the summarizer the daemons last started with summarizer_key
     {<name>:<tenant>}:g:            root of one tenant's entity graph (one hash
                                     slot: its Lua scripts touch many keys)       graph_prefix
@@ -240,8 +240,9 @@ def tenants_key(name: str) -> str:
 
 
 def erased_key(name: str) -> str:
-    """The hash of erased tenants, each with when it was erased (seconds since the epoch):
-    daemons neither record nor apply an event of one until its topics are created again."""
+    """The hash of erased tenants, each with when it was erased and whether it started anew
+    since (``memory.tenants.Erasure``, as JSON): daemons neither record nor apply an event of
+    one until its topics are created again, nor ever one recorded before the erase."""
     return f"{name}:erased"
 
 

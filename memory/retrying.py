@@ -33,10 +33,15 @@ def worth_logging(attempt: int, kind: str, last_logged: str | None) -> bool:
     return attempt & (attempt - 1) == 0 if attempt < _LOG_EVERY else attempt % _LOG_EVERY == 0
 
 
+def doubling(attempt: int, initial_s: float, most_s: float) -> float:
+    """The wait after the ``attempt``-th failure in a row (1-based): ``initial_s``, doubled
+    with each further one, never over ``most_s``."""
+    return min(initial_s * 2.0 ** min(max(attempt, 1) - 1, 64), most_s)
+
+
 def backoff_s(attempt: int, cfg: IngestConfig) -> float:
-    """The wait after the ``attempt``-th failed try (1-based): ``retry_initial_s``, doubled
-    with each further try, never over ``retry_max_s``."""
-    return min(cfg.retry_initial_s * 2.0 ** min(max(attempt, 1) - 1, 64), cfg.retry_max_s)
+    """The wait after the ``attempt``-th failed try of an ingest step (see ``doubling``)."""
+    return doubling(attempt, cfg.retry_initial_s, cfg.retry_max_s)
 
 
 async def pause(stop: asyncio.Event, seconds: float) -> None:

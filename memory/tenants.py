@@ -55,6 +55,12 @@ class Erasure:
     at: float
     restored: bool
 
+    @classmethod
+    def from_json(cls, raw: bytes | str) -> Erasure:
+        """One erasure as the erased hash keeps it (the scripts above write it)."""
+        d = json.loads(raw)
+        return cls(at=float(d["at"]), restored=bool(d["restored"]))
+
     def refuses(self, record_ms: int | None) -> bool:
         """Whether an event of the tenant, written to Kafka at ``record_ms`` (its record's
         time; ``None``: unknown), is to be left unapplied."""
@@ -155,8 +161,4 @@ class TenantRegistry:
 
 
 def _erasures(raw: Mapping[bytes | str, bytes | str]) -> dict[str, Erasure]:
-    out = {}
-    for k, v in raw.items():
-        d = json.loads(v)
-        out[as_str(k)] = Erasure(at=float(d["at"]), restored=bool(d["restored"]))
-    return out
+    return {as_str(k): Erasure.from_json(v) for k, v in raw.items()}

@@ -51,17 +51,19 @@ def topics(
         rows: list[tuple[str, bool]] = []
         lifted: dict[str, float] = {}
         unchecked: list[tuple[str, str]] = []
-        for name in dict.fromkeys(tenant):
-            created = set(await ensure_tenant_topics(settings, name, timeout_s=TIMEOUT_S))
-            rows += [(t, t in created) for t in tenant_topics(settings, name)]
-            client = redis_client(settings)
-            try:  # a tenant erased before starts anew, once its topics are there
-                if (at := await TenantRegistry(client=client, name=settings.index.name).restore(name)) is not None:
-                    lifted[name] = at
-            except MemdError as exc:  # the topics are what this command is for: Redis may be out of its reach
-                unchecked.append((name, str(exc)))
-            finally:
-                await client.aclose()
+        client = redis_client(settings)
+        registry = TenantRegistry(client=client, name=settings.index.name)
+        try:
+            for name in dict.fromkeys(tenant):
+                created = set(await ensure_tenant_topics(settings, name, timeout_s=TIMEOUT_S))
+                rows += [(t, t in created) for t in tenant_topics(settings, name)]
+                try:  # a tenant erased before starts anew, once its topics are there
+                    if (at := await registry.restore(name)) is not None:
+                        lifted[name] = at
+                except MemdError as exc:  # the topics are what this command is for: Redis may be out of its reach
+                    unchecked.append((name, str(exc)))
+        finally:
+            await client.aclose()
         return rows, lifted, unchecked
 
     try:

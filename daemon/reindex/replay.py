@@ -12,7 +12,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from consumers.decoding import decode_records, tenant_from_topic
-from consumers.ingestion import none_erased
+from consumers.ingestion import erased_apart, none_erased
 from consumers.transport import cluster_metadata
 from daemon.connections import kafka_options
 from daemon.reindex.report import ReindexProgress
@@ -164,14 +164,8 @@ class Replayer:
         )
         self._p.invalid += len(dead)
         if good and self._s.consumer.tenancy == "topic" and (erased := await self._erased()):
-            at = {(r.topic, r.partition, r.offset): getattr(r, "timestamp", None) for r in records}
-
-            def refused(d: Any) -> bool:
-                erasure = erased.get(d.item.tenant)
-                return erasure is not None and erasure.refuses(at[(d.topic, d.partition, d.offset)])
-
-            self._p.erased += sum(1 for d in good if refused(d))
-            good = [d for d in good if not refused(d)]
+            good, gone = erased_apart(good, erased, {(r.topic, r.partition, r.offset): r for r in records})
+            self._p.erased += len(gone)
         if not good:
             return
         items = [d.item for d in good]
