@@ -23,8 +23,8 @@ def bound_last_commit() -> None:
 
     aiokafka retries a retryable commit error there without end, and "unknown topic" is one:
     a tenant's topic deleted under the daemon's pattern subscription held the rejoin of the
-    requests consumer, and so every tenant's questions, for as long as the daemon ran (seen on
-    tansu). Past ``LAST_COMMIT_S`` the commit is given up as failed, which aiokafka logs and
+    requests consumer, and so every tenant's questions, for as long as the daemon ran (decision
+    0059). Past ``LAST_COMMIT_S`` the commit is given up as failed, which aiokafka logs and
     rejoins after; the records read since the last commit are read again (at-least-once).
     """
     from aiokafka.consumer.group_coordinator import GroupCoordinator

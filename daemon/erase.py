@@ -13,7 +13,7 @@ lifts the mark, for a new start.
 
 Topics are deleted only while no daemon consumes: a consumer whose pattern subscription held
 a topic deleted under it retried committing offsets for it without end (aiokafka treats the
-broker's "unknown topic" as retryable), and stopped answering every tenant (seen here on tansu).
+broker's "unknown topic" as retryable), and stopped answering every tenant (decision 0059).
 """
 
 from __future__ import annotations

@@ -283,7 +283,7 @@ class Summarizer:
                 log.warning("graph.summary_failed", community_id=cid, attempts=attempts, retry_in_s=delay, error=why)
                 # The next community would most likely fail alike (a model down, a rate limit):
                 # the worker pauses too, doubling while summaries keep failing, so a failing
-                # model is not called for every community in turn (78 calls in 20 s, seen).
+                # model is not called for every community in turn.
                 self._pause.failing += 1
                 pause_s = self._backoff_s(self._pause.failing)
                 self._pause.until = time.monotonic() + pause_s
