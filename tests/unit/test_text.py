@@ -22,6 +22,7 @@ from memory.text import (
     query_terms,
     stem,
     tokenize,
+    word_parts,
 )
 
 
@@ -79,7 +80,11 @@ def test_stem_alphabetic_terms_only(term: str, stemmed: str) -> None:
     ("text", "terms"),
     [
         ("The patient's connections timed out", ["patient", "connect", "time", "out"]),
-        ("ERR_CONN_RESET_4F2A on billing-service", ["err_conn_reset_4f2a", "bill", "servic", "billingservic"]),
+        (
+            "ERR_CONN_RESET_4F2A on billing-service",
+            ["err_conn_reset_4f2a", "bill", "servic", "billingservic", "err", "conn", "reset", "4f2a"],
+        ),
+        ("raise maxRetries", ["rais", "maxretri", "max", "retri"]),
         ("IL-6 and state-of-the-art", ["il", "6", "state", "art", "il6", "stateoftheart"]),
         ("is an the of", []),
         ("", []),
@@ -194,8 +199,9 @@ def test_terms_are_cut_to_what_redisearch_indexes() -> None:
 # they were analyzed with; a change to the analysis that keeps the version would mix two
 # analyses in one index (and let reindex copy old chunks verbatim into a new generation).
 # (Version 1's digest, f9627197eaccb0cb, was of the texts without the last line. Version 2:
-# upper-case words joined by hyphens are one identifier, and their pieces none.)
-_ANALYZER_DIGESTS = {2: "57bd2374cbc3ae96"}
+# upper-case words joined by hyphens are one identifier, and their pieces none. Version 3:
+# names written as code writes them also give their words.)
+_ANALYZER_DIGESTS = {2: "57bd2374cbc3ae96", 3: "ce202c2433902d1b"}
 _ANALYZED = [
     "ERR_CONN_RESET_4F2A: the billing-service lost db-01.prod; SQLSTATE 42P01, ECONNRESET, INC-4411.",
     "Runbook's steps: raise pool_size, restart pgbouncer (max_connections) and retry the e-mail x-ray-based jobs.",
@@ -215,6 +221,43 @@ def test_a_change_to_the_analysis_bumps_the_analyzer_version() -> None:
     assert _ANALYZER_DIGESTS.get(ANALYZER_VERSION) == _analysis_digest(), (
         f"the analysis changed: bump memory.text.ANALYZER_VERSION and record {_analysis_digest()!r} for it"
     )
+
+
+@pytest.mark.parametrize(
+    ("token", "parts"),
+    [
+        ("max_retries", ["max", "retries"]),
+        ("INTERNAL_SIGNING_KEY", ["internal", "signing", "key"]),
+        ("getUserById", ["get", "user", "by", "id"]),
+        ("HTTPServer", ["http", "server"]),
+        ("ERR_CONN_RESET_4F2A", ["err", "conn", "reset", "4f2a"]),
+        ("HbA1c", ["hb", "a1c"]),
+        ("mRNA", ["rna"]),
+        ("__init__", ["init"]),
+        ("snake_case_1", ["snake", "case"]),
+        ("x_y", []),
+        ("Hello", []),
+        ("API", []),
+        ("apoe4", []),
+        ("user2Id", []),
+        ("Ünïcödé", []),
+        ("ÜberWagen", ["über", "wagen"]),
+    ],
+)
+def test_word_parts_split_names_at_underscores_and_case_turns(token: str, parts: list[str]) -> None:
+    """A name splits at ``_`` and where case turns, never between letters and digits; a
+    part of one letter is dropped, and a plain word has no parts."""
+    assert word_parts(token) == parts
+
+
+def test_a_name_is_found_by_its_words_and_by_itself() -> None:
+    """ "internal signing key" shares every term with a chunk naming INTERNAL_SIGNING_KEY; the
+    name itself keeps a term of its own, so its exact spelling is the rarer match."""
+    chunk = set(analyze("Rotate INTERNAL_SIGNING_KEY and set maxRetries=5 in config.yaml"))
+    assert set(content_terms(query_terms("where is the internal signing key?"))) <= chunk
+    assert set(query_terms("max retries")) <= chunk
+    assert "internal_signing_key" in chunk and "maxretri" in chunk
+    assert query_terms("internal_signing_key")[0] == "internal_signing_key"
 
 
 def test_content_terms_leave_question_words_out() -> None:
