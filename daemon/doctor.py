@@ -405,6 +405,10 @@ async def _check_kafka(settings: Settings) -> list[Finding]:
         if lost:
             fix += f"; a tenant's: a running daemon recreates them, or `agentmemd topics --tenant {lost[0]}`"
         found.append(Finding("topics", False, f"missing: {', '.join(missing[:12])}", fix))
+    elif settings.consumer.tenancy != "single" and not tenants:
+        # Only the shared topics exist yet: "all present" would hide that no tenant is served.
+        detail = f"the {len(wanted)} shared ones present ({t.replies}, {t.dlq}); no tenant yet"
+        found.append(Finding("topics", True, detail + ": `agentmemd topics --tenant NAME` onboards one"))
     else:
         seen = f", {len(tenants)} tenants' included" if tenants else ""
         found.append(Finding("topics", True, f"all {len(wanted)} present{seen}"))

@@ -1,5 +1,6 @@
-"""Files and commits as identifiers, against a real Redis with RediSearch and the real model: a
-coding agent asks for a file by its path or name, and for a commit by its short hash."""
+"""Files, commits and names as identifiers, against a real Redis with RediSearch and the real
+model: a coding agent asks for a file by its path or name, for a commit by its short hash, and
+for a setting by the words of its name."""
 
 from __future__ import annotations
 
@@ -23,6 +24,9 @@ DOCS = {
     "src/server/http.py": "def parse_request(body):\n    # routes are matched here, then the handler runs\n",
     "src/server/routes.py": "def match_route(path):\n    # the request's path is matched against each route\n",
     "runbooks/db.md": "To raise the pool size, edit config/db.toml and restart the workers.",
+    # names as code writes them, never their words apart
+    "src/auth/tokens.py": "token = jwt.encode(claims, INTERNAL_SIGNING_KEY)  # read from vault at start",
+    "src/client/fetch.py": "async def fetchWithBackoff(url, maxRetries=5):\n    ...",
 }
 TURN = "I reverted a3f9c2e and changed config/worker.toml; the pool size stays as it is."
 
@@ -55,6 +59,23 @@ async def test_a_file_or_commit_named_in_a_question_comes_first(
     out = await retriever.search(SearchSpec(text=question, top_k=3))
     assert out.hits[0].chunk.doc_id == first, [h.chunk.doc_id for h in out.hits]
     assert out.hits[0].ranks.get("identifier") == 1
+
+
+@pytest.mark.parametrize(
+    ("question", "first"),
+    [
+        ("where is the internal signing key used?", "src/auth/tokens.py"),
+        ("how many max retries does fetch with backoff make?", "src/client/fetch.py"),
+        ("INTERNAL_SIGNING_KEY", "src/auth/tokens.py"),
+    ],
+)
+async def test_a_name_is_found_by_its_words_in_the_bm25_leg(retriever: Retriever, question: str, first: str) -> None:
+    """The BM25 leg alone finds ``INTERNAL_SIGNING_KEY`` and ``maxRetries`` by their words (and
+    by their own spelling), in Redis's own scoring."""
+    out = await retriever.search(
+        SearchSpec(text=question, top_k=3, dense_weight=0.0, sparse_weight=1.0, identifier_weight=0.0)
+    )
+    assert out.hits and out.hits[0].chunk.doc_id == first, [h.chunk.doc_id for h in out.hits]
 
 
 async def test_the_identifier_leg_alone_is_an_exact_lookup(retriever: Retriever) -> None:

@@ -667,6 +667,8 @@ async def test_doctor_checks_the_topics_of_every_tenant_seen(kafka_bootstrap: st
     consumer = ConsumerConfig(group_id=name, tenancy="topic")
     settings = isolated_settings(name, kafka_bootstrap, redis_url, topic_partitions=1, consumer=consumer)
     await ensure_contract_topics(settings, timeout_s=30)
+    (none_yet,) = [f for f in await diagnose(settings) if f.check == "topics"]
+    assert none_yet.ok and "no tenant yet" in none_yet.detail and "topics --tenant" in none_yet.detail, none_yet
     client = aredis.from_url(redis_url)
     try:
         registry = TenantRegistry(client=client, name=settings.index.name)
