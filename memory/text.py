@@ -114,10 +114,12 @@ def word_parts(token: str) -> list[str]:
     gives ``max`` and ``retries``, ``getUserById`` gives ``get``, ``user``, ``by`` and ``id``,
     ``HTTPServer`` gives ``http`` and ``server``.
 
-    A token splits at ``_`` and where its case turns from lower to upper (or an upper-case
-    run ends before a capitalized word); never between letters and digits, so
-    ``ERR_CONN_RESET_4F2A`` gives ``4f2a`` whole. Parts of one character are left out
-    (``mRNA`` gives ``rna``). A token with nothing to split gives nothing.
+    A token splits at ``_`` and where a capitalized word starts inside it (after a lower-case
+    letter, or after an upper-case run of two letters or more); never between letters and
+    digits, so ``ERR_CONN_RESET_4F2A`` gives ``4f2a`` whole. Acronyms with a lower-case
+    letter are no names: ``mRNA``, ``miRNA``, ``RNAs``, ``MSCs`` and ``kappaB`` give nothing.
+    Parts of one character are left out (``iPhone`` gives ``phone``). A token with nothing
+    to split gives nothing.
 
     Args:
         token: one token of :func:`_iter_written`, in its written case.
@@ -141,14 +143,15 @@ def word_parts(token: str) -> list[str]:
 
 
 def _turns_case(word: str, i: int) -> bool:
-    # "getUser": a lower-case letter, then an upper-case one. "HTTPServer": an upper-case
-    # run, then a capital that starts a lower-case word. Digits never split.
-    before, at = word[i - 1], word[i]
-    if not at.isupper():
+    # Where a capitalized word starts: after a lower-case letter ("getUser", not the "RNA" of
+    # "miRNA"), or after an upper-case run of two or more if two lower-case letters follow
+    # ("HTTPServer", not the plural "RNAs" or "MSCs"). Digits never split.
+    if not word[i].isupper():
         return False
-    if before.islower():
-        return True
-    return before.isupper() and i + 1 < len(word) and word[i + 1].islower()
+    after = word[i + 1 : i + 3]
+    if word[i - 1].islower():
+        return after[:1].islower()
+    return i >= 2 and word[i - 1].isupper() and word[i - 2].isupper() and len(after) == 2 and after.islower()
 
 
 _local = threading.local()

@@ -231,8 +231,8 @@ def test_a_change_to_the_analysis_bumps_the_analyzer_version() -> None:
         ("getUserById", ["get", "user", "by", "id"]),
         ("HTTPServer", ["http", "server"]),
         ("ERR_CONN_RESET_4F2A", ["err", "conn", "reset", "4f2a"]),
-        ("HbA1c", ["hb", "a1c"]),
-        ("mRNA", ["rna"]),
+        ("JSONDecodeError", ["json", "decode", "error"]),
+        ("iPhone", ["phone"]),
         ("__init__", ["init"]),
         ("snake_case_1", ["snake", "case"]),
         ("x_y", []),
@@ -241,12 +241,19 @@ def test_a_change_to_the_analysis_bumps_the_analyzer_version() -> None:
         ("apoe4", []),
         ("user2Id", []),
         ("Ünïcödé", []),
+        # acronyms with a lower-case letter are no names
+        ("mRNA", []),
+        ("miRNA", []),
+        ("RNAs", []),
+        ("MSCs", []),
+        ("kappaB", []),
+        ("HbA1c", []),
         ("ÜberWagen", ["über", "wagen"]),
     ],
 )
 def test_word_parts_split_names_at_underscores_and_case_turns(token: str, parts: list[str]) -> None:
-    """A name splits at ``_`` and where case turns, never between letters and digits; a
-    part of one letter is dropped, and a plain word has no parts."""
+    """A name splits at ``_`` and where a capitalized word starts, never between letters and
+    digits; a part of one letter is dropped, and a plain word or an acronym has no parts."""
     assert word_parts(token) == parts
 
 
