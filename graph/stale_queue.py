@@ -5,7 +5,10 @@ script), a recompute creates or changes it (``GraphStore.replace_communities``),
 operator asks for new summaries (``StaleQueue.mark``, after switching the summarizer). Its keys,
 all under the graph's hash tag:
 
-- ``stale_q``: the work queue, scored by first mark or, after a failure, the retry time;
+- ``stale_q``: the work queue, scored by first mark or, after a failure, the retry time; a
+  community with a summary that a document change marked goes before the others
+  (``lua/queue_fn.lua``): its summary may now be wrong, while a community a recompute made
+  has none yet;
 - ``stale_first``: the same ids scored by first mark (what ``stale`` lists, oldest first);
 - ``stale``: per community, its level, first and last mark, change count and whether an
   operator asked;
@@ -45,6 +48,7 @@ class StaleItem:
     retry_at: float | None = None  # after a failure: when it is due again
     claimed: bool = False  # a worker holds it now (or one that died, until its claim expires)
     asked: bool = False  # an operator asked for a new summary (``agentmemd graph resummarize``)
+    ahead: bool = False  # a document change touched it while it had a summary: it goes first
 
     def cause(self, limit: int = 5) -> str:
         """What marked it, for a person: the docs whose changes did, else an operator's
@@ -59,7 +63,9 @@ class StaleItem:
             again = f", again in {max(0.0, self.retry_at - now):.0f}s" if self.retry_at is not None else ""
             failed = f"failed {self.attempts}x{again}: {self.last_error or '?'}"
             return ("being written; " if self.claimed else "") + failed
-        return "being written (or held by a worker that died, until its claim expires)" if self.claimed else "waiting"
+        if self.claimed:
+            return "being written (or held by a worker that died, until its claim expires)"
+        return "waiting, ahead of unsummarized communities (an edit may have made its summary wrong)" if self.ahead else "waiting"
 
 
 #: The longest reason of a failed summary kept (a provider's error can quote a whole prompt).
@@ -86,7 +92,8 @@ class StaleQueue:
         return f"{self._prefix}:{suffix}"
 
     async def due(self, now: float, limit: int) -> list[str]:
-        """Stale community ids whose score (first mark, or retry time) is at or before ``now``."""
+        """Stale community ids due at ``now``, in the queue's order: those an edit marked while
+        they had a summary first, then by first mark (or, after a failure, retry time)."""
         async with translate_errors("stale read"):
             ids = await self._r.zrangebyscore(self._k("stale_q"), "-inf", now, start=0, num=limit)
         return [as_str(c) for c in ids]
@@ -145,6 +152,7 @@ class StaleQueue:
                         retry_at=float(scores[i]) if attempts and scores[i] is not None else None,
                         claimed=bool(claims[i]),
                         asked=bool(d.get("asked", False)),
+                        ahead=bool(d.get("ahead", False)),
                     )
                 )
         return depth, items

@@ -1,4 +1,4 @@
--- (after clear_if_gen_fn.lua) Store a summary record only if the community still exists and no
+-- (after queue_fn.lua and clear_if_gen_fn.lua) Store a summary record only if the community still exists and no
 -- summary of a later token was stored; then clear the mark unless the community was marked again
 -- since gen (a community still marked keeps no failure count: a summary was written). Returns
 -- {written, cleared}.
@@ -20,5 +20,5 @@ if clear_if_gen(P, cid, gen) then return {1, 1} end
 redis.call('HDEL', P .. ':failures', cid)
 redis.call('HDEL', P .. ':last_error', cid)
 local rec = redis.call('HGET', P .. ':stale', cid)
-if rec then redis.call('ZADD', P .. ':stale_q', 'XX', cjson.decode(rec).first, cid) end
+if rec then redis.call('ZADD', P .. ':stale_q', 'XX', queue_score(cjson.decode(rec)), cid) end
 return {1, 0}

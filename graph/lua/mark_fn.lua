@@ -1,6 +1,6 @@
--- Mark community cid stale at now and give it a new generation: marked by document doc (''
--- for none), or asked for by an operator (asked). One Lua function, prepended to the scripts
--- that mark.
+-- (after queue_fn.lua) Mark community cid stale at now and give it a new generation: marked
+-- by document doc ('' for none), or asked for by an operator (asked). One Lua function,
+-- prepended to the scripts that mark.
 local function mark_stale(P, cid, now, doc, asked)
   local s = redis.call('HGET', P .. ':stale', cid)
   local rec
@@ -13,9 +13,17 @@ local function mark_stale(P, cid, now, doc, asked)
     local level = 0
     if c then level = cjson.decode(c).level end
     rec = {level = level, first = now, last = now, count = 1}
-    redis.call('ZADD', P .. ':stale_q', now, cid)
   end
   if asked then rec.asked = true end
+  if doc ~= '' and not rec.ahead and redis.call('EXISTS', P .. ':summary:' .. cid) == 1 then
+    rec.ahead = true
+  end
+  -- A new mark is queued; a queued one moves ahead, unless a failure deferred it (its score is
+  -- then a retry time, later than its first mark).
+  local score = redis.call('ZSCORE', P .. ':stale_q', cid)
+  if not score or tonumber(score) <= rec.first then
+    redis.call('ZADD', P .. ':stale_q', queue_score(rec), cid)
+  end
   redis.call('HSET', P .. ':stale', cid, cjson.encode(rec))
   redis.call('ZADD', P .. ':stale_first', 'NX', rec.first, cid)
   if doc ~= '' then redis.call('SADD', P .. ':stale_docs:' .. cid, doc) end

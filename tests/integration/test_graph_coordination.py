@@ -471,6 +471,31 @@ async def test_a_summary_written_while_marked_again_ends_the_failures_before_it(
     assert await two.store.due(time.time(), 10) == [cid]
 
 
+async def test_an_edit_of_a_summarized_community_goes_before_new_communities(two: Daemons) -> None:
+    """A community whose summary an edit may have made wrong is summarized before those a
+    recompute created, however many; one whose failure deferred it keeps its retry time."""
+    await two.store.apply("doc1", 1, contrib("doc1#0", "alpha-svc", "beta-svc", "gamma-svc"))
+    await two.a.recompute(force=True)
+    assert await two.a.work_once() == 1
+    (old,) = await two.store.communities()
+    for n in range(5):  # a bulk load: new communities, never summarized
+        await two.store.apply(f"bulk{n}", 1, contrib(f"bulk{n}#0", f"x{n}-svc", f"y{n}-svc", f"z{n}-svc"))
+    await two.a.recompute(force=True)
+    assert len(await two.store.due(time.time(), 100)) == 5
+    await two.store.apply("doc1", 2, contrib("doc1#0", "alpha-svc", "beta-svc", "gamma-svc", "delta-svc"))
+    due = await two.store.due(time.time(), 100)
+    assert len(due) == 6 and due[0] == old.id, due
+    (listed,) = [i for i in (await two.store.stale())[1] if i.community_id == old.id]
+    assert listed.ahead and "ahead of unsummarized" in listed.state(time.time())
+    # Failed: deferred to its retry time, and another edit does not bring it back early.
+    token = await two.store.claim(old.id, "daemon-a", ttl_s=30)
+    assert token is not None
+    await two.store.record_failure(old.id, time.time() + 3600, "daemon-a", token, "LlmFailed: timeout")
+    await two.store.release(old.id, "daemon-a", token)
+    await two.store.apply("doc1", 3, contrib("doc1#0", "alpha-svc", "beta-svc", "delta-svc"))
+    assert old.id not in await two.store.due(time.time(), 100)
+
+
 async def test_a_failure_after_the_claim_expired_leaves_the_next_claims_mark_alone(two: Daemons) -> None:
     """A worker whose claim expired mid-summary, and that another worker has claimed since,
     fails: the community stays due for the new claim, with no failure counted against it.
