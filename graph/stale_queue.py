@@ -65,7 +65,9 @@ class StaleItem:
             return ("being written; " if self.claimed else "") + failed
         if self.claimed:
             return "being written (or held by a worker that died, until its claim expires)"
-        return "waiting, ahead of unsummarized communities (an edit may have made its summary wrong)" if self.ahead else "waiting"
+        if self.ahead:
+            return "waiting, ahead of unsummarized communities (an edit may have made its summary wrong)"
+        return "waiting"
 
 
 #: The longest reason of a failed summary kept (a provider's error can quote a whole prompt).
