@@ -53,7 +53,9 @@ SEARCH = (
     "recency_weight 0..1000 (0 by default): order the results newer first, for questions about what holds now "
     "(about 3 puts the newer of two close matches first; from about 5 the results come mostly newest first); "
     "fold_repeats (true by default): a text that later results repeat word for word comes once. "
-    "Returns results with text, score, source, doc_id, kind, metadata and timestamp (and context); a result "
+    "Returns results with text, score, source, doc_id, kind, metadata, timestamp and ranks (the rank each "
+    "search gave it: sparse its words, dense its meaning, identifier an identifier it names; without sparse, "
+    "the query's words did not find it) (and context); a result "
     "whose text others repeat lists them, newest first (repeats: doc_id, timestamp; repeat_count)."
 )
 REMEMBER = (

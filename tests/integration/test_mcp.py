@@ -111,6 +111,7 @@ async def test_every_tool_over_stdio(settings: Settings) -> None:
         hits = await ok(c, "search_memory", query="who owns ERR_QUOTA_7F2", filters=mine)
         assert hits[0]["doc_id"] == second["doc_id"] and hits[0]["kind"] == "transcript"
         assert {"text", "score", "source", "doc_id", "kind", "metadata", "timestamp"} <= set(hits[0])
+        assert hits[0]["ranks"]["identifier"] == 1 and hits[0]["ranks"]["sparse"] == 1, hits[0]
         assert "context" not in hits[0]
         # context_turns: the turn comes with the exchange around it.
         around = await ok(c, "search_memory", query="who owns ERR_QUOTA_7F2", filters=mine, context_turns=1)
