@@ -23,6 +23,7 @@ from memory.embedder import SentenceTransformerEmbedder
 from memory.index import ChunkIndex
 from memory.ingest import Ingestor
 from memory.retrieval import Retriever
+from memory.tenants import TenantRegistry
 
 log = structlog.get_logger()
 
@@ -114,5 +115,8 @@ def explorer(daemon: Daemon, *, access: Access | None = None) -> Explorer:
         graph=daemon.graph,
         status=daemon.status,
         settings=daemon.settings,
+        erased=TenantRegistry(client=daemon.redis, name=daemon.settings.index.name).erased
+        if daemon.settings.consumer.tenancy == "topic"
+        else None,
     )
     return Explorer(reads=reads, access=access or daemon.settings.http_access())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 import typer
@@ -12,12 +13,14 @@ from rich.text import Text
 
 from consumers.client import MemoryClient
 from consumers.errors import WriteRejected
-from daemon.cli._app import _fail, _settings, app, out
+from daemon.cli._app import _fail, _settings, app, err, out
 from daemon.cli._client import _with_client, ack_said
+from daemon.connections import redis_client
 from daemon.dlq_replay import Replay, parse_position, read_dead_letters, replay_of
-from daemon.explore.dlq import recent_dead_letters, tenant_of
+from daemon.explore.dlq import dead_letter, erased_letter, recent_dead_letters, tenant_of
 from daemon.settings import Settings
 from memory.errors import InvalidRequest, MemdError
+from memory.tenants import Erasure, TenantRegistry
 
 dlq_app = typer.Typer(no_args_is_help=True, help="The dead letters: list them, send them again.")
 app.add_typer(dlq_app, name="dlq")
@@ -57,6 +60,11 @@ def dlq_list(
         )
     except MemdError as exc:
         raise _fail(exc) from exc
+    erased = _erased(s)
+    hidden = sum(erased_letter(d, erased) for d in letters)
+    letters = [d for d in letters if not erased_letter(d, erased)]
+    if hidden:
+        err.print(f"{hidden} dead letters of erased tenants not shown (agentmemd erase-tenant)")
     if tenant is not None:  # of the latest `limit` of each partition: a tenant's older ones need a larger --limit
         letters = [d for d in letters if d.tenant == tenant]
     if as_json:
@@ -95,11 +103,17 @@ def dlq_replay(
         records = asyncio.run(read_dead_letters(**_reader(s), positions=wanted))
     except MemdError as exc:
         raise _fail(exc) from exc
+    erased = _erased(s)
     failed = False
     for p in dict.fromkeys(wanted):
         name = f"{p[0]}:{p[1]}"
         if p not in records:
             out.print(Text(f"{name}: no such record in {t.dlq} (see `agentmemd dlq list`)", style="yellow"))
+            failed = True
+            continue
+        letter = dead_letter(p[0], p[1], records[p][0], bases=(t.documents, t.transcripts), tenancy=s.consumer.tenancy)
+        if erased_letter(letter, erased):
+            out.print(Text(f"{name}: not sent: tenant {letter.tenant} was erased since (agentmemd erase-tenant)"))
             failed = True
             continue
         try:
@@ -113,6 +127,26 @@ def dlq_replay(
         out.print(f"{name}: sent to {replay.topic} under key {replay.key!r}" + (f": {said}" if said else ""))
     if failed:
         raise typer.Exit(1)
+
+
+def _erased(settings: Settings) -> Mapping[str, Erasure]:
+    """In topic tenancy, the erased tenants (whose dead letters are neither shown nor sent
+    again); with Redis out of reach, none, and a warning says so."""
+    if settings.consumer.tenancy != "topic":
+        return {}
+
+    async def read() -> Mapping[str, Erasure]:
+        client = redis_client(settings)
+        try:
+            return await TenantRegistry(client=client, name=settings.index.name).erased()
+        finally:
+            await client.aclose()
+
+    try:
+        return asyncio.run(read())
+    except MemdError as exc:
+        err.print(f"[yellow]warning:[/yellow] could not read the erased tenants ({exc}): their dead letters may show")
+        return {}
 
 
 def _send(replay: Replay, settings: Settings, *, wait: bool, timeout_s: float | None) -> str:

@@ -14,6 +14,7 @@ import binascii
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -24,6 +25,7 @@ from consumers.transport import cluster_metadata
 from daemon.lost_logs import log_ends
 from daemon.teardown import bounded
 from memory.errors import BackendUnavailable
+from memory.tenants import Erasure
 
 #: Bytes of an original record the preview shows.
 PREVIEW_BYTES = 2048
@@ -115,6 +117,20 @@ def dead_letter(partition: int, offset: int, value: bytes | None, *, bases: Sequ
         preview_kind=kind,
         cut=cut or bool(body.get("original_truncated")),
     )
+
+
+def erased_letter(letter: DeadLetter, erased: Mapping[str, Erasure]) -> bool:
+    """Whether ``letter`` holds an erased tenant's event from before its erasure: never shown,
+    nor sent again (a Kafka record cannot be deleted alone, so the DLQ keeps it until its
+    retention). Dead-lettered at or before the erasure, or at an unknown time, is before it."""
+    erasure = erased.get(letter.tenant) if letter.tenant is not None else None
+    if erasure is None:
+        return False
+    try:
+        at_ms: int | None = int(datetime.fromisoformat(letter.failed_at).timestamp() * 1000)
+    except ValueError:
+        at_ms = None
+    return erasure.refuses(at_ms)
 
 
 def tenant_of(topic: str, bases: Sequence[str], tenancy: str) -> str | None:

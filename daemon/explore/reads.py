@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +17,7 @@ from consumers.encoding import iso
 from consumers.queries import parse_request, to_spec
 from consumers.requests import QueryRequest
 from consumers.times import when
-from daemon.explore.dlq import DeadLetter, DlqCache, recent_dead_letters
+from daemon.explore.dlq import DeadLetter, DlqCache, erased_letter, recent_dead_letters
 from daemon.explore.views_ask import AskForm, leg_only_ids, parse_filters
 from daemon.explore.views_memory import TenantRow
 from graph import Community, ScopedSearch, StaleItem, TenantGraphs
@@ -27,6 +27,7 @@ from memory.index.history import Version
 from memory.records import DEFAULT_TENANT, StoredChunk
 from memory.retrieval import Retriever
 from memory.search_results import SearchOutcome
+from memory.tenants import Erasure
 
 if TYPE_CHECKING:
     from daemon.settings import Settings
@@ -77,8 +78,10 @@ class MemoryReads:
         graph: TenantGraphs | None,
         status: StatusState,
         settings: Settings,
+        erased: Callable[[], Awaitable[Mapping[str, Erasure]]] | None = None,
     ) -> None:
         self.index = index
+        self._erased = erased  # topic tenancy: the erased tenants, whose dead letters are never shown
         self._retriever = retriever
         self._search = search
         self._graph = graph
@@ -213,7 +216,7 @@ class MemoryReads:
             BackendUnavailable: the broker could not be asked.
         """
         s = self.settings
-        return await recent_dead_letters(
+        letters = await recent_dead_letters(
             bootstrap=s.kafka_bootstrap,
             topic=s.topics.dlq,
             options=s.kafka_security.aiokafka_kwargs(),
@@ -223,6 +226,10 @@ class MemoryReads:
             tenancy=s.consumer.tenancy,
             cache=self.dlq_cache,
         )
+        if self._erased is None:
+            return letters
+        erased = await self._erased()
+        return [d for d in letters if not erased_letter(d, erased)]
 
     def now(self) -> float:
         """The clock the pages' ages are measured by."""

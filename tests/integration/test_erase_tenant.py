@@ -83,6 +83,23 @@ async def test_an_erased_tenant_leaves_nothing_and_the_other_keeps_everything(
         await globex.publish_document(
             "runbooks/ledger.md", "globex keeps its ledger in ledger-db-02.", version=1, wait=True
         )
+        # One bad event each, dead-lettered: the DLQ keeps acme's bytes after the erase, unshown.
+        producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all")
+        await producer.start()
+        try:
+            for tenant in ("acme", "globex"):
+                cid = uuid.uuid4().hex
+                asks = [("reply_to", f"{settings.topics.replies}.{tenant}".encode()), ("correlation_id", cid.encode())]
+                await producer.send_and_wait(
+                    f"{settings.topics.documents}.{tenant}", b"{not json of " + tenant.encode(), key=b"x", headers=asks
+                )
+                dead = await _ack(kafka_bootstrap, f"{settings.topics.replies}.{tenant}", cid)
+                assert dead["status"] == "dead_lettered", dead
+        finally:
+            await producer.stop()
+        letters = [json.loads(line) for line in (await agentmemd(["dlq", "list", "--json"], env)).stdout.splitlines()]
+        assert sorted(d["tenant"] for d in letters) == ["acme", "globex"], letters
+        (acme_letter,) = [f"{d['partition']}:{d['offset']}" for d in letters if d["tenant"] == "acme"]
         assert (await recorded_summarizer(redis, settings.index.name) or ("",))[0] == "extractive"  # what it runs
         before = await keys_of(redis, settings.index.name, "acme")
         assert any(":chunk:acme:" in k for k in before) and any(k.startswith("{") for k in before), before
@@ -111,6 +128,12 @@ async def test_an_erased_tenant_leaves_nothing_and_the_other_keeps_everything(
         assert late.ack is not None and late.ack.status == "ignored" and "erased" in (late.ack.reason or ""), late.ack
         assert await keys_of(redis, settings.index.name, "acme") == []
         assert (await acme.query("late acme note", top_k=5)).results == []
+        # Its dead letters are neither listed nor sent again.
+        shown = await agentmemd(["dlq", "list", "--json"], env)
+        assert [json.loads(line)["tenant"] for line in shown.stdout.splitlines()] == ["globex"], shown.stdout
+        assert "1 dead letters of erased tenants not shown" in shown.stderr, shown.stderr
+        again = await agentmemd(["dlq", "replay", acme_letter], env)
+        assert again.returncode == 1 and "tenant acme was erased since" in " ".join(again.stdout.split()), again.stdout
 
         # With the daemon stopped, its topics go too, and the next daemon does not bring them back.
         await daemon.stop()

@@ -10,7 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from daemon.explore.access import OPERATOR, Access, Principal, bearer, duplicate_tokens, explorer_refusal, is_loopback
-from daemon.explore.dlq import dead_letter, hex_lines, preview, tenant_of
+from daemon.explore.dlq import DeadLetter, dead_letter, erased_letter, hex_lines, preview, tenant_of
 from daemon.explore.html import esc, url
 from daemon.explore.views_ask import parse_filters, results_html
 from daemon.explore.views_graph import communities_svg, stale_chart
@@ -23,6 +23,7 @@ from memory.index import ChunkPage, LegHit, PageKey, next_key
 from memory.index.history import Version
 from memory.records import StoredChunk
 from memory.search_results import SearchHit, SearchOutcome, leg_order
+from memory.tenants import Erasure
 
 HOSTILE = "<script>alert('x')</script><img src=x onerror=alert(1)> & \"quoted\""
 ACCESS = Access(token="op", tenant_tokens={"acme": "ta", "globex": "tg"})
@@ -328,3 +329,20 @@ def test_a_stale_community_says_what_marked_it() -> None:
     marked = StaleItem("c0-2", 0, 1.0, 2.0, 7, [f"d{i}" for i in range(9)])
     assert new.cause() == RECOMPUTE_CAUSE
     assert marked.cause() == "d0, d1, d2, d3, d4" and marked.cause(limit=2) == "d0, d1"
+
+
+def test_an_erased_tenants_dead_letters_from_before_its_erasure_are_never_shown() -> None:
+    """Erased and not started anew: every dead letter of it is hidden. Started anew: only those
+    from before the erasure (or of an unknown time); another tenant's always show."""
+
+    def letter(tenant: str, failed_at: str) -> DeadLetter:
+        return DeadLetter(0, 0, tenant, "bad", "invalid_event", "t", 0, 0, failed_at, 1, 3, "{x", "text", False)
+
+    at = 1_780_000_000.0  # 2026-05-28T20:26:40Z
+    before, after = "2026-05-28T20:26:39+00:00", "2026-05-28T20:26:41+00:00"
+    gone = {"acme": Erasure(at=at, restored=False)}
+    anew = {"acme": Erasure(at=at, restored=True)}
+    assert erased_letter(letter("acme", after), gone) and erased_letter(letter("acme", before), gone)
+    assert erased_letter(letter("acme", before), anew) and not erased_letter(letter("acme", after), anew)
+    assert erased_letter(letter("acme", "not a time"), anew)
+    assert not erased_letter(letter("globex", before), gone)
