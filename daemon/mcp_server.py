@@ -55,9 +55,10 @@ SEARCH = (
     "(about 3 puts the newer of two close matches first; from about 5 the results come mostly newest first; "
     "it reorders only the top_k found, so ask for 10 or more when an update may rank below older mentions); "
     "fold_repeats (true by default): a text that later results repeat word for word comes once. "
-    "Returns results with text, score, source, doc_id, kind, metadata, timestamp and ranks (the rank each "
-    "search gave it: sparse its words, dense its meaning, identifier an identifier it names; without sparse, "
-    "the query's words did not find it) (and context); a result "
+    "Returns results with text, score, source, doc_id, kind, metadata, timestamp and ranks (the rank each list "
+    "gave it: sparse its words, dense its meaning, identifier an identifier it names, speaker a speaker the query "
+    "names, recency its time; without sparse, its words were not among the best matches of the query's) "
+    "(and context); a result "
     "whose text others repeat lists them, newest first (repeats: doc_id, timestamp; repeat_count)."
 )
 REMEMBER = (

@@ -44,8 +44,8 @@ def result_view(r: ResultItem) -> dict[str, Any]:
         "kind": r.kind,
         "metadata": r.metadata,
         "timestamp": r.timestamp,
-        # Which searches found it, and at what rank: a result that "sparse" (its words) did not
-        # rank is no match of the query's words, which an agent cannot tell from a score.
+        # Which lists ranked it, and where: a result that "sparse" (its words) did not rank is no
+        # good match of the query's words, which an agent cannot tell from a score.
         "ranks": r.ranks,
     }
     if r.context is not None:

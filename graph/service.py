@@ -281,7 +281,8 @@ class GraphService:
         return ResummarizeReport(summarizer=now_by, marked=marked, queued=queued, kept=len(live) - marked)
 
     async def due(self, limit: int) -> list[str]:
-        """Stale communities whose turn has come (oldest first; failed ones after their backoff)."""
+        """Stale communities whose turn has come: those an edit marked while they had a summary
+        first, then the oldest (failed ones after their backoff)."""
         return await self._summarizer.due(limit)
 
     async def work_once(self) -> int:

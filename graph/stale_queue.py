@@ -7,8 +7,8 @@ all under the graph's hash tag:
 
 - ``stale_q``: the work queue, scored by first mark or, after a failure, the retry time; a
   community with a summary that a document change marked goes before the others
-  (``lua/queue_fn.lua``): its summary may now be wrong, while a community a recompute made
-  has none yet;
+  (``lua/queue_fn.lua``): its summary may now be wrong, while a community a recompute created
+  has none yet (one it regrouped keeps its summary and waits its turn);
 - ``stale_first``: the same ids scored by first mark (what ``stale`` lists, oldest first);
 - ``stale``: per community, its level, first and last mark, change count and whether an
   operator asked;

@@ -252,7 +252,8 @@ class Summarizer:
         return SummaryResult(cid, cleared, text, model, tokens)
 
     async def due(self, limit: int) -> list[str]:
-        """Stale communities whose turn has come (oldest first; failed ones after their backoff)."""
+        """Stale communities whose turn has come: those an edit marked while they had a summary
+        first, then the oldest (failed ones after their backoff)."""
         return await self._store.due(time.time(), limit)
 
     async def work_once(self) -> int:

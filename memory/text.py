@@ -109,6 +109,10 @@ def _iter_written(text: str) -> Iterator[str]:
         yield "".join(current)
 
 
+#: The longest token :func:`word_parts` splits: longer ones are keys, hashes or blobs.
+MAX_NAME_CHARS = 64
+
+
 def word_parts(token: str) -> list[str]:
     """The words inside one token written as code writes names, lowercased: ``max_retries``
     gives ``max`` and ``retries``, ``getUserById`` gives ``get``, ``user``, ``by`` and ``id``,
@@ -119,7 +123,9 @@ def word_parts(token: str) -> list[str]:
     digits, so ``ERR_CONN_RESET_4F2A`` gives ``4f2a`` whole. Acronyms with a lower-case
     letter are no names: ``mRNA``, ``miRNA``, ``RNAs``, ``MSCs`` and ``kappaB`` give nothing.
     Parts of one character are left out (``iPhone`` gives ``phone``). A token with nothing
-    to split gives nothing.
+    to split gives nothing, and so does what is no name: a token longer than
+    :data:`MAX_NAME_CHARS`, or one with digits in two parts or more (a JWT's ``eyJhbGciOiJI…``
+    would give ``ey``, ``me``, ``ad``, and match every turn that says "me").
 
     Args:
         token: one token of :func:`_iter_written`, in its written case.
@@ -129,6 +135,8 @@ def word_parts(token: str) -> list[str]:
     """
     if "_" not in token and (token.islower() or token.isupper() or token[1:].islower()):
         return []  # the common case, a word in any of its usual cases, costs no walk
+    if len(token) > MAX_NAME_CHARS:
+        return []
     parts: list[str] = []
     for piece in token.split("_"):
         start = 0
@@ -137,8 +145,8 @@ def word_parts(token: str) -> list[str]:
                 parts.append(piece[start:i].lower())
                 start = i
         parts.append(piece[start:].lower())
-    if len(parts) == 1:
-        return []  # one word: the token itself is the term
+    if len(parts) == 1 or sum(any(c.isdigit() for c in p) for p in parts) > 1:
+        return []  # one word; or a key or hash (digits in its parts), whose pieces are no words
     return [p for p in parts if len(p) > 1]
 
 

@@ -60,13 +60,13 @@ def dlq_list(
         )
     except MemdError as exc:
         raise _fail(exc) from exc
-    erased = _erased(s)
+    if tenant is not None:  # of the latest `limit` of each partition: a tenant's older ones need a larger --limit
+        letters = [d for d in letters if d.tenant == tenant]
+    erased = _erased(s, strict=False)
     hidden = sum(erased_letter(d, erased) for d in letters)
     letters = [d for d in letters if not erased_letter(d, erased)]
     if hidden:
         err.print(f"{hidden} dead letters of erased tenants not shown (agentmemd erase-tenant)")
-    if tenant is not None:  # of the latest `limit` of each partition: a tenant's older ones need a larger --limit
-        letters = [d for d in letters if d.tenant == tenant]
     if as_json:
         for d in letters:
             print(json.dumps(dataclasses.asdict(d), ensure_ascii=False))
@@ -103,7 +103,7 @@ def dlq_replay(
         records = asyncio.run(read_dead_letters(**_reader(s), positions=wanted))
     except MemdError as exc:
         raise _fail(exc) from exc
-    erased = _erased(s)
+    erased = _erased(s, strict=True)
     failed = False
     for p in dict.fromkeys(wanted):
         name = f"{p[0]}:{p[1]}"
@@ -129,9 +129,10 @@ def dlq_replay(
         raise typer.Exit(1)
 
 
-def _erased(settings: Settings) -> Mapping[str, Erasure]:
+def _erased(settings: Settings, *, strict: bool) -> Mapping[str, Erasure]:
     """In topic tenancy, the erased tenants (whose dead letters are neither shown nor sent
-    again); with Redis out of reach, none, and a warning says so."""
+    again). With Redis out of reach: ``strict`` (a replay) fails, since it would send an
+    erased tenant's events again; else none, and a warning says so."""
     if settings.consumer.tenancy != "topic":
         return {}
 
@@ -145,6 +146,8 @@ def _erased(settings: Settings) -> Mapping[str, Erasure]:
     try:
         return asyncio.run(read())
     except MemdError as exc:
+        if strict:
+            raise _fail(exc) from exc
         err.print(f"[yellow]warning:[/yellow] could not read the erased tenants ({exc}): their dead letters may show")
         return {}
 

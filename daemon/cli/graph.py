@@ -78,6 +78,8 @@ def stale(
                             "last_error": i.last_error or None,
                             "retry_at": i.retry_at,
                             "claimed": i.claimed,
+                            "asked": i.asked,
+                            "ahead": i.ahead,
                         }
                         for i in items
                     ],

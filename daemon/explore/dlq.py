@@ -14,7 +14,7 @@ import binascii
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -127,10 +127,12 @@ def erased_letter(letter: DeadLetter, erased: Mapping[str, Erasure]) -> bool:
     if erasure is None:
         return False
     try:
-        at_ms: int | None = int(datetime.fromisoformat(letter.failed_at).timestamp() * 1000)
+        failed = datetime.fromisoformat(letter.failed_at)
     except ValueError:
-        at_ms = None
-    return erasure.refuses(at_ms)
+        return erasure.refuses(None)
+    if failed.tzinfo is None:  # a time without a zone is UTC, as everywhere in the contract
+        failed = failed.replace(tzinfo=UTC)
+    return erasure.refuses(int(failed.timestamp() * 1000))
 
 
 def tenant_of(topic: str, bases: Sequence[str], tenancy: str) -> str | None:

@@ -18,10 +18,10 @@ local function mark_stale(P, cid, now, doc, asked)
   if doc ~= '' and not rec.ahead and redis.call('EXISTS', P .. ':summary:' .. cid) == 1 then
     rec.ahead = true
   end
-  -- A new mark is queued; a queued one moves ahead, unless a failure deferred it (its score is
-  -- then a retry time, later than its first mark).
-  local score = redis.call('ZSCORE', P .. ':stale_q', cid)
-  if not score or tonumber(score) <= rec.first then
+  -- A new mark is queued; a queued one moves ahead, unless a failure deferred it to its retry
+  -- time (failures and that time are set and cleared together; a score compared with rec.first
+  -- would not do: cjson keeps 14 digits of it, the sorted set all 17).
+  if not redis.call('ZSCORE', P .. ':stale_q', cid) or redis.call('HEXISTS', P .. ':failures', cid) == 0 then
     redis.call('ZADD', P .. ':stale_q', queue_score(rec), cid)
   end
   redis.call('HSET', P .. ':stale', cid, cjson.encode(rec))

@@ -765,6 +765,8 @@ async def test_stale_cli_reports_the_queue(stack: Stack, redis_url: str) -> None
         "last_error",
         "retry_at",
         "claimed",
+        "asked",
+        "ahead",
     }
     res = subprocess.run([agentmemd, "communities", "--json"], env=env, capture_output=True, text=True, check=True)
     assert len(json.loads(res.stdout)["communities"]) == data["depth"]

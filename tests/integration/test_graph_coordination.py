@@ -487,12 +487,19 @@ async def test_an_edit_of_a_summarized_community_goes_before_new_communities(two
     assert len(due) == 6 and due[0] == old.id, due
     (listed,) = [i for i in (await two.store.stale())[1] if i.community_id == old.id]
     assert listed.ahead and "ahead of unsummarized" in listed.state(time.time())
+    # Marked first by an operator (queued by its first mark, kept to 14 digits in its record),
+    # then by an edit: it moves ahead all the same.
+    await two.a.work_once()  # summarizes the old community, which is due first
+    assert old.id not in await two.store.due(time.time(), 100)
+    await two.store.mark([old.id], now=int(time.time()) + 1.1234448)  # after the bulk's marks
+    await two.store.apply("doc1", 3, contrib("doc1#0", "alpha-svc", "beta-svc", "delta-svc", "gamma-svc", "eps-svc"))
+    assert (await two.store.due(time.time(), 100))[0] == old.id
     # Failed: deferred to its retry time, and another edit does not bring it back early.
     token = await two.store.claim(old.id, "daemon-a", ttl_s=30)
     assert token is not None
     await two.store.record_failure(old.id, time.time() + 3600, "daemon-a", token, "LlmFailed: timeout")
     await two.store.release(old.id, "daemon-a", token)
-    await two.store.apply("doc1", 3, contrib("doc1#0", "alpha-svc", "beta-svc", "delta-svc"))
+    await two.store.apply("doc1", 4, contrib("doc1#0", "alpha-svc", "beta-svc", "delta-svc"))
     assert old.id not in await two.store.due(time.time(), 100)
 
 

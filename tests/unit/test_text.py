@@ -249,6 +249,11 @@ def test_a_change_to_the_analysis_bumps_the_analyzer_version() -> None:
         ("kappaB", []),
         ("HbA1c", []),
         ("ÜberWagen", ["über", "wagen"]),
+        # keys and blobs are no names
+        ("eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9", []),
+        ("ERR_" + "X" * 200, []),
+        ("sha256_hmac_v1", []),
+        ("user_service_v2", ["user", "service", "v2"]),
     ],
 )
 def test_word_parts_split_names_at_underscores_and_case_turns(token: str, parts: list[str]) -> None:
