@@ -286,7 +286,8 @@ async def start_daemon(
         log.error("daemon.index_refused", why=refused)
         print(
             f"agentmemd started but cannot use its index: {refused}. Until then queries answer "
-            f"`unavailable` and writes wait in Kafka, unapplied{where}",
+            f"`unavailable` and writes wait in Kafka, unapplied (under `agentmemd up`, only while it runs: "
+            f"keep it running and run `agentmemd reindex` in another shell){where}",
             file=sys.stdout,
             flush=True,
         )
@@ -296,11 +297,11 @@ async def start_daemon(
 
 
 async def run_until_stopped(
-    settings: Settings, stop: asyncio.Event, *, before_stop: Callable[[], Awaitable[object]] | None = None
+    settings: Settings, stop: asyncio.Event, *, before_stop: Callable[[Daemon], Awaitable[object]] | None = None
 ) -> None:
     """Run the daemon until ``stop`` is set (by a signal handler), which also ends a start-up
     still in progress (a group join that hangs must not make the daemon deaf to SIGTERM).
-    ``before_stop``: awaited once ``stop`` is set, while the daemon still runs (``up``'s drain)."""
+    ``before_stop``: awaited with the daemon once ``stop`` is set, while it still runs (``up``'s drain)."""
     starting = asyncio.create_task(start_daemon(settings), name="daemon-start")
     stopping = asyncio.create_task(stop.wait(), name="stop-signal")
     await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
@@ -315,6 +316,6 @@ async def run_until_stopped(
     try:
         await stop.wait()
         if before_stop is not None:
-            await before_stop()
+            await before_stop(daemon)
     finally:
         await daemon.stop()

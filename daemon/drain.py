@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 import structlog
@@ -21,6 +21,7 @@ from aiokafka.errors import KafkaError
 
 from daemon.settings import Settings
 from daemon.status import LagReport, measure_lag
+from memory.errors import MemdError
 
 log = structlog.get_logger(__name__)
 
@@ -35,10 +36,15 @@ def events_left(report: LagReport, group_id: str) -> int:
     return sum(n for g in groups for n in report.lag.get(g, {}).values())
 
 
-async def drain_events(settings: Settings, interrupt: asyncio.Event) -> int:
+async def drain_events(
+    settings: Settings, interrupt: asyncio.Event, *, refused: Callable[[], Awaitable[str | None]] | None = None
+) -> int:
     """Wait until the daemon has applied every event the broker holds, ``interrupt`` is set (a
     second signal) or ``settings.up_drain_s`` pass; each lag read is raced against both, so
     neither waits for a broker that does not answer.
+
+    ``refused``: why the daemon cannot use its index (``ChunkIndex.mismatch``), or None when it
+    can: events then wait for a reindex, not for the daemon, and the message says so.
 
     Returns:
         The events left unapplied (0: none), or -1 when the lag could not be read (or was not
@@ -71,13 +77,28 @@ async def drain_events(settings: Settings, interrupt: asyncio.Event) -> int:
         if not told:
             told = True
             log.info("daemon.drain_started", events=left, timeout_s=settings.up_drain_s)
-            print(
-                f"agentmemd stopping: applying the {left} event(s) the embedded broker still holds "
-                f"(at most {settings.up_drain_s:g} s; Ctrl-C again to stop now and lose them)",
-                flush=True,
-            )
+            print(await _drain_said(left, settings.up_drain_s, refused), flush=True)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(interrupt.wait(), timeout=min(POLL_S, max(0.0, deadline - time.monotonic())))
+
+
+async def _drain_said(left: int, wait_s: float, refused: Callable[[], Awaitable[str | None]] | None) -> str:
+    """What ``up`` says as its drain starts: that it applies what the broker holds, or, with its
+    index refused, that nothing will apply them unless a reindex runs meanwhile."""
+    why = None
+    if refused is not None:
+        with contextlib.suppress(MemdError):  # Redis blinked: the plain message then
+            why = await refused()
+    if why is None:
+        return (
+            f"agentmemd stopping: applying the {left} event(s) the embedded broker still holds "
+            f"(at most {wait_s:g} s; Ctrl-C again to stop now and lose them)"
+        )
+    return (
+        f"agentmemd stopping: {left} event(s) the embedded broker holds wait for an index this daemon "
+        f"cannot use ({why}); they are lost when it stops. To keep them, run `agentmemd reindex` in "
+        f"another shell now: this waits for it at most {wait_s:g} s (Ctrl-C again to stop now)"
+    )
 
 
 async def _before(read: Coroutine[Any, Any, LagReport], interrupt: asyncio.Event, deadline: float) -> LagReport | None:

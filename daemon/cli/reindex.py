@@ -101,7 +101,8 @@ def reindex(
     if rep.settings_changed:
         err.print(
             "[yellow]note:[/yellow] it was built with other settings than the old generation: daemons still "
-            "running with the old ones now refuse writes and vector queries until restarted with these. "
+            "running with the old ones (or an older release) now refuse writes and vector queries until "
+            "restarted with these; those that refused the old generation use this one now, unrestarted. "
             "Under `agentmemd up`, a restart forgets the events they had not applied (docs/reindex.md)."
         )
     for e in rep.errors:

@@ -38,7 +38,9 @@ def up() -> None:
         from daemon.app import run_until_stopped
         from daemon.drain import drain_events
 
-        return run_until_stopped(settings, stop, before_stop=lambda: drain_events(settings, again))
+        return run_until_stopped(
+            settings, stop, before_stop=lambda daemon: drain_events(settings, again, refused=daemon.index.mismatch)
+        )
 
     try:
         with _embedded(settings):

@@ -302,7 +302,8 @@ async def test_cli_query_takes_scope_identifier_weight_and_tenant(env) -> None:
     )
     assert rc == 0, err
     reply = json.loads(out)
-    assert reply["results"] and reply["results"][0]["doc_id"] in DOCS
+    # Both docs naming it are found (another test's doc may share its words, "err" and "ledger").
+    assert set(DOCS) <= {r["doc_id"] for r in reply["results"]}, reply["results"]
     assert all("identifier" not in r["ranks"] for r in reply["results"])
     rc, out, err = await _agentmemd(
         settings, "query", "ledger lock timeouts", "--tenant", TENANT, "--scope", "communities", "--json"

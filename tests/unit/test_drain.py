@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from daemon.drain import events_left
+from daemon.drain import _drain_said, events_left
 from daemon.status import LagReport
+from memory.errors import BackendUnavailable
 
 
 def test_events_left_counts_documents_and_transcripts_of_every_tenant_not_questions() -> None:
@@ -19,3 +20,22 @@ def test_events_left_counts_documents_and_transcripts_of_every_tenant_not_questi
     )
     assert events_left(report, "g") == 9
     assert events_left(LagReport(lag={}, dlq=0, past_end={}), "g") == 0
+
+
+async def test_the_drain_says_when_its_events_wait_for_a_reindex_not_for_the_daemon() -> None:
+    """With its index refused (an upgrade that changed the analysis), the events cannot be
+    applied by waiting: the message says they are lost on stop and how to keep them."""
+
+    async def refused() -> str:
+        return "the active index generation 1 was analyzed with text analysis version 2"
+
+    async def usable() -> None:
+        return None
+
+    async def blinked() -> str | None:
+        raise BackendUnavailable("redis unavailable")
+
+    said = await _drain_said(2, 60.0, refused)
+    assert "lost when it stops" in said and "agentmemd reindex" in said and "analysis version 2" in said, said
+    for plain in (usable, blinked, None):
+        assert (await _drain_said(2, 60.0, plain)).startswith("agentmemd stopping: applying the 2 event(s)")
