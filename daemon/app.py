@@ -291,9 +291,31 @@ async def start_daemon(
             file=sys.stdout,
             flush=True,
         )
+        ready = f"agentmemd ready: the index is usable now, consuming {', '.join(consumed)}{where}"
+        daemon.spawn(_say_when_usable(index, daemon.halt, ready), "index-watch")
         return daemon
     print(f"agentmemd ready: consuming {', '.join(consumed)}{where}", file=sys.stdout, flush=True)
     return daemon
+
+
+#: How often a daemon that cannot use its index looks again, to say when it can.
+USABLE_POLL_S = 2.0
+
+
+async def _say_when_usable(index: ChunkIndex, halt: asyncio.Event, ready: str) -> None:
+    """Print ``ready`` once the index this daemon refused is usable (a reindex made a
+    generation it may use): the last line a user read said it was not."""
+    while not halt.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(halt.wait(), timeout=USABLE_POLL_S)
+            return
+        try:
+            if await index.mismatch() is None:
+                log.info("daemon.index_usable")
+                print(ready, file=sys.stdout, flush=True)
+                return
+        except MemdError:
+            continue  # Redis blinked: looked at again next time
 
 
 async def run_until_stopped(

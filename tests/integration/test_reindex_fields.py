@@ -166,5 +166,12 @@ async def test_a_daemon_started_on_an_index_it_cannot_use_says_so_instead_of_rea
         ):
             with pytest.raises(IndexMismatch, match="index fields differ"):
                 await read
+        # Reindexed from another shell: the daemon says it is ready, unrestarted.
+        await reindex(_with_keys(settings, ["user_id"]))
+
+        async def said_ready() -> bool:
+            return "agentmemd ready: the index is usable now" in capsys.readouterr().out
+
+        await eventually(said_ready, timeout=30, what="the ready line after the reindex")
     finally:
         await daemon.stop()
