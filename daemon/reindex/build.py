@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 import structlog
 from aiokafka.errors import KafkaError
+from redis.exceptions import RedisError
 
 from daemon.connections import redis_client
 from daemon.reindex.completeness import (
@@ -75,6 +76,7 @@ async def reindex(
     from daemon.components import offline_environment
 
     offline_environment()
+    await _redis_reachable(settings)  # before the model's load: unreachable, it is said in a second, not twenty
     if embedder is not None:
         embedder.check_lent_to(settings.embedding, "build's")
     owns_embedder = embedder is None
@@ -92,6 +94,24 @@ async def reindex(
         started=started,
     )
     return await run.run()
+
+
+async def _redis_reachable(settings: Settings) -> None:
+    """Check that the memory's Redis answers.
+
+    Raises:
+        BackendUnavailable: it does not (nothing runs: the message says what starts it).
+    """
+    client = redis_client(settings)
+    try:
+        await client.ping()
+    except (OSError, RedisError) as exc:
+        raise BackendUnavailable(
+            f"redis unreachable at {settings.redis_url} ({type(exc).__name__}: {exc}): the memory's Redis must run "
+            "(`agentmemd up`, or `agentmemd servers` for the embedded servers alone, starts it)"
+        ) from exc
+    finally:
+        await bounded("redis", client.aclose())
 
 
 class Reindex:

@@ -12,13 +12,14 @@ from typing import Any
 import pytest
 
 from daemon.instance import Daemon
+from daemon.launcher import free_port
 from daemon.reindex import reindex as build
 from daemon.settings import Settings
 from graph.store import GraphStore
 from memory.config import ChunkingConfig
 from memory.embed_worker import CRASH_MARKER_ENV
 from memory.embedder import SentenceTransformerEmbedder
-from memory.errors import ReindexWouldLose
+from memory.errors import BackendUnavailable, ReindexWouldLose
 from memory.index import GenerationRegistry
 from memory.metrics import CHUNKS_REUSED
 from memory.schema import physical_name
@@ -360,3 +361,13 @@ async def test_reindex_refuses_to_switch_when_the_new_build_would_lose_docs(
         await eventually(switched_without_rx1, what="the new generation serves, without the lost doc")
     finally:
         marked.close()
+
+
+async def test_a_reindex_with_no_redis_running_says_what_starts_it_before_loading_the_model(
+    kafka_bootstrap: str,
+) -> None:
+    """Nothing runs (an upgrade's steps done in the wrong order): it fails naming the command
+    that starts Redis, checked before the model loads, not with a bare connection error."""
+    settings = isolated_settings(unique("reindex-no-redis"), kafka_bootstrap, f"redis://127.0.0.1:{free_port()}")
+    with pytest.raises(BackendUnavailable, match=r"redis unreachable at .*`agentmemd up`"):
+        await build(settings)
