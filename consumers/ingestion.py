@@ -34,7 +34,7 @@ from memory.metrics import (
     EVENTS_FAILED,
 )
 from memory.retrying import backoff_s, pause
-from memory.tenants import Erasure
+from memory.tenants import Erasure, refused
 
 log = structlog.get_logger()
 
@@ -50,8 +50,7 @@ async def none_erased() -> Mapping[str, Erasure]:
 
 def refused_by(erased: Mapping[str, Erasure], tenant: str | None, record: Any) -> bool:
     """Whether an erasure leaves ``record`` (of ``tenant``'s topic) unapplied, by its time."""
-    erasure = erased.get(tenant) if tenant is not None else None
-    return erasure is not None and erasure.refuses(getattr(record, "timestamp", None))
+    return refused(erased, tenant, getattr(record, "timestamp", None))
 
 
 def erased_apart(

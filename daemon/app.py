@@ -276,6 +276,7 @@ async def start_daemon(
     consumed = settings.topics.all()[:3]
     if settings.consumer.tenancy == "topic":  # pattern subscriptions: every tenant's topics
         consumed = [f"{t}.<tenant>" for t in consumed]
+    consuming = f"consuming {', '.join(consumed)}{where}"
     try:
         refused = await index.mismatch()
     except MemdError:
@@ -291,10 +292,10 @@ async def start_daemon(
             file=sys.stdout,
             flush=True,
         )
-        ready = f"agentmemd ready: the index is usable now, consuming {', '.join(consumed)}{where}"
+        ready = f"agentmemd ready: the index is usable now, {consuming}"
         daemon.spawn(_say_when_usable(index, daemon.halt, ready), "index-watch")
         return daemon
-    print(f"agentmemd ready: consuming {', '.join(consumed)}{where}", file=sys.stdout, flush=True)
+    print(f"agentmemd ready: {consuming}", file=sys.stdout, flush=True)
     return daemon
 
 

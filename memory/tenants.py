@@ -67,6 +67,13 @@ class Erasure:
         return not self.restored or record_ms is None or record_ms <= self.at * 1000
 
 
+def refused(erased: Mapping[str, Erasure], tenant: str | None, record_ms: int | None) -> bool:
+    """Whether an erasure in ``erased`` leaves unapplied an event of ``tenant`` written to Kafka
+    at ``record_ms`` (``None``: unknown); an event of no tenant, or of one never erased, is not."""
+    erasure = erased.get(tenant) if tenant is not None else None
+    return erasure is not None and erasure.refuses(record_ms)
+
+
 #: How long a daemon trusts its last read of the erased tenants: an erase waits longer than
 #: this before it deletes, so that no batch read after the erase writes the tenant's data.
 ERASED_READ_TTL_S = 1.0

@@ -63,8 +63,8 @@ def dlq_list(
     if tenant is not None:  # of the latest `limit` of each partition: a tenant's older ones need a larger --limit
         letters = [d for d in letters if d.tenant == tenant]
     erased = _erased(s, strict=False)
-    hidden = sum(erased_letter(d, erased) for d in letters)
-    letters = [d for d in letters if not erased_letter(d, erased)]
+    kept = [d for d in letters if not erased_letter(d, erased)]
+    hidden, letters = len(letters) - len(kept), kept
     if hidden:
         err.print(f"{hidden} dead letters of erased tenants not shown (agentmemd erase-tenant)")
     if as_json:

@@ -25,7 +25,7 @@ from consumers.transport import cluster_metadata
 from daemon.lost_logs import log_ends
 from daemon.teardown import bounded
 from memory.errors import BackendUnavailable
-from memory.tenants import Erasure
+from memory.tenants import Erasure, refused
 
 #: Bytes of an original record the preview shows.
 PREVIEW_BYTES = 2048
@@ -123,16 +123,13 @@ def erased_letter(letter: DeadLetter, erased: Mapping[str, Erasure]) -> bool:
     """Whether ``letter`` holds an erased tenant's event from before its erasure: never shown,
     nor sent again (a Kafka record cannot be deleted alone, so the DLQ keeps it until its
     retention). Dead-lettered at or before the erasure, or at an unknown time, is before it."""
-    erasure = erased.get(letter.tenant) if letter.tenant is not None else None
-    if erasure is None:
-        return False
     try:
         failed = datetime.fromisoformat(letter.failed_at)
     except ValueError:
-        return erasure.refuses(None)
+        return refused(erased, letter.tenant, None)
     if failed.tzinfo is None:  # a time without a zone is UTC, as everywhere in the contract
         failed = failed.replace(tzinfo=UTC)
-    return erasure.refuses(int(failed.timestamp() * 1000))
+    return refused(erased, letter.tenant, int(failed.timestamp() * 1000))
 
 
 def tenant_of(topic: str, bases: Sequence[str], tenancy: str) -> str | None:

@@ -12,7 +12,6 @@ from collections.abc import Callable
 
 import structlog
 from aiokafka.errors import KafkaError
-from redis.exceptions import RedisError
 
 from daemon.connections import redis_client
 from daemon.reindex.completeness import (
@@ -34,7 +33,7 @@ from daemon.teardown import bounded
 from memory.embedder import SentenceTransformerEmbedder
 from memory.errors import BackendUnavailable
 from memory.generations import index_spec
-from memory.index import ChunkIndex, GenerationRegistry
+from memory.index import ChunkIndex, GenerationRegistry, translate_errors
 from memory.ingest import Ingestor
 from memory.tenants import TenantRegistry
 
@@ -104,10 +103,11 @@ async def _redis_reachable(settings: Settings) -> None:
     """
     client = redis_client(settings)
     try:
-        await client.ping()
-    except (OSError, RedisError) as exc:
+        async with translate_errors("ping"):
+            await client.ping()
+    except BackendUnavailable as exc:  # not a refusal of the credentials: that is no server to start
         raise BackendUnavailable(
-            f"redis unreachable at {settings.redis_url} ({type(exc).__name__}: {exc}): the memory's Redis must run "
+            f"redis unreachable at {settings.redis_url} ({exc}): the memory's Redis must run "
             "(`agentmemd up`, or `agentmemd servers` for the embedded servers alone, starts it)"
         ) from exc
     finally:
