@@ -123,6 +123,26 @@ class ConsumerConfig(BaseModel):
             "partition): past it the batch's commit fails and it is redelivered, again and again."
         ),
     )
+    ingest_lane_min_bytes: int = Field(
+        131_072,
+        ge=1024,
+        le=1_073_741_824,
+        description=(
+            "A partition whose records in one ingest batch weigh this much (bytes as sent, ~5 s of "
+            "embedding on 2 cores at the default) is applied in a lane of its own: paused and applied "
+            "beside the poll, so writes on the other partitions are not held behind a large document "
+            "or a bulk load. Its offset is committed once it is applied."
+        ),
+    )
+    ingest_lanes: int = Field(
+        4,
+        ge=0,
+        le=64,
+        description=(
+            "Lanes (see ingest_lane_min_bytes) each ingest subscriber runs at once; a large batch past "
+            "them is applied inline, holding the poll as every batch did before lanes. 0: no lanes."
+        ),
+    )
     query_workers: int = Field(
         32, ge=1, le=256, description="Queries answered concurrently (their embeddings are micro-batched)."
     )

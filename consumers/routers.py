@@ -24,6 +24,7 @@ from consumers.decoding import tenant_from_topic
 from consumers.errors import UnknownReplyTopic
 from consumers.expiry import ExpiryLog, expired_error
 from consumers.ingestion import Ingestion, none_erased
+from consumers.lanes import Lanes
 from consumers.queries import answer, fit_get_reply, fit_list_reply, fit_reply, guess_query_id, scope_of
 from consumers.replies import (
     PartitionCounts,
@@ -88,11 +89,18 @@ class AssignmentWatcher(ConsumerRebalanceListener):  # type: ignore[misc]
     consumer takes nothing."""
 
     def __init__(
-        self, name: str, on_assigned: Callable[[str, int], None], on_revoked: Callable[[str], None] | None = None
+        self,
+        name: str,
+        on_assigned: Callable[[str, int], None],
+        on_revoked: Callable[[str], None] | None = None,
+        *,
+        lanes: Lanes | None = None,
     ) -> None:
         self.name = name
         self._on_assigned = on_assigned
         self._on_revoked = on_revoked
+        # The subscriber's large batches applied beside the poll; a revocation waits for them too.
+        self.lanes = lanes
         # Held by the subscriber's handler while it applies a batch (see ``handling``).
         self._busy = asyncio.Lock()
         self._owned: set[tuple[str, int]] = set()
@@ -120,8 +128,11 @@ class AssignmentWatcher(ConsumerRebalanceListener):  # type: ignore[misc]
 
     async def on_partitions_revoked(self, revoked: Collection[Any]) -> None:
         """Give ``revoked`` up once the batch in hand is applied (aiokafka's rebalance callback)."""
-        async with self._busy:  # the batch in hand is finished first
-            self._owned -= {(tp.topic, tp.partition) for tp in revoked}
+        places = {(tp.topic, tp.partition) for tp in revoked}
+        async with self._busy:  # the batch in hand is finished first, and the lanes of these partitions
+            if self.lanes is not None:
+                await self.lanes.settle(places)
+            self._owned -= places
         log.info("consumer.partitions_revoked", subscriber=self.name, partitions=len(revoked))
         if self._on_revoked is not None:
             self._on_revoked(self.name)
@@ -169,6 +180,9 @@ def _ingest_kwargs(cfg: ConsumerConfig) -> dict[str, Any]:
 # One consumer group per subscriber (<group_id>.<role>): each joins once instead of every
 # subscriber's join rebalancing the others, and lag is readable per role.
 
+
+#: The batched event subscribers' roles.
+INGEST_ROLES = ("documents", "transcripts")
 
 #: What each batched event subscriber is for (its handler's docstring), by kind.
 _EVENT_DOCS = {
@@ -218,13 +232,21 @@ def _subscribe_events(
     """Add the batched subscriber of ``kind`` ("document" or "transcript") events on ``base``
     (``on_documents`` or ``on_transcripts``, by ``watch.name``) to ``router``."""
 
+    async def apply(records: Sequence[ConsumerRecord[Any, Any]]) -> None:
+        await ingestion.ingest(records, kind)
+        seen(watch.name)  # a batch longer than idle_after_s is no idleness
+
     async def handler(message: Any) -> None:
         seen(watch.name)
         async with watch.handling(_records(message.raw_message)) as records:
             if records:
                 await _note_tenants(saw_tenant, {r.topic for r in records}, base, cfg)
-                await ingestion.ingest(records, kind)
-        seen(watch.name)  # a batch longer than idle_after_s is no idleness
+                inline, lanes = watch.lanes.split(records) if watch.lanes is not None else (records, {})
+                for place, theirs in lanes.items():
+                    assert watch.lanes is not None
+                    watch.lanes.start(message.consumer, place, theirs, apply)
+                if inline:
+                    await apply(inline)
 
     handler.__name__ = handler.__qualname__ = f"on_{watch.name}"
     handler.__doc__ = _EVENT_DOCS[kind]
@@ -356,13 +378,15 @@ def build_router(
     seen: Callable[[str], None] = lambda _role: None,
     saw_tenant: SawTenant = _no_registry,
     erased_tenants: Callable[[], Awaitable[Mapping[str, Erasure]]] = none_erased,
+    lanes: Mapping[str, Lanes] | None = None,
 ) -> KafkaRouter:
     """The daemon's three subscribers: documents, transcripts (batched) and queries.
 
     ``publish_reply(body, topic, correlation_id, partition)`` publishes a reply (the broker's
     publish; partition None: the default partitioner); ``partition_counts`` checks the
     partition an asker names (see consumers.replies). ``seen(role)`` is called as each
-    subscriber's records arrive (``consumers.idle``).
+    subscriber's records arrive (``consumers.idle``). ``lanes``: the documents' and
+    transcripts' subscribers' lanes by role (``lanes_for``), which the daemon closes as it stops.
     """
     router = KafkaRouter()
     dlq = router.publisher(topics.dlq, title="dlq", description="Rejected events with the reason.")
@@ -380,9 +404,11 @@ def build_router(
         input_topics=(topics.documents, topics.transcripts, topics.requests, topics.dlq),
         erased_tenants=erased_tenants,
     )
+    lanes = lanes if lanes is not None else lanes_for(cfg)
     events = (("documents", "document", topics.documents), ("transcripts", "transcript", topics.transcripts))
     for role, kind, base in events:
-        watch = AssignmentWatcher(role, on_assigned, on_revoked)
+        own = lanes.get(role)
+        watch = AssignmentWatcher(role, on_assigned, on_revoked, lanes=own)
         _subscribe_events(
             router, ingestion, kind=kind, base=base, cfg=cfg, watch=watch, seen=seen, saw_tenant=saw_tenant
         )
@@ -398,3 +424,8 @@ def build_router(
         seen=seen,
     )
     return router
+
+
+def lanes_for(cfg: ConsumerConfig) -> dict[str, Lanes]:
+    """The lanes of the documents and transcripts subscribers, by role."""
+    return {role: Lanes(role, min_bytes=cfg.ingest_lane_min_bytes, most=cfg.ingest_lanes) for role in INGEST_ROLES}

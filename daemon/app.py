@@ -14,7 +14,7 @@ import structlog
 
 from consumers.idle import FetchBackoff
 from consumers.replies import PartitionCounts
-from consumers.routers import build_router
+from consumers.routers import build_router, lanes_for
 from daemon.broker import SUBSCRIBERS, build_broker, start_broker, subscriber_role
 from daemon.components import build_graph, load_ner, offline_environment
 from daemon.connections import redis_client
@@ -192,6 +192,7 @@ async def start_daemon(
             idle_after_s=settings.consumer.idle_after_s, idle_ms=settings.consumer.idle_fetch_max_wait_ms
         )
 
+        daemon.lanes = lanes_for(settings.consumer)
         broker.include_router(
             build_router(
                 ingestor=ingestor,
@@ -211,6 +212,7 @@ async def start_daemon(
                 seen=backoff.seen,
                 saw_tenant=tenants.saw,
                 erased_tenants=tenants.erased,
+                lanes=daemon.lanes,
                 attempts_counter=AttemptCounter(client=redis, name=settings.index.name),
             )
         )

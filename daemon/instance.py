@@ -13,6 +13,7 @@ from aiohttp import web
 from faststream.kafka import KafkaBroker
 
 from consumers.idle import FetchBackoff
+from consumers.lanes import Lanes
 from consumers.replies import PartitionCounts
 from daemon.explore import Access, Explorer, MemoryReads
 from daemon.settings import Settings
@@ -54,6 +55,7 @@ class Daemon:
     partition_counts: PartitionCounts | None = None
     compute: CommunityComputer | None = None  # the graph's detection process (graph.compute)
     fetch_backoff: FetchBackoff | None = None  # idle subscribers' longer fetch waits (consumers.idle)
+    lanes: dict[str, Lanes] = field(default_factory=dict)  # large batches applied beside the poll, by role
     # False for workers lent by start_daemon's caller: closing them is the caller's job.
     owns_embedder: bool = True
     owns_compute: bool = True
@@ -82,6 +84,11 @@ class Daemon:
         self.status.ready = False  # /readyz fails from the start of a drain, not after it
         log.info("daemon.shutdown_started")
         self.ingestor.stopping.set()
+        # Lanes are no handlers of FastStream's: given the same time here, before their consumers close.
+        lanes = [lane.close(self.settings.shutdown_timeout_s) for lane in self.lanes.values()]
+        await bounded(
+            "ingest lanes", asyncio.gather(*lanes), seconds=self.settings.shutdown_timeout_s + CLOSE_TIMEOUT_S
+        )
         # FastStream gives in-flight handlers shutdown_timeout_s; the consumers' and the
         # producer's own closes (a final commit, a leave-group) get CLOSE_TIMEOUT_S beyond
         # that, so a broker gone silent cannot hold the shutdown.

@@ -1,0 +1,159 @@
+"""Lanes: a partition's large batch applied beside the poll, so the others go on.
+
+A daemon applies an ingest batch before it polls again, so one large document held every
+write on every partition it reads for minutes (one tenant's bulk load held every tenant's
+small writes). Now a partition whose records in a batch weigh ``ingest_lane_min_bytes`` or
+more is applied in a task of its own: the partition is paused and its position put back to
+the first of those records, so no commit of the batches polled meanwhile passes them, and
+once they are applied its offset is committed and the partition resumed. Order per
+partition, and so per key, is kept: nothing more of the partition is fetched until its lane
+is done. A revocation waits for the lanes of the partitions it takes (as for the batch in
+hand), and a stop waits ``shutdown_timeout_s`` for them, then cancels them: what a cancelled
+lane did not commit is delivered again, as after a crash.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Collection, Sequence
+from typing import Any
+
+import structlog
+from aiokafka import TopicPartition
+from aiokafka.errors import IllegalStateError, KafkaError
+
+from memory.retrying import pause
+
+log = structlog.get_logger()
+
+#: A partition of a topic, as (topic, partition).
+Place = tuple[str, int]
+
+#: How long a lane that failed (an outage past the ingestor's own retries) waits before its
+#: records are fetched again: FastStream's own redelivery of a failed batch is at once.
+RETRY_S = 1.0
+
+
+def split(
+    records: Sequence[Any], *, min_bytes: int, room: int, busy: Collection[Place] = ()
+) -> tuple[list[Any], dict[Place, list[Any]]]:
+    """``records`` (one batch, in order) as (applied inline, by partition for a lane).
+
+    A partition goes to a lane when its records weigh ``min_bytes`` or more (their values'
+    bytes), the heaviest first, ``room`` of them at most; ``busy`` partitions (a lane of theirs
+    still running: records fetched before it paused them) are never given a second one, so
+    their records stay inline. Each partition's records keep their order.
+    """
+    by_place: dict[Place, list[Any]] = {}
+    for r in records:
+        by_place.setdefault((r.topic, r.partition), []).append(r)
+    weight = {p: sum(len(r.value or b"") for r in rs) for p, rs in by_place.items()}
+    heavy = sorted((p for p, w in weight.items() if w >= min_bytes and p not in busy), key=lambda p: -weight[p])
+    chosen = set(heavy[: max(room, 0)])
+    inline = [r for r in records if (r.topic, r.partition) not in chosen]
+    return inline, {p: by_place[p] for p in by_place if p in chosen}
+
+
+class Lanes:
+    """The lanes of one ingest subscriber (see the module's docstring)."""
+
+    def __init__(self, role: str, *, min_bytes: int, most: int) -> None:
+        self.role = role
+        self.min_bytes = min_bytes
+        self.most = most
+        self._tasks: dict[Place, asyncio.Task[None]] = {}
+        self._closed = asyncio.Event()
+
+    @property
+    def running(self) -> int:
+        """Lanes not finished."""
+        return len(self._tasks)
+
+    def split(self, records: Sequence[Any]) -> tuple[list[Any], dict[Place, list[Any]]]:
+        """``split`` with this subscriber's settings and free lanes (none once closed)."""
+        room = 0 if self._closed.is_set() else self.most - len(self._tasks)
+        return split(records, min_bytes=self.min_bytes, room=room, busy=self._tasks.keys())
+
+    def start(
+        self, consumer: Any, place: Place, records: Sequence[Any], apply: Callable[[Sequence[Any]], Awaitable[None]]
+    ) -> None:
+        """Pause ``place`` on ``consumer`` at its first record of ``records`` and apply them in a
+        task; called with no await between the poll that returned them and this."""
+        tp = TopicPartition(*place)
+        consumer.pause(tp)
+        consumer.seek(tp, records[0].offset)  # FastStream's commit after this batch stops here
+        log.info(
+            "ingest.lane_started",
+            subscriber=self.role,
+            topic=place[0],
+            partition=place[1],
+            records=len(records),
+            bytes=sum(len(r.value or b"") for r in records),
+        )
+        task = asyncio.create_task(self._run(consumer, tp, records, apply), name=f"lane-{place[0]}-{place[1]}")
+        self._tasks[place] = task
+
+    async def _run(
+        self,
+        consumer: Any,
+        tp: TopicPartition,
+        records: Sequence[Any],
+        apply: Callable[[Sequence[Any]], Awaitable[None]],
+    ) -> None:
+        after = records[-1].offset + 1
+        try:
+            await apply(records)
+        except Exception as exc:
+            # Left where it was paused: resumed below, the records are fetched and applied again.
+            log.warning(
+                "ingest.lane_failed",
+                subscriber=self.role,
+                topic=tp.topic,
+                partition=tp.partition,
+                error=f"{type(exc).__name__}: {exc}",
+            )
+            await pause(self._closed, RETRY_S)
+        else:
+            try:
+                consumer.seek(tp, after)
+                # Committed now, not with the next batch: there may be none for long, and
+                # ``up``'s drain and the lag read what is committed.
+                await consumer.commit({tp: after})
+            except (KafkaError, IllegalStateError) as exc:
+                # Applied: a later batch's commit covers it, or it is delivered again and
+                # found already written.
+                log.warning(
+                    "ingest.lane_commit_failed",
+                    subscriber=self.role,
+                    topic=tp.topic,
+                    partition=tp.partition,
+                    error=f"{type(exc).__name__}: {exc}",
+                )
+            log.info("ingest.lane_finished", subscriber=self.role, topic=tp.topic, partition=tp.partition)
+        finally:
+            self._tasks.pop((tp.topic, tp.partition), None)
+            with contextlib.suppress(IllegalStateError):  # revoked or stopped meanwhile
+                consumer.resume(tp)
+
+    async def settle(self, places: Collection[Place]) -> None:
+        """Wait for the lanes of ``places`` (a revocation: they are applied before the
+        partitions move to another daemon)."""
+        tasks = [t for p, t in list(self._tasks.items()) if p in places]
+        if tasks:
+            log.info("ingest.lanes_awaited", subscriber=self.role, lanes=len(tasks))
+            await asyncio.wait(tasks)
+
+    async def close(self, timeout_s: float) -> None:
+        """Start no lane more; wait up to ``timeout_s`` for those running, then cancel them
+        (their records are delivered again)."""
+        self._closed.set()
+        tasks = list(self._tasks.values())
+        if not tasks:
+            return
+        _done, pending = await asyncio.wait(tasks, timeout=timeout_s)
+        for t in pending:
+            t.cancel()
+        if pending:
+            log.warning("ingest.lanes_cancelled", subscriber=self.role, lanes=len(pending))
+            await asyncio.wait(pending)
