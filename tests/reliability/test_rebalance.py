@@ -12,6 +12,7 @@ import uuid
 import pytest
 from aiokafka import AIOKafkaProducer
 
+from consumers.config import ConsumerConfig
 from daemon.topics import ensure_topics
 from graph.config import GraphConfig
 from tests.conftest import unique
@@ -20,22 +21,28 @@ from tests.helpers import eventually, isolated_settings, start_daemon
 pytestmark = pytest.mark.integration
 
 
+@pytest.mark.parametrize("where", ["batch", "lanes"])
 async def test_a_forget_applied_by_the_new_owner_is_never_undone_by_the_old_one(
-    kafka_bootstrap: str, redis_url: str
+    kafka_bootstrap: str, redis_url: str, where: str
 ) -> None:
     """Daemon A is inside a batch holding one turn per partition when daemon B joins the
     group; each session is then forgotten. Whatever partition B takes, both turns end up
     forgotten: A finishes its batch before giving the partition up, and B applies the
-    forget after it."""
+    forget after it. The same when each turn is large enough to be applied in a lane
+    (consumers.lanes): the revocation waits for the lanes of the partitions it takes."""
     name = unique("rebalance-" + uuid.uuid4().hex[:6])
-    settings = isolated_settings(name, kafka_bootstrap, redis_url, topic_partitions=2, graph=GraphConfig(enabled=False))
+    consumer = ConsumerConfig(group_id=name, ingest_lane_min_bytes=1024 if where == "lanes" else 1 << 30)
+    settings = isolated_settings(
+        name, kafka_bootstrap, redis_url, topic_partitions=2, graph=GraphConfig(enabled=False), consumer=consumer
+    )
+    secret = "secret" if where == "batch" else " ".join(f"secret number {i}." for i in range(120))
     topic = settings.topics.transcripts
     await ensure_topics(kafka_bootstrap, settings.topics.all(), partitions=2, replication=1)
     producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all")
     await producer.start()
     turn_ids = [f"transcript:agent/s{p}/1" for p in (0, 1)]
     for p in (0, 1):  # before any daemon runs: both turns come in one batch
-        ev = {"event_id": uuid.uuid4().hex, "agent_id": "agent", "session_id": f"s{p}", "turn": 1, "content": "secret"}
+        ev = {"event_id": uuid.uuid4().hex, "agent_id": "agent", "session_id": f"s{p}", "turn": 1, "content": secret}
         await producer.send_and_wait(topic, json.dumps(ev).encode(), key=f"agent/s{p}".encode(), partition=p)
 
     a = await start_daemon(settings)
@@ -53,6 +60,7 @@ async def test_a_forget_applied_by_the_new_owner_is_never_undone_by_the_old_one(
     b = None
     try:
         await asyncio.wait_for(held.wait(), 60)
+        assert a.lanes["transcripts"].running == (2 if where == "lanes" else 0)
         joining = asyncio.ensure_future(start_daemon(settings))  # scale out: the group rebalances
         await asyncio.sleep(6)  # B joins, with the session's model (on the old code: takes a partition)
         for p in (0, 1):
