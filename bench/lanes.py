@@ -65,7 +65,7 @@ async def one_mode(args: argparse.Namespace, servers: Servers, mode: str) -> dic
     from daemon.settings import namespaced
     from graph.config import GraphConfig
 
-    name = f"bench_lanes_{mode}_{uuid.uuid4().hex[:6]}"
+    name = f"bench_lanes_{mode.replace(' ', '_')}_{uuid.uuid4().hex[:6]}"
     consumer = ConsumerConfig(group_id=name, ingest_lanes=4 if mode == "lanes" else 0)
     settings = namespaced(
         name,

@@ -128,8 +128,8 @@ class ConsumerConfig(BaseModel):
         ge=1024,
         le=1_073_741_824,
         description=(
-            "A partition whose records in one ingest batch weigh this much (bytes as sent, ~5 s of "
-            "embedding on 2 cores at the default) is applied in a lane of its own: paused and applied "
+            "A partition whose records in one ingest batch weigh this much (their values' bytes, ~5 s "
+            "of embedding on 2 cores at the default) is applied in a lane of its own: paused and applied "
             "beside the poll, so writes on the other partitions are not held behind a large document "
             "or a bulk load. Its offset is committed once it is applied."
         ),

@@ -8,14 +8,16 @@ the first of those records, so no commit of the batches polled meanwhile passes 
 once they are applied its offset is committed and the partition resumed. Order per
 partition, and so per key, is kept: nothing more of the partition is fetched until its lane
 is done. A revocation waits for the lanes of the partitions it takes (as for the batch in
-hand), and a stop waits ``shutdown_timeout_s`` for them, then cancels them: what a cancelled
-lane did not commit is delivered again, as after a crash.
+hand), and a stop waits ``shutdown_timeout_s`` for them, then cancels them, leaving their
+partitions paused: what a cancelled lane did not commit is delivered again at the next start,
+as after a crash.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import Any
 
@@ -23,6 +25,7 @@ import structlog
 from aiokafka import TopicPartition
 from aiokafka.errors import IllegalStateError, KafkaError
 
+from memory.metrics import INGEST_LANES
 from memory.retrying import pause
 
 log = structlog.get_logger()
@@ -40,8 +43,8 @@ def split(
 ) -> tuple[list[Any], dict[Place, list[Any]]]:
     """``records`` (one batch, in order) as (applied inline, by partition for a lane).
 
-    A partition goes to a lane when its records weigh ``min_bytes`` or more (their values'
-    bytes), the heaviest first, ``room`` of them at most; ``busy`` partitions (a lane of theirs
+    A partition goes to a lane when its records weigh ``min_bytes`` or more (the bytes of their
+    values), the heaviest first, ``room`` of them at most; ``busy`` partitions (a lane of theirs
     still running: records fetched before it paused them) are never given a second one, so
     their records stay inline. Each partition's records keep their order.
     """
@@ -63,12 +66,23 @@ class Lanes:
         self.min_bytes = min_bytes
         self.most = most
         self._tasks: dict[Place, asyncio.Task[None]] = {}
+        # Per running lane: since when (wall clock), its records and their bytes.
+        self._what: dict[Place, tuple[float, int, int]] = {}
         self._closed = asyncio.Event()
 
     @property
     def running(self) -> int:
         """Lanes not finished."""
         return len(self._tasks)
+
+    def now(self) -> dict[str, str]:
+        """What each running lane applies, for people, by ``topic/partition`` (the status page's
+        lag table: a partition whose lag stands still while its lane runs is no stuck one)."""
+        at = time.time()
+        return {
+            f"{topic}/{partition}": f"applying {records} record(s), {size / 1024:.0f} KiB, for {at - since:.0f} s"
+            for (topic, partition), (since, records, size) in list(self._what.items())
+        }
 
     def split(self, records: Sequence[Any]) -> tuple[list[Any], dict[Place, list[Any]]]:
         """``split`` with this subscriber's settings and free lanes (none once closed)."""
@@ -79,20 +93,24 @@ class Lanes:
         self, consumer: Any, place: Place, records: Sequence[Any], apply: Callable[[Sequence[Any]], Awaitable[None]]
     ) -> None:
         """Pause ``place`` on ``consumer`` at its first record of ``records`` and apply them in a
-        task; called with no await between the poll that returned them and this."""
+        task (records fetched for it meanwhile are dropped by the seek, and never returned)."""
         tp = TopicPartition(*place)
         consumer.pause(tp)
         consumer.seek(tp, records[0].offset)  # FastStream's commit after this batch stops here
+        size = sum(len(r.value or b"") for r in records)
         log.info(
             "ingest.lane_started",
             subscriber=self.role,
             topic=place[0],
             partition=place[1],
             records=len(records),
-            bytes=sum(len(r.value or b"") for r in records),
+            bytes=size,
         )
         task = asyncio.create_task(self._run(consumer, tp, records, apply), name=f"lane-{place[0]}-{place[1]}")
+        task.add_done_callback(self._ended)
         self._tasks[place] = task
+        self._what[place] = (time.time(), len(records), size)
+        INGEST_LANES.labels(self.role).inc()
 
     async def _run(
         self,
@@ -120,7 +138,9 @@ class Lanes:
                 # Committed now, not with the next batch: there may be none for long, and
                 # ``up``'s drain and the lag read what is committed.
                 await consumer.commit({tp: after})
-            except (KafkaError, IllegalStateError) as exc:
+            except (KafkaError, IllegalStateError, AssertionError) as exc:
+                # AssertionError: aiokafka's own check, when a pattern subscription found a new
+                # topic (a tenant's) and the assignment is gone until the group rejoins.
                 # Applied: a later batch's commit covers it, or it is delivered again and
                 # found already written.
                 log.warning(
@@ -133,8 +153,20 @@ class Lanes:
             log.info("ingest.lane_finished", subscriber=self.role, topic=tp.topic, partition=tp.partition)
         finally:
             self._tasks.pop((tp.topic, tp.partition), None)
-            with contextlib.suppress(IllegalStateError):  # revoked or stopped meanwhile
-                consumer.resume(tp)
+            self._what.pop((tp.topic, tp.partition), None)
+            INGEST_LANES.labels(self.role).dec()
+            # Not once closed: the daemon stops, and the poll, still running until the broker
+            # stops, would fetch a cancelled lane's records again and apply them inline.
+            if not self._closed.is_set():
+                with contextlib.suppress(IllegalStateError, AssertionError):  # revoked meanwhile
+                    consumer.resume(tp)
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        # ``_run`` catches what it expects; anything else is a bug, and never silent.
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.error(
+                "ingest.lane_crashed", subscriber=self.role, task=task.get_name(), error=f"{type(exc).__name__}: {exc}"
+            )
 
     async def settle(self, places: Collection[Place]) -> None:
         """Wait for the lanes of ``places`` (a revocation: they are applied before the

@@ -253,6 +253,7 @@ async def start_daemon(
         return [subscriber_role(sub) for sub in broker.subscribers if not getattr(sub, "running", True)]
 
     status.stopped_consumers = stopped_consumers
+    status.lanes = lambda: {tp: said for lanes in daemon.lanes.values() for tp, said in lanes.now().items()}
     sampler = Sampler(settings=settings, state=status, index=index, graph=graph, interval_s=settings.status_sample_s)
     daemon.spawn(sampler.run(daemon.halt), "status-sampler")
     # Everything loaded so far (models, tokenizers, spaCy, libraries) lives as long as the

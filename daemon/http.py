@@ -110,8 +110,10 @@ def render_status(state: StatusState, *, title: str, not_ready: Mapping[str, str
                 f"<td>{oldest_age_s([item.first_marked_at], now):.1f}</td><td>{item.change_count}</td>"
                 f"<td>{html.escape(item.cause())}</td><td>{html.escape(item.state(now))}</td></tr>"
             )
+    lanes = state.lanes()
     lag_rows = [
-        f"<tr><td>{html.escape(group)}</td><td>{html.escape(tp)}</td><td>{value}</td></tr>"
+        f"<tr><td>{html.escape(group)}</td><td>{html.escape(tp)}</td><td>{value}</td>"
+        f'<td class="muted">{html.escape(lanes.get(tp, ""))}</td></tr>'
         for group, parts in sorted(state.lag.items())
         for tp, value in sorted(parts.items())
     ]
@@ -161,7 +163,7 @@ td,th{{border-bottom:1px solid #eee;padding:4px 10px;text-align:left;font-size:1
 <table id="stale-table"><tr>{heads}</tr>
 {"".join(rows) or empty}</table>
 <h2>Consumer lag</h2>{lag_note}
-<table id="lag-table"><tr><th>group</th><th>partition</th><th>lag</th></tr>{"".join(lag_rows)}</table>
+<table id="lag-table"><tr><th>group</th><th>partition</th><th>lag</th><th>in a lane</th></tr>{"".join(lag_rows)}</table>
 </body></html>"""
 
 

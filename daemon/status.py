@@ -63,6 +63,8 @@ class StatusState:
     lag_error: str | None = None
     past_end: dict[str, list[str]] = field(default_factory=dict)  # group -> partitions committed past the end
     lag_measured_at: float = 0.0
+    # "topic/partition" -> what its running lane applies (consumers.lanes.Lanes.now)
+    lanes: Callable[[], dict[str, str]] = field(default=lambda: {})
     dlq_records: int | None = None
     chunks: int | None = None
     stale: dict[str, dict[str, Any]] = field(default_factory=dict)  # tenant -> {depth, oldest_age_s, items}

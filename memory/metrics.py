@@ -35,6 +35,12 @@ CONSUMER_LAG = Gauge(
     ["group", "topic", "partition"],
     registry=REGISTRY,
 )
+INGEST_LANES = Gauge(
+    "agentmemd_ingest_lanes",
+    "Large batches being applied beside the poll, one partition each (consumers.lanes).",
+    ["subscriber"],
+    registry=REGISTRY,
+)
 INDEX_CHUNKS = Gauge(
     "agentmemd_index_chunks",
     "Entries in the search index: document and transcript chunks, and community summaries.",

@@ -7,9 +7,11 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 from aiokafka import TopicPartition
 from aiokafka.errors import CommitFailedError
 
+import consumers.lanes as lanes_module
 from consumers.lanes import Lanes, split
 
 
@@ -31,14 +33,17 @@ class Consumer:
 
     calls: list[tuple[str, Any]] = field(default_factory=list)
     fail_commit: bool = False
+    gone: bool = False  # the assignment dropped (aiokafka asserts it is there)
 
     def pause(self, tp: TopicPartition) -> None:
         self.calls.append(("pause", tp))
 
     def resume(self, tp: TopicPartition) -> None:
+        assert not self.gone
         self.calls.append(("resume", tp))
 
     def seek(self, tp: TopicPartition, offset: int) -> None:
+        assert not self.gone
         self.calls.append(("seek", (tp, offset)))
 
     async def commit(self, offsets: dict[TopicPartition, int]) -> None:
@@ -88,24 +93,41 @@ async def test_a_lane_pauses_at_its_first_record_and_commits_past_its_last_once_
     tp = TopicPartition("docs", 1)
     assert consumer.calls == [("pause", tp), ("seek", (tp, 40))]  # before any await: no commit passes it
     assert lanes.running == 1
+    assert list(lanes.now()) == ["docs/1"] and lanes.now()["docs/1"].startswith("applying 2 record(s), 0 KiB, for ")
     _inline, more = lanes.split(recs(1, 10, start=42))
     assert more == {}  # one lane per partition
     go.set()
     await lanes.settle({("docs", 1)})
-    assert applied.is_set() and lanes.running == 0
+    assert applied.is_set() and lanes.running == 0 and lanes.now() == {}
     assert consumer.calls[2:] == [("seek", (tp, 42)), ("commit", {tp: 42}), ("resume", tp)]
 
 
-async def test_a_failed_lane_commits_nothing_and_resumes_where_it_paused() -> None:
+async def test_a_failed_lane_commits_nothing_and_resumes_where_it_paused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(lanes_module, "RETRY_S", 0.01)
     consumer, lanes = Consumer(), Lanes("documents", min_bytes=1, most=2)
 
     async def apply(_records: Any) -> None:
         raise RuntimeError("redis went away")
 
     lanes.start(consumer, ("docs", 0), recs(0, 10, start=7), apply)
-    await lanes.close(timeout_s=5)  # a close cuts the retry wait short
+    await lanes.settle({("docs", 0)})
     tp = TopicPartition("docs", 0)
     assert consumer.calls == [("pause", tp), ("seek", (tp, 7)), ("resume", tp)]
+
+
+async def test_a_lane_that_finds_its_assignment_gone_ends_without_a_commit() -> None:
+    """A pattern subscription that found a new topic drops the assignment until the group
+    rejoins; aiokafka's seek and resume then fail an assertion. The lane ends all the same,
+    and its records are delivered again after the rejoin."""
+    consumer, lanes = Consumer(), Lanes("documents", min_bytes=1, most=2)
+    tp = TopicPartition("docs", 0)
+
+    async def apply(_records: Any) -> None:
+        consumer.gone = True
+
+    lanes.start(consumer, ("docs", 0), recs(0, 10), apply)
+    await lanes.settle({("docs", 0)})
+    assert lanes.running == 0 and consumer.calls == [("pause", tp), ("seek", (tp, 0))]
 
 
 async def test_a_commit_that_fails_still_resumes_the_partition() -> None:
@@ -135,7 +157,8 @@ async def test_close_waits_then_cancels_and_no_lane_starts_after_it() -> None:
     await lanes.close(timeout_s=0.05)
     assert cancelled.is_set() and lanes.running == 0
     tp = TopicPartition("docs", 0)
-    assert ("commit", {tp: 1}) not in consumer.calls and consumer.calls[-1] == ("resume", tp)
+    # Left paused: the poll runs until the broker stops, and must not apply it again inline.
+    assert consumer.calls == [("pause", tp), ("seek", (tp, 0))]
     inline, more = lanes.split(recs(1, 10))
     assert more == {} and len(inline) == 1
 

@@ -34,3 +34,17 @@ def test_the_status_page_says_why_a_stale_summary_is_not_written() -> None:
     state.stale = {"acme": {"depth": 1, "oldest_age_s": 60.0, "items": [failing]}}
     page = render_status(state, title="agentmemd")
     assert "<th>summary</th>" in page and "failed 3x: LlmFailed: 500" in page
+
+
+def test_the_lag_table_says_which_partition_a_lane_is_applying() -> None:
+    """A partition whose lag stands still while its large batch is applied beside the poll is
+    said to be in a lane, so an operator does not take it for a stuck consumer."""
+    from daemon.http import render_status
+
+    state = StatusState(started_at=0.0, ready=True)
+    state.lag = {"agentmemd.documents": {"memory.documents/0": 1, "memory.documents/1": 0}}
+    state.lanes = lambda: {"memory.documents/0": "applying 1 record(s), 512 KiB, for 30 s"}
+    page = render_status(state, title="agentmemd")
+    assert "<th>in a lane</th>" in page
+    rows = [r for r in page.split("<tr>") if "memory.documents/" in r]
+    assert "applying 1 record(s), 512 KiB, for 30 s" in rows[0] and "applying" not in rows[1]
