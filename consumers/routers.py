@@ -14,8 +14,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iter
 from typing import Any
 
 import structlog
-from aiokafka import ConsumerRecord
+from aiokafka import ConsumerRecord, TopicPartition
 from aiokafka.abc import ConsumerRebalanceListener
+from aiokafka.errors import IllegalStateError
 from faststream import AckPolicy
 from faststream.kafka import KafkaRouter
 
@@ -106,7 +107,9 @@ class AssignmentWatcher(ConsumerRebalanceListener):  # type: ignore[misc]
         self._owned: set[tuple[str, int]] = set()
 
     @contextlib.asynccontextmanager
-    async def handling(self, records: Sequence[ConsumerRecord[Any, Any]]) -> AsyncIterator[list[Any]]:
+    async def handling(
+        self, records: Sequence[ConsumerRecord[Any, Any]], consumer: Any = None
+    ) -> AsyncIterator[list[Any]]:
         """Hold off revocations while a batch is applied; yields the records of partitions
         this consumer still owns.
 
@@ -124,6 +127,8 @@ class AssignmentWatcher(ConsumerRebalanceListener):  # type: ignore[misc]
             kept = [r for r in records if (r.topic, r.partition) in self._owned]
             if len(kept) < len(records):
                 log.info("consumer.revoked_records_skipped", subscriber=self.name, records=len(records) - len(kept))
+                if consumer is not None:
+                    rewind(consumer, [r for r in records if (r.topic, r.partition) not in self._owned])
             yield kept
 
     async def on_partitions_revoked(self, revoked: Collection[Any]) -> None:
@@ -142,6 +147,21 @@ class AssignmentWatcher(ConsumerRebalanceListener):  # type: ignore[misc]
         self._owned |= {(tp.topic, tp.partition) for tp in assigned}
         log.info("consumer.partitions_assigned", subscriber=self.name, partitions=len(assigned))
         self._on_assigned(self.name, len(assigned))
+
+
+def rewind(consumer: Any, skipped: Sequence[ConsumerRecord[Any, Any]]) -> None:
+    """Put each partition of ``skipped`` (records left to their new owner) back to its first
+    one: the commit after the batch reads the positions, and the old assignment, with them
+    past these records, stands until the group has rejoined. Committed so, in the rebalance's
+    first phase (a member of the current generation may still commit), the new owner would
+    start after records nobody applied."""
+    first: dict[tuple[str, int], int] = {}
+    for r in skipped:
+        first[(r.topic, r.partition)] = min(r.offset, first.get((r.topic, r.partition), r.offset))
+    for (topic, partition), offset in first.items():
+        # IllegalStateError / AssertionError: the assignment is gone already, and commits nothing.
+        with contextlib.suppress(IllegalStateError, AssertionError):
+            consumer.seek(TopicPartition(topic, partition), offset)
 
 
 def _source(cfg: ConsumerConfig, base: str) -> tuple[str, ...]:
@@ -238,7 +258,7 @@ def _subscribe_events(
 
     async def handler(message: Any) -> None:
         seen(watch.name)
-        async with watch.handling(_records(message.raw_message)) as records:
+        async with watch.handling(_records(message.raw_message), message.consumer) as records:
             if records:
                 await _note_tenants(saw_tenant, {r.topic for r in records}, base, cfg)
                 inline, lanes = watch.lanes.split(records) if watch.lanes is not None else (records, {})
