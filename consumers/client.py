@@ -16,7 +16,7 @@ from typing import Literal
 
 from consumers.client_writes import Receipt, _Writes
 from consumers.encoding import ClientFilter, TurnRef, get_body, list_body, query_body, recent_body
-from consumers.requests import GetReply, ListReply, QueryReply
+from consumers.requests import GetItem, GetReply, ListReply, QueryReply
 
 __all__ = ["MemoryClient", "Receipt"]
 
@@ -27,6 +27,9 @@ class MemoryClient(_Writes):
     The connection is ``consumers.client_core``'s, the writes ``consumers.client_writes``'s;
     the reads (``query``, ``get``, ``list_values``, ``recent``) are here.
     """
+
+    async def _read_turns(self, refs: list[tuple[str, str, int]], tenant: str | None) -> Sequence[GetItem]:
+        return (await self.get(turns=refs, tenant=tenant)).items
 
     async def query(
         self,

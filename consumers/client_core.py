@@ -13,6 +13,7 @@ from consumers.errors import UnknownReplyTopic
 from consumers.events import DocumentEvent, TranscriptEvent
 from consumers.replies import check_reply_to, own_reply_topic
 from consumers.transport import KafkaTransport
+from consumers.turn_numbers import TurnNumbers
 from memory.config import DEFAULT_MAX_CONTENT_BYTES
 from memory.errors import InvalidRequest
 
@@ -65,6 +66,8 @@ class _ClientCore:
         """
         if reply_partition is not None and reply_partition < 0:
             raise ValueError("reply_partition must be >= 0")
+        # Each session's next turn, for writes that do not number theirs (consumers.turn_numbers).
+        self.turns = TurnNumbers()
         self.topics = topics or Topics()
         self.tenant = tenant
         if tenant is not None:

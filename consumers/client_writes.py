@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -14,6 +14,7 @@ from consumers.client_core import _ClientCore
 from consumers.decoding import topic_base
 from consumers.encoding import delete_body, document_body, encode, forget_body, turn_body
 from consumers.events import DocumentEvent, ForgetEvent, TranscriptEvent, WriteAck, forget_scope_error
+from consumers.requests import GetItem
 from memory.errors import InvalidRequest
 
 
@@ -26,6 +27,7 @@ class Receipt:
     doc_id: str
     version: int | None
     ack: WriteAck | None = None
+    turn: int | None = None  # a turn's number (the one picked, when none was given)
 
 
 def default_version() -> int:
@@ -121,8 +123,8 @@ class _Writes(_ClientCore):
         *,
         agent_id: str,
         session_id: str,
-        turn: int,
         content: str,
+        turn: int | None = None,
         role: str = "assistant",
         metadata: Mapping[str, Any] | None = None,
         tenant: str | None = None,
@@ -131,14 +133,54 @@ class _Writes(_ClientCore):
         timeout_s: float | None = None,
     ) -> Receipt:
         """Record one transcript turn or observation. ``tenant``, ``timestamp``, ``wait`` and
-        ``timeout_s``: as for ``publish_document``."""
+        ``timeout_s``: as for ``publish_document``.
+
+        ``turn``: its number in the session; None takes the turn after the session's last
+        stored one (looked up once per session, then counted by this client; the receipt says
+        which). Another process writing the same session at the same moment may take the same
+        number, and the later write wins: writers that share a session number their turns.
+        """
+        key = (agent_id, session_id)
+        if turn is not None:
+            receipt = await self._publish_turn(
+                agent_id, session_id, turn, content, role, metadata, tenant, timestamp, wait, timeout_s
+            )
+            self.turns.used(key, turn)
+            return receipt
+        # The contract's own checks first: the lookup would fail on a bad id in its own words.
+        self.check_event(TranscriptEvent, turn_body(agent_id, session_id, 0, content, role, metadata, timestamp))
+        async with self.turns.writing(key):
+            n = await self.turns.free(lambda refs: self._read_turns(refs, tenant), key)
+            receipt = await self._publish_turn(
+                agent_id, session_id, n, content, role, metadata, tenant, timestamp, wait, timeout_s
+            )
+            self.turns.used(key, n)
+            return receipt
+
+    async def _publish_turn(
+        self,
+        agent_id: str,
+        session_id: str,
+        turn: int,
+        content: str,
+        role: str,
+        metadata: Mapping[str, Any] | None,
+        tenant: str | None,
+        timestamp: datetime | str | None,
+        wait: bool,
+        timeout_s: float | None,
+    ) -> Receipt:
         payload = turn_body(agent_id, session_id, turn, content, role, metadata, timestamp)
         event_id = payload["event_id"]
         value = self.check_event(TranscriptEvent, payload)
         topic = self._topic(self.topics.transcripts, tenant, answered=wait)
         ack = await self._transport.publish(topic, value, f"{agent_id}/{session_id}", wait=wait, timeout_s=timeout_s)
         doc_id = TranscriptEvent.model_validate_json(value).doc_id
-        return Receipt(event_id=event_id, doc_id=doc_id, version=None, ack=ack)
+        return Receipt(event_id=event_id, doc_id=doc_id, version=None, ack=ack, turn=turn)
+
+    async def _read_turns(self, refs: list[tuple[str, str, int]], tenant: str | None) -> Sequence[GetItem]:
+        """The turns ``refs`` as ``get`` reads them (``MemoryClient`` does the reading)."""
+        raise NotImplementedError
 
     async def forget(
         self,
@@ -170,6 +212,8 @@ class _Writes(_ClientCore):
         key = agent_id if session_id is None else f"{agent_id}/{session_id}"
         topic = self._topic(self.topics.transcripts, tenant, answered=wait)
         ack = await self._transport.publish(topic, encode(payload), key, wait=wait, timeout_s=timeout_s)
+        if turn is None:  # the session starts over: probe again (one turn's gap changes no next turn)
+            self.turns.forgotten(agent_id, session_id)
         prefix = ForgetEvent.model_validate(payload).to_item(()).doc_id  # the turns' common prefix, or the turn's id
         return Receipt(event_id=event_id, doc_id=prefix, version=None, ack=ack)
 

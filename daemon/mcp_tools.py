@@ -8,9 +8,8 @@ wiring in ``daemon.mcp_server`` stays thin and these can be read (and tested) on
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal, TypeVar
 
 import structlog
@@ -20,19 +19,19 @@ from consumers.client import MemoryClient
 from consumers.decoding import validation_reason
 from consumers.errors import QueryFailed, WriteRejected
 from consumers.events import TranscriptEvent
+from consumers.requests import GetItem
+from consumers.turn_numbers import holds_turn
 from daemon.mcp_config import MCPConfig
-from daemon.mcp_views import ToolFailure, ack_view, holds_turn, item_view, next_free_turn, parse_time, result_view
+from daemon.mcp_views import ToolFailure, ack_view, item_view, parse_time, result_view
 from memory.errors import MemdError
 
 T = TypeVar("T")
 
 log = structlog.get_logger()
 
-#: Turns probed per ``get`` when looking for a session's next free turn (the contract's cap).
-PROBE_BATCH = 100
-#: Sessions whose next turn and write lock a server process remembers: beyond this many, the
-#: least recently used idle ones are forgotten (their next turn is then looked up again).
-MAX_SESSIONS = 10_000
+
+async def _turn_items(c: MemoryClient, refs: list[tuple[str, str, int]]) -> Sequence[GetItem]:
+    return (await c.get(turns=refs)).items
 
 
 class MemoryTools:
@@ -53,12 +52,6 @@ class MemoryTools:
         self._tenant = tenant
         self._client: MemoryClient | None = None
         self._start_lock = asyncio.Lock()
-        # Per session: the next turn this process will use, and a lock serialising its writes.
-        self._next_turn: dict[tuple[str, str], int] = {}
-        self._session_locks: dict[tuple[str, str], asyncio.Lock] = {}
-        # Calls holding or waiting for each session's lock: a lock is never forgotten under them
-        # (``locked()`` reads False while a released lock hands over to its next waiter).
-        self._session_users: dict[tuple[str, str], int] = {}
 
     async def close(self) -> None:
         """Stop the client, if one was started."""
@@ -183,16 +176,16 @@ class MemoryTools:
 
         async def say(c: MemoryClient) -> dict[str, Any]:
             nonlocal sent
-            async with lock:
+            async with c.turns.writing(key):
                 if turn is not None:
                     sent = True
                     receipt = await c.publish_observation(
                         agent_id=agent_id, session_id=session_id, turn=turn, content=text, role=role,
                         metadata=metadata, timestamp=said_at, wait=True, timeout_s=self._cfg.timeout_s,
                     )  # fmt: skip
-                    self._next_turn[key] = max(self._next_turn.get(key, 0), turn + 1)
                     return {**ack_view(receipt.ack, receipt.doc_id), "turn": turn}
-                n = await self._free_turn(c, agent_id, session_id)
+                read = lambda refs: _turn_items(c, refs)  # noqa: E731
+                n = await c.turns.free(read, key)
                 for _ in range(3):
                     sent = True
                     receipt = await c.publish_observation(
@@ -203,54 +196,12 @@ class MemoryTools:
                     # (the later write wins): read it back, and move ours on if it lost.
                     back = (await c.get(turns=[(agent_id, session_id, n)])).items[0]
                     if back.status != "found" or holds_turn(back, text, role):
-                        self._next_turn[key] = n + 1
                         return {**ack_view(receipt.ack, receipt.doc_id), "turn": n}
                     log.info("mcp.turn_taken", agent_id=agent_id, session_id=session_id, turn=n)
-                    n = await self._free_turn(c, agent_id, session_id, n + 1)
+                    n = await c.turns.free(read, key, n + 1)
                 raise ToolFailure("conflict", "other writers kept taking this session's next turn; try again")
 
-        with self._session_in_use(key) as lock:  # the lock ``say`` takes, in use for the whole call
-            return await self._call("remember", say, write=lambda: sent)
-
-    @contextlib.contextmanager
-    def _session_in_use(self, key: tuple[str, str]) -> Iterator[asyncio.Lock]:
-        """The session's write lock, counted in use from now until the call ends (while it
-        starts the client, waits for the lock and writes): a lock in use is never forgotten."""
-        self._session_users[key] = self._session_users.get(key, 0) + 1
-        try:
-            yield self._session_lock(key)
-        finally:
-            if (left := self._session_users[key] - 1) > 0:
-                self._session_users[key] = left
-            else:
-                del self._session_users[key]
-
-    def _session_lock(self, key: tuple[str, str]) -> asyncio.Lock:
-        """The session's write lock, now its most recently used; the least recently used idle
-        sessions beyond ``MAX_SESSIONS`` are forgotten (a long-lived server sees sessions without end)."""
-        lock = self._session_locks.pop(key, None) or asyncio.Lock()
-        self._session_locks[key] = lock
-        excess = len(self._session_locks) - MAX_SESSIONS
-        for old in list(self._session_locks):
-            if excess <= 0:
-                break
-            if old != key and not self._session_users.get(old):
-                del self._session_locks[old]
-                self._next_turn.pop(old, None)
-                excess -= 1
-        return lock
-
-    async def _free_turn(self, c: MemoryClient, agent_id: str, session_id: str, at_least: int = 0) -> int:
-        """The first turn after the session's last stored one, from this process's high-water mark."""
-        start = max(self._next_turn.get((agent_id, session_id), 0), at_least)
-        while True:
-            turns = [(agent_id, session_id, n) for n in range(start, start + PROBE_BATCH)]
-            reply = await c.get(turns=turns)
-            free = next_free_turn(start, reply.items)
-            if free is not None:
-                self._next_turn[(agent_id, session_id)] = free
-                return free
-            start += PROBE_BATCH
+        return await self._call("remember", say, write=lambda: sent)
 
     async def upsert_document(
         self, doc_id: str, content: str, metadata: Mapping[str, Any] | None = None, timestamp: str | None = None
@@ -286,9 +237,6 @@ class MemoryTools:
                 agent_id=agent_id, session_id=session_id, all_sessions=all_sessions, turn=turn, wait=True,
                 timeout_s=self._cfg.timeout_s,
             )  # fmt: skip
-            if turn is None:  # the session starts over: probe again (one turn's gap changes no next turn)
-                for key in [k for k in self._next_turn if k[0] == agent_id and session_id in (None, k[1])]:
-                    del self._next_turn[key]
             return ack_view(r.ack, r.doc_id)
 
         return await self._call("forget", drop, write=True)

@@ -75,21 +75,3 @@ def item_view(item: GetItem) -> dict[str, Any]:
         if not view[flag]:
             del view[flag]
     return view
-
-
-def holds_turn(item: GetItem, text: str, role: str) -> bool:
-    """Whether a turn read back is the one written (``text`` by ``role``); a turn too long
-    for one reply comes back cut, so only its start can be compared."""
-    if (item.metadata or {}).get("role") != role or item.content is None:
-        return False
-    return text.startswith(item.content) if item.content_truncated else item.content == text
-
-
-def next_free_turn(start: int, items: list[GetItem]) -> int | None:
-    """The turn after the last one found among ``items`` (turns ``start``, ``start+1``, ...),
-    or None when the last of them was found (look further: a turn past them may be taken
-    too, and a gap, such as a forgotten turn, is no end of the session)."""
-    if not items or items[-1].status != "not_found":
-        return None
-    found = [start + i for i, item in enumerate(items) if item.status != "not_found"]
-    return (found[-1] + 1) if found else start

@@ -200,7 +200,10 @@ def publish_observation(
     text: Annotated[str, typer.Argument()],
     agent_id: Annotated[str, typer.Option("--agent-id")],
     session_id: Annotated[str, typer.Option("--session-id")],
-    turn: Annotated[int, typer.Option("--turn")],
+    turn: Annotated[
+        int | None,
+        typer.Option("--turn", min=0, help="Its number in the session; without it, the one after the last stored."),
+    ] = None,
     role: Annotated[str, typer.Option("--role")] = "assistant",
     meta: Annotated[list[str] | None, typer.Option("--meta", help="key=value metadata.")] = None,
     timestamp: StampOpt = None,
@@ -229,7 +232,7 @@ def publish_observation(
         settings,
         target,
     )
-    out.print("observation published" + (f": {_said(r)}" if wait else ""))
+    out.print(f"observation published as turn {r.turn}" + (f": {_said(r)}" if wait else ""))
 
 
 @publish_app.command("forget")

@@ -291,3 +291,22 @@ async def test_cli_publish_wait_returns_once_searchable(env: Any, tmp_path: Path
     assert "indexed" in out.decode(), out.decode()
     reply = await client.query("HRN_TIMEOUT_42", top_k=3)
     assert reply.results and reply.results[0].doc_id == doc
+
+
+async def test_an_observation_without_a_turn_takes_the_next_free_one(env: Any, kafka_bootstrap: str) -> None:
+    """Without ``turn``, the client takes the turn after the session's last stored one: found by
+    a lookup (another writer's turns count), then counted; a forget starts the session over."""
+    daemon, _plain, client = env
+    agent = f"agent-{uuid.uuid4().hex[:6]}"
+    said = await client.publish_observation(agent_id=agent, session_id="s", turn=4, content="Turn four.", wait=True)
+    assert said.turn == 4
+    # A new client knows nothing of the session: it looks the turns up.
+    async with MemoryClient(bootstrap=kafka_bootstrap, topics=daemon.settings.topics, timeout_s=20) as other:
+        first = await other.publish_observation(agent_id=agent, session_id="s", content="Turn five.", wait=True)
+        second = await other.publish_observation(agent_id=agent, session_id="s", content="Turn six.")  # not waited
+        assert (first.turn, second.turn) == (5, 6)
+        await other.forget(agent_id=agent, session_id="s", wait=True)
+        again = await other.publish_observation(agent_id=agent, session_id="s", content="From the top.", wait=True)
+        assert again.turn == 0 and again.ack is not None and again.ack.status == "indexed"
+    looked = await client.get(turns=[(agent, "s", 0)])
+    assert looked.items[0].content == "From the top."

@@ -104,6 +104,12 @@ def test_up_publish_query_and_clean_stop(tmp_path: Path) -> None:
         res = _cli(env, "recent", "--agent-id", "ops-1", "--timeout", "45")
         assert res.returncode == 0 and "s-9/3 assistant: I restarted the lock manager" in res.stdout, res
         assert "2026-05-02 10:00 UTC" in res.stdout, res.stdout  # dated by --timestamp, shown as query shows times
+        # Without --turn, the turn after the session's last stored one (each command looks it up).
+        for n in (0, 1):
+            res = _cli(
+                env, "publish", "observation", "--agent-id", "ops-2", "--session-id", "s", "--wait", f"Note {n}."
+            )
+            assert res.returncode == 0 and f"observation published as turn {n}: indexed" in res.stdout, res
         res = _cli(
             env,
             "publish",

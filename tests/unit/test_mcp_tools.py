@@ -9,12 +9,13 @@ from typing import Any
 
 import pytest
 
+from consumers import turn_numbers
 from consumers.events import WriteAck
 from consumers.requests import GetItem
-from daemon import mcp_tools
+from consumers.turn_numbers import TurnNumbers, holds_turn, next_free_turn
 from daemon.mcp_server import unknown_arguments
 from daemon.mcp_tools import MCPConfig, MemoryTools
-from daemon.mcp_views import ToolFailure, ack_view, holds_turn, item_view, next_free_turn, parse_time
+from daemon.mcp_views import ToolFailure, ack_view, item_view, parse_time
 
 
 def _items(*found: bool) -> list[GetItem]:
@@ -55,24 +56,27 @@ def test_an_ack_shows_only_what_it_has() -> None:
     assert ack_view(ack, "d") == {"status": "indexed", "doc_id": "d", "version": 3, "chunks": 1}
 
 
-async def test_a_long_lived_server_forgets_its_least_recently_used_idle_sessions(
+async def test_a_long_lived_writer_forgets_its_least_recently_used_idle_sessions(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Every session used to keep a lock and a next turn for the server's life."""
-    monkeypatch.setattr(mcp_tools, "MAX_SESSIONS", 3)
-    tools = MemoryTools(lambda: None, MCPConfig())  # type: ignore[arg-type,return-value]
-    busy = tools._session_lock(("a", "busy"))
-    tools._session_users[("a", "busy")] = 1  # a write in progress (or waiting) is never forgotten
+    """Every session used to keep a lock and a next turn for the process's life."""
+    monkeypatch.setattr(turn_numbers, "MAX_SESSIONS", 3)
+    turns = TurnNumbers()
+    busy = turns._known(("a", "busy"))
+    busy.users = 1  # a write in progress (or waiting) is never forgotten
     for n in range(5):
-        tools._session_lock(("a", f"s{n}"))
-        tools._next_turn[("a", f"s{n}")] = n
-    assert list(tools._session_locks) == [("a", "busy"), ("a", "s3"), ("a", "s4")]
-    assert set(tools._next_turn) == {("a", "s3"), ("a", "s4")}
-    assert tools._session_lock(("a", "s3")) is tools._session_locks[("a", "s3")]  # used again: kept
-    del tools._session_users[("a", "busy")]
-    assert busy is tools._session_locks[("a", "busy")]
-    tools._session_lock(("a", "s5"))
-    assert list(tools._session_locks) == [("a", "s4"), ("a", "s3"), ("a", "s5")]
+        turns.used(("a", f"s{n}"), n)
+    assert list(turns._sessions) == [("a", "busy"), ("a", "s3"), ("a", "s4")]
+    assert turns._known(("a", "s3")) is turns._sessions[("a", "s3")]  # used again: kept, with its turn
+    assert turns._sessions[("a", "s3")].next == 4
+    busy.users = 0
+    assert busy is turns._sessions[("a", "busy")]
+    turns.used(("a", "s5"), 0)
+    assert list(turns._sessions) == [("a", "s4"), ("a", "s3"), ("a", "s5")]
+    turns.forgotten("a", "s3")
+    assert turns._sessions[("a", "s3")].next == 0 and turns._sessions[("a", "s4")].next == 5
+    turns.forgotten("a", None)
+    assert {k.next for k in turns._sessions.values()} == {0}
 
 
 class _FakeClient:
@@ -80,6 +84,7 @@ class _FakeClient:
     order a read-back and a forget."""
 
     def __init__(self) -> None:
+        self.turns = TurnNumbers()
         self.inside = 0
         self.max_inside = 0
         self.gates: dict[str, asyncio.Event] = {}

@@ -1,0 +1,110 @@
+"""A session's next free turn, for writers that do not number their turns themselves.
+
+``MemoryClient.publish_observation`` without ``turn`` (and so ``agentmemd publish
+observation`` without ``--turn``) and the MCP server's ``remember`` take the turn after the
+session's last stored one: this process's high-water mark for the session, then ``get``
+probes from there. Writes to one session are serialised within the process; another process
+writing the same session at the same moment may take the same number (the later write wins),
+which ``remember`` detects by reading its turn back (docs/mcp.md, "Turn numbers").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+
+from consumers.requests import GetItem
+
+#: Turns probed per ``get`` (the contract's cap on one get's ids).
+PROBE_BATCH = 100
+#: Sessions a process remembers: beyond this many, the least recently used idle ones are
+#: forgotten (their next turn is then looked up again).
+MAX_SESSIONS = 10_000
+
+#: A session, as (agent_id, session_id).
+Session = tuple[str, str]
+#: Reads turns ``(agent_id, session_id, turn)`` by id, in the order asked (``MemoryClient.get``).
+ReadTurns = Callable[[list[tuple[str, str, int]]], Awaitable[Sequence[GetItem]]]
+
+
+def next_free_turn(start: int, items: Sequence[GetItem]) -> int | None:
+    """The turn after the last one found among ``items`` (turns ``start``, ``start+1``, ...),
+    or None when the last of them was found (look further: a turn past them may be taken
+    too, and a gap, such as a forgotten turn, is no end of the session)."""
+    if not items or items[-1].status != "not_found":
+        return None
+    found = [start + i for i, item in enumerate(items) if item.status != "not_found"]
+    return (found[-1] + 1) if found else start
+
+
+def holds_turn(item: GetItem, text: str, role: str) -> bool:
+    """Whether a turn read back is the one written (``text`` by ``role``); a turn too long
+    for one reply comes back cut, so only its start can be compared."""
+    if (item.metadata or {}).get("role") != role or item.content is None:
+        return False
+    return text.startswith(item.content) if item.content_truncated else item.content == text
+
+
+@dataclass
+class _Known:
+    next: int = 0  # the next turn this process would use (0: not known, probe from the start)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    users: int = 0  # calls holding or waiting for the lock: never forgotten under them
+
+
+class TurnNumbers:
+    """Per session: the next turn this process will use, and a lock serialising its writes."""
+
+    def __init__(self) -> None:
+        self._sessions: dict[Session, _Known] = {}  # least recently used first
+
+    def _known(self, key: Session) -> _Known:
+        """The session's entry, now its most recently used; idle ones beyond ``MAX_SESSIONS``
+        are forgotten (a long-lived process sees sessions without end)."""
+        known = self._sessions.pop(key, None) or _Known()
+        self._sessions[key] = known
+        excess = len(self._sessions) - MAX_SESSIONS
+        for old in list(self._sessions):
+            if excess <= 0:
+                break
+            if old != key and not self._sessions[old].users:
+                del self._sessions[old]
+                excess -= 1
+        return known
+
+    @contextlib.asynccontextmanager
+    async def writing(self, key: Session) -> AsyncIterator[None]:
+        """Hold the session's write lock (counted in use while waiting for it, so it is never
+        forgotten and replaced under a waiter: two writers would then number alike)."""
+        known = self._known(key)
+        known.users += 1
+        try:
+            async with known.lock:
+                yield
+        finally:
+            known.users -= 1
+
+    def used(self, key: Session, turn: int) -> None:
+        """``turn`` of the session is written (or sent): the next free one is after it."""
+        known = self._known(key)
+        known.next = max(known.next, turn + 1)
+
+    def forgotten(self, agent_id: str, session_id: str | None) -> None:
+        """A forget of the agent's session (every session when None): probe again from the start."""
+        for key, known in self._sessions.items():
+            if key[0] == agent_id and session_id in (None, key[1]):
+                known.next = 0
+
+    async def free(self, read: ReadTurns, key: Session, at_least: int = 0) -> int:
+        """The first turn after the session's last stored one, from this process's high-water
+        mark (or ``at_least``) on."""
+        start = max(self._known(key).next, at_least)
+        while True:
+            items = await read([(key[0], key[1], n) for n in range(start, start + PROBE_BATCH)])
+            found = next_free_turn(start, items)
+            if found is not None:
+                self._known(key).next = found
+                return found
+            start += PROBE_BATCH
