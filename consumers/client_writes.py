@@ -141,42 +141,24 @@ class _Writes(_ClientCore):
         number, and the later write wins: writers that share a session number their turns.
         """
         key = (agent_id, session_id)
-        if turn is not None:
-            receipt = await self._publish_turn(
-                agent_id, session_id, turn, content, role, metadata, tenant, timestamp, wait, timeout_s
+
+        async def send(n: int) -> Receipt:
+            payload = turn_body(agent_id, session_id, n, content, role, metadata, timestamp)
+            value = self.check_event(TranscriptEvent, payload)
+            topic = self._topic(self.topics.transcripts, tenant, answered=wait)
+            ack = await self._transport.publish(
+                topic, value, f"{agent_id}/{session_id}", wait=wait, timeout_s=timeout_s
             )
-            self.turns.used(key, turn)
-            return receipt
+            self.turns.used(key, n)
+            doc_id = TranscriptEvent.model_validate_json(value).doc_id
+            return Receipt(event_id=payload["event_id"], doc_id=doc_id, version=None, ack=ack, turn=n)
+
+        if turn is not None:
+            return await send(turn)
         # The contract's own checks first: the lookup would fail on a bad id in its own words.
         self.check_event(TranscriptEvent, turn_body(agent_id, session_id, 0, content, role, metadata, timestamp))
         async with self.turns.writing(key):
-            n = await self.turns.free(lambda refs: self._read_turns(refs, tenant), key)
-            receipt = await self._publish_turn(
-                agent_id, session_id, n, content, role, metadata, tenant, timestamp, wait, timeout_s
-            )
-            self.turns.used(key, n)
-            return receipt
-
-    async def _publish_turn(
-        self,
-        agent_id: str,
-        session_id: str,
-        turn: int,
-        content: str,
-        role: str,
-        metadata: Mapping[str, Any] | None,
-        tenant: str | None,
-        timestamp: datetime | str | None,
-        wait: bool,
-        timeout_s: float | None,
-    ) -> Receipt:
-        payload = turn_body(agent_id, session_id, turn, content, role, metadata, timestamp)
-        event_id = payload["event_id"]
-        value = self.check_event(TranscriptEvent, payload)
-        topic = self._topic(self.topics.transcripts, tenant, answered=wait)
-        ack = await self._transport.publish(topic, value, f"{agent_id}/{session_id}", wait=wait, timeout_s=timeout_s)
-        doc_id = TranscriptEvent.model_validate_json(value).doc_id
-        return Receipt(event_id=event_id, doc_id=doc_id, version=None, ack=ack, turn=turn)
+            return await send(await self.turns.free(lambda refs: self._read_turns(refs, tenant), key))
 
     async def _read_turns(self, refs: list[tuple[str, str, int]], tenant: str | None) -> Sequence[GetItem]:
         """The turns ``refs`` as ``get`` reads them (``MemoryClient`` does the reading)."""
