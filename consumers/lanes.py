@@ -176,14 +176,20 @@ class Lanes:
             log.info("ingest.lanes_awaited", subscriber=self.role, lanes=len(tasks))
             await asyncio.wait(tasks)
 
-    async def close(self, timeout_s: float) -> None:
-        """Start no lane more; wait up to ``timeout_s`` for those running, then cancel them
-        (their records are delivered again)."""
+    async def close(self, timeout_s: float, cut: asyncio.Event | None = None) -> None:
+        """Start no lane more; wait up to ``timeout_s`` (less once ``cut`` is set: ``up``'s
+        second Ctrl-C) for those running, then cancel them (their records are delivered again)."""
         self._closed.set()
         tasks = list(self._tasks.values())
         if not tasks:
             return
-        _done, pending = await asyncio.wait(tasks, timeout=timeout_s)
+        all_done: asyncio.Future[list[Any]] = asyncio.gather(*tasks, return_exceptions=True)
+        cutting: asyncio.Future[Any] = asyncio.ensure_future((cut or asyncio.Event()).wait())
+        try:
+            await asyncio.wait([all_done, cutting], timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            cutting.cancel()
+        pending = [t for t in tasks if not t.done()]
         for t in pending:
             t.cancel()
         if pending:

@@ -52,7 +52,8 @@ async def drain_events(
     """
     if settings.up_drain_s <= 0:
         return -1
-    deadline = time.monotonic() + settings.up_drain_s
+    started = time.monotonic()
+    deadline = started + settings.up_drain_s
     told = False
     left = -1
     while True:
@@ -69,7 +70,8 @@ async def drain_events(
                     log.info("daemon.drain_finished")
                 return 0
         if report is None or interrupt.is_set() or time.monotonic() >= deadline:
-            log.warning("daemon.drain_cut", events=left, waited_s=settings.up_drain_s, interrupted=interrupt.is_set())
+            waited = round(time.monotonic() - started, 1)
+            log.warning("daemon.drain_cut", events=left, waited_s=waited, interrupted=interrupt.is_set())
             if left > 0:
                 said = f"agentmemd stopping with {left} event(s) unapplied: the embedded broker forgets them"
                 print(said, flush=True)

@@ -56,6 +56,8 @@ class Daemon:
     compute: CommunityComputer | None = None  # the graph's detection process (graph.compute)
     fetch_backoff: FetchBackoff | None = None  # idle subscribers' longer fetch waits (consumers.idle)
     lanes: dict[str, Lanes] = field(default_factory=dict)  # large batches applied beside the poll, by role
+    # Set to stop without waiting for the lanes (``up``'s second Ctrl-C).
+    hurry: asyncio.Event = field(default_factory=asyncio.Event)
     # False for workers lent by start_daemon's caller: closing them is the caller's job.
     owns_embedder: bool = True
     owns_compute: bool = True
@@ -85,7 +87,7 @@ class Daemon:
         log.info("daemon.shutdown_started")
         self.ingestor.stopping.set()
         # Lanes are no handlers of FastStream's: given the same time here, before their consumers close.
-        lanes = [lane.close(self.settings.shutdown_timeout_s) for lane in self.lanes.values()]
+        lanes = [lane.close(self.settings.shutdown_timeout_s, self.hurry) for lane in self.lanes.values()]
         await bounded(
             "ingest lanes", asyncio.gather(*lanes), seconds=self.settings.shutdown_timeout_s + CLOSE_TIMEOUT_S
         )

@@ -37,10 +37,13 @@ def up() -> None:
     def main(stop: asyncio.Event) -> Awaitable[None]:
         from daemon.app import run_until_stopped
         from daemon.drain import drain_events
+        from daemon.instance import Daemon
 
-        return run_until_stopped(
-            settings, stop, before_stop=lambda daemon: drain_events(settings, again, refused=daemon.index.mismatch)
-        )
+        async def drain(daemon: Daemon) -> int:
+            daemon.hurry = again  # the second Ctrl-C also ends the stop's wait for lanes
+            return await drain_events(settings, again, refused=daemon.index.mismatch)
+
+        return run_until_stopped(settings, stop, before_stop=drain)
 
     try:
         with _embedded(settings):

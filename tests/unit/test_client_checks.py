@@ -231,3 +231,30 @@ def test_the_client_leaves_a_timestamp_ahead_to_the_daemon() -> None:
     ahead = datetime.now(UTC) + timedelta(hours=1)
     payload = document_body("d", "the ledger closes on the 3rd", 1, None, None, ahead)
     assert json.loads(encode_event(DocumentEvent, payload, max_content_bytes=4096))["doc_id"] == "d"
+
+
+async def test_a_client_library_stop_that_ends_cancelled_is_a_failed_stop_not_a_traceback() -> None:
+    """With the broker gone, aiokafka's stop could end in its own task's CancelledError, which
+    replaced the caller's timeout with a traceback; a cancellation of the close itself still
+    goes through."""
+    import asyncio
+
+    from consumers.transport import _stop_quietly
+
+    class Stops:
+        async def stop(self) -> None:
+            inner = asyncio.ensure_future(asyncio.sleep(10))
+            inner.cancel()
+            await inner  # raises CancelledError, as aiokafka's internal task did
+
+    await _stop_quietly(Stops(), "reply consumer")  # type: ignore[arg-type]
+
+    class Hangs:
+        async def stop(self) -> None:
+            await asyncio.sleep(10)
+
+    closing = asyncio.ensure_future(_stop_quietly(Hangs(), "producer"))  # type: ignore[arg-type]
+    await asyncio.sleep(0.01)
+    closing.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await closing

@@ -167,3 +167,20 @@ def test_no_lanes_when_there_are_none() -> None:
     lanes = Lanes("documents", min_bytes=1, most=0)
     batch = recs(0, 5000)
     assert lanes.split(batch) == (batch, {})
+
+
+async def test_a_cut_ends_the_wait_of_a_close_at_once() -> None:
+    """``up``'s second Ctrl-C: the stop does not wait the shutdown timeout for a lane."""
+    consumer, lanes = Consumer(), Lanes("documents", min_bytes=1, most=4)
+
+    async def forever(_records: Any) -> None:
+        await asyncio.sleep(3600)
+
+    lanes.start(consumer, ("docs", 0), recs(0, 10), forever)
+    cut = asyncio.Event()
+    closing = asyncio.ensure_future(lanes.close(timeout_s=3600, cut=cut))
+    await asyncio.sleep(0.05)
+    assert not closing.done()  # waiting for the lane
+    cut.set()
+    await asyncio.wait_for(closing, timeout=5)
+    assert lanes.running == 0
