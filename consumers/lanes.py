@@ -1,16 +1,15 @@
 """Lanes: a partition's large batch applied beside the poll, so the others go on.
 
-A daemon applies an ingest batch before it polls again, so one large document held every
-write on every partition it reads for minutes (one tenant's bulk load held every tenant's
-small writes). Now a partition whose records in a batch weigh ``ingest_lane_min_bytes`` or
-more is applied in a task of its own: the partition is paused and its position put back to
-the first of those records, so no commit of the batches polled meanwhile passes them, and
-once they are applied its offset is committed and the partition resumed. Order per
-partition, and so per key, is kept: nothing more of the partition is fetched until its lane
-is done. A revocation waits for the lanes of the partitions it takes (as for the batch in
-hand), and a stop waits ``shutdown_timeout_s`` for them, then cancels them, leaving their
-partitions paused: what a cancelled lane did not commit is delivered again at the next start,
-as after a crash.
+An ingest subscriber applies a batch before it polls again, so a large document would hold
+the writes of every partition it reads. A partition whose records in a batch weigh
+``ingest_lane_min_bytes`` or more is applied in a task of its own instead (decision 0061):
+the partition is paused and its position put back to the first of those records, so no
+commit of the batches polled meanwhile passes them, and once they are applied its offset is
+committed and the partition resumed. Order per partition, and so per key, is kept: nothing
+more of the partition is fetched until its lane is done. A revocation waits for the lanes of
+the partitions it takes (as for the batch in hand), and a stop waits ``shutdown_timeout_s``
+for them, then cancels them, leaving their partitions paused: what a cancelled lane did not
+commit is delivered again at the next start, as after a crash.
 """
 
 from __future__ import annotations
