@@ -215,8 +215,8 @@ class KafkaTransport:
             if producer is not None:
                 await _stop_quietly(producer, "producer")
 
-    async def _send(self, topic: str, value: bytes, key: str, headers: list[tuple[str, bytes]] | None = None) -> None:
-        """Send one record and wait for the broker to take it.
+    async def _send(self, topic: str, value: bytes, key: str, headers: list[tuple[str, bytes]] | None = None) -> int:
+        """Send one record and wait for the broker to take it; returns its partition.
 
         Raises:
             InvalidEvent: the topic (or this producer) takes no record this large.
@@ -225,7 +225,7 @@ class KafkaTransport:
         if self._producer is None:
             raise RuntimeError("client not started")
         try:
-            await self._producer.send_and_wait(topic, value, key=key.encode(), headers=headers or [])
+            sent = await self._producer.send_and_wait(topic, value, key=key.encode(), headers=headers or [])
         except MessageSizeTooLargeError as exc:
             # Not an outage, and retrying cannot help: the topic (or this producer) takes
             # smaller records than this event needs, e.g. a topic created by hand, or by a
@@ -236,6 +236,7 @@ class KafkaTransport:
             ) from exc
         except KafkaError as exc:
             raise BackendUnavailable(f"publish to {topic} failed: {exc}") from exc
+        return int(sent.partition)
 
     async def publish(
         self, topic: str, value: bytes, key: str, *, wait: bool, timeout_s: float | None
@@ -318,7 +319,7 @@ class KafkaTransport:
             headers.append((REPLY_PARTITION_HEADER, str(self._reply_partition).encode()))
         try:
             await self._wake_reader()
-            await self._send(topic, value, key, headers)
+            partition = await self._send(topic, value, key, headers)
             wait = self._timeout if timeout_s is None else timeout_s
             try:
                 return await asyncio.wait_for(fut, timeout=wait)
@@ -326,7 +327,8 @@ class KafkaTransport:
                 raise TimeoutError(
                     f"no {answer} from the memory daemon within {wait:g} s on {self._reply_topic}: is a "
                     f"daemon running and reading {topic}? Is it ready (`agentmemd doctor` says what it waits "
-                    "for), or still busy with what came before it (a large document takes minutes to embed; "
+                    f"for), or still busy with what came before it on partition {partition} (a large document "
+                    "takes minutes to embed, and the status page's lag table says which partition one holds; "
                     "wait longer with timeout_s, or --timeout in the CLI)? (in topic tenancy, the client needs "
                     "the tenant)"
                 ) from None
