@@ -15,6 +15,7 @@ from consumers.decoding import topic_base
 from consumers.encoding import delete_body, document_body, encode, forget_body, turn_body
 from consumers.events import DocumentEvent, ForgetEvent, TranscriptEvent, WriteAck, forget_scope_error
 from consumers.requests import GetItem
+from consumers.turn_numbers import Session
 from memory.errors import InvalidRequest
 
 
@@ -140,16 +141,16 @@ class _Writes(_ClientCore):
         which). Another process writing the same session at the same moment may take the same
         number, and the later write wins: writers that share a session number their turns.
         """
-        key = (agent_id, session_id)
+        key = self.turn_key(agent_id, session_id, tenant)
 
         async def send(n: int) -> Receipt:
             payload = turn_body(agent_id, session_id, n, content, role, metadata, timestamp)
             value = self.check_event(TranscriptEvent, payload)
             topic = self._topic(self.topics.transcripts, tenant, answered=wait)
+            self.turns.used(key, n)  # before sending: a write that times out may still land
             ack = await self._transport.publish(
                 topic, value, f"{agent_id}/{session_id}", wait=wait, timeout_s=timeout_s
             )
-            self.turns.used(key, n)
             doc_id = TranscriptEvent.model_validate_json(value).doc_id
             return Receipt(event_id=payload["event_id"], doc_id=doc_id, version=None, ack=ack, turn=n)
 
@@ -159,6 +160,10 @@ class _Writes(_ClientCore):
         self.check_event(TranscriptEvent, turn_body(agent_id, session_id, 0, content, role, metadata, timestamp))
         async with self.turns.writing(key):
             return await send(await self.turns.free(lambda refs: self._read_turns(refs, tenant), key))
+
+    def turn_key(self, agent_id: str, session_id: str, tenant: str | None = None) -> Session:
+        """The session as ``turns`` knows it: a call's tenant, or this client's."""
+        return (tenant if tenant is not None else self.tenant, agent_id, session_id)
 
     async def _read_turns(self, refs: list[tuple[str, str, int]], tenant: str | None) -> Sequence[GetItem]:
         """The turns ``refs`` as ``get`` reads them (``MemoryClient`` does the reading)."""
@@ -195,7 +200,7 @@ class _Writes(_ClientCore):
         topic = self._topic(self.topics.transcripts, tenant, answered=wait)
         ack = await self._transport.publish(topic, encode(payload), key, wait=wait, timeout_s=timeout_s)
         if turn is None:  # the session starts over: probe again (one turn's gap changes no next turn)
-            self.turns.forgotten(agent_id, session_id)
+            self.turns.forgotten(tenant if tenant is not None else self.tenant, agent_id, session_id)
         prefix = ForgetEvent.model_validate(payload).to_item(()).doc_id  # the turns' common prefix, or the turn's id
         return Receipt(event_id=event_id, doc_id=prefix, version=None, ack=ack)
 

@@ -23,8 +23,8 @@ PROBE_BATCH = 100
 #: forgotten (their next turn is then looked up again).
 MAX_SESSIONS = 10_000
 
-#: A session, as (agent_id, session_id).
-Session = tuple[str, str]
+#: A session, as (tenant, agent_id, session_id); the tenant as the client names it (None: its own).
+Session = tuple[str | None, str, str]
 #: Reads turns ``(agent_id, session_id, turn)`` by id, in the order asked (``MemoryClient.get``).
 ReadTurns = Callable[[list[tuple[str, str, int]]], Awaitable[Sequence[GetItem]]]
 
@@ -87,14 +87,16 @@ class TurnNumbers:
             known.users -= 1
 
     def used(self, key: Session, turn: int) -> None:
-        """``turn`` of the session is written (or sent): the next free one is after it."""
+        """``turn`` of the session is about to be sent: the next free one is after it (a send
+        that fails leaves a gap, which is no end of the session; a number taken again would
+        overwrite the turn that holds it)."""
         known = self._known(key)
         known.next = max(known.next, turn + 1)
 
-    def forgotten(self, agent_id: str, session_id: str | None) -> None:
+    def forgotten(self, tenant: str | None, agent_id: str, session_id: str | None) -> None:
         """A forget of the agent's session (every session when None): probe again from the start."""
         for key, known in self._sessions.items():
-            if key[0] == agent_id and session_id in (None, key[1]):
+            if key[:2] == (tenant, agent_id) and session_id in (None, key[2]):
                 known.next = 0
 
     async def free(self, read: ReadTurns, key: Session, at_least: int = 0) -> int:
@@ -102,9 +104,11 @@ class TurnNumbers:
         mark (or ``at_least``) on."""
         start = max(self._known(key).next, at_least)
         while True:
-            items = await read([(key[0], key[1], n) for n in range(start, start + PROBE_BATCH)])
+            items = await read([(key[1], key[2], n) for n in range(start, start + PROBE_BATCH)])
             found = next_free_turn(start, items)
             if found is not None:
-                self._known(key).next = found
-                return found
+                # A numbered turn of this process sent during the probe (not stored yet) counts.
+                known = self._known(key)
+                known.next = max(found, known.next)
+                return known.next
             start += PROBE_BATCH

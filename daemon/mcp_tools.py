@@ -171,11 +171,11 @@ class MemoryTools:
         except ValidationError as exc:
             raise ToolFailure("invalid_request", validation_reason(exc)) from exc
         said_at = parse_time(timestamp, "timestamp")
-        key = (agent_id, session_id)
         sent = False  # the next free turn is looked up first: a timeout there wrote nothing
 
         async def say(c: MemoryClient) -> dict[str, Any]:
             nonlocal sent
+            key = c.turn_key(agent_id, session_id)
             async with c.turns.writing(key):
                 if turn is not None:
                     sent = True

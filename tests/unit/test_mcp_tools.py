@@ -62,26 +62,50 @@ async def test_a_long_lived_writer_forgets_its_least_recently_used_idle_sessions
     """Every session used to keep a lock and a next turn for the process's life."""
     monkeypatch.setattr(turn_numbers, "MAX_SESSIONS", 3)
     turns = TurnNumbers()
-    busy = turns._known(("a", "busy"))
+    busy = turns._known((None, "a", "busy"))
     busy.users = 1  # a write in progress (or waiting) is never forgotten
     for n in range(5):
-        turns.used(("a", f"s{n}"), n)
-    assert list(turns._sessions) == [("a", "busy"), ("a", "s3"), ("a", "s4")]
-    assert turns._known(("a", "s3")) is turns._sessions[("a", "s3")]  # used again: kept, with its turn
-    assert turns._sessions[("a", "s3")].next == 4
+        turns.used((None, "a", f"s{n}"), n)
+    assert list(turns._sessions) == [(None, "a", "busy"), (None, "a", "s3"), (None, "a", "s4")]
+    assert turns._known((None, "a", "s3")) is turns._sessions[(None, "a", "s3")]  # used again: kept
+    assert turns._sessions[(None, "a", "s3")].next == 4
     busy.users = 0
-    assert busy is turns._sessions[("a", "busy")]
-    turns.used(("a", "s5"), 0)
-    assert list(turns._sessions) == [("a", "s4"), ("a", "s3"), ("a", "s5")]
-    turns.forgotten("a", "s3")
-    assert turns._sessions[("a", "s3")].next == 0 and turns._sessions[("a", "s4")].next == 5
-    turns.forgotten("a", None)
-    assert {k.next for k in turns._sessions.values()} == {0}
+    assert busy is turns._sessions[(None, "a", "busy")]
+    turns.used((None, "a", "s5"), 0)
+    assert list(turns._sessions) == [(None, "a", "s4"), (None, "a", "s3"), (None, "a", "s5")]
+    turns.forgotten(None, "a", "s3")
+    assert turns._sessions[(None, "a", "s3")].next == 0 and turns._sessions[(None, "a", "s4")].next == 5
+    turns.used(("acme", "a", "s4"), 7)  # another tenant's session of the same name
+    turns.forgotten(None, "a", None)
+    assert {k: v.next for k, v in turns._sessions.items() if v.next} == {("acme", "a", "s4"): 8}
+
+
+async def test_a_turn_numbered_during_a_probe_is_not_taken_again() -> None:
+    """A numbered turn sent while another call probes (it is not stored yet) moves the probe's
+    answer past it; a send counts before its ack, so a timed-out write is not overwritten."""
+    turns = TurnNumbers()
+    key = (None, "a", "s")
+    probing = asyncio.Event()
+
+    async def read(refs: Any) -> list[GetItem]:
+        probing.set()
+        await asyncio.sleep(0.01)
+        return [GetItem(doc_id=f"t/{n}", status="not_found") for _a, _s, n in refs]
+
+    free = asyncio.ensure_future(turns.free(read, key))
+    await probing.wait()
+    turns.used(key, 0)  # an explicit turn 0, sent meanwhile
+    assert await free == 1
 
 
 class _FakeClient:
     """Holds each write 0.2 s and counts the writers of one session at once; gates let the test
     order a read-back and a forget."""
+
+    tenant = None
+
+    def turn_key(self, agent_id: str, session_id: str) -> Any:
+        return (None, agent_id, session_id)
 
     def __init__(self) -> None:
         self.turns = TurnNumbers()
