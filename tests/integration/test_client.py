@@ -17,6 +17,7 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, ClassVar
 
 import pytest
@@ -143,8 +144,8 @@ async def test_close_fails_a_waiting_query_at_once(env, injected) -> None:
     await memory.query("pool", top_k=1)  # the reader runs
     assert memory._transport._producer is not None
 
-    async def lost(*_args: Any, **_kwargs: Any) -> None:  # the request never reaches the daemon
-        return None
+    async def lost(*_args: Any, **_kwargs: Any) -> Any:  # the request never reaches the daemon
+        return SimpleNamespace(partition=0)  # what the broker's receipt tells of it
 
     memory._transport._producer.send_and_wait = lost  # type: ignore[method-assign]
     waiting = asyncio.create_task(memory.query("pool", top_k=1))
