@@ -120,6 +120,10 @@ class _ClientCore:
         """
         return encode_event(model, payload, max_content_bytes=self._max_content_bytes)
 
+    def _tenant_of(self, tenant: str | None) -> str | None:
+        """A call's tenant, or this client's when the call names none."""
+        return self.tenant if tenant is None else tenant
+
     def _topic(self, base: str, tenant: str | None, *, answered: bool) -> str:
         """Where a call publishes: ``base`` itself, or the tenant's ``<base>.<tenant>``.
 
@@ -127,7 +131,7 @@ class _ClientCore:
             InvalidRequest: ``answered`` (a reply or an ack is awaited), and a daemon in topic
                 tenancy would not answer the tenant's call on this client's reply topic.
         """
-        tenant = self.tenant if tenant is None else tenant
+        tenant = self._tenant_of(tenant)
         if tenant is None:
             return base
         topic = tenant_topic(base, tenant)

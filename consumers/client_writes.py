@@ -159,11 +159,17 @@ class _Writes(_ClientCore):
         # The contract's own checks first: the lookup would fail on a bad id in its own words.
         self.check_event(TranscriptEvent, turn_body(agent_id, session_id, 0, content, role, metadata, timestamp))
         async with self.turns.writing(key):
-            return await send(await self.turns.free(lambda refs: self._read_turns(refs, tenant), key))
+            return await send(await self.next_turn(agent_id, session_id, tenant=tenant))
 
     def turn_key(self, agent_id: str, session_id: str, tenant: str | None = None) -> Session:
         """The session as ``turns`` knows it: a call's tenant, or this client's."""
-        return (tenant if tenant is not None else self.tenant, agent_id, session_id)
+        return (self._tenant_of(tenant), agent_id, session_id)
+
+    async def next_turn(self, agent_id: str, session_id: str, *, tenant: str | None = None, at_least: int = 0) -> int:
+        """The session's next free turn (``at_least`` or after), as ``publish_observation``
+        without ``turn`` takes it; call it inside ``turns.writing(turn_key(...))`` to write it."""
+        key = self.turn_key(agent_id, session_id, tenant)
+        return await self.turns.free(lambda refs: self._read_turns(refs, tenant), key, at_least)
 
     async def _read_turns(self, refs: list[tuple[str, str, int]], tenant: str | None) -> Sequence[GetItem]:
         """The turns ``refs`` as ``get`` reads them (``MemoryClient`` does the reading)."""
@@ -200,7 +206,7 @@ class _Writes(_ClientCore):
         topic = self._topic(self.topics.transcripts, tenant, answered=wait)
         ack = await self._transport.publish(topic, encode(payload), key, wait=wait, timeout_s=timeout_s)
         if turn is None:  # the session starts over: probe again (one turn's gap changes no next turn)
-            self.turns.forgotten(tenant if tenant is not None else self.tenant, agent_id, session_id)
+            self.turns.forgotten(self._tenant_of(tenant), agent_id, session_id)
         prefix = ForgetEvent.model_validate(payload).to_item(()).doc_id  # the turns' common prefix, or the turn's id
         return Receipt(event_id=event_id, doc_id=prefix, version=None, ack=ack)
 

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable, Collection, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -57,6 +58,14 @@ def split(
     return inline, {p: by_place[p] for p in by_place if p in chosen}
 
 
+@dataclass(frozen=True)
+class _Lane:
+    task: asyncio.Task[None]
+    since: float  # wall clock
+    records: int
+    size: int  # the bytes of the records' values
+
+
 class Lanes:
     """The lanes of one ingest subscriber (see the module's docstring)."""
 
@@ -64,29 +73,28 @@ class Lanes:
         self.role = role
         self.min_bytes = min_bytes
         self.most = most
-        self._tasks: dict[Place, asyncio.Task[None]] = {}
-        # Per running lane: since when (wall clock), its records and their bytes.
-        self._what: dict[Place, tuple[float, int, int]] = {}
+        self._lanes: dict[Place, _Lane] = {}  # the running ones
         self._closed = asyncio.Event()
 
     @property
     def running(self) -> int:
         """Lanes not finished."""
-        return len(self._tasks)
+        return len(self._lanes)
 
     def now(self) -> dict[str, str]:
         """What each running lane applies, for people, by ``topic/partition`` (the status page's
         lag table: a partition whose lag stands still while its lane runs is no stuck one)."""
         at = time.time()
         return {
-            f"{topic}/{partition}": f"applying {records} record(s), {size / 1024:.0f} KiB, for {at - since:.0f} s"
-            for (topic, partition), (since, records, size) in list(self._what.items())
+            f"{topic}/{partition}": f"applying {lane.records} record(s), {lane.size / 1024:.0f} KiB, "
+            f"for {at - lane.since:.0f} s"
+            for (topic, partition), lane in list(self._lanes.items())
         }
 
     def split(self, records: Sequence[Any]) -> tuple[list[Any], dict[Place, list[Any]]]:
         """``split`` with this subscriber's settings and free lanes (none once closed)."""
-        room = 0 if self._closed.is_set() else self.most - len(self._tasks)
-        return split(records, min_bytes=self.min_bytes, room=room, busy=self._tasks.keys())
+        room = 0 if self._closed.is_set() else self.most - len(self._lanes)
+        return split(records, min_bytes=self.min_bytes, room=room, busy=self._lanes.keys())
 
     def start(
         self, consumer: Any, place: Place, records: Sequence[Any], apply: Callable[[Sequence[Any]], Awaitable[None]]
@@ -107,8 +115,7 @@ class Lanes:
         )
         task = asyncio.create_task(self._run(consumer, tp, records, apply), name=f"lane-{place[0]}-{place[1]}")
         task.add_done_callback(self._ended)
-        self._tasks[place] = task
-        self._what[place] = (time.time(), len(records), size)
+        self._lanes[place] = _Lane(task=task, since=time.time(), records=len(records), size=size)
         INGEST_LANES.labels(self.role).inc()
 
     async def _run(
@@ -151,8 +158,7 @@ class Lanes:
                 )
             log.info("ingest.lane_finished", subscriber=self.role, topic=tp.topic, partition=tp.partition)
         finally:
-            self._tasks.pop((tp.topic, tp.partition), None)
-            self._what.pop((tp.topic, tp.partition), None)
+            self._lanes.pop((tp.topic, tp.partition), None)
             INGEST_LANES.labels(self.role).dec()
             # Not once closed: the daemon stops, and the poll, still running until the broker
             # stops, would fetch a cancelled lane's records again and apply them inline.
@@ -170,7 +176,7 @@ class Lanes:
     async def settle(self, places: Collection[Place]) -> None:
         """Wait for the lanes of ``places`` (a revocation: they are applied before the
         partitions move to another daemon)."""
-        tasks = [t for p, t in list(self._tasks.items()) if p in places]
+        tasks = [lane.task for p, lane in list(self._lanes.items()) if p in places]
         if tasks:
             log.info("ingest.lanes_awaited", subscriber=self.role, lanes=len(tasks))
             await asyncio.wait(tasks)
@@ -179,7 +185,7 @@ class Lanes:
         """Start no lane more; wait up to ``timeout_s`` (less once ``cut`` is set: ``up``'s
         second Ctrl-C) for those running, then cancel them (their records are delivered again)."""
         self._closed.set()
-        tasks = list(self._tasks.values())
+        tasks = [lane.task for lane in self._lanes.values()]
         if not tasks:
             return
         all_done: asyncio.Future[list[Any]] = asyncio.gather(*tasks, return_exceptions=True)

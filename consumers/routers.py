@@ -261,10 +261,11 @@ def _subscribe_events(
         async with watch.handling(_records(message.raw_message), message.consumer) as records:
             if records:
                 await _note_tenants(saw_tenant, {r.topic for r in records}, base, cfg)
-                inline, lanes = watch.lanes.split(records) if watch.lanes is not None else (records, {})
-                for place, theirs in lanes.items():
-                    assert watch.lanes is not None
-                    watch.lanes.start(message.consumer, place, theirs, apply)
+                inline = records
+                if (lanes := watch.lanes) is not None:
+                    inline, heavy = lanes.split(records)
+                    for place, theirs in heavy.items():
+                        lanes.start(message.consumer, place, theirs, apply)
                 if inline:
                     await apply(inline)
 

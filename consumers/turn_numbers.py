@@ -66,12 +66,13 @@ class TurnNumbers:
         known = self._sessions.pop(key, None) or _Known()
         self._sessions[key] = known
         excess = len(self._sessions) - MAX_SESSIONS
-        for old in list(self._sessions):
-            if excess <= 0:
-                break
-            if old != key and not self._sessions[old].users:
-                del self._sessions[old]
-                excess -= 1
+        if excess > 0:
+            for old in list(self._sessions):
+                if excess <= 0:
+                    break
+                if old != key and not self._sessions[old].users:
+                    del self._sessions[old]
+                    excess -= 1
         return known
 
     @contextlib.asynccontextmanager

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Literal, TypeVar
 
 import structlog
@@ -19,7 +19,6 @@ from consumers.client import MemoryClient
 from consumers.decoding import validation_reason
 from consumers.errors import QueryFailed, WriteRejected
 from consumers.events import TranscriptEvent
-from consumers.requests import GetItem
 from consumers.turn_numbers import holds_turn
 from daemon.mcp_config import MCPConfig
 from daemon.mcp_views import ToolFailure, ack_view, item_view, parse_time, result_view
@@ -28,10 +27,6 @@ from memory.errors import MemdError
 T = TypeVar("T")
 
 log = structlog.get_logger()
-
-
-async def _turn_items(c: MemoryClient, refs: list[tuple[str, str, int]]) -> Sequence[GetItem]:
-    return (await c.get(turns=refs)).items
 
 
 class MemoryTools:
@@ -184,8 +179,7 @@ class MemoryTools:
                         metadata=metadata, timestamp=said_at, wait=True, timeout_s=self._cfg.timeout_s,
                     )  # fmt: skip
                     return {**ack_view(receipt.ack, receipt.doc_id), "turn": turn}
-                read = lambda refs: _turn_items(c, refs)  # noqa: E731
-                n = await c.turns.free(read, key)
+                n = await c.next_turn(agent_id, session_id)
                 for _ in range(3):
                     sent = True
                     receipt = await c.publish_observation(
@@ -198,7 +192,7 @@ class MemoryTools:
                     if back.status != "found" or holds_turn(back, text, role):
                         return {**ack_view(receipt.ack, receipt.doc_id), "turn": n}
                     log.info("mcp.turn_taken", agent_id=agent_id, session_id=session_id, turn=n)
-                    n = await c.turns.free(read, key, n + 1)
+                    n = await c.next_turn(agent_id, session_id, at_least=n + 1)
                 raise ToolFailure("conflict", "other writers kept taking this session's next turn; try again")
 
         return await self._call("remember", say, write=lambda: sent)

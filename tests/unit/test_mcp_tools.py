@@ -107,6 +107,12 @@ class _FakeClient:
     def turn_key(self, agent_id: str, session_id: str) -> Any:
         return (None, agent_id, session_id)
 
+    async def next_turn(self, agent_id: str, session_id: str, *, at_least: int = 0) -> int:
+        async def read(refs: Any) -> Any:
+            return (await self.get(turns=refs)).items
+
+        return await self.turns.free(read, self.turn_key(agent_id, session_id), at_least)
+
     def __init__(self) -> None:
         self.turns = TurnNumbers()
         self.inside = 0
