@@ -9,8 +9,8 @@ Path: embedded tansu and Redis on free ports, a daemon in this process
 (``daemon.app.start_daemon``, graph layer off, 4 partitions), one ``consumers.MemoryClient``.
 Each mode in turn, in one run, in its own namespace: a large document is published (waited
 for in the background), and once the daemon holds it (1 s later), small documents, each keyed
-to another partition than the large one, are published one after another, each waited for
-(``wait=True``: acked once searchable). Modes: the defaults (lanes on) and
+to another partition than the large one, are published one a second (``--every-s``), each
+waited for (``wait=True``: acked once searchable) and timed from its own publish. Modes: the defaults (lanes on) and
 ``consumer.ingest_lanes = 0`` (each batch applied before the next poll, as before lanes).
 
 No target: the figures say how long a small write waited, and how long the large document
