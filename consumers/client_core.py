@@ -8,10 +8,11 @@ from types import TracebackType
 from typing import Any, Self
 
 from consumers.config import Topics, event_record_bytes
-from consumers.encoding import encode_event, tenant_topic
+from consumers.encoding import encode_event
 from consumers.errors import UnknownReplyTopic
 from consumers.events import DocumentEvent, TranscriptEvent
 from consumers.replies import check_reply_to, own_reply_topic
+from consumers.topic_names import tenant_topic
 from consumers.transport import KafkaTransport
 from consumers.turn_numbers import TurnNumbers
 from memory.config import DEFAULT_MAX_CONTENT_BYTES

@@ -11,10 +11,10 @@ from datetime import datetime
 from typing import Any
 
 from consumers.client_core import _ClientCore
-from consumers.decoding import topic_base
 from consumers.encoding import delete_body, document_body, encode, forget_body, turn_body
 from consumers.events import DocumentEvent, ForgetEvent, TranscriptEvent, WriteAck, forget_scope_error
 from consumers.requests import GetItem
+from consumers.topic_names import topic_base
 from consumers.turn_numbers import Session
 from memory.errors import InvalidRequest
 

@@ -25,6 +25,15 @@ def event_record_bytes(max_content_bytes: int) -> int:
     return max(1024 * 1024, 2 * max_content_bytes)
 
 
+#: The subscribers' roles. Each is its own consumer group (``ConsumerConfig.group``), reading
+#: the topic of the same name in ``Topics``: each joins once instead of every subscriber's join
+#: rebalancing the others, and lag is readable per role. The daemon is ready once each has its
+#: partitions.
+ROLES = ("documents", "transcripts", "requests")
+#: The roles whose subscribers apply events in batches (the other answers questions).
+INGEST_ROLES = ("documents", "transcripts")
+
+
 class Topics(BaseModel):
     """Kafka topic names of the wire contract."""
 
@@ -37,6 +46,14 @@ class Topics(BaseModel):
     def all(self) -> list[str]:
         """Every topic, for creation and checks."""
         return [self.documents, self.transcripts, self.requests, self.replies, self.dlq]
+
+    def read(self) -> dict[str, str]:
+        """The topic each role's subscriber reads (the base name, in topic tenancy), by role."""
+        return {"documents": self.documents, "transcripts": self.transcripts, "requests": self.requests}
+
+    def inputs(self) -> tuple[str, ...]:
+        """The topics the daemon reads or dead-letters to: no reply may be published to them."""
+        return (self.documents, self.transcripts, self.requests, self.dlq)
 
     def configs(
         self, max_content_bytes: int, exchange_retention_ms: int, event_retention_ms: int = -1
@@ -244,6 +261,15 @@ class ConsumerConfig(BaseModel):
         if self.heartbeat_interval_ms is not None:
             return self.heartbeat_interval_ms
         return min(3_000, self.session_timeout_ms // 3)
+
+    def group(self, role: str) -> str:
+        """The consumer group of a role's subscriber (see :data:`ROLES`): ``<group_id>.<role>``."""
+        return f"{self.group_id}.{role}"
+
+    @staticmethod
+    def role_of(group: str) -> str:
+        """The role of a consumer group named by :meth:`group`: its last part."""
+        return group.rsplit(".", 1)[-1]
 
 
 class KafkaSecurity(BaseModel):

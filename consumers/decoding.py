@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import json
-import re
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -46,33 +45,6 @@ class Decoded:
     partition: int
     offset: int
     event_id: str | None = None  # what its ack is named by (the item does not keep it)
-
-
-_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
-_TENANT = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-
-
-def tenant_from_topic(topic: str, base: str, mode: str) -> str | None:
-    """The tenant a record belongs to: always ``default`` in single mode; in topic mode the
-    suffix of ``<base>.<tenant>``, or ``None`` when the topic does not name a valid tenant.
-    """
-    if mode == "single":
-        return DEFAULT_TENANT
-    prefix = base + "."
-    if not topic.startswith(prefix):
-        return None
-    tenant = topic[len(prefix) :]
-    return tenant if _TENANT.match(tenant) else None
-
-
-def topic_base(topic: str, bases: Sequence[str]) -> str | None:
-    """The first of ``bases`` that ``topic`` is, or is a tenant's topic of (``<base>.<tenant>``)."""
-    return next((base for base in bases if topic == base or topic.startswith(base + ".")), None)
-
-
-def valid_topic(name: str) -> bool:
-    """Whether ``name`` is a legal Kafka topic name (so a reply can be published to it)."""
-    return bool(_TOPIC.match(name)) and name not in {".", ".."}
 
 
 def _text(data: bytes | None) -> str | None:

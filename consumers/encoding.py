@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from consumers.config import event_record_bytes
-from consumers.decoding import parse_event, tenant_from_topic
+from consumers.decoding import parse_event
 from consumers.events import DocumentEvent, TranscriptEvent
 from consumers.times import when
 from memory.errors import InvalidEvent, InvalidRequest
@@ -41,19 +41,6 @@ def encode(payload: Mapping[str, Any]) -> bytes:
     """``payload`` as the UTF-8 JSON of a record's value."""
     # Not ASCII-escaped: non-ASCII text would grow 2-6 times on the wire.
     return json.dumps(payload, ensure_ascii=False).encode()
-
-
-def tenant_topic(base: str, tenant: str) -> str:
-    """``<base>.<tenant>``, the topic a daemon in topic tenancy reads for ``tenant``.
-
-    Raises:
-        InvalidRequest: ``tenant`` is no valid tenant name (the daemon would dead-letter the
-            record, or never read the topic).
-    """
-    topic = f"{base}.{tenant}"
-    if tenant_from_topic(topic, base, "topic") != tenant:
-        raise InvalidRequest(f"tenant {tenant!r} is not 1-64 of A-Z a-z 0-9 _ -")
-    return topic
 
 
 def encode_event(

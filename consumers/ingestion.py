@@ -16,10 +16,11 @@ from faststream.kafka.publisher import DefaultPublisher
 
 from consumers.acks import build_acks
 from consumers.config import ConsumerConfig, Topics
-from consumers.decoding import Decoded, dead_letter, decode_records, dlq_body, tenant_from_topic
+from consumers.decoding import Decoded, dead_letter, decode_records, dlq_body
 from consumers.errors import UnknownReplyTopic
 from consumers.events import DlqRecord, WriteAck
 from consumers.replies import PartitionCounts, own_reply_topic, reply_route
+from consumers.topic_names import tenant_from_topic
 from memory.attempts import AttemptCounter
 from memory.config import IngestConfig
 from memory.errors import InvalidRequest, MemdError

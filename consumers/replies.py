@@ -22,8 +22,8 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError, UnknownTopicOrPartitionError
 from aiokafka.protocol.metadata import MetadataRequest
 
-from consumers.decoding import topic_base, valid_topic
 from consumers.errors import UnknownReplyTopic
+from consumers.topic_names import tenant_topic, topic_base, valid_topic
 from memory.errors import BackendUnavailable, InvalidRequest
 
 REPLY_PARTITION_HEADER = "reply_partition"
@@ -56,7 +56,7 @@ def default_reply_topic(replies: str, tenancy: str, tenant: str | None) -> str:
     """
     if tenancy == "single" or tenant is None:
         return replies
-    return f"{replies}.{tenant}"
+    return tenant_topic(replies, tenant)
 
 
 def own_reply_topic(replies: str, tenancy: str, tenant: str | None) -> str | None:

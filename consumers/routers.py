@@ -20,8 +20,7 @@ from aiokafka.errors import IllegalStateError
 from faststream import AckPolicy
 from faststream.kafka import KafkaRouter
 
-from consumers.config import ConsumerConfig, Topics
-from consumers.decoding import tenant_from_topic
+from consumers.config import INGEST_ROLES, ConsumerConfig, Topics
 from consumers.errors import UnknownReplyTopic
 from consumers.expiry import ExpiryLog, expired_error
 from consumers.ingestion import Ingestion, none_erased
@@ -34,6 +33,7 @@ from consumers.replies import (
     reply_route,
 )
 from consumers.requests import ErrorBody, ErrorReply, GetReply, ListReply, QueryReply
+from consumers.topic_names import tenant_from_topic
 from graph import ScopedSearch
 from memory.attempts import AttemptCounter
 from memory.config import IngestConfig
@@ -197,13 +197,6 @@ def _ingest_kwargs(cfg: ConsumerConfig) -> dict[str, Any]:
     }
 
 
-# One consumer group per subscriber (<group_id>.<role>): each joins once instead of every
-# subscriber's join rebalancing the others, and lag is readable per role.
-
-
-#: The batched event subscribers' roles.
-INGEST_ROLES = ("documents", "transcripts")
-
 #: What each batched event subscriber is for (its handler's docstring), by kind.
 _EVENT_DOCS = {
     "document": "Document change events (upsert/delete, versioned).",
@@ -273,7 +266,7 @@ def _subscribe_events(
     handler.__doc__ = _EVENT_DOCS[kind]
     router.subscriber(
         *_source(cfg, base),
-        group_id=f"{cfg.group_id}.{watch.name}",
+        group_id=cfg.group(watch.name),
         **_pattern(cfg, base),
         listener=watch,
         **_ingest_kwargs(cfg),
@@ -293,13 +286,13 @@ def _subscribe_queries(
     seen: Callable[[str], None],
 ) -> None:
     """Add the queries subscriber to ``router``: each request answered on its reply topic."""
-    input_topics = (topics.documents, topics.transcripts, topics.requests, topics.dlq)
+    input_topics = topics.inputs()
 
     expiries = ExpiryLog()
 
     @router.subscriber(  # type: ignore[untyped-decorator]
         *_source(cfg, topics.requests),
-        group_id=f"{cfg.group_id}.requests",
+        group_id=cfg.group("requests"),
         **_pattern(cfg, topics.requests),
         max_workers=cfg.query_workers,
         fetch_max_wait_ms=cfg.query_fetch_max_wait_ms,
@@ -422,7 +415,7 @@ def build_router(
         dlq=dlq,
         publish_reply=publish_reply,
         partition_counts=partition_counts,
-        input_topics=(topics.documents, topics.transcripts, topics.requests, topics.dlq),
+        input_topics=topics.inputs(),
         erased_tenants=erased_tenants,
     )
     lanes = lanes if lanes is not None else lanes_for(cfg)

@@ -12,10 +12,11 @@ from collections.abc import Awaitable, Callable
 
 import structlog
 
+from consumers.config import ROLES
 from consumers.idle import FetchBackoff
 from consumers.replies import PartitionCounts
 from consumers.routers import build_router, lanes_for
-from daemon.broker import SUBSCRIBERS, build_broker, start_broker, subscriber_role
+from daemon.broker import build_broker, start_broker, subscriber_role
 from daemon.components import build_graph, load_ner, offline_environment
 from daemon.connections import redis_client
 from daemon.http import build_app, readiness_checks, start_http
@@ -182,7 +183,7 @@ async def start_daemon(
 
         def on_assigned(name: str, partitions: int) -> None:
             daemon.assigned[name] = partitions
-            if all(s in daemon.assigned for s in SUBSCRIBERS) and not daemon.ready.is_set():
+            if all(s in daemon.assigned for s in ROLES) and not daemon.ready.is_set():
                 daemon.ready.set()
 
         def on_revoked(name: str) -> None:
@@ -245,7 +246,7 @@ async def start_daemon(
             daemon.spawn(graph.run_worker(), f"graph-summarizer-{i}")
     status.ready = True
     status.assigned = daemon.assigned
-    status.consumers = SUBSCRIBERS
+    status.consumers = ROLES
 
     def stopped_consumers() -> list[str]:
         # A stopped consumer gets no revocation callback (aiokafka calls it only when it

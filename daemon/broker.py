@@ -7,12 +7,9 @@ from typing import Any
 
 from faststream.kafka import KafkaBroker
 
+from consumers.config import ConsumerConfig
 from daemon.settings import Settings
 from memory.errors import BackendUnavailable
-
-#: The subscribers' roles; the daemon is ready once each has its partitions.
-SUBSCRIBERS = ("documents", "transcripts", "requests")
-
 
 #: Longest a consumer tries to commit its offsets before it rejoins its group.
 LAST_COMMIT_S = 10.0
@@ -59,7 +56,7 @@ def build_broker(settings: Settings) -> KafkaBroker:
 
 def subscriber_role(subscriber: Any) -> str:
     """A subscriber's role (``documents``, ``transcripts``, ``requests``): its group id's last part."""
-    return str(getattr(subscriber, "group_id", "") or "?").rsplit(".", 1)[-1]
+    return ConsumerConfig.role_of(str(getattr(subscriber, "group_id", "") or "?"))
 
 
 async def _start_together(broker: KafkaBroker) -> None:

@@ -19,6 +19,7 @@ from typing import Any
 import structlog
 from aiokafka.errors import KafkaError
 
+from consumers.config import INGEST_ROLES, ConsumerConfig
 from daemon.settings import Settings
 from daemon.status import LagReport, measure_lag
 from memory.errors import MemdError
@@ -29,10 +30,10 @@ log = structlog.get_logger(__name__)
 POLL_S = 0.5
 
 
-def events_left(report: LagReport, group_id: str) -> int:
+def events_left(report: LagReport, consumer: ConsumerConfig) -> int:
     """Events of the documents and transcripts topics the daemon's groups have not committed
     (the requests group's lag is questions, which a stop may leave unanswered)."""
-    groups = (f"{group_id}.documents", f"{group_id}.transcripts")
+    groups = [consumer.group(role) for role in INGEST_ROLES]
     return sum(n for g in groups for n in report.lag.get(g, {}).values())
 
 
@@ -64,7 +65,7 @@ async def drain_events(
             print("agentmemd stopping: the broker's lag could not be read; events not yet applied are lost", flush=True)
             return -1
         if report is not None:
-            left = events_left(report, settings.consumer.group_id)
+            left = events_left(report, settings.consumer)
             if left == 0:
                 if told:
                     log.info("daemon.drain_finished")

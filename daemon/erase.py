@@ -26,6 +26,7 @@ from typing import Any
 import structlog
 from aiokafka.errors import KafkaError
 
+from consumers.config import ROLES
 from daemon.settings import Settings
 from daemon.status import group_members
 from daemon.topics import delete_tenant_topics, tenant_topics
@@ -100,8 +101,7 @@ async def erase_tenant(
     name = settings.index.name
     tenant_topics(settings, tenant)  # a name that is no tenant's fails before anything is erased
     if delete_topics:
-        gid = settings.consumer.group_id
-        groups = [f"{gid}.{kind}" for kind in ("documents", "transcripts", "requests")]
+        groups = [settings.consumer.group(role) for role in ROLES]
         try:
             busy = {g: n for g, n in (await group_members(settings, groups)).items() if n}
         except (KafkaError, OSError, TimeoutError) as exc:

@@ -19,6 +19,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
+from consumers.topic_names import read_for
 from consumers.transport import cluster_metadata
 from daemon.lost_logs import log_ends
 from daemon.settings import Settings
@@ -31,7 +32,6 @@ from memory.retrying import pause
 
 log = structlog.get_logger()
 
-SUBSCRIBER_GROUPS = ("documents", "transcripts", "requests")
 #: Samples of the stale queue's depth kept for the charts (an hour at the default 5 s).
 HISTORY_SAMPLES = 720
 
@@ -82,10 +82,6 @@ class StatusState:
             self.query_errors += 1
         elif outcome != "ok":
             self.query_refused += 1
-
-
-def _subscribed(topic: str, base: str, tenancy: str) -> bool:
-    return topic == base if tenancy == "single" else topic.startswith(base + ".")
 
 
 @dataclass(frozen=True)
@@ -183,7 +179,7 @@ async def measure_lag(settings: Settings, *, bare: bool = False) -> LagReport:
     """
     opts = settings.kafka_security.aiokafka_kwargs()
     t = settings.topics
-    bases = {"documents": t.documents, "transcripts": t.transcripts, "requests": t.requests}
+    bases = t.read()
     # It fetches once at each log's end for the watermark (see log_ends): a short wait, and
     # small fetches, since the records it may get are thrown away.
     probe = AIOKafkaConsumer(
@@ -203,10 +199,10 @@ async def measure_lag(settings: Settings, *, bare: bool = False) -> LagReport:
         cluster = await cluster_metadata(probe)
         all_topics = cluster.topics()
         groups: dict[str, list[TopicPartition]] = {
-            f"{settings.consumer.group_id}.{role}": [
+            settings.consumer.group(role): [
                 TopicPartition(topic, p)
                 for topic in sorted(all_topics)
-                if _subscribed(topic, base, settings.consumer.tenancy)
+                if read_for(topic, base, settings.consumer.tenancy)
                 for p in sorted(cluster.partitions_for_topic(topic) or ())
             ]
             for role, base in bases.items()
@@ -236,7 +232,7 @@ async def measure_lag(settings: Settings, *, bare: bool = False) -> LagReport:
                     continue
                 bare_ends = await log_ends(probe, tps)
                 starts = await probe.beginning_offsets(tps)
-                committed = await _committed(settings, admin, f"{settings.consumer.group_id}.{role}", tps, opts)
+                committed = await _committed(settings, admin, settings.consumer.group(role), tps, opts)
                 left = sum(max(0, bare_ends[tp] - max(committed[tp], starts.get(tp, 0))) for tp in tps)
                 if left:
                     unread[base] = left

@@ -20,7 +20,7 @@ from aiokafka.errors import (
     for_code,
 )
 
-from consumers.encoding import tenant_topic
+from consumers.topic_names import tenant_topic
 from daemon.connections import kafka_options
 from daemon.settings import Settings
 from memory.errors import BackendUnavailable, MemdError

@@ -11,8 +11,9 @@ import structlog
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
-from consumers.decoding import decode_records, tenant_from_topic
+from consumers.decoding import decode_records
 from consumers.ingestion import erased_apart, none_erased
+from consumers.topic_names import tenant_from_topic
 from consumers.transport import cluster_metadata
 from daemon.connections import kafka_options
 from daemon.reindex.report import ReindexProgress

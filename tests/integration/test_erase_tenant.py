@@ -17,7 +17,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 
 from consumers.client import MemoryClient
-from consumers.config import ConsumerConfig
+from consumers.config import ROLES, ConsumerConfig
 from daemon.status import group_members
 from daemon.topics import ensure_tenant_topics, tenant_topics
 from graph.summary_records import recorded_summarizer
@@ -145,7 +145,7 @@ async def test_an_erased_tenant_leaves_nothing_and_the_other_keeps_everything(
                 "consumer": settings.consumer.model_copy(update={"group_id": quiet_env["AGENTMEM_CONSUMER__GROUP_ID"]})
             }
         )
-        groups = [f"{quiet.consumer.group_id}.{kind}" for kind in ("documents", "transcripts", "requests")]
+        groups = [quiet.consumer.group(role) for role in ROLES]
         assert not any((await group_members(quiet, groups)).values())
         gone = await agentmemd(["erase-tenant", "acme", "--yes", "--delete-topics", "--sweep", "5"], quiet_env)
         assert gone.returncode == 0 and "4 topic(s) deleted" in " ".join(gone.stdout.split()), gone.stdout + gone.stderr

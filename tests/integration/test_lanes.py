@@ -55,7 +55,7 @@ async def send(plain: Any, partition: int, doc_id: str, content: str) -> str:
 
 async def documents_lag(settings: Any) -> dict[str, int]:
     report = await measure_lag(settings)
-    return report.lag.get(f"{settings.consumer.group_id}.documents", {})
+    return report.lag.get(settings.consumer.group("documents"), {})
 
 
 async def test_a_small_write_is_not_held_behind_a_large_document_on_another_partition(

@@ -633,7 +633,7 @@ async def test_doctor_flags_a_group_committed_past_the_end_of_its_log(
 
     settings = isolated_settings(unique(f"past-end-{offset_fetch}"), kafka_bootstrap, redis_url, topic_partitions=1)
     await ensure_topics(kafka_bootstrap, settings.topics.all(), partitions=1, replication=1)
-    group = f"{settings.consumer.group_id}.documents"
+    group = settings.consumer.group("documents")
     tp = TopicPartition(settings.topics.documents, 0)
     committer = AIOKafkaConsumer(bootstrap_servers=kafka_bootstrap, group_id=group, enable_auto_commit=False)
     await committer.start()

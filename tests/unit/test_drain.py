@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from consumers.config import ConsumerConfig
 from daemon.drain import _drain_said, events_left
 from daemon.status import LagReport
 from memory.errors import BackendUnavailable
@@ -18,8 +19,8 @@ def test_events_left_counts_documents_and_transcripts_of_every_tenant_not_questi
         dlq=7,
         past_end={},
     )
-    assert events_left(report, "g") == 9
-    assert events_left(LagReport(lag={}, dlq=0, past_end={}), "g") == 0
+    assert events_left(report, ConsumerConfig(group_id="g")) == 9
+    assert events_left(LagReport(lag={}, dlq=0, past_end={}), ConsumerConfig(group_id="g")) == 0
 
 
 async def test_the_drain_says_when_its_events_wait_for_a_reindex_not_for_the_daemon() -> None:
