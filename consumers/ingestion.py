@@ -269,7 +269,7 @@ class Ingestion:
         if await self.attempts_counter.dead_lettered(*position):
             # A redelivered batch: this record's dead letter is already in the DLQ.
             log.info(
-                "ingest.already_dead_lettered", topic=record.topic, partition=record.partition, offset=record.offset
+                "ingest.dead_letter_skipped", topic=record.topic, partition=record.partition, offset=record.offset
             )
             return
         EVENTS_DEAD_LETTERED.labels(record.topic, record.error_code).inc()

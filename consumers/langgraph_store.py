@@ -215,7 +215,7 @@ class MemoryStore(BaseStore):
                 writing += [i.doc_id for i in reply.items if i.status == "writing"]
                 wanted = wanted[len(reply.items) :]
             if writing and time.monotonic() > deadline:
-                log.warning("store.item_still_writing", doc_ids=writing[:10], waited_s=writing_wait_s)
+                log.warning("store.write_wait_expired", doc_ids=writing[:10], waited_s=writing_wait_s)
                 break
             if writing:
                 await asyncio.sleep(pause_s)

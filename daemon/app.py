@@ -316,7 +316,7 @@ async def _say_when_usable(index: ChunkIndex, halt: asyncio.Event, ready: str) -
             return
         try:
             if await index.mismatch() is None:
-                log.info("daemon.index_usable")
+                log.info("daemon.index_mismatch_cleared")
                 print(ready, file=sys.stdout, flush=True)
                 return
         except MemdError:

@@ -24,7 +24,7 @@ from daemon.settings import Settings
 from daemon.status import LagReport, measure_lag
 from memory.errors import MemdError
 
-log = structlog.get_logger(__name__)
+log = structlog.get_logger()
 
 #: How often the lag is read while draining.
 POLL_S = 0.5

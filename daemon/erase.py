@@ -131,5 +131,5 @@ async def erase_tenant(
         quiet = quiet + 1 if late == 0 else 0
     report.swept_s = time.monotonic() - started
     report.quiet = quiet >= 2
-    log.info("tenant.erased", tenant=tenant, topics=report.topics, keys=report.keys, late_keys=report.late_keys)
+    log.info("tenant.data_erased", tenant=tenant, topics=report.topics, keys=report.keys, late_keys=report.late_keys)
     return report

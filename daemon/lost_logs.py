@@ -27,7 +27,7 @@ import structlog
 from aiokafka.errors import IllegalStateError, KafkaError
 from faststream.kafka import KafkaBroker
 
-log = structlog.get_logger(__name__)
+log = structlog.get_logger()
 
 
 def past_log_end(position: int, highwater: int | None, end: int | None) -> bool:

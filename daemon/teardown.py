@@ -57,7 +57,7 @@ async def bounded(what: str, aw: Awaitable[object], seconds: float = CLOSE_TIMEO
     if not done:
         task.cancel()
         task.add_done_callback(_retrieved)
-        log.warning("teardown.timed_out", what=what, after_s=seconds)
+        log.warning("teardown.step_timed_out", what=what, after_s=seconds)
         return False
     if task.cancelled():
         log.warning("teardown.step_failed", what=what, error="cancelled")
@@ -79,7 +79,7 @@ async def cancelled(what: str, task: asyncio.Task[None], seconds: float = CLOSE_
             task.exception()  # retrieved: asyncio would otherwise log it as never retrieved
         return
     if await cancel_and_wait([task], seconds=seconds):
-        log.warning("teardown.timed_out", what=what, after_s=seconds, awaiting=await_chain(task))
+        log.warning("teardown.step_timed_out", what=what, after_s=seconds, awaiting=await_chain(task))
 
 
 async def cancel_and_wait(

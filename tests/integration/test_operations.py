@@ -528,7 +528,7 @@ async def test_readyz_fails_when_consumers_leave_their_groups_and_when_draining(
         await stopping
     stuck = [e["task"] for e in logs if e["event"] == "daemon.task_stuck"]
     assert stuck == ["loses-every-cancel"], logs
-    assert [e["what"] for e in logs if e["event"] == "teardown.timed_out"] == ["kafka broker"], logs
+    assert [e["what"] for e in logs if e["event"] == "teardown.step_timed_out"] == ["kafka broker"], logs
     assert any(e["event"] == "daemon.shutdown_finished" for e in logs)
     released.set()
 
