@@ -268,9 +268,7 @@ class Ingestion:
         position = (record.topic, record.partition, record.offset, stamp)
         if await self.attempts_counter.dead_lettered(*position):
             # A redelivered batch: this record's dead letter is already in the DLQ.
-            log.info(
-                "ingest.dead_letter_skipped", topic=record.topic, partition=record.partition, offset=record.offset
-            )
+            log.info("ingest.dead_letter_skipped", topic=record.topic, partition=record.partition, offset=record.offset)
             return
         EVENTS_DEAD_LETTERED.labels(record.topic, record.error_code).inc()
         log.warning(

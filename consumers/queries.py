@@ -1,8 +1,7 @@
-"""Query requests -> search specs, search outcomes -> replies, errors -> error replies."""
+"""Query requests -> search specs, search outcomes -> replies; a failed request answered with its error."""
 
 from __future__ import annotations
 
-import heapq
 import json
 import time
 from collections.abc import Sequence
@@ -13,11 +12,11 @@ import structlog
 from pydantic import ValidationError
 
 from consumers.decoding import parse_event
+from consumers.error_replies import crash_reply, error_reply
 from consumers.requests import (
     CommunityInfo,
     ContextTurn,
     EarlierVersion,
-    ErrorBody,
     ErrorReply,
     GetItem,
     GetReply,
@@ -33,8 +32,7 @@ from consumers.requests import (
 )
 from graph import ScopedSearch
 from memory.conversation import parse_turn
-from memory.errors import EmbedderError, InvalidRequest, MemdError, NotFound
-from memory.index import IndexError_, QuerySyntaxError
+from memory.errors import InvalidRequest, MemdError
 from memory.index.history import Version
 from memory.records import DEFAULT_TENANT, StoredChunk
 from memory.search_results import Lookup, SearchHit, SearchOutcome
@@ -141,87 +139,6 @@ def _earlier(v: Version) -> EarlierVersion:
     )
 
 
-def fit_list_reply(reply: ListReply, max_bytes: int) -> ListReply:
-    """``reply``, with values left off its end until it fits ``max_bytes`` as JSON (``truncated`` says so)."""
-    values = list(reply.values)
-    while True:
-        fitted = reply.model_copy(update={"values": values, "truncated": len(values) < len(reply.values)})
-        if not values or len(json.dumps(fitted.model_dump(mode="json"))) <= max_bytes:
-            return fitted
-        # Halved, not one by one: a page of 1,000 long ids would otherwise be encoded 1,000 times.
-        values = values[: len(values) // 2]
-
-
-def fit_get_reply(reply: GetReply, max_bytes: int) -> GetReply:
-    """``reply``, with items left off until it fits ``max_bytes`` as JSON (``truncated`` says
-    so): off its end, or off its start for the oldest-first turns of a ``RecentReply``. An
-    item too large alone (the first asked for, or the newest turn) keeps the start of its
-    content, and its own ``content_truncated`` says so. Earlier versions go first: the
-    oldest of the item whose versions take the most bytes, until it fits
-    (``history_truncated`` says so)."""
-    reply = _fit_history(reply, max_bytes)
-    items = list(reply.items)
-    while True:
-        fitted = reply.model_copy(update={"items": items, "truncated": len(items) < len(reply.items)})
-        size = len(json.dumps(fitted.model_dump(mode="json")))
-        if size <= max_bytes or not items:
-            return fitted
-        if len(items) == 1 and items[0].content:
-            cut = _cut_to_fit(reply, items[0], size, max_bytes)
-            if cut is not None:
-                return cut
-        items.pop(0 if isinstance(reply, RecentReply) else -1)
-
-
-def _fit_history(reply: GetReply, max_bytes: int) -> GetReply:
-    """``reply`` with earlier versions left off until it fits ``max_bytes`` or none is left:
-    each time the oldest of the item whose versions take the most bytes, so one large
-    document's past does not push out every small one's. Sizes are summed per version and
-    the reply measured whole once per round: linear in the versions, whatever their number."""
-    sizes = [[len(json.dumps(v.model_dump(mode="json"))) + 1 for v in i.history or []] for i in reply.items]
-    kept = [len(s) for s in sizes]
-    fitted = reply
-    excess = len(json.dumps(reply.model_dump(mode="json"))) - max_bytes
-    while excess > 0 and any(kept):
-        heap = [(-sum(s[:n]), i) for i, (s, n) in enumerate(zip(sizes, kept, strict=True)) if n]
-        heapq.heapify(heap)
-        while excess > 0 and heap:
-            total, i = heapq.heappop(heap)
-            kept[i] -= 1
-            excess -= sizes[i][kept[i]]
-            if kept[i]:
-                heapq.heappush(heap, (total + sizes[i][kept[i]], i))
-        fitted = _with_versions(reply, kept)
-        excess = len(json.dumps(fitted.model_dump(mode="json"))) - max_bytes
-    return fitted
-
-
-def _with_versions(reply: GetReply, kept: Sequence[int]) -> GetReply:
-    """``reply`` with each item's first ``kept`` earlier versions (``history_truncated`` where fewer)."""
-    items = [
-        item
-        if n == len(item.history or [])
-        else item.model_copy(update={"history": (item.history or [])[:n], "history_truncated": True})
-        for item, n in zip(reply.items, kept, strict=True)
-    ]
-    return reply.model_copy(update={"items": items})
-
-
-def _cut_to_fit(reply: GetReply, item: GetItem, size: int, max_bytes: int) -> GetReply | None:
-    """``reply`` with ``item`` alone, its content cut at the end to fit ``max_bytes``
-    (``size``: the JSON's size with all of it), or None if its other fields alone do not fit."""
-    text = item.content or ""
-    keep, used = len(text), len(json.dumps(text))
-    budget = used - (size - max_bytes) - 32  # bytes the content's JSON may take
-    while keep > 0 and used > budget:
-        # Scaled by the bytes per character of what is kept: a few rounds for any mix of scripts.
-        keep = max(0, min(keep - 1, int(keep * budget / used)))
-        used = len(json.dumps(text[:keep]))
-    cut = item.model_copy(update={"content": text[:keep], "content_truncated": True})
-    fitted = reply.model_copy(update={"items": [cut], "truncated": len(reply.items) > 1})
-    return fitted if len(json.dumps(fitted.model_dump(mode="json"))) <= max_bytes else None
-
-
 def to_spec(req: QueryRequest, tenant: str = DEFAULT_TENANT) -> SearchSpec:
     """The search a request asks for, within the tenant its topic names."""
     hp = req.hybrid_params
@@ -310,69 +227,13 @@ def to_reply(req: QueryRequest, outcome: SearchOutcome, stale: dict[str, bool] |
     )
 
 
-def _size_bound(item: ResultItem) -> int:
-    """Bytes one result can take as JSON at most (every character escaped as \\uXXXX)."""
-    meta = sum(len(str(k)) + len(str(v)) + 8 for k, v in item.metadata.items())
-    around = sum(len(c.text) + len(c.doc_id) + len(c.role) + 80 for c in item.context or ())
-    around += sum(len(r.doc_id) + len(r.chunk_id) + 80 for r in item.repeats or ())
-    return 6 * (len(item.text) + len(item.source) + len(item.doc_id) + len(item.chunk_id) + meta + around) + 400
-
-
-def fit_reply(reply: QueryReply, max_bytes: int) -> QueryReply:
-    """``reply``, with results left off its end until it fits ``max_bytes`` as JSON
-    (``truncated`` then says so).
-
-    Why: a reply over the producer's request limit (1 MiB) cannot be published, and its
-    asker would hear nothing (one 2 MB chunk, or top_k results carrying big metadata,
-    would do it). A bound computed from the lengths skips the encoding for ordinary replies.
-    """
-    if sum(_size_bound(r) for r in reply.results) + 1000 <= max_bytes:
-        return reply
-    results = list(reply.results)
-    while True:
-        fitted = reply.model_copy(
-            update={"results": results, "total_retrieved": len(results), "truncated": len(results) < len(reply.results)}
-        )
-        # json.dumps escapes non-ASCII, the larger of the encodings a publisher may use.
-        if not results or len(json.dumps(fitted.model_dump(mode="json"))) <= max_bytes:
-            return fitted
-        results.pop()
-
-
-#: The error codes a reply may carry (docs/contract.md); askers switch on them.
-REPLY_CODES = frozenset({"invalid_request", "unavailable", "unauthorized", "expired", "internal"})
-
-
-def error_reply(exc: MemdError, query_id: str | None) -> ErrorReply:
-    """The reply to a request that failed with ``exc`` (logged: an internal code is a bug of
-    ours, an operator's business; the rest is the asker's)."""
-    code = reply_code(exc)
-    emit = log.error if code == "internal" else log.info
-    emit("query.request_failed", query_id=query_id, code=code, cause=exc.code, error=str(exc))
-    return ErrorReply(query_id=query_id, error=ErrorBody(code=code, message=str(exc)))
-
-
-def reply_code(exc: MemdError) -> str:
-    """The contract's code for an error: its own when it is one of them, else what it means to
-    the asker. A missing index (Redis came back empty), an index that refused the command or a
-    query embedding that failed are ``unavailable`` (try again later; the message says what);
-    anything else is ``internal``.
-    """
-    if exc.code in REPLY_CODES:
-        return exc.code
-    if isinstance(exc, QuerySyntaxError):  # ours to fix: asking again would fail again
-        return "internal"
-    if exc.retryable or isinstance(exc, NotFound | IndexError_ | EmbedderError):
-        return "unavailable"
-    return "internal"
-
-
 async def answer(
     raw: bytes | None, search: ScopedSearch, tenant: str | None = DEFAULT_TENANT
 ) -> QueryReply | GetReply | ListReply | ErrorReply:
     """Answer one raw request: results, or an error reply that says why. Never raises.
 
-    This is the one place where errors become replies: an asker always hears back.
+    A request's errors become its reply here, through ``consumers.error_replies``: an asker
+    always hears back.
     """
     query_id = None
     try:
@@ -409,6 +270,4 @@ async def answer(
     except Exception as exc:  # a bug must still answer the asker, and be logged loudly
         qid = query_id or guess_query_id(raw)
         log.exception("query.request_crashed", query_id=qid)
-        return ErrorReply(
-            query_id=qid, error=ErrorBody(code="internal", message=f"internal error: {type(exc).__name__}")
-        )
+        return crash_reply(exc, qid)

@@ -21,18 +21,20 @@ from faststream import AckPolicy
 from faststream.kafka import KafkaRouter
 
 from consumers.config import INGEST_ROLES, ConsumerConfig, Topics
+from consumers.error_replies import crash_reply, error_body
 from consumers.errors import UnknownReplyTopic
 from consumers.expiry import ExpiryLog, expired_error
 from consumers.ingestion import Ingestion, none_erased
 from consumers.lanes import Lanes
-from consumers.queries import answer, fit_get_reply, fit_list_reply, fit_reply, guess_query_id, scope_of
+from consumers.queries import answer, guess_query_id, scope_of
 from consumers.replies import (
     PartitionCounts,
     default_reply_topic,
     own_reply_topic,
     reply_route,
 )
-from consumers.requests import ErrorBody, ErrorReply, GetReply, ListReply, QueryReply
+from consumers.reply_fit import fit
+from consumers.requests import ErrorReply, GetReply, ListReply, QueryReply
 from consumers.topic_names import tenant_from_topic
 from graph import ScopedSearch
 from memory.attempts import AttemptCounter
@@ -335,31 +337,23 @@ def _subscribe_queries(
             # Not answered: the asker reads a topic or partition we cannot reach. The error goes
             # to the topic (or, when there is none, the default one), where a reader of every
             # partition or an operator sees it.
-            reply = ErrorReply(query_id=guess_query_id(record.value), error=ErrorBody(code=exc.code, message=str(exc)))
+            reply = ErrorReply(query_id=guess_query_id(record.value), error=error_body(exc))
             if isinstance(exc, UnknownReplyTopic):
                 target = default_target
         except Exception as exc:  # a bug: the asker still hears back, on the default topic
             log.exception("query.reply_route_crashed")
-            reply = ErrorReply(
-                query_id=guess_query_id(record.value),
-                error=ErrorBody(code="internal", message=f"internal error: {type(exc).__name__}"),
-            )
+            reply = crash_reply(exc, guess_query_id(record.value))
             target, partition = default_target, None
         else:
             # Answered with an error, not skipped: an asker whose clock is behind the daemon's
             # by more than the cut-off would otherwise time out on every request, untold why.
             if expired:
                 too_old = expired_error(age_ms, cfg.query_max_age_ms)
-                error = ErrorBody(code=too_old.code, message=str(too_old))
-                reply = ErrorReply(query_id=guess_query_id(record.value), error=error)
+                reply = ErrorReply(query_id=guess_query_id(record.value), error=error_body(too_old))
             else:
                 reply = await answer(record.value, search, tenant)
-            if isinstance(reply, QueryReply):
-                reply = fit_reply(reply, cfg.reply_max_bytes)
-            elif isinstance(reply, GetReply):
-                reply = fit_get_reply(reply, cfg.reply_max_bytes)
-            elif isinstance(reply, ListReply):
-                reply = fit_list_reply(reply, cfg.reply_max_bytes)
+            if not isinstance(reply, ErrorReply):
+                reply = fit(reply, cfg.reply_max_bytes)
         elapsed = time.monotonic() - t0
         try:
             await publish_reply(reply.model_dump(mode="json"), target, message.correlation_id, partition)

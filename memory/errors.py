@@ -23,6 +23,7 @@ module: ``memory.index.errors``, ``graph.errors``, ``consumers.errors``)::
     ├── IndexError_ ── QuerySyntaxError (memory.index)   index_error
     ├── LeaseLost, NerUnavailable, LlmFailed (graph)
     ├── QueryFailed, WriteRejected (consumers: the client's view of a reply or an ack)
+    ├── RequestExpired (consumers)              expired            (a request past its age)
     ├── LauncherError (daemon.launcher)         launcher
     └── ConfigError (daemon.settings_check)     invalid_config     (at start, never in a reply)
 """

@@ -317,7 +317,11 @@ class Ingestor:
             if id(item) in compared and chunks and (why := differs_from_stored(item, chunks)) is not None:
                 report.outcomes[id(item)] = ItemOutcome("ignored", stored_version=item.version, conflict=why)
                 log.warning(
-                    "ingest.version_conflict_ignored", tenant=item.tenant, doc_id=item.doc_id, version=item.version, differs=why
+                    "ingest.version_conflict_ignored",
+                    tenant=item.tenant,
+                    doc_id=item.doc_id,
+                    version=item.version,
+                    differs=why,
                 )
             elif id(item) in copied:
                 report.outcomes[id(item)] = ItemOutcome("indexed", stored_version=item.version)

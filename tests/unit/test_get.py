@@ -7,7 +7,8 @@ import re
 
 import pytest
 
-from consumers.queries import fit_get_reply, parse_request, scope_of
+from consumers.queries import parse_request, scope_of
+from consumers.reply_fit import fit_get_reply
 from consumers.requests import EarlierVersion, GetItem, GetReply, GetRequest, RecentReply
 from memory.errors import InvalidRequest
 

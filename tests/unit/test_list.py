@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from consumers.queries import fit_list_reply, parse_request, scope_of
+from consumers.queries import parse_request, scope_of
+from consumers.reply_fit import fit_list_reply
 from consumers.requests import ListReply, ListRequest
 from memory.errors import InvalidRequest
 from memory.index.listings import expression_string

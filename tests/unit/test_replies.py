@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from consumers.queries import REPLY_CODES, fit_reply, reply_code
+from consumers.error_replies import REPLY_CODES, reply_code
 from consumers.replies import (
     PartitionCounts,
     UnknownReplyTopic,
@@ -16,6 +16,7 @@ from consumers.replies import (
     parse_reply_partition,
     reply_partition,
 )
+from consumers.reply_fit import fit_reply
 from consumers.requests import QueryReply, ResultItem
 from memory.errors import BackendUnavailable, EmbedderError, InvalidRequest, MemdError, NotFound, QueryRefused
 from memory.index import IndexError_, QuerySyntaxError
