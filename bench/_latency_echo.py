@@ -16,7 +16,7 @@ from faststream.kafka import KafkaBroker as FastStreamBroker
 from faststream.kafka.annotations import KafkaBroker as BrokerDep
 from faststream.kafka.annotations import KafkaMessage
 
-from consumers.routers import AssignmentWatcher
+from consumers.assignment import AssignmentWatcher
 
 
 async def start_echo(servers: Servers, requests: str, workers: int, fetch_wait_ms: int) -> FastStreamBroker:

@@ -1,4 +1,4 @@
-"""The ingest subscribers' rebalance listener (consumers.routers.AssignmentWatcher): records of
+"""The ingest subscribers' rebalance listener (consumers.assignment.AssignmentWatcher): records of
 partitions revoked before their batch was handled are left to the new owner, and their
 positions put back so that the commit after the batch does not pass them."""
 
@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from aiokafka import TopicPartition
 from aiokafka.errors import IllegalStateError
 
-from consumers.routers import AssignmentWatcher
+from consumers.assignment import AssignmentWatcher
 
 
 @dataclass(frozen=True)
