@@ -50,13 +50,14 @@ class Mem0(System):
         import redis.asyncio as aredis
 
         from daemon.launcher import free_port, start_redis
-        from memory.embedder import PACKAGED_MINILM, resolve_model_path
+        from memory.config import PACKAGED_MODEL
+        from memory.embedder import resolve_model_path
 
         url = f"redis://127.0.0.1:{free_port()}/0"
         self.redis = start_redis(url, data_dir=self.tmp / "redis", appendonly=True)
         port = free_port()
         python = str(PEERS_DIR / "mem0" / "bin" / "python")
-        args = [python, str(SERVER), str(port), url, str(resolve_model_path(PACKAGED_MINILM)), str(self.tmp / "h.db")]
+        args = [python, str(SERVER), str(port), url, str(resolve_model_path(PACKAGED_MODEL)), str(self.tmp / "h.db")]
         self.proc = spawn_logged(args, self.tmp / "mem0.log", None)
         self.base = f"http://127.0.0.1:{port}"
         await wait_http(f"{self.base}/health", None, 300, self.proc)

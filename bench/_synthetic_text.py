@@ -28,9 +28,10 @@ class SyntheticText:
     """
 
     def __init__(self, seed: int = 7) -> None:
-        from memory.embedder import PACKAGED_MINILM, resolve_model_path
+        from memory.config import PACKAGED_MODEL
+        from memory.embedder import resolve_model_path
 
-        vocab = Path(resolve_model_path(PACKAGED_MINILM)) / "vocab.txt"
+        vocab = Path(resolve_model_path(PACKAGED_MODEL)) / "vocab.txt"
         words = [w.strip() for w in vocab.read_text(encoding="utf-8").splitlines()]
         self.words = [w for w in words[1990:22000] if w.isalpha() and w.isascii() and len(w) >= 3]
         self.rng = random.Random(seed)

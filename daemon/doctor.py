@@ -16,6 +16,7 @@ from daemon.settings import Settings
 from daemon.status import group_members, measure_lag, past_end_text
 from daemon.teardown import bounded
 from daemon.topics import tenant_topics
+from memory.config import PACKAGED_DIMS
 from memory.errors import MemdError, NotFound
 from memory.generations import index_spec
 from memory.index import MAX_PAGE, ChunkIndex, GenerationRegistry, redis_now, translate_errors
@@ -32,9 +33,6 @@ from memory.server_policies import (
     search_timeout_policy,
 )
 from memory.tenants import TenantRegistry
-
-#: Vector dimensions of the packaged model, the default; other models are checked by name only.
-PACKAGED_DIMS = 384
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,8 +190,7 @@ async def _check_generation(client: Any, settings: Settings, dims: int | None) -
     building = ""
     reindexing = False
     if state.building:
-        sec, usec = await client.time()  # heartbeats are Redis's clock
-        now = sec + usec / 1e6
+        now = await redis_now(client)  # heartbeats are Redis's clock
         idle = now - state.building_heartbeat
         reindexing = state.build_alive(now)
         if state.building == state.active:  # switched; catching up, dropping, re-pointing
@@ -209,15 +206,7 @@ async def _check_generation(client: Any, settings: Settings, dims: int | None) -
     found = await _check_leftover_generations(client, settings, state.active, state.building, reindexing)
     have = state.spec.known(want)
     if want != have:
-        fix = "run `agentmemd reindex` with these settings, or run the daemon with the ones the index was built with"
-        if have.only_analysis_differs(want) and have.analyzer < want.analyzer:
-            # An upgrade that changed the text analysis: no setting brings the old one back.
-            fix = "run `agentmemd reindex`: this release analyzes text anew; chunks and vectors are kept"
-        elif have.same_vectors(want) and have.schema_digest != want.schema_digest:
-            fix = (
-                "run `agentmemd reindex` with these settings (where only the filter keys changed, chunks "
-                "and vectors are kept), or run the daemon with the ones the index was built with"
-            )
+        fix = have.fix_for(want)
         return [
             Finding(
                 "index generation",

@@ -19,12 +19,17 @@ import uuid
 import redis.asyncio as aredis
 
 from graph import scripts
+from memory import keys
 from memory.index import translate_errors
 
 
 def claim_value(owner: str, token: int) -> str:
     """What a claim's key holds while the claim stands (``claim.lua`` writes it)."""
     return f"{owner}|{token}"
+
+
+#: The lease the community recompute holds while it computes and stores the communities.
+RECOMPUTE_LOCK = "recompute"
 
 
 class Leases:
@@ -38,7 +43,7 @@ class Leases:
         self._renew = client.register_script(scripts.RENEW)
 
     def _k(self, suffix: str) -> str:
-        return f"{self._prefix}:{suffix}"
+        return keys.graph_key(self._prefix, suffix)
 
     async def claim(self, cid: str, owner: str, ttl_s: float, *, now: float | None = None) -> int | None:
         """A short lease on summarizing one community that is due, so daemons never duplicate work.
@@ -73,15 +78,17 @@ class Leases:
         """
         lease = f"{owner}|{uuid.uuid4().hex[:12]}"
         async with translate_errors("lock"):
-            taken = await self._r.set(self._k(f"lock:{name}"), lease, nx=True, px=int(ttl_s * 1000))
+            taken = await self._r.set(keys.graph_lock_key(self._prefix, name), lease, nx=True, px=int(ttl_s * 1000))
         return lease if taken else None
 
     async def renew(self, name: str, lease: str, ttl_s: float) -> bool:
         """Extend a lease that is still ours; false when it expired (and may be another's)."""
         async with translate_errors("lock"):
-            return bool(await self._renew(keys=[self._k(f"lock:{name}")], args=[lease, int(ttl_s * 1000)]))
+            return bool(
+                await self._renew(keys=[keys.graph_lock_key(self._prefix, name)], args=[lease, int(ttl_s * 1000)])
+            )
 
     async def unlock(self, name: str, lease: str) -> None:
         """Release a lease that is still ours (one atomic compare-and-delete)."""
         async with translate_errors("lock"):
-            await self._release(keys=[self._k(f"lock:{name}")], args=[lease])
+            await self._release(keys=[keys.graph_lock_key(self._prefix, name)], args=[lease])

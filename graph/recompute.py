@@ -18,6 +18,7 @@ from graph.communities import assign_ids, detect
 from graph.compute import Offload
 from graph.config import GraphConfig
 from graph.errors import LeaseLost
+from graph.leases import RECOMPUTE_LOCK
 from graph.store import GraphStore
 from memory.errors import MemdError
 from memory.index import ChunkIndex
@@ -65,7 +66,7 @@ class Recomputer:
         """
         if not force and not await self._recompute_due():
             return None
-        async with self._lease("recompute") as lease:
+        async with self._lease(RECOMPUTE_LOCK) as lease:
             if lease is None:
                 return None
             return await self._recompute_under(lease, force=force)
@@ -187,7 +188,7 @@ class Recomputer:
         # bring an id back between the check below and its delete.
         if locked:
             return await self._drop_pending()
-        async with self._lease("recompute") as lease:
+        async with self._lease(RECOMPUTE_LOCK) as lease:
             return 0 if lease is None else await self._drop_pending()  # None: a recompute drops them
 
     async def _drop_pending(self) -> int:

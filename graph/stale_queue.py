@@ -29,6 +29,7 @@ from typing import Any
 import redis.asyncio as aredis
 
 from graph import scripts
+from memory import keys
 from memory.index import translate_errors
 from memory.schema import as_str
 
@@ -91,7 +92,7 @@ class StaleQueue:
         self._mark = client.register_script(scripts.MARK)
 
     def _k(self, suffix: str) -> str:
-        return f"{self._prefix}:{suffix}"
+        return keys.graph_key(self._prefix, suffix)
 
     async def due(self, now: float, limit: int) -> list[str]:
         """Stale community ids due at ``now``, in the queue's order: those an edit marked while

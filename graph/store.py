@@ -27,7 +27,7 @@ from graph import scripts
 from graph.communities import Community
 from graph.contribution import Contribution, ContributionResult
 from graph.errors import LeaseLost
-from graph.leases import Leases, claim_value
+from graph.leases import RECOMPUTE_LOCK, Leases, claim_value
 from graph.stale_queue import StaleItem, StaleQueue
 from graph.summary_records import SummaryRecords
 from memory import keys
@@ -75,7 +75,7 @@ class GraphStore:
         self._leases = Leases(client=client, prefix=self.prefix)
 
     def _k(self, suffix: str) -> str:
-        return f"{self.prefix}:{suffix}"
+        return keys.graph_key(self.prefix, suffix)
 
     async def erased(self) -> bool:
         """Whether this graph's tenant is erased now (``memory.tenants``): nothing of it may be written."""
@@ -264,7 +264,7 @@ class GraphStore:
         async with translate_errors("community write"):
             top = int(await self._r.incrby(self._k("fence"), len(changed))) if changed else 0
         gens = {cid: top - i for i, cid in enumerate(sorted(changed))}
-        lock_key = self._k("lock:recompute")
+        lock_key = keys.graph_lock_key(self.prefix, RECOMPUTE_LOCK)
         async with translate_errors("community write"), self._r.pipeline(transaction=True) as pipe:
             if lease is not None:
                 await pipe.watch(lock_key)

