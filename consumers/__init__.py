@@ -13,13 +13,15 @@ if TYPE_CHECKING:
     from consumers.events import DlqRecord, DocumentEvent, ForgetEvent, TranscriptEvent
     from consumers.requests import ErrorReply, HybridParams, QueryReply, QueryRequest, ResultItem
     from consumers.routers import build_router
-    from memory.errors import BackendUnavailable, InvalidRequest, MemdError, NotFound
+    from consumers.threaded_client import ThreadedClient
+    from memory.errors import BackendUnavailable, InvalidEvent, InvalidRequest, MemdError, NotFound
 
 # Names load on first use, so importing one light piece (the client, a config model) does not
 # pull in the rest (the model, Redis search, FastStream).
 _HOMES: dict[str, str] = {
     # The errors a client raises, in one import with the client's own.
     "BackendUnavailable": "memory.errors",
+    "InvalidEvent": "memory.errors",
     "InvalidRequest": "memory.errors",
     "MemdError": "memory.errors",
     "NotFound": "memory.errors",
@@ -35,6 +37,7 @@ _HOMES: dict[str, str] = {
     "QueryReply": "consumers.requests",
     "QueryRequest": "consumers.requests",
     "ResultItem": "consumers.requests",
+    "ThreadedClient": "consumers.threaded_client",
     "Topics": "consumers.config",
     "TranscriptEvent": "consumers.events",
     "build_router": "consumers.routers",
@@ -52,6 +55,7 @@ __all__ = [
     "ErrorReply",
     "ForgetEvent",
     "HybridParams",
+    "InvalidEvent",
     "InvalidRequest",
     "MemdError",
     "MemoryClient",
@@ -60,6 +64,7 @@ __all__ = [
     "QueryReply",
     "QueryRequest",
     "ResultItem",
+    "ThreadedClient",
     "Topics",
     "TranscriptEvent",
     "WriteRejected",

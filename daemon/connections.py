@@ -6,6 +6,7 @@ from typing import Any
 
 import redis.asyncio as aredis
 
+from consumers.client import MemoryClient
 from daemon.settings import Settings
 
 
@@ -27,3 +28,23 @@ def redis_client(settings: Settings) -> aredis.Redis:
 def kafka_options(settings: Settings) -> dict[str, Any]:
     """aiokafka keyword arguments for the configured Kafka security."""
     return settings.kafka_security.aiokafka_kwargs()
+
+
+def memory_client(settings: Settings | None = None, *, tenant: str | None = None, **options: Any) -> MemoryClient:
+    """A ``MemoryClient`` of the daemon the settings describe (``AGENTMEM_*`` variables, a ``.env``
+    in the working directory, the config file: as the CLI reads them), with its broker, topics,
+    Kafka security and content limit. ``tenant`` and ``options`` (``timeout_s``,
+    ``reply_partition``, ...) as for ``MemoryClient``.
+
+    Raises:
+        ValidationError: the settings are invalid (``agentmemd config show`` says which).
+    """
+    settings = Settings() if settings is None else settings
+    return MemoryClient(
+        bootstrap=settings.kafka_bootstrap,
+        topics=settings.topics,
+        tenant=tenant,
+        kafka_options=kafka_options(settings),
+        max_content_bytes=settings.ingest.max_content_bytes,
+        **options,
+    )

@@ -13,7 +13,7 @@ from consumers.client_core import DEFAULT_TIMEOUT_S
 from consumers.errors import QueryFailed
 from consumers.events import WriteAck
 from daemon.cli._app import _fail, _settings
-from daemon.connections import kafka_options
+from daemon.connections import memory_client
 from daemon.settings import Settings
 from memory.errors import InvalidRequest, MemdError
 from memory.filters import filter_from_pairs
@@ -56,15 +56,10 @@ def _with_client(
     settings = _settings() if settings is None else settings
 
     async def main() -> T:
-        async with MemoryClient(
-            bootstrap=settings.kafka_bootstrap,
-            topics=settings.topics,
-            # A tenant's client reads the tenant's own reply topic, as the daemon's default for
-            # it: never the shared one, which every tenant reads and topic ACLs may not grant.
-            tenant=tenant,
-            kafka_options=kafka_options(settings),
-            max_content_bytes=settings.ingest.max_content_bytes,
-            timeout_s=DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s,
+        # A tenant's client reads the tenant's own reply topic, as the daemon's default for
+        # it: never the shared one, which every tenant reads and topic ACLs may not grant.
+        async with memory_client(
+            settings, tenant=tenant, timeout_s=DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s
         ) as client:
             return await fn(client)
 

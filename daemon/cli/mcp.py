@@ -10,7 +10,7 @@ import typer
 from consumers.client import MemoryClient
 from daemon.cli._app import _fail, _settings, app
 from daemon.cli._client import _tenant_target
-from daemon.connections import kafka_options
+from daemon.connections import memory_client
 from daemon.explore.access import is_loopback
 from daemon.mcp_tools import MemoryTools
 from memory.errors import MemdError
@@ -43,14 +43,7 @@ def mcp(
         )
 
     def make_client() -> MemoryClient:
-        return MemoryClient(
-            bootstrap=settings.kafka_bootstrap,
-            topics=settings.topics,
-            tenant=target,
-            timeout_s=cfg.timeout_s,
-            kafka_options=kafka_options(settings),
-            max_content_bytes=settings.ingest.max_content_bytes,
-        )
+        return memory_client(settings, tenant=target, timeout_s=cfg.timeout_s)
 
     status_host = "127.0.0.1" if settings.http_host in ("0.0.0.0", "::", "") else settings.http_host
     status_url = f"http://{status_host}:{settings.http_port}" if settings.http_port else None

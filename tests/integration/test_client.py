@@ -29,6 +29,7 @@ from structlog.testing import capture_logs
 import consumers.transport
 from consumers.client import MemoryClient
 from consumers.errors import QueryFailed
+from daemon.connections import memory_client
 from daemon.instance import Daemon
 from daemon.settings import Settings
 from memory.errors import BackendUnavailable, InvalidRequest
@@ -250,6 +251,24 @@ async def test_query_sends_scope_identifier_weight_and_tenant(env) -> None:
         assert other.results == []
         with pytest.raises(InvalidRequest, match="tenant"):
             await memory.query("x", tenant="a.b")
+
+
+async def test_memory_client_reads_the_settings_the_cli_reads(env, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``daemon.connections.memory_client()`` takes its broker and topics from the AGENTMEM_
+    variables, as the CLI does: with the module's daemon's, it asks that daemon; with another
+    requests topic, nobody answers."""
+    daemon, plain, settings = env
+    await _ledger_indexed(daemon, plain)
+    for name, value in settings_env(settings).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("AGENTMEM_CONSUMER__TENANCY", "topic")
+    async with memory_client(tenant=TENANT) as memory:
+        reply = await memory.query("ERR_LEDGER_LOCK_9C1", top_k=1)
+    assert [r.doc_id for r in reply.results][:1] in ([d] for d in DOCS)
+    monkeypatch.setenv("AGENTMEM_TOPICS__REQUESTS", f"{settings.topics.requests}-elsewhere")
+    async with memory_client(tenant=TENANT, timeout_s=2) as lost:
+        with pytest.raises(TimeoutError, match=r"-elsewhere"):
+            await lost.query("ERR_LEDGER_LOCK_9C1")
 
 
 async def test_query_selects_a_time_range_and_replies_say_when(env) -> None:
