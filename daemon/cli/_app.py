@@ -28,7 +28,20 @@ from memory.errors import MemdError
 
 T = TypeVar("T")
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help="agent-memory-daemon: long-term memory for agents.")
+#: Where every command's settings come from, said under the help of the root and the servers.
+SETTINGS_EPILOG = (
+    "Settings: AGENTMEM_* environment variables, or the same in a .env file in the working directory "
+    "(every command started there reads it). Addresses: AGENTMEM_KAFKA_BOOTSTRAP (127.0.0.1:9092), "
+    "AGENTMEM_REDIS_URL (redis://127.0.0.1:6379/0), AGENTMEM_HTTP_PORT (8080). "
+    "`agentmemd config show` prints them all; docs/configuration.md says what each does."
+)
+
+app = typer.Typer(
+    no_args_is_help=True,
+    add_completion=False,
+    help="agent-memory-daemon: long-term memory for agents.",
+    epilog=SETTINGS_EPILOG,
+)
 
 out = Console()
 # Piped output is for grep and scripts: whole lines (a chunk id cut at 80 columns names nothing).

@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from daemon.cli._app import _fail, _run_with_signals, _settings, app
+from daemon.cli._app import SETTINGS_EPILOG, _fail, _run_with_signals, _settings, app
 from daemon.settings import Settings
 from memory.errors import MemdError
 
@@ -28,7 +28,7 @@ def _embedded(settings: Settings) -> Any:
     return embedded_servers(settings.kafka_bootstrap, settings.redis_url, settings.data_dir, redis_password=password)
 
 
-@app.command()
+@app.command(epilog=SETTINGS_EPILOG)
 def up() -> None:
     """Start the embedded broker and Redis, then the daemon, in the foreground (Ctrl-C stops all)."""
     settings = _embedded_session(_settings())
@@ -66,7 +66,7 @@ def _embedded_session(settings: Settings) -> Settings:
     return settings.model_copy(update={"consumer": consumer})
 
 
-@app.command()
+@app.command(epilog=SETTINGS_EPILOG)
 def run() -> None:
     """Run only the daemon, against the configured Kafka and Redis (production)."""
     settings = _settings()
@@ -78,7 +78,7 @@ def run() -> None:
         raise _fail(exc) from exc
 
 
-@app.command()
+@app.command(epilog=SETTINGS_EPILOG)
 def servers() -> None:
     """Start only the embedded broker (tansu, in-memory log) and Redis with search (AOF)."""
     settings = _settings()
