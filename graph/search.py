@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from typing import Literal
+from typing import Literal, get_args
 
 from graph.store import GraphStore
 from memory.errors import InvalidRequest
 from memory.filters import FilterSpec
+from memory.records import Kind
 from memory.retrieval import Retriever
 from memory.search_results import Lookup, SearchOutcome
 from memory.search_spec import SearchSpec
@@ -23,14 +24,18 @@ SCOPE_KINDS: dict[str, tuple[str, ...] | None] = {
 
 
 def outside_scope(flt: FilterSpec | None, scope: Scope) -> str | None:
-    """Why a ``kind`` filter can match nothing in ``scope`` (every kind it names is outside
-    the scope's), or None: such a search would answer an empty list, untold why (pure)."""
+    """Why a ``kind`` filter can match nothing in ``scope`` (every kind it names is no kind, or
+    outside the scope's), or None: such a search would answer an empty list, untold why (pure)."""
     kinds = SCOPE_KINDS[scope]
     wanted = (flt or {}).get("kind")
-    if kinds is None or wanted is None or isinstance(wanted, dict):
+    if wanted is None or isinstance(wanted, dict):
         return None
     named = [wanted] if isinstance(wanted, str) else list(wanted)
-    if not named or any(k in kinds for k in named):
+    every = get_args(Kind)
+    if named and not any(k in every for k in named):
+        listed = ", ".join(map(repr, named))
+        return f"metadata_filter['kind'] names {listed}: no kind of memory (they are {', '.join(every)})"
+    if kinds is None or not named or any(k in kinds for k in named):
         return None
     other = "communities" if "community" in named else "chunks"
     return (

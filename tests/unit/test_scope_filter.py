@@ -12,6 +12,13 @@ def test_a_kind_outside_the_scope_is_named_with_the_scope_to_ask() -> None:
     assert why is not None and "'chunks'" in why
 
 
+def test_a_kind_that_is_none_is_named_as_such_in_every_scope() -> None:
+    for scope in ("chunks", "communities", "all"):
+        why = outside_scope({"kind": "foo"}, scope)  # type: ignore[arg-type]
+        assert why is not None and "'foo': no kind of memory" in why and "outside" not in why, why
+    assert outside_scope({"kind": ["foo", "document"]}, "chunks") is None
+
+
 def test_a_kind_the_scope_holds_or_an_exclusion_is_no_conflict() -> None:
     assert outside_scope({"kind": ["community", "document"]}, "chunks") is None  # one of them can match
     assert outside_scope({"kind": "community"}, "all") is None
