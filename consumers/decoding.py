@@ -7,7 +7,7 @@ import json
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, get_args
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
@@ -142,14 +142,38 @@ def dlq_body(record: DlqRecord, max_bytes: int) -> tuple[bytes, bytes | None]:
     return body, key
 
 
-def validation_reason(exc: ValidationError, *, root: str = "(body)") -> str:
+def validation_reason(exc: ValidationError, *, root: str | None = None, model: type[BaseModel] | None = None) -> str:
     """The first five problems pydantic found, one line (``metadata.blob: String should …``);
-    ``root`` names a problem of the whole object."""
+    ``root`` names a problem of the whole object (unnamed: its message alone). With ``model``,
+    an unknown field that spells one of its fields nearly right says which."""
     parts = []
     for err in exc.errors(include_url=False)[:5]:
         loc = ".".join(str(p) for p in err["loc"]) or root
-        parts.append(f"{loc}: {err['msg']}")
+        msg = err["msg"]
+        if err["type"] == "value_error":  # our own validators' words, without pydantic's prefix
+            msg = msg.removeprefix("Value error, ")
+        elif err["type"] == "extra_forbidden" and model is not None and err["loc"]:
+            fields = _fields_at(model, err["loc"][:-1])
+            if near := near_spelling(str(err["loc"][-1]), fields):
+                msg = f"unknown field: did you mean {near!r}?"
+            else:
+                msg = "unknown field"
+        parts.append(f"{loc}: {msg}" if loc else msg)
     return "; ".join(parts)
+
+
+def _fields_at(model: type[BaseModel], path: Sequence[int | str]) -> list[str]:
+    """The fields of the model nested in ``model`` at ``path`` (``("hybrid_params",)``), or none."""
+    for step in path:
+        field = model.model_fields.get(str(step))
+        if field is None:
+            return []
+        nested = [a for a in (field.annotation, *get_args(field.annotation)) if isinstance(a, type)]
+        found = next((a for a in nested if issubclass(a, BaseModel)), None)
+        if found is None:
+            return []
+        model = found
+    return list(model.model_fields)
 
 
 def parse_event(raw: bytes | None, model: type[E]) -> E:
@@ -162,7 +186,7 @@ def parse_event(raw: bytes | None, model: type[E]) -> E:
     try:
         return model.model_validate_json(raw or b"")
     except ValidationError as exc:
-        raise ValueError(validation_reason(exc) + _misspelt(raw, exc)) from exc
+        raise ValueError(validation_reason(exc, model=model) + _misspelt(raw, exc)) from exc
 
 
 def _misspelt(raw: bytes | None, exc: ValidationError) -> str:

@@ -147,6 +147,29 @@ def test_bad_requests_are_invalid_request(raw: bytes, fragment: str) -> None:
         parse_request(raw)
 
 
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        (b'{"query_id": "q", "search_text": "x", "topk": 5}', "topk: unknown field: did you mean 'top_k'?"),
+        (
+            b'{"query_id": "q", "search_text": "x", "hybrid_params": {"dense_wieght": 1}}',
+            "hybrid_params.dense_wieght: unknown field: did you mean 'dense_weight'?",
+        ),
+        (b'{"query_id": "q", "search_text": "x", "bogus": 1}', "bogus: unknown field"),
+        (
+            b'{"query_id": "q", "search_text": "x", "time_range": '
+            b'{"since": "2026-11-02T00:00:00Z", "until": "2026-11-01T00:00:00Z"}}',
+            "time_range: time_range.since is after time_range.until",
+        ),
+    ],
+)
+def test_a_requests_reason_names_the_field_meant_and_no_library_prefix(raw: bytes, reason: str) -> None:
+    with pytest.raises(InvalidRequest) as caught:
+        parse_request(raw)
+    assert str(caught.value).startswith(reason), str(caught.value)
+    assert "Value error" not in str(caught.value)
+
+
 def test_content_within_the_limit_is_taken_however_json_escapes_it() -> None:
     """CJK text of 99 KB under a 100 KB limit is 198 KB as ASCII-escaped JSON (each character
     one \\uXXXX): it is within the limit and decodes; content over it is refused."""
