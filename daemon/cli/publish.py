@@ -122,7 +122,7 @@ def publish_doc(
     """Upsert documents from files."""
     _check_timeout(wait, timeout)
     stamp = _stamp(timestamp)
-    settings = _settings()
+    settings = _settings(client=True)
     target = _tenant_target(settings.consumer.tenancy, tenant)
     if doc_id is not None and not doc_id.strip():
         raise typer.BadParameter("--doc-id is empty: name the document, or leave it out for the path")
@@ -183,7 +183,7 @@ def publish_delete(
 ) -> None:
     """Delete a document (every chunk of it)."""
     _check_timeout(wait, timeout)
-    settings = _settings()
+    settings = _settings(client=True)
     target = _tenant_target(settings.consumer.tenancy, tenant)
     r = _with_client(
         lambda c: c.delete_document(doc_id, version=version, wait=wait, timeout_s=timeout), settings, target
@@ -215,7 +215,7 @@ def publish_observation(
     _check_timeout(wait, timeout)
     stamp = _stamp(timestamp)
     metadata = _pairs(meta, "--meta")
-    settings = _settings()
+    settings = _settings(client=True)
     target = _tenant_target(settings.consumer.tenancy, tenant)
     r = _with_client(
         lambda c: c.publish_observation(
@@ -256,7 +256,7 @@ def publish_forget(
         raise typer.BadParameter("give --session-id, or --all-sessions to forget every session of the agent")
     if turn is not None and session_id is None:
         raise typer.BadParameter("--turn forgets one turn of the session --session-id names")
-    settings = _settings()
+    settings = _settings(client=True)
     target = _tenant_target(settings.consumer.tenancy, tenant)
     r = _with_client(
         lambda c: c.forget(
