@@ -169,9 +169,16 @@ class Explorer:
         )
 
     def _page(
-        self, request: web.Request, title: str, body: str, view: str, crumbs: list[str] | None = None
+        self,
+        request: web.Request,
+        title: str,
+        body: str,
+        view: str,
+        crumbs: list[str] | None = None,
+        *,
+        status: int = 200,
     ) -> web.Response:
-        return html_response(page(title, body, view=view, who=self._who(request), crumbs=crumbs or []))
+        return html_response(page(title, body, view=view, who=self._who(request), crumbs=crumbs or []), status)
 
     def _crumbs(self, tenant: str, *more: str) -> list[str]:
         return [
@@ -192,6 +199,8 @@ class Explorer:
     async def tenant(self, request: web.Request) -> web.Response:
         """A tenant's agents and documents (first pages)."""
         tenant = await self._tenant(request)
+        if principal_of(request).tenant is None and tenant not in await self._reads.tenants():
+            return self._error(request, f"no tenant {tenant!r} has written to this memory", 404)
         n = self._cfg.page_size
         agents, more_agents = await self._reads.groups("agents", tenant, offset=0, limit=n)
         docs, more_docs = await self._reads.groups("documents", tenant, offset=0, limit=n)
@@ -244,7 +253,8 @@ class Explorer:
         doc_id = request.query.get("doc", "")
         chunks, earlier = await self._reads.document(tenant, doc_id)
         body = document_body(tenant, doc_id, chunks, earlier)
-        return self._page(request, doc_id, body, "tenants", self._crumbs(tenant, esc(doc_id)))
+        found = 200 if chunks or earlier else 404
+        return self._page(request, doc_id, body, "tenants", self._crumbs(tenant, esc(doc_id)), status=found)
 
     async def chunks(self, request: web.Request) -> web.Response:
         """A tenant's chunks, newest first, keyset-paged."""
@@ -274,15 +284,15 @@ class Explorer:
             until=q.get("until", ""),
             tenants=tuple(await self._visible_tenants(request)),
         )
-        body = form_html(form)
+        body, status = form_html(form), 200
         if form.q.strip():
             try:
                 answer = await self._reads.ask(form, tenant)
-            except InvalidRequest as exc:
-                body += error_html(str(exc))
+            except InvalidRequest as exc:  # the form again, with what to mend
+                body, status = body + error_html(str(exc)), 400
             else:
                 body += results_html(answer.outcome, answer.weights, answer.rrf_k, answer.texts, tenant, answer.stale)
-        return self._page(request, "Ask and see why", body, "ask")
+        return self._page(request, "Ask and see why", body, "ask", status=status)
 
     async def graph(self, request: web.Request) -> web.Response:
         """The tenant's communities and stale queue."""

@@ -219,9 +219,17 @@ async def test_browse_tenants_to_a_turn_in_a_real_browser(env: Env) -> None:
     dom = await browse(env, "/explore", "tenants", height=500)
     assert all(f">{t}</a>" in dom for t in TENANTS), dom[:2000]
     # The pages between are the server's HTML as sent (no script changes a page here).
-    _, body, _ = await get(env.base + "/explore/tenant?tenant=acme")
+    status, body, _ = await get(env.base + "/explore/tenant?tenant=acme")
+    assert status == 200
     assert 'href="/explore/sessions?tenant=acme&amp;agent=ops-bot">ops-bot</a>' in body
     assert "runbooks/billing.md</a>" in body
+    # What is not there is a 404, saying so: a tenant nobody wrote for, a document never written.
+    status, body, _ = await get(env.base + "/explore/tenant?tenant=nope")
+    assert status == 404 and "no tenant &#x27;nope&#x27;" in body, body[-800:]
+    status, body, _ = await get(env.base + "/explore/document?tenant=acme&doc=runbooks/nope.md")
+    assert status == 404 and "never written" in body, body[-800:]
+    status, _, _ = await get(env.base + "/explore/document?tenant=acme&doc=runbooks/billing.md")
+    assert status == 200
     _, body, _ = await get(env.base + "/explore/sessions?tenant=acme&agent=ops-bot")
     assert 'href="/explore/turns?tenant=acme&amp;agent=ops-bot&amp;session=s1">s1</a>' in body
     dom = await browse(env, "/explore/turns?tenant=acme&agent=ops-bot&session=s1", "turns", height=500)
@@ -286,8 +294,9 @@ async def test_ask_shows_each_legs_rank_beside_the_fused_score(env: Env) -> None
     # A mistyped field is named in words, not as Python's or pydantic's own text; an age is a time.
     asked = urllib.parse.urlencode({"tenant": "acme", "q": query})
     for bad, says in (("k=abc", "k (results) is no whole number: &#x27;abc&#x27;"), ("since=yesterday", "since takes")):
-        _, body, _ = await get(env.base + f"/explore/ask?{asked}&{bad}")
+        status, body, _ = await get(env.base + f"/explore/ask?{asked}&{bad}")
         assert says in body and "pydantic" not in body and "invalid literal" not in body, body[-1500:]
+        assert status == 400
     _, aged, _ = await get(env.base + f"/explore/ask?{params}&since=3650d")
     assert 'id="results"' in aged and 'id="error"' not in aged and "since takes" not in aged
 
