@@ -218,9 +218,9 @@ def _subscribe_queries(
         fetch_max_wait_ms=cfg.query_fetch_max_wait_ms,
         session_timeout_ms=cfg.session_timeout_ms,
         heartbeat_interval_ms=cfg.heartbeat_ms,
-        # "latest" lost every request sent to a new tenant topic (or partition) before the
-        # pattern subscription found it: the group has no offset there. From the beginning,
-        # with old requests skipped by age (query_max_age_ms), answers those instead.
+        # A new tenant topic (or partition) has no offset of the group yet: "latest" would skip
+        # every request sent before the pattern subscription found it. From the beginning,
+        # with old requests skipped by age (query_max_age_ms), answers those.
         auto_offset_reset="earliest",
         no_reply=True,
         parser=_parser_one,

@@ -51,9 +51,9 @@ def fallback_configs(
 
 
 def _raise_topic_errors(resp: Any, replication: int) -> None:
-    """The admin client returns a topic's creation error in the response instead of raising
-    it: without this, a topic the broker refused (a replication factor above its brokers, no
-    CREATE permission) was logged as created, and the daemon started without it."""
+    """Raise the topic creation errors the admin client returns in its response instead of
+    raising them, so a topic the broker refused (a replication factor above its brokers, no
+    CREATE permission) is never taken for created."""
     failed = []
     for name, code, *message in getattr(resp, "topic_errors", ()):
         if code in (0, TopicAlreadyExistsError.errno):  # created, or another daemon won the race

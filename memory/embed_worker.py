@@ -1,13 +1,9 @@
 """The daemon's handle on the embedding model's own process: it starts, supervises and
 restarts the worker, and turns its deaths and hangs into errors.
 
-Why a process and not a thread: torch releases the GIL inside each op but takes it back
-between ops, and one forward pass of the model is a few hundred ops. In a thread of the
-daemon, every one of those hand-overs waits for the event loop (or spaCy, or the stemmer)
-to reach the interpreter's switch interval, and the event loop in turn stalls behind the
-encoder's Python glue. Measured on this machine: a batch encoded next to one busy Python
-thread takes ~20% longer; next to a busy *process*, no longer at all. In its own
-interpreter the model competes for cores only, which the OS schedules well.
+A process, not a thread: torch takes the GIL back between its few hundred ops per forward
+pass, so in a thread the encoder and the event loop stall behind each other; in its own
+interpreter the model competes for cores only (decision 0003).
 
 The worker's entry point and its side of the pipe protocol are ``memory.embed_child``;
 the model code it runs is ``memory.embed_model``.

@@ -94,10 +94,9 @@ class _Listings(_Lifecycle):
         # Listed again until a pass finds nothing new: the listing pages by offset, and chunks
         # deleted meanwhile (another daemon forgetting one of these sessions) move later ones
         # up past a page boundary, unseen (a few turns of an agent-wide forget would survive).
-        # Bounded: new matching turns could keep arriving. Not an FT.AGGREGATE cursor:
-        # RediSearch ends a paused cursor early, without an error, when writes meanwhile changed
-        # a numeric tree it reads (measured: 1,000 of 3,000 hits, with 20,000 numeric values
-        # written between two reads), and every pass would stop there.
+        # Bounded: new matching turns could keep arriving. Not an FT.AGGREGATE cursor: RediSearch
+        # ends a paused cursor early, silently, when writes change a numeric tree it reads
+        # (decision 0021).
         for _ in range(_LISTING_PASSES):
             before = len(found)
             found |= {

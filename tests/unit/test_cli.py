@@ -132,7 +132,7 @@ def test_tenant_topics_are_refused_in_single_tenancy(monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("AGENTMEM_CONSUMER__TENANCY", "single")
     monkeypatch.setenv("AGENTMEM_KAFKA_BOOTSTRAP", "127.0.0.1:1")  # nothing listens: never reached
     # Logging set up on CliRunner's stream would outlive it: later tests' logs would hit a closed file.
-    monkeypatch.setattr("daemon.cli._app.configure_logging", lambda *_: None)
+    monkeypatch.setattr("daemon.cli._app.configure_logging", lambda *_, **__: None)
     res = CliRunner().invoke(app, ["topics", "--tenant", "acme"])
     assert res.exit_code == 1
     assert "AGENTMEM_CONSUMER__TENANCY=topic" in " ".join(res.output.split())
@@ -301,7 +301,7 @@ def test_bad_options_are_refused_before_anything_connects(
     doc = tmp_path / "a.md"
     doc.write_text("A note.")
     monkeypatch.setenv("AGENTMEM_KAFKA_BOOTSTRAP", "127.0.0.1:1")  # nothing listens: never reached
-    monkeypatch.setattr("daemon.cli._app.configure_logging", lambda *_: None)
+    monkeypatch.setattr("daemon.cli._app.configure_logging", lambda *_, **__: None)
     res = CliRunner().invoke(app, [a.format(path=doc) for a in args])
     assert res.exit_code == 2, res.output
     assert said in " ".join(res.output.split()), res.output
