@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated
@@ -102,9 +103,40 @@ def binary_at(text: str) -> int | None:
     return odd[0] if odd and len(odd) * 100 > len(head) else None
 
 
+#: Documents a bulk publish keeps in flight (sent, their acks awaited) at once.
+PUBLISH_IN_FLIGHT = 16
+
+
+def expand(paths: list[Path]) -> tuple[list[Path], list[Path]]:
+    """The files of ``paths`` (each file as given, a directory's files under it in path order,
+    hidden ones and those under hidden directories left out), each once; and the directories'
+    files left out as holding no text (empty, binary, not UTF-8)."""
+    files: list[Path] = []
+    skipped: list[Path] = []
+    for path in paths:
+        if not path.is_dir():
+            files.append(path)
+            continue
+        for found in sorted(path.rglob("*")):
+            if not found.is_file() or any(part.startswith(".") for part in found.relative_to(path).parts):
+                continue
+            try:
+                text = _read_text(found)
+            except InvalidEvent:
+                text = ""
+            (files if text.strip() else skipped).append(found)
+    return list(dict.fromkeys(files)), skipped
+
+
 @publish_app.command("doc")
 def publish_doc(
-    paths: Annotated[list[Path], typer.Argument(help="Files to publish (UTF-8 text).", exists=True, dir_okay=False)],
+    paths: Annotated[
+        list[Path],
+        typer.Argument(
+            help="Files to publish (UTF-8 text), or directories: their text files, hidden ones left out.",
+            exists=True,
+        ),
+    ],
     doc_id: Annotated[
         str | None,
         typer.Option(
@@ -126,8 +158,14 @@ def publish_doc(
     target = _tenant_target(settings.consumer.tenancy, tenant)
     if doc_id is not None and not doc_id.strip():
         raise typer.BadParameter("--doc-id is empty: name the document, or leave it out for the path")
+    paths, skipped = expand(paths)
     if doc_id and len(paths) != 1:
-        raise typer.BadParameter("--doc-id needs exactly one path")
+        raise typer.BadParameter("--doc-id needs exactly one file")
+    if skipped:
+        shown = ", ".join(map(str, skipped[:5])) + (", ..." if len(skipped) > 5 else "")
+        err.print(f"skipped {len(skipped)} file(s) holding no text (empty, binary or not UTF-8): {shown}")
+    if not paths:
+        raise typer.BadParameter("no text file to publish in the paths given")
     metadata = _pairs(meta, "--meta")
     if any(isinstance(v, list) for v in metadata.values()):
         raise typer.BadParameter("--meta keys must be unique")
@@ -142,12 +180,15 @@ def publish_doc(
                 )
             except InvalidEvent as exc:
                 raise InvalidEvent(f"{path}: {exc}" if str(path) not in str(exc) else str(exc)) from exc
+        # Several in flight: each document is its own key, so their order does not matter, and
+        # a bulk load waits for the slowest ack of each group, not for every ack in turn.
+        room = asyncio.Semaphore(PUBLISH_IN_FLIGHT)
         with Progress(console=err, transient=True, disable=len(paths) < 2) as progress:
             task = progress.add_task("publishing", total=len(paths))
-            receipts = []
-            for path in paths:
-                receipts.append(
-                    await client.publish_document(
+
+            async def one(path: Path) -> Receipt:
+                async with room:
+                    receipt = await client.publish_document(
                         doc_id or str(path),
                         _read_text(path),
                         version=version,
@@ -156,9 +197,14 @@ def publish_doc(
                         wait=wait,
                         timeout_s=timeout,
                     )
-                )
                 progress.advance(task)
-        return receipts
+                return receipt
+
+            done = await asyncio.gather(*(one(path) for path in paths), return_exceptions=True)
+        # Every write was sent and its ack awaited; the first failure is the command's.
+        if failed := next((r for r in done if isinstance(r, BaseException)), None):
+            raise failed
+        return [r for r in done if isinstance(r, Receipt)]
 
     receipts = _with_client(send, settings, target)
     if not wait:

@@ -544,6 +544,31 @@ async def test_cli_publish_in_topic_tenancy_needs_a_tenant_and_writes_to_its_top
         await admin.close()
 
 
+async def test_cli_publishes_a_directorys_text_files_and_says_what_it_skipped(env, tmp_path: Path) -> None:
+    """`publish doc DIR --wait` publishes every text file under DIR, each named by its path,
+    leaves hidden files and directories out, skips a binary file and says so, and waits for
+    every ack (sent together, not one after another)."""
+    daemon, _, settings = env
+    root = tmp_path / "runbooks"
+    (root / "db").mkdir(parents=True)
+    (root / ".git").mkdir()
+    (root / "pager.md").write_text("Page the on-call when PGR_ESC_7 fires twice.", encoding="utf-8")
+    (root / "db" / "vacuum.md").write_text("Run VACUUM FULL on ledger_entries monthly.", encoding="utf-8")
+    (root / ".git" / "HEAD").write_text("ref: refs/heads/main", encoding="utf-8")
+    (root / ".draft.md").write_text("not ready", encoding="utf-8")
+    (root / "db" / "empty.md").write_text("\n", encoding="utf-8")
+    (root / "diagram.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(128, 256)))
+    rc, out, err = await _agentmemd(settings, "publish", "doc", str(root), "--tenant", WRITER, "--wait")
+    assert rc == 0, err
+    said = " ".join(err.split())
+    assert "skipped 2 file(s) holding no text" in said and "diagram.png" in said and "empty.md" in said, err
+    assert "published 2 document(s): 2 indexed" in " ".join(out.split()), out
+    for doc in (str(root / "pager.md"), str(root / "db" / "vacuum.md")):
+        assert await daemon.index.chunk_ids(doc, WRITER), doc  # searchable once acked
+    for hidden in (root / ".git" / "HEAD", root / ".draft.md", root / "diagram.png", root / "db" / "empty.md"):
+        assert not await daemon.index.chunk_ids(str(hidden), WRITER), hidden
+
+
 async def _total_end_offset(plain: PlainClient, topic: str) -> int:
     tps = [TopicPartition(topic, p) for p in await plain.producer.partitions_for(topic)]
     reader = AIOKafkaConsumer(bootstrap_servers=plain.bootstrap)

@@ -47,6 +47,17 @@ async def test_detection_runs_in_its_own_process_with_the_same_result(computer: 
     assert again.communities == assign_ids(raw, first.communities).communities == first.communities
 
 
+async def test_the_worker_runs_leiden_without_loading_torch(computer: CommunityComputer) -> None:
+    """cdlib imports torch for algorithms Leiden never uses: the worker refuses it, so no torch
+    library is mapped into it (a third of its memory), and detection works as in-process."""
+    (pid,) = computer.pids()
+    maps = [m.path for m in psutil.Process(pid).memory_maps()]
+    assert any("igraph" in p for p in maps), maps  # the check sees the libraries it loaded
+    assert not any("libtorch" in p for p in maps), [p for p in maps if "torch" in p]
+    nodes, edges = _graph()
+    assert await computer(detect, nodes, edges, seed=3, max_size=10) == detect(nodes, edges, seed=3, max_size=10)
+
+
 async def test_a_killed_compute_process_fails_one_call_and_is_replaced(computer: CommunityComputer) -> None:
     """A worker killed under a detection (out of memory, an operator) fails that call with a
     retryable error; the next call gets a new worker."""
