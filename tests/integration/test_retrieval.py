@@ -12,7 +12,7 @@ import pytest
 import redis.asyncio as aredis
 
 from consumers.events import ForgetEvent, TranscriptEvent
-from daemon.doctor import _check_generation
+from daemon.doctor_index import check_generation
 from daemon.settings import Settings
 from memory.config import ChunkingConfig, IndexConfig, IngestConfig, RetrievalConfig
 from memory.errors import BackendUnavailable, EmbedderError, InvalidRequest, NotFound, ReindexConflict
@@ -727,7 +727,7 @@ async def test_a_lost_registry_is_rebuilt_from_the_alias_and_the_data_kept(redis
 
         await client.delete(index.registry.key)
         # doctor sends the operator to a daemon start (which adopts), never to a drop
-        (finding,) = await _check_generation(client, Settings(index=cfg), embedder.dims)
+        (finding,) = await check_generation(client, Settings(index=cfg), embedder.dims)
         assert not finding.ok and "alias points at generation 3" in finding.detail, finding
         assert "adopts" in finding.fix and "DROPINDEX" not in finding.fix
         fresh = ChunkIndex(client=client, cfg=cfg, dims=embedder.dims, recreate=True)

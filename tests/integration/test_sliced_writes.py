@@ -13,7 +13,7 @@ import pytest
 import redis.asyncio as aredis
 from structlog.testing import capture_logs
 
-from daemon.doctor import _check_unfinished_writes
+from daemon.doctor_index import check_unfinished_writes
 from daemon.settings import Settings
 from memory.config import IndexConfig, RetrievalConfig
 from memory.index import ChunkIndex, DocState, WriteInProgress
@@ -337,13 +337,13 @@ async def test_a_write_that_died_half_way_is_taken_over_by_its_redelivery(stack)
     assert await index.versions([DOC]) == {DOC: 1}
     # doctor: a write under way is fine; one begun long ago was left by a writer that died.
     settings = Settings(index=index.cfg)
-    assert [f.ok for f in await _check_unfinished_writes(client, settings, 384)] == [True]
+    assert [f.ok for f in await check_unfinished_writes(client, settings, 384)] == [True]
     marker_key = doc_marker_key(index.cfg.name, 1, "default", DOC)
     marker = WriteMarker.decode(await client.get(marker_key))
     assert marker is not None and marker.in_progress
     stopped = dataclasses.replace(marker, since=marker.since - 3600, beat=marker.beat - 3600)
     await client.set(marker_key, stopped.encode())
-    (finding,) = await _check_unfinished_writes(client, settings, 384)
+    (finding,) = await check_unfinished_writes(client, settings, 384)
     assert not finding.ok and f"default/{DOC} (version 2, showing version 1" in finding.detail, finding
     await client.set(marker_key, marker.encode())  # as it was: progress a moment ago
     # Another process waits for it; this one's own failed attempt is taken over at once.
@@ -356,7 +356,7 @@ async def test_a_write_that_died_half_way_is_taken_over_by_its_redelivery(stack)
     assert await index.count() == 6
     assert await shown(retriever, "bravo") == [(f"{DOC}_p{i}", 2) for i in range(6)]
     assert await earlier(index) == [1]
-    (finding,) = await _check_unfinished_writes(client, settings, 384)
+    (finding,) = await check_unfinished_writes(client, settings, 384)
     assert finding.ok and "no document is being written" in finding.detail, finding
 
 
