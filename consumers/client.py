@@ -73,7 +73,7 @@ class MemoryClient(_Writes):
                 ``tenant=``); a client of another tenant raises ``InvalidRequest``.
             since: only memories timestamped at or after this time: a datetime (naive: UTC),
                 an ISO 8601 string (a date alone: its first instant, and for ``until`` its last),
-                or an age before now (``"24h"``, ``"7d"``).
+                an age before now (``"24h"``, ``"7d"``), or ``"today"``, ``"yesterday"`` (UTC days).
             until: only memories timestamped at or before this time (as ``since``).
             recency_weight: weight of the recency list (the results newest first; 0 off);
                 the daemon's default (0) if None.

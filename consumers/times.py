@@ -13,13 +13,16 @@ _AGE_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "w
 
 
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+#: Days named by a word, as days before today's (UTC, as a date alone is).
+_DAYS = {"today": 0, "yesterday": 1}
 
 
 def when(value: datetime | str | None, what: str, *, now: datetime | None = None) -> datetime | None:
     """A time argument (``since``, ``until``) as every client surface takes it: a datetime, an
-    ISO 8601 time (naive: UTC), or an age before ``now`` (``90m``, ``24h``, ``7d``, ``2w``).
-    A date alone is the day's first instant, and for ``until`` (``what`` names it, ``--until``
-    too) its last, so ``since=until="2026-12-05"`` is that whole day rather than one instant.
+    ISO 8601 time (naive: UTC), an age before ``now`` (``90m``, ``24h``, ``7d``, ``2w``), or
+    ``now``. A date alone (or ``today``, ``yesterday``: UTC days) is the day's first instant,
+    and for ``until`` (``what`` names it, ``--until`` too) its last, so
+    ``since=until="2026-12-05"`` is that whole day rather than one instant.
 
     Raises:
         InvalidRequest: none of these, naming ``what``.
@@ -29,6 +32,12 @@ def when(value: datetime | str | None, what: str, *, now: datetime | None = None
     text = value.strip()
     if not text:
         return None
+    word = text.lower()
+    if word == "now":
+        return now or datetime.now(UTC)
+    if word in _DAYS:
+        day = (now or datetime.now(UTC)).astimezone(UTC).date() - timedelta(days=_DAYS[word])
+        text = day.isoformat()
     try:
         if age := _AGE.fullmatch(text):
             return (now or datetime.now(UTC)) - timedelta(**{_AGE_UNITS[age.group(2)]: int(age.group(1))})
@@ -38,7 +47,8 @@ def when(value: datetime | str | None, what: str, *, now: datetime | None = None
         return at
     except (ValueError, OverflowError):  # OverflowError: an age reaching before year 1
         raise InvalidRequest(
-            f"{what} takes an ISO 8601 time (2026-11-24T09:00:00Z) or an age (90m, 24h, 7d, 2w), got {value[:80]!r}"
+            f"{what} takes an ISO 8601 time (2026-11-24T09:00:00Z), a date, an age (90m, 24h, 7d, 2w), "
+            f"today, yesterday or now, got {value[:80]!r}"
         ) from None
 
 

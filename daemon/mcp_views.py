@@ -21,7 +21,8 @@ class ToolFailure(Exception):
 
 
 def parse_time(value: str | None, what: str) -> datetime | None:
-    """A time argument (``since``/``until``): ISO 8601 (naive meaning UTC) or an age (``24h``, ``7d``).
+    """A time argument (``since``/``until``): as ``consumers.times.when`` takes it (ISO 8601, naive
+    meaning UTC; an age such as ``24h``; ``today``, ``yesterday``).
 
     Raises:
         ToolFailure: ``invalid_request``, it is neither.

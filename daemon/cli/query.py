@@ -32,7 +32,7 @@ ReadTimeoutOpt = Annotated[
 
 
 def _when(value: str | None, what: str) -> datetime | None:
-    """``--since``/``--until``: an ISO 8601 time (UTC without a zone) or an age (``90m``, ``24h``, ``7d``)."""
+    """``--since``/``--until``: as ``consumers.times.when`` takes them (ISO 8601, an age, ``yesterday``)."""
     try:
         return when(value, what)
     except InvalidRequest as exc:
@@ -73,10 +73,16 @@ def query(
         ),
     ] = None,
     since: Annotated[
-        str | None, typer.Option("--since", help="Only memories from this time on: ISO 8601, or an age (24h, 7d).")
+        str | None,
+        typer.Option(
+            "--since", help="Only memories from this time on: ISO 8601, an age (24h, 7d), today or yesterday."
+        ),
     ] = None,
     until: Annotated[
-        str | None, typer.Option("--until", help="Only memories up to this time: ISO 8601, or an age.")
+        str | None,
+        typer.Option(
+            "--until", help="Only memories up to this time: ISO 8601, an age, today or yesterday (to its end)."
+        ),
     ] = None,
     context_turns: Annotated[
         int,

@@ -293,7 +293,10 @@ async def test_ask_shows_each_legs_rank_beside_the_fused_score(env: Env) -> None
     assert "speaker_weight" in refused  # passed on as the contract's hybrid_params.speaker_weight
     # A mistyped field is named in words, not as Python's or pydantic's own text; an age is a time.
     asked = urllib.parse.urlencode({"tenant": "acme", "q": query})
-    for bad, says in (("k=abc", "k (results) is no whole number: &#x27;abc&#x27;"), ("since=yesterday", "since takes")):
+    for bad, says in (
+        ("k=abc", "k (results) is no whole number: &#x27;abc&#x27;"),
+        ("since=last-tuesday", "since takes"),
+    ):
         status, body, _ = await get(env.base + f"/explore/ask?{asked}&{bad}")
         assert says in body and "pydantic" not in body and "invalid literal" not in body, body[-1500:]
         assert status == 400

@@ -52,7 +52,7 @@ def test_since_and_until_take_an_iso_time_or_an_age() -> None:
     week = _when("2w", "--until")
     assert week is not None and abs(datetime.now(UTC) - timedelta(weeks=2) - week) < timedelta(seconds=5)
     with pytest.raises(typer.BadParameter, match="--since"):
-        _when("yesterday", "--since")
+        _when("last tuesday", "--since")
 
 
 def test_up_uses_a_shorter_session_unless_one_is_configured() -> None:

@@ -151,7 +151,7 @@ def test_a_time_is_a_datetime_an_iso_string_or_an_age() -> None:
     assert when(" 90m ", "since", now=now) == now - timedelta(minutes=90)
     assert when("2026-11-24T09:00:00Z", "until") == datetime(2026, 11, 24, 9, tzinfo=UTC)
     assert when(now, "since") is now and when(None, "since") is None and when("", "since") is None
-    with pytest.raises(InvalidRequest, match=r"until takes an ISO 8601 time .* or an age .*'last tuesday'"):
+    with pytest.raises(InvalidRequest, match=r"until takes an ISO 8601 time .* an age .* yesterday .*'last tuesday'"):
         when("last tuesday", "until")
     # A date alone: the whole day, so since=until=that date is the day, not one instant.
     day = datetime(2026, 12, 5)
@@ -159,6 +159,10 @@ def test_a_time_is_a_datetime_an_iso_string_or_an_age() -> None:
     end = datetime(2026, 12, 5, 23, 59, 59, 999_999)
     assert when("2026-12-05", "until") == end and when("2026-12-05", "--until") == end
     assert when("2026-12-05T00:00", "until") == day and when("2026-12-05", "timestamp") == day
+    # Named days are UTC days, taken as their dates are; "now" is the instant.
+    late = datetime(2026, 12, 6, 23, 30, tzinfo=UTC)
+    assert when("yesterday", "since", now=late) == day and when("Yesterday", "--until", now=late) == end
+    assert when("today", "since", now=late) == datetime(2026, 12, 6) and when("now", "until", now=late) == late
 
 
 @pytest.mark.parametrize("age", ["1000000d", "999999999w"])
@@ -204,7 +208,7 @@ def test_an_event_time_is_a_datetime_or_an_iso_string() -> None:
     assert said["timestamp"] == "2026-10-20T10:00:00+00:00"
     assert document_body("d", "c", 1, None, None, "2026-10-20T10:00:00")["timestamp"] == "2026-10-20T10:00:00+00:00"
     with pytest.raises(InvalidEvent, match="timestamp takes an ISO 8601 time"):
-        turn_body("a", "s", 1, "hi", "user", None, "yesterday")
+        turn_body("a", "s", 1, "hi", "user", None, "last tuesday")
 
 
 @pytest.mark.parametrize(

@@ -47,7 +47,7 @@ def test_times_are_iso_8601_or_an_invalid_request() -> None:
     assert parse_time("2026-01-31T12:00:00Z", "since") == datetime(2026, 1, 31, 12, tzinfo=UTC)
     assert parse_time(None, "since") is None
     with pytest.raises(ToolFailure) as info:
-        parse_time("yesterday", "until")
+        parse_time("last tuesday", "until")
     assert info.value.code == "invalid_request" and "until" in str(info.value)
 
 
