@@ -46,11 +46,8 @@ class RepeatFilter(logging.Filter):
 def configure_logging(
     level: str = "info",
     fmt: Literal["auto", "json", "console"] = "auto",
-    *,
-    library_level: str = "warning",
 ) -> None:
-    """Configure structlog and route stdlib logging (aiokafka, FastStream) through it, libraries'
-    records from ``library_level`` up."""
+    """Configure structlog and route stdlib logging (aiokafka, FastStream) through it."""
     json_output = fmt == "json" or (fmt == "auto" and not sys.stderr.isatty())
     shared: list[structlog.typing.Processor] = [
         structlog.contextvars.merge_contextvars,
@@ -75,7 +72,6 @@ def configure_logging(
     handler.addFilter(RepeatFilter())  # only libraries' records reach it: ours go through structlog
     root = logging.getLogger()
     root.handlers = [handler]
-    library = logging.getLevelName(library_level.upper())
-    root.setLevel(library)
+    root.setLevel(logging.WARNING)
     for noisy in ("aiokafka", "faststream", "kafka", "sentence_transformers", "transformers", "LiteLLM"):
-        logging.getLogger(noisy).setLevel(library)
+        logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -74,19 +74,14 @@ def _load_settings() -> Settings:
     return settings
 
 
-def _settings(*, quiet: bool = False, client: bool = False) -> Settings:
+def _settings(*, quiet: bool = False) -> Settings:
     """The settings, with logging configured. ``quiet``: a one-shot command, whose printed
-    result says what its info lines would; warnings and errors still show, and
-    AGENTMEM_LOG_LEVEL=info shows them all. ``client``: a command that only talks to the
-    daemon through a client, whose failure says what the broker client's own error lines
-    would (shown with AGENTMEM_LOG_LEVEL set)."""
+    result says what its info lines would; warnings and errors still show (the broker
+    client's say why a connection failed, which its exception does not), and
+    AGENTMEM_LOG_LEVEL=info shows them all."""
     settings = _load_settings()
     explicit = "log_level" in settings.model_fields_set
-    configure_logging(
-        settings.log_level if explicit or not quiet else "warning",
-        settings.log_format,
-        library_level="critical" if client and not explicit else "warning",
-    )
+    configure_logging(settings.log_level if explicit or not quiet else "warning", settings.log_format)
     return settings
 
 

@@ -53,7 +53,7 @@ def _with_client(
 ) -> T:
     """Run ``fn`` with a client of ``tenant`` (see ``_tenant_target``), failing as the CLI does;
     ``timeout_s``: how long a reply is waited for (None: the client's default)."""
-    settings = _settings(client=True) if settings is None else settings
+    settings = _settings() if settings is None else settings
 
     async def main() -> T:
         # A tenant's client reads the tenant's own reply topic, as the daemon's default for

@@ -31,7 +31,7 @@ def get(
 ) -> None:
     """Show memories by id: each one's current version and content (exit 3 if one is not found)."""
     flt = _filter(filters)
-    settings = _settings(client=True)
+    settings = _settings()
     target = _tenant_target(settings.consumer.tenancy, tenant)
 
     async def read(c: MemoryClient) -> GetReply:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated
@@ -11,9 +13,12 @@ import typer
 from rich.progress import Progress
 
 from consumers.client import MemoryClient, Receipt
+from consumers.events import near_spelling
 from consumers.times import when
 from daemon.cli._app import _settings, app, err, out
 from daemon.cli._client import _pairs, _tenant_target, _with_client, ack_said
+from daemon.cli._files import expand, read_text
+from memory.conversation import MAX_RECENT_TURNS
 from memory.errors import InvalidEvent, InvalidRequest
 
 publish_app = typer.Typer(no_args_is_help=True, help="Publish documents, deletes and observations.")
@@ -72,60 +77,35 @@ def _said(receipt: Receipt) -> str:
     return "published" if receipt.ack is None else ack_said(receipt.ack)
 
 
-def _read_text(path: Path) -> str:
-    """A file's text, or an error that names the file (never a traceback).
-
-    Raises:
-        InvalidEvent: not UTF-8 text, or unreadable.
-    """
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise InvalidEvent(f"{path} is not UTF-8 text (byte {exc.start}): only text files can be published") from exc
-    except OSError as exc:
-        raise InvalidEvent(f"{path} cannot be read: {exc.strerror or exc}") from exc
-    if (at := binary_at(text)) is not None:
-        raise InvalidEvent(f"{path} looks binary (a control character at {at}): only text files can be published")
-    return text
-
-
-#: Control characters that text files hold: tab, line feed, form feed, carriage return (and ESC, of ANSI colours).
-_TEXT_CONTROLS = frozenset("\t\n\f\r\x1b")
-
-
-def binary_at(text: str) -> int | None:
-    """Where a NUL, or the first of the control characters making up over 1 % of the first
-    8,192 characters, sits: what valid UTF-8 that is no text file holds (a PDF, an archive)."""
-    if (nul := text.find("\x00")) >= 0:
-        return nul
-    head = text[:8192]
-    odd = [i for i, c in enumerate(head) if c < " " and c not in _TEXT_CONTROLS]
-    return odd[0] if odd and len(odd) * 100 > len(head) else None
-
-
-#: Documents a bulk publish keeps in flight (sent, their acks awaited) at once.
+#: Documents a bulk publish keeps in flight (sent, their acks awaited) at once, and the most
+#: bytes of files among them (a larger document goes alone).
 PUBLISH_IN_FLIGHT = 16
+PUBLISH_IN_FLIGHT_BYTES = 256 * 1024
 
 
-def expand(paths: list[Path]) -> tuple[list[Path], list[Path]]:
-    """The files of ``paths`` (each file as given, a directory's files under it in path order,
-    hidden ones and those under hidden directories left out), each once; and the directories'
-    files left out as holding no text (empty, binary, not UTF-8)."""
-    files: list[Path] = []
-    skipped: list[Path] = []
-    for path in paths:
-        if not path.is_dir():
-            files.append(path)
-            continue
-        for found in sorted(path.rglob("*")):
-            if not found.is_file() or any(part.startswith(".") for part in found.relative_to(path).parts):
-                continue
-            try:
-                text = _read_text(found)
-            except InvalidEvent:
-                text = ""
-            (files if text.strip() else skipped).append(found)
-    return list(dict.fromkeys(files)), skipped
+class InFlight:
+    """Room for documents in flight: at most ``most`` of them and ``size`` bytes together, but
+    always room for one."""
+
+    def __init__(self, most: int, size: int) -> None:
+        self._most, self._size = most, size
+        self._n = self._used = 0
+        self._changed = asyncio.Condition()
+
+    @contextlib.asynccontextmanager
+    async def taken(self, size: int) -> AsyncIterator[None]:
+        """Hold room for a document of ``size`` bytes while it is in flight."""
+        async with self._changed:
+            await self._changed.wait_for(
+                lambda: self._n == 0 or (self._n < self._most and self._used + size <= self._size)
+            )
+            self._n, self._used = self._n + 1, self._used + size
+        try:
+            yield
+        finally:
+            async with self._changed:
+                self._n, self._used = self._n - 1, self._used - size
+                self._changed.notify_all()
 
 
 @publish_app.command("doc")
@@ -154,7 +134,7 @@ def publish_doc(
     """Upsert documents from files."""
     _check_timeout(wait, timeout)
     stamp = _stamp(timestamp)
-    settings = _settings(client=True)
+    settings = _settings()
     target = _tenant_target(settings.consumer.tenancy, tenant)
     if doc_id is not None and not doc_id.strip():
         raise typer.BadParameter("--doc-id is empty: name the document, or leave it out for the path")
@@ -162,10 +142,11 @@ def publish_doc(
     if doc_id and len(paths) != 1:
         raise typer.BadParameter("--doc-id needs exactly one file")
     if skipped:
-        shown = ", ".join(map(str, skipped[:5])) + (", ..." if len(skipped) > 5 else "")
-        err.print(f"skipped {len(skipped)} file(s) holding no text (empty, binary or not UTF-8): {shown}")
+        shown = ", ".join(f"{p} ({why})" for p, why in skipped[:5]) + (", ..." if len(skipped) > 5 else "")
+        err.print(f"skipped {len(skipped)} file(s) holding no text: {shown}")
     if not paths:
         raise typer.BadParameter("no text file to publish in the paths given")
+    sizes = {path: path.stat().st_size for path in paths}
     metadata = _pairs(meta, "--meta")
     if any(isinstance(v, list) for v in metadata.values()):
         raise typer.BadParameter("--meta keys must be unique")
@@ -176,21 +157,23 @@ def publish_doc(
         for path in paths:
             try:
                 client.document_event(
-                    doc_id or str(path), _read_text(path), version=version, metadata=metadata, timestamp=stamp
+                    doc_id or str(path), read_text(path), version=version, metadata=metadata, timestamp=stamp
                 )
             except InvalidEvent as exc:
                 raise InvalidEvent(f"{path}: {exc}" if str(path) not in str(exc) else str(exc)) from exc
         # Several in flight: each document is its own key, so their order does not matter, and
-        # a bulk load waits for the slowest ack of each group, not for every ack in turn.
-        room = asyncio.Semaphore(PUBLISH_IN_FLIGHT)
+        # a bulk load of small files does not wait for each ack in turn. Bounded in bytes too:
+        # the daemon embeds what is in flight one after another, and each ack has --timeout.
+        room = InFlight(PUBLISH_IN_FLIGHT, PUBLISH_IN_FLIGHT_BYTES)
+        receipts: dict[Path, Receipt] = {}
         with Progress(console=err, transient=True, disable=len(paths) < 2) as progress:
             task = progress.add_task("publishing", total=len(paths))
 
-            async def one(path: Path) -> Receipt:
-                async with room:
-                    receipt = await client.publish_document(
+            async def one(path: Path) -> None:
+                async with room.taken(sizes[path]):  # read once there is room: not all at once
+                    receipts[path] = await client.publish_document(
                         doc_id or str(path),
-                        _read_text(path),
+                        read_text(path),
                         version=version,
                         metadata=metadata,
                         timestamp=stamp,
@@ -198,13 +181,20 @@ def publish_doc(
                         timeout_s=timeout,
                     )
                 progress.advance(task)
-                return receipt
 
-            done = await asyncio.gather(*(one(path) for path in paths), return_exceptions=True)
-        # Every write was sent and its ack awaited; the first failure is the command's.
-        if failed := next((r for r in done if isinstance(r, BaseException)), None):
-            raise failed
-        return [r for r in done if isinstance(r, Receipt)]
+            tasks = [asyncio.create_task(one(path)) for path in paths]
+            try:
+                for finished in asyncio.as_completed(tasks):
+                    await finished
+            except BaseException:
+                # The first failure ends the command: what was not sent yet never is.
+                for t in tasks:
+                    t.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                if len(paths) > 1:
+                    err.print(f"{len(receipts)} of {len(paths)} document(s) published before this failure")
+                raise
+        return [receipts[p] for p in paths]
 
     receipts = _with_client(send, settings, target)
     if not wait:
@@ -229,7 +219,7 @@ def publish_delete(
 ) -> None:
     """Delete a document (every chunk of it)."""
     _check_timeout(wait, timeout)
-    settings = _settings(client=True)
+    settings = _settings()
     target = _tenant_target(settings.consumer.tenancy, tenant)
     r = _with_client(
         lambda c: c.delete_document(doc_id, version=version, wait=wait, timeout_s=timeout), settings, target
@@ -261,7 +251,7 @@ def publish_observation(
     _check_timeout(wait, timeout)
     stamp = _stamp(timestamp)
     metadata = _pairs(meta, "--meta")
-    settings = _settings(client=True)
+    settings = _settings()
     target = _tenant_target(settings.consumer.tenancy, tenant)
     r = _with_client(
         lambda c: c.publish_observation(
@@ -279,6 +269,15 @@ def publish_observation(
         target,
     )
     out.print(f"observation published as turn {r.turn}" + (f": {_said(r)}" if wait else ""))
+
+
+def _sessions_said(agent_id: str, session_id: str, sessions: list[str]) -> str:
+    """What the agent's latest sessions (newest first) say of a session id that held nothing."""
+    if not sessions:
+        return f"agent {agent_id} has no turns stored"
+    near = near_spelling(session_id, sessions)
+    listed = ", ".join(sessions[:8]) + (", ..." if len(sessions) > 8 else "")
+    return (f"did you mean {near}? " if near else "") + f"agent {agent_id}'s latest sessions: {listed}"
 
 
 @publish_app.command("forget")
@@ -302,15 +301,21 @@ def publish_forget(
         raise typer.BadParameter("give --session-id, or --all-sessions to forget every session of the agent")
     if turn is not None and session_id is None:
         raise typer.BadParameter("--turn forgets one turn of the session --session-id names")
-    settings = _settings(client=True)
+    settings = _settings()
     target = _tenant_target(settings.consumer.tenancy, tenant)
-    r = _with_client(
-        lambda c: c.forget(
+
+    async def send(c: MemoryClient) -> tuple[Receipt, list[str] | None]:
+        r = await c.forget(
             agent_id=agent_id, session_id=session_id, all_sessions=all_sessions, turn=turn, wait=wait, timeout_s=timeout
-        ),
-        settings,
-        target,
-    )
+        )
+        if session_id is None or turn is not None or r.ack is None or r.ack.forgotten != 0:
+            return r, None
+        # Nothing was stored there, a misspelt id most likely: the agent's latest sessions say.
+        latest = await c.recent(agent_id, limit=MAX_RECENT_TURNS)
+        found = (str((i.metadata or {}).get("session_id", "")) for i in reversed(latest.items))
+        return r, [s for s in dict.fromkeys(found) if s]
+
+    r, sessions = _with_client(send, settings, target)
     what = f"session {session_id} of agent {agent_id}" if session_id else f"every session of agent {agent_id}"
     what = f"turn {turn} of {what}" if turn is not None else what
     if wait and r.ack is not None and r.ack.status == "indexed" and r.ack.forgotten is not None:
@@ -318,5 +323,7 @@ def publish_forget(
         # an earlier release says no count).
         n = r.ack.forgotten
         out.print(f"forgot {what}: {n} turn(s) removed" if n else f"nothing stored for {what}: nothing removed")
+        if sessions is not None and session_id is not None:
+            out.print(_sessions_said(agent_id, session_id, sessions))
         return
     out.print(f"forget of {what} published" + (f": {_said(r)}" if wait else ""))

@@ -106,7 +106,7 @@ def query(
     """Ask the memory a question over Kafka request/reply."""
     flt = _filter(filters)
     start, end = _when(since, "--since"), _when(until, "--until")
-    settings = _settings(client=True)
+    settings = _settings()
     target = _tenant_target(settings.consumer.tenancy, tenant)
 
     async def ask(c: MemoryClient) -> QueryReply:
@@ -154,7 +154,7 @@ def recent(
 ) -> None:
     """Show an agent's latest turns, oldest first: where a session left off."""
     flt = _filter(filters)
-    settings = _settings(client=True)
+    settings = _settings()
     target = _tenant_target(settings.consumer.tenancy, tenant)
 
     async def read(c: MemoryClient) -> GetReply:

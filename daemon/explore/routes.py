@@ -199,11 +199,12 @@ class Explorer:
     async def tenant(self, request: web.Request) -> web.Response:
         """A tenant's agents and documents (first pages)."""
         tenant = await self._tenant(request)
-        if principal_of(request).tenant is None and tenant not in await self._reads.tenants():
-            return self._error(request, f"no tenant {tenant!r} has written to this memory", 404)
         n = self._cfg.page_size
         agents, more_agents = await self._reads.groups("agents", tenant, offset=0, limit=n)
         docs, more_docs = await self._reads.groups("documents", tenant, offset=0, limit=n)
+        if not agents and not docs and principal_of(request).tenant is None:
+            # An operator's tenant with nothing stored: a misspelt name (a tenant's own, empty one is its page).
+            return self._error(request, f"no tenant {tenant!r} has anything stored in this memory", 404)
         more = {k: v for k, v in (("agents", more_agents), ("documents", more_docs)) if v is not None}
         return self._page(
             request, f"Tenant {tenant}", tenant_body(tenant, agents, docs, more), "tenants", self._crumbs(tenant)

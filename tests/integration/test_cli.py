@@ -150,6 +150,11 @@ def test_up_publish_query_and_clean_stop(tmp_path: Path) -> None:
         forget = ("publish", "forget", "--agent-id", "ops-1", "--wait", "--session-id")
         res = _cli(env, *forget, "s-99")
         assert res.returncode == 0 and "nothing stored for session s-99 of agent ops-1" in res.stdout, res
+        # ... and names the agent's sessions, the one the id spells nearly first.
+        said = " ".join(res.stdout.split())
+        assert "did you mean s-9? agent ops-1's latest sessions: s-9" in said, res.stdout
+        res = _cli(env, "publish", "forget", "--agent-id", "ops-nobody", "--wait", "--session-id", "s-1")
+        assert "agent ops-nobody has no turns stored" in res.stdout, res
         res = _cli(env, *forget, "s-9")
         assert res.returncode == 0 and "forgot session s-9 of agent ops-1: 1 turn(s) removed" in res.stdout, res
         # So does a delete: of a doc never written, and of one stored.

@@ -225,7 +225,7 @@ async def test_browse_tenants_to_a_turn_in_a_real_browser(env: Env) -> None:
     assert "runbooks/billing.md</a>" in body
     # What is not there is a 404, saying so: a tenant nobody wrote for, a document never written.
     status, body, _ = await get(env.base + "/explore/tenant?tenant=nope")
-    assert status == 404 and "no tenant &#x27;nope&#x27;" in body, body[-800:]
+    assert status == 404 and "no tenant &#x27;nope&#x27; has anything stored" in body, body[-800:]
     status, body, _ = await get(env.base + "/explore/document?tenant=acme&doc=runbooks/nope.md")
     assert status == 404 and "never written" in body, body[-800:]
     status, _, _ = await get(env.base + "/explore/document?tenant=acme&doc=runbooks/billing.md")

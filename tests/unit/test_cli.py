@@ -132,7 +132,7 @@ def test_tenant_topics_are_refused_in_single_tenancy(monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("AGENTMEM_CONSUMER__TENANCY", "single")
     monkeypatch.setenv("AGENTMEM_KAFKA_BOOTSTRAP", "127.0.0.1:1")  # nothing listens: never reached
     # Logging set up on CliRunner's stream would outlive it: later tests' logs would hit a closed file.
-    monkeypatch.setattr("daemon.cli._app.configure_logging", lambda *_, **__: None)
+    monkeypatch.setattr("daemon.cli._app.configure_logging", lambda *_: None)
     res = CliRunner().invoke(app, ["topics", "--tenant", "acme"])
     assert res.exit_code == 1
     assert "AGENTMEM_CONSUMER__TENANCY=topic" in " ".join(res.output.split())
@@ -271,7 +271,7 @@ def test_a_filter_key_list_that_is_not_json_is_named_with_the_form_it_takes(
 
 
 def test_text_with_tabs_form_feeds_and_colours_is_text_and_a_nul_or_control_soup_is_not() -> None:
-    from daemon.cli.publish import binary_at
+    from daemon.cli._files import binary_at
 
     assert binary_at("# Title\n\n\tindented\r\n\f\x1b[31mred\x1b[0m " * 50) is None
     assert binary_at("one stray \x07 bell in a long text" + " and more words" * 20) is None  # under 1 %
@@ -301,7 +301,7 @@ def test_bad_options_are_refused_before_anything_connects(
     doc = tmp_path / "a.md"
     doc.write_text("A note.")
     monkeypatch.setenv("AGENTMEM_KAFKA_BOOTSTRAP", "127.0.0.1:1")  # nothing listens: never reached
-    monkeypatch.setattr("daemon.cli._app.configure_logging", lambda *_, **__: None)
+    monkeypatch.setattr("daemon.cli._app.configure_logging", lambda *_: None)
     res = CliRunner().invoke(app, [a.format(path=doc) for a in args])
     assert res.exit_code == 2, res.output
     assert said in " ".join(res.output.split()), res.output
