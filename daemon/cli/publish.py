@@ -221,12 +221,22 @@ def publish_delete(
     _check_timeout(wait, timeout)
     settings = _settings()
     target = _tenant_target(settings.consumer.tenancy, tenant)
-    r = _with_client(
-        lambda c: c.delete_document(doc_id, version=version, wait=wait, timeout_s=timeout), settings, target
-    )
+
+    async def send(c: MemoryClient) -> tuple[Receipt, str | None]:
+        r = await c.delete_document(doc_id, version=version, wait=wait, timeout_s=timeout)
+        if r.ack is None or r.ack.removed != 0:
+            return r, None
+        # Nothing was stored under that id, a misspelt one most likely: its neighbours say which.
+        folder = doc_id.rpartition("/")[0]
+        listed = await c.list_values("doc_id", source_prefix=f"{folder}/" if folder else "", limit=1000)
+        return r, near_spelling(doc_id, listed.values)
+
+    r, near = _with_client(send, settings, target)
     if wait and r.ack is not None and r.ack.status == "indexed" and r.ack.removed == 0:
         # A misspelt doc id deletes nothing and is acked all the same: say so.
         out.print(f"nothing stored for {doc_id}: nothing removed (its version {r.version} is kept as deleted)")
+        if near:
+            out.print(f"did you mean {near}?")
         return
     out.print(f"delete of {doc_id} published at version {r.version}" + (f": {_said(r)}" if wait else ""))
 

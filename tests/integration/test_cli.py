@@ -160,6 +160,7 @@ def test_up_publish_query_and_clean_stop(tmp_path: Path) -> None:
         # So does a delete: of a doc never written, and of one stored.
         res = _cli(env, "publish", "delete", "runbooks/ledgr.md", "--wait")
         assert res.returncode == 0 and "nothing stored for runbooks/ledgr.md: nothing removed" in res.stdout, res
+        assert "did you mean runbooks/ledger.md?" in res.stdout, res
         res = _cli(env, "publish", "delete", "runbooks/ledger.md", "--wait")
         assert res.returncode == 0 and "indexed (1 chunk(s) removed)" in res.stdout, res
     finally:
