@@ -17,6 +17,7 @@ from typing import Literal
 from consumers.client_writes import Receipt, _Writes
 from consumers.encoding import ClientFilter, TurnRef, get_body, list_body, query_body, recent_body
 from consumers.requests import GetItem, GetReply, ListReply, QueryReply
+from memory.conversation import MAX_RECENT_TURNS
 
 __all__ = ["MemoryClient", "Receipt"]
 
@@ -183,3 +184,14 @@ class MemoryClient(_Writes):
         topic = self._topic(self.topics.requests, tenant, answered=True)
         payload = recent_body(agent_id, session_id, limit, metadata_filter, query_id)
         return GetReply.model_validate(await self._transport.ask(topic, payload))
+
+    async def latest_sessions(self, agent_id: str, *, tenant: str | None = None) -> list[str]:
+        """The sessions of the agent's latest turns (up to 100 turns), newest first: what a
+        session id that held nothing (a misspelt one) is told apart from.
+
+        Raises:
+            BackendUnavailable, NotFound, TimeoutError: as for ``query``.
+        """
+        latest = await self.recent(agent_id, limit=MAX_RECENT_TURNS, tenant=tenant)
+        found = (str((i.metadata or {}).get("session_id", "")) for i in reversed(latest.items))
+        return [s for s in dict.fromkeys(found) if s]

@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from consumers.client import MemoryClient
 from consumers.decoding import validation_reason
 from consumers.errors import QueryFailed, WriteRejected
-from consumers.events import TranscriptEvent
+from consumers.events import TranscriptEvent, near_spelling
 from consumers.turn_numbers import holds_turn
 from daemon.mcp_config import MCPConfig
 from daemon.mcp_views import ToolFailure, ack_view, item_view, parse_time, result_view
@@ -231,7 +231,14 @@ class MemoryTools:
                 agent_id=agent_id, session_id=session_id, all_sessions=all_sessions, turn=turn, wait=True,
                 timeout_s=self._cfg.timeout_s,
             )  # fmt: skip
-            return ack_view(r.ack, r.doc_id)
+            view = ack_view(r.ack, r.doc_id)
+            if session_id is not None and turn is None and r.ack is not None and r.ack.forgotten == 0:
+                # Nothing was stored there, a misspelt id most likely: say what is.
+                sessions = await c.latest_sessions(agent_id)
+                view["latest_sessions"] = sessions[:20]
+                if near := near_spelling(session_id, sessions):
+                    view["did_you_mean"] = near
+            return view
 
         return await self._call("forget", drop, write=True)
 

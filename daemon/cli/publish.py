@@ -18,7 +18,6 @@ from consumers.times import when
 from daemon.cli._app import _settings, app, err, out
 from daemon.cli._client import _pairs, _tenant_target, _with_client, ack_said
 from daemon.cli._files import expand, read_text
-from memory.conversation import MAX_RECENT_TURNS
 from memory.errors import InvalidEvent, InvalidRequest
 
 publish_app = typer.Typer(no_args_is_help=True, help="Publish documents, deletes and observations.")
@@ -321,9 +320,7 @@ def publish_forget(
         if session_id is None or turn is not None or r.ack is None or r.ack.forgotten != 0:
             return r, None
         # Nothing was stored there, a misspelt id most likely: the agent's latest sessions say.
-        latest = await c.recent(agent_id, limit=MAX_RECENT_TURNS)
-        found = (str((i.metadata or {}).get("session_id", "")) for i in reversed(latest.items))
-        return r, [s for s in dict.fromkeys(found) if s]
+        return r, await c.latest_sessions(agent_id)
 
     r, sessions = _with_client(send, settings, target)
     what = f"session {session_id} of agent {agent_id}" if session_id else f"every session of agent {agent_id}"

@@ -206,7 +206,11 @@ async def test_every_tool_over_stdio(settings: Settings) -> None:
         assert (await failed(c, "upsert_document", doc_id=doc, content="   ")).startswith("invalid_event:")
         assert "did you mean 'filters'?" in await failed(c, "search_memory", query="x", filter=mine)
 
-        assert (await ok(c, "forget", agent_id=agent, session_id="s1"))["status"] == "indexed"
+        # A session that held nothing (a misspelt id) is acked with the sessions there are.
+        missed = await ok(c, "forget", agent_id=agent, session_id="s11")
+        assert missed["forgotten"] == 0 and missed["did_you_mean"] == "s1" and "s1" in missed["latest_sessions"], missed
+        forgot = await ok(c, "forget", agent_id=agent, session_id="s1")
+        assert forgot["status"] == "indexed" and "did_you_mean" not in forgot, forgot
         assert await ok(c, "search_memory", query="beta Friday", filters=mine) == []
         assert await ok(c, "recent_turns", agent_id=agent) == []
         # The forgotten session starts over at turn 0.
