@@ -38,11 +38,19 @@ def events_left(report: LagReport, consumer: ConsumerConfig) -> int:
 
 
 async def drain_events(
-    settings: Settings, interrupt: asyncio.Event, *, refused: Callable[[], Awaitable[str | None]] | None = None
+    settings: Settings,
+    interrupt: asyncio.Event,
+    *,
+    refused: Callable[[], Awaitable[str | None]] | None = None,
+    busy: Callable[[], bool] | None = None,
 ) -> int:
     """Wait until the daemon has applied every event the broker holds, ``interrupt`` is set (a
-    second signal) or ``settings.up_drain_s`` pass; each lag read is raced against both, so
-    neither waits for a broker that does not answer.
+    second signal) or ``settings.up_drain_s`` pass with nothing applied; each lag read is raced
+    against both, so neither waits for a broker that does not answer.
+
+    Progress is the lag going down, or ``busy()`` (a batch being applied now: a large document
+    in a lane holds its partition's lag for minutes while its chunks are embedded), and every
+    progress gives the wait ``up_drain_s`` more, so a bulk load is applied to its end.
 
     ``refused``: why the daemon cannot use its index (``ChunkIndex.mismatch``), or None when it
     can: events then wait for a reindex, not for the daemon, and the message says so.
@@ -58,6 +66,7 @@ async def drain_events(
     told = False
     left = -1
     while True:
+        before = left
         try:
             report = await _before(measure_lag(settings), interrupt, deadline)
         except (KafkaError, TimeoutError, OSError) as exc:
@@ -68,8 +77,10 @@ async def drain_events(
             left = events_left(report, settings.consumer)
             if left == 0:
                 if told:
-                    log.info("daemon.drain_finished")
+                    log.info("daemon.drain_finished", waited_s=round(time.monotonic() - started, 1))
                 return 0
+            if (0 <= left < before or (busy is not None and busy())) and not interrupt.is_set():
+                deadline = time.monotonic() + settings.up_drain_s
         if report is None or interrupt.is_set() or time.monotonic() >= deadline:
             waited = round(time.monotonic() - started, 1)
             log.warning("daemon.drain_cut", events=left, waited_s=waited, interrupted=interrupt.is_set())
@@ -95,7 +106,7 @@ async def _drain_said(left: int, wait_s: float, refused: Callable[[], Awaitable[
     if why is None:
         return (
             f"agentmemd stopping: applying the {left} event(s) the embedded broker still holds "
-            f"(at most {wait_s:g} s; Ctrl-C again to stop now and lose them)"
+            f"(until {wait_s:g} s pass with none applied; Ctrl-C again to stop now and lose them)"
         )
     return (
         f"agentmemd stopping: {left} event(s) the embedded broker holds wait for an index this daemon "

@@ -98,8 +98,9 @@ class Settings(BaseSettings):
         60.0,
         ge=0,
         description=(
-            "`up` only: on Ctrl-C or SIGTERM, how long the daemon keeps applying the events its embedded "
-            "broker still holds (it keeps them in memory only), before it stops (0: no wait; a second Ctrl-C ends it)."
+            "`up` only: on Ctrl-C or SIGTERM, the daemon keeps applying the events its embedded broker still "
+            "holds (it keeps them in memory only) until they are applied or this long passes with none applied "
+            "(a large document being embedded counts as applying), then stops (0: no wait; a second Ctrl-C ends it)."
         ),
     )
     kafka_security: KafkaSecurity = Field(default_factory=KafkaSecurity)

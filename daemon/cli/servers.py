@@ -41,7 +41,8 @@ def up() -> None:
 
         async def drain(daemon: Daemon) -> int:
             daemon.hurry = again  # the second Ctrl-C also ends the stop's wait for lanes
-            return await drain_events(settings, again, refused=daemon.index.mismatch)
+            busy = lambda: daemon.ingestor.activity.in_flight > 0  # noqa: E731
+            return await drain_events(settings, again, refused=daemon.index.mismatch, busy=busy)
 
         return run_until_stopped(settings, stop, before_stop=drain)
 

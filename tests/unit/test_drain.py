@@ -40,3 +40,42 @@ async def test_the_drain_says_when_its_events_wait_for_a_reindex_not_for_the_dae
     assert "lost when it stops" in said and "agentmemd reindex" in said and "analysis version 2" in said, said
     for plain in (usable, blinked, None):
         assert (await _drain_said(2, 60.0, plain)).startswith("agentmemd stopping: applying the 2 event(s)")
+
+
+async def test_the_drain_goes_on_while_events_are_applied_and_ends_once_none_are(monkeypatch) -> None:
+    """The wait is `up_drain_s` without progress, not in all: a lag that keeps going down, or a
+    batch being applied (a large document in a lane keeps its lag at 1), extends it; a lag that
+    stays put with nothing applied ends it after `up_drain_s`."""
+    import asyncio
+
+    import daemon.drain as drain
+    from daemon.settings import Settings
+
+    monkeypatch.setattr(drain, "POLL_S", 0.01)
+    settings = Settings(up_drain_s=0.05)
+
+    def reads(lags: list[int]) -> object:
+        it = iter(lags)
+
+        async def measure(_: object) -> LagReport:
+            return LagReport(lag={"agentmemd.documents": {"memory.documents/0": next(it)}}, dlq=0, past_end={})
+
+        return measure
+
+    # Down by one every read, for far longer than up_drain_s: applied to the end.
+    monkeypatch.setattr(drain, "measure_lag", reads(list(range(40, -1, -1))))
+    assert await drain.drain_events(settings, asyncio.Event()) == 0
+    # Stuck at 1 while a batch is applied, then done: the busy batch counts as progress.
+    state = {"reads": 0}
+
+    async def lane(_: object) -> LagReport:
+        state["reads"] += 1
+        left = 1 if state["reads"] < 30 else 0
+        return LagReport(lag={"agentmemd.documents": {"memory.documents/0": left}}, dlq=0, past_end={})
+
+    monkeypatch.setattr(drain, "measure_lag", lane)
+    assert await drain.drain_events(settings, asyncio.Event(), busy=lambda: True) == 0
+    # Stuck at 1 with nothing being applied: cut after up_drain_s, saying how many are left.
+    state["reads"] = 0
+    assert await drain.drain_events(settings, asyncio.Event(), busy=lambda: False) == 1
+    assert state["reads"] < 30
