@@ -14,12 +14,31 @@ from collections.abc import Mapping, Sequence
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(`])|\n+")
 # A markdown heading ("## Notes"), not a sentence opening with "#" ("#4411 reopened").
 _HEADING = re.compile(r"\s*#{1,6}\s")
+# A fenced code block (``` or ~~~ to the next such fence, or to the end of the text).
+_FENCED = re.compile(r"^[ \t]*(```|~~~).*?(?:^[ \t]*\1[^\n]*$|\Z)", re.MULTILINE | re.DOTALL)
+# A table row, or a line of JSON, YAML flow or a program's braces.
+_MARKUP = re.compile(r"\s*[|{}\[\]<]")
 
 
 def split_sentences(text: str) -> list[str]:
-    """Sentences of a text (a light splitter; good enough for ops prose). A markdown heading
-    line is none: it names the entities below it and says nothing of them."""
-    return [s.strip() for s in _SENTENCE.split(text) if len(s.strip()) > 3 and not _HEADING.match(s)]
+    """Sentences of a text (a light splitter; good enough for ops prose). A markdown heading,
+    code (fenced, or a line of braces, a table row or one dense with brackets and operators)
+    is none: each names entities without saying anything of them."""
+    return [
+        s.strip()
+        for s in _SENTENCE.split(_FENCED.sub("\n", text))
+        if len(s.strip()) > 3 and not _HEADING.match(s) and not _MARKUP.match(s) and _prose(s)
+    ]
+
+
+_CODE_CHARS = frozenset("{}[]();=<>|\\$")
+
+
+def _prose(s: str) -> bool:
+    """Whether ``s`` reads as prose: code and data are dense with brackets and operators (at
+    least 4, and 1 character in 20), where a sentence has a parenthesis or two."""
+    symbols = sum(c in _CODE_CHARS for c in s)
+    return symbols < 4 or symbols * 20 < len(s)
 
 
 def mentions(sentence: str, names: Mapping[str, str]) -> set[str]:

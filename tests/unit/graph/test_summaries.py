@@ -65,3 +65,21 @@ def test_parse_entities_rejects_non_answers(reply: str) -> None:
 def test_a_markdown_heading_is_no_sentence() -> None:
     text = "# Password Reset\n\nA password reset sends a link that expires in 15 minutes.\n## Notes\n#4411 reopened."
     assert split_sentences(text) == ["A password reset sends a link that expires in 15 minutes.", "#4411 reopened."]
+
+
+def test_code_tables_and_data_are_no_sentences() -> None:
+    """A summary of a technical page quotes its prose, not its JSON, tables or code."""
+    text = (
+        "The reply carries each hit's rrf_score and chunk_id.\n\n"
+        '```json\n{"query_id": "mem_req_99214", "results": [{"chunk_id": "a_p0", "rrf_score": 0.03}]}\n'
+        "The fence's text is code even where it reads as prose.\n```\n"
+        "| field | type |\n|---|---|\n| rrf_score | float |\n"
+        '{"doc_id": "runbooks/ledger.md"}\n'
+        "x = f(a[0], b[1]); y = {k: v for k, v in z}\n"
+        "Run `VACUUM FULL ledger_entries` monthly, then check rrf_score again.\n"
+        "~~~\nunclosed fence to the end\n"
+    )
+    assert split_sentences(text) == [
+        "The reply carries each hit's rrf_score and chunk_id.",
+        "Run `VACUUM FULL ledger_entries` monthly, then check rrf_score again.",
+    ]
