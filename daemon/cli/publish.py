@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator
 from datetime import datetime
 from pathlib import Path
@@ -13,6 +14,7 @@ import typer
 from rich.progress import Progress
 
 from consumers.client import MemoryClient, Receipt
+from consumers.client_core import DEFAULT_TIMEOUT_S
 from consumers.events import near_spelling
 from consumers.times import when
 from daemon.cli._app import _settings, app, err, out
@@ -80,6 +82,8 @@ def _said(receipt: Receipt) -> str:
 #: bytes of files among them (a larger document goes alone).
 PUBLISH_IN_FLIGHT = 16
 PUBLISH_IN_FLIGHT_BYTES = 256 * 1024
+#: A bulk publish's bound on one ack: none in effect, as --timeout bounds the wait for any ack.
+BULK_ACK_BOUND_S = 7 * 24 * 3600.0
 
 
 class InFlight:
@@ -161,38 +165,67 @@ def publish_doc(
             except InvalidEvent as exc:
                 raise InvalidEvent(f"{path}: {exc}" if str(path) not in str(exc) else str(exc)) from exc
         # Several in flight: each document is its own key, so their order does not matter, and
-        # a bulk load of small files does not wait for each ack in turn. Bounded in bytes too:
-        # the daemon embeds what is in flight one after another, and each ack has --timeout.
+        # a bulk load of small files does not wait for each ack in turn. Bounded in bytes too,
+        # as the daemon embeds what is in flight one after another.
         room = InFlight(PUBLISH_IN_FLIGHT, PUBLISH_IN_FLIGHT_BYTES)
         receipts: dict[Path, Receipt] = {}
+        sent: set[Path] = set()
+        # Many documents in flight wait for each other's embedding: an ack's own wait says
+        # nothing, so --timeout bounds the time without any ack instead (one document: its ack).
+        bulk = wait and len(paths) > 1
+        stall_s = timeout if timeout is not None else DEFAULT_TIMEOUT_S
+        last = time.monotonic()
+
+        async def one(path: Path) -> None:
+            nonlocal last
+            async with room.taken(sizes[path]):  # read once there is room: not all at once
+                sent.add(path)
+                receipts[path] = await client.publish_document(
+                    doc_id or str(path),
+                    read_text(path),
+                    version=version,
+                    metadata=metadata,
+                    timestamp=stamp,
+                    wait=wait,
+                    timeout_s=BULK_ACK_BOUND_S if bulk else timeout,
+                )
+                last = time.monotonic()
+            progress.advance(task)
+
+        async def watch() -> None:
+            while True:
+                await asyncio.sleep(min(1.0, stall_s / 4))
+                if time.monotonic() - last > stall_s:
+                    break
+            raise TimeoutError(
+                f"no acknowledgement from the memory daemon for {stall_s:g} s (--timeout): is it running "
+                "and reading the documents topic (`agentmemd doctor`)? A large document takes minutes: "
+                "give a longer --timeout"
+            )
+
         with Progress(console=err, transient=True, disable=len(paths) < 2) as progress:
             task = progress.add_task("publishing", total=len(paths))
-
-            async def one(path: Path) -> None:
-                async with room.taken(sizes[path]):  # read once there is room: not all at once
-                    receipts[path] = await client.publish_document(
-                        doc_id or str(path),
-                        read_text(path),
-                        version=version,
-                        metadata=metadata,
-                        timestamp=stamp,
-                        wait=wait,
-                        timeout_s=timeout,
-                    )
-                progress.advance(task)
-
             tasks = [asyncio.create_task(one(path)) for path in paths]
+            watcher = asyncio.create_task(watch()) if bulk else None
+            pending: set[asyncio.Task[None]] = {*tasks, *([watcher] if watcher else [])}
             try:
-                for finished in asyncio.as_completed(tasks):
-                    await finished
+                while not all(t.done() for t in tasks):
+                    done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                    for t in done:
+                        t.result()  # the first failure ends the command: what was not sent never is
             except BaseException:
-                # The first failure ends the command: what was not sent yet never is.
-                for t in tasks:
-                    t.cancel()
-                await asyncio.gather(*tasks, return_exceptions=True)
                 if len(paths) > 1:
-                    err.print(f"{len(receipts)} of {len(paths)} document(s) published before this failure")
+                    unacked = len(sent) - len(receipts)
+                    err.print(
+                        f"{len(receipts)} of {len(paths)} document(s) published"
+                        + (f" ({unacked} more sent, and may still be applied)" if unacked else "")
+                        + " before this failure"
+                    )
                 raise
+            finally:
+                for t in (*tasks, *([watcher] if watcher else [])):
+                    t.cancel()
+                await asyncio.gather(*tasks, *([watcher] if watcher else []), return_exceptions=True)
         return [receipts[p] for p in paths]
 
     receipts = _with_client(send, settings, target)

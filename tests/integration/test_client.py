@@ -569,6 +569,25 @@ async def test_cli_publishes_a_directorys_text_files_and_says_what_it_skipped(en
         assert not await daemon.index.chunk_ids(str(hidden), WRITER), hidden
 
 
+async def test_a_bulk_publish_nobody_acks_fails_after_its_timeout_saying_what_was_sent(env, tmp_path: Path) -> None:
+    """Many documents wait for each other's embedding, so --timeout bounds the time without any
+    ack, not each ack: with nobody reading (the bare topic, in topic tenancy), the command fails
+    after it, and says how many it sent unacknowledged."""
+    _, _, settings = env
+    for n in range(3):
+        (tmp_path / f"n{n}.md").write_text(f"note {n} about the kestrel rotation", encoding="utf-8")
+    cli_env = {**os.environ, **settings_env(settings), "AGENTMEM_CONSUMER__TENANCY": "single", "COLUMNS": "200"}
+    proc = await asyncio.create_subprocess_exec(
+        AGENTMEMD, "publish", "doc", str(tmp_path), "--wait", "--timeout", "2",
+        env=cli_env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    _out, err = await asyncio.wait_for(proc.communicate(), timeout=90)
+    said = " ".join(err.decode().split())
+    assert proc.returncode == 1, said
+    assert "no acknowledgement from the memory daemon for 2 s" in said, said
+    assert "0 of 3 document(s) published (3 more sent, and may still be applied) before this failure" in said, said
+
+
 async def _total_end_offset(plain: PlainClient, topic: str) -> int:
     tps = [TopicPartition(topic, p) for p in await plain.producer.partitions_for(topic)]
     reader = AIOKafkaConsumer(bootstrap_servers=plain.bootstrap)
