@@ -324,13 +324,18 @@ class KafkaTransport:
             try:
                 return await asyncio.wait_for(fut, timeout=wait)
             except TimeoutError:
+                # A write waits for what came before it on its partition; a question for nothing.
+                behind = (
+                    f", or still busy with what came before it on partition {partition} (a large document "
+                    "takes minutes to embed, and the status page's lag table says which partition one holds; "
+                    "wait longer with timeout_s, or --timeout in the CLI)"
+                    if answer != "reply"
+                    else ", or overloaded (the status page shows its question latency)"
+                )
                 raise TimeoutError(
                     f"no {answer} from the memory daemon within {wait:g} s on {self._reply_topic}: is a "
                     f"daemon running and reading {topic}? Is it ready (`agentmemd doctor` says what it waits "
-                    f"for), or still busy with what came before it on partition {partition} (a large document "
-                    "takes minutes to embed, and the status page's lag table says which partition one holds; "
-                    "wait longer with timeout_s, or --timeout in the CLI)? (in topic tenancy, the client needs "
-                    "the tenant)"
+                    f"for){behind}? (in topic tenancy, the client needs the tenant)"
                 ) from None
         finally:
             self._pending.pop(cid, None)

@@ -343,6 +343,7 @@ async def run_until_stopped(
     try:
         await stop.wait()
         if before_stop is not None:
+            daemon.status.ready = False  # a stop has begun: /readyz fails while it drains, too
             await before_stop(daemon)
     finally:
         await daemon.stop()

@@ -28,6 +28,8 @@ log = structlog.get_logger()
 
 #: How often the lag is read while draining.
 POLL_S = 0.5
+#: How often a long drain says where it is.
+PROGRESS_EVERY_S = 30.0
 
 
 def events_left(report: LagReport, consumer: ConsumerConfig) -> int:
@@ -64,7 +66,8 @@ async def drain_events(
     started = time.monotonic()
     deadline = started + settings.up_drain_s
     told = False
-    left = -1
+    said_at = started
+    first = left = -1
     while True:
         before = left
         try:
@@ -77,7 +80,9 @@ async def drain_events(
             left = events_left(report, settings.consumer)
             if left == 0:
                 if told:
-                    log.info("daemon.drain_finished", waited_s=round(time.monotonic() - started, 1))
+                    waited = round(time.monotonic() - started, 1)
+                    log.info("daemon.drain_finished", waited_s=waited)
+                    print(f"agentmemd stopping: the {first} event(s) are applied ({waited:g} s)", flush=True)
                 return 0
             if (0 <= left < before or (busy is not None and busy())) and not interrupt.is_set():
                 deadline = time.monotonic() + settings.up_drain_s
@@ -89,9 +94,14 @@ async def drain_events(
                 print(said, flush=True)
             return left
         if not told:
-            told = True
+            told, first = True, left
             log.info("daemon.drain_started", events=left, timeout_s=settings.up_drain_s)
             print(await _drain_said(left, settings.up_drain_s, refused), flush=True)
+        elif time.monotonic() - said_at >= PROGRESS_EVERY_S:
+            # A large document holds its partition's lag for minutes: say the wait still moves.
+            said_at = time.monotonic()
+            doing = "a batch being applied" if busy is not None and busy() else "none being applied"
+            print(f"agentmemd stopping: {left} event(s) left, {doing} (Ctrl-C again to stop now)", flush=True)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(interrupt.wait(), timeout=min(POLL_S, max(0.0, deadline - time.monotonic())))
 

@@ -232,12 +232,14 @@ class MemoryTools:
                 timeout_s=self._cfg.timeout_s,
             )  # fmt: skip
             view = ack_view(r.ack, r.doc_id)
-            if session_id is not None and turn is None and r.ack is not None and r.ack.forgotten == 0:
-                # Nothing was stored there, a misspelt id most likely: say what is.
+            if session_id is not None and r.ack is not None and r.ack.forgotten == 0:
+                # Nothing was stored there, a misspelt id most likely (unless only the turn
+                # was missing from a session there is): say what is.
                 sessions = await c.latest_sessions(agent_id)
-                view["latest_sessions"] = sessions[:20]
-                if near := near_spelling(session_id, sessions):
-                    view["did_you_mean"] = near
+                if session_id not in sessions:
+                    view["latest_sessions"] = sessions[:20]
+                    if near := near_spelling(session_id, sessions):
+                        view["did_you_mean"] = near
             return view
 
         return await self._call("forget", drop, write=True)

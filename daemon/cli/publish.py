@@ -258,10 +258,12 @@ def publish_delete(
         r = await c.delete_document(doc_id, version=version, wait=wait, timeout_s=timeout)
         if r.ack is None or r.ack.removed != 0:
             return r, None
-        # Nothing was stored under that id, a misspelt one most likely: its neighbours say which.
+        # Nothing was stored under that id, a misspelt one most likely: the ids in its folder,
+        # then the first of all (a misspelt folder), say which.
         folder = doc_id.rpartition("/")[0]
-        listed = await c.list_values("doc_id", source_prefix=f"{folder}/" if folder else "", limit=1000)
-        return r, near_spelling(doc_id, listed.values)
+        ids = [] if not folder else (await c.list_values("doc_id", source_prefix=f"{folder}/", limit=1000)).values
+        near = near_spelling(doc_id, ids) or near_spelling(doc_id, (await c.list_values("doc_id", limit=1000)).values)
+        return r, near
 
     r, near = _with_client(send, settings, target)
     if wait and r.ack is not None and r.ack.status == "indexed" and r.ack.removed == 0:
@@ -350,7 +352,7 @@ def publish_forget(
         r = await c.forget(
             agent_id=agent_id, session_id=session_id, all_sessions=all_sessions, turn=turn, wait=wait, timeout_s=timeout
         )
-        if session_id is None or turn is not None or r.ack is None or r.ack.forgotten != 0:
+        if session_id is None or r.ack is None or r.ack.forgotten != 0:
             return r, None
         # Nothing was stored there, a misspelt id most likely: the agent's latest sessions say.
         return r, await c.latest_sessions(agent_id)
@@ -363,7 +365,7 @@ def publish_forget(
         # an earlier release says no count).
         n = r.ack.forgotten
         out.print(f"forgot {what}: {n} turn(s) removed" if n else f"nothing stored for {what}: nothing removed")
-        if sessions is not None and session_id is not None:
+        if sessions is not None and session_id is not None and session_id not in sessions:
             out.print(_sessions_said(agent_id, session_id, sessions))
         return
     out.print(f"forget of {what} published" + (f": {_said(r)}" if wait else ""))

@@ -228,7 +228,10 @@ class Explorer:
         )
         params = {"tenant": tenant, "agent": agent}
         body = groups_body("sessions", ("session", "turn chunks", "latest"), found, "/explore/turns", params, nxt)
-        return self._page(request, f"Sessions of agent {agent}", body, "tenants", self._crumbs(tenant, esc(agent)))
+        status = 404 if not found and offset_of(request) == 0 else 200  # an agent with no turns: none by that name
+        return self._page(
+            request, f"Sessions of agent {agent}", body, "tenants", self._crumbs(tenant, esc(agent)), status=status
+        )
 
     async def turns(self, request: web.Request) -> web.Response:
         """A session's turns in order."""
@@ -238,7 +241,8 @@ class Explorer:
         params = {"tenant": tenant, "agent": agent, "session": session}
         sessions = link(agent, "/explore/sessions", tenant=tenant, agent=agent)
         crumbs = self._crumbs(tenant, sessions, esc(session))
-        return self._page(request, f"Session {session}", turns_body(found, params), "tenants", crumbs)
+        status = 404 if not found.chunks and page_key(request) is None else 200  # no turns: no such session
+        return self._page(request, f"Session {session}", turns_body(found, params), "tenants", crumbs, status=status)
 
     async def documents(self, request: web.Request) -> web.Response:
         """A page of a tenant's documents."""
@@ -318,7 +322,8 @@ class Explorer:
                 tenant, view.community, cid, view.summary, view.members, view.item, view.stale, self._reads.now()
             )
         crumbs = [link(f"graph of {tenant}", "/explore/graph", tenant=tenant), esc(cid)]
-        return self._page(request, f"Community {cid}", body, "graph", crumbs)
+        missing = view is not None and view.community is None and view.summary is None
+        return self._page(request, f"Community {cid}", body, "graph", crumbs, status=404 if missing else 200)
 
     async def dlq(self, request: web.Request) -> web.Response:
         """The DLQ's recent records this principal may see."""

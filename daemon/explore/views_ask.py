@@ -66,8 +66,8 @@ def form_html(form: AskForm) -> str:
         + box("identifier", "identifier weight", form.identifier, "default")
         + box("recency", "recency weight", form.recency, "default")
         + box("speaker", "speaker weight", form.speaker, "default")
-        + box("since", "since (ISO time)", form.since, "open")
-        + box("until", "until (ISO time)", form.until, "open")
+        + box("since", "since (ISO time, age, yesterday)", form.since, "open")
+        + box("until", "until (ISO time, age, today)", form.until, "open")
         + f'<label class="wide">metadata filter, one key=value or key!=value a line<textarea name="filters" rows="2">'
         f"{esc(form.filters)}</textarea></label>"
         '<div class="wide"><button type="submit">ask</button></div></form>'

@@ -230,6 +230,13 @@ async def test_browse_tenants_to_a_turn_in_a_real_browser(env: Env) -> None:
     assert status == 404 and "never written" in body, body[-800:]
     status, _, _ = await get(env.base + "/explore/document?tenant=acme&doc=runbooks/billing.md")
     assert status == 200
+    for missing in (
+        "/explore/sessions?tenant=acme&agent=ops-bto",
+        "/explore/turns?tenant=acme&agent=ops-bot&session=s9",
+        "/explore/community?tenant=acme&id=c-nope",
+    ):
+        status, _, _ = await get(env.base + missing)
+        assert status == 404, missing
     _, body, _ = await get(env.base + "/explore/sessions?tenant=acme&agent=ops-bot")
     assert 'href="/explore/turns?tenant=acme&amp;agent=ops-bot&amp;session=s1">s1</a>' in body
     dom = await browse(env, "/explore/turns?tenant=acme&agent=ops-bot&session=s1", "turns", height=500)
