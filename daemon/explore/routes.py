@@ -7,11 +7,13 @@ A handler parses its query parameters, checks the tenant against the request's p
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
+from consumers.events import near_spelling
 from daemon.explore.access import COOKIE, OPERATOR, Access, Principal
 from daemon.explore.html import CSP, CSS, esc, link, page
 from daemon.explore.reads import MemoryReads
@@ -290,6 +292,12 @@ class Explorer:
             tenants=tuple(await self._visible_tenants(request)),
         )
         body, status = form_html(form), 200
+        asked = {f.name for f in dataclasses.fields(AskForm)} - {"tenants"}
+        if unknown := sorted(set(q) - asked):
+            # As the contract refuses a field it does not know: read past, it would change nothing, untold.
+            near = near_spelling(unknown[0], asked)
+            said = f"unknown field {unknown[0]!r}" + (f": did you mean {near!r}?" if near else "")
+            return self._page(request, "Ask and see why", body + error_html(said), "ask", status=400)
         if form.q.strip():
             try:
                 answer = await self._reads.ask(form, tenant)

@@ -307,6 +307,11 @@ async def test_ask_shows_each_legs_rank_beside_the_fused_score(env: Env) -> None
         status, body, _ = await get(env.base + f"/explore/ask?{asked}&{bad}")
         assert says in body and "pydantic" not in body and "invalid literal" not in body, body[-1500:]
         assert status == 400
+    # A parameter the form does not have is refused, as the contract refuses a field, not read past.
+    status, body, _ = await get(env.base + f"/explore/ask?{asked}&topk=3")
+    assert status == 400 and "unknown field &#x27;topk&#x27;" in body and 'id="results"' not in body, body[-800:]
+    status, body, _ = await get(env.base + f"/explore/ask?{asked}&scop=all")
+    assert status == 400 and "unknown field &#x27;scop&#x27;: did you mean &#x27;scope&#x27;?" in body, body[-800:]
     _, aged, _ = await get(env.base + f"/explore/ask?{params}&since=3650d")
     assert 'id="results"' in aged and 'id="error"' not in aged and "since takes" not in aged
 
