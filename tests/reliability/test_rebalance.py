@@ -15,6 +15,7 @@ from aiokafka import AIOKafkaProducer
 from consumers.config import ConsumerConfig
 from daemon.topics import ensure_topics
 from graph.config import GraphConfig
+from memory.ingest import Ingestor
 from tests.conftest import unique
 from tests.helpers import eventually, isolated_settings, start_daemon
 
@@ -23,7 +24,7 @@ pytestmark = pytest.mark.integration
 
 @pytest.mark.parametrize("where", ["batch", "lanes"])
 async def test_a_forget_applied_by_the_new_owner_is_never_undone_by_the_old_one(
-    kafka_bootstrap: str, redis_url: str, where: str
+    kafka_bootstrap: str, redis_url: str, where: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Daemon A is inside a batch holding one turn per partition when daemon B joins the
     group; each session is then forgotten. Whatever partition B takes, both turns end up
@@ -45,21 +46,26 @@ async def test_a_forget_applied_by_the_new_owner_is_never_undone_by_the_old_one(
         ev = {"event_id": uuid.uuid4().hex, "agent_id": "agent", "session_id": f"s{p}", "turn": 1, "content": secret}
         await producer.send_and_wait(topic, json.dumps(ev).encode(), key=f"agent/s{p}".encode(), partition=p)
 
-    a = await start_daemon(settings)
     gate, held = asyncio.Event(), asyncio.Event()
-    original = a.ingestor.apply
+    original = Ingestor.apply
+    holder: list[Ingestor] = []
 
-    async def slow(items):  # A's batch is slow (a big batch, a slow model): held here
-        if any(i.doc_id in turn_ids for i in items) and not gate.is_set():
+    async def slow(self: Ingestor, items):  # A's batch is slow (a big batch, a slow model): held here
+        # Set before A starts, whose first batch may come as soon as it is ready; only the
+        # first ingestor to take the turns (A's: B starts once it holds them) is held.
+        if any(i.doc_id in turn_ids for i in items) and not gate.is_set() and holder in ([], [self]):
+            holder[:] = [self]
             held.set()
             await gate.wait()
-        return await original(items)
+        return await original(self, items)
 
-    a.ingestor.apply = slow  # type: ignore[method-assign]
+    monkeypatch.setattr(Ingestor, "apply", slow)
+    a = await start_daemon(settings)
     joining: asyncio.Task | None = None
     b = None
     try:
         await asyncio.wait_for(held.wait(), 60)
+        assert holder == [a.ingestor]
         assert a.lanes["transcripts"].running == (2 if where == "lanes" else 0)
         joining = asyncio.ensure_future(start_daemon(settings))  # scale out: the group rebalances
         await asyncio.sleep(6)  # B joins, with the session's model (on the old code: takes a partition)
@@ -79,7 +85,6 @@ async def test_a_forget_applied_by_the_new_owner_is_never_undone_by_the_old_one(
         assert not any([await a.index.chunk_ids(d) for d in turn_ids])
     finally:
         gate.set()
-        a.ingestor.apply = original  # type: ignore[method-assign]
         await producer.stop()
         if joining is not None:
             b = await joining
