@@ -11,15 +11,17 @@ that partition of it) for the matching ``correlation_id``.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
 from consumers.client_writes import Receipt, _Writes
 from consumers.encoding import ClientFilter, TurnRef, get_body, list_body, query_body, recent_body
+from consumers.events import near_spelling
 from consumers.requests import GetItem, GetReply, ListReply, QueryReply
 from memory.conversation import MAX_RECENT_TURNS
 
-__all__ = ["MemoryClient", "Receipt"]
+__all__ = ["MemoryClient", "Receipt", "SessionHint"]
 
 
 class MemoryClient(_Writes):
@@ -195,3 +197,22 @@ class MemoryClient(_Writes):
         latest = await self.recent(agent_id, limit=MAX_RECENT_TURNS, tenant=tenant)
         found = (str((i.metadata or {}).get("session_id", "")) for i in reversed(latest.items))
         return [s for s in dict.fromkeys(found) if s]
+
+    async def session_hint(self, agent_id: str, session_id: str, *, tenant: str | None = None) -> SessionHint | None:
+        """What a forget of ``session_id`` that removed nothing is told: the agent's latest
+        sessions and the one the id nearly spells; None when the session is among them (only
+        the turn asked for was missing).
+
+        Raises:
+            BackendUnavailable, NotFound, TimeoutError: as for ``query``.
+        """
+        latest = await self.latest_sessions(agent_id, tenant=tenant)
+        return None if session_id in latest else SessionHint(latest, near_spelling(session_id, latest))
+
+
+@dataclass(frozen=True, slots=True)
+class SessionHint:
+    """An agent's latest sessions, newest first, and the one a session id nearly spells."""
+
+    latest: list[str]
+    near: str | None

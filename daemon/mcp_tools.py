@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from consumers.client import MemoryClient
 from consumers.decoding import validation_reason
 from consumers.errors import QueryFailed, WriteRejected
-from consumers.events import TranscriptEvent, near_spelling
+from consumers.events import TranscriptEvent
 from consumers.turn_numbers import holds_turn
 from daemon.mcp_config import MCPConfig
 from daemon.mcp_views import ToolFailure, ack_view, item_view, parse_time, result_view
@@ -232,14 +232,12 @@ class MemoryTools:
                 timeout_s=self._cfg.timeout_s,
             )  # fmt: skip
             view = ack_view(r.ack, r.doc_id)
-            if session_id is not None and r.ack is not None and r.ack.forgotten == 0:
-                # Nothing was stored there, a misspelt id most likely (unless only the turn
-                # was missing from a session there is): say what is.
-                sessions = await c.latest_sessions(agent_id)
-                if session_id not in sessions:
-                    view["latest_sessions"] = sessions[:20]
-                    if near := near_spelling(session_id, sessions):
-                        view["did_you_mean"] = near
+            # Nothing was stored there, a misspelt id most likely: say what is.
+            missed = r.ack is not None and r.ack.forgotten == 0
+            if session_id is not None and missed and (hint := await c.session_hint(agent_id, session_id)) is not None:
+                view["latest_sessions"] = hint.latest[:20]
+                if hint.near:
+                    view["did_you_mean"] = hint.near
             return view
 
         return await self._call("forget", drop, write=True)

@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 from rich.progress import Progress
 
-from consumers.client import MemoryClient, Receipt
+from consumers.client import MemoryClient, Receipt, SessionHint
 from consumers.client_core import DEFAULT_TIMEOUT_S
 from consumers.events import near_spelling
 from consumers.times import when
@@ -206,8 +206,8 @@ def publish_doc(
         with Progress(console=err, transient=True, disable=len(paths) < 2) as progress:
             task = progress.add_task("publishing", total=len(paths))
             tasks = [asyncio.create_task(one(path)) for path in paths]
-            watcher = asyncio.create_task(watch()) if bulk else None
-            pending: set[asyncio.Task[None]] = {*tasks, *([watcher] if watcher else [])}
+            jobs = [*tasks, *([asyncio.create_task(watch())] if bulk else [])]
+            pending: set[asyncio.Task[None]] = set(jobs)
             try:
                 while not all(t.done() for t in tasks):
                     done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
@@ -223,9 +223,9 @@ def publish_doc(
                     )
                 raise
             finally:
-                for t in (*tasks, *([watcher] if watcher else [])):
+                for t in jobs:
                     t.cancel()
-                await asyncio.gather(*tasks, *([watcher] if watcher else []), return_exceptions=True)
+                await asyncio.gather(*jobs, return_exceptions=True)
         return [receipts[p] for p in paths]
 
     receipts = _with_client(send, settings, target)
@@ -315,13 +315,12 @@ def publish_observation(
     out.print(f"observation published as turn {r.turn}" + (f": {_said(r)}" if wait else ""))
 
 
-def _sessions_said(agent_id: str, session_id: str, sessions: list[str]) -> str:
-    """What the agent's latest sessions (newest first) say of a session id that held nothing."""
-    if not sessions:
+def _sessions_said(agent_id: str, hint: SessionHint) -> str:
+    """What the agent's latest sessions say of a session id that held nothing."""
+    if not hint.latest:
         return f"agent {agent_id} has no turns stored"
-    near = near_spelling(session_id, sessions)
-    listed = ", ".join(sessions[:8]) + (", ..." if len(sessions) > 8 else "")
-    return (f"did you mean {near}? " if near else "") + f"agent {agent_id}'s latest sessions: {listed}"
+    listed = ", ".join(hint.latest[:8]) + (", ..." if len(hint.latest) > 8 else "")
+    return (f"did you mean {hint.near}? " if hint.near else "") + f"agent {agent_id}'s latest sessions: {listed}"
 
 
 @publish_app.command("forget")
@@ -348,16 +347,16 @@ def publish_forget(
     settings = _settings()
     target = _tenant_target(settings.consumer.tenancy, tenant)
 
-    async def send(c: MemoryClient) -> tuple[Receipt, list[str] | None]:
+    async def send(c: MemoryClient) -> tuple[Receipt, SessionHint | None]:
         r = await c.forget(
             agent_id=agent_id, session_id=session_id, all_sessions=all_sessions, turn=turn, wait=wait, timeout_s=timeout
         )
         if session_id is None or r.ack is None or r.ack.forgotten != 0:
             return r, None
         # Nothing was stored there, a misspelt id most likely: the agent's latest sessions say.
-        return r, await c.latest_sessions(agent_id)
+        return r, await c.session_hint(agent_id, session_id)
 
-    r, sessions = _with_client(send, settings, target)
+    r, hint = _with_client(send, settings, target)
     what = f"session {session_id} of agent {agent_id}" if session_id else f"every session of agent {agent_id}"
     what = f"turn {turn} of {what}" if turn is not None else what
     if wait and r.ack is not None and r.ack.status == "indexed" and r.ack.forgotten is not None:
@@ -365,7 +364,7 @@ def publish_forget(
         # an earlier release says no count).
         n = r.ack.forgotten
         out.print(f"forgot {what}: {n} turn(s) removed" if n else f"nothing stored for {what}: nothing removed")
-        if sessions is not None and session_id is not None and session_id not in sessions:
-            out.print(_sessions_said(agent_id, session_id, sessions))
+        if hint is not None:
+            out.print(_sessions_said(agent_id, hint))
         return
     out.print(f"forget of {what} published" + (f": {_said(r)}" if wait else ""))
