@@ -146,9 +146,11 @@ class ConsumerConfig(BaseModel):
         le=1_073_741_824,
         description=(
             "A partition whose records in one ingest batch weigh this much (their values' bytes, ~5 s "
-            "of embedding on 2 cores at the default) is applied in a lane of its own: paused and applied "
-            "beside the poll, so writes on the other partitions are not held behind a large document "
-            "or a bulk load. Its offset is committed once it is applied."
+            "of embedding on 2 cores at the default) is applied in a lane of its own, beside the poll, "
+            "so other writes are not held behind a large document or a bulk load; only the later "
+            "records of its keys (for turns, its agents), keyless ones and another large batch of its "
+            "partition wait for it. Its partition is committed no further than its first record until "
+            "it is applied."
         ),
     )
     ingest_lanes: int = Field(

@@ -1,15 +1,23 @@
-"""Lanes: a partition's large batch applied beside the poll, so the others go on.
+"""Lanes: a partition's large batch applied beside the poll, so the other writes go on.
 
 An ingest subscriber applies a batch before it polls again, so a large document would hold
-the writes of every partition it reads. A partition whose records in a batch weigh
-``ingest_lane_min_bytes`` or more is applied in a task of its own instead (decision 0061):
-the partition is paused and its position put back to the first of those records, so no
-commit of the batches polled meanwhile passes them, and once they are applied its offset is
-committed and the partition resumed. Order per partition, and so per key, is kept: nothing
-more of the partition is fetched until its lane is done. A revocation waits for the lanes of
-the partitions it takes (as for the batch in hand), and a stop waits ``shutdown_timeout_s``
-for them, then cancels them, leaving their partitions paused: what a cancelled lane did not
-commit is delivered again at the next start, as after a crash.
+every write after it. A partition whose records in a batch weigh ``ingest_lane_min_bytes`` or
+more is applied in a task of its own instead (decisions 0061 and 0063), and the partition goes
+on being read. A later record of it is applied at once unless it must keep its order behind
+the lane's: a record of one of the lane's keys (for transcripts, of one of its agents), a
+record without a key, or a large batch of its own. The partition is then held (paused, and
+put back to that record) until the lane is done.
+
+Kafka keeps one committed offset per partition. While a lane runs, its partition is committed
+up to the lane's first record and no further, so a crash delivers again the lane and what was
+applied after it (found written, acked again, nothing written twice). Once the lane is written,
+its partition is committed past everything applied meanwhile. So these subscribers commit their
+own offsets (FastStream's manual ack policy): after each batch, and on a failure they put each
+of its partitions back to its first record of the batch, as FastStream's nack does.
+
+A revocation waits for the lanes of the partitions it takes (as for the batch in hand), and a
+stop waits ``shutdown_timeout_s`` for them, then cancels them and pauses their partitions:
+what a cancelled lane did not commit is delivered again at the next start, as after a crash.
 """
 
 from __future__ import annotations
@@ -17,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,29 +41,84 @@ log = structlog.get_logger()
 #: A partition of a topic, as (topic, partition).
 Place = tuple[str, int]
 
+#: What a record keeps its order with, from its Kafka key (``None``: with everything).
+Owner = Callable[[bytes | None], bytes | None]
+
 #: How long a lane that failed (an outage past the ingestor's own retries) waits before its
 #: records are fetched again: FastStream's own redelivery of a failed batch is at once.
 RETRY_S = 1.0
 
+#: What a commit may fail with: a rebalance (KafkaError), or an assignment aiokafka dropped
+#: while a pattern subscription found a new topic (a tenant's), which it asserts.
+_COMMIT_ERRORS = (KafkaError, IllegalStateError, AssertionError)
 
-def split(
-    records: Sequence[Any], *, min_bytes: int, room: int, busy: Collection[Place] = ()
-) -> tuple[list[Any], dict[Place, list[Any]]]:
-    """``records`` (one batch, in order) as (applied inline, by partition for a lane).
+
+def _whole_key(key: bytes | None) -> bytes | None:
+    return key
+
+
+def _agent_of(key: bytes | None) -> bytes | None:
+    # A turn is keyed ``agent_id/session_id`` and an agent-wide forget ``agent_id``: the forget
+    # must wait for the turns of every session of its agent that a lane still writes.
+    return None if key is None else key.split(b"/", 1)[0]
+
+
+def owner_for(role: str) -> Owner:
+    """What the records of an ingest subscriber (by role) keep their order with."""
+    return _agent_of if role == "transcripts" else _whole_key
+
+
+def _place(record: Any) -> Place:
+    return (record.topic, record.partition)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one batch's records become: applied inline, lanes to start, partitions to hold."""
+
+    inline: list[Any]
+    lanes: dict[Place, list[Any]]
+    holds: dict[Place, int]  # the partition is paused and put back to this offset
+
+
+def plan(
+    records: Sequence[Any],
+    *,
+    min_bytes: int,
+    room: int,
+    running: Mapping[Place, Collection[bytes | None]] | None = None,
+    owner: Owner = _whole_key,
+) -> Plan:
+    """``records`` (one batch, in order) as inline records, new lanes and holds.
 
     A partition goes to a lane when its records weigh ``min_bytes`` or more (the bytes of their
-    values), the heaviest first, ``room`` of them at most; ``busy`` partitions (a lane of theirs
-    still running: records fetched before it paused them) are never given a second one, so
-    their records stay inline. Each partition's records keep their order.
+    values), the heaviest first, ``room`` of them at most. A partition with a lane ``running``
+    (its owners, by ``owner`` of their keys) gets no second one: it is held from its first
+    record when its records are heavy, else from its first record that must wait for the lane
+    (an owner of the lane's, or no key); the records before that are inline. Each partition's
+    records keep their order.
     """
+    running = running or {}
     by_place: dict[Place, list[Any]] = {}
     for r in records:
-        by_place.setdefault((r.topic, r.partition), []).append(r)
+        by_place.setdefault(_place(r), []).append(r)
     weight = {p: sum(len(r.value or b"") for r in rs) for p, rs in by_place.items()}
-    heavy = sorted((p for p, w in weight.items() if w >= min_bytes and p not in busy), key=lambda p: -weight[p])
+    holds: dict[Place, int] = {}
+    for p, rs in by_place.items():
+        if p not in running:
+            continue
+        if weight[p] >= min_bytes:
+            holds[p] = rs[0].offset
+            continue
+        keys = running[p]
+        for r in rs:
+            if (k := owner(r.key)) is None or k in keys:
+                holds[p] = r.offset
+                break
+    heavy = sorted((p for p, w in weight.items() if w >= min_bytes and p not in running), key=lambda p: -weight[p])
     chosen = set(heavy[: max(room, 0)])
-    inline = [r for r in records if (r.topic, r.partition) not in chosen]
-    return inline, {p: by_place[p] for p in by_place if p in chosen}
+    inline = [r for r in records if _place(r) not in chosen and r.offset < holds.get(_place(r), r.offset + 1)]
+    return Plan(inline=inline, lanes={p: by_place[p] for p in by_place if p in chosen}, holds=holds)
 
 
 @dataclass(frozen=True)
@@ -64,16 +127,25 @@ class _Lane:
     since: float  # wall clock
     records: int
     size: int  # the bytes of the records' values
+    owners: frozenset[bytes | None]
 
 
 class Lanes:
-    """The lanes of one ingest subscriber (see the module's docstring)."""
+    """The lanes, holds and commits of one ingest subscriber (see the module's docstring)."""
 
     def __init__(self, role: str, *, min_bytes: int, most: int) -> None:
         self.role = role
         self.min_bytes = min_bytes
         self.most = most
+        self._owner = owner_for(role)
         self._lanes: dict[Place, _Lane] = {}  # the running ones
+        self._held: dict[Place, int] = {}  # paused until their lane is done, from this offset
+        # Commits of a partition stay at or below its floor: a running lane's first record, or
+        # a failed lane's until its records are applied again.
+        self._floors: dict[Place, int] = {}
+        self._applied: dict[Place, int] = {}  # past what was applied inline above a floor
+        self._committed: dict[Place, int] = {}
+        self._commit_lock = asyncio.Lock()
         self._closed = asyncio.Event()
 
     @property
@@ -83,27 +155,102 @@ class Lanes:
 
     def now(self) -> dict[str, str]:
         """What each running lane applies, for people, by ``topic/partition`` (the status page's
-        lag table: a partition whose lag stands still while its lane runs is no stuck one)."""
+        lag table: a partition's committed offset stays at its lane's first record meanwhile)."""
         at = time.time()
-        return {
-            f"{topic}/{partition}": f"applying {lane.records} record(s), {lane.size / 1024:.0f} KiB, "
-            f"for {at - lane.since:.0f} s"
-            for (topic, partition), lane in list(self._lanes.items())
-        }
+        out: dict[str, str] = {}
+        for place, lane in list(self._lanes.items()):
+            said = f"applying {lane.records} record(s), {lane.size / 1024:.0f} KiB, for {at - lane.since:.0f} s"
+            if (held := self._held.get(place)) is not None:
+                said += f"; later records held from offset {held}"
+            out[f"{place[0]}/{place[1]}"] = said
+        return out
 
-    def split(self, records: Sequence[Any]) -> tuple[list[Any], dict[Place, list[Any]]]:
-        """``split`` with this subscriber's settings and free lanes (none once closed)."""
+    def plan(self, records: Sequence[Any]) -> Plan:
+        """``plan`` with this subscriber's settings, free lanes (none once closed) and running ones."""
         room = 0 if self._closed.is_set() else self.most - len(self._lanes)
-        return split(records, min_bytes=self.min_bytes, room=room, busy=self._lanes.keys())
+        running = {p: lane.owners for p, lane in self._lanes.items()}
+        return plan(records, min_bytes=self.min_bytes, room=room, running=running, owner=self._owner)
+
+    async def apply(
+        self, consumer: Any, records: Sequence[Any], apply: Callable[[Sequence[Any]], Awaitable[None]]
+    ) -> None:
+        """Apply one batch (records of partitions this consumer owns): start its lanes, hold the
+        partitions that must wait for one, apply the rest and commit them. A failure puts each
+        partition of the inline records back to its first and is raised."""
+        planned = self.plan(records)
+        for place, offset in planned.holds.items():
+            self._hold(consumer, place, offset)
+        for place, theirs in planned.lanes.items():
+            self.start(consumer, place, theirs, apply)
+        if not planned.inline:
+            return
+        try:
+            await apply(planned.inline)
+        except BaseException:
+            self._rewind(consumer, planned.inline)
+            raise
+        await self._commit_applied(consumer, planned.inline)
+
+    def _hold(self, consumer: Any, place: Place, offset: int) -> None:
+        tp = TopicPartition(*place)
+        consumer.pause(tp)
+        consumer.seek(tp, offset)  # what was fetched past it is dropped, and fetched again on resume
+        self._held[place] = min(offset, self._held.get(place, offset))
+        log.info("ingest.partition_held", subscriber=self.role, topic=place[0], partition=place[1], offset=offset)
+
+    def _rewind(self, consumer: Any, records: Sequence[Any]) -> None:
+        # A failed lane's records come first: they are fetched again before what followed them.
+        first: dict[Place, int] = {}
+        for r in records:
+            first[_place(r)] = min(r.offset, first.get(_place(r), r.offset))
+        for place, offset in first.items():
+            if place not in self._lanes and (floor := self._floors.get(place)) is not None:
+                offset = min(offset, floor)
+            if place in self._held:
+                self._held[place] = min(offset, self._held[place])
+            with contextlib.suppress(IllegalStateError, AssertionError):  # revoked meanwhile
+                consumer.seek(TopicPartition(*place), offset)
+
+    async def _commit_applied(self, consumer: Any, records: Sequence[Any]) -> None:
+        spans: dict[Place, tuple[int, int]] = {}
+        for r in records:
+            lo, hi = spans.get(_place(r), (r.offset, r.offset))
+            spans[_place(r)] = (min(lo, r.offset), max(hi, r.offset))
+        offsets: dict[Place, int] = {}
+        for place, (lo, hi) in spans.items():
+            floor = self._floors.get(place)
+            if floor is not None and place not in self._lanes and lo <= floor:
+                del self._floors[place]  # a failed lane's records, applied again
+                floor = None
+            if floor is None:
+                self._applied.pop(place, None)
+                offsets[place] = hi + 1
+            else:
+                self._applied[place] = max(hi + 1, self._applied.get(place, 0))
+                offsets[place] = floor
+        await self._commit(consumer, offsets)
+
+    async def _commit(self, consumer: Any, offsets: Mapping[Place, int]) -> None:
+        async with self._commit_lock:
+            # Never back: a lane's commit and a batch's may finish in either order.
+            todo = {p: o for p, o in offsets.items() if o > self._committed.get(p, -1)}
+            if not todo:
+                return
+            try:
+                await consumer.commit({TopicPartition(*p): o for p, o in todo.items()})
+            except _COMMIT_ERRORS as exc:
+                # Applied: a later commit covers them, or they are delivered again and found written.
+                log.warning("ingest.commit_failed", subscriber=self.role, error=f"{type(exc).__name__}: {exc}")
+                return
+            self._committed.update(todo)
 
     def start(
         self, consumer: Any, place: Place, records: Sequence[Any], apply: Callable[[Sequence[Any]], Awaitable[None]]
     ) -> None:
-        """Pause ``place`` on ``consumer`` at its first record of ``records`` and apply them in a
-        task (records fetched for it meanwhile are dropped by the seek, and never returned)."""
-        tp = TopicPartition(*place)
-        consumer.pause(tp)
-        consumer.seek(tp, records[0].offset)  # FastStream's commit after this batch stops here
+        """Apply ``records`` (one partition's, in order) in a task; the partition's commits stay
+        at their first until they are written."""
+        first = records[0].offset
+        self._floors[place] = min(first, self._floors.get(place, first))
         size = sum(len(r.value or b"") for r in records)
         log.info(
             "ingest.lane_started",
@@ -113,57 +260,52 @@ class Lanes:
             records=len(records),
             bytes=size,
         )
-        task = asyncio.create_task(self._run(consumer, tp, records, apply), name=f"lane-{place[0]}-{place[1]}")
+        task = asyncio.create_task(self._run(consumer, place, records, apply), name=f"lane-{place[0]}-{place[1]}")
         task.add_done_callback(self._ended)
-        self._lanes[place] = _Lane(task=task, since=time.time(), records=len(records), size=size)
+        owners = frozenset(self._owner(r.key) for r in records)
+        self._lanes[place] = _Lane(task=task, since=time.time(), records=len(records), size=size, owners=owners)
         INGEST_LANES.labels(self.role).inc()
 
     async def _run(
-        self,
-        consumer: Any,
-        tp: TopicPartition,
-        records: Sequence[Any],
-        apply: Callable[[Sequence[Any]], Awaitable[None]],
+        self, consumer: Any, place: Place, records: Sequence[Any], apply: Callable[[Sequence[Any]], Awaitable[None]]
     ) -> None:
-        after = records[-1].offset + 1
+        tp = TopicPartition(*place)
+        first = records[0].offset
         try:
             await apply(records)
         except Exception as exc:
-            # Left where it was paused: resumed below, the records are fetched and applied again.
             log.warning(
                 "ingest.lane_failed",
                 subscriber=self.role,
-                topic=tp.topic,
-                partition=tp.partition,
+                topic=place[0],
+                partition=place[1],
                 error=f"{type(exc).__name__}: {exc}",
             )
+            # Fetched again from its first record once the wait is over (the floor stays until
+            # they are applied), and what followed it with them.
+            with contextlib.suppress(IllegalStateError, AssertionError):
+                consumer.pause(tp)
+                consumer.seek(tp, first)
+            self._held[place] = first
+            self._applied.pop(place, None)
             await pause(self._closed, RETRY_S)
         else:
-            try:
-                consumer.seek(tp, after)
-                # Committed now, not with the next batch: there may be none for long, and
-                # ``up``'s drain and the lag read what is committed.
-                await consumer.commit({tp: after})
-            except (KafkaError, IllegalStateError, AssertionError) as exc:
-                # AssertionError: aiokafka's own check, when a pattern subscription found a new
-                # topic (a tenant's) and the assignment is gone until the group rejoins.
-                # Applied: a later batch's commit covers it, or it is delivered again and
-                # found already written.
-                log.warning(
-                    "ingest.lane_commit_failed",
-                    subscriber=self.role,
-                    topic=tp.topic,
-                    partition=tp.partition,
-                    error=f"{type(exc).__name__}: {exc}",
-                )
-            log.info("ingest.lane_finished", subscriber=self.role, topic=tp.topic, partition=tp.partition)
+            self._floors.pop(place, None)
+            after = max(records[-1].offset + 1, self._applied.pop(place, 0))
+            # Committed now, not with the next batch: there may be none for long, and ``up``'s
+            # drain and the lag read what is committed.
+            await self._commit(consumer, {place: after})
+            log.info("ingest.lane_finished", subscriber=self.role, topic=place[0], partition=place[1])
         finally:
-            self._lanes.pop((tp.topic, tp.partition), None)
+            self._lanes.pop(place, None)
             INGEST_LANES.labels(self.role).dec()
-            # Not once closed: the daemon stops, and the poll, still running until the broker
-            # stops, would fetch a cancelled lane's records again and apply them inline.
-            if not self._closed.is_set():
-                with contextlib.suppress(IllegalStateError, AssertionError):  # revoked meanwhile
+            held = self._held.pop(place, None)
+            with contextlib.suppress(IllegalStateError, AssertionError):  # revoked meanwhile
+                if self._closed.is_set():
+                    # The daemon stops; the poll runs until the broker stops, and would apply a
+                    # cancelled lane's later records inline.
+                    consumer.pause(tp)
+                elif held is not None:
                     consumer.resume(tp)
 
     def _ended(self, task: asyncio.Task[None]) -> None:
@@ -174,12 +316,15 @@ class Lanes:
             )
 
     async def settle(self, places: Collection[Place]) -> None:
-        """Wait for the lanes of ``places`` (a revocation: they are applied before the
-        partitions move to another daemon)."""
+        """Wait for the lanes of ``places`` and forget what was kept of them (a revocation: they
+        are applied before the partitions move to another daemon)."""
         tasks = [lane.task for p, lane in list(self._lanes.items()) if p in places]
         if tasks:
             log.info("ingest.lanes_awaited", subscriber=self.role, lanes=len(tasks))
             await asyncio.wait(tasks)
+        for p in places:
+            for kept in (self._held, self._floors, self._applied, self._committed):
+                kept.pop(p, None)
 
     async def close(self, timeout_s: float, cut: asyncio.Event | None = None) -> None:
         """Start no lane more; wait up to ``timeout_s`` (less once ``cut`` is set: ``up``'s

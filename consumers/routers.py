@@ -108,8 +108,9 @@ def _ingest_kwargs(cfg: ConsumerConfig) -> dict[str, Any]:
         # any batch may, or the member is dropped and its late write undoes the new owner's.
         "rebalance_timeout_ms": cfg.ingest_max_poll_interval_ms,
         "auto_offset_reset": "earliest",
-        # Commit after the handler returns; on an error, seek back so nothing is skipped.
-        "ack_policy": AckPolicy.NACK_ON_ERROR,
+        # The handler commits (consumers.lanes): a partition with a lane is committed no further
+        # than the lane's first record while records after it are applied.
+        "ack_policy": AckPolicy.MANUAL,
         # Events are not requests: never publish anything to a reply_to they may carry.
         "no_reply": True,
         "parser": _parser_batch,
@@ -159,11 +160,13 @@ def _subscribe_events(
     base: str,
     cfg: ConsumerConfig,
     watch: AssignmentWatcher,
+    lanes: Lanes,
     seen: Callable[[str], None],
     saw_tenant: SawTenant,
 ) -> None:
     """Add the batched subscriber of ``kind`` ("document" or "transcript") events on ``base``
-    (``on_documents`` or ``on_transcripts``, by ``watch.name``) to ``router``."""
+    (``on_documents`` or ``on_transcripts``, by ``watch.name``) to ``router``; ``lanes``
+    applies and commits its batches."""
 
     async def apply(records: Sequence[ConsumerRecord[Any, Any]]) -> None:
         await ingestion.ingest(records, kind)
@@ -174,13 +177,7 @@ def _subscribe_events(
         async with watch.handling(_records(message.raw_message), message.consumer) as records:
             if records:
                 await _note_tenants(saw_tenant, {r.topic for r in records}, base, cfg)
-                inline = records
-                if (lanes := watch.lanes) is not None:
-                    inline, heavy = lanes.split(records)
-                    for place, theirs in heavy.items():
-                        lanes.start(message.consumer, place, theirs, apply)
-                if inline:
-                    await apply(inline)
+                await lanes.apply(message.consumer, records, apply)
 
     handler.__name__ = handler.__qualname__ = f"on_{watch.name}"
     handler.__doc__ = _EVENT_DOCS[kind]
@@ -333,10 +330,18 @@ def build_router(
     lanes = lanes if lanes is not None else lanes_for(cfg)
     events = (("documents", "document", topics.documents), ("transcripts", "transcript", topics.transcripts))
     for role, kind, base in events:
-        own = lanes.get(role)
+        own = lanes[role]
         watch = AssignmentWatcher(role, on_assigned, on_revoked, lanes=own)
         _subscribe_events(
-            router, ingestion, kind=kind, base=base, cfg=cfg, watch=watch, seen=seen, saw_tenant=saw_tenant
+            router,
+            ingestion,
+            kind=kind,
+            base=base,
+            cfg=cfg,
+            watch=watch,
+            lanes=own,
+            seen=seen,
+            saw_tenant=saw_tenant,
         )
     _subscribe_queries(
         router,

@@ -1,7 +1,7 @@
-"""Lanes through the real broker, daemon and Redis: a small write on another partition is
-applied and acked while a large document is still being embedded, the large document's
-partition is not committed past it until it is written, and the partition takes writes
-again after it."""
+"""Lanes through the real broker, daemon and Redis: small writes on another partition and on
+the large document's own partition are applied and acked while the large document is still
+being embedded, a later version of the large document waits for it, the partition is not
+committed past the large document until it is written, and past everything after."""
 
 from __future__ import annotations
 
@@ -43,9 +43,9 @@ def long_text(kib: int, seed: int) -> str:
     return "".join(out)
 
 
-async def send(plain: Any, partition: int, doc_id: str, content: str) -> str:
+async def send(plain: Any, partition: int, doc_id: str, content: str, version: int = 1) -> str:
     cid = uuid.uuid4().hex
-    event = {"event_id": cid, "op": "upsert", "doc_id": doc_id, "version": 1, "content": content}
+    event = {"event_id": cid, "op": "upsert", "doc_id": doc_id, "version": version, "content": content}
     headers = [("reply_to", plain.reply_topic.encode()), ("correlation_id", cid.encode())]
     await plain.producer.send_and_wait(
         plain.topics.documents, json.dumps(event).encode(), key=doc_id.encode(), partition=partition, headers=headers
@@ -58,9 +58,7 @@ async def documents_lag(settings: Any) -> dict[str, int]:
     return report.lag.get(settings.consumer.group("documents"), {})
 
 
-async def test_a_small_write_is_not_held_behind_a_large_document_on_another_partition(
-    kafka_bootstrap: str, redis_url: str
-) -> None:
+async def test_small_writes_are_not_held_behind_a_large_document(kafka_bootstrap: str, redis_url: str) -> None:
     name = unique(__name__)
     consumer = ConsumerConfig(group_id=name, ingest_lane_min_bytes=16_384)
     settings = isolated_settings(name, kafka_bootstrap, redis_url, consumer=consumer)  # 2 partitions
@@ -78,12 +76,21 @@ async def test_a_small_write_is_not_held_behind_a_large_document_on_another_part
         assert small_ack["status"] == "indexed"
         # Applied while the large document is still being embedded: before, it waited for it.
         assert big_cid not in plain.seen and lanes.running == 1
+        # So is one on the large document's own partition, of another key.
+        beside_cid = await send(plain, 0, "lanes/beside.md", "Replica lag alerts page the storage rota.")
+        _h, beside_ack = await plain.reply(beside_cid, timeout=120)
+        assert beside_ack["status"] == "indexed" and big_cid not in plain.seen
+        # A later version of the large document waits for it (the order of a key is kept).
+        newer_cid = await send(plain, 0, big_id, "The ledger runbook moved to the wiki.", version=2)
         # Its partition is committed up to the large document, not past it: a crash now
-        # delivers it again.
-        assert (await documents_lag(settings)).get(f"{docs}/0") == 1
+        # delivers it again, and the write applied beside it.
+        assert (await documents_lag(settings)).get(f"{docs}/0") == 3
 
         _h, big_ack = await plain.reply(big_cid, timeout=170)
         assert big_ack["status"] == "indexed" and big_ack["chunks"] > 50, big_ack
+        _h, newer_ack = await plain.reply(newer_cid, timeout=60)
+        # Applied after version 1, not before it (version 1 would then have been ignored).
+        assert newer_ack["status"] == "indexed" and newer_ack["version"] == 2, newer_ack
         # Committed by the lane itself, with no later batch on the partition to carry it.
         deadline = time.monotonic() + 30
         while (await documents_lag(settings)).get(f"{docs}/0", 0) != 0:

@@ -1,5 +1,6 @@
-"""Lanes (consumers.lanes): which partitions of a batch go to a lane, and what a lane does to
-its partition's position, commit and pause, with a recording double of the consumer."""
+"""Lanes (consumers.lanes): which records of a batch go to a lane, are applied inline or wait,
+and what the subscriber does to its partitions' positions, pauses and commits meanwhile, with
+a recording double of the consumer."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from aiokafka import TopicPartition
 from aiokafka.errors import CommitFailedError
 
 import consumers.lanes as lanes_module
-from consumers.lanes import Lanes, split
+from consumers.lanes import Lanes, owner_for, plan
 
 
 @dataclass(frozen=True)
@@ -21,15 +22,23 @@ class Rec:
     partition: int
     offset: int
     value: bytes
+    key: bytes | None = b"k"
 
 
-def recs(partition: int, *sizes: int, start: int = 0, topic: str = "docs") -> list[Rec]:
-    return [Rec(topic, partition, start + i, b"x" * n) for i, n in enumerate(sizes)]
+def recs(partition: int, *sizes: int, start: int = 0, topic: str = "docs", key: bytes | None = b"k") -> list[Rec]:
+    return [Rec(topic, partition, start + i, b"x" * n, key) for i, n in enumerate(sizes)]
+
+
+def one(partition: int, offset: int, key: bytes | None, size: int = 10) -> Rec:
+    return Rec("docs", partition, offset, b"x" * size, key)
+
+
+TP0, TP1 = TopicPartition("docs", 0), TopicPartition("docs", 1)
 
 
 @dataclass
 class Consumer:
-    """What a lane calls on aiokafka's consumer, recorded."""
+    """What the lanes call on aiokafka's consumer, recorded."""
 
     calls: list[tuple[str, Any]] = field(default_factory=list)
     fail_commit: bool = False
@@ -47,101 +56,176 @@ class Consumer:
         self.calls.append(("seek", (tp, offset)))
 
     async def commit(self, offsets: dict[TopicPartition, int]) -> None:
+        assert not self.gone
         if self.fail_commit:
             raise CommitFailedError("rebalanced")
         self.calls.append(("commit", offsets))
+
+    def commits(self) -> list[dict[TopicPartition, int]]:
+        return [arg for name, arg in self.calls if name == "commit"]
+
+
+class Applier:
+    """An ``apply`` that records what it applied and holds batches holding a given record."""
+
+    def __init__(self) -> None:
+        self.applied: list[Rec] = []
+        self.gates: dict[int, asyncio.Event] = {}  # offset -> released
+        self.fail_once: set[int] = set()
+
+    def gate(self, offset: int) -> asyncio.Event:
+        return self.gates.setdefault(offset, asyncio.Event())
+
+    async def __call__(self, records: Any) -> None:
+        for r in records:
+            if r.offset in self.gates:
+                await self.gates[r.offset].wait()
+            if r.offset in self.fail_once:
+                self.fail_once.discard(r.offset)
+                raise RuntimeError("redis went away")
+        self.applied.extend(records)
 
 
 def test_a_partition_goes_to_a_lane_by_the_weight_of_its_records_in_the_batch() -> None:
     small, heavy = recs(0, 10, 10), recs(1, 600, 600)
     batch = [small[0], heavy[0], small[1], heavy[1]]
-    inline, lanes = split(batch, min_bytes=1000, room=4)
-    assert inline == small and lanes == {("docs", 1): heavy}
+    p = plan(batch, min_bytes=1000, room=4)
+    assert p.inline == small and p.lanes == {("docs", 1): heavy} and p.holds == {}
     # Many small records of one partition weigh as much as one large one.
     many = recs(2, *[100] * 10)
-    inline, lanes = split(many, min_bytes=1000, room=4)
-    assert (inline, lanes) == ([], {("docs", 2): many})
+    p = plan(many, min_bytes=1000, room=4)
+    assert (p.inline, p.lanes) == ([], {("docs", 2): many})
 
 
-def test_no_room_or_a_busy_partition_keeps_records_inline_in_their_order() -> None:
+def test_no_room_keeps_records_inline_in_their_order() -> None:
     a, b, c = recs(0, 5000), recs(1, 3000), recs(2, 4000)
     batch = [*a, *b, *c]
-    inline, lanes = split(batch, min_bytes=1000, room=2)
-    assert list(lanes) == [("docs", 0), ("docs", 2)] and inline == b  # the heaviest first
-    inline, lanes = split(batch, min_bytes=1000, room=0)
-    assert (inline, lanes) == (batch, {})
-    inline, lanes = split(batch, min_bytes=1000, room=4, busy={("docs", 0)})
-    assert inline == a and set(lanes) == {("docs", 1), ("docs", 2)}
+    p = plan(batch, min_bytes=1000, room=2)
+    assert list(p.lanes) == [("docs", 0), ("docs", 2)] and p.inline == b  # the heaviest first
+    p = plan(batch, min_bytes=1000, room=0)
+    assert (p.inline, p.lanes) == (batch, {})
     # The same partition number of another topic (topic tenancy) is another place.
     other = recs(0, 5000, topic="docs.t2")
-    _inline, lanes = split([*a, *other], min_bytes=1000, room=4, busy={("docs", 0)})
-    assert set(lanes) == {("docs.t2", 0)}
+    p = plan([*a, *other], min_bytes=1000, room=4, running={("docs", 0): {b"big"}})
+    assert set(p.lanes) == {("docs.t2", 0)}
 
 
-async def test_a_lane_pauses_at_its_first_record_and_commits_past_its_last_once_applied() -> None:
-    consumer, lanes = Consumer(), Lanes("documents", min_bytes=1, most=2)
-    mine = recs(1, 10, 10, start=40)
-    applied = asyncio.Event()
-    go = asyncio.Event()
-
-    async def apply(records: Any) -> None:
-        assert list(records) == mine
-        await go.wait()
-        applied.set()
-
-    lanes.start(consumer, ("docs", 1), mine, apply)
-    tp = TopicPartition("docs", 1)
-    assert consumer.calls == [("pause", tp), ("seek", (tp, 40))]  # before any await: no commit passes it
-    assert lanes.running == 1
-    assert list(lanes.now()) == ["docs/1"] and lanes.now()["docs/1"].startswith("applying 2 record(s), 0 KiB, for ")
-    _inline, more = lanes.split(recs(1, 10, start=42))
-    assert more == {}  # one lane per partition
-    go.set()
-    await lanes.settle({("docs", 1)})
-    assert applied.is_set() and lanes.running == 0 and lanes.now() == {}
-    assert consumer.calls[2:] == [("seek", (tp, 42)), ("commit", {tp: 42}), ("resume", tp)]
+def test_beside_a_lane_only_what_keeps_its_order_with_the_lane_waits() -> None:
+    running = {("docs", 0): {b"big"}}
+    # Other keys are applied; from the lane's own key on, the partition is held.
+    batch = [one(0, 10, b"a"), one(1, 3, b"big"), one(0, 11, b"big"), one(0, 12, b"b")]
+    p = plan(batch, min_bytes=1000, room=4, running=running)
+    assert p.inline == [batch[0], batch[1]] and p.holds == {("docs", 0): 11} and p.lanes == {}
+    # A record without a key keeps its order with everything.
+    p = plan([one(0, 10, b"a"), one(0, 11, None)], min_bytes=1000, room=4, running=running)
+    assert [r.offset for r in p.inline] == [10] and p.holds == {("docs", 0): 11}
+    # A large batch of the same partition waits for the lane rather than take a second one.
+    heavy = recs(0, 600, 600, start=10, key=b"c")
+    p = plan(heavy, min_bytes=1000, room=4, running=running)
+    assert (p.inline, p.lanes, p.holds) == ([], {}, {("docs", 0): 10})
 
 
-async def test_a_failed_lane_commits_nothing_and_resumes_where_it_paused(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_turn_keeps_its_order_with_its_agent() -> None:
+    owner = owner_for("transcripts")
+    assert owner(b"planner/s1") == owner(b"planner") == b"planner" and owner(None) is None
+    assert owner_for("documents")(b"a/b.md") == b"a/b.md"
+    running = {("docs", 0): {b"planner"}}
+    forget_all = one(0, 5, b"planner")  # an agent-wide forget waits for the lane's turns
+    other = one(0, 4, b"scout/s9")
+    p = plan([other, forget_all], min_bytes=1000, room=4, running=running, owner=owner)
+    assert p.inline == [other] and p.holds == {("docs", 0): 5}
+
+
+async def test_writes_after_a_lane_go_on_and_its_partition_is_committed_past_them_once_it_is_done() -> None:
+    consumer, lanes, apply = Consumer(), Lanes("documents", min_bytes=1000, most=2), Applier()
+    big = recs(0, 600, 600, start=40, key=b"big")
+    apply.gate(40)
+    await lanes.apply(consumer, big, apply)
+    assert lanes.running == 1 and consumer.calls == []  # not paused: the partition is read on
+    assert list(lanes.now()) == ["docs/0"] and lanes.now()["docs/0"].startswith("applying 2 record(s), 1 KiB, for ")
+    # A small write of another key on the same partition, and one on another partition.
+    await lanes.apply(consumer, [one(0, 42, b"small"), one(1, 7, b"other")], apply)
+    assert [r.offset for r in apply.applied] == [42, 7]
+    # Partition 0 is committed up to the lane's first record only: a crash delivers it again.
+    assert consumer.commits() == [{TP0: 40, TP1: 8}]
+    apply.gate(40).set()
+    await lanes.settle({("docs", 1)})  # no lane there: returns at once
+    await _lane_done(lanes)
+    assert consumer.commits()[-1] == {TP0: 43}  # past the small write applied meanwhile
+    assert ("resume", TP0) not in consumer.calls and lanes.now() == {}
+
+
+async def test_a_record_of_the_lanes_key_holds_its_partition_until_the_lane_is_done() -> None:
+    consumer, lanes, apply = Consumer(), Lanes("documents", min_bytes=1000, most=2), Applier()
+    apply.gate(40)
+    await lanes.apply(consumer, recs(0, 1200, start=40, key=b"big"), apply)
+    await lanes.apply(consumer, [one(0, 41, b"small"), one(0, 42, b"big"), one(0, 43, b"later")], apply)
+    assert [r.offset for r in apply.applied] == [41]
+    assert consumer.calls[:2] == [("pause", TP0), ("seek", (TP0, 42))]  # 42 and 43 fetched again later
+    assert lanes.now()["docs/0"].endswith("later records held from offset 42")
+    apply.gate(40).set()
+    await _lane_done(lanes)
+    assert consumer.commits() == [{TP0: 40}, {TP0: 42}] and consumer.calls[-1] == ("resume", TP0)
+
+
+async def test_a_failed_lane_is_fetched_again_and_its_floor_stands_till_it_is_applied(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setattr(lanes_module, "RETRY_S", 0.01)
-    consumer, lanes = Consumer(), Lanes("documents", min_bytes=1, most=2)
+    consumer, lanes, apply = Consumer(), Lanes("documents", min_bytes=1000, most=2), Applier()
+    apply.fail_once.add(7)
+    await lanes.apply(consumer, recs(0, 1200, start=7, key=b"big"), apply)
+    await _lane_done(lanes)
+    assert consumer.calls == [("pause", TP0), ("seek", (TP0, 7)), ("resume", TP0)]
+    # A batch of an earlier fetch, past the failed lane, is applied but not committed past it.
+    await lanes.apply(consumer, [one(0, 8, b"small")], apply)
+    assert consumer.commits() == [{TP0: 7}]
+    # Fetched again from the lane's first record (small enough now to go inline): committed past.
+    await lanes.apply(consumer, [one(0, 7, b"big"), one(0, 8, b"small")], apply)
+    assert consumer.commits()[-1] == {TP0: 9}
 
-    async def apply(_records: Any) -> None:
-        raise RuntimeError("redis went away")
 
-    lanes.start(consumer, ("docs", 0), recs(0, 10, start=7), apply)
-    await lanes.settle({("docs", 0)})
-    tp = TopicPartition("docs", 0)
-    assert consumer.calls == [("pause", tp), ("seek", (tp, 7)), ("resume", tp)]
+async def test_a_failed_batch_puts_its_partitions_back_to_their_first_records() -> None:
+    consumer, lanes, apply = Consumer(), Lanes("documents", min_bytes=1000, most=2), Applier()
+    apply.fail_once.add(6)
+    with pytest.raises(RuntimeError):
+        await lanes.apply(consumer, [one(0, 5, b"a"), one(1, 3, b"b"), one(0, 6, b"c")], apply)
+    assert consumer.calls == [("seek", (TP0, 5)), ("seek", (TP1, 3))] and consumer.commits() == []
+
+
+async def test_commits_never_go_back() -> None:
+    """A lane's commit and a batch's may finish in either order: the lower one is not sent."""
+    consumer, lanes, apply = Consumer(), Lanes("documents", min_bytes=1000, most=2), Applier()
+    await lanes.apply(consumer, [one(0, 9, b"a")], apply)
+    await lanes._commit(consumer, {("docs", 0): 5})
+    assert consumer.commits() == [{TP0: 10}]
 
 
 async def test_a_lane_that_finds_its_assignment_gone_ends_without_a_commit() -> None:
     """A pattern subscription that found a new topic drops the assignment until the group
-    rejoins; aiokafka's seek and resume then fail an assertion. The lane ends all the same,
-    and its records are delivered again after the rejoin."""
+    rejoins; aiokafka's commit then fails an assertion. The lane ends all the same, and its
+    records are delivered again after the rejoin."""
     consumer, lanes = Consumer(), Lanes("documents", min_bytes=1, most=2)
-    tp = TopicPartition("docs", 0)
 
     async def apply(_records: Any) -> None:
         consumer.gone = True
 
     lanes.start(consumer, ("docs", 0), recs(0, 10), apply)
     await lanes.settle({("docs", 0)})
-    assert lanes.running == 0 and consumer.calls == [("pause", tp), ("seek", (tp, 0))]
+    assert lanes.running == 0 and consumer.calls == []
 
 
-async def test_a_commit_that_fails_still_resumes_the_partition() -> None:
-    consumer, lanes = Consumer(fail_commit=True), Lanes("documents", min_bytes=1, most=1)
-
-    async def apply(_records: Any) -> None:
-        return None
-
-    lanes.start(consumer, ("docs", 0), recs(0, 10), apply)
+async def test_a_commit_that_fails_still_resumes_a_held_partition() -> None:
+    consumer, lanes, apply = Consumer(fail_commit=True), Lanes("documents", min_bytes=1000, most=1), Applier()
+    apply.gate(0)
+    await lanes.apply(consumer, recs(0, 1200, key=b"big"), apply)
+    await lanes.apply(consumer, [one(0, 1, b"big")], apply)
+    apply.gate(0).set()
     await lanes.settle({("docs", 0)})
-    assert consumer.calls[-1] == ("resume", TopicPartition("docs", 0))
+    assert consumer.calls[-1] == ("resume", TP0) and consumer.commits() == []
 
 
-async def test_close_waits_then_cancels_and_no_lane_starts_after_it() -> None:
+async def test_close_waits_then_cancels_pauses_and_no_lane_starts_after_it() -> None:
     consumer, lanes = Consumer(), Lanes("documents", min_bytes=1, most=4)
     cancelled = asyncio.Event()
 
@@ -156,17 +240,16 @@ async def test_close_waits_then_cancels_and_no_lane_starts_after_it() -> None:
     await asyncio.sleep(0)
     await lanes.close(timeout_s=0.05)
     assert cancelled.is_set() and lanes.running == 0
-    tp = TopicPartition("docs", 0)
-    # Left paused: the poll runs until the broker stops, and must not apply it again inline.
-    assert consumer.calls == [("pause", tp), ("seek", (tp, 0))]
-    inline, more = lanes.split(recs(1, 10))
-    assert more == {} and len(inline) == 1
+    # Paused: the poll runs until the broker stops, and must not apply the lane's later records.
+    assert consumer.calls == [("pause", TP0)]
+    p = lanes.plan(recs(1, 10))
+    assert p.lanes == {} and len(p.inline) == 1
 
 
 def test_no_lanes_when_there_are_none() -> None:
     lanes = Lanes("documents", min_bytes=1, most=0)
     batch = recs(0, 5000)
-    assert lanes.split(batch) == (batch, {})
+    assert lanes.plan(batch).inline == batch
 
 
 async def test_a_cut_ends_the_wait_of_a_close_at_once() -> None:
@@ -183,4 +266,20 @@ async def test_a_cut_ends_the_wait_of_a_close_at_once() -> None:
     assert not closing.done()  # waiting for the lane
     cut.set()
     await asyncio.wait_for(closing, timeout=5)
+    assert lanes.running == 0
+
+
+async def test_a_revocation_forgets_what_was_kept_of_its_partitions() -> None:
+    """A partition owned again later starts from the group's commit, not this member's."""
+    consumer, lanes, apply = Consumer(), Lanes("documents", min_bytes=1000, most=2), Applier()
+    await lanes.apply(consumer, [one(0, 9, b"a")], apply)
+    await lanes.settle({("docs", 0)})
+    await lanes._commit(consumer, {("docs", 0): 5})
+    assert consumer.commits() == [{TP0: 10}, {TP0: 5}]
+
+
+async def _lane_done(lanes: Lanes, place: tuple[str, int] = ("docs", 0)) -> None:
+    """Wait for the lane of ``place`` to end, keeping what the lanes hold of it (``settle``
+    would forget it, as a revocation does)."""
+    await asyncio.wait_for(asyncio.wait({lanes._lanes[place].task}), 5)
     assert lanes.running == 0
