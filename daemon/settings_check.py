@@ -6,7 +6,7 @@ a daemon would run against the wrong broker or with the wrong chunking.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel
@@ -49,13 +49,42 @@ def unknown_keys(data: Mapping[str, Any], model: type[BaseModel], where: str = "
     return out
 
 
+def _setting_names(model: type[BaseModel], where: str = "") -> list[str]:
+    """Every setting's variable name after the prefix, lower case (``chunking__max_tokens``)."""
+    out: list[str] = []
+    for name in model.model_fields:
+        sub = _submodel(model, name)
+        out.extend(_setting_names(sub, f"{where}{name}__") if sub is not None else [f"{where}{name}"])
+    return out
+
+
+def _words(name: str) -> list[str]:
+    return [w for w in name.split("_") if w]
+
+
+def _meant(rest: str, settings: Sequence[str]) -> list[str]:
+    """The settings a variable (lower case, after the prefix) that names none may mean, when
+    the difference is more than a letter: its underscores (``http__token`` for ``http_token``,
+    ``consumer_tenancy`` for ``consumer__tenancy``), or its section (``tenancy``,
+    ``explore__token``: the settings whose name ends with its last part's words)."""
+    same = [s for s in settings if _words(s) == _words(rest)]
+    if same:
+        return same
+    last = _words(rest.split("__")[-1])
+    return [s for s in settings if _words(s)[-len(last) :] == last][:3] if last else []
+
+
 def misspelt_variables(
     names: Iterable[str], model: type[BaseModel], *, others: Collection[str] = (), prefix: str = "AGENTMEM_"
 ) -> list[str]:
     """Each ``AGENTMEM_`` variable that names no setting but nearly names one, with that one
     (``AGENTMEM_CHUNKING__MAX_TOKEN (did you mean AGENTMEM_CHUNKING__MAX_TOKENS?)``), in any
-    case, as settings are read. A variable near no setting is left alone: it may be another
-    program's. ``others``: the names after the prefix that are variables but no settings."""
+    case, as settings are read. Nearly: a letter or two apart, or the same words apart from
+    their underscores or section (``AGENTMEM_HTTP__TOKEN``, ``AGENTMEM_TENANCY``): read past,
+    such a variable would leave a token unset or the tenancy single. A variable near no
+    setting is left alone: it may be another program's. ``others``: the names after the prefix
+    that are variables but no settings."""
+    settings = _setting_names(model)
     out: list[str] = []
     for name in sorted({n.upper() for n in names}):
         if not name.startswith(prefix):
@@ -76,6 +105,9 @@ def misspelt_variables(
             near = _near(part, current.model_fields)
             if near is not None:
                 hint = prefix + "__".join([*fixed, near, *parts[len(fixed) + 1 :]]).upper()
+                out.append(f"{name} (did you mean {hint}?)")
+            elif meant := _meant(rest.lower(), settings):
+                hint = " or ".join(prefix + m.upper() for m in meant)
                 out.append(f"{name} (did you mean {hint}?)")
             break
     return out

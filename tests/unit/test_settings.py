@@ -108,6 +108,24 @@ def test_a_variable_that_nearly_names_a_setting_is_refused(monkeypatch: pytest.M
     )
 
 
+def test_a_variable_of_a_settings_words_under_other_underscores_or_section_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An operator's AGENTMEM_HTTP__TOKEN left the explorer with no token, and AGENTMEM_TENANCY
+    the daemon in single tenancy: each is the setting's words, the underscores or the section
+    wrong, too far apart for a misspelling."""
+    monkeypatch.setenv("AGENTMEM_HTTP__TOKEN", "secret")
+    monkeypatch.setenv("AGENTMEM_TENANCY", "topic")
+    monkeypatch.setenv("AGENTMEM_EXPLORE__TOKEN", "secret")
+    with pytest.raises(ConfigError) as caught:
+        Settings()
+    assert str(caught.value) == (
+        "no such setting: AGENTMEM_EXPLORE__TOKEN (did you mean AGENTMEM_HTTP_TOKEN or AGENTMEM_MCP__TOKEN?); "
+        "AGENTMEM_HTTP__TOKEN (did you mean AGENTMEM_HTTP_TOKEN?); "
+        "AGENTMEM_TENANCY (did you mean AGENTMEM_CONSUMER__TENANCY?)"
+    )
+
+
 def test_a_misspelt_variable_in_the_env_file_is_refused_too(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """`.env` is read with the same prefix, in any case."""
     monkeypatch.chdir(tmp_path)
