@@ -19,7 +19,10 @@ broker's "unknown topic" as retryable), and stopped answering every tenant (deci
 from __future__ import annotations
 
 import asyncio
+import difflib
+import re
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,28 +60,57 @@ class EraseReport:
     quiet: bool = True  # the last two sweeps found nothing (else: run it again)
 
 
-async def tenant_keys(client: Any, name: str, tenant: str) -> int:
-    """Delete every Redis key of ``tenant`` under index ``name`` (each generation's, and its
-    graph's) and its write markers' listing; returns how many keys were deleted. Reads the
-    index's keys once (``SCAN``), and the graph's."""
+async def tenant_keys(client: Any, name: str, tenant: str, topics: Sequence[str] = (), *, delete: bool = True) -> int:
+    """Delete every Redis key of ``tenant`` under index ``name`` (each generation's, its
+    graph's, and the delivery counts and dead-letter marks of its ``topics``' records) and its
+    write markers' listing; returns how many keys were deleted (``delete=False``: how many
+    there are, deleting nothing). Reads the index's keys once (``SCAN``), and the others'."""
     owned = keys.tenant_key(name, tenant)
-    deleted = 0
+    patterns: list[tuple[str, re.Pattern[str] | None]] = [
+        (keys.generation_pattern(name), owned),
+        (keys.graph_pattern(name, tenant), None),
+        *((p, None) for topic in topics for p in keys.attempt_patterns(name, topic)),
+    ]
+    found = 0
     async with translate_errors("tenant erase"):
-        for pattern, mine in ((keys.generation_pattern(name), owned), (keys.graph_pattern(name, tenant), None)):
+        for pattern, mine in patterns:
             batch: list[Any] = []
             async for key in client.scan_iter(match=pattern, count=1000):
                 if mine is None or mine.fullmatch(as_str(key)):
                     batch.append(key)
                 if len(batch) >= _BATCH:
-                    deleted += int(await client.unlink(*batch))
+                    found += int(await client.unlink(*batch)) if delete else len(batch)
                     batch = []
             if batch:
-                deleted += int(await client.unlink(*batch))
+                found += int(await client.unlink(*batch)) if delete else len(batch)
+        if not delete:
+            return found
         writing = keys.writing_key(name)
         markers = [m async for m in client.sscan_iter(writing) if owned.fullmatch(as_str(m))]
         for i in range(0, len(markers), _BATCH):
             await client.srem(writing, *markers[i : i + _BATCH])
-    return deleted
+    return found
+
+
+async def check_known(client: Any, name: str, tenant: str) -> None:
+    """Refuse a ``tenant`` that no daemon of index ``name`` has seen and nobody erased: a
+    misspelt name would be reported erased, with nothing deleted, and a deletion request
+    would look done.
+
+    Raises:
+        InvalidRequest: ``tenant`` is not known here (naming the one it nearly spells).
+        BackendUnavailable: Redis cannot be reached.
+    """
+    registry = TenantRegistry(client=client, name=name)
+    seen = await registry.all()
+    if tenant in seen or tenant in await registry.erased():
+        return
+    near = difflib.get_close_matches(tenant, seen, n=1, cutoff=0.6)
+    raise InvalidRequest(
+        f"no tenant {tenant!r} is known here: no daemon has read an event of it, and it was never erased"
+        + (f"; did you mean {near[0]!r}?" if near else "")
+        + " (`agentmemd tenants` lists them)"
+    )
 
 
 async def erase_tenant(
@@ -93,13 +125,14 @@ async def erase_tenant(
     """Erase ``tenant`` (see the module's docstring).
 
     Raises:
-        InvalidRequest: ``tenant`` is no valid tenant name, or ``delete_topics`` while a daemon
-            consumes (nothing is erased then).
+        InvalidRequest: ``tenant`` is no valid tenant name, or no tenant known here, or
+            ``delete_topics`` while a daemon consumes (nothing is erased then).
         BackendUnavailable: Redis or the broker cannot be reached (run it again: each step
             is idempotent).
     """
     name = settings.index.name
-    tenant_topics(settings, tenant)  # a name that is no tenant's fails before anything is erased
+    topics = tenant_topics(settings, tenant)  # a name that is no tenant's fails before anything is erased
+    await check_known(client, name, tenant)
     if delete_topics:
         groups = [settings.consumer.group(role) for role in ROLES]
         try:
@@ -119,14 +152,14 @@ async def erase_tenant(
     if delete_topics:
         report.topics = await delete_tenant_topics(settings, tenant, timeout_s=topic_timeout_s)
     await asyncio.sleep(ERASED_READ_TTL_S * 2)  # every daemon's next batch sees the mark
-    report.keys = await tenant_keys(client, name, tenant)
+    report.keys = await tenant_keys(client, name, tenant, topics)
     # The whole window, not until a first quiet pair of sweeps: a summary's LLM call or a
     # large document's batch may write nothing for a minute, then write.
     started, quiet = time.monotonic(), 0
     every = min(SWEEP_EVERY_S, sweep_for_s / 3)  # at least three sweeps: the last two say it is quiet
     while time.monotonic() - started < sweep_for_s:
         await asyncio.sleep(every)
-        late = await tenant_keys(client, name, tenant)
+        late = await tenant_keys(client, name, tenant, topics)
         report.late_keys += late
         quiet = quiet + 1 if late == 0 else 0
     report.swept_s = time.monotonic() - started

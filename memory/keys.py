@@ -234,6 +234,11 @@ def attempt_key(name: str, kind: str, topic: str, partition: int, offset: int, s
     return f"{name}:{kind}:{topic}:{partition}:{offset}:{stamp}"
 
 
+def attempt_patterns(name: str, topic: str) -> list[str]:
+    """The SCAN patterns of the counters and dead-letter marks of ``topic``'s records."""
+    return [f"{_glob(name)}:{kind}:{_glob(topic)}:*" for kind in ("attempts", "dead")]
+
+
 def tenants_key(name: str) -> str:
     """The set of every tenant a daemon has seen (what graph work iterates over)."""
     return f"{name}:tenants"

@@ -113,7 +113,7 @@ def erase_tenant_command(
     """Erase a tenant: every memory, graph and summary of it in Redis (every index generation)
     and its place in `tenants`; with --delete-topics, its topics with their events too. Daemons
     apply none of its events from then on, until `agentmemd topics --tenant` starts it anew."""
-    from daemon.erase import erase_tenant
+    from daemon.erase import check_known, erase_tenant, tenant_keys
 
     settings = _settings(quiet=True)
     if settings.consumer.tenancy != "topic":
@@ -129,10 +129,16 @@ def erase_tenant_command(
     except MemdError as exc:
         raise _fail(exc) from exc
     if not yes:
+
+        async def preview(s: Settings, client: Any) -> int:
+            await check_known(client, s.index.name, tenant)
+            return await tenant_keys(client, s.index.name, tenant, topics, delete=False)
+
+        found = _with_redis(preview)
         what = f"delete the topics {', '.join(topics)} with every event they hold, and " if delete_topics else ""
         out.print(
-            f"this would erase tenant {tenant}: {what}every memory, graph and summary of it in Redis, and it cannot "
-            "be undone. Run again with --yes.",
+            f"this would erase tenant {tenant}: {what}every memory, graph and summary of it in Redis ({found} key(s) "
+            "now), and it cannot be undone. Run again with --yes.",
             highlight=False,
         )
         raise typer.Exit(code=2)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sys
 import uuid
 from pathlib import Path
@@ -105,9 +106,20 @@ async def test_an_erased_tenant_leaves_nothing_and_the_other_keeps_everything(
         assert any(":chunk:acme:" in k for k in before) and any(k.startswith("{") for k in before), before
         globex_keys = await keys_of(redis, settings.index.name, "globex")
 
+        marks = f"{settings.index.name}:dead:{settings.topics.documents}.acme:*"
+        assert [k async for k in redis.scan_iter(match=marks)], "acme's dead letter left no mark"
+
         # Without --yes it only says what it would do; deleting topics under a running daemon is refused.
         said = await agentmemd(["erase-tenant", "acme"], env)
         assert said.returncode == 2 and "--yes" in said.stdout, said.stdout + said.stderr
+        counted = re.search(r"\((\d+) key\(s\) now\)", " ".join(said.stdout.split()))
+        assert counted and int(counted.group(1)) > len(before), said.stdout  # its keys and its dead letter's mark
+        # A misspelt tenant is refused, not reported erased with nothing deleted.
+        typo = await agentmemd(["erase-tenant", "acmee", "--yes", "--sweep", "5"], env)
+        typo_said = " ".join(typo.stderr.split())
+        assert typo.returncode == 1 and "no tenant 'acmee' is known here" in typo_said, typo.stdout + typo.stderr
+        assert "did you mean 'acme'?" in typo_said, typo_said
+        assert (await agentmemd(["erase-tenant", "acmee"], env)).returncode == 1  # its preview too
         busy = await agentmemd(["erase-tenant", "acme", "--yes", "--delete-topics"], env)
         assert busy.returncode == 1 and "daemons consume" in " ".join(busy.stderr.split()), busy.stdout + busy.stderr
         assert await keys_of(redis, settings.index.name, "acme") == before
@@ -117,6 +129,7 @@ async def test_an_erased_tenant_leaves_nothing_and_the_other_keeps_everything(
         text = " ".join(done.stdout.split())
         assert "tenant acme erased" in text and "its events stay in" in text, text
         assert await keys_of(redis, settings.index.name, "acme") == []
+        assert [k async for k in redis.scan_iter(match=marks)] == []  # its records' delivery marks too
         assert await keys_of(redis, settings.index.name, "globex") == globex_keys
         listed = await agentmemd(["tenants", "--json"], env)
         assert listed.stdout.strip() == '["globex"]', listed.stdout
