@@ -151,7 +151,11 @@ class KafkaTransport:
             NotFound: the topic, or the partition asked for, does not exist.
         """
         if not parts:
-            raise NotFound(f"reply topic {self._reply_topic!r} does not exist")
+            raise NotFound(
+                f"reply topic {self._reply_topic!r} does not exist: a daemon creates the shared topics as it "
+                "starts (is one running against this broker?), an operator a tenant's with `agentmemd topics "
+                "--tenant NAME` (is the tenant spelt right?)"
+            )
         if self._reply_partition is not None:
             if self._reply_partition not in parts:
                 raise NotFound(f"reply topic {self._reply_topic!r} has no partition {self._reply_partition}")

@@ -209,8 +209,9 @@ class MemoryReads:
             item = next((i for i in items if i.community_id == cid), None)
         return CommunityView(community, await store.summaries.get(cid), members, item, is_stale)
 
-    async def dead_letters(self) -> list[DeadLetter]:
-        """The DLQ's recent records (``ExploreConfig.dlq_records`` a partition), newest first.
+    async def dead_letters(self) -> tuple[list[DeadLetter], int]:
+        """The DLQ's recent records (``ExploreConfig.dlq_records`` a partition), newest first,
+        and how many of them were left out as erased tenants'.
 
         Raises:
             BackendUnavailable: the broker could not be asked.
@@ -227,9 +228,10 @@ class MemoryReads:
             cache=self.dlq_cache,
         )
         if self._erased is None:
-            return letters
+            return letters, 0
         erased = await self._erased()
-        return [d for d in letters if not erased_letter(d, erased)]
+        shown = [d for d in letters if not erased_letter(d, erased)]
+        return shown, len(letters) - len(shown)
 
     def now(self) -> float:
         """The clock the pages' ages are measured by."""

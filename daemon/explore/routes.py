@@ -339,12 +339,14 @@ class Explorer:
         topic = self._reads.settings.topics.dlq
         try:
             # A record whose tenant cannot be told (no DLQ record, an unknown topic) is the operator's only.
+            letters, hidden = await self._reads.dead_letters()
             records = [
-                d
-                for d in await self._reads.dead_letters()
-                if principal.tenant is None or (d.tenant is not None and principal.sees(d.tenant))
+                d for d in letters if principal.tenant is None or (d.tenant is not None and principal.sees(d.tenant))
             ]
-            body = dlq_body(records, topic=topic, limit=self._cfg.dlq_records)
+            # The operator's count agrees with the DLQ's (the status page's); a tenant learns of no erasure.
+            body = dlq_body(
+                records, topic=topic, limit=self._cfg.dlq_records, hidden=hidden if principal.tenant is None else 0
+            )
         except MemdError as exc:
             body = dlq_body([], topic=topic, limit=self._cfg.dlq_records, error=str(exc))
         return self._page(request, "Dead letters", body, "dead letters")

@@ -8,8 +8,11 @@ from daemon.explore.dlq import DeadLetter
 from daemon.explore.html import esc, table
 
 
-def dlq_body(records: Sequence[DeadLetter], *, topic: str, limit: int, error: str | None = None) -> str:
-    """The records as a table; each preview escaped, hex where the bytes are no UTF-8."""
+def dlq_body(
+    records: Sequence[DeadLetter], *, topic: str, limit: int, error: str | None = None, hidden: int = 0
+) -> str:
+    """The records as a table; each preview escaped, hex where the bytes are no UTF-8; ``hidden``:
+    the dead letters of erased tenants left out, said below it."""
     if error:
         return f'<p class="bad" id="dlq-error">{esc(error)}</p>'
     rows = []
@@ -36,5 +39,11 @@ def dlq_body(records: Sequence[DeadLetter], *, topic: str, limit: int, error: st
             rows,
             table_id="dlq",
             empty="no dead letter",
+        )
+        + (
+            f'<p class="muted" id="dlq-hidden">{hidden} dead letter(s) of erased tenants not shown '
+            "(agentmemd erase-tenant): they stay in the topic until its retention removes them.</p>"
+            if hidden
+            else ""
         )
     )

@@ -13,6 +13,7 @@ from daemon.explore.access import OPERATOR, Access, Principal, bearer, duplicate
 from daemon.explore.dlq import DeadLetter, dead_letter, erased_letter, hex_lines, preview, tenant_of
 from daemon.explore.html import esc, url
 from daemon.explore.views_ask import parse_filters, results_html
+from daemon.explore.views_dlq import dlq_body
 from daemon.explore.views_graph import communities_svg, stale_chart
 from daemon.explore.views_memory import document_body, turns_body
 from daemon.settings import Settings
@@ -346,3 +347,10 @@ def test_an_erased_tenants_dead_letters_from_before_its_erasure_are_never_shown(
     assert erased_letter(letter("acme", before), anew) and not erased_letter(letter("acme", after), anew)
     assert erased_letter(letter("acme", "not a time"), anew)
     assert not erased_letter(letter("globex", before), gone)
+
+
+def test_the_dlq_page_counts_the_dead_letters_of_erased_tenants_it_leaves_out() -> None:
+    """Its count then agrees with the DLQ's own (the status page, doctor), as `dlq list` says."""
+    assert 'id="dlq-hidden"' not in dlq_body([], topic="memory.dlq", limit=20)
+    body = dlq_body([], topic="memory.dlq", limit=20, hidden=3)
+    assert "3 dead letter(s) of erased tenants not shown" in body
