@@ -138,11 +138,11 @@ async def check_summaries(client: Any, settings: Settings) -> list[Finding]:
         queued += (await store.stale(limit=1))[0]
         failing += [(tenant, attempts, why) for _, attempts, why in await store.failing()]
     if not failing:
-        return [Finding("summaries", True, f"none failing; {queued} stale communit(ies) queued")]
+        return [Finding("summaries", True, f"none failing; {_communities(queued)} stale, queued")]
     tenants = sorted({t for t, _, _ in failing})
     worst = max(failing, key=lambda f: f[1])
     detail = (
-        f"{len(failing)} stale communit(ies) failed to be summarized (tenant(s) {', '.join(tenants[:5])}; "
+        f"{_communities(len(failing))} failed to be summarized (tenant(s) {', '.join(tenants[:5])}; "
         f"one failed {worst[1]} time(s): {worst[2] or '?'})"
     )
     fix = (
@@ -216,3 +216,7 @@ async def _check_leftover_generations(
             )
         found.append(Finding("old generations", True, detail))
     return found
+
+
+def _communities(n: int) -> str:
+    return f"{n} community" if n == 1 else f"{n} communities"

@@ -122,6 +122,13 @@ class Settings(BaseSettings):
             raise ValueError("keeps the memory's events: -1 (forever) or at least 3600000 (an hour)")
         return value
 
+    @field_validator("http_tenant_tokens")
+    @classmethod
+    def _tenant_tokens_not_empty(cls, value: dict[str, SecretStr]) -> dict[str, SecretStr]:
+        if empty := sorted(t for t, token in value.items() if not token.get_secret_value().strip()):
+            raise ValueError(f"the token of {', '.join(empty)} is empty: give it a token, or leave it out")
+        return value
+
     @model_validator(mode="after")
     def _tokens_name_one_principal(self) -> Settings:
         clashes = duplicate_tokens(self.http_token.get_secret_value(), self.http_access().tenant_tokens or {})

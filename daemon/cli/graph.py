@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 import typer
 from rich.table import Table
 
-from daemon.cli._app import _fail, _settings, _with_redis, app, out
+from daemon.cli._app import _fail, _settings, _with_redis, app, err, out
 from daemon.cli._client import _tenant_target
 from daemon.cli.query import shown_epoch
 from daemon.settings import Settings
@@ -171,6 +171,15 @@ def communities(as_json: Annotated[bool, typer.Option("--json", metavar="")] = F
         shown = ", ".join(r["members"][:10]) + (f", … ({r['size'] - 10} more)" if r["size"] > 10 else "")
         table.add_row(r["community_id"], str(r["level"]), str(r["size"]), fresh, shown)
     out.print(table)
+    if not rows:
+        cfg = _settings(quiet=True).graph
+        err.print(
+            "no communities yet: they are computed once the graph has changed by "
+            f"{cfg.drift_threshold} entities or edges (graph.drift_threshold), at most every "
+            f"{cfg.recompute_min_interval_s:g} s, or at once with `agentmemd graph rebuild`"
+            + ("" if cfg.enabled else "; the graph layer is off (AGENTMEM_GRAPH__ENABLED)"),
+            highlight=False,
+        )
 
 
 @graph_app.command("rebuild")

@@ -122,6 +122,8 @@ class Explorer:
             web.get("/explore/static/explore.css", self.stylesheet),
             web.get("/explore/login", self.login_form),
             web.post("/explore/login", self.login),
+            web.get("/explore/logout", self.logout),
+            web.post("/explore/logout", self.logout),
         ]
         return out
 
@@ -143,8 +145,12 @@ class Explorer:
         return html_response(page("Cannot show this", body, view="", who=self._who(request)), status)
 
     def _who(self, request: web.Request) -> str:
-        tenant = principal_of(request).tenant
-        return "operator" if tenant is None else f"tenant {tenant}"
+        found: Principal | None = request.get(PRINCIPAL)
+        if found is None:  # the login page, which is not guarded
+            found = self._access.identify(request.headers.get("Authorization"), request.cookies.get(COOKIE))
+        if found is None:
+            return "not logged in"
+        return "operator" if found.tenant is None else f"tenant {found.tenant}"
 
     async def _tenant(self, request: web.Request) -> str:
         """The tenant the request asks for (its own for a tenant's token); 403 for another."""
@@ -359,7 +365,15 @@ class Explorer:
             '<input type="password" name="token" autocomplete="off"></label> '
             '<button type="submit">log in</button></form>'
         )
+        if COOKIE in request.cookies:
+            body += '<form method="post" action="/explore/logout"><button type="submit">log out</button></form>'
         return self._page(request, "Log in", body, "")
+
+    async def logout(self, request: web.Request) -> web.Response:
+        """Forget the token's cookie (to log in with another token) and go to the login form."""
+        resp = web.HTTPSeeOther("/explore/login")
+        resp.del_cookie(COOKIE, path="/")
+        raise resp
 
     async def login(self, request: web.Request) -> web.Response:
         """Check the posted token; if it names a principal, set the cookie and go to the explorer."""

@@ -407,9 +407,9 @@ async def test_a_tenants_token_never_shows_another_tenants_data(env: Env) -> Non
 async def test_the_login_form_sets_a_cookie_a_browser_can_use(env: Env) -> None:
     """Posting a token sets an HttpOnly cookie that then stands for the header; a wrong one is refused."""
 
-    def post(token: str) -> tuple[int, dict[str, str]]:
+    def post(token: str, path: str = "/explore/login") -> tuple[int, dict[str, str]]:
         data = urllib.parse.urlencode({"token": token}).encode()
-        req = urllib.request.Request(env.guarded + "/explore/login", data=data, method="POST")
+        req = urllib.request.Request(env.guarded + path, data=data, method="POST")
 
         class NoRedirect(urllib.request.HTTPRedirectHandler):
             def redirect_request(self, *args: object, **kwargs: object) -> None:
@@ -429,6 +429,15 @@ async def test_the_login_form_sets_a_cookie_a_browser_can_use(env: Env) -> None:
     cookie = headers["Set-Cookie"].split(";", 1)[0]
     status, body, _ = await get(env.guarded + "/explore", cookie=cookie)
     assert status == 200 and ">globex</a>" in body and "acme" not in body
+    # The login page says who is logged in, and logs out (to log in with another token).
+    _, body, _ = await get(env.guarded + "/explore/login")
+    assert "not logged in" in body and "log out" not in body
+    _, body, _ = await get(env.guarded + "/explore/login", cookie=cookie)
+    assert "tenant globex" in body and "log out" in body
+    status, headers = await asyncio.to_thread(post, "", "/explore/logout")
+    gone = headers["Set-Cookie"]
+    assert status == 303 and headers["Location"] == "/explore/login", headers
+    assert gone.startswith("agentmemd_token=") and "Max-Age=0" in gone, gone
 
 
 async def test_the_explorer_is_refused_on_a_public_address_without_a_token(env: Env) -> None:

@@ -14,6 +14,7 @@ from aiokafka.errors import CommitFailedError
 
 import consumers.lanes as lanes_module
 from consumers.lanes import Lanes, owner_for, plan
+from memory.embed_order import background
 
 
 @dataclass(frozen=True)
@@ -86,15 +87,37 @@ class Applier:
         self.applied.extend(records)
 
 
-def test_a_partition_goes_to_a_lane_by_the_weight_of_its_records_in_the_batch() -> None:
+def test_a_heavy_batchs_partitions_go_to_lanes() -> None:
     small, heavy = recs(0, 10, 10), recs(1, 600, 600)
     batch = [small[0], heavy[0], small[1], heavy[1]]
     p = plan(batch, min_bytes=1000, room=4)
+    # Its small records are applied inline all the same: they do not wait for the heavy ones.
     assert p.inline == small and p.lanes == {("docs", 1): heavy} and p.holds == {}
-    # Many small records of one partition weigh as much as one large one.
-    many = recs(2, *[100] * 10)
+    # A bulk load spread over the partitions, none of them heavy alone, is as heavy as one document.
+    spread = [r for i in range(4) for r in recs(i, 300, start=i)]
+    assert set(plan(spread, min_bytes=1000, room=4).lanes) == {("docs", i) for i in range(4)}
+    # A light batch is applied inline.
+    p = plan(spread[:3], min_bytes=1000, room=4)
+    assert (p.inline, p.lanes) == (spread[:3], {})
+
+
+def test_in_a_heavy_batch_a_small_record_waits_only_for_its_own_key_and_a_keyless_one() -> None:
+    bulk = [one(0, 1, b"a", 600), one(0, 2, b"small"), one(0, 3, b"a", 5), one(0, 4, None, 5), one(0, 5, b"b", 5)]
+    p = plan(bulk, min_bytes=600, room=4)
+    # "a" is bound to the lane, so its small record follows it; after a keyless one, everything.
+    assert [r.offset for r in p.inline] == [2] and [r.offset for r in p.lanes[("docs", 0)]] == [1, 3, 4, 5]
+    # Small records are inline up to a budget (min_bytes / 8 in all); the rest go to the lane.
+    many = [one(0, 1, b"big", 900), *(one(0, i, f"k{i}".encode(), 30) for i in range(2, 12))]
     p = plan(many, min_bytes=1000, room=4)
-    assert (p.inline, p.lanes) == ([], {("docs", 2): many})
+    assert [r.offset for r in p.inline] == [2, 3, 4, 5] and len(p.lanes[("docs", 0)]) == 7
+    # Beside a running lane, a heavy batch holds the partition from its first record bound to a lane.
+    p = plan(
+        [one(0, 7, b"small"), *recs(0, 600, 600, start=8, key=b"c")],
+        min_bytes=1000,
+        room=4,
+        running={("docs", 0): {b"x"}},
+    )
+    assert [r.offset for r in p.inline] == [7] and p.holds == {("docs", 0): 8} and p.lanes == {}
 
 
 def test_no_room_keeps_records_inline_in_their_order() -> None:
@@ -283,3 +306,34 @@ async def _lane_done(lanes: Lanes, place: tuple[str, int] = ("docs", 0)) -> None
     would forget it, as a revocation does)."""
     await asyncio.wait_for(asyncio.wait({lanes._lanes[place].task}), 5)
     assert lanes.running == 0
+
+
+async def test_a_lanes_work_is_background_and_inline_work_is_not() -> None:
+    """A lane's embedding requests let the other writes' go first (memory.embed_order)."""
+    consumer, lanes = Consumer(), Lanes("documents", min_bytes=1000, most=2)
+    seen: dict[int, bool] = {}
+
+    async def apply(records: Any) -> None:
+        seen[records[0].offset] = background()
+
+    await lanes.apply(consumer, recs(0, 1200, start=3, key=b"big"), apply)
+    await lanes.apply(consumer, [one(1, 9, b"small")], apply)
+    await _lane_done(lanes)
+    assert seen == {3: True, 9: False}
+
+
+async def test_a_lane_that_ends_before_the_small_records_of_its_batch_commits_up_to_them() -> None:
+    """A heavy batch's small records are applied inline beside its lane: if the lane is done
+    first, its commit must not pass them (they are not applied yet)."""
+    consumer, lanes, apply = Consumer(), Lanes("documents", min_bytes=600, most=2), Applier()
+    apply.gate(11)  # the small record is held until the lane (10, 12) is done
+    apply.gate(10)
+    batch = [one(0, 10, b"a", 600), one(0, 11, b"small"), one(0, 12, b"a", 5)]
+    inline = asyncio.create_task(lanes.apply(consumer, batch, apply))
+    await asyncio.sleep(0.01)
+    apply.gate(10).set()
+    await _lane_done(lanes)
+    assert consumer.commits() == [{TP0: 11}]  # not 13: offset 11 is not applied yet
+    apply.gate(11).set()
+    await inline
+    assert consumer.commits()[-1] == {TP0: 13}
