@@ -73,7 +73,7 @@ async def one_mode(args: argparse.Namespace, servers: Servers, mode: str, scenar
     from daemon.settings import namespaced
     from graph.config import GraphConfig
 
-    name = f"bench_lanes_{scenario[:4]}_{mode.replace(' ', '_')}_{uuid.uuid4().hex[:6]}"
+    name = f"bench_lanes_{scenario.split()[-1]}_{mode.replace(' ', '_')}_{uuid.uuid4().hex[:6]}"
     consumer = ConsumerConfig(group_id=name, ingest_lanes=4 if mode == "lanes" else 0)
     settings = namespaced(
         name,

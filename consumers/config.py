@@ -145,12 +145,12 @@ class ConsumerConfig(BaseModel):
         ge=1024,
         le=1_073_741_824,
         description=(
-            "A partition whose records in one ingest batch weigh this much (their values' bytes, ~5 s "
-            "of embedding on 2 cores at the default) is applied in a lane of its own, beside the poll, "
-            "so other writes are not held behind a large document or a bulk load; only the later "
-            "records of its keys (for turns, its agents), keyless ones and another large batch of its "
-            "partition wait for it. Its partition is committed no further than its first record until "
-            "it is applied."
+            "An ingest batch whose records weigh this much (their values' bytes, ~5 s of embedding on 2 "
+            "cores at the default) is applied in lanes, a partition each, beside the poll, so other "
+            "writes are not held behind a large document or a bulk load: only the later records of a "
+            "lane's keys (for turns, its agents), keyless ones and another heavy batch of its partition "
+            "wait for it, and its embedding requests let theirs go first. A lane's partition is "
+            "committed no further than its first record until it is applied."
         ),
     )
     ingest_lanes: int = Field(

@@ -33,6 +33,7 @@ import structlog
 from aiokafka import TopicPartition
 from aiokafka.errors import IllegalStateError, KafkaError
 
+from memory.embed_order import in_background
 from memory.metrics import INGEST_LANES
 from memory.retrying import pause
 
@@ -43,6 +44,13 @@ Place = tuple[str, int]
 
 #: What a record keeps its order with, from its Kafka key (``None``: with everything).
 Owner = Callable[[bytes | None], bytes | None]
+
+#: In a heavy batch, a record of at most ``min_bytes`` / this is small (4 KiB at the default,
+#: half a second of embedding here), and small records of at most ``min_bytes`` / the next in
+#: all (16 KiB) are applied inline: a small write that came in with a bulk load does not wait
+#: for its lane, and the poll is held for a second or two at most.
+INLINE_RECORD_SHARE = 32
+INLINE_BATCH_SHARE = 8
 
 #: How long a lane that failed (an outage past the ingestor's own retries) waits before its
 #: records are fetched again: FastStream's own redelivery of a failed batch is at once.
@@ -91,34 +99,51 @@ def plan(
 ) -> Plan:
     """``records`` (one batch, in order) as inline records, new lanes and holds.
 
-    A partition goes to a lane when its records weigh ``min_bytes`` or more (the bytes of their
-    values), the heaviest first, ``room`` of them at most. A partition with a lane ``running``
-    (its owners, by ``owner`` of their keys) gets no second one: it is held from its first
-    record when its records are heavy, else from its first record that must wait for the lane
-    (an owner of the lane's, or no key); the records before that are inline. Each partition's
-    records keep their order.
+    A batch whose records weigh less than ``min_bytes`` (the bytes of their values) is applied
+    inline. A heavier one (one large document, or a bulk load spread over every partition) is
+    applied in lanes, a partition each, the heaviest first, ``room`` of them at most; past them
+    inline. Its small records (a ``min_bytes / INLINE_RECORD_SHARE`` each, ``min_bytes /
+    INLINE_BATCH_SHARE`` in all, in order) are applied inline all the same, unless their owner
+    (``owner`` of their key) has a record bound to a lane before them, or they have no key: a
+    small write that came with a bulk load does not wait for it.
+
+    A partition with a lane ``running`` (its owners) gets no second one: it is held from its
+    first record that would go to a lane (in a light batch: of an owner of the running lane's,
+    or without a key), and its records before that are inline. Each key's records keep their
+    order, and a keyless record its order with all of its partition's.
     """
     running = running or {}
-    by_place: dict[Place, list[Any]] = {}
+    heavy = sum(len(r.value or b"") for r in records) >= min_bytes
+    budget = min_bytes // INLINE_BATCH_SHARE if heavy else None
+    small = min_bytes // INLINE_RECORD_SHARE
+    owners: dict[Place, set[bytes | None]] = {}
+    everything: set[Place] = set()  # a keyless record was bound: the rest of its partition follows
+    bound: dict[Place, list[Any]] = {}
+    free: list[Any] = []
     for r in records:
-        by_place.setdefault(_place(r), []).append(r)
-    weight = {p: sum(len(r.value or b"") for r in rs) for p, rs in by_place.items()}
-    holds: dict[Place, int] = {}
-    for p, rs in by_place.items():
-        if p not in running:
-            continue
-        if weight[p] >= min_bytes:
-            holds[p] = rs[0].offset
-            continue
-        keys = running[p]
-        for r in rs:
-            if (k := owner(r.key)) is None or k in keys:
-                holds[p] = r.offset
-                break
-    heavy = sorted((p for p, w in weight.items() if w >= min_bytes and p not in running), key=lambda p: -weight[p])
-    chosen = set(heavy[: max(room, 0)])
-    inline = [r for r in records if _place(r) not in chosen and r.offset < holds.get(_place(r), r.offset + 1)]
-    return Plan(inline=inline, lanes={p: by_place[p] for p in by_place if p in chosen}, holds=holds)
+        p, size, k = _place(r), len(r.value or b""), owner(r.key)
+        mine = owners.setdefault(p, set(running.get(p, ())))
+        if heavy:
+            assert budget is not None
+            to_lane = p in everything or k is None or k in mine or size > small or size > budget
+        else:
+            to_lane = p in running and (p in everything or k is None or k in mine)
+        if to_lane:
+            bound.setdefault(p, []).append(r)
+            if k is None:
+                everything.add(p)
+            mine.add(k)
+        else:
+            free.append(r)
+            if budget is not None:
+                budget -= size
+    holds = {p: rs[0].offset for p, rs in bound.items() if p in running}
+    new = sorted((p for p in bound if p not in running), key=lambda p: -sum(len(r.value or b"") for r in bound[p]))
+    chosen = set(new[: max(room, 0)])
+    laned = {p: bound[p] for p in bound if p in chosen}
+    gone = {id(r) for p in chosen for r in bound[p]}
+    inline = [r for r in records if r.offset < holds.get(_place(r), r.offset + 1) and id(r) not in gone]
+    return Plan(inline=inline, lanes=laned, holds=holds)
 
 
 @dataclass(frozen=True)
@@ -144,6 +169,7 @@ class Lanes:
         # a failed lane's until its records are applied again.
         self._floors: dict[Place, int] = {}
         self._applied: dict[Place, int] = {}  # past what was applied inline above a floor
+        self._unapplied: dict[Place, int] = {}  # the first record of the inline batch in hand
         self._committed: dict[Place, int] = {}
         self._commit_lock = asyncio.Lock()
         self._closed = asyncio.Event()
@@ -184,12 +210,18 @@ class Lanes:
             self.start(consumer, place, theirs, apply)
         if not planned.inline:
             return
+        # A lane started now may end before these are applied: its commit stops at the first.
+        for r in planned.inline:
+            self._unapplied.setdefault(_place(r), r.offset)
         try:
-            await apply(planned.inline)
-        except BaseException:
-            self._rewind(consumer, planned.inline)
-            raise
-        await self._commit_applied(consumer, planned.inline)
+            try:
+                await apply(planned.inline)
+            except BaseException:
+                self._rewind(consumer, planned.inline)
+                raise
+            await self._commit_applied(consumer, planned.inline)
+        finally:
+            self._unapplied.clear()
 
     def _hold(self, consumer: Any, place: Place, offset: int) -> None:
         tp = TopicPartition(*place)
@@ -204,6 +236,7 @@ class Lanes:
         for r in records:
             first[_place(r)] = min(r.offset, first.get(_place(r), r.offset))
         for place, offset in first.items():
+            self._applied.pop(place, None)  # a lane that ended meanwhile stopped short of these
             if place not in self._lanes and (floor := self._floors.get(place)) is not None:
                 offset = min(offset, floor)
             if place in self._held:
@@ -218,16 +251,18 @@ class Lanes:
             spans[_place(r)] = (min(lo, r.offset), max(hi, r.offset))
         offsets: dict[Place, int] = {}
         for place, (lo, hi) in spans.items():
-            floor = self._floors.get(place)
-            if floor is not None and place not in self._lanes and lo <= floor:
+            floor, running = self._floors.get(place), place in self._lanes
+            if floor is not None and not running and lo <= floor:
                 del self._floors[place]  # a failed lane's records, applied again
                 floor = None
             if floor is None:
-                self._applied.pop(place, None)
-                offsets[place] = hi + 1
-            else:
+                # Past what a lane that ended meanwhile applied (it stopped short of these).
+                offsets[place] = max(hi + 1, self._applied.pop(place, 0))
+                continue
+            if running:
+                # What is applied past a failed lane's floor is not kept: it is fetched again.
                 self._applied[place] = max(hi + 1, self._applied.get(place, 0))
-                offsets[place] = floor
+            offsets[place] = floor
         await self._commit(consumer, offsets)
 
     async def _commit(self, consumer: Any, offsets: Mapping[Place, int]) -> None:
@@ -251,6 +286,7 @@ class Lanes:
         at their first until they are written."""
         first = records[0].offset
         self._floors[place] = min(first, self._floors.get(place, first))
+        self._applied.pop(place, None)
         size = sum(len(r.value or b"") for r in records)
         log.info(
             "ingest.lane_started",
@@ -272,7 +308,8 @@ class Lanes:
         tp = TopicPartition(*place)
         first = records[0].offset
         try:
-            await apply(records)
+            with in_background():  # its embedding requests let the other writes' go first
+                await apply(records)
         except Exception as exc:
             log.warning(
                 "ingest.lane_failed",
@@ -291,7 +328,10 @@ class Lanes:
             await pause(self._closed, RETRY_S)
         else:
             self._floors.pop(place, None)
-            after = max(records[-1].offset + 1, self._applied.pop(place, 0))
+            reach = max(records[-1].offset + 1, self._applied.pop(place, 0))
+            after = min(reach, self._unapplied.get(place, reach))
+            if after < reach:
+                self._applied[place] = reach  # the inline batch in hand commits past it once applied
             # Committed now, not with the next batch: there may be none for long, and ``up``'s
             # drain and the lag read what is committed.
             await self._commit(consumer, {place: after})

@@ -23,6 +23,7 @@ import structlog
 from memory.config import PACKAGED_MODEL, EmbeddingConfig
 from memory.conversation import unmarked
 from memory.embed_model import load_tokenizer, native_bf16, use_bf16
+from memory.embed_order import EmbedOrder, background
 from memory.embed_worker import (
     QUERY_DEADLINE_S,
     EmbedderError,
@@ -139,6 +140,7 @@ class SentenceTransformerEmbedder:
         self._tokenizer = tokenizer
         self._dims = worker.dims
         self._docs_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed-docs")
+        self._docs_order = EmbedOrder()  # a lane's requests let the other writes' go first
         self._query_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed-query")
         # Tokenizing for chunking must not wait behind a docs batch in the worker.
         self._token_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenize")
@@ -237,7 +239,8 @@ class SentenceTransformerEmbedder:
         encode = functools.partial(self._worker.encode, "docs", alone=alone)
         for start in range(0, len(order), size):
             rows = order[start : start + size]
-            out[rows] = await loop.run_in_executor(self._docs_pool, encode, [texts[i] for i in rows])
+            async with self._docs_order.turn(background=background()):
+                out[rows] = await loop.run_in_executor(self._docs_pool, encode, [texts[i] for i in rows])
         return out
 
     async def embed_query(self, text: str) -> np.ndarray:
