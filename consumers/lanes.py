@@ -163,13 +163,16 @@ class Lanes:
         self.min_bytes = min_bytes
         self.most = most
         self._owner = owner_for(role)
-        self._lanes: dict[Place, _Lane] = {}  # the running ones
+        self._lanes: dict[Place, _Lane] = {}  # not finished (a failed one until it has waited)
+        self._failed: set[Place] = set()  # of those, the ones that failed
         self._held: dict[Place, int] = {}  # paused until their lane is done, from this offset
+        # Where each partition was put back to and has not been fetched from since: a later
+        # seek never goes past it, so no put-back skips another's records.
+        self._refetch: dict[Place, int] = {}
         # Commits of a partition stay at or below its floor: a running lane's first record, or
         # a failed lane's until its records are applied again.
         self._floors: dict[Place, int] = {}
-        self._applied: dict[Place, int] = {}  # past what was applied inline above a floor
-        self._unapplied: dict[Place, int] = {}  # the first record of the inline batch in hand
+        self._applied: dict[Place, int] = {}  # past what was applied inline above a running lane's floor
         self._committed: dict[Place, int] = {}
         self._commit_lock = asyncio.Lock()
         self._closed = asyncio.Event()
@@ -179,6 +182,9 @@ class Lanes:
         """Lanes not finished."""
         return len(self._lanes)
 
+    def _running(self, place: Place) -> bool:
+        return place in self._lanes and place not in self._failed
+
     def now(self) -> dict[str, str]:
         """What each running lane applies, for people, by ``topic/partition`` (the status page's
         lag table: a partition's committed offset stays at its lane's first record meanwhile)."""
@@ -186,7 +192,9 @@ class Lanes:
         out: dict[str, str] = {}
         for place, lane in list(self._lanes.items()):
             said = f"applying {lane.records} record(s), {lane.size / 1024:.0f} KiB, for {at - lane.since:.0f} s"
-            if (held := self._held.get(place)) is not None:
+            if place in self._failed:
+                said += "; failed, fetched again shortly"
+            elif (held := self._held.get(place)) is not None:
                 said += f"; later records held from offset {held}"
             out[f"{place[0]}/{place[1]}"] = said
         return out
@@ -200,49 +208,54 @@ class Lanes:
     async def apply(
         self, consumer: Any, records: Sequence[Any], apply: Callable[[Sequence[Any]], Awaitable[None]]
     ) -> None:
-        """Apply one batch (records of partitions this consumer owns): start its lanes, hold the
-        partitions that must wait for one, apply the rest and commit them. A failure puts each
-        partition of the inline records back to its first and is raised."""
+        """Apply one batch (records of partitions this consumer owns): hold the partitions that
+        must wait for a lane, apply the inline records, then start the batch's lanes and commit.
+        A failure puts each partition of the batch back to its first record of it (the lanes'
+        records too: they are not started) and is raised."""
+        for r in records:  # fetched from where a partition was put back: the mark is reached
+            if r.offset <= self._refetch.get(_place(r), -1):
+                del self._refetch[_place(r)]
         planned = self.plan(records)
         for place, offset in planned.holds.items():
             self._hold(consumer, place, offset)
-        for place, theirs in planned.lanes.items():
-            self.start(consumer, place, theirs, apply)
-        if not planned.inline:
-            return
-        # A lane started now may end before these are applied: its commit stops at the first.
-        for r in planned.inline:
-            self._unapplied.setdefault(_place(r), r.offset)
-        try:
+        bound = [r for rs in planned.lanes.values() for r in rs]
+        if planned.inline:
+            # Before the lanes start: a small record of a key applied beside its lane could
+            # land after the lane's later one, and a lane could commit past it as it fails.
             try:
                 await apply(planned.inline)
             except BaseException:
-                self._rewind(consumer, planned.inline)
+                self._rewind(consumer, [*planned.inline, *bound])
                 raise
+        for place, theirs in planned.lanes.items():
+            self.start(consumer, place, theirs, apply)
+        if planned.inline:
             await self._commit_applied(consumer, planned.inline)
-        finally:
-            self._unapplied.clear()
+
+    def _seek(self, consumer: Any, place: Place, offset: int) -> None:
+        offset = min(offset, self._refetch.get(place, offset))
+        self._refetch[place] = offset
+        if place in self._held:
+            self._held[place] = min(offset, self._held[place])
+        with contextlib.suppress(IllegalStateError, AssertionError):  # revoked meanwhile
+            consumer.seek(TopicPartition(*place), offset)
 
     def _hold(self, consumer: Any, place: Place, offset: int) -> None:
-        tp = TopicPartition(*place)
-        consumer.pause(tp)
-        consumer.seek(tp, offset)  # what was fetched past it is dropped, and fetched again on resume
+        with contextlib.suppress(IllegalStateError, AssertionError):  # revoked meanwhile
+            consumer.pause(TopicPartition(*place))
         self._held[place] = min(offset, self._held.get(place, offset))
+        self._seek(consumer, place, offset)  # what was fetched past it is dropped, and fetched again on resume
         log.info("ingest.partition_held", subscriber=self.role, topic=place[0], partition=place[1], offset=offset)
 
     def _rewind(self, consumer: Any, records: Sequence[Any]) -> None:
-        # A failed lane's records come first: they are fetched again before what followed them.
         first: dict[Place, int] = {}
         for r in records:
             first[_place(r)] = min(r.offset, first.get(_place(r), r.offset))
         for place, offset in first.items():
-            self._applied.pop(place, None)  # a lane that ended meanwhile stopped short of these
-            if place not in self._lanes and (floor := self._floors.get(place)) is not None:
-                offset = min(offset, floor)
-            if place in self._held:
-                self._held[place] = min(offset, self._held[place])
-            with contextlib.suppress(IllegalStateError, AssertionError):  # revoked meanwhile
-                consumer.seek(TopicPartition(*place), offset)
+            self._applied.pop(place, None)  # below it, nothing is known applied past the floor
+            if not self._running(place) and (floor := self._floors.get(place)) is not None:
+                offset = min(offset, floor)  # a failed lane's records come first
+            self._seek(consumer, place, offset)
 
     async def _commit_applied(self, consumer: Any, records: Sequence[Any]) -> None:
         spans: dict[Place, tuple[int, int]] = {}
@@ -251,15 +264,14 @@ class Lanes:
             spans[_place(r)] = (min(lo, r.offset), max(hi, r.offset))
         offsets: dict[Place, int] = {}
         for place, (lo, hi) in spans.items():
-            floor, running = self._floors.get(place), place in self._lanes
-            if floor is not None and not running and lo <= floor:
+            floor = self._floors.get(place)
+            if floor is not None and place not in self._lanes and lo <= floor:
                 del self._floors[place]  # a failed lane's records, applied again
                 floor = None
             if floor is None:
-                # Past what a lane that ended meanwhile applied (it stopped short of these).
-                offsets[place] = max(hi + 1, self._applied.pop(place, 0))
+                offsets[place] = hi + 1
                 continue
-            if running:
+            if self._running(place):
                 # What is applied past a failed lane's floor is not kept: it is fetched again.
                 self._applied[place] = max(hi + 1, self._applied.get(place, 0))
             offsets[place] = floor
@@ -320,24 +332,21 @@ class Lanes:
             )
             # Fetched again from its first record once the wait is over (the floor stays until
             # they are applied), and what followed it with them.
-            with contextlib.suppress(IllegalStateError, AssertionError):
-                consumer.pause(tp)
-                consumer.seek(tp, first)
-            self._held[place] = first
+            self._failed.add(place)
             self._applied.pop(place, None)
+            self._hold(consumer, place, first)
             await pause(self._closed, RETRY_S)
         else:
             self._floors.pop(place, None)
-            reach = max(records[-1].offset + 1, self._applied.pop(place, 0))
-            after = min(reach, self._unapplied.get(place, reach))
-            if after < reach:
-                self._applied[place] = reach  # the inline batch in hand commits past it once applied
+            # Past what was applied beside it (a batch in hand commits itself once applied).
+            after = max(records[-1].offset + 1, self._applied.pop(place, 0))
             # Committed now, not with the next batch: there may be none for long, and ``up``'s
             # drain and the lag read what is committed.
             await self._commit(consumer, {place: after})
             log.info("ingest.lane_finished", subscriber=self.role, topic=place[0], partition=place[1])
         finally:
             self._lanes.pop(place, None)
+            self._failed.discard(place)
             INGEST_LANES.labels(self.role).dec()
             held = self._held.pop(place, None)
             with contextlib.suppress(IllegalStateError, AssertionError):  # revoked meanwhile
@@ -363,7 +372,7 @@ class Lanes:
             log.info("ingest.lanes_awaited", subscriber=self.role, lanes=len(tasks))
             await asyncio.wait(tasks)
         for p in places:
-            for kept in (self._held, self._floors, self._applied, self._committed):
+            for kept in (self._held, self._refetch, self._floors, self._applied, self._committed):
                 kept.pop(p, None)
 
     async def close(self, timeout_s: float, cut: asyncio.Event | None = None) -> None:

@@ -75,3 +75,24 @@ async def test_background_is_the_context_of_the_block_and_its_tasks() -> None:
 
 async def _is_background() -> bool:
     return background()
+
+
+async def test_the_background_gets_a_turn_after_a_run_of_foreground_ones() -> None:
+    """A steady stream of small writes slows a lane down, never stops it."""
+    turns, order = EmbedOrder(), []
+    release = asyncio.Event()
+
+    async def hold(name: str, back: bool) -> None:
+        async with turns.turn(background=back):
+            order.append(name)
+            if name == "first":
+                await release.wait()
+
+    first = asyncio.create_task(hold("first", False))
+    await asyncio.sleep(0)
+    names = [("b1", True), *((f"f{i}", False) for i in range(1, 7))]
+    tasks = [asyncio.create_task(hold(n, b)) for n, b in names]
+    await asyncio.sleep(0)
+    release.set()
+    await asyncio.gather(first, *tasks)
+    assert order == ["first", "f1", "f2", "f3", "f4", "b1", "f5", "f6"]

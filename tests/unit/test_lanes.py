@@ -322,18 +322,48 @@ async def test_a_lanes_work_is_background_and_inline_work_is_not() -> None:
     assert seen == {3: True, 9: False}
 
 
-async def test_a_lane_that_ends_before_the_small_records_of_its_batch_commits_up_to_them() -> None:
-    """A heavy batch's small records are applied inline beside its lane: if the lane is done
-    first, its commit must not pass them (they are not applied yet)."""
+async def test_a_heavy_batchs_small_records_are_applied_before_its_lanes_start() -> None:
+    """So a small record of a key is applied before the lane's later one of the same key, and a
+    lane never commits past a small record of its batch that is not applied yet."""
     consumer, lanes, apply = Consumer(), Lanes("documents", min_bytes=600, most=2), Applier()
-    apply.gate(11)  # the small record is held until the lane (10, 12) is done
-    apply.gate(10)
+    apply.gate(11)
     batch = [one(0, 10, b"a", 600), one(0, 11, b"small"), one(0, 12, b"a", 5)]
     inline = asyncio.create_task(lanes.apply(consumer, batch, apply))
     await asyncio.sleep(0.01)
+    assert lanes.running == 0 and apply.applied == []  # the lane waits for the small record
+    apply.gate(11).set()
+    apply.gate(10)
+    await inline
+    assert lanes.running == 1
     apply.gate(10).set()
     await _lane_done(lanes)
-    assert consumer.commits() == [{TP0: 11}]  # not 13: offset 11 is not applied yet
-    apply.gate(11).set()
-    await inline
-    assert consumer.commits()[-1] == {TP0: 13}
+    assert [r.offset for r in apply.applied] == [11, 10, 12]
+    assert consumer.commits() == [{TP0: 10}, {TP0: 13}]
+
+
+async def test_a_failed_small_record_puts_its_batchs_lane_records_back_too() -> None:
+    """The lane is not started: nothing of the batch is committed, and all of it comes again."""
+    consumer, lanes, apply = Consumer(), Lanes("documents", min_bytes=600, most=2), Applier()
+    apply.fail_once.add(11)
+    with pytest.raises(RuntimeError):
+        await lanes.apply(consumer, [one(0, 10, b"a", 600), one(0, 11, b"small")], apply)
+    assert lanes.running == 0 and consumer.calls == [("seek", (TP0, 10))] and consumer.commits() == []
+
+
+async def test_a_put_back_never_skips_another_put_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lane fails (back to 10); the batch in hand fails too (back to 12): the partition is
+    fetched again from 10, and only a fetch from there ends it."""
+    monkeypatch.setattr(lanes_module, "RETRY_S", 0.05)
+    consumer, lanes, apply = Consumer(), Lanes("documents", min_bytes=600, most=2), Applier()
+    apply.fail_once |= {10, 12}
+    await lanes.apply(consumer, [one(0, 10, b"a", 700)], apply)  # the lane, failing
+    await asyncio.sleep(0.01)
+    with pytest.raises(RuntimeError):
+        await lanes.apply(consumer, [one(0, 12, b"b")], apply)  # fetched before the put-back
+    seeks = [arg[1] for name, arg in consumer.calls if name == "seek"]
+    assert seeks == [10, 10] and consumer.commits() == []
+    await _lane_done(lanes)
+    assert consumer.calls[-1] == ("resume", TP0)
+    # Fetched from 10 again: small enough now for inline, and committed past all of it.
+    await lanes.apply(consumer, [one(0, 10, b"a"), one(0, 11, b"x"), one(0, 12, b"b")], apply)
+    assert consumer.commits() == [{TP0: 13}]
