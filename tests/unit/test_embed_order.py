@@ -8,8 +8,9 @@ import asyncio
 from memory.embed_order import EmbedOrder, background, in_background
 
 
-async def test_the_foreground_goes_before_the_background_each_in_order() -> None:
-    turns, order = EmbedOrder(), []
+async def turns_taken(turns: EmbedOrder, first_back: bool, waiters: list[tuple[str, bool]]) -> list[str]:
+    """The order in which ``waiters`` (name, background), queued behind a first holder, take the turn."""
+    order: list[str] = []
     release = asyncio.Event()
 
     async def hold(name: str, back: bool) -> None:
@@ -18,13 +19,19 @@ async def test_the_foreground_goes_before_the_background_each_in_order() -> None
             if name == "first":
                 await release.wait()
 
-    first = asyncio.create_task(hold("first", True))
+    first = asyncio.create_task(hold("first", first_back))
     await asyncio.sleep(0)
-    tasks = [asyncio.create_task(hold(n, b)) for n, b in (("b1", True), ("f1", False), ("b2", True), ("f2", False))]
+    tasks = [asyncio.create_task(hold(n, b)) for n, b in waiters]
     await asyncio.sleep(0)
-    assert turns.waiting == 4
+    assert turns.waiting == len(waiters)
     release.set()
     await asyncio.gather(first, *tasks)
+    return order
+
+
+async def test_the_foreground_goes_before_the_background_each_in_order() -> None:
+    turns = EmbedOrder()
+    order = await turns_taken(turns, True, [("b1", True), ("f1", False), ("b2", True), ("f2", False)])
     assert order == ["first", "f1", "f2", "b1", "b2"]
     assert turns.waiting == 0
     async with turns.turn():  # free again: taken at once
@@ -79,20 +86,6 @@ async def _is_background() -> bool:
 
 async def test_the_background_gets_a_turn_after_a_run_of_foreground_ones() -> None:
     """A steady stream of small writes slows a lane down, never stops it."""
-    turns, order = EmbedOrder(), []
-    release = asyncio.Event()
-
-    async def hold(name: str, back: bool) -> None:
-        async with turns.turn(background=back):
-            order.append(name)
-            if name == "first":
-                await release.wait()
-
-    first = asyncio.create_task(hold("first", False))
-    await asyncio.sleep(0)
-    names = [("b1", True), *((f"f{i}", False) for i in range(1, 7))]
-    tasks = [asyncio.create_task(hold(n, b)) for n, b in names]
-    await asyncio.sleep(0)
-    release.set()
-    await asyncio.gather(first, *tasks)
+    waiters = [("b1", True), *((f"f{i}", False) for i in range(1, 7))]
+    order = await turns_taken(EmbedOrder(), False, waiters)
     assert order == ["first", "f1", "f2", "f3", "f4", "b1", "f5", "f6"]

@@ -92,38 +92,38 @@ def test_a_config_file_that_is_not_there_or_names_no_setting_is_refused(
     )  # a mapping setting's keys (tenant tokens) are its values, not settings
 
 
-def test_a_variable_that_nearly_names_a_setting_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    """AGENTMEM_CHUNKING__MAX_TOKEN was read past: the chunking stayed at its default. A
-    variable near no setting may be another program's, and the servers' and tests' own pass."""
+@pytest.mark.parametrize(
+    ("variables", "said"),
+    [
+        # Read past, AGENTMEM_CHUNKING__MAX_TOKEN left the chunking at its default.
+        (
+            ["AGENTMEM_CHUNKING__MAX_TOKEN", "AGENTMEM_KAFKA_BOOTSTRP"],
+            "AGENTMEM_CHUNKING__MAX_TOKEN (did you mean AGENTMEM_CHUNKING__MAX_TOKENS?); "
+            "AGENTMEM_KAFKA_BOOTSTRP (did you mean AGENTMEM_KAFKA_BOOTSTRAP?)",
+        ),
+        # An operator's AGENTMEM_HTTP__TOKEN left the explorer with no token, and AGENTMEM_TENANCY
+        # the daemon in single tenancy: the setting's words, the underscores or the section wrong,
+        # too far apart for a misspelling.
+        (
+            ["AGENTMEM_HTTP__TOKEN", "AGENTMEM_TENANCY", "AGENTMEM_EXPLORE__TOKEN"],
+            "AGENTMEM_EXPLORE__TOKEN (did you mean AGENTMEM_HTTP_TOKEN or AGENTMEM_MCP__TOKEN?); "
+            "AGENTMEM_HTTP__TOKEN (did you mean AGENTMEM_HTTP_TOKEN?); "
+            "AGENTMEM_TENANCY (did you mean AGENTMEM_CONSUMER__TENANCY?)",
+        ),
+    ],
+)
+def test_a_variable_that_nearly_names_a_setting_is_refused(
+    monkeypatch: pytest.MonkeyPatch, variables: list[str], said: str
+) -> None:
+    """A variable near no setting may be another program's, and the servers' and tests' own pass."""
     for name in ("AGENTMEM_REDIS_SERVER_BIN", "AGENTMEM_TEST_WHATEVER", "AGENTMEM_SOMETHING_ELSE_ENTIRELY"):
         monkeypatch.setenv(name, "x")
     Settings()
-    monkeypatch.setenv("AGENTMEM_CHUNKING__MAX_TOKEN", "128")
-    monkeypatch.setenv("AGENTMEM_KAFKA_BOOTSTRP", "k:9092")
+    for name in variables:
+        monkeypatch.setenv(name, "1")
     with pytest.raises(ConfigError) as caught:
         Settings()
-    assert str(caught.value) == (
-        "no such setting: AGENTMEM_CHUNKING__MAX_TOKEN (did you mean AGENTMEM_CHUNKING__MAX_TOKENS?); "
-        "AGENTMEM_KAFKA_BOOTSTRP (did you mean AGENTMEM_KAFKA_BOOTSTRAP?)"
-    )
-
-
-def test_a_variable_of_a_settings_words_under_other_underscores_or_section_is_refused(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """An operator's AGENTMEM_HTTP__TOKEN left the explorer with no token, and AGENTMEM_TENANCY
-    the daemon in single tenancy: each is the setting's words, the underscores or the section
-    wrong, too far apart for a misspelling."""
-    monkeypatch.setenv("AGENTMEM_HTTP__TOKEN", "secret")
-    monkeypatch.setenv("AGENTMEM_TENANCY", "topic")
-    monkeypatch.setenv("AGENTMEM_EXPLORE__TOKEN", "secret")
-    with pytest.raises(ConfigError) as caught:
-        Settings()
-    assert str(caught.value) == (
-        "no such setting: AGENTMEM_EXPLORE__TOKEN (did you mean AGENTMEM_HTTP_TOKEN or AGENTMEM_MCP__TOKEN?); "
-        "AGENTMEM_HTTP__TOKEN (did you mean AGENTMEM_HTTP_TOKEN?); "
-        "AGENTMEM_TENANCY (did you mean AGENTMEM_CONSUMER__TENANCY?)"
-    )
+    assert str(caught.value) == f"no such setting: {said}"
 
 
 def test_a_misspelt_variable_in_the_env_file_is_refused_too(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
