@@ -154,7 +154,7 @@ class KafkaTransport:
             raise NotFound(
                 f"reply topic {self._reply_topic!r} does not exist: a daemon creates the shared topics as it "
                 "starts (is one running against this broker?), an operator a tenant's with `agentmemd topics "
-                "--tenant NAME` (is the tenant spelt right?)"
+                "--tenant NAME` (is the tenant spelt right?); a reply topic of your own must be created first"
             )
         if self._reply_partition is not None:
             if self._reply_partition not in parts:

@@ -32,7 +32,7 @@ from aiokafka.errors import KafkaError
 from consumers.config import ROLES
 from daemon.settings import Settings
 from daemon.status import group_members
-from daemon.topics import delete_tenant_topics, tenant_topics
+from daemon.topics import delete_tenant_topics, existing_tenant_topics, tenant_topics
 from memory import keys
 from memory.errors import BackendUnavailable, InvalidRequest
 from memory.index import translate_errors
@@ -92,24 +92,33 @@ async def tenant_keys(client: Any, name: str, tenant: str, topics: Sequence[str]
     return found
 
 
-async def check_known(client: Any, name: str, tenant: str) -> None:
-    """Refuse a ``tenant`` that no daemon of index ``name`` has seen and nobody erased: a
-    misspelt name would be reported erased, with nothing deleted, and a deletion request
-    would look done.
+async def check_known(settings: Settings, client: Any, tenant: str) -> None:
+    """Refuse a ``tenant`` that no daemon has seen, nobody erased and that has no topic on the
+    broker: a misspelt name would be reported erased, with nothing deleted, and a deletion
+    request would look done.
 
     Raises:
         InvalidRequest: ``tenant`` is not known here (naming the one it nearly spells).
         BackendUnavailable: Redis cannot be reached.
     """
-    registry = TenantRegistry(client=client, name=name)
+    registry = TenantRegistry(client=client, name=settings.index.name)
     seen = await registry.all()
     if tenant in seen or tenant in await registry.erased():
         return
+    try:
+        # Its topics created, its events maybe sent, but no daemon has read them yet.
+        if await existing_tenant_topics(settings, tenant):
+            return
+        unasked = ""
+    except BackendUnavailable as exc:
+        unasked = f"; the broker could not be asked for its topics ({exc})"
     near = difflib.get_close_matches(tenant, seen, n=1, cutoff=0.6)
     raise InvalidRequest(
-        f"no tenant {tenant!r} is known here: no daemon has read an event of it, and it was never erased"
+        f"no tenant {tenant!r} is known here: no daemon has read an event of it, it was never erased"
+        + (" and it has no topics" if not unasked else "")
+        + unasked
         + (f"; did you mean {near[0]!r}?" if near else "")
-        + " (`agentmemd tenants` lists them)"
+        + " (`agentmemd tenants` lists those read)"
     )
 
 
@@ -132,7 +141,7 @@ async def erase_tenant(
     """
     name = settings.index.name
     topics = tenant_topics(settings, tenant)  # a name that is no tenant's fails before anything is erased
-    await check_known(client, name, tenant)
+    await check_known(settings, client, tenant)
     if delete_topics:
         groups = [settings.consumer.group(role) for role in ROLES]
         try:

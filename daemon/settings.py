@@ -36,6 +36,8 @@ class Settings(BaseSettings):
         env_nested_delimiter="__",
         env_file=".env",
         extra="ignore",
+        # An error must not print what it refused: the tokens and passwords among it.
+        hide_input_in_errors=True,
     )
 
     kafka_bootstrap: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers, comma-separated.")
@@ -290,7 +292,9 @@ def render_markdown() -> str:
         "A config file that is not there, a key of it that names no setting, and an `AGENTMEM_`",
         "variable that nearly names one (`AGENTMEM_CHUNKING__MAX_TOKEN`, or its words with other",
         "underscores or another section: `AGENTMEM_HTTP__TOKEN`, `AGENTMEM_TENANCY`) are refused at start, each",
-        "named with the setting it is near: the defaults would otherwise run without a word.",
+        "named with the setting it is near: the defaults would otherwise run without a word. Those",
+        "Kubernetes sets for a Service named `agentmem` (`AGENTMEM_PORT`, `AGENTMEM_SERVICE_HOST`, ...)",
+        "and Docker's links (`AGENTMEM_NAME`, `AGENTMEM_ENV_...`) are no settings and pass.",
         "`agentmemd config show` prints the effective settings; regenerate this page with",
         "`agentmemd config markdown > docs/configuration.md`. What some of them trade off, measured:",
         "[operations.md](operations.md#tuning).",

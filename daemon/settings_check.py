@@ -21,8 +21,12 @@ class ConfigError(MemdError):
     code = "invalid_config"
 
 
-#: ``AGENTMEM_`` variables of the test suite's own, which are no settings either.
-NOT_SETTINGS_PREFIXES = ("TEST_",)
+#: ``AGENTMEM_`` variables of the test suite's own, which are no settings either, and those
+#: Kubernetes sets in every pod for a Service named ``agentmem`` (``AGENTMEM_PORT``,
+#: ``AGENTMEM_SERVICE_HOST``, ``AGENTMEM_PORT_8080_TCP_ADDR``, ...) and Docker's links for a
+#: container of that name (``AGENTMEM_NAME``, ``AGENTMEM_ENV_...``).
+NOT_SETTINGS_PREFIXES = ("TEST_", "SERVICE_", "PORT_", "ENV_")
+NOT_SETTINGS_NAMES = frozenset({"PORT", "NAME"})
 
 
 def _submodel(model: type[BaseModel], name: str) -> type[BaseModel] | None:
@@ -90,7 +94,7 @@ def misspelt_variables(
         if not name.startswith(prefix):
             continue
         rest = name[len(prefix) :]
-        if rest in others or rest.startswith(NOT_SETTINGS_PREFIXES):
+        if rest in others or rest in NOT_SETTINGS_NAMES or rest.startswith(NOT_SETTINGS_PREFIXES):
             continue
         parts = rest.lower().split("__")
         current: type[BaseModel] | None = model

@@ -159,6 +159,29 @@ def tenant_topics(settings: Settings, tenant: str) -> list[str]:
     return [tenant_topic(base, tenant) for base in (t.documents, t.transcripts, t.requests, t.replies)]
 
 
+async def existing_tenant_topics(settings: Settings, tenant: str, *, timeout_s: float = 10.0) -> list[str]:
+    """Those of ``tenant``'s topics the broker has.
+
+    Raises:
+        InvalidRequest: ``tenant`` is no valid tenant name.
+        BackendUnavailable: the broker cannot be reached within ``timeout_s``.
+    """
+    wanted = tenant_topics(settings, tenant)
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=settings.kafka_bootstrap,
+        request_timeout_ms=int(timeout_s * 1000),
+        **kafka_options(settings),
+    )
+    try:
+        await asyncio.wait_for(admin.start(), timeout_s)
+        there = set(await admin.list_topics())
+        return [t for t in wanted if t in there]
+    except (KafkaConnectionError, KafkaError, OSError, TimeoutError) as exc:
+        raise BackendUnavailable(f"kafka at {settings.kafka_bootstrap}: topics unread: {exc}") from exc
+    finally:
+        await admin.close()
+
+
 async def ensure_tenant_topics(settings: Settings, tenant: str, *, timeout_s: float) -> list[str]:
     """Create ``tenant``'s missing topics, the event ones with the daemon's record size; returns
     those created.

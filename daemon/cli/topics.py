@@ -131,7 +131,7 @@ def erase_tenant_command(
     if not yes:
 
         async def preview(s: Settings, client: Any) -> int:
-            await check_known(client, s.index.name, tenant)
+            await check_known(s, client, tenant)
             return await tenant_keys(client, s.index.name, tenant, topics, delete=False)
 
         found = _with_redis(preview)

@@ -23,8 +23,9 @@ BEARER_CHALLENGE = 'Bearer realm="agentmemd"'
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
 #: The cookie the explorer's login form sets (for browsers, which cannot add a header).
 COOKIE = "agentmemd_token"
-#: Paths under the explorer that need no token: the login form and its stylesheet.
-LOGIN_PATHS = frozenset({"/explore/login", "/explore/static/explore.css"})
+#: Paths under the explorer that need no token: the login form, its stylesheet and the logout
+#: (a stale or rotated token must be able to leave).
+LOGIN_PATHS = frozenset({"/explore/login", "/explore/logout", "/explore/static/explore.css"})
 
 
 @dataclass(frozen=True, slots=True)

@@ -122,7 +122,6 @@ class Explorer:
             web.get("/explore/static/explore.css", self.stylesheet),
             web.get("/explore/login", self.login_form),
             web.post("/explore/login", self.login),
-            web.get("/explore/logout", self.logout),
             web.post("/explore/logout", self.logout),
         ]
         return out
@@ -378,7 +377,7 @@ class Explorer:
     async def login(self, request: web.Request) -> web.Response:
         """Check the posted token; if it names a principal, set the cookie and go to the explorer."""
         form = await request.post()
-        token = str(form.get("token", ""))
+        token = str(form.get("token", "")).strip()  # as identify reads it: the cookie must name the same
         if self._access.identify(f"Bearer {token}") is None:
             return self._error(request, "that token is not one this server accepts", 401)
         resp = web.HTTPSeeOther("/explore")

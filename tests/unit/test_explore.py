@@ -102,8 +102,11 @@ def test_tokens_shared_between_principals_are_refused() -> None:
     assert s.http_access().identify("Bearer sekret-acme-91") == Principal("acme")
     assert "sekret" not in repr(s) and "sekret" not in s.model_dump_json()
     # An empty tenant token could never log in: said at start, not found out at the login form.
-    with pytest.raises(ValidationError, match="the token of acme is empty"):
-        Settings(http_tenant_tokens={"acme": " ", "globex": "tg"})
+    with pytest.raises(ValidationError, match="the token of acme is empty") as refused:
+        Settings(http_tenant_tokens={"acme": " ", "globex": "sekret-globex-3"})
+    with pytest.raises(ValidationError) as shared:
+        Settings(http_token="sekret-op-17", http_tenant_tokens={"acme": "sekret-op-17"})
+    assert "sekret" not in str(refused.value) + str(shared.value)  # an error prints no token
 
 
 def test_tenant_tokens_come_from_the_environment_as_json(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -115,8 +115,12 @@ def test_a_config_file_that_is_not_there_or_names_no_setting_is_refused(
 def test_a_variable_that_nearly_names_a_setting_is_refused(
     monkeypatch: pytest.MonkeyPatch, variables: list[str], said: str
 ) -> None:
-    """A variable near no setting may be another program's, and the servers' and tests' own pass."""
-    for name in ("AGENTMEM_REDIS_SERVER_BIN", "AGENTMEM_TEST_WHATEVER", "AGENTMEM_SOMETHING_ELSE_ENTIRELY"):
+    """A variable near no setting may be another program's, and the servers' and tests' own pass,
+    as do those Kubernetes sets for a Service named agentmem and Docker's links for a container."""
+    others = ["AGENTMEM_REDIS_SERVER_BIN", "AGENTMEM_TEST_WHATEVER", "AGENTMEM_SOMETHING_ELSE_ENTIRELY"]
+    others += ["AGENTMEM_PORT", "AGENTMEM_SERVICE_HOST", "AGENTMEM_SERVICE_PORT", "AGENTMEM_PORT_8080_TCP_ADDR"]
+    others += ["AGENTMEM_NAME", "AGENTMEM_ENV_FOO"]
+    for name in others:
         monkeypatch.setenv(name, "x")
     Settings()
     for name in variables:
