@@ -30,6 +30,7 @@ import structlog
 from aiokafka.errors import KafkaError
 
 from consumers.config import ROLES
+from consumers.topic_names import tenant_topic
 from daemon.settings import Settings
 from daemon.status import group_members
 from daemon.topics import delete_tenant_topics, existing_tenant_topics, tenant_topics
@@ -92,6 +93,12 @@ async def tenant_keys(client: Any, name: str, tenant: str, topics: Sequence[str]
     return found
 
 
+def delivery_topics(settings: Settings, tenant: str) -> list[str]:
+    """The tenant's topics whose records' deliveries are counted in Redis: the ingest ones
+    (each erase sweep scans the keys once per topic and kind)."""
+    return [tenant_topic(base, tenant) for base in (settings.topics.documents, settings.topics.transcripts)]
+
+
 async def check_known(settings: Settings, client: Any, tenant: str) -> None:
     """Refuse a ``tenant`` that no daemon has seen, nobody erased and that has no topic on the
     broker: a misspelt name would be reported erased, with nothing deleted, and a deletion
@@ -140,7 +147,7 @@ async def erase_tenant(
             is idempotent).
     """
     name = settings.index.name
-    topics = tenant_topics(settings, tenant)  # a name that is no tenant's fails before anything is erased
+    tenant_topics(settings, tenant)  # a name that is no tenant's fails before anything is erased
     await check_known(settings, client, tenant)
     if delete_topics:
         groups = [settings.consumer.group(role) for role in ROLES]
@@ -161,14 +168,15 @@ async def erase_tenant(
     if delete_topics:
         report.topics = await delete_tenant_topics(settings, tenant, timeout_s=topic_timeout_s)
     await asyncio.sleep(ERASED_READ_TTL_S * 2)  # every daemon's next batch sees the mark
-    report.keys = await tenant_keys(client, name, tenant, topics)
+    marked = delivery_topics(settings, tenant)
+    report.keys = await tenant_keys(client, name, tenant, marked)
     # The whole window, not until a first quiet pair of sweeps: a summary's LLM call or a
     # large document's batch may write nothing for a minute, then write.
     started, quiet = time.monotonic(), 0
     every = min(SWEEP_EVERY_S, sweep_for_s / 3)  # at least three sweeps: the last two say it is quiet
     while time.monotonic() - started < sweep_for_s:
         await asyncio.sleep(every)
-        late = await tenant_keys(client, name, tenant, topics)
+        late = await tenant_keys(client, name, tenant, marked)
         report.late_keys += late
         quiet = quiet + 1 if late == 0 else 0
     report.swept_s = time.monotonic() - started

@@ -113,7 +113,7 @@ def erase_tenant_command(
     """Erase a tenant: every memory, graph and summary of it in Redis (every index generation)
     and its place in `tenants`; with --delete-topics, its topics with their events too. Daemons
     apply none of its events from then on, until `agentmemd topics --tenant` starts it anew."""
-    from daemon.erase import check_known, erase_tenant, tenant_keys
+    from daemon.erase import check_known, delivery_topics, erase_tenant, tenant_keys
 
     settings = _settings(quiet=True)
     if settings.consumer.tenancy != "topic":
@@ -132,7 +132,7 @@ def erase_tenant_command(
 
         async def preview(s: Settings, client: Any) -> int:
             await check_known(s, client, tenant)
-            return await tenant_keys(client, s.index.name, tenant, topics, delete=False)
+            return await tenant_keys(client, s.index.name, tenant, delivery_topics(s, tenant), delete=False)
 
         found = _with_redis(preview)
         what = f"delete the topics {', '.join(topics)} with every event they hold, and " if delete_topics else ""
