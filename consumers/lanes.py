@@ -102,7 +102,7 @@ def plan(
     A batch whose records weigh less than ``min_bytes`` (the bytes of their values) is applied
     inline. A heavier one (one large document, or a bulk load spread over every partition) is
     applied in lanes, a partition each, the heaviest first, ``room`` of them at most; past them
-    inline. Its small records (a ``min_bytes / INLINE_RECORD_SHARE`` each, ``min_bytes /
+    inline. Its small records (at most ``min_bytes / INLINE_RECORD_SHARE`` each, ``min_bytes /
     INLINE_BATCH_SHARE`` in all, in order) are applied inline all the same, unless their owner
     (``owner`` of their key) has a record bound to a lane before them, or they have no key: a
     small write that came with a bulk load does not wait for it.
@@ -114,29 +114,22 @@ def plan(
     """
     running = running or {}
     heavy = sum(len(r.value or b"") for r in records) >= min_bytes
-    budget = min_bytes // INLINE_BATCH_SHARE if heavy else None
-    small = min_bytes // INLINE_RECORD_SHARE
+    budget, small = min_bytes // INLINE_BATCH_SHARE, min_bytes // INLINE_RECORD_SHARE
     owners: dict[Place, set[bytes | None]] = {}
     everything: set[Place] = set()  # a keyless record was bound: the rest of its partition follows
     bound: dict[Place, list[Any]] = {}
-    free: list[Any] = []
     for r in records:
         p, size, k = _place(r), len(r.value or b""), owner(r.key)
         mine = owners.setdefault(p, set(running.get(p, ())))
-        if heavy:
-            assert budget is not None
-            to_lane = p in everything or k is None or k in mine or size > small or size > budget
-        else:
-            to_lane = p in running and (p in everything or k is None or k in mine)
+        follows = p in everything or k is None or k in mine  # must keep its order behind a lane
+        to_lane = (follows or size > min(small, budget)) if heavy else (p in running and follows)
         if to_lane:
             bound.setdefault(p, []).append(r)
             if k is None:
                 everything.add(p)
             mine.add(k)
-        else:
-            free.append(r)
-            if budget is not None:
-                budget -= size
+        elif heavy:
+            budget -= size
     holds = {p: rs[0].offset for p, rs in bound.items() if p in running}
     new = sorted((p for p in bound if p not in running), key=lambda p: -sum(len(r.value or b"") for r in bound[p]))
     chosen = set(new[: max(room, 0)])
