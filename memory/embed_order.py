@@ -2,7 +2,7 @@
 
 The worker embeds one request at a time, and a lane (``consumers.lanes``) sends a request of
 ``docs_request_max`` chunks after another for minutes. Served in turn, a small write's one
-request waited behind every lane's next one; a lane's task marks its requests as those of the
+request would wait behind every lane's next one; a lane's task marks its requests as those of the
 background (``in_background``), and the foreground's go first (decision 0063).
 """
 

@@ -81,7 +81,7 @@ def _said(receipt: Receipt) -> str:
 #: Documents a bulk publish keeps in flight (sent, their acks awaited) at once, and the most
 #: bytes of files among them (a larger document goes alone). The daemon acks a batch once all
 #: of it is embedded, so the bytes bound the wait for the first ack: 64 KiB is about 8 s on 2
-#: cores, well inside the 30 s --timeout (256 KiB took 36 s in a trial, and timed out).
+#: cores, well inside the 30 s --timeout (256 KiB would take about 30).
 PUBLISH_IN_FLIGHT = 16
 PUBLISH_IN_FLIGHT_BYTES = 64 * 1024
 #: A bulk publish's bound on one ack: none in effect, as --timeout bounds the wait for any ack.
