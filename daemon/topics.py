@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 import structlog
@@ -159,8 +159,12 @@ def tenant_topics(settings: Settings, tenant: str) -> list[str]:
     return [tenant_topic(base, tenant) for base in (t.documents, t.transcripts, t.requests, t.replies)]
 
 
-async def existing_tenant_topics(settings: Settings, tenant: str, *, timeout_s: float = 10.0) -> list[str]:
-    """Those of ``tenant``'s topics the broker has.
+@contextlib.asynccontextmanager
+async def _tenant_admin(
+    settings: Settings, tenant: str, *, timeout_s: float, failing: str
+) -> AsyncIterator[tuple[AIOKafkaAdminClient, list[str]]]:
+    """An admin client and those of ``tenant``'s topics the broker has; a broker error in the
+    block is ``BackendUnavailable`` ("topics ``failing``").
 
     Raises:
         InvalidRequest: ``tenant`` is no valid tenant name.
@@ -175,11 +179,22 @@ async def existing_tenant_topics(settings: Settings, tenant: str, *, timeout_s: 
     try:
         await asyncio.wait_for(admin.start(), timeout_s)
         there = set(await admin.list_topics())
-        return [t for t in wanted if t in there]
+        yield admin, [t for t in wanted if t in there]
     except (KafkaConnectionError, KafkaError, OSError, TimeoutError) as exc:
-        raise BackendUnavailable(f"kafka at {settings.kafka_bootstrap}: topics unread: {exc}") from exc
+        raise BackendUnavailable(f"kafka at {settings.kafka_bootstrap}: topics {failing}: {exc}") from exc
     finally:
         await admin.close()
+
+
+async def existing_tenant_topics(settings: Settings, tenant: str, *, timeout_s: float = 10.0) -> list[str]:
+    """Those of ``tenant``'s topics the broker has.
+
+    Raises:
+        InvalidRequest: ``tenant`` is no valid tenant name.
+        BackendUnavailable: the broker cannot be reached within ``timeout_s``.
+    """
+    async with _tenant_admin(settings, tenant, timeout_s=timeout_s, failing="unread") as (_, there):
+        return there
 
 
 async def ensure_tenant_topics(settings: Settings, tenant: str, *, timeout_s: float) -> list[str]:
@@ -249,15 +264,7 @@ async def delete_tenant_topics(settings: Settings, tenant: str, *, timeout_s: fl
         InvalidRequest: ``tenant`` is no valid tenant name.
         BackendUnavailable: the broker cannot be reached within ``timeout_s``, or refused.
     """
-    wanted = tenant_topics(settings, tenant)
-    admin = AIOKafkaAdminClient(
-        bootstrap_servers=settings.kafka_bootstrap,
-        request_timeout_ms=int(timeout_s * 1000),
-        **kafka_options(settings),
-    )
-    try:
-        await asyncio.wait_for(admin.start(), timeout_s)
-        there = [t for t in wanted if t in set(await admin.list_topics())]
+    async with _tenant_admin(settings, tenant, timeout_s=timeout_s, failing="not deleted") as (admin, there):
         if there:
             resp = await admin.delete_topics(there, timeout_ms=int(timeout_s * 1000))
             failed = [f"{name}: {for_code(code).__name__}" for name, code, *_ in resp.topic_error_codes if code]
@@ -265,7 +272,3 @@ async def delete_tenant_topics(settings: Settings, tenant: str, *, timeout_s: fl
                 raise BackendUnavailable(f"kafka refused to delete topic(s) {'; '.join(failed)}")
             log.info("daemon.topics_deleted", topics=there)
         return there
-    except (KafkaConnectionError, KafkaError, OSError, TimeoutError) as exc:
-        raise BackendUnavailable(f"kafka at {settings.kafka_bootstrap}: topics not deleted: {exc}") from exc
-    finally:
-        await admin.close()
