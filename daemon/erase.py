@@ -19,7 +19,6 @@ broker's "unknown topic" as retryable), and stopped answering every tenant (deci
 from __future__ import annotations
 
 import asyncio
-import difflib
 import re
 import time
 from collections.abc import Sequence
@@ -30,6 +29,7 @@ import structlog
 from aiokafka.errors import KafkaError
 
 from consumers.config import ROLES
+from consumers.events import near_spelling
 from consumers.topic_names import tenant_topic
 from daemon.settings import Settings
 from daemon.status import group_members
@@ -119,12 +119,12 @@ async def check_known(settings: Settings, client: Any, tenant: str) -> None:
         unasked = ""
     except BackendUnavailable as exc:
         unasked = f"; the broker could not be asked for its topics ({exc})"
-    near = difflib.get_close_matches(tenant, seen, n=1, cutoff=0.6)
+    near = near_spelling(tenant, seen)
     raise InvalidRequest(
         f"no tenant {tenant!r} is known here: no daemon has read an event of it, it was never erased"
         + (" and it has no topics" if not unasked else "")
         + unasked
-        + (f"; did you mean {near[0]!r}?" if near else "")
+        + (f"; did you mean {near!r}?" if near else "")
         + " (`agentmemd tenants` lists those read)"
     )
 
