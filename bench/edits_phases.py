@@ -8,7 +8,7 @@ Run from the project root (a profile, not a target: nothing goes to bench/result
 One daemon with the defaults (graph on), the documents and edits of ``bench/edits.py``. Each
 phase is timed by wrapping the method that does it (wall time, summed per edit): chunking
 (``Ingestor._chunk_all``: tokenizer and chunker), the vector lookup
-(``ChunkIndex.stored_vectors``), the model (``Ingestor._embed``), the graph's extraction
+(``ChunkIndex.stored_vectors``), the model (``ChunkVectors.embed``), the graph's extraction
 (``Ingestor._prepare``, beside the embedding), the chunk write (``ChunkIndex.apply``), the
 graph's write (``GraphService.apply``) and the acks. ``total`` is the client's publish to its
 ack; what ``ingestor.apply`` does not cover is the broker, the poll and the ack's way back.
@@ -54,6 +54,7 @@ async def main_async(args: argparse.Namespace, servers: Any) -> None:
     from daemon.app import start_daemon
     from daemon.settings import namespaced
     from graph.service import GraphService
+    from memory.chunk_vectors import ChunkVectors
     from memory.index import ChunkIndex
     from memory.ingest import Ingestor
 
@@ -61,7 +62,7 @@ async def main_async(args: argparse.Namespace, servers: Any) -> None:
         (Ingestor, "apply", "ingestor.apply"),
         (Ingestor, "_chunk_all", "chunk"),
         (Ingestor, "_prepare", "graph.prepare"),
-        (Ingestor, "_embed", "embed"),
+        (ChunkVectors, "embed", "embed"),
         (Ingestor, "_embed_and_prepare", "embed_and_prepare"),
         (ChunkIndex, "versions", "versions"),
         (ChunkIndex, "stored_vectors", "reuse_lookup"),

@@ -19,8 +19,8 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
+from consumers.kafka_clients import cluster_metadata
 from consumers.topic_names import read_for
-from consumers.transport import cluster_metadata
 from daemon.lost_logs import log_ends
 from daemon.settings import Settings
 from daemon.teardown import bounded

@@ -1,9 +1,11 @@
 """Applying document and transcript changes: chunk, embed in large groups, write per doc.
 
 The :class:`Ingestor` runs a batch through its parts: ``batch_plan`` (one item per doc, the
-embedding groups), ``forgets`` (a forget's deletes), ``session_context`` (a turn's session
-context), ``group_write`` (a group's docs stored and handed to the ``change_hook``) and
-``retrying`` (Redis outages waited out). What it returns is an ``ingest_report``.
+embedding groups), ``forgets`` (a forget's deletes), ``replays`` (a redelivery told from a
+conflict), ``chunk_records`` (an item's chunks), ``session_context`` (a turn's session
+context), ``chunk_vectors`` (vectors reused or embedded), ``group_write`` (a group's docs
+stored and handed to the ``change_hook``) and ``retrying`` (Redis outages waited out). What
+it returns is an ``ingest_report``.
 """
 
 from __future__ import annotations
@@ -19,20 +21,20 @@ import structlog
 from memory.activity import IngestActivity
 from memory.batch_plan import coalesce, embedding_groups, passed_over
 from memory.change_hook import ChangeHook
-from memory.chunking import chunk_id, span_gaps, span_tail, spans_for
+from memory.chunk_records import chunk_items
+from memory.chunk_vectors import ChunkVectors
 from memory.config import ChunkingConfig, IngestConfig
 from memory.conversation import vector_text
 from memory.embedder import Embedder
-from memory.errors import InputCrashesWorker, InvalidEvent, MemdError, WorkerCrashed, WritesHeld
+from memory.errors import InvalidEvent, MemdError, WritesHeld
 from memory.forgets import expand_forgets, fold_forgets
 from memory.group_write import write_group
 from memory.index import Analysis, ChunkIndex, analyze_records, vector_key
 from memory.ingest_report import IngestReport, ItemOutcome
 from memory.records import ApplyResult, ChunkRecord, MemoryItem, StoredChunk
-from memory.replays import differs_from_stored
+from memory.replays import conflicts_apart
 from memory.retrying import backoff_s, pause, retry_while_unavailable
 from memory.session_context import SessionContext
-from memory.speakers import turn_speakers
 
 log = structlog.get_logger()
 
@@ -45,11 +47,6 @@ class _SplitGroup(Exception):
     def __init__(self, cause: MemdError) -> None:
         super().__init__(str(cause))
         self.cause = cause
-
-
-#: Documents up to this many tokens are chunked on the event loop (~6 ms at most); longer
-#: ones in a thread, which costs a hop that short turns need not pay.
-_INLINE_CHUNKING_TOKENS = 5_000
 
 
 class Ingestor:
@@ -72,55 +69,17 @@ class Ingestor:
         self._hook = hook
         self.activity = activity if activity is not None else IngestActivity()
         self.stopping = asyncio.Event()
+        self._vectors = ChunkVectors(index=index, embedder=embedder, cfg=cfg, retrying=self._retrying)
         self._context = SessionContext(
-            index=index, embedder=embedder, embed=self._embed, retrying=self._retrying, cfg=cfg
+            index=index, embedder=embedder, embed=self._vectors.embed, retrying=self._retrying, cfg=cfg
         )
 
     async def _retrying(self, what: str, fn: Callable[[], Awaitable[T]]) -> T:
         """Retry ``fn`` while Redis is unavailable, or refuses us, until the daemon is stopping."""
         return await retry_while_unavailable(what, fn, stopping=self.stopping, cfg=self._cfg)
 
-    async def _chunks(self, item: MemoryItem, version: int) -> list[ChunkRecord]:
-        offsets = await self._embedder.token_offsets(item.content)
-        if len(offsets) <= _INLINE_CHUNKING_TOKENS:
-            return self._records(item, version, offsets)
-        # Pure Python: chunking took ~190 ms for a 167k-token document (measured), so a
-        # maximum-size one (~1M tokens) would hold the event loop, and every query, ~0.3 s+.
-        return await asyncio.to_thread(self._records, item, version, offsets)
-
-    def _records(self, item: MemoryItem, version: int, offsets: list[tuple[int, int]]) -> list[ChunkRecord]:
-        spans = spans_for(item.content, offsets, self._chunking)
-        speaker = turn_speakers(item.content, item.metadata) if item.kind == "transcript" else ""
-        gaps = span_gaps(item.content, spans)
-        tail = span_tail(item.content, spans)
-        return [
-            ChunkRecord(
-                chunk_id=chunk_id(item.doc_id, s.index),
-                doc_id=item.doc_id,
-                position=s.index,
-                text=s.text,
-                kind=item.kind,
-                source=item.source,
-                tags={**item.tags, "doc_id": item.doc_id, "kind": item.kind, "source": item.source},
-                metadata=item.metadata,
-                version=version,
-                timestamp=item.timestamp,
-                tenant=item.tenant,
-                speaker=speaker,
-                start=s.start,
-                gap=gap,
-                tail=tail if k == len(spans) - 1 else "",
-            )
-            for k, (s, gap) in enumerate(zip(spans, gaps, strict=True))
-        ]
-
     async def _chunk_all(self, items: Sequence[MemoryItem]) -> list[list[ChunkRecord]]:
-        """Chunks of each item (none for deletes); the tokenizer thread works through them back to back."""
-
-        async def one(item: MemoryItem) -> list[ChunkRecord]:
-            return await self._chunks(item, item.version or 0) if item.op == "upsert" else []
-
-        return list(await asyncio.gather(*(one(i) for i in items)))
+        return await chunk_items(items, embedder=self._embedder, chunking=self._chunking)
 
     async def _prepare(self, items: Sequence[MemoryItem], chunks: Sequence[list[ChunkRecord]]) -> Sequence[Any]:
         if self._hook is None or not items:
@@ -130,63 +89,6 @@ class Ingestor:
         if len(prepared) != len(items):
             raise MemdError(f"change hook prepared {len(prepared)} results for {len(items)} changes")
         return prepared
-
-    async def _embed(self, texts: list[str]) -> np.ndarray:
-        """Embed a group's texts, waiting out worker outages like Redis outages.
-
-        A worker that crashes under this very input ``embed_crash_limit`` times (by a crash
-        signal, with no query in the worker at the time) is not an outage but the input: a
-        text that crashes native code would never get through. Then ``InputCrashesWorker``,
-        instead of blocking the partition forever.
-        """
-        crashes = 0
-
-        async def once() -> np.ndarray:
-            nonlocal crashes
-            try:
-                return await self._embedder.embed_documents(texts)
-            except WorkerCrashed as exc:
-                crashes += exc.attributable  # a kill or the OOM killer is an outage, not the input
-                if crashes >= self._cfg.embed_crash_limit:
-                    raise InputCrashesWorker(
-                        f"the embedding worker crashed on this input {crashes} time(s) ({exc})"
-                    ) from exc
-                raise
-
-        return await self._retrying("embedding", once)
-
-    async def _vectors(self, records: Sequence[ChunkRecord], report: IngestReport) -> np.ndarray:
-        """The records' vectors: those stored under their ``vector_key`` (same tenant) as they
-        are, each other distinct key embedded once."""
-        found: dict[tuple[str, str], np.ndarray] = {}
-        if self._cfg.reuse_vectors:
-            for tenant in sorted({c.tenant for c in records}):
-                keys = [c.vector_key for c in records if c.tenant == tenant and c.vector_key]
-                stored = await self._retrying(
-                    "vector lookup",
-                    lambda t=tenant, k=keys: self._index.stored_vectors(k, t),  # type: ignore[misc]
-                )
-                found.update({(tenant, k): v for k, v in stored.items()})
-        todo: dict[str, str] = {}  # key (or, without one, the text itself) -> the text to embed
-        first: list[tuple[str, str]] = []  # (tenant, doc id) of the first chunk of each key embedded
-        for c in records:
-            if (c.tenant, c.vector_key) not in found:
-                key = c.vector_key or vector_text(c.text, c.context_vec)
-                if key not in todo:
-                    todo[key] = vector_text(c.text, c.context_vec)
-                    first.append((c.tenant, c.doc_id))
-        fresh = dict(zip(todo, await self._embed(list(todo.values())), strict=True)) if todo else {}
-        for doc in first:
-            report.embedded_by_doc[doc] = report.embedded_by_doc.get(doc, 0) + 1
-        report.chunks_embedded += len(todo)
-        report.chunks_reused += len(records) - len(todo)
-        rows = [
-            found[(c.tenant, c.vector_key)]
-            if (c.tenant, c.vector_key) in found
-            else fresh[c.vector_key or vector_text(c.text, c.context_vec)]
-            for c in records
-        ]
-        return np.stack(rows).astype(np.float32, copy=False) if rows else np.zeros((0, self._embedder.dims), np.float32)
 
     async def _embed_and_prepare(
         self, items: Sequence[MemoryItem], chunks: Sequence[list[ChunkRecord]], report: IngestReport
@@ -200,7 +102,7 @@ class Ingestor:
         """
         records = [c for cs in chunks for c in cs]
         vectors, prepared, analyses = await asyncio.gather(
-            self._vectors(records, report),
+            self._vectors.of(records, report),
             self._prepare(items, chunks),
             asyncio.to_thread(analyze_records, records),
             return_exceptions=True,
@@ -285,53 +187,18 @@ class Ingestor:
     async def _conflicts_apart(
         self, replays: list[MemoryItem], copies: Sequence[MemoryItem], report: IngestReport
     ) -> list[MemoryItem]:
-        """``replays`` (their version is the stored one) without the document upserts that say
-        something else than what is stored: another content, source or metadata under a version
-        already written (a producer that reused a version). Those are acked ``ignored`` with
-        the reason, never a silent "indexed", and not handed to the graph. A redelivery says
-        what is stored, and is kept (decision 0057).
-
-        ``copies``: the batch's other upserts of a replay's doc and version, which ``coalesce``
-        passed over. Each is judged against what is stored too, as it would be alone: the
-        batch ``[v5 B, v5 A]`` over a stored v5 A acks B ``ignored`` and A ``indexed``, and A
-        goes to the graph in B's place."""
-        upserts = [i for i in replays if i.op == "upsert" and i.kind == "document"]
-        if not upserts:
-            return replays
-        docs = {(i.tenant, i.doc_id) for i in upserts}
-        copies = [c for c in copies if c.op == "upsert" and c.kind == "document" and (c.tenant, c.doc_id) in docs]
-        copied = {id(c) for c in copies}
+        """``replays`` without the document upserts that conflict with what is stored
+        (``memory.replays.conflicts_apart``), read here."""
+        docs = {(i.tenant, i.doc_id) for i in replays if i.op == "upsert" and i.kind == "document"}
         found: dict[tuple[str, str], list[StoredChunk]] = {}
-        for tenant in sorted({i.tenant for i in upserts}):
-            ids = [i.doc_id for i in upserts if i.tenant == tenant]
+        for tenant in sorted({t for t, _ in docs}):
+            ids = [d for t, d in docs if t == tenant]
             read = await self._retrying(
                 "replay read",
                 lambda t=tenant, d=ids: self._index.as_written(d, t),  # type: ignore[misc]
             )
             found.update({(tenant, d): chunks for d, chunks in read.items()})
-        kept: list[MemoryItem] = []
-        kept_docs: set[tuple[str, str]] = set()
-        compared = {id(i) for i in upserts} | copied
-        for item in [*replays, *copies]:
-            chunks = found.get((item.tenant, item.doc_id))
-            if id(item) in compared and chunks and (why := differs_from_stored(item, chunks)) is not None:
-                report.outcomes[id(item)] = ItemOutcome("ignored", stored_version=item.version, conflict=why)
-                log.warning(
-                    "ingest.version_conflict_ignored",
-                    tenant=item.tenant,
-                    doc_id=item.doc_id,
-                    version=item.version,
-                    differs=why,
-                )
-            elif id(item) in copied:
-                report.outcomes[id(item)] = ItemOutcome("indexed", stored_version=item.version)
-                if (item.tenant, item.doc_id) not in kept_docs:
-                    kept.append(item)  # the doc's kept item conflicted: this one says what is stored
-                    kept_docs.add((item.tenant, item.doc_id))
-            else:
-                kept.append(item)
-                kept_docs.add((item.tenant, item.doc_id))
-        return kept
+        return conflicts_apart(replays, copies, found, report)
 
     async def _apply(self, items: Sequence[MemoryItem]) -> IngestReport:
         report = IngestReport()

@@ -20,8 +20,8 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
+from consumers.kafka_clients import cluster_metadata
 from consumers.topic_names import tenant_from_topic, topic_base
-from consumers.transport import cluster_metadata
 from daemon.lost_logs import log_ends
 from daemon.teardown import bounded
 from memory.errors import BackendUnavailable

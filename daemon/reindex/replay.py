@@ -13,8 +13,8 @@ from aiokafka.errors import KafkaError
 
 from consumers.decoding import decode_records
 from consumers.ingestion import erased_apart, none_erased
+from consumers.kafka_clients import cluster_metadata
 from consumers.topic_names import tenant_from_topic
-from consumers.transport import cluster_metadata
 from daemon.connections import kafka_options
 from daemon.reindex.report import ReindexProgress
 from daemon.settings import Settings

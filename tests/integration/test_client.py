@@ -26,7 +26,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 from structlog.testing import capture_logs
 
-import consumers.transport
+import consumers.reply_reader
 from consumers.client import MemoryClient
 from consumers.errors import QueryFailed
 from daemon.connections import memory_client
@@ -85,7 +85,7 @@ class InjectedConsumer(AIOKafkaConsumer):
 def injected(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[InjectedConsumer]]:
     """Every reply consumer the client creates during the test, in creation order."""
     InjectedConsumer.created = []
-    monkeypatch.setattr(consumers.transport, "AIOKafkaConsumer", InjectedConsumer)
+    monkeypatch.setattr(consumers.reply_reader, "AIOKafkaConsumer", InjectedConsumer)
     yield InjectedConsumer.created
 
 
@@ -152,7 +152,7 @@ async def test_close_fails_a_waiting_query_at_once(env, injected) -> None:
     waiting = asyncio.create_task(memory.query("pool", top_k=1))
 
     async def waits() -> bool:
-        return bool(memory._transport._pending)
+        return bool(memory._transport._replies._pending)
 
     await eventually(waits, timeout=10, what="the query waits for its reply")
     started = time.monotonic()

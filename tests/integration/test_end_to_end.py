@@ -272,7 +272,7 @@ async def test_memory_client_reads_only_its_reply_partition(env) -> None:
         for text in ("pool", "postgres timeout"):
             reply = await memory.query(text, top_k=1)
             assert reply.total_retrieved == len(reply.results)
-        consumer = memory._transport._consumer
+        consumer = memory._transport._replies._consumer
         assert consumer is not None and {tp.partition for tp in consumer.assignment()} == {1}
     async with MemoryClient(bootstrap=client.bootstrap, topics=client.topics, reply_partition=5) as memory:
         with pytest.raises(NotFound, match="no partition 5"):

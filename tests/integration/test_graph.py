@@ -26,6 +26,7 @@ from graph.service import GraphService
 from graph.store import GraphStore
 from graph.summary_records import record_summarizer
 from memory import keys
+from memory.chunk_records import chunk_item
 from memory.config import ChunkingConfig, IndexConfig, IngestConfig, RetrievalConfig
 from memory.errors import BackendUnavailable, MemdError
 from memory.index import ChunkIndex
@@ -194,7 +195,14 @@ async def test_edit_marks_exactly_the_touched_communities(stack: Stack) -> None:
     new_text = CORPUS[doc] + " Since v2 the auth-service also logs AuthTokenError."
     new_keys = set(
         (
-            await stack.graph.extract(await stack.ingestor._chunks(MemoryItem("upsert", doc, 0, content=new_text), 0))
+            await stack.graph.extract(
+                await chunk_item(
+                    MemoryItem("upsert", doc, 0, content=new_text),
+                    0,
+                    embedder=stack.embedder,
+                    chunking=ChunkingConfig(),
+                )
+            )
         ).entities
     )
     expected = await expected_marks(stack, doc, new_keys)

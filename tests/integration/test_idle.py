@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-import consumers.transport
+import consumers.reply_reader
 from consumers.client import MemoryClient
 from consumers.config import ConsumerConfig
 from daemon.instance import Daemon
@@ -39,7 +39,7 @@ def fetch_waits(daemon: Daemon) -> dict[str, int]:
 
 
 def reply_partitions_paused(client: MemoryClient) -> bool:
-    consumer: Any = client._transport._consumer
+    consumer: Any = client._transport._replies._consumer
     return consumer is not None and bool(consumer.assignment()) and consumer.paused() == consumer.assignment()
 
 
@@ -106,10 +106,10 @@ async def test_a_paused_client_skips_the_replies_others_got_meanwhile(
         async with busy, idle:
             await busy.publish_document("runbooks/billing.md", TEXT, version=1, wait=True)
             RecordingConsumer.read = []
-            monkeypatch.setattr(consumers.transport, "AIOKafkaConsumer", RecordingConsumer)
+            monkeypatch.setattr(consumers.reply_reader, "AIOKafkaConsumer", RecordingConsumer)
             await idle.query("pgbouncer restarts", top_k=1)  # starts the idle client's reader
             monkeypatch.undo()
-            assert isinstance(idle._transport._consumer, RecordingConsumer) and RecordingConsumer.read
+            assert isinstance(idle._transport._replies._consumer, RecordingConsumer) and RecordingConsumer.read
 
             async def paused() -> bool:
                 return reply_partitions_paused(idle)
@@ -117,7 +117,7 @@ async def test_a_paused_client_skips_the_replies_others_got_meanwhile(
             await eventually(paused, timeout=PAUSE_S + 20, what="the idle client's reader paused")
             for _ in range(5):
                 await asyncio.gather(*(busy.query("ERR_CONN_RESET_4F2A", top_k=3) for _ in range(8)))
-            consumer: Any = idle._transport._consumer
+            consumer: Any = idle._transport._replies._consumer
             before = len(RecordingConsumer.read)
             ends = await consumer.end_offsets(list(consumer.assignment()))
             reply = await idle.query("ERR_CONN_RESET_4F2A", top_k=3)

@@ -243,7 +243,7 @@ async def test_a_client_library_stop_that_ends_cancelled_is_a_failed_stop_not_a_
     goes through."""
     import asyncio
 
-    from consumers.transport import _stop_quietly
+    from consumers.kafka_clients import stop_quietly
 
     class Stops:
         async def stop(self) -> None:
@@ -251,13 +251,13 @@ async def test_a_client_library_stop_that_ends_cancelled_is_a_failed_stop_not_a_
             inner.cancel()
             await inner  # raises CancelledError, as aiokafka's internal task did
 
-    await _stop_quietly(Stops(), "reply consumer")  # type: ignore[arg-type]
+    await stop_quietly(Stops(), "reply consumer")  # type: ignore[arg-type]
 
     class Hangs:
         async def stop(self) -> None:
             await asyncio.sleep(10)
 
-    closing = asyncio.ensure_future(_stop_quietly(Hangs(), "producer"))  # type: ignore[arg-type]
+    closing = asyncio.ensure_future(stop_quietly(Hangs(), "producer"))  # type: ignore[arg-type]
     await asyncio.sleep(0.01)
     closing.cancel()
     with pytest.raises(asyncio.CancelledError):

@@ -1,0 +1,218 @@
+"""The client's reply reader: a consumer of the reply topic (no group) that hands each reply to
+the request waiting for its ``correlation_id``, paused while no request waits."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import structlog
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import KafkaError
+
+from consumers.kafka_clients import cluster_metadata, stop_quietly
+from memory.errors import BackendUnavailable, NotFound
+
+log = structlog.get_logger()
+
+
+class ReplyReader:
+    """Reads replies by correlation id: :meth:`expect` one, :meth:`wake` before its request is
+    sent, :meth:`done_with` it after."""
+
+    def __init__(
+        self,
+        *,
+        bootstrap: str,
+        topic: str,
+        partition: int | None,
+        fetch_wait_ms: int,
+        idle_pause_s: float,
+        kafka_options: dict[str, Any],
+    ) -> None:
+        """The arguments are ``MemoryClient``'s ``reply_*`` ones, which it documents."""
+        self._bootstrap = bootstrap
+        self.topic = topic
+        self.partition = partition
+        self._wait_ms = fetch_wait_ms
+        self._idle_pause_s = idle_pause_s
+        self._options = kafka_options
+        self._pause_timer: asyncio.TimerHandle | None = None
+        self._paused: AIOKafkaConsumer | None = None  # the consumer while it is paused
+        self._waking: asyncio.Task[None] | None = None
+        self._consumer: AIOKafkaConsumer | None = None
+        self._pending: dict[str, asyncio.Future[bytes]] = {}
+        self._reader: asyncio.Task[None] | None = None
+        # Starting the reader awaits the broker: without the lock, queries racing to start it
+        # would each start a consumer, and only the last would ever be stopped.
+        self._lock = asyncio.Lock()
+
+    async def ensure(self) -> None:
+        """Start the reader, or a new one if the last one died.
+
+        Raises:
+            NotFound: the reply topic, or the reply partition asked for, does not exist.
+            BackendUnavailable: the broker cannot be read.
+        """
+        async with self._lock:
+            if self._reader is not None and not self._reader.done():
+                return
+            # A dead reader already failed the queries it held; its consumer may still be open.
+            await self._stop()
+            consumer = await self._start_consumer()
+            self._consumer = consumer
+            self._reader = asyncio.create_task(self._read(consumer))
+
+    def expect(self, cid: str) -> asyncio.Future[bytes]:
+        """The future the reply with correlation id ``cid`` will complete."""
+        fut: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        self._pending[cid] = fut
+        return fut
+
+    def done_with(self, cid: str, fut: asyncio.Future[bytes]) -> None:
+        """Stop waiting for ``cid``'s reply; the reader pauses once no reply is awaited for a while."""
+        self._pending.pop(cid, None)
+        if not self._pending:
+            self._pause_later()
+        if fut.done() and not fut.cancelled():
+            fut.exception()  # seen: a reader failure during a failed send is no "never retrieved"
+
+    async def close(self) -> None:
+        """Stop the reader and its consumer (a reader being started too, not leaked)."""
+        async with self._lock:
+            await self._stop()
+
+    async def _start_consumer(self) -> AIOKafkaConsumer:
+        # No consumer group: every client reads the reply partitions (all, or its own) from
+        # "now" and picks its own correlation ids, so many clients can share one reply topic.
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=self._bootstrap,
+            fetch_max_wait_ms=self._wait_ms,
+            enable_auto_commit=False,
+            **self._options,
+        )
+        try:
+            try:
+                await consumer.start()
+                cluster = await cluster_metadata(consumer)
+                tps = self._partitions(cluster.partitions_for_topic(self.topic))
+                consumer.assign(tps)
+                await consumer.seek_to_end(*tps)
+                for tp in tps:
+                    await consumer.position(tp)
+            except KafkaError as exc:
+                raise BackendUnavailable(f"reply topic {self.topic!r} unreadable: {exc}") from exc
+        except BaseException:
+            # One turn of the loop first: aiokafka's stop() awaits a task it cancels, and a task
+            # cancelled before it ever ran raises CancelledError out of stop().
+            await asyncio.sleep(0)
+            await stop_quietly(consumer, "reply consumer")
+            raise
+        return consumer
+
+    def _partitions(self, parts: set[int] | None) -> list[TopicPartition]:
+        """The reply partitions to read, of those the topic has (``None``: no such topic).
+
+        Raises:
+            NotFound: the topic, or the partition asked for, does not exist.
+        """
+        if not parts:
+            raise NotFound(
+                f"reply topic {self.topic!r} does not exist: a daemon creates the shared topics as it "
+                "starts (is one running against this broker?), an operator a tenant's with `agentmemd topics "
+                "--tenant NAME` (is the tenant spelt right?); a reply topic of your own must be created first"
+            )
+        if self.partition is not None:
+            if self.partition not in parts:
+                raise NotFound(f"reply topic {self.topic!r} has no partition {self.partition}")
+            parts = {self.partition}
+        return [TopicPartition(self.topic, p) for p in sorted(parts)]
+
+    async def _read(self, consumer: AIOKafkaConsumer) -> None:
+        why, cause = "stopped", None
+        try:
+            async for msg in consumer:
+                headers = {k: v for k, v in (msg.headers or ())}
+                cid = (headers.get("correlation_id") or b"").decode("utf-8", "replace")
+                fut = self._pending.pop(cid, None)
+                if fut is not None and not fut.done():
+                    fut.set_result(msg.value or b"")
+        except asyncio.CancelledError:
+            why = "was closed"
+            raise
+        except Exception as exc:  # whatever it was, nobody else would see it: the task just ends
+            log.warning("client.reply_reader_failed", topic=self.topic, error=f"{type(exc).__name__}: {exc}")
+            why, cause = f"failed ({type(exc).__name__}: {exc})", exc
+        finally:
+            # Nothing reads their replies any more (the loop ended, failed, or the client was
+            # closed under them): fail them now rather than at their timeouts. The next query
+            # starts a new reader (the task is done from here on).
+            message = f"the reply reader of {self.topic!r} {why}; the next query restarts it"
+            pending, self._pending = self._pending, {}
+            for fut in pending.values():
+                if not fut.done():
+                    error = BackendUnavailable(message)
+                    error.__cause__ = cause
+                    fut.set_exception(error)
+
+    async def _stop(self) -> None:
+        self._cancel_pause()
+        reader, self._reader = self._reader, None
+        consumer, self._consumer = self._consumer, None
+        if reader is not None:
+            reader.cancel()
+            # asyncio.wait, unlike awaiting it, never raises what it raised; bounded, since a
+            # cancellation can be lost inside a client library (wait_for on Python 3.11).
+            await asyncio.wait([reader], timeout=5)
+        if consumer is not None:
+            await stop_quietly(consumer, "reply consumer")
+        if reader is not None and not reader.done():
+            await asyncio.wait([reader], timeout=5)  # a stopped consumer ends its loop
+            if not reader.done():
+                log.warning("client.reply_reader_stuck", topic=self.topic)
+
+    # With tansu's short fetch waits an idle client's reader polled ~200 times a second; paused,
+    # it sends no fetch at all (consumers.idle does the same for the daemon's subscribers).
+
+    def _cancel_pause(self) -> None:
+        if self._pause_timer is not None:
+            self._pause_timer.cancel()
+            self._pause_timer = None
+
+    def _pause_later(self) -> None:
+        """Pause the reader once no reply has been awaited for ``idle_pause_s``."""
+        self._cancel_pause()
+        if self._idle_pause_s > 0:
+            self._pause_timer = asyncio.get_running_loop().call_later(self._idle_pause_s, self._pause)
+
+    def _pause(self) -> None:
+        self._pause_timer = None
+        consumer = self._consumer
+        if self._pending or consumer is None or self._paused is not None:  # (waking: still paused)
+            return
+        consumer.pause(*consumer.assignment())
+        self._paused = consumer
+
+    async def wake(self) -> None:
+        """Before a request is sent: a paused reader moved to the end of its partitions and
+        resumed. Every request sent meanwhile waits for the same move: a reply sent before the
+        move completed could be skipped by it."""
+        self._cancel_pause()
+        if self._paused is None:
+            return
+        if self._waking is None:
+            self._waking = asyncio.create_task(self._catch_up(self._paused))
+        await asyncio.shield(self._waking)
+
+    async def _catch_up(self, consumer: AIOKafkaConsumer) -> None:
+        replaced = consumer is not self._consumer  # a fresh reader starts at the end, unpaused
+        try:
+            if not replaced:
+                tps = consumer.assignment()
+                await consumer.seek_to_end(*tps)
+                for tp in tps:
+                    await consumer.position(tp)  # the reset done (it runs while paused)
+        finally:
+            # Resumed even if the move failed: reading the pile is slower, never deaf.
+            consumer.resume(*consumer.assignment())
+            self._paused = self._waking = None
