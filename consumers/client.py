@@ -78,7 +78,7 @@ class MemoryClient(_Writes):
                 an ISO 8601 string (a date alone: its first instant, and for ``until`` its last),
                 an age before now (``"24h"``, ``"7d"``), or ``"today"``, ``"yesterday"`` (UTC days).
             until: only memories timestamped at or before this time (as ``since``).
-            recency_weight: weight of the recency list (the results newest first; 0 off);
+            recency_weight: weight of the recency lift (the newer results moved up; 0 off);
                 the daemon's default (0) if None.
             context_turns: also return this many turns before and after each transcript
                 result (its ``context``), so an agent gets the exchange, not a fragment.

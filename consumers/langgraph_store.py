@@ -107,9 +107,10 @@ class MemoryStore(BaseStore):
             filter_keys: value fields copied into filterable metadata, so that a ``filter=`` on
                 them is applied inside the daemon's search: keys the daemon can filter on (the
                 built-in ones, and its ``AGENTMEM_INDEX__EXTRA_FILTER_KEYS``).
-            recency_weight: the recency list's weight in every query search (LangGraph's
-                ``search`` takes none): about 3 puts the newer of two close matches first
-                (docs/conversation.md, "What is true now"); None: the daemon's default.
+            recency_weight: the recency lift's weight in every query search (LangGraph's
+                ``search`` takes none): a newer item passes an older one that matches up to
+                ``1 + weight`` times as well (docs/conversation.md, "What is true now"); None:
+                the daemon's default.
 
         Raises:
             ValueError: a negative ``recency_weight``.

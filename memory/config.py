@@ -226,8 +226,9 @@ class RetrievalConfig(BaseModel):
         0.0,
         ge=0.0,
         description=(
-            "Default weight of the recency list: the results the other lists give, ranked newest first, "
-            "so it reorders them and never brings in another (0: off, the order is by relevance alone)."
+            "Default weight of the recency lift: each of the top_k results' score times 1 + weight x its "
+            "place in time among them (0 the oldest, 1 the newest), so it reorders them and never brings in "
+            "another (0: off, the order is by relevance alone)."
         ),
     )
     speaker_weight: float = Field(

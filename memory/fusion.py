@@ -72,12 +72,10 @@ def fuse_rrf(
 
 
 def recency_ranks(hits: Sequence[tuple[str, float | None]]) -> dict[str, int]:
-    """The recency list: candidates ranked newest first, as one more RRF leg.
+    """Each hit's rank by time, newest first (what a result reports as its ``recency`` rank).
 
-    It ranks only what the retrieval legs found (it finds nothing itself), so a weight on it
-    moves recent memories up among relevant ones: what an agent asking "what is the status
-    of X" after days of updates wants first. Equal times share a rank (competition ranking,
-    as ``identifier_ranks``); a hit without a time ranks after every dated one.
+    Equal times share a rank (competition ranking, as ``identifier_ranks``); a hit without a
+    time ranks after every dated one.
 
     Args:
         hits: ``(id, epoch seconds or None)``; a repeated id keeps its first entry.
@@ -89,6 +87,56 @@ def recency_ranks(hits: Sequence[tuple[str, float | None]]) -> dict[str, int]:
     for hit_id, ts in hits:
         times.setdefault(hit_id, float("-inf") if ts is None else ts)
     return competition_ranks(times)
+
+
+def freshness(hits: Sequence[tuple[str, float | None]]) -> dict[str, float]:
+    """Each hit's place in time between the oldest and the newest of ``hits``: 1.0 the newest,
+    0.0 the oldest and a hit without a time; 1.0 for every dated hit when they share one time.
+
+    Args:
+        hits: ``(id, epoch seconds or None)``; a repeated id keeps its first entry.
+    """
+    times: dict[str, float | None] = {}
+    for hit_id, ts in hits:
+        times.setdefault(hit_id, ts)
+    dated = [t for t in times.values() if t is not None]
+    if not dated:
+        return dict.fromkeys(times, 0.0)
+    lo, hi = min(dated), max(dated)
+    return {h: 0.0 if t is None else (1.0 if hi == lo else (t - lo) / (hi - lo)) for h, t in times.items()}
+
+
+def boost_recent(fused: Sequence[Fused], times: Mapping[str, float | None], weight: float, top_k: int) -> list[Fused]:
+    """``fused`` with its first ``top_k`` hits reordered by recency: each one's score times
+    ``1 + weight * freshness`` (``freshness`` among those ``top_k``), and its ``recency`` rank
+    recorded. The hits past ``top_k`` follow, unchanged.
+
+    A multiple of the score, not one more RRF list: a newer hit passes an older one only if it
+    matches at least ``1 / (1 + weight)`` as well, so a weak match (small talk that one leg
+    found low down) is not lifted above what answers; and hits of about the same time keep the
+    order of how well they match. It never brings in another hit.
+
+    Args:
+        fused: hits, best first (``fuse_rrf``).
+        times: id -> epoch seconds, or None for a hit without a time.
+        weight: 0 leaves ``fused`` as it is.
+        top_k: how many of the first hits are reordered.
+
+    Raises:
+        ValueError: if ``weight`` is negative.
+    """
+    if weight < 0:
+        raise ValueError(f"recency weight must be >= 0, got {weight}")
+    if weight == 0 or not fused:
+        return list(fused)
+    head = list(fused[:top_k])
+    dated = [(f.id, times.get(f.id)) for f in head]
+    fresh, ranks = freshness(dated), recency_ranks(dated)
+    for f in head:
+        f.score *= 1.0 + weight * fresh[f.id]
+        f.ranks["recency"] = ranks[f.id]
+    head.sort(key=lambda f: (-f.score, f.id))
+    return [*head, *fused[top_k:]]
 
 
 def competition_ranks(scores: Mapping[str, float]) -> dict[str, int]:

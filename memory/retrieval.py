@@ -18,7 +18,7 @@ from memory.config import RetrievalConfig
 from memory.conversation import parse_turn
 from memory.embedder import Embedder
 from memory.filters import TagFilter, in_time
-from memory.fusion import Fused, fuse_rrf, recency_ranks
+from memory.fusion import Fused, boost_recent, fuse_rrf
 from memory.hit_checks import leg_lists, marker_docs, shown
 from memory.identifiers import query_identifiers
 from memory.index import ChunkIndex, LegHit
@@ -254,12 +254,10 @@ class Retriever:
             per_kind = kind_weights(spec, weights, by_id, self._cfg)
             fused = fuse_rrf(legs, weights, k=rrf_k, weights_of=per_kind)
             if weights["recency"] > 0 and fused:
-                # Newest first among the results the fusion without it gives: it orders them,
-                # never brings in another. Over every candidate (each leg's floor of 30 holds
+                # Among the results only: over every candidate (each leg's floor of 30 holds
                 # most of one user's memory) it would sort a memory by time, small talk first.
-                near = fused[: spec.top_k]
-                legs["recency"] = recency_ranks([(f.id, by_id[f.id].timestamp) for f in near])
-                fused = fuse_rrf(legs, weights, k=rrf_k, weights_of=per_kind)
+                times = {f.id: by_id[f.id].timestamp for f in fused[: spec.top_k]}
+                fused = boost_recent(fused, times, weights["recency"], spec.top_k)
             return fused
 
         # Fused first as if no write marker hid anything, and the winners read with every

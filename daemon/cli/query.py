@@ -48,7 +48,7 @@ def query(
     sparse_weight: Annotated[float | None, typer.Option("--sparse-weight")] = None,
     identifier_weight: Annotated[float | None, typer.Option("--identifier-weight")] = None,
     recency_weight: Annotated[
-        float | None, typer.Option("--recency-weight", help="Weight of newest-first among the results (0: off).")
+        float | None, typer.Option("--recency-weight", help="Weight of the lift of newer results (0: off).")
     ] = None,
     speaker_weight: Annotated[
         float | None,

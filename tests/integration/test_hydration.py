@@ -33,7 +33,7 @@ from memory.filters import (
     normalize_filter,
     time_clause,
 )
-from memory.fusion import fuse_rrf, recency_ranks
+from memory.fusion import boost_recent, fuse_rrf
 from memory.hit_checks import shown
 from memory.identifiers import identifier_ranks, query_identifiers
 from memory.index import ChunkIndex
@@ -136,10 +136,9 @@ async def full_field_search(retriever: Retriever, spec: SearchSpec) -> SearchOut
             legs["speaker"] = said
     weights_of = kind_weights(spec, weights, by_id, cfg)  # type: ignore[arg-type]
     fused = fuse_rrf(legs, weights, k=rrf_k, weights_of=weights_of)
-    if weights["recency"] > 0 and fused:  # newest first among the best of the fusion without it
-        near = fused[: spec.top_k]
-        legs["recency"] = recency_ranks([(f.id, by_id[f.id].timestamp) for f in near])
-        fused = fuse_rrf(legs, weights, k=rrf_k, weights_of=weights_of)
+    if weights["recency"] > 0 and fused:  # the newer lifted among the best of the fusion
+        times = {f.id: by_id[f.id].timestamp for f in fused[: spec.top_k]}
+        fused = boost_recent(fused, times, weights["recency"], spec.top_k)
     fused = fused[: spec.top_k]
     out = [SearchHit(chunk=by_id[f.id], score=f.score, ranks=f.ranks) for f in fused]
     if spec.context_turns and out:

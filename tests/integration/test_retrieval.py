@@ -415,7 +415,7 @@ async def test_a_shallow_request_is_fused_from_the_candidate_floor(stack) -> Non
 async def test_recency_weight_puts_the_newer_of_two_relevant_notes_first(stack) -> None:
     """The status of one thing recorded twice: by relevance the older note wins (it matches
     the query's words better); with a recency weight the newer one comes first, and each hit
-    reports its recency rank. Weight 0 (the default) runs no recency list."""
+    reports its recency rank. Weight 0 (the default) lifts nothing and ranks nothing by time."""
     _, ingestor, retriever = stack
     t0 = 1_790_000_000.0
     await ingestor.apply(
@@ -439,8 +439,8 @@ async def test_recency_weight_puts_the_newer_of_two_relevant_notes_first(stack) 
         ]
     )
     text = "status of the quasar-billing migration"
-    # Only these two: the module's other tests share the index, and the recency list ranks
-    # every candidate the legs fetched (newer unrelated notes among them).
+    # Only these two: the module's other tests share the index, and newer unrelated notes
+    # among the results would take the recency ranks.
     only = {"doc_id": ["rc/old", "rc/new"]}
     plain = await retriever.search(SearchSpec(text=text, top_k=2, metadata_filter=only))
     assert [h.chunk.doc_id for h in plain.hits] == ["rc/old", "rc/new"], [(h.chunk.doc_id, h.ranks) for h in plain.hits]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from memory.config import RetrievalConfig
-from memory.fusion import fuse_rrf, recency_ranks
+from memory.fusion import Fused, boost_recent, freshness, fuse_rrf, recency_ranks
 from memory.retrieval import Retriever
 
 
@@ -93,17 +93,70 @@ def test_rejects_ranks_below_one() -> None:
     ],
 )
 def test_recency_ranks_newest_first(hits, ranks) -> None:
-    """The recency list ranks candidates newest first."""
+    """Recency ranks are by time, newest first."""
     assert recency_ranks(hits) == ranks
 
 
-def test_recency_moves_a_newer_equal_up_and_weight_zero_changes_nothing() -> None:
-    """Two hits the other legs rank 1 and 2: a recency list that puts the second first swaps
-    them once its weight is high enough, and at weight 0 the order is the legs' alone."""
-    legs = {"dense": ["old", "new"], "sparse": ["old", "new"]}
-    recency = recency_ranks([("old", 1.0), ("new", 2.0)])
-    assert [f.id for f in fuse_rrf({**legs, "recency": recency}, {"recency": 0.0})] == ["old", "new"]
-    assert [f.id for f in fuse_rrf({**legs, "recency": recency}, {"recency": 3.0})] == ["new", "old"]
+@pytest.mark.parametrize(
+    ("hits", "fresh"),
+    [
+        ([("old", 0.0), ("mid", 25.0), ("new", 100.0)], {"old": 0.0, "mid": 0.25, "new": 1.0}),
+        # one time for all: each is the newest
+        ([("a", 7.0), ("b", 7.0)], {"a": 1.0, "b": 1.0}),
+        # no time is the oldest
+        ([("a", 7.0), ("b", None)], {"a": 1.0, "b": 0.0}),
+        ([("a", None)], {"a": 0.0}),
+        # a repeated id keeps its first entry
+        ([("a", 0.0), ("a", 9.0), ("b", 10.0)], {"a": 0.0, "b": 1.0}),
+        ([], {}),
+    ],
+)
+def test_freshness_places_each_hit_between_the_oldest_and_the_newest(hits, fresh) -> None:
+    """Freshness is 0 for the oldest (or undated) hit, 1 for the newest, linear between."""
+    assert freshness(hits) == pytest.approx(fresh)
+
+
+def _fused(*scored: tuple[str, float]) -> list[Fused]:
+    return [Fused(id=i, score=s, ranks={"dense": n}) for n, (i, s) in enumerate(scored, start=1)]
+
+
+@pytest.mark.parametrize(
+    ("scored", "times", "weight", "top_k", "order"),
+    [
+        # weight 0: as fused, no recency rank
+        ([("old", 0.18), ("new", 0.17)], {"old": 1.0, "new": 2.0}, 0.0, 10, ["old", "new"]),
+        # an update that matches almost as well passes the old fact
+        ([("old", 0.18), ("new", 0.17)], {"old": 1.0, "new": 2.0}, 0.5, 10, ["new", "old"]),
+        # a weak match (a third as good) stays below at weight 1, passes at 3
+        ([("fact", 0.18), ("chat", 0.06)], {"fact": 1.0, "chat": 9.0}, 1.0, 10, ["fact", "chat"]),
+        ([("fact", 0.18), ("chat", 0.06)], {"fact": 1.0, "chat": 9.0}, 3.0, 10, ["chat", "fact"]),
+        # of two about as new, the better match stays first however heavy the weight
+        (
+            [("old", 0.18), ("update", 0.05), ("chat", 0.03)],
+            {"old": 0.0, "update": 99.0, "chat": 100.0},
+            1000.0,
+            10,
+            ["update", "chat", "old"],
+        ),
+        # only the first top_k are reordered; the rest follow unchanged
+        ([("a", 0.3), ("b", 0.2), ("c", 0.1)], {"a": 1.0, "b": 2.0, "c": 3.0}, 5.0, 2, ["b", "a", "c"]),
+    ],
+)
+def test_boost_recent_lifts_newer_hits_by_a_multiple_of_how_well_they_match(
+    scored, times, weight, top_k, order
+) -> None:
+    """Recency multiplies each of the first top_k scores by 1 + weight x freshness."""
+    out = boost_recent(_fused(*scored), times, weight, top_k)
+    assert [f.id for f in out] == order
+    head = {f.id for f in _fused(*scored)[:top_k]}
+    for f in out:
+        assert ("recency" in f.ranks) == (weight > 0 and f.id in head)
+
+
+def test_boost_recent_refuses_a_negative_weight() -> None:
+    """A negative recency weight is a caller's bug, not an order."""
+    with pytest.raises(ValueError, match="recency weight"):
+        boost_recent(_fused(("a", 1.0)), {"a": 1.0}, -1.0, 10)
 
 
 def test_per_id_weights_replace_the_query_weights_for_those_ids() -> None:
