@@ -122,7 +122,7 @@ class MemoryClient(_Writes):
 
     async def get(
         self,
-        doc_ids: Sequence[str] = (),
+        doc_ids: Sequence[str] | str = (),
         *,
         turns: Sequence[TurnRef] = (),
         metadata_filter: ClientFilter | None = None,
@@ -130,8 +130,9 @@ class MemoryClient(_Writes):
         query_id: str | None = None,
         history: bool = False,
     ) -> GetReply:
-        """Look memories up by id: each doc's (or turn's, as ``(agent_id, session_id, turn)``
-        or the wire's ``{"agent_id": …, "session_id": …, "turn": …}``) current version,
+        """Look memories up by id (``doc_ids``: ids, or one id): each doc's (or turn's, as
+        ``(agent_id, session_id, turn)`` or the wire's ``{"agent_id": …, "session_id": …,
+        "turn": …}``) current version,
         content and metadata, or ``not_found``; in the order asked. With ``history``, each
         found document's earlier versions too (its ``history``, newest first).
 

@@ -15,7 +15,7 @@ from consumers.replies import check_reply_to, own_reply_topic
 from consumers.topic_names import tenant_topic
 from consumers.transport import KafkaTransport
 from consumers.turn_numbers import TurnNumbers
-from memory.config import DEFAULT_MAX_CONTENT_BYTES
+from memory.config import DEFAULT_MAX_CONTENT_BYTES, DEFAULT_MAX_FUTURE_S
 from memory.errors import InvalidRequest
 
 #: How long a call waits for the daemon's reply by default (seconds).
@@ -38,6 +38,7 @@ class _ClientCore:
         timeout_s: float = DEFAULT_TIMEOUT_S,
         kafka_options: dict[str, Any] | None = None,
         max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES,
+        max_future_s: float = DEFAULT_MAX_FUTURE_S,
     ) -> None:
         """``reply_partition``: read only this partition of the reply topic, and ask the daemon
         to reply there (the ``reply_partition`` header). Give each client sharing a reply topic
@@ -62,6 +63,9 @@ class _ClientCore:
         content is refused here, before anything is sent, and the producer takes records as
         large as an event within it needs (Kafka's 1 MiB default is smaller).
 
+        ``max_future_s``: the daemon's ``AGENTMEM_INGEST__MAX_FUTURE_S``. An event stamped
+        further ahead of this host's clock is refused here, before anything is sent.
+
         Raises:
             InvalidRequest: ``tenant`` is no valid tenant name.
         """
@@ -75,6 +79,7 @@ class _ClientCore:
             tenant_topic(self.topics.replies, tenant)  # validates the name before anything connects
         default_reply = self.topics.replies if tenant is None else f"{self.topics.replies}.{tenant}"
         self._max_content_bytes = max_content_bytes
+        self._max_future_s = max_future_s
         self._transport = KafkaTransport(
             bootstrap=bootstrap,
             reply_topic=reply_topic or default_reply,
@@ -114,12 +119,13 @@ class _ClientCore:
 
     def check_event(self, model: type[DocumentEvent] | type[TranscriptEvent], payload: Mapping[str, Any]) -> bytes:
         """``payload`` encoded, once it passed the checks the daemon runs on it (the contract's
-        models, and the content limit); what the daemon would dead-letter fails here instead.
+        models, the content limit, the timestamp); what the daemon would dead-letter fails
+        here instead.
 
         Raises:
             InvalidEvent: the daemon would refuse it, with the reason.
         """
-        return encode_event(model, payload, max_content_bytes=self._max_content_bytes)
+        return encode_event(model, payload, max_content_bytes=self._max_content_bytes, max_future_s=self._max_future_s)
 
     def _tenant_of(self, tenant: str | None) -> str | None:
         """A call's tenant, or this client's when the call names none."""

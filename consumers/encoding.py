@@ -4,7 +4,7 @@ checks of an event, run before it is sent (the counterpart of ``consumers.decodi
 from __future__ import annotations
 
 import json
-import math
+import time
 import unicodedata
 import uuid
 from collections.abc import Mapping, Sequence
@@ -15,6 +15,7 @@ from consumers.config import event_record_bytes
 from consumers.decoding import parse_event
 from consumers.events import DocumentEvent, TranscriptEvent
 from consumers.times import when
+from memory.config import DEFAULT_MAX_FUTURE_S
 from memory.errors import InvalidEvent, InvalidRequest
 from memory.filters import EXCLUDE_OPERATOR, tag_text
 
@@ -44,10 +45,15 @@ def encode(payload: Mapping[str, Any]) -> bytes:
 
 
 def encode_event(
-    model: type[DocumentEvent] | type[TranscriptEvent], payload: Mapping[str, Any], *, max_content_bytes: int
+    model: type[DocumentEvent] | type[TranscriptEvent],
+    payload: Mapping[str, Any],
+    *,
+    max_content_bytes: int,
+    max_future_s: float = DEFAULT_MAX_FUTURE_S,
 ) -> bytes:
     """``payload`` encoded, once it passed the checks the daemon runs on it (the contract's
-    models, and the content limit); what the daemon would dead-letter fails here instead.
+    models, the content limit, a timestamp at most ``max_future_s`` ahead of now); what the
+    daemon would dead-letter fails here instead.
 
     Raises:
         InvalidEvent: the daemon would refuse it, with the reason.
@@ -55,10 +61,9 @@ def encode_event(
     try:
         value = encode(payload)
         event = parse_event(value, model)  # the daemon's own parsing, and its reasons
-        if isinstance(event, DocumentEvent):
-            # An upsert's content rules; not its time, which the daemon judges by its own
-            # setting against the record's time.
-            event.to_item((), max_future_s=math.inf)
+        # An upsert's content rules, and the time: the daemon judges it against the record's,
+        # which the producer stamps as it sends.
+        event.to_item((), default_ts=time.time(), max_future_s=max_future_s)
     except UnicodeEncodeError as exc:  # a lone surrogate, e.g. from undecodable argv bytes
         raise InvalidEvent(f"not sendable as UTF-8 text: {exc}") from exc
     except ValueError as exc:
@@ -171,7 +176,7 @@ def _turn_body(ref: TurnRef) -> dict[str, Any]:
 
 
 def get_body(
-    doc_ids: Sequence[str],
+    doc_ids: Sequence[str] | str,
     turns: Sequence[TurnRef],
     metadata_filter: ClientFilter | None,
     query_id: str | None,
@@ -185,7 +190,7 @@ def get_body(
     payload: dict[str, Any] = {
         "query_id": query_id or f"g_{uuid.uuid4().hex[:12]}",
         "op": "get",
-        "doc_ids": list(doc_ids),
+        "doc_ids": [doc_ids] if isinstance(doc_ids, str) else list(doc_ids),  # one id, not its letters
         "turns": [_turn_body(ref) for ref in turns],
     }
     if metadata_filter:
@@ -198,7 +203,16 @@ def get_body(
 def _filter_body(metadata_filter: Mapping[str, Any]) -> dict[str, Any]:
     """The wire's filter: strings. A number or a boolean is written as its stored TAG value
     (``str``, booleans as true/false), so ``{"team": 5}`` finds the memories that stored 5;
-    ``{"not": ...}`` keeps its shape, its values written alike."""
+    ``{"not": ...}`` keeps its shape, its values written alike.
+
+    Raises:
+        InvalidRequest: ``metadata_filter`` is no mapping (the values are the daemon's to check).
+    """
+    if not isinstance(metadata_filter, Mapping):
+        raise InvalidRequest(
+            "metadata_filter takes a mapping of key -> value, values or {'not': ...}, got "
+            f"{type(metadata_filter).__name__}: {metadata_filter!r:.80}"
+        )
 
     def text(value: Any) -> Any:
         return tag_text(value) if isinstance(value, int | float) else value  # bool is an int

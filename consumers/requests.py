@@ -26,7 +26,8 @@ class HybridParams(BaseModel):
     0.0, speaker 0.2 and k 10 unless set; a transcript turn's dense and BM25 defaults are 2/3
     and 4/3 when neither is set)."""
 
-    model_config = ConfigDict(strict=True, extra="forbid")
+    # NaN is no weight: without this, it failed the bounds as "should be less than or equal to 1000".
+    model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
 
     dense_weight: float | None = Field(None, ge=0.0, le=MAX_WEIGHT)
     sparse_weight: float | None = Field(None, ge=0.0, le=MAX_WEIGHT)

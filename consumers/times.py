@@ -29,6 +29,8 @@ def when(value: datetime | str | None, what: str, *, now: datetime | None = None
     """
     if value is None or isinstance(value, datetime):
         return value
+    if not isinstance(value, str):
+        raise InvalidRequest(f"{what} takes a datetime or a string, got {type(value).__name__}: {value!r:.80}")
     text = value.strip()
     if not text:
         return None

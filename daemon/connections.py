@@ -47,5 +47,6 @@ def memory_client(settings: Settings | None = None, *, tenant: str | None = None
         tenant=tenant,
         kafka_options=kafka_options(settings),
         max_content_bytes=settings.ingest.max_content_bytes,
+        max_future_s=settings.ingest.max_future_s,
         **options,
     )

@@ -105,6 +105,9 @@ Rows = list[dict[str, Any]]
 StrictFlag = Annotated[bool, Strict()]
 #: A count is a whole number: lax reading took "3" as 3 (a turn number "3" replaced turn 3) and true as 1.
 StrictCount = Annotated[int, Strict()]
+#: The most results a tool returns: the daemon's default ``max_top_k``, and more than a host
+#: model's context holds well. Ask over Kafka for more, from a daemon configured for it.
+MCP_MAX_TOP_K = 100
 Doc = dict[str, Any]
 
 
@@ -155,7 +158,7 @@ def build_server(tools: MemoryTools) -> MCPServer[Any]:
 
     async def search_memory(
         query: str,
-        top_k: StrictCount = 10,
+        top_k: Annotated[StrictCount, Field(ge=1, le=MCP_MAX_TOP_K)] = 10,
         # Objects of any key: the daemon names a wrong one ({"nope": ...}) in a sentence, where
         # the SDK's own check of a Literal key dumped every shape of the union.
         filters: dict[str, str | list[str] | dict[str, str | list[str]]] | None = None,
@@ -163,8 +166,8 @@ def build_server(tools: MemoryTools) -> MCPServer[Any]:
         since: str | None = None,
         until: str | None = None,
         context_turns: Annotated[StrictCount, Field(ge=0, le=MAX_CONTEXT_TURNS)] = 0,
-        min_similarity: Annotated[float | None, Field(ge=-1.0, le=1.0)] = None,
-        recency_weight: Annotated[float | None, Field(ge=0.0, le=MAX_WEIGHT)] = None,
+        min_similarity: Annotated[float | None, Field(ge=-1.0, le=1.0, allow_inf_nan=False)] = None,
+        recency_weight: Annotated[float | None, Field(ge=0.0, le=MAX_WEIGHT, allow_inf_nan=False)] = None,
         fold_repeats: StrictFlag = True,
     ) -> Annotated[CallToolResult, Rows]:
         return await _run(

@@ -21,7 +21,7 @@ from consumers.errors import QueryFailed, WriteRejected
 from consumers.events import TranscriptEvent
 from consumers.turn_numbers import holds_turn
 from daemon.mcp_config import MCPConfig
-from daemon.mcp_views import ToolFailure, ack_view, item_view, parse_time, result_view
+from daemon.mcp_views import ToolFailure, ack_view, in_tool_words, item_view, parse_time, result_view
 from memory.errors import MemdError
 
 T = TypeVar("T")
@@ -83,11 +83,12 @@ class MemoryTools:
         except ToolFailure:
             raise
         except QueryFailed as exc:
-            raise ToolFailure(exc.error_code, exc.reply.error.message) from exc
+            raise ToolFailure(exc.error_code, in_tool_words(what, exc.reply.error.message)) from exc
         except WriteRejected as exc:
-            raise ToolFailure(exc.error_code, f"the daemon refused the write: {exc.ack.reason}") from exc
+            reason = in_tool_words(what, exc.ack.reason or "")
+            raise ToolFailure(exc.error_code, f"the daemon refused the write: {reason}") from exc
         except MemdError as exc:
-            raise ToolFailure(exc.code, f"{exc}{_retry_hint(exc.code)}") from exc
+            raise ToolFailure(exc.code, f"{in_tool_words(what, str(exc))}{_retry_hint(exc.code)}") from exc
         except TimeoutError as exc:
             took = time.monotonic() - started
             if not write:
@@ -164,7 +165,8 @@ class MemoryTools:
                 content=text, metadata=dict(metadata or {}),
             )  # fmt: skip
         except ValidationError as exc:
-            raise ToolFailure("invalid_request", validation_reason(exc)) from exc
+            # A turn the daemon would dead-letter, as upsert_document's are: invalid_event.
+            raise ToolFailure("invalid_event", in_tool_words("remember", validation_reason(exc))) from exc
         said_at = parse_time(timestamp, "timestamp")
         sent = False  # the next free turn is looked up first: a timeout there wrote nothing
 

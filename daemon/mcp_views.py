@@ -3,6 +3,8 @@ acks and looked-up documents, times, the next free turn, and the tools' one erro
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -18,6 +20,23 @@ class ToolFailure(Exception):
     def __init__(self, code: str, message: str) -> None:
         super().__init__(f"{code}: {message}")
         self.code = code
+
+
+#: Each tool's arguments that the contract names otherwise: an error in the daemon's or the
+#: client's words ("search_text is longer than ...") is told in the tool's ("query is ...").
+ARGUMENT_NAMES: Mapping[str, Mapping[str, str]] = {
+    "search_memory": {"search_text": "query", "metadata_filter": "filters"},
+    "remember": {"content": "text"},
+    "get_document": {"doc_ids.0": "doc_id", "doc_ids": "doc_id"},
+}
+
+
+def in_tool_words(tool: str, message: str) -> str:
+    """``message`` with the contract's field names that ``tool``'s arguments name otherwise
+    replaced by those; a name inside quotes (a value, a metadata key) is left alone."""
+    for field, argument in ARGUMENT_NAMES.get(tool, {}).items():
+        message = re.sub(rf"(?<![\w.'\"]){re.escape(field)}(?![\w'\"])", argument, message)
+    return message
 
 
 def parse_time(value: str | None, what: str) -> datetime | None:

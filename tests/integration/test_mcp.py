@@ -99,7 +99,11 @@ async def test_every_tool_over_stdio(settings: Settings) -> None:
     agent, doc = f"agent-{uuid.uuid4().hex[:6]}", f"mcp/{uuid.uuid4().hex[:8]}.md"
     mine = {"agent_id": agent}
     async with stdio(settings) as c:
-        assert {t.name for t in (await c.list_tools()).tools} == TOOLS
+        tools = {t.name: t for t in (await c.list_tools()).tools}
+        assert set(tools) == TOOLS
+        # a host model reads the bounds from the schema, not from a failed call
+        top_k = tools["search_memory"].input_schema["properties"]["top_k"]
+        assert (top_k["minimum"], top_k["maximum"]) == (1, 100), top_k
         assert c.server_info is not None and c.server_info.version == package_version()
 
         # remember: turns allocated 0, 1, ... and found by the very next search (no sleep).
@@ -162,7 +166,9 @@ async def test_every_tool_over_stdio(settings: Settings) -> None:
         assert (await ok(c, "get_document", doc_id=doc))["status"] == "not_found"
 
         # Bad arguments: tool errors with the contract's code, and the server goes on serving.
-        assert (await failed(c, "search_memory", query="x", top_k=0)).startswith("invalid_request: top_k")
+        assert (await failed(c, "search_memory", query="x", top_k=0)).startswith(
+            "invalid_request: search_memory: top_k"
+        )
         # A count is a whole number: "3" would have been read as 3, and true as 1.
         assert "top_k" in await failed(c, "search_memory", query="x", top_k="3")
         assert "top_k" in await failed(c, "search_memory", query="x", top_k=True)
@@ -196,7 +202,11 @@ async def test_every_tool_over_stdio(settings: Settings) -> None:
             ("remember", {"text": "x", "agent_id": agent}, "invalid_request: remember: session_id: Field required"),
             ("search_memory", {"query": "x", "context_turns": 11}, "invalid_request: search_memory: context_turns: "),
             ("search_memory", {"query": "  "}, "invalid_request: query is empty"),
-            ("remember", {"text": "x", "agent_id": "", "session_id": "s"}, "invalid_request: agent_id: "),
+            # a write the daemon would dead-letter is invalid_event, in the tool's own words
+            ("remember", {"text": "x", "agent_id": "", "session_id": "s"}, "invalid_event: agent_id: "),
+            ("remember", {"text": "", "agent_id": "a", "session_id": "s"}, "invalid_event: text: text is empty"),
+            ("get_document", {"doc_id": ""}, "invalid_request: doc_id: "),
+            ("search_memory", {"query": "x" * 20_000}, "invalid_request: query is longer than"),
             # an argument the tool does not take is refused, not read past: unfiltered otherwise
             ("search_memory", {"query": "x", "filter": mine}, "invalid_request: search_memory: unknown argument "),
             ("memory_status", {"verbose": True}, "invalid_request: memory_status: unknown argument 'verbose'"),

@@ -11,9 +11,9 @@ from pydantic import ValidationError
 
 from consumers.client import MemoryClient
 from consumers.config import Topics, event_record_bytes
-from consumers.events import TranscriptEvent
+from consumers.events import DocumentEvent, TranscriptEvent
 from daemon.settings import Settings
-from memory.errors import InvalidEvent
+from memory.errors import InvalidEvent, InvalidRequest
 
 
 def _client(max_content_bytes: int = 4096) -> MemoryClient:
@@ -224,17 +224,84 @@ def test_a_retriever_with_a_negative_weight_is_refused_when_built(weight: str) -
         MemoryRetriever(client=client, **{weight: -1.0})
 
 
-def test_the_client_leaves_a_timestamp_ahead_to_the_daemon() -> None:
-    """The daemon judges a timestamp against the record's time by its own setting, which the
-    client does not know: the client's checks must not refuse it by the default."""
+@pytest.mark.parametrize(
+    ("ahead_s", "allowed_s", "refused"), [(3600, 300, True), (60, 300, False), (3600, 7200, False)]
+)
+def test_a_timestamp_ahead_of_the_clients_clock_is_refused_by_the_daemons_allowance(
+    ahead_s: int, allowed_s: float, refused: bool
+) -> None:
+    """The daemon dead-letters a timestamp more than its max_future_s after the record's time,
+    which the producer stamps as it sends: the client refuses it first, by the allowance it is
+    given (``memory_client()`` passes the daemon's setting), for documents and turns alike."""
     from datetime import UTC, datetime, timedelta
 
-    from consumers.encoding import document_body, encode_event
-    from consumers.events import DocumentEvent
+    from consumers.encoding import document_body, turn_body
 
-    ahead = datetime.now(UTC) + timedelta(hours=1)
-    payload = document_body("d", "the ledger closes on the 3rd", 1, None, None, ahead)
-    assert json.loads(encode_event(DocumentEvent, payload, max_content_bytes=4096))["doc_id"] == "d"
+    at = datetime.now(UTC) + timedelta(seconds=ahead_s)
+    client = MemoryClient(bootstrap="127.0.0.1:1", max_future_s=allowed_s)
+    for model, payload in (
+        (DocumentEvent, document_body("d", "the ledger closes on the 3rd", 1, None, None, at)),
+        (TranscriptEvent, turn_body("a", "s", 1, "see you then", "user", None, at)),
+    ):
+        if refused:
+            with pytest.raises(InvalidEvent, match=r"timestamp .* is 60 min after"):
+                client.check_event(model, payload)
+        else:
+            assert json.loads(client.check_event(model, payload))["timestamp"] == at.isoformat()
+
+
+def test_memory_client_takes_the_daemons_timestamp_allowance() -> None:
+    """A daemon configured to take timestamps further ahead is not second-guessed by its clients."""
+    from daemon.connections import memory_client
+
+    client = memory_client(Settings(ingest={"max_future_s": 7200}))
+    assert client._max_future_s == 7200
+
+
+@pytest.mark.parametrize(
+    ("call", "why"),
+    [
+        ({"metadata_filter": "environment=staging"}, "metadata_filter takes a mapping.*got str"),
+        ({"since": 5}, "since takes a datetime or a string, got int"),
+        ({"until": ["2026-01-01"]}, "until takes a datetime or a string, got list"),
+    ],
+)
+def test_a_query_argument_of_the_wrong_type_is_an_invalid_request(call: dict[str, object], why: str) -> None:
+    """Not an AttributeError from inside the client: the contract's InvalidRequest, naming the argument."""
+    from consumers.encoding import query_body
+
+    args: dict[str, object] = {
+        "top_k": 5,
+        "metadata_filter": None,
+        "dense_weight": None,
+        "sparse_weight": None,
+        "identifier_weight": None,
+        "recency_weight": None,
+        "rrf_k": None,
+        "query_id": None,
+        "scope": None,
+        "since": None,
+        "until": None,
+        "context_turns": 0,
+    }
+    with pytest.raises(InvalidRequest, match=why):
+        query_body("x", **{**args, **call})  # type: ignore[arg-type]
+
+
+def test_get_of_one_id_asks_for_that_id_not_its_letters() -> None:
+    """A string is a sequence of strings: get("facts/a") asked for "f", "a", "c", ... each not found."""
+    from consumers.encoding import get_body
+
+    assert get_body("facts/ana/home-city", (), None, "q")["doc_ids"] == ["facts/ana/home-city"]
+    assert get_body(["a", "b"], (), None, "q")["doc_ids"] == ["a", "b"]
+
+
+def test_a_weight_that_is_no_number_is_refused_as_such() -> None:
+    """NaN failed the bounds with "should be less than or equal to 1000", which says nothing of it."""
+    from consumers.requests import HybridParams
+
+    with pytest.raises(ValidationError, match="finite number"):
+        HybridParams.model_validate_json(b'{"recency_weight": NaN}')
 
 
 async def test_a_client_library_stop_that_ends_cancelled_is_a_failed_stop_not_a_traceback() -> None:
