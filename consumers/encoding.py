@@ -4,6 +4,7 @@ checks of an event, run before it is sent (the counterpart of ``consumers.decodi
 from __future__ import annotations
 
 import json
+import math
 import time
 import unicodedata
 import uuid
@@ -13,7 +14,7 @@ from typing import Any
 
 from consumers.config import event_record_bytes
 from consumers.decoding import parse_event
-from consumers.events import DocumentEvent, TranscriptEvent
+from consumers.events import DocumentEvent, TranscriptEvent, not_ahead
 from consumers.times import when
 from memory.config import DEFAULT_MAX_FUTURE_S
 from memory.errors import InvalidEvent, InvalidRequest
@@ -61,9 +62,11 @@ def encode_event(
     try:
         value = encode(payload)
         event = parse_event(value, model)  # the daemon's own parsing, and its reasons
-        # An upsert's content rules, and the time: the daemon judges it against the record's,
-        # which the producer stamps as it sends.
-        event.to_item((), default_ts=time.time(), max_future_s=max_future_s)
+        # An upsert's content rules; the time apart, against this host's clock: the daemon
+        # judges it against the record's, which the producer stamps as it sends.
+        event.to_item((), max_future_s=math.inf)
+        if event.timestamp is not None:
+            not_ahead(event.timestamp, time.time(), max_future_s, "this client's clock")
     except UnicodeEncodeError as exc:  # a lone surrogate, e.g. from undecodable argv bytes
         raise InvalidEvent(f"not sendable as UTF-8 text: {exc}") from exc
     except ValueError as exc:

@@ -101,11 +101,21 @@ def _epoch(ts: datetime | None, default: float | None = None, max_future_s: floa
     reference = default if default is not None else datetime.now(UTC).timestamp()
     if ts is None:
         return reference
+    against = "its Kafka record's time" if default is not None else "the daemon's clock"
+    return not_ahead(ts, reference, max_future_s, against)
+
+
+def not_ahead(ts: datetime, reference: float, max_future_s: float, against: str) -> float:
+    """Epoch seconds of ``ts`` (naive: UTC), checked against ``reference`` (epoch seconds),
+    which ``against`` names for people ("this client's clock").
+
+    Raises:
+        ValueError: ``ts`` is more than ``max_future_s`` after ``reference``.
+    """
     if ts.tzinfo is None:
         ts = ts.replace(tzinfo=UTC)
     epoch = ts.timestamp()
     if epoch > reference + max_future_s:
-        against = "its Kafka record's time" if default is not None else "the daemon's clock"
         raise ValueError(
             f"timestamp {ts.isoformat()} is {age(epoch - reference)} after {against}; a timestamp says when "
             f"the memory was recorded, at most {max_future_s:g} s ahead (a time without a zone is read as UTC)"

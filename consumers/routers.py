@@ -19,20 +19,15 @@ from faststream.kafka import KafkaRouter
 
 from consumers.assignment import AssignmentWatcher
 from consumers.config import INGEST_ROLES, ConsumerConfig, Topics
-from consumers.error_replies import crash_reply, error_body
-from consumers.errors import UnknownReplyTopic
-from consumers.expiry import ExpiryLog, expired_error
+from consumers.expiry import ExpiryLog
 from consumers.ingestion import Ingestion, none_erased
 from consumers.lanes import Lanes
-from consumers.queries import answer, guess_query_id, scope_of
+from consumers.queries import scope_of
+from consumers.query_handling import PublishReply, QueryHandling, send_reply
 from consumers.replies import (
     PartitionCounts,
-    default_reply_topic,
-    own_reply_topic,
-    reply_route,
 )
-from consumers.reply_fit import fit
-from consumers.requests import ErrorReply, GetReply, ListReply, QueryReply
+from consumers.requests import ErrorReply
 from consumers.topic_names import tenant_from_topic
 from graph import ScopedSearch
 from memory.attempts import AttemptCounter
@@ -197,15 +192,20 @@ def _subscribe_queries(
     topics: Topics,
     cfg: ConsumerConfig,
     watch: AssignmentWatcher,
-    publish_reply: Callable[[dict[str, Any], str, str | None, int | None], Awaitable[object]],
+    publish_reply: PublishReply,
     partition_counts: PartitionCounts,
     on_query_done: Callable[[float, str], None],
     seen: Callable[[str], None],
 ) -> None:
     """Add the queries subscriber to ``router``: each request answered on its reply topic."""
-    input_topics = topics.inputs()
-
-    expiries = ExpiryLog()
+    handling = QueryHandling(
+        search=search,
+        topics=topics,
+        cfg=cfg,
+        partition_counts=partition_counts,
+        inputs=topics.inputs(),
+        expiries=ExpiryLog(),
+    )
 
     @router.subscriber(  # type: ignore[untyped-decorator]
         *_source(cfg, topics.requests),
@@ -230,51 +230,11 @@ def _subscribe_queries(
         record = message.raw_message
         assert isinstance(record, ConsumerRecord)
         t0 = time.monotonic()
-        age_ms = time.time() * 1000 - (record.timestamp or 0)
-        expired = bool(record.timestamp) and age_ms > cfg.query_max_age_ms
-        if expired:
-            expiries.seen(record, age_ms)
-        tenant = tenant_from_topic(record.topic, topics.requests, cfg.tenancy)
-        default_target = default_reply_topic(topics.replies, cfg.tenancy, tenant)
-        target = message.reply_to or default_target
-        reply: QueryReply | GetReply | ListReply | ErrorReply
-        partition: int | None = None
-        try:
-            partition = await reply_route(
-                target,
-                record.headers,
-                partition_counts,
-                named=bool(message.reply_to),
-                inputs=input_topics,
-                own=own_reply_topic(topics.replies, cfg.tenancy, tenant),
-            )
-        except MemdError as exc:
-            # Not answered: the asker reads a topic or partition we cannot reach. The error goes
-            # to the topic (or, when there is none, the default one), where a reader of every
-            # partition or an operator sees it.
-            reply = ErrorReply(query_id=guess_query_id(record.value), error=error_body(exc))
-            if isinstance(exc, UnknownReplyTopic):
-                target = default_target
-        except Exception as exc:  # a bug: the asker still hears back, on the default topic
-            log.exception("query.reply_route_crashed")
-            reply = crash_reply(exc, guess_query_id(record.value))
-            target, partition = default_target, None
-        else:
-            # Answered with an error, not skipped: an asker whose clock is behind the daemon's
-            # by more than the cut-off would otherwise time out on every request, untold why.
-            if expired:
-                too_old = expired_error(age_ms, cfg.query_max_age_ms)
-                reply = ErrorReply(query_id=guess_query_id(record.value), error=error_body(too_old))
-            else:
-                reply = await answer(record.value, search, tenant)
-            if not isinstance(reply, ErrorReply):
-                reply = fit(reply, cfg.reply_max_bytes)
+        answered = await handling.answer(record, message.reply_to, time.time() * 1000)
         elapsed = time.monotonic() - t0
-        try:
-            await publish_reply(reply.model_dump(mode="json"), target, message.correlation_id, partition)
-        except Exception as exc:  # KafkaError, or aiokafka's own check of the partition
-            log.error("query.reply_failed", topic=target, partition=partition, error=f"{type(exc).__name__}: {exc}")
+        await send_reply(publish_reply, answered, message.correlation_id)
         # After the reply: whatever the accounting does, the asker has its answer.
+        reply, tenant = answered.reply, answered.tenant
         outcome = "ok" if not isinstance(reply, ErrorReply) else _OUTCOMES.get(reply.error.code, "error")
         QUERY_SECONDS.labels(scope_of(record.value), outcome).observe(elapsed)
         # A topic that names no valid tenant is answered with an error, and counted apart.
@@ -295,7 +255,7 @@ def build_router(
     on_assigned: Callable[[str, int], None],
     on_revoked: Callable[[str], None] | None = None,
     attempts_counter: AttemptCounter,
-    publish_reply: Callable[[dict[str, Any], str, str | None, int | None], Awaitable[object]],
+    publish_reply: PublishReply,
     partition_counts: PartitionCounts,
     on_query_done: Callable[[float, str], None] = lambda _s, _o: None,
     seen: Callable[[str], None] = lambda _role: None,

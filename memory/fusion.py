@@ -111,6 +111,8 @@ def boost_recent(fused: Sequence[Fused], times: Mapping[str, float | None], weig
     ``1 + weight * freshness`` (``freshness`` among those ``top_k``), and its ``recency`` rank
     recorded. The hits past ``top_k`` follow, unchanged.
 
+    The hits are changed in place (score and ranks): a second call on them lifts them again.
+
     A multiple of the score, not one more RRF list: a newer hit passes an older one only if it
     matches at least ``1 / (1 + weight)`` as well, so a weak match (small talk that one leg
     found low down) is not lifted above what answers; and hits of about the same time keep the
@@ -133,7 +135,8 @@ def boost_recent(fused: Sequence[Fused], times: Mapping[str, float | None], weig
     dated = [(f.id, times.get(f.id)) for f in head]
     fresh, ranks = freshness(dated), recency_ranks(dated)
     for f in head:
-        f.score *= 1.0 + weight * fresh[f.id]
+        if fresh[f.id]:  # (0 x an infinite weight would be NaN)
+            f.score *= 1.0 + weight * fresh[f.id]
         f.ranks["recency"] = ranks[f.id]
     head.sort(key=lambda f: (-f.score, f.id))
     return [*head, *fused[top_k:]]

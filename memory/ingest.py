@@ -189,7 +189,7 @@ class Ingestor:
     ) -> list[MemoryItem]:
         """``replays`` without the document upserts that conflict with what is stored
         (``memory.replays.conflicts_apart``), read here."""
-        docs = {(i.tenant, i.doc_id) for i in replays if i.op == "upsert" and i.kind == "document"}
+        docs = dict.fromkeys((i.tenant, i.doc_id) for i in replays if i.op == "upsert" and i.kind == "document")
         found: dict[tuple[str, str], list[StoredChunk]] = {}
         for tenant in sorted({t for t, _ in docs}):
             ids = [d for t, d in docs if t == tenant]

@@ -1,5 +1,5 @@
 """Whether an event of the version already stored says what is stored, and the replays of a
-batch told from its conflicts (pure)."""
+batch told from its conflicts (pure: no I/O but a log line)."""
 
 from __future__ import annotations
 

@@ -258,6 +258,8 @@ class Retriever:
                 # most of one user's memory) it would sort a memory by time, small talk first.
                 times = {f.id: by_id[f.id].timestamp for f in fused[: spec.top_k]}
                 fused = boost_recent(fused, times, weights["recency"], spec.top_k)
+                # Reported with the legs (the explorer shows it as one), after it was used.
+                legs["recency"] = {f.id: f.ranks["recency"] for f in fused[: spec.top_k]}
             return fused
 
         # Fused first as if no write marker hid anything, and the winners read with every

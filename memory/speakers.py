@@ -7,7 +7,7 @@ agent's id for what the agent said itself, stored with the turn (:func:`speakers
 When a query names a speaker of some of the candidates the legs found, those candidates form
 one more RRF list, all at rank 1
 (:func:`speaker_ranks`): a small lift among what the legs found, never a find of its own, as
-the recency list. Measured on LoCoMo dev: docs/decisions/0039-turns-know-their-speakers.md.
+the recency lift is. Measured on LoCoMo dev: docs/decisions/0039-turns-know-their-speakers.md.
 """
 
 from __future__ import annotations

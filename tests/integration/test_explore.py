@@ -314,6 +314,9 @@ async def test_ask_shows_each_legs_rank_beside_the_fused_score(env: Env) -> None
     assert status == 400 and "unknown field &#x27;scop&#x27;: did you mean &#x27;scope&#x27;?" in body, body[-800:]
     _, aged, _ = await get(env.base + f"/explore/ask?{params}&since=3650d")
     assert 'id="results"' in aged and 'id="error"' not in aged and "since takes" not in aged
+    # With a recency weight, each result's rank by time is shown beside the legs' ranks.
+    _, recent, _ = await get(env.base + f"/explore/ask?{params}&recency=1")
+    assert 'id="leg-recency"' in recent and "recency rank" in recent, recent[-3000:]
 
 
 async def test_the_graph_shows_a_stale_community_and_why(env: Env) -> None:

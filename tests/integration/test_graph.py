@@ -336,8 +336,8 @@ async def test_a_large_documents_chunking_extraction_and_write_run_off_the_event
     import graph.contribution
     import graph.extractor
     import graph.store
+    import memory.chunk_records
     import memory.index.codec
-    import memory.ingest
 
     names = ("spans_for", "contribution_from", "_record_mapping", "_parse_graph", "to_json")
     threads: dict[str, set[int]] = {name: set() for name in names}
@@ -349,7 +349,7 @@ async def test_a_large_documents_chunking_extraction_and_write_run_off_the_event
 
         return wrapped
 
-    monkeypatch.setattr(memory.ingest, "spans_for", spy("spans_for", memory.ingest.spans_for))
+    monkeypatch.setattr(memory.chunk_records, "spans_for", spy("spans_for", memory.chunk_records.spans_for))
     parts = graph.extractor.contribution_from
     monkeypatch.setattr(graph.extractor, "contribution_from", spy("contribution_from", parts))
     mapping = memory.index.codec._record_mapping
