@@ -1,7 +1,7 @@
 """The entity graph in Redis: per-document contributions, applied atomically, the community
 map; its ``summaries`` are the community summaries' records (``graph.summary_records``), and
-it is the façade over the stale-summary queue (``graph.stale_queue``) and the claims and
-leases (``graph.leases``).
+it is the façade over the stale-summary queue (``graph.stale_queue``), the claims and
+leases (``graph.leases``) and a recompute's writes (``graph.community_writes``).
 
 Every document's contribution (its entities, their chunk ids, its co-occurrence edge
 weights; ``graph.contribution``) is stored as one JSON value. Applying a change is one Lua
@@ -20,14 +20,14 @@ from collections.abc import Sequence
 from typing import Any
 
 import redis.asyncio as aredis
-import redis.exceptions as rexc
 import structlog
 
 from graph import scripts
 from graph.communities import Community
+from graph.community_writes import replace_communities
 from graph.contribution import Contribution, ContributionResult
 from graph.errors import LeaseLost
-from graph.leases import RECOMPUTE_LOCK, Leases, claim_value
+from graph.leases import Leases, claim_value
 from graph.stale_queue import StaleItem, StaleQueue
 from graph.summary_records import SummaryRecords
 from memory import keys
@@ -247,78 +247,23 @@ class GraphStore:
         now: float,
         lease: str | None = None,
     ) -> None:
-        """Store a recompute's result atomically and mark new/changed communities stale.
-
-        With ``lease`` (the recompute lock's value), only while the lease still holds: a
-        recompute that outlived its lease was computed from communities another daemon may
-        have replaced since, and would drop that daemon's new ids from the removals.
+        """Store a recompute's result atomically and mark new/changed communities stale
+        (``graph.community_writes.replace_communities``).
 
         Raises:
             LeaseLost: the lease expired or was taken by another recompute; nothing written.
         """
-        ent_comm: dict[str, list[str]] = {}
-        for c in communities:
-            for m in c.members:
-                ent_comm.setdefault(m, []).append(c.id)
-        # Generations come from the fencing counter (see lua/apply.lua): reserved here, in one step.
-        async with translate_errors("community write"):
-            top = int(await self._r.incrby(self._k("fence"), len(changed))) if changed else 0
-        gens = {cid: top - i for i, cid in enumerate(sorted(changed))}
-        lock_key = keys.graph_lock_key(self.prefix, RECOMPUTE_LOCK)
-        async with translate_errors("community write"), self._r.pipeline(transaction=True) as pipe:
-            if lease is not None:
-                await pipe.watch(lock_key)
-                if as_str(await pipe.get(lock_key) or b"") != lease:
-                    raise LeaseLost("the recompute lease expired before its result was stored")
-                pipe.multi()  # type: ignore[no-untyped-call]
-            pipe.delete(self._k("comms"), self._k("ent_comm"))
-            if communities:
-                pipe.hset(
-                    self._k("comms"),
-                    mapping={
-                        c.id: json.dumps(
-                            {"level": c.level, "members": sorted(c.members), "parent": c.parent, "updated_at": now}
-                        )
-                        for c in communities
-                    },
-                )
-            if ent_comm:
-                pipe.hset(self._k("ent_comm"), mapping={k: json.dumps(sorted(v)) for k, v in ent_comm.items()})
-            # A removed community's summary chunk is deleted from the index after this
-            # transaction; until that succeeds its id waits here (see pending_drops).
-            if removed:
-                pipe.sadd(self._k("pending_drop"), *sorted(removed))
-            if communities:
-                pipe.srem(self._k("pending_drop"), *sorted(c.id for c in communities))
-            for cid in removed:
-                pipe.hdel(self._k("stale"), cid)
-                pipe.zrem(self._k("stale_q"), cid)
-                pipe.zrem(self._k("stale_first"), cid)
-                pipe.delete(self._k(f"stale_docs:{cid}"), self._k(f"summary:{cid}"))
-                # A writer of the removed community's summary cannot commit (the community is
-                # gone) and its chunk write is refused by the drop's later token: no need to
-                # keep its fencing token.
-                pipe.hdel(self._k("summary_token"), cid)
-                pipe.hdel(self._k("gen"), cid)
-                pipe.hdel(self._k("failures"), cid)
-                pipe.hdel(self._k("last_error"), cid)
-            levels = {c.id: c.level for c in communities}
-            for cid in changed:
-                pipe.hsetnx(
-                    self._k("stale"), cid, json.dumps({"level": levels[cid], "first": now, "last": now, "count": 0})
-                )
-                pipe.zadd(self._k("stale_q"), {cid: now}, nx=True)
-                pipe.zadd(self._k("stale_first"), {cid: now}, nx=True)
-                pipe.hset(self._k("gen"), cid, gens[cid])
-            pipe.decrby(self._k("drift"), drift_seen)
-            pipe.set(self._k("last_recompute"), repr(now))
-            for ev in events:
-                pipe.lpush(self._k("events"), json.dumps({**ev, "at": now}))
-            pipe.ltrim(self._k("events"), 0, 999)
-            try:
-                await pipe.execute()
-            except rexc.WatchError as exc:
-                raise LeaseLost("the recompute lease changed hands while its result was stored") from exc
+        await replace_communities(
+            self._r,
+            self.prefix,
+            communities,
+            changed=changed,
+            removed=removed,
+            events=events,
+            drift_seen=drift_seen,
+            now=now,
+            lease=lease,
+        )
 
     async def counter(self, name: str) -> int:
         """A graph counter (``summary_failures``, ``summaries_written``)."""

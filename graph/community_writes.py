@@ -1,0 +1,108 @@
+"""Writing a recompute's communities: the map, the entity index, the stale marks of the new and
+changed ones, and the removed ones' state, in one transaction under the recompute's lease."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import redis.asyncio as aredis
+import redis.exceptions as rexc
+
+from graph.communities import Community
+from graph.errors import LeaseLost
+from graph.leases import RECOMPUTE_LOCK
+from memory import keys
+from memory.index import translate_errors
+from memory.schema import as_str
+
+
+def _k(prefix: str, suffix: str) -> str:
+    return keys.graph_key(prefix, suffix)
+
+
+async def replace_communities(
+    client: aredis.Redis,
+    prefix: str,
+    communities: Sequence[Community],
+    *,
+    changed: set[str],
+    removed: set[str],
+    events: list[dict[str, Any]],
+    drift_seen: int,
+    now: float,
+    lease: str | None = None,
+) -> None:
+    """Store a recompute's result atomically and mark new/changed communities stale.
+
+    With ``lease`` (the recompute lock's value), only while the lease still holds: a
+    recompute that outlived its lease was computed from communities another daemon may
+    have replaced since, and would drop that daemon's new ids from the removals.
+
+    Raises:
+        LeaseLost: the lease expired or was taken by another recompute; nothing written.
+    """
+    ent_comm: dict[str, list[str]] = {}
+    for c in communities:
+        for m in c.members:
+            ent_comm.setdefault(m, []).append(c.id)
+    # Generations come from the fencing counter (see lua/apply.lua): reserved here, in one step.
+    async with translate_errors("community write"):
+        top = int(await client.incrby(_k(prefix, "fence"), len(changed))) if changed else 0
+    gens = {cid: top - i for i, cid in enumerate(sorted(changed))}
+    lock_key = keys.graph_lock_key(prefix, RECOMPUTE_LOCK)
+    async with translate_errors("community write"), client.pipeline(transaction=True) as pipe:
+        if lease is not None:
+            await pipe.watch(lock_key)
+            if as_str(await pipe.get(lock_key) or b"") != lease:
+                raise LeaseLost("the recompute lease expired before its result was stored")
+            pipe.multi()  # type: ignore[no-untyped-call]
+        pipe.delete(_k(prefix, "comms"), _k(prefix, "ent_comm"))
+        if communities:
+            pipe.hset(
+                _k(prefix, "comms"),
+                mapping={
+                    c.id: json.dumps(
+                        {"level": c.level, "members": sorted(c.members), "parent": c.parent, "updated_at": now}
+                    )
+                    for c in communities
+                },
+            )
+        if ent_comm:
+            pipe.hset(_k(prefix, "ent_comm"), mapping={k: json.dumps(sorted(v)) for k, v in ent_comm.items()})
+        # A removed community's summary chunk is deleted from the index after this
+        # transaction; until that succeeds its id waits here (see pending_drops).
+        if removed:
+            pipe.sadd(_k(prefix, "pending_drop"), *sorted(removed))
+        if communities:
+            pipe.srem(_k(prefix, "pending_drop"), *sorted(c.id for c in communities))
+        for cid in removed:
+            pipe.hdel(_k(prefix, "stale"), cid)
+            pipe.zrem(_k(prefix, "stale_q"), cid)
+            pipe.zrem(_k(prefix, "stale_first"), cid)
+            pipe.delete(_k(prefix, f"stale_docs:{cid}"), _k(prefix, f"summary:{cid}"))
+            # A writer of the removed community's summary cannot commit (the community is
+            # gone) and its chunk write is refused by the drop's later token: no need to
+            # keep its fencing token.
+            pipe.hdel(_k(prefix, "summary_token"), cid)
+            pipe.hdel(_k(prefix, "gen"), cid)
+            pipe.hdel(_k(prefix, "failures"), cid)
+            pipe.hdel(_k(prefix, "last_error"), cid)
+        levels = {c.id: c.level for c in communities}
+        for cid in changed:
+            pipe.hsetnx(
+                _k(prefix, "stale"), cid, json.dumps({"level": levels[cid], "first": now, "last": now, "count": 0})
+            )
+            pipe.zadd(_k(prefix, "stale_q"), {cid: now}, nx=True)
+            pipe.zadd(_k(prefix, "stale_first"), {cid: now}, nx=True)
+            pipe.hset(_k(prefix, "gen"), cid, gens[cid])
+        pipe.decrby(_k(prefix, "drift"), drift_seen)
+        pipe.set(_k(prefix, "last_recompute"), repr(now))
+        for ev in events:
+            pipe.lpush(_k(prefix, "events"), json.dumps({**ev, "at": now}))
+        pipe.ltrim(_k(prefix, "events"), 0, 999)
+        try:
+            await pipe.execute()
+        except rexc.WatchError as exc:
+            raise LeaseLost("the recompute lease changed hands while its result was stored") from exc
