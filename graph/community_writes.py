@@ -18,91 +18,96 @@ from memory.index import translate_errors
 from memory.schema import as_str
 
 
-def _k(prefix: str, suffix: str) -> str:
-    return keys.graph_key(prefix, suffix)
+class CommunityWrites:
+    """Writes a recompute's result into one graph (``GraphStore.community_writes``)."""
 
+    def __init__(self, *, client: aredis.Redis, prefix: str) -> None:
+        self._r = client
+        self._prefix = prefix
 
-async def replace_communities(
-    client: aredis.Redis,
-    prefix: str,
-    communities: Sequence[Community],
-    *,
-    changed: set[str],
-    removed: set[str],
-    events: list[dict[str, Any]],
-    drift_seen: int,
-    now: float,
-    lease: str | None = None,
-) -> None:
-    """Store a recompute's result atomically and mark new/changed communities stale.
+    def _k(self, suffix: str) -> str:
+        return keys.graph_key(self._prefix, suffix)
 
-    With ``lease`` (the recompute lock's value), only while the lease still holds: a
-    recompute that outlived its lease was computed from communities another daemon may
-    have replaced since, and would drop that daemon's new ids from the removals.
+    async def replace(
+        self,
+        communities: Sequence[Community],
+        *,
+        changed: set[str],
+        removed: set[str],
+        events: list[dict[str, Any]],
+        drift_seen: int,
+        now: float,
+        lease: str | None = None,
+    ) -> None:
+        """Store a recompute's result atomically and mark new/changed communities stale.
 
-    Raises:
-        LeaseLost: the lease expired or was taken by another recompute; nothing written.
-    """
-    ent_comm: dict[str, list[str]] = {}
-    for c in communities:
-        for m in c.members:
-            ent_comm.setdefault(m, []).append(c.id)
-    # Generations come from the fencing counter (see lua/apply.lua): reserved here, in one step.
-    async with translate_errors("community write"):
-        top = int(await client.incrby(_k(prefix, "fence"), len(changed))) if changed else 0
-    gens = {cid: top - i for i, cid in enumerate(sorted(changed))}
-    lock_key = keys.graph_lock_key(prefix, RECOMPUTE_LOCK)
-    async with translate_errors("community write"), client.pipeline(transaction=True) as pipe:
-        if lease is not None:
-            await pipe.watch(lock_key)
-            if as_str(await pipe.get(lock_key) or b"") != lease:
-                raise LeaseLost("the recompute lease expired before its result was stored")
-            pipe.multi()  # type: ignore[no-untyped-call]
-        pipe.delete(_k(prefix, "comms"), _k(prefix, "ent_comm"))
-        if communities:
-            pipe.hset(
-                _k(prefix, "comms"),
-                mapping={
-                    c.id: json.dumps(
-                        {"level": c.level, "members": sorted(c.members), "parent": c.parent, "updated_at": now}
-                    )
-                    for c in communities
-                },
-            )
-        if ent_comm:
-            pipe.hset(_k(prefix, "ent_comm"), mapping={k: json.dumps(sorted(v)) for k, v in ent_comm.items()})
-        # A removed community's summary chunk is deleted from the index after this
-        # transaction; until that succeeds its id waits here (see pending_drops).
-        if removed:
-            pipe.sadd(_k(prefix, "pending_drop"), *sorted(removed))
-        if communities:
-            pipe.srem(_k(prefix, "pending_drop"), *sorted(c.id for c in communities))
-        for cid in removed:
-            pipe.hdel(_k(prefix, "stale"), cid)
-            pipe.zrem(_k(prefix, "stale_q"), cid)
-            pipe.zrem(_k(prefix, "stale_first"), cid)
-            pipe.delete(_k(prefix, f"stale_docs:{cid}"), _k(prefix, f"summary:{cid}"))
-            # A writer of the removed community's summary cannot commit (the community is
-            # gone) and its chunk write is refused by the drop's later token: no need to
-            # keep its fencing token.
-            pipe.hdel(_k(prefix, "summary_token"), cid)
-            pipe.hdel(_k(prefix, "gen"), cid)
-            pipe.hdel(_k(prefix, "failures"), cid)
-            pipe.hdel(_k(prefix, "last_error"), cid)
-        levels = {c.id: c.level for c in communities}
-        for cid in changed:
-            pipe.hsetnx(
-                _k(prefix, "stale"), cid, json.dumps({"level": levels[cid], "first": now, "last": now, "count": 0})
-            )
-            pipe.zadd(_k(prefix, "stale_q"), {cid: now}, nx=True)
-            pipe.zadd(_k(prefix, "stale_first"), {cid: now}, nx=True)
-            pipe.hset(_k(prefix, "gen"), cid, gens[cid])
-        pipe.decrby(_k(prefix, "drift"), drift_seen)
-        pipe.set(_k(prefix, "last_recompute"), repr(now))
-        for ev in events:
-            pipe.lpush(_k(prefix, "events"), json.dumps({**ev, "at": now}))
-        pipe.ltrim(_k(prefix, "events"), 0, 999)
-        try:
-            await pipe.execute()
-        except rexc.WatchError as exc:
-            raise LeaseLost("the recompute lease changed hands while its result was stored") from exc
+        With ``lease`` (the recompute lock's value), only while the lease still holds: a
+        recompute that outlived its lease was computed from communities another daemon may
+        have replaced since, and would drop that daemon's new ids from the removals.
+
+        Raises:
+            LeaseLost: the lease expired or was taken by another recompute; nothing written.
+        """
+        ent_comm: dict[str, list[str]] = {}
+        for c in communities:
+            for m in c.members:
+                ent_comm.setdefault(m, []).append(c.id)
+        # Generations come from the fencing counter (see lua/apply.lua): reserved here, in one step.
+        async with translate_errors("community write"):
+            top = int(await self._r.incrby(self._k("fence"), len(changed))) if changed else 0
+        gens = {cid: top - i for i, cid in enumerate(sorted(changed))}
+        lock_key = keys.graph_lock_key(self._prefix, RECOMPUTE_LOCK)
+        async with translate_errors("community write"), self._r.pipeline(transaction=True) as pipe:
+            if lease is not None:
+                await pipe.watch(lock_key)
+                if as_str(await pipe.get(lock_key) or b"") != lease:
+                    raise LeaseLost("the recompute lease expired before its result was stored")
+                pipe.multi()  # type: ignore[no-untyped-call]
+            pipe.delete(self._k("comms"), self._k("ent_comm"))
+            if communities:
+                pipe.hset(
+                    self._k("comms"),
+                    mapping={
+                        c.id: json.dumps(
+                            {"level": c.level, "members": sorted(c.members), "parent": c.parent, "updated_at": now}
+                        )
+                        for c in communities
+                    },
+                )
+            if ent_comm:
+                pipe.hset(self._k("ent_comm"), mapping={k: json.dumps(sorted(v)) for k, v in ent_comm.items()})
+            # A removed community's summary chunk is deleted from the index after this
+            # transaction; until that succeeds its id waits here (see pending_drops).
+            if removed:
+                pipe.sadd(self._k("pending_drop"), *sorted(removed))
+            if communities:
+                pipe.srem(self._k("pending_drop"), *sorted(c.id for c in communities))
+            for cid in removed:
+                pipe.hdel(self._k("stale"), cid)
+                pipe.zrem(self._k("stale_q"), cid)
+                pipe.zrem(self._k("stale_first"), cid)
+                pipe.delete(self._k(f"stale_docs:{cid}"), self._k(f"summary:{cid}"))
+                # A writer of the removed community's summary cannot commit (the community is
+                # gone) and its chunk write is refused by the drop's later token: no need to
+                # keep its fencing token.
+                pipe.hdel(self._k("summary_token"), cid)
+                pipe.hdel(self._k("gen"), cid)
+                pipe.hdel(self._k("failures"), cid)
+                pipe.hdel(self._k("last_error"), cid)
+            levels = {c.id: c.level for c in communities}
+            for cid in changed:
+                pipe.hsetnx(
+                    self._k("stale"), cid, json.dumps({"level": levels[cid], "first": now, "last": now, "count": 0})
+                )
+                pipe.zadd(self._k("stale_q"), {cid: now}, nx=True)
+                pipe.zadd(self._k("stale_first"), {cid: now}, nx=True)
+                pipe.hset(self._k("gen"), cid, gens[cid])
+            pipe.decrby(self._k("drift"), drift_seen)
+            pipe.set(self._k("last_recompute"), repr(now))
+            for ev in events:
+                pipe.lpush(self._k("events"), json.dumps({**ev, "at": now}))
+            pipe.ltrim(self._k("events"), 0, 999)
+            try:
+                await pipe.execute()
+            except rexc.WatchError as exc:
+                raise LeaseLost("the recompute lease changed hands while its result was stored") from exc

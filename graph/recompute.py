@@ -130,7 +130,7 @@ class Recomputer:
         result = await self._offload(assign_ids, raw, old, threshold=self._cfg.match_threshold)
         now = time.time()
         try:
-            await self._store.replace_communities(
+            await self._store.community_writes.replace(
                 result.communities,
                 changed=result.changed,
                 removed=result.removed,

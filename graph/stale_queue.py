@@ -1,7 +1,7 @@
 """The stale-summary queue of one graph: which communities wait for a new summary.
 
 A community is marked stale when a document change touches one of its entities (the apply
-script), a recompute creates or changes it (``GraphStore.replace_communities``), or an
+script), a recompute creates or changes it (``CommunityWrites.replace``), or an
 operator asks for new summaries (``StaleQueue.mark``, after switching the summarizer). Its keys,
 all under the graph's hash tag:
 

@@ -1,7 +1,8 @@
 """The entity graph in Redis: per-document contributions, applied atomically, the community
 map; its ``summaries`` are the community summaries' records (``graph.summary_records``), and
 it is the façade over the stale-summary queue (``graph.stale_queue``), the claims and
-leases (``graph.leases``) and a recompute's writes (``graph.community_writes``).
+leases (``graph.leases``); a recompute's result is written by its ``community_writes``
+(``graph.community_writes``).
 
 Every document's contribution (its entities, their chunk ids, its co-occurrence edge
 weights; ``graph.contribution``) is stored as one JSON value. Applying a change is one Lua
@@ -24,7 +25,7 @@ import structlog
 
 from graph import scripts
 from graph.communities import Community
-from graph.community_writes import replace_communities
+from graph.community_writes import CommunityWrites
 from graph.contribution import Contribution, ContributionResult
 from graph.errors import LeaseLost
 from graph.leases import Leases, claim_value
@@ -71,6 +72,7 @@ class GraphStore:
         self._erased_key = keys.erased_key(name)
         self._apply = client.register_script(scripts.APPLY)
         self.summaries = SummaryRecords(client=client, prefix=self.prefix)
+        self.community_writes = CommunityWrites(client=client, prefix=self.prefix)
         self._stale = StaleQueue(client=client, prefix=self.prefix)
         self._leases = Leases(client=client, prefix=self.prefix)
 
@@ -235,35 +237,6 @@ class GraphStore:
         async with translate_errors("graph read"):
             raw = await self._r.hget(self._k("comms"), cid)
         return None if raw is None else _community(cid, raw)
-
-    async def replace_communities(
-        self,
-        communities: Sequence[Community],
-        *,
-        changed: set[str],
-        removed: set[str],
-        events: list[dict[str, Any]],
-        drift_seen: int,
-        now: float,
-        lease: str | None = None,
-    ) -> None:
-        """Store a recompute's result atomically and mark new/changed communities stale
-        (``graph.community_writes.replace_communities``).
-
-        Raises:
-            LeaseLost: the lease expired or was taken by another recompute; nothing written.
-        """
-        await replace_communities(
-            self._r,
-            self.prefix,
-            communities,
-            changed=changed,
-            removed=removed,
-            events=events,
-            drift_seen=drift_seen,
-            now=now,
-            lease=lease,
-        )
 
     async def counter(self, name: str) -> int:
         """A graph counter (``summary_failures``, ``summaries_written``)."""

@@ -189,8 +189,10 @@ async def test_a_summary_begun_before_its_community_was_removed_and_recreated_le
     await two.store.apply("doc1", 2, contrib("doc1#0", "alpha-svc", "beta-svc", "gamma-svc", "delta-svc"))
     assert await two.store.mark_count(cid) != gen
     (comm,) = await two.store.communities()
-    await two.store.replace_communities([], changed=set(), removed={cid}, events=[], drift_seen=0, now=time.time())
-    await two.store.replace_communities([comm], changed={cid}, removed=set(), events=[], drift_seen=0, now=time.time())
+    await two.store.community_writes.replace([], changed=set(), removed={cid}, events=[], drift_seen=0, now=time.time())
+    await two.store.community_writes.replace(
+        [comm], changed={cid}, removed=set(), events=[], drift_seen=0, now=time.time()
+    )
     _, cleared = await two.store.summaries.commit(cid, token, gen, {"text": "written for the old community"})
     assert not cleared
     assert (await two.store.is_stale([cid]))[cid]
@@ -280,7 +282,7 @@ async def test_a_recompute_that_lost_its_lease_stores_nothing(two: Daemons) -> N
     assert await two.store.lock("recompute", "daemon-b", ttl_s=60) is not None
     stray = Community(id="c0-stray", level=0, members=frozenset({"alpha-svc", "beta-svc"}))
     with pytest.raises(LeaseLost):
-        await two.store.replace_communities(
+        await two.store.community_writes.replace(
             [stray], changed={stray.id}, removed={cid}, events=[], drift_seen=0, now=time.time(), lease=lease
         )
     assert [c.id for c in await two.store.communities()] == [cid]
