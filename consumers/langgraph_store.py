@@ -274,6 +274,8 @@ class MemoryStore(BaseStore):
     async def _search(self, c: MemoryClient, op: SearchOp) -> list[SearchItem]:
         if op.limit < 0 or op.offset < 0:
             raise InvalidRequest(f"search: limit and offset must be >= 0, got limit={op.limit} offset={op.offset}")
+        if op.query is not None and not isinstance(op.query, str):
+            raise InvalidRequest(f"search: query takes a string, got {type(op.query).__name__}: {op.query!r:.80}")
         flt = pushdown_filter(op.filter, self._filter_keys)
         try:
             return await self._search_filtered(c, op, flt)

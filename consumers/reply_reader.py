@@ -8,9 +8,9 @@ from typing import Any
 
 import structlog
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.errors import KafkaError
+from aiokafka.errors import IllegalStateError, KafkaError
 
-from consumers.kafka_clients import cluster_metadata, stop_quietly
+from consumers.kafka_clients import cluster_metadata, lost_partitions, stop_quietly
 from memory.errors import BackendUnavailable, NotFound
 
 log = structlog.get_logger()
@@ -76,6 +76,26 @@ class ReplyReader:
             self._pause_later()
         if fut.done() and not fut.cancelled():
             fut.exception()  # seen: a reader failure during a failed send is no "never retrieved"
+
+    async def recover_lost(self) -> None:
+        """Move a reader left past the end of a log the broker lost (an embedded broker
+        restarted empty) back to the log's start: the replies since the restart are there,
+        below the old position, and would not be read until the new log passed it. A failed
+        check is left for the next one."""
+        consumer = self._consumer
+        if consumer is None or self._paused is not None:  # a paused reader moves to the end as it wakes
+            return
+        try:
+            lost = await lost_partitions(consumer)
+            if lost:
+                starts = await consumer.beginning_offsets([tp for tp, _, _ in lost])
+                for tp, position, end in lost:
+                    log.warning(
+                        "client.replies_rewound", topic=tp.topic, partition=tp.partition, position=position, log_end=end
+                    )
+                    consumer.seek(tp, starts[tp])
+        except (TimeoutError, KafkaError, IllegalStateError, AssertionError, OSError) as exc:
+            log.debug("client.replies_check_failed", error=f"{type(exc).__name__}: {exc}")
 
     async def close(self) -> None:
         """Stop the reader and its consumer (a reader being started too, not leaked)."""

@@ -27,6 +27,10 @@ from consumers.reply_reader import ReplyReader
 from consumers.requests import ErrorReply
 from memory.errors import BackendUnavailable, InvalidEvent, NotFound
 
+#: How long a reply is awaited before the reply reader is checked for a lost log, and then
+#: between checks: a reply takes milliseconds, a write's ack seconds to minutes.
+LOST_LOG_CHECK_S = 1.0
+
 
 class KafkaTransport:
     """Sends events and requests, and reads their replies back by correlation id."""
@@ -146,6 +150,24 @@ class KafkaTransport:
             raise WriteRejected(ack)
         return ack
 
+    async def _await_reply(self, fut: asyncio.Future[bytes], wait: float) -> bytes:
+        """``fut``'s reply within ``wait`` s; past each ``LOST_LOG_CHECK_S`` without it, the reply
+        reader is checked for a log the broker lost under it.
+
+        Raises:
+            TimeoutError: no reply within ``wait``.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        while True:
+            left = deadline - loop.time()
+            if left <= 0:
+                raise TimeoutError
+            done, _ = await asyncio.wait({fut}, timeout=min(left, LOST_LOG_CHECK_S))
+            if done:
+                return fut.result()
+            await self._replies.recover_lost()
+
     async def _require(self, topic: str) -> None:
         """Fail unless ``topic`` exists: a broker that creates topics on first use (tansu, or
         Kafka's auto.create.topics.enable) would take an event for a misspelt tenant, and a
@@ -206,7 +228,7 @@ class KafkaTransport:
             partition = await self._send(topic, value, key, headers)
             wait = self._timeout if timeout_s is None else timeout_s
             try:
-                return await asyncio.wait_for(fut, timeout=wait)
+                return await self._await_reply(fut, wait)
             except TimeoutError:
                 # A write waits for what came before it on its partition; a question for nothing.
                 behind = (

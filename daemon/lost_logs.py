@@ -27,20 +27,9 @@ import structlog
 from aiokafka.errors import IllegalStateError, KafkaError
 from faststream.kafka import KafkaBroker
 
+from consumers.kafka_clients import lost_partitions
+
 log = structlog.get_logger()
-
-
-def past_log_end(position: int, highwater: int | None, end: int | None) -> bool:
-    """Whether a consumer at ``position`` stands past the end of a lost log.
-
-    ``highwater`` is the high watermark of the consumer's last fetch at its position (None
-    before any): a fetch that delivered records up to the position had a watermark at or
-    past it, so a watermark below the position comes from a log shorter than what was read.
-    ``end`` is the broker's end offset; both must say so.
-    """
-    if highwater is None or end is None:
-        return False
-    return position > highwater and position > end
 
 
 async def log_ends(consumer: Any, tps: Sequence[Any], *, wait_s: float = 2.0) -> dict[Any, int]:
@@ -64,24 +53,6 @@ async def log_ends(consumer: Any, tps: Sequence[Any], *, wait_s: float = 2.0) ->
             break
         await consumer.getmany(timeout_ms=max(1, int(min(left, 0.2) * 1000)))
     return {tp: max(ends[tp], consumer.highwater(tp) or 0) for tp in tps}
-
-
-async def lost_partitions(consumer: Any) -> list[tuple[Any, int, int]]:
-    """The assigned partitions of ``consumer`` past the end of their log, each with its
-    position and the log's end (the higher of the watermark and the end offset)."""
-    tps = sorted(consumer.assignment())
-    if not tps:
-        return []
-    # Positions first: a watermark read after a position is at least the one of the fetch
-    # that took the consumer there, on a healthy log.
-    positions = {tp: await asyncio.wait_for(consumer.position(tp), 1.0) for tp in tps}
-    highwaters = {tp: consumer.highwater(tp) for tp in tps}
-    ends = await asyncio.wait_for(consumer.end_offsets(tps), 5.0)
-    return [
-        (tp, positions[tp], max(highwaters[tp] or 0, ends.get(tp) or 0))
-        for tp in tps
-        if past_log_end(positions[tp], highwaters[tp], ends.get(tp))
-    ]
 
 
 async def rewind_lost_logs(broker: KafkaBroker, interval_s: float, halt: asyncio.Event) -> None:

@@ -353,6 +353,9 @@ async def test_a_negative_limit_or_offset_is_refused_before_anything_is_sent(thr
     for kw in ({"limit": -1}, {"offset": -2}, {"offset": -1, "query": "anything"}):
         with pytest.raises(InvalidRequest, match="limit and offset must be >= 0"):
             await store.asearch(("any",), **kw)  # type: ignore[arg-type]
+    # A query that is no string is the caller's mistake, said so, not an AttributeError.
+    with pytest.raises(InvalidRequest, match="query takes a string, got int"):
+        await store.asearch(("any",), query=123)  # type: ignore[arg-type]
 
 
 async def test_a_query_search_fills_its_page_with_items_of_many_chunks(threaded: ThreadedClient) -> None:

@@ -8,7 +8,8 @@ import asyncio
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from daemon.lost_logs import log_ends, lost_partitions, past_log_end
+from consumers.kafka_clients import lost_partitions, past_log_end
+from daemon.lost_logs import log_ends
 from daemon.topics import ensure_topics
 from tests.conftest import unique
 

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from consumers.client import MemoryClient
 from consumers.errors import QueryFailed
 from daemon.launcher import free_port, start_redis, start_tansu
 from daemon.status import measure_lag
@@ -119,15 +120,22 @@ async def test_broker_restart_daemon_reconnects_by_itself(redis_url: str, tmp_pa
     name = unique("broker-restart")
     settings = isolated_settings(name, bootstrap, redis_url, topic_partitions=1, topic_check_s=1.0)
     daemon = await start_daemon(settings)
+    lasting: MemoryClient | None = None
     try:
         # Requests answered before the restart: the request consumer's position, and the
         # offset it auto-commits, are then past the end of the empty broker's new log, where
         # no query would be answered again unless the daemon moves it back.
         before = PlainClient(bootstrap, settings.topics, settings.topics.replies)
         await before.start()
+        # A client that lives through the restart, its reply reader never paused (as a busy
+        # agent's): its position stands past the new log's end afterwards.
+        lasting = MemoryClient(bootstrap=bootstrap, topics=settings.topics, reply_idle_pause_s=0, timeout_s=20)
+        await lasting.start()
         try:
             for i in range(6):
                 await before.ask({"query_id": f"pre{i}", "search_text": "anything at all", "top_k": 1})
+            for _ in range(3):
+                await lasting.query("anything at all", top_k=1)
             # A good event at offset 0 of the documents log, then a bad one at offset 1,
             # dead-lettered (and marked so).
             await before.send(settings.topics.documents, doc("before/broker.md", "written before the restart"))
@@ -168,6 +176,10 @@ async def test_broker_restart_daemon_reconnects_by_itself(redis_url: str, tmp_pa
             # were answered, which hid that the first ones after the restart never were.
             _, reply = await client.ask({"query_id": "b", "search_text": "okapi", "top_k": 1}, timeout=90)
             assert reply.get("results") and reply["results"][0]["doc_id"] == "after/broker.md", reply
+            # The client open since before the restart hears its reply too, though the new log
+            # holds two replies where its reader stood at the ninth.
+            heard = await lasting.query("okapi", top_k=1)
+            assert [r.doc_id for r in heard.results] == ["after/broker.md"], heard
 
             async def nothing_past_the_end() -> bool:
                 return not (await measure_lag(settings)).past_end
@@ -177,6 +189,8 @@ async def test_broker_restart_daemon_reconnects_by_itself(redis_url: str, tmp_pa
         finally:
             await client.stop()
     finally:
+        if lasting is not None:
+            await lasting.close()
         await daemon.stop()
         broker.stop()
 
