@@ -60,6 +60,8 @@ async def lost_partitions(consumer: Any) -> list[tuple[Any, int, int]]:
     # that took the consumer there, on a healthy log.
     positions = {tp: await asyncio.wait_for(consumer.position(tp), 1.0) for tp in tps}
     highwaters = {tp: consumer.highwater(tp) for tp in tps}
+    if not any(past_log_end(positions[tp], highwaters[tp], positions[tp] - 1) for tp in tps):
+        return []  # no fetch's watermark below its position: healthy, and no request sent
     ends = await asyncio.wait_for(consumer.end_offsets(tps), 5.0)
     return [
         (tp, positions[tp], max(highwaters[tp] or 0, ends.get(tp) or 0))

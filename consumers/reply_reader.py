@@ -15,6 +15,10 @@ from memory.errors import BackendUnavailable, NotFound
 
 log = structlog.get_logger()
 
+#: How long a reply is awaited before the reader is checked for a lost log, and then between
+#: checks: a reply takes milliseconds, a write's ack seconds to minutes.
+LOST_LOG_CHECK_S = 1.0
+
 
 class ReplyReader:
     """Reads replies by correlation id: :meth:`expect` one, :meth:`wake` before its request is
@@ -43,6 +47,8 @@ class ReplyReader:
         self._consumer: AIOKafkaConsumer | None = None
         self._pending: dict[str, asyncio.Future[bytes]] = {}
         self._reader: asyncio.Task[None] | None = None
+        self._checking: asyncio.Task[None] | None = None  # a lost-log check (check_lost_log)
+        self._checked_at = float("-inf")
         # Starting the reader awaits the broker: without the lock, queries racing to start it
         # would each start a consumer, and only the last would ever be stopped.
         self._lock = asyncio.Lock()
@@ -77,23 +83,38 @@ class ReplyReader:
         if fut.done() and not fut.cancelled():
             fut.exception()  # seen: a reader failure during a failed send is no "never retrieved"
 
-    async def recover_lost(self) -> None:
-        """Move a reader left past the end of a log the broker lost (an embedded broker
-        restarted empty) back to the log's start: the replies since the restart are there,
-        below the old position, and would not be read until the new log passed it. A failed
-        check is left for the next one."""
-        consumer = self._consumer
-        if consumer is None or self._paused is not None:  # a paused reader moves to the end as it wakes
+    def check_lost_log(self) -> None:
+        """Start a check for a log the broker lost under the reader (an embedded broker restarted
+        empty), unless one runs or ran within ``LOST_LOG_CHECK_S``: one for all the requests
+        waiting, never in their way."""
+        loop = asyncio.get_running_loop()
+        if self._checking is not None and not self._checking.done():
             return
+        if loop.time() - self._checked_at < LOST_LOG_CHECK_S:
+            return
+        self._checked_at = loop.time()
+        self._checking = asyncio.create_task(self._recover_lost())
+
+    async def _recover_lost(self) -> None:
+        """Move a reader left past the end of a lost log back to the log's start: the replies
+        since the restart are there, below the old position, and would not be read until the
+        new log passed it. A failed check is left for the next one."""
+        if self._consumer is None or self._paused is not None:  # a paused reader moves to the end as it wakes
+            return
+        consumer: AIOKafkaConsumer = self._consumer
         try:
             lost = await lost_partitions(consumer)
-            if lost:
-                starts = await consumer.beginning_offsets([tp for tp, _, _ in lost])
-                for tp, position, end in lost:
-                    log.warning(
-                        "client.replies_rewound", topic=tp.topic, partition=tp.partition, position=position, log_end=end
-                    )
-                    consumer.seek(tp, starts[tp])
+            if not lost:
+                return
+            tps = [tp for tp, _, _ in lost]
+            starts = await asyncio.wait_for(consumer.beginning_offsets(tps), 5.0)
+            if self._consumer is not consumer or self._paused is not None:
+                return  # replaced, stopped or paused meanwhile: its successor starts where it must
+            for tp, position, end in lost:
+                log.warning(
+                    "client.replies_rewound", topic=tp.topic, partition=tp.partition, position=position, log_end=end
+                )
+                consumer.seek(tp, starts.get(tp, 0))
         except (TimeoutError, KafkaError, IllegalStateError, AssertionError, OSError) as exc:
             log.debug("client.replies_check_failed", error=f"{type(exc).__name__}: {exc}")
 
@@ -177,6 +198,10 @@ class ReplyReader:
 
     async def _stop(self) -> None:
         self._cancel_pause()
+        checking, self._checking = self._checking, None
+        if checking is not None:
+            checking.cancel()
+            await asyncio.wait([checking], timeout=5)  # never raises what it raised
         reader, self._reader = self._reader, None
         consumer, self._consumer = self._consumer, None
         if reader is not None:

@@ -23,13 +23,9 @@ from consumers.errors import QueryFailed, WriteRejected
 from consumers.events import WriteAck
 from consumers.kafka_clients import stop_quietly
 from consumers.replies import REPLY_PARTITION_HEADER
-from consumers.reply_reader import ReplyReader
+from consumers.reply_reader import LOST_LOG_CHECK_S, ReplyReader
 from consumers.requests import ErrorReply
 from memory.errors import BackendUnavailable, InvalidEvent, NotFound
-
-#: How long a reply is awaited before the reply reader is checked for a lost log, and then
-#: between checks: a reply takes milliseconds, a write's ack seconds to minutes.
-LOST_LOG_CHECK_S = 1.0
 
 
 class KafkaTransport:
@@ -152,21 +148,21 @@ class KafkaTransport:
 
     async def _await_reply(self, fut: asyncio.Future[bytes], wait: float) -> bytes:
         """``fut``'s reply within ``wait`` s; past each ``LOST_LOG_CHECK_S`` without it, the reply
-        reader is checked for a log the broker lost under it.
+        reader is checked (beside the wait, never in its way) for a log the broker lost under it.
 
         Raises:
             TimeoutError: no reply within ``wait``.
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait
-        while True:
+        while not fut.done():
             left = deadline - loop.time()
             if left <= 0:
                 raise TimeoutError
-            done, _ = await asyncio.wait({fut}, timeout=min(left, LOST_LOG_CHECK_S))
-            if done:
-                return fut.result()
-            await self._replies.recover_lost()
+            await asyncio.wait({fut}, timeout=min(left, LOST_LOG_CHECK_S))
+            if not fut.done():
+                self._replies.check_lost_log()
+        return fut.result()
 
     async def _require(self, topic: str) -> None:
         """Fail unless ``topic`` exists: a broker that creates topics on first use (tansu, or

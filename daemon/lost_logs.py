@@ -84,6 +84,6 @@ async def rewind_lost_logs(broker: KafkaBroker, interval_s: float, halt: asyncio
                     for tp in tps:
                         consumer.seek(tp, starts[tp])
                     await consumer.commit({tp: starts[tp] for tp in tps})
-            except (TimeoutError, KafkaError, IllegalStateError, OSError) as exc:
+            except (TimeoutError, KafkaError, IllegalStateError, AssertionError, OSError) as exc:
                 # A rebalance or the broker away: the next round looks again.
                 log.debug("consumer.rewind_check_failed", error=f"{type(exc).__name__}: {exc}")
