@@ -23,26 +23,18 @@ def _transport() -> KafkaTransport:
     )
 
 
-async def test_a_reply_within_a_second_asks_for_no_check(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The hot path: a reply in milliseconds pays for no lost-log check."""
+@pytest.mark.parametrize(("after_s", "checks_asked"), [(0.05, 0), (1.3, 1)])
+async def test_a_reply_is_returned_with_a_check_asked_for_each_second_without_it(
+    monkeypatch: pytest.MonkeyPatch, after_s: float, checks_asked: int
+) -> None:
+    """A reply in milliseconds pays for no lost-log check; one after 1.3 s asked for one, beside the wait."""
     transport = _transport()
     checks: list[float] = []
     monkeypatch.setattr(transport._replies, "check_lost_log", lambda: checks.append(0.0))
     fut: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
-    asyncio.get_running_loop().call_later(0.05, fut.set_result, b"{}")
-    assert await transport._await_reply(fut, 5.0) == b"{}"
-    assert checks == []
-
-
-async def test_a_slow_reply_is_returned_with_one_check_per_second(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A reply after 1.3 s: one check was asked for, beside the wait, and the reply is returned."""
-    transport = _transport()
-    checks: list[float] = []
-    monkeypatch.setattr(transport._replies, "check_lost_log", lambda: checks.append(0.0))
-    fut: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
-    asyncio.get_running_loop().call_later(1.3, fut.set_result, b"late")
-    assert await transport._await_reply(fut, 5.0) == b"late"
-    assert len(checks) == 1
+    asyncio.get_running_loop().call_later(after_s, fut.set_result, b"reply")
+    assert await transport._await_reply(fut, 5.0) == b"reply"
+    assert len(checks) == checks_asked
 
 
 async def test_no_reply_times_out_at_its_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
