@@ -83,10 +83,15 @@ def recency_ranks(hits: Sequence[tuple[str, float | None]]) -> dict[str, int]:
     Returns:
         id -> 1-based rank.
     """
-    times: dict[str, float] = {}
+    return competition_ranks({h: float("-inf") if t is None else t for h, t in _first_times(hits).items()})
+
+
+def _first_times(hits: Sequence[tuple[str, float | None]]) -> dict[str, float | None]:
+    """id -> its time, a repeated id keeping its first entry."""
+    times: dict[str, float | None] = {}
     for hit_id, ts in hits:
-        times.setdefault(hit_id, float("-inf") if ts is None else ts)
-    return competition_ranks(times)
+        times.setdefault(hit_id, ts)
+    return times
 
 
 def freshness(hits: Sequence[tuple[str, float | None]]) -> dict[str, float]:
@@ -96,9 +101,7 @@ def freshness(hits: Sequence[tuple[str, float | None]]) -> dict[str, float]:
     Args:
         hits: ``(id, epoch seconds or None)``; a repeated id keeps its first entry.
     """
-    times: dict[str, float | None] = {}
-    for hit_id, ts in hits:
-        times.setdefault(hit_id, ts)
+    times = _first_times(hits)
     dated = [t for t in times.values() if t is not None]
     if not dated:
         return dict.fromkeys(times, 0.0)
@@ -115,8 +118,9 @@ def boost_recent(fused: Sequence[Fused], times: Mapping[str, float | None], weig
 
     A multiple of the score, not one more RRF list: a newer hit passes an older one only if it
     matches at least ``1 / (1 + weight)`` as well, so a weak match (small talk that one leg
-    found low down) is not lifted above what answers; and hits of about the same time keep the
-    order of how well they match. It never brings in another hit.
+    found low down) is not lifted above what answers; and hits close together in time, next to
+    the spread of the ``top_k`` hits' times, keep the order of how well they match. It never
+    brings in another hit.
 
     Args:
         fused: hits, best first (``fuse_rrf``).
