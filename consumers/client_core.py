@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Literal, Self
 
 from consumers.config import Topics, event_record_bytes
 from consumers.encoding import encode_event
@@ -17,6 +17,7 @@ from consumers.transport import KafkaTransport
 from consumers.turn_numbers import TurnNumbers
 from memory.config import DEFAULT_MAX_CONTENT_BYTES, DEFAULT_MAX_FUTURE_S
 from memory.errors import InvalidRequest
+from memory.records import DEFAULT_TENANT
 
 #: How long a call waits for the daemon's reply by default (seconds).
 DEFAULT_TIMEOUT_S = 30.0
@@ -39,6 +40,7 @@ class _ClientCore:
         kafka_options: dict[str, Any] | None = None,
         max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES,
         max_future_s: float = DEFAULT_MAX_FUTURE_S,
+        tenancy: Literal["single", "topic"] | None = None,
     ) -> None:
         """``reply_partition``: read only this partition of the reply topic, and ask the daemon
         to reply there (the ``reply_partition`` header). Give each client sharing a reply topic
@@ -66,11 +68,19 @@ class _ClientCore:
         ``max_future_s``: the daemon's ``AGENTMEM_INGEST__MAX_FUTURE_S``. An event stamped
         further ahead of this host's clock is refused here, before anything is sent.
 
+        ``tenancy``: the daemon's ``AGENTMEM_CONSUMER__TENANCY``, if known. A call for a
+        tenant is then refused here in single tenancy, and a call for none in topic tenancy:
+        no daemon reads the topic either would go to, so it would only time out.
+
         Raises:
-            InvalidRequest: ``tenant`` is no valid tenant name.
+            InvalidRequest: ``tenant`` is no valid tenant name, or names one in single tenancy.
         """
         if reply_partition is not None and reply_partition < 0:
             raise ValueError("reply_partition must be >= 0")
+        self._tenancy = tenancy
+        if tenancy == "single" and tenant == DEFAULT_TENANT:
+            tenant = None  # single tenancy's one tenant, on the bare topics
+        self._check_tenancy(tenant, call=False)
         # Each session's next turn, for writes that do not number theirs (consumers.turn_numbers).
         self.turns = TurnNumbers()
         self.topics = topics or Topics()
@@ -127,6 +137,23 @@ class _ClientCore:
         """
         return encode_event(model, payload, max_content_bytes=self._max_content_bytes, max_future_s=self._max_future_s)
 
+    def _check_tenancy(self, tenant: str | None, *, call: bool) -> None:
+        """Refuse what no daemon of this client's tenancy would read (nothing if it is unknown).
+
+        Raises:
+            InvalidRequest: a tenant in single tenancy, or (``call``) none in topic tenancy.
+        """
+        if self._tenancy == "single" and tenant is not None:
+            raise InvalidRequest(
+                f"tenant {tenant!r} needs AGENTMEM_CONSUMER__TENANCY=topic: the daemon runs in single tenancy, "
+                f"where every memory is the {DEFAULT_TENANT!r} tenant's; nothing was sent"
+            )
+        if call and self._tenancy == "topic" and tenant is None:
+            raise InvalidRequest(
+                "the daemon runs in topic tenancy (AGENTMEM_CONSUMER__TENANCY=topic), where no daemon reads the "
+                "bare topics: name the tenant (tenant= on the call or the client); nothing was sent"
+            )
+
     def _tenant_of(self, tenant: str | None) -> str | None:
         """A call's tenant, or this client's when the call names none."""
         return self.tenant if tenant is None else tenant
@@ -139,6 +166,9 @@ class _ClientCore:
                 tenancy would not answer the tenant's call on this client's reply topic.
         """
         tenant = self._tenant_of(tenant)
+        if self._tenancy == "single" and tenant == DEFAULT_TENANT:
+            tenant = None
+        self._check_tenancy(tenant, call=True)
         if tenant is None:
             return base
         topic = tenant_topic(base, tenant)

@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from consumers.client_core import _ClientCore
-from consumers.encoding import delete_body, document_body, encode, forget_body, turn_body
+from consumers.encoding import delete_body, document_body, encode_request, forget_body, turn_body
 from consumers.events import DocumentEvent, ForgetEvent, TranscriptEvent, WriteAck, forget_scope_error
 from consumers.requests import GetItem
 from consumers.topic_names import topic_base
@@ -204,7 +204,7 @@ class _Writes(_ClientCore):
         event_id = payload["event_id"]
         key = agent_id if session_id is None else f"{agent_id}/{session_id}"
         topic = self._topic(self.topics.transcripts, tenant, answered=wait)
-        ack = await self._transport.publish(topic, encode(payload), key, wait=wait, timeout_s=timeout_s)
+        ack = await self._transport.publish(topic, encode_request(payload), key, wait=wait, timeout_s=timeout_s)
         if turn is None:  # the session starts over: probe again (one turn's gap changes no next turn)
             self.turns.forgotten(self._tenant_of(tenant), agent_id, session_id)
         prefix = ForgetEvent.model_validate(payload).to_item(()).doc_id  # the turns' common prefix, or the turn's id

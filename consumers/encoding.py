@@ -45,6 +45,31 @@ def encode(payload: Mapping[str, Any]) -> bytes:
     return json.dumps(payload, ensure_ascii=False).encode()
 
 
+def encode_request(payload: Mapping[str, Any]) -> bytes:
+    """A request's ``payload`` encoded.
+
+    Raises:
+        InvalidRequest: it holds text that UTF-8 cannot carry (a lone surrogate).
+    """
+    try:
+        return encode(payload)
+    except UnicodeEncodeError as exc:  # e.g. from undecodable argv bytes, or text cut mid-pair
+        raise InvalidRequest(f"not sendable as UTF-8 text: {exc}") from exc
+
+
+def _query_id(given: str | None, prefix: str) -> str:
+    """``given``, or a random id with ``prefix`` if None.
+
+    Raises:
+        InvalidRequest: ``given`` is empty (the daemon would refuse it).
+    """
+    if given is None:
+        return f"{prefix}_{uuid.uuid4().hex[:12]}"
+    if not given:
+        raise InvalidRequest("query_id is empty: give a non-empty one, or None for a random one")
+    return given
+
+
 def encode_event(
     model: type[DocumentEvent] | type[TranscriptEvent],
     payload: Mapping[str, Any],
@@ -140,7 +165,7 @@ def query_body(
     if min_similarity is not None:
         hybrid["min_similarity"] = min_similarity
     payload: dict[str, Any] = {
-        "query_id": query_id or f"q_{uuid.uuid4().hex[:12]}",
+        "query_id": _query_id(query_id, "q"),
         "search_text": text,
         "top_k": top_k,
     }
@@ -191,7 +216,7 @@ def get_body(
         InvalidRequest: a turn is neither a triple nor a mapping.
     """
     payload: dict[str, Any] = {
-        "query_id": query_id or f"g_{uuid.uuid4().hex[:12]}",
+        "query_id": _query_id(query_id, "g"),
         "op": "get",
         "doc_ids": [doc_ids] if isinstance(doc_ids, str) else list(doc_ids),  # one id, not its letters
         "turns": [_turn_body(ref) for ref in turns],
@@ -240,7 +265,7 @@ def recent_body(
 ) -> dict[str, Any]:
     """A recent request's body; ``MemoryClient.recent`` documents the arguments."""
     payload: dict[str, Any] = {
-        "query_id": query_id or f"r_{uuid.uuid4().hex[:12]}",
+        "query_id": _query_id(query_id, "r"),
         "op": "recent",
         "agent_id": agent_id,
         "limit": limit,
@@ -255,7 +280,7 @@ def recent_body(
 def list_body(field: str, source_prefix: str, limit: int, offset: int, query_id: str | None) -> dict[str, Any]:
     """A list request's body; ``MemoryClient.list_values`` documents the arguments."""
     return {
-        "query_id": query_id or f"l_{uuid.uuid4().hex[:12]}",
+        "query_id": _query_id(query_id, "l"),
         "op": "list",
         "field": field,
         "source_prefix": source_prefix,

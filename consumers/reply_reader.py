@@ -198,6 +198,10 @@ class ReplyReader:
 
     async def _stop(self) -> None:
         self._cancel_pause()
+        waking, self._waking = self._waking, None
+        if waking is not None:  # a move to the end that a broker gone away holds
+            waking.cancel()
+            await asyncio.wait([waking], timeout=5)
         checking, self._checking = self._checking, None
         if checking is not None:
             checking.cancel()

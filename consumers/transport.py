@@ -16,12 +16,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
-from aiokafka.errors import KafkaError, MessageSizeTooLargeError
+from aiokafka.errors import KafkaError, MessageSizeTooLargeError, UnknownError
 
-from consumers.encoding import encode
+from consumers.encoding import encode_request
 from consumers.errors import QueryFailed, WriteRejected
 from consumers.events import WriteAck
 from consumers.kafka_clients import stop_quietly
+from consumers.log_repeats import quiet_kafka_repeats
 from consumers.replies import REPLY_PARTITION_HEADER
 from consumers.reply_reader import LOST_LOG_CHECK_S, ReplyReader
 from consumers.requests import ErrorReply
@@ -75,6 +76,7 @@ class KafkaTransport:
         Raises:
             BackendUnavailable: the broker cannot be reached.
         """
+        quiet_kafka_repeats()
         options = {"max_request_size": self._max_request_size, **self._options}
         self._producer = AIOKafkaProducer(bootstrap_servers=self._bootstrap, acks="all", linger_ms=0, **options)
         try:
@@ -109,7 +111,13 @@ class KafkaTransport:
         if self._producer is None:
             raise RuntimeError("client not started")
         try:
-            sent = await self._producer.send_and_wait(topic, value, key=key.encode(), headers=headers or [])
+            try:
+                sent = await self._producer.send_and_wait(topic, value, key=key.encode(), headers=headers or [])
+            except UnknownError:
+                # tansu, back from a restart, can answer a record with UnknownError as it stores a
+                # batch the producer held while it was down; sent again, it is taken. (An event sent
+                # twice is applied once, a question twice is answered twice to one waiter.)
+                sent = await self._producer.send_and_wait(topic, value, key=key.encode(), headers=headers or [])
         except MessageSizeTooLargeError as exc:
             # Not an outage, and retrying cannot help: the topic (or this producer) takes
             # smaller records than this event needs, e.g. a topic created by hand, or by a
@@ -145,6 +153,35 @@ class KafkaTransport:
         if ack.status == "dead_lettered":
             raise WriteRejected(ack)
         return ack
+
+    async def _hand_over(
+        self,
+        topic: str,
+        value: bytes,
+        key: str,
+        headers: list[tuple[str, bytes]],
+        limit: tuple[float, float],
+        answer: str,
+    ) -> int:
+        """Wake the reply reader and send the record within the call's ``limit`` (its timeout in
+        seconds, and the loop time it ends): a broker that is down would otherwise hold both for
+        as long as it stays down.
+
+        Raises:
+            BackendUnavailable: the broker did not take the record by then.
+        """
+        try:
+            async with asyncio.timeout_at(limit[1]):
+                await self._replies.wake()
+                return await self._send(topic, value, key, headers)
+        except TimeoutError:
+            # The record may still be in the producer's queue, sent if the broker comes back soon:
+            # harmless for a question (its reply is read by no one), not for an event.
+            later = "" if answer == "reply" else "; the event may still be sent if the broker is back within 40 s"
+            raise BackendUnavailable(
+                f"kafka at {self._bootstrap} took no record on {topic} within {limit[0]:g} s: is the broker "
+                f"up (`agentmemd doctor` says)?{later}"
+            ) from None
 
     async def _await_reply(self, fut: asyncio.Future[bytes], wait: float) -> bytes:
         """``fut``'s reply within ``wait`` s; past each ``LOST_LOG_CHECK_S`` without it, the reply
@@ -193,14 +230,16 @@ class KafkaTransport:
         """Publish a request and wait for its reply's JSON; an error reply raises ``QueryFailed``.
 
         Raises:
+            InvalidRequest: the payload holds text that UTF-8 cannot carry.
             QueryFailed: the daemon replied with an error.
             NotFound: the reply topic, or the reply partition, does not exist.
             BackendUnavailable: the broker cannot be reached, or the reply reader failed while
                 this request waited (the next request starts a new one).
             TimeoutError: no reply within the client's timeout.
         """
+        value = encode_request(payload)
         await self._replies.ensure()
-        raw = await self._exchange(topic, encode(payload), payload["query_id"], None, "reply")
+        raw = await self._exchange(topic, value, payload["query_id"], None, "reply")
         data: dict[str, Any] = json.loads(raw)
         if "error" in data:
             raise QueryFailed(ErrorReply.model_validate(data))
@@ -210,6 +249,7 @@ class KafkaTransport:
         """Publish a record with reply headers and wait for the reply with its correlation id.
 
         Raises:
+            BackendUnavailable: the broker took no record within the call's timeout.
             TimeoutError: no ``answer`` in time, saying where the record went and where the
                 answer was awaited (a bare TimeoutError left users guessing).
         """
@@ -219,12 +259,13 @@ class KafkaTransport:
         headers = [("reply_to", replies.topic.encode()), ("correlation_id", cid.encode())]
         if replies.partition is not None:
             headers.append((REPLY_PARTITION_HEADER, str(replies.partition).encode()))
+        wait = self._timeout if timeout_s is None else timeout_s
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
         try:
-            await replies.wake()
-            partition = await self._send(topic, value, key, headers)
-            wait = self._timeout if timeout_s is None else timeout_s
+            partition = await self._hand_over(topic, value, key, headers, (wait, deadline), answer)
             try:
-                return await self._await_reply(fut, wait)
+                return await self._await_reply(fut, deadline - loop.time())
             except TimeoutError:
                 # A write waits for what came before it on its partition; a question for nothing.
                 behind = (

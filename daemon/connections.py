@@ -33,7 +33,7 @@ def kafka_options(settings: Settings) -> dict[str, Any]:
 def memory_client(settings: Settings | None = None, *, tenant: str | None = None, **options: Any) -> MemoryClient:
     """A ``MemoryClient`` of the daemon the settings describe (``AGENTMEM_*`` variables, a ``.env``
     in the working directory, the config file: as the CLI reads them), with its broker, topics,
-    Kafka security and content limit. ``tenant`` and ``options`` (``timeout_s``,
+    Kafka security, content limit and tenancy. ``tenant`` and ``options`` (``timeout_s``,
     ``reply_partition``, ...) as for ``MemoryClient``.
 
     Raises:
@@ -48,5 +48,6 @@ def memory_client(settings: Settings | None = None, *, tenant: str | None = None
         kafka_options=kafka_options(settings),
         max_content_bytes=settings.ingest.max_content_bytes,
         max_future_s=settings.ingest.max_future_s,
+        tenancy=settings.consumer.tenancy,
         **options,
     )

@@ -329,3 +329,38 @@ async def test_a_client_library_stop_that_ends_cancelled_is_a_failed_stop_not_a_
     closing.cancel()
     with pytest.raises(asyncio.CancelledError):
         await closing
+
+
+async def test_a_client_that_knows_the_tenancy_refuses_calls_no_daemon_would_read() -> None:
+    """In single tenancy a call for tenant acme went to memory.requests.acme, which no daemon
+    reads, and timed out blaming the daemon; in topic tenancy a call for no tenant did the same."""
+    from daemon.connections import memory_client
+
+    with pytest.raises(InvalidRequest, match="tenant 'acme' needs AGENTMEM_CONSUMER__TENANCY=topic"):
+        memory_client(Settings(consumer={"tenancy": "single"}), tenant="acme")
+    single = memory_client(Settings(consumer={"tenancy": "single"}))
+    with pytest.raises(InvalidRequest, match="tenant 'acme' needs AGENTMEM_CONSUMER__TENANCY=topic"):
+        await single.query("refunds", tenant="acme")
+    with pytest.raises(InvalidRequest, match="tenant 'acme' needs"):
+        await single.publish_document("kb/a.md", "text", tenant="acme", wait=False)
+    # The one tenant of single tenancy is the bare topics'.
+    assert single._topic("memory.requests", "default", answered=True) == "memory.requests"
+    assert memory_client(Settings(consumer={"tenancy": "single"}), tenant="default").tenant is None
+    topic = memory_client(Settings(consumer={"tenancy": "topic"}))
+    with pytest.raises(InvalidRequest, match="name the tenant"):
+        await topic.query("refunds")
+    assert topic._topic("memory.requests", "acme", answered=False) == "memory.requests.acme"
+    # A client built by hand knows no tenancy and refuses neither.
+    assert MemoryClient(bootstrap="127.0.0.1:1")._topic("memory.requests", None, answered=True) == "memory.requests"
+
+
+async def test_an_empty_query_id_or_text_utf_8_cannot_carry_is_an_invalid_request() -> None:
+    """An empty query_id was replaced by a random one, though the wire refuses it; a lone
+    surrogate raised UnicodeEncodeError from inside the client."""
+    client = _client()
+    with pytest.raises(InvalidRequest, match="query_id is empty"):
+        await client.query("refunds", query_id="")
+    with pytest.raises(InvalidRequest, match="not sendable as UTF-8"):
+        await client.query("refunds \ud800")
+    with pytest.raises(InvalidRequest, match="not sendable as UTF-8"):
+        await client.forget(agent_id="agent-\udcff", all_sessions=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from daemon.logging import RepeatFilter
+from consumers.log_repeats import RepeatFilter
 
 
 def _record(name: str, msg: str, *args: object) -> logging.LogRecord:
