@@ -135,6 +135,12 @@ def render_status(state: StatusState, *, title: str, not_ready: Mapping[str, str
         + "</span>"
     )
     empty = '<tr><td colspan="7" class="muted">empty: every summary is fresh</td></tr>'
+    # The queue is sampled, so a write seconds ago may not show yet (the explorer reads it live).
+    sampled = (
+        f"as of {now - state.depth_history[-1][0]:.0f} s ago (sampled every few seconds; the explorer reads it live)"
+        if state.depth_history
+        else "not sampled yet"
+    )
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta http-equiv="refresh" content="5">
 <title>{html.escape(title)}</title>
@@ -159,6 +165,7 @@ td,th{{border-bottom:1px solid #eee;padding:4px 10px;text-align:left;font-size:1
 {state.query_refused} refused (bad or expired requests)</span></div>
 </div>
 <h2>Stale-summary queue</h2>
+<p class="muted" id="stale-sampled">{sampled}</p>
 {_svg_chart(list(state.depth_history))}
 <table id="stale-table"><tr>{heads}</tr>
 {"".join(rows) or empty}</table>

@@ -62,6 +62,11 @@ def link(text: object, path: str, **params: object) -> str:
     return f'<a href="{url(path, **params)}">{esc(text)}</a>'
 
 
+def counted(n: int, noun: str) -> str:
+    """``n`` and ``noun``, plural unless one: "1 change", "3 changes"."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def when(epoch: float | None) -> str:
     """An epoch time as UTC ``YYYY-MM-DD HH:MM:SS``; ``""`` for none or one no date can hold."""
     if epoch is None or not math.isfinite(epoch):

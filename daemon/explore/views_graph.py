@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from consumers.times import age
-from daemon.explore.html import esc, link, table, url, when
+from daemon.explore.html import counted, esc, link, table, url, when
 from graph import Community, StaleItem
 from graph.stale_queue import RECOMPUTE_CAUSE
 
@@ -49,7 +49,7 @@ def communities_svg(
         if c.id in stale:
             tip += " · stale"
             if item is not None:
-                tip += f" since {when(item.first_marked_at)} UTC, {item.change_count} changes; caused by "
+                tip += f" since {when(item.first_marked_at)} UTC, {counted(item.change_count, 'change')}; caused by "
                 tip += item.cause()
         label = (
             f'<text x="{cx:.1f}" y="{cy + 4:.1f}" font-size="11" text-anchor="middle" fill="#fff">'
@@ -180,7 +180,7 @@ def community_body(
         state = '<p id="community-state">not summarized yet</p>'
     elif is_stale:
         docs = ", ".join(link(d, "/explore/document", tenant=tenant, doc=d) for d in (item.doc_ids if item else []))
-        since = f" for {esc(age(now - item.first_marked_at))}, {item.change_count} changes" if item else ""
+        since = f" for {esc(age(now - item.first_marked_at))}, {counted(item.change_count, 'change')}" if item else ""
         failing = (
             f"; its summary failed {item.attempts} time(s): {esc(item.last_error)}" if item and item.attempts else ""
         )

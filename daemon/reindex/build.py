@@ -273,7 +273,7 @@ class Reindex:
         missing, self.progress.carried = await complete(source, target, snapshot, self._carry)
         lost = why_missing(missing, replayer.failed)
         if lost and not self._allow_losses:
-            raise losses_refused(lost, self._old)
+            raise losses_refused(lost, self._old, carried=self._carry is not None)
         if lost:
             log.warning("reindex.losses_allowed", lost=len(lost), docs=list(lost)[:50])
         return set(missing)

@@ -120,9 +120,17 @@ def why_missing(keys: list[tuple[str, str]], failed: dict[tuple[str, str], str])
     return {f"{t}/{d}": failed.get((t, d), NOT_REPLAYED) for t, d in keys}
 
 
-def losses_refused(lost: dict[str, str], old: int) -> ReindexWouldLose:
+#: Said when docs went missing and :func:`carry_mode` allowed no carry-over.
+NOT_CARRIED = (
+    "They could not come over from the old generation either: the new settings change the model, "
+    "the chunking or the index schema, which only a replay of a doc's events rebuilds"
+)
+
+
+def losses_refused(lost: dict[str, str], old: int, *, carried: bool = True) -> ReindexWouldLose:
     """The refusal to switch away from generation ``old`` while the new one lacks the docs
-    ``lost`` (``tenant/doc_id`` -> why, :func:`why_missing`)."""
+    ``lost`` (``tenant/doc_id`` -> why, :func:`why_missing`); ``carried``: whether docs the
+    replay missed could be carried over from the old generation (:func:`carry_mode`)."""
     by_reason: dict[str, list[str]] = {}
     for doc, why in lost.items():
         by_reason.setdefault(why, []).append(doc)
@@ -132,5 +140,6 @@ def losses_refused(lost: dict[str, str], old: int) -> ReindexWouldLose:
     )
     return ReindexWouldLose(
         f"{len(lost)} doc(s) served by generation {old} are not in the new build, so the switch would "
-        f"lose them. {shown}. Nothing was switched; republish, fix or delete them, or pass --allow-losses"
+        f"lose them. {shown}.{'' if carried else ' ' + NOT_CARRIED + '.'} Nothing was switched; republish, fix or "
+        "delete them, keep the old settings, or pass --allow-losses"
     )

@@ -139,7 +139,7 @@ def test_only_a_live_build_makes_reads_follow_the_registry_fresh() -> None:
 def test_a_refused_switch_names_each_reason_once_with_its_docs() -> None:
     """29 docs gone from the topics are one reason followed by ten of their names, not the
     same sentence 29 times; a doc the new settings failed on keeps its own reason."""
-    from daemon.reindex.completeness import NOT_REPLAYED, losses_refused, why_missing
+    from daemon.reindex.completeness import NOT_CARRIED, NOT_REPLAYED, losses_refused, why_missing
 
     keys = [("default", f"doc/{i:02d}") for i in range(30)]
     failed = {("default", "doc/29"): "the model failed: too long"}
@@ -147,6 +147,9 @@ def test_a_refused_switch_names_each_reason_once_with_its_docs() -> None:
     assert message.startswith("30 doc(s) served by generation 3 are not in the new build")
     assert message.count(NOT_REPLAYED) == 1 and "default/doc/09 and 19 more" in message
     assert "default/doc/10" not in message and "the model failed: too long: default/doc/29" in message
+    assert NOT_CARRIED not in message
+    # New chunking, say, on a broker that lost the events: the refusal says why no copy helped.
+    assert NOT_CARRIED in str(losses_refused(why_missing(keys, failed), old=3, carried=False))
 
 
 def test_a_spec_recorded_before_its_chunking_strategy_was_kept_reads_as_this_processs() -> None:

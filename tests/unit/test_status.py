@@ -34,6 +34,10 @@ def test_the_status_page_says_why_a_stale_summary_is_not_written() -> None:
     state.stale = {"acme": {"depth": 1, "oldest_age_s": 60.0, "items": [failing]}}
     page = render_status(state, title="agentmemd")
     assert "<th>summary</th>" in page and "failed 3x: LlmFailed: 500" in page
+    # The queue is a sample, which the page dates: the explorer, read live, may differ.
+    assert "not sampled yet" in page
+    state.depth_history.append((now - 3.2, 1))
+    assert "as of 3 s ago" in render_status(state, title="agentmemd")
 
 
 def test_the_lag_table_says_which_partition_a_lane_is_applying() -> None:
