@@ -17,8 +17,8 @@ from _stats import summary_ms
 
 async def quality(system: System, work: Work, mode: str) -> dict[str, Any]:
     """SciFact nDCG@10 and LoCoMo recall@10, one question at a time; a failed search scores 0."""
+    from _locomo_data import recall_at
     from _scifact_data import ndcg_at
-    from locomo import recall_at
 
     failed = {"scifact": 0, "locomo": 0}
     ndcgs: list[float] = []

@@ -14,12 +14,12 @@ class Work:
     docs: list[tuple[str, str]]  # SciFact (doc id, title + text)
     doc_queries: list[tuple[str, str]]  # (query id, text)
     qrels: dict[str, dict[str, int]]
-    turns: list[Any]  # locomo.Turn
-    questions: list[Any]  # locomo.Question
+    turns: list[Any]  # _locomo_data.Turn
+    questions: list[Any]  # _locomo_data.Question
 
 
 def load_work(args: argparse.Namespace) -> Work:
-    import locomo
+    import _locomo_data
     from _scifact_data import load_data, pick_docs
 
     corpus, queries, qrels = load_data(args.scifact)
@@ -27,7 +27,7 @@ def load_work(args: argparse.Namespace) -> Work:
     if args.queries:
         qids = qids[: args.queries]
     wanted = pick_docs(corpus, qrels, qids, args.scifact_docs, seed=3)
-    turns, questions = locomo.load(args.locomo, args.conversations)
+    turns, questions = _locomo_data.load(args.locomo, args.conversations)
     if args.questions:
         questions = questions[: args.questions]
     return Work([(d, corpus[d]) for d in wanted], [(q, queries[q]) for q in qids], qrels, turns, questions)

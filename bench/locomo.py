@@ -36,23 +36,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import json
-import re
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from _common import ROOT
+from _locomo_data import KS, Question, Turn, in_person, load, scores
 from _result import Result, png_path
 from _run import add_common_args, run_benchmark
 from _servers import Servers, wait_until
 from _stats import summary_ms
 
 BENCH = "locomo"
-KS = (5, 10, 25, 50)
 #: LoCoMo paper, Table 3: DRAGON retriever over dialogue turns, all categories.
 PUBLISHED = {5: 0.567, 10: 0.662, 25: 0.767, 50: 0.827}
 TARGETS = {5: 0.68, 10: 0.78, 25: 0.87, 50: 0.92}
@@ -63,167 +59,6 @@ MODES: dict[str, dict[str, float] | None] = {
     "dense leg alone": {"sparse_weight": 0.0, "identifier_weight": 0.0, "speaker_weight": 0.0},
     "BM25 leg alone": {"dense_weight": 0.0, "identifier_weight": 0.0, "speaker_weight": 0.0},
 }
-_EVIDENCE = re.compile(r"D:?(\d+):(\d+)")
-
-
-@dataclass(frozen=True, slots=True)
-class Turn:
-    """One dialogue turn as the benchmark publishes it."""
-
-    agent_id: str
-    session_id: str
-    turn: int
-    role: str
-    content: str
-    timestamp: datetime
-
-    @property
-    def key(self) -> str:
-        return f"{self.session_id}/{self.turn}"
-
-
-@dataclass(frozen=True, slots=True)
-class Question:
-    """A question with the turns (``session_<N>/<turn>`` keys) that hold its answer."""
-
-    agent_id: str
-    text: str
-    category: int
-    evidence: frozenset[str]
-    #: The conversation's two speakers: the first published with role user, the second assistant.
-    speakers: tuple[str, str] = ("", "")
-
-
-def session_time(text: str) -> datetime | None:
-    """``"1:56 pm on 8 May, 2023"`` as an aware UTC datetime; None where it is not in that form."""
-    try:
-        return datetime.strptime(str(text).strip(), "%I:%M %p on %d %B, %Y").replace(tzinfo=UTC)
-    except ValueError:
-        return None
-
-
-def evidence_keys(raw: Sequence[str]) -> frozenset[str]:
-    """Evidence ids (``D<session>:<turn>``, malformed ones included) as ``session_<N>/<turn>`` keys."""
-    return frozenset(f"session_{int(s)}/{int(t)}" for item in raw for s, t in _EVIDENCE.findall(str(item)))
-
-
-def turn_content(turn: dict[str, Any]) -> str:
-    """A turn as a person would write it in a transcript: the speaker's name, then the words."""
-    content = f"{turn.get('speaker', 'someone')}: {turn.get('text', '')}"
-    if turn.get("blip_caption"):
-        content += f" [shares {turn['blip_caption']}]"
-    return content
-
-
-def _sessions(c: dict[str, Any]) -> list[int]:
-    """The session numbers of a conversation, in order: every ``session_<N>`` that holds turns,
-    whatever numbers are missing between them."""
-    found = (re.fullmatch(r"session_(\d+)", k) for k, v in c.items() if isinstance(v, list))
-    return sorted(int(m.group(1)) for m in found if m)
-
-
-def load(path: Path, conversations: int = 0) -> tuple[list[Turn], list[Question]]:
-    """Turns and questions of the first ``conversations`` conversations (0: all).
-
-    Survives what a LoCoMo file may hold besides the README's quirks: a gap in the session
-    numbers, a ``dia_id`` with no turn number (the turn's place in its session is used) or one
-    another turn of its session already has (the next free number), a session date in another
-    form (the previous session's is used). What it repaired is printed.
-    """
-    data = json.loads(path.read_text())
-    if conversations:
-        data = data[:conversations]
-    turns: list[Turn] = []
-    questions: list[Question] = []
-    repaired: list[str] = []
-    for conv in data:
-        agent = conv["sample_id"]
-        c = conv["conversation"]
-        speakers = {c.get("speaker_a"): "user", c.get("speaker_b"): "assistant"}
-        when = datetime(2023, 1, 1, tzinfo=UTC)
-        for n in _sessions(c):
-            parsed = session_time(c.get(f"session_{n}_date_time", ""))
-            if parsed is None:
-                repaired.append(f"{agent} session_{n}: date {c.get(f'session_{n}_date_time')!r}")
-            when = parsed or when
-            taken: set[int] = set()
-            for place, t in enumerate(c[f"session_{n}"], start=1):
-                ids = _EVIDENCE.findall(str(t.get("dia_id", "")))
-                number = int(ids[0][1]) if ids else place
-                if not ids or number in taken:  # never one turn over another: the next free number
-                    number = number if number not in taken else max(taken) + 1
-                    repaired.append(f"{agent} session_{n}: dia_id {t.get('dia_id')!r} read as turn {number}")
-                taken.add(number)
-                role = speakers.get(t.get("speaker"), "user")
-                turns.append(Turn(agent, f"session_{n}", number, role, turn_content(t), when))
-        for qa in conv.get("qa", ()):
-            ev = evidence_keys(qa.get("evidence") or [])
-            if ev and qa.get("question"):
-                pair = (str(c.get("speaker_a", "")), str(c.get("speaker_b", "")))
-                questions.append(Question(agent, qa["question"], int(qa.get("category", 0)), ev, pair))
-    if repaired:
-        print(f"{len(repaired)} repairs while loading {path.name}: {repaired[:5]}", flush=True)
-    return turns, questions
-
-
-#: Words after which a speaker's name is an object ("gave Caroline", "with Melanie").
-_OBJECT_AFTER = frozenset(
-    "to with for about from give gave gives tell told help helped by at of inspire inspired make made "
-    "motivate motivated remind reminds support supports encourage encouraged".split()
-)
-#: Grammar a pronoun put in a name's place needs ("I is" -> "I am").
-_AGREEMENT = (
-    (" I is", " I am"),
-    (" I has", " I have"),
-    (" I does", " I do"),
-    (" you is", " you are"),
-    (" you was", " you were"),
-    (" you has", " you have"),
-    (" you does", " you do"),
-    ("does you", "do you"),
-    ("does I", "do I"),
-    ("Does you", "Do you"),
-    ("Does I", "Do I"),
-)
-
-
-def in_person(q: Question) -> tuple[str, int] | None:
-    """``q`` asked by one of its speakers, as a user asks an assistant: a question naming only
-    the first speaker (role user) in the first person ("When did I go to ..."), one naming only
-    the second (role assistant) in the second ("What did you paint?"), and which; None for a
-    question naming neither or both (pure)."""
-    first, second = (bool(name) and re.search(rf"\b{re.escape(name)}\b", q.text) is not None for name in q.speakers)
-    if first == second:
-        return None
-    person = 1 if first else 2
-    subject, obj, own = ("I", "me", "my") if person == 1 else ("you", "you", "your")
-
-    def pronoun(m: re.Match[str]) -> str:
-        before = q.text[: m.start()].split()
-        if m.group(2):
-            return own
-        return obj if before and before[-1].lower().strip(",") in _OBJECT_AFTER else subject
-
-    text = re.sub(rf"\b({re.escape(q.speakers[person - 1])})('s|\u2019s)?\b", pronoun, q.text)
-    for wrong, right in _AGREEMENT:
-        text = text.replace(wrong, right)
-    return text[:1].upper() + text[1:], person
-
-
-def recall_at(ranked: Sequence[str], evidence: frozenset[str], k: int) -> float:
-    """LoCoMo's recall_acc for one question: evidence turns found in the top k, over all of them."""
-    return len(evidence & set(ranked[:k])) / len(evidence)
-
-
-def scores(ranked: dict[int, list[str]], questions: Sequence[Question]) -> dict[str, dict[str, float]]:
-    """Mean recall@k over all categories and over categories 1-4."""
-    out: dict[str, dict[str, float]] = {}
-    for label, keep in (("all", lambda q: True), ("cat1-4", lambda q: q.category != 5)):
-        idx = [i for i, q in enumerate(questions) if keep(q)]
-        out[label] = {
-            f"R@{k}": sum(recall_at(ranked[i], questions[i].evidence, k) for i in idx) / max(len(idx), 1) for k in KS
-        }
-    return out
 
 
 def plot(path: Path, rows: dict[str, dict[str, Any]]) -> None:
@@ -502,7 +337,7 @@ async def main_async(args: argparse.Namespace, servers: Servers) -> Result:
     result.note(
         "questions naming one speaker were also asked as that speaker would ask an assistant: the first speaker's "
         "(published with role user) in the first person, the second's (role assistant) in the second, the name "
-        "replaced by I/me/my or you/your (bench/locomo.py in_person); no target"
+        "replaced by I/me/my or you/your (bench/_locomo_data.py in_person); no target"
     )
     if result.doc["smoke"]:
         result.note("SUBSET RUN: not comparable with the published figures")
