@@ -92,10 +92,12 @@ class MemoryClient(_Writes):
 
         Raises:
             QueryFailed: the daemon replied with an error.
-            InvalidRequest: ``tenant`` is no valid tenant name.
+            InvalidRequest: ``tenant`` is no valid tenant name (or none the daemon's tenancy
+                reads), an empty ``query_id``, text UTF-8 cannot carry.
             NotFound: the reply topic, or the reply partition, does not exist.
-            BackendUnavailable: the broker cannot be reached, or the reply reader failed while
-                this query waited (the next query starts a new one).
+            BackendUnavailable: the broker cannot be reached or took no record within the
+                client's timeout, or the reply reader failed or was closed while this query
+                waited (the next query starts a new one).
             TimeoutError: no reply within the client's timeout.
         """
         topic = self._topic(self.topics.requests, tenant, answered=True)

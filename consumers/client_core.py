@@ -155,8 +155,10 @@ class _ClientCore:
             )
 
     def _tenant_of(self, tenant: str | None) -> str | None:
-        """A call's tenant, or this client's when the call names none."""
-        return self.tenant if tenant is None else tenant
+        """A call's tenant, or this client's when the call names none; None for single tenancy's
+        one tenant, whose calls go to the bare topics (so its turns are counted once)."""
+        tenant = self.tenant if tenant is None else tenant
+        return None if self._tenancy == "single" and tenant == DEFAULT_TENANT else tenant
 
     def _topic(self, base: str, tenant: str | None, *, answered: bool) -> str:
         """Where a call publishes: ``base`` itself, or the tenant's ``<base>.<tenant>``.
@@ -166,8 +168,6 @@ class _ClientCore:
                 tenancy would not answer the tenant's call on this client's reply topic.
         """
         tenant = self._tenant_of(tenant)
-        if self._tenancy == "single" and tenant == DEFAULT_TENANT:
-            tenant = None
         self._check_tenancy(tenant, call=True)
         if tenant is None:
             return base

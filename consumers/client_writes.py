@@ -84,7 +84,8 @@ class _Writes(_ClientCore):
         Raises:
             InvalidEvent: the daemon would dead-letter it (see ``document_event``); nothing is sent.
             WriteRejected: (``wait``) the daemon dead-lettered it.
-            BackendUnavailable: the broker could not take it.
+            BackendUnavailable: the broker could not take it (with ``wait``, not within
+                ``timeout_s``: it may still be sent if the broker is back within 40 s).
             TimeoutError: (``wait``) no ack in time; the event was sent.
         """
         version, value = self.document_event(

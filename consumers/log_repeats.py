@@ -27,7 +27,10 @@ class RepeatFilter(logging.Filter):
         self._last: dict[tuple[str, str], float] = {}
 
     def filter(self, record: logging.LogRecord) -> bool:
-        """Whether ``record`` passes: not if its template (and error type) passed within the window."""
+        """Whether ``record`` passes: not if its template (and error type) passed within the window.
+        Debug and info records always pass: who asks for them wants each."""
+        if record.levelno < logging.WARNING:
+            return True
         # One template carries many errors: the exception's type is part of the message.
         error = record.exc_info[0].__name__ if record.exc_info and record.exc_info[0] else ""
         key, now = (record.name, f"{record.msg}{error}"), self._clock()

@@ -251,7 +251,15 @@ class ReplyReader:
             return
         if self._waking is None:
             self._waking = asyncio.create_task(self._catch_up(self._paused))
-        await asyncio.shield(self._waking)
+        waking = self._waking
+        try:
+            await asyncio.shield(waking)
+        except asyncio.CancelledError:
+            this = asyncio.current_task()
+            if waking.cancelled() and (this is None or this.cancelling() == 0):
+                # close() ended the move under this request, which nobody cancelled.
+                raise BackendUnavailable(f"the reply reader of {self.topic!r} was closed") from None
+            raise
 
     async def _catch_up(self, consumer: AIOKafkaConsumer) -> None:
         replaced = consumer is not self._consumer  # a fresh reader starts at the end, unpaused
@@ -265,3 +273,5 @@ class ReplyReader:
             # Resumed even if the move failed: reading the pile is slower, never deaf.
             consumer.resume(*consumer.assignment())
             self._paused = self._waking = None
+            if not self._pending:  # every request gave up meanwhile (the broker was down): pause again
+                self._pause_later()

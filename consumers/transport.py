@@ -170,11 +170,14 @@ class KafkaTransport:
         Raises:
             BackendUnavailable: the broker did not take the record by then.
         """
+        deadline = asyncio.timeout_at(limit[1])
         try:
-            async with asyncio.timeout_at(limit[1]):
+            async with deadline:
                 await self._replies.wake()
                 return await self._send(topic, value, key, headers)
         except TimeoutError:
+            if not deadline.expired():
+                raise  # not this deadline's
             # The record may still be in the producer's queue, sent if the broker comes back soon:
             # harmless for a question (its reply is read by no one), not for an event.
             later = "" if answer == "reply" else "; the event may still be sent if the broker is back within 40 s"

@@ -39,6 +39,7 @@ def memory_client(settings: Settings | None = None, *, tenant: str | None = None
     Raises:
         ValidationError: the settings are invalid (``agentmemd config show`` says which).
         ConfigError: ``AGENTMEM_CONFIG_FILE`` names a file that cannot be read as settings.
+        InvalidRequest: ``tenant`` names one in single tenancy, or is no valid tenant name.
     """
     settings = Settings() if settings is None else settings
     return MemoryClient(

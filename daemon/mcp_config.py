@@ -16,3 +16,10 @@ class MCPConfig(BaseModel):
     timeout_s: float = Field(
         10.0, gt=0, le=300, description="Deadline of one MCP tool call (the Kafka reply or ack it waits for)."
     )
+
+    @property
+    def client_timeout_s(self) -> float:
+        """The client's own timeout: a little inside the tool's deadline, so the client's reason
+        (the broker took nothing, the daemon did not answer) reaches the agent before the tool's
+        deadline cuts the call short."""
+        return self.timeout_s * 0.9

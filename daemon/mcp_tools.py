@@ -178,7 +178,7 @@ class MemoryTools:
                     sent = True
                     receipt = await c.publish_observation(
                         agent_id=agent_id, session_id=session_id, turn=turn, content=text, role=role,
-                        metadata=metadata, timestamp=said_at, wait=True, timeout_s=self._cfg.timeout_s,
+                        metadata=metadata, timestamp=said_at, wait=True, timeout_s=self._cfg.client_timeout_s,
                     )  # fmt: skip
                     return {**ack_view(receipt.ack, receipt.doc_id), "turn": turn}
                 n = await c.next_turn(agent_id, session_id)
@@ -186,7 +186,7 @@ class MemoryTools:
                     sent = True
                     receipt = await c.publish_observation(
                         agent_id=agent_id, session_id=session_id, turn=n, content=text, role=role,
-                        metadata=metadata, timestamp=said_at, wait=True, timeout_s=self._cfg.timeout_s,
+                        metadata=metadata, timestamp=said_at, wait=True, timeout_s=self._cfg.client_timeout_s,
                     )  # fmt: skip
                     # Another server process may have taken the same turn at the same moment
                     # (the later write wins): read it back, and move ours on if it lost.
@@ -208,7 +208,7 @@ class MemoryTools:
 
         async def put(c: MemoryClient) -> dict[str, Any]:
             r = await c.publish_document(
-                doc_id, content, metadata=metadata, timestamp=when, wait=True, timeout_s=self._cfg.timeout_s
+                doc_id, content, metadata=metadata, timestamp=when, wait=True, timeout_s=self._cfg.client_timeout_s
             )
             return ack_view(r.ack, r.doc_id)
 
@@ -218,7 +218,7 @@ class MemoryTools:
         """Delete a document and wait for its ack."""
 
         async def drop(c: MemoryClient) -> dict[str, Any]:
-            r = await c.delete_document(doc_id, wait=True, timeout_s=self._cfg.timeout_s)
+            r = await c.delete_document(doc_id, wait=True, timeout_s=self._cfg.client_timeout_s)
             return ack_view(r.ack, r.doc_id)
 
         return await self._call("delete_document", drop, write=True)
@@ -231,7 +231,7 @@ class MemoryTools:
         async def drop(c: MemoryClient) -> dict[str, Any]:
             r = await c.forget(
                 agent_id=agent_id, session_id=session_id, all_sessions=all_sessions, turn=turn, wait=True,
-                timeout_s=self._cfg.timeout_s,
+                timeout_s=self._cfg.client_timeout_s,
             )  # fmt: skip
             view = ack_view(r.ack, r.doc_id)
             # Nothing was stored there, a misspelt id most likely: say what is.

@@ -43,7 +43,7 @@ def mcp(
         )
 
     def make_client() -> MemoryClient:
-        return memory_client(settings, tenant=target, timeout_s=cfg.timeout_s)
+        return memory_client(settings, tenant=target, timeout_s=cfg.client_timeout_s)
 
     status_host = "127.0.0.1" if settings.http_host in ("0.0.0.0", "::", "") else settings.http_host
     status_url = f"http://{status_host}:{settings.http_port}" if settings.http_port else None

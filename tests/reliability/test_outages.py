@@ -159,6 +159,7 @@ async def test_broker_restart_daemon_reconnects_by_itself(
         # send waits): each is told the broker is unavailable within its timeout, and
         # aiokafka's errors at every retry (~70 a second) reach the log once in a while only.
         await asyncio.sleep(0.5)  # the first one's reader pauses
+        assert outage_clients[0]._transport._replies._paused is not None
         caplog.clear()
         down = await asyncio.wait_for(
             asyncio.gather(*(c.query("anything at all", top_k=1) for c in outage_clients), return_exceptions=True),

@@ -346,6 +346,8 @@ async def test_a_client_that_knows_the_tenancy_refuses_calls_no_daemon_would_rea
     # The one tenant of single tenancy is the bare topics'.
     assert single._topic("memory.requests", "default", answered=True) == "memory.requests"
     assert memory_client(Settings(consumer={"tenancy": "single"}), tenant="default").tenant is None
+    # ... whose turns are counted once, named or not.
+    assert single._tenant_of("default") is None and single._tenant_of(None) is None
     topic = memory_client(Settings(consumer={"tenancy": "topic"}))
     with pytest.raises(InvalidRequest, match="name the tenant"):
         await topic.query("refunds")

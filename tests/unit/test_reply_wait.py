@@ -1,5 +1,6 @@
 """How a request waits for its reply (pure: nothing connects): the lost-log check runs beside
-the wait, once a second at most, and never costs a reply that came."""
+the wait, once a second at most, and never costs a reply that came; a paused reader's move to
+the end, which a broker that is down holds, is left or ended cleanly."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import asyncio
 
 import pytest
 
+from consumers.reply_reader import ReplyReader
 from consumers.transport import KafkaTransport
+from memory.errors import BackendUnavailable
 
 
 def _transport() -> KafkaTransport:
@@ -60,3 +63,78 @@ async def test_one_check_at_a_time_for_every_waiting_request() -> None:
     replies.check_lost_log()
     assert replies._checking is first  # within LOST_LOG_CHECK_S of the last
     await replies.close()
+
+
+class _DeadBrokerConsumer:
+    """A paused reply consumer whose move to the end never completes, as with the broker down."""
+
+    def __init__(self) -> None:
+        self.paused = self.resumed = 0
+        self.move = asyncio.Event()  # set: the broker is back
+
+    def assignment(self) -> set[int]:
+        return {0}
+
+    def pause(self, *tps: object) -> None:
+        self.paused += 1
+
+    def resume(self, *tps: object) -> None:
+        self.resumed += 1
+
+    async def seek_to_end(self, *tps: object) -> None:
+        await self.move.wait()
+
+    async def position(self, tp: object) -> int:
+        return 0
+
+    async def stop(self) -> None:
+        pass
+
+
+def _paused_reader(idle_pause_s: float) -> tuple[ReplyReader, _DeadBrokerConsumer]:
+    reader = ReplyReader(
+        bootstrap="127.0.0.1:1", topic="r", partition=None, fetch_wait_ms=5, idle_pause_s=idle_pause_s, kafka_options={}
+    )
+    consumer = _DeadBrokerConsumer()
+    reader._consumer = consumer  # type: ignore[assignment]
+    reader._reader = asyncio.create_task(asyncio.sleep(3600))
+    reader._pause()
+    assert reader._paused is consumer
+    return reader, consumer
+
+
+async def test_a_reader_woken_during_an_outage_pauses_again_once_the_broker_is_back() -> None:
+    """The request gave up at its deadline, so its pause timer fired while the reader was still
+    paused; resumed when the move completed, it polled ~200 times a second until the next call."""
+    reader, consumer = _paused_reader(idle_pause_s=0.05)
+    fut = reader.expect("a")
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.1):
+            await reader.wake()
+    reader.done_with("a", fut)
+    await asyncio.sleep(0.1)  # its pause timer fires while the move still waits
+    consumer.move.set()
+    await asyncio.sleep(0.01)
+    assert consumer.resumed == 1 and reader._paused is None
+    await asyncio.sleep(0.1)
+    assert reader._paused is consumer and consumer.paused == 2  # paused again
+    await reader.close()
+
+
+async def test_a_request_waiting_on_the_move_when_the_client_closes_is_told_so() -> None:
+    """close() cancels the move; the request waiting on it, which nobody cancelled, got a bare
+    CancelledError, which task groups and run_coroutine_threadsafe take for a cancellation."""
+    reader, _ = _paused_reader(idle_pause_s=5)
+    waiting = asyncio.create_task(reader.wake())
+    await asyncio.sleep(0.05)
+    await reader.close()
+    with pytest.raises(BackendUnavailable, match="was closed"):
+        await waiting
+    # A request cancelled itself is still cancelled.
+    reader, _ = _paused_reader(idle_pause_s=5)
+    cancelled = asyncio.create_task(reader.wake())
+    await asyncio.sleep(0.05)
+    cancelled.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await cancelled
+    await reader.close()
