@@ -117,8 +117,9 @@ def not_ahead(ts: datetime, reference: float, max_future_s: float, against: str)
     epoch = ts.timestamp()
     if epoch > reference + max_future_s:
         raise ValueError(
-            f"timestamp {ts.isoformat()} is {age(epoch - reference)} after {against}; a timestamp says when "
-            f"the memory was recorded, at most {max_future_s:g} s ahead (a time without a zone is read as UTC)"
+            f"timestamp {ts.isoformat()} is {age(epoch - reference)} ({epoch - reference:.0f} s) after {against}; "
+            f"a timestamp says when the memory was recorded, at most {max_future_s:g} s ahead (a time without a "
+            "zone is read as UTC)"
         )
     return epoch
 

@@ -13,6 +13,8 @@ class MCPConfig(BaseModel):
         SecretStr(""),
         description="Bearer token `agentmemd mcp --http` requires ('' = none; stdio never asks).",
     )
+    host: str = Field("127.0.0.1", description="Address `agentmemd mcp --http` serves on (--host overrides it).")
+    port: int = Field(8765, ge=1, le=65535, description="Port `agentmemd mcp --http` serves on (--port overrides it).")
     timeout_s: float = Field(
         10.0, gt=0, le=300, description="Deadline of one MCP tool call (the Kafka reply or ack it waits for)."
     )

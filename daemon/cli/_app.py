@@ -24,7 +24,7 @@ from daemon.connections import redis_client
 from daemon.logging import configure_logging
 from daemon.settings import Settings
 from daemon.settings_check import ConfigError
-from memory.errors import MemdError
+from memory.errors import BackendUnavailable, MemdError
 
 T = TypeVar("T")
 
@@ -105,7 +105,9 @@ def _run_with_signals(main: Callable[[asyncio.Event], Awaitable[None]], again: a
 
 
 def _fail(exc: Exception) -> typer.Exit:
-    err.print(f"[red]error:[/red] {escape(str(exc))}")
+    # An outage's message says what failed; the hint says where to look next.
+    hint = " (`agentmemd doctor` says what is down, and how to start it)" if isinstance(exc, BackendUnavailable) else ""
+    err.print(f"[red]error:[/red] {escape(str(exc))}{hint}")
     return typer.Exit(code=1)
 
 

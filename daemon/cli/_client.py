@@ -87,7 +87,7 @@ def _tenant_target(tenancy: str, tenant: str | None) -> str | None:
         return tenant
     if tenant not in (None, DEFAULT_TENANT):
         raise typer.BadParameter(
-            f"--tenant {tenant} needs AGENTMEM_CONSUMER__TENANCY=topic; in single mode every query is the "
+            f"--tenant {tenant} needs AGENTMEM_CONSUMER__TENANCY=topic; in single mode every memory is the "
             f"{DEFAULT_TENANT!r} tenant's"
         )
     return None

@@ -52,6 +52,13 @@ def dlq_list(
     replay` takes), why it was refused, and where it came from (in topic tenancy, whose)."""
     s = _settings(quiet=True)
     t = s.topics
+    if tenant is not None and s.consumer.tenancy != "topic":
+        raise _fail(
+            ValueError(
+                f"--tenant {tenant} needs AGENTMEM_CONSUMER__TENANCY=topic: in single mode every dead letter is the "
+                "'default' tenant's (list them without --tenant)"
+            )
+        )
     try:
         letters = asyncio.run(
             recent_dead_letters(
@@ -79,8 +86,13 @@ def dlq_list(
         out.print(Text(f"{d.partition}:{d.offset}  {d.failed_at[:19]}  {d.code}  from {origin}", style="bold"))
         out.print(Text(f"    {d.reason}"))
         first = d.preview.splitlines()[0] if d.preview else ""
-        shown = first[:160] + ("…" if len(first) > 160 or d.cut else "") if d.preview_kind == "text" else ""
-        out.print(Text(f"    {shown}" if shown else "    (original left out: too large to keep)", style="dim"))
+        if d.preview_kind == "hex":  # bytes that are no text: their first line of hex
+            shown = f"(bytes, not text) {first}{'…' if d.cut or len(d.preview.splitlines()) > 1 else ''}"
+        elif d.preview_kind == "text":
+            shown = first[:160] + ("…" if len(first) > 160 or d.cut else "")
+        else:
+            shown = "(original left out: too large to keep)"
+        out.print(Text(f"    {shown}" if shown else "    (empty)", style="dim"))
 
 
 @dlq_app.command("replay")

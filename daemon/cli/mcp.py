@@ -21,8 +21,12 @@ def mcp(
     http: Annotated[
         bool, typer.Option("--http", metavar="", help="Serve streamable HTTP at /mcp instead of stdio.")
     ] = False,
-    host: Annotated[str, typer.Option("--host", help="HTTP address (with --http).")] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", help="HTTP port (with --http).")] = 8765,
+    host: Annotated[
+        str | None, typer.Option("--host", help="HTTP address (with --http; default AGENTMEM_MCP__HOST, 127.0.0.1).")
+    ] = None,
+    port: Annotated[
+        int | None, typer.Option("--port", help="HTTP port (with --http; default AGENTMEM_MCP__PORT, 8765).")
+    ] = None,
     tenant: Annotated[
         str | None, typer.Option("--tenant", help="Whose memory every tool reads and writes (topic tenancy).")
     ] = None,
@@ -33,6 +37,8 @@ def mcp(
     settings = _settings()
     target = _tenant_target(settings.consumer.tenancy, tenant)
     cfg = settings.mcp
+    host = cfg.host if host is None else host
+    port = cfg.port if port is None else port
     if http and not cfg.token.get_secret_value() and not is_loopback(host):
         # As the explorer: anyone reaching the port could read and write every memory it serves.
         raise _fail(

@@ -368,3 +368,13 @@ def test_http_on_a_public_address_without_a_token_is_refused() -> None:
         check=False,
     )
     assert res.returncode == 1 and "no token is set" in res.stderr and "AGENTMEM_MCP__TOKEN" in res.stderr, res
+    # The same address given by the setting, as an operator's .env gives it, is read and refused alike.
+    res = subprocess.run(
+        [AGENTMEMD, "mcp", "--http"],
+        env={**env, "AGENTMEM_MCP__HOST": "0.0.0.0", "AGENTMEM_MCP__PORT": str(free_port())},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert res.returncode == 1 and "--host 0.0.0.0 is reachable" in res.stderr, res

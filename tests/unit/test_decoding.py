@@ -405,7 +405,7 @@ def test_a_timestamp_ahead_of_its_record_is_dead_lettered_whatever_the_clock_say
         max_content_bytes=100,
     )[1]
     assert dead.error_code == "invalid_event"
-    assert "2.0 h after its Kafka record's time" in dead.reason and "at most 300 s ahead" in dead.reason
+    assert "2.0 h (7200 s) after its Kafka record's time" in dead.reason and "at most 300 s ahead" in dead.reason
     drift = {**turn, "timestamp": "2026-09-21T14:14:20Z"}  # 60 s ahead
     (good,), _ = decode_records(
         [Rec(json.dumps(drift).encode(), topic="memory.transcripts", timestamp=record_ms)],
@@ -417,7 +417,7 @@ def test_a_timestamp_ahead_of_its_record_is_dead_lettered_whatever_the_clock_say
     far = doc(timestamp="2027-09-21T14:13:20Z")
     args = {"kind": "document", "filter_keys": BASE_FILTER_KEYS, "max_content_bytes": 100}
     (dead,) = decode_records([Rec(far, timestamp=record_ms)], **args)[1]  # type: ignore[arg-type]
-    assert "365.0 d after its Kafka record's time" in dead.reason
+    assert "365.0 d (31536000 s) after its Kafka record's time" in dead.reason
     (good,), _ = decode_records([Rec(far, timestamp=record_ms)], max_future_s=366 * 86_400, **args)  # type: ignore[arg-type]
     assert good.item.timestamp == datetime(2027, 9, 21, 14, 13, 20, tzinfo=UTC).timestamp()
     # Without a record time the daemon's clock is the reference.
