@@ -20,6 +20,7 @@ from daemon.dlq_replay import Replay, parse_position, read_dead_letters, replay_
 from daemon.explore.dlq import dead_letter, erased_letter, recent_dead_letters, tenant_of
 from daemon.settings import Settings
 from memory.errors import InvalidRequest, MemdError
+from memory.records import DEFAULT_TENANT
 from memory.tenants import Erasure, TenantRegistry
 
 dlq_app = typer.Typer(no_args_is_help=True, help="The dead letters: list them, send them again.")
@@ -52,7 +53,7 @@ def dlq_list(
     replay` takes), why it was refused, and where it came from (in topic tenancy, whose)."""
     s = _settings(quiet=True)
     t = s.topics
-    if tenant is not None and s.consumer.tenancy != "topic":
+    if tenant not in (None, DEFAULT_TENANT) and s.consumer.tenancy != "topic":
         raise _fail(
             ValueError(
                 f"--tenant {tenant} needs AGENTMEM_CONSUMER__TENANCY=topic: in single mode every dead letter is the "

@@ -50,8 +50,9 @@ async def test_a_dead_letter_is_listed_and_sent_again_once_its_cause_is_fixed(
         assert shown.returncode == 0 and where in shown.stdout and "content larger" in shown.stdout, shown
         mine = await asyncio.to_thread(_cli, env, "dlq", "list", "--json", "--tenant", "default")
         assert [json.loads(line)["offset"] for line in mine.stdout.splitlines()] == [letter["offset"]], mine
+        # Another tenant in single tenancy: refused, not "no dead letters" (every one is default's).
         other = await asyncio.to_thread(_cli, env, "dlq", "list", "--tenant", "globex")
-        assert other.returncode == 0 and "no dead letters of tenant globex" in other.stdout, other
+        assert other.returncode == 1 and "needs AGENTMEM_CONSUMER__TENANCY=topic" in other.stderr, other
         # The cause still stands: refused again, and the command says so.
         again = await asyncio.to_thread(_cli, env, "dlq", "replay", where, "--wait", "--timeout", "60")
         assert again.returncode == 1 and "dead-lettered again: content larger than 1024 bytes" in again.stdout, again
