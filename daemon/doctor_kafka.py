@@ -88,7 +88,8 @@ async def check_kafka(settings: Settings) -> list[Finding]:
                     False,
                     f"in topic tenancy no daemon reads the bare topics, and records wait there: {said}",
                     "publish on <topic>.<tenant> (the CLI's --tenant, the client's tenant=); the records "
-                    "waiting belong to no tenant: publish them again on their tenant's topic",
+                    "waiting belong to no tenant: publish them again on their tenant's topic, then "
+                    "`agentmemd topics --mark-bare-read` marks them seen",
                 )
             )
         found.extend(await _check_daemons(settings, sorted(report.lag)))

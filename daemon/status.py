@@ -93,7 +93,8 @@ class LagReport:
     dlq: int
     past_end: dict[str, list[str]]
     # Asked for (``bare``), in topic tenancy: records on a bare input topic that its group never
-    # read (no daemon reads those topics there), by topic; none listed where there are none.
+    # read (no daemon reads those topics there) nor an operator marked read, by topic; none
+    # listed where there are none.
     unread_bare: dict[str, int] = field(default_factory=dict)
 
 
@@ -233,7 +234,8 @@ async def measure_lag(settings: Settings, *, bare: bool = False) -> LagReport:
                 bare_ends = await log_ends(probe, tps)
                 starts = await probe.beginning_offsets(tps)
                 committed = await _committed(settings, admin, settings.consumer.group(role), tps, opts)
-                left = sum(max(0, bare_ends[tp] - max(committed[tp], starts.get(tp, 0))) for tp in tps)
+                seen = await _committed(settings, admin, settings.consumer.bare_read_group(role), tps, opts)
+                left = sum(max(0, bare_ends[tp] - max(committed[tp], seen[tp], starts.get(tp, 0))) for tp in tps)
                 if left:
                     unread[base] = left
         return LagReport(lag, int(dlq), past_end, unread)
