@@ -9,12 +9,14 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 import typer
 from rich.table import Table
 
+from consumers.events import near_spelling
 from daemon.cli._app import _fail, _settings, _with_redis, app, err, out
 from daemon.cli._client import _tenant_target
 from daemon.cli.query import shown_epoch
 from daemon.settings import Settings
-from memory.errors import MemdError
+from memory.errors import MemdError, NotFound
 from memory.records import DEFAULT_TENANT
+from memory.tenants import TenantRegistry
 
 if TYPE_CHECKING:
     from graph import GraphService
@@ -38,6 +40,16 @@ def _with_graph(fn: Callable[[GraphService], Awaitable[T]], tenant: str | None =
 
     async def run(settings: Settings, client: Any) -> T:
         whose = _tenant_target(settings.consumer.tenancy, tenant) or DEFAULT_TENANT
+        if settings.consumer.tenancy == "topic":
+            # A misspelt tenant's graph is empty: said as such, not as an empty queue.
+            seen = await TenantRegistry(client=client, name=settings.index.name).all()
+            if whose not in seen:
+                near = near_spelling(whose, seen)
+                raise NotFound(
+                    f"no tenant {whose!r} is known here: no daemon has read an event of it"
+                    + (f"; did you mean {near!r}?" if near else "")
+                    + " (`agentmemd tenants` lists those read)"
+                )
         graph = build_graph(settings, redis=client, index=await active_index(settings, client), embedder=None, ner=None)
         return await fn(graph.service(whose))
 

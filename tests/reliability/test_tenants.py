@@ -168,6 +168,12 @@ async def test_stale_without_a_tenant_lists_every_tenants_queue(env) -> None:
         line = next(r for r in rows if r["tenant"] == tenant)
         own = await asyncio.to_thread(run, "--tenant", tenant)
         assert (line["depth"], line["depth"] > 0) == (own["depth"], bool(own["items"])), (line, own)
+    # A misspelt tenant is said to be unknown, not shown an empty queue.
+    typo = await asyncio.to_thread(
+        subprocess.run, [AGENTMEMD, "stale", "--tenant", "acmee"], env=cli_env, capture_output=True, text=True
+    )
+    said = " ".join(typo.stderr.split())  # (the console wraps it)
+    assert typo.returncode == 1 and "no tenant 'acmee'" in said and "did you mean 'acme'" in said, typo
 
 
 async def test_query_times_are_counted_per_tenant(env) -> None:
