@@ -47,12 +47,13 @@ def parse_position(text: str) -> tuple[int, int]:
     return int(part), int(offset)
 
 
-def replay_of(value: bytes | None, record_key: bytes | None, inputs: Sequence[str]) -> Replay:
-    """What a DLQ record's value sends again.
+def replay_of(value: bytes | None, record_key: bytes | None, inputs: Sequence[str], *, kept: bool = True) -> Replay:
+    """What a DLQ record's value sends again; ``kept``: its original is needed (not when another
+    event is sent in its place: then ``value`` is empty if it was left out).
 
     Raises:
-        InvalidRequest: no DLQ record; its original was left out (too large to keep); its topic
-            is none of ``inputs`` (nor a tenant's of one); or it kept no key.
+        InvalidRequest: no DLQ record; (``kept``) its original was left out (too large to
+            keep); its topic is none of ``inputs`` (nor a tenant's of one); or it kept no key.
     """
     try:
         body: Any = json.loads(value or b"")
@@ -62,7 +63,7 @@ def replay_of(value: bytes | None, record_key: bytes | None, inputs: Sequence[st
         raise InvalidRequest("this record is no dead letter of the daemon's")
     topic: str = body["topic"]
     where = f"{topic} partition {body.get('partition')} offset {body.get('offset')}"
-    if body.get("original_truncated") or not body.get("original_b64"):
+    if kept and (body.get("original_truncated") or not body.get("original_b64")):
         raise InvalidRequest(
             f"its original was too large to keep in the DLQ: publish it again from its source, "
             f"or from {where} while that topic retains it"
@@ -70,7 +71,7 @@ def replay_of(value: bytes | None, record_key: bytes | None, inputs: Sequence[st
     if topic_base(topic, inputs) is None:
         raise InvalidRequest(f"its topic {topic!r} is no input topic of this deployment")
     try:
-        original = base64.b64decode(body["original_b64"], validate=True)
+        original = base64.b64decode(body.get("original_b64") or "", validate=True)
     except (binascii.Error, ValueError, TypeError):
         raise InvalidRequest("its original_b64 is not base64") from None
     key = _key(record_key, body.get("key"))

@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import sys
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -19,7 +21,7 @@ from daemon.connections import redis_client
 from daemon.dlq_replay import Replay, parse_position, read_dead_letters, replay_of
 from daemon.explore.dlq import dead_letter, erased_letter, recent_dead_letters, tenant_of
 from daemon.settings import Settings
-from memory.errors import InvalidRequest, MemdError
+from memory.errors import InvalidRequest, MemdError, NotFound
 from memory.records import DEFAULT_TENANT
 from memory.tenants import Erasure, TenantRegistry
 
@@ -103,13 +105,26 @@ def dlq_replay(
         bool, typer.Option("--wait", metavar="", help="Wait for each event's ack (exit 1 if refused again).")
     ] = False,
     timeout: Annotated[float | None, typer.Option("--timeout", min=0.1, help="With --wait: seconds per ack.")] = None,
+    fixed: Annotated[
+        Path | None,
+        typer.Option(
+            "--with",
+            exists=True,
+            dir_okay=False,
+            help="Send this file's bytes instead of the original (one dead letter: its event, corrected; "
+            "see `dlq original`).",
+        ),
+    ] = None,
 ) -> None:
     """Send dead letters again, each as it was: the original bytes, to the topic they came from,
-    under their key. Fix the cause first: the daemon judges them as any event."""
+    under their key. Fix the cause first: the daemon judges them as any event. An event that was
+    itself wrong: `dlq original` writes it out, and `--with` sends the corrected file in its place."""
     try:
         wanted = [parse_position(p) for p in positions]
     except InvalidRequest as exc:
         raise typer.BadParameter(str(exc)) from exc
+    if fixed is not None and len(set(wanted)) != 1:
+        raise typer.BadParameter("--with replaces one dead letter's event: name one PARTITION:OFFSET")
     s = _settings(quiet=True)
     t = s.topics
     try:
@@ -130,16 +145,47 @@ def dlq_replay(
             failed = True
             continue
         try:
-            replay = replay_of(*records[p], inputs=(t.documents, t.transcripts))
+            replay = replay_of(*records[p], inputs=(t.documents, t.transcripts), kept=fixed is None)
         except InvalidRequest as exc:
             out.print(Text(f"{name}: not sent: {exc}", style="yellow"))
             failed = True
             continue
+        if fixed is not None:
+            replay = dataclasses.replace(replay, value=fixed.read_bytes())
         said = _send(replay, s, wait=wait, timeout_s=timeout)
         failed |= said.startswith(("dead-lettered", "no ack"))
         out.print(f"{name}: sent to {replay.topic} under key {replay.key!r}" + (f": {said}" if said else ""))
     if failed:
         raise typer.Exit(1)
+
+
+@dlq_app.command("original")
+def dlq_original(
+    position: Annotated[str, typer.Argument(help="A dead letter as PARTITION:OFFSET (see `dlq list`).")],
+) -> None:
+    """Write a dead letter's original event, byte for byte, to stdout: to correct an event that
+    was itself wrong and send it in its place (`dlq replay PARTITION:OFFSET --with FILE`)."""
+    try:
+        wanted = parse_position(position)
+    except InvalidRequest as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    s = _settings(quiet=True)
+    t = s.topics
+    try:
+        records = asyncio.run(read_dead_letters(**_reader(s), positions=[wanted]))
+    except MemdError as exc:
+        raise _fail(exc) from exc
+    if wanted not in records:
+        raise _fail(NotFound(f"{position}: no such record in {t.dlq} (see `agentmemd dlq list`)"))
+    letter = dead_letter(*wanted, records[wanted][0], bases=(t.documents, t.transcripts), tenancy=s.consumer.tenancy)
+    if erased_letter(letter, _erased(s, strict=True)):
+        raise _fail(NotFound(f"{position}: tenant {letter.tenant} was erased (agentmemd erase-tenant)"))
+    try:
+        replay = replay_of(*records[wanted], inputs=(t.documents, t.transcripts))
+    except InvalidRequest as exc:
+        raise _fail(exc) from exc
+    sys.stdout.buffer.write(replay.value)
+    sys.stdout.buffer.flush()
 
 
 def _erased(settings: Settings, *, strict: bool) -> Mapping[str, Erasure]:

@@ -30,7 +30,7 @@ def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
 
 
 async def test_a_dead_letter_is_listed_and_sent_again_once_its_cause_is_fixed(
-    kafka_bootstrap: str, redis_url: str
+    kafka_bootstrap: str, redis_url: str, tmp_path: Path
 ) -> None:
     name = unique("dlq-cli")
     tight = isolated_settings(name, kafka_bootstrap, redis_url, ingest=IngestConfig(max_content_bytes=1024))
@@ -56,6 +56,29 @@ async def test_a_dead_letter_is_listed_and_sent_again_once_its_cause_is_fixed(
         # The cause still stands: refused again, and the command says so.
         again = await asyncio.to_thread(_cli, env, "dlq", "replay", where, "--wait", "--timeout", "60")
         assert again.returncode == 1 and "dead-lettered again: content larger than 1024 bytes" in again.stdout, again
+        # The original, byte for byte, to correct as a file and send in its place.
+        original = await asyncio.to_thread(
+            subprocess.run,
+            [AGENTMEMD, "dlq", "original", where],
+            env={**os.environ, **env},
+            capture_output=True,
+            timeout=120,
+        )
+        assert original.returncode == 0, original
+        event = json.loads(original.stdout)
+        assert (event["doc_id"], event["content"]) == ("dlq/ledger.md", big)
+        short = tmp_path / "ledger.json"
+        short.write_text(json.dumps({**event, "doc_id": "dlq/ledger-short.md", "content": big[:500]}))
+        two = (where, where.replace(":", ":9"))
+        both = await asyncio.to_thread(_cli, env, "dlq", "replay", *two, "--with", str(short))
+        assert both.returncode == 2 and "one PARTITION:OFFSET" in both.stderr, both
+        corrected = await asyncio.to_thread(
+            _cli, env, "dlq", "replay", where, "--with", str(short), "--wait", "--timeout", "60"
+        )
+        assert corrected.returncode == 0 and "under key 'dlq/ledger.md': indexed" in corrected.stdout, corrected
+        async with MemoryClient(bootstrap=kafka_bootstrap, topics=tight.topics, timeout_s=30) as c:
+            found = await c.get(["dlq/ledger-short.md"])
+        assert (found.items[0].status, found.items[0].content) == ("found", big[:500])
     finally:
         await daemon.stop()
 
