@@ -67,6 +67,12 @@ def _named(raw: bytes | None) -> dict[str, Any]:
     }
 
 
+#: The ``error_code`` of an ``ignored`` ack whose write was refused, not merely a retry: its
+#: version already written saying something else (0057), or its tenant erased (0059).
+CONFLICT = "conflict"
+TENANT_ERASED = "tenant_erased"
+
+
 def conflict_reason(version: int | None, what: str) -> str:
     """Why an event of a version already written, saying something else, changed nothing."""
     return (
@@ -111,9 +117,9 @@ def build_acks(
             ack.embedded = outcome.embedded
             ack.forgotten, ack.removed = outcome.forgotten, outcome.removed
             if outcome.refused is not None:
-                ack.reason = outcome.refused
+                ack.reason, ack.error_code = outcome.refused, TENANT_ERASED
             elif outcome.conflict is not None:
-                ack.reason = conflict_reason(g.item.version, outcome.conflict)
+                ack.reason, ack.error_code = conflict_reason(g.item.version, outcome.conflict), CONFLICT
             elif outcome.status == "ignored":
                 ack.reason = f"version {g.item.version} is older than the stored version {outcome.stored_version}"
         elif g is not None:
@@ -124,13 +130,14 @@ def build_acks(
                 if (what := differs_between(g.item, winner[0].item)) is None:
                     ack.status = "indexed"  # a copy of the winner (a producer's retry)
                 else:
-                    ack.reason = conflict_reason(g.item.version, what)
+                    ack.reason, ack.error_code = conflict_reason(g.item.version, what), CONFLICT
                 out.append((record, *route, ack))
                 continue
             same = winner is not None and g.item.version is not None and g.item.version == winner[0].item.version
             if same and winner is not None and winner[1].conflict is not None:
                 # Beside a winner of this version that conflicted with the stored one.
                 what = differs_between(g.item, winner[0].item)
+                ack.error_code = CONFLICT
                 ack.reason = (
                     conflict_reason(g.item.version, winner[1].conflict)
                     if what is None

@@ -78,6 +78,17 @@ def _said(receipt: Receipt) -> str:
     return "published" if receipt.ack is None else ack_said(receipt.ack)
 
 
+def _refused(*receipts: Receipt) -> bool:
+    """Whether a waited-for write changed nothing because it was refused (a conflicting
+    version, an erased tenant), not because it was a retry: a script must see it fail."""
+    return any(r.ack is not None and r.ack.status == "ignored" and r.ack.error_code is not None for r in receipts)
+
+
+def _exit_if_refused(*receipts: Receipt) -> None:
+    if _refused(*receipts):
+        raise typer.Exit(1)
+
+
 #: Documents a bulk publish keeps in flight (sent, their acks awaited) at once, and the most
 #: bytes of files among them (a larger document goes alone). The daemon acks a batch once all
 #: of it is embedded, so the bytes bound the wait for the first ack: 64 KiB is about 8 s on 2
@@ -237,10 +248,14 @@ def publish_doc(
     for r in receipts:
         out.print(f"{r.doc_id} v{r.version}: {_said(r)}")
     ignored = sum(r.ack is not None and r.ack.status == "ignored" for r in receipts)
+    refused = sum(_refused(r) for r in receipts)
+    retried = ignored - refused
     out.print(
         f"published {len(receipts)} document(s): {len(receipts) - ignored} indexed"
-        + (f", {ignored} ignored (an older or equal version than the one stored)" if ignored else "")
+        + (f", {retried} ignored (an older or equal version than the one stored)" if retried else "")
+        + (f", {refused} refused (see above)" if refused else "")
     )
+    _exit_if_refused(*receipts)
 
 
 @publish_app.command("delete")
@@ -275,6 +290,7 @@ def publish_delete(
             out.print(f"did you mean {near}?")
         return
     out.print(f"delete of {doc_id} published at version {r.version}" + (f": {_said(r)}" if wait else ""))
+    _exit_if_refused(r)
 
 
 @publish_app.command("observation")
@@ -315,6 +331,7 @@ def publish_observation(
         target,
     )
     out.print(f"observation published as turn {r.turn}" + (f": {_said(r)}" if wait else ""))
+    _exit_if_refused(r)
 
 
 def _sessions_said(agent_id: str, hint: SessionHint) -> str:
@@ -370,3 +387,4 @@ def publish_forget(
             out.print(_sessions_said(agent_id, hint))
         return
     out.print(f"forget of {what} published" + (f": {_said(r)}" if wait else ""))
+    _exit_if_refused(r)

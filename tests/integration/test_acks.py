@@ -121,6 +121,7 @@ async def test_a_version_reused_for_other_content_is_acked_ignored_with_the_reas
         other = await client.publish_document(doc, content, version=7, metadata=metadata, wait=True)
         assert other.ack is not None and other.ack.status == "ignored", other.ack
         assert f"already written with another {what}" in (other.ack.reason or ""), other.ack
+        assert other.ack.error_code == "conflict", other.ack
     looked = await client.get([doc])
     assert (looked.items[0].content, looked.items[0].metadata["priority"]) == (RUNBOOK + "\n\n  Indented.\n", 3)
     # Two events of one new version in one batch: the first is written, the second refused.
@@ -291,6 +292,18 @@ async def test_cli_publish_wait_returns_once_searchable(env: Any, tmp_path: Path
     assert "indexed" in out.decode(), out.decode()
     reply = await client.query("HRN_TIMEOUT_42", top_k=3)
     assert reply.results and reply.results[0].doc_id == doc
+    # Its version written again with other words: refused, and the command fails, where an
+    # older version's retry (nothing lost) does not.
+    versioned = f"{doc}.v"
+    await client.publish_document(versioned, "The heron-sync runbook.", version=10, wait=True)
+    path.write_text("Something else entirely.", encoding="utf-8")
+    for version, code, said in (("10", 1, "already written with another content"), ("9", 0, "is older than")):
+        proc = await asyncio.create_subprocess_exec(
+            AGENTMEMD, "publish", "doc", str(path), "--doc-id", versioned, "--version", version, "--wait",
+            env=env_vars, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        out, err = await proc.communicate()
+        assert proc.returncode == code and said in " ".join(out.decode().split()), (out.decode(), err.decode())
 
 
 async def test_an_observation_without_a_turn_takes_the_next_free_one(env: Any, kafka_bootstrap: str) -> None:

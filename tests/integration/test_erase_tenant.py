@@ -139,6 +139,7 @@ async def test_an_erased_tenant_leaves_nothing_and_the_other_keeps_everything(
         # A producer that still writes for acme: acked ignored with the reason, nothing applied.
         late = await acme.publish_document("late.md", "a late acme note", version=1, wait=True)
         assert late.ack is not None and late.ack.status == "ignored" and "erased" in (late.ack.reason or ""), late.ack
+        assert late.ack.error_code == "tenant_erased", late.ack
         assert await keys_of(redis, settings.index.name, "acme") == []
         assert (await acme.query("late acme note", top_k=5)).results == []
         # Its dead letters are neither listed nor sent again.
