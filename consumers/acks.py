@@ -69,7 +69,7 @@ def _named(raw: bytes | None) -> dict[str, Any]:
 
 #: The ``error_code`` of an ``ignored`` ack whose write was refused, not merely a retry: its
 #: version already written saying something else (0057), or its tenant erased (0059).
-CONFLICT = "conflict"
+VERSION_CONFLICT = "version_conflict"
 TENANT_ERASED = "tenant_erased"
 
 
@@ -119,7 +119,7 @@ def build_acks(
             if outcome.refused is not None:
                 ack.reason, ack.error_code = outcome.refused, TENANT_ERASED
             elif outcome.conflict is not None:
-                ack.reason, ack.error_code = conflict_reason(g.item.version, outcome.conflict), CONFLICT
+                ack.reason, ack.error_code = conflict_reason(g.item.version, outcome.conflict), VERSION_CONFLICT
             elif outcome.status == "ignored":
                 ack.reason = f"version {g.item.version} is older than the stored version {outcome.stored_version}"
         elif g is not None:
@@ -130,14 +130,14 @@ def build_acks(
                 if (what := differs_between(g.item, winner[0].item)) is None:
                     ack.status = "indexed"  # a copy of the winner (a producer's retry)
                 else:
-                    ack.reason, ack.error_code = conflict_reason(g.item.version, what), CONFLICT
+                    ack.reason, ack.error_code = conflict_reason(g.item.version, what), VERSION_CONFLICT
                 out.append((record, *route, ack))
                 continue
             same = winner is not None and g.item.version is not None and g.item.version == winner[0].item.version
             if same and winner is not None and winner[1].conflict is not None:
                 # Beside a winner of this version that conflicted with the stored one.
                 what = differs_between(g.item, winner[0].item)
-                ack.error_code = CONFLICT
+                ack.error_code = VERSION_CONFLICT
                 ack.reason = (
                     conflict_reason(g.item.version, winner[1].conflict)
                     if what is None

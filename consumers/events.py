@@ -347,7 +347,7 @@ class WriteAck(BaseModel):
     ``indexed``: the event's version is the one stored (written now, or by an earlier delivery
     of it). ``ignored``: an older version than the stored one, or superseded by a later event
     of the same doc in the same batch (``error_code`` None: a retry, nothing lost); or refused
-    (``error_code`` ``conflict``: its version already written saying something else;
+    (``error_code`` ``version_conflict``: its version already written saying something else;
     ``tenant_erased``). ``dead_lettered``: refused; ``reason`` and ``error_code`` say why, as
     its DLQ record does.
     """

@@ -147,7 +147,6 @@ class KafkaTransport:
                 await self._require(topic)
             await self._send(topic, value, key)
             return None
-        await self._replies.ensure()
         raw = await self._exchange(topic, value, key, timeout_s, "ack (the event was sent and may still be applied)")
         ack = WriteAck.model_validate_json(raw)
         if ack.status == "dead_lettered":
@@ -163,16 +162,18 @@ class KafkaTransport:
         limit: tuple[float, float],
         answer: str,
     ) -> int:
-        """Wake the reply reader and send the record within the call's ``limit`` (its timeout in
-        seconds, and the loop time it ends): a broker that is down would otherwise hold both for
-        as long as it stays down.
+        """Start or wake the reply reader and send the record within the call's ``limit`` (its
+        timeout in seconds, and the loop time it ends): a broker that is down would otherwise
+        hold each for as long as it stays down.
 
         Raises:
+            NotFound: the reply topic, or the reply partition, does not exist.
             BackendUnavailable: the broker did not take the record by then.
         """
         deadline = asyncio.timeout_at(limit[1])
         try:
             async with deadline:
+                await self._replies.ensure()
                 await self._replies.wake()
                 return await self._send(topic, value, key, headers)
         except TimeoutError:
@@ -241,7 +242,6 @@ class KafkaTransport:
             TimeoutError: no reply within the client's timeout.
         """
         value = encode_request(payload)
-        await self._replies.ensure()
         raw = await self._exchange(topic, value, payload["query_id"], None, "reply")
         data: dict[str, Any] = json.loads(raw)
         if "error" in data:

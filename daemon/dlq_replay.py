@@ -82,6 +82,40 @@ def replay_of(value: bytes | None, record_key: bytes | None, inputs: Sequence[st
     return Replay(topic=topic, key=key, value=original)
 
 
+def keyed_as(value: bytes) -> str | None:
+    """The key the contract gives an event (pure): a document's ``doc_id``; a turn's, or a
+    session's forget's, ``agent_id/session_id``; an agent-wide forget's ``agent_id``. None
+    for bytes that name none of these (the daemon judges them)."""
+    try:
+        body: Any = json.loads(value)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(body, dict):
+        return None
+    if isinstance(doc := body.get("doc_id"), str):
+        return doc
+    agent, session = body.get("agent_id"), body.get("session_id")
+    if not isinstance(agent, str):
+        return None
+    return f"{agent}/{session}" if isinstance(session, str) else agent
+
+
+def corrected(replay: Replay, value: bytes) -> Replay:
+    """``replay`` with ``value`` sent in place of its original (``dlq replay --with``).
+
+    Raises:
+        InvalidRequest: ``value`` names another document or session than the original's key:
+            sent under that key, it would not keep its own key's order.
+    """
+    key = keyed_as(value)
+    if key is not None and key != replay.key:
+        raise InvalidRequest(
+            f"the corrected event is keyed {key!r}, its dead letter {replay.key!r}: a write keeps its place in "
+            "its own key's order, so send an event of another document or session as a new one (agentmemd publish)"
+        )
+    return Replay(topic=replay.topic, key=replay.key, value=value)
+
+
 def _key(record_key: bytes | None, body_key: Any) -> str | None:
     if record_key is not None:
         try:

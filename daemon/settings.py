@@ -20,7 +20,7 @@ from pydantic_settings import (
 )
 
 from consumers.config import ConsumerConfig, KafkaSecurity, Topics
-from consumers.topic_names import tenant_from_topic
+from consumers.topic_names import TENANT_NAME_RULE, valid_tenant
 from daemon.explore.access import Access, duplicate_tokens
 from daemon.explore.config import ExploreConfig
 from daemon.mcp_config import MCPConfig
@@ -130,9 +130,9 @@ class Settings(BaseSettings):
     def _tenant_tokens_not_empty(cls, value: dict[str, SecretStr]) -> dict[str, SecretStr]:
         if empty := sorted(t for t, token in value.items() if not token.get_secret_value().strip()):
             raise ValueError(f"the token of {', '.join(empty)} is empty: give it a token, or leave it out")
-        if bad := sorted(t for t in value if tenant_from_topic(f"t.{t}", "t", "topic") != t):
+        if bad := sorted(t for t in value if not valid_tenant(t)):
             # Such a tenant has no topics, so its token would open an explorer of nothing.
-            raise ValueError(f"{', '.join(map(repr, bad))} is no tenant name (1-64 of A-Z a-z 0-9 _ -)")
+            raise ValueError(f"{', '.join(map(repr, bad))} is no tenant name ({TENANT_NAME_RULE})")
         return value
 
     @model_validator(mode="after")

@@ -106,7 +106,8 @@ def _run_with_signals(main: Callable[[asyncio.Event], Awaitable[None]], again: a
 
 def _fail(exc: Exception) -> typer.Exit:
     # An outage's message says what failed; the hint says where to look next.
-    hint = " (`agentmemd doctor` says what is down, and how to start it)" if isinstance(exc, BackendUnavailable) else ""
+    outage = type(exc) is BackendUnavailable and "agentmemd doctor" not in str(exc)  # (not an index mismatch)
+    hint = " (`agentmemd doctor` says what is down, and how to start it)" if outage else ""
     err.print(f"[red]error:[/red] {escape(str(exc))}{hint}")
     return typer.Exit(code=1)
 

@@ -93,6 +93,12 @@ def _tenant_target(tenancy: str, tenant: str | None) -> str | None:
     return None
 
 
+def refused(ack: WriteAck | None) -> bool:
+    """Whether a waited-for write changed nothing because it was refused (a conflicting
+    version, an erased tenant), not because it was a retry: a script must see it fail."""
+    return ack is not None and ack.status == "ignored" and ack.error_code is not None
+
+
 def ack_said(ack: WriteAck) -> str:
     """What a write's ack says, for a person: ``indexed (12 chunk(s), 1 embedded)``, or its
     status and why."""

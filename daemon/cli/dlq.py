@@ -16,9 +16,9 @@ from rich.text import Text
 from consumers.client import MemoryClient
 from consumers.errors import WriteRejected
 from daemon.cli._app import _fail, _settings, app, err, out
-from daemon.cli._client import _with_client, ack_said
+from daemon.cli._client import _with_client, ack_said, refused
 from daemon.connections import redis_client
-from daemon.dlq_replay import Replay, parse_position, read_dead_letters, replay_of
+from daemon.dlq_replay import Replay, corrected, parse_position, read_dead_letters, replay_of
 from daemon.explore.dlq import dead_letter, erased_letter, recent_dead_letters, tenant_of
 from daemon.settings import Settings
 from memory.errors import InvalidRequest, MemdError, NotFound
@@ -146,14 +146,14 @@ def dlq_replay(
             continue
         try:
             replay = replay_of(*records[p], inputs=(t.documents, t.transcripts), kept=fixed is None)
+            if fixed is not None:
+                replay = corrected(replay, fixed.read_bytes())
         except InvalidRequest as exc:
             out.print(Text(f"{name}: not sent: {exc}", style="yellow"))
             failed = True
             continue
-        if fixed is not None:
-            replay = dataclasses.replace(replay, value=fixed.read_bytes())
         said = _send(replay, s, wait=wait, timeout_s=timeout)
-        failed |= said.startswith(("dead-lettered", "no ack"))
+        failed |= said.startswith(("dead-lettered", "no ack", "refused"))
         out.print(f"{name}: sent to {replay.topic} under key {replay.key!r}" + (f": {said}" if said else ""))
     if failed:
         raise typer.Exit(1)
@@ -223,6 +223,9 @@ def _send(replay: Replay, settings: Settings, *, wait: bool, timeout_s: float | 
             return f"dead-lettered again: {exc.ack.reason}"
         except TimeoutError:  # sent: the next ones are sent all the same
             return "no ack in time (it was sent, and may still be applied)"
+        if refused(ack):
+            assert ack is not None
+            return f"refused: {ack.reason}"
         return "" if ack is None else ack_said(ack)
 
     return _with_client(send, settings, tenant if settings.consumer.tenancy == "topic" else None)

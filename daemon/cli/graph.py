@@ -42,8 +42,11 @@ def _with_graph(fn: Callable[[GraphService], Awaitable[T]], tenant: str | None =
         whose = _tenant_target(settings.consumer.tenancy, tenant) or DEFAULT_TENANT
         if settings.consumer.tenancy == "topic":
             # A misspelt tenant's graph is empty: said as such, not as an empty queue.
-            seen = await TenantRegistry(client=client, name=settings.index.name).all()
+            registry = TenantRegistry(client=client, name=settings.index.name)
+            seen = await registry.all()
             if whose not in seen:
+                if whose in await registry.erased():
+                    raise NotFound(f"tenant {whose!r} was erased (agentmemd erase-tenant): it has no graph")
                 near = near_spelling(whose, seen)
                 raise NotFound(
                     f"no tenant {whose!r} is known here: no daemon has read an event of it"

@@ -43,8 +43,8 @@ def mcp(
         # As the explorer: anyone reaching the port could read and write every memory it serves.
         raise _fail(
             MemdError(
-                f"--host {host} is reachable from other machines and no token is set: set AGENTMEM_MCP__TOKEN "
-                "(or serve on 127.0.0.1)"
+                f"address {host} (--host or AGENTMEM_MCP__HOST) is reachable from other machines and no token is "
+                "set: set AGENTMEM_MCP__TOKEN (or serve on 127.0.0.1)"
             )
         )
 

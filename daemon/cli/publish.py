@@ -18,7 +18,7 @@ from consumers.client_core import DEFAULT_TIMEOUT_S
 from consumers.events import near_spelling
 from consumers.times import when
 from daemon.cli._app import _settings, app, err, out
-from daemon.cli._client import _pairs, _tenant_target, _with_client, ack_said
+from daemon.cli._client import _pairs, _tenant_target, _with_client, ack_said, refused
 from daemon.cli._files import expand, read_text
 from memory.errors import InvalidEvent, InvalidRequest
 
@@ -38,7 +38,7 @@ WaitOpt = Annotated[
         "--wait",
         metavar="",
         help="Wait for the daemon's acknowledgement: once it returns, a query finds the write "
-        "(exit 1 if it was dead-lettered, with the reason).",
+        "(exit 1 if it was dead-lettered or refused, with the reason).",
     ),
 ]
 TimeoutOpt = Annotated[
@@ -79,9 +79,7 @@ def _said(receipt: Receipt) -> str:
 
 
 def _refused(*receipts: Receipt) -> bool:
-    """Whether a waited-for write changed nothing because it was refused (a conflicting
-    version, an erased tenant), not because it was a retry: a script must see it fail."""
-    return any(r.ack is not None and r.ack.status == "ignored" and r.ack.error_code is not None for r in receipts)
+    return any(refused(r.ack) for r in receipts)
 
 
 def _exit_if_refused(*receipts: Receipt) -> None:

@@ -111,6 +111,8 @@ def _mark_bare_read(settings: Settings, tenant: list[str] | None) -> None:
         marked = asyncio.run(mark_bare_read(settings))
     except MemdError as exc:
         raise _fail(exc) from exc
+    if not marked:
+        out.print("no bare topic on this broker: nothing to mark")
     for name, end in sorted(marked.items()):
         out.print(f"marked read  {name} (to offset {end:,} over its partitions)", highlight=False)
 

@@ -121,7 +121,7 @@ async def test_a_version_reused_for_other_content_is_acked_ignored_with_the_reas
         other = await client.publish_document(doc, content, version=7, metadata=metadata, wait=True)
         assert other.ack is not None and other.ack.status == "ignored", other.ack
         assert f"already written with another {what}" in (other.ack.reason or ""), other.ack
-        assert other.ack.error_code == "conflict", other.ack
+        assert other.ack.error_code == "version_conflict", other.ack
     looked = await client.get([doc])
     assert (looked.items[0].content, looked.items[0].metadata["priority"]) == (RUNBOOK + "\n\n  Indented.\n", 3)
     # Two events of one new version in one batch: the first is written, the second refused.

@@ -56,29 +56,6 @@ async def test_a_dead_letter_is_listed_and_sent_again_once_its_cause_is_fixed(
         # The cause still stands: refused again, and the command says so.
         again = await asyncio.to_thread(_cli, env, "dlq", "replay", where, "--wait", "--timeout", "60")
         assert again.returncode == 1 and "dead-lettered again: content larger than 1024 bytes" in again.stdout, again
-        # The original, byte for byte, to correct as a file and send in its place.
-        original = await asyncio.to_thread(
-            subprocess.run,
-            [AGENTMEMD, "dlq", "original", where],
-            env={**os.environ, **env},
-            capture_output=True,
-            timeout=120,
-        )
-        assert original.returncode == 0, original
-        event = json.loads(original.stdout)
-        assert (event["doc_id"], event["content"]) == ("dlq/ledger.md", big)
-        short = tmp_path / "ledger.json"
-        short.write_text(json.dumps({**event, "doc_id": "dlq/ledger-short.md", "content": big[:500]}))
-        two = (where, where.replace(":", ":9"))
-        both = await asyncio.to_thread(_cli, env, "dlq", "replay", *two, "--with", str(short))
-        assert both.returncode == 2 and "one PARTITION:OFFSET" in both.stderr, both
-        corrected = await asyncio.to_thread(
-            _cli, env, "dlq", "replay", where, "--with", str(short), "--wait", "--timeout", "60"
-        )
-        assert corrected.returncode == 0 and "under key 'dlq/ledger.md': indexed" in corrected.stdout, corrected
-        async with MemoryClient(bootstrap=kafka_bootstrap, topics=tight.topics, timeout_s=30) as c:
-            found = await c.get(["dlq/ledger-short.md"])
-        assert (found.items[0].status, found.items[0].content) == ("found", big[:500])
     finally:
         await daemon.stop()
 
@@ -95,5 +72,35 @@ async def test_a_dead_letter_is_listed_and_sent_again_once_its_cause_is_fixed(
         assert missing.returncode == 2 and "PARTITION:OFFSET" in missing.stderr, missing
         missing = await asyncio.to_thread(_cli, env, "dlq", "replay", "0:999999")
         assert missing.returncode == 1 and "0:999999: no such record" in missing.stdout, missing
+        # An event that was itself wrong (over even the larger limit): its original, byte for
+        # byte, corrected as a file and sent in its place, under its own key.
+        async with MemoryClient(bootstrap=kafka_bootstrap, topics=tight.topics, timeout_s=30) as c:
+            with pytest.raises(WriteRejected, match="content larger than 4096 bytes"):
+                await c.publish_document("dlq/huge.md", big * 3, version=1, wait=True)
+        listed = await asyncio.to_thread(_cli, env, "dlq", "list", "--json")
+        (huge,) = [d for d in map(json.loads, listed.stdout.splitlines()) if "4096" in d["reason"]]
+        at = f"{huge['partition']}:{huge['offset']}"
+        original = await asyncio.to_thread(
+            subprocess.run, [AGENTMEMD, "dlq", "original", at], env={**os.environ, **env}, capture_output=True
+        )
+        assert original.returncode == 0, original
+        event = json.loads(original.stdout)
+        assert (event["doc_id"], event["content"]) == ("dlq/huge.md", big * 3)
+        short = tmp_path / "huge.json"
+        short.write_text(json.dumps({**event, "content": big[:500]}))
+        two = (at, at.replace(":", ":9"))
+        both = await asyncio.to_thread(_cli, env, "dlq", "replay", *two, "--with", str(short))
+        assert both.returncode == 2 and "one PARTITION:OFFSET" in both.stderr, both
+        elsewhere = tmp_path / "elsewhere.json"
+        elsewhere.write_text(json.dumps({**event, "doc_id": "dlq/other.md", "content": big[:500]}))
+        moved = await asyncio.to_thread(_cli, env, "dlq", "replay", at, "--with", str(elsewhere))
+        assert moved.returncode == 1 and "keyed 'dlq/other.md'" in " ".join(moved.stdout.split()), moved
+        fixed_up = await asyncio.to_thread(
+            _cli, env, "dlq", "replay", at, "--with", str(short), "--wait", "--timeout", "60"
+        )
+        assert fixed_up.returncode == 0 and "under key 'dlq/huge.md': indexed" in fixed_up.stdout, fixed_up
+        async with MemoryClient(bootstrap=kafka_bootstrap, topics=tight.topics, timeout_s=30) as c:
+            found = await c.get(["dlq/huge.md"])
+        assert (found.items[0].status, found.items[0].content) == ("found", big[:500])
     finally:
         await daemon.stop()

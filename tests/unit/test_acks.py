@@ -43,7 +43,7 @@ def test_a_copy_of_the_winner_is_indexed_and_another_content_of_its_version_is_r
     (first, _), (second, why), (third, _) = acked(raw, good, report)
     assert (first, second, third) == ("indexed", "ignored", "indexed")
     assert why is not None and "already written with another content" in why
-    assert [a.error_code for *_, a in build_acks(raw, good, report, {})] == [None, "conflict", None]
+    assert [a.error_code for *_, a in build_acks(raw, good, report, {})] == [None, "version_conflict", None]
 
 
 def test_beside_a_winner_that_conflicted_a_copy_says_the_same_and_a_third_content_says_why() -> None:
@@ -55,7 +55,7 @@ def test_beside_a_winner_that_conflicted_a_copy_says_the_same_and_a_third_conten
     assert all("already written with another content" in (r or "") for _, r in said[:2]), said
     assert "judged in its place" in (said[2][1] or "") and "superseded" not in (said[2][1] or "")
     # Each refused, not a retry: an error code says so, for a script to fail on.
-    assert [a.error_code for *_, a in build_acks(raw, good, report, {})] == ["conflict"] * 3
+    assert [a.error_code for *_, a in build_acks(raw, good, report, {})] == ["version_conflict"] * 3
 
 
 def test_an_older_version_in_the_batch_is_superseded_by_the_later_one() -> None:

@@ -1,0 +1,35 @@
+"""A dead letter's event corrected before it is sent again (`dlq replay --with`): pure."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from daemon.dlq_replay import Replay, corrected, keyed_as
+from memory.errors import InvalidRequest
+
+
+@pytest.mark.parametrize(
+    ("event", "key"),
+    [
+        ({"op": "upsert", "doc_id": "kb/a.md", "version": 1, "content": "x"}, "kb/a.md"),
+        ({"agent_id": "planner", "session_id": "s1", "turn": 3, "role": "user", "content": "x"}, "planner/s1"),
+        ({"op": "forget", "agent_id": "planner"}, "planner"),
+        (["not", "an", "event"], None),
+    ],
+)
+def test_an_event_is_keyed_as_the_contract_keys_it(event: object, key: str | None) -> None:
+    assert keyed_as(json.dumps(event).encode()) == key
+    assert keyed_as(b"{not json") is None
+
+
+def test_a_corrected_event_keeps_its_key_or_is_refused() -> None:
+    """Sent under the original's key, an event of another document would not keep its own
+    key's order with that document's other writes."""
+    original = Replay(topic="memory.documents", key="kb/a.md", value=b"{}")
+    fixed = json.dumps({"op": "upsert", "doc_id": "kb/a.md", "version": 1, "content": "short"}).encode()
+    assert corrected(original, fixed) == Replay("memory.documents", "kb/a.md", fixed)
+    assert corrected(original, b"{not json").value == b"{not json"  # the daemon judges it
+    with pytest.raises(InvalidRequest, match=r"keyed 'kb/b\.md'"):
+        corrected(original, json.dumps({"op": "upsert", "doc_id": "kb/b.md", "version": 1}).encode())
