@@ -11,11 +11,11 @@ import typer
 from consumers.client import MemoryClient
 from consumers.client_core import DEFAULT_TIMEOUT_S
 from consumers.errors import QueryFailed
-from consumers.events import WriteAck
+from consumers.events import WriteAck, near_spelling
 from daemon.cli._app import _fail, _settings
 from daemon.connections import memory_client
 from daemon.settings import Settings
-from memory.errors import InvalidRequest, MemdError
+from memory.errors import InvalidRequest, MemdError, NotFound
 from memory.filters import filter_from_pairs
 from memory.records import DEFAULT_TENANT
 
@@ -91,6 +91,31 @@ def _tenant_target(tenancy: str, tenant: str | None) -> str | None:
             f"{DEFAULT_TENANT!r} tenant's"
         )
     return None
+
+
+async def check_tenant_known(settings: Settings, client: Any, tenant: str) -> None:
+    """In topic tenancy, refuse a tenant no daemon has read an event of: a misspelt tenant's
+    graph or dead letters are empty, which said as "nothing there" would mislead.
+
+    Raises:
+        NotFound: it is unknown (with the near spelling), or was erased.
+    """
+    from memory.tenants import TenantRegistry
+
+    if settings.consumer.tenancy != "topic":
+        return
+    registry = TenantRegistry(client=client, name=settings.index.name)
+    seen = await registry.all()
+    if tenant in seen:
+        return
+    if tenant in await registry.erased():
+        raise NotFound(f"tenant {tenant!r} was erased (agentmemd erase-tenant)")
+    near = near_spelling(tenant, seen)
+    raise NotFound(
+        f"no tenant {tenant!r} is known here: no daemon has read an event of it"
+        + (f"; did you mean {near!r}?" if near else "")
+        + " (`agentmemd tenants` lists those read)"
+    )
 
 
 def refused(ack: WriteAck | None) -> bool:

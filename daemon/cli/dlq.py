@@ -15,8 +15,8 @@ from rich.text import Text
 
 from consumers.client import MemoryClient
 from consumers.errors import WriteRejected
-from daemon.cli._app import _fail, _settings, app, err, out
-from daemon.cli._client import _with_client, ack_said, refused
+from daemon.cli._app import _fail, _settings, _with_redis, app, err, out
+from daemon.cli._client import _with_client, ack_said, check_tenant_known, refused
 from daemon.connections import redis_client
 from daemon.dlq_replay import Replay, corrected, parse_position, read_dead_letters, replay_of
 from daemon.explore.dlq import dead_letter, erased_letter, recent_dead_letters, tenant_of
@@ -70,6 +70,12 @@ def dlq_list(
         )
     except MemdError as exc:
         raise _fail(exc) from exc
+    if tenant is not None and s.consumer.tenancy == "topic":
+
+        async def known(settings: Settings, client: Any) -> None:
+            await check_tenant_known(settings, client, tenant)
+
+        _with_redis(known)
     if tenant is not None:  # of the latest `limit` of each partition: a tenant's older ones need a larger --limit
         letters = [d for d in letters if d.tenant == tenant]
     erased = _erased(s, strict=False)

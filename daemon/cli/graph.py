@@ -9,12 +9,11 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 import typer
 from rich.table import Table
 
-from consumers.events import near_spelling
 from daemon.cli._app import _fail, _settings, _with_redis, app, err, out
-from daemon.cli._client import _tenant_target
+from daemon.cli._client import _tenant_target, check_tenant_known
 from daemon.cli.query import shown_epoch
 from daemon.settings import Settings
-from memory.errors import MemdError, NotFound
+from memory.errors import MemdError
 from memory.records import DEFAULT_TENANT
 from memory.tenants import TenantRegistry
 
@@ -40,19 +39,7 @@ def _with_graph(fn: Callable[[GraphService], Awaitable[T]], tenant: str | None =
 
     async def run(settings: Settings, client: Any) -> T:
         whose = _tenant_target(settings.consumer.tenancy, tenant) or DEFAULT_TENANT
-        if settings.consumer.tenancy == "topic":
-            # A misspelt tenant's graph is empty: said as such, not as an empty queue.
-            registry = TenantRegistry(client=client, name=settings.index.name)
-            seen = await registry.all()
-            if whose not in seen:
-                if whose in await registry.erased():
-                    raise NotFound(f"tenant {whose!r} was erased (agentmemd erase-tenant): it has no graph")
-                near = near_spelling(whose, seen)
-                raise NotFound(
-                    f"no tenant {whose!r} is known here: no daemon has read an event of it"
-                    + (f"; did you mean {near!r}?" if near else "")
-                    + " (`agentmemd tenants` lists those read)"
-                )
+        await check_tenant_known(settings, client, whose)
         graph = build_graph(settings, redis=client, index=await active_index(settings, client), embedder=None, ner=None)
         return await fn(graph.service(whose))
 
@@ -123,7 +110,6 @@ def _every_tenants_stale(as_json: bool) -> None:
     import time
 
     from daemon.components import active_index, build_graph
-    from memory.tenants import TenantRegistry
 
     async def read(settings: Settings, client: Any) -> list[dict[str, Any]]:
         graph = build_graph(settings, redis=client, index=await active_index(settings, client), embedder=None, ner=None)

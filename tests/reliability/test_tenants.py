@@ -174,6 +174,15 @@ async def test_stale_without_a_tenant_lists_every_tenants_queue(env) -> None:
     )
     said = " ".join(typo.stderr.split())  # (the console wraps it)
     assert typo.returncode == 1 and "no tenant 'acmee'" in said and "did you mean 'acme'" in said, typo
+    # So are its dead letters; a known tenant's are listed (none here).
+    letters = await asyncio.to_thread(
+        subprocess.run, [AGENTMEMD, "dlq", "list", "--tenant", "acmee"], env=cli_env, capture_output=True, text=True
+    )
+    assert letters.returncode == 1 and "did you mean 'acme'" in " ".join(letters.stderr.split()), letters
+    letters = await asyncio.to_thread(
+        subprocess.run, [AGENTMEMD, "dlq", "list", "--tenant", "acme"], env=cli_env, capture_output=True, text=True
+    )
+    assert letters.returncode == 0 and "no dead letters of tenant acme" in letters.stdout, letters
 
 
 async def test_query_times_are_counted_per_tenant(env) -> None:
