@@ -78,8 +78,7 @@ class _ClientCore:
         if reply_partition is not None and reply_partition < 0:
             raise ValueError("reply_partition must be >= 0")
         self._tenancy = tenancy
-        if tenancy == "single" and tenant == DEFAULT_TENANT:
-            tenant = None  # single tenancy's one tenant, on the bare topics
+        tenant = self._bare_if_default(tenant)
         self._check_tenancy(tenant, call=False)
         # Each session's next turn, for writes that do not number theirs (consumers.turn_numbers).
         self.turns = TurnNumbers()
@@ -154,11 +153,14 @@ class _ClientCore:
                 "bare topics: name the tenant (tenant= on the call or the client); nothing was sent"
             )
 
-    def _tenant_of(self, tenant: str | None) -> str | None:
-        """A call's tenant, or this client's when the call names none; None for single tenancy's
-        one tenant, whose calls go to the bare topics (so its turns are counted once)."""
-        tenant = self.tenant if tenant is None else tenant
+    def _bare_if_default(self, tenant: str | None) -> str | None:
+        """None for single tenancy's one tenant, whose calls go to the bare topics; else ``tenant``."""
         return None if self._tenancy == "single" and tenant == DEFAULT_TENANT else tenant
+
+    def _tenant_of(self, tenant: str | None) -> str | None:
+        """A call's tenant, or this client's when the call names none (single tenancy's one
+        tenant as None, so its turns are counted once)."""
+        return self._bare_if_default(self.tenant if tenant is None else tenant)
 
     def _topic(self, base: str, tenant: str | None, *, answered: bool) -> str:
         """Where a call publishes: ``base`` itself, or the tenant's ``<base>.<tenant>``.

@@ -10,6 +10,7 @@ module knows the headers that ask for a reply and what a reply says: a write ack
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import uuid
 from collections.abc import Mapping
@@ -110,14 +111,15 @@ class KafkaTransport:
         """
         if self._producer is None:
             raise RuntimeError("client not started")
+        send = functools.partial(self._producer.send_and_wait, topic, value, key=key.encode(), headers=headers or [])
         try:
             try:
-                sent = await self._producer.send_and_wait(topic, value, key=key.encode(), headers=headers or [])
+                sent = await send()
             except UnknownError:
                 # tansu, back from a restart, can answer a record with UnknownError as it stores a
                 # batch the producer held while it was down; sent again, it is taken. (An event sent
                 # twice is applied once, a question twice is answered twice to one waiter.)
-                sent = await self._producer.send_and_wait(topic, value, key=key.encode(), headers=headers or [])
+                sent = await send()
         except MessageSizeTooLargeError as exc:
             # Not an outage, and retrying cannot help: the topic (or this producer) takes
             # smaller records than this event needs, e.g. a topic created by hand, or by a

@@ -132,7 +132,6 @@ def dlq_replay(
     if fixed is not None and len(set(wanted)) != 1:
         raise typer.BadParameter("--with replaces one dead letter's event: name one PARTITION:OFFSET")
     s = _settings(quiet=True)
-    t = s.topics
     try:
         records = asyncio.run(read_dead_letters(**_reader(s), positions=wanted))
     except MemdError as exc:
@@ -141,19 +140,14 @@ def dlq_replay(
     failed = False
     for p in dict.fromkeys(wanted):
         name = f"{p[0]}:{p[1]}"
-        if p not in records:
-            out.print(Text(f"{name}: no such record in {t.dlq} (see `agentmemd dlq list`)", style="yellow"))
-            failed = True
-            continue
-        letter = dead_letter(p[0], p[1], records[p][0], bases=(t.documents, t.transcripts), tenancy=s.consumer.tenancy)
-        if erased_letter(letter, erased):
-            out.print(Text(f"{name}: not sent: tenant {letter.tenant} was erased since (agentmemd erase-tenant)"))
-            failed = True
-            continue
         try:
-            replay = replay_of(*records[p], inputs=(t.documents, t.transcripts), kept=fixed is None)
+            replay = _replay_at(p, records, s, erased, kept=fixed is None)
             if fixed is not None:
                 replay = corrected(replay, fixed.read_bytes())
+        except NotFound as exc:
+            out.print(Text(f"{name}: {exc}", style="yellow"))
+            failed = True
+            continue
         except InvalidRequest as exc:
             out.print(Text(f"{name}: not sent: {exc}", style="yellow"))
             failed = True
@@ -176,22 +170,37 @@ def dlq_original(
     except InvalidRequest as exc:
         raise typer.BadParameter(str(exc)) from exc
     s = _settings(quiet=True)
-    t = s.topics
     try:
         records = asyncio.run(read_dead_letters(**_reader(s), positions=[wanted]))
+        replay = _replay_at(wanted, records, s, _erased(s, strict=True))
     except MemdError as exc:
-        raise _fail(exc) from exc
-    if wanted not in records:
-        raise _fail(NotFound(f"{position}: no such record in {t.dlq} (see `agentmemd dlq list`)"))
-    letter = dead_letter(*wanted, records[wanted][0], bases=(t.documents, t.transcripts), tenancy=s.consumer.tenancy)
-    if erased_letter(letter, _erased(s, strict=True)):
-        raise _fail(NotFound(f"{position}: tenant {letter.tenant} was erased (agentmemd erase-tenant)"))
-    try:
-        replay = replay_of(*records[wanted], inputs=(t.documents, t.transcripts))
-    except InvalidRequest as exc:
         raise _fail(exc) from exc
     sys.stdout.buffer.write(replay.value)
     sys.stdout.buffer.flush()
+
+
+def _replay_at(
+    p: tuple[int, int],
+    records: Mapping[tuple[int, int], tuple[bytes | None, bytes | None]],
+    settings: Settings,
+    erased: Mapping[str, Erasure],
+    *,
+    kept: bool = True,
+) -> Replay:
+    """What the dead letter at ``p`` (of ``records``, as read) sends again; ``kept`` as for
+    ``replay_of``.
+
+    Raises:
+        NotFound: there is no such record.
+        InvalidRequest: its tenant was erased, or it cannot be sent again (``replay_of`` says why).
+    """
+    t = settings.topics
+    if p not in records:
+        raise NotFound(f"no such record in {t.dlq} (see `agentmemd dlq list`)")
+    letter = dead_letter(*p, records[p][0], bases=(t.documents, t.transcripts), tenancy=settings.consumer.tenancy)
+    if erased_letter(letter, erased):
+        raise InvalidRequest(f"tenant {letter.tenant} was erased since (agentmemd erase-tenant)")
+    return replay_of(*records[p], inputs=(t.documents, t.transcripts), kept=kept)
 
 
 def _erased(settings: Settings, *, strict: bool) -> Mapping[str, Erasure]:
@@ -229,8 +238,7 @@ def _send(replay: Replay, settings: Settings, *, wait: bool, timeout_s: float | 
             return f"dead-lettered again: {exc.ack.reason}"
         except TimeoutError:  # sent: the next ones are sent all the same
             return "no ack in time (it was sent, and may still be applied)"
-        if refused(ack):
-            assert ack is not None
+        if ack is not None and refused(ack):
             return f"refused: {ack.reason}"
         return "" if ack is None else ack_said(ack)
 

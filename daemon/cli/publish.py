@@ -78,12 +78,8 @@ def _said(receipt: Receipt) -> str:
     return "published" if receipt.ack is None else ack_said(receipt.ack)
 
 
-def _refused(*receipts: Receipt) -> bool:
-    return any(refused(r.ack) for r in receipts)
-
-
 def _exit_if_refused(*receipts: Receipt) -> None:
-    if _refused(*receipts):
+    if any(refused(r.ack) for r in receipts):
         raise typer.Exit(1)
 
 
@@ -246,12 +242,12 @@ def publish_doc(
     for r in receipts:
         out.print(f"{r.doc_id} v{r.version}: {_said(r)}")
     ignored = sum(r.ack is not None and r.ack.status == "ignored" for r in receipts)
-    refused = sum(_refused(r) for r in receipts)
-    retried = ignored - refused
+    turned_down = sum(refused(r.ack) for r in receipts)
+    retried = ignored - turned_down
     out.print(
         f"published {len(receipts)} document(s): {len(receipts) - ignored} indexed"
         + (f", {retried} ignored (an older or equal version than the one stored)" if retried else "")
-        + (f", {refused} refused (see above)" if refused else "")
+        + (f", {turned_down} refused (see above)" if turned_down else "")
     )
     _exit_if_refused(*receipts)
 
