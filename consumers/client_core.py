@@ -59,7 +59,8 @@ class _ClientCore:
         ``tenant``: for a daemon in topic tenancy, the tenant every call publishes for (on
         ``<topic>.<tenant>``; a call's own ``tenant=`` wins), with replies read on
         ``<replies topic>.<tenant>`` unless ``reply_topic`` says otherwise. Without it, calls
-        use the bare topics, which only a daemon in single tenancy reads.
+        use the bare topics, which only a daemon in single tenancy applies (one in topic
+        tenancy refuses them: they name no tenant).
 
         ``max_content_bytes``: the daemon's ``AGENTMEM_INGEST__MAX_CONTENT_BYTES``. Larger
         content is refused here, before anything is sent, and the producer takes records as
@@ -70,7 +71,7 @@ class _ClientCore:
 
         ``tenancy``: the daemon's ``AGENTMEM_CONSUMER__TENANCY``, if known. A call for a
         tenant is then refused here in single tenancy, and a call for none in topic tenancy:
-        no daemon reads the topic either would go to, so it would only time out.
+        no daemon applies what either would send.
 
         Raises:
             InvalidRequest: ``tenant`` is no valid tenant name, or names one in single tenancy.
@@ -149,8 +150,8 @@ class _ClientCore:
             )
         if call and self._tenancy == "topic" and tenant is None:
             raise InvalidRequest(
-                "the daemon runs in topic tenancy (AGENTMEM_CONSUMER__TENANCY=topic), where no daemon reads the "
-                "bare topics: name the tenant (tenant= on the call or the client); nothing was sent"
+                "the daemon runs in topic tenancy (AGENTMEM_CONSUMER__TENANCY=topic), where the bare topics "
+                "name no tenant and are refused: name the tenant (tenant= on the call or the client); nothing was sent"
             )
 
     def _bare_if_default(self, tenant: str | None) -> str | None:

@@ -268,11 +268,6 @@ class ConsumerConfig(BaseModel):
         """The consumer group of a role's subscriber (see :data:`ROLES`): ``<group_id>.<role>``."""
         return f"{self.group_id}.{role}"
 
-    def bare_read_group(self, role: str) -> str:
-        """The group no daemon joins whose offsets on a role's bare topic mark, in topic tenancy,
-        the records an operator has seen to (``agentmemd topics --mark-bare-read``)."""
-        return f"{self.group(role)}.bare-read"
-
     @staticmethod
     def role_of(group: str) -> str:
         """The role of a consumer group named by :meth:`group`: its last part."""

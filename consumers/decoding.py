@@ -19,6 +19,7 @@ from consumers.events import (
     TranscriptTopicEvent,
     near_spelling,
 )
+from consumers.topic_names import TENANT_NAME_RULE
 from memory.config import DEFAULT_MAX_FUTURE_S
 from memory.records import DEFAULT_TENANT, MemoryItem
 
@@ -271,7 +272,11 @@ def decode_records(
                 raise ValueError(f"content larger than {max_content_bytes} bytes")
             tenant = tenant_of(rec.topic)
             if tenant is None:
-                raise ValueError(f"topic {rec.topic!r} does not name a valid tenant")
+                raise ValueError(
+                    f"topic {rec.topic!r} names no tenant: in topic tenancy events are applied from "
+                    f"<topic>.<tenant> only, tenant {TENANT_NAME_RULE}; `agentmemd dlq replay --tenant NAME` "
+                    "sends this one to its tenant's topic"
+                )
             item = event.to_item(filter_keys, tenant, default_ts=record_time(rec), max_future_s=max_future_s)
         except ValueError as exc:
             dead.append(dead_letter(rec, str(exc), "invalid_event"))

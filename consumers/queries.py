@@ -240,7 +240,10 @@ async def answer(
         req = parse_request(raw)
         query_id = req.query_id
         if tenant is None:
-            raise InvalidRequest("the request topic does not name a valid tenant")
+            raise InvalidRequest(
+                "the request topic names no tenant: in topic tenancy questions are asked on "
+                "<requests topic>.<tenant> (the client's tenant=, the CLI's --tenant)"
+            )
         if isinstance(req, GetRequest):
             t0 = time.monotonic()
             found = await search.lookup(

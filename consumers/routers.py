@@ -65,14 +65,16 @@ async def _message_as_body(msg: Any) -> Any:
 
 
 def tenant_pattern(base: str) -> str:
-    """The FastStream pattern of ``<base>.<tenant>`` topics.
+    """The FastStream pattern of ``<base>.<tenant>`` topics, and of the bare ``<base>``.
 
-    FastStream hands the literal part to the client unescaped (``memory.requests..*``), and
-    the client matches topics with that as a regular expression: its dots would match any
-    character, subscribing ``memoryXrequestsYz`` too (where a reply_to could point our
-    replies, consumed as requests). Escaped here, they match dots only.
+    The bare topic names no tenant: read with the tenants' ones, an event published there is
+    dead-lettered and a request answered with an error, each saying why, where unread they
+    waited untold. The pattern is a regular expression with no FastStream path parameter
+    (the handlers read the tenant from the topic themselves), handed to the client as written:
+    the base's dots escaped match dots only (``memoryXrequestsYz``, where a reply_to could point
+    our replies, is not read as requests), and the end anchored (``memory.requests-x`` neither).
     """
-    return re.escape(base) + r"\.{tenant}"
+    return re.escape(base) + r"(?:\..+)?\Z"
 
 
 def _records(raw: Any) -> tuple[ConsumerRecord[Any, Any], ...]:
@@ -84,7 +86,7 @@ def _source(cfg: ConsumerConfig, base: str) -> tuple[str, ...]:
 
 
 def _pattern(cfg: ConsumerConfig, base: str) -> dict[str, Any]:
-    # Topic tenancy: one subscription per kind over every <base>.<tenant> topic.
+    # Topic tenancy: one subscription per kind over every <base>.<tenant> topic and <base>.
     return {} if cfg.tenancy == "single" else {"pattern": tenant_pattern(base)}
 
 

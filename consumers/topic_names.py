@@ -53,8 +53,9 @@ def tenant_from_topic(topic: str, base: str, mode: str) -> str | None:
 
 def read_for(topic: str, base: str, tenancy: str) -> bool:
     """Whether a daemon of ``tenancy`` reads ``topic`` for the contract topic ``base``: the base
-    itself in single tenancy, a tenant's topic of it in topic tenancy."""
-    return topic == base if tenancy == "single" else topic.startswith(base + ".")
+    itself in single tenancy; in topic tenancy a tenant's topic of it, and the base too (whose
+    records it refuses, as they name no tenant)."""
+    return topic == base or (tenancy != "single" and topic.startswith(base + "."))
 
 
 def topic_base(topic: str, bases: Sequence[str]) -> str | None:

@@ -283,7 +283,7 @@ class KafkaTransport:
                 raise TimeoutError(
                     f"no {answer} from the memory daemon within {wait:g} s on {replies.topic}: is a "
                     f"daemon running and reading {topic}? Is it ready (`agentmemd doctor` says what it waits "
-                    f"for){behind}? (in topic tenancy, the client needs the tenant)"
+                    f"for){behind}?"
                 ) from None
         finally:
             replies.done_with(cid, fut)

@@ -20,7 +20,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from consumers.kafka_clients import cluster_metadata
-from consumers.topic_names import topic_base
+from consumers.topic_names import tenant_topic, topic_base
 from daemon.lost_logs import log_ends
 from daemon.teardown import bounded
 from memory.errors import BackendUnavailable, InvalidRequest
@@ -114,6 +114,26 @@ def corrected(replay: Replay, value: bytes) -> Replay:
             "its own key's order, so send an event of another document or session as a new one (agentmemd publish)"
         )
     return Replay(topic=replay.topic, key=replay.key, value=value)
+
+
+def to_tenant(replay: Replay, tenant: str, inputs: Sequence[str], tenancy: str) -> Replay:
+    """``replay`` sent to ``tenant``'s topic (``dlq replay --tenant``): for an event a writer
+    published on a bare input topic, which names no tenant in topic tenancy (pure).
+
+    Raises:
+        InvalidRequest: single tenancy; the event's topic names a tenant already (a dead
+            letter goes back to its own tenant); ``tenant`` is no valid tenant name.
+    """
+    if tenancy == "single":
+        raise InvalidRequest(
+            "--tenant needs AGENTMEM_CONSUMER__TENANCY=topic: in single mode every event is the 'default' tenant's"
+        )
+    if replay.topic not in inputs:
+        raise InvalidRequest(
+            f"its topic {replay.topic!r} names its tenant already: --tenant is for an event published on a "
+            f"bare topic ({' or '.join(inputs)})"
+        )
+    return Replay(topic=tenant_topic(replay.topic, tenant), key=replay.key, value=replay.value)
 
 
 def _key(record_key: bytes | None, body_key: Any) -> str | None:

@@ -65,7 +65,7 @@ async def check_kafka(settings: Settings) -> list[Finding]:
         seen = f", {len(tenants)} tenants' included" if tenants else ""
         found.append(Finding("topics", True, f"all {len(wanted)} present{seen}"))
     try:
-        report = await asyncio.wait_for(measure_lag(settings, bare=True), timeout=20)
+        report = await asyncio.wait_for(measure_lag(settings), timeout=20)
         detail = ", ".join(f"{g}: lag {sum(p.values())}" for g, p in sorted(report.lag.items()))
         if report.past_end:
             beyond = past_end_text(report.past_end)
@@ -80,18 +80,6 @@ async def check_kafka(settings: Settings) -> list[Finding]:
             )
         else:
             found.append(Finding("consumer groups", True, f"{detail}; {report.dlq} DLQ records"))
-        if report.unread_bare:
-            said = ", ".join(f"{n} on {topic}" for topic, n in sorted(report.unread_bare.items()))
-            found.append(
-                Finding(
-                    "bare topics",
-                    False,
-                    f"in topic tenancy no daemon reads the bare topics, and records wait there: {said}",
-                    "publish on <topic>.<tenant> (the CLI's --tenant, the client's tenant=); the records "
-                    "waiting belong to no tenant: publish them again on their tenant's topic, then "
-                    "`agentmemd topics --mark-bare-read` marks them seen",
-                )
-            )
         found.extend(await _check_daemons(settings, sorted(report.lag)))
     except (KafkaError, OSError, TimeoutError) as exc:
         found.append(

@@ -271,12 +271,12 @@ class MemoryTools:
         except ToolFailure as exc:
             status["daemon"] = {"answering": False, "error_code": exc.code, "error": str(exc)}
         status["http"] = await self._http_status()
-        if not status["daemon"]["answering"] and status["http"].get("ready") is True:
-            # Up and ready, yet silent on our topics: most often a tenancy mismatch.
+        if status["daemon"].get("error_code") == "timeout" and status["http"].get("ready") is True:
+            # Up and ready, yet silent on our topics (a tenancy mismatch is answered with its reason).
             status["hint"] = (
-                "the daemon is up but nobody answered on this server's topics: if it runs in topic tenancy, "
-                "start this server with --tenant and AGENTMEM_CONSUMER__TENANCY=topic, and create the tenant's "
-                "topics (agentmemd topics --tenant T)"
+                "the daemon is up but nobody answered on this server's topics: give this server the daemon's "
+                "broker (AGENTMEM_KAFKA_BOOTSTRAP) and topics (AGENTMEM_TOPICS__*), and in topic tenancy "
+                "its --tenant, whose topics exist (agentmemd topics --tenant T)"
             )
         return status
 

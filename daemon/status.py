@@ -92,10 +92,6 @@ class LagReport:
     lag: dict[str, dict[str, int]]
     dlq: int
     past_end: dict[str, list[str]]
-    # Asked for (``bare``), in topic tenancy: records on a bare input topic that its group never
-    # read (no daemon reads those topics there) nor an operator marked read, by topic; none
-    # listed where there are none.
-    unread_bare: dict[str, int] = field(default_factory=dict)
 
 
 def past_end_text(past_end: dict[str, list[str]]) -> str:
@@ -166,10 +162,8 @@ async def group_members(settings: Settings, groups: Sequence[str]) -> dict[str, 
     return {name: len(g[5]) for name, g in described}
 
 
-async def measure_lag(settings: Settings, *, bare: bool = False) -> LagReport:
-    """Lag of every consumer group of this deployment, and the number of DLQ records ever written;
-    with ``bare``, in topic tenancy, the records waiting on the bare input topics (``doctor``
-    asks: the status page's samples need not read three more logs each time).
+async def measure_lag(settings: Settings) -> LagReport:
+    """Lag of every consumer group of this deployment, and the number of DLQ records ever written.
 
     Committed offsets are read with the admin API's OffsetFetch, one request per group; a
     broker that does not understand it is asked with a group-bound consumer that never
@@ -225,20 +219,7 @@ async def measure_lag(settings: Settings, *, bare: bool = False) -> LagReport:
             ]:
                 past_end[group] = beyond
         dlq = sum(ends[tp] for tp in dlq_tps)
-        unread: dict[str, int] = {}
-        if bare and settings.consumer.tenancy == "topic":
-            for role, base in bases.items():
-                tps = [TopicPartition(base, p) for p in sorted(cluster.partitions_for_topic(base) or ())]
-                if not tps:
-                    continue
-                bare_ends = await log_ends(probe, tps)
-                starts = await probe.beginning_offsets(tps)
-                committed = await _committed(settings, admin, settings.consumer.group(role), tps, opts)
-                seen = await _committed(settings, admin, settings.consumer.bare_read_group(role), tps, opts)
-                left = sum(max(0, bare_ends[tp] - max(committed[tp], seen[tp], starts.get(tp, 0))) for tp in tps)
-                if left:
-                    unread[base] = left
-        return LagReport(lag, int(dlq), past_end, unread)
+        return LagReport(lag, int(dlq), past_end)
     finally:
         await bounded("stop the lag admin", admin.close())
         await bounded("stop the lag probe", probe.stop())

@@ -75,8 +75,8 @@ def _tenant_target(tenancy: str, tenant: str | None) -> str | None:
     """The tenant whose topics ``--tenant`` names under ``tenancy`` (None: the bare topics).
 
     Raises:
-        typer.BadParameter: topic tenancy without a tenant (nobody reads the bare topics there:
-            a query would only time out, a publish would be lost), or another tenant than the
+        typer.BadParameter: topic tenancy without a tenant (the bare topics name none there:
+            a query or publish would be refused), or another tenant than the
             default one in single mode.
     """
     if tenancy == "topic":

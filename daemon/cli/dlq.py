@@ -18,7 +18,7 @@ from consumers.errors import WriteRejected
 from daemon.cli._app import _fail, _settings, _with_redis, app, err, out
 from daemon.cli._client import _with_client, ack_said, check_tenant_known, refused
 from daemon.connections import redis_client
-from daemon.dlq_replay import Replay, corrected, parse_position, read_dead_letters, replay_of
+from daemon.dlq_replay import Replay, corrected, parse_position, read_dead_letters, replay_of, to_tenant
 from daemon.explore.dlq import dead_letter, erased_letter, recent_dead_letters, tenant_of
 from daemon.settings import Settings
 from memory.errors import InvalidRequest, MemdError, NotFound
@@ -121,10 +121,19 @@ def dlq_replay(
             "see `dlq original`).",
         ),
     ] = None,
+    tenant: Annotated[
+        str | None,
+        typer.Option(
+            "--tenant",
+            help="Topic tenancy: send to this tenant's topic an event that was published on a bare topic "
+            "(which names no tenant).",
+        ),
+    ] = None,
 ) -> None:
     """Send dead letters again, each as it was: the original bytes, to the topic they came from,
     under their key. Fix the cause first: the daemon judges them as any event. An event that was
-    itself wrong: `dlq original` writes it out, and `--with` sends the corrected file in its place."""
+    itself wrong: `dlq original` writes it out, and `--with` sends the corrected file in its place;
+    one published on a bare topic in topic tenancy: `--tenant` sends it to its tenant's topic."""
     try:
         wanted = [parse_position(p) for p in positions]
     except InvalidRequest as exc:
@@ -144,6 +153,8 @@ def dlq_replay(
             replay = _replay_at(p, records, s, erased, kept=fixed is None)
             if fixed is not None:
                 replay = corrected(replay, fixed.read_bytes())
+            if tenant is not None:
+                replay = _to_tenant(replay, tenant, s, erased)
         except NotFound as exc:
             out.print(Text(f"{name}: {exc}", style="yellow"))
             failed = True
@@ -201,6 +212,19 @@ def _replay_at(
     if erased_letter(letter, erased):
         raise InvalidRequest(f"tenant {letter.tenant} was erased since (agentmemd erase-tenant)")
     return replay_of(*records[p], inputs=(t.documents, t.transcripts), kept=kept)
+
+
+def _to_tenant(replay: Replay, tenant: str, settings: Settings, erased: Mapping[str, Erasure]) -> Replay:
+    """``replay`` sent to ``tenant``'s topic instead of the bare one it came from.
+
+    Raises:
+        InvalidRequest: as ``to_tenant``; ``tenant`` was erased.
+    """
+    t = settings.topics
+    moved = to_tenant(replay, tenant, (t.documents, t.transcripts), settings.consumer.tenancy)
+    if tenant in erased:
+        raise InvalidRequest(f"tenant {tenant} was erased (agentmemd erase-tenant)")
+    return moved
 
 
 def _erased(settings: Settings, *, strict: bool) -> Mapping[str, Erasure]:

@@ -28,24 +28,12 @@ def topics(
             "--tenant", metavar="NAME", help="A tenant whose topics to create (topic tenancy); repeat for several."
         ),
     ] = None,
-    mark_bare_read: Annotated[
-        bool,
-        typer.Option(
-            "--mark-bare-read",
-            metavar="",
-            help="Topic tenancy: mark what waits on the bare topics (which no daemon reads there) as seen, "
-            "so doctor counts only what comes after. It is not applied.",
-        ),
-    ] = False,
 ) -> None:
     """Create the contract's topics, or with --tenant a tenant's, where they are missing.
 
     A tenant's: documents, transcripts, requests, replies (events with the daemon's record size).
     """
     settings = _settings()
-    if mark_bare_read:
-        _mark_bare_read(settings, tenant)
-        return
     if tenant and settings.consumer.tenancy != "topic":
         raise _fail(
             ValueError(
@@ -93,28 +81,6 @@ def topics(
         out.print(
             f"tenant {name} was erased at {shown_epoch(at)}: it starts anew (its events from before are never applied)"
         )
-
-
-def _mark_bare_read(settings: Settings, tenant: list[str] | None) -> None:
-    """``topics --mark-bare-read``: what waits on the bare topics, marked read for doctor."""
-    from daemon.bare_topics import mark_bare_read
-
-    if tenant or settings.consumer.tenancy != "topic":
-        raise _fail(
-            ValueError(
-                "--mark-bare-read is for topic tenancy, where no daemon reads the bare topics, and takes no --tenant"
-                if tenant
-                else "--mark-bare-read is for topic tenancy: in single mode the daemon reads the bare topics itself"
-            )
-        )
-    try:
-        marked = asyncio.run(mark_bare_read(settings))
-    except MemdError as exc:
-        raise _fail(exc) from exc
-    if not marked:
-        out.print("no bare topic on this broker: nothing to mark")
-    for name, end in sorted(marked.items()):
-        out.print(f"marked read  {name} (to offset {end:,} over its partitions)", highlight=False)
 
 
 @app.command()

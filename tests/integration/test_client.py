@@ -1,7 +1,7 @@
 """The typed client (`MemoryClient`) and `agentmemd query` against the real broker and daemon.
 
 One daemon in topic tenancy serves the module: every query names its tenant, so each test also
-shows the request reached `<requests>.<tenant>` (nobody answers the bare requests topic there).
+shows the request reached `<requests>.<tenant>` (the bare requests topic is answered with an error there).
 Reader faults are injected into the client's real aiokafka consumer, never into a fake broker.
 """
 
@@ -28,7 +28,7 @@ from structlog.testing import capture_logs
 
 import consumers.reply_reader
 from consumers.client import MemoryClient
-from consumers.errors import QueryFailed
+from consumers.errors import QueryFailed, WriteRejected
 from daemon.connections import memory_client
 from daemon.instance import Daemon
 from daemon.settings import Settings
@@ -211,17 +211,29 @@ async def _ledger_indexed(daemon: Daemon, plain: PlainClient) -> None:
     await eventually(summarized, timeout=60, what="the tenant's communities summarized")
 
 
-async def test_a_client_without_its_tenant_times_out_saying_where_it_asked(env) -> None:
-    """In topic tenancy nobody reads the bare topics: a client that forgot its tenant gets a
-    TimeoutError naming the topic it wrote to and the tenant, and a write's says it was sent."""
+async def test_a_client_without_its_tenant_is_told_the_bare_topics_name_none(env) -> None:
+    """In topic tenancy the bare topics name no tenant: a client that forgot its tenant (and was
+    not told the tenancy) gets its question refused and its write dead-lettered, each saying why."""
     _, _, settings = env
-    t = settings.topics
-    async with MemoryClient(bootstrap=settings.kafka_bootstrap, topics=t, timeout_s=2) as lost:
-        with pytest.raises(TimeoutError, match=rf"no reply .* reading {re.escape(t.requests)}\? .*tenant"):
+    async with MemoryClient(bootstrap=settings.kafka_bootstrap, topics=settings.topics, timeout_s=30) as lost:
+        with pytest.raises(QueryFailed, match="names no tenant"):
             await lost.query("vault_token")
-        # ... and on which partition it waits: a write waits for what came before it there.
+        with pytest.raises(WriteRejected, match="names no tenant"):
+            await lost.publish_document("lost/doc.md", "this topic names no tenant", wait=True)
+
+
+async def test_a_call_nobody_answers_times_out_saying_where_it_asked(env) -> None:
+    """A TimeoutError names the topic the call wrote to, and a write's says it was sent and on
+    which partition it waits (a write waits for what came before it there)."""
+    _, _, settings = env
+    unread = settings.topics.model_copy(
+        update={"requests": f"{settings.topics.requests}-unread", "documents": f"{settings.topics.documents}-unread"}
+    )
+    async with MemoryClient(bootstrap=settings.kafka_bootstrap, topics=unread, timeout_s=2) as lost:
+        with pytest.raises(TimeoutError, match=rf"no reply .* reading {re.escape(unread.requests)}\?"):
+            await lost.query("vault_token")
         with pytest.raises(
-            TimeoutError, match=rf"may still be applied.* reading {re.escape(t.documents)}\? .* partition \d"
+            TimeoutError, match=rf"may still be applied.* reading {re.escape(unread.documents)}\? .* partition \d"
         ):
             await lost.publish_document("lost/doc.md", "nobody reads this topic", wait=True)
 
@@ -571,12 +583,18 @@ async def test_cli_publishes_a_directorys_text_files_and_says_what_it_skipped(en
 
 async def test_a_bulk_publish_nobody_acks_fails_after_its_timeout_saying_what_was_sent(env, tmp_path: Path) -> None:
     """Many documents wait for each other's embedding, so --timeout bounds the time without any
-    ack, not each ack: with nobody reading (the bare topic, in topic tenancy), the command fails
+    ack, not each ack: with nobody reading (a documents topic no daemon reads), the command fails
     after it, and says how many it sent unacknowledged."""
     _, _, settings = env
     for n in range(3):
         (tmp_path / f"n{n}.md").write_text(f"note {n} about the kestrel rotation", encoding="utf-8")
-    cli_env = {**os.environ, **settings_env(settings), "AGENTMEM_CONSUMER__TENANCY": "single", "COLUMNS": "200"}
+    cli_env = {
+        **os.environ,
+        **settings_env(settings),
+        "AGENTMEM_CONSUMER__TENANCY": "single",
+        "AGENTMEM_TOPICS__DOCUMENTS": f"{settings.topics.documents}-unread",
+        "COLUMNS": "200",
+    }
     proc = await asyncio.create_subprocess_exec(
         AGENTMEMD, "publish", "doc", str(tmp_path), "--wait", "--timeout", "2",
         env=cli_env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,

@@ -104,3 +104,35 @@ async def test_a_dead_letter_is_listed_and_sent_again_once_its_cause_is_fixed(
         assert (found.items[0].status, found.items[0].content) == ("found", big[:500])
     finally:
         await daemon.stop()
+
+
+async def test_an_event_on_a_bare_topic_is_refused_and_sent_to_its_tenant(kafka_bootstrap: str, redis_url: str) -> None:
+    """In topic tenancy an event published on the bare topic names no tenant: its writer is
+    told (an ack saying why), it is dead-lettered, and `dlq replay --tenant` sends it to the
+    tenant's topic, where it is applied."""
+    from tests.helpers import topic_tenancy_daemon
+
+    name = unique("dlq-bare")
+    async with topic_tenancy_daemon(name, kafka_bootstrap, redis_url, ["acme"]) as (_, _client, settings):
+        env = {**settings_env(settings), "AGENTMEM_CONSUMER__TENANCY": "topic"}
+        async with MemoryClient(bootstrap=kafka_bootstrap, topics=settings.topics, timeout_s=30) as bare:
+            with pytest.raises(WriteRejected, match="names no tenant") as refused:
+                await bare.publish_document("kb/bare.md", "The bare topic names no tenant.", version=1, wait=True)
+        assert refused.value.ack.error_code == "invalid_event"
+        listed = await asyncio.to_thread(_cli, env, "dlq", "list", "--json")
+        (letter,) = [json.loads(line) for line in listed.stdout.splitlines()]
+        assert letter["topic"] == settings.topics.documents, letter
+        where = f"{letter['partition']}:{letter['offset']}"
+        moved = await asyncio.to_thread(
+            _cli, env, "dlq", "replay", where, "--tenant", "acme", "--wait", "--timeout", "60"
+        )
+        assert moved.returncode == 0, moved
+        assert f"sent to {settings.topics.documents}.acme under key 'kb/bare.md': indexed" in moved.stdout, moved
+        async with MemoryClient(
+            bootstrap=kafka_bootstrap, topics=settings.topics, tenant="acme", tenancy="topic", timeout_s=30
+        ) as acme:
+            found = await acme.get(["kb/bare.md"])
+        assert (found.items[0].status, found.items[0].content) == ("found", "The bare topic names no tenant.")
+        # A name that is no tenant's: refused, nothing sent.
+        again = await asyncio.to_thread(_cli, env, "dlq", "replay", where, "--tenant", "bad.name")
+        assert again.returncode == 1 and "is not" in again.stdout, again

@@ -216,21 +216,35 @@ async def test_query_times_are_counted_per_tenant(env) -> None:
 
 
 async def test_topics_without_a_valid_tenant_are_refused(env) -> None:
-    """An event on a topic that names no valid tenant is dead-lettered, never stored for anyone."""
+    """An event on a topic that names no valid tenant, the bare topic included, is
+    dead-lettered with the reason, never stored for anyone; a question on the bare request
+    topic is answered with an error (both used to wait unread)."""
     daemon, client, _ = env
-    await client.send(
-        f"{client.topics.documents}.a.b",
-        {"event_id": "e", "op": "upsert", "doc_id": "nowhere.md", "version": 1, "content": "should not be stored"},
-    )
+    t = client.topics
+    nowhere = {f"{t.documents}.a.b": "nowhere.md", t.documents: "bare.md"}
+    for topic, doc_id in nowhere.items():
+        event = {"event_id": doc_id, "op": "upsert", "doc_id": doc_id, "version": 1, "content": "should not be stored"}
+        await client.send(topic, event)
     deadline = time.monotonic() + 30
-    dead: list[dict[str, Any]] = []
-    while time.monotonic() < deadline and not dead:
-        dead = [d for d in await read_dlq(client, 1, timeout=2) if "valid tenant" in d["reason"]]
-    assert dead and dead[0]["topic"] == f"{client.topics.documents}.a.b"
-    for tenant in ("a.b", "a", "b", "default", *SECRETS):
-        if ":" not in tenant:
-            assert await daemon.index.chunk_ids("nowhere.md", tenant) == set()
-    json.dumps(dead)  # the record is plain JSON
+    dead: dict[str, dict[str, Any]] = {}
+    while time.monotonic() < deadline and len(dead) < len(nowhere):
+        dead |= {d["topic"]: d for d in await read_dlq(client, 5, timeout=2) if "names no tenant" in d["reason"]}
+    assert set(dead) == set(nowhere), dead
+    assert "dlq replay --tenant" in dead[t.documents]["reason"]
+    for doc_id in nowhere.values():
+        for tenant in ("a.b", "a", "b", "default", *SECRETS):
+            if ":" not in tenant:
+                assert await daemon.index.chunk_ids(doc_id, tenant) == set()
+    json.dumps(dead)  # the records are plain JSON
+    cid = uuid.uuid4().hex
+    await client.send(
+        t.requests,
+        {"query_id": "bare", "search_text": "vault_token", "top_k": 3},
+        headers=[("correlation_id", cid.encode()), ("reply_to", client.reply_topic.encode())],
+    )
+    _, reply = await client.reply(cid)
+    assert reply["query_id"] == "bare" and reply["error"]["code"] == "invalid_request", reply
+    assert "names no tenant" in reply["error"]["message"], reply
 
 
 async def test_a_reply_without_reply_to_goes_to_the_tenants_own_topic(env, kafka_bootstrap: str) -> None:

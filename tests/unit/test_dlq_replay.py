@@ -1,4 +1,4 @@
-"""A dead letter's event corrected before it is sent again (`dlq replay --with`): pure."""
+"""A dead letter's event corrected (`dlq replay --with`) or moved to its tenant (`--tenant`): pure."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from daemon.dlq_replay import Replay, corrected, keyed_as
+from daemon.dlq_replay import Replay, corrected, keyed_as, to_tenant
 from memory.errors import InvalidRequest
 
 
@@ -33,3 +33,17 @@ def test_a_corrected_event_keeps_its_key_or_is_refused() -> None:
     assert corrected(original, b"{not json").value == b"{not json"  # the daemon judges it
     with pytest.raises(InvalidRequest, match=r"keyed 'kb/b\.md'"):
         corrected(original, json.dumps({"op": "upsert", "doc_id": "kb/b.md", "version": 1}).encode())
+
+
+def test_an_event_of_a_bare_topic_goes_to_the_tenant_named() -> None:
+    """``dlq replay --tenant``: only an event published where no tenant is named moves, and
+    only in topic tenancy; a tenant's own dead letter goes back to that tenant."""
+    inputs = ("memory.documents", "memory.transcripts")
+    bare = Replay(topic="memory.documents", key="kb/a.md", value=b"{}")
+    assert to_tenant(bare, "acme", inputs, "topic") == Replay("memory.documents.acme", "kb/a.md", b"{}")
+    with pytest.raises(InvalidRequest, match="names its tenant already"):
+        to_tenant(Replay("memory.documents.globex", "kb/a.md", b"{}"), "acme", inputs, "topic")
+    with pytest.raises(InvalidRequest, match="needs AGENTMEM_CONSUMER__TENANCY=topic"):
+        to_tenant(bare, "acme", inputs, "single")
+    with pytest.raises(InvalidRequest, match="is not"):
+        to_tenant(bare, "a.b", inputs, "topic")

@@ -137,7 +137,8 @@ def test_error_replies_carry_only_the_contracts_codes(exc: MemdError, code: str)
 
 
 def test_tenant_topic_subscriptions_match_only_their_own_topics() -> None:
-    """The pattern the client matches topics with takes the base's dots literally."""
+    """The pattern the client matches topics with takes the base's dots literally, and the bare
+    topic too (its records are refused with a reason, not left unread)."""
     from faststream._internal.utils.path import Address
     from faststream.kafka.subscriber.usecase import KAFKA_ADDRESS_SYNTAX
 
@@ -145,7 +146,9 @@ def test_tenant_topic_subscriptions_match_only_their_own_topics() -> None:
 
     address = Address(tenant_pattern("memory.requests"), KAFKA_ADDRESS_SYNTAX).broker_address
     assert re.match(address, "memory.requests.acme")
+    assert re.match(address, "memory.requests")
     assert not re.match(address, "memoryXrequestsYz")
+    assert not re.match(address, "memory.requests-x")
     assert not re.match(address, "memory.requestsXacme")
     assert not re.match(address, "memory.replies.acme")
 
