@@ -139,7 +139,10 @@ class Settings(BaseSettings):
     def _tokens_name_one_principal(self) -> Settings:
         clashes = duplicate_tokens(self.http_token.get_secret_value(), self.http_access().tenant_tokens or {})
         if clashes:
-            raise ValueError(f"http_tenant_tokens: the token of {', '.join(clashes)} is another's too")
+            raise ValueError(
+                f"http_tenant_tokens (AGENTMEM_HTTP_TENANT_TOKENS): the token of {', '.join(clashes)} is another's "
+                "too (a tenant's, or the operator's AGENTMEM_HTTP_TOKEN): each needs its own"
+            )
         return self
 
     def http_access(self) -> Access:

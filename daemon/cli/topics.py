@@ -33,7 +33,7 @@ def topics(
 
     A tenant's: documents, transcripts, requests, replies (events with the daemon's record size).
     """
-    settings = _settings()
+    settings = _settings(quiet=True)
     if tenant and settings.consumer.tenancy != "topic":
         raise _fail(
             ValueError(
