@@ -81,6 +81,24 @@ def conflict_reason(version: int | None, what: str) -> str:
     )
 
 
+#: The smallest default version (``consumers.client_writes``: the time in microseconds) a
+#: writer can meet: 2001. A counter of a writer's own stays far below it.
+CLOCK_VERSIONS_FROM = 10**15
+
+
+def older_reason(version: int | None, stored: int | None) -> str:
+    """Why an event older than the stored version changed nothing; where a writer's own
+    counter met a default version (a delete or a write sent without one), how to mend it:
+    the counter's next edits would all be lost."""
+    said = f"version {version} is older than the stored version {stored}"
+    if version is not None and stored is not None and version < CLOCK_VERSIONS_FROM <= stored:
+        said += (
+            " (a default version, the time in microseconds: a document's versions are its writer's own "
+            "counter or the defaults, not both; send a version above it, or none)"
+        )
+    return said
+
+
 def build_acks(
     raw: Mapping[Position, Any],
     good: Sequence[Decoded],
@@ -121,7 +139,7 @@ def build_acks(
             elif outcome.conflict is not None:
                 ack.reason, ack.error_code = conflict_reason(g.item.version, outcome.conflict), VERSION_CONFLICT
             elif outcome.status == "ignored":
-                ack.reason = f"version {g.item.version} is older than the stored version {outcome.stored_version}"
+                ack.reason = older_reason(g.item.version, outcome.stored_version)
         elif g is not None:
             winner = winners.get((g.item.tenant, g.item.doc_id))
             ack.stored_version = winner[1].stored_version if winner else None
@@ -151,7 +169,7 @@ def build_acks(
             below = winner is not None and winner[1].status == "ignored" and winner[1].conflict is None
             if below and winner is not None and g.item.version is not None:
                 # The doc's highest version of the batch was already below the stored one.
-                ack.reason = f"version {g.item.version} is older than the stored version {winner[1].stored_version}"
+                ack.reason = older_reason(g.item.version, winner[1].stored_version)
                 out.append((record, *route, ack))
                 continue
             later = f" (version {winner[0].item.version})" if winner and winner[0].item.version is not None else ""

@@ -57,8 +57,9 @@ class _Event(BaseModel):
         missing = [f for f in type(self).model_fields if f not in self.model_fields_set]
         for key in self.model_extra or {}:
             near = near_spelling(key, missing)
-            # A field extended (timestamp_ms, source_id, sources) is the producer's own.
-            if near and not key.startswith(near) and not near.startswith(key):
+            # A field extended (timestamp_ms, source_id, sources) is the producer's own; one cut
+            # short (rol, metadat) is a misspelling like any other.
+            if near and not key.startswith(near):
                 raise ValueError(f"unknown field {key[:64]!r}: did you mean {near!r}?")
         return self
 

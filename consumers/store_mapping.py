@@ -53,8 +53,13 @@ def namespace_source(namespace: Sequence[str]) -> str:
     """The ``source`` of a namespace's documents, which is also its prefix filter.
 
     Raises:
-        InvalidRequest: the encoded namespace is longer than a filter value may be (512).
+        InvalidRequest: a string, not a tuple of labels (it would be read letter by letter); the
+            encoded namespace is longer than a filter value may be (512).
     """
+    if isinstance(namespace, str):
+        raise InvalidRequest(
+            f"a namespace is a tuple of labels, ({namespace[:64]!r},), not the string {namespace[:64]!r}"
+        )
     source = ROOT + "".join(_label(label) + "/" for label in namespace)
     if len(source) > MAX_SOURCE_CHARS:
         raise InvalidRequest(f"namespace {tuple(namespace)!r} encodes to {len(source)} characters, over 512")

@@ -8,7 +8,7 @@ import time
 from collections.abc import AsyncIterator
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.progress import Progress
@@ -59,6 +59,19 @@ StampOpt = Annotated[
         "For imports: it dates the memory, and --since/--until select on it (the version orders edits).",
     ),
 ]
+
+
+def _metadata(meta: list[str] | None) -> dict[str, Any]:
+    """``--meta`` pairs as metadata.
+
+    Raises:
+        typer.BadParameter: a pair not ``key=value``, or a key given twice (a metadata key holds
+            one value).
+    """
+    metadata = _pairs(meta, "--meta")
+    if twice := sorted(k for k, v in metadata.items() if isinstance(v, list)):
+        raise typer.BadParameter(f"--meta {', '.join(twice)} given more than once: a metadata key holds one value")
+    return metadata
 
 
 def _stamp(value: str | None) -> datetime | None:
@@ -157,9 +170,7 @@ def publish_doc(
     if not paths:
         raise typer.BadParameter("no text file to publish in the paths given")
     sizes = {path: path.stat().st_size for path in paths}
-    metadata = _pairs(meta, "--meta")
-    if any(isinstance(v, list) for v in metadata.values()):
-        raise typer.BadParameter("--meta keys must be unique")
+    metadata = _metadata(meta)
 
     async def send(client: MemoryClient) -> list[Receipt]:
         # Every file is read and checked before the first is sent: one bad file among many
@@ -306,7 +317,7 @@ def publish_observation(
     """Record one transcript turn or observation of an agent."""
     _check_timeout(wait, timeout)
     stamp = _stamp(timestamp)
-    metadata = _pairs(meta, "--meta")
+    metadata = _metadata(meta)
     settings = _settings()
     target = _tenant_target(settings.consumer.tenancy, tenant)
     r = _with_client(

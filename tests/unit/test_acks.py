@@ -80,3 +80,22 @@ def test_below_a_stored_version_every_event_of_the_batch_says_so() -> None:
         "version 5 is older than the stored version 7",
         "version 5 is older than the stored version 7",
     ]
+
+
+def test_a_counter_below_a_default_version_is_told_how_to_mend_it() -> None:
+    """A writer's own counter (101) below a default version (a delete sent without one: the time
+    in microseconds) loses every edit it sends: the reason says why and what to send."""
+    stored = 1_796_609_631_947_843
+    raw, good = batch((100, "A"), (101, "B"))
+    report = IngestReport()
+    report.outcomes[id(good[1].item)] = ItemOutcome("ignored", stored_version=stored)
+    reasons = [r or "" for _, r in acked(raw, good, report)]
+    assert all(f"older than the stored version {stored} (a default version" in r for r in reasons), reasons
+    assert all("not both" in r for r in reasons)
+    # Counters of one scheme: the reason as before.
+    raw, good = batch(
+        (6, "A"),
+    )
+    report = IngestReport()
+    report.outcomes[id(good[0].item)] = ItemOutcome("ignored", stored_version=7)
+    assert acked(raw, good, report)[0][1] == "version 6 is older than the stored version 7"

@@ -138,6 +138,21 @@ def test_tenant_topics_are_refused_in_single_tenancy(monkeypatch: pytest.MonkeyP
     assert "AGENTMEM_CONSUMER__TENANCY=topic" in " ".join(res.output.split())
 
 
+@pytest.mark.parametrize("kind", [["observation", "--agent-id", "a", "--session-id", "s", "hi"], ["doc", "."]])
+def test_a_metadata_key_given_twice_is_refused_by_its_name(monkeypatch: pytest.MonkeyPatch, kind: list[str]) -> None:
+    """``--meta n=5 --meta n=6`` says the key was given twice (it read "metadata['n'] is an
+    array", of an array nobody wrote), before anything connects."""
+    from typer.testing import CliRunner
+
+    from daemon.cli import app
+
+    monkeypatch.setenv("AGENTMEM_KAFKA_BOOTSTRAP", "127.0.0.1:1")  # nothing listens: never reached
+    monkeypatch.setattr("daemon.cli._app.configure_logging", lambda *_: None)
+    res = CliRunner().invoke(app, ["publish", *kind, "--meta", "n=5", "--meta", "n=6"])
+    assert res.exit_code == 2, res.output
+    assert "--meta n given more than once" in " ".join(res.output.split())
+
+
 def test_commands_are_listed_in_their_usual_order() -> None:
     """`agentmemd --help` lists the commands, then the groups, in one fixed order, whichever
     module of the cli package registers them."""

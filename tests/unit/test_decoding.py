@@ -105,6 +105,9 @@ def test_valid_transcript_becomes_an_unversioned_item() -> None:
         # a field spelt nearly as a missing one: refused, not ignored with what it carried
         (doc(content="x").replace(b'"metadata"', b'"metdata"'), "unknown field 'metdata': did you mean 'metadata'?"),
         (doc(content="x").replace(b'"version"', b'"verison"'), "'verison' is no field: did you mean 'version'?"),
+        # cut short, too: a producer's own fields extend a name (timestamp_ms), never cut one
+        (doc(content="x").replace(b'"metadata"', b'"metadat"'), "unknown field 'metadat': did you mean 'metadata'?"),
+        (doc(content="x").replace(b'"metadata"', b'"sourc": "s", "metadata"'), "'sourc': did you mean 'source'?"),
     ],
 )
 def test_invalid_documents_are_dead_lettered_with_a_reason(value: bytes | None, reason: str) -> None:
@@ -472,3 +475,12 @@ def test_an_unknown_field_unlike_any_missing_one_is_ignored() -> None:
     # and a timestamp is read as one (a check before validation made every ISO string fail)
     good, dead = decode(json.dumps({**body, "timestamp": "2026-12-05T21:58:45Z", "trace_id": "t"}).encode())
     assert dead == [] and good[0].item.timestamp is not None
+
+
+def test_a_turn_whose_role_is_cut_short_is_refused() -> None:
+    """``rol`` for ``role`` is refused, not read past: the turn would default to the assistant's
+    and stop answering the user's "I" and "my" questions."""
+    turn = {"event_id": "e", "agent_id": "a", "session_id": "s", "turn": 0, "content": "I love hiking", "rol": "user"}
+    raw = json.dumps(turn)
+    good, (dead,) = decode(raw.encode(), kind="transcript")
+    assert good == [] and "unknown field 'rol': did you mean 'role'?" in dead.reason

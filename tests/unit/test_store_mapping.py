@@ -58,6 +58,12 @@ def test_a_namespace_too_long_for_a_filter_is_refused() -> None:
         namespace_source(("ü" * 100,))  # 600 characters once percent-encoded
 
 
+def test_a_namespace_given_as_a_string_is_refused() -> None:
+    """``"users"`` for ``("users",)`` would be stored under ``("u", "s", "e", "r", "s")``."""
+    with pytest.raises(InvalidRequest, match=r"a tuple of labels, \('users',\)"):
+        item_doc_id("users", "k")  # type: ignore[arg-type]
+
+
 def test_a_value_round_trips_through_metadata() -> None:
     created = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
     value: dict[str, Any] = {"text": "x" * (2 * PIECE_CHARS + 5), "n": 1.5, "nested": {"a": [1, None]}, "service": "s"}
