@@ -10,6 +10,7 @@ with ``run_coroutine_threadsafe``, serves every caller the same connection.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import threading
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
@@ -63,6 +64,9 @@ class ThreadedClient:
                 thread.start()
                 ready.wait()
                 self._loop, self._thread = loop, thread
+                # A program that never closes the client would end with its producer's and
+                # reader's tasks destroyed mid-flight, and aiokafka's warnings on stderr.
+                atexit.register(self._close_at_exit)
             return self._loop
 
     async def _started(self) -> MemoryClient:
@@ -104,12 +108,14 @@ class ThreadedClient:
             return await fn(await self._started())
         return await asyncio.wrap_future(self._submit(fn))
 
-    def close(self) -> None:
-        """Close the client and stop the private loop; a later call starts both again."""
+    def close(self, *, wait_s: float = 30.0) -> None:
+        """Close the client and stop the private loop, each within ``wait_s``; a later call
+        starts both again."""
         with self._lock:
             loop, thread, self._loop, self._thread = self._loop, self._thread, None, None
         if loop is None or thread is None:
             return
+        atexit.unregister(self._close_at_exit)
 
         async def stop() -> None:
             client, self._client = self._client, None
@@ -118,9 +124,16 @@ class ThreadedClient:
                 await client.close()
 
         try:
-            asyncio.run_coroutine_threadsafe(stop(), loop).result(30)
+            asyncio.run_coroutine_threadsafe(stop(), loop).result(wait_s)
         finally:
             loop.call_soon_threadsafe(loop.stop)
-            thread.join(30)
+            thread.join(wait_s)
             if not thread.is_alive():
                 loop.close()
+
+    def _close_at_exit(self) -> None:
+        # Briefly: a broker that is down must not hold the program's exit for long.
+        try:
+            self.close(wait_s=5.0)
+        except Exception:  # at exit there is no caller left to tell
+            return

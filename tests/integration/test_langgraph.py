@@ -521,3 +521,26 @@ async def test_a_filter_key_the_daemon_does_not_filter_on_names_the_setting_to_c
         with pytest.raises(InvalidRequest, match=r"filter_keys name 'env', which the daemon does not filter on"):
             await store.asearch(ns, query=query, filter={"env": "prod"})
     assert [i.key for i in await store.asearch(ns, query="where do deploys go")] == ["a"]  # unfiltered: fine
+
+
+async def test_a_store_never_closed_closes_at_exit_without_warnings(settings: Settings) -> None:
+    """A program that ends without ``store.close()`` closes its connection on the way out: no
+    "Unclosed AIOKafkaProducer" nor "Task was destroyed" on its stderr."""
+    import subprocess
+    import sys
+
+    program = (
+        "import sys\n"
+        "from consumers.langgraph_store import MemoryStore\n"
+        "from consumers.config import Topics\n"
+        f"topics = Topics.model_validate_json({settings.topics.model_dump_json()!r})\n"
+        f"store = MemoryStore.connect(bootstrap={settings.kafka_bootstrap!r}, topics=topics, timeout_s=60)\n"
+        "store.put(('exit',), 'k', {'text': 'written before an exit without close'})\n"
+        "print(store.get(('exit',), 'k').value['text'])\n"
+    )
+    done = await asyncio.to_thread(
+        subprocess.run, [sys.executable, "-c", program], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "written before an exit without close", done
+    assert "Unclosed" not in done.stderr and "Task was destroyed" not in done.stderr, done.stderr
