@@ -16,7 +16,7 @@ import re
 import unicodedata
 from collections.abc import Iterable, Mapping
 
-from memory.text import tokenize
+from memory.text import ASKED_WORDS, ASKER_WORDS, tokenize
 
 #: A transcript line's speaker label: up to four words, each opening with a letter, then a
 #: colon and a space, or a full-width colon ("Caroline: ", "Dr. Lee: ", "planner-7: ").
@@ -27,10 +27,6 @@ _LABEL_CHARS = 200
 _MIN_LABEL_CHARS = 3
 #: Between the speakers of a turn in its stored ``speaker`` field.
 SEPARATOR = "|"
-#: A question in the first person ("what did I say?") names the one asking, and in the second
-#: person the one asked: in a chat's transcript, the ``user`` and the ``assistant`` roles.
-ASKER_WORDS = frozenset({"i", "me", "my", "mine", "myself"})
-ASKED_WORDS = frozenset({"you", "your", "yours", "yourself"})
 ASKER_ROLE, ASKED_ROLE = "user", "assistant"
 
 

@@ -277,8 +277,8 @@ def query_terms(text: str, *, max_terms: int = 64) -> list[str]:
 #: The words that make a sentence a question (interrogatives and the auxiliaries that invert
 #: with them: "what did", "when does", "how could"), as stems. A query's BM25 terms leave them
 #: out (:func:`content_terms`), chunks keep them: in a question they are syntax, not what is
-#: sought, yet each still matched every turn that happens to say "did" or "what". Pronouns
-#: stay: in a conversation "I" and "you" say who spoke (docs/decisions/0028).
+#: sought, yet each still matched every turn that happens to say "did" or "what"
+#: (docs/decisions/0028).
 QUESTION_WORDS: frozenset[str] = frozenset(
     stem(w)
     for w in (
@@ -286,10 +286,23 @@ QUESTION_WORDS: frozenset[str] = frozenset(
     ).split()
 )
 
+#: A question in the first person ("what did I say?") names the one asking, and in the second
+#: person the one asked: in a chat's transcript, the ``user`` and the ``assistant`` roles
+#: (``memory.speakers``).
+ASKER_WORDS = frozenset({"i", "me", "my", "mine", "myself"})
+ASKED_WORDS = frozenset({"you", "your", "yours", "yourself"})
+
+#: Those words, and what a contraction leaves of a verb ("I'm", "you've"), as stems: left out
+#: of a query's BM25 terms as the question words are. The speaker list reads who they name;
+#: as terms they matched nearly every turn a user said ("my"), and ranked "my new phone
+#: number" above the offer a question about "my new job" sought (docs/decisions/0067).
+PERSON_WORDS: frozenset[str] = frozenset(stem(w) for w in (*ASKER_WORDS, *ASKED_WORDS, "m", "re", "ve", "ll"))
+
 
 def content_terms(terms: list[str]) -> list[str]:
-    """A query's terms without :data:`QUESTION_WORDS`; all of them if nothing else is left
-    (a query of question words alone is still searched for them).
+    """A query's terms without :data:`QUESTION_WORDS` and :data:`PERSON_WORDS`; where nothing
+    else is left, the person words, else all of them (a query of such words alone is still
+    searched for them: "what did you do" for "you").
 
     Args:
         terms: terms from :func:`query_terms`.
@@ -297,8 +310,8 @@ def content_terms(terms: list[str]) -> list[str]:
     Returns:
         The terms the BM25 leg searches, in order.
     """
-    kept = [t for t in terms if t not in QUESTION_WORDS]
-    return kept or terms
+    content = [t for t in terms if t not in QUESTION_WORDS]
+    return [t for t in content if t not in PERSON_WORDS] or content or terms
 
 
 def escape_term(term: str) -> str:

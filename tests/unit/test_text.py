@@ -283,5 +283,8 @@ def test_content_terms_leave_question_words_out() -> None:
     assert content_terms(query_terms("Why does it fail? How could it?")) == ["fail"]
     assert content_terms(query_terms("what did you do")) == ["you"]
     assert content_terms(query_terms("what did")) == ["what", "did"]
+    # First and second person words go too: the speaker list reads whom they name.
+    assert content_terms(query_terms("what is my new job?")) == ["new", "job"]
+    assert content_terms(query_terms("I'm sure you've told me where I live")) == ["sure", "told", "live"]
     # Chunks keep them: only the query side leaves them out.
     assert "what" in index_terms("what did the planner decide")
