@@ -72,22 +72,28 @@ class KafkaTransport:
         return self._replies.topic
 
     async def start(self) -> None:
-        """Connect the producer.
+        """Connect the producer, within the client's timeout: a broker that takes connections
+        and never answers (hung, stopped) would hold it for aiokafka's 40 s request timeout.
 
         Raises:
-            BackendUnavailable: the broker cannot be reached.
+            BackendUnavailable: the broker cannot be reached, or did not answer in time.
         """
         quiet_kafka_repeats()
         options = {"max_request_size": self._max_request_size, **self._options}
         self._producer = AIOKafkaProducer(bootstrap_servers=self._bootstrap, acks="all", linger_ms=0, **options)
+        deadline = asyncio.timeout(self._timeout)
         try:
-            await self._producer.start()
-        except KafkaError as exc:
+            async with deadline:
+                await self._producer.start()
+        except (KafkaError, TimeoutError) as exc:
+            if isinstance(exc, TimeoutError) and not deadline.expired():
+                raise
             # A producer that failed to start still holds its client: closed here, or asyncio
             # reports it unclosed at exit, noise under every refusal.
             await stop_quietly(self._producer, "producer")
             self._producer = None
-            raise BackendUnavailable(f"kafka at {self._bootstrap} unreachable: {exc}") from exc
+            said = f"no answer within {self._timeout:g} s" if isinstance(exc, TimeoutError) else str(exc)
+            raise BackendUnavailable(f"kafka at {self._bootstrap} unreachable: {said}") from exc
 
     async def close(self) -> None:
         """Stop the reply reader, its consumer and the producer.

@@ -362,3 +362,28 @@ async def test_input_that_crashes_the_worker_is_dead_lettered_and_the_rest_flows
         await eventually(lambda: _has(daemon, "poison/after"), timeout=60, what="the partition flows on")
         assert daemon.embedder.worker_pid not in (None, first_pid)
         assert len(await read_dlq(client, want=2, timeout=3)) == 1, "only the crashing doc was dead-lettered"
+
+
+async def test_a_client_started_against_a_hung_broker_fails_within_its_timeout() -> None:
+    """A broker that takes connections and never answers (stopped with SIGSTOP, hung): starting
+    a client fails with ``BackendUnavailable`` within its ``timeout_s``, where aiokafka alone
+    waited its 40 s request timeout (`agentmemd query --timeout 5` took 41.5 s)."""
+    held: list[asyncio.StreamWriter] = []
+
+    async def silent(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)  # read nothing, answer nothing
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        started = asyncio.get_running_loop().time()
+        with pytest.raises(BackendUnavailable, match=r"unreachable: no answer within 2 s"):
+            async with MemoryClient(bootstrap=f"127.0.0.1:{port}", timeout_s=2):
+                pass
+        assert asyncio.get_running_loop().time() - started < 10
+        assert held, "the client never connected: the test proved nothing"
+    finally:
+        for writer in held:
+            writer.close()
+        server.close()
+        await server.wait_closed()
