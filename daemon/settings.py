@@ -8,6 +8,7 @@ list every setting with its default and meaning (tests keep them in sync with th
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -165,10 +166,12 @@ class Settings(BaseSettings):
         ``AGENTMEM_CONFIG_FILE`` (if any), then secrets files, then the defaults."""
         sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings, dotenv_settings]
         # The environment's and the .env file's (read with the same prefix, so as loosely).
-        names = [*os.environ, *(getattr(dotenv_settings, "env_vars", None) or {})]
+        dotenv: Mapping[str, str | None] = getattr(dotenv_settings, "env_vars", None) or {}
+        names = [*os.environ, *dotenv]
         if misspelt := misspelt_variables(names, Settings, others=_NOT_SETTINGS):
             raise ConfigError(f"no such setting: {'; '.join(misspelt)}")
-        toml_path = os.environ.get("AGENTMEM_CONFIG_FILE")
+        # Named in the environment or in .env, as any setting may be (.env keys come lowercased).
+        toml_path = os.environ.get("AGENTMEM_CONFIG_FILE") or dotenv.get("agentmem_config_file")
         if toml_path:
             path = Path(toml_path)
             if not path.is_file():

@@ -71,6 +71,17 @@ def test_toml_file_is_read_below_env(monkeypatch: pytest.MonkeyPatch, tmp_path: 
     assert s.redis_url == "redis://from-toml:1/0" and s.index.name == "fromenv"
 
 
+def test_a_config_file_named_in_dotenv_is_read(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """``AGENTMEM_CONFIG_FILE`` in ``.env``, as every other setting may be: it was read from the
+    environment only, and the file ignored without a word."""
+    for key in [k for k in os.environ if k.startswith("AGENTMEM_")]:
+        monkeypatch.delenv(key)
+    (tmp_path / "c.toml").write_text("[chunking]\nmax_tokens = 128\n")
+    (tmp_path / ".env").write_text("AGENTMEM_CONFIG_FILE=c.toml\n")
+    monkeypatch.chdir(tmp_path)
+    assert Settings().chunking.max_tokens == 128
+
+
 def test_a_config_file_that_is_not_there_or_names_no_setting_is_refused(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
