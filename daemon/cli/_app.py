@@ -9,6 +9,7 @@ otherwise show it as ``--json <bool>``, which reads as if it took a value (typer
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -80,7 +81,9 @@ def _settings(*, quiet: bool = False) -> Settings:
     client's say why a connection failed, which its exception does not), and
     AGENTMEM_LOG_LEVEL=info shows them all."""
     settings = _load_settings()
-    explicit = "log_level" in settings.model_fields_set
+    # Not "set by any source": a config file written by `config toml` sets every key, the
+    # default level included, and made each one-shot command log all its info lines.
+    explicit = "AGENTMEM_LOG_LEVEL" in os.environ or settings.log_level != Settings.model_fields["log_level"].default
     configure_logging(settings.log_level if explicit or not quiet else "warning", settings.log_format)
     return settings
 

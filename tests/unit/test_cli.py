@@ -153,6 +153,26 @@ def test_a_metadata_key_given_twice_is_refused_by_its_name(monkeypatch: pytest.M
     assert "--meta n given more than once" in " ".join(res.output.split())
 
 
+def test_a_generated_config_file_leaves_one_shot_commands_quiet(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`config toml` writes every key, ``log_level = "info"`` too: that is no one asking for
+    the info lines (a reindex printed 702 of them); the variable, or another level, is."""
+    import os
+    from pathlib import Path
+
+    from daemon.cli import _app
+
+    for key in [k for k in os.environ if k.startswith("AGENTMEM_")]:
+        monkeypatch.delenv(key)
+    levels: list[str] = []
+    monkeypatch.setattr(_app, "configure_logging", lambda level, _fmt: levels.append(level))
+    monkeypatch.setenv("AGENTMEM_CONFIG_FILE", str(Path(__file__).parents[2] / "config" / "agentmemd.toml"))
+    _app._settings(quiet=True)
+    monkeypatch.setenv("AGENTMEM_LOG_LEVEL", "info")
+    _app._settings(quiet=True)
+    _app._settings(quiet=False)
+    assert levels == ["warning", "info", "info"]
+
+
 def test_commands_are_listed_in_their_usual_order() -> None:
     """`agentmemd --help` lists the commands, then the groups, in one fixed order, whichever
     module of the cli package registers them."""
