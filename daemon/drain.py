@@ -55,7 +55,9 @@ async def drain_events(
     progress gives the wait ``up_drain_s`` more, so a bulk load is applied to its end.
 
     ``refused``: why the daemon cannot use its index (``ChunkIndex.mismatch``), or None when it
-    can: events then wait for a reindex, not for the daemon, and the message says so.
+    can: events then wait for a reindex, not for the daemon, and the message says so; a batch
+    in hand is then no progress (it retries a write that cannot succeed), only the lag going
+    down is.
 
     Returns:
         The events left unapplied (0: none), or -1 when the lag could not be read (or was not
@@ -65,7 +67,7 @@ async def drain_events(
         return -1
     started = time.monotonic()
     deadline = started + settings.up_drain_s
-    told = False
+    told = stuck = False
     said_at = started
     first = left = -1
     while True:
@@ -84,7 +86,10 @@ async def drain_events(
                     log.info("daemon.drain_finished", waited_s=waited)
                     print(f"agentmemd stopping: the {first} event(s) are applied ({waited:g} s)", flush=True)
                 return 0
-            if (0 <= left < before or (busy is not None and busy())) and not interrupt.is_set():
+            # A batch in hand is progress unless the index is refused: then it is retrying a
+            # write that cannot succeed, and would hold the stop for ever.
+            working = busy is not None and busy() and not stuck
+            if (0 <= left < before or working) and not interrupt.is_set():
                 deadline = time.monotonic() + settings.up_drain_s
         if report is None or interrupt.is_set() or time.monotonic() >= deadline:
             waited = round(time.monotonic() - started, 1)
@@ -96,7 +101,8 @@ async def drain_events(
         if not told:
             told, first = True, left
             log.info("daemon.drain_started", events=left, timeout_s=settings.up_drain_s)
-            print(await _drain_said(left, settings.up_drain_s, refused), flush=True)
+            said, stuck = await _drain_said(left, settings.up_drain_s, refused)
+            print(said, flush=True)
         elif time.monotonic() - said_at >= PROGRESS_EVERY_S:
             # A large document holds its partition's lag for minutes: say the wait still moves.
             said_at = time.monotonic()
@@ -106,9 +112,12 @@ async def drain_events(
             await asyncio.wait_for(interrupt.wait(), timeout=min(POLL_S, max(0.0, deadline - time.monotonic())))
 
 
-async def _drain_said(left: int, wait_s: float, refused: Callable[[], Awaitable[str | None]] | None) -> str:
+async def _drain_said(
+    left: int, wait_s: float, refused: Callable[[], Awaitable[str | None]] | None
+) -> tuple[str, bool]:
     """What ``up`` says as its drain starts: that it applies what the broker holds, or, with its
-    index refused, that nothing will apply them unless a reindex runs meanwhile."""
+    index refused, that nothing will apply them unless a reindex runs meanwhile; and whether
+    the index is refused."""
     why = None
     if refused is not None:
         with contextlib.suppress(MemdError):  # Redis blinked: the plain message then
@@ -117,12 +126,12 @@ async def _drain_said(left: int, wait_s: float, refused: Callable[[], Awaitable[
         return (
             f"agentmemd stopping: applying the {left} event(s) the embedded broker still holds "
             f"(until {wait_s:g} s pass with none applied; Ctrl-C again to stop now and lose them)"
-        )
+        ), False
     return (
         f"agentmemd stopping: {left} event(s) the embedded broker holds wait for an index this daemon "
         f"cannot use ({why}); they are lost when it stops. To keep them, run `agentmemd reindex` in "
         f"another shell now: this waits for it at most {wait_s:g} s (Ctrl-C again to stop now)"
-    )
+    ), True
 
 
 async def _before(read: Coroutine[Any, Any, LagReport], interrupt: asyncio.Event, deadline: float) -> LagReport | None:

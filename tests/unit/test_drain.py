@@ -36,10 +36,12 @@ async def test_the_drain_says_when_its_events_wait_for_a_reindex_not_for_the_dae
     async def blinked() -> str | None:
         raise BackendUnavailable("redis unavailable")
 
-    said = await _drain_said(2, 60.0, refused)
+    said, stuck = await _drain_said(2, 60.0, refused)
     assert "lost when it stops" in said and "agentmemd reindex" in said and "analysis version 2" in said, said
+    assert stuck
     for plain in (usable, blinked, None):
-        assert (await _drain_said(2, 60.0, plain)).startswith("agentmemd stopping: applying the 2 event(s)")
+        said, stuck = await _drain_said(2, 60.0, plain)
+        assert said.startswith("agentmemd stopping: applying the 2 event(s)") and not stuck
 
 
 async def test_the_drain_goes_on_while_events_are_applied_and_ends_once_none_are(monkeypatch) -> None:
@@ -78,4 +80,13 @@ async def test_the_drain_goes_on_while_events_are_applied_and_ends_once_none_are
     # Stuck at 1 with nothing being applied: cut after up_drain_s, saying how many are left.
     state["reads"] = 0
     assert await drain.drain_events(settings, asyncio.Event(), busy=lambda: False) == 1
+    assert state["reads"] < 30
+    # A batch in hand while the index is refused retries a write that cannot succeed: no
+    # progress, cut after up_drain_s (it held `up`'s stop for minutes).
+
+    async def refused() -> str:
+        return "the active index generation 2 was built with chunking 128/32"
+
+    state["reads"] = 0
+    assert await drain.drain_events(settings, asyncio.Event(), refused=refused, busy=lambda: True) == 1
     assert state["reads"] < 30
