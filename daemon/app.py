@@ -96,6 +96,7 @@ async def start_daemon(
             await warming
     # Until the Daemon exists, nothing else would stop the workers on a failure.
     try:
+        embedder.check_chunks_fit(settings.chunking.max_tokens)
         spec = index_spec(
             settings.index, model=settings.embedding.model, dims=embedder.dims, chunking=settings.chunking
         )

@@ -173,7 +173,13 @@ class ChunkingConfig(BaseModel):
     """Token-aware chunking, in tokens of the embedding model's own tokenizer."""
 
     max_tokens: int = Field(
-        254, ge=16, le=4096, description="Largest chunk, in model tokens (MiniLM reads 256 incl. 2 special tokens)."
+        254,
+        ge=16,
+        le=4096,
+        description=(
+            "Largest chunk, in model tokens: at most what the model reads beside its special tokens "
+            "(MiniLM: 254 of 256), or the daemon refuses to start."
+        ),
     )
     overlap: int = Field(
         32, ge=0, description="Tokens shared by consecutive windows (of a sentence too long for one chunk, or all)."

@@ -104,7 +104,17 @@ def serve(path: str, cfg_json: str, ready: Connection, conns: list[Connection]) 
     except Exception as exc:
         ready.send(("error", f"{type(exc).__name__}: {exc}"))
         return
-    ready.send(("ready", loaded.dims(), loaded.bf16, loaded.direct, loaded.traced is not None, loaded.in_context))
+    ready.send(
+        (
+            "ready",
+            loaded.dims(),
+            loaded.bf16,
+            loaded.direct,
+            loaded.traced is not None,
+            loaded.in_context,
+            loaded.window(),
+        )
+    )
     ready.close()
     threads_of = {"query": cfg.query_torch_threads or default_threads, "docs": cfg.torch_threads or default_threads}
     threads = [

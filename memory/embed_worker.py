@@ -96,6 +96,7 @@ class EmbeddingWorker:
         self.direct = False  # whether the worker skips the pipeline's encode() glue (mean_pooled)
         self.traced = False  # whether queries run through the traced transformer (trace_encoder)
         self.in_context = False  # whether texts marked with their context are pooled alone (pooled_in_context)
+        self.window = 0  # the most tokens the model reads of a text, its special tokens included
         self.restarts = 0
         self._closed = False
         # Channels with a request in the worker now, and, per dead worker, those that had
@@ -159,7 +160,7 @@ class EmbeddingWorker:
             proc.join(5)
             raise EmbedderError(f"cannot load embedding model {self._cfg.model!r}: {msg[1]}")
         self.dims, self.bf16, self.direct, self.traced = int(msg[1]), bool(msg[2]), bool(msg[3]), bool(msg[4])
-        self.in_context = bool(msg[5])
+        self.in_context, self.window = bool(msg[5]), int(msg[6])
         self._proc, self._conns = proc, {name: parent for name, (parent, _) in pairs.items()}
         log.info(
             "embed.worker_started",

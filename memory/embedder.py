@@ -193,6 +193,22 @@ class SentenceTransformerEmbedder:
         """Vector dimensionality."""
         return self._dims
 
+    def check_chunks_fit(self, max_tokens: int) -> None:
+        """Refuse chunks longer than the model reads: their tails would be in the BM25 index
+        and never in their vectors.
+
+        Raises:
+            EmbedderError: ``max_tokens`` (``chunking.max_tokens``) is more than the model reads
+                of a text beside its special tokens.
+        """
+        reads = self._worker.window - int(self._tokenizer.num_special_tokens_to_add(pair=False))
+        if max_tokens > reads:
+            raise EmbedderError(
+                f"chunking.max_tokens is {max_tokens}, and {self._cfg.model} reads {reads} tokens of a text (beside "
+                f"its special ones): each chunk's tokens past {reads} would never be embedded; set "
+                f"AGENTMEM_CHUNKING__MAX_TOKENS to at most {reads}"
+            )
+
     @property
     def identity(self) -> str:
         """The model, its precision and dims (see ``Embedder.identity``), and ``|whole`` where

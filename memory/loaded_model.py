@@ -22,6 +22,10 @@ class LoadedModel:
     traced: Any = None  # the transformer traced for the query channel (see trace_encoder), if any
     in_context: bool = False  # whether marked texts are pooled over their own tokens (pooled_in_context)
 
+    def window(self) -> int:
+        """The most tokens the model reads of a text, its special tokens included."""
+        return int(self.model.max_seq_length)
+
     def dims(self) -> int:
         """The length of the model's vectors."""
         dim_of = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension

@@ -11,7 +11,7 @@ from daemon.reindex.report import ReindexProgress, ReindexReport
 from daemon.settings import Settings
 from daemon.teardown import bounded
 from memory.embedder import SentenceTransformerEmbedder
-from memory.errors import BackendUnavailable
+from memory.errors import BackendUnavailable, EmbedderError
 from memory.index import translate_errors
 
 
@@ -56,6 +56,12 @@ async def reindex(
     owns_embedder = embedder is None
     if embedder is None:  # before the Redis client: a model that fails to load leaks nothing
         embedder = await SentenceTransformerEmbedder.load(settings.embedding)
+    try:
+        embedder.check_chunks_fit(settings.chunking.max_tokens)
+    except EmbedderError:
+        if owns_embedder:
+            embedder.close()
+        raise
     started = time.monotonic()  # the rebuild's time, not the model's loading
     run = Reindex(
         settings,

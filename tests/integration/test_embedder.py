@@ -499,3 +499,26 @@ async def test_poison_queries_are_shared_by_the_daemons_through_redis(redis_url:
     finally:
         await client.delete(poison_key(name), poison_version_key(name))
         await client.aclose()
+
+
+async def test_chunks_longer_than_the_model_reads_are_refused_at_start(
+    embedder: Any, kafka_bootstrap: str, redis_url: str
+) -> None:
+    """MiniLM reads 256 tokens, 2 of them special: a chunk of more would be searched by its
+    words and never by its tail's meaning. A daemon and a reindex with such chunking refuse to
+    start, naming the setting and its largest value (up to 4096 passed before)."""
+    from memory.config import ChunkingConfig
+    from memory.errors import EmbedderError
+    from tests.helpers import isolated_settings, reindex, start_daemon
+
+    embedder.check_chunks_fit(254)
+    with pytest.raises(EmbedderError, match="AGENTMEM_CHUNKING__MAX_TOKENS to at most 254"):
+        embedder.check_chunks_fit(255)
+    settings = isolated_settings(unique("chunks-fit"), kafka_bootstrap, redis_url).model_copy(
+        update={"chunking": ChunkingConfig(max_tokens=1000)}
+    )
+    with pytest.raises(EmbedderError, match=r"chunking\.max_tokens is 1000"):
+        await start_daemon(settings)
+    with pytest.raises(EmbedderError, match=r"chunking\.max_tokens is 1000"):
+        await reindex(settings)
+    embedder.check_chunks_fit(254)  # the lent embedder is still whole
