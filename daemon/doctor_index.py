@@ -145,10 +145,14 @@ async def check_summaries(client: Any, settings: Settings) -> list[Finding]:
         f"{_communities(len(failing))} failed to be summarized (tenant(s) {', '.join(tenants[:5])}; "
         f"one failed {worst[1]} time(s): {worst[2] or '?'})"
     )
-    fix = (
-        "check graph.llm_model, graph.llm_api_base and graph.llm_api_key (docs/graph.md); "
-        "`agentmemd stale` shows each community's last error"
-    )
+    # The fix for what failed: an LLM's settings only where an LLM writes the summaries.
+    if "index generation" in worst[2]:
+        cause = "a daemon could not use the index (the index check says why); summaries are retried once it can"
+    elif settings.graph.llm_model:
+        cause = "check graph.llm_model, graph.llm_api_base and graph.llm_api_key (docs/graph.md)"
+    else:
+        cause = "the extractive summarizer failed: the daemon's log says why (graph.summary_failed)"
+    fix = f"{cause}; `agentmemd stale` shows each community's last error"
     return [Finding("summaries", False, detail, fix)]
 
 

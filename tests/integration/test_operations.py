@@ -597,9 +597,14 @@ async def test_doctor_names_summaries_that_keep_failing(env: Env) -> None:
             failed = item.community_id
             break
     assert failed is not None
-    res = await asyncio.to_thread(run_cli, good, "doctor")
+    with_llm = {**good, "AGENTMEM_GRAPH__LLM_MODEL": "openai/x"}
+    res = await asyncio.to_thread(run_cli, with_llm, "doctor")
     assert res.returncode == 1, res.stdout + res.stderr
     assert "✗ summaries" in res.stdout and "LLM openai/x unreachable" in res.stdout and "llm_api_base" in res.stdout
+    # The fix is for what writes the summaries: with no LLM set, none of its settings.
+    res = await asyncio.to_thread(run_cli, good, "doctor")
+    said = " ".join(res.stdout.split())
+    assert "✗ summaries" in said and "llm_api_base" not in said and "extractive summarizer failed" in said, said
 
 
 @pytest.mark.parametrize("offset_fetch", ["admin", "refused", "group error"])
