@@ -23,6 +23,7 @@ from daemon.http import build_app, readiness_checks, start_http
 from daemon.instance import Daemon, explorer
 from daemon.lost_logs import rewind_lost_logs
 from daemon.poison_sync import sync_poison
+from daemon.presence import Presence
 from daemon.settings import Settings
 from daemon.status import Sampler
 from daemon.topics import ensure_daemon_topics, watch_topics
@@ -258,6 +259,11 @@ async def start_daemon(
     status.lanes = lambda: {tp: said for lanes in daemon.lanes.values() for tp, said in lanes.now().items()}
     sampler = Sampler(settings=settings, state=status, index=index, graph=graph, interval_s=settings.status_sample_s)
     daemon.spawn(sampler.run(daemon.halt), "status-sampler")
+    # At once: a daemon that cannot use the index holds its partitions only until this looks.
+    daemon.presence = Presence(
+        client=redis, name=settings.index.name, mismatch=index.mismatch, subscribers=list(broker.subscribers)
+    )
+    daemon.spawn(daemon.presence.run(daemon.halt), "presence")
     # Everything loaded so far (models, tokenizers, spaCy, libraries) lives as long as the
     # daemon: move it out of the collector's view, or every full collection walks it
     # (measured: 8 gen-2 collections of up to 190 ms in 1,500 queries, the whole p99 tail).

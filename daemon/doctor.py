@@ -8,7 +8,13 @@ import asyncio
 
 from daemon.connections import redis_client
 from daemon.doctor_finding import Finding
-from daemon.doctor_index import check_directory, check_generation, check_summaries, check_unfinished_writes
+from daemon.doctor_index import (
+    check_directory,
+    check_generation,
+    check_standings,
+    check_summaries,
+    check_unfinished_writes,
+)
 from daemon.doctor_kafka import check_kafka
 from daemon.settings import Settings
 from memory.config import PACKAGED_DIMS
@@ -124,6 +130,7 @@ async def _check_redis(settings: Settings) -> list[Finding]:
         found.extend(await check_generation(client, settings, dims))
         found.extend(await check_unfinished_writes(client, settings, dims or PACKAGED_DIMS))
         found.extend(await check_directory(client, settings, dims or PACKAGED_DIMS))
+        found.extend(await check_standings(client, settings))
         if settings.graph.enabled:
             found.extend(await check_summaries(client, settings))
     except MemdError as exc:

@@ -16,6 +16,7 @@ from consumers.idle import FetchBackoff
 from consumers.lanes import Lanes
 from consumers.replies import PartitionCounts
 from daemon.explore import Access, Explorer, MemoryReads
+from daemon.presence import Presence
 from daemon.settings import Settings
 from daemon.status import StatusState
 from daemon.teardown import CLOSE_TIMEOUT_S, await_chain, bounded, cancel_and_wait
@@ -61,6 +62,7 @@ class Daemon:
     # False for workers lent by start_daemon's caller: closing them is the caller's job.
     owns_embedder: bool = True
     owns_compute: bool = True
+    presence: Presence | None = None  # its word on itself among the index's daemons (daemon.presence)
 
     def spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
         """Run a background loop for the daemon's lifetime; its death is logged, never silent."""

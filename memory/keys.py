@@ -297,3 +297,9 @@ def graph_key(prefix: str, suffix: str) -> str:
 def graph_lock_key(prefix: str, name: str) -> str:
     """The key of a named singleton lease of the graph rooted at ``prefix`` (``graph.leases``)."""
     return graph_key(prefix, f"lock:{name}")
+
+
+def daemons_key(name: str) -> str:
+    """The hash of the daemons running on the index, by instance: each one's host, pid, whether
+    it can use the active generation (and why not), whether it stands aside, and when it said so."""
+    return f"{name}:daemons"
