@@ -16,7 +16,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from consumers.decoding import Decoded
 from consumers.events import WriteAck
-from consumers.fields import MAX_DOC_ID_CHARS, MAX_VERSION
+from consumers.fields import CLOCK_VERSIONS_FROM, MAX_DOC_ID_CHARS, MAX_VERSION
 from consumers.requests import TurnKey
 from memory.conversation import turn_doc_id
 from memory.ingest_report import IngestReport, ItemOutcome
@@ -79,11 +79,6 @@ def conflict_reason(version: int | None, what: str) -> str:
         f"version {version} of this doc is already written with another {what}: this event changed nothing "
         "(a change needs a higher version)"
     )
-
-
-#: The smallest default version (``consumers.client_writes``: the time in microseconds) a
-#: writer can meet: 2001. A counter of a writer's own stays far below it.
-CLOCK_VERSIONS_FROM = 10**15
 
 
 def older_reason(version: int | None, stored: int | None) -> str:

@@ -178,7 +178,7 @@ class _ClientCore:
         if answered:
             reply = self._transport.reply_topic
             try:
-                check_reply_to(reply, (), own_reply_topic(self.topics.replies, "topic", tenant))
+                check_reply_to(reply, (), own_reply_topic(self.topics.replies, "topic", tenant), self.topics.replies)
             except UnknownReplyTopic as exc:
                 raise InvalidRequest(
                     f"tenant {tenant!r} is answered on its own reply topic, and this client reads {reply!r}: "

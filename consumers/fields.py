@@ -7,6 +7,9 @@ from typing import Annotated
 from pydantic import StringConstraints
 
 MAX_VERSION = 2**63 - 1
+#: Where the default versions (the time in microseconds, ``client_writes.default_version``)
+#: begin for any writer now, in 2001; a counter of a writer's own stays far below it.
+CLOCK_VERSIONS_FROM = 10**15
 #: Longest doc id (and other id or source string) an event or request may carry.
 MAX_DOC_ID_CHARS = 1024
 NonEmpty = Annotated[str, StringConstraints(min_length=1, max_length=MAX_DOC_ID_CHARS)]

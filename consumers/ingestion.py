@@ -19,7 +19,7 @@ from consumers.config import ConsumerConfig, Topics
 from consumers.decoding import Decoded, dead_letter, decode_records, dlq_body
 from consumers.errors import UnknownReplyTopic
 from consumers.events import DlqRecord, WriteAck
-from consumers.replies import PartitionCounts, own_reply_topic, reply_route
+from consumers.replies import PartitionCounts, own_reply_topic, reply_route, shared_replies
 from consumers.topic_names import tenant_from_topic
 from memory.attempts import AttemptCounter
 from memory.config import IngestConfig
@@ -177,6 +177,7 @@ class Ingestion:
                         named=True,
                         inputs=self.input_topics,
                         own=own,
+                        replies=shared_replies(self.topics.replies, self.cfg.tenancy),
                     )
                 except InvalidRequest as exc:
                     if isinstance(exc, UnknownReplyTopic):

@@ -19,7 +19,7 @@ from consumers.error_replies import crash_reply, error_body
 from consumers.errors import UnknownReplyTopic
 from consumers.expiry import ExpiryLog, expired_error
 from consumers.queries import answer, guess_query_id
-from consumers.replies import PartitionCounts, default_reply_topic, own_reply_topic, reply_route
+from consumers.replies import PartitionCounts, default_reply_topic, own_reply_topic, reply_route, shared_replies
 from consumers.reply_fit import fit
 from consumers.requests import ErrorReply, GetReply, ListReply, QueryReply
 from consumers.topic_names import tenant_from_topic
@@ -71,6 +71,7 @@ class QueryHandling:
                 named=bool(reply_to),
                 inputs=self.inputs,
                 own=own_reply_topic(topics.replies, cfg.tenancy, tenant),
+                replies=shared_replies(topics.replies, cfg.tenancy),
             )
         except MemdError as exc:
             # Not answered: the asker reads a topic or partition we cannot reach. The error goes

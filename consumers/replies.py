@@ -65,16 +65,24 @@ def own_reply_topic(replies: str, tenancy: str, tenant: str | None) -> str | Non
     return None if tenancy != "topic" or tenant is None else default_reply_topic(replies, tenancy, tenant)
 
 
-def check_reply_to(topic: str, inputs: Sequence[str], own: str | None = None) -> None:
+def shared_replies(replies: str, tenancy: str) -> str | None:
+    """The replies topic that bounds every tenant's (``check_reply_to``'s ``replies``): in topic
+    tenancy; ``None`` (no bound) in single tenancy."""
+    return replies if tenancy == "topic" else None
+
+
+def check_reply_to(topic: str, inputs: Sequence[str], own: str | None = None, replies: str | None = None) -> None:
     """Refuse a ``reply_to`` that is no valid topic name, is one of the daemon's inputs, or,
     in topic tenancy, is another tenant's reply topic (pure).
 
     ``inputs`` are the documents, transcripts, requests and DLQ topics; their tenant topics
     (``<input>.<tenant>``) count too. A reply published there would be read back as an event,
-    a request or a dead letter. ``own`` (topic tenancy only) is ``<replies>.<tenant>``: a reply
-    may go there or under it (``<replies>.<tenant>.<name>``), or to the shared ``<replies>``
-    (an operator's client reads every tenant's answers there), never to another tenant's, which
-    the daemon's own credentials could write to. Topics outside that namespace are the
+    a request or a dead letter. ``replies`` (topic tenancy only) is the replies topic, and
+    ``own`` the record's tenant's, ``<replies>.<tenant>`` (None: its topic names no tenant): a
+    reply may go there or under it (``<replies>.<tenant>.<name>``), or to the shared
+    ``<replies>`` (an operator's client reads every tenant's answers there), never to a
+    tenant's of another, which the daemon's own credentials could write to; a record of no
+    tenant (on a bare topic) answers under no tenant's. Topics outside that namespace are the
     deployment's to name and protect.
 
     Raises:
@@ -84,13 +92,12 @@ def check_reply_to(topic: str, inputs: Sequence[str], own: str | None = None) ->
         raise UnknownReplyTopic(f"reply_to header {topic!r} is not a valid topic name")
     if topic_base(topic, inputs) is not None:
         raise UnknownReplyTopic(f"reply_to {topic!r} is one of the daemon's input topics")
-    if own is None or topic == own or topic.startswith(own + "."):
+    if replies is None or (own is not None and (topic == own or topic.startswith(own + "."))):
         return
-    replies = own.rsplit(".", 1)[0]  # a tenant name holds no dot
     if topic.startswith(replies + "."):
+        mine = f"this tenant's replies go to {own!r}, a topic under it ({own}.<name>), or" if own else "go to"
         raise UnknownReplyTopic(
-            f"reply_to {topic!r} is another tenant's reply topic: this tenant's replies go to {own!r}, a topic "
-            f"under it ({own}.<name>), or the shared {replies!r}"
+            f"reply_to {topic!r} is {'another' if own else 'a'} tenant's reply topic: {mine} the shared {replies!r}"
         )
 
 
@@ -217,11 +224,12 @@ async def reply_route(
     named: bool,
     inputs: Sequence[str],
     own: str | None = None,
+    replies: str | None = None,
 ) -> int | None:
     """Check where a reply (a query's answer or a write's ack) may go; returns its partition.
 
     A topic the asker ``named`` (its ``reply_to``) must be a valid topic, none of the daemon's
-    ``inputs``, under the tenant's ``own`` reply topic in topic tenancy, and exist: a reply
+    ``inputs``, under the tenant's ``own`` reply topic or the shared ``replies`` in topic tenancy, and exist: a reply
     never goes to garbage, an input or another tenant, and never makes a broker auto-create a
     topic (or waits on one nobody created).
 
@@ -230,6 +238,6 @@ async def reply_route(
             ``PartitionCounts.require`` and ``reply_partition`` do.
     """
     if named:
-        check_reply_to(topic, inputs, own)
+        check_reply_to(topic, inputs, own, replies)
         await counts.require(topic)
     return await reply_partition(headers, topic, counts)

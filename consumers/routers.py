@@ -68,11 +68,11 @@ def tenant_pattern(base: str) -> str:
     """The FastStream pattern of ``<base>.<tenant>`` topics, and of the bare ``<base>``.
 
     The bare topic names no tenant: read with the tenants' ones, an event published there is
-    dead-lettered and a request answered with an error, each saying why, where unread they
-    waited untold. The pattern is a regular expression with no FastStream path parameter
-    (the handlers read the tenant from the topic themselves), handed to the client as written:
-    the base's dots escaped match dots only (``memoryXrequestsYz``, where a reply_to could point
-    our replies, is not read as requests), and the end anchored (``memory.requests-x`` neither).
+    dead-lettered and a request answered with an error, each saying why. The pattern is a
+    regular expression with no FastStream path parameter (the handlers read the tenant from the
+    topic themselves), handed to the client as written: the base's dots escaped match dots
+    only (``memoryXrequestsYz``, where a reply_to could point our replies, is not read as
+    requests), and the end anchored (``memory.requests-x`` neither).
     """
     return re.escape(base) + r"(?:\..+)?\Z"
 

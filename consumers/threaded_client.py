@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
 from types import TracebackType
@@ -109,7 +110,7 @@ class ThreadedClient:
         return await asyncio.wrap_future(self._submit(fn))
 
     def close(self, *, wait_s: float = 30.0) -> None:
-        """Close the client and stop the private loop, each within ``wait_s``; a later call
+        """Close the client and stop the private loop, both within ``wait_s``; a later call
         starts both again."""
         with self._lock:
             loop, thread, self._loop, self._thread = self._loop, self._thread, None, None
@@ -123,11 +124,12 @@ class ThreadedClient:
             if client is not None:
                 await client.close()
 
+        deadline = time.monotonic() + wait_s
         try:
             asyncio.run_coroutine_threadsafe(stop(), loop).result(wait_s)
         finally:
             loop.call_soon_threadsafe(loop.stop)
-            thread.join(wait_s)
+            thread.join(max(0.0, deadline - time.monotonic()))
             if not thread.is_alive():
                 loop.close()
 

@@ -20,7 +20,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from consumers.kafka_clients import cluster_metadata
-from consumers.topic_names import tenant_topic, topic_base
+from consumers.topic_names import tenant_from_topic, tenant_topic, topic_base
 from daemon.lost_logs import log_ends
 from daemon.teardown import bounded
 from memory.errors import BackendUnavailable, InvalidRequest
@@ -118,7 +118,8 @@ def corrected(replay: Replay, value: bytes) -> Replay:
 
 def to_tenant(replay: Replay, tenant: str, inputs: Sequence[str], tenancy: str) -> Replay:
     """``replay`` sent to ``tenant``'s topic (``dlq replay --tenant``): for an event a writer
-    published on a bare input topic, which names no tenant in topic tenancy (pure).
+    published on an input topic that names no tenant in topic tenancy (the bare one, or one
+    like ``memory.documents.a.b``) (pure).
 
     Raises:
         InvalidRequest: single tenancy; the event's topic names a tenant already (a dead
@@ -128,12 +129,15 @@ def to_tenant(replay: Replay, tenant: str, inputs: Sequence[str], tenancy: str) 
         raise InvalidRequest(
             "--tenant needs AGENTMEM_CONSUMER__TENANCY=topic: in single mode every event is the 'default' tenant's"
         )
-    if replay.topic not in inputs:
+    base = topic_base(replay.topic, inputs)
+    if base is None:
+        raise InvalidRequest(f"its topic {replay.topic!r} is no input topic of this deployment")
+    if tenant_from_topic(replay.topic, base, tenancy) is not None:
         raise InvalidRequest(
             f"its topic {replay.topic!r} names its tenant already: --tenant is for an event published on a "
-            f"bare topic ({' or '.join(inputs)})"
+            f"topic that names none ({' or '.join(inputs)}, bare)"
         )
-    return Replay(topic=tenant_topic(replay.topic, tenant), key=replay.key, value=replay.value)
+    return Replay(topic=tenant_topic(base, tenant), key=replay.key, value=replay.value)
 
 
 def _key(record_key: bytes | None, body_key: Any) -> str | None:

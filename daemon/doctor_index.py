@@ -12,6 +12,7 @@ from daemon.settings import Settings
 from memory.errors import NotFound
 from memory.generations import index_spec
 from memory.index import MAX_PAGE, ChunkIndex, GenerationRegistry, redis_now, translate_errors
+from memory.index.lifecycle import REFUSED_INDEX
 from memory.keys import generation_of, key_root, physical_name
 from memory.schema import info_index_name
 from memory.tenants import TenantRegistry
@@ -148,7 +149,7 @@ async def check_summaries(client: Any, settings: Settings) -> list[Finding]:
         f"one failed {worst[1]} time(s): {worst[2] or '?'})"
     )
     # The fix for what failed: an LLM's settings only where an LLM writes the summaries.
-    if "index generation" in worst[2]:
+    if worst[2].startswith(REFUSED_INDEX):
         cause = "a daemon could not use the index (the index check says why); summaries are retried once it can"
     elif settings.graph.llm_model:
         cause = "check graph.llm_model, graph.llm_api_base and graph.llm_api_key (docs/graph.md)"

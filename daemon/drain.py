@@ -30,6 +30,8 @@ log = structlog.get_logger()
 POLL_S = 0.5
 #: How often a long drain says where it is.
 PROGRESS_EVERY_S = 30.0
+#: How often a drain whose index was refused asks again whether it still is.
+RECHECK_S = 5.0
 
 
 def events_left(report: LagReport, consumer: ConsumerConfig) -> int:
@@ -68,7 +70,7 @@ async def drain_events(
     started = time.monotonic()
     deadline = started + settings.up_drain_s
     told = stuck = False
-    said_at = started
+    said_at = stuck_at = started
     first = left = -1
     while True:
         before = left
@@ -87,7 +89,11 @@ async def drain_events(
                     print(f"agentmemd stopping: the {first} event(s) are applied ({waited:g} s)", flush=True)
                 return 0
             # A batch in hand is progress unless the index is refused: then it is retrying a
-            # write that cannot succeed, and would hold the stop for ever.
+            # write that cannot succeed, and would hold the stop for ever. Looked at again now
+            # and then: the reindex the message asks for makes it usable.
+            if stuck and time.monotonic() - stuck_at >= RECHECK_S:
+                stuck_at = time.monotonic()
+                stuck = await _refused_still(refused)
             working = busy is not None and busy() and not stuck
             if (0 <= left < before or working) and not interrupt.is_set():
                 deadline = time.monotonic() + settings.up_drain_s
@@ -102,6 +108,7 @@ async def drain_events(
             told, first = True, left
             log.info("daemon.drain_started", events=left, timeout_s=settings.up_drain_s)
             said, stuck = await _drain_said(left, settings.up_drain_s, refused)
+            stuck_at = time.monotonic()
             print(said, flush=True)
         elif time.monotonic() - said_at >= PROGRESS_EVERY_S:
             # A large document holds its partition's lag for minutes: say the wait still moves.
@@ -132,6 +139,16 @@ async def _drain_said(
         f"cannot use ({why}); they are lost when it stops. To keep them, run `agentmemd reindex` in "
         f"another shell now: this waits for it at most {wait_s:g} s (Ctrl-C again to stop now)"
     ), True
+
+
+async def _refused_still(refused: Callable[[], Awaitable[str | None]] | None) -> bool:
+    """Whether the daemon's index is still refused (Redis blinking: taken as still)."""
+    if refused is None:
+        return False
+    try:
+        return await refused() is not None
+    except MemdError:
+        return True
 
 
 async def _before(read: Coroutine[Any, Any, LagReport], interrupt: asyncio.Event, deadline: float) -> LagReport | None:

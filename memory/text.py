@@ -296,7 +296,10 @@ ASKED_WORDS = frozenset({"you", "your", "yours", "yourself"})
 #: of a query's BM25 terms as the question words are. The speaker list reads who they name;
 #: as terms they matched nearly every turn a user said ("my"), and ranked "my new phone
 #: number" above the offer a question about "my new job" sought (docs/decisions/0067).
-PERSON_WORDS: frozenset[str] = frozenset(stem(w) for w in (*ASKER_WORDS, *ASKED_WORDS, "m", "re", "ve", "ll"))
+#: "mine" stays: it is a noun too.
+PERSON_WORDS: frozenset[str] = frozenset(
+    stem(w) for w in (*(ASKER_WORDS - {"mine"}), *ASKED_WORDS, "m", "re", "ve", "ll")
+)
 
 
 def content_terms(terms: list[str]) -> list[str]:

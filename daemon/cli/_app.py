@@ -75,15 +75,23 @@ def _load_settings() -> Settings:
     return settings
 
 
+def _level_named() -> bool:
+    """Whether the environment or ``.env`` names the log level. Not "set by any source": a
+    config file written by `config toml` sets every key, the default level included, and made
+    each one-shot command log all its info lines."""
+    from pydantic_settings import DotEnvSettingsSource
+
+    name = "agentmem_log_level"
+    return any(k.lower() == name for k in os.environ) or name in DotEnvSettingsSource(Settings).env_vars
+
+
 def _settings(*, quiet: bool = False) -> Settings:
     """The settings, with logging configured. ``quiet``: a one-shot command, whose printed
     result says what its info lines would; warnings and errors still show (the broker
     client's say why a connection failed, which its exception does not), and
     AGENTMEM_LOG_LEVEL=info shows them all."""
     settings = _load_settings()
-    # Not "set by any source": a config file written by `config toml` sets every key, the
-    # default level included, and made each one-shot command log all its info lines.
-    explicit = "AGENTMEM_LOG_LEVEL" in os.environ or settings.log_level != Settings.model_fields["log_level"].default
+    explicit = _level_named() or settings.log_level != Settings.model_fields["log_level"].default
     configure_logging(settings.log_level if explicit or not quiet else "warning", settings.log_format)
     return settings
 

@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 import json
 import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
@@ -24,6 +25,7 @@ from daemon.settings import Settings
 from memory.errors import InvalidRequest, MemdError, NotFound
 from memory.records import DEFAULT_TENANT
 from memory.tenants import Erasure, TenantRegistry
+from memory.tenants import refused as refused_after_erasure
 
 dlq_app = typer.Typer(no_args_is_help=True, help="The dead letters: list them, send them again.")
 app.add_typer(dlq_app, name="dlq")
@@ -222,7 +224,8 @@ def _to_tenant(replay: Replay, tenant: str, settings: Settings, erased: Mapping[
     """
     t = settings.topics
     moved = to_tenant(replay, tenant, (t.documents, t.transcripts), settings.consumer.tenancy)
-    if tenant in erased:
+    # Sent now: refused only by an erasure its topics were not created again after.
+    if refused_after_erasure(erased, tenant, int(time.time() * 1000)):
         raise InvalidRequest(f"tenant {tenant} was erased (agentmemd erase-tenant)")
     return moved
 

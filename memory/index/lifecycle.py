@@ -32,6 +32,10 @@ log = structlog.get_logger()
 
 _WATCH_RETRIES = 16
 
+#: How the reason a process may not use the index begins (``IndexMismatch``'s message), which
+#: doctor finds in the summaries that failed for it.
+REFUSED_INDEX = "the active index generation"
+
 
 async def redis_now(conn: Any) -> float:
     """Redis's clock (epoch seconds): write markers and the reindex's heartbeats are stamped
@@ -124,12 +128,12 @@ class _Lifecycle:
         assert state.spec is not None
         if state.spec.only_analysis_differs(self.spec):
             head = (
-                f"the active index generation {state.active} of {self._cfg.name!r} was analyzed with "
+                f"{REFUSED_INDEX} {state.active} of {self._cfg.name!r} was analyzed with "
                 f"text analysis version {state.spec.analyzer}, this process uses version {self.spec.analyzer}: "
             )
         else:
             head = (
-                f"the active index generation {state.active} of {self._cfg.name!r} was built with "
+                f"{REFUSED_INDEX} {state.active} of {self._cfg.name!r} was built with "
                 f"{state.spec.describe()}, this process has {self.spec.describe()}: "
             )
         return head + state.spec.fix_for(self.spec)

@@ -245,6 +245,20 @@ async def test_topics_without_a_valid_tenant_are_refused(env) -> None:
     _, reply = await client.reply(cid)
     assert reply["query_id"] == "bare" and reply["error"]["code"] == "invalid_request", reply
     assert "names no tenant" in reply["error"]["message"], reply
+    # Its reply_to may not be a tenant's reply topic: the bare topic reaches no tenant's answers.
+    shared = PlainClient(client.bootstrap, t, t.replies)
+    await shared.start()
+    try:
+        cid = uuid.uuid4().hex
+        await client.send(
+            t.requests,
+            {"query_id": "bare-to-acme", "search_text": "vault_token", "top_k": 3},
+            headers=[("correlation_id", cid.encode()), ("reply_to", f"{t.replies}.acme".encode())],
+        )
+        _, reply = await shared.reply(cid)
+        assert reply["error"]["code"] == "invalid_request" and "a tenant's reply topic" in reply["error"]["message"]
+    finally:
+        await shared.stop()
 
 
 async def test_a_reply_without_reply_to_goes_to_the_tenants_own_topic(env, kafka_bootstrap: str) -> None:

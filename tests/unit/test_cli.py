@@ -153,11 +153,12 @@ def test_a_metadata_key_given_twice_is_refused_by_its_name(monkeypatch: pytest.M
     assert "--meta n given more than once" in " ".join(res.output.split())
 
 
-def test_a_generated_config_file_leaves_one_shot_commands_quiet(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_generated_config_file_leaves_one_shot_commands_quiet(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """`config toml` writes every key, ``log_level = "info"`` too: that is no one asking for
     the info lines (a reindex printed 702 of them); the variable, or another level, is."""
     import os
-    from pathlib import Path
 
     from daemon.cli import _app
 
@@ -171,6 +172,12 @@ def test_a_generated_config_file_leaves_one_shot_commands_quiet(monkeypatch: pyt
     _app._settings(quiet=True)
     _app._settings(quiet=False)
     assert levels == ["warning", "info", "info"]
+    # Named in .env, as any setting may be: asked for too.
+    monkeypatch.delenv("AGENTMEM_LOG_LEVEL")
+    (tmp_path / ".env").write_text("AGENTMEM_LOG_LEVEL=info\n")
+    monkeypatch.chdir(tmp_path)
+    _app._settings(quiet=True)
+    assert levels[-1] == "info"
 
 
 def test_commands_are_listed_in_their_usual_order() -> None:

@@ -41,6 +41,8 @@ def test_an_event_of_a_bare_topic_goes_to_the_tenant_named() -> None:
     inputs = ("memory.documents", "memory.transcripts")
     bare = Replay(topic="memory.documents", key="kb/a.md", value=b"{}")
     assert to_tenant(bare, "acme", inputs, "topic") == Replay("memory.documents.acme", "kb/a.md", b"{}")
+    cut = Replay(topic="memory.documents.a.b", key="kb/a.md", value=b"{}")
+    assert to_tenant(cut, "acme", inputs, "topic").topic == "memory.documents.acme"
     with pytest.raises(InvalidRequest, match="names its tenant already"):
         to_tenant(Replay("memory.documents.globex", "kb/a.md", b"{}"), "acme", inputs, "topic")
     with pytest.raises(InvalidRequest, match="needs AGENTMEM_CONSUMER__TENANCY=topic"):

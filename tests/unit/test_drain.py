@@ -90,3 +90,13 @@ async def test_the_drain_goes_on_while_events_are_applied_and_ends_once_none_are
     state["reads"] = 0
     assert await drain.drain_events(settings, asyncio.Event(), refused=refused, busy=lambda: True) == 1
     assert state["reads"] < 30
+    # Until the reindex the message asks for makes the index usable: the batch then counts again.
+    monkeypatch.setattr(drain, "RECHECK_S", 0.0)
+    asked = {"n": 0}
+
+    async def reindexed() -> str | None:
+        asked["n"] += 1
+        return "built with chunking 128/32" if asked["n"] < 3 else None
+
+    state["reads"] = 0
+    assert await drain.drain_events(settings, asyncio.Event(), refused=reindexed, busy=lambda: True) == 0

@@ -112,10 +112,18 @@ def test_in_topic_tenancy_replies_never_go_to_another_tenants_reply_topics(topic
     """A tenant's reply_to may not name another tenant's reply topic, which the daemon, writing
     with its own credentials, would fill (4.5 MB from 280 bytes of requests)."""
     if allowed:
-        assert check_reply_to(topic, INPUTS, own="memory.replies.acme") is None
+        assert check_reply_to(topic, INPUTS, own="memory.replies.acme", replies="memory.replies") is None
     else:
         with pytest.raises(UnknownReplyTopic, match="another tenant's reply topic"):
-            check_reply_to(topic, INPUTS, own="memory.replies.acme")
+            check_reply_to(topic, INPUTS, own="memory.replies.acme", replies="memory.replies")
+    # A record of no tenant (the bare topic, which the daemon reads in topic tenancy): its
+    # reply goes under no tenant's topic, the shared one and outside ones only.
+    shared = topic in ("memory.replies", "agent-7.replies")
+    if shared:
+        assert check_reply_to(topic, INPUTS, own=None, replies="memory.replies") is None
+    else:
+        with pytest.raises(UnknownReplyTopic, match="is a tenant's reply topic"):
+            check_reply_to(topic, INPUTS, own=None, replies="memory.replies")
 
 
 @pytest.mark.parametrize(
