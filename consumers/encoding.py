@@ -298,17 +298,18 @@ def document_body(
     timestamp: datetime | str | None,
 ) -> dict[str, Any]:
     """An upsert's body, with a fresh event id; ``MemoryClient.document_event`` documents the
-    arguments."""
-    return {
+    arguments. Without a source none is sent: the daemon takes the doc id (copied here, a doc
+    id too long was also reported as a source too long, though none was given)."""
+    body = {
         "event_id": uuid.uuid4().hex,
         "op": "upsert",
         "doc_id": doc_id,
         "version": version,
-        "source": source or doc_id,
         "content": content,
         "metadata": dict(metadata or {}),
         "timestamp": _stamp(timestamp),
     }
+    return body if not source else {**body, "source": source}
 
 
 def delete_body(doc_id: str, version: int) -> dict[str, Any]:

@@ -211,6 +211,19 @@ def test_an_event_time_is_a_datetime_or_an_iso_string() -> None:
         turn_body("a", "s", 1, "hi", "user", None, "last tuesday")
 
 
+def test_a_doc_id_too_long_is_the_one_error_said() -> None:
+    """Without a source the client sends none (the daemon takes the doc id): a doc id over
+    1,024 characters was also reported as a source too long, though none was given."""
+    from consumers.client import MemoryClient
+
+    client = MemoryClient(bootstrap="127.0.0.1:1")  # never started: the event is checked here
+    with pytest.raises(InvalidEvent) as refused:
+        client.document_event("x" * 1100, "hi")
+    assert "doc_id" in str(refused.value) and "source" not in str(refused.value)
+    _, body = client.document_event("kb/a.md", "hi", version=1)
+    assert b"source" not in body
+
+
 @pytest.mark.parametrize(
     "weight", ["dense_weight", "sparse_weight", "identifier_weight", "recency_weight", "speaker_weight"]
 )
