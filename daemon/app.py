@@ -23,7 +23,7 @@ from daemon.http import build_app, readiness_checks, start_http
 from daemon.instance import Daemon, explorer
 from daemon.lost_logs import rewind_lost_logs
 from daemon.poison_sync import sync_poison
-from daemon.presence import Presence
+from daemon.presence import Presence, refuse_beside
 from daemon.settings import Settings
 from daemon.status import Sampler
 from daemon.topics import ensure_daemon_topics, watch_topics
@@ -219,6 +219,9 @@ async def start_daemon(
                 attempts_counter=AttemptCounter(client=redis, name=settings.index.name),
             )
         )
+        # Before joining the groups: beside daemons that can use the index, one that cannot
+        # would take partitions it could serve none of (daemon.presence).
+        await refuse_beside(redis, settings.index.name, settings.consumer.group_id, await index.mismatch())
         await start_broker(broker, timeout_s=ready_timeout_s)
     except BaseException:
         await daemon.stop()
@@ -259,9 +262,8 @@ async def start_daemon(
     status.lanes = lambda: {tp: said for lanes in daemon.lanes.values() for tp, said in lanes.now().items()}
     sampler = Sampler(settings=settings, state=status, index=index, graph=graph, interval_s=settings.status_sample_s)
     daemon.spawn(sampler.run(daemon.halt), "status-sampler")
-    # At once: a daemon that cannot use the index holds its partitions only until this looks.
     daemon.presence = Presence(
-        client=redis, name=settings.index.name, mismatch=index.mismatch, subscribers=list(broker.subscribers)
+        client=redis, name=settings.index.name, group=settings.consumer.group_id, mismatch=index.mismatch
     )
     daemon.spawn(daemon.presence.run(daemon.halt), "presence")
     # Everything loaded so far (models, tokenizers, spaCy, libraries) lives as long as the

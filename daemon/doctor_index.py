@@ -4,7 +4,6 @@ cannot use the index."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from daemon.doctor_finding import Finding
@@ -161,25 +160,24 @@ async def check_summaries(client: Any, settings: Settings) -> list[Finding]:
 
 async def check_standings(client: Any, settings: Settings) -> list[Finding]:
     """Running daemons that cannot use the index (``daemon.presence``): started with other
-    settings than the active generation's, they write nothing and answer ``unavailable``, and
-    only stand aside while a daemon that can use it runs; the group members alone said
-    nothing of it. None heard from: nothing to say (the Kafka checks say whether any consumes)."""
+    settings than the active generation's, they write nothing and answer ``unavailable`` for
+    the partitions they hold, and the groups' members alone say nothing of it. None heard from:
+    nothing to say (the Kafka checks say whether any consumes)."""
     from daemon.presence import standings
 
-    running = await standings(client, settings.index.name, time.time())
+    running = await standings(client, settings.index.name)
     refused = [s for s in running if not s.usable]
     if not running:
         return []
     if not refused:
         return [Finding("daemon settings", True, f"{len(running)} daemon(s) running, each can use the index")]
-    shown = "; ".join(
-        f"{s.host} pid {s.pid} ({'standing aside' if s.aside else 'holding its partitions'}): {s.why}" for s in refused
-    )
+    shown = "; ".join(f"{s.host} pid {s.pid} (groups {s.group}): {s.why}" for s in refused)
     detail = f"{len(refused)} of {len(running)} daemon(s) cannot use the index: {shown}"
     fix = (
-        "stop them, or start them again with the settings the active generation was built with (the same "
-        "AGENTMEM_CONFIG_FILE and AGENTMEM_ variables as the others); to move every daemon to new settings, "
-        "`agentmemd reindex` with them first (docs/reindex.md)"
+        "their share of the partitions waits, and their questions answer `unavailable`: stop them, or start "
+        "them again with the settings the active generation was built with (the same AGENTMEM_CONFIG_FILE and "
+        "AGENTMEM_ variables as the others); to move every daemon to new settings, `agentmemd reindex` with "
+        "them first (docs/reindex.md)"
     )
     return [Finding("daemon settings", False, detail, fix)]
 

@@ -1,14 +1,13 @@
-"""Daemons say in Redis whether they can use the index; one that cannot stands aside for one that can.
+"""Daemons say in Redis whether they can use the index; one that cannot does not join beside one that can.
 
 A daemon started with settings the active index generation was not built with (another
 chunking, model or schema; a forgotten config file) cannot write or answer: its writes wait and
-its queries answer ``unavailable``. In the consumer groups it still held its share of the
+its queries answer ``unavailable``. In the consumer groups it still took its share of the
 partitions, so beside a healthy daemon it made that share of every query fail and of every
-write wait, while doctor saw two members and no fault. Now each daemon writes its state to the
-index's daemons hash every :data:`EVERY_S`; one that cannot use the index leaves its groups
-(its subscribers stop) while a daemon that can is alive, and joins again once it can use the
-index, or once none that can is left (then it answers ``unavailable`` with the reason, rather
-than leaving askers to time out). Doctor reads the same hash.
+write wait, while doctor saw two members and no fault. Each running daemon now writes how it
+stands to the index's daemons hash every :data:`EVERY_S`, stamped with Redis's clock; a daemon
+that cannot use the index refuses to start while one of its consumer groups' daemons that can
+is running (:func:`refuse_beside`), and doctor names every running daemon that cannot.
 """
 
 from __future__ import annotations
@@ -18,23 +17,20 @@ import contextlib
 import json
 import os
 import socket
-import sys
-import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import asdict, dataclass
-from typing import Any
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass, fields
 
 import redis.asyncio as aredis
 import structlog
 
 from memory import keys
-from memory.errors import MemdError
-from memory.index import translate_errors
+from memory.errors import IndexMismatch, MemdError
+from memory.index import redis_now, translate_errors
 
 log = structlog.get_logger()
 
-#: How often a daemon says how it stands (and looks at the others).
+#: How often a daemon says how it stands.
 EVERY_S = 5.0
 #: A daemon not heard from for this long is taken to be gone.
 FRESH_S = 3 * EVERY_S
@@ -49,10 +45,14 @@ class Standing:
     instance: str
     host: str
     pid: int
+    group: str  # its consumer groups' id (``consumer.group_id``)
     usable: bool
     why: str | None  # why it cannot use the index
-    aside: bool  # it left its consumer groups
-    at: float
+    at: float  # Redis's clock
+
+
+#: What an entry is read by: a later release's own fields are left out.
+_FIELDS = frozenset(f.name for f in fields(Standing))
 
 
 def new_instance() -> str:
@@ -60,27 +60,20 @@ def new_instance() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
-def next_move(*, usable: bool, aside: bool, others_usable: bool) -> str | None:
-    """``"leave"``, ``"join"`` or nothing (pure): a daemon that cannot use the index leaves
-    while another that can is alive; one aside joins once it can, or once none can."""
-    if not usable and others_usable and not aside:
-        return "leave"
-    if aside and (usable or not others_usable):
-        return "join"
-    return None
-
-
-async def standings(client: aredis.Redis, name: str, now: float) -> list[Standing]:
-    """The daemons heard from within :data:`FRESH_S`; entries past :data:`FORGET_S` are removed."""
+async def standings(client: aredis.Redis, name: str) -> list[Standing]:
+    """The daemons heard from within :data:`FRESH_S` of Redis's clock; entries past
+    :data:`FORGET_S` are removed. An entry this release cannot read is left alone (a later
+    release's, during a rolling upgrade)."""
     async with translate_errors("daemons read"):
+        now = await redis_now(client)
         raw = await client.hgetall(keys.daemons_key(name))
     fresh: list[Standing] = []
     gone: list[bytes | str] = []
     for field, value in raw.items():
         try:
-            standing = Standing(**json.loads(value))
+            said = json.loads(value)
+            standing = Standing(**{k: v for k, v in said.items() if k in _FIELDS})
         except (ValueError, TypeError):
-            gone.append(field)
             continue
         if now - standing.at > FORGET_S:
             gone.append(field)
@@ -93,64 +86,85 @@ async def standings(client: aredis.Redis, name: str, now: float) -> list[Standin
     return fresh
 
 
+async def refuse_beside(client: aredis.Redis, name: str, group: str, why: str | None) -> None:
+    """Refuse to start a daemon that cannot use the index (``why``) while a daemon of the same
+    consumer groups that can is running: it would take partitions it cannot serve.
+
+    Raises:
+        IndexMismatch: such a daemon runs.
+    """
+    if why is None:
+        return
+    usable = [s for s in await standings(client, name) if s.usable and s.group == group and _may_run(s)]
+    if usable:
+        beside = ", ".join(f"{s.host} pid {s.pid}" for s in usable[:3])
+        raise IndexMismatch(
+            f"{why}; daemons with the index's settings are running ({beside}): this one would take a share of "
+            "their partitions and could serve none of it, so it does not start. Start it with their settings "
+            "(the same AGENTMEM_CONFIG_FILE and AGENTMEM_ variables), or, to move every daemon to these, "
+            "run `agentmemd reindex` with them first (docs/reindex.md)"
+        )
+
+
+def _may_run(standing: Standing) -> bool:
+    """Whether the daemon of ``standing`` may still run: on this host, only if its process
+    does (a daemon killed here a moment ago, then started with other settings, is no other)."""
+    if standing.host != socket.gethostname():
+        return True
+    try:
+        os.kill(standing.pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it runs, as another user
+        pass
+    return True
+
+
 class Presence:
-    """This daemon's standing, written every :data:`EVERY_S`, and its subscribers stopped or
-    started again as :func:`next_move` says."""
+    """This daemon's standing, written every :data:`EVERY_S` until it stops."""
 
     def __init__(
         self,
         *,
         client: aredis.Redis,
         name: str,
+        group: str,
         mismatch: Callable[[], Awaitable[str | None]],
-        subscribers: Sequence[Any],
         instance: str | None = None,
     ) -> None:
-        self._r, self._name, self._mismatch = client, name, mismatch
-        self._subscribers = subscribers
+        self._r, self._name, self._group, self._mismatch = client, name, group, mismatch
         self.instance = instance or new_instance()
-        self.aside = False
 
     async def run(self, halt: asyncio.Event) -> None:
-        """Say how this daemon stands, and move, until ``halt``; then withdraw its entry."""
+        """Say how this daemon stands until ``halt``; then withdraw its entry."""
         try:
             while not halt.is_set():
                 try:
-                    await self.step(time.time())
+                    await self.say()
                 except MemdError as exc:  # Redis blinked: said again next time
                     log.warning("daemon.presence_failed", error=str(exc))
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(halt.wait(), timeout=EVERY_S)
         finally:
-            with contextlib.suppress(MemdError, OSError):
-                async with translate_errors("daemons withdraw"):
-                    await self._r.hdel(keys.daemons_key(self._name), self.instance)
+            await self.withdraw()
 
-    async def step(self, now: float) -> None:
-        """One look: write this daemon's standing, read the others', leave or join."""
+    async def say(self) -> None:
+        """Write this daemon's standing now."""
         why = await self._mismatch()
-        others = [s for s in await standings(self._r, self._name, now) if s.instance != self.instance]
-        move = next_move(usable=why is None, aside=self.aside, others_usable=any(s.usable for s in others))
-        if move == "leave":
-            for sub in self._subscribers:
-                await sub.stop()
-            self.aside = True
-            said = f"agentmemd stands aside: it cannot use the index ({why}), and a daemon that can is running"
-            log.warning("daemon.stood_aside", why=why, others=[s.instance for s in others if s.usable])
-            print(said, file=sys.stdout, flush=True)
-        elif move == "join":
-            for sub in self._subscribers:
-                await sub.start()
-            self.aside = False
-            log.info("daemon.rejoined", usable=why is None)
-        me = Standing(
-            instance=self.instance,
-            host=socket.gethostname(),
-            pid=os.getpid(),
-            usable=why is None,
-            why=why,
-            aside=self.aside,
-            at=now,
-        )
         async with translate_errors("daemons write"):
+            me = Standing(
+                instance=self.instance,
+                host=socket.gethostname(),
+                pid=os.getpid(),
+                group=self._group,
+                usable=why is None,
+                why=why,
+                at=await redis_now(self._r),
+            )
             await self._r.hset(keys.daemons_key(self._name), self.instance, json.dumps(asdict(me)))
+
+    async def withdraw(self) -> None:
+        """Remove this daemon's entry (it stops)."""
+        with contextlib.suppress(MemdError, OSError):
+            async with translate_errors("daemons withdraw"):
+                await self._r.hdel(keys.daemons_key(self._name), self.instance)

@@ -30,6 +30,7 @@ Under an index name ``<name>`` (it holds no ``:``)::
     <name>:tenants                  set: every tenant a daemon has seen          tenants_key
     <name>:erased                   hash: each erased tenant -> its erasure      erased_key
     <name>:summarizer               the summarizer the daemons last started with summarizer_key
+    <name>:daemons                  hash: each running daemon's standing         daemons_key
     {<name>:<tenant>}:g:            root of one tenant's entity graph (one hash
                                     slot: its Lua scripts touch many keys)       graph_prefix
         nodes, edges, comms, ent_comm   hashes: entities, co-occurrence weights,
@@ -300,6 +301,6 @@ def graph_lock_key(prefix: str, name: str) -> str:
 
 
 def daemons_key(name: str) -> str:
-    """The hash of the daemons running on the index, by instance: each one's host, pid, whether
-    it can use the active generation (and why not), whether it stands aside, and when it said so."""
+    """The hash of the daemons running on the index, by instance: each one's host, pid, consumer
+    groups, whether it can use the active generation (and why not), and when it said so."""
     return f"{name}:daemons"

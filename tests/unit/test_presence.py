@@ -1,24 +1,21 @@
-"""When a daemon that cannot use the index leaves its consumer groups, and when it joins again (pure)."""
+"""Whose standing counts as a daemon that may still run (pure but for this process's pid)."""
 
 from __future__ import annotations
 
-import pytest
+import os
+import socket
 
-from daemon.presence import next_move
+from daemon.presence import Standing, _may_run
 
 
-@pytest.mark.parametrize(
-    ("usable", "aside", "others_usable", "move"),
-    [
-        (True, False, False, None),  # a daemon that can use the index never leaves
-        (True, False, True, None),
-        (False, False, True, "leave"),  # it cannot, and another can: that one takes its partitions
-        (False, False, False, None),  # nobody can: it stays, and answers `unavailable` with the reason
-        (False, True, True, None),
-        (False, True, False, "join"),  # the one that could is gone
-        (True, True, True, "join"),  # it can now (a reindex with its settings)
-        (True, True, False, "join"),
-    ],
-)
-def test_next_move(usable: bool, aside: bool, others_usable: bool, move: str | None) -> None:
-    assert next_move(usable=usable, aside=aside, others_usable=others_usable) == move
+def _standing(host: str, pid: int) -> Standing:
+    return Standing(instance="i", host=host, pid=pid, group="g", usable=True, why=None, at=0.0)
+
+
+def test_a_daemon_of_this_host_counts_only_while_its_process_runs() -> None:
+    """One killed here a moment ago and started again with other settings is no other daemon."""
+    here = socket.gethostname()
+    assert _may_run(_standing(here, os.getppid()))  # a process that runs
+    assert _may_run(_standing(here, os.getpid()))  # another daemon of this process (tests run several)
+    assert not _may_run(_standing(here, 2**22 + 12345))  # no such process
+    assert _may_run(_standing("another-host", 2**22 + 12345))  # another host's: not ours to judge
