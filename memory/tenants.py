@@ -34,14 +34,17 @@ redis.call('SREM', KEYS[1], ARGV[1])
 return tostring(at)
 """
 
-# Lift an erasure, keeping when it was (KEYS[1]: the erased hash; ARGV: tenant): the time, or
-# nil when the tenant is not erased now.
+# Lift an erasure, keeping when it was and noting when it was lifted, at Redis's own time
+# (KEYS[1]: the erased hash; ARGV: tenant): the erasure's time, or nil when the tenant is not
+# erased now.
 _RESTORE = """
 local v = redis.call('HGET', KEYS[1], ARGV[1])
 if not v then return nil end
 local d = cjson.decode(v)
 if d.restored then return nil end
+local t = redis.call('TIME')
 d.restored = true
+d.restored_at = tonumber(t[1]) + tonumber(t[2]) / 1000000
 redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(d))
 return tostring(d.at)
 """
@@ -49,22 +52,32 @@ return tostring(d.at)
 
 @dataclass(frozen=True, slots=True)
 class Erasure:
-    """A tenant's erasure: when, and whether its topics were created again since (it started
-    anew; its events from before ``at`` are still never applied, nor replayed)."""
+    """A tenant's erasure: when, and whether (and when) its topics were created again since (it
+    started anew; its events from before then are still never applied, nor replayed)."""
 
     at: float
     restored: bool
+    # When the erasure was lifted (None: still erased, or lifted by an older release, which kept
+    # no time). Events written between the two were acked as refused: they stay refused.
+    restored_at: float | None = None
 
     @classmethod
     def from_json(cls, raw: bytes | str) -> Erasure:
         """One erasure as the erased hash keeps it (the scripts above write it)."""
         d = json.loads(raw)
-        return cls(at=float(d["at"]), restored=bool(d["restored"]))
+        lifted = d.get("restored_at")
+        return cls(
+            at=float(d["at"]), restored=bool(d["restored"]), restored_at=None if lifted is None else float(lifted)
+        )
 
     def refuses(self, record_ms: int | None) -> bool:
         """Whether an event of the tenant, written to Kafka at ``record_ms`` (its record's
-        time; ``None``: unknown), is to be left unapplied."""
-        return not self.restored or record_ms is None or record_ms <= self.at * 1000
+        time; ``None``: unknown), is to be left unapplied: one from before the erasure, or
+        from before it was lifted (its writer was told it was refused; a reindex or a daemon
+        behind must not apply it later)."""
+        if not self.restored or record_ms is None:
+            return True
+        return record_ms <= max(self.at, self.restored_at or self.at) * 1000
 
 
 def refused(erased: Mapping[str, Erasure], tenant: str | None, record_ms: int | None) -> bool:
