@@ -135,7 +135,7 @@ def to_tenant(replay: Replay, tenant: str, inputs: Sequence[str], tenancy: str) 
     if tenant_from_topic(replay.topic, base, tenancy) is not None:
         raise InvalidRequest(
             f"its topic {replay.topic!r} names its tenant already: --tenant is for an event published on a "
-            f"topic that names none ({' or '.join(inputs)}, bare)"
+            f"topic that names none (a bare one, {' or '.join(inputs)}, or one such as {inputs[0]}.a.b)"
         )
     return Replay(topic=tenant_topic(base, tenant), key=replay.key, value=replay.value)
 

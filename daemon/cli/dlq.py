@@ -148,6 +148,7 @@ def dlq_replay(
     except MemdError as exc:
         raise _fail(exc) from exc
     erased = _erased(s, strict=True)
+    inputs = (s.topics.documents, s.topics.transcripts)
     failed = False
     for p in dict.fromkeys(wanted):
         name = f"{p[0]}:{p[1]}"
@@ -157,6 +158,12 @@ def dlq_replay(
                 replay = corrected(replay, fixed.read_bytes())
             if tenant is not None:
                 replay = _to_tenant(replay, tenant, s, erased)
+            elif s.consumer.tenancy == "topic" and tenant_of(replay.topic, inputs, "topic") is None:
+                # Sent back where it came from, it would be dead-lettered again for the same reason.
+                raise InvalidRequest(
+                    f"its topic {replay.topic} names no tenant, which the daemon refuses: send it to its "
+                    "tenant's with --tenant NAME"
+                )
         except NotFound as exc:
             out.print(Text(f"{name}: {exc}", style="yellow"))
             failed = True

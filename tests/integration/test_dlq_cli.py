@@ -123,6 +123,10 @@ async def test_an_event_on_a_bare_topic_is_refused_and_sent_to_its_tenant(kafka_
         (letter,) = [json.loads(line) for line in listed.stdout.splitlines()]
         assert letter["topic"] == settings.topics.documents, letter
         where = f"{letter['partition']}:{letter['offset']}"
+        # Sent back to the bare topic it would be refused again: not sent, and told why.
+        back = await asyncio.to_thread(_cli, env, "dlq", "replay", where)
+        said = " ".join(back.stdout.split())
+        assert back.returncode == 1 and "names no tenant" in said and "--tenant NAME" in said, back
         moved = await asyncio.to_thread(
             _cli, env, "dlq", "replay", where, "--tenant", "acme", "--wait", "--timeout", "60"
         )
