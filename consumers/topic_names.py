@@ -48,7 +48,7 @@ def tenant_from_topic(topic: str, base: str, mode: str) -> str | None:
     if not topic.startswith(prefix):
         return None
     tenant = topic[len(prefix) :]
-    return tenant if _TENANT.match(tenant) else None
+    return tenant if valid_tenant(tenant) else None
 
 
 def read_for(topic: str, base: str, tenancy: str) -> bool:

@@ -116,23 +116,33 @@ def corrected(replay: Replay, value: bytes) -> Replay:
     return Replay(topic=replay.topic, key=replay.key, value=value)
 
 
-def to_tenant(replay: Replay, tenant: str, inputs: Sequence[str], tenancy: str) -> Replay:
-    """``replay`` sent to ``tenant``'s topic (``dlq replay --tenant``): for an event a writer
-    published on an input topic that names no tenant in topic tenancy (the bare one, or one
-    like ``memory.documents.a.b``) (pure).
+def destination(replay: Replay, tenant: str | None, inputs: Sequence[str], tenancy: str) -> Replay:
+    """Where ``replay`` goes (pure): back to its own topic, or, with ``tenant`` (``dlq replay
+    --tenant``), to that tenant's, for an event a writer published in topic tenancy on an input
+    topic that names no tenant (the bare one, or one like ``memory.documents.a.b``).
 
     Raises:
-        InvalidRequest: single tenancy; the event's topic names a tenant already (a dead
-            letter goes back to its own tenant); ``tenant`` is no valid tenant name.
+        InvalidRequest: without ``tenant``, an event of a topic that names no tenant in topic
+            tenancy (sent back, it would be refused again); with it, single tenancy, an event
+            whose topic names a tenant already (a dead letter goes back to its own tenant), or
+            ``tenant`` no valid tenant name.
     """
+    base = topic_base(replay.topic, inputs)
+    if base is None:
+        raise InvalidRequest(f"its topic {replay.topic!r} is no input topic of this deployment")
+    named = tenancy == "single" or tenant_from_topic(replay.topic, base, tenancy) is not None
+    if tenant is None:
+        if not named:
+            raise InvalidRequest(
+                f"its topic {replay.topic} names no tenant, which the daemon refuses: send it to its "
+                "tenant's with --tenant NAME"
+            )
+        return replay
     if tenancy == "single":
         raise InvalidRequest(
             "--tenant needs AGENTMEM_CONSUMER__TENANCY=topic: in single mode every event is the 'default' tenant's"
         )
-    base = topic_base(replay.topic, inputs)
-    if base is None:
-        raise InvalidRequest(f"its topic {replay.topic!r} is no input topic of this deployment")
-    if tenant_from_topic(replay.topic, base, tenancy) is not None:
+    if named:
         raise InvalidRequest(
             f"its topic {replay.topic!r} names its tenant already: --tenant is for an event published on a "
             f"topic that names none (a bare one, {' or '.join(inputs)}, or one such as {inputs[0]}.a.b)"

@@ -77,7 +77,7 @@ class Erasure:
         behind must not apply it later)."""
         if not self.restored or record_ms is None:
             return True
-        return record_ms <= max(self.at, self.restored_at or self.at) * 1000
+        return record_ms <= (self.restored_at or self.at) * 1000
 
 
 def refused(erased: Mapping[str, Erasure], tenant: str | None, record_ms: int | None) -> bool:

@@ -19,7 +19,7 @@ from consumers.errors import WriteRejected
 from daemon.cli._app import _fail, _settings, _with_redis, app, err, out
 from daemon.cli._client import _with_client, ack_said, check_tenant_known, refused
 from daemon.connections import redis_client
-from daemon.dlq_replay import Replay, corrected, parse_position, read_dead_letters, replay_of, to_tenant
+from daemon.dlq_replay import Replay, corrected, destination, parse_position, read_dead_letters, replay_of
 from daemon.explore.dlq import dead_letter, erased_letter, recent_dead_letters, tenant_of
 from daemon.settings import Settings
 from memory.errors import InvalidRequest, MemdError, NotFound
@@ -156,14 +156,10 @@ def dlq_replay(
             replay = _replay_at(p, records, s, erased, kept=fixed is None)
             if fixed is not None:
                 replay = corrected(replay, fixed.read_bytes())
-            if tenant is not None:
-                replay = _to_tenant(replay, tenant, s, erased)
-            elif s.consumer.tenancy == "topic" and tenant_of(replay.topic, inputs, "topic") is None:
-                # Sent back where it came from, it would be dead-lettered again for the same reason.
-                raise InvalidRequest(
-                    f"its topic {replay.topic} names no tenant, which the daemon refuses: send it to its "
-                    "tenant's with --tenant NAME"
-                )
+            replay = destination(replay, tenant, inputs, s.consumer.tenancy)
+            # Sent now: refused only by an erasure its topics were not created again after.
+            if tenant is not None and refused_after_erasure(erased, tenant, int(time.time() * 1000)):
+                raise InvalidRequest(f"tenant {tenant} was erased (agentmemd erase-tenant)")
         except NotFound as exc:
             out.print(Text(f"{name}: {exc}", style="yellow"))
             failed = True
@@ -221,20 +217,6 @@ def _replay_at(
     if erased_letter(letter, erased):
         raise InvalidRequest(f"tenant {letter.tenant} was erased since (agentmemd erase-tenant)")
     return replay_of(*records[p], inputs=(t.documents, t.transcripts), kept=kept)
-
-
-def _to_tenant(replay: Replay, tenant: str, settings: Settings, erased: Mapping[str, Erasure]) -> Replay:
-    """``replay`` sent to ``tenant``'s topic instead of the bare one it came from.
-
-    Raises:
-        InvalidRequest: as ``to_tenant``; ``tenant`` was erased.
-    """
-    t = settings.topics
-    moved = to_tenant(replay, tenant, (t.documents, t.transcripts), settings.consumer.tenancy)
-    # Sent now: refused only by an erasure its topics were not created again after.
-    if refused_after_erasure(erased, tenant, int(time.time() * 1000)):
-        raise InvalidRequest(f"tenant {tenant} was erased (agentmemd erase-tenant)")
-    return moved
 
 
 def _erased(settings: Settings, *, strict: bool) -> Mapping[str, Erasure]:

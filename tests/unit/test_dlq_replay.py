@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from daemon.dlq_replay import Replay, corrected, keyed_as, to_tenant
+from daemon.dlq_replay import Replay, corrected, destination, keyed_as
 from memory.errors import InvalidRequest
 
 
@@ -40,12 +40,17 @@ def test_an_event_of_a_bare_topic_goes_to_the_tenant_named() -> None:
     only in topic tenancy; a tenant's own dead letter goes back to that tenant."""
     inputs = ("memory.documents", "memory.transcripts")
     bare = Replay(topic="memory.documents", key="kb/a.md", value=b"{}")
-    assert to_tenant(bare, "acme", inputs, "topic") == Replay("memory.documents.acme", "kb/a.md", b"{}")
+    assert destination(bare, "acme", inputs, "topic") == Replay("memory.documents.acme", "kb/a.md", b"{}")
     cut = Replay(topic="memory.documents.a.b", key="kb/a.md", value=b"{}")
-    assert to_tenant(cut, "acme", inputs, "topic").topic == "memory.documents.acme"
+    assert destination(cut, "acme", inputs, "topic").topic == "memory.documents.acme"
     with pytest.raises(InvalidRequest, match="names its tenant already"):
-        to_tenant(Replay("memory.documents.globex", "kb/a.md", b"{}"), "acme", inputs, "topic")
+        destination(Replay("memory.documents.globex", "kb/a.md", b"{}"), "acme", inputs, "topic")
     with pytest.raises(InvalidRequest, match="needs AGENTMEM_CONSUMER__TENANCY=topic"):
-        to_tenant(bare, "acme", inputs, "single")
+        destination(bare, "acme", inputs, "single")
     with pytest.raises(InvalidRequest, match="is not"):
-        to_tenant(bare, "a.b", inputs, "topic")
+        destination(bare, "a.b", inputs, "topic")
+    # Without --tenant: back to its own topic, unless that names no tenant (refused again there).
+    assert destination(bare, None, inputs, "single") == bare
+    assert destination(Replay("memory.documents.globex", "k", b"{}"), None, inputs, "topic").topic.endswith("globex")
+    with pytest.raises(InvalidRequest, match="names no tenant"):
+        destination(bare, None, inputs, "topic")
