@@ -11,7 +11,7 @@ from memory.index import IndexError_, QuerySyntaxError
 log = structlog.get_logger()
 
 #: The error codes a reply may carry (docs/contract.md); askers switch on them.
-REPLY_CODES = frozenset({"invalid_request", "unavailable", "unauthorized", "expired", "internal"})
+REPLY_CODES = frozenset({"invalid_request", "unavailable", "unauthorized", "expired", "tenant_erased", "internal"})
 
 
 def error_reply(exc: MemdError, query_id: str | None) -> ErrorReply:

@@ -4,6 +4,7 @@ MemdError
 ├── QueryFailed        the daemon answered a request with an error reply (its code)
 ├── WriteRejected      the daemon dead-lettered a write the caller waited for (its ack)
 ├── RequestExpired     a request older than consumer.query_max_age_ms, not searched      expired
+├── TenantErased       a request of a tenant erased and not created again           tenant_erased
 └── InvalidRequest
     └── UnknownReplyTopic  reply_to names no topic a reply may go to     invalid_request
 """
@@ -42,3 +43,16 @@ class RequestExpired(MemdError):
     """A request older than ``consumer.query_max_age_ms`` by the daemon's clock: not searched."""
 
     code = "expired"
+
+
+class TenantErased(MemdError):
+    """A request on the topic of a tenant that was erased (``agentmemd erase-tenant``) and not
+    created again since: nothing of it is kept, and nothing is searched."""
+
+    code = "tenant_erased"
+
+    def __init__(self, tenant: str) -> None:
+        super().__init__(
+            f"tenant {tenant!r} was erased (agentmemd erase-tenant): nothing of it is kept, and its "
+            f"questions are not answered until its topics are created again (agentmemd topics --tenant {tenant})"
+        )

@@ -35,18 +35,13 @@ from memory.metrics import (
     EVENTS_FAILED,
 )
 from memory.retrying import backoff_s, pause
-from memory.tenants import Erasure, refused
+from memory.tenants import ErasedTenants, Erasure, none_erased, refused
 
 log = structlog.get_logger()
 
 
 def _at(record: DlqRecord) -> tuple[str, int, int]:
     return (record.topic, record.partition, record.offset)
-
-
-async def none_erased() -> Mapping[str, Erasure]:
-    """No tenant is erased (single tenancy, and tests that build a pipeline alone)."""
-    return {}
 
 
 def refused_by(erased: Mapping[str, Erasure], tenant: str | None, record: Any) -> bool:
@@ -88,7 +83,7 @@ class Ingestion:
     # Where a reply (an ack) must never go: the daemon's inputs.
     input_topics: tuple[str, ...]
     # In topic tenancy, the erased tenants (``TenantRegistry.erased``): their events are not applied.
-    erased_tenants: Callable[[], Awaitable[Mapping[str, Erasure]]] = dataclasses.field(default=none_erased)
+    erased_tenants: ErasedTenants = dataclasses.field(default=none_erased)
     # Positions dead-lettered while their batch is handled, with (reason, code); the documents
     # and transcripts subscribers share this object, and their positions never collide.
     _dead: dict[tuple[str, int, int], tuple[str, str]] = dataclasses.field(default_factory=dict)

@@ -1,8 +1,8 @@
 """A request record to its reply and where the reply goes: the query subscriber's one call.
 
 The reply topic and partition are checked before anything is answered (an asker reading a
-topic we cannot reach is told so on the default one), a request older than the cut-off is
-answered with an error, and the answer is fitted to one record.
+topic we cannot reach is told so on the default one), a request older than the cut-off or of
+an erased tenant is answered with an error, and the answer is fitted to one record.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import structlog
 from aiokafka import ConsumerRecord
 
 from consumers.config import ConsumerConfig, Topics
-from consumers.error_replies import crash_reply, error_body
-from consumers.errors import UnknownReplyTopic
+from consumers.error_replies import crash_reply, error_body, error_reply
+from consumers.errors import TenantErased, UnknownReplyTopic
 from consumers.expiry import ExpiryLog, expired_error
 from consumers.queries import answer, guess_query_id
 from consumers.replies import PartitionCounts, default_reply_topic, own_reply_topic, reply_route, shared_replies
@@ -25,6 +25,7 @@ from consumers.requests import ErrorReply, GetReply, ListReply, QueryReply
 from consumers.topic_names import tenant_from_topic
 from graph import ScopedSearch
 from memory.errors import MemdError
+from memory.tenants import ErasedTenants, erased_now, none_erased
 
 log = structlog.get_logger()
 
@@ -52,6 +53,8 @@ class QueryHandling:
     partition_counts: PartitionCounts
     inputs: Sequence[str]
     expiries: ExpiryLog
+    # In topic tenancy, the erased tenants (``TenantRegistry.erased``): their requests are refused.
+    erased_tenants: ErasedTenants = none_erased
 
     async def answer(self, record: ConsumerRecord[Any, Any], reply_to: str | None, now_ms: float) -> Answered:
         """``record``'s reply and its route; never raises (a bug is answered as one)."""
@@ -89,11 +92,24 @@ class QueryHandling:
             reply: QueryReply | GetReply | ListReply | ErrorReply = ErrorReply(
                 query_id=guess_query_id(record.value), error=error_body(too_old)
             )
+        elif tenant is not None and await self._erased(tenant):
+            # Not searched: 0 results would read as "nothing stored", where everything was erased.
+            reply = error_reply(TenantErased(tenant), guess_query_id(record.value))
         else:
             reply = await answer(record.value, self.search, tenant)
         if not isinstance(reply, ErrorReply):
             reply = fit(reply, cfg.reply_max_bytes)
         return Answered(reply, target, partition, tenant)
+
+    async def _erased(self, tenant: str) -> bool:
+        """Whether ``tenant`` stands erased (read at most once a second). A failed read answers
+        no: the search then says what is wrong with Redis."""
+        if self.cfg.tenancy != "topic":
+            return False
+        try:
+            return erased_now(await self.erased_tenants(), tenant) is not None
+        except MemdError:
+            return False
 
 
 async def send_reply(publish: PublishReply, answered: Answered, correlation_id: str | None) -> None:

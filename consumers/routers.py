@@ -20,7 +20,7 @@ from faststream.kafka import KafkaRouter
 from consumers.assignment import AssignmentWatcher
 from consumers.config import INGEST_ROLES, ConsumerConfig, Topics
 from consumers.expiry import ExpiryLog
-from consumers.ingestion import Ingestion, none_erased
+from consumers.ingestion import Ingestion
 from consumers.lanes import Lanes
 from consumers.queries import scope_of
 from consumers.query_handling import PublishReply, QueryHandling, send_reply
@@ -35,7 +35,7 @@ from memory.config import IngestConfig
 from memory.errors import MemdError
 from memory.ingest import Ingestor
 from memory.metrics import QUERY_SECONDS, TENANT_QUERIES, TENANT_QUERY_SECONDS
-from memory.tenants import Erasure
+from memory.tenants import ErasedTenants, none_erased
 
 log = structlog.get_logger()
 
@@ -123,8 +123,9 @@ _EVENT_DOCS = {
 
 
 #: A query's outcome (the ``outcome`` label of ``agentmemd_query_seconds``) by its error code:
-#: an asker's bad request, or a request too old to answer, is no failure of the daemon's.
-_OUTCOMES = {"invalid_request": "invalid", "expired": "expired"}
+#: an asker's bad request, a request too old to answer or of an erased tenant is no failure of
+#: the daemon's.
+_OUTCOMES = {"invalid_request": "invalid", "expired": "expired", "tenant_erased": "invalid"}
 
 #: Records a tenant seen on its topics (``memory.tenants.TenantRegistry.saw``).
 SawTenant = Callable[[str], Awaitable[None]]
@@ -198,6 +199,7 @@ def _subscribe_queries(
     partition_counts: PartitionCounts,
     on_query_done: Callable[[float, str], None],
     seen: Callable[[str], None],
+    erased_tenants: ErasedTenants,
 ) -> None:
     """Add the queries subscriber to ``router``: each request answered on its reply topic."""
     handling = QueryHandling(
@@ -207,6 +209,7 @@ def _subscribe_queries(
         partition_counts=partition_counts,
         inputs=topics.inputs(),
         expiries=ExpiryLog(),
+        erased_tenants=erased_tenants,
     )
 
     @router.subscriber(  # type: ignore[untyped-decorator]
@@ -262,7 +265,7 @@ def build_router(
     on_query_done: Callable[[float, str], None] = lambda _s, _o: None,
     seen: Callable[[str], None] = lambda _role: None,
     saw_tenant: SawTenant = _no_registry,
-    erased_tenants: Callable[[], Awaitable[Mapping[str, Erasure]]] = none_erased,
+    erased_tenants: ErasedTenants = none_erased,
     lanes: Mapping[str, Lanes] | None = None,
 ) -> KafkaRouter:
     """The daemon's three subscribers: documents, transcripts (batched) and queries.
@@ -315,6 +318,7 @@ def build_router(
         partition_counts=partition_counts,
         on_query_done=on_query_done,
         seen=seen,
+        erased_tenants=erased_tenants,
     )
     return router
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 import redis.asyncio as aredis
@@ -85,6 +85,21 @@ def refused(erased: Mapping[str, Erasure], tenant: str | None, record_ms: int | 
     at ``record_ms`` (``None``: unknown); an event of no tenant, or of one never erased, is not."""
     erasure = erased.get(tenant) if tenant is not None else None
     return erasure is not None and erasure.refuses(record_ms)
+
+
+#: The erased tenants as a daemon last read them (``TenantRegistry.erased``).
+ErasedTenants = Callable[[], Awaitable[Mapping[str, Erasure]]]
+
+
+async def none_erased() -> Mapping[str, Erasure]:
+    """No tenant is erased (single tenancy, and tests that build a pipeline alone)."""
+    return {}
+
+
+def erased_now(erased: Mapping[str, Erasure], tenant: str | None) -> Erasure | None:
+    """``tenant``'s erasure while it stands (not lifted since), else None."""
+    erasure = erased.get(tenant) if tenant is not None else None
+    return erasure if erasure is not None and not erasure.restored else None
 
 
 #: How long a daemon trusts its last read of the erased tenants: an erase waits longer than

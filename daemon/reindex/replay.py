@@ -4,7 +4,7 @@ generation through the daemon's own decoding and ``Ingestor``."""
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import structlog
@@ -12,14 +12,14 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from consumers.decoding import decode_records
-from consumers.ingestion import erased_apart, none_erased
+from consumers.ingestion import erased_apart
 from consumers.kafka_clients import cluster_metadata
 from consumers.topic_names import tenant_from_topic
 from daemon.connections import kafka_options
 from daemon.reindex.report import ReindexProgress
 from daemon.settings import Settings
 from memory.ingest import Ingestor
-from memory.tenants import Erasure
+from memory.tenants import ErasedTenants, none_erased
 
 log = structlog.get_logger()
 
@@ -50,7 +50,7 @@ class Replayer:
         progress: ReindexProgress,
         report: Callable[[], None],
         *,
-        erased: Callable[[], Awaitable[Mapping[str, Erasure]]] = none_erased,
+        erased: ErasedTenants = none_erased,
     ):
         self._s = settings
         self._erased = erased  # tenants erased: their events, still in the log, are not replayed

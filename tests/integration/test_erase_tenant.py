@@ -19,6 +19,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from consumers.client import MemoryClient
 from consumers.config import ROLES, ConsumerConfig
+from consumers.errors import QueryFailed
 from daemon.status import group_members
 from daemon.topics import ensure_tenant_topics, tenant_topics
 from graph.summary_records import recorded_summarizer
@@ -141,7 +142,13 @@ async def test_an_erased_tenant_leaves_nothing_and_the_other_keeps_everything(
         assert late.ack is not None and late.ack.status == "ignored" and "erased" in (late.ack.reason or ""), late.ack
         assert late.ack.error_code == "tenant_erased", late.ack
         assert await keys_of(redis, settings.index.name, "acme") == []
-        assert (await acme.query("late acme note", top_k=5)).results == []
+        # Its questions are refused with the reason, not answered with nothing; globex's are answered.
+        for ask in (acme.query("late acme note", top_k=5), acme.get(doc_ids=["late.md"])):
+            with pytest.raises(QueryFailed) as refused:
+                await ask
+            assert refused.value.error_code == "tenant_erased", refused.value
+            assert "tenant 'acme' was erased" in str(refused.value), refused.value
+        assert (await globex.query("where does globex keep its ledger?", top_k=1)).results
         # Its dead letters are neither listed nor sent again.
         shown = await agentmemd(["dlq", "list", "--json"], env)
         assert [json.loads(line)["tenant"] for line in shown.stdout.splitlines()] == ["globex"], shown.stdout

@@ -8,6 +8,7 @@ import re
 import pytest
 
 from consumers.error_replies import REPLY_CODES, reply_code
+from consumers.errors import TenantErased
 from consumers.replies import (
     PartitionCounts,
     UnknownReplyTopic,
@@ -136,11 +137,12 @@ def test_in_topic_tenancy_replies_never_go_to_another_tenants_reply_topics(topic
         (QuerySyntaxError("redis could not parse the query during text search: Syntax error"), "internal"),
         (EmbedderError("query embedding failed"), "unavailable"),
         (QueryRefused("this query crashed the embedding worker: refused"), "invalid_request"),
+        (TenantErased("acme"), "tenant_erased"),
         (MemdError("something else"), "internal"),
     ],
 )
 def test_error_replies_carry_only_the_contracts_codes(exc: MemdError, code: str) -> None:
-    """Askers switch on four codes; internal error types never leak into replies."""
+    """Askers switch on the contract's codes; internal error types never leak into replies."""
     assert reply_code(exc) == code and code in REPLY_CODES
 
 
