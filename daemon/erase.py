@@ -31,6 +31,7 @@ from aiokafka.errors import KafkaError
 from consumers.config import ROLES
 from consumers.events import near_spelling
 from consumers.topic_names import tenant_topic
+from daemon.dlq_marks import tenant_marks
 from daemon.settings import Settings
 from daemon.status import group_members
 from daemon.topics import delete_tenant_topics, existing_tenant_topics, tenant_topics
@@ -63,7 +64,8 @@ class EraseReport:
 
 async def tenant_keys(client: Any, name: str, tenant: str, topics: Sequence[str] = (), *, delete: bool = True) -> int:
     """Delete every Redis key of ``tenant`` under index ``name`` (each generation's, its
-    graph's, and the delivery counts and dead-letter marks of its ``topics``' records) and its
+    graph's, the delivery counts and dead-letter marks of its ``topics``' records, and the marks
+    of its dead letters sent again) and its
     write markers' listing; returns how many keys were deleted (``delete=False``: how many
     there are, deleting nothing). Reads the index's keys once (``SCAN``), and the others'."""
     owned = keys.tenant_key(name, tenant)
@@ -86,6 +88,7 @@ async def tenant_keys(client: Any, name: str, tenant: str, topics: Sequence[str]
                 found += int(await client.unlink(*batch)) if delete else len(batch)
         if not delete:
             return found
+        await tenant_marks(client, name, topics)  # entries of one hash: no key to count
         writing = keys.writing_key(name)
         markers = [m async for m in client.sscan_iter(writing) if owned.fullmatch(as_str(m))]
         for i in range(0, len(markers), _BATCH):

@@ -31,6 +31,7 @@ Under an index name ``<name>`` (it holds no ``:``)::
     <name>:erased                   hash: each erased tenant -> its erasure      erased_key
     <name>:summarizer               the summarizer the daemons last started with summarizer_key
     <name>:daemons                  hash: each running daemon's standing         daemons_key
+    <name>:dlq:replayed             hash: each dead letter sent again            replayed_key
     {<name>:<tenant>}:g:            root of one tenant's entity graph (one hash
                                     slot: its Lua scripts touch many keys)       graph_prefix
         nodes, edges, comms, ent_comm   hashes: entities, co-occurrence weights,
@@ -304,3 +305,9 @@ def daemons_key(name: str) -> str:
     """The hash of the daemons running on the index, by instance: each one's host, pid, consumer
     groups, whether it can use the active generation (and why not), and when it said so."""
     return f"{name}:daemons"
+
+
+def replayed_key(name: str) -> str:
+    """The hash of the dead letters sent again (``agentmemd dlq replay``), by their DLQ topic,
+    partition and offset: when, where to, and what the ack said (``daemon.dlq_marks``)."""
+    return f"{name}:dlq:replayed"

@@ -8,6 +8,7 @@ import json
 import sys
 import time
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -19,8 +20,9 @@ from consumers.errors import WriteRejected
 from daemon.cli._app import _fail, _settings, _with_redis, app, err, out
 from daemon.cli._client import _with_client, ack_said, check_tenant_known, refused
 from daemon.connections import redis_client
+from daemon.dlq_marks import ReplayMark, mark_of, mark_replayed, read_marks
 from daemon.dlq_replay import Replay, corrected, destination, parse_position, read_dead_letters, replay_of
-from daemon.explore.dlq import dead_letter, erased_letter, recent_dead_letters, tenant_of
+from daemon.explore.dlq import DeadLetter, dead_letter, erased_letter, recent_dead_letters, tenant_of
 from daemon.settings import Settings
 from memory.errors import InvalidRequest, MemdError, NotFound
 from memory.records import DEFAULT_TENANT
@@ -85,9 +87,12 @@ def dlq_list(
     hidden, letters = len(letters) - len(kept), kept
     if hidden:
         err.print(f"{hidden} dead letters of erased tenants not shown (agentmemd erase-tenant)")
+    marks = _marks(s, strict=False) if letters else {}
     if as_json:
         for d in letters:
-            print(json.dumps(dataclasses.asdict(d), ensure_ascii=False))
+            mark = mark_of(d, t.dlq, marks)
+            row = {**dataclasses.asdict(d), "replayed": None if mark is None else _mark_json(mark)}
+            print(json.dumps(row, ensure_ascii=False))
         return
     if not letters:
         out.print(f"no dead letters{f' of tenant {tenant}' if tenant else ''} in {t.dlq}")
@@ -104,6 +109,8 @@ def dlq_list(
         else:
             shown = "(original left out: too large to keep)"
         out.print(Text(f"    {shown}" if shown else "    (empty)", style="dim"))
+        if (mark := mark_of(d, t.dlq, marks)) is not None:
+            out.print(Text(f"    replayed {_when(mark.at)} to {mark.to}: {mark.said}", style="green"))
 
 
 @dlq_app.command("replay")
@@ -131,11 +138,18 @@ def dlq_replay(
             "(which names no tenant).",
         ),
     ] = None,
+    again: Annotated[
+        bool,
+        typer.Option("--again", metavar="", help="Send dead letters that were sent again before once more."),
+    ] = False,
 ) -> None:
     """Send dead letters again, each as it was: the original bytes, to the topic they came from,
     under their key. Fix the cause first: the daemon judges them as any event. An event that was
     itself wrong: `dlq original` writes it out, and `--with` sends the corrected file in its place;
-    one published on a bare topic in topic tenancy: `--tenant` sends it to its tenant's topic."""
+    one published on a bare topic in topic tenancy: `--tenant` sends it to its tenant's topic.
+    Each one sent is marked (`dlq list` shows when, where to, and what its ack said), and is
+    not sent a second time without `--again`: a forget sent again would remove the turns
+    written since."""
     try:
         wanted = [parse_position(p) for p in positions]
     except InvalidRequest as exc:
@@ -148,12 +162,17 @@ def dlq_replay(
     except MemdError as exc:
         raise _fail(exc) from exc
     erased = _erased(s, strict=True)
+    marks = _marks(s, strict=True)
     inputs = (s.topics.documents, s.topics.transcripts)
     failed = False
     for p in dict.fromkeys(wanted):
         name = f"{p[0]}:{p[1]}"
         try:
-            replay = _replay_at(p, records, s, erased, kept=fixed is None)
+            letter, replay = _replay_at(p, records, s, erased, kept=fixed is None)
+            if not again and (mark := mark_of(letter, s.topics.dlq, marks)) is not None:
+                raise InvalidRequest(
+                    f"sent again already, {_when(mark.at)} to {mark.to} ({mark.said}): `--again` sends it once more"
+                )
             if fixed is not None:
                 replay = corrected(replay, fixed.read_bytes())
             replay = destination(replay, tenant, inputs, s.consumer.tenancy)
@@ -171,6 +190,7 @@ def dlq_replay(
         said = _send(replay, s, wait=wait, timeout_s=timeout)
         failed |= said.startswith(("dead-lettered", "no ack", "refused"))
         out.print(f"{name}: sent to {replay.topic} under key {replay.key!r}" + (f": {said}" if said else ""))
+        _mark(s, letter, to=replay.topic, said=said or "sent, its ack not waited for")
     if failed:
         raise typer.Exit(1)
 
@@ -188,7 +208,7 @@ def dlq_original(
     s = _settings(quiet=True)
     try:
         records = asyncio.run(read_dead_letters(**_reader(s), positions=[wanted]))
-        replay = _replay_at(wanted, records, s, _erased(s, strict=True))
+        _letter, replay = _replay_at(wanted, records, s, _erased(s, strict=True))
     except MemdError as exc:
         raise _fail(exc) from exc
     sys.stdout.buffer.write(replay.value)
@@ -202,9 +222,9 @@ def _replay_at(
     erased: Mapping[str, Erasure],
     *,
     kept: bool = True,
-) -> Replay:
-    """What the dead letter at ``p`` (of ``records``, as read) sends again; ``kept`` as for
-    ``replay_of``.
+) -> tuple[DeadLetter, Replay]:
+    """The dead letter at ``p`` (of ``records``, as read), and what it sends again; ``kept``
+    as for ``replay_of``.
 
     Raises:
         NotFound: there is no such record.
@@ -216,7 +236,7 @@ def _replay_at(
     letter = dead_letter(*p, records[p][0], bases=(t.documents, t.transcripts), tenancy=settings.consumer.tenancy)
     if erased_letter(letter, erased):
         raise InvalidRequest(f"tenant {letter.tenant} was erased since (agentmemd erase-tenant)")
-    return replay_of(*records[p], inputs=(t.documents, t.transcripts), kept=kept)
+    return letter, replay_of(*records[p], inputs=(t.documents, t.transcripts), kept=kept)
 
 
 def _erased(settings: Settings, *, strict: bool) -> Mapping[str, Erasure]:
@@ -240,6 +260,51 @@ def _erased(settings: Settings, *, strict: bool) -> Mapping[str, Erasure]:
             raise _fail(exc) from exc
         err.print(f"[yellow]warning:[/yellow] could not read the erased tenants ({exc}): their dead letters may show")
         return {}
+
+
+def _marks(settings: Settings, *, strict: bool) -> Mapping[str, ReplayMark]:
+    """The marks of the dead letters sent again. With Redis out of reach: ``strict`` (a replay)
+    fails, since it could send one a second time; else none, and a warning says so."""
+
+    async def read() -> Mapping[str, ReplayMark]:
+        client = redis_client(settings)
+        try:
+            return await read_marks(client, settings.index.name)
+        finally:
+            await client.aclose()
+
+    try:
+        return asyncio.run(read())
+    except MemdError as exc:
+        if strict:
+            raise _fail(exc) from exc
+        err.print(f"[yellow]warning:[/yellow] could not read which dead letters were sent again ({exc})")
+        return {}
+
+
+def _mark(settings: Settings, letter: DeadLetter, *, to: str, said: str) -> None:
+    """Mark ``letter`` sent again; a failure is a warning (it was sent: the next are sent too)."""
+
+    async def write() -> None:
+        client = redis_client(settings)
+        try:
+            await mark_replayed(client, settings.index.name, settings.topics.dlq, letter, to=to, said=said)
+        finally:
+            await client.aclose()
+
+    try:
+        asyncio.run(write())
+    except MemdError as exc:
+        err.print(f"[yellow]warning:[/yellow] sent, but not marked as sent ({exc}): `dlq list` will not say so")
+
+
+def _mark_json(mark: ReplayMark) -> dict[str, Any]:
+    return {"at": _when(mark.at), "to": mark.to, "said": mark.said}
+
+
+def _when(at: float) -> str:
+    """A mark's time as `dlq list` prints the failures' (ISO 8601, UTC, to the second)."""
+    return datetime.fromtimestamp(at, UTC).isoformat(timespec="seconds")
 
 
 def _send(replay: Replay, settings: Settings, *, wait: bool, timeout_s: float | None) -> str:

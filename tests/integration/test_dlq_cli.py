@@ -59,12 +59,25 @@ async def test_a_dead_letter_is_listed_and_sent_again_once_its_cause_is_fixed(
     finally:
         await daemon.stop()
 
+    # Sent once already: marked, listed as such, and not sent a second time unless asked.
+    marked = await asyncio.to_thread(_cli, env, "dlq", "list", "--json")
+    (shown_again,) = [d for d in map(json.loads, marked.stdout.splitlines()) if d["offset"] == letter["offset"]]
+    assert shown_again["replayed"]["to"] == tight.topics.documents, shown_again
+    assert shown_again["replayed"]["said"].startswith("dead-lettered again: content larger"), shown_again
+    listed_text = " ".join((await asyncio.to_thread(_cli, env, "dlq", "list")).stdout.split())
+    assert f"replayed {shown_again['replayed']['at']} to {tight.topics.documents}: dead-lettered again" in listed_text
     fixed = tight.model_copy(update={"ingest": IngestConfig(max_content_bytes=4096)})
     daemon = await start_daemon(fixed)
     try:
-        sent = await asyncio.to_thread(_cli, env, "dlq", "replay", where, "--wait", "--timeout", "60")
+        twice = await asyncio.to_thread(_cli, env, "dlq", "replay", where, "--wait", "--timeout", "60")
+        said = " ".join(twice.stdout.split())
+        assert twice.returncode == 1 and f"{where}: not sent: sent again already" in said and "--again" in said, twice
+        sent = await asyncio.to_thread(_cli, env, "dlq", "replay", where, "--again", "--wait", "--timeout", "60")
         assert sent.returncode == 0, sent
         assert f"{where}: sent to {tight.topics.documents} under key 'dlq/ledger.md': indexed" in sent.stdout
+        relisted = await asyncio.to_thread(_cli, env, "dlq", "list", "--json")
+        (now,) = [d for d in map(json.loads, relisted.stdout.splitlines()) if d["offset"] == letter["offset"]]
+        assert now["replayed"]["said"].startswith("indexed"), now
         async with MemoryClient(bootstrap=kafka_bootstrap, topics=tight.topics, timeout_s=30) as c:
             found = await c.get(["dlq/ledger.md"])
         assert (found.items[0].status, found.items[0].content) == ("found", big)
@@ -138,5 +151,5 @@ async def test_an_event_on_a_bare_topic_is_refused_and_sent_to_its_tenant(kafka_
             found = await acme.get(["kb/bare.md"])
         assert (found.items[0].status, found.items[0].content) == ("found", "The bare topic names no tenant.")
         # A name that is no tenant's: refused, nothing sent.
-        again = await asyncio.to_thread(_cli, env, "dlq", "replay", where, "--tenant", "bad.name")
+        again = await asyncio.to_thread(_cli, env, "dlq", "replay", where, "--again", "--tenant", "bad.name")
         assert again.returncode == 1 and "is not" in again.stdout, again

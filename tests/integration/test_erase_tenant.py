@@ -20,6 +20,8 @@ from aiokafka.admin import AIOKafkaAdminClient
 from consumers.client import MemoryClient
 from consumers.config import ROLES, ConsumerConfig
 from consumers.errors import QueryFailed
+from daemon.dlq_marks import mark_replayed, read_marks
+from daemon.explore.dlq import DeadLetter
 from daemon.status import group_members
 from daemon.topics import ensure_tenant_topics, tenant_topics
 from graph.summary_records import recorded_summarizer
@@ -102,6 +104,10 @@ async def test_an_erased_tenant_leaves_nothing_and_the_other_keeps_everything(
         letters = [json.loads(line) for line in (await agentmemd(["dlq", "list", "--json"], env)).stdout.splitlines()]
         assert sorted(d["tenant"] for d in letters) == ["acme", "globex"], letters
         (acme_letter,) = [f"{d['partition']}:{d['offset']}" for d in letters if d["tenant"] == "acme"]
+        # Both marked as sent again (as `dlq replay` marks them): the erase takes acme's mark only.
+        for d in letters:
+            letter = DeadLetter(**{k: v for k, v in d.items() if k != "replayed"})
+            await mark_replayed(redis, settings.index.name, settings.topics.dlq, letter, to=d["topic"], said="sent")
         assert (await recorded_summarizer(redis, settings.index.name) or ("",))[0] == "extractive"  # what it runs
         before = await keys_of(redis, settings.index.name, "acme")
         assert any(":chunk:acme:" in k for k in before) and any(k.startswith("{") for k in before), before
@@ -132,6 +138,8 @@ async def test_an_erased_tenant_leaves_nothing_and_the_other_keeps_everything(
         assert await keys_of(redis, settings.index.name, "acme") == []
         assert [k async for k in redis.scan_iter(match=marks)] == []  # its records' delivery marks too
         assert await keys_of(redis, settings.index.name, "globex") == globex_keys
+        left_marks = await read_marks(redis, settings.index.name)
+        assert [m.letter[0] for m in left_marks.values()] == [f"{settings.topics.documents}.globex"], left_marks
         listed = await agentmemd(["tenants", "--json"], env)
         assert listed.stdout.strip() == '["globex"]', listed.stdout
         reply = await globex.query("where does globex keep its ledger?", top_k=3)
