@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from daemon.explore.dlq import DeadLetter
@@ -29,6 +30,11 @@ class ReplayMark:
     to: str
     said: str
     letter: list[Any]
+
+    @property
+    def when(self) -> str:
+        """When, as the dead letters' own times are shown (ISO 8601, UTC, to the second)."""
+        return datetime.fromtimestamp(self.at, UTC).isoformat(timespec="seconds")
 
 
 def letter_id(letter: DeadLetter) -> list[Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,6 +16,7 @@ from faststream.kafka import KafkaBroker
 from consumers.idle import FetchBackoff
 from consumers.lanes import Lanes
 from consumers.replies import PartitionCounts
+from daemon.dlq_marks import read_marks
 from daemon.explore import Access, Explorer, MemoryReads
 from daemon.presence import Presence
 from daemon.settings import Settings
@@ -129,5 +131,6 @@ def explorer(daemon: Daemon, *, access: Access | None = None) -> Explorer:
         erased=TenantRegistry(client=daemon.redis, name=daemon.settings.index.name).erased
         if daemon.settings.consumer.tenancy == "topic"
         else None,
+        replay_marks=functools.partial(read_marks, daemon.redis, daemon.settings.index.name),
     )
     return Explorer(reads=reads, access=access or daemon.settings.http_access())

@@ -8,7 +8,6 @@ import json
 import sys
 import time
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -110,7 +109,7 @@ def dlq_list(
             shown = "(original left out: too large to keep)"
         out.print(Text(f"    {shown}" if shown else "    (empty)", style="dim"))
         if (mark := mark_of(d, t.dlq, marks)) is not None:
-            out.print(Text(f"    replayed {_when(mark.at)} to {mark.to}: {mark.said}", style="green"))
+            out.print(Text(f"    replayed {mark.when} to {mark.to}: {mark.said}", style="green"))
 
 
 @dlq_app.command("replay")
@@ -171,7 +170,7 @@ def dlq_replay(
             letter, replay = _replay_at(p, records, s, erased, kept=fixed is None)
             if not again and (mark := mark_of(letter, s.topics.dlq, marks)) is not None:
                 raise InvalidRequest(
-                    f"sent again already, {_when(mark.at)} to {mark.to} ({mark.said}): `--again` sends it once more"
+                    f"sent again already, {mark.when} to {mark.to} ({mark.said}): `--again` sends it once more"
                 )
             if fixed is not None:
                 replay = corrected(replay, fixed.read_bytes())
@@ -299,12 +298,7 @@ def _mark(settings: Settings, letter: DeadLetter, *, to: str, said: str) -> None
 
 
 def _mark_json(mark: ReplayMark) -> dict[str, Any]:
-    return {"at": _when(mark.at), "to": mark.to, "said": mark.said}
-
-
-def _when(at: float) -> str:
-    """A mark's time as `dlq list` prints the failures' (ISO 8601, UTC, to the second)."""
-    return datetime.fromtimestamp(at, UTC).isoformat(timespec="seconds")
+    return {"at": mark.when, "to": mark.to, "said": mark.said}
 
 
 def _send(replay: Replay, settings: Settings, *, wait: bool, timeout_s: float | None) -> str:

@@ -17,6 +17,7 @@ from consumers.encoding import iso
 from consumers.queries import parse_request, to_spec
 from consumers.requests import QueryRequest
 from consumers.times import when
+from daemon.dlq_marks import ReplayMark
 from daemon.explore.dlq import DeadLetter, DlqCache, erased_letter, recent_dead_letters
 from daemon.explore.views_ask import AskForm, leg_only_ids, parse_filters
 from daemon.explore.views_memory import TenantRow
@@ -79,9 +80,11 @@ class MemoryReads:
         status: StatusState,
         settings: Settings,
         erased: Callable[[], Awaitable[Mapping[str, Erasure]]] | None = None,
+        replay_marks: Callable[[], Awaitable[Mapping[str, ReplayMark]]] | None = None,
     ) -> None:
         self.index = index
         self._erased = erased  # topic tenancy: the erased tenants, whose dead letters are never shown
+        self._replay_marks = replay_marks  # which dead letters `dlq replay` sent again
         self._retriever = retriever
         self._search = search
         self._graph = graph
@@ -232,6 +235,14 @@ class MemoryReads:
         erased = await self._erased()
         shown = [d for d in letters if not erased_letter(d, erased)]
         return shown, len(letters) - len(shown)
+
+    async def replay_marks(self) -> Mapping[str, ReplayMark]:
+        """Which dead letters were sent again (``daemon.dlq_marks``).
+
+        Raises:
+            BackendUnavailable: Redis is unreachable.
+        """
+        return {} if self._replay_marks is None else await self._replay_marks()
 
     def now(self) -> float:
         """The clock the pages' ages are measured by."""

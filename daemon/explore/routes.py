@@ -348,9 +348,17 @@ class Explorer:
             records = [
                 d for d in letters if principal.tenant is None or (d.tenant is not None and principal.sees(d.tenant))
             ]
+            try:
+                marks = await self._reads.replay_marks() if records else {}
+            except MemdError:  # the letters are worth showing without whether they were sent again
+                marks = {}
             # The operator's count agrees with the DLQ's (the status page's); a tenant learns of no erasure.
             body = dlq_body(
-                records, topic=topic, limit=self._cfg.dlq_records, hidden=hidden if principal.tenant is None else 0
+                records,
+                topic=topic,
+                limit=self._cfg.dlq_records,
+                hidden=hidden if principal.tenant is None else 0,
+                marks=marks,
             )
         except MemdError as exc:
             body = dlq_body([], topic=topic, limit=self._cfg.dlq_records, error=str(exc))

@@ -2,17 +2,36 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
+from daemon.dlq_marks import ReplayMark, mark_of
 from daemon.explore.dlq import DeadLetter
 from daemon.explore.html import esc, table
 
+_COLUMNS = (
+    "reason",
+    "topic / partition / offset",
+    "tenant",
+    "failed at",
+    "attempts",
+    "original",
+    "DLQ at",
+    "sent again",
+)
+
 
 def dlq_body(
-    records: Sequence[DeadLetter], *, topic: str, limit: int, error: str | None = None, hidden: int = 0
+    records: Sequence[DeadLetter],
+    *,
+    topic: str,
+    limit: int,
+    error: str | None = None,
+    hidden: int = 0,
+    marks: Mapping[str, ReplayMark] | None = None,
 ) -> str:
     """The records as a table; each preview escaped, hex where the bytes are no UTF-8; ``hidden``:
-    the dead letters of erased tenants left out, said below it."""
+    the dead letters of erased tenants left out, said below it; ``marks``: which were sent again
+    (``daemon.dlq_marks``)."""
     if error:
         return f'<p class="bad" id="dlq-error">{esc(error)}</p>'
     rows = []
@@ -29,13 +48,23 @@ def dlq_body(
                 str(d.attempts),
                 f'<span class="muted">{esc(kind + cut)}</span><pre class="bytes dlq-preview">{esc(d.preview)}</pre>',
                 f"{d.partition}/{d.offset}",
+                _sent_again(mark_of(d, topic, marks or {})),
             )
         )
     return (
         f'<p class="muted">The last {limit} records of each partition of {esc(topic)}, newest first, '
         "as read just now.</p>"
         + table(
-            ("reason", "topic / partition / offset", "tenant", "failed at", "attempts", "original", "DLQ at"),
+            (
+                "reason",
+                "topic / partition / offset",
+                "tenant",
+                "failed at",
+                "attempts",
+                "original",
+                "DLQ at",
+                "sent again",
+            ),
             rows,
             table_id="dlq",
             empty="no dead letter",
@@ -47,3 +76,9 @@ def dlq_body(
             else ""
         )
     )
+
+
+def _sent_again(mark: ReplayMark | None) -> str:
+    if mark is None:
+        return '<span class="muted">no</span>'
+    return f'<span class="dlq-replayed">{esc(mark.when)} to {esc(mark.to)}: {esc(mark.said)}</span>'

@@ -9,6 +9,7 @@ import json
 import pytest
 from pydantic import ValidationError
 
+from daemon.dlq_marks import ReplayMark, letter_id
 from daemon.explore.access import OPERATOR, Access, Principal, bearer, duplicate_tokens, explorer_refusal, is_loopback
 from daemon.explore.dlq import DeadLetter, dead_letter, erased_letter, hex_lines, preview, tenant_of
 from daemon.explore.html import esc, url
@@ -360,3 +361,15 @@ def test_the_dlq_page_counts_the_dead_letters_of_erased_tenants_it_leaves_out() 
     assert 'id="dlq-hidden"' not in dlq_body([], topic="memory.dlq", limit=20)
     body = dlq_body([], topic="memory.dlq", limit=20, hidden=3)
     assert "3 dead letter(s) of erased tenants not shown" in body
+
+
+def test_the_dlq_page_says_which_dead_letters_were_sent_again() -> None:
+    """``dlq replay``'s mark shows beside its letter: when, where to, what its ack said."""
+    letter = DeadLetter(
+        1, 42, "default", "bad", "invalid_event", "memory.documents", 0, 7, "t", 1, 3, "{x", "text", False
+    )
+    other = dataclasses.replace(letter, offset=43)
+    mark = ReplayMark(at=1_780_000_000.0, to="memory.documents", said="indexed <1 chunk>", letter=letter_id(letter))
+    body = dlq_body([letter, other], topic="memory.dlq", limit=20, marks={"memory.dlq:1:42": mark})
+    assert body.count('class="dlq-replayed"') == 1
+    assert "2026-05-28T20:26:40+00:00 to memory.documents: indexed &lt;1 chunk&gt;" in body
