@@ -68,7 +68,8 @@ def _named(raw: bytes | None) -> dict[str, Any]:
 
 
 #: The ``error_code`` of an ``ignored`` ack whose write was refused, not merely a retry: its
-#: version already written saying something else (0057), or its tenant erased (0059).
+#: version already written saying something else (0057), or its tenant erased (0059); a turn
+#: claimed that holds another writer's is ``memory.turn_claims.TURN_TAKEN`` (0069).
 VERSION_CONFLICT = "version_conflict"
 TENANT_ERASED = "tenant_erased"
 
@@ -130,7 +131,7 @@ def build_acks(
             ack.embedded = outcome.embedded
             ack.forgotten, ack.removed = outcome.forgotten, outcome.removed
             if outcome.refused is not None:
-                ack.reason, ack.error_code = outcome.refused, TENANT_ERASED
+                ack.reason, ack.error_code = outcome.refused, outcome.code
             elif outcome.conflict is not None:
                 ack.reason, ack.error_code = conflict_reason(g.item.version, outcome.conflict), VERSION_CONFLICT
             elif outcome.status == "ignored":

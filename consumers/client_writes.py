@@ -3,12 +3,16 @@ the daemon would check it before anything is sent."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import random
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+
+import structlog
 
 from consumers.client_core import _ClientCore
 from consumers.encoding import delete_body, document_body, encode_request, forget_body, turn_body
@@ -17,6 +21,21 @@ from consumers.requests import GetItem
 from consumers.topic_names import topic_base
 from consumers.turn_numbers import Session
 from memory.errors import InvalidRequest
+from memory.turn_claims import TURN_TAKEN
+
+log = structlog.get_logger()
+
+#: How many times ``publish_observation`` without ``turn`` sends a turn whose claim was
+#: refused (another writer took the number) as the next one; before each, a random pause of up
+#: to ``CLAIM_PAUSE_S`` doubled per refusal: two writers in step would otherwise meet again at
+#: the next number, the same one losing each time (the other needs no lookup first).
+CLAIM_TRIES = 8
+CLAIM_PAUSE_S = 0.02
+
+
+def turn_taken(receipt: Receipt) -> bool:
+    """Whether ``receipt``'s ack says its claimed turn held another writer's (not written)."""
+    return receipt.ack is not None and receipt.ack.error_code == TURN_TAKEN
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,19 +152,25 @@ class _Writes(_ClientCore):
         timestamp: datetime | str | None = None,
         wait: bool = False,
         timeout_s: float | None = None,
+        if_absent: bool = False,
     ) -> Receipt:
         """Record one transcript turn or observation. ``tenant``, ``timestamp``, ``wait`` and
         ``timeout_s``: as for ``publish_document``.
 
         ``turn``: its number in the session; None takes the turn after the session's last
         stored one (looked up once per session, then counted by this client; the receipt says
-        which). Another process writing the same session at the same moment may take the same
-        number, and the later write wins: writers that share a session number their turns.
+        which), as a claim: another process may take the same number at the same moment, and
+        the daemon writes the first claim it applies and refuses the other (``turn_taken``).
+        With ``wait``, a refused claim is sent again as the next turn (up to ``CLAIM_TRIES``
+        times; the last receipt's ack says ``turn_taken`` if every one was refused); without,
+        nothing tells this writer. ``if_absent``: send a numbered ``turn`` as such a claim too.
         """
         key = self.turn_key(agent_id, session_id, tenant)
 
-        async def send(n: int) -> Receipt:
+        async def send(n: int, claim: bool) -> Receipt:
             payload = turn_body(agent_id, session_id, n, content, role, metadata, timestamp)
+            if claim:
+                payload["if_absent"] = True
             value = self.check_event(TranscriptEvent, payload)
             topic = self._topic(self.topics.transcripts, tenant, answered=wait)
             self.turns.used(key, n)  # before sending: a write that times out may still land
@@ -156,11 +181,28 @@ class _Writes(_ClientCore):
             return Receipt(event_id=payload["event_id"], doc_id=doc_id, version=None, ack=ack, turn=n)
 
         if turn is not None:
-            return await send(turn)
+            return await send(turn, if_absent)
         # The contract's own checks first: the lookup would fail on a bad id in its own words.
         self.check_event(TranscriptEvent, turn_body(agent_id, session_id, 0, content, role, metadata, timestamp))
         async with self.turns.writing(key):
-            return await send(await self.next_turn(agent_id, session_id, tenant=tenant))
+            return await self.claim_next_turn(agent_id, session_id, lambda n: send(n, True), tenant=tenant)
+
+    async def claim_next_turn(
+        self, agent_id: str, session_id: str, claim: Callable[[int], Awaitable[Receipt]], *, tenant: str | None = None
+    ) -> Receipt:
+        """Send ``claim(n)`` (a turn sent with ``if_absent``, waited for) at the session's next
+        free turn, and at the next one again while its ack says another writer took it, up to
+        ``CLAIM_TRIES`` times; the last receipt (``turn_taken`` if every claim was refused).
+        Call it inside ``turns.writing(turn_key(...))``."""
+        n = await self.next_turn(agent_id, session_id, tenant=tenant)
+        for refused in range(CLAIM_TRIES - 1):
+            receipt = await claim(n)
+            if not turn_taken(receipt):
+                return receipt
+            log.info("client.turn_taken", agent_id=agent_id, session_id=session_id, turn=n)
+            await asyncio.sleep(random.uniform(0, CLAIM_PAUSE_S * 2**refused))
+            n = await self.next_turn(agent_id, session_id, tenant=tenant, at_least=n + 1)
+        return await claim(n)
 
     def turn_key(self, agent_id: str, session_id: str, tenant: str | None = None) -> Session:
         """The session as ``turns`` knows it: a call's tenant, or this client's."""

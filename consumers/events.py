@@ -29,7 +29,7 @@ from pydantic import (
 from consumers.fields import MAX_META_CHARS, MAX_VERSION, AgentPart, DocId, MetaValue, NonEmpty
 from consumers.times import age
 from memory.config import DEFAULT_MAX_FUTURE_S
-from memory.conversation import TURN_PREFIX, turn_doc_id, turn_prefix
+from memory.conversation import TURN_PREFIX, session_source, turn_doc_id, turn_prefix
 from memory.filters import tag_values
 from memory.records import COMMUNITY_PREFIX, DEFAULT_TENANT, MemoryItem
 
@@ -193,6 +193,9 @@ class TranscriptEvent(_Event):
     content: str
     timestamp: datetime | None = None
     metadata: dict[str, MetaValue] = Field(default_factory=dict)
+    # Written only if the turn holds nothing else (memory.turn_claims): a writer that took the
+    # number as the session's next one.
+    if_absent: bool = False
 
     _plain = field_validator("metadata", mode="before")(_plain_values)
     _check = field_validator("metadata")(_check_metadata)
@@ -242,11 +245,12 @@ class TranscriptEvent(_Event):
             version=None,
             kind="transcript",
             content=self.content,
-            source=f"{self.agent_id}/{self.session_id}",
+            source=session_source(self.agent_id, self.session_id),
             tags=tag_values(metadata, filter_keys),
             metadata=metadata,
             timestamp=_epoch(self.timestamp, default_ts, max_future_s),
             tenant=tenant,
+            if_absent=self.if_absent,
         )
 
 

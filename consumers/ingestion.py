@@ -14,7 +14,7 @@ import structlog
 from aiokafka import ConsumerRecord
 from faststream.kafka.publisher import DefaultPublisher
 
-from consumers.acks import build_acks
+from consumers.acks import TENANT_ERASED, build_acks
 from consumers.config import ConsumerConfig, Topics
 from consumers.decoding import Decoded, dead_letter, decode_records, dlq_body
 from consumers.errors import UnknownReplyTopic
@@ -126,7 +126,7 @@ class Ingestion:
                 f"tenant {g.item.tenant!r} was erased (agentmemd erase-tenant): its events from before are never "
                 f"applied, nor any until its topics are created again (agentmemd topics --tenant {g.item.tenant})"
             )
-            report.outcomes[id(g.item)] = ItemOutcome("ignored", refused=why)
+            report.outcomes[id(g.item)] = ItemOutcome("ignored", refused=why, code=TENANT_ERASED)
         if gone:
             log.warning("ingest.erased_tenant_skipped", tenants=sorted({g.item.tenant for g in gone}), events=len(gone))
         # By the kind's topic (a tenant's own topic counts under it): the model's work, not a tenant's.

@@ -4,8 +4,9 @@
 observation`` without ``--turn``) and the MCP server's ``remember`` take the turn after the
 session's last stored one: this process's high-water mark for the session, then ``get``
 probes from there. Writes to one session are serialised within the process; another process
-writing the same session at the same moment may take the same number (the later write wins),
-which ``remember`` detects by reading its turn back (docs/mcp.md, "Turn numbers").
+writing the same session at the same moment may take the same number: each sends its turn as
+a claim, the daemon writes the first and refuses the other, which takes the next number
+(``memory.turn_claims``; docs/mcp.md, "Turn numbers").
 """
 
 from __future__ import annotations
@@ -37,14 +38,6 @@ def next_free_turn(start: int, items: Sequence[GetItem]) -> int | None:
         return None
     found = [start + i for i, item in enumerate(items) if item.status != "not_found"]
     return (found[-1] + 1) if found else start
-
-
-def holds_turn(item: GetItem, text: str, role: str) -> bool:
-    """Whether a turn read back is the one written (``text`` by ``role``); a turn too long
-    for one reply comes back cut, so only its start can be compared."""
-    if (item.metadata or {}).get("role") != role or item.content is None:
-        return False
-    return text.startswith(item.content) if item.content_truncated else item.content == text
 
 
 @dataclass

@@ -6,6 +6,7 @@ turns their failures into tool errors, and runs the transports (with a bearer to
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import inspect
 import json
@@ -44,7 +45,7 @@ SEARCH = (
     "'you' and 'your' the assistant, so ask about your own turns as 'you' or by your agent_id); top_k 1..100; "
     "filters: exact metadata matches, e.g. {'agent_id': 'a1'} or {'kind': ['document', 'transcript']} (any of them), "
     "or exclusions, e.g. {'session_id': {'not': 's-7'}} (none of them; a memory without the key passes) "
-    "(only keys the daemon indexes: an unknown key is an invalid_request error naming the allowed ones); "
+    "(only keys the daemon indexes, here {keys}: an unknown key is an invalid_request error); "
     "scope: 'chunks' (default), 'communities' (graph summaries of related memories) or 'all'; "
     "since/until: ISO 8601 times or dates, ages such as '24h' or '7d', or 'today', 'yesterday' (UTC days), "
     "bounding when the memory was recorded (a weekday or 'last week' is not read: give its date, "
@@ -67,8 +68,10 @@ SEARCH = (
 REMEMBER = (
     "Record one observation or conversation turn in long-term memory, for this and other agents to find later "
     "with search_memory (searchable as soon as this returns). Give agent_id and session_id to group it; role is "
-    "who said it (assistant, user, tool...). Leave turn unset: the next free turn of the session is used; "
-    "a turn given replaces whatever that turn held. timestamp (ISO 8601, optional) is when it was said, "
+    "who said it (assistant, user, tool...). Leave turn unset: the next free turn of the session is used "
+    "(never one another writer took); a turn given replaces whatever that turn held. If the call times out, "
+    "its error names the turn it sent: call again with that turn (stored once), not without one (stored "
+    "twice). timestamp (ISO 8601, an age such as '2h', or 'yesterday'; optional) is when it was said, "
     "for importing past conversations; now by default. "
     "Returns the acknowledgement (status 'indexed', doc_id, turn)."
 )
@@ -219,7 +222,7 @@ def build_server(tools: MemoryTools) -> MCPServer[Any]:
         return await _run(tools.memory_status())
 
     for fn, description in (
-        (search_memory, SEARCH),
+        (search_memory, SEARCH.replace("{keys}", ", ".join(tools.filter_keys))),
         (remember, REMEMBER),
         (upsert_document, UPSERT),
         (delete_document, DELETE),
@@ -285,8 +288,13 @@ async def serve_http(tools: MemoryTools, *, host: str, port: int, token: str) ->
     if token:
         app = BearerAuth(app, token)
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on"))
-    log.info("mcp.http_started", url=f"http://{host}:{port}/mcp", auth=bool(token))
+    serving = asyncio.ensure_future(server.serve())
     try:
-        await server.serve()
+        # Said once the port is bound: a port already taken ends the serve before it starts.
+        while not server.started and not serving.done():
+            await asyncio.wait({serving}, timeout=0.05)
+        if server.started:
+            log.info("mcp.http_started", url=f"http://{host}:{port}/mcp", auth=bool(token))
+        await serving
     finally:
         await tools.close()

@@ -9,20 +9,21 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal, TypeVar
 
 import structlog
 from pydantic import ValidationError
 
 from consumers.client import MemoryClient
+from consumers.client_writes import Receipt, turn_taken
 from consumers.decoding import validation_reason
 from consumers.errors import QueryFailed, WriteRejected
 from consumers.events import TranscriptEvent
-from consumers.turn_numbers import holds_turn
 from daemon.mcp_config import MCPConfig
 from daemon.mcp_views import ToolFailure, ack_view, in_tool_words, item_view, parse_time, result_view
 from memory.errors import MemdError
+from memory.filters import BASE_FILTER_KEYS
 
 T = TypeVar("T")
 
@@ -40,8 +41,10 @@ class MemoryTools:
         *,
         status_url: str | None = None,
         tenant: str | None = None,
+        filter_keys: Sequence[str] = BASE_FILTER_KEYS,
     ) -> None:
         self._make_client = make_client
+        self.filter_keys = tuple(filter_keys)  # what search_memory's filters may name (the index's settings)
         self._cfg = cfg
         self._status_url = status_url
         self._tenant = tenant
@@ -69,12 +72,12 @@ class MemoryTools:
             return self._client
 
     async def _call(
-        self, what: str, fn: Callable[[MemoryClient], Awaitable[T]], *, write: bool | Callable[[], bool] = False
+        self, what: str, fn: Callable[[MemoryClient], Awaitable[T]], *, write: bool | Callable[[], str | None] = False
     ) -> T:
         """Run ``fn`` with the client within the deadline; every failure becomes a ToolFailure.
 
-        ``write``: whether ``fn`` writes; a callable says whether it had sent its write yet (a
-        write that looks something up first may time out before anything was sent).
+        ``write``: whether ``fn`` writes; a callable says what a timeout leaves unsure, None when
+        nothing was sent yet (a write that looks something up first may time out before).
         """
         started = time.monotonic()
         try:
@@ -93,8 +96,10 @@ class MemoryTools:
             took = time.monotonic() - started
             if not write:
                 hint = " Retry later." if what == "memory_status" else " Retry later, or check memory_status."
-            elif callable(write) and not write():
+            elif callable(write) and (unsure := write()) is None:
                 hint = " Nothing was written: retrying is safe."
+            elif callable(write):
+                hint = f" The write was sent: {unsure}."
             else:
                 hint = " The write may still be applied: check with get_document or search_memory before retrying."
             raise ToolFailure(
@@ -168,36 +173,41 @@ class MemoryTools:
             # A turn the daemon would dead-letter, as upsert_document's are: invalid_event.
             raise ToolFailure("invalid_event", in_tool_words("remember", validation_reason(exc))) from exc
         said_at = parse_time(timestamp, "timestamp")
-        sent = False  # the next free turn is looked up first: a timeout there wrote nothing
+        sent: int | None = None  # the turn last sent: a timeout in the lookup before it wrote nothing
 
         async def say(c: MemoryClient) -> dict[str, Any]:
             nonlocal sent
-            key = c.turn_key(agent_id, session_id)
-            async with c.turns.writing(key):
-                if turn is not None:
-                    sent = True
-                    receipt = await c.publish_observation(
-                        agent_id=agent_id, session_id=session_id, turn=turn, content=text, role=role,
-                        metadata=metadata, timestamp=said_at, wait=True, timeout_s=self._cfg.client_timeout_s,
-                    )  # fmt: skip
-                    return {**ack_view(receipt.ack, receipt.doc_id), "turn": turn}
-                n = await c.next_turn(agent_id, session_id)
-                for _ in range(3):
-                    sent = True
-                    receipt = await c.publish_observation(
-                        agent_id=agent_id, session_id=session_id, turn=n, content=text, role=role,
-                        metadata=metadata, timestamp=said_at, wait=True, timeout_s=self._cfg.client_timeout_s,
-                    )  # fmt: skip
-                    # Another server process may have taken the same turn at the same moment
-                    # (the later write wins): read it back, and move ours on if it lost.
-                    back = (await c.get(turns=[(agent_id, session_id, n)])).items[0]
-                    if back.status != "found" or holds_turn(back, text, role):
-                        return {**ack_view(receipt.ack, receipt.doc_id), "turn": n}
-                    log.info("mcp.turn_taken", agent_id=agent_id, session_id=session_id, turn=n)
-                    n = await c.next_turn(agent_id, session_id, at_least=n + 1)
-                raise ToolFailure("conflict", "other writers kept taking this session's next turn; try again")
 
-        return await self._call("remember", say, write=lambda: sent)
+            async def claim(n: int, if_absent: bool) -> Receipt:
+                nonlocal sent
+                sent = n
+                return await c.publish_observation(
+                    agent_id=agent_id, session_id=session_id, turn=n, content=text, role=role, metadata=metadata,
+                    timestamp=said_at, wait=True, timeout_s=self._cfg.client_timeout_s, if_absent=if_absent,
+                )  # fmt: skip
+
+            async with c.turns.writing(c.turn_key(agent_id, session_id)):
+                if turn is not None:
+                    receipt = await claim(turn, False)
+                    return {**ack_view(receipt.ack, receipt.doc_id), "turn": turn}
+                # The next free turn, claimed: another writer that took the same number first
+                # keeps it, and this one moves on (docs/mcp.md, "Turn numbers").
+                receipt = await c.claim_next_turn(agent_id, session_id, lambda n: claim(n, True))
+                if turn_taken(receipt):
+                    raise ToolFailure("conflict", "other writers kept taking this session's next turn; try again")
+                return {**ack_view(receipt.ack, receipt.doc_id), "turn": receipt.turn}
+
+        def unsure() -> str | None:
+            """What a timeout leaves unknown: whether the turn last sent was written."""
+            if sent is None:
+                return None
+            return (
+                f"turn {sent} of session {session_id!r} may still be written: check it with get_document "
+                f"(turns) or recent_turns, or call remember again with turn={sent} (the same turn sent twice "
+                "is stored once), not without a turn, which would write it twice"
+            )
+
+        return await self._call("remember", say, write=unsure)
 
     async def upsert_document(
         self, doc_id: str, content: str, metadata: Mapping[str, Any] | None = None, timestamp: str | None = None

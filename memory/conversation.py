@@ -87,6 +87,12 @@ def turn_prefix(agent_id: str, session_id: str | None = None) -> str:
     return prefix if session_id is None else f"{prefix}{id_part(session_id)}/"
 
 
+def session_source(agent_id: str, session_id: str) -> str:
+    """A turn's ``source``: ``<agent>/<session>``, ids as :func:`id_part` holds them (two
+    sessions whose ids join alike stay apart in a ``source`` filter too)."""
+    return f"{id_part(agent_id)}/{id_part(session_id)}"
+
+
 def turn_doc_id(agent_id: str, session_id: str, turn: int) -> str:
     """The doc id of a transcript turn: ``transcript:<agent>/<session>/<turn>``, ids as
     :func:`id_part` holds them."""

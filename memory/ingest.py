@@ -32,9 +32,10 @@ from memory.group_write import write_group
 from memory.index import Analysis, ChunkIndex, analyze_records, vector_key
 from memory.ingest_report import IngestReport, ItemOutcome
 from memory.records import ApplyResult, ChunkRecord, MemoryItem, StoredChunk
-from memory.replays import conflicts_apart
+from memory.replays import conflicts_apart, held_in
 from memory.retrying import backoff_s, pause, retry_while_unavailable
 from memory.session_context import SessionContext
+from memory.turn_claims import TURN_TAKEN, Held, claimed, claims_apart
 
 log = structlog.get_logger()
 
@@ -165,7 +166,10 @@ class Ingestor:
             await self._retrying("hold check", self._index.refuse_held_writes)
         asked_forgets = [i for i in items if i.op == "forget"]
         items, forgets = await expand_forgets(items, index=self._index, retrying=self._retrying, hook=self._hook)
+        items, taken = await self._claims_apart(items)
         report = await self._apply(items)
+        for item, why in taken:
+            report.outcomes[id(item)] = ItemOutcome("ignored", refused=why, code=TURN_TAKEN)
         tried = {id(i) for i in coalesce(items)}
         just_failed = report.failed
         while just_failed:
@@ -183,6 +187,20 @@ class Ingestor:
             just_failed = more.failed
         fold_forgets(report, forgets, asked_forgets)
         return report
+
+    async def _claims_apart(self, items: Sequence[MemoryItem]) -> tuple[list[MemoryItem], list[tuple[MemoryItem, str]]]:
+        """``items`` without the claimed turns that hold another writer's
+        (``memory.turn_claims.claims_apart``), and those, with why; the turns read here."""
+        keys = claimed(items)
+        stored: dict[tuple[str, str], Held] = {}
+        for tenant in sorted({t for t, _ in keys}):
+            ids = [d for t, d in keys if t == tenant]
+            read = await self._retrying(
+                "claim read",
+                lambda t=tenant, d=ids: self._index.as_written(d, t),  # type: ignore[misc]
+            )
+            stored.update({(tenant, d): held_in(chunks) for d, chunks in read.items()})
+        return claims_apart(items, stored) if keys else (list(items), [])
 
     async def _conflicts_apart(
         self, replays: list[MemoryItem], copies: Sequence[MemoryItem], report: IngestReport

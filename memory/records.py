@@ -38,6 +38,9 @@ class MemoryItem:
     metadata: dict[str, Scalar] = field(default_factory=dict)
     timestamp: float = 0.0
     tenant: str = DEFAULT_TENANT
+    # A turn claimed by a writer that numbered it from the session's last one: written only if
+    # the turn holds nothing else (``memory.turn_claims``).
+    if_absent: bool = False
 
 
 @dataclass(frozen=True, slots=True)

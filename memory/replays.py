@@ -10,6 +10,7 @@ import structlog
 from memory.index.codec import joined_text
 from memory.ingest_report import IngestReport, ItemOutcome
 from memory.records import MemoryItem, StoredChunk
+from memory.turn_claims import Held
 
 log = structlog.get_logger()
 
@@ -29,6 +30,15 @@ def differs_from_stored(item: MemoryItem, chunks: Sequence[StoredChunk]) -> str 
     if chunks[0].metadata != item.metadata:
         return "metadata"
     return None
+
+
+def held_in(chunks: Sequence[StoredChunk]) -> Held:
+    """What a stored turn holds (``chunks``, in position order; none: nothing). Chunks written
+    before they kept their starts cannot give the content back: they hold an unknown one."""
+    if not chunks:
+        return None
+    content = joined_text(chunks) if all(c.start is not None for c in chunks) else "\x00unknown"
+    return content, chunks[0].metadata
 
 
 def differs_between(item: MemoryItem, other: MemoryItem) -> str | None:

@@ -53,7 +53,7 @@ def mcp(
 
     status_host = "127.0.0.1" if settings.http_host in ("0.0.0.0", "::", "") else settings.http_host
     status_url = f"http://{status_host}:{settings.http_port}" if settings.http_port else None
-    tools = MemoryTools(make_client, cfg, status_url=status_url, tenant=target)
+    tools = MemoryTools(make_client, cfg, status_url=status_url, tenant=target, filter_keys=settings.index.filter_keys)
     try:
         if http:
             asyncio.run(serve_http(tools, host=host, port=port, token=cfg.token.get_secret_value()))

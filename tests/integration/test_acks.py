@@ -323,3 +323,59 @@ async def test_an_observation_without_a_turn_takes_the_next_free_one(env: Any, k
         assert again.turn == 0 and again.ack is not None and again.ack.status == "indexed"
     looked = await client.get(turns=[(agent, "s", 0)])
     assert looked.items[0].content == "From the top."
+
+
+async def test_two_writers_numbering_one_session_lose_no_turn(env: Any, kafka_bootstrap: str) -> None:
+    """Two clients (as two processes) each take the session's next turn for six turns at once:
+    both read the same last turn, so they claim the same numbers. The daemon writes the first
+    claim of each number it applies and refuses the other (``turn_taken``), whose writer sends
+    it again as the next turn: all twelve are stored, each at its own number (decision 0069).
+    Without the claim the later write replaced the earlier, and both writers were told
+    ``indexed``."""
+    daemon, _plain, _client = env
+    agent = f"agent-{uuid.uuid4().hex[:6]}"
+    topics = daemon.settings.topics
+    async with (
+        MemoryClient(bootstrap=kafka_bootstrap, topics=topics, timeout_s=30) as a,
+        MemoryClient(bootstrap=kafka_bootstrap, topics=topics, timeout_s=30) as b,
+    ):
+
+        async def write(c: MemoryClient, name: str) -> list[int]:
+            turns = []
+            for i in range(6):
+                r = await c.publish_observation(agent_id=agent, session_id="s", content=f"{name} step {i}", wait=True)
+                assert r.ack is not None and r.ack.status == "indexed", r.ack
+                turns.append(r.turn)
+            return turns
+
+        got_a, got_b = await asyncio.gather(write(a, "A"), write(b, "B"))
+        stored = (await a.get(turns=[(agent, "s", n) for n in range(14)])).items
+    held = {n: item.content for n, item in enumerate(stored) if item.status == "found"}
+    assert sorted(held.values()) == sorted([f"A step {i}" for i in range(6)] + [f"B step {i}" for i in range(6)])
+    assert sorted(got_a + got_b) == sorted(held), (got_a, got_b, held)
+    assert all(held[n] == f"A step {i}" for i, n in enumerate(got_a)), (got_a, held)
+
+
+async def test_a_claimed_turn_sent_again_is_written_once_and_another_is_refused(env: Any, kafka_bootstrap: str) -> None:
+    """A claim of what the turn already holds (a redelivery, a writer's retry) is acked
+    ``indexed``; a claim of a turn holding something else is acked ``ignored``, ``turn_taken``,
+    and leaves it as it was; a numbered write without the claim replaces it, as ever."""
+    _daemon, _plain, client = env
+    agent = f"agent-{uuid.uuid4().hex[:6]}"
+    first = await client.publish_observation(
+        agent_id=agent, session_id="s", turn=0, content="The first word.", wait=True, if_absent=True
+    )
+    again = await client.publish_observation(
+        agent_id=agent, session_id="s", turn=0, content="The first word.", wait=True, if_absent=True
+    )
+    other = await client.publish_observation(
+        agent_id=agent, session_id="s", turn=0, content="Another word.", wait=True, if_absent=True
+    )
+    for r in (first, again):
+        assert r.ack is not None and r.ack.status == "indexed", r.ack
+    assert other.ack is not None and (other.ack.status, other.ack.error_code) == ("ignored", "turn_taken"), other.ack
+    assert "turn 0 of this session holds another writer's turn" in (other.ack.reason or "")
+    assert (await client.get(turns=[(agent, "s", 0)])).items[0].content == "The first word."
+    meant = await client.publish_observation(agent_id=agent, session_id="s", turn=0, content="Rewritten.", wait=True)
+    assert meant.ack is not None and meant.ack.status == "indexed", meant.ack
+    assert (await client.get(turns=[(agent, "s", 0)])).items[0].content == "Rewritten."

@@ -104,6 +104,9 @@ async def test_every_tool_over_stdio(settings: Settings) -> None:
         # a host model reads the bounds from the schema, not from a failed call
         top_k = tools["search_memory"].input_schema["properties"]["top_k"]
         assert (top_k["minimum"], top_k["maximum"]) == (1, 100), top_k
+        # and the filter keys this deployment indexes from the description, not from a failed call
+        said = tools["search_memory"].description or ""
+        assert "here environment, service, agent_id, session_id, kind, doc_id, source" in said, said
         assert c.server_info is not None and c.server_info.version == package_version()
 
         # remember: turns allocated 0, 1, ... and found by the very next search (no sleep).
@@ -333,7 +336,7 @@ async def test_a_broker_that_stops_is_a_tool_error_in_bounded_time(settings: Set
             text = await failed(c, "remember", text="unsent", agent_id="a", session_id="s")
             assert text.startswith("timeout: remember") and "Nothing was written" in text, text
             text = await failed(c, "remember", text="sent", agent_id="a", session_id="s", turn=3)
-            assert "may still be applied" in text, text
+            assert "turn 3 of session 's' may still be written" in text and "with turn=3" in text, text
             # The daemon's /readyz says ready while nobody reads this broker: the status says
             # what most often causes that (a server without the daemon's tenancy).
             status = await ok(c, "memory_status")

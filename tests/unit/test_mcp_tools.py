@@ -12,10 +12,10 @@ import pytest
 from consumers import turn_numbers
 from consumers.events import WriteAck
 from consumers.requests import GetItem
-from consumers.turn_numbers import TurnNumbers, holds_turn, next_free_turn
+from consumers.turn_numbers import TurnNumbers, next_free_turn
 from daemon.mcp_server import unknown_arguments
 from daemon.mcp_tools import MCPConfig, MemoryTools
-from daemon.mcp_views import ToolFailure, ack_view, item_view, parse_time
+from daemon.mcp_views import ToolFailure, ack_view, parse_time
 
 
 def _items(*found: bool) -> list[GetItem]:
@@ -29,18 +29,6 @@ def test_the_next_free_turn_follows_the_last_one_found() -> None:
     assert next_free_turn(0, _items(True, True)) is None  # all taken: look further
     # A gap (a forgotten turn) with the batch's last turn taken: the turns past it may be taken too.
     assert next_free_turn(0, _items(True, False, True)) is None
-
-
-def test_a_turn_read_back_is_ours_when_its_text_and_role_match_or_it_was_cut_from_ours() -> None:
-    def back(content: str, role: str = "user", cut: bool = False) -> GetItem:
-        return GetItem(doc_id="t", status="found", content=content, metadata={"role": role}, content_truncated=cut)
-
-    assert holds_turn(back("said this"), "said this", "user")
-    assert not holds_turn(back("said that"), "said this", "user")
-    assert not holds_turn(back("said this", role="assistant"), "said this", "user")
-    assert holds_turn(back("said", cut=True), "said this", "user")  # too long for one reply: its start
-    assert not holds_turn(back("said", cut=False), "said this", "user")
-    assert "content_truncated" not in item_view(back("x")) and item_view(back("x", cut=True))["content_truncated"]
 
 
 def test_times_are_iso_8601_or_an_invalid_request() -> None:
@@ -100,7 +88,7 @@ async def test_a_turn_numbered_during_a_probe_is_not_taken_again() -> None:
 
 class _FakeClient:
     """Holds each write 0.2 s and counts the writers of one session at once; gates let the test
-    order a read-back and a forget."""
+    order a write and a forget."""
 
     tenant = None
 
@@ -112,6 +100,9 @@ class _FakeClient:
             return (await self.get(turns=refs)).items
 
         return await self.turns.free(read, self.turn_key(agent_id, session_id), at_least)
+
+    async def claim_next_turn(self, agent_id: str, session_id: str, claim: Any) -> Any:
+        return await claim(await self.next_turn(agent_id, session_id))
 
     def __init__(self) -> None:
         self.turns = TurnNumbers()
@@ -128,12 +119,12 @@ class _FakeClient:
         self.max_inside = max(self.max_inside, self.inside)
         await asyncio.sleep(0.2)
         self.store[turn] = content
+        if content == "a":
+            await self.gates["a"].wait()  # A's write awaits its ack, A still holding the session lock
         self.inside -= 1
-        return SimpleNamespace(ack=None, doc_id=f"t/{turn}")
+        return SimpleNamespace(ack=None, doc_id=f"t/{turn}", turn=turn)
 
     async def get(self, *, turns: Any = (), **_: Any) -> Any:
-        if len(turns) == 1 and self.store.get(turns[0][2]) == "a" and not self.gates["a"].is_set():
-            await self.gates["a"].wait()  # A's read-back, A still holding the session lock
         items = []
         for _agent, _session, n in turns:
             if n in self.store:
@@ -159,7 +150,7 @@ async def test_a_forget_never_drops_a_lock_that_a_write_waits_for() -> None:
     await asyncio.sleep(0.05)
     b = asyncio.ensure_future(tools.remember("b", agent_id="ag", session_id="s"))  # waits on A's lock
     f = asyncio.ensure_future(tools.forget("ag", "s"))
-    await asyncio.sleep(0.4)  # A is in its read-back, holding the lock; B waits on it; F in c.forget
+    await asyncio.sleep(0.4)  # A awaits its ack, holding the lock; B waits on it; F in c.forget
     fake.gates["a"].set()  # A wakes first and releases: B is woken, not yet running
     fake.gates["forget"].set()  # F runs before B: the lock reads unlocked, and is dropped
     await asyncio.sleep(0.05)
@@ -180,3 +171,16 @@ def test_an_argument_a_tool_does_not_take_is_named_with_its_near_spelling_or_wha
     )
     assert unknown_arguments({"a": 1, "b": 2}, ()) == "unknown argument 'a' (and 1 more): it takes none"
     assert unknown_arguments({"anything": 1}, None) is None  # not one of ours: the SDK decides
+
+
+async def test_a_remember_that_times_out_names_the_turn_it_sent() -> None:
+    """The agent can then check that turn, or send it again at that number (stored once); a
+    retry without a turn would take the next number and store the turn twice."""
+    fake = _FakeClient()
+    fake.gates = {"a": asyncio.Event()}  # never set: the write of "a" never hears back
+    tools = MemoryTools(lambda: fake, MCPConfig(timeout_s=0.5))  # type: ignore[arg-type,return-value]
+    with pytest.raises(ToolFailure) as info:
+        await tools.remember("a", agent_id="ag", session_id="s")
+    said = str(info.value)
+    assert info.value.code == "timeout" and "turn 0 of session 's' may still be written" in said, said
+    assert "call remember again with turn=0" in said, said

@@ -1,0 +1,61 @@
+"""Claimed turns (pure): a writer that numbers a turn from the session's last one sends it
+with ``if_absent``, and it is written only if that turn holds nothing else.
+
+Two writers that read the session's last turn at the same moment take the same number. The
+turns of a session are one Kafka key, applied in order by one consumer, so the first claim
+to be applied wins and the second is refused (``turn_taken``): its writer takes the next
+number and sends it again. Without the claim the second would replace the first, and
+neither writer would know (decision 0069).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from memory.records import MemoryItem
+
+#: The ``error_code`` of the ack of a claimed turn that held another writer's.
+TURN_TAKEN = "turn_taken"
+
+#: What a turn holds: its content and metadata (the role among them), or None when empty.
+Held = tuple[str, Mapping[str, object]] | None
+
+
+def claimed(items: Sequence[MemoryItem]) -> list[tuple[str, str]]:
+    """The (tenant, doc id) of every turn ``items`` claim, once each, in order."""
+    return list(dict.fromkeys((i.tenant, i.doc_id) for i in items if i.if_absent and i.op == "upsert"))
+
+
+def claims_apart(
+    items: Sequence[MemoryItem], stored: Mapping[tuple[str, str], Held]
+) -> tuple[list[MemoryItem], list[tuple[MemoryItem, str]]]:
+    """``items`` without the claims whose turn holds something else by the time each would
+    apply, in batch order (what is ``stored`` for each claimed turn, then what the batch's
+    earlier items leave there: a write, a delete or a forget's delete); and those refused,
+    with why. A claim of what the turn already holds (a redelivery, a writer's retry) is kept.
+    """
+    now: dict[tuple[str, str], Held] = {k: stored.get(k) for k in claimed(items)}
+    kept: list[MemoryItem] = []
+    refused: list[tuple[MemoryItem, str]] = []
+    for item in items:
+        key = (item.tenant, item.doc_id)
+        if key not in now:
+            kept.append(item)
+            continue
+        mine: Held = (item.content, item.metadata) if item.op == "upsert" else None
+        there = now[key]
+        if item.if_absent and item.op == "upsert" and there is not None and there != mine:
+            refused.append((item, taken_reason(item)))
+            continue
+        now[key] = mine
+        kept.append(item)
+    return kept, refused
+
+
+def taken_reason(item: MemoryItem) -> str:
+    """Why a claimed turn was not written."""
+    turn = item.metadata.get("turn")
+    return (
+        f"turn {turn} of this session holds another writer's turn (both took it as the next one): this "
+        "event changed nothing; send it again as the next turn"
+    )
