@@ -226,6 +226,13 @@ def test_transcript_ids_with_slashes_stay_distinct() -> None:
     assert len(ids) == 2
     assert decode(transcript("ops%2Feast", "s1"), kind="transcript")[0][0].item.doc_id not in ids
     assert decode(transcript("planner-7", "s1"), kind="transcript")[0][0].item.doc_id == "transcript:planner-7/s1/1"
+    # and their sources, which a `source` filter matches, as well
+    sources = {
+        decode(transcript(a, s), kind="transcript")[0][0].item.source
+        for a, s in [("ops/east", "s1"), ("ops", "east/s1")]
+    }
+    assert sources == {"ops%2Feast/s1", "ops/east%2Fs1"}
+    assert decode(transcript("planner-7", "s1"), kind="transcript")[0][0].item.source == "planner-7/s1"
 
 
 def test_a_delete_may_carry_blank_content() -> None:
