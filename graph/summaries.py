@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
-_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(`])|\n+")
+_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(`])")
 # A markdown heading ("## Notes"), not a sentence opening with "#" ("#4411 reopened").
 _HEADING = re.compile(r"\s*#{1,6}\s")
 # A fenced code block (``` or ~~~ to the next such fence, or to the end of the text).
@@ -20,15 +20,41 @@ _FENCED = re.compile(r"^[ \t]*(```|~~~).*?(?:^[ \t]*\1[^\n]*$|\Z)", re.MULTILINE
 _MARKUP = re.compile(r"\s*[|{}\[\]<]")
 
 
+# A list item's first line ("- step", "* note", "3. then"): it starts a paragraph of its own.
+_LIST_ITEM = re.compile(r"\s*(?:[-*+\u2022]|\d{1,3}[.)])\s")
+
+
 def split_sentences(text: str) -> list[str]:
-    """Sentences of a text (a light splitter; good enough for ops prose). A markdown heading,
-    code (fenced, or a line of braces, a table row or one dense with brackets and operators)
-    is none: each names entities without saying anything of them."""
+    """Sentences of a text (a light splitter; good enough for ops prose). Lines wrapped inside a
+    paragraph are joined first (markdown is hard-wrapped: a sentence runs over lines). A
+    markdown heading, code (fenced, or a line of braces, a table row or one dense with brackets
+    and operators) is none: each names entities without saying anything of them."""
     return [
         s.strip()
-        for s in _SENTENCE.split(_FENCED.sub("\n", text))
+        for paragraph in _paragraphs(_FENCED.sub("\n", text))
+        for s in _SENTENCE.split(paragraph)
         if len(s.strip()) > 3 and not _HEADING.match(s) and not _MARKUP.match(s) and _prose(s)
     ]
+
+
+def _paragraphs(text: str) -> list[str]:
+    """``text``'s paragraphs, each on one line: a line joins the one before it unless a blank
+    line parts them, or either is a heading, a table row or code, or it starts a list item."""
+    out: list[str] = []
+    joinable = False
+    for line in text.split("\n"):
+        stripped = line.strip()
+        if not stripped:
+            joinable = False
+            continue
+        alone = bool(_HEADING.match(line) or _MARKUP.match(line)) or not _prose(stripped)
+        item = _LIST_ITEM.match(line)
+        if joinable and not alone and not item:
+            out[-1] += " " + stripped
+        else:
+            out.append(line[item.end() :].strip() if item else stripped)  # an item without its marker
+        joinable = not alone
+    return out
 
 
 _CODE_CHARS = frozenset("{}[]();=<>|\\$")
@@ -36,9 +62,13 @@ _CODE_CHARS = frozenset("{}[]();=<>|\\$")
 
 def _prose(s: str) -> bool:
     """Whether ``s`` reads as prose: code and data are dense with brackets and operators (at
-    least 4, and 1 character in 20), where a sentence has a parenthesis or two."""
+    least 4, and 1 character in 20), where a sentence has a parenthesis or two; a diagram's
+    line (``+----+ --> +----+``) is mostly neither letters nor digits (4 characters in 5)."""
     symbols = sum(c in _CODE_CHARS for c in s)
-    return symbols < 4 or symbols * 20 < len(s)
+    if symbols >= 4 and symbols * 20 >= len(s):
+        return False
+    shown = [c for c in s if not c.isspace()]
+    return sum(c.isalnum() for c in shown) * 5 >= len(shown)
 
 
 def mentions(sentence: str, names: Mapping[str, str]) -> set[str]:

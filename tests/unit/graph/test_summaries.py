@@ -83,3 +83,30 @@ def test_code_tables_and_data_are_no_sentences() -> None:
         "The reply carries each hit's rrf_score and chunk_id.",
         "Run `VACUUM FULL ledger_entries` monthly, then check rrf_score again.",
     ]
+
+
+def test_a_sentence_wrapped_over_lines_is_one_sentence() -> None:
+    """Markdown is hard-wrapped: a sentence cut at each line break read as fragments in the
+    summaries ("or time out with", "reduce max.poll.records to")."""
+    text = (
+        "Checkout updates wait and fail with SQLSTATE 40001 or time out with\n"
+        "ERR_DB_TIMEOUT_91B. Seen in INC-4502.\n\n"
+        "- reduce max.poll.records to\n  100 under load.\n"
+        "- restart the consumer.\n"
+        "## Notes\n"
+        "| field | type |\n"
+        "The table above lists the fields.\n"
+        "x = f(a[0], b[1]); y = {k: v for k, v in z}\n"
+        "Run it monthly.\n"
+        "+---------+   --->   +--------+\n"
+        "504s at 18:02, 19:10 and 20:45.\n"
+    )
+    assert split_sentences(text) == [
+        "Checkout updates wait and fail with SQLSTATE 40001 or time out with ERR_DB_TIMEOUT_91B.",
+        "Seen in INC-4502.",
+        "reduce max.poll.records to 100 under load.",
+        "restart the consumer.",
+        "The table above lists the fields.",
+        "Run it monthly.",
+        "504s at 18:02, 19:10 and 20:45.",
+    ]
