@@ -63,6 +63,8 @@ def replay_of(value: bytes | None, record_key: bytes | None, inputs: Sequence[st
         raise InvalidRequest("this record is no dead letter of the daemon's")
     topic: str = body["topic"]
     where = f"{topic} partition {body.get('partition')} offset {body.get('offset')}"
+    if kept and not body.get("original_truncated") and not body.get("original_b64") and not body.get("original_size"):
+        raise InvalidRequest("its original is an empty message: there is nothing to send again")
     if kept and (body.get("original_truncated") or not body.get("original_b64")):
         raise InvalidRequest(
             f"its original was too large to keep in the DLQ: publish it again from its source, "

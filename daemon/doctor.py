@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
+import redis.exceptions
+
 from daemon.connections import redis_client
 from daemon.doctor_finding import Finding
 from daemon.doctor_index import (
@@ -134,11 +136,16 @@ async def _check_redis(settings: Settings) -> list[Finding]:
         if settings.graph.enabled:
             found.extend(await check_summaries(client, settings))
     except MemdError as exc:
-        fix = (
-            "check AGENTMEM_REDIS_USERNAME / AGENTMEM_REDIS_PASSWORD"
-            if exc.code == "unauthorized"
-            else f"start Redis at {settings.redis_url} (`agentmemd servers` for a local one)"
-        )
+        if exc.code == "unauthorized":
+            fix = "check AGENTMEM_REDIS_USERNAME / AGENTMEM_REDIS_PASSWORD"
+        elif isinstance(exc.__cause__, redis.exceptions.TimeoutError | TimeoutError):
+            # It took the connection: it runs, and does not answer (starting another would not help).
+            fix = (
+                f"Redis at {settings.redis_url} is hung or blocked (a long command, a stopped process, a host "
+                "swapping): see its log, or what `redis-cli --latency` and `INFO` say once it answers"
+            )
+        else:
+            fix = f"start Redis at {settings.redis_url} (`agentmemd servers` for a local one)"
         found.append(Finding("redis", False, str(exc), fix))
     finally:
         await client.aclose()

@@ -8,6 +8,8 @@ from typing import Any
 
 from daemon.doctor_finding import Finding
 from daemon.settings import Settings
+from graph.config import EXTRACTIVE
+from graph.summary_records import recorded_summarizer
 from memory.errors import NotFound
 from memory.generations import index_spec
 from memory.index import MAX_PAGE, ChunkIndex, GenerationRegistry, redis_now, translate_errors
@@ -147,11 +149,17 @@ async def check_summaries(client: Any, settings: Settings) -> list[Finding]:
         f"{_communities(len(failing))} failed to be summarized (tenant(s) {', '.join(tenants[:5])}; "
         f"one failed {worst[1]} time(s): {worst[2] or '?'})"
     )
-    # The fix for what failed: an LLM's settings only where an LLM writes the summaries.
+    # The fix for what failed: an LLM's settings only where an LLM writes the summaries, as the
+    # daemons recorded it (this shell's settings may not be theirs).
+    recorded = await recorded_summarizer(client, settings.index.name)
+    writer = recorded[0] if recorded is not None else settings.graph.summarizer
     if worst[2].startswith(REFUSED_INDEX):
         cause = "a daemon could not use the index (the index check says why); summaries are retried once it can"
-    elif settings.graph.llm_model:
-        cause = "check graph.llm_model, graph.llm_api_base and graph.llm_api_key (docs/graph.md)"
+    elif writer != EXTRACTIVE:
+        cause = (
+            f"the daemons write summaries with {writer}: check their graph.llm_model, graph.llm_api_base and "
+            "graph.llm_api_key (docs/graph.md)"
+        )
     else:
         cause = "the extractive summarizer failed: the daemon's log says why (graph.summary_failed)"
     fix = f"{cause}; `agentmemd stale` shows each community's last error"

@@ -226,7 +226,7 @@ def results_view(reply: QueryReply, snippet_chars: int = 240, *, whole_lines: bo
         for t in (t for t in around if own is None or t.turn > own):
             lines.append(indented(_said(t, snippet_chars)))
         if (c := r.community) is not None:
-            fresh = "stale: members changed since it was written" if c.stale else "fresh"
+            fresh = "stale: marked to be written again (`agentmemd stale` says why)" if c.stale else "fresh"
             about = f"(community summary, level {c.level}, {c.member_count} members, {fresh})"
             lines.append(indented(Text(about, style="yellow" if c.stale else "dim")))
         if r.repeats:

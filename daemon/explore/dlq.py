@@ -100,7 +100,9 @@ def dead_letter(partition: int, offset: int, value: bytes | None, *, bases: Sequ
         return DeadLetter(partition, offset, None, "not a DLQ record", "?", "?", None, None, "", 0, 0, text, kind, cut)
     topic = str(body.get("topic", "?"))
     original = _original(body)
-    text, kind, cut = preview(original) if original else ("", "none", False)
+    # No bytes: left out of the record (too large), or an empty message (nothing to leave out).
+    left_out = bool(body.get("original_truncated")) or (_int(body.get("original_size")) or 0) > 0
+    text, kind, cut = preview(original) if original or not left_out else ("", "none", False)
     return DeadLetter(
         partition=partition,
         offset=offset,

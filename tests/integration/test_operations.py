@@ -44,6 +44,7 @@ from tests.helpers import (
     daemon_and_client,
     eventually,
     isolated_settings,
+    settings_env,
     start_daemon,
 )
 
@@ -190,6 +191,10 @@ async def test_readyz_answers_in_time_when_redis_hangs(env: Env) -> None:
         assert status == 503
         checks = json.loads(body)["checks"]
         assert "no answer from Redis within" in checks["redis"] and checks["kafka"] == "ok", checks
+        # Doctor says it hangs, not to start a Redis that runs.
+        res = await asyncio.to_thread(run_cli, settings_env(env.daemon.settings), "doctor")
+        said = " ".join(res.stdout.split())
+        assert res.returncode == 1 and "is hung or blocked" in said and "start Redis at" not in said, said
     finally:
         env.redis.proc.send_signal(signal.SIGCONT)
     await eventually(lambda: ready_is(env, 200), timeout=30, what="ready after Redis resumed")
@@ -329,7 +334,6 @@ def run_cli(env_vars: dict[str, str], *args: str) -> subprocess.CompletedProcess
 
 async def test_doctor_exit_codes(env: Env) -> None:
     """doctor: exit 0 when all is well; 1 naming the problem for a schema mismatch or a dead Redis."""
-    from tests.helpers import settings_env
 
     settings = env.daemon.settings
     good = settings_env(settings)
@@ -570,8 +574,8 @@ async def test_doctor_names_summaries_that_keep_failing(env: Env) -> None:
     import time
 
     from graph.contribution import Contribution
+    from graph.summary_records import record_summarizer
     from memory.tenants import TenantRegistry
-    from tests.helpers import settings_env
 
     good = settings_env(env.daemon.settings)
     # As a daemon records a tenant once it reads an event of its (this test publishes none).
@@ -597,14 +601,19 @@ async def test_doctor_names_summaries_that_keep_failing(env: Env) -> None:
             failed = item.community_id
             break
     assert failed is not None
+    # The fix is for what the daemons write the summaries with (as they recorded it), whatever
+    # the shell's settings say: an LLM's settings where an LLM writes them, else none of them.
+    name = env.daemon.settings.index.name
     with_llm = {**good, "AGENTMEM_GRAPH__LLM_MODEL": "openai/x"}
-    res = await asyncio.to_thread(run_cli, with_llm, "doctor")
-    assert res.returncode == 1, res.stdout + res.stderr
-    assert "✗ summaries" in res.stdout and "LLM openai/x unreachable" in res.stdout and "llm_api_base" in res.stdout
-    # The fix is for what writes the summaries: with no LLM set, none of its settings.
-    res = await asyncio.to_thread(run_cli, good, "doctor")
-    said = " ".join(res.stdout.split())
-    assert "✗ summaries" in said and "llm_api_base" not in said and "extractive summarizer failed" in said, said
+    for recorded, shell in (("openai/x", good), ("extractive", with_llm)):
+        await record_summarizer(env.daemon.redis, name, recorded)
+        res = await asyncio.to_thread(run_cli, shell, "doctor")
+        said = " ".join(res.stdout.split())
+        assert res.returncode == 1 and "✗ summaries" in said and "LLM openai/x unreachable" in said, said
+        if recorded == "openai/x":
+            assert "the daemons write summaries with openai/x" in said and "llm_api_base" in said, said
+        else:
+            assert "llm_api_base" not in said and "extractive summarizer failed" in said, said
 
 
 @pytest.mark.parametrize("offset_fetch", ["admin", "refused", "group error"])
@@ -683,7 +692,6 @@ async def test_doctor_checks_the_topics_of_every_tenant_seen(kafka_bootstrap: st
         await client.aclose()
     topics = [f for f in await diagnose(settings) if f.check == "topics"]
     assert len(topics) == 1 and not topics[0].ok, topics
-    from tests.helpers import settings_env
 
     listed = await asyncio.to_thread(run_cli, settings_env(settings), "tenants", "--json")
     assert listed.returncode == 0 and json.loads(listed.stdout) == ["default", "ghost"], listed

@@ -292,7 +292,10 @@ def test_a_community_summary_says_it_is_one_and_whether_it_is_stale() -> None:
         metadata={},
         community=CommunityInfo(community_id="c1-a88d", level=1, member_count=7, stale=True),
     )
-    assert "(community summary, level 1, 7 members, stale: members changed since it was written)" in said
+    assert (
+        "(community summary, level 1, 7 members, stale: marked to be written again (`agentmemd stale` says why))"
+        in said
+    )
 
 
 @pytest.mark.parametrize("command", [["doctor"], ["config", "show"]])

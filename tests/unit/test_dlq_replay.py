@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from daemon.dlq_replay import Replay, corrected, destination, keyed_as
+from daemon.dlq_replay import Replay, corrected, destination, keyed_as, replay_of
+from daemon.explore.dlq import dead_letter
 from memory.errors import InvalidRequest
 
 
@@ -54,3 +55,22 @@ def test_an_event_of_a_bare_topic_goes_to_the_tenant_named() -> None:
     assert destination(Replay("memory.documents.globex", "k", b"{}"), None, inputs, "topic").topic.endswith("globex")
     with pytest.raises(InvalidRequest, match="names no tenant"):
         destination(bare, None, inputs, "topic")
+
+
+def test_an_empty_message_is_shown_empty_not_too_large_and_is_not_sent_again() -> None:
+    """An empty record was dead-lettered whole (its bytes: none), not cut for its size."""
+    body = {
+        "reason": "empty message body", "error_code": "invalid_event", "topic": "memory.documents",
+        "partition": 0, "offset": 3, "key": "k", "original_b64": "", "original_text": "", "headers": {},
+        "failed_at": "2026-12-07T05:00:00+00:00", "original_size": 0,
+    }  # fmt: skip
+    letter = dead_letter(0, 9, json.dumps(body).encode(), bases=("memory.documents",), tenancy="single")
+    assert (letter.preview, letter.preview_kind, letter.cut, letter.size) == ("", "text", False, 0)
+    with pytest.raises(InvalidRequest, match="an empty message: there is nothing to send again"):
+        replay_of(json.dumps(body).encode(), b"k", ("memory.documents",))
+    cut = {**body, "original_size": 5_000_000, "original_truncated": True}
+    assert dead_letter(0, 9, json.dumps(cut).encode(), bases=("memory.documents",), tenancy="single").preview_kind == (
+        "none"
+    )
+    with pytest.raises(InvalidRequest, match="too large to keep"):
+        replay_of(json.dumps(cut).encode(), b"k", ("memory.documents",))
