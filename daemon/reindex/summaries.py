@@ -28,7 +28,7 @@ async def sync_communities(
 ) -> int:
     """Bring the new generation's community summaries level with the old one's: each summary
     (or tombstone of a removed one) the new generation lacks at the old one's fencing token
-    is written there at that token, re-embedded.
+    is written there at that token, re-embedded. Returns how many summaries it copied.
 
     Summaries come from the graph, not from Kafka. Copied with their tokens, a worker whose
     claim expired can no more overwrite a newer summary in the new generation than in the
@@ -53,7 +53,7 @@ async def sync_communities(
             tenant,
             version_ttl_s=COMMUNITY_TOMBSTONE_S,
         )
-    return len(records) + len(tombstones)
+    return len(records)  # summaries: a tombstone is no summary copied
 
 
 async def _embedded(
