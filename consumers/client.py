@@ -212,6 +212,19 @@ class MemoryClient(_Writes):
         latest = await self.latest_sessions(agent_id, tenant=tenant)
         return None if session_id in latest else SessionHint(latest, near_spelling(session_id, latest))
 
+    async def doc_hint(self, doc_id: str) -> str | None:
+        """The stored doc id ``doc_id`` nearly spells, for a delete that removed nothing: among
+        the ids of its folder first, then the first 1,000 of all (a misspelt folder).
+
+        Raises:
+            BackendUnavailable, NotFound, TimeoutError: as for ``query``.
+        """
+        folder = doc_id.rpartition("/")[0]
+        ids = [] if not folder else (await self.list_values("doc_id", source_prefix=f"{folder}/", limit=1000)).values
+        return near_spelling(doc_id, ids) or near_spelling(
+            doc_id, (await self.list_values("doc_id", limit=1000)).values
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class SessionHint:

@@ -229,7 +229,13 @@ class MemoryTools:
 
         async def drop(c: MemoryClient) -> dict[str, Any]:
             r = await c.delete_document(doc_id, wait=True, timeout_s=self._cfg.client_timeout_s)
-            return ack_view(r.ack, r.doc_id)
+            view = ack_view(r.ack, r.doc_id)
+            if r.ack is not None and r.ack.removed == 0:
+                # Nothing was stored under that id, a misspelt one most likely: say so, and which is.
+                view["note"] = "nothing was stored under this doc_id: nothing was removed"
+                if (near := await c.doc_hint(doc_id)) is not None:
+                    view["did_you_mean"] = near
+            return view
 
         return await self._call("delete_document", drop, write=True)
 

@@ -15,7 +15,6 @@ from rich.progress import Progress
 
 from consumers.client import MemoryClient, Receipt, SessionHint
 from consumers.client_core import DEFAULT_TIMEOUT_S
-from consumers.events import near_spelling
 from consumers.times import when
 from daemon.cli._app import _settings, app, err, out
 from daemon.cli._client import _pairs, _tenant_target, _with_client, ack_said, refused
@@ -280,12 +279,8 @@ def publish_delete(
         r = await c.delete_document(doc_id, version=version, wait=wait, timeout_s=timeout)
         if r.ack is None or r.ack.removed != 0:
             return r, None
-        # Nothing was stored under that id, a misspelt one most likely: the ids in its folder,
-        # then the first of all (a misspelt folder), say which.
-        folder = doc_id.rpartition("/")[0]
-        ids = [] if not folder else (await c.list_values("doc_id", source_prefix=f"{folder}/", limit=1000)).values
-        near = near_spelling(doc_id, ids) or near_spelling(doc_id, (await c.list_values("doc_id", limit=1000)).values)
-        return r, near
+        # Nothing was stored under that id, a misspelt one most likely: say which is.
+        return r, await c.doc_hint(doc_id)
 
     r, near = _with_client(send, settings, target)
     if wait and r.ack is not None and r.ack.status == "indexed" and r.ack.removed == 0:

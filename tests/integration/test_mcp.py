@@ -164,9 +164,14 @@ async def test_every_tool_over_stdio(settings: Settings) -> None:
         assert dated["status"] == "indexed"
         assert doc in [h["doc_id"] for h in await ok(c, "search_memory", query="ERR_LEDGER_LOCK_9C1", top_k=3)]
         assert await ok(c, "search_memory", query="ERR_LEDGER_LOCK_9C1", until="2000-01-01T00:00:00Z") == []
+        await ok(c, "upsert_document", doc_id=doc + ".bak", content="A copy of the runbook.")
         deleted = await ok(c, "delete_document", doc_id=doc)
-        assert (deleted["status"], deleted["removed"]) == ("indexed", 1), deleted
+        assert (deleted["status"], deleted["removed"]) == ("indexed", 1) and "note" not in deleted, deleted
         assert (await ok(c, "get_document", doc_id=doc))["status"] == "not_found"
+        # A misspelt id deletes nothing: said, with the id it nearly spells.
+        typo = await ok(c, "delete_document", doc_id=doc + ".bax")
+        assert typo["removed"] == 0 and "nothing was stored under this doc_id" in typo["note"], typo
+        assert typo["did_you_mean"] == doc + ".bak", typo
 
         # Bad arguments: tool errors with the contract's code, and the server goes on serving.
         assert (await failed(c, "search_memory", query="x", top_k=0)).startswith(
