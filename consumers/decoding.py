@@ -19,6 +19,7 @@ from consumers.events import (
     TranscriptTopicEvent,
     near_spelling,
 )
+from consumers.times import is_shorthand
 from consumers.topic_names import TENANT_NAME_RULE
 from memory.config import DEFAULT_MAX_FUTURE_S
 from memory.records import DEFAULT_TENANT, MemoryItem
@@ -153,6 +154,12 @@ def validation_reason(exc: ValidationError, *, root: str | None = None, model: t
         msg = err["msg"]
         if err["type"] == "value_error":  # our own validators' words, without pydantic's prefix
             msg = msg.removeprefix("Value error, ")
+        elif err["type"].startswith("datetime") and isinstance(err.get("input"), str) and is_shorthand(err["input"]):
+            # "7d" or "yesterday": what the clients, the CLI and the MCP tools read, never sent on.
+            msg = (
+                f"{err['input']!r} is the clients' shorthand (MemoryClient, the CLI and the MCP tools turn it "
+                "into a time): send an ISO 8601 time, e.g. 2026-12-01T00:00:00Z"
+            )
         elif err["type"] == "extra_forbidden" and model is not None and err["loc"]:
             fields = _fields_at(model, err["loc"][:-1])
             if near := near_spelling(str(err["loc"][-1]), fields):

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 from consumers.fields import MAX_VERSION, NO_NUL, AgentPart, DocId
+from memory.batch_plan import says_something
 from memory.conversation import MAX_CONTEXT_TURNS, MAX_RECENT_TURNS, turn_doc_id
 from memory.filters import EXCLUDE_OPERATOR, MAX_VALUE_LENGTH
 from memory.schema import MAX_SEARCH_OFFSET
@@ -138,6 +139,15 @@ class QueryRequest(BaseModel):
     # A result whose text is a better one's, word for word, is listed under it as a repeat
     # instead of taking a place of its own (memory.repeats); false returns each as a result.
     fold_repeats: bool = True
+
+    @field_validator("search_text")
+    @classmethod
+    def _says_something(cls, value: str) -> str:
+        # Only whitespace, controls or format characters: no leg has a word of it to match, and
+        # the vector leg would answer memories that have nothing to do with it.
+        if not says_something(value):
+            raise ValueError("search_text has no words (only whitespace, control or format characters)")
+        return value
 
 
 #: Most items one ``get`` request may name.

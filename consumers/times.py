@@ -54,6 +54,13 @@ def when(value: datetime | str | None, what: str, *, now: datetime | None = None
         ) from None
 
 
+def is_shorthand(value: str) -> bool:
+    """Whether ``value`` is a time only :func:`when` reads (an age, ``today``, ``yesterday``,
+    ``now``), not an ISO 8601 one."""
+    text = value.strip().lower()
+    return bool(_AGE.fullmatch(text)) or text == "now" or text in _DAYS
+
+
 def age(seconds: float) -> str:
     """A duration for people: ``42 s``, ``7 min``, ``3.5 h``, ``2.0 d``."""
     seconds = max(0.0, seconds)

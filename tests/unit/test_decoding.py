@@ -311,6 +311,21 @@ def test_a_time_range_becomes_epoch_bounds_in_the_spec() -> None:
     )
     assert open_end.since == datetime(2026, 11, 1, tzinfo=UTC).timestamp() and open_end.until is None
     assert to_spec(parse_request(b'{"query_id": "q", "search_text": "x"}')).since is None
+    # An age or a day's name is the clients' shorthand: the wire names what to send instead.
+    for shorthand in ("7d", "yesterday"):
+        raw = json.dumps({"query_id": "q", "search_text": "x", "time_range": {"since": shorthand}}).encode()
+        with pytest.raises(InvalidRequest, match=f"time_range.since: '{shorthand}' is the clients' shorthand"):
+            parse_request(raw)
+
+
+@pytest.mark.parametrize("text", ["\u0000", "\u200b\u0001", " \t"])
+def test_a_search_text_with_no_words_is_refused(text: str) -> None:
+    """Only whitespace, controls or format characters: answered with an error, not with
+    whatever the vector leg finds nearest to nothing."""
+    raw = json.dumps({"query_id": "q", "search_text": text}).encode()
+    with pytest.raises(InvalidRequest, match="search_text has no words"):
+        parse_request(raw)
+    assert parse_request(json.dumps({"query_id": "q", "search_text": "?"}).encode()).search_text == "?"
 
 
 def test_a_forget_on_the_transcripts_topic_becomes_a_forget_item() -> None:
