@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 
 from consumers.decoding import Decoded
+from consumers.errors import TenantErased
 from consumers.events import WriteAck
 from consumers.fields import CLOCK_VERSIONS_FROM, MAX_DOC_ID_CHARS, MAX_VERSION
 from consumers.requests import TurnKey
@@ -71,7 +72,7 @@ def _named(raw: bytes | None) -> dict[str, Any]:
 #: version already written saying something else (0057), or its tenant erased (0059); a turn
 #: claimed that holds another writer's is ``memory.turn_claims.TURN_TAKEN`` (0069).
 VERSION_CONFLICT = "version_conflict"
-TENANT_ERASED = "tenant_erased"
+TENANT_ERASED = TenantErased.code
 
 
 def conflict_reason(version: int | None, what: str) -> str:
@@ -131,7 +132,7 @@ def build_acks(
             ack.embedded = outcome.embedded
             ack.forgotten, ack.removed = outcome.forgotten, outcome.removed
             if outcome.refused is not None:
-                ack.reason, ack.error_code = outcome.refused, outcome.code
+                ack.error_code, ack.reason = outcome.refused
             elif outcome.conflict is not None:
                 ack.reason, ack.error_code = conflict_reason(g.item.version, outcome.conflict), VERSION_CONFLICT
             elif outcome.status == "ignored":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import structlog
 
+from consumers.errors import TenantErased
 from consumers.requests import ErrorBody, ErrorReply
 from memory.errors import EmbedderError, MemdError, NotFound
 from memory.index import IndexError_, QuerySyntaxError
@@ -11,7 +12,7 @@ from memory.index import IndexError_, QuerySyntaxError
 log = structlog.get_logger()
 
 #: The error codes a reply may carry (docs/contract.md); askers switch on them.
-REPLY_CODES = frozenset({"invalid_request", "unavailable", "unauthorized", "expired", "tenant_erased", "internal"})
+REPLY_CODES = frozenset({"invalid_request", "unavailable", "unauthorized", "expired", TenantErased.code, "internal"})
 
 
 def error_reply(exc: MemdError, query_id: str | None) -> ErrorReply:

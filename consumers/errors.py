@@ -49,7 +49,7 @@ class TenantErased(MemdError):
     """A request on the topic of a tenant that was erased (``agentmemd erase-tenant``) and not
     created again since: nothing of it is kept, and nothing is searched."""
 
-    code = "tenant_erased"
+    code = "tenant_erased"  # the error code of an erased tenant's write ack too (consumers.acks)
 
     def __init__(self, tenant: str) -> None:
         super().__init__(

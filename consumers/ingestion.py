@@ -126,7 +126,7 @@ class Ingestion:
                 f"tenant {g.item.tenant!r} was erased (agentmemd erase-tenant): its events from before are never "
                 f"applied, nor any until its topics are created again (agentmemd topics --tenant {g.item.tenant})"
             )
-            report.outcomes[id(g.item)] = ItemOutcome("ignored", refused=why, code=TENANT_ERASED)
+            report.outcomes[id(g.item)] = ItemOutcome("ignored", refused=(TENANT_ERASED, why))
         if gone:
             log.warning("ingest.erased_tenant_skipped", tenants=sorted({g.item.tenant for g in gone}), events=len(gone))
         # By the kind's topic (a tenant's own topic counts under it): the model's work, not a tenant's.

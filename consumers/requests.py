@@ -6,13 +6,13 @@ Requests are strict, as events are: a wrong type is an error, not a silent coerc
 
 from __future__ import annotations
 
+import unicodedata
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 from consumers.fields import MAX_VERSION, NO_NUL, AgentPart, DocId
-from memory.batch_plan import says_something
 from memory.conversation import MAX_CONTEXT_TURNS, MAX_RECENT_TURNS, turn_doc_id
 from memory.filters import EXCLUDE_OPERATOR, MAX_VALUE_LENGTH
 from memory.schema import MAX_SEARCH_OFFSET
@@ -143,9 +143,10 @@ class QueryRequest(BaseModel):
     @field_validator("search_text")
     @classmethod
     def _says_something(cls, value: str) -> str:
-        # Only whitespace, controls or format characters: no leg has a word of it to match, and
-        # the vector leg would answer memories that have nothing to do with it.
-        if not says_something(value):
+        # Only controls or format characters (a NUL, a zero-width space): no leg has a word of it
+        # to match, and the vector leg would answer memories that have nothing to do with it.
+        # (A blank one is said to be empty where the search is built.)
+        if value.strip() and all(ch.isspace() or unicodedata.category(ch) in ("Cc", "Cf") for ch in value):
             raise ValueError("search_text has no words (only whitespace, control or format characters)")
         return value
 

@@ -19,6 +19,7 @@ from faststream.kafka import KafkaRouter
 
 from consumers.assignment import AssignmentWatcher
 from consumers.config import INGEST_ROLES, ConsumerConfig, Topics
+from consumers.errors import TenantErased
 from consumers.expiry import ExpiryLog
 from consumers.ingestion import Ingestion
 from consumers.lanes import Lanes
@@ -125,7 +126,7 @@ _EVENT_DOCS = {
 #: A query's outcome (the ``outcome`` label of ``agentmemd_query_seconds``) by its error code:
 #: an asker's bad request, a request too old to answer or of an erased tenant is no failure of
 #: the daemon's.
-_OUTCOMES = {"invalid_request": "invalid", "expired": "expired", "tenant_erased": "invalid"}
+_OUTCOMES = {"invalid_request": "invalid", "expired": "expired", TenantErased.code: "invalid"}
 
 #: Records a tenant seen on its topics (``memory.tenants.TenantRegistry.saw``).
 SawTenant = Callable[[str], Awaitable[None]]

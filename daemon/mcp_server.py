@@ -69,8 +69,9 @@ REMEMBER = (
     "Record one observation or conversation turn in long-term memory, for this and other agents to find later "
     "with search_memory (searchable as soon as this returns). Give agent_id and session_id to group it; role is "
     "who said it (assistant, user, tool...). Leave turn unset: the next free turn of the session is used "
-    "(never one another writer took); a turn given replaces whatever that turn held. If the call times out, "
-    "its error names the turn it sent: call again with that turn (stored once), not without one (stored "
+    "(never one another writer took); a turn given replaces whatever that turn held, unless if_absent is true "
+    "(then it is written only if that turn holds nothing else). If the call times out, its error names the "
+    "turn it sent: call again with that turn and if_absent true (stored once), not without a turn (stored "
     "twice). timestamp (ISO 8601, an age such as '2h', or 'yesterday'; optional) is when it was said, "
     "for importing past conversations; now by default. "
     "Returns the acknowledgement (status 'indexed', doc_id, turn)."
@@ -189,8 +190,9 @@ def build_server(tools: MemoryTools) -> MCPServer[Any]:
         turn: StrictCount | None = None,
         metadata: dict[str, Any] | None = None,
         timestamp: str | None = None,
+        if_absent: StrictFlag = False,
     ) -> Annotated[CallToolResult, Doc]:
-        return await _run(tools.remember(text, agent_id, session_id, role, turn, metadata, timestamp))
+        return await _run(tools.remember(text, agent_id, session_id, role, turn, metadata, timestamp, if_absent))
 
     async def upsert_document(
         doc_id: str, content: str, metadata: dict[str, Any] | None = None, timestamp: str | None = None

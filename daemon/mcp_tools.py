@@ -155,14 +155,16 @@ class MemoryTools:
         turn: int | None = None,
         metadata: Mapping[str, Any] | None = None,
         timestamp: str | None = None,
+        if_absent: bool = False,
     ) -> dict[str, Any]:
-        """Publish a turn and wait for its ack; without ``turn``, the session's next free one
-        (see docs/mcp.md, "Turn numbers", for what stays racy across server processes).
-        ``timestamp``: when it was said (ISO 8601), for importing past conversations; now if None.
+        """Publish a turn and wait for its ack; without ``turn``, the session's next free one,
+        claimed (docs/mcp.md, "Turn numbers"). ``timestamp``: when it was said (ISO 8601), for
+        importing past conversations; now if None. ``if_absent``: a ``turn`` given is written
+        only if it holds nothing else (the retry of a call that timed out).
 
         Raises:
-            ToolFailure: as for ``search_memory``; ``conflict`` when other writers took the next
-                turn three times running.
+            ToolFailure: as for ``search_memory``; ``conflict`` when other writers kept taking
+                the next turn, or the ``turn`` given with ``if_absent`` holds another's.
         """
         try:  # the contract's own checks, before the turn lookup would fail on them in its own words
             TranscriptEvent(
@@ -178,17 +180,26 @@ class MemoryTools:
         async def say(c: MemoryClient) -> dict[str, Any]:
             nonlocal sent
 
-            async def claim(n: int, if_absent: bool) -> Receipt:
+            async def claim(n: int, only_if_free: bool) -> Receipt:
                 nonlocal sent
                 sent = n
-                return await c.publish_observation(
+                receipt = await c.publish_observation(
                     agent_id=agent_id, session_id=session_id, turn=n, content=text, role=role, metadata=metadata,
-                    timestamp=said_at, wait=True, timeout_s=self._cfg.client_timeout_s, if_absent=if_absent,
+                    timestamp=said_at, wait=True, timeout_s=self._cfg.client_timeout_s, if_absent=only_if_free,
                 )  # fmt: skip
+                if turn_taken(receipt):
+                    sent = None  # not written: nothing of it can land any more
+                return receipt
 
             async with c.turns.writing(c.turn_key(agent_id, session_id)):
                 if turn is not None:
-                    receipt = await claim(turn, False)
+                    receipt = await claim(turn, if_absent)
+                    if turn_taken(receipt):
+                        raise ToolFailure(
+                            "conflict",
+                            f"turn {turn} holds another turn: nothing was written; call remember without turn "
+                            "to write it as the next one",
+                        )
                     return {**ack_view(receipt.ack, receipt.doc_id), "turn": turn}
                 # The next free turn, claimed: another writer that took the same number first
                 # keeps it, and this one moves on (docs/mcp.md, "Turn numbers").
@@ -202,9 +213,9 @@ class MemoryTools:
             if sent is None:
                 return None
             return (
-                f"turn {sent} of session {session_id!r} may still be written: check it with get_document "
-                f"(turns) or recent_turns, or call remember again with turn={sent} (the same turn sent twice "
-                "is stored once), not without a turn, which would write it twice"
+                f"turn {sent} of session {session_id!r} may still be written: call remember again with "
+                f"turn={sent} and if_absent=true (stored once if it landed, refused if another writer's is "
+                "there), not without a turn, which would store it twice"
             )
 
         return await self._call("remember", say, write=unsure)

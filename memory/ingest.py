@@ -62,8 +62,12 @@ class Ingestor:
         cfg: IngestConfig,
         hook: ChangeHook[Any] | None = None,
         activity: IngestActivity | None = None,
+        earlier: ChunkIndex | None = None,
     ) -> None:
         self._index = index
+        # A reindex's old generation: a claimed turn the new one lacks is judged by what it holds
+        # there (the claim that took it first may be before the replay's start, or out of retention).
+        self._earlier = earlier
         self._embedder = embedder
         self._chunking = chunking
         self._cfg = cfg
@@ -169,7 +173,10 @@ class Ingestor:
         items, taken = await self._claims_apart(items)
         report = await self._apply(items)
         for item, why in taken:
-            report.outcomes[id(item)] = ItemOutcome("ignored", refused=why, code=TURN_TAKEN)
+            report.outcomes[id(item)] = ItemOutcome("ignored", refused=(TURN_TAKEN, why))
+        if taken:
+            # Its writer hears of it only if it waits for the ack: said here for the rest.
+            log.warning("ingest.turn_taken", docs=sorted({f"{i.tenant}/{i.doc_id}" for i, _ in taken}))
         tried = {id(i) for i in coalesce(items)}
         just_failed = report.failed
         while just_failed:
@@ -193,13 +200,14 @@ class Ingestor:
         (``memory.turn_claims.claims_apart``), and those, with why; the turns read here."""
         keys = claimed(items)
         stored: dict[tuple[str, str], Held] = {}
-        for tenant in sorted({t for t, _ in keys}):
-            ids = [d for t, d in keys if t == tenant]
-            read = await self._retrying(
-                "claim read",
-                lambda t=tenant, d=ids: self._index.as_written(d, t),  # type: ignore[misc]
-            )
-            stored.update({(tenant, d): held_in(chunks) for d, chunks in read.items()})
+        for index in (self._index, self._earlier):
+            for tenant in sorted({t for t, d in keys if (t, d) not in stored}) if index is not None else ():
+                ids = [d for t, d in keys if t == tenant and (t, d) not in stored]
+                read = await self._retrying(
+                    "claim read",
+                    lambda i=index, t=tenant, d=ids: i.as_written(d, t),  # type: ignore[misc]
+                )
+                stored.update({(tenant, d): held_in(chunks) for d, chunks in read.items()})
         return claims_apart(items, stored) if keys else (list(items), [])
 
     async def _conflicts_apart(

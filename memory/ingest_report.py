@@ -24,10 +24,9 @@ class ItemOutcome:
     # What differs ("content", "source", "metadata") from the stored doc of this very version:
     # a producer that reused a version (None: no conflict).
     conflict: str | None = None
-    # Why an event was not applied at all, for its writer, and the ack's error code for it (its
+    # Why an event was not applied at all, for its writer: the ack's error code and reason (its
     # tenant was erased; its turn, claimed, held another writer's).
-    refused: str | None = None
-    code: str | None = None
+    refused: tuple[str, str] | None = None
 
 
 @dataclass

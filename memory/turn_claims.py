@@ -56,6 +56,6 @@ def taken_reason(item: MemoryItem) -> str:
     """Why a claimed turn was not written."""
     turn = item.metadata.get("turn")
     return (
-        f"turn {turn} of this session holds another writer's turn (both took it as the next one): this "
-        "event changed nothing; send it again as the next turn"
+        f"turn {turn} of this session holds another turn (another writer took the same number, or a write "
+        "just before this one did): this event changed nothing; send it again as the next turn"
     )

@@ -220,8 +220,10 @@ class Reindex:
         Raises:
             BackendUnavailable: Kafka failed during the replay.
         """
-        _, target = self._indexes()
-        ingestor = Ingestor(index=target, embedder=self._embedder, chunking=self._s.chunking, cfg=self._s.ingest)
+        source, target = self._indexes()
+        ingestor = Ingestor(
+            index=target, embedder=self._embedder, chunking=self._s.chunking, cfg=self._s.ingest, earlier=source
+        )
         erased = TenantRegistry(client=self._redis, name=self._s.index.name).erased
         self._replayer = Replayer(self._s, ingestor, self.progress, self._report, erased=erased)
         try:

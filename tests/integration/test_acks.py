@@ -374,7 +374,7 @@ async def test_a_claimed_turn_sent_again_is_written_once_and_another_is_refused(
     for r in (first, again):
         assert r.ack is not None and r.ack.status == "indexed", r.ack
     assert other.ack is not None and (other.ack.status, other.ack.error_code) == ("ignored", "turn_taken"), other.ack
-    assert "turn 0 of this session holds another writer's turn" in (other.ack.reason or "")
+    assert "turn 0 of this session holds another turn" in (other.ack.reason or "")
     assert (await client.get(turns=[(agent, "s", 0)])).items[0].content == "The first word."
     meant = await client.publish_observation(agent_id=agent, session_id="s", turn=0, content="Rewritten.", wait=True)
     assert meant.ack is not None and meant.ack.status == "indexed", meant.ack

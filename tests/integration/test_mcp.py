@@ -115,6 +115,13 @@ async def test_every_tool_over_stdio(settings: Settings) -> None:
         said = "Alice owns the ERR_QUOTA_7F2 quota alerts."
         second = await ok(c, "remember", text=said, agent_id=agent, session_id="s1", role="user")
         assert (second["status"], second["turn"]) == ("indexed", 1)
+        # The retry of a call that timed out: the same turn again is stored once; another's is refused.
+        again = await ok(c, "remember", text=said, agent_id=agent, session_id="s1", role="user", turn=1, if_absent=True)
+        assert (again["status"], again["turn"]) == ("indexed", 1), again
+        taken = await failed(
+            c, "remember", text="Another text.", agent_id=agent, session_id="s1", turn=1, if_absent=True
+        )
+        assert taken.startswith("conflict: turn 1 holds another turn: nothing was written"), taken
         hits = await ok(c, "search_memory", query="who owns ERR_QUOTA_7F2", filters=mine)
         assert hits[0]["doc_id"] == second["doc_id"] and hits[0]["kind"] == "transcript"
         assert {"text", "score", "source", "doc_id", "kind", "metadata", "timestamp"} <= set(hits[0])
@@ -341,7 +348,7 @@ async def test_a_broker_that_stops_is_a_tool_error_in_bounded_time(settings: Set
             text = await failed(c, "remember", text="unsent", agent_id="a", session_id="s")
             assert text.startswith("timeout: remember") and "Nothing was written" in text, text
             text = await failed(c, "remember", text="sent", agent_id="a", session_id="s", turn=3)
-            assert "turn 3 of session 's' may still be written" in text and "with turn=3" in text, text
+            assert "turn 3 of session 's' may still be written" in text and "turn=3 and if_absent=true" in text, text
             # The daemon's /readyz says ready while nobody reads this broker: the status says
             # what most often causes that (a server without the daemon's tenancy).
             status = await ok(c, "memory_status")

@@ -371,3 +371,42 @@ async def test_a_reindex_with_no_redis_running_says_what_starts_it_before_loadin
     settings = isolated_settings(unique("reindex-no-redis"), kafka_bootstrap, f"redis://127.0.0.1:{free_port()}")
     with pytest.raises(BackendUnavailable, match=r"redis unreachable at .*`agentmemd up`"):
         await build(settings)
+
+
+async def test_a_reindex_judges_a_claimed_turn_by_what_the_old_generation_holds(
+    env: tuple[Settings, Daemon, PlainClient],
+) -> None:
+    """A's claim took turn 5 before --since; B's claim of turn 5 came after, was refused, and B
+    sent its turn again as 6. The replay starts at B's refused claim: judged by the new
+    generation alone (which lacks turn 5 until the carry-over) it wrote B at 5, the carry-over
+    then kept it, and A's turn was lost with B's stored twice (decision 0069)."""
+    settings, daemon, client = env
+
+    def turn(n: int, text: str) -> dict[str, Any]:
+        return {"event_id": uuid.uuid4().hex, "agent_id": "ag", "session_id": "s", "turn": n, "content": text,
+                "if_absent": True}  # fmt: skip
+
+    async def holds(n: int, text: str) -> bool:
+        return (await daemon.index.turn_texts([f"transcript:ag/s/{n}"])).get(f"transcript:ag/s/{n}") == text
+
+    await client.send(client.topics.transcripts, turn(5, "A said this."), key="ag/s")
+    await eventually(lambda: holds(5, "A said this."), timeout=60, what="A's turn")
+    await asyncio.sleep(1.0)
+    since_ms = int(time.time() * 1000)
+    await client.send(client.topics.transcripts, turn(5, "B said that."), key="ag/s")  # refused: A holds it
+    await client.send(client.topics.transcripts, turn(6, "B said that."), key="ag/s")
+    await eventually(lambda: holds(6, "B said that."), timeout=60, what="B's turn")
+    assert await holds(5, "A said this.")
+
+    rep = await reindex(settings, since_ms=since_ms)
+    assert (rep.progress.applied, rep.progress.carried) == (1, 1), rep.progress  # B at 6; A at 5, carried over
+    wanted = [{"agent_id": "ag", "session_id": "s", "turn": n} for n in (5, 6)]
+    said: list[Any] = []
+
+    async def both_read() -> bool:  # the daemon reads the new generation once it sees the switch
+        _, reply = await client.ask({"query_id": uuid.uuid4().hex, "op": "get", "turns": wanted})
+        said[:] = [i["content"] for i in reply["items"]]
+        return None not in said
+
+    await eventually(both_read, timeout=30, what="the turns read from the new generation")
+    assert said == ["A said this.", "B said that."], said

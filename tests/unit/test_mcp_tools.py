@@ -183,4 +183,4 @@ async def test_a_remember_that_times_out_names_the_turn_it_sent() -> None:
         await tools.remember("a", agent_id="ag", session_id="s")
     said = str(info.value)
     assert info.value.code == "timeout" and "turn 0 of session 's' may still be written" in said, said
-    assert "call remember again with turn=0" in said, said
+    assert "call remember again with turn=0 and if_absent=true" in said, said

@@ -29,7 +29,7 @@ def test_the_first_claim_of_an_empty_turn_wins_and_a_second_is_refused() -> None
     a, b = turn("A"), turn("B")
     kept, refused = claims_apart([a, b], {})
     assert kept == [a] and [i for i, _ in refused] == [b]
-    assert "turn 3 of this session holds another writer's turn" in refused[0][1]
+    assert "turn 3 of this session holds another turn" in refused[0][1]
 
 
 def test_a_claim_of_what_the_turn_holds_is_kept() -> None:
