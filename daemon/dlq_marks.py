@@ -84,22 +84,23 @@ async def mark_replayed(client: Any, name: str, dlq_topic: str, letter: DeadLett
 
 async def tenant_marks(client: Any, name: str, topics: Sequence[str], *, delete: bool = True) -> int:
     """Delete the marks of the dead letters whose originals came from ``topics`` (an erased
-    tenant's); returns how many (``delete=False``: how many there are, deleting nothing).
+    tenant's), or were sent there; returns how many (``delete=False``: how many there are, deleting nothing).
 
     Raises:
         BackendUnavailable: Redis is unreachable.
     """
     key, wanted = replayed_key(name), set(topics)
     async with translate_errors("dead letter marks"):
-        gone = [f async for f, v in client.hscan_iter(key) if _letter_topic(v) in wanted]
+        gone = [f async for f, v in client.hscan_iter(key) if wanted & _topics(v)]
         if delete and gone:
             await client.hdel(key, *gone)
     return len(gone)
 
 
-def _letter_topic(raw: bytes | str) -> str | None:
+def _topics(raw: bytes | str) -> set[str]:
+    """The topics a mark names: its letter's, and where it was sent (``--tenant``'s topic)."""
     try:
-        letter = json.loads(raw)["letter"]
-        return str(letter[0])
+        d = json.loads(raw)
+        return {str(d["letter"][0]), str(d["to"])}
     except (ValueError, KeyError, TypeError, IndexError):
-        return None
+        return set()

@@ -138,8 +138,7 @@ async def _check_redis(settings: Settings) -> list[Finding]:
     except MemdError as exc:
         if exc.code == "unauthorized":
             fix = "check AGENTMEM_REDIS_USERNAME / AGENTMEM_REDIS_PASSWORD"
-        elif isinstance(exc.__cause__, redis.exceptions.TimeoutError | TimeoutError):
-            # It took the connection: it runs, and does not answer (starting another would not help).
+        elif _hung(exc):
             fix = (
                 f"Redis at {settings.redis_url} is hung or blocked (a long command, a stopped process, a host "
                 "swapping): see its log, or what `redis-cli --latency` and `INFO` say once it answers"
@@ -150,6 +149,13 @@ async def _check_redis(settings: Settings) -> list[Finding]:
     finally:
         await client.aclose()
     return found
+
+
+def _hung(exc: MemdError) -> bool:
+    """Whether Redis took the connection and then did not answer: it runs (starting another would
+    not help). A connect that timed out reached nothing: a host down or firewalled."""
+    cause = exc.__cause__
+    return isinstance(cause, redis.exceptions.TimeoutError | TimeoutError) and "connecting" not in str(cause)
 
 
 async def diagnose(settings: Settings) -> list[Finding]:

@@ -37,6 +37,16 @@ def split_sentences(text: str) -> list[str]:
     ]
 
 
+#: Most words lines are joined into while no sentence ends among them.
+MAX_SENTENCE_WORDS = 60
+_SENTENCE_END = re.compile(r"[.!?](?:\s|$)")
+
+
+def _open_words(paragraph: str) -> int:
+    """Words of ``paragraph`` after the last sentence that ends in it."""
+    return len(_SENTENCE_END.split(paragraph)[-1].split())
+
+
 def _paragraphs(text: str) -> list[str]:
     """``text``'s paragraphs, each on one line: a line joins the one before it unless a blank
     line parts them, or either is a heading, a table row or code, or it starts a list item."""
@@ -49,7 +59,9 @@ def _paragraphs(text: str) -> list[str]:
             continue
         alone = bool(_HEADING.match(line) or _MARKUP.match(line)) or not _prose(stripped)
         item = _LIST_ITEM.match(line)
-        if joinable and not alone and not item:
+        # Lines that never close a sentence (log lines, a list without markers) stay apart past
+        # a sentence's length: joined, one of them could fill the whole summary.
+        if joinable and not alone and not item and _open_words(out[-1]) + len(stripped.split()) <= MAX_SENTENCE_WORDS:
             out[-1] += " " + stripped
         else:
             out.append(line[item.end() :].strip() if item else stripped)  # an item without its marker

@@ -55,16 +55,7 @@ def dlq_body(
         f'<p class="muted">The last {limit} records of each partition of {esc(topic)}, newest first, '
         "as read just now.</p>"
         + table(
-            (
-                "reason",
-                "topic / partition / offset",
-                "tenant",
-                "failed at",
-                "attempts",
-                "original",
-                "DLQ at",
-                "sent again",
-            ),
+            _COLUMNS,
             rows,
             table_id="dlq",
             empty="no dead letter",

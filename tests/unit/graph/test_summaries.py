@@ -110,3 +110,11 @@ def test_a_sentence_wrapped_over_lines_is_one_sentence() -> None:
         "Run it monthly.",
         "504s at 18:02, 19:10 and 20:45.",
     ]
+
+
+def test_lines_that_close_no_sentence_are_joined_only_up_to_a_sentences_length() -> None:
+    """Log lines or a list without markers: joined whole, one "sentence" could fill a summary."""
+    lines = [f"worker-{i} restarted after OOMKilled on node pool-b at step {i}" for i in range(20)]
+    said = split_sentences("\n".join(lines))
+    assert len(said) > 1 and all(len(s.split()) <= 60 for s in said), said
+    assert " ".join(said) == " ".join(lines)
