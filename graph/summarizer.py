@@ -277,17 +277,18 @@ class Summarizer:
                 # Any failure, a bug's too, backs this community off with its reason: retried at
                 # once, one community that always fails would hold the worker for ever.
                 why = str(exc) if isinstance(exc, MemdError) else f"{type(exc).__name__}: {exc}"
-                attempts = await self._store.failures(cid) + 1
-                delay = self._backoff_s(attempts)
-                await self._store.record_failure(cid, time.time() + delay, self._owner, token, why)
-                SUMMARIES_FAILED.inc()
-                log.warning("graph.summary_failed", community_id=cid, attempts=attempts, retry_in_s=delay, error=why)
                 # The next community would most likely fail alike (a model down, a rate limit):
                 # the worker pauses too, doubling while summaries keep failing, so a failing
                 # model is not called for every community in turn.
                 self._pause.failing += 1
                 pause_s = self._backoff_s(self._pause.failing)
                 self._pause.until = time.monotonic() + pause_s
+                attempts = await self._store.failures(cid) + 1
+                # Tried again no sooner than the pause ends: the stale queue shows when it is.
+                delay = max(self._backoff_s(attempts), pause_s)
+                await self._store.record_failure(cid, time.time() + delay, self._owner, token, why)
+                SUMMARIES_FAILED.inc()
+                log.warning("graph.summary_failed", community_id=cid, attempts=attempts, retry_in_s=delay, error=why)
                 log.warning("graph.summaries_paused", pause_s=pause_s, failures_in_a_row=self._pause.failing)
                 break
             else:

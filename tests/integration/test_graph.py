@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -722,6 +723,10 @@ async def test_a_failing_model_pauses_the_worker_not_only_the_community(
     await asyncio.sleep(0.6)
     assert await s.graph.work_once() == 0 and len(calls) == 2
     assert await s.graph.work_once() == 0 and len(calls) == 2  # paused for 1 s now
+    # The community that failed last says it is tried again when the pause ends, not before.
+    failed = [i for i in (await s.store.stale(limit=50))[1] if i.retry_at is not None]
+    latest = max(failed, key=lambda i: i.retry_at or 0.0)
+    assert (latest.retry_at or 0.0) - time.time() > 0.8, latest
     await asyncio.sleep(1.1)
     assert await s.graph.work_once() == 0 and len(calls) == 3
 
