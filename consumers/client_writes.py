@@ -12,8 +12,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import structlog
-
 from consumers.client_core import _ClientCore
 from consumers.encoding import delete_body, document_body, encode_request, forget_body, turn_body
 from consumers.events import DocumentEvent, ForgetEvent, TranscriptEvent, WriteAck, forget_scope_error
@@ -22,8 +20,6 @@ from consumers.topic_names import topic_base
 from consumers.turn_numbers import Session
 from memory.errors import InvalidRequest
 from memory.turn_claims import TURN_TAKEN
-
-log = structlog.get_logger()
 
 #: How many times ``publish_observation`` without ``turn`` sends a turn whose claim was
 #: refused (another writer took the number) as the next one; before each, a random pause of up
@@ -199,7 +195,6 @@ class _Writes(_ClientCore):
             receipt = await claim(n)
             if not turn_taken(receipt):
                 return receipt
-            log.info("client.turn_taken", agent_id=agent_id, session_id=session_id, turn=n)
             await asyncio.sleep(random.uniform(0, CLAIM_PAUSE_S * 2**refused))
             n = await self.next_turn(agent_id, session_id, tenant=tenant, at_least=n + 1)
         return await claim(n)

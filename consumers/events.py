@@ -353,8 +353,8 @@ class WriteAck(BaseModel):
     of it). ``ignored``: an older version than the stored one, or superseded by a later event
     of the same doc in the same batch (``error_code`` None: a retry, nothing lost); or refused
     (``error_code`` ``version_conflict``: its version already written saying something else;
-    ``tenant_erased``; ``turn_taken``: a claimed turn that held another). ``dead_lettered``: refused; ``reason`` and ``error_code`` say why, as
-    its DLQ record does.
+    ``tenant_erased``; ``turn_taken``: a claimed turn that held another). ``dead_lettered``:
+    refused; ``reason`` and ``error_code`` say why, as its DLQ record does.
     """
 
     event_id: str | None

@@ -55,10 +55,10 @@ def when(value: datetime | str | None, what: str, *, now: datetime | None = None
 
 
 def is_shorthand(value: str) -> bool:
-    """Whether ``value`` is a time only :func:`when` reads (an age, ``today``, ``yesterday``,
-    ``now``), not an ISO 8601 one."""
+    """Whether ``value`` is a time only :func:`when` reads (an age, a date alone, ``today``,
+    ``yesterday``, ``now``), not an ISO 8601 time."""
     text = value.strip().lower()
-    return bool(_AGE.fullmatch(text)) or text == "now" or text in _DAYS
+    return bool(_AGE.fullmatch(text) or _DATE.fullmatch(text)) or text == "now" or text in _DAYS
 
 
 def age(seconds: float) -> str:

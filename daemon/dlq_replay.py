@@ -84,6 +84,30 @@ def replay_of(value: bytes | None, record_key: bytes | None, inputs: Sequence[st
     return Replay(topic=topic, key=key, value=original)
 
 
+def original_of(value: bytes | None) -> bytes:
+    """A DLQ record's original event, byte for byte (empty for an empty message), whatever its
+    key (``dlq original`` prints it; sending it again is ``replay_of``'s to judge).
+
+    Raises:
+        InvalidRequest: no DLQ record, or its original was left out (too large to keep).
+    """
+    try:
+        body: Any = json.loads(value or b"")
+    except (ValueError, RecursionError):
+        body = None
+    if not isinstance(body, dict) or not isinstance(body.get("topic"), str):
+        raise InvalidRequest("this record is no dead letter of the daemon's")
+    if body.get("original_truncated") or (not body.get("original_b64") and body.get("original_size")):
+        raise InvalidRequest(
+            f"its original was too large to keep in the DLQ: read it from {body['topic']} partition "
+            f"{body.get('partition')} offset {body.get('offset')} while that topic retains it"
+        )
+    try:
+        return base64.b64decode(body.get("original_b64") or "", validate=True)
+    except (binascii.Error, ValueError, TypeError):
+        raise InvalidRequest("its original_b64 is not base64") from None
+
+
 def keyed_as(value: bytes) -> str | None:
     """The key the contract gives an event (pure): a document's ``doc_id``; a turn's, or a
     session's forget's, ``agent_id/session_id``; an agent-wide forget's ``agent_id``. None

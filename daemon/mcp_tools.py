@@ -205,7 +205,9 @@ class MemoryTools:
                 # keeps it, and this one moves on (docs/mcp.md, "Turn numbers").
                 receipt = await c.claim_next_turn(agent_id, session_id, lambda n: claim(n, True))
                 if turn_taken(receipt):
-                    raise ToolFailure("conflict", "other writers kept taking this session's next turn; try again")
+                    raise ToolFailure(
+                        "conflict", "other writers kept taking this session's next turn: nothing was written; try again"
+                    )
                 return {**ack_view(receipt.ack, receipt.doc_id), "turn": receipt.turn}
 
         def unsure() -> str | None:
@@ -215,7 +217,8 @@ class MemoryTools:
             return (
                 f"turn {sent} of session {session_id!r} may still be written: call remember again with "
                 f"turn={sent} and if_absent=true (stored once if it landed, refused if another writer's is "
-                "there), not without a turn, which would store it twice"
+                "there), not without a turn, which would store it twice; a long text may need longer than the "
+                "deadline (AGENTMEM_MCP__TIMEOUT_S) to be embedded"
             )
 
         return await self._call("remember", say, write=unsure)
@@ -243,7 +246,10 @@ class MemoryTools:
             view = ack_view(r.ack, r.doc_id)
             if r.ack is not None and r.ack.removed == 0:
                 # Nothing was stored under that id, a misspelt one most likely: say so, and which is.
-                view["note"] = "nothing was stored under this doc_id: nothing was removed"
+                view["note"] = (
+                    "nothing was stored under this doc_id: nothing was removed (the delete is kept as its "
+                    "stored_version: a later write of this doc_id needs a higher version, or none)"
+                )
                 if (near := await c.doc_hint(doc_id)) is not None:
                     view["did_you_mean"] = near
             return view

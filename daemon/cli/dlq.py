@@ -20,7 +20,15 @@ from daemon.cli._app import _fail, _settings, _with_redis, app, err, out
 from daemon.cli._client import _with_client, ack_said, check_tenant_known, refused
 from daemon.connections import redis_client
 from daemon.dlq_marks import ReplayMark, mark_of, mark_replayed, read_marks
-from daemon.dlq_replay import Replay, corrected, destination, parse_position, read_dead_letters, replay_of
+from daemon.dlq_replay import (
+    Replay,
+    corrected,
+    destination,
+    original_of,
+    parse_position,
+    read_dead_letters,
+    replay_of,
+)
 from daemon.explore.dlq import DeadLetter, dead_letter, erased_letter, recent_dead_letters, tenant_of
 from daemon.settings import Settings
 from memory.errors import InvalidRequest, MemdError, NotFound
@@ -207,10 +215,11 @@ def dlq_original(
     s = _settings(quiet=True)
     try:
         records = asyncio.run(read_dead_letters(**_reader(s), positions=[wanted]))
-        _letter, replay = _replay_at(wanted, records, s, _erased(s, strict=True))
+        _letter_at(wanted, records, s, _erased(s, strict=True))
+        original = original_of(records[wanted][0])
     except MemdError as exc:
         raise _fail(exc) from exc
-    sys.stdout.buffer.write(replay.value)
+    sys.stdout.buffer.write(original)
     sys.stdout.buffer.flush()
 
 
@@ -230,12 +239,29 @@ def _replay_at(
         InvalidRequest: its tenant was erased, or it cannot be sent again (``replay_of`` says why).
     """
     t = settings.topics
+    letter = _letter_at(p, records, settings, erased)
+    return letter, replay_of(*records[p], inputs=(t.documents, t.transcripts), kept=kept)
+
+
+def _letter_at(
+    p: tuple[int, int],
+    records: Mapping[tuple[int, int], tuple[bytes | None, bytes | None]],
+    settings: Settings,
+    erased: Mapping[str, Erasure],
+) -> DeadLetter:
+    """The dead letter at ``p`` (of ``records``, as read).
+
+    Raises:
+        NotFound: there is no such record.
+        InvalidRequest: its tenant was erased.
+    """
+    t = settings.topics
     if p not in records:
         raise NotFound(f"no such record in {t.dlq} (see `agentmemd dlq list`)")
     letter = dead_letter(*p, records[p][0], bases=(t.documents, t.transcripts), tenancy=settings.consumer.tenancy)
     if erased_letter(letter, erased):
         raise InvalidRequest(f"tenant {letter.tenant} was erased since (agentmemd erase-tenant)")
-    return letter, replay_of(*records[p], inputs=(t.documents, t.transcripts), kept=kept)
+    return letter
 
 
 def _erased(settings: Settings, *, strict: bool) -> Mapping[str, Erasure]:

@@ -312,7 +312,7 @@ def test_a_time_range_becomes_epoch_bounds_in_the_spec() -> None:
     assert open_end.since == datetime(2026, 11, 1, tzinfo=UTC).timestamp() and open_end.until is None
     assert to_spec(parse_request(b'{"query_id": "q", "search_text": "x"}')).since is None
     # An age or a day's name is the clients' shorthand: the wire names what to send instead.
-    for shorthand in ("7d", "yesterday"):
+    for shorthand in ("7d", "yesterday", "2026-12-01"):
         raw = json.dumps({"query_id": "q", "search_text": "x", "time_range": {"since": shorthand}}).encode()
         with pytest.raises(InvalidRequest, match=f"time_range.since: '{shorthand}' is the clients' shorthand"):
             parse_request(raw)

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from daemon.dlq_replay import Replay, corrected, destination, keyed_as, replay_of
+from daemon.dlq_replay import Replay, corrected, destination, keyed_as, original_of, replay_of
 from daemon.explore.dlq import dead_letter
 from memory.errors import InvalidRequest
 
@@ -68,9 +68,17 @@ def test_an_empty_message_is_shown_empty_not_too_large_and_is_not_sent_again() -
     assert (letter.preview, letter.preview_kind, letter.cut, letter.size) == ("", "text", False, 0)
     with pytest.raises(InvalidRequest, match="an empty message: there is nothing to send again"):
         replay_of(json.dumps(body).encode(), b"k", ("memory.documents",))
+    assert original_of(json.dumps(body).encode()) == b""  # `dlq original` prints it: nothing
+    # A keyless one cannot be sent again as it was, but its original is printed all the same.
+    keyless = {**body, "key": None, "original_b64": "//4AYmluYXJ5", "original_size": 9}
+    assert original_of(json.dumps(keyless).encode()) == b"\xff\xfe\x00binary"
+    with pytest.raises(InvalidRequest, match="no UTF-8 key"):
+        replay_of(json.dumps(keyless).encode(), None, ("memory.documents",))
     cut = {**body, "original_size": 5_000_000, "original_truncated": True}
     assert dead_letter(0, 9, json.dumps(cut).encode(), bases=("memory.documents",), tenancy="single").preview_kind == (
         "none"
     )
     with pytest.raises(InvalidRequest, match="too large to keep"):
         replay_of(json.dumps(cut).encode(), b"k", ("memory.documents",))
+    with pytest.raises(InvalidRequest, match="too large to keep"):
+        original_of(json.dumps(cut).encode())
