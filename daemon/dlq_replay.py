@@ -55,12 +55,7 @@ def replay_of(value: bytes | None, record_key: bytes | None, inputs: Sequence[st
         InvalidRequest: no DLQ record; (``kept``) its original was left out (too large to
             keep); its topic is none of ``inputs`` (nor a tenant's of one); or it kept no key.
     """
-    try:
-        body: Any = json.loads(value or b"")
-    except (ValueError, RecursionError):
-        body = None
-    if not isinstance(body, dict) or not isinstance(body.get("topic"), str):
-        raise InvalidRequest("this record is no dead letter of the daemon's")
+    body = _letter_body(value)
     topic: str = body["topic"]
     where = f"{topic} partition {body.get('partition')} offset {body.get('offset')}"
     if kept and not body.get("original_truncated") and not body.get("original_b64") and not body.get("original_size"):
@@ -91,12 +86,7 @@ def original_of(value: bytes | None) -> bytes:
     Raises:
         InvalidRequest: no DLQ record, or its original was left out (too large to keep).
     """
-    try:
-        body: Any = json.loads(value or b"")
-    except (ValueError, RecursionError):
-        body = None
-    if not isinstance(body, dict) or not isinstance(body.get("topic"), str):
-        raise InvalidRequest("this record is no dead letter of the daemon's")
+    body = _letter_body(value)
     if body.get("original_truncated") or (not body.get("original_b64") and body.get("original_size")):
         raise InvalidRequest(
             f"its original was too large to keep in the DLQ: read it from {body['topic']} partition "
@@ -106,6 +96,21 @@ def original_of(value: bytes | None) -> bytes:
         return base64.b64decode(body.get("original_b64") or "", validate=True)
     except (binascii.Error, ValueError, TypeError):
         raise InvalidRequest("its original_b64 is not base64") from None
+
+
+def _letter_body(value: bytes | None) -> dict[str, Any]:
+    """A DLQ record's JSON object, naming its original's topic.
+
+    Raises:
+        InvalidRequest: it is none.
+    """
+    try:
+        body: Any = json.loads(value or b"")
+    except (ValueError, RecursionError):
+        body = None
+    if not isinstance(body, dict) or not isinstance(body.get("topic"), str):
+        raise InvalidRequest("this record is no dead letter of the daemon's")
+    return body
 
 
 def keyed_as(value: bytes) -> str | None:

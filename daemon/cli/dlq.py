@@ -7,9 +7,9 @@ import dataclasses
 import json
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.text import Text
@@ -35,6 +35,8 @@ from memory.errors import InvalidRequest, MemdError, NotFound
 from memory.records import DEFAULT_TENANT
 from memory.tenants import Erasure, TenantRegistry
 from memory.tenants import refused as refused_after_erasure
+
+V = TypeVar("V")
 
 dlq_app = typer.Typer(no_args_is_help=True, help="The dead letters: list them, send them again.")
 app.add_typer(dlq_app, name="dlq")
@@ -271,39 +273,43 @@ def _erased(settings: Settings, *, strict: bool) -> Mapping[str, Erasure]:
     if settings.consumer.tenancy != "topic":
         return {}
 
-    async def read() -> Mapping[str, Erasure]:
-        client = redis_client(settings)
-        try:
-            return await TenantRegistry(client=client, name=settings.index.name).erased()
-        finally:
-            await client.aclose()
+    async def read(client: Any) -> Mapping[str, Erasure]:
+        return await TenantRegistry(client=client, name=settings.index.name).erased()
 
-    try:
-        return asyncio.run(read())
-    except MemdError as exc:
-        if strict:
-            raise _fail(exc) from exc
-        err.print(f"[yellow]warning:[/yellow] could not read the erased tenants ({exc}): their dead letters may show")
-        return {}
+    return _read_redis(
+        settings, read, strict=strict, unread="could not read the erased tenants ({}): their dead letters may show"
+    )
 
 
 def _marks(settings: Settings, *, strict: bool) -> Mapping[str, ReplayMark]:
     """The marks of the dead letters sent again. With Redis out of reach: ``strict`` (a replay)
     fails, since it could send one a second time; else none, and a warning says so."""
 
-    async def read() -> Mapping[str, ReplayMark]:
+    async def read(client: Any) -> Mapping[str, ReplayMark]:
+        return await read_marks(client, settings.index.name)
+
+    return _read_redis(settings, read, strict=strict, unread="could not read which dead letters were sent again ({})")
+
+
+def _read_redis(
+    settings: Settings, read: Callable[[Any], Awaitable[Mapping[str, V]]], *, strict: bool, unread: str
+) -> Mapping[str, V]:
+    """What ``read`` reads from Redis; when it cannot: ``strict`` fails the command, else none,
+    with the warning ``unread`` (``{}``: the error)."""
+
+    async def run() -> Mapping[str, V]:
         client = redis_client(settings)
         try:
-            return await read_marks(client, settings.index.name)
+            return await read(client)
         finally:
             await client.aclose()
 
     try:
-        return asyncio.run(read())
+        return asyncio.run(run())
     except MemdError as exc:
         if strict:
             raise _fail(exc) from exc
-        err.print(f"[yellow]warning:[/yellow] could not read which dead letters were sent again ({exc})")
+        err.print(f"[yellow]warning:[/yellow] {unread.format(exc)}")
         return {}
 
 
