@@ -44,12 +44,21 @@ def claims_apart(
             continue
         mine: Held = (item.content, item.metadata) if item.op == "upsert" else None
         there = now[key]
-        if item.if_absent and item.op == "upsert" and there is not None and there != mine:
+        if item.if_absent and item.op == "upsert" and not _same_turn(there, mine):
             refused.append((item, taken_reason(item)))
             continue
         now[key] = mine
         kept.append(item)
     return kept, refused
+
+
+def _same_turn(there: Held, mine: Held) -> bool:
+    """Whether a turn that holds ``there`` is free for ``mine``: empty, the same turn, or the
+    start of it with the same metadata (its own large write, cut short by a crash or a lost
+    partition and delivered again: written in slices, in order)."""
+    if there is None or there == mine:
+        return True
+    return mine is not None and there[1] == mine[1] and mine[0].startswith(there[0])
 
 
 def taken_reason(item: MemoryItem) -> str:

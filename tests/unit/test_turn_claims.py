@@ -61,3 +61,14 @@ def test_other_turns_are_left_alone() -> None:
     a = turn("A")
     assert claims_apart([other, a], {}) == ([other, a], [])
     assert claimed([other, a, turn("B")]) == [("default", DOC)]
+
+
+def test_a_claim_of_a_turn_holding_the_start_of_its_own_write_is_kept() -> None:
+    """A large turn is written in slices: cut short (a crash, a lost partition), it is
+    delivered again and must finish, not be refused by its own first slices."""
+    a = turn("A long turn, in many slices.")
+    assert claims_apart([a], {("default", DOC): held("A long turn,")}) == ([a], [])
+    kept, refused = claims_apart([a], {("default", DOC): held("Another turn")})
+    assert kept == [] and [i for i, _ in refused] == [a]
+    other_role = ("A long turn,", {"role": "user", "turn": 3, "agent_id": "a", "session_id": "s"})
+    assert claims_apart([a], {("default", DOC): other_role})[0] == []
