@@ -132,8 +132,9 @@ async def test_broker_restart_daemon_reconnects_by_itself(
         before = PlainClient(bootstrap, settings.topics, settings.topics.replies)
         await before.start()
         # A client that lives through the restart, its reply reader never paused (as a busy
-        # agent's): its position stands past the new log's end afterwards.
-        lasting = MemoryClient(bootstrap=bootstrap, topics=settings.topics, reply_idle_pause_s=0, timeout_s=20)
+        # agent's): its position stands past the new log's end afterwards. (60 s: on a loaded
+        # CI run its first reply after the restart once took longer than 20 s to be heard.)
+        lasting = MemoryClient(bootstrap=bootstrap, topics=settings.topics, reply_idle_pause_s=0, timeout_s=60)
         await lasting.start()
         for pause in (0.2, 0):
             outage_clients.append(
