@@ -82,25 +82,15 @@ async def mark_replayed(client: Any, name: str, dlq_topic: str, letter: DeadLett
         await client.hset(replayed_key(name), _field(dlq_topic, letter), json.dumps(body, ensure_ascii=False))
 
 
-async def tenant_marks(client: Any, name: str, topics: Sequence[str], *, delete: bool = True) -> int:
+async def tenant_marks(client: Any, name: str, topics: Sequence[str]) -> None:
     """Delete the marks of the dead letters whose originals came from ``topics`` (an erased
-    tenant's), or were sent there; returns how many (``delete=False``: how many there are, deleting nothing).
+    tenant's), or were sent there.
 
     Raises:
         BackendUnavailable: Redis is unreachable.
     """
-    key, wanted = replayed_key(name), set(topics)
-    async with translate_errors("dead letter marks"):
-        gone = [f async for f, v in client.hscan_iter(key) if wanted & _topics(v)]
-        if delete and gone:
-            await client.hdel(key, *gone)
-    return len(gone)
-
-
-def _topics(raw: bytes | str) -> set[str]:
-    """The topics a mark names: its letter's, and where it was sent (``--tenant``'s topic)."""
-    try:
-        d = json.loads(raw)
-        return {str(d["letter"][0]), str(d["to"])}
-    except (ValueError, KeyError, TypeError, IndexError):
-        return set()
+    wanted = set(topics)
+    gone = [f for f, m in (await read_marks(client, name)).items() if wanted & {m.to, *map(str, m.letter[:1])}]
+    if gone:
+        async with translate_errors("dead letter marks"):
+            await client.hdel(replayed_key(name), *gone)

@@ -21,6 +21,7 @@ from aiokafka.errors import KafkaError
 
 from consumers.kafka_clients import cluster_metadata
 from consumers.topic_names import tenant_from_topic, tenant_topic, topic_base
+from daemon.explore.dlq import left_out
 from daemon.lost_logs import log_ends
 from daemon.teardown import bounded
 from memory.errors import BackendUnavailable, InvalidRequest
@@ -58,13 +59,13 @@ def replay_of(value: bytes | None, record_key: bytes | None, inputs: Sequence[st
     body = _letter_body(value)
     topic: str = body["topic"]
     where = f"{topic} partition {body.get('partition')} offset {body.get('offset')}"
-    if kept and not body.get("original_truncated") and not body.get("original_b64") and not body.get("original_size"):
-        raise InvalidRequest("its original is an empty message: there is nothing to send again")
-    if kept and (body.get("original_truncated") or not body.get("original_b64")):
+    if kept and left_out(body):
         raise InvalidRequest(
             f"its original was too large to keep in the DLQ: publish it again from its source, "
             f"or from {where} while that topic retains it"
         )
+    if kept and not body.get("original_b64"):
+        raise InvalidRequest("its original is an empty message: there is nothing to send again")
     if topic_base(topic, inputs) is None:
         raise InvalidRequest(f"its topic {topic!r} is no input topic of this deployment")
     try:
@@ -87,7 +88,7 @@ def original_of(value: bytes | None) -> bytes:
         InvalidRequest: no DLQ record, or its original was left out (too large to keep).
     """
     body = _letter_body(value)
-    if body.get("original_truncated") or (not body.get("original_b64") and body.get("original_size")):
+    if left_out(body):
         raise InvalidRequest(
             f"its original was too large to keep in the DLQ: read it from {body['topic']} partition "
             f"{body.get('partition')} offset {body.get('offset')} while that topic retains it"

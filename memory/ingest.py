@@ -35,7 +35,7 @@ from memory.records import ApplyResult, ChunkRecord, MemoryItem, StoredChunk
 from memory.replays import conflicts_apart, held_in
 from memory.retrying import backoff_s, pause, retry_while_unavailable
 from memory.session_context import SessionContext
-from memory.turn_claims import TURN_TAKEN, Held, claimed, claims_apart
+from memory.turn_claims import TURN_TAKEN, claimed, claims_apart
 
 log = structlog.get_logger()
 
@@ -199,32 +199,35 @@ class Ingestor:
         """``items`` without the claimed turns that hold another writer's
         (``memory.turn_claims.claims_apart``), and those, with why; the turns read here."""
         keys = claimed(items)
-        stored: dict[tuple[str, str], Held] = {}
-        for index in (self._index, self._earlier):
-            for tenant in sorted({t for t, d in keys if (t, d) not in stored}) if index is not None else ():
-                ids = [d for t, d in keys if t == tenant and (t, d) not in stored]
-                read = await self._retrying(
-                    "claim read",
-                    lambda i=index, t=tenant, d=ids: i.as_written(d, t),  # type: ignore[misc]
-                )
-                stored.update({(tenant, d): held_in(chunks) for d, chunks in read.items()})
-        return claims_apart(items, stored) if keys else (list(items), [])
+        if not keys:
+            return list(items), []
+        found = await self._as_written(self._index, keys, "claim read")
+        if self._earlier is not None and (lacking := [k for k in keys if k not in found]):
+            found.update(await self._as_written(self._earlier, lacking, "claim read"))
+        return claims_apart(items, {k: held_in(chunks) for k, chunks in found.items()})
 
     async def _conflicts_apart(
         self, replays: list[MemoryItem], copies: Sequence[MemoryItem], report: IngestReport
     ) -> list[MemoryItem]:
         """``replays`` without the document upserts that conflict with what is stored
         (``memory.replays.conflicts_apart``), read here."""
-        docs = dict.fromkeys((i.tenant, i.doc_id) for i in replays if i.op == "upsert" and i.kind == "document")
+        docs = list(dict.fromkeys((i.tenant, i.doc_id) for i in replays if i.op == "upsert" and i.kind == "document"))
+        return conflicts_apart(replays, copies, await self._as_written(self._index, docs, "replay read"), report)
+
+    async def _as_written(
+        self, index: ChunkIndex, docs: Sequence[tuple[str, str]], what: str
+    ) -> dict[tuple[str, str], list[StoredChunk]]:
+        """The chunks as written of each of ``docs`` (tenant, doc id) that ``index`` holds, one
+        read per tenant."""
         found: dict[tuple[str, str], list[StoredChunk]] = {}
         for tenant in sorted({t for t, _ in docs}):
             ids = [d for t, d in docs if t == tenant]
             read = await self._retrying(
-                "replay read",
-                lambda t=tenant, d=ids: self._index.as_written(d, t),  # type: ignore[misc]
+                what,
+                lambda t=tenant, d=ids: index.as_written(d, t),  # type: ignore[misc]
             )
             found.update({(tenant, d): chunks for d, chunks in read.items()})
-        return conflicts_apart(replays, copies, found, report)
+        return found
 
     async def _apply(self, items: Sequence[MemoryItem]) -> IngestReport:
         report = IngestReport()

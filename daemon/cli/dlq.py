@@ -36,6 +36,7 @@ from memory.records import DEFAULT_TENANT
 from memory.tenants import Erasure, TenantRegistry
 from memory.tenants import refused as refused_after_erasure
 
+T = TypeVar("T")
 V = TypeVar("V")
 
 dlq_app = typer.Typer(no_args_is_help=True, help="The dead letters: list them, send them again.")
@@ -296,16 +297,8 @@ def _read_redis(
 ) -> Mapping[str, V]:
     """What ``read`` reads from Redis; when it cannot: ``strict`` fails the command, else none,
     with the warning ``unread`` (``{}``: the error)."""
-
-    async def run() -> Mapping[str, V]:
-        client = redis_client(settings)
-        try:
-            return await read(client)
-        finally:
-            await client.aclose()
-
     try:
-        return asyncio.run(run())
+        return asyncio.run(_in_redis(settings, read))
     except MemdError as exc:
         if strict:
             raise _fail(exc) from exc
@@ -316,17 +309,22 @@ def _read_redis(
 def _mark(settings: Settings, letter: DeadLetter, *, to: str, said: str) -> None:
     """Mark ``letter`` sent again; a failure is a warning (it was sent: the next are sent too)."""
 
-    async def write() -> None:
-        client = redis_client(settings)
-        try:
-            await mark_replayed(client, settings.index.name, settings.topics.dlq, letter, to=to, said=said)
-        finally:
-            await client.aclose()
+    async def write(client: Any) -> None:
+        await mark_replayed(client, settings.index.name, settings.topics.dlq, letter, to=to, said=said)
 
     try:
-        asyncio.run(write())
+        asyncio.run(_in_redis(settings, write))
     except MemdError as exc:
         err.print(f"[yellow]warning:[/yellow] sent, but not marked as sent ({exc}): `dlq list` will not say so")
+
+
+async def _in_redis(settings: Settings, fn: Callable[[Any], Awaitable[T]]) -> T:
+    """``fn(client)`` with a Redis client of ``settings``, closed after."""
+    client = redis_client(settings)
+    try:
+        return await fn(client)
+    finally:
+        await client.aclose()
 
 
 def _mark_json(mark: ReplayMark) -> dict[str, Any]:

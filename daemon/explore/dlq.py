@@ -101,8 +101,7 @@ def dead_letter(partition: int, offset: int, value: bytes | None, *, bases: Sequ
     topic = str(body.get("topic", "?"))
     original = _original(body)
     # No bytes: left out of the record (too large), or an empty message (nothing to leave out).
-    left_out = bool(body.get("original_truncated")) or (_int(body.get("original_size")) or 0) > 0
-    text, kind, cut = preview(original) if original or not left_out else ("", "none", False)
+    text, kind, cut = preview(original) if original or not left_out(body) else ("", "none", False)
     return DeadLetter(
         partition=partition,
         offset=offset,
@@ -138,6 +137,12 @@ def tenant_of(topic: str, bases: Sequence[str], tenancy: str) -> str | None:
     """The tenant of a record of ``topic``: that of the first input topic ``bases`` it belongs to."""
     base = topic_base(topic, bases)
     return None if base is None else tenant_from_topic(topic, base, tenancy)
+
+
+def left_out(body: Mapping[str, Any]) -> bool:
+    """Whether a DLQ record left its original's bytes out (too large to keep; an empty message
+    kept nothing, and left nothing out)."""
+    return bool(body.get("original_truncated")) or (not body.get("original_b64") and bool(body.get("original_size")))
 
 
 def _original(body: Mapping[str, Any]) -> bytes:
