@@ -24,12 +24,14 @@ from memory.schema import as_str
 @dataclass(frozen=True, slots=True)
 class ReplayMark:
     """A dead letter sent again: when (Redis's clock), to which topic, what its ack said (or
-    ``sent``), and the letter it was (``letter_id``)."""
+    ``sent``), the letter it was (``letter_id``), and whether its ack refused it (``refused``:
+    nothing was applied, so it may be sent once more without ``--again``)."""
 
     at: float
     to: str
     said: str
     letter: list[Any]
+    refused: bool = False
 
     @property
     def when(self) -> str:
@@ -64,21 +66,30 @@ async def read_marks(client: Any, name: str) -> dict[str, ReplayMark]:
     for key, value in raw.items():
         try:
             d = json.loads(value)
-            marks[as_str(key)] = ReplayMark(at=float(d["at"]), to=str(d["to"]), said=str(d["said"]), letter=d["letter"])
+            marks[as_str(key)] = ReplayMark(
+                at=float(d["at"]),
+                to=str(d["to"]),
+                said=str(d["said"]),
+                letter=d["letter"],
+                refused=d.get("refused") is True,
+            )
         except (ValueError, KeyError, TypeError):
             continue  # not ours to read: as if unmarked
     return marks
 
 
-async def mark_replayed(client: Any, name: str, dlq_topic: str, letter: DeadLetter, *, to: str, said: str) -> None:
-    """Mark ``letter`` sent again to ``to``, its ack having said ``said``.
+async def mark_replayed(
+    client: Any, name: str, dlq_topic: str, letter: DeadLetter, *, to: str, said: str, refused: bool = False
+) -> None:
+    """Mark ``letter`` sent again to ``to``, its ack having said ``said`` (``refused``: it
+    refused the event, which was dead-lettered again or not applied).
 
     Raises:
         BackendUnavailable: Redis is unreachable.
     """
     async with translate_errors("dead letter marks"):
         seconds, micros = await client.time()  # Redis's clock, as every time the daemons keep
-        body = {"at": seconds + micros / 1e6, "to": to, "said": said, "letter": letter_id(letter)}
+        body = {"at": seconds + micros / 1e6, "to": to, "said": said, "letter": letter_id(letter), "refused": refused}
         await client.hset(replayed_key(name), _field(dlq_topic, letter), json.dumps(body, ensure_ascii=False))
 
 

@@ -179,7 +179,8 @@ def dlq_replay(
         name = f"{p[0]}:{p[1]}"
         try:
             letter, replay = _replay_at(p, records, s, erased, kept=fixed is None)
-            if not again and (mark := mark_of(letter, s.topics.dlq, marks)) is not None:
+            # A send whose ack refused it applied nothing: sending the letter (or a fix) again undoes nothing.
+            if not again and (mark := mark_of(letter, s.topics.dlq, marks)) is not None and not mark.refused:
                 raise InvalidRequest(
                     f"sent again already, {mark.when} to {mark.to} ({mark.said}): `--again` sends it once more"
                 )
@@ -198,9 +199,10 @@ def dlq_replay(
             failed = True
             continue
         said = _send(replay, s, wait=wait, timeout_s=timeout)
-        failed |= said.startswith(("dead-lettered", "no ack", "refused"))
+        not_applied = said.startswith(_NOT_APPLIED)
+        failed |= not_applied or said.startswith("no ack")
         out.print(f"{name}: sent to {replay.topic} under key {replay.key!r}" + (f": {said}" if said else ""))
-        _mark(s, letter, to=replay.topic, said=said or "sent, its ack not waited for")
+        _mark(s, letter, to=replay.topic, said=said or "sent, its ack not waited for", refused=not_applied)
     if failed:
         raise typer.Exit(1)
 
@@ -306,11 +308,11 @@ def _read_redis(
         return {}
 
 
-def _mark(settings: Settings, letter: DeadLetter, *, to: str, said: str) -> None:
+def _mark(settings: Settings, letter: DeadLetter, *, to: str, said: str, refused: bool) -> None:
     """Mark ``letter`` sent again; a failure is a warning (it was sent: the next are sent too)."""
 
     async def write(client: Any) -> None:
-        await mark_replayed(client, settings.index.name, settings.topics.dlq, letter, to=to, said=said)
+        await mark_replayed(client, settings.index.name, settings.topics.dlq, letter, to=to, said=said, refused=refused)
 
     try:
         asyncio.run(_in_redis(settings, write))
@@ -329,6 +331,10 @@ async def _in_redis(settings: Settings, fn: Callable[[Any], Awaitable[T]]) -> T:
 
 def _mark_json(mark: ReplayMark) -> dict[str, Any]:
     return {"at": mark.when, "to": mark.to, "said": mark.said}
+
+
+#: How ``_send`` begins what it says of an ack that applied nothing.
+_NOT_APPLIED = ("dead-lettered", "refused")
 
 
 def _send(replay: Replay, settings: Settings, *, wait: bool, timeout_s: float | None) -> str:

@@ -59,7 +59,7 @@ async def test_a_dead_letter_is_listed_and_sent_again_once_its_cause_is_fixed(
     finally:
         await daemon.stop()
 
-    # Sent once already: marked, listed as such, and not sent a second time unless asked.
+    # Sent once already and refused: marked, listed as such.
     marked = await asyncio.to_thread(_cli, env, "dlq", "list", "--json")
     (shown_again,) = [d for d in map(json.loads, marked.stdout.splitlines()) if d["offset"] == letter["offset"]]
     assert shown_again["replayed"]["to"] == tight.topics.documents, shown_again
@@ -69,15 +69,19 @@ async def test_a_dead_letter_is_listed_and_sent_again_once_its_cause_is_fixed(
     fixed = tight.model_copy(update={"ingest": IngestConfig(max_content_bytes=4096)})
     daemon = await start_daemon(fixed)
     try:
-        twice = await asyncio.to_thread(_cli, env, "dlq", "replay", where, "--wait", "--timeout", "60")
-        said = " ".join(twice.stdout.split())
-        assert twice.returncode == 1 and f"{where}: not sent: sent again already" in said and "--again" in said, twice
-        sent = await asyncio.to_thread(_cli, env, "dlq", "replay", where, "--again", "--wait", "--timeout", "60")
+        # A send that was refused applied nothing: the letter is sent again without --again.
+        sent = await asyncio.to_thread(_cli, env, "dlq", "replay", where, "--wait", "--timeout", "60")
         assert sent.returncode == 0, sent
         assert f"{where}: sent to {tight.topics.documents} under key 'dlq/ledger.md': indexed" in sent.stdout
         relisted = await asyncio.to_thread(_cli, env, "dlq", "list", "--json")
         (now,) = [d for d in map(json.loads, relisted.stdout.splitlines()) if d["offset"] == letter["offset"]]
         assert now["replayed"]["said"].startswith("indexed"), now
+        # Applied once: not sent a second time unless asked.
+        twice = await asyncio.to_thread(_cli, env, "dlq", "replay", where, "--wait", "--timeout", "60")
+        said = " ".join(twice.stdout.split())
+        assert twice.returncode == 1 and f"{where}: not sent: sent again already" in said and "--again" in said, twice
+        thrice = await asyncio.to_thread(_cli, env, "dlq", "replay", where, "--again", "--wait", "--timeout", "60")
+        assert thrice.returncode == 0 and f"{where}: sent to {tight.topics.documents}" in thrice.stdout, thrice
         async with MemoryClient(bootstrap=kafka_bootstrap, topics=tight.topics, timeout_s=30) as c:
             found = await c.get(["dlq/ledger.md"])
         assert (found.items[0].status, found.items[0].content) == ("found", big)
@@ -108,8 +112,15 @@ async def test_a_dead_letter_is_listed_and_sent_again_once_its_cause_is_fixed(
         elsewhere.write_text(json.dumps({**event, "doc_id": "dlq/other.md", "content": big[:500]}))
         moved = await asyncio.to_thread(_cli, env, "dlq", "replay", at, "--with", str(elsewhere))
         assert moved.returncode == 1 and "keyed 'dlq/other.md'" in " ".join(moved.stdout.split()), moved
+        # A "fix" that is still wrong is refused again, and the real one needs no --again.
+        still = tmp_path / "still.json"
+        still.write_text(json.dumps({**event, "content": big * 3 + "!"}))
+        wrong = await asyncio.to_thread(
+            _cli, env, "dlq", "replay", at, "--with", str(still), "--wait", "--timeout", "60"
+        )
+        assert wrong.returncode == 1 and "dead-lettered again: content larger than 4096" in wrong.stdout, wrong
         fixed_up = await asyncio.to_thread(
-            _cli, env, "dlq", "replay", at, "--with", str(short), "--wait", "--timeout", "60"
+            _cli, env, "dlq", "replay", at, "--with", str(still.with_name("huge.json")), "--wait", "--timeout", "60"
         )
         assert fixed_up.returncode == 0 and "under key 'dlq/huge.md': indexed" in fixed_up.stdout, fixed_up
         async with MemoryClient(bootstrap=kafka_bootstrap, topics=tight.topics, timeout_s=30) as c:
