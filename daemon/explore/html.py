@@ -46,9 +46,16 @@ VIEWS = (
 )
 
 
+#: Control characters HTML text may not hold (a browser shows NUL as U+FFFD and drops the
+#: rest), each shown as its control picture (U+2400 block): a stored text or a query that
+#: holds one is shown as it is, visibly.
+_PICTURES = {c: 0x2400 + c for c in (*range(0x09), 0x0B, 0x0C, *range(0x0E, 0x20))} | {0x7F: 0x2421}
+
+
 def esc(value: object) -> str:
-    """Any value as HTML text (quotes too, so it is safe inside an attribute)."""
-    return html.escape("" if value is None else str(value), quote=True)
+    """Any value as HTML text (quotes too, so it is safe inside an attribute), its control
+    characters but tab and line ends shown as their pictures (NUL as ␀)."""
+    return html.escape("" if value is None else str(value), quote=True).translate(_PICTURES)
 
 
 def url(path: str, **params: object) -> str:

@@ -207,6 +207,14 @@ def test_memory_views_escape_everything_from_memory() -> None:
     assert esc(HOSTILE) in out and 'id="next-page"' in out and "agent=%3Ca%3E" in out
 
 
+def test_control_characters_show_as_their_pictures() -> None:
+    """A NUL (from a query's ``?q=`` or a stored text) is not written into the page raw."""
+    assert esc("a\x00b\x1b[31m\x7f") == "a\u2400b\u241b[31m\u2421"
+    assert esc("tab\tline\nend\r") == "tab\tline\nend\r"
+    out = document_body("acme", "doc\x00", [_chunk("text\x00")])
+    assert "\x00" not in out and "\u2400" in out
+
+
 def test_urls_are_encoded_and_escaped() -> None:
     """Query parameters are URL-encoded, and the whole URL escaped for an attribute."""
     assert url("/explore/x", a='"><b>', b=None, c="") == "/explore/x?a=%22%3E%3Cb%3E"
