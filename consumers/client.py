@@ -54,6 +54,7 @@ class MemoryClient(_Writes):
         speaker_weight: float | None = None,
         min_similarity: float | None = None,
         fold_repeats: bool = True,
+        max_per_doc: int | None = None,
     ) -> QueryReply:
         """Ask a query and wait for its reply.
 
@@ -89,6 +90,9 @@ class MemoryClient(_Writes):
             fold_repeats: a result whose text is a better one's, word for word (case and
                 spacing aside), is listed in that one's ``repeats`` instead of taking a place
                 of its own; False returns each as a result.
+            max_per_doc: most results of one document while other documents' hits remain
+                (its further chunks come after theirs; 0: no limit); the daemon's default
+                (3) if None.
 
         Raises:
             QueryFailed: the daemon replied with an error.
@@ -118,6 +122,7 @@ class MemoryClient(_Writes):
             speaker_weight=speaker_weight,
             min_similarity=min_similarity,
             fold_repeats=fold_repeats,
+            max_per_doc=max_per_doc,
         )
         data = await self._transport.ask(topic, payload)
         return QueryReply.model_validate(data)

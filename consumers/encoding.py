@@ -143,6 +143,7 @@ def query_body(
     speaker_weight: float | None = None,
     min_similarity: float | None = None,
     fold_repeats: bool = True,
+    max_per_doc: int | None = None,
 ) -> dict[str, Any]:
     """A query request's body; ``MemoryClient.query`` documents the arguments.
 
@@ -179,6 +180,8 @@ def query_body(
         payload["context_turns"] = context_turns
     if not fold_repeats:
         payload["fold_repeats"] = False
+    if max_per_doc is not None:
+        payload["max_per_doc"] = max_per_doc
     times = {name: when(t, name) for name, t in (("since", since), ("until", until))}
     window = {name: iso(t) for name, t in times.items() if t is not None}
     if window:

@@ -69,6 +69,8 @@ class MemoryRetriever(BaseRetriever):
     """Each conversation turn also brings this many turns before and after it (``metadata["context"]``)."""
     fold_repeats: bool = True
     """A text that later results repeat word for word comes once, with ``metadata["repeats"]``."""
+    max_per_doc: int | None = Field(None, ge=0)
+    """Most results of one document while other documents' are found (0: no limit); None: the daemon's default."""
 
     @field_validator("since", "until")
     @classmethod
@@ -95,6 +97,7 @@ class MemoryRetriever(BaseRetriever):
             until=self.until,
             context_turns=self.context_turns,
             fold_repeats=self.fold_repeats,
+            max_per_doc=self.max_per_doc,
         )
 
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:

@@ -338,6 +338,7 @@ class MemoryStore(BaseStore):
                         metadata_filter={**flt, "source": g},
                         recency_weight=self._recency_weight,
                         fold_repeats=False,
+                        max_per_doc=1,  # one result per item: each is a doc
                     )
                     for g in groups
                 )

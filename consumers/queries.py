@@ -159,6 +159,7 @@ def to_spec(req: QueryRequest, tenant: str = DEFAULT_TENANT) -> SearchSpec:
         until=until,
         context_turns=req.context_turns,
         fold_repeats=req.fold_repeats,
+        max_per_doc=req.max_per_doc,
     )
 
 

@@ -139,6 +139,9 @@ class QueryRequest(BaseModel):
     # A result whose text is a better one's, word for word, is listed under it as a repeat
     # instead of taking a place of its own (memory.repeats); false returns each as a result.
     fold_repeats: bool = True
+    # Most results of one document while other documents' hits remain (0: no limit); absent:
+    # the daemon's default (retrieval.max_per_doc).
+    max_per_doc: int | None = Field(None, ge=0, le=1000)
 
     @field_validator("search_text")
     @classmethod

@@ -58,7 +58,9 @@ SEARCH = (
     "(a newer result passes an older one that matches up to 1 + weight times as well: about 0.5 puts an update "
     "worded like the question first; it reorders only the top_k found, so ask for 10 or more when an update may "
     "rank below older mentions); "
-    "fold_repeats (true by default): a text that later results repeat word for word comes once. "
+    "fold_repeats (true by default): a text that later results repeat word for word comes once; "
+    "max_per_doc (the daemon's default, 3; 0 no limit): most passages of one long document among the results "
+    "while other memories match (ask with 0, or get_document, to read one document's passages). "
     "Returns results with text, score, source, doc_id, kind, metadata, timestamp and ranks (the rank each list "
     "gave it: sparse its words, dense its meaning, identifier an identifier it names, speaker a speaker the query "
     "names, recency its time; without sparse, its words were not among the best matches of the query's) "
@@ -174,10 +176,21 @@ def build_server(tools: MemoryTools) -> MCPServer[Any]:
         min_similarity: Annotated[float | None, Field(ge=-1.0, le=1.0, allow_inf_nan=False)] = None,
         recency_weight: Annotated[float | None, Field(ge=0.0, le=MAX_WEIGHT, allow_inf_nan=False)] = None,
         fold_repeats: StrictFlag = True,
+        max_per_doc: Annotated[StrictCount | None, Field(ge=0, le=MCP_MAX_TOP_K)] = None,
     ) -> Annotated[CallToolResult, Rows]:
         return await _run(
             tools.search_memory(
-                query, top_k, filters, scope, since, until, context_turns, min_similarity, recency_weight, fold_repeats
+                query,
+                top_k,
+                filters,
+                scope,
+                since,
+                until,
+                context_turns,
+                min_similarity,
+                recency_weight,
+                fold_repeats,
+                max_per_doc,
             ),
             wrap=True,
         )

@@ -119,6 +119,7 @@ class MemoryTools:
         min_similarity: float | None = None,
         recency_weight: float | None = None,
         fold_repeats: bool = True,
+        max_per_doc: int | None = None,
     ) -> list[dict[str, Any]]:
         """Ask a query; each result as ``result_view`` shows it.
 
@@ -141,6 +142,7 @@ class MemoryTools:
                 min_similarity=min_similarity,
                 recency_weight=recency_weight,
                 fold_repeats=fold_repeats,
+                max_per_doc=max_per_doc,
             )
             return [result_view(r) for r in reply.results]
 

@@ -207,6 +207,10 @@ class ChunkingConfig(BaseModel):
         return self
 
 
+#: Results of one document by default while others' remain: as web search crowds one site.
+MAX_PER_DOC_DEFAULT = 3
+
+
 class RetrievalConfig(BaseModel):
     """Hybrid retrieval defaults; a request's hybrid_params override the weights and k."""
 
@@ -276,6 +280,16 @@ class RetrievalConfig(BaseModel):
     )
     transcript_sparse_weight: float = Field(
         4 / 3, ge=0.0, description="Default weight of the BM25 leg for transcript turns (see transcript_dense_weight)."
+    )
+    max_per_doc: int = Field(
+        MAX_PER_DOC_DEFAULT,
+        ge=0,
+        le=1000,
+        description=(
+            "Default most results of one document while other documents' hits remain: its further chunks "
+            "come after theirs, and fill the results only when nothing else is found (0: no limit). A long "
+            "document matches a question with many chunks and would hide every other memory."
+        ),
     )
     max_query_chars: int = Field(
         16384,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 
@@ -69,6 +69,36 @@ def fuse_rrf(
     fused = [Fused(id=d, score=s, ranks=ranks[d]) for d, s in scores.items()]
     fused.sort(key=lambda f: (-f.score, f.id))
     return fused
+
+
+def per_doc_first(fused: Sequence[Fused], doc_of: Callable[[str], str], limit: int, top_k: int) -> list[Fused]:
+    """``fused`` with each document's hits past its first ``limit`` moved after the others:
+    the first ``top_k`` hold at most ``limit`` of one document's chunks while other documents'
+    hits remain, and a document's further chunks fill the results only when none remain.
+
+    A long document cut into many chunks matches a question with several of them, and would
+    otherwise fill the results with itself and hide every other memory. The order is kept
+    within each part; the moved hits keep their scores (so a later result may score above an
+    earlier one). It stops looking once ``top_k`` hits are placed: the rest follow as fused.
+
+    Args:
+        fused: hits, best first (``fuse_rrf``).
+        doc_of: a hit id -> its document's id.
+        limit: most hits of one document in the head (0: no limit, ``fused`` as it is).
+        top_k: how many hits the head holds.
+    """
+    if limit <= 0:
+        return list(fused)
+    head: list[Fused] = []
+    moved: list[Fused] = []
+    seen: dict[str, int] = defaultdict(int)
+    for pos, f in enumerate(fused):
+        if len(head) == top_k:
+            return [*head, *fused[pos:], *moved]
+        doc = doc_of(f.id)
+        seen[doc] += 1
+        (head if seen[doc] <= limit else moved).append(f)
+    return [*head, *moved]
 
 
 def recency_ranks(hits: Sequence[tuple[str, float | None]]) -> dict[str, int]:

@@ -18,7 +18,7 @@ from memory.config import RetrievalConfig
 from memory.conversation import parse_turn
 from memory.embedder import Embedder
 from memory.filters import TagFilter, in_time
-from memory.fusion import Fused, boost_recent, fuse_rrf
+from memory.fusion import Fused, boost_recent, fuse_rrf, per_doc_first
 from memory.hit_checks import leg_lists, marker_docs, shown
 from memory.identifiers import query_identifiers
 from memory.index import ChunkIndex, LegHit
@@ -35,6 +35,7 @@ from memory.search_spec import (
     leg_queries,
     leg_weights,
     max_vector_distance,
+    per_doc_limit,
     search_filter,
     validate_spec,
 )
@@ -246,6 +247,8 @@ class Retriever:
         names = list(runs)
         results = list(await asyncio.gather(*(run(k) for run in runs.values())))
 
+        per_doc = per_doc_limit(spec, self._cfg)
+
         def fuse(legs: dict[str, list[str] | dict[str, int]], by_id: Mapping[str, LegHit]) -> list[Fused]:
             if weights["speaker"] > 0 and by_id:
                 said = speaker_ranks(spec.text, ((cid, h.speaker) for cid, h in by_id.items()))
@@ -253,6 +256,8 @@ class Retriever:
                     legs["speaker"] = said
             per_kind = kind_weights(spec, weights, by_id, self._cfg)
             fused = fuse_rrf(legs, weights, k=rrf_k, weights_of=per_kind)
+            if per_doc:
+                fused = per_doc_first(fused, lambda i: by_id[i].doc_id, per_doc, spec.top_k)
             if weights["recency"] > 0 and fused:
                 # Among the results only: over every candidate (each leg's floor of 30 holds
                 # most of one user's memory) it would sort a memory by time, small talk first.

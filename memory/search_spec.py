@@ -42,6 +42,8 @@ class SearchSpec:
     min_similarity: float | None = None
     # Results whose text repeats a better one's fold into it (``memory.repeats``).
     fold_repeats: bool = True
+    # Most results of one document while others' remain (0: no limit); None: the configured default.
+    max_per_doc: int | None = None
 
 
 def max_vector_distance(spec: SearchSpec, cfg: RetrievalConfig) -> float | None:
@@ -95,8 +97,15 @@ def validate_spec(spec: SearchSpec, weights: Mapping[str, float], cfg: Retrieval
             raise InvalidRequest("time range bounds must be finite")
     if spec.since is not None and spec.until is not None and spec.since > spec.until:
         raise InvalidRequest("the time range's since is after its until")
+    if spec.max_per_doc is not None and not 0 <= spec.max_per_doc <= cfg.max_top_k:
+        raise InvalidRequest(f"max_per_doc must be in 0..{cfg.max_top_k}, got {spec.max_per_doc}")
     if not 0 <= spec.context_turns <= MAX_CONTEXT_TURNS:
         raise InvalidRequest(f"context_turns must be in 0..{MAX_CONTEXT_TURNS}, got {spec.context_turns}")
+
+
+def per_doc_limit(spec: SearchSpec, cfg: RetrievalConfig) -> int:
+    """Most results of one document while other documents' hits remain (0: no limit)."""
+    return cfg.max_per_doc if spec.max_per_doc is None else spec.max_per_doc
 
 
 def fetch_depth(top_k: int, cfg: RetrievalConfig) -> int:

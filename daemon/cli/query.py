@@ -100,6 +100,15 @@ def query(
             help="List a result that repeats a better one word for word under it (default), or as its own.",
         ),
     ] = True,
+    max_per_doc: Annotated[
+        int | None,
+        typer.Option(
+            "--max-per-doc",
+            min=0,
+            help="Most results of one document while other documents' are found (0: no limit; "
+            "default: the daemon's, 3).",
+        ),
+    ] = None,
     as_json: JsonOpt = False,
     timeout: ReadTimeoutOpt = None,
 ) -> None:
@@ -127,6 +136,7 @@ def query(
                 until=end,
                 context_turns=context_turns,
                 fold_repeats=fold_repeats,
+                max_per_doc=max_per_doc,
             )
         except QueryFailed as exc:
             if as_json:  # the raw reply, error replies too, for scripts to parse

@@ -412,6 +412,45 @@ async def test_a_shallow_request_is_fused_from_the_candidate_floor(stack) -> Non
     ]
 
 
+async def test_a_long_document_takes_at_most_max_per_doc_results_while_others_match(stack) -> None:
+    """A long runbook matches a question with many of its chunks; by default it takes 3 of
+    the results and the short notes that match come next; with no limit it takes them all;
+    and a question only it answers still gets every result from it."""
+    _, ingestor, retriever = stack
+    section = (
+        "Section {n}. The quarry conveyor belt tension is checked before each shift; a slack conveyor "
+        "belt slips on the head pulley and the quarry crusher stalls. "
+    )
+    runbook = " ".join(section.format(n=n) + "Filler words about gravel sorting and dust. " * 20 for n in range(12))
+    notes = {f"crowd/note-{i}": f"Note {i}: the quarry conveyor belt was replaced on shift {i}." for i in range(4)}
+    await ingestor.apply(
+        [MemoryItem(op="upsert", doc_id="crowd/runbook", version=1, content=runbook, source="crowd")]
+        + [MemoryItem(op="upsert", doc_id=d, version=1, content=t, source="crowd") for d, t in notes.items()]
+    )
+    only = {"source": "crowd"}
+    text = "quarry conveyor belt tension slack head pulley crusher stalls"
+    unlimited = await retriever.search(SearchSpec(text=text, top_k=6, metadata_filter=only, max_per_doc=0))
+    assert [h.chunk.doc_id for h in unlimited.hits].count("crowd/runbook") >= 5  # it floods, unlimited
+    crowded = await retriever.search(SearchSpec(text=text, top_k=6, metadata_filter=only))
+    docs = [h.chunk.doc_id for h in crowded.hits]
+    assert docs.count("crowd/runbook") == RetrievalConfig().max_per_doc == 3, docs
+    assert len(set(docs) - {"crowd/runbook"}) == 3, docs  # three notes, each once
+    # The runbook's chunks it returns are its best: the head of the unlimited list's.
+    best = [h.chunk.chunk_id for h in unlimited.hits if h.chunk.doc_id == "crowd/runbook"][:3]
+    assert [h.chunk.chunk_id for h in crowded.hits if h.chunk.doc_id == "crowd/runbook"] == best
+    # One each: the five documents, then the runbook's next chunk fills the sixth place.
+    one = [
+        h.chunk.doc_id
+        for h in (await retriever.search(SearchSpec(text=text, top_k=6, metadata_filter=only, max_per_doc=1))).hits
+    ]
+    assert sorted(one[:5]) == sorted({"crowd/runbook", *notes}) and one[5] == "crowd/runbook", one
+    # Only the runbook is searched: its chunks fill every place all the same.
+    alone = await retriever.search(SearchSpec(text=text, top_k=6, metadata_filter={"doc_id": "crowd/runbook"}))
+    assert [h.chunk.doc_id for h in alone.hits] == ["crowd/runbook"] * 6
+    with pytest.raises(InvalidRequest, match="max_per_doc"):
+        await retriever.search(SearchSpec(text=text, top_k=6, max_per_doc=-1))
+
+
 async def test_recency_weight_puts_the_newer_of_two_relevant_notes_first(stack) -> None:
     """The status of one thing recorded twice: by relevance the older note wins (it matches
     the query's words better); with a recency weight the newer one comes first, and each hit

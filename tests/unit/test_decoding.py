@@ -6,6 +6,7 @@ import base64
 import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -507,3 +508,19 @@ def test_a_turn_whose_role_is_cut_short_is_refused() -> None:
     raw = json.dumps(turn)
     good, (dead,) = decode(raw.encode(), kind="transcript")
     assert good == [] and "unknown field 'rol': did you mean 'role'?" in dead.reason
+
+
+def test_max_per_doc_reaches_the_spec_and_a_negative_one_is_refused() -> None:
+    """The client's body carries it only when set; the daemon reads it into the search."""
+    from consumers.encoding import query_body
+
+    args: dict[str, Any] = dict(
+        top_k=5, metadata_filter=None, dense_weight=None, sparse_weight=None, identifier_weight=None,
+        recency_weight=None, rrf_k=None, query_id="q", scope=None, since=None, until=None, context_turns=0,
+    )  # fmt: skip
+    assert "max_per_doc" not in query_body("x", **args)
+    body = query_body("x", **args, max_per_doc=1)
+    assert to_spec(parse_request(json.dumps(body).encode())).max_per_doc == 1
+    assert to_spec(parse_request(json.dumps(query_body("x", **args)).encode())).max_per_doc is None
+    with pytest.raises(InvalidRequest, match="max_per_doc"):
+        parse_request(json.dumps({**body, "max_per_doc": -1}).encode())

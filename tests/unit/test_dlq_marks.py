@@ -43,4 +43,3 @@ def test_a_letter_at_a_reused_place_is_not_marked() -> None:
     assert mark_of(newer, "memory.dlq", marks) is None
     elsewhere = dataclasses.replace(LETTER, topic="memory.transcripts")
     assert mark_of(elsewhere, "memory.dlq", marks) is None
-

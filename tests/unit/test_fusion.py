@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from memory.config import RetrievalConfig
-from memory.fusion import Fused, boost_recent, freshness, fuse_rrf, recency_ranks
+from memory.fusion import Fused, boost_recent, freshness, fuse_rrf, per_doc_first, recency_ranks
 from memory.retrieval import Retriever
 
 
@@ -203,3 +203,29 @@ def test_a_similarity_floor_is_a_cosine_distance_reach() -> None:
     assert max_vector_distance(SearchSpec(text="x", top_k=1), configured) == pytest.approx(0.75)
     assert max_vector_distance(SearchSpec(text="x", top_k=1, min_similarity=-1.0), configured) == pytest.approx(2.0)
     assert max_vector_distance(SearchSpec(text="x", top_k=1), RetrievalConfig()) is None
+
+
+def _doc(hit_id: str) -> str:
+    return hit_id.split("#")[0]
+
+
+@pytest.mark.parametrize(
+    ("ids", "limit", "top_k", "want"),
+    [
+        # A long doc's third chunk and on wait for the other docs' hits.
+        (["big#1", "big#2", "big#3", "a#1", "big#4", "b#1"], 2, 4, ["big#1", "big#2", "a#1", "b#1", "big#3", "big#4"]),
+        # Nothing else found: the doc's further chunks fill the results all the same.
+        (["big#1", "big#2", "big#3"], 1, 3, ["big#1", "big#2", "big#3"]),
+        # The head full: the rest follow as fused, then the moved ones.
+        (["a#1", "a#2", "b#1", "c#1", "a#3", "d#1"], 1, 2, ["a#1", "b#1", "c#1", "a#3", "d#1", "a#2"]),
+        # 0: no limit.
+        (["big#1", "big#2", "a#1"], 0, 2, ["big#1", "big#2", "a#1"]),
+    ],
+)
+def test_per_doc_first_keeps_one_documents_hits_to_its_limit(
+    ids: list[str], limit: int, top_k: int, want: list[str]
+) -> None:
+    fused = [Fused(id=i, score=1.0 / (n + 1)) for n, i in enumerate(ids)]
+    out = per_doc_first(fused, _doc, limit, top_k)
+    assert [f.id for f in out] == want
+    assert sorted(f.id for f in out) == sorted(ids)  # nothing lost, nothing twice
