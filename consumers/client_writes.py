@@ -14,7 +14,7 @@ from typing import Any
 
 from consumers.client_core import _ClientCore
 from consumers.encoding import delete_body, document_body, encode_request, forget_body, turn_body
-from consumers.events import DocumentEvent, ForgetEvent, TranscriptEvent, WriteAck, forget_scope_error
+from consumers.events import DocumentEvent, ForgetEvent, TranscriptEvent, WriteAck, forget_scope_error, session_key
 from consumers.requests import GetItem
 from consumers.topic_names import topic_base
 from consumers.turn_numbers import Session
@@ -171,7 +171,7 @@ class _Writes(_ClientCore):
             topic = self._topic(self.topics.transcripts, tenant, answered=wait)
             self.turns.used(key, n)  # before sending: a write that times out may still land
             ack = await self._transport.publish(
-                topic, value, f"{agent_id}/{session_id}", wait=wait, timeout_s=timeout_s
+                topic, value, session_key(agent_id, session_id), wait=wait, timeout_s=timeout_s
             )
             doc_id = TranscriptEvent.model_validate_json(value).doc_id
             return Receipt(event_id=payload["event_id"], doc_id=doc_id, version=None, ack=ack, turn=n)
@@ -240,7 +240,7 @@ class _Writes(_ClientCore):
             raise InvalidRequest(why)
         payload = forget_body(agent_id, session_id, turn)
         event_id = payload["event_id"]
-        key = agent_id if session_id is None else f"{agent_id}/{session_id}"
+        key = session_key(agent_id, session_id)
         topic = self._topic(self.topics.transcripts, tenant, answered=wait)
         ack = await self._transport.publish(topic, encode_request(payload), key, wait=wait, timeout_s=timeout_s)
         if turn is None:  # the session starts over: probe again (one turn's gap changes no next turn)

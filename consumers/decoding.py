@@ -47,6 +47,9 @@ class Decoded:
     partition: int
     offset: int
     event_id: str | None = None  # what its ack is named by (the item does not keep it)
+    # The record's key where it is not the one the event is published under (no key: ``""``):
+    # its order against the doc's (or session's) other events is not kept.
+    keyed_apart: str | None = None
 
 
 def _text(data: bytes | None) -> str | None:
@@ -289,5 +292,6 @@ def decode_records(
             dead.append(dead_letter(rec, str(exc), "invalid_event"))
             continue
         eid = event.event_id
-        good.append(Decoded(item, rec.topic, rec.partition, rec.offset, eid if len(eid) <= 256 else None))
+        apart = None if rec.key == event.key.encode() else "" if rec.key is None else _text(rec.key) or repr(rec.key)
+        good.append(Decoded(item, rec.topic, rec.partition, rec.offset, eid if len(eid) <= 256 else None, apart))
     return good, dead

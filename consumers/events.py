@@ -37,6 +37,11 @@ from memory.records import COMMUNITY_PREFIX, DEFAULT_TENANT, MemoryItem
 MISSPELLING_RATIO = 0.8
 
 
+def session_key(agent_id: str, session_id: str | None) -> str:
+    """The Kafka key of a session's turns and forgets (an agent-wide forget's: the agent id)."""
+    return agent_id if session_id is None else f"{agent_id}/{session_id}"
+
+
 def near_spelling(word: str, among: Collection[str]) -> str | None:
     """The one of ``among`` that ``word`` spells nearly right (``metdata``: ``metadata``), if any."""
     near = difflib.get_close_matches(word, list(among), 1, MISSPELLING_RATIO)
@@ -152,6 +157,11 @@ class DocumentEvent(_Event):
             raise ValueError(f"doc_id may not start with {' or '.join(RESERVED_DOC_PREFIXES)} (the daemon's own ids)")
         return value
 
+    @property
+    def key(self) -> str:
+        """The Kafka key it is published under: its ``doc_id``, so a doc's changes keep their order."""
+        return self.doc_id
+
     def to_item(
         self,
         filter_keys: Collection[str],
@@ -216,6 +226,11 @@ class TranscriptEvent(_Event):
         (``memory.conversation.turn_doc_id``).
         """
         return turn_doc_id(self.agent_id, self.session_id, self.turn)
+
+    @property
+    def key(self) -> str:
+        """The Kafka key it is published under: its session's (``session_key``)."""
+        return session_key(self.agent_id, self.session_id)
 
     def to_item(
         self,
@@ -302,6 +317,11 @@ class ForgetEvent(_Event):
     def content(self) -> None:
         """A forget carries no content (the decoder's size check reads this)."""
         return None
+
+    @property
+    def key(self) -> str:
+        """The Kafka key it is published under: its session's, or for every session its agent's."""
+        return session_key(self.agent_id, self.session_id)
 
     def to_item(
         self,

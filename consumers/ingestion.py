@@ -33,6 +33,7 @@ from memory.metrics import (
     EVENTS_CONSUMED,
     EVENTS_DEAD_LETTERED,
     EVENTS_FAILED,
+    EVENTS_KEYED_APART,
 )
 from memory.retrying import backoff_s, pause
 from memory.tenants import ErasedTenants, Erasure, none_erased, refused
@@ -103,6 +104,8 @@ class Ingestion:
             tenant_of=lambda topic: tenant_from_topic(topic, base, self.cfg.tenancy),
         )
         raw = {(r.topic, r.partition, r.offset): r for r in records}
+        if apart := [g for g in good if g.keyed_apart is not None]:
+            _keyed_apart(apart)
         try:
             await self._ingest(good, dead, raw, base)
         finally:
@@ -289,3 +292,19 @@ class Ingestion:
             )
             raise
         await self.attempts_counter.mark_dead_lettered(*position)
+
+
+def _keyed_apart(apart: Sequence[Decoded]) -> None:
+    """Say that events came under another key than their own: applied, as any event, but in
+    no order against their doc's (or session's) other events. Once per batch, not per event."""
+    for g in apart:
+        EVENTS_KEYED_APART.labels(g.topic).inc()
+    first = apart[0]
+    log.warning(
+        "ingest.keyed_apart",
+        events=len(apart),
+        topic=first.topic,
+        key=first.keyed_apart[:200] if first.keyed_apart else None,
+        doc_id=first.item.doc_id,
+        hint="publish a document under its doc_id, a turn or forget under agent_id/session_id",
+    )

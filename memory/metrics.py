@@ -11,6 +11,12 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 REGISTRY = CollectorRegistry(auto_describe=True)
 
 EVENTS_CONSUMED = Counter("agentmemd_events_consumed_total", "Events read from Kafka.", ["topic"], registry=REGISTRY)
+EVENTS_KEYED_APART = Counter(
+    "agentmemd_events_keyed_apart_total",
+    "Events applied that came under another Kafka key than their own (their order is not kept).",
+    ["topic"],
+    registry=REGISTRY,
+)
 EVENTS_FAILED = Counter(
     "agentmemd_events_failed_total", "Event handling attempts that failed (retried).", ["topic"], registry=REGISTRY
 )

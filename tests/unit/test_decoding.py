@@ -524,3 +524,21 @@ def test_max_per_doc_reaches_the_spec_and_a_negative_one_is_refused() -> None:
     assert to_spec(parse_request(json.dumps(query_body("x", **args)).encode())).max_per_doc is None
     with pytest.raises(InvalidRequest, match="max_per_doc"):
         parse_request(json.dumps({**body, "max_per_doc": -1}).encode())
+
+
+def test_an_event_under_another_key_than_its_own_is_applied_and_marked() -> None:
+    """A document's key is its doc_id, a turn's or a forget's its session's (an agent-wide
+    forget's, the agent's): any other key, or none, is marked for the warning."""
+    turn = json.dumps({"event_id": "e", "agent_id": "a", "session_id": "s", "turn": 1, "content": "x"}).encode()
+    forget = json.dumps({"event_id": "f", "op": "forget", "agent_id": "a", "all_sessions": True}).encode()
+    cases = [
+        (Rec(doc(), key=b"d1"), "document", None),
+        (Rec(doc(), key=b"tenant-a"), "document", "tenant-a"),
+        (Rec(doc(), key=None), "document", ""),
+        (Rec(turn, key=b"a/s"), "transcript", None),
+        (Rec(turn, key=b"a"), "transcript", "a"),
+        (Rec(forget, key=b"a"), "transcript", None),
+    ]
+    for rec, kind, apart in cases:
+        (good,), dead = decode_records([rec], kind=kind, filter_keys=BASE_FILTER_KEYS, max_content_bytes=1024)
+        assert (dead, good.keyed_apart) == ([], apart), rec
