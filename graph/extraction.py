@@ -80,6 +80,7 @@ _NER_TYPES = {
     "EVENT": "event",
 }
 _LEADING = re.compile(r"^(?:the|a|an)\s+", re.IGNORECASE)
+_POSSESSIVE = re.compile(r"['\u2019]s$", re.IGNORECASE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,13 +93,15 @@ class Entity:
 
 
 def normalize(name: str, aliases: Mapping[str, str] | None = None) -> str:
-    """The canonical key of a name: lowercase, single spaces, no article, aliases applied.
+    """The canonical key of a name: lowercase, single spaces, no article or possessive ending,
+    aliases applied.
 
-    ``"The  Billing-Service"`` and ``"billing-service"`` are one node; with the alias
+    ``"The  Billing-Service"`` and ``"billing-service"`` are one node, and ``"Kafka's"`` and
+    ``"Kafka"``; with the alias
     ``postgres -> postgresql``, so are ``Postgres`` and ``PostgreSQL``.
     """
     key = " ".join(name.strip().strip(".,;:'\"`()[]{}").split())
-    key = _LEADING.sub("", key).lower()
+    key = _POSSESSIVE.sub("", _LEADING.sub("", key)).lower()
     if aliases:
         key = aliases.get(key, key)
     return key
@@ -199,28 +202,70 @@ def merge_entities(
         if cur is None:
             if len(best) >= limit:
                 continue
-            best[key] = Entity(key, name.strip(), typ)
+            best[key] = Entity(key, _POSSESSIVE.sub("", name.strip()), typ)
         elif rank.get(typ, len(rank)) < rank.get(cur.type, len(rank)):
             best[key] = Entity(key, cur.name, typ)
     return list(best.values())
 
 
-def ner_pairs(ents: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+def ner_pairs(ents: Iterable[tuple[str, str]], text: str = "") -> list[tuple[str, str]]:
     """spaCy ``(text, label)`` pairs mapped to our types; labels we don't use are dropped, and so
-    is a span that is no name (``_a_name``)."""
-    return [(text, _NER_TYPES[label]) for text, label in ents if label in _NER_TYPES and _a_name(text.strip())]
+    is a span that is no name (``_a_name``), and one that is a common word of ``text``, the chunk
+    they were found in (``_a_common_word``)."""
+    lower: set[str] | None = None
+    out: list[tuple[str, str]] = []
+    for span, label in ents:
+        name = span.strip()
+        if label not in _NER_TYPES or not _a_name(name):
+            continue
+        if " " not in name and name[1:].islower():
+            # A capitalized word (a sentence's, a heading's or a table cell's first: "Restart",
+            # "Default") is no name where the chunk writes it in lower case as a word of its own
+            # too, and capitalized only where a sentence, line or cell starts.
+            lower = _lower_words(text) if lower is None else lower
+            if name.lower() in lower and _only_at_starts(name, text):
+                continue
+        out.append((span, _NER_TYPES[label]))
+    return out
 
+
+# A word in lower case on its own: not part of a path, URL, host or identifier ("redis" in
+# "redis://" or "redis-server" is no use of the word "redis").
+_LOWER_WORD = re.compile(r"(?<![\w./:@-])[a-z]+(?![\w/:@-]|\.\w)")
+
+
+# Units and time zones spaCy reads as organizations: hubs that say nothing of what links them.
+_NOT_NAMES = frozenset("KB MB GB TB KiB MiB GiB TiB ms UTC GMT".split())
 
 # Markdown's and code's punctuation inside a span: "Yahoo Answers](https://…", "// Default",
 # "pg_upgradecluster - Migrate" (a man page's title line).
 _NOT_IN_A_NAME = ("](", "://", "//", " - ", " | ", "`", "=", "{", "}", "<", ">")
 
 
+def _lower_words(text: str) -> set[str]:
+    return set(_LOWER_WORD.findall(text))
+
+
+#: What may stand between a start (a line's, a sentence's, a table cell's) and its first word.
+_MARKUP = " \t*#>+-_`\"'(["
+
+
+def _only_at_starts(word: str, text: str) -> bool:
+    """Whether every occurrence of ``word`` in ``text`` opens a line, a sentence or a table cell."""
+    for m in re.finditer(rf"(?<!\w){re.escape(word)}(?!\w)", text):
+        i = m.start() - 1
+        while i >= 0 and text[i] in _MARKUP:
+            i -= 1
+        if i >= 0 and text[i] not in "\n.!?:;|":
+            return False
+    return True
+
+
 def _a_name(text: str) -> bool:
     """Whether a span spaCy labelled reads as a name: on one line (not a heading run into the
     paragraph under it: "GDPR\n\nData"), starting with a letter or digit, mostly letters and
     digits (not "┌──────"), and holding none of the code and markup punctuation a name does not."""
-    if len(text) < 2 or "\n" in text or not text[0].isalnum():
+    if len(text) < 2 or "\n" in text or not text[0].isalnum() or text.islower() or text in _NOT_NAMES:
         return False
     if any(mark in text for mark in _NOT_IN_A_NAME):
         return False
@@ -255,7 +300,7 @@ def chunk_entities(
     """One chunk's entities: its identifiers, then spaCy's ``(text, label)`` pairs, then an LLM's
     ``(name, type)`` pairs, merged (:func:`merge_entities`). A function of the text alone for
     fixed settings, so a chunk whose text did not change need not be extracted again."""
-    return merge_entities(extract_identifiers(text) + ner_pairs(ner) + list(llm), aliases=aliases, limit=limit)
+    return merge_entities(extract_identifiers(text) + ner_pairs(ner, text) + list(llm), aliases=aliases, limit=limit)
 
 
 def contribution_from(

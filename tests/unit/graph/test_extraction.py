@@ -225,3 +225,23 @@ def test_a_span_of_code_or_markup_is_no_named_entity() -> None:
         ("3M", "ORG"),
     ]
     assert ner_pairs(spans) == [("Acme Corporation", "org"), ("Alice Johnson", "person"), ("3M", "org")]
+
+
+def test_a_capitalized_common_word_is_no_name() -> None:
+    """A word capitalized only where a sentence, line or table cell starts, and written in
+    lower case elsewhere in the chunk, is a word, not a name; a name used mid-sentence stays."""
+    text = (
+        "| Setting | Default |\n|---|---|\n| timeout | 5 |\n"
+        "Restart the worker. If it fails, restart the pod; the default timeout is set in Redis.\n"
+        "Redis listens on redis://127.0.0.1 and redis-server logs to the journal. Kafka holds the log."
+    )
+    ents = [("Setting", "ORG"), ("Default", "ORG"), ("Restart", "ORG"), ("Redis", "ORG"), ("Kafka", "ORG")]
+    assert [n for n, _ in ner_pairs(ents, text)] == ["Setting", "Redis", "Kafka"]
+    # Lower-case spans, units and time zones are never names.
+    assert ner_pairs([("doc", "ORG"), ("MiB", "ORG"), ("UTC", "ORG"), ("iPhone", "PRODUCT")]) == [("iPhone", "product")]
+
+
+def test_a_possessive_names_the_same_entity() -> None:
+    assert normalize("Apache Kafka's") == normalize("Apache Kafka\u2019s") == normalize("apache kafka")
+    (ent,) = merge_entities([("Apache Kafka's", "product"), ("Apache Kafka", "product")])
+    assert (ent.key, ent.name) == ("apache kafka", "Apache Kafka")
