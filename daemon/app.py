@@ -306,7 +306,7 @@ async def start_daemon(
             flush=True,
         )
         ready = f"agentmemd ready: the index is usable now, {consuming}"
-        daemon.spawn(_say_when_usable(index, daemon.halt, ready), "index-watch")
+        daemon.spawn(_say_when_usable(index, daemon.halt, ready), "index-watch", ends=True)
         return daemon
     print(f"agentmemd ready: {consuming}", file=sys.stdout, flush=True)
     return daemon

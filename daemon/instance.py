@@ -66,16 +66,19 @@ class Daemon:
     owns_compute: bool = True
     presence: Presence | None = None  # its word on itself among the index's daemons (daemon.presence)
 
-    def spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
-        """Run a background loop for the daemon's lifetime; its death is logged, never silent."""
+    def spawn(self, coro: Coroutine[Any, Any, None], name: str, *, ends: bool = False) -> None:
+        """Run a background loop for the daemon's lifetime; its death is logged, never silent.
+        ``ends``: a task that returns once its work is done (only an error is then a death)."""
         task = asyncio.create_task(coro, name=name)
-        task.add_done_callback(self._task_ended)
+        task.add_done_callback(functools.partial(self._task_ended, ends=ends))
         self.tasks.append(task)
 
-    def _task_ended(self, task: asyncio.Task[None]) -> None:
+    def _task_ended(self, task: asyncio.Task[None], *, ends: bool = False) -> None:
         if self.stopped or task.cancelled():
             return
         exc = task.exception()
+        if exc is None and ends:
+            return
         # The loops catch what they expect; reaching here is a bug worth an operator's eyes.
         log.error("daemon.task_died", task=task.get_name(), error=f"{type(exc).__name__}: {exc}" if exc else "returned")
 

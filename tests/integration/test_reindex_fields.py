@@ -3,11 +3,13 @@ every doc and turn, and the new key filters them from their stored metadata."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from daemon.launcher import free_port, start_tansu
 from daemon.settings import Settings
@@ -166,12 +168,16 @@ async def test_a_daemon_started_on_an_index_it_cannot_use_says_so_instead_of_rea
         ):
             with pytest.raises(IndexMismatch, match="index fields differ"):
                 await read
-        # Reindexed from another shell: the daemon says it is ready, unrestarted.
+        # Reindexed from another shell: the daemon says it is ready, unrestarted, and its watch
+        # of the index ends there, as it should (no task "died").
         await reindex(_with_keys(settings, ["user_id"]))
 
         async def said_ready() -> bool:
             return "agentmemd ready: the index is usable now" in capsys.readouterr().out
 
-        await eventually(said_ready, timeout=30, what="the ready line after the reindex")
+        with capture_logs() as logs:
+            await eventually(said_ready, timeout=30, what="the ready line after the reindex")
+            await asyncio.sleep(0.1)  # the watch's end is logged just after its last line
+        assert not [e for e in logs if e["event"] == "daemon.task_died"], logs
     finally:
         await daemon.stop()
