@@ -300,7 +300,12 @@ def chunk_entities(
     """One chunk's entities: its identifiers, then spaCy's ``(text, label)`` pairs, then an LLM's
     ``(name, type)`` pairs, merged (:func:`merge_entities`). A function of the text alone for
     fixed settings, so a chunk whose text did not change need not be extracted again."""
-    return merge_entities(extract_identifiers(text) + ner_pairs(ner, text) + list(llm), aliases=aliases, limit=limit)
+    found = extract_identifiers(text)
+    # An identifier spaCy also labels (REDIS-PRIMARY-DOWN as an ORG) is the identifier's node,
+    # which the hyphen form names with underscores: not a second node of another type.
+    idents = {normalize(n) for n, _ in found}
+    named = [(n, t) for n, t in ner_pairs(ner, text) if normalize(n.replace("-", "_")) not in idents]
+    return merge_entities(found + named + list(llm), aliases=aliases, limit=limit)
 
 
 def contribution_from(

@@ -11,6 +11,9 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
+from memory.chunking import chunk_doc
+from memory.conversation import parse_turn
+
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(`])")
 # A markdown heading ("## Notes"), not a sentence opening with "#" ("#4411 reopened").
 _HEADING = re.compile(r"\s*#{1,6}\s")
@@ -19,6 +22,10 @@ _FENCED = re.compile(r"^[ \t]*(```|~~~).*?(?:^[ \t]*\1[^\n]*$|\Z)", re.MULTILINE
 # A table row, or a line of JSON, YAML flow or a program's braces.
 _MARKUP = re.compile(r"\s*[|{}\[\]<]")
 
+
+# A terminal's escape sequence (colours in a captured log or man page: "\x1b[0m"), and the
+# control characters no reader sees as text.
+_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-_]|[\x00-\x08\x0b-\x1f\x7f]")
 
 # A list item's first line ("- step", "* note", "3. then"): it starts a paragraph of its own.
 _LIST_ITEM = re.compile(r"\s*(?:[-*+\u2022]|\d{1,3}[.)])\s")
@@ -31,7 +38,7 @@ def split_sentences(text: str) -> list[str]:
     and operators) is none: each names entities without saying anything of them."""
     return [
         s.strip()
-        for paragraph in _paragraphs(_FENCED.sub("\n", text))
+        for paragraph in _paragraphs(_FENCED.sub("\n", _ESCAPES.sub("", text)))
         for s in _SENTENCE.split(paragraph)
         if len(s.strip()) > 3 and not _HEADING.match(s) and not _MARKUP.match(s) and _prose(s)
     ]
@@ -89,6 +96,24 @@ def mentions(sentence: str, names: Mapping[str, str]) -> set[str]:
     return {key for key, name in names.items() if key in low or name.lower() in low}
 
 
+def community_sources(chunks: Mapping[str, Sequence[str]], limit: int = 5) -> tuple[list[str], int]:
+    """The documents a community's members are named in, most mentions first (a conversation's
+    turns as their session), at most ``limit`` of them, and how many there are in all.
+
+    Args:
+        chunks: each member's chunk ids.
+    """
+    counts: dict[str, int] = {}
+    for ids in chunks.values():
+        for cid in ids:
+            doc = chunk_doc(cid)
+            ref = parse_turn(doc)
+            where = ref.session.rstrip("/") if ref is not None else doc
+            counts[where] = counts.get(where, 0) + 1
+    ranked = sorted(counts, key=lambda d: (-counts[d], d))
+    return ranked[:limit], len(ranked)
+
+
 def extractive_summary(
     texts: Sequence[str],
     names: Mapping[str, str],
@@ -96,6 +121,7 @@ def extractive_summary(
     *,
     max_sentences: int = 5,
     word_budget: int = 1500,
+    sources: tuple[Sequence[str], int] = ((), 0),
 ) -> str:
     """Pick up to ``max_sentences`` sentences that best cover the members.
 
@@ -105,10 +131,11 @@ def extractive_summary(
         weights: member key -> importance (e.g. weighted degree).
         max_sentences: summary length.
         word_budget: words of source considered (bounds the work and mirrors an LLM's budget).
+        sources: the documents named, and how many in all (``community_sources``).
 
     Returns:
         The summary: a header naming the top members, then the chosen sentences in source
-        order. Never empty when there are members.
+        order, then the documents they come from. Never empty when there are members.
     """
     sentences: list[str] = []
     words = 0
@@ -145,4 +172,8 @@ def extractive_summary(
         + (f" (+{len(names) - len(top)} more)." if len(names) > len(top) else ".")
     )
     body = " ".join(sentences[i] for i in sorted(chosen))
-    return f"{header} {body}".strip()
+    shown, of = sources
+    tail = (
+        "Sources: " + ", ".join(shown) + (f" (+{of - len(shown)} more)." if of > len(shown) else ".") if shown else ""
+    )
+    return " ".join(p for p in (header, body, tail) if p)

@@ -14,7 +14,7 @@ from graph.config import GraphConfig
 from graph.llm import SUMMARY_SYSTEM, complete, endpoint, summary_prompt
 from graph.recompute import Recomputer
 from graph.store import GraphStore
-from graph.summaries import extractive_summary
+from graph.summaries import community_sources, extractive_summary
 from memory.activity import IngestActivity
 from memory.chunking import chunk_doc
 from memory.conversation import vector_text
@@ -194,6 +194,7 @@ class Summarizer:
                 weights,
                 max_sentences=self._cfg.summary_sentences,
                 word_budget=self._cfg.summary_token_budget,
+                sources=community_sources(chunks),
             )
         model = self._cfg.summarizer
         now = time.time()

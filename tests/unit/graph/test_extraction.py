@@ -8,6 +8,7 @@ import pytest
 
 from graph.extraction import (
     cap_contribution,
+    chunk_entities,
     contribution_parts,
     cooccurrence,
     extract_identifiers,
@@ -245,3 +246,10 @@ def test_a_possessive_names_the_same_entity() -> None:
     assert normalize("Apache Kafka's") == normalize("Apache Kafka\u2019s") == normalize("apache kafka")
     (ent,) = merge_entities([("Apache Kafka's", "product"), ("Apache Kafka", "product")])
     assert (ent.key, ent.name) == ("apache kafka", "Apache Kafka")
+
+
+def test_an_identifier_spacy_also_labels_is_one_node() -> None:
+    """The hyphen spelling of an error code is its underscore node, whatever spaCy calls it."""
+    text = "Alert REDIS-PRIMARY-DOWN fired; see the Redis runbook."
+    ents = chunk_entities(text, [("REDIS-PRIMARY-DOWN", "ORG"), ("Redis", "ORG")], [])
+    assert sorted((e.key, e.type) for e in ents) == [("redis", "org"), ("redis_primary_down", "error_code")]

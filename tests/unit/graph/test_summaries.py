@@ -6,7 +6,7 @@ import pytest
 
 from graph.errors import LlmFailed
 from graph.llm import parse_entities, summary_prompt
-from graph.summaries import extractive_summary, split_sentences
+from graph.summaries import community_sources, extractive_summary, split_sentences
 
 TEXTS = [
     "The billing-service returned HTTP 504 during the outage. Lunch was at noon.",
@@ -118,3 +118,29 @@ def test_lines_that_close_no_sentence_are_joined_only_up_to_a_sentences_length()
     said = split_sentences("\n".join(lines))
     assert len(said) > 1 and all(len(s.split()) <= 60 for s in said), said
     assert " ".join(said) == " ".join(lines)
+
+
+def test_a_terminals_escapes_are_no_text() -> None:
+    """A captured log or man page holds colour codes: they never reach a summary."""
+    assert split_sentences("Stray cats\x1b[0m macros are gone. The \x1b[1mbold\x1b[22m flag\x07 works.") == [
+        "Stray cats macros are gone.",
+        "The bold flag works.",
+    ]
+
+
+def test_a_summary_names_the_documents_its_members_come_from() -> None:
+    """Most mentions first; a conversation's turns count as their session."""
+    chunks = {
+        "pgbouncer": ["wiki/pool.md_p0", "wiki/pool.md_p1", "transcript:ops/s1/3_p0"],
+        "billing-service": ["wiki/pool.md_p0", "transcript:ops/s1/4_p0", "wiki/billing.md_p0"],
+    }
+    assert community_sources(chunks) == (["wiki/pool.md", "transcript:ops/s1", "wiki/billing.md"], 3)
+    assert community_sources(chunks, limit=1) == (["wiki/pool.md"], 3)
+    text = extractive_summary(
+        ["pgbouncer pools billing-service connections."],
+        {"pgbouncer": "pgbouncer", "billing-service": "billing-service"},
+        {},
+        sources=community_sources(chunks, limit=2),
+    )
+    assert text.endswith("Sources: wiki/pool.md, transcript:ops/s1 (+1 more).")
+    assert extractive_summary(["x"], {"a": "a"}, {}).endswith("Entities: a.")  # no sources: none said
