@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -142,8 +143,12 @@ def normalize_filter(
     exclude: dict[str, list[str]] = {}
     for key in sorted(metadata_filter or {}):
         if key not in allowed:
+            near = next((a for a in sorted(allowed) if a.casefold() == key.casefold()), None) or next(
+                iter(difflib.get_close_matches(key, sorted(allowed), 1, 0.8)), None
+            )
+            meant = f" (did you mean {near!r}?)" if near else ""
             raise InvalidRequest(
-                f"unknown metadata_filter key {key!r}; filterable keys: {', '.join(sorted(allowed))} "
+                f"unknown metadata_filter key {key!r}{meant}; filterable keys: {', '.join(sorted(allowed))} "
                 "(a deployment adds keys with index.extra_filter_keys, then one agentmemd reindex)"
             )
         raw = (metadata_filter or {})[key]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.text import Text
@@ -55,6 +55,8 @@ def _show(item: GetItem) -> None:
         return
     version = f" version {item.version}" if item.version is not None else ""
     out.print(Text(f"{item.doc_id}{version}  {shown_time(item.timestamp) or '?'}  ({item.source})", style="bold"))
+    if item.metadata:
+        out.print(Text(f"  metadata {_meta(item.metadata)}", style="dim"))
     parts = [Text(item.content or "")]
     if item.content_truncated:
         parts.append(Text("(cut: longer than one reply)", style="yellow"))
@@ -63,10 +65,18 @@ def _show(item: GetItem) -> None:
         return
     if not item.history and not item.history_truncated:
         out.print(Text("  no earlier versions kept", style="dim"))
+    after = item.metadata or {}
     for v in item.history:
         held = f"{shown_time(v.timestamp) or '?'} until {shown_time(v.until) or '?'}"
         out.print(Text(f"  version {v.version}  {held}", style="bold dim"))
+        if v.metadata != after:  # what changed may be only its metadata
+            out.print(Text(f"  metadata {_meta(v.metadata) if v.metadata else '(none)'}", style="dim"))
+        after = v.metadata
         out.print(Text(v.content, style="dim"))
     if item.history_truncated:
         left = "earlier" if not item.history else "older"
         out.print(Text(f"  ({left} versions left off to fit one Kafka record: get this id alone)", style="yellow"))
+
+
+def _meta(metadata: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(metadata.items()))

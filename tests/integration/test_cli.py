@@ -142,6 +142,9 @@ def test_up_publish_query_and_clean_stop(tmp_path: Path) -> None:
         assert res.returncode == 0, res.stderr
         now, before = res.stdout.index("drain the queue first"), res.stdout.index("restart the lock manager")
         assert now < before and " until " in res.stdout, res.stdout
+        # The edit dropped the metadata: the earlier version shows what it had.
+        assert "metadata service=ledger-service" in res.stdout[now:], res.stdout
+        assert "metadata" not in res.stdout[:now], res.stdout  # the current version has none
         res = _cli(env, "get", "runbooks/ledger.md", "runbooks/none.md", "--json")
         assert res.returncode == 3, res  # one not found: apart from a failure's 1
         items = json.loads(res.stdout)["items"]

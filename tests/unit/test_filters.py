@@ -38,7 +38,9 @@ def test_build_filter(flt, query) -> None:
 @pytest.mark.parametrize(
     ("flt", "message"),
     [
-        ({"tenant": "a"}, "unknown metadata_filter key"),
+        ({"tenant": "a"}, "unknown metadata_filter key 'tenant'; filterable"),
+        ({"Service": "a"}, r"unknown metadata_filter key 'Service' \(did you mean 'service'\?\)"),
+        ({"servce": "a"}, r"'servce' \(did you mean 'service'\?\)"),
         ({"service": []}, "empty list"),
         ({"service": ""}, "1..512"),
         ({"service": 3}, "must be strings"),
