@@ -20,6 +20,7 @@ from daemon.cli._app import _settings, app, err, out
 from daemon.cli._client import _pairs, _tenant_target, _with_client, ack_said, refused
 from daemon.cli._files import expand, read_text
 from memory.errors import InvalidEvent, InvalidRequest
+from memory.filters import OWN_TAG_KEYS
 
 publish_app = typer.Typer(no_args_is_help=True, help="Publish documents, deletes and observations.")
 app.add_typer(publish_app, name="publish")
@@ -70,6 +71,11 @@ def _metadata(meta: list[str] | None) -> dict[str, Any]:
     metadata = _pairs(meta, "--meta")
     if twice := sorted(k for k, v in metadata.items() if isinstance(v, list)):
         raise typer.BadParameter(f"--meta {', '.join(twice)} given more than once: a metadata key holds one value")
+    for key in sorted(OWN_TAG_KEYS & set(metadata)):
+        err.print(
+            f"[yellow]warning:[/yellow] --meta {key} is kept with the memory, but the filter key {key!r} reads the "
+            f"memory's own {key} (not this value): name it otherwise (doc_{key}, say) to filter by it"
+        )
     return metadata
 
 

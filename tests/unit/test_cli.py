@@ -361,3 +361,13 @@ def test_a_stale_communitys_summary_state_says_failing_why_and_when_again() -> N
     assert held.state(100.0).startswith("being written (or held by a worker that died")
     failing = StaleItem("c1", 0, 10.0, 20.0, 1, [], attempts=3, last_error="LlmFailed: timeout", retry_at=130.0)
     assert failing.state(100.0) == "failed 3x, again in 30s: LlmFailed: timeout"
+
+
+def test_metadata_under_a_memorys_own_filter_key_is_kept_with_a_warning(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--meta kind=runbook`` is stored, but the filter key ``kind`` reads the memory's own kind."""
+    from daemon.cli.publish import _metadata
+
+    assert _metadata(["kind=runbook", "team=ops"]) == {"kind": "runbook", "team": "ops"}
+    said = " ".join(capsys.readouterr().err.split())
+    assert "--meta kind is kept" in said and "doc_kind" in said, said
+    assert _metadata(["team=ops"]) == {"team": "ops"} and capsys.readouterr().err == ""
