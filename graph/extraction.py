@@ -265,7 +265,7 @@ def _a_name(text: str) -> bool:
     """Whether a span spaCy labelled reads as a name: on one line (not a heading run into the
     paragraph under it: "GDPR\n\nData"), starting with a letter or digit, mostly letters and
     digits (not "┌──────"), and holding none of the code and markup punctuation a name does not."""
-    if len(text) < 2 or "\n" in text or not text[0].isalnum() or text.islower() or text in _NOT_NAMES:
+    if len(text) < 2 or "\n" in text or not text[0].isalnum() or text in _NOT_NAMES:
         return False
     if any(mark in text for mark in _NOT_IN_A_NAME):
         return False

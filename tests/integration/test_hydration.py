@@ -33,7 +33,7 @@ from memory.filters import (
     normalize_filter,
     time_clause,
 )
-from memory.fusion import boost_recent, fuse_rrf
+from memory.fusion import boost_recent, fuse_rrf, per_doc_first
 from memory.hit_checks import shown
 from memory.identifiers import identifier_ranks, query_identifiers
 from memory.index import ChunkIndex
@@ -41,7 +41,7 @@ from memory.ingest import Ingestor
 from memory.records import DEFAULT_TENANT, MemoryItem, StoredChunk
 from memory.retrieval import HIDDEN_REFETCH, Retriever
 from memory.search_results import SearchHit, SearchOutcome
-from memory.search_spec import SearchSpec, kind_weights, validate_spec
+from memory.search_spec import SearchSpec, kind_weights, per_doc_limit, validate_spec
 from memory.speakers import speaker_ranks
 from memory.text import bm25_query, query_terms
 from tests.conftest import unique
@@ -136,6 +136,8 @@ async def full_field_search(retriever: Retriever, spec: SearchSpec) -> SearchOut
             legs["speaker"] = said
     weights_of = kind_weights(spec, weights, by_id, cfg)  # type: ignore[arg-type]
     fused = fuse_rrf(legs, weights, k=rrf_k, weights_of=weights_of)
+    # A long document's chunks past the limit after the others' (decision 0070, since).
+    fused = per_doc_first(fused, lambda i: by_id[i].doc_id, per_doc_limit(spec, cfg), spec.top_k)
     if weights["recency"] > 0 and fused:  # the newer lifted among the best of the fusion
         times = {f.id: by_id[f.id].timestamp for f in fused[: spec.top_k]}
         fused = boost_recent(fused, times, weights["recency"], spec.top_k)
@@ -423,7 +425,7 @@ async def test_a_large_doc_at_a_version_above_2_53_is_found_after_its_sliced_wri
     gen = await index._generation()
     markers = await index.write_markers([(gen, DEFAULT_TENANT, doc_id)])
     assert markers[(gen, DEFAULT_TENANT, doc_id)].shown == BIG_VERSION  # the marker path is taken
-    spec = SearchSpec(text="quebec romeo section", top_k=10, dense_weight=0.0)
+    spec = SearchSpec(text="quebec romeo section", top_k=10, dense_weight=0.0, max_per_doc=0)
     out = await retriever.search(spec)
     mine = [h.chunk for h in out.hits if h.chunk.doc_id == doc_id]
     assert len(mine) == 10 and {c.version for c in mine} == {BIG_VERSION}, (markers, out.hits)

@@ -238,8 +238,11 @@ def test_a_capitalized_common_word_is_no_name() -> None:
     )
     ents = [("Setting", "ORG"), ("Default", "ORG"), ("Restart", "ORG"), ("Redis", "ORG"), ("Kafka", "ORG")]
     assert [n for n, _ in ner_pairs(ents, text)] == ["Setting", "Redis", "Kafka"]
-    # Lower-case spans, units and time zones are never names.
-    assert ner_pairs([("doc", "ORG"), ("MiB", "ORG"), ("UTC", "ORG"), ("iPhone", "PRODUCT")]) == [("iPhone", "product")]
+    # Units and time zones are never names; a tool written in lower case is one.
+    assert ner_pairs([("pgbouncer", "ORG"), ("MiB", "ORG"), ("UTC", "ORG"), ("iPhone", "PRODUCT")]) == [
+        ("pgbouncer", "org"),
+        ("iPhone", "product"),
+    ]
 
 
 def test_a_possessive_names_the_same_entity() -> None:
