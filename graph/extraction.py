@@ -218,7 +218,7 @@ def ner_pairs(ents: Iterable[tuple[str, str]], text: str = "") -> list[tuple[str
         name = span.strip()
         if label not in _NER_TYPES or not _a_name(name):
             continue
-        if " " not in name and name[1:].islower():
+        if " " not in name and name[:1].isupper() and name[1:].islower():
             # A capitalized word (a sentence's, a heading's or a table cell's first: "Restart",
             # "Default") is no name where the chunk writes it in lower case as a word of its own
             # too, and capitalized only where a sentence, line or cell starts.

@@ -256,3 +256,9 @@ def test_an_identifier_spacy_also_labels_is_one_node() -> None:
     text = "Alert REDIS-PRIMARY-DOWN fired; see the Redis runbook."
     ents = chunk_entities(text, [("REDIS-PRIMARY-DOWN", "ORG"), ("Redis", "ORG")], [])
     assert sorted((e.key, e.type) for e in ents) == [("redis", "org"), ("redis_primary_down", "error_code")]
+
+
+def test_a_lower_case_name_is_no_capitalized_word() -> None:
+    """Only a capitalized word can be a sentence's first word: a tool's lower-case name stays."""
+    text = "pgbouncer reached max_connections. Restart pgbouncer."
+    assert ner_pairs([("pgbouncer", "PERSON")], text) == [("pgbouncer", "person")]
