@@ -14,7 +14,7 @@ from graph.communities import Community
 from graph.errors import LeaseLost
 from graph.leases import RECOMPUTE_LOCK
 from memory import keys
-from memory.index import translate_errors
+from memory.index import outage_of, translate_errors
 from memory.schema import as_str
 
 
@@ -110,4 +110,6 @@ class CommunityWrites:
             try:
                 await pipe.execute()
             except rexc.WatchError as exc:
+                if (outage := outage_of(exc, "community write")) is not None:
+                    raise outage from exc
                 raise LeaseLost("the recompute lease changed hands while its result was stored") from exc

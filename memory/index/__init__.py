@@ -10,7 +10,7 @@ from memory.index.chunk_index import ChunkIndex
 from memory.index.codec import Analysis, TurnEntry, analyze, analyze_records, turn_terms
 from memory.index.codec import _record_mapping as _record_mapping  # private: patch it in memory.index.codec
 from memory.index.copying import DocState
-from memory.index.errors import IndexError_, QuerySyntaxError, WriteInProgress, translate_errors
+from memory.index.errors import IndexError_, QuerySyntaxError, WriteInProgress, outage_of, translate_errors
 from memory.index.errors import _translated as _translated  # private: the translation table's tests use it
 from memory.index.hits import LegHit
 from memory.index.lifecycle import redis_now
@@ -38,6 +38,7 @@ __all__ = [
     "analyze",
     "analyze_records",
     "next_key",
+    "outage_of",
     "redis_now",
     "translate_errors",
     "turn_terms",

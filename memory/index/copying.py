@@ -11,7 +11,7 @@ from redis import exceptions as rexc
 
 from memory.index.codec import _reanalyzed, _refielded, _respoken, hash_timestamp
 from memory.index.directory import DocChange, queue_change
-from memory.index.errors import IndexError_, translate_errors
+from memory.index.errors import IndexError_, outage_of, translate_errors
 from memory.index.history import Version
 from memory.index.lifecycle import _WATCH_RETRIES, _Lifecycle, redis_now
 from memory.index.sliced import set_marker
@@ -157,7 +157,9 @@ class _Copying(_Lifecycle):
                             pipe.rpush(here, *entries)
                         await pipe.execute()
                         return 1
-                    except rexc.WatchError:
+                    except rexc.WatchError as exc:
+                        if (outage := outage_of(exc, f"write of {doc_id!r}")) is not None:
+                            raise outage from exc
                         continue
         raise IndexError_(f"history carry-over of {doc_id!r} kept conflicting; giving up after {_WATCH_RETRIES} tries")
 
@@ -264,6 +266,8 @@ class _Copying(_Lifecycle):
                             pipe.delete(marker_key)
                         await pipe.execute()
                         return True
-                    except rexc.WatchError:
+                    except rexc.WatchError as exc:
+                        if (outage := outage_of(exc, f"write of {doc_id!r}")) is not None:
+                            raise outage from exc
                         continue
         raise IndexError_(f"copy of {doc_id!r} kept conflicting; giving up after {_WATCH_RETRIES} tries")

@@ -95,14 +95,31 @@ def _translated(exc: BaseException, what: str) -> MemdError | None:
     return None
 
 
+def outage_of(exc: rexc.WatchError, what: str) -> BackendUnavailable | None:
+    """The outage behind a failed WATCH, or None for a watched key that changed.
+
+    redis-py raises a ``WatchError`` for both: when the watching connection fails (Redis
+    restarted, or still loading its data: ``LOADING`` is a connection error to it), it raises
+    one with that error as its context. A WATCH loop that took that for a conflict tried
+    again at once, spent its tries within the outage, and gave the write up as conflicting:
+    it was dead-lettered. An outage is waited out and retried, as any other.
+    """
+    lost = exc.__context__
+    if isinstance(lost, rexc.ConnectionError | rexc.TimeoutError | OSError):
+        return BackendUnavailable(f"redis unavailable during {what}: {lost}")
+    return None
+
+
 @asynccontextmanager
 async def translate_errors(what: str) -> AsyncIterator[None]:
     """Turn redis exceptions into our hierarchy at the point they enter."""
     try:
         yield
-    except rexc.WatchError:
-        # A watched key changed, or the watching connection was lost: the caller's WATCH
-        # loop starts its transaction over on a fresh read, which is no outage.
+    except rexc.WatchError as exc:
+        # A watched key changed: the caller's WATCH loop starts its transaction over on a
+        # fresh read. Unless the watching connection was lost (``outage_of``).
+        if (outage := outage_of(exc, what)) is not None:
+            raise outage from exc
         raise
     except (rexc.RedisError, RedisVLError, OSError) as exc:
         ours = _translated(exc, what)

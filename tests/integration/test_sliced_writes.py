@@ -16,6 +16,7 @@ from structlog.testing import capture_logs
 from daemon.doctor_index import check_unfinished_writes
 from daemon.settings import Settings
 from memory.config import IndexConfig, RetrievalConfig
+from memory.errors import BackendUnavailable
 from memory.index import ChunkIndex, DocState, WriteInProgress
 from memory.index.marker_list import MAX_READ
 from memory.keys import chunk_prefix
@@ -576,3 +577,36 @@ async def test_markers_stored_unlisted_are_listed_at_start(stack) -> None:
     hits = await index.rank_text(bm25_query(query_terms("india")), k=5, tag_keys=())
     standing = (await index.hydrate(hits, None))[1]
     assert standing is not None and key in standing
+
+
+@pytest.mark.parametrize("size", [2, SLICE * 3])  # one transaction; and the marker's, of a sliced write
+async def test_a_write_whose_watching_connection_is_lost_is_an_outage_not_a_conflict(
+    stack: tuple[ChunkIndex, Retriever, aredis.Redis], redis_url: str, size: int
+) -> None:
+    """Redis restarting, or loading its data after a restart, fails the connection a write
+    watches its keys on: redis-py says so with a WatchError. That is an outage, waited out and
+    retried (``BackendUnavailable``), not a conflict: tried again at once, 16 times within the
+    outage, it gave the write up as conflicting and the event was dead-lettered."""
+    index, _, _ = stack
+    killer = aredis.from_url(redis_url)
+    state = index.registry.state
+    killed = 0
+
+    async def lost(pipe: Any = None) -> Any:
+        nonlocal killed
+        if pipe is not None:  # the watching read: its connection dies under it, as in a restart
+            killed += 1
+            await killer.execute_command("CLIENT", "KILL", "ID", await pipe.client_id())
+        return await state(pipe)
+
+    index.registry.state = lost  # type: ignore[method-assign]
+    try:
+        with pytest.raises(BackendUnavailable, match="redis unavailable during .*Connection closed"):
+            await index.apply(DOC, 1, chunks(1, size, "lost"), vectors(size, 1))
+        assert killed == 1  # given up as an outage at once, not after 16 tries
+    finally:
+        del index.registry.state
+        await killer.aclose()
+    # Redis back: the same write goes through.
+    result = await index.apply(DOC, 1, chunks(1, size, "lost"), vectors(size, 1))
+    assert result.applied and await index.chunk_ids(DOC) == {f"{DOC}_p{i}" for i in range(size)}
