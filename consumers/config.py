@@ -191,6 +191,16 @@ class ConsumerConfig(BaseModel):
             "used 0.35 cores with the short waits, 0.10 with this. 0, or at most a subscriber's own wait: off."
         ),
     )
+    query_timeout_s: float = Field(
+        5.0,
+        gt=0,
+        le=600,
+        description=(
+            "Longest a request is worked on before it is answered `unavailable`: a Redis that hangs (stopped, "
+            "swapping, a blocked script) answers nothing, and its socket timeout (10 s) came per command, so an "
+            "asker whose own timeout was shorter heard nothing at all. Answers take milliseconds otherwise."
+        ),
+    )
     query_max_age_ms: int = Field(
         60_000,
         ge=1000,

@@ -7,6 +7,7 @@ an erased tenant is answered with an error, and the answer is fitted to one reco
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,7 +25,7 @@ from consumers.reply_fit import fit
 from consumers.requests import ErrorReply, GetReply, ListReply, QueryReply
 from consumers.topic_names import tenant_from_topic
 from graph import ScopedSearch
-from memory.errors import MemdError
+from memory.errors import BackendUnavailable, MemdError
 from memory.tenants import ErasedTenants, erased_now, none_erased
 
 log = structlog.get_logger()
@@ -96,7 +97,15 @@ class QueryHandling:
             # Not searched: 0 results would read as "nothing stored", where everything was erased.
             reply = error_reply(TenantErased(tenant), guess_query_id(record.value))
         else:
-            reply = await answer(record.value, self.search, tenant)
+            try:
+                async with asyncio.timeout(cfg.query_timeout_s):
+                    reply = await answer(record.value, self.search, tenant)
+            except TimeoutError:
+                hung = BackendUnavailable(
+                    f"no answer within {cfg.query_timeout_s:g} s (AGENTMEM_CONSUMER__QUERY_TIMEOUT_S): Redis or the "
+                    "embedding model is hung or overloaded"
+                )
+                reply = error_reply(hung, guess_query_id(record.value))
         if not isinstance(reply, ErrorReply):
             reply = fit(reply, cfg.reply_max_bytes)
         return Answered(reply, target, partition, tenant)

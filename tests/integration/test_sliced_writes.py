@@ -601,7 +601,7 @@ async def test_a_write_whose_watching_connection_is_lost_is_an_outage_not_a_conf
 
     index.registry.state = lost  # type: ignore[method-assign]
     try:
-        with pytest.raises(BackendUnavailable, match="redis unavailable during .*Connection closed"):
+        with pytest.raises(BackendUnavailable, match=r"redis unavailable during .*Connection closed"):
             await index.apply(DOC, 1, chunks(1, size, "lost"), vectors(size, 1))
         assert killed == 1  # given up as an outage at once, not after 16 tries
     finally:
