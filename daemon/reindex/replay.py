@@ -16,6 +16,7 @@ from consumers.ingestion import erased_apart
 from consumers.kafka_clients import cluster_metadata
 from consumers.topic_names import tenant_from_topic
 from daemon.connections import kafka_options
+from daemon.lost_logs import log_ends
 from daemon.reindex.report import ReindexProgress
 from daemon.settings import Settings
 from memory.ingest import Ingestor
@@ -119,8 +120,8 @@ class Replayer:
         tps = sorted(self.consumer.assignment(), key=lambda tp: (tp.topic, tp.partition))
         if not tps:
             return
-        ends = await self.consumer.end_offsets(tps)
         positions = {tp: await self.consumer.position(tp) for tp in tps}
+        ends = await self._log_ends(tps, positions)
         self._p.total += sum(max(0, ends[tp] - positions[tp]) for tp in tps)
         self._report()
         idle_since = time.monotonic()
@@ -133,7 +134,7 @@ class Replayer:
                 # that lost its log): nothing will ever arrive below the old end offsets, so
                 # the replay would wait forever. What was lost is the completeness check's.
                 try:
-                    now = await self.consumer.end_offsets(tps)
+                    now = await self._log_ends(tps, positions)
                 except KafkaError as exc:  # the broker is away: keep waiting, as getmany does
                     log.warning("reindex.replay_waited", error=str(exc))
                     idle_since = time.monotonic()
@@ -152,6 +153,17 @@ class Replayer:
             for tp in tps:
                 positions[tp] = await self.consumer.position(tp)
             self._report()
+
+    async def _log_ends(
+        self, tps: list[TopicPartition], positions: dict[TopicPartition, int]
+    ) -> dict[TopicPartition, int]:
+        """Each partition's log end as its fetches give it (``log_ends``: tansu's end offset
+        counts a batch as one record, and a replay that stopped there left the batch out),
+        the consumer then put back where it stood."""
+        ends = await log_ends(self.consumer, tps)
+        for tp, position in positions.items():
+            self.consumer.seek(tp, position)
+        return ends
 
     async def _apply(self, topic: str, records: list[Any]) -> None:
         kind, base = self.sources[topic]

@@ -410,3 +410,32 @@ async def test_a_reindex_judges_a_claimed_turn_by_what_the_old_generation_holds(
 
     await eventually(both_read, timeout=30, what="the turns read from the new generation")
     assert said == ["A said this.", "B said that."], said
+
+
+async def test_a_reindex_replays_a_batched_log_to_its_end(env: tuple[Settings, Daemon, PlainClient]) -> None:
+    """Events a producer batched (the CLI publishing a folder, up to 16 sends in flight):
+    tansu's end offset counts a whole batch as one record, and a replay that stopped there
+    left the rest of the batch out; with new chunking the switch was refused as if the
+    events were gone. The replay reads to the log's end as the fetches give it (decision 0024)."""
+    import json
+
+    from aiokafka import AIOKafkaProducer
+
+    settings, daemon, client = env
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all", linger_ms=50)
+    await producer.start()
+    try:
+        sent = [
+            await producer.send(client.topics.documents, json.dumps(doc(i, 1)).encode(), key=b"x", partition=0)
+            for i in range(12)
+        ]
+        await asyncio.gather(*sent)
+    finally:
+        await producer.stop()
+    ids = {f"rx/{i}": 1 for i in range(12)}
+    await eventually(lambda: _all_indexed(daemon, ids), timeout=120, what="the batch indexed")
+    rechunked = settings.model_copy(update={"chunking": ChunkingConfig(max_tokens=64, overlap=8)})
+    rep = await reindex(rechunked)
+    assert rep.progress.applied == 12, rep.progress
+    chunks = await stored_chunks(daemon.redis, settings.index.name)
+    assert {c.rsplit("_p", 1)[0] for c in chunks} == set(ids)
