@@ -69,6 +69,7 @@ def reindex(
 
     # The progress bar and the summary say what a line per replayed doc would, thousands of times over.
     settings = _settings(quiet=True)
+    phases: list[str] = []
     with Progress(console=err, transient=False) as bar:
         task = bar.add_task("starting", total=None)
 
@@ -79,6 +80,17 @@ def reindex(
                 total=p.total or None,
                 completed=p.done,
             )
+            if phases[-1:] == [p.phase]:
+                return
+            phases.append(p.phase)
+            if not err.is_terminal:  # no bar drawn: each phase gets its line, as it starts
+                err.print(f"generation {p.generation}: {p.phase}")
+            if p.phase == "switched" and p.settings_changed:
+                # Said now: queries of daemons on the old settings fail from here, not from the end.
+                err.print(
+                    f"[yellow]switched:[/yellow] generation {p.generation} serves queries now; daemons still running "
+                    "with the old settings answer `unavailable` from here on: restart them with these"
+                )
 
         try:
             rep = asyncio.run(

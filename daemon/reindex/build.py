@@ -188,6 +188,7 @@ class Reindex:
         # Daemons still running with the old generation's settings refuse the new one (an old
         # generation that recorded no spec refuses nobody).
         self._settings_changed = old is not None and old != spec
+        self.progress.settings_changed = self._settings_changed
         self.progress.generation = self._gen
         log.info(
             "reindex.build_started",
@@ -292,6 +293,8 @@ class Reindex:
         self._report()
         await self._slot.switch(self._spec)
         self._replaying().switched = True
+        self.progress.phase = "switched"
+        self._report()
         log.info(
             "reindex.generation_switched", index=self._s.index.name, old_generation=self._old, generation=self._gen
         )

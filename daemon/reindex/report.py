@@ -21,6 +21,8 @@ class ReindexProgress:
     communities: int = 0
     graph_docs: int = 0
     carried: int = 0  # docs copied from the old generation: the replay did not reproduce them
+    # Built with other settings than the old generation: daemons on the old ones refuse it.
+    settings_changed: bool = False
 
 
 @dataclass

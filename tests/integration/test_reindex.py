@@ -214,6 +214,12 @@ async def test_reindex_with_new_chunking_pauses_old_daemons_until_restarted(
     assert "8 graph docs re-pointed to the new chunks" in res.stdout, res.stdout
     # the progress bar, not a log line per replayed doc (an operator's stderr had hundreds)
     assert "ingest.doc_applied" not in res.stderr and "reindex.build_started" not in res.stderr
+    # Not at a terminal: a line per phase as it starts, and the switch said when it happens,
+    # before the catch-up, not only in the summary at the end.
+    said = " ".join(res.stderr.split())
+    assert "generation 2: replaying" in said and "generation 2: checking" in said, res.stderr
+    switched = said.index("switched: generation 2 serves queries now")
+    assert switched < said.index("generation 2: catching up") < said.index("note: it was built with other"), said
 
     # the graph follows the new chunks: each late error code points at the chunk that now holds it
     nodes, _ = await graph.graph()
