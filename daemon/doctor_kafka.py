@@ -8,6 +8,7 @@ import asyncio
 from aiokafka import AIOKafkaConsumer
 from aiokafka.errors import KafkaError
 
+from consumers.topic_names import tenant_from_topic
 from daemon.connections import kafka_options, redis_client
 from daemon.doctor_finding import Finding
 from daemon.settings import Settings
@@ -42,10 +43,13 @@ async def check_kafka(settings: Settings) -> list[Finding]:
     t = settings.topics
     wanted = [t.replies, t.dlq]
     tenants: list[str] = []
+    unread = False
     if settings.consumer.tenancy == "single":
         wanted += [t.documents, t.transcripts, t.requests]
     else:
-        tenants = await _seen_tenants(settings)
+        known = await _seen_tenants(settings)
+        unread = known is None
+        tenants = known or []
         wanted += [name for tenant in tenants for name in tenant_topics(settings, tenant)]
     missing = [name for name in wanted if name not in topics]
     if missing:
@@ -58,9 +62,17 @@ async def check_kafka(settings: Settings) -> list[Finding]:
             fix += f"; a tenant's: a running daemon recreates them, or `agentmemd topics --tenant {lost[0]}`"
         found.append(Finding("topics", False, f"missing: {', '.join(missing[:12])}", fix))
     elif settings.consumer.tenancy != "single" and not tenants:
-        # Only the shared topics exist yet: "all present" would hide that no tenant is served.
-        detail = f"the {len(wanted)} shared ones present ({t.replies}, {t.dlq}); no tenant yet"
-        found.append(Finding("topics", True, detail + ": `agentmemd topics --tenant NAME` onboards one"))
+        # No daemon has read a tenant's event yet: "all present" would hide that no tenant is
+        # served, and "no tenant yet" would deny topics an operator created for one.
+        onboarded = sorted({x for name in topics if (x := tenant_from_topic(name, t.documents, "topic"))})
+        detail = f"the {len(wanted)} shared ones present ({t.replies}, {t.dlq})"
+        if unread:
+            detail += "; which tenants daemons serve is unknown: Redis did not say (see its check)"
+        elif onboarded:
+            detail += f"; tenants with topics, none of whose events a daemon has read yet: {', '.join(onboarded[:10])}"
+        else:
+            detail += "; no tenant yet: `agentmemd topics --tenant NAME` onboards one"
+        found.append(Finding("topics", True, detail))
     else:
         seen = f", {len(tenants)} tenants' included" if tenants else ""
         found.append(Finding("topics", True, f"all {len(wanted)} present{seen}"))
@@ -113,12 +125,12 @@ async def _check_daemons(settings: Settings, groups: list[str]) -> list[Finding]
     ]
 
 
-async def _seen_tenants(settings: Settings) -> list[str]:
-    """The tenants daemons have seen (topic tenancy), or none when Redis cannot say (its own finding says why)."""
+async def _seen_tenants(settings: Settings) -> list[str] | None:
+    """The tenants daemons have seen (topic tenancy), or None when Redis cannot say (its own finding says why)."""
     client = redis_client(settings)
     try:
         return await asyncio.wait_for(TenantRegistry(client=client, name=settings.index.name).with_topics(), timeout=10)
     except (MemdError, TimeoutError):
-        return []
+        return None
     finally:
         await client.aclose()

@@ -688,6 +688,10 @@ async def test_doctor_checks_the_topics_of_every_tenant_seen(kafka_bootstrap: st
     await ensure_contract_topics(settings, timeout_s=30)
     (none_yet,) = [f for f in await diagnose(settings) if f.check == "topics"]
     assert none_yet.ok and "no tenant yet" in none_yet.detail and "topics --tenant" in none_yet.detail, none_yet
+    # Topics made for a tenant whose events no daemon has read yet: named, not "no tenant yet".
+    await ensure_tenant_topics(settings, "onboarded", timeout_s=30)
+    (made,) = [f for f in await diagnose(settings) if f.check == "topics"]
+    assert made.ok and "none of whose events a daemon has read yet: onboarded" in made.detail, made
     client = aredis.from_url(redis_url)
     try:
         registry = TenantRegistry(client=client, name=settings.index.name)
