@@ -97,6 +97,13 @@ async def test_exact_identifier_comes_first(stack) -> None:
     out = await retriever.search(SearchSpec(text="ERR_CONN_RESET_4F2A", top_k=3))
     assert out.hits[0].chunk.doc_id == "wiki/auth.md"
     assert out.hits[0].ranks["sparse"] == 1
+    # Asked for alone, an identifier brings what names it, and no nearest vectors under it;
+    # one stored nowhere, nothing.
+    assert [h.chunk.doc_id for h in out.hits] == ["wiki/auth.md"] and "dense" not in out.ranked, out.hits
+    assert (await retriever.search(SearchSpec(text="QZXW-99173", top_k=3))).hits == []
+    # In a sentence, the vector leg reads the words around it.
+    said = await retriever.search(SearchSpec(text="why does ERR_CONN_RESET_4F2A appear", top_k=3))
+    assert said.hits[0].chunk.doc_id == "wiki/auth.md" and "dense" in said.ranked and len(said.hits) == 3
 
 
 async def test_rrf_score_matches_the_formula_for_reported_ranks(stack) -> None:

@@ -229,3 +229,24 @@ def test_per_doc_first_keeps_one_documents_hits_to_its_limit(
     out = per_doc_first(fused, _doc, limit, top_k)
     assert [f.id for f in out] == want
     assert sorted(f.id for f in out) == sorted(ids)  # nothing lost, nothing twice
+
+
+@pytest.mark.parametrize(
+    ("text", "dense"),
+    [
+        ("SUBT-4410", 0.0),
+        ('"INC-4411", ERR_CONN_RESET_4F2A', 0.0),
+        ("a3f9c2e", 0.0),
+        ("what is INC-4411?", 1.0),  # words besides the id: the vector leg reads them
+        ("pgbouncer", 1.0),  # a name is a word
+        ("PTEN JSON", 1.0),  # and so are words in capitals alone
+        ("Pierre Gerard-Marchant", 1.0),
+        (" ".join(f"OPS-{i}" for i in range(9)), 1.0),  # a long list of ids says more than ids
+    ],
+)
+def test_a_question_of_identifiers_alone_leaves_out_the_vector_leg(text: str, dense: float) -> None:
+    """The model reads no meaning in an opaque id; a request that sets dense_weight has it."""
+    from memory.search_spec import SearchSpec, leg_weights
+
+    assert leg_weights(SearchSpec(text=text, top_k=5), RetrievalConfig())[0]["dense"] == dense
+    assert leg_weights(SearchSpec(text=text, top_k=5, dense_weight=0.5), RetrievalConfig())[0]["dense"] == 0.5
