@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -147,7 +148,7 @@ def query(
     if as_json:
         print(reply.model_dump_json(indent=2))
         return
-    out.print(results_view(reply, whole_lines=out.soft_wrap))
+    out.print(results_view(reply, whole_lines=out.soft_wrap, question=text))
 
 
 @app.command()
@@ -198,11 +199,14 @@ def shown_epoch(at: float) -> str:
     return shown_time(datetime.fromtimestamp(at, UTC).isoformat())
 
 
-def results_view(reply: QueryReply, snippet_chars: int = 240, *, whole_lines: bool = False) -> Group:
+def results_view(
+    reply: QueryReply, snippet_chars: int = 240, *, whole_lines: bool = False, question: str = ""
+) -> Group:
     """A reply for a terminal of any width: per result, one line of facts (cut at the edge)
     and the text below it, wrapped; with ``context``, the turns around a turn dimmed, before
     and after it. A table with the text as one column of six showed none of it at 80 columns.
-    ``whole_lines`` (piped output): nothing is cut or wrapped at the console's width."""
+    ``whole_lines`` (piped output): nothing is cut or wrapped at the console's width. A text
+    longer than ``snippet_chars`` shows the part that holds most of ``question``'s words."""
 
     def indented(text: Text) -> Any:
         # Padding renders to the console's width, which would crop an unwrapped line.
@@ -228,7 +232,7 @@ def results_view(reply: QueryReply, snippet_chars: int = 240, *, whole_lines: bo
         around = r.context or []
         for t in (t for t in around if own is not None and t.turn < own):
             lines.append(indented(_said(t, snippet_chars)))
-        body = Text(_snippet(r.text, snippet_chars))
+        body = Text(_snippet(r.text, snippet_chars, question))
         if own is not None and around:  # among its neighbours, the match says so (dimming is lost in a pipe)
             role = str(r.metadata.get("role") or "")
             body = Text(f"» turn {own}{f' ({role})' if role else ''}: ", style="bold") + body
@@ -254,6 +258,35 @@ def _said(t: ContextTurn, chars: int) -> Text:
     return Text(f"turn {t.turn} ({t.role}): {_snippet(t.text, chars)}", style="dim")
 
 
-def _snippet(text: str, chars: int) -> str:
+def _snippet(text: str, chars: int, question: str = "") -> str:
+    """``text`` on one line, cut to ``chars``: from its start, or around the place that holds
+    the most of the question's words (a chunk of 800 characters whose match is at its end
+    showed only its start, which said nothing of why it was found)."""
     flat = " ".join(text.split())
-    return flat if len(flat) <= chars else flat[: chars - 1] + "…"
+    if len(flat) <= chars:
+        return flat
+    start = _best_window(flat, chars, question)
+    if start == 0:
+        return flat[: chars - 1] + "…"
+    end = start + chars - 2
+    return "…" + flat[start:end] + ("…" if end < len(flat) else "")
+
+
+def _best_window(flat: str, chars: int, question: str) -> int:
+    """Where a ``chars``-long window of ``flat`` holds the most distinct words of ``question``
+    (of 3 characters or more; case aside); 0 when the start holds as many as any."""
+    low = flat.casefold()
+    words = set(re.findall(r"\w{3,}", question.casefold()))
+    hits = sorted((m.start(), w) for w in words for m in re.finditer(rf"(?<!\w){re.escape(w)}", low))
+    if not hits:
+        return 0
+
+    def covered(start: int) -> int:
+        return len({w for at, w in hits if start <= at and at + len(w) <= start + chars - 2})
+
+    best, best_start = covered(0), 0
+    for at, _ in hits:
+        start = max(0, min(at - chars // 4, len(flat) - chars))
+        if (n := covered(start)) > best:
+            best, best_start = n, start
+    return best_start

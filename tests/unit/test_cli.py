@@ -371,3 +371,17 @@ def test_metadata_under_a_memorys_own_filter_key_is_kept_with_a_warning(capsys: 
     said = " ".join(capsys.readouterr().err.split())
     assert "--meta kind is kept" in said and "doc_kind" in said, said
     assert _metadata(["team=ops"]) == {"team": "ops"} and capsys.readouterr().err == ""
+
+
+def test_a_long_result_shows_the_part_that_holds_the_question() -> None:
+    """A chunk whose match is at its end shows that part, marked cut on both sides; one whose
+    start holds the question's words (or that the question names nothing of) its start."""
+    from daemon.cli.query import _snippet
+
+    text = "split [<local-commit>] [<repository>]:: Extract a new, synthetic project history. " * 12
+    text += "The subtree ticket SUBT-4410 was closed after the rewrite."
+    shown = _snippet(text, 120, "SUBT-4410 subtree")
+    assert shown.startswith("…") and "SUBT-4410" in shown and len(shown) <= 120, shown
+    assert _snippet(text, 120, "extract synthetic history").startswith("split [<local-commit>]")
+    assert _snippet(text, 120, "").startswith("split") and _snippet(text, 120, "").endswith("…")
+    assert _snippet("short text", 120, "text") == "short text"
