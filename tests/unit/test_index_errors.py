@@ -68,9 +68,10 @@ def test_bad_commands_and_credentials_are_not_outages() -> None:
     assert _translated(ValueError("not redis"), "x") is None
 
 
-async def test_a_watch_error_reaches_its_watch_loop_untranslated() -> None:
-    """A WatchError, even one raised as the watching connection dropped (its context a
-    ConnectionError), passes ``translate_errors`` as it is: the caller's WATCH loop retries."""
+async def test_a_watch_error_reaches_its_watch_loop_untranslated_unless_its_connection_was_lost() -> None:
+    """A WatchError of a watched key that changed passes ``translate_errors`` as it is (the
+    caller's WATCH loop retries); one raised as the watching connection dropped (its context a
+    ConnectionError: Redis restarted, or loading) is an outage, not a conflict to retry at once."""
 
     async def dropped_while_watching() -> None:
         try:
@@ -78,6 +79,12 @@ async def test_a_watch_error_reaches_its_watch_loop_untranslated() -> None:
         except rexc.ConnectionError:
             raise rexc.WatchError("A ConnectionError occurred on while watching one or more keys") from None
 
+    async def changed() -> None:
+        raise rexc.WatchError("Watched variable changed.")
+
     with pytest.raises(rexc.WatchError):
+        async with translate_errors("chunk write"):
+            await changed()
+    with pytest.raises(BackendUnavailable, match="redis unavailable during chunk write: Connection reset"):
         async with translate_errors("chunk write"):
             await dropped_while_watching()
