@@ -12,8 +12,9 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -154,6 +155,71 @@ class ServerProcess:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+
+
+#: How often the embedded servers are looked at, to say one exited and start Redis again.
+KEEP_EVERY_S = 1.0
+
+
+class RedisKeeper:
+    """A thread that starts the embedded Redis again when it exits (killed, crashed, OOM):
+    its AOF is on disk, so it comes back with everything, and the daemon, which waits outages
+    out, carries on. Nothing else would: under `up` the memory stayed down until `up` restarted,
+    which empties the embedded broker. Each exit and restart is logged."""
+
+    def __init__(
+        self,
+        redis: ServerProcess,
+        restart: Callable[[], ServerProcess],
+        broker: ServerProcess | None = None,
+        every_s: float = KEEP_EVERY_S,
+    ) -> None:
+        self.current = redis
+        self._restart = restart
+        self._broker = broker
+        self._every_s = every_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="redis-keeper", daemon=True)
+
+    def start(self) -> None:
+        """Start looking after Redis in a background thread."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop looking after it (waits for a restart under way)."""
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._every_s):
+            if self._broker is not None and (gone := self._broker.proc.poll()) is not None:
+                # Not started again: it keeps its log in memory, and would come back empty.
+                log.error(
+                    "launcher.server_exited",
+                    server=self._broker.name,
+                    address=self._broker.address,
+                    code=gone,
+                    log=str(self._broker.log_path or ""),
+                    fix="restart `agentmemd up` (or `servers`): the embedded broker starts with an empty log",
+                )
+                self._broker = None
+            code = self.current.proc.poll()
+            if code is None:
+                continue
+            log.error(
+                "launcher.server_exited",
+                server=self.current.name,
+                address=self.current.address,
+                code=code,
+                log=str(self.current.log_path or ""),
+                fix="starting it again on its data (AOF)",
+            )
+            try:
+                self.current = self._restart()
+            except Exception as exc:  # e.g. its port taken meanwhile: tried again next time
+                log.error("launcher.server_restart_failed", server=self.current.name, error=str(exc))
+                continue
+            log.warning("launcher.server_restarted", server=self.current.name, address=self.current.address)
 
 
 def _die_with_parent() -> None:
@@ -352,9 +418,14 @@ def embedded_servers(
             raise
         watch = BrokerMemoryWatch(broker.proc.pid)
         watch.start()
+        keeper = RedisKeeper(
+            redis, lambda: start_redis(redis_url, data_dir=data_dir, password=redis_password), broker=broker
+        )
+        keeper.start()
         try:
             yield broker, redis
         finally:
+            keeper.stop()  # first: a Redis stopped below is not started again
             watch.stop()
             broker.stop()
-            redis.stop()
+            keeper.current.stop()

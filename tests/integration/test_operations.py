@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import time
 import urllib.error
 import urllib.request
 import uuid
@@ -478,6 +479,38 @@ def test_one_data_dir_serves_one_set_of_embedded_servers(tmp_path: Path) -> None
             sync_redis.from_url(other_url).ping()  # no second Redis was started
     with data_dir_lock(tmp_path):  # released with the servers
         pass
+
+
+def test_the_embedded_redis_is_started_again_when_it_dies_and_keeps_its_data(tmp_path: Path) -> None:
+    """`up` and `servers` look after their Redis: killed (as a crash or the OOM killer would),
+    it is started again on its AOF, with what it held, and the exit is logged; the broker's
+    exit is logged with what to do (it keeps its log in memory: not started again)."""
+    import redis as sync_redis
+
+    from daemon import launcher
+
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    with capture_logs() as logs, embedded_servers(f"127.0.0.1:{free_port()}", url, tmp_path) as (broker, redis):
+        client = sync_redis.from_url(url)
+        client.set("kept", "yes")
+        client.execute_command("BGREWRITEAOF")
+        time.sleep(1.5)  # everysec: the write is on disk
+        redis.proc.send_signal(signal.SIGKILL)
+        deadline = time.monotonic() + 30 + launcher.KEEP_EVERY_S
+        while True:
+            try:
+                if client.get("kept") == b"yes":
+                    break
+            except sync_redis.ConnectionError:
+                pass
+            assert time.monotonic() < deadline, logs
+            time.sleep(0.2)
+        broker.proc.send_signal(signal.SIGKILL)
+        time.sleep(2 * launcher.KEEP_EVERY_S + 0.5)
+    exited = [(e["server"], e["code"]) for e in logs if e["event"] == "launcher.server_exited"]
+    assert exited == [("redis", -signal.SIGKILL), ("tansu", -signal.SIGKILL)], logs
+    assert any("empty log" in e.get("fix", "") for e in logs if e.get("server") == "tansu"), logs
+    assert [e["event"] for e in logs].count("launcher.server_restarted") == 1, logs
 
 
 async def test_readyz_fails_when_consumers_leave_their_groups_and_when_draining(
