@@ -93,13 +93,15 @@ class QueryHandling:
             reply: QueryReply | GetReply | ListReply | ErrorReply = ErrorReply(
                 query_id=guess_query_id(record.value), error=error_body(too_old)
             )
-        elif tenant is not None and await self._erased(tenant):
-            # Not searched: 0 results would read as "nothing stored", where everything was erased.
-            reply = error_reply(TenantErased(tenant), guess_query_id(record.value))
         else:
             try:
+                # The erasure's read too: with Redis hung, it waits as long as the search would.
                 async with asyncio.timeout(cfg.query_timeout_s):
-                    reply = await answer(record.value, self.search, tenant)
+                    if tenant is not None and await self._erased(tenant):
+                        # Not searched: 0 results would read as "nothing stored", where everything was erased.
+                        reply = error_reply(TenantErased(tenant), guess_query_id(record.value))
+                    else:
+                        reply = await answer(record.value, self.search, tenant)
             except TimeoutError:
                 hung = BackendUnavailable(
                     f"no answer within {cfg.query_timeout_s:g} s (AGENTMEM_CONSUMER__QUERY_TIMEOUT_S): Redis or the "

@@ -159,13 +159,17 @@ class ServerProcess:
 
 #: How often the embedded servers are looked at, to say one exited and start Redis again.
 KEEP_EVERY_S = 1.0
+#: Longest pause between tries to start a Redis that keeps failing to start (doubling from KEEP_EVERY_S).
+RESTART_PAUSE_MAX_S = 60.0
 
 
 class RedisKeeper:
-    """A thread that starts the embedded Redis again when it exits (killed, crashed, OOM):
-    its AOF is on disk, so it comes back with everything, and the daemon, which waits outages
-    out, carries on. Nothing else would: under `up` the memory stayed down until `up` restarted,
-    which empties the embedded broker. Each exit and restart is logged."""
+    """A thread that starts the embedded Redis again when it fails (killed, crashed, OOM: a
+    non-zero exit): its AOF is on disk, so it comes back with everything, and the daemon, which
+    waits outages out, carries on. Nothing else would: under `up` the memory stayed down until
+    `up` restarted, which empties the embedded broker. A Redis shut down on purpose (exit 0)
+    is left down. Each exit and restart is logged; a Redis that fails to start is tried again
+    after a pause that doubles up to a minute."""
 
     def __init__(
         self,
@@ -177,6 +181,7 @@ class RedisKeeper:
         self.current = redis
         self._restart = restart
         self._broker = broker
+        self._said_stopped = False
         self._every_s = every_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="redis-keeper", daemon=True)
@@ -191,46 +196,72 @@ class RedisKeeper:
         self._thread.join(timeout=30)
 
     def _run(self) -> None:
-        while not self._stop.wait(self._every_s):
-            if self._broker is not None and (gone := self._broker.proc.poll()) is not None:
-                # Not started again: it keeps its log in memory, and would come back empty.
-                log.error(
-                    "launcher.server_exited",
-                    server=self._broker.name,
-                    address=self._broker.address,
-                    code=gone,
-                    log=str(self._broker.log_path or ""),
-                    fix="restart `agentmemd up` (or `servers`): the embedded broker starts with an empty log",
-                )
-                self._broker = None
-            code = self.current.proc.poll()
-            if code is None:
-                continue
+        pause = self._every_s
+        while not self._stop.wait(pause):
+            try:
+                pause = self._every_s if self._look() else min(2 * pause, RESTART_PAUSE_MAX_S)
+            except Exception as exc:  # the thread must outlive any surprise: Redis dies with it
+                log.error("launcher.keeper_failed", error=f"{type(exc).__name__}: {exc}")
+
+    def _look(self) -> bool:
+        """Log a server that exited, and start Redis again; False if that failed."""
+        if self._broker is not None and (gone := self._broker.proc.poll()) is not None:
+            # Not started again: it keeps its log in memory, and would come back empty.
             log.error(
                 "launcher.server_exited",
-                server=self.current.name,
-                address=self.current.address,
-                code=code,
-                log=str(self.current.log_path or ""),
-                fix="starting it again on its data (AOF)",
+                server=self._broker.name,
+                address=self._broker.address,
+                code=gone,
+                log=str(self._broker.log_path or ""),
+                fix="restart `agentmemd up` (or `servers`): the embedded broker starts with an empty log",
             )
-            try:
-                self.current = self._restart()
-            except Exception as exc:  # e.g. its port taken meanwhile: tried again next time
-                log.error("launcher.server_restart_failed", server=self.current.name, error=str(exc))
-                continue
-            log.warning("launcher.server_restarted", server=self.current.name, address=self.current.address)
+            self._broker = None
+        code = self.current.proc.poll()
+        if code is None:
+            return True
+        if code == 0:
+            # Shut down on purpose (`redis-cli shutdown`, a service manager's SIGTERM to
+            # the group): not started again.
+            if not self._said_stopped:
+                log.warning("launcher.server_exited", server=self.current.name, code=0, fix="restart `agentmemd up`")
+                self._said_stopped = True
+            return True
+        log.error(
+            "launcher.server_exited",
+            server=self.current.name,
+            address=self.current.address,
+            code=code,
+            log=str(self.current.log_path or ""),
+            fix="starting it again on its data (AOF)",
+        )
+        try:
+            self.current = self._restart()
+        except Exception as exc:  # e.g. its port taken meanwhile: tried again, later each time
+            log.error("launcher.server_restart_failed", server=self.current.name, error=str(exc))
+            return False
+        log.warning("launcher.server_restarted", server=self.current.name, address=self.current.address)
+        return True
 
 
-def _die_with_parent() -> None:
-    # Linux: the child gets SIGTERM when the process that started it dies, even by
-    # SIGKILL, so `agentmemd up` never leaves orphan servers behind.
+def _libc_prctl() -> Callable[..., int] | None:
     try:
         import ctypes
 
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        return ctypes.CDLL("libc.so.6", use_errno=True).prctl
     except OSError:
-        pass
+        return None
+
+
+# Looked up here, in the parent: the child between fork and exec (where other threads' locks
+# may be held, RedisKeeper starting Redis again beside the daemon's) only calls it.
+_PRCTL = _libc_prctl()
+
+
+def _die_with_parent() -> None:
+    # Linux: the child gets SIGTERM when the thread that started it ends, or its process
+    # dies, even by SIGKILL, so `agentmemd up` never leaves orphan servers behind.
+    if _PRCTL is not None:
+        _PRCTL(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def _host_port(address: str, default_port: int) -> tuple[str, int]:

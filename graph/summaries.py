@@ -25,7 +25,13 @@ _MARKUP = re.compile(r"\s*[|{}\[\]<]")
 
 # A terminal's escape sequence (colours in a captured log or man page: "\x1b[0m"), and the
 # control characters no reader sees as text.
-_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-_]|[\x00-\x08\x0b-\x1f\x7f]")
+_ESCAPES = re.compile(
+    r"\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC: a title or a hyperlink, to BEL or ST
+    r"|\x1b\[[0-?]*[ -/]*[@-~]"  # CSI: colours, cursor moves
+    r"|\x1b[()*+]."  # a character set chosen (tput sgr0)
+    r"|\x1b[@-_]"
+    r"|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]"
+)
 
 # A list item's first line ("- step", "* note", "3. then"): it starts a paragraph of its own.
 _LIST_ITEM = re.compile(r"\s*(?:[-*+\u2022]|\d{1,3}[.)])\s")
@@ -38,7 +44,7 @@ def split_sentences(text: str) -> list[str]:
     and operators) is none: each names entities without saying anything of them."""
     return [
         s.strip()
-        for paragraph in _paragraphs(_FENCED.sub("\n", _ESCAPES.sub("", text)))
+        for paragraph in _paragraphs(_FENCED.sub("\n", _ESCAPES.sub("", text.replace("\r", "\n"))))
         for s in _SENTENCE.split(paragraph)
         if len(s.strip()) > 3 and not _HEADING.match(s) and not _MARKUP.match(s) and _prose(s)
     ]

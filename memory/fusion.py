@@ -71,34 +71,33 @@ def fuse_rrf(
     return fused
 
 
-def per_doc_first(fused: Sequence[Fused], doc_of: Callable[[str], str], limit: int, top_k: int) -> list[Fused]:
-    """``fused`` with each document's hits past its first ``limit`` moved after the others:
-    the first ``top_k`` hold at most ``limit`` of one document's chunks while other documents'
-    hits remain, and a document's further chunks fill the results only when none remain.
+def per_doc_first(fused: Sequence[Fused], doc_of: Callable[[str], str], limit: int) -> list[Fused]:
+    """``fused`` with each document's hits past its first ``limit`` moved after all the others:
+    results read in this order hold at most ``limit`` of one document's chunks while other
+    documents' hits remain (a hit dropped or folded as a repeat is replaced by the next of
+    them), and a document's further chunks fill the results only when none remain.
 
     A long document cut into many chunks matches a question with several of them, and would
     otherwise fill the results with itself and hide every other memory. The order is kept
     within each part; the moved hits keep their scores (so a later result may score above an
-    earlier one). It stops looking once ``top_k`` hits are placed: the rest follow as fused.
+    earlier one). The whole list is ordered, whatever the depth asked for, so a shallow
+    request's results are the head of a deeper one's.
 
     Args:
         fused: hits, best first (``fuse_rrf``).
         doc_of: a hit id -> its document's id.
-        limit: most hits of one document in the head (0: no limit, ``fused`` as it is).
-        top_k: how many hits the head holds.
+        limit: most hits of one document ahead of the others' (0: no limit, ``fused`` as it is).
     """
     if limit <= 0:
         return list(fused)
-    head: list[Fused] = []
+    kept: list[Fused] = []
     moved: list[Fused] = []
     seen: dict[str, int] = defaultdict(int)
-    for pos, f in enumerate(fused):
-        if len(head) == top_k:
-            return [*head, *fused[pos:], *moved]
+    for f in fused:
         doc = doc_of(f.id)
         seen[doc] += 1
-        (head if seen[doc] <= limit else moved).append(f)
-    return [*head, *moved]
+        (kept if seen[doc] <= limit else moved).append(f)
+    return [*kept, *moved]
 
 
 def recency_ranks(hits: Sequence[tuple[str, float | None]]) -> dict[str, int]:

@@ -257,7 +257,7 @@ class Retriever:
             per_kind = kind_weights(spec, weights, by_id, self._cfg)
             fused = fuse_rrf(legs, weights, k=rrf_k, weights_of=per_kind)
             if per_doc:
-                fused = per_doc_first(fused, lambda i: by_id[i].doc_id, per_doc, spec.top_k)
+                fused = per_doc_first(fused, lambda i: by_id[i].doc_id, per_doc)
             if weights["recency"] > 0 and fused:
                 # Among the results only: over every candidate (each leg's floor of 30 holds
                 # most of one user's memory) it would sort a memory by time, small talk first.

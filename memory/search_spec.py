@@ -61,14 +61,19 @@ def leg_weights(spec: SearchSpec, cfg: RetrievalConfig) -> tuple[dict[str, float
     # A question that is only identifiers asks for exactly them: the model reads no meaning in
     # an opaque id, and the vector leg's nearest chunks (a table of contents, a list of ids)
     # filled the results under the one that names it, or answered an id stored nowhere.
-    dense = 0.0 if spec.dense_weight is None and only_identifiers(spec.text) else cfg.dense_weight
     weights = {
-        "dense": pick(spec.dense_weight, dense),
+        "dense": pick(spec.dense_weight, cfg.dense_weight),
         "sparse": pick(spec.sparse_weight, cfg.sparse_weight),
         "identifier": pick(spec.identifier_weight, cfg.identifier_weight),
         "recency": pick(spec.recency_weight, cfg.recency_weight),
         "speaker": pick(spec.speaker_weight, cfg.speaker_weight),
     }
+    if (
+        spec.dense_weight is None
+        and (weights["sparse"] > 0 or weights["identifier"] > 0)
+        and only_identifiers(spec.text)
+    ):
+        weights["dense"] = 0.0
     return weights, cfg.rrf_k if spec.rrf_k is None else spec.rrf_k
 
 
@@ -78,17 +83,17 @@ MAX_IDENTIFIER_WORDS = 8
 
 def only_identifiers(text: str) -> bool:
     """Whether every word of ``text`` is an opaque identifier (``INC-4411``,
-    ``ERR_CONN_RESET_4F2A``, ``a3f9c2e``, ``PoolTimeoutError``, ``CVE-2024-3094 OPS-12``),
-    punctuation around a word aside. A word in capitals alone (``PTEN``, ``JSON``, ``DROP``)
-    is not: the model knows many such words."""
+    ``ERR_CONN_RESET_4F2A``, ``a3f9c2e``, ``CVE-2024-3094 OPS-125``), punctuation around a
+    word aside. A name is not, with digits or capitals inside or not (``PTEN``, ``GitHub``,
+    ``PoolTimeoutError``, ``GPT-4``, ``COVID-19``, ``node.js``): the model knows many."""
     words = [w.strip(",.;:!?()[]{}'\"`") for w in text.split()]
     words = [w for w in words if w]
     return 0 < len(words) <= MAX_IDENTIFIER_WORDS and all(_opaque(w) for w in words)
 
 
 def _opaque(word: str) -> bool:
-    """An identifier with a digit, an underscore, a dot, or capitals inside (CamelCase)."""
-    shaped = any(c.isdigit() or c in "_." for c in word) or (any(c.isupper() for c in word[1:]) and not word.isupper())
+    """An identifier with an underscore or three digits or more."""
+    shaped = "_" in word or sum(c.isdigit() for c in word) >= 3
     return shaped and bool(query_identifiers(word, limit=1))
 
 

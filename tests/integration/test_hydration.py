@@ -137,7 +137,7 @@ async def full_field_search(retriever: Retriever, spec: SearchSpec) -> SearchOut
     weights_of = kind_weights(spec, weights, by_id, cfg)  # type: ignore[arg-type]
     fused = fuse_rrf(legs, weights, k=rrf_k, weights_of=weights_of)
     # A long document's chunks past the limit after the others' (decision 0070, since).
-    fused = per_doc_first(fused, lambda i: by_id[i].doc_id, per_doc_limit(spec, cfg), spec.top_k)
+    fused = per_doc_first(fused, lambda i: by_id[i].doc_id, per_doc_limit(spec, cfg))
     if weights["recency"] > 0 and fused:  # the newer lifted among the best of the fusion
         times = {f.id: by_id[f.id].timestamp for f in fused[: spec.top_k]}
         fused = boost_recent(fused, times, weights["recency"], spec.top_k)

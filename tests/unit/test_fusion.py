@@ -210,23 +210,23 @@ def _doc(hit_id: str) -> str:
 
 
 @pytest.mark.parametrize(
-    ("ids", "limit", "top_k", "want"),
+    ("ids", "limit", "want"),
     [
         # A long doc's third chunk and on wait for the other docs' hits.
-        (["big#1", "big#2", "big#3", "a#1", "big#4", "b#1"], 2, 4, ["big#1", "big#2", "a#1", "b#1", "big#3", "big#4"]),
+        (["big#1", "big#2", "big#3", "a#1", "big#4", "b#1"], 2, ["big#1", "big#2", "a#1", "b#1", "big#3", "big#4"]),
         # Nothing else found: the doc's further chunks fill the results all the same.
-        (["big#1", "big#2", "big#3"], 1, 3, ["big#1", "big#2", "big#3"]),
-        # The head full: the rest follow as fused, then the moved ones.
-        (["a#1", "a#2", "b#1", "c#1", "a#3", "d#1"], 1, 2, ["a#1", "b#1", "c#1", "a#3", "d#1", "a#2"]),
+        (["big#1", "big#2", "big#3"], 1, ["big#1", "big#2", "big#3"]),
+        # Over the whole list: a result dropped or folded is replaced by another doc's hit.
+        (["a#1", "a#2", "b#1", "c#1", "a#3", "d#1"], 1, ["a#1", "b#1", "c#1", "d#1", "a#2", "a#3"]),
         # 0: no limit.
-        (["big#1", "big#2", "a#1"], 0, 2, ["big#1", "big#2", "a#1"]),
+        (["big#1", "big#2", "a#1"], 0, ["big#1", "big#2", "a#1"]),
     ],
 )
-def test_per_doc_first_keeps_one_documents_hits_to_its_limit(
-    ids: list[str], limit: int, top_k: int, want: list[str]
-) -> None:
+def test_per_doc_first_keeps_one_documents_hits_to_its_limit(ids: list[str], limit: int, want: list[str]) -> None:
+    """The order does not depend on the depth asked for: a shallow request's results are the
+    head of a deeper one's."""
     fused = [Fused(id=i, score=1.0 / (n + 1)) for n, i in enumerate(ids)]
-    out = per_doc_first(fused, _doc, limit, top_k)
+    out = per_doc_first(fused, _doc, limit)
     assert [f.id for f in out] == want
     assert sorted(f.id for f in out) == sorted(ids)  # nothing lost, nothing twice
 
@@ -239,7 +239,9 @@ def test_per_doc_first_keeps_one_documents_hits_to_its_limit(
         ("a3f9c2e", 0.0),
         ("what is INC-4411?", 1.0),  # words besides the id: the vector leg reads them
         ("pgbouncer", 1.0),  # a name is a word
-        ("PTEN JSON", 1.0),  # and so are words in capitals alone
+        ("PTEN JSON", 1.0),  # and so are words in capitals alone,
+        ("PoolTimeoutError", 1.0),  # names with capitals inside,
+        ("GPT-4 COVID-19 node.js", 1.0),  # and with a digit or two, or a dot
         ("Pierre Gerard-Marchant", 1.0),
         (" ".join(f"OPS-{i}" for i in range(9)), 1.0),  # a long list of ids says more than ids
     ],
@@ -250,3 +252,6 @@ def test_a_question_of_identifiers_alone_leaves_out_the_vector_leg(text: str, de
 
     assert leg_weights(SearchSpec(text=text, top_k=5), RetrievalConfig())[0]["dense"] == dense
     assert leg_weights(SearchSpec(text=text, top_k=5, dense_weight=0.5), RetrievalConfig())[0]["dense"] == 0.5
+    # The vector leg asked for alone (the others weighed 0) runs, whatever the text.
+    alone = SearchSpec(text=text, top_k=5, sparse_weight=0.0, identifier_weight=0.0)
+    assert leg_weights(alone, RetrievalConfig())[0]["dense"] == 1.0

@@ -144,3 +144,8 @@ def test_a_summary_names_the_documents_its_members_come_from() -> None:
     )
     assert text.endswith("Sources: wiki/pool.md, transcript:ops/s1 (+1 more).")
     assert extractive_summary(["x"], {"a": "a"}, {}).endswith("Entities: a.")  # no sources: none said
+
+
+def test_hyperlinks_character_sets_and_carriage_returns_leave_no_trace() -> None:
+    text = "See \x1b]8;;https://x.org\x07the docs\x1b]8;;\x07 here.\rLine two ends\x1b(B\x1b[m well."
+    assert split_sentences(text) == ["See the docs here.", "Line two ends well."]
