@@ -207,13 +207,10 @@ class RedisKeeper:
         """Log a server that exited, and start Redis again; False if that failed."""
         if self._broker is not None and (gone := self._broker.proc.poll()) is not None:
             # Not started again: it keeps its log in memory, and would come back empty.
-            log.error(
-                "launcher.server_exited",
-                server=self._broker.name,
-                address=self._broker.address,
-                code=gone,
-                log=str(self._broker.log_path or ""),
-                fix="restart `agentmemd up` (or `servers`): the embedded broker starts with an empty log",
+            _exited(
+                self._broker,
+                gone,
+                "restart `agentmemd up` (or `servers`): the embedded broker starts with an empty log",
             )
             self._broker = None
         code = self.current.proc.poll()
@@ -226,14 +223,7 @@ class RedisKeeper:
                 log.warning("launcher.server_exited", server=self.current.name, code=0, fix="restart `agentmemd up`")
                 self._said_stopped = True
             return True
-        log.error(
-            "launcher.server_exited",
-            server=self.current.name,
-            address=self.current.address,
-            code=code,
-            log=str(self.current.log_path or ""),
-            fix="starting it again on its data (AOF)",
-        )
+        _exited(self.current, code, "starting it again on its data (AOF)")
         try:
             self.current = self._restart()
         except Exception as exc:  # e.g. its port taken meanwhile: tried again, later each time
@@ -241,6 +231,17 @@ class RedisKeeper:
             return False
         log.warning("launcher.server_restarted", server=self.current.name, address=self.current.address)
         return True
+
+
+def _exited(server: ServerProcess, code: int, fix: str) -> None:
+    log.error(
+        "launcher.server_exited",
+        server=server.name,
+        address=server.address,
+        code=code,
+        log=str(server.log_path or ""),
+        fix=fix,
+    )
 
 
 def _libc_prctl() -> Callable[..., int] | None:
