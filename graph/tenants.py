@@ -27,8 +27,8 @@ from memory.tenants import TenantRegistry
 
 log = structlog.get_logger()
 
-# Pause of a background loop after an unexpected error, so a persistent one logs every few
-# seconds instead of spinning.
+# Pause of a background loop after an error, so a persistent one logs every few seconds
+# instead of spinning.
 _ERROR_PAUSE_S = 5.0
 
 
@@ -124,11 +124,12 @@ class TenantGraphs:
         # Each tenant on its own: one whose graph keeps failing (a bug its data triggers)
         # must not stop the work of the tenants after it.
         done = 0
-        crashed = False
+        crashed = paused = False
         try:
             tenants = await self.tenants()
         except MemdError as exc:
             log.warning("graph.loop_paused", loop=what, error=str(exc))
+            await self._sleep(_ERROR_PAUSE_S)
             return 0
         for tenant in tenants:
             if self.stop.is_set():
@@ -137,6 +138,7 @@ class TenantGraphs:
                 result = await fn(self.service(tenant))
             except MemdError as exc:
                 log.warning("graph.loop_paused", loop=what, tenant=tenant, error=str(exc))
+                paused = True
                 continue
             except Exception as exc:
                 # A bug or a broken install (cdlib failing to import) must not end the loop
@@ -146,7 +148,9 @@ class TenantGraphs:
                 crashed = True
                 continue
             done += result if isinstance(result, int) else 0
-        if crashed:
+        if crashed or paused:
+            # An outage or an index this daemon may not use goes on for a while: said every
+            # few seconds, not at each turn of the loop (twice a second, with the whole reason).
             await self._sleep(_ERROR_PAUSE_S)
         return done
 

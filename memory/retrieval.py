@@ -30,6 +30,7 @@ from memory.repeats import fold_key, newest_first
 from memory.search_results import LegTiming, SearchHit, SearchOutcome
 from memory.search_spec import (
     SearchSpec,
+    exact_identifiers,
     fetch_depth,
     kind_weights,
     leg_queries,
@@ -248,6 +249,7 @@ class Retriever:
         results = list(await asyncio.gather(*(run(k) for run in runs.values())))
 
         per_doc = per_doc_limit(spec, self._cfg)
+        exact = exact_identifiers(spec, weights)
 
         def fuse(legs: dict[str, list[str] | dict[str, int]], by_id: Mapping[str, LegHit]) -> list[Fused]:
             if weights["speaker"] > 0 and by_id:
@@ -256,6 +258,8 @@ class Retriever:
                     legs["speaker"] = said
             per_kind = kind_weights(spec, weights, by_id, self._cfg)
             fused = fuse_rrf(legs, weights, k=rrf_k, weights_of=per_kind)
+            if exact:
+                fused = [f for f in fused if "identifier" in f.ranks]
             if per_doc:
                 fused = per_doc_first(fused, lambda i: by_id[i].doc_id, per_doc)
             if weights["recency"] > 0 and fused:

@@ -91,6 +91,19 @@ def only_identifiers(text: str) -> bool:
     return 0 < len(words) <= MAX_IDENTIFIER_WORDS and all(_opaque(w) for w in words)
 
 
+def exact_identifiers(spec: SearchSpec, weights: Mapping[str, float]) -> bool:
+    """Whether only chunks that hold the question's identifiers answer it: a question of opaque
+    identifiers alone, with the identifier leg running and neither text leg's weight set. The
+    BM25 leg still ranks those chunks; what it finds by a piece of an id (``bash`` of
+    ``BASH-1234``, stored nowhere) is no answer."""
+    return (
+        spec.dense_weight is None
+        and spec.sparse_weight is None
+        and weights["identifier"] > 0
+        and only_identifiers(spec.text)
+    )
+
+
 def _opaque(word: str) -> bool:
     """An identifier with an underscore or three digits or more."""
     shaped = "_" in word or sum(c.isdigit() for c in word) >= 3

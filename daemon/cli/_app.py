@@ -48,6 +48,7 @@ out = Console()
 # Piped output is for grep and scripts: whole lines (a chunk id cut at 80 columns names nothing).
 out.soft_wrap = not out.is_terminal
 err = Console(stderr=True)
+err.soft_wrap = not err.is_terminal  # the same for what goes to a log file
 
 
 def settings_problem() -> tuple[Settings | None, str]:

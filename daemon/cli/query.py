@@ -269,6 +269,8 @@ def _snippet(text: str, chars: int, question: str = "") -> str:
     start = _best_window(flat, chars, question)
     if start == 0:
         return flat[: chars - 1] + "…"
+    if (space := flat.find(" ", start - 1, start + 15)) >= 0:
+        start = space + 1  # from a word's start, not its middle
     if len(flat) - start <= chars - 1:  # to the end: one mark
         return "…" + flat[start:]
     return "…" + flat[start : start + chars - 2] + "…"

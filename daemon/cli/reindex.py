@@ -70,7 +70,8 @@ def reindex(
     # The progress bar and the summary say what a line per replayed doc would, thousands of times over.
     settings = _settings(quiet=True)
     phases: list[str] = []
-    with Progress(console=err, transient=False) as bar:
+    # No bar where no terminal draws it: a file got its last frame.
+    with Progress(console=err, transient=False, disable=not err.is_terminal) as bar:
         task = bar.add_task("starting", total=None)
 
         def show(p: ReindexProgress) -> None:

@@ -41,7 +41,7 @@ from memory.ingest import Ingestor
 from memory.records import DEFAULT_TENANT, MemoryItem, StoredChunk
 from memory.retrieval import HIDDEN_REFETCH, Retriever
 from memory.search_results import SearchHit, SearchOutcome
-from memory.search_spec import SearchSpec, kind_weights, per_doc_limit, validate_spec
+from memory.search_spec import SearchSpec, exact_identifiers, kind_weights, per_doc_limit, validate_spec
 from memory.speakers import speaker_ranks
 from memory.text import bm25_query, query_terms
 from tests.conftest import unique
@@ -136,6 +136,8 @@ async def full_field_search(retriever: Retriever, spec: SearchSpec) -> SearchOut
             legs["speaker"] = said
     weights_of = kind_weights(spec, weights, by_id, cfg)  # type: ignore[arg-type]
     fused = fuse_rrf(legs, weights, k=rrf_k, weights_of=weights_of)
+    if exact_identifiers(spec, weights):  # identifiers alone: what holds them (since)
+        fused = [f for f in fused if "identifier" in f.ranks]
     # A long document's chunks past the limit after the others' (decision 0070, since).
     fused = per_doc_first(fused, lambda i: by_id[i].doc_id, per_doc_limit(spec, cfg))
     if weights["recency"] > 0 and fused:  # the newer lifted among the best of the fusion

@@ -218,6 +218,12 @@ async def test_reindex_with_new_chunking_pauses_old_daemons_until_restarted(
     # before the catch-up, not only in the summary at the end.
     said = " ".join(res.stderr.split())
     assert "generation 2: replaying" in said and "generation 2: checking" in said, res.stderr
+    # whole lines, for grep, and no bar's last frame
+    assert any(
+        line.startswith("switched: generation 2") and line.endswith("restart them with these")
+        for line in res.stderr.splitlines()
+    ), res.stderr
+    assert "━" not in res.stderr, res.stderr
     switched = said.index("switched: generation 2 serves queries now")
     assert switched < said.index("generation 2: catching up") < said.index("note: it was built with other"), said
 

@@ -101,6 +101,8 @@ async def test_exact_identifier_comes_first(stack) -> None:
     # one stored nowhere, nothing.
     assert [h.chunk.doc_id for h in out.hits] == ["wiki/auth.md"] and "dense" not in out.ranked, out.hits
     assert (await retriever.search(SearchSpec(text="QZXW-99173", top_k=3))).hits == []
+    # Nor one whose letters are a word the memory holds: the BM25 leg's match of a piece is no answer.
+    assert (await retriever.search(SearchSpec(text="BILLING-4410", top_k=3))).hits == []
     # In a sentence, the vector leg reads the words around it.
     said = await retriever.search(SearchSpec(text="why does ERR_CONN_RESET_4F2A appear", top_k=3))
     assert said.hits[0].chunk.doc_id == "wiki/auth.md" and "dense" in said.ranked and len(said.hits) == 3
