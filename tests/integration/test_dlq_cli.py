@@ -120,7 +120,7 @@ async def test_a_dead_letter_is_listed_and_sent_again_once_its_cause_is_fixed(
         )
         assert wrong.returncode == 1 and "dead-lettered again: content larger than 4096" in wrong.stdout, wrong
         fixed_up = await asyncio.to_thread(
-            _cli, env, "dlq", "replay", at, "--with", str(still.with_name("huge.json")), "--wait", "--timeout", "60"
+            _cli, env, "dlq", "replay", at, "--with", str(short), "--wait", "--timeout", "60"
         )
         assert fixed_up.returncode == 0 and "under key 'dlq/huge.md': indexed" in fixed_up.stdout, fixed_up
         async with MemoryClient(bootstrap=kafka_bootstrap, topics=tight.topics, timeout_s=30) as c:
