@@ -58,9 +58,6 @@ def leg_weights(spec: SearchSpec, cfg: RetrievalConfig) -> tuple[dict[str, float
     def pick(value: float | None, default: float) -> float:
         return default if value is None else value
 
-    # A question that is only identifiers asks for exactly them: the model reads no meaning in
-    # an opaque id, and the vector leg's nearest chunks (a table of contents, a list of ids)
-    # filled the results under the one that names it, or answered an id stored nowhere.
     weights = {
         "dense": pick(spec.dense_weight, cfg.dense_weight),
         "sparse": pick(spec.sparse_weight, cfg.sparse_weight),
@@ -68,6 +65,9 @@ def leg_weights(spec: SearchSpec, cfg: RetrievalConfig) -> tuple[dict[str, float
         "recency": pick(spec.recency_weight, cfg.recency_weight),
         "speaker": pick(spec.speaker_weight, cfg.speaker_weight),
     }
+    # A question that is only identifiers asks for exactly them: the model reads no meaning in
+    # an opaque id, and the vector leg's nearest chunks (a table of contents, a list of ids)
+    # filled the results under the one that names it, or answered an id stored nowhere.
     if (
         spec.dense_weight is None
         and (weights["sparse"] > 0 or weights["identifier"] > 0)
