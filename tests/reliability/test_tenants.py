@@ -128,12 +128,15 @@ async def test_tenants_never_see_each_other(env) -> None:
         ):
             reply = await ask(client, me, attempt)
             assert reply["error"]["code"] == "invalid_request", reply
+        # The other's id alone: only chunks that hold it answer, and none of mine does.
+        alone = {"query_id": "x", "search_text": other_id, "top_k": 20}
+        assert (await ask(client, me, alone))["results"] == []
         reply = await ask(
             client,
             me,
             {
                 "query_id": "x",
-                "search_text": other_id,
+                "search_text": f"what does {other_id} mean",
                 "top_k": 20,
                 "metadata_filter": {"doc_id": "shared/runbook.md", "kind": ["document", "community"]},
             },
