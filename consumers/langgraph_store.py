@@ -327,7 +327,7 @@ class MemoryStore(BaseStore):
         groups = [sources[i : i + MAX_SOURCES] for i in range(0, len(sources), MAX_SOURCES)]
         # One result per doc (max_per_doc 1) while other docs match; asked for more again while
         # fewer items than wanted came back from a reply that had more to give (the value filter
-        # below drops some). Asked for 3 times as many before, for the chunks of one doc.
+        # below drops some).
         top_k = min(MAX_TOP_K, max(10, want))
         while True:
             replies = await asyncio.gather(

@@ -166,8 +166,8 @@ RESTART_PAUSE_MAX_S = 60.0
 class RedisKeeper:
     """A thread that starts the embedded Redis again when it fails (killed, crashed, OOM: a
     non-zero exit): its AOF is on disk, so it comes back with everything, and the daemon, which
-    waits outages out, carries on. Nothing else would: under `up` the memory stayed down until
-    `up` restarted, which empties the embedded broker. A Redis shut down on purpose (exit 0)
+    waits outages out, carries on. Nothing else does: the memory would stay down until `up`
+    restarts, which empties the embedded broker. A Redis shut down on purpose (exit 0)
     is left down. Each exit and restart is logged; a Redis that fails to start is tried again
     after a pause that doubles up to a minute."""
 

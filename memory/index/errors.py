@@ -100,9 +100,9 @@ def outage_of(exc: rexc.WatchError, what: str) -> BackendUnavailable | None:
 
     redis-py raises a ``WatchError`` for both: when the watching connection fails (Redis
     restarted, or still loading its data: ``LOADING`` is a connection error to it), it raises
-    one with that error as its context. A WATCH loop that took that for a conflict tried
-    again at once, spent its tries within the outage, and gave the write up as conflicting:
-    it was dead-lettered. An outage is waited out and retried, as any other.
+    one with that error as its context. Taken for a conflict, it would be tried again at once,
+    and a write's tries spent within the outage would give it up as conflicting, to the DLQ.
+    An outage is waited out and retried, as any other (decision 0072).
     """
     lost = exc.__context__
     if isinstance(lost, rexc.ConnectionError | rexc.TimeoutError | OSError):

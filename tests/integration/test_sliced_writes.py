@@ -586,7 +586,7 @@ async def test_a_write_whose_watching_connection_is_lost_is_an_outage_not_a_conf
     """Redis restarting, or loading its data after a restart, fails the connection a write
     watches its keys on: redis-py says so with a WatchError. That is an outage, waited out and
     retried (``BackendUnavailable``), not a conflict: tried again at once, 16 times within the
-    outage, it gave the write up as conflicting and the event was dead-lettered."""
+    outage, it would give the write up as conflicting, to the DLQ."""
     index, _, _ = stack
     killer = aredis.from_url(redis_url)
     state = index.registry.state
