@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.text import Text
@@ -12,6 +12,7 @@ from consumers.requests import GetItem, GetReply
 from daemon.cli._app import _settings, app, out
 from daemon.cli._client import _filter, _tenant_target, _with_client
 from daemon.cli.query import FilterOpt, JsonOpt, ReadTenantOpt, ReadTimeoutOpt, shown_time
+from daemon.explore.html import pairs
 
 #: The exit code when an id is not found: apart from a failure's 1 and a usage error's 2, so
 #: a script can tell "not there" from "could not ask".
@@ -56,7 +57,7 @@ def _show(item: GetItem) -> None:
     version = f" version {item.version}" if item.version is not None else ""
     out.print(Text(f"{item.doc_id}{version}  {shown_time(item.timestamp) or '?'}  ({item.source})", style="bold"))
     if item.metadata:
-        out.print(Text(f"  metadata {_meta(item.metadata)}", style="dim"))
+        out.print(Text(f"  metadata {pairs(item.metadata)}", style="dim"))
     parts = [Text(item.content or "")]
     if item.content_truncated:
         parts.append(Text("(cut: longer than one reply)", style="yellow"))
@@ -70,13 +71,9 @@ def _show(item: GetItem) -> None:
         held = f"{shown_time(v.timestamp) or '?'} until {shown_time(v.until) or '?'}"
         out.print(Text(f"  version {v.version}  {held}", style="bold dim"))
         if v.metadata != after:  # what changed may be only its metadata
-            out.print(Text(f"  metadata {_meta(v.metadata) if v.metadata else '(none)'}", style="dim"))
+            out.print(Text(f"  metadata {pairs(v.metadata) if v.metadata else '(none)'}", style="dim"))
         after = v.metadata
         out.print(Text(v.content, style="dim"))
     if item.history_truncated:
         left = "earlier" if not item.history else "older"
         out.print(Text(f"  ({left} versions left off to fit one Kafka record: get this id alone)", style="yellow"))
-
-
-def _meta(metadata: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in sorted(metadata.items()))

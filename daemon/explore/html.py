@@ -58,6 +58,12 @@ def esc(value: object) -> str:
     return html.escape("" if value is None else str(value), quote=True).translate(_PICTURES)
 
 
+def pairs(metadata: Mapping[str, object]) -> str:
+    """Metadata as the pages and the CLI show it: ``key=value``, by key, comma-separated (text,
+    not yet escaped)."""
+    return ", ".join(f"{k}={v}" for k, v in sorted(metadata.items()))
+
+
 def url(path: str, **params: object) -> str:
     """``path`` with the query parameters that are not None or ``""``, escaped for an attribute."""
     kept = {k: str(v) for k, v in params.items() if v is not None and v != ""}

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from daemon.explore.html import esc, link, pager, snippet, table, when
+from daemon.explore.html import esc, link, pager, pairs, snippet, table, when
 from memory.conversation import parse_turn
 from memory.index import ChunkPage, Group, PageKey
 from memory.index.history import Version
@@ -146,7 +146,7 @@ def document_body(tenant: str, doc_id: str, chunks: Sequence[StoredChunk], earli
         table_id="doc-facts",
     )
     rows = (
-        (esc(c.chunk_id), esc(c.version), f'<div class="text chunk-text">{esc(c.text)}</div>', esc(_meta(c.metadata)))
+        (esc(c.chunk_id), esc(c.version), f'<div class="text chunk-text">{esc(c.text)}</div>', esc(pairs(c.metadata)))
         for c in chunks
     )
     body = facts + "<h2>Chunks</h2>" + table(("chunk", "version", "text", "metadata"), rows, table_id="chunks")
@@ -158,7 +158,7 @@ def document_body(tenant: str, doc_id: str, chunks: Sequence[StoredChunk], earli
             esc(when(v.timestamp)),
             esc(when(v.until)),
             f'<div class="text chunk-text">{esc(v.content)}</div>',
-            esc(_meta(v.metadata)),
+            esc(pairs(v.metadata)),
         )
         for v in earlier
     )
@@ -168,10 +168,6 @@ def document_body(tenant: str, doc_id: str, chunks: Sequence[StoredChunk], earli
     )
     columns = ("version", "from", "until", "content", "metadata")
     return body + "<h2>Earlier versions</h2>" + note + table(columns, past, table_id="history", empty="none kept")
-
-
-def _meta(metadata: Mapping[str, object]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in sorted(metadata.items()))
 
 
 def timeline_body(page: ChunkPage, params: Mapping[str, str], *, deep: bool) -> str:
