@@ -14,7 +14,7 @@ from graph.communities import Community
 from graph.errors import LeaseLost
 from graph.leases import RECOMPUTE_LOCK
 from memory import keys
-from memory.index import outage_of, translate_errors
+from memory.index import raise_if_lost, translate_errors
 from memory.schema import as_str
 
 
@@ -110,6 +110,5 @@ class CommunityWrites:
             try:
                 await pipe.execute()
             except rexc.WatchError as exc:
-                if (outage := outage_of(exc, "community write")) is not None:
-                    raise outage from exc
+                raise_if_lost(exc, "community write")
                 raise LeaseLost("the recompute lease changed hands while its result was stored") from exc

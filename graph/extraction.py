@@ -210,8 +210,9 @@ def merge_entities(
 
 def ner_pairs(ents: Iterable[tuple[str, str]], text: str = "") -> list[tuple[str, str]]:
     """spaCy ``(text, label)`` pairs mapped to our types; labels we don't use are dropped, and so
-    is a span that is no name (``_a_name``), and one that is a common word of ``text``, the chunk
-    they were found in (``_a_common_word``)."""
+    is a span that is no name (``_a_name``), and a capitalized word that ``text``, the chunk
+    they were found in, also writes in lower case and capitalizes only where a sentence, line or
+    cell starts (``_only_at_starts``)."""
     lower: set[str] | None = None
     out: list[tuple[str, str]] = []
     for span, label in ents:
@@ -219,9 +220,7 @@ def ner_pairs(ents: Iterable[tuple[str, str]], text: str = "") -> list[tuple[str
         if label not in _NER_TYPES or not _a_name(name):
             continue
         if " " not in name and name[:1].isupper() and name[1:].islower():
-            # A capitalized word (a sentence's, a heading's or a table cell's first: "Restart",
-            # "Default") is no name where the chunk writes it in lower case as a word of its own
-            # too, and capitalized only where a sentence, line or cell starts.
+            # A sentence's, a heading's or a table cell's first word ("Restart", "Default").
             lower = _lower_words(text) if lower is None else lower
             if name.lower() in lower and _only_at_starts(name, text):
                 continue

@@ -172,14 +172,13 @@ def extractive_summary(
         chosen.append(best)
         covered |= cover[best]
     top = sorted(names, key=lambda k: (-weights.get(k, 0.0), k))[:8]
-    header = (
-        "Entities: "
-        + ", ".join(names[k] for k in top)
-        + (f" (+{len(names) - len(top)} more)." if len(names) > len(top) else ".")
-    )
+    header = _listing("Entities", [names[k] for k in top], len(names))
     body = " ".join(sentences[i] for i in sorted(chosen))
     shown, of = sources
-    tail = (
-        "Sources: " + ", ".join(shown) + (f" (+{of - len(shown)} more)." if of > len(shown) else ".") if shown else ""
-    )
+    tail = _listing("Sources", shown, of) if shown else ""
     return " ".join(p for p in (header, body, tail) if p)
+
+
+def _listing(label: str, shown: Sequence[str], of: int) -> str:
+    """``Label: a, b (+3 more).``: what is shown of ``of`` in all."""
+    return f"{label}: " + ", ".join(shown) + (f" (+{of - len(shown)} more)." if of > len(shown) else ".")

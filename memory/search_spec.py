@@ -97,7 +97,8 @@ def exact_identifiers(spec: SearchSpec, weights: Mapping[str, float]) -> bool:
     BM25 leg still ranks those chunks; what it finds by a piece of an id (``bash`` of
     ``BASH-1234``, stored nowhere) is no answer."""
     return (
-        spec.dense_weight is None
+        weights["dense"] == 0  # ``leg_weights`` left the vector leg out of such a question: read first
+        and spec.dense_weight is None
         and spec.sparse_weight is None
         and weights["identifier"] > 0
         and only_identifiers(spec.text)

@@ -261,8 +261,8 @@ def _said(t: ContextTurn, chars: int) -> Text:
 
 def _snippet(text: str, chars: int, question: str = "") -> str:
     """``text`` on one line, cut to ``chars``: from its start, or around the place that holds
-    the most of the question's words (a chunk of 800 characters whose match is at its end
-    showed only its start, which said nothing of why it was found)."""
+    the most of the question's words (a long chunk's match may lie far from its start, which
+    then says nothing of why it was found)."""
     flat = " ".join(text.split())
     if len(flat) <= chars:
         return flat

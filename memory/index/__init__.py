@@ -10,7 +10,7 @@ from memory.index.chunk_index import ChunkIndex
 from memory.index.codec import Analysis, TurnEntry, analyze, analyze_records, turn_terms
 from memory.index.codec import _record_mapping as _record_mapping  # private: patch it in memory.index.codec
 from memory.index.copying import DocState
-from memory.index.errors import IndexError_, QuerySyntaxError, WriteInProgress, outage_of, translate_errors
+from memory.index.errors import IndexError_, QuerySyntaxError, WriteInProgress, raise_if_lost, translate_errors
 from memory.index.errors import _translated as _translated  # private: the translation table's tests use it
 from memory.index.hits import LegHit
 from memory.index.lifecycle import redis_now
@@ -38,7 +38,7 @@ __all__ = [
     "analyze",
     "analyze_records",
     "next_key",
-    "outage_of",
+    "raise_if_lost",
     "redis_now",
     "translate_errors",
     "turn_terms",

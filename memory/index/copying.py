@@ -11,7 +11,7 @@ from redis import exceptions as rexc
 
 from memory.index.codec import _reanalyzed, _refielded, _respoken, hash_timestamp
 from memory.index.directory import DocChange, queue_change
-from memory.index.errors import IndexError_, outage_of, translate_errors
+from memory.index.errors import IndexError_, raise_if_lost, translate_errors
 from memory.index.history import Version
 from memory.index.lifecycle import _WATCH_RETRIES, _Lifecycle, redis_now
 from memory.index.sliced import set_marker
@@ -158,8 +158,7 @@ class _Copying(_Lifecycle):
                         await pipe.execute()
                         return 1
                     except rexc.WatchError as exc:
-                        if (outage := outage_of(exc, f"write of {doc_id!r}")) is not None:
-                            raise outage from exc
+                        raise_if_lost(exc, f"write of {doc_id!r}")
                         continue
         raise IndexError_(f"history carry-over of {doc_id!r} kept conflicting; giving up after {_WATCH_RETRIES} tries")
 
@@ -267,7 +266,6 @@ class _Copying(_Lifecycle):
                         await pipe.execute()
                         return True
                     except rexc.WatchError as exc:
-                        if (outage := outage_of(exc, f"write of {doc_id!r}")) is not None:
-                            raise outage from exc
+                        raise_if_lost(exc, f"write of {doc_id!r}")
                         continue
         raise IndexError_(f"copy of {doc_id!r} kept conflicting; giving up after {_WATCH_RETRIES} tries")

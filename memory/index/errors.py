@@ -95,8 +95,9 @@ def _translated(exc: BaseException, what: str) -> MemdError | None:
     return None
 
 
-def outage_of(exc: rexc.WatchError, what: str) -> BackendUnavailable | None:
-    """The outage behind a failed WATCH, or None for a watched key that changed.
+def raise_if_lost(exc: rexc.WatchError, what: str) -> None:
+    """Raise the outage behind a failed WATCH (``BackendUnavailable``); return for a watched
+    key that changed, which the caller's loop tries again at once.
 
     redis-py raises a ``WatchError`` for both: when the watching connection fails (Redis
     restarted, or still loading its data: ``LOADING`` is a connection error to it), it raises
@@ -106,8 +107,7 @@ def outage_of(exc: rexc.WatchError, what: str) -> BackendUnavailable | None:
     """
     lost = exc.__context__
     if isinstance(lost, rexc.ConnectionError | rexc.TimeoutError | OSError):
-        return BackendUnavailable(f"redis unavailable during {what}: {lost}")
-    return None
+        raise BackendUnavailable(f"redis unavailable during {what}: {lost}") from exc
 
 
 @asynccontextmanager
@@ -117,9 +117,8 @@ async def translate_errors(what: str) -> AsyncIterator[None]:
         yield
     except rexc.WatchError as exc:
         # A watched key changed: the caller's WATCH loop starts its transaction over on a
-        # fresh read. Unless the watching connection was lost (``outage_of``).
-        if (outage := outage_of(exc, what)) is not None:
-            raise outage from exc
+        # fresh read. Unless the watching connection was lost (``raise_if_lost``).
+        raise_if_lost(exc, what)
         raise
     except (rexc.RedisError, RedisVLError, OSError) as exc:
         ours = _translated(exc, what)

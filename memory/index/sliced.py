@@ -18,7 +18,7 @@ from redis import exceptions as rexc
 from memory import keys
 from memory.errors import BackendUnavailable
 from memory.index.directory import DocChange, queue_change
-from memory.index.errors import IndexError_, WriteInProgress, outage_of, translate_errors
+from memory.index.errors import IndexError_, WriteInProgress, raise_if_lost, translate_errors
 from memory.index.history import Passed, _History
 from memory.index.lifecycle import _WATCH_RETRIES, redis_now
 from memory.metrics import SLICED_WRITES
@@ -202,8 +202,7 @@ class _SlicedWrites(_History):
                         await pipe.execute()
                         return gen, old_ids
                     except rexc.WatchError as exc:
-                        if (outage := outage_of(exc, f"write of {doc_id!r}")) is not None:
-                            raise outage from exc
+                        raise_if_lost(exc, f"write of {doc_id!r}")
                         continue
         raise IndexError_(f"write of {doc_id!r} kept conflicting; giving up after {_WATCH_RETRIES} tries")
 
@@ -319,8 +318,7 @@ class _SlicedWrites(_History):
                         await pipe.execute()
                         return
                     except rexc.WatchError as exc:
-                        if (outage := outage_of(exc, f"write of {doc_id!r}")) is not None:
-                            raise outage from exc
+                        raise_if_lost(exc, f"write of {doc_id!r}")
                         continue
         raise _unfinished(doc_id, "kept conflicting")
 

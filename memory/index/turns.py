@@ -12,7 +12,7 @@ from redis import exceptions as rexc
 
 from memory.chunking import chunk_id, chunk_position
 from memory.index.codec import JOIN_FIELDS, TurnEntry, _float_or_none, _stored, _text, turn_terms
-from memory.index.errors import IndexError_, outage_of, translate_errors
+from memory.index.errors import IndexError_, raise_if_lost, translate_errors
 from memory.index.lifecycle import _WATCH_RETRIES, _Lifecycle
 from memory.keys import check_tenant
 from memory.records import DEFAULT_TENANT, StoredChunk
@@ -184,7 +184,6 @@ class _Turns(_Lifecycle):
                         await pipe.execute()
                         return True
                     except rexc.WatchError as exc:
-                        if (outage := outage_of(exc, f"write of {doc_id!r}")) is not None:
-                            raise outage from exc
+                        raise_if_lost(exc, f"write of {doc_id!r}")
                         continue
         raise IndexError_(f"context write of {doc_id!r} kept conflicting; giving up after {_WATCH_RETRIES} tries")

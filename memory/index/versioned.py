@@ -12,7 +12,7 @@ from memory.errors import MemdError
 from memory.index import codec  # _record_mapping looked up on its module, where tests spy on it
 from memory.index.codec import Analysis, _int_or_none, analyze_records
 from memory.index.directory import DocChange, queue_change
-from memory.index.errors import IndexError_, _NoGeneration, outage_of, translate_errors
+from memory.index.errors import IndexError_, _NoGeneration, raise_if_lost, translate_errors
 from memory.index.history import Passed, kept_versions
 from memory.index.lifecycle import _WATCH_RETRIES
 from memory.index.sliced import _mark_finished, _SlicedWrites
@@ -151,8 +151,7 @@ class _VersionedWrites(_SlicedWrites):
                             doc_id, applied=True, chunks=len(chunks), stored_version=version, removed=len(stale)
                         )
                     except rexc.WatchError as exc:
-                        if (outage := outage_of(exc, f"write of {doc_id!r}")) is not None:
-                            raise outage from exc
+                        raise_if_lost(exc, f"write of {doc_id!r}")
                         continue
             else:
                 raise IndexError_(f"write of {doc_id!r} kept conflicting; giving up after {_WATCH_RETRIES} tries")
