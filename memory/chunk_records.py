@@ -1,5 +1,6 @@
 """A memory item's chunk records: its content cut along model tokens into spans, each with
-the item's fields (pure, but for the tokenizer read and the thread a long document takes)."""
+the item's fields and, for a document's, the headings it falls under (pure, but for the
+tokenizer read and the thread a long document takes)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Sequence
 from memory.chunking import chunk_id, span_gaps, span_tail, spans_for
 from memory.config import ChunkingConfig
 from memory.embedder import Embedder
+from memory.headings import has_headings, heading_paths
 from memory.records import ChunkRecord, MemoryItem
 from memory.speakers import turn_speakers
 
@@ -25,6 +27,11 @@ def records_for(
     speaker = turn_speakers(item.content, item.metadata) if item.kind == "transcript" else ""
     gaps = span_gaps(item.content, spans)
     tail = span_tail(item.content, spans)
+    under = (
+        heading_paths(item.content, [s.start for s in spans])
+        if item.kind == "document" and has_headings(item.doc_id, item.source)
+        else [""] * len(spans)
+    )
     return [
         ChunkRecord(
             chunk_id=chunk_id(item.doc_id, s.index),
@@ -39,11 +46,13 @@ def records_for(
             timestamp=item.timestamp,
             tenant=item.tenant,
             speaker=speaker,
+            context=path,
+            context_vec=path,
             start=s.start,
             gap=gap,
             tail=tail if k == len(spans) - 1 else "",
         )
-        for k, (s, gap) in enumerate(zip(spans, gaps, strict=True))
+        for k, (s, gap, path) in enumerate(zip(spans, gaps, under, strict=True))
     ]
 
 

@@ -9,13 +9,21 @@ from collections.abc import Sequence
 import numpy as np
 
 from memory.config import IngestConfig
-from memory.conversation import vector_text
+from memory.conversation import VECTOR_CONTEXT_MAX_CHARS, vector_text
 from memory.embedder import Embedder
 from memory.errors import InputCrashesWorker, WorkerCrashed
 from memory.index import ChunkIndex
 from memory.ingest_report import IngestReport
 from memory.records import ChunkRecord
 from memory.retrying import Retrying
+
+
+def record_vector_text(rec: ChunkRecord) -> str:
+    """What a chunk record is embedded from: a document chunk read after its headings whatever
+    its length (the worker keeps the nearest of them that fit the model's window), a turn after
+    its previous turns only while it is short (``memory.conversation``)."""
+    limit = None if rec.kind == "document" else VECTOR_CONTEXT_MAX_CHARS
+    return vector_text(rec.text, rec.context_vec, max_chars=limit)
 
 
 class ChunkVectors:
@@ -68,9 +76,9 @@ class ChunkVectors:
         first: list[tuple[str, str]] = []  # (tenant, doc id) of the first chunk of each key embedded
         for c in records:
             if (c.tenant, c.vector_key) not in found:
-                key = c.vector_key or vector_text(c.text, c.context_vec)
+                key = c.vector_key or record_vector_text(c)
                 if key not in todo:
-                    todo[key] = vector_text(c.text, c.context_vec)
+                    todo[key] = record_vector_text(c)
                     first.append((c.tenant, c.doc_id))
         fresh = dict(zip(todo, await self.embed(list(todo.values())), strict=True)) if todo else {}
         for doc in first:
@@ -80,7 +88,7 @@ class ChunkVectors:
         rows = [
             found[(c.tenant, c.vector_key)]
             if (c.tenant, c.vector_key) in found
-            else fresh[c.vector_key or vector_text(c.text, c.context_vec)]
+            else fresh[c.vector_key or record_vector_text(c)]
             for c in records
         ]
         return np.stack(rows).astype(np.float32, copy=False) if rows else np.zeros((0, self._embedder.dims), np.float32)

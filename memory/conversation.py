@@ -174,11 +174,12 @@ def dependents(ref: TurnRef) -> list[TurnRef]:
     return [ref.at(ref.turn + d) for d in range(-NEXT_TERMS, PREV_TERMS + 1) if d != 0 and ref.turn + d >= 0]
 
 
-def vector_text(text: str, prefix: str) -> str:
+def vector_text(text: str, prefix: str, *, max_chars: int | None = VECTOR_CONTEXT_MAX_CHARS) -> str:
     """What a chunk is embedded from: its own text, after its context (a turn's previous turns,
-    ``TurnContext.vector_prefix``) and :data:`CONTEXT_MARK` where it has one."""
+    ``TurnContext.vector_prefix``; a document chunk's headings) and :data:`CONTEXT_MARK` where
+    it has one and the text is at most ``max_chars`` long (None: whatever its length)."""
     text = unmarked(text)
-    if not prefix or len(text) > VECTOR_CONTEXT_MAX_CHARS:
+    if not prefix or (max_chars is not None and len(text) > max_chars):
         return text
     return unmarked(prefix) + CONTEXT_MARK + text
 

@@ -22,9 +22,8 @@ from memory.activity import IngestActivity
 from memory.batch_plan import coalesce, embedding_groups, passed_over
 from memory.change_hook import ChangeHook
 from memory.chunk_records import chunk_items
-from memory.chunk_vectors import ChunkVectors
+from memory.chunk_vectors import ChunkVectors, record_vector_text
 from memory.config import ChunkingConfig, IngestConfig
-from memory.conversation import vector_text
 from memory.embedder import Embedder
 from memory.errors import InvalidEvent, MemdError, WritesHeld
 from memory.forgets import expand_forgets, fold_forgets
@@ -170,10 +169,12 @@ class Ingestor:
             await self._retrying("hold check", self._index.refuse_held_writes)
         asked_forgets = [i for i in items if i.op == "forget"]
         items, forgets = await expand_forgets(items, index=self._index, retrying=self._retrying, hook=self._hook)
-        items, taken = await self._claims_apart(items)
+        items, taken, unchanged = await self._claims_apart(items)
         report = await self._apply(items)
         for item, why in taken:
             report.outcomes[id(item)] = ItemOutcome("ignored", refused=(TURN_TAKEN, why))
+        for item in unchanged:
+            report.outcomes[id(item)] = ItemOutcome("indexed")  # found written already
         if taken:
             # Its writer hears of it only if it waits for the ack: said here for the rest.
             log.warning("ingest.turn_taken", docs=sorted({f"{i.tenant}/{i.doc_id}" for i, _ in taken}))
@@ -195,12 +196,14 @@ class Ingestor:
         fold_forgets(report, forgets, asked_forgets)
         return report
 
-    async def _claims_apart(self, items: Sequence[MemoryItem]) -> tuple[list[MemoryItem], list[tuple[MemoryItem, str]]]:
-        """``items`` without the claimed turns that hold another writer's
-        (``memory.turn_claims.claims_apart``), and those, with why; the turns read here."""
+    async def _claims_apart(
+        self, items: Sequence[MemoryItem]
+    ) -> tuple[list[MemoryItem], list[tuple[MemoryItem, str]], list[MemoryItem]]:
+        """``items`` without the claimed turns that hold another writer's, with why, or exactly
+        what they claim (``memory.turn_claims.claims_apart``); the turns read here."""
         keys = claimed(items)
         if not keys:
-            return list(items), []
+            return list(items), [], []
         found = await self._as_written(self._index, keys, "claim read")
         if self._earlier is not None and (lacking := [k for k in keys if k not in found]):
             found.update(await self._as_written(self._earlier, lacking, "claim read"))
@@ -285,7 +288,7 @@ class Ingestor:
         per_item = await self._context.attach(live, per_item)
         identity = self._embedder.identity
         per_item = [
-            [dataclasses.replace(c, vector_key=vector_key(identity, vector_text(c.text, c.context_vec))) for c in cs]
+            [dataclasses.replace(c, vector_key=vector_key(identity, record_vector_text(c))) for c in cs]
             for cs in per_item
         ]
 

@@ -58,8 +58,9 @@ class ChunkRecord:
     version: int
     timestamp: float
     tenant: str = DEFAULT_TENANT
-    # A transcript turn's neighbour texts (memory.conversation): matched, never returned.
-    # ``context`` joins the BM25 terms; ``context_vec`` is read by the model before ``text``.
+    # A transcript turn's neighbour texts (memory.conversation), a document chunk's headings
+    # (memory.headings): matched, never returned. ``context`` joins the BM25 terms;
+    # ``context_vec`` is read by the model before ``text``.
     context: str = ""
     context_vec: str = ""
     # What the model read, keyed (memory.index.reuse.vector_key): a later chunk with the same key reuses this vector.

@@ -28,15 +28,18 @@ def claimed(items: Sequence[MemoryItem]) -> list[tuple[str, str]]:
 
 def claims_apart(
     items: Sequence[MemoryItem], stored: Mapping[tuple[str, str], Held]
-) -> tuple[list[MemoryItem], list[tuple[MemoryItem, str]]]:
+) -> tuple[list[MemoryItem], list[tuple[MemoryItem, str]], list[MemoryItem]]:
     """``items`` without the claims whose turn holds something else by the time each would
     apply, in batch order (what is ``stored`` for each claimed turn, then what the batch's
-    earlier items leave there: a write, a delete or a forget's delete); and those refused,
-    with why. A claim of what the turn already holds (a redelivery, a writer's retry) is kept.
+    earlier items leave there: a write, a delete or a forget's delete); those refused, with
+    why; and the claims of exactly what the turn already holds (a redelivery, a writer's
+    retry), which change nothing: rewritten, the turn would take the retry's time, and an
+    agent's "where did I leave off" would find a turn of days ago among its latest.
     """
     now: dict[tuple[str, str], Held] = {k: stored.get(k) for k in claimed(items)}
     kept: list[MemoryItem] = []
     refused: list[tuple[MemoryItem, str]] = []
+    unchanged: list[MemoryItem] = []
     for item in items:
         key = (item.tenant, item.doc_id)
         if key not in now:
@@ -44,12 +47,16 @@ def claims_apart(
             continue
         mine: Held = (item.content, item.metadata) if item.op == "upsert" else None
         there = now[key]
-        if item.if_absent and item.op == "upsert" and not _same_turn(there, mine):
-            refused.append((item, taken_reason(item)))
-            continue
+        if item.if_absent and item.op == "upsert":
+            if there is not None and there == mine:
+                unchanged.append(item)
+                continue
+            if not _same_turn(there, mine):
+                refused.append((item, taken_reason(item)))
+                continue
         now[key] = mine
         kept.append(item)
-    return kept, refused
+    return kept, refused, unchanged
 
 
 def _same_turn(there: Held, mine: Held) -> bool:

@@ -90,14 +90,20 @@ def turn_terms(text: str, context: str, timestamp: float) -> str:
     return matching_terms(_analysis(text).terms, [index_terms(date_words(timestamp)), index_terms(context)])
 
 
+def doc_terms(own_terms: str, context: str) -> str:
+    """The ``terms`` of a document's chunk: its own, then those of the headings it falls under
+    (``memory.headings``), once."""
+    return f"{own_terms} {index_terms(context)}".strip() if context else own_terms
+
+
 def analyze_records(chunks: Sequence[ChunkRecord]) -> list[Analysis]:
-    """:func:`analyze` for chunk records: a transcript turn's terms also hold its context's,
-    and every chunk's identifiers those of its metadata and a document's those of its file name
-    (``with_metadata_identifiers``)."""
+    """:func:`analyze` for chunk records: a transcript turn's terms also hold its context's, a
+    document chunk's its headings', and every chunk's identifiers those of its metadata and a
+    document's those of its file name (``with_metadata_identifiers``)."""
     out = analyze([c.text for c in chunks])
     return [
         Analysis(
-            turn_terms(c.text, c.context, c.timestamp) if c.kind == "transcript" else a.terms,
+            turn_terms(c.text, c.context, c.timestamp) if c.kind == "transcript" else doc_terms(a.terms, c.context),
             with_metadata_identifiers(a.idents, c.metadata, (c.doc_id, c.source) if c.kind == "document" else ()),
         )
         for a, c in zip(out, chunks, strict=True)
@@ -113,9 +119,11 @@ def _reanalyzed(mapping: dict[Any, Any]) -> dict[Any, Any]:
     analysis = analyze([text])[0]
     out = dict(mapping)
     terms = analysis.terms
+    context = as_str(mapping[fields["context"]]) if "context" in fields else ""
     if "kind" in fields and as_str(mapping[fields["kind"]]) == "transcript":
-        context = as_str(mapping[fields["context"]]) if "context" in fields else ""
         terms = turn_terms(text, context, float(as_str(mapping[fields["ts"]])) if "ts" in fields else 0.0)
+    elif "kind" in fields and as_str(mapping[fields["kind"]]) == "document":
+        terms = doc_terms(terms, context)
     out[fields.get("terms", "terms")] = terms
     metadata = _metadata_of(mapping[fields["metadata"]]) if "metadata" in fields else None
     kind = as_str(mapping[fields["kind"]]) if "kind" in fields else ""

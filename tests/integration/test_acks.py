@@ -357,17 +357,26 @@ async def test_two_writers_numbering_one_session_lose_no_turn(env: Any, kafka_bo
 
 
 async def test_a_claimed_turn_sent_again_is_written_once_and_another_is_refused(env: Any, kafka_bootstrap: str) -> None:
-    """A claim of what the turn already holds (a redelivery, a writer's retry) is acked
-    ``indexed``; a claim of a turn holding something else is acked ``ignored``, ``turn_taken``,
-    and leaves it as it was; a numbered write without the claim replaces it, as ever."""
+    """A claim of what the turn already holds (a redelivery, a writer's retry, a day later) is
+    acked ``indexed`` and leaves the turn as it was, its time too; a claim of a turn holding
+    something else is acked ``ignored``, ``turn_taken``, and leaves it as it was; a numbered
+    write without the claim replaces it, as ever."""
     _daemon, _plain, client = env
     agent = f"agent-{uuid.uuid4().hex[:6]}"
     first = await client.publish_observation(
-        agent_id=agent, session_id="s", turn=0, content="The first word.", wait=True, if_absent=True
+        agent_id=agent,
+        session_id="s",
+        turn=0,
+        content="The first word.",
+        wait=True,
+        if_absent=True,
+        timestamp="2026-01-05T10:00:00Z",
     )
     again = await client.publish_observation(
         agent_id=agent, session_id="s", turn=0, content="The first word.", wait=True, if_absent=True
     )
+    assert again.ack is not None and again.ack.chunks is None, again.ack  # nothing written
+    assert (await client.get(turns=[(agent, "s", 0)])).items[0].timestamp == "2026-01-05T10:00:00Z"
     other = await client.publish_observation(
         agent_id=agent, session_id="s", turn=0, content="Another word.", wait=True, if_absent=True
     )

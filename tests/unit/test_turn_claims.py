@@ -27,16 +27,18 @@ def held(content: str) -> tuple[str, dict[str, object]]:
 
 def test_the_first_claim_of_an_empty_turn_wins_and_a_second_is_refused() -> None:
     a, b = turn("A"), turn("B")
-    kept, refused = claims_apart([a, b], {})
+    kept, refused, _ = claims_apart([a, b], {})
     assert kept == [a] and [i for i, _ in refused] == [b]
     assert "turn 3 of this session holds another turn" in refused[0][1]
 
 
-def test_a_claim_of_what_the_turn_holds_is_kept() -> None:
-    """A redelivery, or a writer's retry of the same turn: nothing else is there."""
+def test_a_claim_of_what_the_turn_holds_changes_nothing() -> None:
+    """A redelivery, or a writer's retry of the same turn: neither refused nor written again
+    (written, the turn would take the retry's time)."""
     a = turn("A")
-    assert claims_apart([a], {("default", DOC): held("A")}) == ([a], [])
-    assert claims_apart([a, turn("A")], {})[1] == []
+    assert claims_apart([a], {("default", DOC): held("A")}) == ([], [], [a])
+    again = turn("A")
+    assert claims_apart([a, again], {}) == ([a], [], [again])
 
 
 def test_a_stored_turn_refuses_a_claim_and_a_delete_before_it_frees_the_turn() -> None:
@@ -44,22 +46,23 @@ def test_a_stored_turn_refuses_a_claim_and_a_delete_before_it_frees_the_turn() -
     assert claims_apart([a], {("default", DOC): held("B")}) == (
         [],
         [(a, claims_apart([a], {(a.tenant, DOC): held("B")})[1][0][1])],
+        [],
     )
     gone = turn("", op="delete", claim=False)
-    assert claims_apart([gone, a], {("default", DOC): held("B")}) == ([gone, a], [])
+    assert claims_apart([gone, a], {("default", DOC): held("B")}) == ([gone, a], [], [])
 
 
 def test_a_write_without_a_claim_is_never_refused_and_counts_for_a_claim_after_it() -> None:
     plain, a = turn("X", claim=False), turn("A")
-    kept, refused = claims_apart([plain, a], {})
+    kept, refused, _ = claims_apart([plain, a], {})
     assert kept == [plain] and [i for i, _ in refused] == [a]
-    assert claims_apart([a, plain], {}) == ([a, plain], [])
+    assert claims_apart([a, plain], {}) == ([a, plain], [], [])
 
 
 def test_other_turns_are_left_alone() -> None:
     other = turn("Z", claim=False, doc_id="transcript:a/s/4")
     a = turn("A")
-    assert claims_apart([other, a], {}) == ([other, a], [])
+    assert claims_apart([other, a], {}) == ([other, a], [], [])
     assert claimed([other, a, turn("B")]) == [("default", DOC)]
 
 
@@ -67,8 +70,8 @@ def test_a_claim_of_a_turn_holding_the_start_of_its_own_write_is_kept() -> None:
     """A large turn is written in slices: cut short (a crash, a lost partition), it is
     delivered again and must finish, not be refused by its own first slices."""
     a = turn("A long turn, in many slices.")
-    assert claims_apart([a], {("default", DOC): held("A long turn,")}) == ([a], [])
-    kept, refused = claims_apart([a], {("default", DOC): held("Another turn")})
+    assert claims_apart([a], {("default", DOC): held("A long turn,")}) == ([a], [], [])
+    kept, refused, _ = claims_apart([a], {("default", DOC): held("Another turn")})
     assert kept == [] and [i for i, _ in refused] == [a]
     other_role = ("A long turn,", {"role": "user", "turn": 3, "agent_id": "a", "session_id": "s"})
     assert claims_apart([a], {("default", DOC): other_role})[0] == []

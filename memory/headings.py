@@ -1,0 +1,146 @@
+"""The headings a document's chunks fall under (pure).
+
+A section longer than one chunk is cut into several, and only the first holds its heading:
+"Retries" under "Kafka consumer" under "Configuration" is, in its second chunk, a paragraph
+about retries of nothing in particular. Each chunk is read with the headings it falls under
+(``ChunkRecord.context_vec`` and its BM25 terms), as a reader of the page would read it.
+
+Headings are Markdown's (``## Title``, and a title underlined with ``===`` or ``---``) and
+reStructuredText's (a title underlined, and maybe overlined, with a run of one punctuation
+character), outside fenced code. A source file in a language whose comments start with
+``#`` has no headings: its comments are not titles.
+"""
+
+from __future__ import annotations
+
+import re
+from bisect import bisect_right
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+#: What joins the headings of a path, outermost first.
+PATH_SEPARATOR = " > "
+#: Longest heading kept, in characters (a longer "heading" is a paragraph set as one).
+MAX_HEADING_CHARS = 120
+#: Longest path kept, in characters; the outermost headings go first.
+MAX_PATH_CHARS = 300
+
+_ATX = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.*?)(?:[ \t]+#+)?[ \t]*$")
+_UNDERLINE = re.compile(r"^([=\-~^*+#])\1{2,}[ \t]*$")
+#: A line that opens a list item, a table row or a quote: Markdown never underlines one into a title.
+_NOT_TITLE = re.compile(r"^\s*(?:[-*+][ \t]|\d{1,9}[.)][ \t]|[|>])")
+_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+#: File name endings of languages (and formats) where a line opening with ``#`` is a comment.
+_HASH_COMMENTED = (
+    ".py", ".pyi", ".sh", ".bash", ".zsh", ".rb", ".pl", ".r", ".yaml", ".yml", ".toml", ".ini",
+    ".cfg", ".conf", ".env", ".tf", ".nix", ".ps1", ".cmake", ".dockerfile", "dockerfile", "makefile",
+)  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Heading:
+    """A heading: where its line starts in the text, its depth (1 outermost) and its title."""
+
+    start: int
+    level: int
+    title: str
+
+
+def has_headings(*names: str) -> bool:
+    """Whether a document named so (its id, its source) can hold headings: not a file of a
+    language whose ``#`` opens a comment."""
+    return not any(n.lower().endswith(_HASH_COMMENTED) for n in names if n)
+
+
+def headings(text: str) -> list[Heading]:
+    """The headings of ``text`` in order (see the module's docstring).
+
+    In a document with ``#`` headings (Markdown), a title underlined with ``===`` is at depth 1
+    and one with ``---`` at 2, as Markdown has it; elsewhere underlined titles take their
+    depths in the order their styles first appear (reStructuredText's rule).
+    """
+    out: list[Heading] = []
+    lines = text.splitlines(keepends=True)
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line))
+    fence = ""
+    markdown = any(_ATX.match(line) for line in lines)
+    styles: dict[str, int] = {"=": 1, "-": 2} if markdown else {}
+    for i, raw in enumerate(lines):
+        line = raw.rstrip("\r\n")
+        if fence:
+            if line.strip().startswith(fence) and set(line.strip()) == {fence[0]}:
+                fence = ""
+            continue
+        if m := _FENCE.match(line):
+            fence = m.group(1)
+            continue
+        if (m := _ATX.match(line)) and (title := _title(m.group(2))):
+            out.append(Heading(starts[i], len(m.group(1)), title))
+            continue
+        if not (m := _UNDERLINE.match(line)) or i == 0:
+            continue
+        title = _title(lines[i - 1])
+        above = lines[i - 2].rstrip("\r\n") if i >= 2 else ""
+        overlined = bool(_UNDERLINE.match(above)) and above.strip()[0] == m.group(1)
+        if overlined:
+            before = lines[i - 3] if i >= 3 else ""
+            if i == 2 and m.group(1) == "-":
+                continue  # front matter of one line (``---`` / ``title: x`` / ``---``)
+        else:
+            before = lines[i - 2] if i >= 2 else ""
+        if not title or _NOT_TITLE.match(lines[i - 1]) or _UNDERLINE.match(lines[i - 1].strip()) or before.strip():
+            continue  # no title, or the last line of a paragraph, whose underline is a rule
+        style = ("over" if overlined else "") + m.group(1)
+        if markdown and style not in styles:
+            continue  # Markdown underlines with "=" and "-" alone
+        level = styles.setdefault(style, len(styles) + 1)
+        start = starts[i - 2] if overlined else starts[i - 1]
+        out.append(Heading(start, level, title))
+    return out
+
+
+def heading_paths(text: str, chunk_starts: Sequence[int]) -> list[str]:
+    """For each chunk (by where it starts in ``text``), the headings it falls under, outermost
+    first, joined by :data:`PATH_SEPARATOR`; empty for a chunk under none.
+
+    A chunk's own headings are its text, not its context: one that opens with a heading is
+    under that heading's parents, and one with a heading further in is under the headings in
+    force where it starts.
+    """
+    found = headings(text)
+    if not found:
+        return [""] * len(chunk_starts)
+    # The path in force after each heading: the headings above it at shallower depths.
+    paths: list[list[Heading]] = []
+    current: list[Heading] = []
+    for h in found:
+        current = [*(c for c in current if c.level < h.level), h]
+        paths.append(current)
+    at = [h.start for h in found]
+    out: list[str] = []
+    for start in chunk_starts:
+        k = bisect_right(at, start) - 1  # the last heading starting at or before the chunk
+        if k < 0:
+            out.append("")
+            continue
+        opens = not text[at[k] : start].strip()  # the chunk starts with this heading
+        out.append(_joined([h.title for h in (paths[k][:-1] if opens else paths[k])]))
+    return out
+
+
+def _title(line: str) -> str:
+    """A heading line's title: trimmed, without Markdown's emphasis and code marks, at most
+    :data:`MAX_HEADING_CHARS` (empty when it holds no word)."""
+    title = line.replace("*", "").replace("`", "").strip().strip("_").strip()
+    if len(title) > MAX_HEADING_CHARS or not any(ch.isalnum() for ch in title):
+        return ""
+    return title
+
+
+def _joined(titles: list[str]) -> str:
+    """Titles joined, the outermost dropped until the path fits :data:`MAX_PATH_CHARS`."""
+    while len(titles) > 1 and len(PATH_SEPARATOR.join(titles)) > MAX_PATH_CHARS:
+        titles = titles[1:]
+    return PATH_SEPARATOR.join(titles)

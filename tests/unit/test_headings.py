@@ -1,0 +1,99 @@
+"""The headings a document's chunks fall under (memory.headings)."""
+
+from __future__ import annotations
+
+import pytest
+
+from memory.headings import MAX_PATH_CHARS, Heading, has_headings, heading_paths, headings
+
+MARKDOWN = """# Runbook
+
+Intro.
+
+## Failover
+
+Step one.
+
+### Manual
+
+Step two.
+
+## Backups
+
+Nightly.
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        (MARKDOWN, [(1, "Runbook"), (2, "Failover"), (3, "Manual"), (2, "Backups")]),
+        ("## Closed ##\n\nx\n", [(2, "Closed")]),
+        ("#hashtag, not a heading\n", []),
+        ("    # indented code\n", []),
+        ("```python\n# a comment\nx = 1\n```\n\n# After\n", [(1, "After")]),
+        ("~~~~\n# a comment\n~~~\n# still code\n~~~~\n", []),
+        ("# Md\n\nTitle\n=====\n\nSub\n---\n", [(1, "Md"), (1, "Title"), (2, "Sub")]),
+        ("Title\n*****\n\nSection\n=======\n\nMore\n-------\n", [(1, "Title"), (2, "Section"), (3, "More")]),
+        ("=====\nOver\n=====\n\nUnder\n=====\n", [(1, "Over"), (2, "Under")]),
+        ("# Md\n\nTitle\n~~~~~\n", [(1, "Md")]),
+        ("A paragraph that goes on\nand ends here\n---\n", []),
+        ("- item\n---\n", []),
+        ("| a | b |\n---\n", []),
+        ("---\ntitle: x\n---\n\nBody\n", []),
+        ("Body\n\n----\n", []),
+        ("# **Bold** `max_per_doc` title\n", [(1, "Bold max_per_doc title")]),
+        ("# " + "x" * 200 + "\n", []),
+        ("# ---\n", []),
+    ],
+)
+def test_headings_are_found_with_their_depths(text: str, want: list[tuple[int, str]]) -> None:
+    """Markdown's and reStructuredText's headings are found, code and rules are not."""
+    assert [(h.level, h.title) for h in headings(text)] == want
+
+
+def test_a_heading_starts_at_its_line_or_its_overline() -> None:
+    """Where a heading starts is where its first line does (the overline of an overlined title)."""
+    text = "intro\n\n=====\nOver\n=====\n"
+    assert headings(text) == [Heading(text.index("====="), 1, "Over")]
+
+
+def test_each_chunk_is_under_the_headings_in_force_where_it_starts() -> None:
+    """A chunk inside a section is under its whole path; one that opens with a heading is under
+    that heading's parents; one before any heading is under none."""
+    at = MARKDOWN.index
+    starts = [0, at("Intro."), at("## Failover"), at("Step one."), at("### Manual"), at("Step two."), at("Nightly.")]
+    assert heading_paths(MARKDOWN, starts) == [
+        "",
+        "Runbook",
+        "Runbook",
+        "Runbook > Failover",
+        "Runbook > Failover",
+        "Runbook > Failover > Manual",
+        "Runbook > Backups",
+    ]
+    assert heading_paths("no headings here", [0, 3]) == ["", ""]
+
+
+def test_a_long_path_keeps_its_innermost_headings() -> None:
+    """A path longer than MAX_PATH_CHARS drops its outermost headings first."""
+    titles = [f"{'Section' * 10} {n}" for n in range(1, 7)]
+    text = "".join(f"{'#' * n} {t}\n\nbody {n}\n\n" for n, t in enumerate(titles, start=1))
+    path = heading_paths(text, [text.index("body 6")])[0]
+    assert len(path) <= MAX_PATH_CHARS and path.endswith(titles[-1]) and titles[0] not in path
+
+
+@pytest.mark.parametrize(
+    ("names", "want"),
+    [
+        (("wiki/runbook.md",), True),
+        (("notes/db outage", ""), True),
+        (("scripts/deploy.sh", ""), False),
+        (("doc-1", "config/app.YAML"), False),
+        (("src/main.py",), False),
+        (("Dockerfile",), False),
+    ],
+)
+def test_files_whose_hash_opens_a_comment_have_no_headings(names: tuple[str, ...], want: bool) -> None:
+    """A document named as a file of a language with ``#`` comments is not read for headings."""
+    assert has_headings(*names) is want
