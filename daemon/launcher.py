@@ -14,7 +14,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -61,6 +61,17 @@ def _ensure_free(host: str, port: int, what: str, setting: str) -> None:
             f"cannot start {what}: {host}:{port} is already in use (another `agentmemd up`? a system "
             f"server?); stop it, or point {setting} at a free port"
         )
+
+
+#: How long a start waits for the servers of a run that did not stop cleanly to free their ports.
+UNCLEAN_STOP_WAIT_S = 10.0
+
+
+def _wait_free(addresses: Sequence[tuple[str, int]], timeout: float) -> None:
+    """Return once nothing listens on ``addresses``, or after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while any(_listening(host, port) for host, port in addresses) and time.monotonic() < deadline:
+        time.sleep(0.1)
 
 
 def _wait_port(host: str, port: int, proc: subprocess.Popen[bytes], timeout: float, what: str) -> None:
@@ -388,8 +399,9 @@ def describe_data_dir(data_dir: Path) -> str:
 
 
 @contextlib.contextmanager
-def data_dir_lock(data_dir: Path) -> Iterator[None]:
-    """Hold ``data_dir`` for this process alone while the block runs.
+def data_dir_lock(data_dir: Path) -> Iterator[str | None]:
+    """Hold ``data_dir`` for this process alone while the block runs; the block gets the holder
+    a run that did not stop cleanly left in the lock file (``"pid 4242"``), or None.
 
     Two embedded Redis servers on one directory (a second `agentmemd up` moved to a free
     port, as the port-in-use error suggests) append to one AOF: after a restart each loads
@@ -407,11 +419,13 @@ def data_dir_lock(data_dir: Path) -> Iterator[None]:
                 f"data dir {data_dir} is in use by {holder}: give this one its own AGENTMEM_DATA_DIR"
             ) from None
         fh.seek(0)
+        left = fh.read().strip() or None  # a clean stop empties it
+        fh.seek(0)
         fh.truncate()
         fh.write(f"pid {os.getpid()}\n")
         fh.flush()
         try:
-            yield
+            yield left
         finally:
             fh.seek(0)
             fh.truncate()
@@ -427,21 +441,28 @@ def embedded_servers(
     ``redis_password``: the default user's password (AGENTMEM_REDIS_PASSWORD), so the
     embedded Redis is no more open than the settings say.
     """
-    # Both ports first: a user told of one taken port at a time fixes them in as many starts.
-    taken = [
-        f"{host}:{port} ({what}; {setting})"
-        for (host, port), what, setting in (
-            (_host_port(redis_url, 6379), "redis-server", "AGENTMEM_REDIS_URL"),
-            (_host_port(bootstrap.split(",")[0], 9092), "the tansu broker", "AGENTMEM_KAFKA_BOOTSTRAP"),
-        )
-        if _listening(host, port)
-    ]
-    if len(taken) > 1:
-        raise LauncherError(
-            f"cannot start: {' and '.join(taken)} are already in use (another `agentmemd up`? system "
-            "servers?); stop them, or point those settings at free ports"
-        )
-    with data_dir_lock(data_dir):
+    ports = (
+        (_host_port(redis_url, 6379), "redis-server", "AGENTMEM_REDIS_URL"),
+        (_host_port(bootstrap.split(",")[0], 9092), "the tansu broker", "AGENTMEM_KAFKA_BOOTSTRAP"),
+    )
+    with data_dir_lock(data_dir) as unclean:
+        if unclean:
+            log.warning(
+                "launcher.unclean_stop_found",
+                previous=unclean,
+                data_dir=str(data_dir.resolve()),
+                lost="events the embedded broker held that were not applied yet: its log was in memory",
+                kept="Redis's data, up to its last write",
+            )
+            # Killed, that run's servers were sent SIGTERM as it died: give them time to let go.
+            _wait_free([address for address, _, _ in ports], UNCLEAN_STOP_WAIT_S)
+        # Both ports first: a user told of one taken port at a time fixes them in as many starts.
+        taken = [f"{h}:{p} ({what}; {setting})" for (h, p), what, setting in ports if _listening(h, p)]
+        if len(taken) > 1:
+            raise LauncherError(
+                f"cannot start: {' and '.join(taken)} are already in use (another `agentmemd up`? system "
+                "servers?); stop them, or point those settings at free ports"
+            )
         redis = start_redis(redis_url, data_dir=data_dir, password=redis_password)
         try:
             broker = start_tansu(bootstrap, log_dir=data_dir)

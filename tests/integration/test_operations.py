@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -478,6 +479,33 @@ def test_one_data_dir_serves_one_set_of_embedded_servers(tmp_path: Path) -> None
             sync_redis.from_url(other_url).ping()  # no second Redis was started
     with data_dir_lock(tmp_path):  # released with the servers
         pass
+
+
+def test_a_start_after_a_run_that_was_killed_waits_for_its_ports_and_says_what_was_lost(tmp_path: Path) -> None:
+    """The lock file of a run killed with SIGKILL still names it: the next start says what such
+    a stop loses, and waits for that run's servers, still exiting, to free their ports instead
+    of failing on "already in use"; a clean stop leaves nothing to say."""
+    import redis as sync_redis
+
+    bootstrap_port = free_port()
+    (tmp_path / ".agentmemd.lock").write_text("pid 4242\n")
+    lingering = socket.socket()
+    lingering.bind(("127.0.0.1", bootstrap_port))
+    lingering.listen()
+    closer = threading.Timer(1.0, lingering.close)  # the old broker, exiting on its SIGTERM
+    closer.start()
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    try:
+        with capture_logs() as logs, embedded_servers(f"127.0.0.1:{bootstrap_port}", url, tmp_path):
+            assert sync_redis.from_url(url).ping()
+    finally:
+        closer.cancel()
+        lingering.close()
+    found = [e for e in logs if e["event"] == "launcher.unclean_stop_found"]
+    assert len(found) == 1 and found[0]["previous"] == "pid 4242" and "in memory" in found[0]["lost"]
+    with capture_logs() as logs, embedded_servers(f"127.0.0.1:{free_port()}", url, tmp_path):
+        pass
+    assert not [e for e in logs if e["event"] == "launcher.unclean_stop_found"]
 
 
 def test_the_embedded_redis_is_started_again_when_it_dies_and_keeps_its_data(tmp_path: Path) -> None:
