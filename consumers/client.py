@@ -17,7 +17,7 @@ from typing import Literal
 
 from consumers.client_writes import Receipt, _Writes
 from consumers.encoding import ClientFilter, TurnRef, get_body, list_body, query_body, recent_body
-from consumers.events import near_spelling
+from consumers.events import near_name
 from consumers.requests import GetItem, GetReply, ListReply, QueryReply
 from memory.conversation import MAX_RECENT_TURNS
 
@@ -215,7 +215,7 @@ class MemoryClient(_Writes):
             BackendUnavailable, NotFound, TimeoutError: as for ``query``.
         """
         latest = await self.latest_sessions(agent_id, tenant=tenant)
-        return None if session_id in latest else SessionHint(latest, near_spelling(session_id, latest))
+        return None if session_id in latest else SessionHint(latest, near_name(session_id, latest))
 
     async def doc_hint(self, doc_id: str) -> str | None:
         """The stored doc id ``doc_id`` nearly spells, for a delete that removed nothing: among
@@ -226,9 +226,7 @@ class MemoryClient(_Writes):
         """
         folder = doc_id.rpartition("/")[0]
         ids = [] if not folder else (await self.list_values("doc_id", source_prefix=f"{folder}/", limit=1000)).values
-        return near_spelling(doc_id, ids) or near_spelling(
-            doc_id, (await self.list_values("doc_id", limit=1000)).values
-        )
+        return near_name(doc_id, ids) or near_name(doc_id, (await self.list_values("doc_id", limit=1000)).values)
 
 
 @dataclass(frozen=True, slots=True)

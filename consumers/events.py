@@ -48,6 +48,45 @@ def near_spelling(word: str, among: Collection[str]) -> str | None:
     return near[0] if near else None
 
 
+def near_name(word: str, among: Collection[str]) -> str | None:
+    """The one of ``among`` that a name a user typed (a session, a document, a tenant) may have
+    meant: :func:`near_spelling`'s, else the one fewest typing slips away (``s-tset``:
+    ``s-tests``), as :func:`slips` counts them and :func:`slips_allowed` allows. For hints
+    only: a field refused as a misspelling keeps :func:`near_spelling`'s stricter rule."""
+    if spelt := near_spelling(word, among):
+        return spelt
+    limit = slips_allowed(word)
+    names = list(among)
+    near = [
+        (n, i)
+        for i, other in enumerate(names)
+        if abs(len(other) - len(word)) <= limit and (n := slips(word, other)) <= limit
+    ]
+    return names[min(near)[1]] if near else None
+
+
+def slips_allowed(word: str) -> int:
+    """Typing slips a name of this length may hold and still be taken for another: none below
+    4 characters (``s-1`` and ``s-2`` are two names), 1 up to 5, 2 from 6."""
+    return 0 if len(word) < 4 else 1 if len(word) < 6 else 2
+
+
+def slips(a: str, b: str) -> int:
+    """Edits from ``a`` to ``b``: characters inserted, deleted, replaced, or two neighbours
+    swapped (the optimal string alignment distance)."""
+    prev2: list[int] = []
+    prev = list(range(len(b) + 1))
+    for i in range(1, len(a) + 1):
+        row = [i] + [0] * len(b)
+        for j in range(1, len(b) + 1):
+            cost = a[i - 1] != b[j - 1]
+            row[j] = min(prev[j] + 1, row[j - 1] + 1, prev[j - 1] + cost)
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                row[j] = min(row[j], prev2[j - 2] + 1)
+        prev2, prev = prev, row
+    return prev[len(b)]
+
+
 class _Event(BaseModel):
     # Unknown fields are read past (held aside, never used): a producer may carry its own, or
     # a later contract's. Held, so that a misspelt one can be told from those.

@@ -29,7 +29,7 @@ import structlog
 from aiokafka.errors import KafkaError
 
 from consumers.config import ROLES
-from consumers.events import near_spelling
+from consumers.events import near_name
 from consumers.topic_names import tenant_topic
 from daemon.dlq_marks import tenant_marks
 from daemon.settings import Settings
@@ -122,7 +122,7 @@ async def check_known(settings: Settings, client: Any, tenant: str) -> None:
         unasked = ""
     except BackendUnavailable as exc:
         unasked = f"; the broker could not be asked for its topics ({exc})"
-    near = near_spelling(tenant, seen)
+    near = near_name(tenant, seen)
     raise InvalidRequest(
         f"no tenant {tenant!r} is known here: no daemon has read an event of it, it was never erased"
         + (" and it has no topics" if not unasked else "")

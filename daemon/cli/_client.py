@@ -11,7 +11,7 @@ import typer
 from consumers.client import MemoryClient
 from consumers.client_core import DEFAULT_TIMEOUT_S
 from consumers.errors import QueryFailed
-from consumers.events import WriteAck, near_spelling
+from consumers.events import WriteAck, near_name
 from daemon.cli._app import _fail, _settings
 from daemon.connections import memory_client
 from daemon.settings import Settings
@@ -110,7 +110,7 @@ async def check_tenant_known(settings: Settings, client: Any, tenant: str) -> No
         return
     if tenant in await registry.erased():
         raise NotFound(f"tenant {tenant!r} was erased (agentmemd erase-tenant)")
-    near = near_spelling(tenant, seen)
+    near = near_name(tenant, seen)
     raise NotFound(
         f"no tenant {tenant!r} is known here: no daemon has read an event of it"
         + (f"; did you mean {near!r}?" if near else "")

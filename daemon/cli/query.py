@@ -15,7 +15,7 @@ from rich.text import Text
 from consumers.client import MemoryClient
 from consumers.client_core import DEFAULT_TIMEOUT_S
 from consumers.errors import QueryFailed
-from consumers.requests import ContextTurn, GetReply, QueryReply
+from consumers.requests import ContextTurn, GetItem, GetReply, QueryReply
 from consumers.times import when
 from daemon.cli._app import _settings, app, out
 from daemon.cli._client import _filter, _tenant_target, _with_client
@@ -179,13 +179,27 @@ def recent(
     if not reply.items:
         out.print("no turns")
     for item in reply.items:
-        meta = item.metadata or {}
-        where = f"{meta.get('session_id', '?')}/{meta.get('turn', '?')} {meta.get('role', '')}"
-        head = f"{shown_time(item.timestamp) or '?'}  {where}:"
-        parts = [Text(head, style="bold"), Text(item.content or "")]
-        if item.content_truncated:
-            parts.append(Text("(cut: longer than one reply)", style="yellow"))
-        out.print(*parts)
+        out.print(*turn_view(item))
+
+
+#: Characters of a turn ``recent`` prints: a pasted log or file would bury the turns around it.
+RECENT_TURN_CHARS = 2_000
+
+
+def turn_view(item: GetItem) -> list[Text]:
+    """A turn as ``recent`` prints it: when, session/turn and role, then its text, cut after
+    :data:`RECENT_TURN_CHARS` characters with how many more there are."""
+    meta = item.metadata or {}
+    where = f"{meta.get('session_id', '?')}/{meta.get('turn', '?')} {meta.get('role', '')}"
+    head = f"{shown_time(item.timestamp) or '?'}  {where}:"
+    content = item.content or ""
+    parts = [Text(head, style="bold"), Text(content[:RECENT_TURN_CHARS])]
+    if len(content) > RECENT_TURN_CHARS:
+        more = len(content) - RECENT_TURN_CHARS
+        parts.append(Text(f"… ({more:,} more characters: `--json` shows them)", style="yellow"))
+    elif item.content_truncated:
+        parts.append(Text("(cut: longer than one reply)", style="yellow"))
+    return parts
 
 
 def shown_time(iso: str | None) -> str:
@@ -248,7 +262,10 @@ def results_view(
             times = sorted(x.timestamp for x in r.repeats if x.timestamp)
             span = f", the latest {shown_time(times[-1])}" if times else ""
             n = r.repeat_count or len(r.repeats)
-            said = f"(the same text in {n} more: {', '.join(x.doc_id for x in r.repeats[:3])}"
+            # Chunks of one long document or turn share its id: then the chunk ids tell them apart.
+            ids = [x.doc_id for x in r.repeats]
+            named = ids if len(set(ids)) == len(ids) and r.doc_id not in ids else [x.chunk_id for x in r.repeats]
+            said = f"(the same text in {n} more: {', '.join(named[:3])}"
             said += f"{', …' if n > 3 else ''}{span})"
             lines.append(indented(Text(said, style="dim")))
     return Group(*lines)

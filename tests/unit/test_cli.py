@@ -385,3 +385,53 @@ def test_a_long_result_shows_the_part_that_holds_the_question() -> None:
     assert _snippet(text, 120, "extract synthetic history").startswith("split [<local-commit>]")
     assert _snippet(text, 120, "").startswith("split") and _snippet(text, 120, "").endswith("…")
     assert _snippet("short text", 120, "text") == "short text"
+
+
+def test_repeats_within_one_long_turn_are_named_by_their_chunks() -> None:
+    """A long turn's chunks that say the same thing share its doc id: the fold names their
+    chunk ids, not one doc id three times; repeats in other memories keep their doc ids."""
+    from rich.console import Console
+
+    from consumers.requests import QueryReply, Repeat, ResultItem
+    from daemon.cli.query import results_view
+
+    doc = "transcript:coder-2/s-long/0"
+
+    def reply(repeats: list[Repeat]) -> str:
+        item = ResultItem(
+            chunk_id=f"{doc}_p0",
+            rrf_score=0.03,
+            text="PASS test_io",
+            source="",
+            doc_id=doc,
+            kind="transcript",
+            metadata={},
+            ranks={"sparse": 1},
+            repeats=repeats,
+            repeat_count=len(repeats),
+        )
+        console = Console(width=200, record=True, color_system=None)
+        console.print(results_view(QueryReply(query_id="q", total_retrieved=1, took_ms=1.0, results=[item])))
+        return console.export_text()
+
+    same = reply([Repeat(doc_id=doc, chunk_id=f"{doc}_p{n}") for n in (1, 2, 3, 4)])
+    assert f"the same text in 4 more: {doc}_p1, {doc}_p2, {doc}_p3, …" in same
+    others = reply(
+        [Repeat(doc_id=f"transcript:coder-2/s{n}/0", chunk_id=f"transcript:coder-2/s{n}/0_p0") for n in (1, 2)]
+    )
+    assert "the same text in 2 more: transcript:coder-2/s1/0, transcript:coder-2/s2/0)" in others
+
+
+def test_recent_cuts_a_long_turn_and_says_how_much_is_left() -> None:
+    """`recent` prints a turn of a pasted 200 KB log as its first characters and the count of
+    the rest; a short turn whole."""
+    from consumers.requests import GetItem
+    from daemon.cli.query import RECENT_TURN_CHARS, turn_view
+
+    meta = {"session_id": "s", "turn": 4, "role": "tool"}
+    long = GetItem(doc_id="transcript:a/s/4", status="found", content="x" * 200_000, metadata=meta)
+    parts = [p.plain for p in turn_view(long)]
+    assert parts[0] == "?  s/4 tool:" and parts[1] == "x" * RECENT_TURN_CHARS
+    assert parts[2] == f"… ({200_000 - RECENT_TURN_CHARS:,} more characters: `--json` shows them)"
+    short = GetItem(doc_id="transcript:a/s/5", status="found", content="done", metadata=meta)
+    assert [p.plain for p in turn_view(short)][1:] == ["done"]
