@@ -214,6 +214,7 @@ def to_reply(req: QueryRequest, outcome: SearchOutcome, stale: dict[str, bool] |
             ranks=h.ranks,
             community=_community(h, stale or {}),
             timestamp=_iso(h.chunk.timestamp),
+            section=h.chunk.section or None,
             context=[_context_turn(c) for c in h.context]
             if req.context_turns and h.chunk.kind == "transcript"
             else None,

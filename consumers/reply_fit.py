@@ -24,7 +24,8 @@ def _size_bound(item: ResultItem) -> int:
     meta = sum(len(str(k)) + len(str(v)) + 8 for k, v in item.metadata.items())
     around = sum(len(c.text) + len(c.doc_id) + len(c.role) + 80 for c in item.context or ())
     around += sum(len(r.doc_id) + len(r.chunk_id) + 80 for r in item.repeats or ())
-    return 6 * (len(item.text) + len(item.source) + len(item.doc_id) + len(item.chunk_id) + meta + around) + 400
+    own = len(item.text) + len(item.source) + len(item.doc_id) + len(item.chunk_id) + len(item.section or "")
+    return 6 * (own + meta + around) + 400
 
 
 def fit_reply(reply: QueryReply, max_bytes: int) -> QueryReply:

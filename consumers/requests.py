@@ -327,6 +327,8 @@ class ResultItem(BaseModel):
     # When the memory was recorded (its event's timestamp), ISO 8601 UTC; None where the
     # index holds none.
     timestamp: str | None = None
+    # The headings a document's chunk falls under, outermost first, joined by " > " (None: none).
+    section: str | None = None
     # The turns around a transcript result, in turn order, when the query asked for them.
     context: list[ContextTurn] | None = None
     # Lower-ranked memories with this result's text, newest first (None: there were none): the

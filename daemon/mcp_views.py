@@ -68,6 +68,8 @@ def result_view(r: ResultItem) -> dict[str, Any]:
         # good match of the query's words, which an agent cannot tell from a score.
         "ranks": r.ranks,
     }
+    if r.section is not None:
+        view["section"] = r.section  # the headings a document's chunk falls under
     if r.context is not None:
         view["context"] = [t.model_dump() for t in r.context]
     if r.repeats is not None:

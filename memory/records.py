@@ -92,6 +92,7 @@ class StoredChunk:
     version: int | None = None  # the doc version the chunk was written for, None if not returned
     generation: int | None = None  # the index generation the hit came from (its key says so)
     speaker: str = ""  # a transcript turn's speakers (memory.speakers), empty where none is stored
+    section: str = ""  # a document chunk's headings (memory.headings), empty where none is stored
     start: int | None = None  # where it starts in its doc (ChunkRecord.start); None if not read or not stored
     gap: str = ""  # the text between the chunk before and this one (ChunkRecord.gap), as read
     tail: str = ""  # the text after the doc's last chunk (ChunkRecord.tail), on that chunk, as read

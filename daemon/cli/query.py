@@ -247,6 +247,8 @@ def results_view(
         around = r.context or []
         for t in (t for t in around if own is not None and t.turn < own):
             lines.append(indented(_said(t, snippet_chars)))
+        if r.section:
+            lines.append(indented(Text(f"§ {r.section}", style="dim")))
         body = Text(_snippet(r.text, snippet_chars, question))
         if own is not None and around:  # among its neighbours, the match says so (dimming is lost in a pipe)
             role = str(r.metadata.get("role") or "")

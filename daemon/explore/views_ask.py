@@ -114,6 +114,7 @@ def results_html(
                 link(h.chunk.doc_id, "/explore/document", tenant=tenant, doc=h.chunk.doc_id)
                 + f'<br><span class="muted">{esc(h.chunk.chunk_id)} · {esc(h.chunk.kind)}{badge} · '
                 f"{esc(when(h.chunk.timestamp))}</span>"
+                + (f'<br><span class="muted">§ {esc(h.chunk.section)}</span>' if h.chunk.section else "")
                 + (
                     f'<br><span class="muted repeats">the same text in {h.repeat_count} more: '
                     + ", ".join(link(r.doc_id, "/explore/document", tenant=tenant, doc=r.doc_id) for r in h.repeats[:5])

@@ -37,6 +37,7 @@ _RETURN_FIELDS = (
     "ts",
     "version",
     "speaker",
+    "section",
 )
 
 #: Read with a doc's chunks when the doc is read back whole (``memory.chunking.join_chunks``).
@@ -200,6 +201,8 @@ def _record_mapping(rec: ChunkRecord, vector: np.ndarray, analysis: Analysis) ->
         mapping["vkey"] = rec.vector_key
     if rec.speaker:  # not in the schema: read back with the hit, for the speaker list
         mapping["speaker"] = rec.speaker
+    if rec.kind == "document" and rec.context:  # not in the schema either: a result names its section
+        mapping["section"] = rec.context
     mapping["chunk_start"] = rec.start  # these not in the schema either: read to join a doc's chunks
     if rec.gap:
         mapping["chunk_gap"] = rec.gap
@@ -238,6 +241,7 @@ def _stored(doc: Any, tag_keys: Sequence[str]) -> StoredChunk:
         version=_int_or_none(getattr(doc, "version", None)),
         generation=keys.key_generation(as_str(getattr(doc, "id", ""))),
         speaker=as_str(getattr(doc, "speaker", "") or ""),
+        section=as_str(getattr(doc, "section", "") or ""),
         start=_int_or_none(getattr(doc, "chunk_start", None)),
         gap=_text(getattr(doc, "chunk_gap", None)),
         tail=_text(getattr(doc, "chunk_tail", None)),

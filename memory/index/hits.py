@@ -200,13 +200,14 @@ def whole_chunks(
     fields that are there: the winners read after fusion are what the legs would have returned."""
     at = {f: i for i, f in enumerate(fields)}
     i_chunk, i_text, i_doc, i_source, i_kind = at["chunk_id"], at["text"], at["doc_id"], at["source"], at["kind"]
-    i_meta, i_idents, i_ts, i_timestamp, i_version, i_speaker = (
+    i_meta, i_idents, i_ts, i_timestamp, i_version, i_speaker, i_section = (
         at["metadata"],
         at["idents"],
         at["ts"],
         at["timestamp"],
         at["version"],
         at["speaker"],
+        at["section"],
     )
     tags = [(k, at[k]) for k in tag_keys]
     parts = _KeyParts()
@@ -238,6 +239,7 @@ def whole_chunks(
                 version=_int_or_none(row[i_version]),
                 generation=parts(key)[0],
                 speaker=row[i_speaker] or "",
+                section=row[i_section] or "",
             )
         )
     return out

@@ -76,8 +76,8 @@ async def test_a_later_chunk_of_a_section_is_read_with_its_headings(stack: Any) 
     spec = SearchSpec(text="failover pgbouncer", top_k=3, dense_weight=0.0, identifier_weight=0.0)
     hits = (await own.retriever.search(spec)).hits
     assert hits[0].chunk.text.startswith("Then repoint the clients")
-    # The result is the chunk's own text: its headings are matched, never returned.
-    assert "Failover" not in hits[0].chunk.text
+    # The result is the chunk's own text; its headings are matched, and named as its section.
+    assert "Failover" not in hits[0].chunk.text and hits[0].chunk.section == "Runbook > Failover"
 
 
 async def test_renaming_a_heading_reembeds_its_section_alone(stack: Any) -> None:

@@ -158,11 +158,15 @@ def doc(i: int, rng: random.Random, tenant: str = "default") -> MemoryItem:
         words.insert(rng.randint(0, len(words)), f"ERR_CONN_RESET_{i:04X}")
     if i % 7 == 0:
         words.append('CVE-2024-3094 ünïcödé ✓ "quoted"')
+    content = " ".join(words) + "."
+    if i % 2 == 0:  # under headings: its later chunks name a section
+        half = len(words) // 2
+        content = f"# Runbook {i}\n\n## {words[0]} notes\n\n{' '.join(words[:half])}.\n\n{' '.join(words[half:])}."
     return MemoryItem(
         op="upsert",
         doc_id=f"wiki/doc-{i:03d}.md",
         version=BIG_VERSION if i == 3 else 1 + i % 3,
-        content=" ".join(words) + ".",
+        content=content,
         source=f"wiki/doc-{i:03d}.md",
         tags={"environment": env, "service": service},
         metadata={"environment": env, "n": i, "ratio": i / 7, "ok": i % 2 == 0, "note": "é ✓ {x}"},
@@ -277,6 +281,8 @@ async def test_hydrated_results_are_the_full_field_results(stack, name: str) -> 
         assert any("identifier" in h.ranks for h in new.hits)
     if name == "a speaker named":
         assert any("speaker" in h.ranks for h in new.hits)
+    if name == "top 50":
+        assert any(h.chunk.section.startswith("Runbook ") for h in new.hits)
 
 
 async def test_the_same_while_a_sliced_write_hides_chunks(stack) -> None:

@@ -435,3 +435,27 @@ def test_recent_cuts_a_long_turn_and_says_how_much_is_left() -> None:
     assert parts[2] == f"… ({200_000 - RECENT_TURN_CHARS:,} more characters: `--json` shows them)"
     short = GetItem(doc_id="transcript:a/s/5", status="found", content="done", metadata=meta)
     assert [p.plain for p in turn_view(short)][1:] == ["done"]
+
+
+def test_a_result_under_headings_shows_its_section_above_its_text() -> None:
+    """`query` prints a document chunk's section on its own line, before the chunk's text."""
+    from rich.console import Console
+
+    from consumers.requests import QueryReply, ResultItem
+    from daemon.cli.query import results_view
+
+    item = ResultItem(
+        chunk_id="wiki/runbook.md_p1",
+        rrf_score=0.03,
+        text="Then repoint the clients.",
+        source="wiki/runbook.md",
+        doc_id="wiki/runbook.md",
+        kind="document",
+        metadata={},
+        ranks={"sparse": 1},
+        section="Runbook > Failover",
+    )
+    console = Console(width=120, record=True, color_system=None)
+    console.print(results_view(QueryReply(query_id="q", total_retrieved=1, took_ms=1.0, results=[item])))
+    lines = [line.strip() for line in console.export_text().splitlines()]
+    assert lines[2:4] == ["§ Runbook > Failover", "Then repoint the clients."]

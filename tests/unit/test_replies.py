@@ -198,3 +198,12 @@ def test_a_reply_too_big_keeps_the_best_results_that_fit(sizes: list[int], max_b
     assert fitted.total_retrieved == kept
     assert fitted.truncated == (kept < len(sizes))
     assert len(json.dumps(fitted.model_dump(mode="json"))) <= max_bytes
+
+
+def test_a_reply_whose_sections_make_it_too_big_is_cut_too() -> None:
+    """The bound that skips encoding counts each result's section: results whose texts fit but
+    whose long sections do not are cut, never published over the limit."""
+    reply = _reply([10] * 20)
+    reply = reply.model_copy(update={"results": [r.model_copy(update={"section": "é" * 300}) for r in reply.results]})
+    fitted = fit_reply(reply, 30_000)
+    assert fitted.truncated and len(json.dumps(fitted.model_dump(mode="json"))) <= 30_000
