@@ -3,7 +3,6 @@ acks and looked-up documents, times, the next free turn, and the tools' one erro
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -11,6 +10,7 @@ from typing import Any
 from consumers.events import WriteAck
 from consumers.requests import GetItem, ResultItem
 from consumers.times import when
+from daemon.wording import in_words
 from memory.errors import InvalidRequest
 
 
@@ -34,9 +34,7 @@ ARGUMENT_NAMES: Mapping[str, Mapping[str, str]] = {
 def in_tool_words(tool: str, message: str) -> str:
     """``message`` with the contract's field names that ``tool``'s arguments name otherwise
     replaced by those; a name inside quotes (a value, a metadata key) is left alone."""
-    for field, argument in ARGUMENT_NAMES.get(tool, {}).items():
-        message = re.sub(rf"(?<![\w.'\"]){re.escape(field)}(?![\w'\"])", argument, message)
-    return message
+    return in_words(message, ARGUMENT_NAMES.get(tool, {}))
 
 
 def parse_time(value: str | None, what: str) -> datetime | None:

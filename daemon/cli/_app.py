@@ -116,11 +116,12 @@ def _run_with_signals(main: Callable[[asyncio.Event], Awaitable[None]], again: a
     asyncio.run(runner())
 
 
-def _fail(exc: Exception) -> typer.Exit:
+def _fail(exc: Exception, message: str | None = None) -> typer.Exit:
+    """``exc`` told on stderr (as ``message`` where given: in the command line's words), and the exit."""
     # An outage's message says what failed; the hint says where to look next.
     outage = type(exc) is BackendUnavailable and "agentmemd doctor" not in str(exc)  # (not an index mismatch)
     hint = " (`agentmemd doctor` says what is down, and how to start it)" if outage else ""
-    err.print(f"[red]error:[/red] {escape(str(exc))}{hint}")
+    err.print(f"[red]error:[/red] {escape(str(exc) if message is None else message)}{hint}")
     return typer.Exit(code=1)
 
 

@@ -15,6 +15,7 @@ from consumers.events import WriteAck, near_name
 from daemon.cli._app import _fail, _settings
 from daemon.connections import memory_client
 from daemon.settings import Settings
+from daemon.wording import CLI_NAMES, in_words
 from memory.errors import InvalidRequest, MemdError, NotFound
 from memory.filters import filter_from_pairs
 from memory.records import DEFAULT_TENANT
@@ -66,9 +67,9 @@ def _with_client(
     try:
         return asyncio.run(main())
     except QueryFailed as exc:
-        raise _fail(exc) from exc
+        raise _fail(exc, in_words(str(exc), CLI_NAMES)) from exc
     except (MemdError, TimeoutError) as exc:
-        raise _fail(exc if str(exc) else TimeoutError("no reply in time")) from exc
+        raise _fail(exc, in_words(str(exc), CLI_NAMES) or "no reply in time") from exc
 
 
 def _tenant_target(tenancy: str, tenant: str | None) -> str | None:
