@@ -25,7 +25,10 @@ MAX_HEADING_CHARS = 120
 #: Longest path kept, in characters; the outermost headings go first.
 MAX_PATH_CHARS = 300
 
-_ATX = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.*?)(?:[ \t]+#+)?[ \t]*$")
+#: The opening of a ``#`` heading line; its title is cut out by :func:`_atx_title`, not by a
+#: pattern: one with a lazy title and an optional closing run backtracks without end on a
+#: line of many spaces.
+_ATX = re.compile(r" {0,3}(#{1,6})[ \t]")
 _UNDERLINE = re.compile(r"^([=\-~^*+#])\1{2,}[ \t]*$")
 #: A line that opens a list item, a table row or a quote: Markdown never underlines one into a title.
 _NOT_TITLE = re.compile(r"^\s*(?:[-*+][ \t]|\d{1,9}[.)][ \t]|[|>])")
@@ -76,7 +79,7 @@ def headings(text: str) -> list[Heading]:
         if m := _FENCE.match(line):
             fence = m.group(1)
             continue
-        if (m := _ATX.match(line)) and (title := _title(m.group(2))):
+        if (m := _ATX.match(line)) and (title := _title(_atx_title(line[m.end() :]))):
             out.append(Heading(starts[i], len(m.group(1)), title))
             continue
         if not (m := _UNDERLINE.match(line)) or i == 0:
@@ -128,6 +131,16 @@ def heading_paths(text: str, chunk_starts: Sequence[int]) -> list[str]:
         opens = not text[at[k] : start].strip()  # the chunk starts with this heading
         out.append(_joined([h.title for h in (paths[k][:-1] if opens else paths[k])]))
     return out
+
+
+def _atx_title(rest: str) -> str:
+    """A ``#`` heading's title from what follows its opening: without a closing run of ``#``
+    (``## Title ##``) that space sets apart."""
+    rest = rest.strip(" \t")
+    bare = rest.rstrip("#")
+    if bare != rest and (not bare or bare[-1] in " \t"):
+        return bare.rstrip(" \t")
+    return rest
 
 
 def _title(line: str) -> str:

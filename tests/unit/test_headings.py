@@ -45,6 +45,8 @@ Nightly.
         ("# **Bold** `max_per_doc` title\n", [(1, "Bold max_per_doc title")]),
         ("# " + "x" * 200 + "\n", []),
         ("# ---\n", []),
+        ("# C#\n\n## Title ##\n\n### Ends with a hash# \n", [(1, "C#"), (2, "Title"), (3, "Ends with a hash#")]),
+        ("#\n##\n", []),
     ],
 )
 def test_headings_are_found_with_their_depths(text: str, want: list[tuple[int, str]]) -> None:
@@ -97,3 +99,10 @@ def test_a_long_path_keeps_its_innermost_headings() -> None:
 def test_files_whose_hash_opens_a_comment_have_no_headings(names: tuple[str, ...], want: bool) -> None:
     """A document named as a file of a language with ``#`` comments is not read for headings."""
     assert has_headings(*names) is want
+
+
+def test_a_heading_line_of_many_spaces_is_read_in_one_pass() -> None:
+    """A ``#`` line holding 100,000 spaces (a pasted log, a generated file) is no heading and
+    costs one pass: a pattern that backtracked over it took minutes, holding its partition."""
+    text = "# a" + " " * 100_000 + "b\n\n# Next\n"
+    assert [h.title for h in headings(text)] == ["Next"]
