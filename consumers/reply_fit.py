@@ -7,6 +7,8 @@ import heapq
 import json
 from collections.abc import Sequence
 
+from pydantic import BaseModel
+
 from consumers.requests import GetItem, GetReply, ListReply, QueryReply, RecentReply, ResultItem
 
 
@@ -29,24 +31,47 @@ def _size_bound(item: ResultItem) -> int:
 
 
 def fit_reply(reply: QueryReply, max_bytes: int) -> QueryReply:
-    """``reply``, with results left off its end until it fits ``max_bytes`` as JSON
-    (``truncated`` then says so).
+    """``reply``, with results left off its end until it fits ``max_bytes`` as JSON; a result
+    whose ``context`` turns do not fit is kept without them (``context`` null) where it fits
+    alone. ``truncated`` then says so.
 
     Why: a reply over the producer's request limit (1 MiB) cannot be published, and its
     asker would hear nothing (one 2 MB chunk, or top_k results carrying big metadata,
-    would do it). A bound computed from the lengths skips the encoding for ordinary replies.
+    would do it). A bound computed from the lengths skips the encoding for ordinary replies;
+    otherwise each result is encoded once, in order, and none after the budget is spent: 100
+    results with 20 long turns of context each are some 250 MB of JSON, and encoding the reply
+    again after each result left off held the event loop, and every tenant's queries, for
+    seconds.
     """
     if sum(_size_bound(r) for r in reply.results) + 1000 <= max_bytes:
         return reply
-    results = list(reply.results)
-    while True:
-        fitted = reply.model_copy(
-            update={"results": results, "total_retrieved": len(results), "truncated": len(results) < len(reply.results)}
-        )
-        # json.dumps escapes non-ASCII, the larger of the encodings a publisher may use.
-        if not results or len(json.dumps(fitted.model_dump(mode="json"))) <= max_bytes:
-            return fitted
-        results.pop()
+    empty = reply.model_copy(update={"results": [], "truncated": False})
+    budget = max_bytes - _json_size(empty)
+    kept: list[ResultItem] = []
+    for result in reply.results:
+        options = [result] if result.context is None else [result, result.model_copy(update={"context": None})]
+        for option in options:
+            if _least_size(option) > budget:
+                continue  # too large whatever its encoding: not encoded
+            size = _json_size(option) + 2  # and the ", " before it
+            if size <= budget:
+                break
+        else:
+            break  # it fits neither way: it and every result after it are left off
+        kept.append(option)
+        budget -= size
+    cut = len(kept) < len(reply.results) or any(k is not r for k, r in zip(kept, reply.results, strict=False))
+    return reply.model_copy(update={"results": kept, "total_retrieved": len(kept), "truncated": cut})
+
+
+def _json_size(model: BaseModel) -> int:
+    """Bytes of ``model`` as JSON, non-ASCII escaped (the larger of the encodings a publisher may use)."""
+    return len(json.dumps(model.model_dump(mode="json")))
+
+
+def _least_size(item: ResultItem) -> int:
+    """Bytes a result takes as JSON at least: its text and its context turns' texts, one byte a character."""
+    return len(item.text) + sum(len(c.text) for c in item.context or ())
 
 
 def fit_list_reply(reply: ListReply, max_bytes: int) -> ListReply:
@@ -69,16 +94,21 @@ def fit_get_reply(reply: GetReply, max_bytes: int) -> GetReply:
     (``history_truncated`` says so)."""
     reply = _fit_history(reply, max_bytes)
     items = list(reply.items)
-    while True:
-        fitted = reply.model_copy(update={"items": items, "truncated": len(items) < len(reply.items)})
-        size = len(json.dumps(fitted.model_dump(mode="json")))
-        if size <= max_bytes or not items:
-            return fitted
-        if len(items) == 1 and items[0].content:
-            cut = _cut_to_fit(reply, items[0], size, max_bytes)
-            if cut is not None:
-                return cut
-        items.pop(0 if isinstance(reply, RecentReply) else -1)
+    # Each item encoded once (the reply's size is the sum): items of megabytes each, encoded
+    # again with every one left off, held the event loop for seconds.
+    sizes = [_json_size(i) + 2 for i in items]
+    total = _json_size(reply.model_copy(update={"items": [], "truncated": False})) + sum(sizes)
+    first = 0 if isinstance(reply, RecentReply) else -1
+    while len(items) > 1 and total > max_bytes:
+        items.pop(first)
+        total -= sizes.pop(first)
+    fitted = reply.model_copy(update={"items": items, "truncated": len(items) < len(reply.items)})
+    if total <= max_bytes or not items:
+        return fitted
+    size = _json_size(fitted)  # one item, too large alone: its content's end is cut
+    if items[0].content and (cut := _cut_to_fit(reply, items[0], size, max_bytes)) is not None:
+        return cut
+    return reply.model_copy(update={"items": [], "truncated": True})
 
 
 def _fit_history(reply: GetReply, max_bytes: int) -> GetReply:

@@ -207,3 +207,74 @@ def test_a_reply_whose_sections_make_it_too_big_is_cut_too() -> None:
     reply = reply.model_copy(update={"results": [r.model_copy(update={"section": "é" * 300}) for r in reply.results]})
     fitted = fit_reply(reply, 30_000)
     assert fitted.truncated and len(json.dumps(fitted.model_dump(mode="json"))) <= 30_000
+
+
+def _with_context(n: int, turns: int, chars: int) -> QueryReply:
+    from consumers.requests import ContextTurn
+
+    reply = _reply([50] * n)
+    around = [
+        ContextTurn(doc_id=f"transcript:a/s/{t}", turn=t, role="user", text="x" * chars, timestamp=None)
+        for t in range(turns)
+    ]
+    return reply.model_copy(update={"results": [r.model_copy(update={"context": around}) for r in reply.results]})
+
+
+def test_results_whose_context_does_not_fit_are_kept_without_it() -> None:
+    """A reply whose results fit but whose context turns do not keeps the results, the first
+    ones with their context while it fits and the rest without it, and says it was cut."""
+    reply = _with_context(10, turns=4, chars=5_000)  # each result ~20 KB with its context
+    fitted = fit_reply(reply, 50_000)
+    assert [r.chunk_id for r in fitted.results] == [r.chunk_id for r in reply.results]
+    assert [r.context is not None for r in fitted.results][:2] == [True, True]
+    assert fitted.results[-1].context is None and fitted.truncated
+    assert len(json.dumps(fitted.model_dump(mode="json"))) <= 50_000
+
+
+def test_fitting_encodes_about_what_it_keeps_not_the_reply_again_for_each_result_left_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """30 results with 100 KB of context each, fitted to 100 KB: what is encoded to decide is
+    within a few times the budget (encoding the whole reply again after each result left off
+    was 30 times the reply, and held the event loop for seconds at real sizes)."""
+    import consumers.reply_fit as reply_fit
+
+    encoded: list[int] = []
+    real = json.dumps
+
+    def counting(obj: object) -> str:
+        out = real(obj)
+        encoded.append(len(out))
+        return out
+
+    monkeypatch.setattr(reply_fit.json, "dumps", counting)
+    fitted = fit_reply(_with_context(30, turns=5, chars=20_000), 100_000)
+    monkeypatch.setattr(reply_fit.json, "dumps", real)
+    assert fitted.truncated and fitted.results
+    assert sum(encoded) <= 3 * 100_000
+    assert len(json.dumps(fitted.model_dump(mode="json"))) <= 100_000
+
+
+def test_a_get_of_large_items_encodes_each_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Eight items of 200 KB fitted to 500 KB: the reply is encoded whole once (to see whether
+    earlier versions must go) and each item once to size it, not the whole reply again after
+    each item left off; the first two are kept."""
+    import consumers.reply_fit as reply_fit
+    from consumers.reply_fit import fit_get_reply
+    from consumers.requests import GetItem, GetReply
+
+    items = [GetItem(doc_id=f"d{i}", status="found", content="x" * 200_000) for i in range(8)]
+    reply = GetReply(query_id="q", items=items, took_ms=1.0)
+    encoded: list[int] = []
+    real = json.dumps
+
+    def counting(obj: object) -> str:
+        out = real(obj)
+        encoded.append(len(out))
+        return out
+
+    monkeypatch.setattr(reply_fit.json, "dumps", counting)
+    fitted = fit_get_reply(reply, 500_000)
+    monkeypatch.setattr(reply_fit.json, "dumps", real)
+    assert [i.doc_id for i in fitted.items] == ["d0", "d1"] and fitted.truncated
+    assert sum(encoded) <= 3 * 8 * 200_000
