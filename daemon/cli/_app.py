@@ -17,11 +17,14 @@ from typing import Any, TypeVar
 import typer
 from pydantic import ValidationError
 from pydantic_settings import SettingsError
-from rich.console import Console
+from rich.console import Console, Group
 from rich.markup import escape
+from rich.padding import Padding
+from rich.text import Text
 
 from consumers.decoding import validation_reason
 from daemon.connections import redis_client
+from daemon.explore.html import for_terminal, for_terminal_in_place
 from daemon.logging import configure_logging
 from daemon.settings import Settings
 from daemon.settings_check import ConfigError
@@ -44,10 +47,45 @@ app = typer.Typer(
     epilog=SETTINGS_EPILOG,
 )
 
-out = Console()
+
+class _SafeConsole(Console):
+    """A console that never sends a stored text's control characters to the terminal
+    (``daemon.explore.html.for_terminal``): what a memory holds is shown, never obeyed."""
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        super().print(*(_shown(o) for o in objects), **kwargs)
+
+
+def _shown(obj: Any) -> Any:
+    """``obj`` with every text in it made safe for a terminal (``_SafeConsole``)."""
+    if isinstance(obj, str):
+        return for_terminal(obj)
+    if isinstance(obj, Text):
+        if not obj.spans:
+            return Text(
+                for_terminal(obj.plain),
+                style=obj.style,
+                justify=obj.justify,
+                no_wrap=obj.no_wrap,
+                overflow=obj.overflow,
+                end=obj.end,
+            )
+        safe = obj.copy()
+        safe.plain = for_terminal_in_place(obj.plain)
+        return safe
+    if isinstance(obj, Group):
+        return Group(*(_shown(r) for r in obj.renderables), fit=obj.fit)
+    if isinstance(obj, Padding):
+        return Padding(
+            _shown(obj.renderable), (obj.top, obj.right, obj.bottom, obj.left), style=obj.style, expand=obj.expand
+        )
+    return obj
+
+
+out = _SafeConsole()
 # Piped output is for grep and scripts: whole lines (a chunk id cut at 80 columns names nothing).
 out.soft_wrap = not out.is_terminal
-err = Console(stderr=True)
+err = _SafeConsole(stderr=True)
 err.soft_wrap = not err.is_terminal  # the same for what goes to a log file
 
 

@@ -459,3 +459,35 @@ def test_a_result_under_headings_shows_its_section_above_its_text() -> None:
     console.print(results_view(QueryReply(query_id="q", total_retrieved=1, took_ms=1.0, results=[item])))
     lines = [line.strip() for line in console.export_text().splitlines()]
     assert lines[2:4] == ["§ Runbook > Failover", "Then repoint the clients."]
+
+
+def test_a_stored_texts_escape_sequences_are_shown_never_sent_to_the_terminal() -> None:
+    """A memory holding terminal escape sequences (clear the screen, retitle the window, an
+    8-bit CSI) is printed by `query`, `recent` and errors with ``␛`` in their place: what a
+    memory holds is shown, never obeyed."""
+    import io
+
+    from consumers.requests import GetItem, QueryReply, ResultItem
+    from daemon.cli._app import _SafeConsole
+    from daemon.cli.query import results_view, turn_view
+
+    buf = io.StringIO()
+    console = _SafeConsole(file=buf, force_terminal=True, width=200, color_system=None)
+    evil = "\x1b[31mRED\x1b[0m \x1b]0;PWNED\x07 \x9b2J"
+    item = ResultItem(
+        chunk_id="d_p0\x1b[2J",
+        rrf_score=0.1,
+        text=evil,
+        source="",
+        doc_id="d",
+        kind="document",
+        metadata={},
+        ranks={"sparse": 1},
+        section="Runbook\x1b[2J",
+    )
+    console.print(results_view(QueryReply(query_id="q", total_retrieved=1, took_ms=1.0, results=[item])))
+    console.print(*turn_view(GetItem(doc_id="t", status="found", content=evil, metadata={})))
+    console.print(f"[red]error:[/red] {evil}")
+    shown = buf.getvalue()
+    assert "\x1b" not in shown and "\x9b" not in shown and "\x07" not in shown
+    assert "␛[31mRED␛[0m" in shown and "d_p0␛[2J" in shown and "§ Runbook␛[2J" in shown
