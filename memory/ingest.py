@@ -205,9 +205,12 @@ class Ingestor:
         if not keys:
             return list(items), [], []
         found = await self._as_written(self._index, keys, "claim read")
+        elsewhere: set[tuple[str, str]] = set()
         if self._earlier is not None and (lacking := [k for k in keys if k not in found]):
-            found.update(await self._as_written(self._earlier, lacking, "claim read"))
-        return claims_apart(items, {k: held_in(chunks) for k, chunks in found.items()})
+            earlier = await self._as_written(self._earlier, lacking, "claim read")
+            found.update(earlier)
+            elsewhere = set(earlier)
+        return claims_apart(items, {k: held_in(chunks) for k, chunks in found.items()}, elsewhere=elsewhere)
 
     async def _conflicts_apart(
         self, replays: list[MemoryItem], copies: Sequence[MemoryItem], report: IngestReport

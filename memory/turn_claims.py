@@ -10,7 +10,7 @@ neither writer would know (decision 0069).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from memory.records import MemoryItem
 
@@ -27,7 +27,10 @@ def claimed(items: Sequence[MemoryItem]) -> list[tuple[str, str]]:
 
 
 def claims_apart(
-    items: Sequence[MemoryItem], stored: Mapping[tuple[str, str], Held]
+    items: Sequence[MemoryItem],
+    stored: Mapping[tuple[str, str], Held],
+    *,
+    elsewhere: Collection[tuple[str, str]] = (),
 ) -> tuple[list[MemoryItem], list[tuple[MemoryItem, str]], list[MemoryItem]]:
     """``items`` without the claims whose turn holds something else by the time each would
     apply, in batch order (what is ``stored`` for each claimed turn, then what the batch's
@@ -35,8 +38,13 @@ def claims_apart(
     why; and the claims of exactly what the turn already holds (a redelivery, a writer's
     retry), which change nothing: rewritten, the turn would take the retry's time, and an
     agent's "where did I leave off" would find a turn of days ago among its latest.
+
+    ``elsewhere``: the turns whose ``stored`` content was read from another index than the
+    one being written (a reindex's old generation): a claim of what one holds is written,
+    as the new index lacks it.
     """
     now: dict[tuple[str, str], Held] = {k: stored.get(k) for k in claimed(items)}
+    written = {k: k not in elsewhere for k in now}  # whether ``now`` holds what the index written holds
     kept: list[MemoryItem] = []
     refused: list[tuple[MemoryItem, str]] = []
     unchanged: list[MemoryItem] = []
@@ -48,13 +56,13 @@ def claims_apart(
         mine: Held = (item.content, item.metadata) if item.op == "upsert" else None
         there = now[key]
         if item.if_absent and item.op == "upsert":
-            if there is not None and there == mine:
+            if there is not None and there == mine and written[key]:
                 unchanged.append(item)
                 continue
             if not _same_turn(there, mine):
                 refused.append((item, taken_reason(item)))
                 continue
-        now[key] = mine
+        now[key], written[key] = mine, True
         kept.append(item)
     return kept, refused, unchanged
 

@@ -75,3 +75,13 @@ def test_a_claim_of_a_turn_holding_the_start_of_its_own_write_is_kept() -> None:
     assert kept == [] and [i for i, _ in refused] == [a]
     other_role = ("A long turn,", {"role": "user", "turn": 3, "agent_id": "a", "session_id": "s"})
     assert claims_apart([a], {("default", DOC): other_role})[0] == []
+
+
+def test_a_claim_of_what_another_index_holds_is_written() -> None:
+    """A reindex judges a claim by the old generation where the new one lacks the turn: a claim
+    of what the old one holds is written into the new one, not skipped as unchanged; a second
+    claim of it in the same batch is then what the new one holds."""
+    a, again = turn("A"), turn("A")
+    old = {("default", DOC): held("A")}
+    assert claims_apart([a, again], old, elsewhere={("default", DOC)}) == ([a], [], [again])
+    assert claims_apart([a], old, elsewhere={("default", DOC)}) == ([a], [], [])
