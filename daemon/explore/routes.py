@@ -263,8 +263,9 @@ class Explorer:
         """A document's (or a turn's) version and chunks."""
         tenant = await self._tenant(request)
         doc_id = request.query.get("doc", "")
+        offset = offset_of(request)
         chunks, earlier = await self._reads.document(tenant, doc_id)
-        body = document_body(tenant, doc_id, chunks, earlier)
+        body = document_body(tenant, doc_id, chunks, earlier, offset=offset, limit=self._cfg.page_size)
         found = 200 if chunks or earlier else 404
         return self._page(request, doc_id, body, "tenants", self._crumbs(tenant, esc(doc_id)), status=found)
 

@@ -124,9 +124,24 @@ def turns_body(page: ChunkPage, params: Mapping[str, str]) -> str:
     )
 
 
-def document_body(tenant: str, doc_id: str, chunks: Sequence[StoredChunk], earlier: Sequence[Version] = ()) -> str:
-    """One document (or turn): its stored version and its chunks in order, whole, then the
-    earlier versions its history keeps (``memory.index.history``), newest first."""
+#: Characters of an earlier version a document's page shows (the rest: ``agentmemd get --history``).
+VERSION_CHARS = 4_000
+
+
+def document_body(
+    tenant: str,
+    doc_id: str,
+    chunks: Sequence[StoredChunk],
+    earlier: Sequence[Version] = (),
+    *,
+    offset: int = 0,
+    limit: int = 100,
+) -> str:
+    """One document (or turn): its stored version and ``limit`` of its chunks in order from
+    ``offset``, whole, with a link to the next ones; on the first page the earlier versions its
+    history keeps (``memory.index.history``), newest first, each shown up to
+    :data:`VERSION_CHARS`. A document of 10,000 chunks is 10,000 rows: a page of them all
+    was megabytes, and a few asked at once held every tenant's queries."""
     if not chunks:
         return f'<p class="muted">{esc(doc_id)} holds no chunk in tenant {esc(tenant)} (deleted, or never written).</p>'
     first = chunks[0]
@@ -145,19 +160,25 @@ def document_body(tenant: str, doc_id: str, chunks: Sequence[StoredChunk], earli
         ],
         table_id="doc-facts",
     )
+    shown = chunks[offset : offset + limit]
     rows = (
         (esc(c.chunk_id), esc(c.version), f'<div class="text chunk-text">{esc(c.text)}</div>', esc(pairs(c.metadata)))
-        for c in chunks
+        for c in shown
     )
-    body = facts + "<h2>Chunks</h2>" + table(("chunk", "version", "text", "metadata"), rows, table_id="chunks")
-    if first.kind != "document":
+    params = {"tenant": tenant, "doc": doc_id}
+    nxt = {**params, "offset": offset + limit} if offset + limit < len(chunks) else None
+    heads = ("chunk", "version", "text", "metadata")
+    empty = f"no chunk from {offset}: the document has {len(chunks)}"
+    body = facts + "<h2>Chunks</h2>" + table(heads, rows, table_id="chunks", empty=empty)
+    body += pager(nxt, "/explore/document", first=params if offset else None)
+    if first.kind != "document" or offset:
         return body
     past = (
         (
             esc(v.version),
             esc(when(v.timestamp)),
             esc(when(v.until)),
-            f'<div class="text chunk-text">{esc(v.content)}</div>',
+            f'<div class="text chunk-text">{snippet(v.content, VERSION_CHARS)}</div>',
             esc(pairs(v.metadata)),
         )
         for v in earlier

@@ -381,3 +381,21 @@ def test_the_dlq_page_says_which_dead_letters_were_sent_again() -> None:
     body = dlq_body([letter, other], topic="memory.dlq", limit=20, marks={"memory.dlq:1:42": mark})
     assert body.count('class="dlq-replayed"') == 1
     assert "2026-05-28T20:26:40+00:00 to memory.documents: indexed &lt;1 chunk&gt;" in body
+
+
+def test_a_long_documents_page_shows_a_page_of_its_chunks_and_links_the_next() -> None:
+    """A document of 250 chunks shows 100 on a page with a link to the next; the last page
+    links back to the first and shows no earlier versions again; a long earlier version is
+    shown up to VERSION_CHARS."""
+    from daemon.explore.views_memory import VERSION_CHARS
+
+    chunks = [_chunk(f"part {n}", chunk_id=f"big.md_p{n}", kind="document") for n in range(250)]
+    past = [Version(1, "y" * (VERSION_CHARS + 500), "big.md", {}, 1_700_000_000.0, 1_700_086_400.0)]
+    first = document_body("acme", "big.md", chunks, past, offset=0, limit=100)
+    assert "part 99<" in first and "part 100<" not in first and "<td>250</td>" in first
+    assert "offset=100" in first and "first page" not in first
+    assert "Earlier versions" in first and "(500 more characters)" in first
+    last = document_body("acme", "big.md", chunks, past, offset=200, limit=100)
+    assert "part 249<" in last and "part 199<" not in last and "next page" not in last and "first page" in last
+    assert "Earlier versions" not in last
+    assert "no chunk from 300" in document_body("acme", "big.md", chunks, past, offset=300, limit=100)
