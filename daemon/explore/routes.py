@@ -7,9 +7,11 @@ A handler parses its query parameters, checks the tenant against the request's p
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import math
 from collections.abc import Awaitable, Callable
+from urllib.parse import urlsplit
 
 from aiohttp import web
 
@@ -76,6 +78,20 @@ def page_key(request: web.Request) -> PageKey | None:
     if not math.isfinite(stamp) or skip < 0:
         raise InvalidRequest("the page key is out of range")
     return PageKey(stamp, skip)
+
+
+#: How long a login with a token the server does not accept waits before its answer.
+LOGIN_FAILED_PAUSE_S = 1.0
+
+
+def same_origin(request: web.Request) -> bool:
+    """Whether a form posted here came from one of this server's pages: a browser names the
+    page's origin (``Origin``, else ``Referer``); a request naming neither (a script, curl) is
+    taken as it comes."""
+    origin = request.headers.get("Origin") or request.headers.get("Referer")
+    if not origin or origin == "null":
+        return origin is None
+    return urlsplit(origin).netloc == request.host
 
 
 def offset_of(request: web.Request) -> int:
@@ -379,15 +395,22 @@ class Explorer:
 
     async def logout(self, request: web.Request) -> web.Response:
         """Forget the token's cookie (to log in with another token) and go to the login form."""
+        if not same_origin(request):
+            return self._error(request, "a form of another site may not log this browser out", 403)
         resp = web.HTTPSeeOther("/explore/login")
         resp.del_cookie(COOKIE, path="/")
         raise resp
 
     async def login(self, request: web.Request) -> web.Response:
         """Check the posted token; if it names a principal, set the cookie and go to the explorer."""
+        if not same_origin(request):
+            # A page of another site could post its own token and log the browser in as that
+            # tenant, whose explorer the user would then fill with what they look for.
+            return self._error(request, "a form of another site may not log this browser in", 403)
         form = await request.post()
         token = str(form.get("token", "")).strip()  # as identify reads it: the cookie must name the same
         if self._access.identify(f"Bearer {token}") is None:
+            await asyncio.sleep(LOGIN_FAILED_PAUSE_S)  # each guess of a token costs its guesser a second
             return self._error(request, "that token is not one this server accepts", 401)
         resp = web.HTTPSeeOther("/explore")
         resp.set_cookie(COOKIE, token, httponly=True, samesite="Strict", path="/")

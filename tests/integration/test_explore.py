@@ -408,11 +408,14 @@ async def test_a_tenants_token_never_shows_another_tenants_data(env: Env) -> Non
 
 
 async def test_the_login_form_sets_a_cookie_a_browser_can_use(env: Env) -> None:
-    """Posting a token sets an HttpOnly cookie that then stands for the header; a wrong one is refused."""
+    """Posting a token sets an HttpOnly cookie that then stands for the header; a wrong one is
+    refused, and so is a form another site's page posts (its Origin names that site)."""
 
-    def post(token: str, path: str = "/explore/login") -> tuple[int, dict[str, str]]:
+    def post(token: str, path: str = "/explore/login", origin: str | None = None) -> tuple[int, dict[str, str]]:
         data = urllib.parse.urlencode({"token": token}).encode()
         req = urllib.request.Request(env.guarded + path, data=data, method="POST")
+        if origin is not None:
+            req.add_header("Origin", origin)
 
         class NoRedirect(urllib.request.HTTPRedirectHandler):
             def redirect_request(self, *args: object, **kwargs: object) -> None:
@@ -427,6 +430,10 @@ async def test_the_login_form_sets_a_cookie_a_browser_can_use(env: Env) -> None:
 
     status, _ = await asyncio.to_thread(post, "wrong")
     assert status == 401
+    status, headers = await asyncio.to_thread(post, TOKENS["globex"], "/explore/login", "https://evil.example")
+    assert status == 403 and "Set-Cookie" not in headers
+    status, headers = await asyncio.to_thread(post, TOKENS["globex"], "/explore/login", env.guarded)
+    assert status == 303 and "HttpOnly" in headers["Set-Cookie"]  # from one of its own pages
     status, headers = await asyncio.to_thread(post, TOKENS["globex"])
     assert status == 303 and "HttpOnly" in headers["Set-Cookie"]
     cookie = headers["Set-Cookie"].split(";", 1)[0]
