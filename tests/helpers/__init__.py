@@ -1,4 +1,5 @@
-"""Helpers the tests share, one module per kind: settings, daemons, processes, Kafka, waiting, browser."""
+"""Helpers the tests share, one module per kind: settings, daemons, processes, Kafka, waiting, browser,
+stacks (a memory of a test's own), counting (an embedder that keeps what it is sent), results (replies' items)."""
 
 from tests.helpers.browser import chromium, chromium_flags
 from tests.helpers.daemons import (

@@ -23,6 +23,7 @@ from memory.metrics import CHUNKS_EMBEDDED, CHUNKS_REUSED
 from memory.records import MemoryItem
 from tests.conftest import unique
 from tests.helpers import daemon_and_client, isolated_settings
+from tests.helpers.counting import Counting
 
 pytestmark = pytest.mark.integration
 
@@ -36,25 +37,6 @@ def paragraph(rng: random.Random) -> str:
     """A paragraph of 40 to 120 tokens: one chunk of its own under the default chunking."""
     sentences = (" ".join(rng.choice(WORDS) for _ in range(rng.randint(10, 20))) for _ in range(rng.randint(4, 6)))
     return " ".join(s.capitalize() + "." for s in sentences)
-
-
-class Counting:
-    """The real embedder, counting the texts it is sent; ``identity`` may claim another model."""
-
-    def __init__(self, inner: Any, identity: str | None = None) -> None:
-        self.inner, self.dims = inner, inner.dims
-        self.identity = identity or inner.identity
-        self.sent: list[str] = []
-
-    async def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
-        self.sent.extend(texts)
-        return await self.inner.embed_documents(texts)
-
-    async def embed_query(self, text: str) -> np.ndarray:
-        return await self.inner.embed_query(text)
-
-    async def token_offsets(self, text: str) -> list[tuple[int, int]]:
-        return await self.inner.token_offsets(text)
 
 
 def upsert(doc_id: str, version: int, paras: list[str], tenant: str = "default") -> MemoryItem:

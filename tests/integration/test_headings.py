@@ -5,16 +5,16 @@ no headings."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from typing import Any
 
-import numpy as np
 import pytest
 
 from memory.conversation import CONTEXT_MARK
 from memory.records import MemoryItem
 from memory.search_spec import SearchSpec
 from tests.conftest import unique
+from tests.helpers.counting import Counting
 from tests.helpers.stacks import Stack, memory_stack
 
 pytestmark = pytest.mark.integration
@@ -32,24 +32,6 @@ def runbook(failover: str = "Failover") -> str:
         "## Backups\n\n"
         f"Nightly snapshots go to the cold bucket. {FILLER}\n"
     )
-
-
-class Counting:
-    """The real embedder, keeping the texts it is sent."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner, self.dims, self.identity = inner, inner.dims, inner.identity
-        self.sent: list[str] = []
-
-    async def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
-        self.sent.extend(texts)
-        return await self.inner.embed_documents(texts)
-
-    async def embed_query(self, text: str) -> np.ndarray:
-        return await self.inner.embed_query(text)
-
-    async def token_offsets(self, text: str) -> list[tuple[int, int]]:
-        return await self.inner.token_offsets(text)
 
 
 @pytest.fixture

@@ -441,20 +441,11 @@ def test_a_result_under_headings_shows_its_section_above_its_text() -> None:
     """`query` prints a document chunk's section on its own line, before the chunk's text."""
     from rich.console import Console
 
-    from consumers.requests import QueryReply, ResultItem
+    from consumers.requests import QueryReply
     from daemon.cli.query import results_view
+    from tests.helpers.results import result_item
 
-    item = ResultItem(
-        chunk_id="wiki/runbook.md_p1",
-        rrf_score=0.03,
-        text="Then repoint the clients.",
-        source="wiki/runbook.md",
-        doc_id="wiki/runbook.md",
-        kind="document",
-        metadata={},
-        ranks={"sparse": 1},
-        section="Runbook > Failover",
-    )
+    item = result_item(section="Runbook > Failover")
     console = Console(width=120, record=True, color_system=None)
     console.print(results_view(QueryReply(query_id="q", total_retrieved=1, took_ms=1.0, results=[item])))
     lines = [line.strip() for line in console.export_text().splitlines()]
@@ -467,24 +458,15 @@ def test_a_stored_texts_escape_sequences_are_shown_never_sent_to_the_terminal() 
     memory holds is shown, never obeyed."""
     import io
 
-    from consumers.requests import GetItem, QueryReply, ResultItem
+    from consumers.requests import GetItem, QueryReply
     from daemon.cli._app import _SafeConsole
     from daemon.cli.query import results_view, turn_view
+    from tests.helpers.results import result_item
 
     buf = io.StringIO()
     console = _SafeConsole(file=buf, force_terminal=True, width=200, color_system=None)
     evil = "\x1b[31mRED\x1b[0m \x1b]0;PWNED\x07 \x9b2J"
-    item = ResultItem(
-        chunk_id="d_p0\x1b[2J",
-        rrf_score=0.1,
-        text=evil,
-        source="",
-        doc_id="d",
-        kind="document",
-        metadata={},
-        ranks={"sparse": 1},
-        section="Runbook\x1b[2J",
-    )
+    item = result_item(chunk_id="d_p0\x1b[2J", text=evil, section="Runbook\x1b[2J")
     console.print(results_view(QueryReply(query_id="q", total_retrieved=1, took_ms=1.0, results=[item])))
     console.print(*turn_view(GetItem(doc_id="t", status="found", content=evil, metadata={})))
     console.print(f"[red]error:[/red] {evil}")

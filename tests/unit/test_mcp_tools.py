@@ -190,23 +190,10 @@ def test_a_document_chunks_section_reaches_every_caller() -> None:
     """A result's ``section`` is in the MCP tool's view and the LangChain document's metadata,
     and absent from both where the chunk falls under no heading."""
     from consumers.langchain_retriever import to_document
-    from consumers.requests import ResultItem
     from daemon.mcp_views import result_view
+    from tests.helpers.results import result_item
 
-    def item(section: str | None) -> ResultItem:
-        return ResultItem(
-            chunk_id="wiki/runbook.md_p1",
-            rrf_score=0.03,
-            text="Then repoint the clients.",
-            source="wiki/runbook.md",
-            doc_id="wiki/runbook.md",
-            kind="document",
-            metadata={},
-            ranks={"sparse": 1},
-            section=section,
-        )
-
-    under = item("Runbook > Failover")
+    under = result_item(section="Runbook > Failover")
     assert result_view(under)["section"] == "Runbook > Failover"
     assert to_document(under).metadata["section"] == "Runbook > Failover"
-    assert "section" not in result_view(item(None)) and "section" not in to_document(item(None)).metadata
+    assert "section" not in result_view(result_item()) and "section" not in to_document(result_item()).metadata

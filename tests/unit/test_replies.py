@@ -231,50 +231,41 @@ def test_results_whose_context_does_not_fit_are_kept_without_it() -> None:
     assert len(json.dumps(fitted.model_dump(mode="json"))) <= 50_000
 
 
-def test_fitting_encodes_about_what_it_keeps_not_the_reply_again_for_each_result_left_off(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """30 results with 100 KB of context each, fitted to 100 KB: what is encoded to decide is
-    within a few times the budget (encoding the whole reply again after each result left off
-    was 30 times the reply, and held the event loop for seconds at real sizes)."""
+@pytest.fixture
+def encoded(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The sizes of what ``consumers.reply_fit`` encodes to JSON while the test runs."""
     import consumers.reply_fit as reply_fit
 
-    encoded: list[int] = []
+    sizes: list[int] = []
     real = json.dumps
 
     def counting(obj: object) -> str:
         out = real(obj)
-        encoded.append(len(out))
+        sizes.append(len(out))
         return out
 
-    monkeypatch.setattr(reply_fit.json, "dumps", counting)
+    monkeypatch.setattr(reply_fit, "json", type("Json", (), {"dumps": staticmethod(counting)}))
+    return sizes
+
+
+def test_fitting_encodes_about_what_it_keeps_not_the_reply_again_for_each_result_left_off(encoded: list[int]) -> None:
+    """30 results with 100 KB of context each, fitted to 100 KB: what is encoded to decide is
+    within a few times the budget (encoding the whole reply again after each result left off
+    was 30 times the reply, and held the event loop for seconds at real sizes)."""
     fitted = fit_reply(_with_context(30, turns=5, chars=20_000), 100_000)
-    monkeypatch.setattr(reply_fit.json, "dumps", real)
     assert fitted.truncated and fitted.results
     assert sum(encoded) <= 3 * 100_000
     assert len(json.dumps(fitted.model_dump(mode="json"))) <= 100_000
 
 
-def test_a_get_of_large_items_encodes_each_once(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_get_of_large_items_encodes_each_once(encoded: list[int]) -> None:
     """Eight items of 200 KB fitted to 500 KB: the reply is encoded whole once (to see whether
     earlier versions must go) and each item once to size it, not the whole reply again after
     each item left off; the first two are kept."""
-    import consumers.reply_fit as reply_fit
     from consumers.reply_fit import fit_get_reply
     from consumers.requests import GetItem, GetReply
 
     items = [GetItem(doc_id=f"d{i}", status="found", content="x" * 200_000) for i in range(8)]
-    reply = GetReply(query_id="q", items=items, took_ms=1.0)
-    encoded: list[int] = []
-    real = json.dumps
-
-    def counting(obj: object) -> str:
-        out = real(obj)
-        encoded.append(len(out))
-        return out
-
-    monkeypatch.setattr(reply_fit.json, "dumps", counting)
-    fitted = fit_get_reply(reply, 500_000)
-    monkeypatch.setattr(reply_fit.json, "dumps", real)
+    fitted = fit_get_reply(GetReply(query_id="q", items=items, took_ms=1.0), 500_000)
     assert [i.doc_id for i in fitted.items] == ["d0", "d1"] and fitted.truncated
     assert sum(encoded) <= 3 * 8 * 200_000
