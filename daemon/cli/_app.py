@@ -11,20 +11,19 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 
 import typer
 from pydantic import ValidationError
 from pydantic_settings import SettingsError
-from rich.console import Console, Group
+from rich.console import Console
 from rich.markup import escape
-from rich.padding import Padding
-from rich.text import Text
+from rich.segment import Segment
 
 from consumers.decoding import validation_reason
 from daemon.connections import redis_client
-from daemon.explore.html import for_terminal, for_terminal_in_place
+from daemon.control_pictures import for_terminal
 from daemon.logging import configure_logging
 from daemon.settings import Settings
 from daemon.settings_check import ConfigError
@@ -50,36 +49,13 @@ app = typer.Typer(
 
 class _SafeConsole(Console):
     """A console that never sends a stored text's control characters to the terminal
-    (``daemon.explore.html.for_terminal``): what a memory holds is shown, never obeyed."""
+    (``daemon.control_pictures``): what a memory holds is shown, never obeyed. Applied to the
+    rendered segments, so tables, panels and texts alike are covered."""
 
-    def print(self, *objects: Any, **kwargs: Any) -> None:
-        super().print(*(_shown(o) for o in objects), **kwargs)
-
-
-def _shown(obj: Any) -> Any:
-    """``obj`` with every text in it made safe for a terminal (``_SafeConsole``)."""
-    if isinstance(obj, str):
-        return for_terminal(obj)
-    if isinstance(obj, Text):
-        if not obj.spans:
-            return Text(
-                for_terminal(obj.plain),
-                style=obj.style,
-                justify=obj.justify,
-                no_wrap=obj.no_wrap,
-                overflow=obj.overflow,
-                end=obj.end,
-            )
-        safe = obj.copy()
-        safe.plain = for_terminal_in_place(obj.plain)
-        return safe
-    if isinstance(obj, Group):
-        return Group(*(_shown(r) for r in obj.renderables), fit=obj.fit)
-    if isinstance(obj, Padding):
-        return Padding(
-            _shown(obj.renderable), (obj.top, obj.right, obj.bottom, obj.left), style=obj.style, expand=obj.expand
+    def _render_buffer(self, buffer: Iterable[Segment]) -> str:
+        return super()._render_buffer(
+            seg if seg.control else Segment(for_terminal(seg.text), seg.style, seg.control) for seg in buffer
         )
-    return obj
 
 
 out = _SafeConsole()

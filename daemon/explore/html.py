@@ -13,6 +13,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from urllib.parse import urlencode
 
+from daemon.control_pictures import HTML_PICTURES
+
 #: Sent with every explorer response: no script, no plugin, no frame, forms only to us.
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -46,33 +48,10 @@ VIEWS = (
 )
 
 
-#: Control characters HTML text may not hold (a browser shows NUL as U+FFFD and drops the
-#: rest), each shown as its control picture (U+2400 block): a stored text or a query that
-#: holds one is shown as it is, visibly.
-_PICTURES = {c: 0x2400 + c for c in (*range(0x09), 0x0B, 0x0C, *range(0x0E, 0x20))} | {0x7F: 0x2421}
-#: What a terminal may not be sent of a stored text: those, a carriage return (it would
-#: overwrite the line shown) and the C1 controls (0x9B opens an escape sequence too), one
-#: character each for one, so a styled text keeps its spans.
-_TERMINAL = _PICTURES | {0x0D: 0x240D} | dict.fromkeys(range(0x80, 0xA0), 0xFFFD)
-
-
-def for_terminal(text: str) -> str:
-    """``text`` safe to print to a terminal: an escape sequence in a stored memory would clear
-    the screen, retitle the window or fake lines, so each control character but tab and line
-    feed is shown as its picture (``␛``); a line end written ``\r\n`` is kept as a line end."""
-    return text.replace("\r\n", "\n").translate(_TERMINAL)
-
-
-def for_terminal_in_place(text: str) -> str:
-    """:func:`for_terminal` one character for one (``\r\n`` too shows its ``␍``): for a text
-    whose styles name character positions."""
-    return text.translate(_TERMINAL)
-
-
 def esc(value: object) -> str:
     """Any value as HTML text (quotes too, so it is safe inside an attribute), its control
     characters but tab and line ends shown as their pictures (NUL as ␀)."""
-    return html.escape("" if value is None else str(value), quote=True).translate(_PICTURES)
+    return html.escape("" if value is None else str(value), quote=True).translate(HTML_PICTURES)
 
 
 def pairs(metadata: Mapping[str, object]) -> str:

@@ -454,9 +454,11 @@ def test_a_result_under_headings_shows_its_section_above_its_text() -> None:
 
 def test_a_stored_texts_escape_sequences_are_shown_never_sent_to_the_terminal() -> None:
     """A memory holding terminal escape sequences (clear the screen, retitle the window, an
-    8-bit CSI) is printed by `query`, `recent` and errors with ``␛`` in their place: what a
-    memory holds is shown, never obeyed."""
+    8-bit CSI) is printed by `query`, `recent`, errors and tables with ``␛`` in their place:
+    what a memory holds is shown, never obeyed."""
     import io
+
+    from rich.table import Table
 
     from consumers.requests import GetItem, QueryReply
     from daemon.cli._app import _SafeConsole
@@ -470,6 +472,9 @@ def test_a_stored_texts_escape_sequences_are_shown_never_sent_to_the_terminal() 
     console.print(results_view(QueryReply(query_id="q", total_retrieved=1, took_ms=1.0, results=[item])))
     console.print(*turn_view(GetItem(doc_id="t", status="found", content=evil, metadata={})))
     console.print(f"[red]error:[/red] {evil}")
+    table = Table("community", "entities")  # `graph communities` lists stored names in a table
+    table.add_row("c0", evil)
+    console.print(table)
     shown = buf.getvalue()
     assert "\x1b" not in shown and "\x9b" not in shown and "\x07" not in shown
     assert "␛[31mRED␛[0m" in shown and "d_p0␛[2J" in shown and "§ Runbook␛[2J" in shown
