@@ -29,6 +29,9 @@ MAX_PATH_CHARS = 300
 #: pattern: one with a lazy title and an optional closing run backtracks without end on a
 #: line of many spaces.
 _ATX = re.compile(r" {0,3}(#{1,6})[ \t]")
+#: A ``#`` heading with no indent: a document with one outside fenced code is Markdown.
+_MARKDOWN_ATX = re.compile(r"#{1,6}[ \t]")
+_BLANK = re.compile(r"\s*")
 _UNDERLINE = re.compile(r"^([=\-~^*+#])\1{2,}[ \t]*$")
 #: A line that opens a list item, a table row or a quote: Markdown never underlines one into a title.
 _NOT_TITLE = re.compile(r"^\s*(?:[-*+][ \t]|\d{1,9}[.)][ \t]|[|>])")
@@ -58,34 +61,30 @@ def has_headings(*names: str) -> bool:
 def headings(text: str) -> list[Heading]:
     """The headings of ``text`` in order (see the module's docstring).
 
-    In a document with ``#`` headings (Markdown), a title underlined with ``===`` is at depth 1
-    and one with ``---`` at 2, as Markdown has it; elsewhere underlined titles take their
-    depths in the order their styles first appear (reStructuredText's rule).
+    A document is Markdown when a line outside fenced code opens with ``#`` and a space, with
+    no indent: then ``#`` lines are headings (up to three spaces in, as Markdown allows), a
+    title underlined with ``===`` is at depth 1 and one with ``---`` at 2. Elsewhere no ``#``
+    line is one (a comment in an indented code block of reStructuredText), and underlined
+    titles take their depths in the order their styles first appear (reStructuredText's rule).
     """
     out: list[Heading] = []
-    lines = text.splitlines(keepends=True)
+    lines = [raw.rstrip("\r\n") for raw in text.splitlines(keepends=True)]
     starts = [0]
-    for line in lines:
-        starts.append(starts[-1] + len(line))
-    fence = ""
-    markdown = any(_ATX.match(line) for line in lines)
+    for raw in text.splitlines(keepends=True):
+        starts.append(starts[-1] + len(raw))
+    coded = _in_fences(lines)
+    markdown = any(not coded[i] and _MARKDOWN_ATX.match(line) for i, line in enumerate(lines))
     styles: dict[str, int] = {"=": 1, "-": 2} if markdown else {}
-    for i, raw in enumerate(lines):
-        line = raw.rstrip("\r\n")
-        if fence:
-            if line.strip().startswith(fence) and set(line.strip()) == {fence[0]}:
-                fence = ""
+    for i, line in enumerate(lines):
+        if coded[i]:
             continue
-        if m := _FENCE.match(line):
-            fence = m.group(1)
-            continue
-        if (m := _ATX.match(line)) and (title := _title(_atx_title(line[m.end() :]))):
+        if markdown and (m := _ATX.match(line)) and (title := _title(_atx_title(line[m.end() :]))):
             out.append(Heading(starts[i], len(m.group(1)), title))
             continue
         if not (m := _UNDERLINE.match(line)) or i == 0:
             continue
         title = _title(lines[i - 1])
-        above = lines[i - 2].rstrip("\r\n") if i >= 2 else ""
+        above = lines[i - 2] if i >= 2 else ""
         overlined = bool(_UNDERLINE.match(above)) and above.strip()[0] == m.group(1)
         if overlined:
             before = lines[i - 3] if i >= 3 else ""
@@ -101,6 +100,23 @@ def headings(text: str) -> list[Heading]:
         level = styles.setdefault(style, len(styles) + 1)
         start = starts[i - 2] if overlined else starts[i - 1]
         out.append(Heading(start, level, title))
+    return out
+
+
+def _in_fences(lines: Sequence[str]) -> list[bool]:
+    """Whether each line is fenced code (the fences' own lines too)."""
+    out: list[bool] = []
+    fence = ""
+    for line in lines:
+        if fence:
+            out.append(True)
+            if line.strip().startswith(fence) and set(line.strip()) == {fence[0]}:
+                fence = ""
+        elif m := _FENCE.match(line):
+            fence = m.group(1)
+            out.append(True)
+        else:
+            out.append(False)
     return out
 
 
@@ -128,7 +144,8 @@ def heading_paths(text: str, chunk_starts: Sequence[int]) -> list[str]:
         if k < 0:
             out.append("")
             continue
-        opens = not text[at[k] : start].strip()  # the chunk starts with this heading
+        blank = _BLANK.match(text, at[k], start)  # nothing but space before the chunk: it opens with it
+        opens = blank is not None and blank.end() == start
         out.append(_joined([h.title for h in (paths[k][:-1] if opens else paths[k])]))
     return out
 

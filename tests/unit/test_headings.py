@@ -47,6 +47,11 @@ Nightly.
         ("# ---\n", []),
         ("# C#\n\n## Title ##\n\n### Ends with a hash# \n", [(1, "C#"), (2, "Title"), (3, "Ends with a hash#")]),
         ("#\n##\n", []),
+        (
+            "Title\n=====\n\nSection\n-------\n\nExample::\n\n   # compute the total\n   x = 1\n\nSub\n^^^\n",
+            [(1, "Title"), (2, "Section"), (3, "Sub")],
+        ),
+        ("Title\n=====\n\n```\n# not markdown\n```\n\nSub\n^^^\n", [(1, "Title"), (2, "Sub")]),
     ],
 )
 def test_headings_are_found_with_their_depths(text: str, want: list[tuple[int, str]]) -> None:
@@ -106,3 +111,10 @@ def test_a_heading_line_of_many_spaces_is_read_in_one_pass() -> None:
     costs one pass: a pattern that backtracked over it took minutes, holding its partition."""
     text = "# a" + " " * 100_000 + "b\n\n# Next\n"
     assert [h.title for h in headings(text)] == ["Next"]
+
+
+def test_every_chunk_of_a_long_section_is_under_its_heading() -> None:
+    """20,000 chunks of one long section, none starting at its heading, are all under it."""
+    text = "# Top\n\n" + "word " * 200_000
+    starts = list(range(10, len(text), 50))
+    assert set(heading_paths(text, starts)) == {"Top"}
