@@ -85,12 +85,16 @@ LOGIN_FAILED_PAUSE_S = 1.0
 
 
 def same_origin(request: web.Request) -> bool:
-    """Whether a form posted here came from one of this server's pages: a browser names the
-    page's origin (``Origin``, else ``Referer``); a request naming neither (a script, curl) is
-    taken as it comes."""
-    origin = request.headers.get("Origin") or request.headers.get("Referer")
+    """Whether a form posted here came from one of this server's pages (or from no page: a
+    script, curl). A browser says so in ``Sec-Fetch-Site``, whatever proxy stands between; one
+    too old to send it names the page's origin, which the explorer's ``no-referrer`` policy
+    makes ``null`` for its own pages too, so only an origin naming another host is refused."""
+    site = request.headers.get("Sec-Fetch-Site")
+    if site is not None:
+        return site in ("same-origin", "none")
+    origin = request.headers.get("Origin")
     if not origin or origin == "null":
-        return origin is None
+        return True
     return urlsplit(origin).netloc == request.host
 
 
@@ -116,6 +120,7 @@ class Explorer:
         self._reads = reads
         self._access = access
         self._cfg = reads.settings.explore
+        self._refusals = asyncio.Lock()  # refused logins answered one after the other
 
     def routes(self) -> list[web.RouteDef]:
         """Every explorer route (GET pages, the stylesheet, the login form)."""
@@ -410,7 +415,8 @@ class Explorer:
         form = await request.post()
         token = str(form.get("token", "")).strip()  # as identify reads it: the cookie must name the same
         if self._access.identify(f"Bearer {token}") is None:
-            await asyncio.sleep(LOGIN_FAILED_PAUSE_S)  # each guess of a token costs its guesser a second
+            async with self._refusals:  # one refusal a second, however many guesses come at once
+                await asyncio.sleep(LOGIN_FAILED_PAUSE_S)
             return self._error(request, "that token is not one this server accepts", 401)
         resp = web.HTTPSeeOther("/explore")
         resp.set_cookie(COOKIE, token, httponly=True, samesite="Strict", path="/")

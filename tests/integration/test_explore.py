@@ -411,11 +411,11 @@ async def test_the_login_form_sets_a_cookie_a_browser_can_use(env: Env) -> None:
     """Posting a token sets an HttpOnly cookie that then stands for the header; a wrong one is
     refused, and so is a form another site's page posts (its Origin names that site)."""
 
-    def post(token: str, path: str = "/explore/login", origin: str | None = None) -> tuple[int, dict[str, str]]:
+    def post(token: str, path: str = "/explore/login", **headers: str) -> tuple[int, dict[str, str]]:
         data = urllib.parse.urlencode({"token": token}).encode()
         req = urllib.request.Request(env.guarded + path, data=data, method="POST")
-        if origin is not None:
-            req.add_header("Origin", origin)
+        for name, value in headers.items():
+            req.add_header(name.replace("_", "-"), value)
 
         class NoRedirect(urllib.request.HTTPRedirectHandler):
             def redirect_request(self, *args: object, **kwargs: object) -> None:
@@ -430,10 +430,14 @@ async def test_the_login_form_sets_a_cookie_a_browser_can_use(env: Env) -> None:
 
     status, _ = await asyncio.to_thread(post, "wrong")
     assert status == 401
-    status, headers = await asyncio.to_thread(post, TOKENS["globex"], "/explore/login", "https://evil.example")
-    assert status == 403 and "Set-Cookie" not in headers
-    status, headers = await asyncio.to_thread(post, TOKENS["globex"], "/explore/login", env.guarded)
-    assert status == 303 and "HttpOnly" in headers["Set-Cookie"]  # from one of its own pages
+    login = "/explore/login"
+    for other_site in ({"Sec_Fetch_Site": "cross-site", "Origin": "null"}, {"Origin": "https://evil.example"}):
+        status, headers = await asyncio.to_thread(post, TOKENS["globex"], login, **other_site)
+        assert status == 403 and "Set-Cookie" not in headers, other_site
+    # From its own page: a browser says same-origin, and sends Origin null (the pages' no-referrer policy).
+    for own_page in ({"Sec_Fetch_Site": "same-origin", "Origin": "null"}, {"Origin": env.guarded}, {"Origin": "null"}):
+        status, headers = await asyncio.to_thread(post, TOKENS["globex"], login, **own_page)
+        assert status == 303 and "HttpOnly" in headers["Set-Cookie"], own_page
     status, headers = await asyncio.to_thread(post, TOKENS["globex"])
     assert status == 303 and "HttpOnly" in headers["Set-Cookie"]
     cookie = headers["Set-Cookie"].split(";", 1)[0]
