@@ -17,8 +17,8 @@ from typing import Literal
 
 from consumers.client_writes import Receipt, _Writes
 from consumers.encoding import ClientFilter, TurnRef, get_body, list_body, query_body, recent_body
-from consumers.events import near_name
 from consumers.requests import GetItem, GetReply, ListReply, QueryReply
+from consumers.spelling import near_name
 from memory.conversation import MAX_RECENT_TURNS
 
 __all__ = ["MemoryClient", "Receipt", "SessionHint"]

@@ -17,8 +17,8 @@ from consumers.events import (
     ForgetEvent,
     TranscriptEvent,
     TranscriptTopicEvent,
-    near_spelling,
 )
+from consumers.spelling import near_spelling
 from consumers.times import is_shorthand
 from consumers.topic_names import TENANT_NAME_RULE
 from memory.config import DEFAULT_MAX_FUTURE_S

@@ -8,7 +8,6 @@ client that sends strings where numbers belong has a bug the DLQ should show.
 
 from __future__ import annotations
 
-import difflib
 import math
 from collections.abc import Collection
 from datetime import UTC, datetime
@@ -27,64 +26,17 @@ from pydantic import (
 )
 
 from consumers.fields import MAX_META_CHARS, MAX_VERSION, AgentPart, DocId, MetaValue, NonEmpty
+from consumers.spelling import near_spelling
 from consumers.times import age
 from memory.config import DEFAULT_MAX_FUTURE_S
 from memory.conversation import TURN_PREFIX, session_source, turn_doc_id, turn_prefix
 from memory.filters import tag_values
 from memory.records import COMMUNITY_PREFIX, DEFAULT_TENANT, MemoryItem
 
-#: How alike (difflib's ratio) an unknown name and a field must be to be taken for its misspelling.
-MISSPELLING_RATIO = 0.8
-
 
 def session_key(agent_id: str, session_id: str | None) -> str:
     """The Kafka key of a session's turns and forgets (an agent-wide forget's: the agent id)."""
     return agent_id if session_id is None else f"{agent_id}/{session_id}"
-
-
-def near_spelling(word: str, among: Collection[str]) -> str | None:
-    """The one of ``among`` that ``word`` spells nearly right (``metdata``: ``metadata``), if any."""
-    near = difflib.get_close_matches(word, list(among), 1, MISSPELLING_RATIO)
-    return near[0] if near else None
-
-
-def near_name(word: str, among: Collection[str]) -> str | None:
-    """The one of ``among`` that a name a user typed (a session, a document, a tenant) may have
-    meant: :func:`near_spelling`'s, else the one fewest typing slips away (``s-tset``:
-    ``s-tests``), as :func:`slips` counts them and :func:`slips_allowed` allows. For hints
-    only: a field refused as a misspelling keeps :func:`near_spelling`'s stricter rule."""
-    if spelt := near_spelling(word, among):
-        return spelt
-    limit = slips_allowed(word)
-    names = list(among)
-    near = [
-        (n, i)
-        for i, other in enumerate(names)
-        if abs(len(other) - len(word)) <= limit and (n := slips(word, other)) <= limit
-    ]
-    return names[min(near)[1]] if near else None
-
-
-def slips_allowed(word: str) -> int:
-    """Typing slips a name of this length may hold and still be taken for another: none below
-    4 characters (``s-1`` and ``s-2`` are two names), 1 up to 5, 2 from 6."""
-    return 0 if len(word) < 4 else 1 if len(word) < 6 else 2
-
-
-def slips(a: str, b: str) -> int:
-    """Edits from ``a`` to ``b``: characters inserted, deleted, replaced, or two neighbours
-    swapped (the optimal string alignment distance)."""
-    prev2: list[int] = []
-    prev = list(range(len(b) + 1))
-    for i in range(1, len(a) + 1):
-        row = [i] + [0] * len(b)
-        for j in range(1, len(b) + 1):
-            cost = a[i - 1] != b[j - 1]
-            row[j] = min(prev[j] + 1, row[j - 1] + 1, prev[j - 1] + cost)
-            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
-                row[j] = min(row[j], prev2[j - 2] + 1)
-        prev2, prev = prev, row
-    return prev[len(b)]
 
 
 class _Event(BaseModel):

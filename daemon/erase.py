@@ -29,7 +29,7 @@ import structlog
 from aiokafka.errors import KafkaError
 
 from consumers.config import ROLES
-from consumers.events import near_name
+from consumers.spelling import near_name
 from consumers.topic_names import tenant_topic
 from daemon.dlq_marks import tenant_marks
 from daemon.settings import Settings

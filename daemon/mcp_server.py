@@ -22,8 +22,8 @@ from pydantic import Field, Strict, ValidationError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from consumers.decoding import validation_reason
-from consumers.events import near_spelling
 from consumers.requests import MAX_WEIGHT
+from consumers.spelling import near_spelling
 from daemon.about import package_version
 from daemon.explore.access import BEARER_CHALLENGE, UNAUTHORIZED
 from daemon.mcp_tools import MemoryTools

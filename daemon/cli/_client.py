@@ -11,7 +11,8 @@ import typer
 from consumers.client import MemoryClient
 from consumers.client_core import DEFAULT_TIMEOUT_S
 from consumers.errors import QueryFailed
-from consumers.events import WriteAck, near_name
+from consumers.events import WriteAck
+from consumers.spelling import near_name
 from daemon.cli._app import _fail, _settings
 from daemon.connections import memory_client
 from daemon.settings import Settings

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from consumers.events import near_spelling
+from consumers.spelling import near_spelling
 from daemon.explore.access import COOKIE, OPERATOR, Access, Principal
 from daemon.explore.html import CSP, CSS, esc, link, page
 from daemon.explore.reads import MemoryReads

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from consumers.events import near_name, near_spelling, slips
+from consumers.spelling import near_name, near_spelling, slips
 
 
 @pytest.mark.parametrize(
@@ -45,3 +45,17 @@ def test_a_field_is_refused_as_a_misspelling_by_ratio_alone() -> None:
     """A producer's own field one slip from a missing one (``rule`` beside ``role``) is read
     past, as before: only a hint guesses by slips."""
     assert near_spelling("rule", ["role"]) is None and near_name("rule", ["role"]) == "role"
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "limit", "want"),
+    [
+        ("kitten", "sitting", 2, 3),
+        ("kitten", "sitting", 3, 3),
+        ("s-tset", "s-tests", 2, 2),
+        ("a" * 500, "b" * 500, 2, 3),
+    ],
+)
+def test_slips_past_a_limit_count_as_one_more(a: str, b: str, limit: int, want: int) -> None:
+    """With a limit, a distance beyond it reads ``limit + 1``, and one within it exactly."""
+    assert slips(a, b, limit) == want
