@@ -28,14 +28,13 @@ RESULT_FIELDS = ("doc_id", "chunk_id", "source", "kind", "timestamp")
 def to_document(result: ResultItem) -> Document:
     """One search result as a LangChain ``Document``: the chunk's text, its metadata, and ours
     (``doc_id``, ``chunk_id``, ``source``, ``kind``, ``timestamp``, ``score``, ``ranks``, a
-    document chunk's ``section`` (the headings it falls under) where it has one, a conversation
+    document chunk's ``section`` (the headings it falls under; None where it has none), a conversation
     turn's ``context`` when asked with ``context_turns``, and the ``repeats`` of its text when
     lower-ranked memories said it word for word)."""
     metadata: dict[str, Any] = dict(result.metadata)
     metadata.update({name: getattr(result, name) for name in RESULT_FIELDS})
     metadata.update(score=result.rrf_score, ranks=dict(result.ranks))
-    if result.section is not None:
-        metadata["section"] = result.section
+    metadata["section"] = result.section  # None too: a memory's own "section" never stands for it
     if result.context is not None:
         metadata["context"] = [t.model_dump() for t in result.context]
     if result.repeats is not None:

@@ -187,8 +187,8 @@ async def test_a_remember_that_times_out_names_the_turn_it_sent() -> None:
 
 
 def test_a_document_chunks_section_reaches_every_caller() -> None:
-    """A result's ``section`` is in the MCP tool's view and the LangChain document's metadata,
-    and absent from both where the chunk falls under no heading."""
+    """A result's ``section`` is in the MCP tool's view and the LangChain document's metadata;
+    where the chunk falls under no heading the view has none and the metadata None."""
     from consumers.langchain_retriever import to_document
     from daemon.mcp_views import result_view
     from tests.helpers.results import result_item
@@ -196,4 +196,6 @@ def test_a_document_chunks_section_reaches_every_caller() -> None:
     under = result_item(section="Runbook > Failover")
     assert result_view(under)["section"] == "Runbook > Failover"
     assert to_document(under).metadata["section"] == "Runbook > Failover"
-    assert "section" not in result_view(result_item()) and "section" not in to_document(result_item()).metadata
+    assert "section" not in result_view(result_item())
+    # A memory's own "section" key gives way, as every key of ours does: None where none.
+    assert to_document(result_item(metadata={"section": "mine"})).metadata["section"] is None
