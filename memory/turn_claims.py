@@ -35,16 +35,18 @@ def claims_apart(
     """``items`` without the claims whose turn holds something else by the time each would
     apply, in batch order (what is ``stored`` for each claimed turn, then what the batch's
     earlier items leave there: a write, a delete or a forget's delete); those refused, with
-    why; and the claims of exactly what the turn already holds (a redelivery, a writer's
+    why; and the claims of exactly what the stored turn holds (a redelivery, a writer's
     retry), which change nothing: rewritten, the turn would take the retry's time, and an
-    agent's "where did I leave off" would find a turn of days ago among its latest.
+    agent's "where did I leave off" would find a turn of days ago among its latest. A claim
+    of what an earlier item of the batch writes is kept: that item may yet fail, and the two
+    are written as one.
 
     ``elsewhere``: the turns whose ``stored`` content was read from another index than the
     one being written (a reindex's old generation): a claim of what one holds is written,
     as the new index lacks it.
     """
     now: dict[tuple[str, str], Held] = {k: stored.get(k) for k in claimed(items)}
-    written = {k: k not in elsewhere for k in now}  # whether ``now`` holds what the index written holds
+    stored_here = {k: k not in elsewhere for k in now}  # ``now`` is what the index written holds
     kept: list[MemoryItem] = []
     refused: list[tuple[MemoryItem, str]] = []
     unchanged: list[MemoryItem] = []
@@ -56,13 +58,13 @@ def claims_apart(
         mine: Held = (item.content, item.metadata) if item.op == "upsert" else None
         there = now[key]
         if item.if_absent and item.op == "upsert":
-            if there is not None and there == mine and written[key]:
+            if there is not None and there == mine and stored_here[key]:
                 unchanged.append(item)
                 continue
             if not _same_turn(there, mine):
                 refused.append((item, taken_reason(item)))
                 continue
-        now[key], written[key] = mine, True
+        now[key], stored_here[key] = mine, False
         kept.append(item)
     return kept, refused, unchanged
 
