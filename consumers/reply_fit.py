@@ -38,10 +38,9 @@ def fit_reply(reply: QueryReply, max_bytes: int) -> QueryReply:
     Why: a reply over the producer's request limit (1 MiB) cannot be published, and its
     asker would hear nothing (one 2 MB chunk, or top_k results carrying big metadata,
     would do it). A bound computed from the lengths skips the encoding for ordinary replies;
-    otherwise each result is encoded once, in order, and none after the budget is spent: 100
-    results with 20 long turns of context each are some 250 MB of JSON, and encoding the reply
-    again after each result left off held the event loop, and every tenant's queries, for
-    seconds.
+    otherwise each result is encoded once, in order, and none after the budget is spent, so
+    the work is bounded by the budget, not by the reply, on the event loop every query shares
+    (decision 0074).
     """
     if sum(_size_bound(r) for r in reply.results) + 1000 <= max_bytes:
         return reply
@@ -94,8 +93,7 @@ def fit_get_reply(reply: GetReply, max_bytes: int) -> GetReply:
     (``history_truncated`` says so)."""
     reply = _fit_history(reply, max_bytes)
     items = list(reply.items)
-    # Each item encoded once (the reply's size is the sum): items of megabytes each, encoded
-    # again with every one left off, held the event loop for seconds.
+    # Each item encoded once (the reply's size is the sum), on the event loop every query shares.
     sizes = [_json_size(i) + 2 for i in items]
     total = _json_size(reply.model_copy(update={"items": [], "truncated": False})) + sum(sizes)
     first = 0 if isinstance(reply, RecentReply) else -1

@@ -140,8 +140,8 @@ def document_body(
     """One document (or turn): its stored version and ``limit`` of its chunks in order from
     ``offset``, whole, with a link to the next ones; on the first page the earlier versions its
     history keeps (``memory.index.history``), newest first, each shown up to
-    :data:`VERSION_CHARS`. A document of 10,000 chunks is 10,000 rows: a page of them all
-    was megabytes, and a few asked at once held every tenant's queries."""
+    :data:`VERSION_CHARS`: a page costs what its rows do, whatever the document's size
+    (decision 0074)."""
     if not chunks:
         return f'<p class="muted">{esc(doc_id)} holds no chunk in tenant {esc(tenant)} (deleted, or never written).</p>'
     first = chunks[0]
