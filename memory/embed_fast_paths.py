@@ -7,7 +7,8 @@ A text holding :data:`memory.conversation.CONTEXT_MARK` is embedded *in context*
 reads what comes before the mark and the text after it in one sequence, and the vector pools
 only the text's own tokens (so the context shapes their meaning without diluting the vector;
 the context is cut from its start when both do not fit). Without the direct path such a text
-is embedded whole, the mark read as a line break.
+is embedded whole, the mark read as a line break and the context cut from its start as
+there (:func:`context_cut_to_fit`).
 """
 
 from __future__ import annotations
@@ -172,4 +173,26 @@ def pooled_in_context(w: LoadedModel, tok: Any, texts: Sequence[str]) -> np.ndar
             summed = (hidden.to(torch.float32) * weights).sum(1)
             pooled = torch.nn.functional.normalize(summed / weights.sum(1).clamp(min=1e-9), p=2, dim=1)
             out[batch] = pooled.cpu().numpy()
+    return out
+
+
+def context_cut_to_fit(w: LoadedModel, tok: Any, texts: Sequence[str]) -> list[str]:
+    """Texts marked with ``CONTEXT_MARK`` for the library's own encode(): the mark read as a
+    line break, and the context cut from its start so that the text's own tokens all fit the
+    model's window (the library cuts from the end, which would drop the text's own end in
+    favour of its headings or previous turns). A tokenizer without offsets drops the context
+    of a text that does not fit with it."""
+    head, tail = _specials(tok)
+    limit = w.model.max_seq_length - len(head) - len(tail) - 1  # and the line break's token
+    out: list[str] = []
+    for text in texts:
+        context, own = text.split(CONTEXT_MARK, 1)
+        room = limit - len(tok(own, add_special_tokens=False)["input_ids"])
+        ctx = tok(context, add_special_tokens=False, return_offsets_mapping=bool(tok.is_fast))
+        if len(ctx["input_ids"]) <= room:
+            out.append(f"{context}\n{own}")
+        elif room <= 0 or not tok.is_fast:
+            out.append(own)
+        else:
+            out.append(f"{context[ctx['offset_mapping'][-room][0] :]}\n{own}")
     return out

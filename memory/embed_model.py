@@ -20,6 +20,7 @@ from memory.config import EmbeddingConfig
 from memory.conversation import CONTEXT_MARK
 from memory.embed_fast_paths import (
     TRACE_FAILED,
+    context_cut_to_fit,
     is_mean_pooled_text_model,
     mean_pooled,
     pooled_in_context,
@@ -122,7 +123,8 @@ def encode(
     direct = w.direct if direct is None else direct
     in_context = [i for i, t in enumerate(texts) if isinstance(t, str) and CONTEXT_MARK in t]
     if in_context and not (direct and w.in_context):
-        texts = [t.replace(CONTEXT_MARK, "\n") if isinstance(t, str) else t for t in texts]
+        fitted = dict(zip(in_context, context_cut_to_fit(w, tok, [texts[i] for i in in_context]), strict=True))
+        texts = [fitted.get(i, t) for i, t in enumerate(texts)]
     elif in_context:
         marked = set(in_context)
         plain = [i for i in range(len(texts)) if i not in marked]

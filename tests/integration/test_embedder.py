@@ -522,3 +522,28 @@ async def test_chunks_longer_than_the_model_reads_are_refused_at_start(
     with pytest.raises(EmbedderError, match=r"chunking\.max_tokens is 1000"):
         await reindex(settings)
     assert (await embedder.embed_query("still serving")).shape == (embedder.dims,)  # the lent one was not closed
+
+
+def test_without_the_direct_path_a_context_is_cut_from_its_start_to_fit() -> None:
+    """For a model whose own encode() reads a marked text whole (it cuts at the window's end),
+    the context is cut from its start so the text's own tokens all fit: whole where both fit,
+    its end where some room is left, none where the text fills the window."""
+    from types import SimpleNamespace
+
+    from memory.conversation import CONTEXT_MARK
+    from memory.embed_fast_paths import context_cut_to_fit
+    from memory.embed_model import load_tokenizer
+    from memory.embedder import resolve_model_path
+
+    tok = load_tokenizer(resolve_model_path(EmbeddingConfig().model))
+    w: Any = SimpleNamespace(model=SimpleNamespace(max_seq_length=64))
+    path = "Guide > Installation > Linux packages"
+    short, full = "Run the installer.", " ".join(["word"] * 61)
+    middle = " ".join(["word"] * 56)
+    got = context_cut_to_fit(
+        w, tok, [f"{path}{CONTEXT_MARK}{short}", f"{path}{CONTEXT_MARK}{full}", f"{path}{CONTEXT_MARK}{middle}"]
+    )
+    assert got[0] == f"{path}\n{short}" and got[1] == full
+    kept, own = got[2].split("\n")
+    assert own == middle and path.endswith(kept) and kept and kept != path  # the innermost end kept
+    assert all(len(tok(t)["input_ids"]) <= 64 for t in got)
