@@ -135,14 +135,18 @@ class MemoryReads:
         """A tenant's chunks, newest first."""
         return await self.index.chunk_page({"tenant": tenant}, limit=limit, start=start, order="desc")
 
-    async def document(self, tenant: str, doc_id: str) -> tuple[list[StoredChunk], list[Version]]:
-        """A document's (or a turn's) stored chunks in order, and its earlier versions, newest
-        first (those older than the chunks read: a write in between pushed theirs)."""
-        chunks = (await self.index.turns([doc_id], tenant)).get(doc_id, [])
-        if not chunks or chunks[0].kind != "document":
-            return chunks, []
+    async def document(
+        self, tenant: str, doc_id: str, offset: int, limit: int
+    ) -> tuple[list[StoredChunk], int, list[Version]]:
+        """``limit`` of a document's (or a turn's) stored chunks in order from ``offset``, how
+        many it has, and on the first page its earlier versions, newest first (those older
+        than the chunks read: a write in between pushed theirs)."""
+        chunks = (await self.index.turns([doc_id], tenant, page=(offset, limit))).get(doc_id, [])
+        total = await self.index.chunk_count(doc_id, tenant)
+        if not chunks or chunks[0].kind != "document" or offset:
+            return chunks, total, []
         current = {doc_id: chunks[0].version or 0}
-        return chunks, (await self.index.history([doc_id], tenant, current=current)).get(doc_id, [])
+        return chunks, total, (await self.index.history([doc_id], tenant, current=current)).get(doc_id, [])
 
     async def ask(self, form: AskForm, tenant: str) -> Answer:
         """Answer the form's question as the Kafka query handler would, and read why.

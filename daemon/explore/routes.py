@@ -284,10 +284,10 @@ class Explorer:
         """A document's (or a turn's) version and chunks."""
         tenant = await self._tenant(request)
         doc_id = request.query.get("doc", "")
-        offset = offset_of(request)
-        chunks, earlier = await self._reads.document(tenant, doc_id)
-        body = document_body(tenant, doc_id, chunks, earlier, offset=offset, limit=self._cfg.page_size)
-        found = 200 if chunks or earlier else 404
+        offset, limit = offset_of(request), self._cfg.page_size
+        chunks, total, earlier = await self._reads.document(tenant, doc_id, offset, limit)
+        body = document_body(tenant, doc_id, chunks, earlier, offset=offset, total=total)
+        found = 200 if chunks or earlier or total else 404
         return self._page(request, doc_id, body, "tenants", self._crumbs(tenant, esc(doc_id)), status=found)
 
     async def chunks(self, request: web.Request) -> web.Response:

@@ -135,13 +135,18 @@ def document_body(
     earlier: Sequence[Version] = (),
     *,
     offset: int = 0,
-    limit: int = 100,
+    total: int | None = None,
 ) -> str:
-    """One document (or turn): its stored version and ``limit`` of its chunks in order from
-    ``offset``, whole, with a link to the next ones; on the first page the earlier versions its
-    history keeps (``memory.index.history``), newest first, each shown up to
+    """One document (or turn): its stored version and a page of its chunks (``chunks``, from
+    ``offset`` of its ``total``), whole, with a link to the next ones; on the first page the
+    earlier versions its history keeps (``memory.index.history``), newest first, each shown up to
     :data:`VERSION_CHARS`: a page costs what its rows do, whatever the document's size
     (decision 0074)."""
+    count = len(chunks) if total is None else total
+    params = {"tenant": tenant, "doc": doc_id}
+    if not chunks and count:
+        said = f'<p class="muted">no chunk from {offset}: {esc(doc_id)} has {count}</p>'
+        return said + pager(None, "/explore/document", first=params)
     if not chunks:
         return f'<p class="muted">{esc(doc_id)} holds no chunk in tenant {esc(tenant)} (deleted, or never written).</p>'
     first = chunks[0]
@@ -155,21 +160,18 @@ def document_body(
                 # Turns are unversioned (a redelivery overwrites): their stored 0 is no version.
                 "unversioned" if first.kind == "transcript" else esc("" if first.version is None else first.version),
                 esc(when(first.timestamp)),
-                str(len(chunks)),
+                str(count),
             )
         ],
         table_id="doc-facts",
     )
-    shown = chunks[offset : offset + limit]
     rows = (
         (esc(c.chunk_id), esc(c.version), f'<div class="text chunk-text">{esc(c.text)}</div>', esc(pairs(c.metadata)))
-        for c in shown
+        for c in chunks
     )
-    params = {"tenant": tenant, "doc": doc_id}
-    nxt = {**params, "offset": offset + limit} if offset + limit < len(chunks) else None
+    nxt = {**params, "offset": offset + len(chunks)} if offset + len(chunks) < count else None
     heads = ("chunk", "version", "text", "metadata")
-    empty = f"no chunk from {offset}: the document has {len(chunks)}"
-    body = facts + "<h2>Chunks</h2>" + table(heads, rows, table_id="chunks", empty=empty)
+    body = facts + "<h2>Chunks</h2>" + table(heads, rows, table_id="chunks")
     body += pager(nxt, "/explore/document", first=params if offset else None)
     if first.kind != "document" or offset:
         return body

@@ -37,10 +37,11 @@ class _Turns(_Lifecycle):
         return {d: as_str(v) for d, v in zip(doc_ids, values, strict=True) if v is not None}
 
     async def _chunk_rows(
-        self, doc_ids: Sequence[str], tenant: str, fields: Sequence[str]
+        self, doc_ids: Sequence[str], tenant: str, fields: Sequence[str], page: tuple[int, int] | None = None
     ) -> dict[str, list[tuple[str, str, list[Any]]]]:
         """Each doc's stored chunks in position order as (key, chunk id, ``fields``' values):
-        two round trips for all the docs (their chunk sets, then the chunks).
+        two round trips for all the docs (their chunk sets, then the chunks); with ``page``
+        (offset, limit), only those of each doc's chunks.
 
         The chunks are read in one transaction with the chunk sets again: an edit between the
         two round trips (written whole, in one transaction) would otherwise give the new
@@ -59,8 +60,9 @@ class _Turns(_Lifecycle):
             expected = dict(zip(doc_ids, members, strict=True))
             pending = list(doc_ids)  # each round reads again only the docs whose set changed
             for _ in range(_WATCH_RETRIES):
+                lo, hi = (0, None) if page is None else (page[0], page[0] + page[1])
                 keys = {
-                    d: [(self._chunk_key(gen, tenant, c), c) for c in sorted(expected[d], key=chunk_position)]
+                    d: [(self._chunk_key(gen, tenant, c), c) for c in sorted(expected[d], key=chunk_position)[lo:hi]]
                     for d in pending
                 }
                 async with self._r.pipeline(transaction=True) as pipe:
@@ -120,11 +122,13 @@ class _Turns(_Lifecycle):
                 out[d] = entries
         return out
 
-    async def turns(self, doc_ids: Sequence[str], tenant: str = DEFAULT_TENANT) -> dict[str, list[StoredChunk]]:
+    async def turns(
+        self, doc_ids: Sequence[str], tenant: str = DEFAULT_TENANT, *, page: tuple[int, int] | None = None
+    ) -> dict[str, list[StoredChunk]]:
         """Each stored doc's chunks in position order, as a search leg returns them (for the
-        turns around a hit and lookups by id)."""
+        turns around a hit and lookups by id); with ``page`` (offset, limit), only those."""
         fields = (*self._fields, *JOIN_FIELDS)
-        rows = await self._chunk_rows(doc_ids, tenant, fields)
+        rows = await self._chunk_rows(doc_ids, tenant, fields, page)
         out: dict[str, list[StoredChunk]] = {}
         for d, chunks in rows.items():
             found = [
@@ -135,6 +139,12 @@ class _Turns(_Lifecycle):
             if found:
                 out[d] = found
         return out
+
+    async def chunk_count(self, doc_id: str, tenant: str = DEFAULT_TENANT) -> int:
+        """How many chunks the doc's stored version has (0: none stored)."""
+        gen = await self._generation()
+        async with translate_errors("chunk count"):
+            return int(await self._r.scard(self._doc_key(gen, tenant, doc_id)))
 
     async def recontext(
         self,

@@ -197,3 +197,14 @@ async def test_an_agent_whose_id_holds_a_backslash_a_quote_or_a_line_break_lists
             "session_id", {"tenant": "default", "kind": "transcript"}, limit=10, where={"agent_id": agent}
         )
         assert [g.value for g in found] == [f"s-{n}"], agent
+
+
+async def test_a_page_of_a_documents_chunks_reads_those_alone(index: ChunkIndex) -> None:
+    """A page of a 12-chunk document reads the chunks at its positions (10 before 2 by number,
+    not by text), and the count says how many there are; a page past the end reads none."""
+    await index.apply("big.md", 1, chunks(1, 12, "bravo", doc_id="big.md"), vectors(12, 1))
+    page = (await index.turns(["big.md"], "default", page=(8, 3))).get("big.md", [])
+    assert [c.chunk_id for c in page] == ["big.md_p8", "big.md_p9", "big.md_p10"]
+    assert await index.chunk_count("big.md", "default") == 12
+    assert await index.chunk_count("big.md", "acme") == 0
+    assert (await index.turns(["big.md"], "default", page=(12, 3))).get("big.md") is None

@@ -384,18 +384,19 @@ def test_the_dlq_page_says_which_dead_letters_were_sent_again() -> None:
 
 
 def test_a_long_documents_page_shows_a_page_of_its_chunks_and_links_the_next() -> None:
-    """A document of 250 chunks shows 100 on a page with a link to the next; the last page
-    links back to the first and shows no earlier versions again; a long earlier version is
-    shown up to VERSION_CHARS."""
+    """A page of a document of 250 chunks shows the chunks read for it with a link to the
+    next; the last page links back to the first and shows no earlier versions again; a page
+    past the end says how many there are; a long earlier version is shown up to VERSION_CHARS."""
     from daemon.explore.views_memory import VERSION_CHARS
 
     chunks = [_chunk(f"part {n}", chunk_id=f"big.md_p{n}", kind="document") for n in range(250)]
     past = [Version(1, "y" * (VERSION_CHARS + 500), "big.md", {}, 1_700_000_000.0, 1_700_086_400.0)]
-    first = document_body("acme", "big.md", chunks, past, offset=0, limit=100)
-    assert "part 99<" in first and "part 100<" not in first and "<td>250</td>" in first
+    first = document_body("acme", "big.md", chunks[:100], past, offset=0, total=250)
+    assert "part 99<" in first and "<td>250</td>" in first
     assert "offset=100" in first and "first page" not in first
     assert "Earlier versions" in first and "(500 more characters)" in first
-    last = document_body("acme", "big.md", chunks, past, offset=200, limit=100)
-    assert "part 249<" in last and "part 199<" not in last and "next page" not in last and "first page" in last
+    last = document_body("acme", "big.md", chunks[200:], offset=200, total=250)
+    assert "part 249<" in last and "next page" not in last and "first page" in last
     assert "Earlier versions" not in last
-    assert "no chunk from 300" in document_body("acme", "big.md", chunks, past, offset=300, limit=100)
+    past_end = document_body("acme", "big.md", [], offset=300, total=250)
+    assert "no chunk from 300: big.md has 250" in past_end and "first page" in past_end
