@@ -27,6 +27,7 @@ def _cli(env: dict[str, str], *args: str, timeout: float = 60) -> subprocess.Com
     return subprocess.run([AGENTMEMD, *args], env=env, capture_output=True, text=True, timeout=timeout, check=False)
 
 
+@pytest.mark.timeout(420)  # some 20 CLI processes and a model load: 85 s idle, twice that on a busy machine
 def test_up_publish_query_and_clean_stop(tmp_path: Path) -> None:
     """`agentmemd up` reaches ready, serves CLI publishes and queries, and Ctrl-C stops every child."""
     env = {
