@@ -13,13 +13,16 @@ HEAD_BYTES = 8192
 
 
 def read_text(path: Path) -> str:
-    """A file's text, or an error that names the file (never a traceback).
+    """A file's text as it is on disk (its line ends too), or an error that names the file
+    (never a traceback).
 
     Raises:
         InvalidEvent: not UTF-8 text, or unreadable.
     """
     try:
-        text = path.read_text(encoding="utf-8")
+        # Bytes, then decoded: read_text would turn CRLF line ends into LF, and `get` would not
+        # read back the file as it is on disk.
+        text = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InvalidEvent(f"{path} is not UTF-8 text (byte {exc.start}): only text files can be published") from exc
     except OSError as exc:

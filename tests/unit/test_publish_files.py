@@ -55,3 +55,13 @@ async def test_in_flight_holds_at_most_so_many_documents_and_bytes_but_always_on
     peak.update(n=0, size=0)
     await asyncio.gather(*(one(s) for s in [40] * 6))
     assert peak["size"] <= 100 and peak["n"] == 2
+
+
+def test_a_file_is_read_with_its_own_line_ends(tmp_path: Path) -> None:
+    """A file written with CRLF (or CR) line ends is published as it is on disk, so `get`
+    reads it back byte for byte."""
+    from daemon.cli._files import read_text
+
+    crlf = tmp_path / "crlf.md"
+    crlf.write_bytes(b"# Title\r\n\r\nBody line\r\nand more\r")
+    assert read_text(crlf) == "# Title\r\n\r\nBody line\r\nand more\r"
