@@ -70,12 +70,10 @@ def claims_apart(
 
 
 def _same_turn(there: Held, mine: Held) -> bool:
-    """Whether a turn that holds ``there`` is free for ``mine``: empty, the same turn, or the
-    start of it with the same metadata (its own large write, cut short by a crash or a lost
-    partition and delivered again: written in slices, in order)."""
-    if there is None or there == mine:
-        return True
-    return mine is not None and there[1] == mine[1] and mine[0].startswith(there[0])
+    """Whether a turn that holds ``there`` is free for ``mine``: empty, or the same turn. (A
+    turn is written in one transaction, never in slices: one that holds the start of a claim's
+    text holds another turn, and "The build failed today" is not "The build failed today.".)"""
+    return there is None or there == mine
 
 
 def taken_reason(item: MemoryItem) -> str:

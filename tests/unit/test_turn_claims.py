@@ -67,15 +67,13 @@ def test_other_turns_are_left_alone() -> None:
     assert claimed([other, a, turn("B")]) == [("default", DOC)]
 
 
-def test_a_claim_of_a_turn_holding_the_start_of_its_own_write_is_kept() -> None:
-    """A large turn is written in slices: cut short (a crash, a lost partition), it is
-    delivered again and must finish, not be refused by its own first slices."""
-    a = turn("A long turn, in many slices.")
-    assert claims_apart([a], {("default", DOC): held("A long turn,")}) == ([a], [], [])
-    kept, refused, _ = claims_apart([a], {("default", DOC): held("Another turn")})
-    assert kept == [] and [i for i, _ in refused] == [a]
-    other_role = ("A long turn,", {"role": "user", "turn": 3, "agent_id": "a", "session_id": "s"})
-    assert claims_apart([a], {("default", DOC): other_role})[0] == []
+def test_a_turn_holding_the_start_of_a_claims_text_refuses_it() -> None:
+    """A turn is written whole, in one transaction: one holding the start of a claim's text
+    (a full stop less, a space less) holds another turn, and the claim is refused."""
+    a = turn("The build failed today.")
+    for stored in ("The build failed today", "The build failed today. "[:-1] + " "):
+        kept, refused, _ = claims_apart([a], {("default", DOC): held(stored)})
+        assert kept == [] and [i for i, _ in refused] == [a], stored
 
 
 def test_a_claim_of_what_another_index_holds_is_written() -> None:
