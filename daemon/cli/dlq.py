@@ -19,6 +19,7 @@ from consumers.errors import WriteRejected
 from daemon.cli._app import _fail, _settings, _with_redis, app, err, out
 from daemon.cli._client import _with_client, ack_said, check_tenant_known, refused
 from daemon.connections import redis_client
+from daemon.control_pictures import json_for_terminal
 from daemon.dlq_marks import ReplayMark, mark_of, mark_replayed, read_marks
 from daemon.dlq_replay import (
     Replay,
@@ -102,7 +103,7 @@ def dlq_list(
         for d in letters:
             mark = mark_of(d, t.dlq, marks)
             row = {**dataclasses.asdict(d), "replayed": None if mark is None else _mark_json(mark)}
-            print(json.dumps(row, ensure_ascii=False))
+            print(json_for_terminal(json.dumps(row, ensure_ascii=False)))
         return
     if not letters:
         out.print(f"no dead letters{f' of tenant {tenant}' if tenant else ''} in {t.dlq}")

@@ -12,6 +12,7 @@ from consumers.requests import GetItem, GetReply
 from daemon.cli._app import _settings, app, out
 from daemon.cli._client import _filter, _tenant_target, _with_client
 from daemon.cli.query import FilterOpt, JsonOpt, ReadTenantOpt, ReadTimeoutOpt, shown_time
+from daemon.control_pictures import json_for_terminal
 from daemon.explore.html import pairs
 
 #: The exit code when an id is not found: apart from a failure's 1 and a usage error's 2, so
@@ -40,7 +41,7 @@ def get(
 
     reply = _with_client(read, settings, target, timeout_s=timeout)
     if as_json:
-        print(reply.model_dump_json(indent=2))
+        print(json_for_terminal(reply.model_dump_json(indent=2)))
     else:
         for item in reply.items:
             _show(item)

@@ -19,6 +19,7 @@ from consumers.requests import ContextTurn, GetItem, GetReply, QueryReply
 from consumers.times import when
 from daemon.cli._app import _settings, app, out
 from daemon.cli._client import _filter, _tenant_target, _with_client
+from daemon.control_pictures import json_for_terminal
 from memory.conversation import MAX_CONTEXT_TURNS, MAX_RECENT_TURNS, parse_turn
 from memory.errors import InvalidRequest
 
@@ -142,12 +143,12 @@ def query(
             )
         except QueryFailed as exc:
             if as_json:  # the raw reply, error replies too, for scripts to parse
-                print(exc.reply.model_dump_json(indent=2))
+                print(json_for_terminal(exc.reply.model_dump_json(indent=2)))
             raise
 
     reply = _with_client(ask, settings, target, timeout_s=timeout)
     if as_json:
-        print(reply.model_dump_json(indent=2))
+        print(json_for_terminal(reply.model_dump_json(indent=2)))
         return
     out.print(results_view(reply, whole_lines=out.soft_wrap, question=text))
 
@@ -174,7 +175,7 @@ def recent(
 
     reply = _with_client(read, settings, target, timeout_s=timeout)
     if as_json:
-        print(reply.model_dump_json(indent=2))
+        print(json_for_terminal(reply.model_dump_json(indent=2)))
         return
     if not reply.items:
         out.print("no turns")

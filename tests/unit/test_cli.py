@@ -478,3 +478,18 @@ def test_a_stored_texts_escape_sequences_are_shown_never_sent_to_the_terminal() 
     shown = buf.getvalue()
     assert "\x1b" not in shown and "\x9b" not in shown and "\x07" not in shown
     assert "␛[31mRED␛[0m" in shown and "d_p0␛[2J" in shown and "§ Runbook␛[2J" in shown
+
+
+def test_json_output_escapes_the_controls_a_terminal_may_obey() -> None:
+    """`--json` output writes C1 controls and DEL as JSON escapes (pydantic writes them raw, and
+    a UTF-8 terminal may act on U+009B): the same JSON to a parser, unicode text left as it is."""
+    import json
+
+    from consumers.requests import QueryReply
+    from daemon.control_pictures import json_for_terminal
+    from tests.helpers.results import result_item
+
+    reply = QueryReply(query_id="q", total_retrieved=1, took_ms=1.0, results=[result_item(text="a\x9b2J\x7f é")])
+    shown = json_for_terminal(reply.model_dump_json(indent=2))
+    assert "\x9b" not in shown and "\x7f" not in shown and "é" in shown
+    assert json.loads(shown) == json.loads(reply.model_dump_json())
