@@ -121,6 +121,7 @@ class Explorer:
         self._access = access
         self._cfg = reads.settings.explore
         self._refusals = asyncio.Lock()  # refused logins answered one after the other
+        self._pages = asyncio.Semaphore(self._cfg.concurrent_pages)
 
     def routes(self) -> list[web.RouteDef]:
         """Every explorer route (GET pages, the stylesheet, the login form)."""
@@ -150,7 +151,9 @@ class Explorer:
     def _guarded(self, handler: Handler) -> Handler:
         async def run(request: web.Request) -> web.Response:
             try:
-                return await handler(request)
+                # A few pages at a time: each one's reads and rendering take the loop queries need.
+                async with self._pages:
+                    return await handler(request)
             except InvalidRequest as exc:
                 return self._error(request, str(exc), 400)
             except web.HTTPException:

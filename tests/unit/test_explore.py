@@ -400,3 +400,38 @@ def test_a_long_documents_page_shows_a_page_of_its_chunks_and_links_the_next() -
     assert "Earlier versions" not in last
     past_end = document_body("acme", "big.md", [], offset=300, total=250)
     assert "no chunk from 300: big.md has 250" in past_end and "first page" in past_end
+
+
+async def test_only_a_few_pages_are_read_and_rendered_at_once() -> None:
+    """Six pages asked at once run two at a time (``concurrent_pages``): the others wait their
+    turn instead of sharing the event loop with every tenant's queries all together."""
+    import asyncio
+    from types import SimpleNamespace
+    from typing import Any
+
+    from aiohttp import web
+
+    from daemon.explore.access import Access
+    from daemon.explore.config import ExploreConfig
+    from daemon.explore.routes import Explorer
+
+    reads: Any = SimpleNamespace(settings=SimpleNamespace(explore=ExploreConfig(concurrent_pages=2)))
+    explorer = Explorer(reads=reads, access=Access(token="", tenant_tokens={}))
+    running = peak = 0
+    release = asyncio.Event()
+
+    async def page(_request: web.Request) -> web.Response:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await release.wait()
+        running -= 1
+        return web.Response(text="ok")
+
+    guarded = explorer._guarded(page)
+    asked = [asyncio.create_task(guarded(Any)) for _ in range(6)]  # type: ignore[arg-type]
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert running == 2
+    release.set()
+    assert [r.text for r in await asyncio.gather(*asked)] == ["ok"] * 6 and peak == 2
