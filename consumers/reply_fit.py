@@ -31,34 +31,40 @@ def _size_bound(item: ResultItem) -> int:
 
 
 def fit_reply(reply: QueryReply, max_bytes: int) -> QueryReply:
-    """``reply``, with results left off its end until it fits ``max_bytes`` as JSON; a result
-    whose ``context`` turns do not fit is kept without them (``context`` null) where it fits
-    alone. ``truncated`` then says so.
+    """``reply``, with results left off its end until it fits ``max_bytes`` as JSON, then the
+    context turns of as many results as still fit, best first (a result whose context does
+    not fit has ``context`` null). ``truncated`` then says so: results count before context.
 
     Why: a reply over the producer's request limit (1 MiB) cannot be published, and its
     asker would hear nothing (one 2 MB chunk, or top_k results carrying big metadata,
     would do it). A bound computed from the lengths skips the encoding for ordinary replies;
-    otherwise each result is encoded once, in order, and none after the budget is spent, so
-    the work is bounded by the budget, not by the reply, on the event loop every query shares
-    (decision 0074).
+    otherwise each result is encoded once bare and, while room is left, once with its context,
+    so the work is bounded by the budget, not by the reply, on the event loop every query
+    shares (decision 0074).
     """
     if sum(_size_bound(r) for r in reply.results) + 1000 <= max_bytes:
         return reply
     empty = reply.model_copy(update={"results": [], "truncated": False})
     budget = max_bytes - _json_size(empty)
-    kept: list[ResultItem] = []
+    bare: list[tuple[ResultItem, ResultItem, int]] = []  # (result, without its context, size)
     for result in reply.results:
-        options = [result] if result.context is None else [result, result.model_copy(update={"context": None})]
-        for option in options:
-            if _least_size(option) > budget:
-                continue  # too large whatever its encoding: not encoded
-            size = _json_size(option) + 2  # and the ", " before it
-            if size <= budget:
-                break
-        else:
-            break  # it fits neither way: it and every result after it are left off
-        kept.append(option)
+        alone = result if result.context is None else result.model_copy(update={"context": None})
+        if _least_size(alone) > budget:
+            break  # too large whatever its encoding: it and every result after it are left off
+        size = _json_size(alone) + 2  # and the ", " before it
+        if size > budget:
+            break
+        bare.append((result, alone, size))
         budget -= size
+    kept: list[ResultItem] = []
+    for result, alone, size in bare:
+        if result is not alone and _least_size(result) - len(alone.text) <= budget:
+            whole = _json_size(result) + 2
+            if whole - size <= budget:
+                kept.append(result)
+                budget -= whole - size
+                continue
+        kept.append(alone)
     cut = len(kept) < len(reply.results) or any(k is not r for k, r in zip(kept, reply.results, strict=False))
     return reply.model_copy(update={"results": kept, "total_retrieved": len(kept), "truncated": cut})
 

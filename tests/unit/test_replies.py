@@ -269,3 +269,15 @@ def test_a_get_of_large_items_encodes_each_once(encoded: list[int]) -> None:
     fitted = fit_get_reply(GetReply(query_id="q", items=items, took_ms=1.0), 500_000)
     assert [i.doc_id for i in fitted.items] == ["d0", "d1"] and fitted.truncated
     assert sum(encoded) <= 3 * 8 * 200_000
+
+
+def test_results_come_before_their_context() -> None:
+    """100 results whose context turns would each take 120 KB, fitted to 900 KB: every result
+    is kept, and the first ones carry their context with the room left (context first left
+    57 of them out)."""
+    fitted = fit_reply(_with_context(100, turns=2, chars=60_000), 900_000)
+    assert fitted.total_retrieved == 100 and fitted.truncated
+    with_context = [r.context is not None for r in fitted.results]
+    assert with_context[:5] == [True] * 5 and not any(with_context[10:])
+    assert with_context == sorted(with_context, reverse=True)  # the best results get it
+    assert len(json.dumps(fitted.model_dump(mode="json"))) <= 900_000
