@@ -173,8 +173,6 @@ class Ingestor:
         report = await self._apply(items)
         for item, why in taken:
             report.outcomes[id(item)] = ItemOutcome("ignored", refused=(TURN_TAKEN, why))
-        for item in unchanged:
-            report.outcomes[id(item)] = ItemOutcome("indexed")  # found written already
         if taken:
             # Its writer hears of it only if it waits for the ack: said here for the rest.
             log.warning("ingest.turn_taken", docs=sorted({f"{i.tenant}/{i.doc_id}" for i, _ in taken}))
@@ -193,12 +191,20 @@ class Ingestor:
             more = await self._apply(rest)
             report.add(more)
             just_failed = more.failed
+        errors = {id(i): e for i, e in report.failed}
+        for item, repeated in unchanged:  # a claim of what the turn holds, or of what an item here writes
+            if repeated is None:
+                report.outcomes[id(item)] = ItemOutcome("indexed")  # found written already
+            elif (done := report.outcomes.get(id(repeated))) is not None:  # the earlier item's fate
+                report.outcomes[id(item)] = ItemOutcome("indexed") if done.status == "indexed" else done
+            elif id(repeated) in errors:
+                report.failed.append((item, errors[id(repeated)]))
         fold_forgets(report, forgets, asked_forgets)
         return report
 
     async def _claims_apart(
         self, items: Sequence[MemoryItem]
-    ) -> tuple[list[MemoryItem], list[tuple[MemoryItem, str]], list[MemoryItem]]:
+    ) -> tuple[list[MemoryItem], list[tuple[MemoryItem, str]], list[tuple[MemoryItem, MemoryItem | None]]]:
         """``items`` without the claimed turns that hold another writer's, with why, or exactly
         what they claim (``memory.turn_claims.claims_apart``); the turns read here."""
         keys = claimed(items)

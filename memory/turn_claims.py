@@ -31,25 +31,27 @@ def claims_apart(
     stored: Mapping[tuple[str, str], Held],
     *,
     elsewhere: Collection[tuple[str, str]] = (),
-) -> tuple[list[MemoryItem], list[tuple[MemoryItem, str]], list[MemoryItem]]:
+) -> tuple[list[MemoryItem], list[tuple[MemoryItem, str]], list[tuple[MemoryItem, MemoryItem | None]]]:
     """``items`` without the claims whose turn holds something else by the time each would
     apply, in batch order (what is ``stored`` for each claimed turn, then what the batch's
     earlier items leave there: a write, a delete or a forget's delete); those refused, with
-    why; and the claims of exactly what the stored turn holds (a redelivery, a writer's
-    retry), which change nothing: rewritten, the turn would take the retry's time, and an
-    agent's "where did I leave off" would find a turn of days ago among its latest. A claim
-    of what an earlier item of the batch writes is kept: that item may yet fail, and the two
-    are written as one.
+    why; and the claims of exactly what the turn already holds (a redelivery, a writer's
+    retry), which change nothing, each with the earlier item of the batch that writes it
+    (None: the stored turn holds it), whose outcome is theirs. Written, the turn would take
+    the retry's time, and an agent's "where did I leave off" would find a turn of days ago
+    among its latest.
 
     ``elsewhere``: the turns whose ``stored`` content was read from another index than the
     one being written (a reindex's old generation): a claim of what one holds is written,
     as the new index lacks it.
     """
     now: dict[tuple[str, str], Held] = {k: stored.get(k) for k in claimed(items)}
-    stored_here = {k: k not in elsewhere for k in now}  # ``now`` is what the index written holds
+    # What writes ``now``: None for what the index written holds, the batch's item that writes
+    # it, or the turn itself where another index holds it (to be written here).
+    writer: dict[tuple[str, str], MemoryItem | None] = {k: None for k in now}
     kept: list[MemoryItem] = []
     refused: list[tuple[MemoryItem, str]] = []
-    unchanged: list[MemoryItem] = []
+    unchanged: list[tuple[MemoryItem, MemoryItem | None]] = []
     for item in items:
         key = (item.tenant, item.doc_id)
         if key not in now:
@@ -58,13 +60,13 @@ def claims_apart(
         mine: Held = (item.content, item.metadata) if item.op == "upsert" else None
         there = now[key]
         if item.if_absent and item.op == "upsert":
-            if there is not None and there == mine and stored_here[key]:
-                unchanged.append(item)
+            if there is not None and there == mine and (writer[key] is not None or key not in elsewhere):
+                unchanged.append((item, writer[key]))
                 continue
             if not _same_turn(there, mine):
                 refused.append((item, taken_reason(item)))
                 continue
-        now[key], stored_here[key] = mine, False
+        now[key], writer[key] = mine, item
         kept.append(item)
     return kept, refused, unchanged
 

@@ -33,13 +33,13 @@ def test_the_first_claim_of_an_empty_turn_wins_and_a_second_is_refused() -> None
 
 
 def test_a_claim_of_what_the_turn_holds_changes_nothing() -> None:
-    """A redelivery, or a writer's retry of the stored turn: neither refused nor written again
-    (written, the turn would take the retry's time). Two of the same claim in one batch are
-    both kept (the first may yet fail; they are written as one)."""
+    """A redelivery, or a writer's retry: neither refused nor written again (written, the turn
+    would take the retry's time). One in the same batch as the claim it repeats is that
+    claim's: it gets its outcome."""
     a = turn("A")
-    assert claims_apart([a], {("default", DOC): held("A")}) == ([], [], [a])
+    assert claims_apart([a], {("default", DOC): held("A")}) == ([], [], [(a, None)])
     again = turn("A")
-    assert claims_apart([a, again], {}) == ([a, again], [], [])
+    assert claims_apart([a, again], {}) == ([a], [], [(again, a)])
 
 
 def test_a_stored_turn_refuses_a_claim_and_a_delete_before_it_frees_the_turn() -> None:
@@ -82,4 +82,6 @@ def test_a_claim_of_what_another_index_holds_is_written() -> None:
     a = turn("A")
     old = {("default", DOC): held("A")}
     assert claims_apart([a], old, elsewhere={("default", DOC)}) == ([a], [], [])
-    assert claims_apart([a], old) == ([], [], [a])
+    assert claims_apart([a], old) == ([], [], [(a, None)])
+    again = turn("A")
+    assert claims_apart([a, again], old, elsewhere={("default", DOC)}) == ([a], [], [(again, a)])
