@@ -68,9 +68,10 @@ def headings(text: str) -> list[Heading]:
     titles take their depths in the order their styles first appear (reStructuredText's rule).
     """
     out: list[Heading] = []
-    lines = [raw.rstrip("\r\n") for raw in text.splitlines(keepends=True)]
+    raws = text.splitlines(keepends=True)
+    lines = [raw.rstrip("\r\n") for raw in raws]
     starts = [0]
-    for raw in text.splitlines(keepends=True):
+    for raw in raws:
         starts.append(starts[-1] + len(raw))
     coded = _in_fences(lines)
     markdown = any(not coded[i] and _MARKDOWN_ATX.match(line) for i, line in enumerate(lines))

@@ -46,8 +46,7 @@ def claims_apart(
     as the new index lacks it.
     """
     now: dict[tuple[str, str], Held] = {k: stored.get(k) for k in claimed(items)}
-    # What writes ``now``: None for what the index written holds, the batch's item that writes
-    # it, or the turn itself where another index holds it (to be written here).
+    # Which item of the batch writes ``now`` (None: nothing of the batch; what is stored).
     writer: dict[tuple[str, str], MemoryItem | None] = {k: None for k in now}
     kept: list[MemoryItem] = []
     refused: list[tuple[MemoryItem, str]] = []
