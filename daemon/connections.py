@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import redis.asyncio as aredis
 
 from consumers.client import MemoryClient
 from daemon.settings import Settings
+from memory.errors import BackendUnavailable
 
 
 def redis_client(settings: Settings) -> aredis.Redis:
@@ -42,7 +44,8 @@ def memory_client(settings: Settings | None = None, *, tenant: str | None = None
         InvalidRequest: ``tenant`` names one in single tenancy, or is no valid tenant name.
     """
     settings = Settings() if settings is None else settings
-    return MemoryClient(
+    return _SettingsClient(
+        unset_hint=_default_broker_hint(settings),
         bootstrap=settings.kafka_bootstrap,
         topics=settings.topics,
         tenant=tenant,
@@ -51,4 +54,31 @@ def memory_client(settings: Settings | None = None, *, tenant: str | None = None
         max_future_s=settings.ingest.max_future_s,
         tenancy=settings.consumer.tenancy,
         **options,
+    )
+
+
+class _SettingsClient(MemoryClient):
+    """A ``MemoryClient`` whose broker unreachable at the default address says so: a script run
+    outside the directory of the daemon's ``.env`` reads no settings and tries 9092."""
+
+    def __init__(self, *, unset_hint: str, **options: Any) -> None:
+        super().__init__(**options)
+        self._unset_hint = unset_hint
+
+    async def start(self) -> None:
+        try:
+            await super().start()
+        except BackendUnavailable as exc:
+            if not self._unset_hint:
+                raise
+            raise BackendUnavailable(f"{exc} ({self._unset_hint})") from exc
+
+
+def _default_broker_hint(settings: Settings) -> str:
+    """Where the broker's address would have come from, when it is the default ('' if set)."""
+    if "kafka_bootstrap" in settings.model_fields_set:
+        return ""
+    return (
+        f"{settings.kafka_bootstrap} is the default: AGENTMEM_KAFKA_BOOTSTRAP is not set, and no "
+        f".env in {Path.cwd()} sets it; set it, or run where the daemon's .env is"
     )
