@@ -15,7 +15,9 @@ share one hash tag, so the script (``graph/lua/apply.lua``) also runs on Redis C
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import re
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -38,6 +40,26 @@ from memory.schema import as_str
 from memory.tenants import Erasure
 
 __all__ = ["EDGE_SEP", "GraphStore", "LeaseLost", "StaleItem"]
+
+#: Bytes of a contribution read for its version: ``Contribution.to_json`` writes it first, and a
+#: delete's tombstone (encoded by the apply script, in any key order) is shorter than this.
+_VERSION_HEAD = 256
+_HEAD_VERSION = re.compile(r'^\{"v":(?:null|"(\d+)")[,}]')
+_UNREAD = object()
+
+
+def head_version(head: str) -> object:
+    """The version (a decimal string, or None) a contribution's first ``_VERSION_HEAD`` bytes
+    name; ``_UNREAD`` where they do not (the caller reads it whole)."""
+    if (found := _HEAD_VERSION.match(head)) is not None:
+        return found.group(1)
+    if len(head) < _VERSION_HEAD:  # the whole value: a tombstone, in whatever key order
+        with contextlib.suppress(ValueError):
+            value = json.loads(head)
+            if isinstance(value, dict):
+                return value.get("v")
+    return _UNREAD
+
 
 log = structlog.get_logger()
 
@@ -154,16 +176,27 @@ class GraphStore:
             await self._r.zadd(self._k("docs"), {_LISTED: 0})
 
     async def contribution_versions(self, doc_ids: Sequence[str]) -> dict[str, int | None]:
-        """The version of each doc's stored contribution (None: unversioned); docs without one are left out."""
+        """The version of each doc's stored contribution (None: unversioned); docs without one are left out.
+
+        Only the head of each is read where it names the version: a large document's
+        contribution is megabytes of entities, and each summary of its communities parsed it
+        whole, on the event loop, to read the version at its start."""
         async with translate_errors("graph read"), self._r.pipeline(transaction=False) as pipe:
             for d in doc_ids:
-                pipe.get(self._k(f"contrib:{d}"))
-            raws = await pipe.execute()
+                pipe.getrange(self._k(f"contrib:{d}"), 0, _VERSION_HEAD - 1)
+            heads = await pipe.execute()
         out: dict[str, int | None] = {}
-        for d, raw in zip(doc_ids, raws, strict=True):
-            if raw is not None:
-                v = json.loads(raw).get("v")
-                out[d] = None if v is None else int(v)
+        for d, head in zip(doc_ids, heads, strict=True):
+            if not head:
+                continue  # no contribution (GETRANGE of a missing key is empty)
+            found = head_version(as_str(head))
+            if found is _UNREAD:
+                async with translate_errors("graph read"):
+                    whole = await self._r.get(self._k(f"contrib:{d}"))
+                if whole is None:
+                    continue
+                found = json.loads(whole).get("v")
+            out[d] = None if found is None else int(str(found))
         return out
 
     async def contribution(self, doc_id: str) -> dict[str, Any] | None:
