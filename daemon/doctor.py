@@ -13,6 +13,7 @@ from daemon.doctor_finding import Finding
 from daemon.doctor_index import (
     check_directory,
     check_generation,
+    check_lengths,
     check_standings,
     check_summaries,
     check_unfinished_writes,
@@ -129,6 +130,7 @@ async def _check_redis(settings: Settings) -> list[Finding]:
         else:
             entries = f"{info.get('num_docs', '?')} entries (chunks and community summaries)"
             found.append(Finding("index schema", True, f"{name!r} matches the settings, {entries}"))
+        found.extend(await check_lengths(client, name, info))
         found.extend(await check_generation(client, settings, dims))
         found.extend(await check_unfinished_writes(client, settings, dims or PACKAGED_DIMS))
         found.extend(await check_directory(client, settings, dims or PACKAGED_DIMS))

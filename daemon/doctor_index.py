@@ -1,5 +1,5 @@
-"""doctor's checks of the index in Redis: its generation against the settings, writes left
-unfinished, the explorer's directory, leftover generations, failing summaries and daemons that
+"""doctor's checks of the index in Redis: its generation against the settings, its BM25
+lengths, writes left unfinished, the explorer's directory, leftover generations, failing summaries and daemons that
 cannot use the index."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from memory.index import MAX_PAGE, ChunkIndex, GenerationRegistry, redis_now, tr
 from memory.index.lifecycle import REFUSED_INDEX
 from memory.keys import generation_of, key_root, physical_name
 from memory.schema import info_index_name
+from memory.server_policies import keeps_rewritten_lengths, writes_per_chunk
 from memory.tenants import TenantRegistry
 
 
@@ -121,6 +122,26 @@ async def check_directory(client: Any, settings: Settings, dims: int) -> list[Fi
             "`agentmemd reindex` builds a generation that keeps one",
         )
     ]
+
+
+async def check_lengths(client: Any, name: str, info: Any) -> list[Finding]:
+    """How far the average length BM25 divides by has drifted (``memory.server_policies``):
+    never a fault, as measured (decision 0076), but why scores move when Redis reloads."""
+    ratio = writes_per_chunk(info)
+    if ratio is None:
+        return []
+    writes = f"{ratio:.1f} writes per chunk since Redis loaded the index"
+    keeps = await keeps_rewritten_lengths(client, name)
+    if keeps is None:
+        said = f"{writes} (whether this RediSearch counts each in BM25's lengths could not be probed)"
+    elif keeps:
+        said = (
+            f"{writes}; this RediSearch counts each in the average length BM25 divides by (about {ratio:.0f} "
+            "times the chunks' own), so scores move a little when Redis reloads the index"
+        )
+    else:
+        said = f"{writes}; this RediSearch counts each chunk's length once"
+    return [Finding("BM25 lengths", True, said)]
 
 
 #: A sliced write with no progress for this long is reported as one whose writer died. A

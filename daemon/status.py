@@ -27,7 +27,7 @@ from daemon.teardown import bounded
 from graph import TenantGraphs
 from memory.errors import MemdError
 from memory.index import ChunkIndex
-from memory.metrics import CONSUMER_LAG, INDEX_CHUNKS, STALE_DEPTH, STALE_OLDEST
+from memory.metrics import CONSUMER_LAG, INDEX_CHUNKS, INDEX_WRITES_PER_CHUNK, STALE_DEPTH, STALE_OLDEST
 from memory.retrying import pause
 
 log = structlog.get_logger()
@@ -259,8 +259,10 @@ class Sampler:
         except (TimeoutError, KafkaError, OSError) as exc:
             s.lag_error = f"{type(exc).__name__}: {exc}"
         with contextlib.suppress(MemdError):
-            s.chunks = await self._index.count()
+            s.chunks, writes = await self._index.counts()
             INDEX_CHUNKS.set(s.chunks)
+            if writes is not None:
+                INDEX_WRITES_PER_CHUNK.set(writes)
         if self._graph is not None:
             total = 0
             with contextlib.suppress(MemdError):

@@ -52,6 +52,12 @@ INDEX_CHUNKS = Gauge(
     "Entries in the search index: document and transcript chunks, and community summaries.",
     registry=REGISTRY,
 )
+INDEX_WRITES_PER_CHUNK = Gauge(
+    "agentmemd_index_writes_per_chunk",
+    "Writes the search index has taken per entry it holds since Redis loaded it: on a RediSearch "
+    "that never takes a rewritten entry's length back (2.10), how far BM25's average length has drifted.",
+    registry=REGISTRY,
+)
 QUERY_SECONDS = Histogram(
     "agentmemd_query_seconds",
     "Query handling time (parse to reply).",

@@ -3,6 +3,8 @@ say when a server is set up to lose or cut data silently (I/O at the edge, nothi
 
 from __future__ import annotations
 
+import contextlib
+import re
 from typing import Any
 
 import redis.exceptions as rexc
@@ -98,3 +100,59 @@ async def unsafe_settings(client: Any) -> list[tuple[str, str, str]]:
     if (eviction := await eviction_policy(client)) is not None and eviction not in SAFE_EVICTION:
         out.append(("maxmemory-policy", eviction, EVICTION_FIX))
     return out
+
+
+#: RediSearch 2.10 adds a document's length to its index's total at each write and never takes
+#: it back (a rewrite, a delete), while its document count stays exact: the average length BM25
+#: divides by grows with every rewrite (a turn is rewritten as the next two arrive, a
+#: document's chunks at each upsert) until Redis loads the index again. Measured, it costs no
+#: recall (docs/decisions/0076); ``doctor`` and ``/metrics`` show it, for why scores move when
+#: Redis reloads the index.
+_AVERAGE_LENGTH = re.compile(r"Average Doc Len ([0-9.]+)")
+_PROBE_WORDS = "length probe words"  # three terms, none a stopword
+
+
+def writes_per_chunk(info: Any) -> float | None:
+    """How many writes the index has taken per document it holds, since Redis loaded it (FT.INFO's
+    ``max_doc_id`` over ``num_docs``: each write takes a new document id); None if unreadable
+    or empty."""
+    fields = info if isinstance(info, dict) else dict(zip(info[::2], info[1::2], strict=False))
+    values = {as_str(k): v for k, v in fields.items()}
+    try:
+        ids, docs = int(values["max_doc_id"]), int(values["num_docs"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return ids / docs if docs > 0 else None
+
+
+async def keeps_rewritten_lengths(client: Any, name: str) -> bool | None:
+    """Whether this RediSearch counts a rewritten document's length again in the average BM25
+    divides by (True), or replaces it (False); None if the probe could not run (an ACL that
+    refuses FT.CREATE, say).
+
+    The probe is a scratch index of its own (``<name>-lengthprobe``, keys under
+    ``<name>:lengthprobe:``), dropped with its key after: one document of three words, written
+    twice, then the average length its score is explained with.
+    """
+    probe, key = f"{name}-lengthprobe", f"{name}:lengthprobe:1"
+    try:
+        await _drop_probe(client, probe)
+        await client.execute_command(
+            "FT.CREATE", probe, "ON", "HASH", "PREFIX", 1, f"{name}:lengthprobe:", "SCHEMA", "t", "TEXT"
+        )
+        for _ in range(2):
+            await client.hset(key, mapping={"t": _PROBE_WORDS})
+        reply = await client.execute_command(
+            "FT.SEARCH", probe, "probe", "WITHSCORES", "EXPLAINSCORE", "SCORER", "BM25STD", "LIMIT", 0, 1
+        )
+    except (rexc.RedisError, OSError):
+        return None
+    finally:
+        await _drop_probe(client, probe)
+    found = _AVERAGE_LENGTH.search(str(reply))
+    return None if found is None else float(found.group(1)) > len(_PROBE_WORDS.split()) + 0.5
+
+
+async def _drop_probe(client: Any, probe: str) -> None:
+    with contextlib.suppress(rexc.RedisError, OSError):
+        await client.execute_command("FT.DROPINDEX", probe, "DD")

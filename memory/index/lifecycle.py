@@ -27,6 +27,7 @@ from memory.index.errors import IndexError_, _NoGeneration, translate_errors
 from memory.index.marker_list import MarkerList
 from memory.index.registry import GenerationRegistry
 from memory.schema import compare_schema, filter_keys_of, index_schema, info_attributes, info_index_name
+from memory.server_policies import writes_per_chunk
 
 log = structlog.get_logger()
 
@@ -350,9 +351,14 @@ class _Lifecycle:
 
     async def count(self) -> int:
         """Number of indexed chunks."""
+        return (await self.counts())[0]
+
+    async def counts(self) -> tuple[int, float | None]:
+        """Number of indexed chunks, and the writes the index has taken per chunk since Redis
+        loaded it (``memory.server_policies.writes_per_chunk``), from one FT.INFO."""
         async with translate_errors("index info"):
             info = await self._ft().info()
-        return int(info.get("num_docs", 0))
+        return int(info.get("num_docs", 0)), writes_per_chunk(info)
 
     async def _write_generation(self, pipe: Any, *, unversioned: bool = False) -> int:
         """Inside a WATCH transaction: the generation to write to, with the registry watched.

@@ -11,11 +11,19 @@ import pytest
 import redis.asyncio as aredis
 
 from consumers.events import TranscriptEvent
+from daemon.doctor_index import check_lengths
 from memory.filters import BASE_FILTER_KEYS
 from memory.ingest import Ingestor
 from memory.retrieval import Retriever
+from memory.schema import as_str
 from memory.search_spec import SearchSpec
-from memory.server_policies import GC_CLEAN_THRESHOLD, GC_RUN_INTERVAL_S, gc_clean_threshold
+from memory.server_policies import (
+    GC_CLEAN_THRESHOLD,
+    GC_RUN_INTERVAL_S,
+    gc_clean_threshold,
+    keeps_rewritten_lengths,
+    writes_per_chunk,
+)
 from tests.conftest import unique
 from tests.helpers.stacks import memory_stack
 
@@ -76,3 +84,33 @@ async def test_a_word_in_every_turn_never_outranks_the_answer_once_rewrites_are_
             return
         await asyncio.sleep(0.5)
     pytest.fail(f"the BM25 leg still puts {first!r} first")
+
+
+async def test_the_lengths_bm25_divides_by_drift_with_rewrites_and_doctor_says_so(stack) -> None:
+    """This RediSearch adds a rewritten chunk's length again to the total BM25 averages over:
+    the probe finds so (and leaves no key or index behind), the index's writes per chunk count
+    the rewrites, and doctor says both, as a note (it costs no recall: decision 0076)."""
+    client, ingestor, retriever = stack
+    name = retriever._index.cfg.name
+    assert await keeps_rewritten_lengths(client, name) is True
+    assert await client.keys(f"{name}:lengthprobe*") == []
+    assert f"{name}-lengthprobe" not in {as_str(n) for n in await client.execute_command("FT._LIST")}
+
+    async def write(round_: int) -> None:
+        events = [
+            TranscriptEvent(event_id=f"e{round_}-{n}", agent_id="a", session_id="s1", turn=n, content=f"{t} ({round_})")
+            for n, t in enumerate(CHAT[:6])
+        ]
+        assert (await ingestor.apply([e.to_item(BASE_FILTER_KEYS) for e in events])).failed == []
+
+    await write(0)
+    first = writes_per_chunk(await client.ft(name).info())
+    assert first is not None and first < 2
+    for round_ in range(1, 4):  # each turn's text changes: each is written again
+        await write(round_)
+    info = await client.ft(name).info()
+    ratio = writes_per_chunk(info)
+    assert ratio is not None and ratio >= first + 3
+    [finding] = await check_lengths(client, name, info)
+    assert finding.ok and f"{ratio:.1f} writes per chunk" in finding.detail, finding
+    assert "counts each in the average length BM25 divides by" in finding.detail, finding
