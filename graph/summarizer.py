@@ -107,7 +107,7 @@ class Summarizer:
         read = await self._index.versioned_texts(ranked, self._store.tenant)
         # An unversioned doc (a turn: None in the graph, 0 on its chunks) has no version to compare.
         behind = sorted(
-            {d for c, (_, v) in read.items() if (g := graph_versions.get(d := chunk_doc(c))) is not None and g != v}
+            {d for c, (_, v, _) in read.items() if (g := graph_versions.get(d := chunk_doc(c))) is not None and g != v}
         )
         if behind:
             raise MemdError(
@@ -115,7 +115,9 @@ class Summarizer:
             )
         if await self._store.chunks_of_each(list(chunks)) != chunks:
             raise MemdError("the graph changed while its passages were read")
-        return [read[c][0] for c in ranked if c in read]
+        # A passage cut from inside fenced code opens with its fence again: read alone, its
+        # code would pass for prose (and its closing fence open a block of the prose after it).
+        return [f"{fence}\n{text}" if fence else text for c in ranked if c in read for text, _, fence in [read[c]]]
 
     async def summarize(self, cid: str, token: int | None = None) -> SummaryResult | None:
         """Write one community's summary, index it as ``kind=community``, clear its mark.

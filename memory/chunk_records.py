@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from memory.chunking import chunk_id, span_gaps, span_tail, spans_for
 from memory.config import ChunkingConfig
 from memory.embedder import Embedder
-from memory.headings import has_headings, heading_paths
+from memory.headings import has_headings, heading_paths, open_fences
 from memory.records import ChunkRecord, MemoryItem
 from memory.speakers import turn_speakers
 
@@ -32,6 +32,7 @@ def records_for(
         if item.kind == "document" and has_headings(item.doc_id, item.source)
         else [""] * len(spans)
     )
+    fences = open_fences(item.content, [s.start for s in spans]) if item.kind == "document" else [""] * len(spans)
     return [
         ChunkRecord(
             chunk_id=chunk_id(item.doc_id, s.index),
@@ -51,8 +52,9 @@ def records_for(
             start=s.start,
             gap=gap,
             tail=tail if k == len(spans) - 1 else "",
+            fence=fence,
         )
-        for k, (s, gap, path) in enumerate(zip(spans, gaps, under, strict=True))
+        for k, (s, gap, path, fence) in enumerate(zip(spans, gaps, under, fences, strict=True))
     ]
 
 

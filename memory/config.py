@@ -104,7 +104,8 @@ class IndexConfig(BaseModel):
 _RESERVED_FIELDS = frozenset(
     {"text", "terms", "idents", "vector", "chunk_id", "version", "timestamp", "metadata", "position", "tenant"}
     # beside them, outside the schema
-    | {"ts", "context", "context_vec", "vkey", "speaker", "chunk_start", "chunk_gap", "chunk_tail"}
+    | {"ts", "context", "context_vec", "vkey", "speaker", "section", "chunk_start", "chunk_gap", "chunk_tail"}
+    | {"chunk_fence"}
     | {"id", "payload", "score", "json", "vector_distance", "__score"}
 )
 

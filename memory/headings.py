@@ -9,6 +9,9 @@ Headings are Markdown's (``## Title``, and a title underlined with ``===`` or ``
 reStructuredText's (a title underlined, and maybe overlined, with a run of one punctuation
 character), outside fenced code. A source file in a language whose comments start with
 ``#`` has no headings: its comments are not titles.
+
+A chunk cut from inside fenced code is marked with its fence (:func:`open_fences`), so that
+what reads it alone (a community summary) knows its opening lines for code.
 """
 
 from __future__ import annotations
@@ -118,6 +121,42 @@ def _in_fences(lines: Sequence[str]) -> list[bool]:
             out.append(True)
         else:
             out.append(False)
+    return out
+
+
+def open_fences(text: str, chunk_starts: Sequence[int]) -> list[str]:
+    """For each chunk (by where it starts in ``text``), the fence of the code block it starts
+    inside (its opening run: ```` ``` ````, ``~~~~``), or "" outside one.
+
+    A chunk cut from inside a block holds no opening fence: read alone, its code would pass
+    for prose, and its closing fence would open a block of the prose after it. A chunk that
+    starts inside a fence line is taken as past it.
+    """
+    if "```" not in text and "~~~" not in text:
+        return [""] * len(chunk_starts)
+    raws = text.splitlines(keepends=True)
+    starts = [0]
+    for raw in raws:
+        starts.append(starts[-1] + len(raw))
+    before: list[str] = []  # the fence open where each line starts
+    after: list[str] = []  # and where it ends
+    fence = ""
+    for raw in raws:
+        line = raw.rstrip("\r\n")
+        before.append(fence)
+        if fence:
+            if line.strip().startswith(fence) and set(line.strip()) == {fence[0]}:
+                fence = ""
+        elif m := _FENCE.match(line):
+            fence = m.group(1)
+        after.append(fence)
+    out = []
+    for offset in chunk_starts:
+        i = bisect_right(starts, offset) - 1
+        if i >= len(raws):
+            out.append(fence)
+        else:
+            out.append(before[i] if offset == starts[i] else after[i])
     return out
 
 

@@ -74,6 +74,9 @@ class ChunkRecord:
     start: int = 0
     gap: str = ""
     tail: str = ""
+    # A document chunk cut from inside fenced code: the fence open where it starts
+    # (memory.headings.open_fences), so that a summary reading it alone takes its code for code.
+    fence: str = ""
 
 
 @dataclass(frozen=True, slots=True)

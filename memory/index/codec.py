@@ -208,6 +208,8 @@ def _record_mapping(rec: ChunkRecord, vector: np.ndarray, analysis: Analysis) ->
         mapping["chunk_gap"] = rec.gap
     if rec.tail:
         mapping["chunk_tail"] = rec.tail
+    if rec.fence:
+        mapping["chunk_fence"] = rec.fence
     for key, value in {**rec.tags, "tenant": rec.tenant}.items():
         mapping[key] = value
         mapping[hash_field(key)] = value_hash(value)

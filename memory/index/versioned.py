@@ -10,7 +10,7 @@ from redis import exceptions as rexc
 
 from memory.errors import MemdError
 from memory.index import codec  # _record_mapping looked up on its module, where tests spy on it
-from memory.index.codec import Analysis, _int_or_none, analyze_records
+from memory.index.codec import Analysis, _int_or_none, _text, analyze_records
 from memory.index.directory import DocChange, queue_change
 from memory.index.errors import IndexError_, _NoGeneration, raise_if_lost, translate_errors
 from memory.index.history import Passed, kept_versions
@@ -166,12 +166,12 @@ class _VersionedWrites(_SlicedWrites):
 
     async def texts(self, chunk_ids: Sequence[str], tenant: str = DEFAULT_TENANT) -> dict[str, str]:
         """Stored text of each chunk that exists (see ``versioned_texts``)."""
-        return {c: text for c, (text, _) in (await self.versioned_texts(chunk_ids, tenant)).items()}
+        return {c: text for c, (text, _, _) in (await self.versioned_texts(chunk_ids, tenant)).items()}
 
     async def versioned_texts(
         self, chunk_ids: Sequence[str], tenant: str = DEFAULT_TENANT
-    ) -> dict[str, tuple[str, int | None]]:
-        """Stored text and doc version of each chunk that exists.
+    ) -> dict[str, tuple[str, int | None, str]]:
+        """Stored text, doc version and open fence (``ChunkRecord.fence``) of each chunk that exists.
 
         Read from a generation that was still the active one when the read ended: a summary
         is written from these, and a reindex may have switched and dropped the generation
@@ -182,14 +182,14 @@ class _VersionedWrites(_SlicedWrites):
             gen = await self._generation()
             async with translate_errors("chunk read"), self._r.pipeline(transaction=False) as pipe:
                 for cid in chunk_ids:
-                    pipe.hmget(self._chunk_key(gen, tenant, cid), ["text", "version"])
+                    pipe.hmget(self._chunk_key(gen, tenant, cid), ["text", "version", "chunk_fence"])
                 if following:
                     pipe.hget(self.registry.key, "active")
                 values = await pipe.execute()
             if not following or int(values.pop() or 0) == gen:
                 return {
-                    c: (as_str(text), _int_or_none(version))
-                    for c, (text, version) in zip(chunk_ids, values, strict=True)
+                    c: (as_str(text), _int_or_none(version), _text(fence))
+                    for c, (text, version, fence) in zip(chunk_ids, values, strict=True)
                     if text is not None
                 }
             await self.state(fresh=True)

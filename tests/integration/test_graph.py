@@ -934,3 +934,32 @@ async def test_a_forgotten_turn_is_not_quoted_by_a_summary_once_the_forget_is_ap
         pass
     rewritten = [(await s.store.summaries.get(cid)) or {} for cid in quoting]
     assert any(r.get("text") for r in rewritten) and not any("vault code" in r.get("text", "") for r in rewritten)
+
+
+async def test_a_summary_never_quotes_code_from_a_passage_cut_inside_a_fence(
+    redis_url: str, embedder: Any, ner: SpacyNer
+) -> None:
+    """A code block longer than a chunk leaves chunks that start inside it, with no opening
+    fence of their own: each is stored with its fence, and the extractive summary reads their
+    code as code (it quoted such lines as sentences, a third of a documentation set's summaries)."""
+    s = await make_stack(redis_url, embedder, ner, unique("fenced-summary"))
+    # Globex Industries and Tokyo are named in the code alone: a summary covering them quotes it.
+    line = "    step {} sends the Globex Industries invoices to Tokyo for Acme Corporation"
+    code = "\n".join(line.format(n) for n in range(80))
+    doc = (
+        "Alice Johnson of Acme Corporation runs the ledger service in Paris.\n\n"
+        f"```\n{code}\n```\n\n"
+        "Bob Smith reviewed the Paris ledger with Alice Johnson of Acme Corporation."
+    )
+    await s.put("runbooks/ledger.md", doc)
+    ids = await s.index.chunk_ids("runbooks/ledger.md")
+    read = await s.index.versioned_texts(ids)
+    inside = [c for c, (text, _, fence) in read.items() if fence == "```"]
+    assert len(ids) >= 3 and inside, read  # chunks cut from inside the block know it
+    assert all("step" in read[c][0] for c in inside)
+    await s.graph.recompute(force=True)
+    while await s.graph.work_once():
+        pass
+    texts = [((await s.store.summaries.get(c.id)) or {}).get("text", "") for c in await s.store.communities()]
+    assert any(texts), "communities were summarized"
+    assert not any("Globex Industries invoices" in t for t in texts), texts

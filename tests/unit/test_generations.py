@@ -171,6 +171,8 @@ def test_a_spec_recorded_before_its_chunking_strategy_was_kept_reads_as_this_pro
         (["text"], "'text': a field of every chunk"),
         (["chunk_gap"], "'chunk_gap': a field of every chunk"),  # where a doc's chunks join: never a tag's
         (["chunk_tail"], "'chunk_tail': a field of every chunk"),
+        (["section"], "'section': a field of every chunk"),  # a document chunk's headings, in its results
+        (["chunk_fence"], "'chunk_fence': a field of every chunk"),
         (["h_team"], "'h_team': reserved: h_"),
         (["team", "Team"], "'Team': listed twice"),
     ],

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from memory.headings import MAX_PATH_CHARS, Heading, has_headings, heading_paths, headings
+from memory.headings import MAX_PATH_CHARS, Heading, has_headings, heading_paths, headings, open_fences
 
 MARKDOWN = """# Runbook
 
@@ -118,3 +118,13 @@ def test_every_chunk_of_a_long_section_is_under_its_heading() -> None:
     text = "# Top\n\n" + "word " * 200_000
     starts = list(range(10, len(text), 50))
     assert set(heading_paths(text, starts)) == {"Top"}
+
+
+def test_a_chunk_cut_from_inside_fenced_code_knows_its_fence() -> None:
+    """A chunk that starts inside a fenced block gets the block's fence; one that starts on or
+    after its closing line gets none; a chunk starting inside an opening fence line is past it."""
+    text = "Intro.\n\n```python\nimport x\nfrom y import z\n```\n\nProse after.\n~~~~\ncode\n~~~~\nEnd."
+    starts = [0, text.index("import"), text.index("from"), text.index("```\n\nProse"), text.index("Prose")]
+    starts += [text.index("code"), text.index("End"), text.index("python")]
+    assert open_fences(text, starts) == ["", "```", "```", "```", "", "~~~~", "", "```"]
+    assert open_fences("No code here.", [0, 3]) == ["", ""]
