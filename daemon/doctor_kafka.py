@@ -11,6 +11,7 @@ from aiokafka.errors import KafkaError
 from consumers.topic_names import tenant_from_topic
 from daemon.connections import kafka_options, redis_client
 from daemon.doctor_finding import Finding
+from daemon.launcher import running_holder
 from daemon.settings import Settings
 from daemon.status import group_members, measure_lag, past_end_text
 from daemon.teardown import bounded
@@ -34,6 +35,13 @@ async def check_kafka(settings: Settings) -> list[Finding]:
             f"start a broker at {settings.kafka_bootstrap} (`agentmemd servers` for a local one) "
             "or fix AGENTMEM_KAFKA_BOOTSTRAP / AGENTMEM_KAFKA_SECURITY__*"
         )
+        if (holder := running_holder(settings.data_dir)) is not None:
+            # Its embedded broker died or hangs: a second one on the data dir is refused.
+            with_fix = (
+                f"the embedded broker of the `agentmemd up` (or `servers`) running as pid {holder} on "
+                f"{settings.data_dir} does not answer: stop that process (Ctrl-C, or kill {holder}) and start it "
+                "again; if it is not the broker you meant, fix AGENTMEM_KAFKA_BOOTSTRAP"
+            )
         return [
             Finding("kafka", False, f"cannot reach {settings.kafka_bootstrap}: {type(exc).__name__}: {exc}", with_fix)
         ]
@@ -59,7 +67,8 @@ async def check_kafka(settings: Settings) -> list[Finding]:
             "or create them with your Kafka tooling"
         )
         if lost:
-            fix += f"; a tenant's: a running daemon recreates them, or `agentmemd topics --tenant {lost[0]}`"
+            named = " ".join(f"--tenant {t}" for t in lost[:5])
+            fix += f"; a tenant's: a running daemon recreates them, or `agentmemd topics {named}`"
         found.append(Finding("topics", False, f"missing: {', '.join(missing[:12])}", fix))
     elif settings.consumer.tenancy != "single" and not tenants:
         # No daemon has read a tenant's event yet: "all present" would hide that no tenant is

@@ -432,6 +432,25 @@ def data_dir_lock(data_dir: Path) -> Iterator[str | None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+def running_holder(data_dir: Path) -> int | None:
+    """The pid of a live process holding ``data_dir`` (``data_dir_lock``: an `agentmemd up` or
+    `servers`), read from the lock file without taking the lock; None if none holds it."""
+    try:
+        said = (data_dir / ".agentmemd.lock").read_text().split()
+    except OSError:
+        return None
+    if len(said) != 2 or said[0] != "pid" or not said[1].isdigit():
+        return None  # empty: the last holder stopped cleanly
+    pid = int(said[1])
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None  # a holder that did not stop cleanly, gone since
+    except PermissionError:
+        pass  # alive, another user's
+    return pid
+
+
 @contextlib.contextmanager
 def embedded_servers(
     bootstrap: str, redis_url: str, data_dir: Path, *, redis_password: str | None = None

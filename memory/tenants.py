@@ -14,7 +14,6 @@ import redis.asyncio as aredis
 
 from memory.index import translate_errors
 from memory.keys import erased_key, tenants_key
-from memory.records import DEFAULT_TENANT
 from memory.schema import as_str
 
 # Record a tenant unless it is erased (KEYS: the tenants set, the erased hash; ARGV: tenant).
@@ -147,13 +146,15 @@ class TenantRegistry:
         return sorted((found | self._known) - gone)
 
     async def with_topics(self) -> list[str]:
-        """The tenants whose topics topic tenancy keeps: every one recorded but ``default``,
-        single tenancy's one tenant (a deployment that moved to topic tenancy has it on record).
+        """The tenants whose topics topic tenancy keeps: every one recorded. ``default`` is on
+        record only where single tenancy wrote: a deployment that moved to topic tenancy reads
+        that memory through ``memory.*.default``, which a broker that forgets its topics at a
+        restart (tansu) would otherwise leave unreachable.
 
         Raises:
             BackendUnavailable: Redis is unreachable.
         """
-        return [t for t in await self.all() if t != DEFAULT_TENANT]
+        return await self.all()
 
     async def erased(self) -> dict[str, Erasure]:
         """Each tenant ever erased, with when and whether it started anew since; read again at
