@@ -12,6 +12,8 @@ import threading
 import psutil
 import structlog
 
+from memory.metrics import EMBEDDED_BROKER_RSS
+
 log = structlog.get_logger()
 
 #: The first size warned about; each warning after it doubles.
@@ -60,8 +62,10 @@ class BrokerMemoryWatch:
         warned = 0
         try:
             proc = psutil.Process(self._pid)
+            EMBEDDED_BROKER_RSS.set(int(proc.memory_info().rss))
             while not self._stop.wait(self._every_s):
                 rss = int(proc.memory_info().rss)
+                EMBEDDED_BROKER_RSS.set(rss)  # the trend, for a dashboard; the log says when to act
                 level = crossed(rss, warned, self._warn_from)
                 if level is None:
                     continue
@@ -74,4 +78,5 @@ class BrokerMemoryWatch:
                     "or run Apache Kafka and `agentmemd run` for long runs",
                 )
         except psutil.Error:  # the broker is gone: stopping, or its own failure, which is reported elsewhere
+            EMBEDDED_BROKER_RSS.set(0)
             return

@@ -58,6 +58,12 @@ INDEX_WRITES_PER_CHUNK = Gauge(
     "that never takes a rewritten entry's length back (2.10), how far BM25's average length has drifted.",
     registry=REGISTRY,
 )
+EMBEDDED_BROKER_RSS = Gauge(
+    "agentmemd_embedded_broker_rss_bytes",
+    "Resident memory of the embedded broker (tansu) that `agentmemd up` runs: it keeps every event "
+    "and reply until it restarts (0 where none runs).",
+    registry=REGISTRY,
+)
 QUERY_SECONDS = Histogram(
     "agentmemd_query_seconds",
     "Query handling time (parse to reply).",
