@@ -16,7 +16,7 @@ from consumers.topic_names import tenant_topic
 from consumers.transport import KafkaTransport
 from consumers.turn_numbers import TurnNumbers
 from memory.config import DEFAULT_MAX_CONTENT_BYTES, DEFAULT_MAX_FUTURE_S
-from memory.errors import InvalidRequest
+from memory.errors import BackendUnavailable, InvalidRequest
 from memory.records import DEFAULT_TENANT
 
 #: How long a call waits for the daemon's reply by default (seconds).
@@ -41,6 +41,7 @@ class _ClientCore:
         max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES,
         max_future_s: float = DEFAULT_MAX_FUTURE_S,
         tenancy: Literal["single", "topic"] | None = None,
+        unreachable_hint: str = "",
     ) -> None:
         """``reply_partition``: read only this partition of the reply topic, and ask the daemon
         to reply there (the ``reply_partition`` header). Give each client sharing a reply topic
@@ -69,6 +70,9 @@ class _ClientCore:
         ``max_future_s``: the daemon's ``AGENTMEM_INGEST__MAX_FUTURE_S``. An event stamped
         further ahead of this host's clock is refused here, before anything is sent.
 
+        ``unreachable_hint``: said after the reason when the broker cannot be reached at
+        start (``daemon.connections.memory_client`` says where its settings are read).
+
         ``tenancy``: the daemon's ``AGENTMEM_CONSUMER__TENANCY``, if known. A call for a
         tenant is then refused here in single tenancy, and a call for none in topic tenancy:
         no daemon applies what either would send.
@@ -89,6 +93,7 @@ class _ClientCore:
             tenant_topic(self.topics.replies, tenant)  # validates the name before anything connects
         default_reply = self.topics.replies if tenant is None else f"{self.topics.replies}.{tenant}"
         self._max_content_bytes = max_content_bytes
+        self._unreachable_hint = unreachable_hint
         self._max_future_s = max_future_s
         self._transport = KafkaTransport(
             bootstrap=bootstrap,
@@ -117,7 +122,12 @@ class _ClientCore:
         Raises:
             BackendUnavailable: the broker cannot be reached.
         """
-        await self._transport.start()
+        try:
+            await self._transport.start()
+        except BackendUnavailable as exc:
+            if not self._unreachable_hint:
+                raise
+            raise BackendUnavailable(f"{exc} ({self._unreachable_hint})") from exc
 
     async def close(self) -> None:
         """Disconnect: stop the reply reader, its consumer and the producer.

@@ -137,12 +137,12 @@ async def _no_registry(_tenant: str) -> None:
 
 
 async def _note_tenants(saw: SawTenant, names: Iterable[str], base: str, cfg: ConsumerConfig) -> None:
-    """In topic tenancy, record the tenants whose event topics (under ``base``) ``names`` are,
-    so their topics come back if the broker loses them; a failure is logged, never the
-    record's. Only a tenant that wrote is recorded: a question to a mistyped tenant is not."""
-    if cfg.tenancy != "topic":
-        return
-    for tenant in {tenant_from_topic(name, base, "topic") for name in names}:
+    """Record the tenants whose event topics (under ``base``) ``names`` are, so their topics
+    come back if the broker loses them (single tenancy's ``default`` too: a move to topic
+    tenancy reads its memory through ``memory.*.default``); a failure is logged, never the
+    record's. Only a tenant that wrote is recorded: a question to a mistyped tenant is not.
+    A known tenant costs a set lookup (``TenantRegistry.saw``)."""
+    for tenant in {tenant_from_topic(name, base, cfg.tenancy) for name in names}:
         if tenant is None:
             continue
         try:

@@ -9,7 +9,6 @@ import redis.asyncio as aredis
 
 from consumers.client import MemoryClient
 from daemon.settings import Settings
-from memory.errors import BackendUnavailable
 
 
 def redis_client(settings: Settings) -> aredis.Redis:
@@ -44,8 +43,8 @@ def memory_client(settings: Settings | None = None, *, tenant: str | None = None
         InvalidRequest: ``tenant`` names one in single tenancy, or is no valid tenant name.
     """
     settings = Settings() if settings is None else settings
-    return _SettingsClient(
-        unset_hint=_default_broker_hint(settings),
+    return MemoryClient(
+        unreachable_hint=_default_broker_hint(settings),
         bootstrap=settings.kafka_bootstrap,
         topics=settings.topics,
         tenant=tenant,
@@ -55,23 +54,6 @@ def memory_client(settings: Settings | None = None, *, tenant: str | None = None
         tenancy=settings.consumer.tenancy,
         **options,
     )
-
-
-class _SettingsClient(MemoryClient):
-    """A ``MemoryClient`` whose broker unreachable at the default address says so: a script run
-    outside the directory of the daemon's ``.env`` reads no settings and tries 9092."""
-
-    def __init__(self, *, unset_hint: str, **options: Any) -> None:
-        super().__init__(**options)
-        self._unset_hint = unset_hint
-
-    async def start(self) -> None:
-        try:
-            await super().start()
-        except BackendUnavailable as exc:
-            if not self._unset_hint:
-                raise
-            raise BackendUnavailable(f"{exc} ({self._unset_hint})") from exc
 
 
 def _default_broker_hint(settings: Settings) -> str:

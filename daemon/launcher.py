@@ -433,22 +433,23 @@ def data_dir_lock(data_dir: Path) -> Iterator[str | None]:
 
 
 def running_holder(data_dir: Path) -> int | None:
-    """The pid of a live process holding ``data_dir`` (``data_dir_lock``: an `agentmemd up` or
-    `servers`), read from the lock file without taking the lock; None if none holds it."""
+    """The pid of the process holding ``data_dir`` (``data_dir_lock``: an `agentmemd up` or
+    `servers`), found in the kernel's table of file locks, without taking the lock (which
+    would refuse an `up` starting that instant); None if none holds it, or where that table
+    cannot be read. The pid the lock file names may be another process's by now."""
     try:
-        said = (data_dir / ".agentmemd.lock").read_text().split()
+        st = (data_dir / ".agentmemd.lock").stat()
+        table = Path("/proc/locks").read_text()
     except OSError:
         return None
-    if len(said) != 2 or said[0] != "pid" or not said[1].isdigit():
-        return None  # empty: the last holder stopped cleanly
-    pid = int(said[1])
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return None  # a holder that did not stop cleanly, gone since
-    except PermissionError:
-        pass  # alive, another user's
-    return pid
+    device = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    for line in table.splitlines():
+        # "1: FLOCK  ADVISORY  WRITE 4242 08:01:123456 0 EOF"; a waiter's line has "->" too
+        fields = line.split()
+        if "FLOCK" in fields and "->" not in fields and device in fields:
+            pid = fields[fields.index(device) - 1]
+            return int(pid) if pid.isdigit() else None
+    return None
 
 
 @contextlib.contextmanager

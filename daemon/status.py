@@ -261,8 +261,7 @@ class Sampler:
         with contextlib.suppress(MemdError):
             s.chunks, writes = await self._index.counts()
             INDEX_CHUNKS.set(s.chunks)
-            if writes is not None:
-                INDEX_WRITES_PER_CHUNK.set(writes)
+            INDEX_WRITES_PER_CHUNK.set(0 if writes is None else writes)  # 0: an empty index
         if self._graph is not None:
             total = 0
             with contextlib.suppress(MemdError):

@@ -178,9 +178,9 @@ class GraphStore:
     async def contribution_versions(self, doc_ids: Sequence[str]) -> dict[str, int | None]:
         """The version of each doc's stored contribution (None: unversioned); docs without one are left out.
 
-        Only the head of each is read where it names the version: a large document's
-        contribution is megabytes of entities, and each summary of its communities parsed it
-        whole, on the event loop, to read the version at its start."""
+        Only the head of each is read where it names the version (``head_version``): a large
+        document's contribution is megabytes of entities, too much to parse on the event loop
+        for each summary of its communities."""
         async with translate_errors("graph read"), self._r.pipeline(transaction=False) as pipe:
             for d in doc_ids:
                 pipe.getrange(self._k(f"contrib:{d}"), 0, _VERSION_HEAD - 1)

@@ -17,8 +17,9 @@ from memory.conversation import parse_turn
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(`])")
 # A markdown heading ("## Notes"), not a sentence opening with "#" ("#4411 reopened").
 _HEADING = re.compile(r"\s*#{1,6}\s")
-# A fenced code block (``` or ~~~ to the next such fence, or to the end of the text).
-_FENCED = re.compile(r"^[ \t]*(```|~~~).*?(?:^[ \t]*\1[^\n]*$|\Z)", re.MULTILINE | re.DOTALL)
+# A fenced code block: from its fence to a line of that fence alone (as long or longer; an inner
+# "```python" in a "````" block is code), or to the end of the text.
+_FENCED = re.compile(r"^[ \t]*(`{3,}|~{3,}).*?(?:^[ \t]*\1[`~]*[ \t]*$|\Z)", re.MULTILINE | re.DOTALL)
 # A table row, or a line of JSON, YAML flow or a program's braces.
 _MARKUP = re.compile(r"\s*[|{}\[\]<]")
 

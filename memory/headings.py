@@ -38,7 +38,9 @@ _BLANK = re.compile(r"\s*")
 _UNDERLINE = re.compile(r"^([=\-~^*+#])\1{2,}[ \t]*$")
 #: A line that opens a list item, a table row or a quote: Markdown never underlines one into a title.
 _NOT_TITLE = re.compile(r"^\s*(?:[-*+][ \t]|\d{1,9}[.)][ \t]|[|>])")
-_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+#: A fence line, at any indent (a fenced block in a nested list item is indented further), as
+#: the summarizer reads one (``graph.summaries``).
+_FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})")
 #: File name endings of languages (and formats) where a line opening with ``#`` is a comment.
 _HASH_COMMENTED = (
     ".py", ".pyi", ".sh", ".bash", ".zsh", ".rb", ".pl", ".r", ".yaml", ".yml", ".toml", ".ini",
@@ -76,8 +78,7 @@ def headings(text: str) -> list[Heading]:
     starts = [0]
     for raw in raws:
         starts.append(starts[-1] + len(raw))
-    coded = _in_fences(lines)
-    markdown = any(not coded[i] and _MARKDOWN_ATX.match(line) for i, line in enumerate(lines))
+    markdown, coded = _markdown(lines)
     styles: dict[str, int] = {"=": 1, "-": 2} if markdown else {}
     for i, line in enumerate(lines):
         if coded[i]:
@@ -107,21 +108,50 @@ def headings(text: str) -> list[Heading]:
     return out
 
 
-def _in_fences(lines: Sequence[str]) -> list[bool]:
-    """Whether each line is fenced code (the fences' own lines too)."""
-    out: list[bool] = []
+def _in_fences(lines: Sequence[str], *, rst: bool = False) -> list[bool]:
+    """Whether each line is fenced code (the fences' own lines too); ``rst``: see :func:`_opens`."""
+    before, after = _fence_states(lines, rst=rst)
+    return [bool(b or a) for b, a in zip(before, after, strict=True)]
+
+
+def _fence_states(lines: Sequence[str], *, rst: bool) -> tuple[list[str], list[str]]:
+    """The fence open where each line starts, and where it ends ("" outside fenced code)."""
+    before: list[str] = []
+    after: list[str] = []
     fence = ""
-    for line in lines:
+    for i, line in enumerate(lines):
+        before.append(fence)
         if fence:
-            out.append(True)
             if line.strip().startswith(fence) and set(line.strip()) == {fence[0]}:
                 fence = ""
-        elif m := _FENCE.match(line):
-            fence = m.group(1)
-            out.append(True)
         else:
-            out.append(False)
-    return out
+            fence = _opens(lines, i, rst=rst)
+        after.append(fence)
+    return before, after
+
+
+def _opens(lines: Sequence[str], i: int, *, rst: bool) -> str:
+    """The fence line ``i`` opens, or "". In reStructuredText (``rst``) a run of ``~`` as long
+    as the title above it, or around it, is that title's underline or overline, no fence."""
+    if not (m := _FENCE.match(lines[i])):
+        return ""
+    run = lines[i].strip()
+    if rst and set(run) == {"~"}:
+        above = lines[i - 1].strip() if i else ""
+        below = lines[i + 1].strip() if i + 1 < len(lines) else ""
+        after = lines[i + 2].strip() if i + 2 < len(lines) else ""
+        if (above and len(above) <= len(run)) or (below and after == run and len(below) <= len(run)):
+            return ""
+    return m.group(1)
+
+
+def _markdown(lines: Sequence[str]) -> tuple[bool, list[bool]]:
+    """Whether the text is Markdown (a ``#`` heading line outside fenced code), and which of
+    its lines are fenced code."""
+    coded = _in_fences(lines)
+    if any(not coded[i] and _MARKDOWN_ATX.match(line) for i, line in enumerate(lines)):
+        return True, coded
+    return False, _in_fences(lines, rst=True)
 
 
 def open_fences(text: str, chunk_starts: Sequence[int]) -> list[str]:
@@ -135,26 +165,17 @@ def open_fences(text: str, chunk_starts: Sequence[int]) -> list[str]:
     if "```" not in text and "~~~" not in text:
         return [""] * len(chunk_starts)
     raws = text.splitlines(keepends=True)
+    lines = [raw.rstrip("\r\n") for raw in raws]
     starts = [0]
     for raw in raws:
         starts.append(starts[-1] + len(raw))
-    before: list[str] = []  # the fence open where each line starts
-    after: list[str] = []  # and where it ends
-    fence = ""
-    for raw in raws:
-        line = raw.rstrip("\r\n")
-        before.append(fence)
-        if fence:
-            if line.strip().startswith(fence) and set(line.strip()) == {fence[0]}:
-                fence = ""
-        elif m := _FENCE.match(line):
-            fence = m.group(1)
-        after.append(fence)
+    markdown, _ = _markdown(lines)
+    before, after = _fence_states(lines, rst=not markdown)
     out = []
     for offset in chunk_starts:
         i = bisect_right(starts, offset) - 1
         if i >= len(raws):
-            out.append(fence)
+            out.append(after[-1] if after else "")
         else:
             out.append(before[i] if offset == starts[i] else after[i])
     return out

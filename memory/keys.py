@@ -32,6 +32,9 @@ Under an index name ``<name>`` (it holds no ``:``)::
     <name>:summarizer               the summarizer the daemons last started with summarizer_key
     <name>:daemons                  hash: each running daemon's standing         daemons_key
     <name>:dlq:replayed             hash: each dead letter sent again            replayed_key
+    <name>:lengthprobe:<token>      a scratch search index and its one key, for
+                                    doctor's probe of BM25's lengths, dropped
+                                    after it (the colon: no index or alias's)  length_probe
     {<name>:<tenant>}:g:            root of one tenant's entity graph (one hash
                                     slot: its Lua scripts touch many keys)       graph_prefix
         nodes, edges, comms, ent_comm   hashes: entities, co-occurrence weights,
@@ -256,6 +259,13 @@ def erased_key(name: str) -> str:
 def summarizer_key(name: str) -> str:
     """What the last daemon to start its summary workers writes summaries with, and when."""
     return f"{name}:summarizer"
+
+
+def length_probe(name: str, token: str) -> tuple[str, str]:
+    """The scratch search index of one probe of BM25's lengths (``memory.server_policies``),
+    and the prefix of its keys: no index name nor alias holds a colon, so dropping it with
+    its keys never reaches another deployment's."""
+    return f"{name}:lengthprobe:{token}", f"{name}:lengthprobe:{token}:"
 
 
 def _glob(text: str) -> str:

@@ -311,7 +311,7 @@ class Retriever:
         if spec.context_turns and hits_out:
             hits_out = await self._with_turns(hits_out, spec, flt)
         took_ms = (time.monotonic() - t0) * 1000
-        # Debug: one line per question was nine in ten of an operator's log under load.
+        # Debug: a line per question would be most of the log under load; /metrics counts them.
         log.debug(
             "retrieve.legs_fused",
             top_k=spec.top_k,

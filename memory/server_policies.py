@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import contextlib
 import re
+import uuid
 from typing import Any
 
 import redis.exceptions as rexc
 
+from memory import keys
 from memory.schema import as_str
 
 #: The ``maxmemory-policy`` values that never evict our keys. Chunks, versions, the graph and
@@ -130,29 +132,30 @@ async def keeps_rewritten_lengths(client: Any, name: str) -> bool | None:
     divides by (True), or replaces it (False); None if the probe could not run (an ACL that
     refuses FT.CREATE, say).
 
-    The probe is a scratch index of its own (``<name>-lengthprobe``, keys under
-    ``<name>:lengthprobe:``), dropped with its key after: one document of three words, written
-    twice, then the average length its score is explained with.
+    The probe is a scratch index of its own (``memory.keys.length_probe``, its name unique to
+    this call), dropped with its key after: one document of three words, written twice, then
+    the average length its score is explained with.
     """
-    probe, key = f"{name}-lengthprobe", f"{name}:lengthprobe:1"
+    probe, prefix = keys.length_probe(name, uuid.uuid4().hex[:12])
     try:
-        await _drop_probe(client, probe)
         await client.execute_command(
-            "FT.CREATE", probe, "ON", "HASH", "PREFIX", 1, f"{name}:lengthprobe:", "SCHEMA", "t", "TEXT"
+            "FT.CREATE", probe, "ON", "HASH", "PREFIX", 1, prefix, "SKIPINITIALSCAN", "SCHEMA", "t", "TEXT"
         )
         for _ in range(2):
-            await client.hset(key, mapping={"t": _PROBE_WORDS})
+            await client.hset(f"{prefix}1", mapping={"t": _PROBE_WORDS})
         reply = await client.execute_command(
             "FT.SEARCH", probe, "probe", "WITHSCORES", "EXPLAINSCORE", "SCORER", "BM25STD", "LIMIT", 0, 1
         )
     except (rexc.RedisError, OSError):
         return None
     finally:
-        await _drop_probe(client, probe)
+        await _drop_probe(client, probe, f"{prefix}1")
     found = _AVERAGE_LENGTH.search(str(reply))
     return None if found is None else float(found.group(1)) > len(_PROBE_WORDS.split()) + 0.5
 
 
-async def _drop_probe(client: Any, probe: str) -> None:
+async def _drop_probe(client: Any, probe: str, key: str) -> None:
     with contextlib.suppress(rexc.RedisError, OSError):
-        await client.execute_command("FT.DROPINDEX", probe, "DD")
+        await client.execute_command("FT.DROPINDEX", probe)
+    with contextlib.suppress(rexc.RedisError, OSError):
+        await client.delete(key)

@@ -941,7 +941,7 @@ async def test_a_summary_never_quotes_code_from_a_passage_cut_inside_a_fence(
 ) -> None:
     """A code block longer than a chunk leaves chunks that start inside it, with no opening
     fence of their own: each is stored with its fence, and the extractive summary reads their
-    code as code (it quoted such lines as sentences, a third of a documentation set's summaries)."""
+    code as code, not as sentences."""
     s = await make_stack(redis_url, embedder, ner, unique("fenced-summary"))
     # Globex Industries and Tokyo are named in the code alone: a summary covering them quotes it.
     line = "    step {} sends the Globex Industries invoices to Tokyo for Acme Corporation"

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from daemon.connections import _default_broker_hint, _SettingsClient
+from consumers.client import MemoryClient
+from daemon.connections import _default_broker_hint
 from daemon.settings import Settings
 from memory.errors import BackendUnavailable
 
@@ -38,7 +39,7 @@ async def test_an_unreachable_broker_adds_the_hint() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # bound, never listening: connections are refused
-        client = _SettingsClient(unset_hint="the hint", bootstrap=f"127.0.0.1:{port}", timeout_s=5)
+        client = MemoryClient(unreachable_hint="the hint", bootstrap=f"127.0.0.1:{port}", timeout_s=5)
         with pytest.raises(BackendUnavailable, match=rf"kafka at 127\.0\.0\.1:{port} unreachable: .* \(the hint\)$"):
             await client.start()
         await client.close()

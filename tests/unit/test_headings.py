@@ -123,8 +123,20 @@ def test_every_chunk_of_a_long_section_is_under_its_heading() -> None:
 def test_a_chunk_cut_from_inside_fenced_code_knows_its_fence() -> None:
     """A chunk that starts inside a fenced block gets the block's fence; one that starts on or
     after its closing line gets none; a chunk starting inside an opening fence line is past it."""
-    text = "Intro.\n\n```python\nimport x\nfrom y import z\n```\n\nProse after.\n~~~~\ncode\n~~~~\nEnd."
+    text = "# Notes\n\nIntro.\n\n```python\nimport x\nfrom y import z\n```\n\nProse after.\n~~~~\ncode\n~~~~\nEnd."
     starts = [0, text.index("import"), text.index("from"), text.index("```\n\nProse"), text.index("Prose")]
     starts += [text.index("code"), text.index("End"), text.index("python")]
     assert open_fences(text, starts) == ["", "```", "```", "```", "", "~~~~", "", "```"]
     assert open_fences("No code here.", [0, 3]) == ["", ""]
+    # In a nested list item a fence is indented further, and a longer fence holds a shorter one.
+    nested = "- step:\n\n      ````\n      ```\n      inner\n      ```\n      ````\n\nAfter."
+    assert open_fences(nested, [nested.index("inner"), nested.index("After")]) == ["````", ""]
+
+
+def test_a_restructuredtext_title_underlined_with_tildes_opens_no_fence() -> None:
+    """reStructuredText underlines (and overlines) titles with ``~`` too: a section's prose is
+    no code, and its title is a heading."""
+    text = "Guide\n=====\n\nIntro prose.\n\nPart A\n~~~~~~\n\nProse of A is here.\n\n"
+    text += "~~~~~~\nPart B\n~~~~~~\n\nProse of B."
+    assert open_fences(text, [text.index("Prose of A"), text.index("Prose of B")]) == ["", ""]
+    assert [h.title for h in headings(text)] == ["Guide", "Part A", "Part B"]

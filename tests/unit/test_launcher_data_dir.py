@@ -26,8 +26,8 @@ def test_the_data_dir_is_named_absolute_and_new_or_earlier(tmp_path: Path, monke
 
 
 def test_the_live_holder_of_the_data_dir_is_read_without_the_lock(tmp_path: Path) -> None:
-    """doctor names the `up` whose embedded broker does not answer: the lock file's pid while
-    the lock is held, none after a clean stop, nor for a holder gone since."""
+    """doctor names the `up` whose embedded broker does not answer: the lock's holder while it
+    holds it, none after a clean stop, nor for a holder gone since whose pid the file names."""
     from daemon.launcher import data_dir_lock, running_holder
 
     assert running_holder(tmp_path) is None

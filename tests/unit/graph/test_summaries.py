@@ -85,6 +85,17 @@ def test_code_tables_and_data_are_no_sentences() -> None:
     ]
 
 
+def test_a_longer_fence_holds_a_shorter_one_and_an_indented_fence_is_one() -> None:
+    """A block fenced with four backticks, showing one fenced with three, is code to its own
+    closing line; a fenced block in a nested list item is indented further: neither block's
+    lines are sentences."""
+    text = (
+        "Docs show fences like this.\n\n````\n```python\nx = 1\n```\nThis line is code too.\n````\n\n"
+        "- Then:\n\n      ```\n      This line is code as well.\n      ```\n\nThe end is prose."
+    )
+    assert split_sentences(text) == ["Docs show fences like this.", "Then:", "The end is prose."]
+
+
 def test_a_sentence_wrapped_over_lines_is_one_sentence() -> None:
     """Markdown is hard-wrapped: a sentence cut at each line break read as fragments in the
     summaries ("or time out with", "reduce max.poll.records to")."""
