@@ -138,8 +138,13 @@ def _every_tenants_stale(as_json: bool) -> None:
 def communities(as_json: Annotated[bool, typer.Option("--json", metavar="")] = False, tenant: TenantOpt = None) -> None:
     """Communities: ids, levels, sizes and whether their summaries are fresh."""
 
+    unnamed = 0  # communities whose every member's documents are gone, until the next recompute
+
     async def read(g: GraphService) -> list[dict[str, Any]]:
-        comms = await g.store.named(await g.store.communities())
+        nonlocal unnamed
+        every = await g.store.communities()
+        comms = await g.store.named(every)
+        unnamed = len(every) - len(comms)
         stale_map = await g.store.is_stale([c.id for c in comms])
         rows = []
         for c in comms:
@@ -172,7 +177,13 @@ def communities(as_json: Annotated[bool, typer.Option("--json", metavar="")] = F
         shown = ", ".join(r["members"][:10]) + (f", … ({r['size'] - 10} more)" if r["size"] > 10 else "")
         table.add_row(r["community_id"], str(r["level"]), str(r["size"]), fresh, shown)
     out.print(table)
-    if not rows:
+    if not rows and unnamed:
+        err.print(
+            f"{unnamed} communities left, none of whose members a document still names (deleted or "
+            "forgotten): the next recompute removes them (`agentmemd graph rebuild` now)",
+            highlight=False,
+        )
+    elif not rows:
         cfg = _settings(quiet=True).graph
         err.print(
             "no communities yet: they are computed once the graph has changed by "

@@ -792,11 +792,16 @@ async def test_stale_cli_reports_the_queue(stack: Stack, redis_url: str) -> None
     assert "graph.communities_recomputed" not in res.stderr  # a one-shot command prints its result, not its info lines
     # a rebuild that removes communities deletes their summary chunks through the index,
     # built as the active generation was (no model loaded in the CLI)
-    for doc_id in ("runbooks/search-shards.md", "incidents/INC-6001.md"):
+    for doc_id in CORPUS:  # every document: the communities stay until a recompute
         await stack.delete(doc_id)
+    res = subprocess.run([agentmemd, "communities"], env=env, capture_output=True, text=True, check=True)
+    said = " ".join(res.stderr.split())
+    assert "none of whose members a document still names" in said and "graph rebuild" in said, said
     res = subprocess.run([agentmemd, "graph", "rebuild"], env=env, capture_output=True, text=True)
     assert res.returncode == 0 and ", 0 removed" not in res.stdout, res.stdout + res.stderr
     assert await stack.store.summaries.pending_drops() == []
+    res = subprocess.run([agentmemd, "communities"], env=env, capture_output=True, text=True, check=True)
+    assert "no communities yet" in " ".join(res.stderr.split()), res.stderr
 
 
 async def test_refresh_replaces_only_the_same_version(redis_url: str) -> None:
