@@ -12,7 +12,7 @@ from memory.config import RetrievalConfig
 from memory.conversation import MAX_CONTEXT_TURNS
 from memory.errors import InvalidRequest
 from memory.filters import FilterSpec, TagFilter, conjoin, normalize_filter, time_clause
-from memory.identifiers import query_identifiers
+from memory.identifiers import identifiers, query_identifiers
 from memory.index import LegHit
 from memory.records import DEFAULT_TENANT
 
@@ -106,9 +106,11 @@ def exact_identifiers(spec: SearchSpec, weights: Mapping[str, float]) -> bool:
 
 
 def _opaque(word: str) -> bool:
-    """An identifier with an underscore or three digits or more."""
+    """An identifier with an underscore or three digits or more, as a document would be indexed
+    with it: a word only the asker's side reads as one (``quokka-zebra-7731``, lower case) may
+    be stored as plain words, which no identifier leg finds."""
     shaped = "_" in word or sum(c.isdigit() for c in word) >= 3
-    return shaped and bool(query_identifiers(word, limit=1))
+    return shaped and bool(identifiers(word, limit=1))
 
 
 def validate_spec(spec: SearchSpec, weights: Mapping[str, float], cfg: RetrievalConfig) -> None:

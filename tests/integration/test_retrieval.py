@@ -108,6 +108,22 @@ async def test_exact_identifier_comes_first(stack) -> None:
     assert said.hits[0].chunk.doc_id == "wiki/auth.md" and "dense" in said.ranked and len(said.hits) == 3
 
 
+async def test_an_id_in_lower_case_asked_alone_is_found_by_the_text_legs(redis_url: str, embedder) -> None:
+    """A document's index keeps ids by how they are written (upper case, underscores): one in
+    lower case (``quokka-zebra-7731``) is words there. Asked alone, it is no question of
+    identifiers alone (which only the identifier leg would answer, with nothing): the text legs
+    find the note, as they do for the same id in a sentence."""
+    from tests.helpers.stacks import memory_stack
+
+    async with memory_stack(redis_url, embedder, unique("lower-id")) as s:
+        text = "The drill code is quokka-zebra-7731."
+        note = MemoryItem(op="upsert", doc_id="notes/drill.md", version=1, content=text)
+        assert not (await s.ingestor.apply([note])).failed
+        for text in ("quokka-zebra-7731", "which drill code is quokka-zebra-7731?"):
+            out = await s.retriever.search(SearchSpec(text=text, top_k=3))
+            assert [h.chunk.doc_id for h in out.hits][:1] == ["notes/drill.md"], (text, out.hits)
+
+
 async def test_rrf_score_matches_the_formula_for_reported_ranks(stack) -> None:
     """Every rrf_score equals sum(w / (k + rank)) over the ranks it reports."""
     _, _, retriever = stack

@@ -244,6 +244,7 @@ def test_per_doc_first_keeps_one_documents_hits_to_its_limit(ids: list[str], lim
         ("GPT-4 COVID-19 node.js", 1.0),  # and with a digit or two, or a dot
         ("Pierre Gerard-Marchant", 1.0),
         (" ".join(f"OPS-{i}" for i in range(9)), 1.0),  # a long list of ids says more than ids
+        ("quokka-zebra-7731", 1.0),  # in lower case a document may hold it as words: no id of its index
     ],
 )
 def test_a_question_of_identifiers_alone_leaves_out_the_vector_leg(text: str, dense: float) -> None:
