@@ -126,18 +126,18 @@ async def check_directory(client: Any, settings: Settings, dims: int) -> list[Fi
 
 async def check_lengths(client: Any, name: str, info: Any) -> list[Finding]:
     """How far the average length BM25 divides by has drifted (``memory.server_policies``):
-    never a fault, as measured (decision 0076), but why scores move when Redis reloads."""
+    never a fault, as measured (decision 0076), but why scores move when the index is built anew."""
     ratio = writes_per_chunk(info)
     if ratio is None:
         return []
-    writes = f"{ratio:.1f} writes per chunk since Redis loaded the index"
+    writes = f"{ratio:.1f} writes per chunk counted by the index"
     keeps = await keeps_rewritten_lengths(client, name)
     if keeps is None:
         said = f"{writes} (whether this RediSearch counts each in BM25's lengths could not be probed)"
     elif keeps:
         said = (
             f"{writes}; this RediSearch counts each in the average length BM25 divides by (about {ratio:.0f} "
-            "times the chunks' own), so scores move a little when Redis reloads the index"
+            "times the chunks' own), so scores move a little when it is built anew (a reindex)"
         )
     else:
         said = f"{writes}; this RediSearch counts each chunk's length once"

@@ -54,7 +54,8 @@ INDEX_CHUNKS = Gauge(
 )
 INDEX_WRITES_PER_CHUNK = Gauge(
     "agentmemd_index_writes_per_chunk",
-    "Writes the search index has taken per entry it holds since Redis loaded it: on a RediSearch "
+    "Writes the search index has counted per entry it holds (a Redis restart replays those its AOF "
+    "logged since its last rewrite): on a RediSearch "
     "that never takes a rewritten entry's length back (2.10), how far BM25's average length has drifted.",
     registry=REGISTRY,
 )

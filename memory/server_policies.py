@@ -107,15 +107,15 @@ async def unsafe_settings(client: Any) -> list[tuple[str, str, str]]:
 #: RediSearch 2.10 adds a document's length to its index's total at each write and never takes
 #: it back (a rewrite, a delete), while its document count stays exact: the average length BM25
 #: divides by grows with every rewrite (a turn is rewritten as the next two arrive, a
-#: document's chunks at each upsert) until Redis loads the index again. Measured, it costs no
-#: recall (docs/decisions/0076); ``doctor`` and ``/metrics`` show it, for why scores move when
-#: Redis reloads the index.
+#: document's chunks at each upsert) until the index is built anew: a reindex, or a restart of
+#: Redis as far as its AOF was rewritten since (the writes logged after are replayed). Measured,
+#: it costs no recall (docs/decisions/0076); ``doctor`` and ``/metrics`` show it.
 _AVERAGE_LENGTH = re.compile(r"Average Doc Len ([0-9.]+)")
 _PROBE_WORDS = "length probe words"  # three terms, none a stopword
 
 
 def writes_per_chunk(info: Any) -> float | None:
-    """How many writes the index has taken per document it holds, since Redis loaded it (FT.INFO's
+    """How many writes the index has counted per document it holds (FT.INFO's
     ``max_doc_id`` over ``num_docs``: each write takes a new document id); None if unreadable
     or empty."""
     fields = info if isinstance(info, dict) else dict(zip(info[::2], info[1::2], strict=False))
