@@ -73,11 +73,7 @@ def headings(text: str) -> list[Heading]:
     titles take their depths in the order their styles first appear (reStructuredText's rule).
     """
     out: list[Heading] = []
-    raws = text.splitlines(keepends=True)
-    lines = [raw.rstrip("\r\n") for raw in raws]
-    starts = [0]
-    for raw in raws:
-        starts.append(starts[-1] + len(raw))
+    lines, starts = _lines(text)
     markdown, coded = _markdown(lines)
     styles: dict[str, int] = {"=": 1, "-": 2} if markdown else {}
     for i, line in enumerate(lines):
@@ -106,6 +102,15 @@ def headings(text: str) -> list[Heading]:
         start = starts[i - 2] if overlined else starts[i - 1]
         out.append(Heading(start, level, title))
     return out
+
+
+def _lines(text: str) -> tuple[list[str], list[int]]:
+    """``text``'s lines without their ends, and where each starts (one more: the text's end)."""
+    raws = text.splitlines(keepends=True)
+    starts = [0]
+    for raw in raws:
+        starts.append(starts[-1] + len(raw))
+    return [raw.rstrip("\r\n") for raw in raws], starts
 
 
 def _in_fences(lines: Sequence[str], *, rst: bool = False) -> list[bool]:
@@ -164,17 +169,13 @@ def open_fences(text: str, chunk_starts: Sequence[int]) -> list[str]:
     """
     if "```" not in text and "~~~" not in text:
         return [""] * len(chunk_starts)
-    raws = text.splitlines(keepends=True)
-    lines = [raw.rstrip("\r\n") for raw in raws]
-    starts = [0]
-    for raw in raws:
-        starts.append(starts[-1] + len(raw))
+    lines, starts = _lines(text)
     markdown, _ = _markdown(lines)
     before, after = _fence_states(lines, rst=not markdown)
     out = []
     for offset in chunk_starts:
         i = bisect_right(starts, offset) - 1
-        if i >= len(raws):
+        if i >= len(lines):
             out.append(after[-1] if after else "")
         else:
             out.append(before[i] if offset == starts[i] else after[i])
