@@ -74,7 +74,8 @@ def headings(text: str) -> list[Heading]:
     """
     out: list[Heading] = []
     lines, starts = _lines(text)
-    markdown, coded = _markdown(lines)
+    markdown, open_at_start, open_at_end = _fences(lines)
+    coded = _coded(open_at_start, open_at_end)
     styles: dict[str, int] = {"=": 1, "-": 2} if markdown else {}
     for i, line in enumerate(lines):
         if coded[i]:
@@ -113,12 +114,6 @@ def _lines(text: str) -> tuple[list[str], list[int]]:
     return [raw.rstrip("\r\n") for raw in raws], starts
 
 
-def _in_fences(lines: Sequence[str], *, rst: bool = False) -> list[bool]:
-    """Whether each line is fenced code (the fences' own lines too); ``rst``: see :func:`_opens`."""
-    before, after = _fence_states(lines, rst=rst)
-    return [bool(b or a) for b, a in zip(before, after, strict=True)]
-
-
 def _fence_states(lines: Sequence[str], *, rst: bool) -> tuple[list[str], list[str]]:
     """The fence open where each line starts, and where it ends ("" outside fenced code)."""
     before: list[str] = []
@@ -150,13 +145,18 @@ def _opens(lines: Sequence[str], i: int, *, rst: bool) -> str:
     return m.group(1)
 
 
-def _markdown(lines: Sequence[str]) -> tuple[bool, list[bool]]:
-    """Whether the text is Markdown (a ``#`` heading line outside fenced code), and which of
-    its lines are fenced code."""
-    coded = _in_fences(lines)
-    if any(not coded[i] and _MARKDOWN_ATX.match(line) for i, line in enumerate(lines)):
-        return True, coded
-    return False, _in_fences(lines, rst=True)
+def _fences(lines: Sequence[str]) -> tuple[bool, list[str], list[str]]:
+    """Whether the text is Markdown (a ``#`` heading line outside fenced code), and the fence
+    open where each line starts and where it ends, read as that kind of text (see :func:`_opens`)."""
+    before, after = _fence_states(lines, rst=False)
+    if any(not (before[i] or after[i]) and _MARKDOWN_ATX.match(line) for i, line in enumerate(lines)):
+        return True, before, after
+    return False, *_fence_states(lines, rst=True)
+
+
+def _coded(before: Sequence[str], after: Sequence[str]) -> list[bool]:
+    """Whether each line is fenced code (the fences' own lines too)."""
+    return [bool(b or a) for b, a in zip(before, after, strict=True)]
 
 
 def open_fences(text: str, chunk_starts: Sequence[int]) -> list[str]:
@@ -170,8 +170,7 @@ def open_fences(text: str, chunk_starts: Sequence[int]) -> list[str]:
     if "```" not in text and "~~~" not in text:
         return [""] * len(chunk_starts)
     lines, starts = _lines(text)
-    markdown, _ = _markdown(lines)
-    before, after = _fence_states(lines, rst=not markdown)
+    _, before, after = _fences(lines)
     out = []
     for offset in chunk_starts:
         i = bisect_right(starts, offset) - 1

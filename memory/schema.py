@@ -80,7 +80,7 @@ def info_attributes(info: Any) -> dict[str, dict[str, Any]]:
     """FT.INFO attributes as name -> {type, dim?}, whatever shape the client returns them in
     (flat lists by default; maps with ``legacy_responses=False``; bytes keys over raw RESP3)."""
     out: dict[str, dict[str, Any]] = {}
-    for raw in _field(info, "attributes") or []:
+    for raw in info_field(info, "attributes") or []:
         if isinstance(raw, dict):
             d = {as_str(k).lower(): as_str(v) if isinstance(v, bytes) else v for k, v in raw.items()}
         else:
@@ -104,11 +104,12 @@ def filter_keys_of(attributes: dict[str, dict[str, Any]]) -> tuple[str, ...]:
 
 def info_index_name(info: Any) -> str:
     """The physical index an FT.INFO reply describes (through an alias: the one it points at)."""
-    got = _field(info, "index_name")
+    got = info_field(info, "index_name")
     return as_str(got) if got is not None else ""
 
 
-def _field(info: Any, name: str) -> Any:
+def info_field(info: Any, name: str) -> Any:
+    """One field of an FT.INFO reply as redis-py parses it (a dict); None if it has none."""
     if isinstance(info, dict):
         for k, v in info.items():
             if as_str(k) == name:

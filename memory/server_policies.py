@@ -11,7 +11,7 @@ from typing import Any
 import redis.exceptions as rexc
 
 from memory import keys
-from memory.schema import as_str
+from memory.schema import as_str, info_field
 
 #: The ``maxmemory-policy`` values that never evict our keys. Chunks, versions, the graph and
 #: the generation registry have no TTL, so ``volatile-*`` leaves them alone, but it may evict
@@ -118,11 +118,9 @@ def writes_per_chunk(info: Any) -> float | None:
     """How many writes the index has counted per document it holds (FT.INFO's
     ``max_doc_id`` over ``num_docs``: each write takes a new document id); None if unreadable
     or empty."""
-    fields = info if isinstance(info, dict) else dict(zip(info[::2], info[1::2], strict=False))
-    values = {as_str(k): v for k, v in fields.items()}
     try:
-        ids, docs = int(values["max_doc_id"]), int(values["num_docs"])
-    except (KeyError, TypeError, ValueError):
+        ids, docs = int(info_field(info, "max_doc_id")), int(info_field(info, "num_docs"))
+    except (TypeError, ValueError):
         return None
     return ids / docs if docs > 0 else None
 

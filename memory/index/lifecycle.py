@@ -354,8 +354,8 @@ class _Lifecycle:
         return (await self.counts())[0]
 
     async def counts(self) -> tuple[int, float | None]:
-        """Number of indexed chunks, and the writes the index has taken per chunk since Redis
-        loaded it (``memory.server_policies.writes_per_chunk``), from one FT.INFO."""
+        """Number of indexed chunks, and the writes the index has counted per chunk
+        (``memory.server_policies.writes_per_chunk``), from one FT.INFO."""
         async with translate_errors("index info"):
             info = await self._ft().info()
         return int(info.get("num_docs", 0)), writes_per_chunk(info)
