@@ -230,9 +230,12 @@ def to_reply(req: QueryRequest, outcome: SearchOutcome, stale: dict[str, bool] |
 
 
 async def answer(
-    raw: bytes | None, search: ScopedSearch, tenant: str | None = DEFAULT_TENANT
+    raw: bytes | None, search: ScopedSearch, tenant: str | None = DEFAULT_TENANT, *, max_bytes: int | None = None
 ) -> QueryReply | GetReply | ListReply | ErrorReply:
     """Answer one raw request: results, or an error reply that says why. Never raises.
+
+    ``max_bytes``: the reply will be cut to that many bytes (``consumers.reply_fit``), so a
+    lookup reads no more of its documents' contents than that many characters.
 
     A request's errors become its reply here, through ``consumers.error_replies``: an asker
     always hears back.
@@ -249,7 +252,11 @@ async def answer(
         if isinstance(req, GetRequest):
             t0 = time.monotonic()
             found = await search.lookup(
-                req.wanted(), tenant=tenant, metadata_filter=req.metadata_filter, history=req.history
+                req.wanted(),
+                tenant=tenant,
+                metadata_filter=req.metadata_filter,
+                history=req.history,
+                content_chars=max_bytes,
             )
             return to_get_reply(req, found, (time.monotonic() - t0) * 1000)
         if isinstance(req, RecentRequest):

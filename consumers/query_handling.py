@@ -101,7 +101,7 @@ class QueryHandling:
                         # Not searched: 0 results would read as "nothing stored", where everything was erased.
                         reply = error_reply(TenantErased(tenant), guess_query_id(record.value))
                     else:
-                        reply = await answer(record.value, self.search, tenant)
+                        reply = await answer(record.value, self.search, tenant, max_bytes=cfg.reply_max_bytes)
             except TimeoutError:
                 hung = BackendUnavailable(
                     f"no answer within {cfg.query_timeout_s:g} s (AGENTMEM_CONSUMER__QUERY_TIMEOUT_S): Redis or the "

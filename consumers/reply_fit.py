@@ -153,8 +153,11 @@ def _cut_to_fit(reply: GetReply, item: GetItem, size: int, max_bytes: int) -> Ge
     """``reply`` with ``item`` alone, its content cut at the end to fit ``max_bytes``
     (``size``: the JSON's size with all of it), or None if its other fields alone do not fit."""
     text = item.content or ""
-    keep, used = len(text), len(json.dumps(text))
-    budget = used - (size - max_bytes) - 32  # bytes the content's JSON may take
+    budget = len(json.dumps(text)) - (size - max_bytes) - 32  # bytes the content's JSON may take
+    # From at most one character a byte: the cut is the same whatever follows (a lookup may
+    # have read only a long document's opening, ``Lookups.lookup``).
+    keep = min(len(text), max(budget, 0))
+    used = len(json.dumps(text[:keep]))
     while keep > 0 and used > budget:
         # Scaled by the bytes per character of what is kept: a few rounds for any mix of scripts.
         keep = max(0, min(keep - 1, int(keep * budget / used)))

@@ -71,10 +71,11 @@ class ScopedSearch:
         tenant: str,
         metadata_filter: FilterSpec | None = None,
         history: bool = False,
+        content_chars: int | None = None,
     ) -> list[Lookup]:
         """Memories by id (``Lookups.lookup``)."""
         return await self._retriever.lookups.lookup(
-            doc_ids, tenant=tenant, metadata_filter=metadata_filter, history=history
+            doc_ids, tenant=tenant, metadata_filter=metadata_filter, history=history, content_chars=content_chars
         )
 
     async def recent(

@@ -10,13 +10,13 @@ from collections.abc import Sequence
 from memory.conversation import MAX_RECENT_TURNS, parse_turn
 from memory.errors import InvalidRequest
 from memory.filters import FilterSpec, TagFilter, normalize_filter, tag_values
-from memory.hit_checks import marker_docs, shown
-from memory.index import MAX_PAGE, ChunkIndex, LegHit, PageKey
+from memory.hit_checks import marker_docs
+from memory.index import MAX_PAGE, ChunkIndex, LegHit, Opening, PageKey
 from memory.index.codec import joined_text
 from memory.index.history import Version
 from memory.records import DEFAULT_TENANT, StoredChunk
 from memory.search_results import Lookup
-from memory.visibility import WriteMarker
+from memory.visibility import WriteMarker, visible
 
 
 class Lookups:
@@ -32,9 +32,15 @@ class Lookups:
         tenant: str = DEFAULT_TENANT,
         metadata_filter: FilterSpec | None = None,
         history: bool = False,
+        content_chars: int | None = None,
     ) -> list[Lookup]:
         """Each doc's current content (its stored chunks joined in order) and version, and
         with ``history`` a found document's earlier versions (``memory.index.history``).
+
+        With ``content_chars``, the contents of the docs taken in order are read only as far
+        as they hold that many characters (each doc's ``whole`` says whether it was read to
+        its end): for a reply of that many bytes, which cuts a longer one anyway
+        (``ChunkIndex.openings``).
 
         Visibility is a search's: only the tenant's own docs, only those matching the filter,
         and a doc being written in slices shows no mix of versions (``writing`` while the
@@ -48,19 +54,27 @@ class Lookups:
         flt = normalize_filter(metadata_filter, allowed=self._index.cfg.filter_keys).including("tenant", [tenant])
         await self._index.refuse_mismatch()
         wanted = list(dict.fromkeys(doc_ids))
-        stored = await self._index.turns(wanted, tenant)
-        markers = await self.markers(list(stored.values()), tenant)
+        if content_chars is None:
+            stored = {
+                d: Opening(tuple(c), tuple(x.version for x in c))
+                for d, c in (await self._index.turns(wanted, tenant)).items()
+            }
+        else:
+            stored = await self._index.openings(wanted, tenant, content_chars)
+        markers = await self.markers([o.chunks for o in stored.values()], tenant)
         out: list[Lookup] = []
         for doc_id in wanted:
-            chunks = stored.get(doc_id)
-            if not chunks or not flt.matches(chunks[0].tags):
+            opening = stored.get(doc_id)
+            if opening is None or not flt.matches(opening.chunks[0].tags):
                 out.append(Lookup(doc_id, "not_found"))
-            elif markers and not all(shown(c, markers, tenant) for c in chunks):
-                marker = markers.get((chunks[0].generation or 0, tenant, doc_id))
-                out.append(Lookup(doc_id, "writing" if marker is None or marker.shown is not None else "not_found"))
+                continue
+            first = opening.chunks[0]
+            marker = markers.get((first.generation, tenant, doc_id)) if first.generation is not None else None
+            if marker is not None and not all(visible(v, marker) for v in opening.versions):
+                out.append(Lookup(doc_id, "writing" if marker.shown is not None else "not_found"))
             else:
-                text = joined_text(chunks)
-                out.append(Lookup(doc_id, "found", tuple(chunks), text, chunks[0].version))
+                text = joined_text(opening.chunks)
+                out.append(Lookup(doc_id, "found", opening.chunks, text, first.version, whole=opening.whole))
         if history:
             out = await self._with_history(out, tenant, flt)
         return out

@@ -46,6 +46,7 @@ class Lookup:
     content: str = ""
     version: int | None = None
     history: tuple[Version, ...] = ()  # a document's earlier versions, newest first, when asked for
+    whole: bool = True  # False: ``chunks`` and ``content`` are its opening only (``Lookups.lookup``)
 
 
 @dataclass

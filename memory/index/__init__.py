@@ -17,6 +17,7 @@ from memory.index.lifecycle import redis_now
 from memory.index.listings import BULK_QUERY_TIMEOUT_MS
 from memory.index.registry import GenerationRegistry
 from memory.index.reuse import vector_key
+from memory.index.turns import Opening
 from memory.index.versioned import UNVERSIONED_TOMBSTONE
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "Group",
     "IndexError_",
     "LegHit",
+    "Opening",
     "PageKey",
     "QuerySyntaxError",
     "TurnEntry",

@@ -11,6 +11,7 @@ from consumers.queries import parse_request, scope_of
 from consumers.reply_fit import fit_get_reply
 from consumers.requests import EarlierVersion, GetItem, GetReply, GetRequest, RecentReply
 from memory.errors import InvalidRequest
+from memory.index.turns import opening_counts
 
 
 def raw(**over: object) -> bytes:
@@ -80,6 +81,38 @@ def test_an_item_too_large_alone_keeps_the_start_of_its_content(reply: type[GetR
     assert 7700 < len(json.dumps(ascii_only.model_dump(mode="json"))) <= 8000
     assert ascii_only.items[0].content_truncated and not ascii_only.truncated  # no item was left off
     assert not fit_get_reply(reply(query_id="r", items=items[:1], took_ms=1.0), 100_000).items[0].content_truncated
+
+
+def test_a_cut_content_is_the_same_whatever_follows_what_was_read() -> None:
+    """A lookup may read only a long document's opening (``Lookups.lookup``): the cut of a
+    content longer than the reply is the same as the cut of that content read whole."""
+    whole = "é" * 3000 + "x" * 20_000
+    for read in (9000, 8001, 12_345):
+        cuts = [
+            fit_get_reply(
+                GetReply(query_id="r", items=[GetItem(doc_id="d", status="found", content=c)], took_ms=1.0), 8000
+            )
+            for c in (whole, whole[:read])
+        ]
+        assert cuts[0] == cuts[1], read
+
+
+@pytest.mark.parametrize(
+    ("starts", "chars", "counts"),
+    [
+        ([[0, 100, 200, 300]], 150, [3]),  # the first chunk starting past 150 holds character 151
+        ([[0, 100, 200, 300]], 1000, [4]),  # all: the doc may end before 1000
+        ([[0, 100, 200, 300], [0, 50]], 150, [3, 1]),  # past the budget: the first chunk only, for its fields
+        ([[0, 100], [0, 100, 200]], 150, [2, 2]),  # whole, the first took at least 100: 50 left
+        ([[0, None, 200, 300]], 10, [4]),  # a chunk stored without its start: whole
+        ([[], [0, 100]], 50, [0, 2]),  # a doc not stored takes nothing
+        ([[0, 10]], 0, [2]),
+    ],
+)
+def test_an_opening_holds_the_characters_a_reply_can_hold(
+    starts: list[list[int | None]], chars: int, counts: list[int]
+) -> None:
+    assert opening_counts(starts, chars) == counts
 
 
 @pytest.mark.parametrize(
