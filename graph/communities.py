@@ -2,7 +2,7 @@
 
 Detection is deterministic for the same graph and the same previous communities: nodes and
 edges are fed in sorted order, Leiden gets a fixed seed and starts from the last communities
-(decision 0058), or, the first time, from every node alone. Ids are matched to the previous
+(decision 0058), or, the first time, from every node alone, and runs until it settles (0077). Ids are matched to the previous
 run by Jaccard overlap; a genuinely new community gets an id derived from its level and
 members, so the same graph built from scratch gets the same ids.
 """
@@ -80,21 +80,24 @@ def _leiden(
 ) -> list[frozenset[str]]:
     """Leiden's communities of the graph, started from ``start`` (each node's community in the
     previous detection, where it had one) rather than from every node alone."""
-    import networkx as nx
+    import igraph
 
     algorithms = _cdlib_algorithms()
-    # Nodes go in as contiguous ints in sorted-name order: deterministic, and it sidesteps
-    # cdlib's conversion, which crashes on bipartite graphs (stars, pairs) with str names.
+    # Nodes go in as contiguous ints in sorted-name order: deterministic. The graph is built
+    # as igraph's, which cdlib hands to leidenalg as it is: its conversion from networkx took
+    # half of a detection's time, once for each of the runs below.
     # Edges are read apart from nodes while ingestion goes on, so an edge may name an entity
     # the node read missed: it exists (an edge is only stored with its ends), so take it in.
     names = sorted({*nodes, *(e[0] for e in edges), *(e[1] for e in edges)})
     ids = {n: i for i, n in enumerate(names)}
-    g = nx.Graph()
-    g.add_nodes_from(range(len(names)))
+    weights: dict[tuple[int, int], float] = {}
     for a, b, w in sorted(edges):
-        g.add_edge(ids[a], ids[b], weight=float(w))
-    if g.number_of_edges() == 0:
+        weights[min(ids[a], ids[b]), max(ids[a], ids[b])] = float(w)  # one edge a pair, the last weight
+    if not weights:
         return [frozenset([n]) for n in names]
+    g = igraph.Graph(n=len(names), edges=list(weights))
+    g.vs["name"] = list(range(len(names)))  # what cdlib reports a community's members by
+    g.es["weight"] = list(weights.values())
     initial = None
     if start:
         # The previous communities, numbered anew; a node that was in none starts alone.
@@ -107,11 +110,35 @@ def _leiden(
         for i, n in enumerate(initial):
             if n == -1:
                 initial[i], alone = alone, alone + 1
-    result = algorithms.leiden(
-        g, weights="weight", seed=seed, resolution_parameter=resolution, initial_membership=initial
-    )
-    found = (frozenset(names[i] for i in c) for c in result.communities)
-    return sorted(found, key=lambda c: (-len(c), sorted(c)))
+    # Run again from each result until a run returns what it started from: one run improves on
+    # its start without settling (a real graph's rebuilds kept moving communities without any
+    # change of the graph), and a partition that is its own result stays put at the next recompute.
+    membership = initial
+    for _ in range(_MAX_PASSES):
+        result = algorithms.leiden(
+            g, weights="weight", seed=seed, resolution_parameter=resolution, initial_membership=membership
+        )
+        found = [0] * len(names)
+        for k, c in enumerate(result.communities):
+            for i in c:
+                found[i] = k
+        if membership is not None and _canonical(found) == _canonical(membership):
+            break
+        membership = found
+    groups = (frozenset(names[i] for i in c) for c in result.communities)
+    return sorted(groups, key=lambda c: (-len(c), sorted(c)))
+
+
+#: Leiden runs per detection at most, each from the last one's result (a real graph of 6,240
+#: entities settled within 8 from every node alone).
+_MAX_PASSES = 20
+
+
+def _canonical(membership: Sequence[int]) -> tuple[int, ...]:
+    """A membership with its communities numbered in order of first appearance: two that
+    group the same nodes are equal."""
+    numbers: dict[int, int] = {}
+    return tuple(numbers.setdefault(m, len(numbers)) for m in membership)
 
 
 def detect(

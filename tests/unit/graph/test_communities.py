@@ -183,17 +183,22 @@ def _graph(docs: dict[str, list[str]]) -> tuple[list[str], list[tuple[str, str, 
 
 
 def test_a_detection_started_from_the_last_one_moves_few_communities_on_a_small_change() -> None:
-    """Deleting one isolated document: from every node alone, Leiden regrouped about a third of
-    the communities here (none of them near the document); started from the last detection,
-    nearly none move."""
-    docs = _topic_graph(2)
-    before = detect(*_graph(docs), seed=42, max_size=10)
-    del docs["isolated"]
-    was = {(c.level, c.members) for c in before}
-    cold = detect(*_graph(docs), seed=42, max_size=10)
-    warm = detect(*_graph(docs), seed=42, max_size=10, previous=[(c.level, c.members) for c in before])
-    moved_cold = sum((c.level, c.members) not in was for c in cold)
-    moved_warm = sum((c.level, c.members) not in was for c in warm)
-    assert moved_cold > 30 and moved_warm <= 5, (moved_cold, moved_warm)
-    # Deterministic as before: the same graph, previous communities and seed, the same result.
-    assert warm == detect(*_graph(docs), seed=42, max_size=10, previous=[(c.level, c.members) for c in before])
+    """Deleting one isolated document: from every node alone, Leiden regrouped a tenth to a
+    third of the communities (none of them near the document); started from the last
+    detection, few move. And a detection of an unchanged graph started from the last one is
+    that one: a rebuild marks nothing stale."""
+    cold_moved, warm_moved = [], []
+    for seed in (0, 2):
+        docs = _topic_graph(seed)
+        before = detect(*_graph(docs), seed=42, max_size=10)
+        previous = [(c.level, c.members) for c in before]
+        assert detect(*_graph(docs), seed=42, max_size=10, previous=previous) == before
+        del docs["isolated"]
+        was = {(c.level, c.members) for c in before}
+        cold = detect(*_graph(docs), seed=42, max_size=10)
+        warm = detect(*_graph(docs), seed=42, max_size=10, previous=previous)
+        cold_moved.append(sum((c.level, c.members) not in was for c in cold))
+        warm_moved.append(sum((c.level, c.members) not in was for c in warm))
+        # Deterministic as before: the same graph, previous communities and seed, the same result.
+        assert warm == detect(*_graph(docs), seed=42, max_size=10, previous=previous)
+    assert min(cold_moved) > 25 and sum(warm_moved) <= 12, (cold_moved, warm_moved)
