@@ -1,10 +1,10 @@
 """Hierarchical Leiden communities with ids that stay stable across recomputes.
 
 Detection is deterministic for the same graph and the same previous communities: nodes and
-edges are fed in sorted order, Leiden gets a fixed seed and starts from the last communities
-(decision 0058), or, the first time, from every node alone, and runs until it settles (0077). Ids are matched to the previous
-run by Jaccard overlap; a genuinely new community gets an id derived from its level and
-members, so the same graph built from scratch gets the same ids.
+edges are fed in sorted order, Leiden gets a fixed seed, starts from the last communities
+(decision 0058), or, the first time, from every node alone, and runs until it settles (0077).
+Ids are matched to the previous run by Jaccard overlap; a genuinely new community gets an id
+derived from its level and members, so the same graph built from scratch gets the same ids.
 """
 
 from __future__ import annotations
