@@ -18,6 +18,7 @@ from graph.extraction import Entity, cap_contribution, chunk_entities, contribut
 from graph.llm import EXTRACT_SYSTEM, complete, endpoint, parse_entities
 from graph.ner import SpacyNer
 from memory.errors import MemdError
+from memory.headings import prose
 from memory.metrics import LLM_EXTRACTION_SKIPPED, LLM_TOKENS
 
 log = structlog.get_logger()
@@ -111,7 +112,7 @@ class Extractor:
             else:
                 todo.setdefault(digest, text)
         texts = list(todo.values())
-        ner = await self._ner.entities(texts) if self._ner is not None else [[] for _ in texts]
+        ner = await self._ner.entities([prose(t) for t in texts]) if self._ner is not None else [[] for _ in texts]
         llm: list[list[tuple[str, str]] | None] = (
             await self._llm_entities(texts) if self._cfg.llm_extraction and self._cfg.llm_model else [[] for _ in texts]
         )

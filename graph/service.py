@@ -26,6 +26,7 @@ from graph.summarizer import Summarizer, SummaryPause, SummaryResult
 from memory.activity import IngestActivity
 from memory.chunking import chunk_position
 from memory.embedder import Embedder
+from memory.headings import read_alone
 from memory.index import ChunkIndex
 from memory.records import ChunkRecord, MemoryItem
 
@@ -119,7 +120,10 @@ class GraphService:
         One NER call covers every chunk of every doc: spaCy batches them, and the caller
         pays one hop to the NER thread instead of one per doc.
         """
-        return await self.extract_chunks([[(c.chunk_id, c.text) for c in chunks] for chunks in docs])
+        # Each chunk as read on its own: its code, after the fence it starts inside, reads as code.
+        return await self.extract_chunks(
+            [[(c.chunk_id, read_alone(c.text, c.fence)) for c in chunks] for chunks in docs]
+        )
 
     async def extract_chunks(self, docs: Sequence[Sequence[tuple[str, str]]]) -> list[Contribution]:
         """``extract_many`` over ``(chunk_id, text)`` pairs per doc; only texts not seen lately
@@ -209,8 +213,8 @@ class GraphService:
             read: dict[str, list[tuple[str, str]]] = {}
             for doc_id in before:
                 ids = sorted(await index.chunk_ids(doc_id, tenant), key=chunk_position)
-                texts = await index.texts(ids, tenant)
-                read[doc_id] = [(cid, texts[cid]) for cid in ids if cid in texts]
+                texts = await index.versioned_texts(ids, tenant)
+                read[doc_id] = [(cid, read_alone(texts[cid][0], texts[cid][2])) for cid in ids if cid in texts]
             # A sliced write stores its version only at its end: until then the chunks read
             # may mix two versions under one stored number (memory.visibility). Read after
             # the chunks and before the versions again: one that ends in between changes them.

@@ -20,6 +20,7 @@ from memory.chunking import chunk_doc
 from memory.conversation import vector_text
 from memory.embedder import Embedder
 from memory.errors import MemdError
+from memory.headings import read_alone
 from memory.index import ChunkIndex
 from memory.metrics import LLM_TOKENS, SUMMARIES_FAILED, SUMMARIES_WRITTEN
 from memory.records import COMMUNITY_PREFIX, ChunkRecord
@@ -117,7 +118,7 @@ class Summarizer:
             raise MemdError("the graph changed while its passages were read")
         # A passage cut from inside fenced code opens with its fence again: read alone, its
         # code would pass for prose (and its closing fence open a block of the prose after it).
-        return [f"{fence}\n{text}" if fence else text for c in ranked if c in read for text, _, fence in [read[c]]]
+        return [read_alone(text, fence) for c in ranked if c in read for text, _, fence in [read[c]]]
 
     async def summarize(self, cid: str, token: int | None = None) -> SummaryResult | None:
         """Write one community's summary, index it as ``kind=community``, clear its mark.

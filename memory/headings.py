@@ -181,6 +181,23 @@ def open_fences(text: str, chunk_starts: Sequence[int]) -> list[str]:
     return out
 
 
+def read_alone(text: str, fence: str) -> str:
+    """A chunk's text as read on its own: after the fence open where it starts
+    (:func:`open_fences`), so that its code reads as code."""
+    return f"{fence}\n{text}" if fence else text
+
+
+def prose(text: str) -> str:
+    """``text`` with each line of fenced code (the fences' own lines too) left empty: what
+    names are read from. A diagram or a program's strings in a code block read as names
+    ("Return 429 Error Allow Request") that no sentence says anything of."""
+    if "```" not in text and "~~~" not in text:
+        return text
+    lines, _ = _lines(text)
+    _, before, after = _fences(lines)
+    return "\n".join("" if coded else line for line, coded in zip(lines, _coded(before, after), strict=True))
+
+
 def heading_paths(text: str, chunk_starts: Sequence[int]) -> list[str]:
     """For each chunk (by where it starts in ``text``), the headings it falls under, outermost
     first, joined by :data:`PATH_SEPARATOR`; empty for a chunk under none.

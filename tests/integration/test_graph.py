@@ -968,3 +968,35 @@ async def test_a_summary_never_quotes_code_from_a_passage_cut_inside_a_fence(
     texts = [((await s.store.summaries.get(c.id)) or {}).get("text", "") for c in await s.store.communities()]
     assert any(texts), "communities were summarized"
     assert not any("Globex Industries invoices" in t for t in texts), texts
+
+
+async def test_names_in_code_are_no_entities(redis_url: str, embedder: Any, ner: SpacyNer) -> None:
+    """Names that only a code block holds (a diagram, a program's strings) give no entity,
+    whether the chunk holds the block's opening fence or was cut from inside it; the prose
+    around the block still gives its names."""
+    s = await make_stack(redis_url, embedder, ner, unique("code-names"))
+    line = "    step {} sends the Globex Industries invoices to Tokyo for Acme Corporation"
+    code = "\n".join(line.format(n) for n in range(80))
+    doc = (
+        "Alice Johnson of Acme Corporation runs the ledger service in Paris.\n\n"
+        f"```\n{code}\n```\n\n"
+        "Bob Smith reviewed the Paris ledger with Alice Johnson of Acme Corporation."
+    )
+    await s.put("runbooks/ledger.md", doc)
+    read = await s.index.versioned_texts(await s.index.chunk_ids("runbooks/ledger.md"))
+    assert any(fence for _, _, fence in read.values()), "no chunk was cut inside the block"
+    names = {name for name, _ in (await s.store.graph())[0].values()}
+    assert {"Alice Johnson", "Acme Corporation", "Paris", "Bob Smith"} <= names, names
+    assert not {"Globex Industries", "Tokyo"} & names, names
+    # A transcript turn's code block too.
+    turn = MemoryItem(
+        "upsert",
+        "transcript:planner/s1/0",
+        None,
+        kind="transcript",
+        content=f"Carol Danvers asked for the job:\n```\n{line.format(0).replace('Tokyo', 'Nairobi')}\n```",
+        source="planner/s1",
+    )
+    await s.ingestor.apply([turn])
+    names = {name for name, _ in (await s.store.graph())[0].values()}
+    assert "Carol Danvers" in names and "Nairobi" not in names, names

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from memory.headings import MAX_PATH_CHARS, Heading, has_headings, heading_paths, headings, open_fences
+from memory.headings import (
+    MAX_PATH_CHARS,
+    Heading,
+    has_headings,
+    heading_paths,
+    headings,
+    open_fences,
+    prose,
+    read_alone,
+)
 
 MARKDOWN = """# Runbook
 
@@ -140,3 +149,15 @@ def test_a_restructuredtext_title_underlined_with_tildes_opens_no_fence() -> Non
     text += "~~~~~~\nPart B\n~~~~~~\n\nProse of B."
     assert open_fences(text, [text.index("Prose of A"), text.index("Prose of B")]) == ["", ""]
     assert [h.title for h in headings(text)] == ["Guide", "Part A", "Part B"]
+
+
+def test_prose_leaves_out_fenced_code_and_a_chunk_cut_inside_reads_as_code() -> None:
+    text = "Alice runs it.\n```text\nGlobex Tokyo\n```\nBob reviews it.\n~~~\nAcme\n~~~\n"
+    assert prose(text) == "Alice runs it.\n\n\n\nBob reviews it.\n\n\n"
+    # Cut from inside a block: read after its fence, its code stays out, the prose after it in.
+    cut = "Globex Tokyo\n```\nBob reviews it."
+    assert prose(cut) == "Globex Tokyo\n\n"  # alone, its code is prose and its closing fence opens a block
+    assert prose(read_alone(cut, "```")).splitlines() == ["", "", "", "Bob reviews it."]
+    # A reStructuredText title's underline of "~" is no fence.
+    assert prose("Setup\n~~~~~\nAlice runs it.") == "Setup\n~~~~~\nAlice runs it."
+    assert read_alone("text", "") == "text"
