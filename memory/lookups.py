@@ -56,7 +56,7 @@ class Lookups:
         wanted = list(dict.fromkeys(doc_ids))
         if content_chars is None:
             stored = {
-                d: Opening(tuple(c), tuple(x.version for x in c))
+                d: Opening(tuple(c), len(c), frozenset(x.version for x in c))
                 for d, c in (await self._index.turns(wanted, tenant)).items()
             }
         else:

@@ -23,51 +23,27 @@ from memory.schema import as_str
 
 @dataclass(frozen=True, slots=True)
 class Opening:
-    """A stored doc's first chunks, whole, and the version of each of its chunks in position
-    order (what shows whether a write marker hides it)."""
+    """A stored doc's first chunks, whole, how many chunks it has, and the versions its chunks
+    are of (what shows whether a write marker hides it)."""
 
     chunks: tuple[StoredChunk, ...]
-    versions: tuple[int | None, ...]
+    count: int
+    versions: frozenset[int | None]
 
     @property
     def whole(self) -> bool:
         """Whether ``chunks`` are all the doc's chunks."""
-        return len(self.chunks) == len(self.versions)
-
-
-def opening_counts(starts: Sequence[Sequence[int | None]], chars: int) -> list[int]:
-    """How many of each doc's chunks (by their starts, in position order, docs in a reply's
-    order) hold the docs' first ``chars`` characters taken together: at least one each, for its
-    fields, and all of a doc whose chunk starts are not all stored. Pure.
-
-    A doc read short holds more than the characters left to it, so a reply of that many
-    bytes cuts it and leaves off every doc after it, whatever their length.
-    """
-    left = chars
-    out = []
-    for doc in starts:
-        if left < 0:
-            n = min(1, len(doc))
-        elif any(s is None for s in doc):
-            n = len(doc)
-        else:
-            n = next((k + 1 for k, s in enumerate(doc) if s is not None and s > left), len(doc))
-        # A doc read whole took at least its last chunk's start; one read short, more than was left.
-        if n < len(doc):
-            left = -1
-        elif doc:
-            left -= doc[-1] or 0
-        out.append(n)
-    return out
+        return len(self.chunks) == self.count
 
 
 #: Each doc's chunks in position order (``_Turns._chunk_rows``): KEYS are the docs' chunk sets;
-#: ARGV the chunks' key prefix, the number of fields, the fields, then each doc's first index
-#: and count (-1: all). A row is the chunk id and its fields' values (nil where missing).
+#: ARGV the chunks' key prefix, the number of fields, the fields, then the first index and
+#: count (-1: all) read of each doc. A row is the chunk id and its fields' values (nil where missing).
 _CHUNK_ROWS = """
 local prefix, nf = ARGV[1], tonumber(ARGV[2])
 local fields = {}
 for f = 1, nf do fields[f] = ARGV[2 + f] end
+local lo, n = tonumber(ARGV[3 + nf]), tonumber(ARGV[4 + nf])
 local out = {}
 for i, set in ipairs(KEYS) do
   local order = {}
@@ -75,7 +51,6 @@ for i, set in ipairs(KEYS) do
     order[j] = {tonumber(string.match(id, '_p(%d+)$')) or 0, id}
   end
   table.sort(order, function(a, b) return a[1] < b[1] end)
-  local lo, n = tonumber(ARGV[1 + nf + 2 * i]), tonumber(ARGV[2 + nf + 2 * i])
   local hi = #order
   if n >= 0 and lo + n < hi then hi = lo + n end
   local rows = {}
@@ -89,6 +64,61 @@ end
 return out
 """
 
+#: Each doc's opening (``_Turns.openings``): KEYS are the docs' chunk sets; ARGV the chunks'
+#: key prefix, the characters to hold, the number of fields, the fields. Per doc: the versions
+#: its chunks are of, its first chunks' rows (as ``_CHUNK_ROWS``'s), and its number of chunks.
+#: The first chunk that starts past the characters left holds more than are left; a doc read
+#: whole took at least its last chunk's start, one read short more than was left, and past
+#: them a doc's first chunk alone is read, for its fields. A chunk stored without its start
+#: (before starts were kept) makes its doc read whole.
+_OPENINGS = """
+local prefix, left, nf = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local fields = {}
+for f = 1, nf do fields[f] = ARGV[3 + f] end
+local out = {}
+for i, set in ipairs(KEYS) do
+  local order = {}
+  for j, id in ipairs(redis.call('SMEMBERS', set)) do
+    order[j] = {tonumber(string.match(id, '_p(%d+)$')) or 0, id}
+  end
+  table.sort(order, function(a, b) return a[1] < b[1] end)
+  local versions, seen, starts, unknown = {}, {}, {}, false
+  for j = 1, #order do
+    local v = redis.call('HMGET', prefix .. order[j][2], 'version', 'chunk_start')
+    if v[1] and not seen[v[1]] then
+      seen[v[1]] = true
+      versions[#versions + 1] = v[1]
+    end
+    starts[j] = tonumber(v[2])
+    if starts[j] == nil then unknown = true end
+  end
+  local n = #order
+  if left < 0 then
+    n = math.min(1, #order)
+  elseif not unknown then
+    for j = 1, #order do
+      if starts[j] > left then
+        n = j
+        break
+      end
+    end
+  end
+  if n < #order then
+    left = -1
+  elseif n > 0 then
+    left = left - (starts[n] or 0)
+  end
+  local rows = {}
+  for j = 1, n do
+    local row = redis.call('HMGET', prefix .. order[j][2], unpack(fields))
+    table.insert(row, 1, order[j][2])
+    rows[j] = row
+  end
+  out[i] = {versions, rows, #order}
+end
+return out
+"""
+
 #: Chunks decoded on the event loop; more go to a thread (pure Python per chunk).
 _DECODED_INLINE = 256
 
@@ -97,6 +127,7 @@ class _Turns(_Lifecycle):
     """Reads of stored turns (their texts, entries and chunks) and ``recontext``."""
 
     _rows_script: AsyncScript | None = None
+    _openings_script: AsyncScript | None = None
 
     async def turn_texts(self, doc_ids: Sequence[str], tenant: str = DEFAULT_TENANT) -> dict[str, str]:
         """The first chunk's text of each doc that is stored (what a turn's neighbours read)."""
@@ -115,13 +146,11 @@ class _Turns(_Lifecycle):
         tenant: str,
         fields: Sequence[str],
         page: tuple[int, int] | None = None,
-        heads: Mapping[str, int] | None = None,
     ) -> dict[str, list[tuple[str, str, list[Any]]]]:
         """Each doc's stored chunks in position order as (key, chunk id, ``fields``' values),
-        with ``page`` (offset, limit) only those of each doc's chunks, with ``heads`` only each
-        doc's first ``heads[doc]``: read in one script, so no edit falls between a doc's chunk
-        set and its chunks (which would give a new version's first chunks under the old set, a
-        cut-short text read as the whole).
+        with ``page`` (offset, limit) only those of each doc's chunks: read in one script, so no
+        edit falls between a doc's chunk set and its chunks (which would give a new version's
+        first chunks under the old set, a cut-short text read as the whole).
 
         One reply for all the chunks, where a pipeline of a command per chunk cost the event
         loop a reply each: a 4 MiB document's 7,600 chunks took a quarter of a second.
@@ -130,15 +159,12 @@ class _Turns(_Lifecycle):
             return {}
         gen = await self._generation()
         prefix = self._chunk_key(gen, tenant, "")
-        spans: list[int] = []
-        for d in doc_ids:
-            lo, n = (0, -1) if page is None else page
-            spans += (lo, heads[d] if heads is not None else n)
+        lo, n = (0, -1) if page is None else page
         async with translate_errors("turn read"):
             if self._rows_script is None:
                 self._rows_script = self._r.register_script(_CHUNK_ROWS)
             replies = await self._rows_script(
-                keys=[self._doc_key(gen, tenant, d) for d in doc_ids], args=[prefix, len(fields), *fields, *spans]
+                keys=[self._doc_key(gen, tenant, d) for d in doc_ids], args=[prefix, len(fields), *fields, lo, n]
             )
         return {
             d: [(prefix + (cid := as_str(row[0])), cid, list(row[1:])) for row in rows]
@@ -202,37 +228,36 @@ class _Turns(_Lifecycle):
 
     async def openings(self, doc_ids: Sequence[str], tenant: str, chars: int) -> dict[str, Opening]:
         """Each stored doc's chunks as :meth:`turns` reads them, whole only as far as they hold
-        the first ``chars`` characters of the docs taken in order, and every chunk's version.
+        the first ``chars`` characters of the docs taken in order, and the versions of all its
+        chunks: in one script, so the versions and the opening are of one moment.
 
         Why: a reply cut to ``chars`` bytes never shows more, and reading a 4 MiB document's
-        thousands of chunks whole held the event loop for every other question. The versions
-        are read first with the chunks' starts (which say how many chunks the opening needs),
-        then the opening whole; an opening whose chunks changed in between is read again.
+        thousands of chunks whole held the event loop for every other question.
         """
+        if not doc_ids:
+            return {}
+        gen = await self._generation()
+        prefix = self._chunk_key(gen, tenant, "")
         fields = (*self._fields, *JOIN_FIELDS)
-        for _ in range(_WATCH_RETRIES):
-            stamps = {
-                d: [(cid, _int_or_none(v), _int_or_none(s)) for _, cid, (v, s) in rows if v is not None]
-                for d, rows in (await self._chunk_rows(doc_ids, tenant, ("version", "chunk_start"))).items()
-            }
-            heads = opening_counts([[s for _, _, s in stamps[d]] for d in doc_ids], chars)
-            rows = await self._chunk_rows(doc_ids, tenant, fields, heads=dict(zip(doc_ids, heads, strict=True)))
-            out: dict[str, Opening] = {}
-            for d, n in zip(doc_ids, heads, strict=True):
-                chunks = [
-                    _stored(types.SimpleNamespace(id=key, **dict(zip(fields, values, strict=True))), self._tag_keys)
-                    for key, _, values in rows[d]
-                    if values[0] is not None
-                ]
-                if [(c.chunk_id, c.version) for c in chunks] != [(cid, v) for cid, v, _ in stamps[d][:n]]:
-                    break  # written in between: read again
-                if chunks:
-                    out[d] = Opening(tuple(chunks), tuple(v for _, v, _ in stamps[d]))
-            else:
-                return out
-        # Still changing after every round (a doc being written in slices): read whole.
-        whole = await self.turns(doc_ids, tenant)
-        return {d: Opening(tuple(c), tuple(x.version for x in c)) for d, c in whole.items()}
+        async with translate_errors("turn read"):
+            if self._openings_script is None:
+                self._openings_script = self._r.register_script(_OPENINGS)
+            replies = await self._openings_script(
+                keys=[self._doc_key(gen, tenant, d) for d in doc_ids], args=[prefix, chars, len(fields), *fields]
+            )
+        out: dict[str, Opening] = {}
+        for d, (versions, rows, count) in zip(doc_ids, replies, strict=True):
+            chunks = [
+                _stored(
+                    types.SimpleNamespace(id=prefix + as_str(row[0]), **dict(zip(fields, row[1:], strict=True))),
+                    self._tag_keys,
+                )
+                for row in rows
+                if row[1] is not None
+            ]
+            if chunks:
+                out[d] = Opening(tuple(chunks), int(count), frozenset(_int_or_none(v) for v in versions))
+        return out
 
     async def chunk_count(self, doc_id: str, tenant: str = DEFAULT_TENANT) -> int:
         """How many chunks the doc's stored version has (0: none stored)."""

@@ -11,7 +11,6 @@ from consumers.queries import parse_request, scope_of
 from consumers.reply_fit import fit_get_reply
 from consumers.requests import EarlierVersion, GetItem, GetReply, GetRequest, RecentReply
 from memory.errors import InvalidRequest
-from memory.index.turns import opening_counts
 
 
 def raw(**over: object) -> bytes:
@@ -95,24 +94,6 @@ def test_a_cut_content_is_the_same_whatever_follows_what_was_read() -> None:
             for c in (whole, whole[:read])
         ]
         assert cuts[0] == cuts[1], read
-
-
-@pytest.mark.parametrize(
-    ("starts", "chars", "counts"),
-    [
-        ([[0, 100, 200, 300]], 150, [3]),  # the first chunk starting past 150 holds character 151
-        ([[0, 100, 200, 300]], 1000, [4]),  # all: the doc may end before 1000
-        ([[0, 100, 200, 300], [0, 50]], 150, [3, 1]),  # past the budget: the first chunk only, for its fields
-        ([[0, 100], [0, 100, 200]], 150, [2, 2]),  # whole, the first took at least 100: 50 left
-        ([[0, None, 200, 300]], 10, [4]),  # a chunk stored without its start: whole
-        ([[], [0, 100]], 50, [0, 2]),  # a doc not stored takes nothing
-        ([[0, 10]], 0, [2]),
-    ],
-)
-def test_an_opening_holds_the_characters_a_reply_can_hold(
-    starts: list[list[int | None]], chars: int, counts: list[int]
-) -> None:
-    assert opening_counts(starts, chars) == counts
 
 
 @pytest.mark.parametrize(
