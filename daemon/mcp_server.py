@@ -27,7 +27,7 @@ from consumers.spelling import near_spelling
 from daemon.about import package_version
 from daemon.explore.access import BEARER_CHALLENGE, UNAUTHORIZED
 from daemon.mcp_tools import MemoryTools
-from daemon.mcp_views import ToolFailure
+from daemon.mcp_views import Noted, ToolFailure
 from memory.conversation import MAX_CONTEXT_TURNS, MAX_RECENT_TURNS
 
 log = structlog.get_logger()
@@ -126,9 +126,14 @@ async def _run(call: Awaitable[Any], *, wrap: bool = False) -> CallToolResult:
         value = await call
     except ToolFailure as exc:
         return CallToolResult(content=[TextContent(type="text", text=str(exc))], is_error=True)
+    notes = []
+    if isinstance(value, Noted):
+        # Beside the JSON, where a model reads it; the structured result keeps its schema.
+        value, notes = value.value, [TextContent(type="text", text=value.note)]
     text = json.dumps(value, ensure_ascii=False, default=str)
     return CallToolResult(
-        content=[TextContent(type="text", text=text)], structured_content={"result": value} if wrap else value
+        content=[TextContent(type="text", text=text), *notes],
+        structured_content={"result": value} if wrap else value,
     )
 
 

@@ -21,7 +21,16 @@ from consumers.decoding import validation_reason
 from consumers.errors import QueryFailed, WriteRejected
 from consumers.events import TranscriptEvent
 from daemon.mcp_config import MCPConfig
-from daemon.mcp_views import ToolFailure, ack_view, in_tool_words, item_view, parse_time, result_view
+from daemon.mcp_views import (
+    CUT_SEARCH,
+    Noted,
+    ToolFailure,
+    ack_view,
+    in_tool_words,
+    item_view,
+    parse_time,
+    result_view,
+)
 from memory.errors import MemdError
 from memory.filters import BASE_FILTER_KEYS
 
@@ -120,8 +129,9 @@ class MemoryTools:
         recency_weight: float | None = None,
         fold_repeats: bool = True,
         max_per_doc: int | None = None,
-    ) -> list[dict[str, Any]]:
-        """Ask a query; each result as ``result_view`` shows it.
+    ) -> list[dict[str, Any]] | Noted:
+        """Ask a query; each result as ``result_view`` shows it, and, where the daemon cut the
+        reply to fit one record, a note that says so (``CUT_SEARCH``).
 
         Raises:
             ToolFailure: a bad argument (``invalid_request``), an error reply, an outage, the deadline.
@@ -130,7 +140,7 @@ class MemoryTools:
         if not query.strip():  # else the contract's check would name its field, search_text
             raise ToolFailure("invalid_request", "query is empty: give words or identifiers to search for")
 
-        async def ask(c: MemoryClient) -> list[dict[str, Any]]:
+        async def ask(c: MemoryClient) -> list[dict[str, Any]] | Noted:
             reply = await c.query(
                 query,
                 top_k=top_k,
@@ -144,7 +154,8 @@ class MemoryTools:
                 fold_repeats=fold_repeats,
                 max_per_doc=max_per_doc,
             )
-            return [result_view(r) for r in reply.results]
+            rows = [result_view(r) for r in reply.results]
+            return Noted(rows, CUT_SEARCH) if reply.truncated else rows
 
         return await self._call("search_memory", ask)
 

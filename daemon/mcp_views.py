@@ -4,6 +4,7 @@ acks and looked-up documents, times, the next free turn, and the tools' one erro
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -48,6 +49,22 @@ def parse_time(value: str | None, what: str) -> datetime | None:
         return when(value, what)
     except InvalidRequest as exc:
         raise ToolFailure("invalid_request", str(exc)) from None
+
+
+@dataclass(frozen=True, slots=True)
+class Noted:
+    """A tool's value and a note for the model beside it (a second text of the result)."""
+
+    value: Any
+    note: str
+
+
+#: What a search's result says when the daemon cut its reply to fit one Kafka record.
+CUT_SEARCH = (
+    "note: the reply was cut to fit one Kafka record (about 1 MiB): results were left off its "
+    "end, or results carry no context; ask for fewer results (top_k) or context turns, or a "
+    "narrower search"
+)
 
 
 def result_view(r: ResultItem) -> dict[str, Any]:

@@ -22,8 +22,11 @@ from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult, TextContent
 
+from consumers.client import MemoryClient
+from consumers.config import ConsumerConfig
 from daemon.about import package_version
 from daemon.launcher import free_port, start_tansu
+from daemon.mcp_views import CUT_SEARCH
 from daemon.settings import Settings
 from daemon.topics import ensure_topics
 from tests.conftest import unique
@@ -394,3 +397,21 @@ def test_http_on_a_public_address_without_a_token_is_refused() -> None:
         check=False,
     )
     assert res.returncode == 1 and "address 0.0.0.0 (--host or AGENTMEM_MCP__HOST)" in " ".join(res.stderr.split()), res
+
+
+async def test_a_search_cut_to_fit_one_record_says_so(kafka_bootstrap: str, redis_url: str) -> None:
+    """The daemon cuts a reply to fit one Kafka record: the tool's result says so in a note
+    beside its JSON (the structured result keeps its shape), and says nothing when whole."""
+    name = unique("mcp-cut")
+    consumer = ConsumerConfig(group_id=name, reply_max_bytes=6_000)
+    s = isolated_settings(name, kafka_bootstrap, redis_url, consumer=consumer)
+    async with daemon_and_client(s), MemoryClient(bootstrap=s.kafka_bootstrap, topics=s.topics) as memory:
+        for i in range(6):
+            await memory.publish_document(f"mcp/cut-{i}.md", f"The harbor ledger holds entry {i}. " * 40, wait=True)
+        async with stdio(s) as c:
+            cut = await c.call_tool("search_memory", {"query": "harbor ledger entry", "top_k": 10})
+            texts = [t.text for t in cut.content if isinstance(t, TextContent)]
+            assert len(texts) == 2 and texts[1] == CUT_SEARCH, texts[1:]
+            assert json.loads(texts[0]) == data(cut) and 0 < len(data(cut)) < 6
+            whole = await c.call_tool("search_memory", {"query": "harbor ledger entry", "top_k": 1})
+            assert len(whole.content) == 1 and len(data(whole)) == 1
