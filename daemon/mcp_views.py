@@ -61,9 +61,9 @@ class Noted:
 
 #: What a search's result says when the daemon cut its reply to fit one Kafka record.
 CUT_SEARCH = (
-    "note: the reply was cut to fit one Kafka record (about 1 MiB): results were left off its "
-    "end, or results carry no context; ask for fewer results (top_k) or context turns, or a "
-    "narrower search"
+    "note: the reply was cut to fit one Kafka record (the daemon's consumer.reply_max_bytes): "
+    "results were left off its end, or results carry no context; ask for fewer results (top_k) "
+    "or context turns, or a narrower search"
 )
 
 

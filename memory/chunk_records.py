@@ -32,7 +32,8 @@ def records_for(
         if item.kind == "document" and has_headings(item.doc_id, item.source)
         else [""] * len(spans)
     )
-    fences = open_fences(item.content, [s.start for s in spans]) if item.kind == "document" else [""] * len(spans)
+    # A long turn (a tool's output, pasted code) is cut inside its code blocks as a document is.
+    fences = open_fences(item.content, [s.start for s in spans])
     return [
         ChunkRecord(
             chunk_id=chunk_id(item.doc_id, s.index),

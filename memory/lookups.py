@@ -5,7 +5,7 @@ and no mix of a sliced write's versions (``memory.visibility``)."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from memory.conversation import MAX_RECENT_TURNS, parse_turn
 from memory.errors import InvalidRequest
@@ -54,13 +54,23 @@ class Lookups:
         flt = normalize_filter(metadata_filter, allowed=self._index.cfg.filter_keys).including("tenant", [tenant])
         await self._index.refuse_mismatch()
         wanted = list(dict.fromkeys(doc_ids))
-        if content_chars is None:
-            stored = {
-                d: Opening(tuple(c), len(c), frozenset(x.version for x in c))
-                for d, c in (await self._index.turns(wanted, tenant)).items()
-            }
-        else:
-            stored = await self._index.openings(wanted, tenant, content_chars)
+        if content_chars is not None:
+            out = await self._shown(wanted, await self._index.openings(wanted, tenant, content_chars), tenant, flt)
+            if cut_where_short(out, content_chars):
+                return await self._with_history(out, tenant, flt) if history else out
+            # A doc not shown (outside the filter, being written) took characters it does not
+            # show, so a doc after it was read shorter than a reply cuts it: read them whole.
+        whole = {
+            d: Opening(tuple(c), len(c), frozenset(x.version for x in c))
+            for d, c in (await self._index.turns(wanted, tenant)).items()
+        }
+        out = await self._shown(wanted, whole, tenant, flt)
+        return await self._with_history(out, tenant, flt) if history else out
+
+    async def _shown(
+        self, wanted: Sequence[str], stored: Mapping[str, Opening], tenant: str, flt: TagFilter
+    ) -> list[Lookup]:
+        """Each of ``wanted`` as ``stored`` shows it to the request (see :meth:`lookup`)."""
         markers = await self.markers([o.chunks for o in stored.values()], tenant)
         out: list[Lookup] = []
         for doc_id in wanted:
@@ -75,8 +85,6 @@ class Lookups:
             else:
                 text = joined_text(opening.chunks)
                 out.append(Lookup(doc_id, "found", opening.chunks, text, first.version, whole=opening.whole))
-        if history:
-            out = await self._with_history(out, tenant, flt)
         return out
 
     async def _with_history(self, found: list[Lookup], tenant: str, flt: TagFilter) -> list[Lookup]:
@@ -174,6 +182,19 @@ class Lookups:
         # no marker was written in one transaction, as before.) Each hit's own generation:
         # the alias the legs searched may have moved since this process last read it.
         return await self._index.write_markers(sorted(marker_docs(results, tenant)))
+
+
+def cut_where_short(found: Sequence[Lookup], chars: int) -> bool:
+    """Whether a reply of ``chars`` bytes cuts every doc of ``found`` read short: the docs
+    shown up to and with it hold more characters than that (so the reply cuts it and leaves
+    off every doc after it). Pure."""
+    held = 0
+    for f in found:
+        if f.status == "found":
+            held += len(f.content)
+            if not f.whole and held <= chars:
+                return False
+    return True
 
 
 #: Pages of chunks a ``recent`` read goes through at most, for turns it may not show

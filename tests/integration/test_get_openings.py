@@ -1,8 +1,8 @@
 """A ``get`` reads only the opening of documents longer than its reply holds, on the real
 embedder and Redis: the reply, once cut to its size, is the one a read of every chunk gives
 (contents, versions, metadata, histories, what is left off and what says so, in any order of
-ids); a document being written in slices shows as it would; and a write between the read of
-the chunks' versions and the read of the opening is read again, never mixed."""
+ids, with a filter that leaves a long document out); a document being written in slices shows
+as it would, alone or ahead of others; and a read while edits land is of one version."""
 
 from __future__ import annotations
 
@@ -39,12 +39,12 @@ def upsert(doc: str, version: int, content: str, **meta: Any) -> MemoryItem:
 
 
 async def replies(
-    stack: Stack, ids: Sequence[str], max_bytes: int, *, history: bool = False
+    stack: Stack, ids: Sequence[str], max_bytes: int, *, history: bool = False, flt: dict[str, str] | None = None
 ) -> tuple[GetReply, GetReply, list[Lookup]]:
     """The reply to a get of ``ids`` cut to ``max_bytes``, read whole and read as openings (and those openings)."""
-    req = GetRequest(query_id="q", op="get", doc_ids=list(ids), history=history)
-    whole = await stack.retriever.lookups.lookup(ids, history=history)
-    opened = await stack.retriever.lookups.lookup(ids, history=history, content_chars=max_bytes)
+    req = GetRequest(query_id="q", op="get", doc_ids=list(ids), history=history, metadata_filter=flt)
+    whole = await stack.retriever.lookups.lookup(ids, history=history, metadata_filter=flt)
+    opened = await stack.retriever.lookups.lookup(ids, history=history, metadata_filter=flt, content_chars=max_bytes)
     return fit(to_get_reply(req, whole, 0.0), max_bytes), fit(to_get_reply(req, opened, 0.0), max_bytes), opened
 
 
@@ -75,6 +75,14 @@ async def test_a_reply_read_from_openings_is_the_reply_read_whole(redis_url: str
                     assert sum(len(x.content) for x in openings[: i + 1]) > max_bytes
                     assert len(o.chunks) < len(await stack.index.chunk_ids(o.doc_id))
         assert short > 0, "no document was read short: the test did not exercise the openings"
+        # A long document the filter leaves out takes no characters from the ones after it.
+        for d in docs:
+            service = "dev" if "long" in d else "ops"
+            await stack.ingestor.apply([upsert(d, 3, paragraphs(d, docs[d], "v3"), service=service)])
+        for ids in (["specs/long.md", "notes/few.md"], ["specs/longer.md", "specs/long.md", "notes/one.md"]):
+            for max_bytes in (700, 3_000, 12_000, 30_000):
+                whole, opened, _ = await replies(stack, ids, max_bytes, flt={"service": "ops"})
+                assert opened == whole, (ids, max_bytes)
         # A budget past every document reads each whole.
         _, _, openings = await replies(stack, list(docs), 10**7)
         assert all(o.whole for o in openings)
@@ -83,7 +91,7 @@ async def test_a_reply_read_from_openings_is_the_reply_read_whole(redis_url: str
 async def test_a_document_being_written_in_slices_shows_as_a_whole_read_shows_it(redis_url: str, embedder: Any) -> None:
     doc = "specs/sliced.md"
 
-    def chunks(version: int, n: int) -> list[ChunkRecord]:
+    def chunks(version: int, n: int, doc: str = doc) -> list[ChunkRecord]:
         text = [f"v{version} section {i} of the large specification, in words enough to count. " for i in range(n)]
         starts = list(itertools.accumulate((len(t) for t in text), initial=0))
         return [
@@ -115,6 +123,19 @@ async def test_a_document_being_written_in_slices_shows_as_a_whole_read_shows_it
         pause, write = await PausedAfter.hold(index, 1, index.apply(doc, 1, chunks(1, 12), vectors(12, 1)))
         a, b = await both()
         assert (a.status, b.status) == ("not_found", "not_found")
+        pause.release.set()
+        await asyncio.wait_for(write, 10)
+        pause.restore()
+        # Ahead of a whole doc, a half-written one takes none of its characters.
+        big, small = "specs/half.md", "notes/small.md"
+        await stack.ingestor.apply([upsert(small, 1, paragraphs(small, 8, "v1"))])
+        pause, write = await PausedAfter.hold(index, 8, index.apply(big, 1, chunks(1, 40, big), vectors(40, 1)))
+        req = GetRequest(query_id="q", op="get", doc_ids=[big, small])
+        for max_bytes in (300, 5_000, 20_000):  # 5,000: more than the small doc, less than both
+            whole = await stack.retriever.lookups.lookup([big, small])
+            opened = await stack.retriever.lookups.lookup([big, small], content_chars=max_bytes)
+            assert whole[0].status == "not_found" and whole[1].status == "found" and len(whole[1].chunks) > 1
+            assert fit(to_get_reply(req, opened, 0.0), max_bytes) == fit(to_get_reply(req, whole, 0.0), max_bytes)
         pause.release.set()
         await asyncio.wait_for(write, 10)
         pause.restore()

@@ -988,15 +988,17 @@ async def test_names_in_code_are_no_entities(redis_url: str, embedder: Any, ner:
     names = {name for name, _ in (await s.store.graph())[0].values()}
     assert {"Alice Johnson", "Acme Corporation", "Paris", "Bob Smith"} <= names, names
     assert not {"Globex Industries", "Tokyo"} & names, names
-    # A transcript turn's code block too.
+    # A long transcript turn's code block too (a tool's output), cut into chunks as a document's.
+    turn_code = "\n".join(line.format(n).replace("Tokyo", "Nairobi") for n in range(80))
     turn = MemoryItem(
         "upsert",
         "transcript:planner/s1/0",
         None,
         kind="transcript",
-        content=f"Carol Danvers asked for the job:\n```\n{line.format(0).replace('Tokyo', 'Nairobi')}\n```",
+        content=f"Carol Danvers asked for the job:\n```\n{turn_code}\n```\nDana Scully checked it in Lisbon.",
         source="planner/s1",
     )
     await s.ingestor.apply([turn])
+    assert len(await s.index.chunk_ids("transcript:planner/s1/0")) >= 3
     names = {name for name, _ in (await s.store.graph())[0].values()}
-    assert "Carol Danvers" in names and "Nairobi" not in names, names
+    assert {"Carol Danvers", "Dana Scully", "Lisbon"} <= names and "Nairobi" not in names, names
