@@ -36,21 +36,32 @@ class Opening:
         return len(self.chunks) == self.count
 
 
+#: A Lua function of the scripts below: a chunk set's ids in position order (``chunk_position``),
+#: each as ``{position, id}``.
+_ORDERED = """
+local function ordered(set)
+  local order = {}
+  for j, id in ipairs(redis.call('SMEMBERS', set)) do
+    order[j] = {tonumber(string.match(id, '_p(%d+)$')) or 0, id}
+  end
+  table.sort(order, function(a, b) return a[1] < b[1] end)
+  return order
+end
+"""
+
 #: Each doc's chunks in position order (``_Turns._chunk_rows``): KEYS are the docs' chunk sets;
 #: ARGV the chunks' key prefix, the number of fields, the fields, then the first index and
 #: count (-1: all) read of each doc. A row is the chunk id and its fields' values (nil where missing).
-_CHUNK_ROWS = """
+_CHUNK_ROWS = (
+    _ORDERED
+    + """
 local prefix, nf = ARGV[1], tonumber(ARGV[2])
 local fields = {}
 for f = 1, nf do fields[f] = ARGV[2 + f] end
 local lo, n = tonumber(ARGV[3 + nf]), tonumber(ARGV[4 + nf])
 local out = {}
 for i, set in ipairs(KEYS) do
-  local order = {}
-  for j, id in ipairs(redis.call('SMEMBERS', set)) do
-    order[j] = {tonumber(string.match(id, '_p(%d+)$')) or 0, id}
-  end
-  table.sort(order, function(a, b) return a[1] < b[1] end)
+  local order = ordered(set)
   local hi = #order
   if n >= 0 and lo + n < hi then hi = lo + n end
   local rows = {}
@@ -63,6 +74,7 @@ for i, set in ipairs(KEYS) do
 end
 return out
 """
+)
 
 #: Each doc's opening (``_Turns.openings``): KEYS are the docs' chunk sets; ARGV the chunks'
 #: key prefix, the characters to hold, the number of fields, the fields. Per doc: the versions
@@ -71,17 +83,15 @@ return out
 #: whole took at least its last chunk's start, one read short more than was left, and past
 #: them a doc's first chunk alone is read, for its fields. A chunk stored without its start
 #: (before starts were kept) makes its doc read whole.
-_OPENINGS = """
+_OPENINGS = (
+    _ORDERED
+    + """
 local prefix, left, nf = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local fields = {}
 for f = 1, nf do fields[f] = ARGV[3 + f] end
 local out = {}
 for i, set in ipairs(KEYS) do
-  local order = {}
-  for j, id in ipairs(redis.call('SMEMBERS', set)) do
-    order[j] = {tonumber(string.match(id, '_p(%d+)$')) or 0, id}
-  end
-  table.sort(order, function(a, b) return a[1] < b[1] end)
+  local order = ordered(set)
   local versions, seen, starts, unknown = {}, {}, {}, false
   for j = 1, #order do
     local v = redis.call('HMGET', prefix .. order[j][2], 'version', 'chunk_start')
@@ -118,6 +128,7 @@ for i, set in ipairs(KEYS) do
 end
 return out
 """
+)
 
 #: Chunks decoded on the event loop; more go to a thread (pure Python per chunk).
 _DECODED_INLINE = 256

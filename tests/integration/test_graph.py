@@ -941,6 +941,20 @@ async def test_a_forgotten_turn_is_not_quoted_by_a_summary_once_the_forget_is_ap
     assert any(r.get("text") for r in rewritten) and not any("vault code" in r.get("text", "") for r in rewritten)
 
 
+#: A line of code that names what no sentence of the runbook below says anything of.
+CODE_LINE = "    step {} sends the Globex Industries invoices to Tokyo for Acme Corporation"
+
+
+def fenced_runbook() -> str:
+    """A runbook whose code block is longer than a chunk, between two paragraphs of prose."""
+    code = "\n".join(CODE_LINE.format(n) for n in range(80))
+    return (
+        "Alice Johnson of Acme Corporation runs the ledger service in Paris.\n\n"
+        f"```\n{code}\n```\n\n"
+        "Bob Smith reviewed the Paris ledger with Alice Johnson of Acme Corporation."
+    )
+
+
 async def test_a_summary_never_quotes_code_from_a_passage_cut_inside_a_fence(
     redis_url: str, embedder: Any, ner: SpacyNer
 ) -> None:
@@ -949,14 +963,7 @@ async def test_a_summary_never_quotes_code_from_a_passage_cut_inside_a_fence(
     code as code, not as sentences."""
     s = await make_stack(redis_url, embedder, ner, unique("fenced-summary"))
     # Globex Industries and Tokyo are named in the code alone: a summary covering them quotes it.
-    line = "    step {} sends the Globex Industries invoices to Tokyo for Acme Corporation"
-    code = "\n".join(line.format(n) for n in range(80))
-    doc = (
-        "Alice Johnson of Acme Corporation runs the ledger service in Paris.\n\n"
-        f"```\n{code}\n```\n\n"
-        "Bob Smith reviewed the Paris ledger with Alice Johnson of Acme Corporation."
-    )
-    await s.put("runbooks/ledger.md", doc)
+    await s.put("runbooks/ledger.md", fenced_runbook())
     ids = await s.index.chunk_ids("runbooks/ledger.md")
     read = await s.index.versioned_texts(ids)
     inside = [c for c, (text, _, fence) in read.items() if fence == "```"]
@@ -975,21 +982,14 @@ async def test_names_in_code_are_no_entities(redis_url: str, embedder: Any, ner:
     whether the chunk holds the block's opening fence or was cut from inside it; the prose
     around the block still gives its names."""
     s = await make_stack(redis_url, embedder, ner, unique("code-names"))
-    line = "    step {} sends the Globex Industries invoices to Tokyo for Acme Corporation"
-    code = "\n".join(line.format(n) for n in range(80))
-    doc = (
-        "Alice Johnson of Acme Corporation runs the ledger service in Paris.\n\n"
-        f"```\n{code}\n```\n\n"
-        "Bob Smith reviewed the Paris ledger with Alice Johnson of Acme Corporation."
-    )
-    await s.put("runbooks/ledger.md", doc)
+    await s.put("runbooks/ledger.md", fenced_runbook())
     read = await s.index.versioned_texts(await s.index.chunk_ids("runbooks/ledger.md"))
     assert any(fence for _, _, fence in read.values()), "no chunk was cut inside the block"
     names = {name for name, _ in (await s.store.graph())[0].values()}
     assert {"Alice Johnson", "Acme Corporation", "Paris", "Bob Smith"} <= names, names
     assert not {"Globex Industries", "Tokyo"} & names, names
     # A long transcript turn's code block too (a tool's output), cut into chunks as a document's.
-    turn_code = "\n".join(line.format(n).replace("Tokyo", "Nairobi") for n in range(80))
+    turn_code = "\n".join(CODE_LINE.format(n).replace("Tokyo", "Nairobi") for n in range(80))
     turn = MemoryItem(
         "upsert",
         "transcript:planner/s1/0",
