@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
+import redis
 import redis.asyncio as aredis
 from structlog.testing import capture_logs
 
@@ -21,6 +22,7 @@ from graph.config import GraphConfig
 from graph.contribution import Contribution
 from graph.errors import LeaseLost
 from graph.recompute import COMMUNITY_TOMBSTONE_S
+from graph.scripts import RENEW
 from graph.service import GraphService
 from graph.store import GraphStore
 from graph.tenants import TenantGraphs
@@ -288,6 +290,31 @@ async def test_a_recompute_that_lost_its_lease_stores_nothing(two: Daemons) -> N
     assert [c.id for c in await two.store.communities()] == [cid]
     assert await two.store.summaries.pending_drops() == []
     assert not await two.store.renew("recompute", lease, 60)  # nor can A extend B's lease
+
+
+async def test_a_renewal_of_the_lease_while_its_result_is_stored_keeps_the_result(two: Daemons, redis_url: str) -> None:
+    """The recompute's own lease renewed between the lease check and the write (its expiry set
+    again, which aborts a transaction that watches the lock): the result is stored anyway, not
+    thrown away as superseded."""
+    cid = await one_community(two)
+    lease = await two.store.lock("recompute", "daemon-a", ttl_s=60)
+    assert lease is not None
+    writes = two.store.community_writes
+    real_queue = writes._queue
+    renewed: list[bool] = []
+    sync = redis.Redis.from_url(redis_url)
+
+    def queue_then_renew(*args: Any) -> None:
+        real_queue(*args)
+        if not renewed:  # another connection, as the renewer's task: inside the WATCH, before EXEC
+            renewed.append(bool(sync.eval(RENEW, 1, two.store._k("lock:recompute"), lease, 60_000)))
+
+    writes._queue = queue_then_renew  # type: ignore[method-assign]
+    new = Community(id="c0-new", level=0, members=frozenset({"alpha-svc", "beta-svc"}))
+    await writes.replace([new], changed={new.id}, removed={cid}, events=[], drift_seen=0, now=time.time(), lease=lease)
+    sync.close()
+    assert renewed == [True]
+    assert [c.id for c in await two.store.communities()] == ["c0-new"]
 
 
 async def test_a_recompute_longer_than_its_lease_keeps_it(two: Daemons, monkeypatch: pytest.MonkeyPatch) -> None:
