@@ -9,7 +9,9 @@ entities (spaCy) are passed in from outside, so this module stays pure.
 from __future__ import annotations
 
 import bisect
+import errno
 import hashlib
+import http
 import itertools
 import re
 from collections import Counter
@@ -38,12 +40,16 @@ TYPE_PRIORITY = (
     "concept",
 )
 
-_HTTP = re.compile(
-    r"\b(?:HTTP|http|status(?: code)?)[ /-]?([1-5]\d\d)\b|\b([1-5]\d\d) (?=[A-Z][a-z]+ ?(?:[A-Z][a-z]+)?\b)"
-)
+# A status named as one ("HTTP 504", "status 404"), or by its reason phrase after it ("503
+# Service Unavailable"): its first word must be the standard phrase's (``_reason_of``), or
+# "Batch 100 From" and a diagram's "429 Error" would be statuses too.
+_HTTP = re.compile(r"\b(?:HTTP|http|status(?: code)?)[ /-]?([1-5]\d\d)\b|\b([1-5]\d\d) ([A-Z][a-z]+)\b")
 _SQLSTATE = re.compile(r"\bSQLSTATE[ :=]*([0-9A-Z]{5})\b")
-# errno names (ECONNRESET) stand alone: the EAST of US-EAST is none.
+# errno names (ECONNRESET) stand alone: the EAST of US-EAST is none, and only errno's own
+# names are codes (a log's ERROR, EVENT or EXIT is none).
 _ERROR_CODE = re.compile(r"\b(?:[A-Z][A-Z0-9]*_){1,}[A-Z0-9]+\b|(?<![\w-])E[A-Z]{3,}\b(?=[:\s)])")
+#: errno's names, and the resolver's and HTTP clients' that read as they do.
+_ERRNO = frozenset(errno.errorcode.values()) | {"ENOTFOUND", "ESOCKETTIMEDOUT"}
 # Upper-case words joined by hyphens (ERR-CONN-RESET): the error code ERR_CONN_RESET spelled
 # another way, so it is named with underscores and both spellings are one node (as they are
 # one identifier in the identifier leg). Each part has two characters or more (not X-RAY),
@@ -128,15 +134,25 @@ _NOT_HOSTS = frozenset(
 )
 
 
+def _reason_of(code: int) -> str:
+    """The first word of an HTTP status's standard reason phrase, lower case ("" for none)."""
+    try:
+        return http.HTTPStatus(code).phrase.split()[0].lower()
+    except ValueError:
+        return ""
+
+
 def _found(text: str) -> Iterable[tuple[str, str]]:
     text = _URL.sub(" ", _LONG_RUN.sub(" ", text))
     for m in _HTTP.finditer(text):
         code = m.group(1) or m.group(2)
-        yield f"HTTP {code}", "http_status"
+        if m.group(1) or _reason_of(int(code)) == m.group(3).lower():
+            yield f"HTTP {code}", "http_status"
     for m in _SQLSTATE.finditer(text):
         yield f"SQLSTATE {m.group(1)}", "sqlstate"
     for m in _ERROR_CODE.finditer(text):
-        yield m.group(0), "error_code"
+        if "_" in m.group(0) or m.group(0) in _ERRNO:
+            yield m.group(0), "error_code"
     for m in _ERROR_CODE_HYPHEN.finditer(text):
         code = m.group(0)
         if code.count("-") >= 2 or any(c.isdigit() for c in code):

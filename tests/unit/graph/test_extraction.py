@@ -19,11 +19,27 @@ from graph.extraction import (
 
 
 @pytest.mark.parametrize(
+    "text",
+    [
+        "Rejected Batch 100 From Northwind",  # a number before a capitalized word: no reason phrase
+        "[ Return 429 Error ] -> [ Allow Request ]",  # a diagram's box
+        "2024-05-01 ERROR: pool exhausted; EVENT queued; EXIT code 3",  # log levels and words in capitals
+    ],
+)
+def test_numbers_and_capitals_that_read_as_codes_are_none(text: str) -> None:
+    assert not [e for e in merge_entities(extract_identifiers(text)) if e.type in ("http_status", "error_code")]
+
+
+@pytest.mark.parametrize(
     ("text", "name", "typ"),
     [
         ("clients got HTTP 504 from the gateway", "HTTP 504", "http_status"),
         ("returned status code 503 twice", "HTTP 503", "http_status"),
         ("the 502 Bad Gateway page", "HTTP 502", "http_status"),
+        ("nginx: 504 Gateway Time-out", "HTTP 504", "http_status"),
+        ("a 429 Too Many Requests reply", "HTTP 429", "http_status"),
+        ("read: ECONNREFUSED (the pool)", "ECONNREFUSED", "error_code"),
+        ("getaddrinfo ENOTFOUND db.internal", "ENOTFOUND", "error_code"),
         ("failed with ERR_CONN_RESET_4F2A at noon", "ERR_CONN_RESET_4F2A", "error_code"),
         ("psql said SQLSTATE 08006 and quit", "SQLSTATE 08006", "sqlstate"),
         ("raised PoolTimeoutError in the worker", "PoolTimeoutError", "exception"),
