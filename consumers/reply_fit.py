@@ -94,25 +94,33 @@ def fit_get_reply(reply: GetReply, max_bytes: int) -> GetReply:
     """``reply``, with items left off until it fits ``max_bytes`` as JSON (``truncated`` says
     so): off its end, or off its start for the oldest-first turns of a ``RecentReply``. An
     item too large alone (the first asked for, or the newest turn) keeps the start of its
-    content, and its own ``content_truncated`` says so. Earlier versions go first: the
-    oldest of the item whose versions take the most bytes, until it fits
-    (``history_truncated`` says so)."""
-    reply = _fit_history(reply, max_bytes)
+    content, and its own ``content_truncated`` says so. Items are left off as if they held
+    no earlier versions; then the kept items' versions go, the oldest of the item whose
+    versions take the most bytes first, until it fits (``history_truncated`` says so): a
+    version is not given up for an item left off anyway."""
     items = list(reply.items)
     # Each item encoded once (the reply's size is the sum), on the event loop every query shares.
-    sizes = [_json_size(i) + 2 for i in items]
+    sizes = [_json_size(_without_history(i)) + 2 for i in items]
     total = _json_size(reply.model_copy(update={"items": [], "truncated": False})) + sum(sizes)
     first = 0 if isinstance(reply, RecentReply) else -1
     while len(items) > 1 and total > max_bytes:
         items.pop(first)
         total -= sizes.pop(first)
-    fitted = reply.model_copy(update={"items": items, "truncated": len(items) < len(reply.items)})
+    fitted = _fit_history(
+        reply.model_copy(update={"items": items, "truncated": len(items) < len(reply.items)}), max_bytes
+    )
     if total <= max_bytes or not items:
         return fitted
     size = _json_size(fitted)  # one item, too large alone: its content's end is cut
-    if items[0].content and (cut := _cut_to_fit(reply, items[0], size, max_bytes)) is not None:
+    alone = fitted.items[0]
+    if alone.content and (cut := _cut_to_fit(fitted, alone, size, max_bytes)) is not None:
         return cut
-    return reply.model_copy(update={"items": [], "truncated": True})
+    return fitted.model_copy(update={"items": [], "truncated": True})
+
+
+def _without_history(item: GetItem) -> GetItem:
+    """``item`` as it is with every earlier version left off (``history_truncated`` then says so)."""
+    return item.model_copy(update={"history": [], "history_truncated": True}) if item.history else item
 
 
 def _fit_history(reply: GetReply, max_bytes: int) -> GetReply:
@@ -163,5 +171,5 @@ def _cut_to_fit(reply: GetReply, item: GetItem, size: int, max_bytes: int) -> Ge
         keep = max(0, min(keep - 1, int(keep * budget / used)))
         used = len(json.dumps(text[:keep]))
     cut = item.model_copy(update={"content": text[:keep], "content_truncated": True})
-    fitted = reply.model_copy(update={"items": [cut], "truncated": len(reply.items) > 1})
+    fitted = reply.model_copy(update={"items": [cut], "truncated": reply.truncated or len(reply.items) > 1})
     return fitted if len(json.dumps(fitted.model_dump(mode="json"))) <= max_bytes else None

@@ -31,7 +31,8 @@ def get(
     as_json: JsonOpt = False,
     timeout: ReadTimeoutOpt = None,
 ) -> None:
-    """Show memories by id: each one's current version and content (exit 3 if one is not found)."""
+    """Show memories by id: each one's current version and content (exit 3 if one is not found
+    or did not fit the reply)."""
     flt = _filter(filters)
     settings = _settings()
     target = _tenant_target(settings.consumer.tenancy, tenant)
@@ -40,18 +41,22 @@ def get(
         return await c.get(doc_ids, metadata_filter=flt or None, history=history)
 
     reply = _with_client(read, settings, target, timeout_s=timeout)
+    answered = {i.doc_id for i in reply.items}
+    left_off = [d for d in dict.fromkeys(doc_ids) if d not in answered]
     if as_json:
         print(json_for_terminal(reply.model_dump_json(indent=2)))
     else:
+        alone = len(set(doc_ids)) == 1
         for item in reply.items:
-            _show(item)
-        if reply.truncated:
-            out.print(Text("(more items did not fit one Kafka record)", style="yellow"))
-    if any(i.status == "not_found" for i in reply.items):
+            _show(item, alone=alone)
+        if left_off:
+            ids = ", ".join(left_off)
+            out.print(Text(f"(left off to fit one Kafka record: {ids}; get them on their own)", style="yellow"))
+    if left_off or any(i.status == "not_found" for i in reply.items):
         raise typer.Exit(NOT_FOUND_EXIT)
 
 
-def _show(item: GetItem) -> None:
+def _show(item: GetItem, *, alone: bool) -> None:
     if item.status != "found":
         out.print(Text(f"{item.doc_id}: {item.status.replace('_', ' ')}", style="yellow"))
         return
@@ -77,4 +82,5 @@ def _show(item: GetItem) -> None:
         out.print(Text(v.content, style="dim"))
     if item.history_truncated:
         left = "earlier" if not item.history else "older"
-        out.print(Text(f"  ({left} versions left off to fit one Kafka record: get this id alone)", style="yellow"))
+        why = "it does not fit one Kafka record with them" if alone else "get this id alone"
+        out.print(Text(f"  ({left} versions left off to fit one Kafka record: {why})", style="yellow"))

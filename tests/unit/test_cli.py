@@ -493,3 +493,27 @@ def test_json_output_escapes_the_controls_a_terminal_may_obey() -> None:
     shown = json_for_terminal(reply.model_dump_json(indent=2))
     assert "\x9b" not in shown and "\x7f" not in shown and "é" in shown
     assert json.loads(shown) == json.loads(reply.model_dump_json())
+
+
+def test_get_names_the_ids_a_reply_left_off_and_exits_3(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reply cut to one record answers only its first ids: the rest are named, and the exit
+    code is 3 as for an id not found (0 would read as every id shown)."""
+    from typer.testing import CliRunner
+
+    from consumers.requests import GetItem, GetReply
+    from daemon.cli import app
+
+    reply = GetReply(
+        query_id="g",
+        items=[GetItem(doc_id="big", status="found", version=1, content="x" * 50, content_truncated=True)],
+        took_ms=1.0,
+        truncated=True,
+    )
+    monkeypatch.setattr("daemon.cli._app.configure_logging", lambda *_: None)
+    monkeypatch.setattr("daemon.cli.get._with_client", lambda *_a, **_k: reply)
+    res = CliRunner().invoke(app, ["get", "big", "nope", "small", "big"])
+    assert res.exit_code == 3, res.output
+    assert "left off to fit one Kafka record: nope, small; get them on their own" in " ".join(res.output.split())
+    whole = reply.model_copy(update={"truncated": False})
+    monkeypatch.setattr("daemon.cli.get._with_client", lambda *_a, **_k: whole)
+    assert CliRunner().invoke(app, ["get", "big"]).exit_code == 0

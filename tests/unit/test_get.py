@@ -153,3 +153,18 @@ def test_earlier_versions_go_first_oldest_of_the_largest_first_when_a_reply_is_t
     # Past every version, items go as before.
     tight = fit_get_reply(reply, 700)
     assert len(json.dumps(tight.model_dump(mode="json"))) <= 700 and tight.items[0].history == []
+
+
+def test_an_item_keeps_its_versions_when_an_item_after_it_is_left_off_anyway() -> None:
+    """Items are left off as if they held no versions, then the kept items' versions are
+    fitted: a large item after a document with history does not cost that history."""
+    earlier = EarlierVersion(version=1, content="v1 " * 1000, source="s", metadata={}, timestamp=None, until=None)
+    med = GetItem(doc_id="med", status="found", version=2, content="v2 " * 1000, history=[earlier])
+    big = GetItem(doc_id="big", status="found", version=1, content="x" * 20_000)
+    fitted = fit_get_reply(GetReply(query_id="g", items=[med, big], took_ms=1.0), 10_000)
+    assert [i.doc_id for i in fitted.items] == ["med"] and fitted.truncated
+    assert fitted.items[0].history == [earlier] and not fitted.items[0].history_truncated
+    # Too large with its versions even alone: they go, and it says so.
+    alone = fit_get_reply(GetReply(query_id="g", items=[med, big], took_ms=1.0), 4_500)
+    assert [i.doc_id for i in alone.items] == ["med"] and alone.items[0].history_truncated
+    assert alone.items[0].history == [] and alone.truncated
