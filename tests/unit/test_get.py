@@ -8,7 +8,7 @@ import re
 import pytest
 
 from consumers.queries import parse_request, scope_of
-from consumers.reply_fit import fit_get_reply
+from consumers.reply_fit import fit, fit_get_reply
 from consumers.requests import EarlierVersion, GetItem, GetReply, GetRequest, RecentReply
 from memory.errors import InvalidRequest
 
@@ -168,3 +168,11 @@ def test_an_item_keeps_its_versions_when_an_item_after_it_is_left_off_anyway() -
     alone = fit_get_reply(GetReply(query_id="g", items=[med, big], took_ms=1.0), 4_500)
     assert [i.doc_id for i in alone.items] == ["med"] and alone.items[0].history_truncated
     assert alone.items[0].history == [] and alone.truncated
+
+
+def test_a_reply_is_cut_the_same_however_long_it_took() -> None:
+    item = GetItem(doc_id="d", status="found", content="é" * 3000 + "x" * 20_000)
+    cuts = [fit(GetReply(query_id="g", items=[item], took_ms=t), 8000) for t in (0.9, 12.345, 123456.789)]
+    assert len({c.items[0].content for c in cuts}) == 1  # type: ignore[union-attr]
+    assert [c.took_ms for c in cuts] == [0.9, 12.345, 123456.789]
+    assert all(len(json.dumps(c.model_dump(mode="json"))) <= 8000 for c in cuts)
