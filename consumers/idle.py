@@ -25,6 +25,8 @@ from typing import Any
 
 import structlog
 
+from consumers.kafka_clients import set_fetch_wait
+
 log = structlog.get_logger()
 
 _MISSING = object()
@@ -103,11 +105,10 @@ class FetchBackoff:
             return
         if id(consumer) == watched.consumer_id and watched.applied == wait:
             return
-        if not isinstance(getattr(fetcher, "_fetch_max_wait_ms", None), int):
+        if not set_fetch_wait(consumer, wait):
             if not self._unavailable:
                 self._unavailable = True
                 log.warning("consumer.idle_backoff_disabled", reason="aiokafka's fetcher has no _fetch_max_wait_ms")
             return
-        fetcher._fetch_max_wait_ms = wait
         watched.applied, watched.consumer_id = wait, id(consumer)
         log.debug("consumer.fetch_wait_set", subscriber=role, wait_ms=wait)

@@ -68,3 +68,13 @@ async def lost_partitions(consumer: Any) -> list[tuple[Any, int, int]]:
         for tp in tps
         if past_log_end(positions[tp], highwaters[tp], ends.get(tp))
     ]
+
+
+def set_fetch_wait(consumer: Any, wait_ms: int) -> bool:
+    """Set how long the broker may hold ``consumer``'s fetches from its next one; False when
+    this aiokafka has no such attribute (its fetcher's, set only at construction otherwise)."""
+    fetcher: Any = getattr(consumer, "_fetcher", None)
+    if not isinstance(getattr(fetcher, "_fetch_max_wait_ms", None), int):
+        return False
+    fetcher._fetch_max_wait_ms = wait_ms
+    return True

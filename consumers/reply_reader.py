@@ -10,7 +10,7 @@ import structlog
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import IllegalStateError, KafkaError
 
-from consumers.kafka_clients import cluster_metadata, lost_partitions, stop_quietly
+from consumers.kafka_clients import cluster_metadata, lost_partitions, set_fetch_wait, stop_quietly
 from memory.errors import BackendUnavailable, NotFound
 
 log = structlog.get_logger()
@@ -18,6 +18,11 @@ log = structlog.get_logger()
 #: How long a reply is awaited before the reader is checked for a lost log, and then between
 #: checks: a reply takes milliseconds, a write's ack seconds to minutes.
 LOST_LOG_CHECK_S = 1.0
+#: How long the broker may hold the reader's fetches once every reply it awaits has been
+#: awaited ``LOST_LOG_CHECK_S``: then they are writes' acks, and at 5 ms a client waiting
+#: minutes for a large document's ack sent ~140 fetches a second. A new request sets the
+#: short wait again (its reply may still wait out one long fetch).
+LONG_WAIT_FETCH_MS = 100
 
 
 class ReplyReader:
@@ -46,6 +51,8 @@ class ReplyReader:
         self._waking: asyncio.Task[None] | None = None
         self._consumer: AIOKafkaConsumer | None = None
         self._pending: dict[str, asyncio.Future[bytes]] = {}
+        self._since: dict[str, float] = {}  # when each awaited reply was first awaited (the loop's time)
+        self.fetch_wait_ms = fetch_wait_ms  # what the reader's fetches wait now
         self._reader: asyncio.Task[None] | None = None
         self._checking: asyncio.Task[None] | None = None  # a lost-log check (check_lost_log)
         self._checked_at = float("-inf")
@@ -67,27 +74,38 @@ class ReplyReader:
             await self._stop()
             consumer = await self._start_consumer()
             self._consumer = consumer
+            self.fetch_wait_ms = self._wait_ms  # as it was made
             self._reader = asyncio.create_task(self._read(consumer))
 
     def expect(self, cid: str) -> asyncio.Future[bytes]:
         """The future the reply with correlation id ``cid`` will complete."""
-        fut: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[bytes] = loop.create_future()
         self._pending[cid] = fut
+        self._since[cid] = loop.time()
+        self._fetch_wait(self._wait_ms)
         return fut
 
     def done_with(self, cid: str, fut: asyncio.Future[bytes]) -> None:
         """Stop waiting for ``cid``'s reply; the reader pauses once no reply is awaited for a while."""
         self._pending.pop(cid, None)
+        self._since.pop(cid, None)
         if not self._pending:
             self._pause_later()
         if fut.done() and not fut.cancelled():
             fut.exception()  # seen: a reader failure during a failed send is no "never retrieved"
+
+    def _fetch_wait(self, wait_ms: int) -> None:
+        if wait_ms != self.fetch_wait_ms and self._consumer is not None and set_fetch_wait(self._consumer, wait_ms):
+            self.fetch_wait_ms = wait_ms
 
     def check_lost_log(self) -> None:
         """Start a check for a log the broker lost under the reader (an embedded broker restarted
         empty), unless one runs or ran within ``LOST_LOG_CHECK_S``: one for all the requests
         waiting, never in their way."""
         loop = asyncio.get_running_loop()
+        if self._since and loop.time() - max(self._since.values()) >= LOST_LOG_CHECK_S:
+            self._fetch_wait(max(self._wait_ms, LONG_WAIT_FETCH_MS))
         if self._checking is not None and not self._checking.done():
             return
         if loop.time() - self._checked_at < LOST_LOG_CHECK_S:

@@ -29,6 +29,7 @@ from structlog.testing import capture_logs
 import consumers.reply_reader
 from consumers.client import MemoryClient
 from consumers.errors import QueryFailed, WriteRejected
+from consumers.reply_reader import LONG_WAIT_FETCH_MS
 from daemon.connections import memory_client
 from daemon.instance import Daemon
 from daemon.settings import Settings
@@ -641,3 +642,27 @@ async def test_cli_publish_refuses_a_binary_or_empty_file_before_sending_any(env
         rc, _out, err = await _agentmemd(settings, "publish", "doc", str(good), str(bad), "--tenant", WRITER)
         assert rc == 1 and why in err and bad.name in err and "Traceback" not in err, (bad, rc, err)
     assert await _total_end_offset(plain, topic) == before, "a file was sent before the bad one was found"
+
+
+async def test_a_reader_waiting_long_for_an_ack_fetches_less_often(env) -> None:
+    """A write's ack awaited past a second: the reply reader's fetches wait longer (a client
+    waiting minutes for a large document's ack polled 140 times a second); a new request sets
+    the short wait again."""
+    _, _, settings = env
+    unread = settings.topics.model_copy(
+        update={"requests": f"{settings.topics.requests}-slow", "documents": f"{settings.topics.documents}-slow"}
+    )
+    async with MemoryClient(bootstrap=settings.kafka_bootstrap, topics=unread, timeout_s=4) as lost:
+        write = asyncio.create_task(lost.publish_document("slow/doc.md", "nobody reads this topic", wait=True))
+        reader = lost._transport._replies
+        await asyncio.sleep(0.5)
+        assert reader.fetch_wait_ms == 5
+        await asyncio.sleep(1.8)
+        assert reader.fetch_wait_ms == LONG_WAIT_FETCH_MS
+        assert reader._consumer is not None and reader._consumer._fetcher._fetch_max_wait_ms == LONG_WAIT_FETCH_MS
+        ask = asyncio.create_task(lost.query("vault_token"))
+        await asyncio.sleep(0.3)
+        assert reader.fetch_wait_ms == 5 and reader._consumer._fetcher._fetch_max_wait_ms == 5
+        for task in (write, ask):
+            with pytest.raises(TimeoutError):
+                await task
