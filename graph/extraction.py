@@ -11,7 +11,6 @@ from __future__ import annotations
 import bisect
 import errno
 import hashlib
-import http
 import itertools
 import re
 from collections import Counter
@@ -40,16 +39,32 @@ TYPE_PRIORITY = (
     "concept",
 )
 
-# A status named as one ("HTTP 504", "status 404"), or by its reason phrase after it ("503
-# Service Unavailable"): its first word must be the standard phrase's (``_reason_of``), or
-# "Batch 100 From" and a diagram's "429 Error" would be statuses too.
-_HTTP = re.compile(r"\b(?:HTTP|http|status(?: code)?)[ /-]?([1-5]\d\d)\b|\b([1-5]\d\d) ([A-Z][a-z]+)\b")
+# A status named as one ("HTTP 504", "status 404"), or by a reason phrase after it ("503
+# Service Unavailable", "404 NOT FOUND", "404 Client Error: Not Found"): its first word must
+# open one (``_REASON_WORDS``), or "Batch 100 From" and a diagram's "429 Error" would be statuses too.
+_HTTP = re.compile(r"\b(?:HTTP|http|status(?: code)?)[ /-]?([1-5]\d\d)\b|\b([1-5]\d\d) ([A-Z][A-Za-z']*)")
+#: The first words of reason phrases: the standard ones under their old and new names (Python
+#: 3.13 renamed some), requests' "Client Error"/"Server Error", and those of common
+#: non-standard codes (nginx's 499, Cloudflare's 52x). A fixed list, not ``http.HTTPStatus``:
+#: daemons on different Pythons must find the same entities.
+_REASON_WORDS = frozenset(
+    "continue switching processing early ok created accepted non no reset partial multi already im "
+    "multiple moved found see not use temporary permanent bad unauthorized payment forbidden method "
+    "proxy request conflict gone length precondition payload content uri unsupported requested range "
+    "expectation i'm misdirected unprocessable locked failed too upgrade unavailable internal gateway "
+    "service http variant insufficient loop network client server unknown web connection origin "
+    "bandwidth invalid site".split()
+)
 _SQLSTATE = re.compile(r"\bSQLSTATE[ :=]*([0-9A-Z]{5})\b")
 # errno names (ECONNRESET) stand alone: the EAST of US-EAST is none, and only errno's own
 # names are codes (a log's ERROR, EVENT or EXIT is none).
 _ERROR_CODE = re.compile(r"\b(?:[A-Z][A-Z0-9]*_){1,}[A-Z0-9]+\b|(?<![\w-])E[A-Z]{3,}\b(?=[:\s)])")
-#: errno's names, and the resolver's and HTTP clients' that read as they do.
-_ERRNO = frozenset(errno.errorcode.values()) | {"ENOTFOUND", "ESOCKETTIMEDOUT"}
+#: errno's names (every alias: EWOULDBLOCK is EAGAIN's number), other systems' that logs show,
+#: and Node's resolver's and HTTP clients' that read as they do.
+_ERRNO = frozenset(n for n in dir(errno) if n.startswith("E") and n.isupper()) | {
+    *"EFTYPE EAUTH ENEEDAUTH ENOATTR EPROCLIM EBADRPC ERPCMISMATCH".split(),
+    *"ENOTFOUND ESERVFAIL ETIMEOUT EREFUSED ENODATA ECONNREFUSED ESOCKETTIMEDOUT".split(),
+}
 # Upper-case words joined by hyphens (ERR-CONN-RESET): the error code ERR_CONN_RESET spelled
 # another way, so it is named with underscores and both spellings are one node (as they are
 # one identifier in the identifier leg). Each part has two characters or more (not X-RAY),
@@ -134,19 +149,11 @@ _NOT_HOSTS = frozenset(
 )
 
 
-def _reason_of(code: int) -> str:
-    """The first word of an HTTP status's standard reason phrase, lower case ("" for none)."""
-    try:
-        return http.HTTPStatus(code).phrase.split()[0].lower()
-    except ValueError:
-        return ""
-
-
 def _found(text: str) -> Iterable[tuple[str, str]]:
     text = _URL.sub(" ", _LONG_RUN.sub(" ", text))
     for m in _HTTP.finditer(text):
         code = m.group(1) or m.group(2)
-        if m.group(1) or _reason_of(int(code)) == m.group(3).lower():
+        if m.group(1) or m.group(3).lower() in _REASON_WORDS:
             yield f"HTTP {code}", "http_status"
     for m in _SQLSTATE.finditer(text):
         yield f"SQLSTATE {m.group(1)}", "sqlstate"

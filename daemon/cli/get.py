@@ -46,7 +46,7 @@ def get(
     if as_json:
         print(json_for_terminal(reply.model_dump_json(indent=2)))
     else:
-        alone = len(set(doc_ids)) == 1
+        alone = len(reply.items) == 1  # then its versions were left off for its own size
         for item in reply.items:
             _show(item, alone=alone)
         if left_off:
