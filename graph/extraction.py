@@ -58,7 +58,7 @@ _REASON_WORDS = frozenset(
 _SQLSTATE = re.compile(r"\bSQLSTATE[ :=]*([0-9A-Z]{5})\b")
 # errno names (ECONNRESET) stand alone: the EAST of US-EAST is none, and only errno's own
 # names are codes (a log's ERROR, EVENT or EXIT is none).
-_ERROR_CODE = re.compile(r"\b(?:[A-Z][A-Z0-9]*_){1,}[A-Z0-9]+\b|(?<![\w-])E[A-Z]{3,}\b(?=[:\s)])")
+_ERROR_CODE = re.compile(r"\b(?:[A-Z][A-Z0-9]*_){1,}[A-Z0-9]+\b|(?<![\w-])E[A-Z]{3,}\b(?=[:\s)]|$)")
 #: errno's names (every alias: EWOULDBLOCK is EAGAIN's number), other systems' that logs show,
 #: and Node's resolver's and HTTP clients' that read as they do.
 _ERRNO = frozenset(n for n in dir(errno) if n.startswith("E") and n.isupper()) | {

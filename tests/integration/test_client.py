@@ -652,13 +652,17 @@ async def test_a_reader_waiting_long_for_an_ack_fetches_less_often(env) -> None:
     unread = settings.topics.model_copy(
         update={"requests": f"{settings.topics.requests}-slow", "documents": f"{settings.topics.documents}-slow"}
     )
-    async with MemoryClient(bootstrap=settings.kafka_bootstrap, topics=unread, timeout_s=4) as lost:
-        write = asyncio.create_task(lost.publish_document("slow/doc.md", "nobody reads this topic", wait=True))
+    async with MemoryClient(bootstrap=settings.kafka_bootstrap, topics=unread, timeout_s=8) as lost:
         reader = lost._transport._replies
-        await asyncio.sleep(0.5)
-        assert reader.fetch_wait_ms == 5
-        await asyncio.sleep(1.8)
-        assert reader.fetch_wait_ms == LONG_WAIT_FETCH_MS
+        write = asyncio.create_task(lost.publish_document("slow/doc.md", "nobody reads this topic", wait=True))
+        await asyncio.sleep(0.3)
+        assert reader.fetch_wait_ms == 5  # awaited less than a second
+        # Polled, not slept: on a loaded machine the first check may come late.
+
+        async def slowed() -> bool:
+            return reader.fetch_wait_ms == LONG_WAIT_FETCH_MS
+
+        await eventually(slowed, timeout=5, what="the reader's fetches wait longer")
         assert reader._consumer is not None and reader._consumer._fetcher._fetch_max_wait_ms == LONG_WAIT_FETCH_MS
         ask = asyncio.create_task(lost.query("vault_token"))
         await asyncio.sleep(0.3)

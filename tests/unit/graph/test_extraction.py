@@ -45,6 +45,7 @@ def test_numbers_and_capitals_that_read_as_codes_are_none(text: str) -> None:
         ("a 200 OK at last", "HTTP 200", "http_status"),
         ("read EWOULDBLOCK: try again", "EWOULDBLOCK", "error_code"),
         ("queryA ESERVFAIL (coredns)", "ESERVFAIL", "error_code"),
+        ("Error: write EPIPE", "EPIPE", "error_code"),
         ("read: ECONNREFUSED (the pool)", "ECONNREFUSED", "error_code"),
         ("getaddrinfo ENOTFOUND db.internal", "ENOTFOUND", "error_code"),
         ("failed with ERR_CONN_RESET_4F2A at noon", "ERR_CONN_RESET_4F2A", "error_code"),
