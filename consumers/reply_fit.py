@@ -172,8 +172,9 @@ def _with_versions(reply: GetReply, kept: Sequence[int]) -> GetReply:
 
 
 def _cut_to_fit(reply: GetReply, item: GetItem, size: int, max_bytes: int) -> GetReply | None:
-    """``reply`` with ``item`` alone, its content cut at the end to fit ``max_bytes``
-    (``size``: the JSON's size with all of it), or None if its other fields alone do not fit."""
+    """``reply`` (of ``item`` alone, its ``truncated`` set already) with the item's content cut
+    at the end to fit ``max_bytes`` (``size``: the JSON's size with all of it), or None if its
+    other fields alone do not fit."""
     text = item.content or ""
     budget = len(json.dumps(text)) - (size - max_bytes) - 32  # bytes the content's JSON may take
     # From at most one character a byte: the cut is the same whatever follows (a lookup may
@@ -185,5 +186,5 @@ def _cut_to_fit(reply: GetReply, item: GetItem, size: int, max_bytes: int) -> Ge
         keep = max(0, min(keep - 1, int(keep * budget / used)))
         used = len(json.dumps(text[:keep]))
     cut = item.model_copy(update={"content": text[:keep], "content_truncated": True})
-    fitted = reply.model_copy(update={"items": [cut], "truncated": reply.truncated or len(reply.items) > 1})
+    fitted = reply.model_copy(update={"items": [cut]})
     return fitted if len(json.dumps(fitted.model_dump(mode="json"))) <= max_bytes else None

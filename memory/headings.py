@@ -105,6 +105,11 @@ def headings(text: str) -> list[Heading]:
     return out
 
 
+def _may_fence(text: str) -> bool:
+    """Whether ``text`` holds a run that could open a fence: else no line of it is code."""
+    return "```" in text or "~~~" in text
+
+
 def _lines(text: str) -> tuple[list[str], list[int]]:
     """``text``'s lines without their ends, and where each starts (one more: the text's end)."""
     raws = text.splitlines(keepends=True)
@@ -167,7 +172,7 @@ def open_fences(text: str, chunk_starts: Sequence[int]) -> list[str]:
     for prose, and its closing fence would open a block of the prose after it. A chunk that
     starts inside a fence line is taken as past it.
     """
-    if "```" not in text and "~~~" not in text:
+    if not _may_fence(text):
         return [""] * len(chunk_starts)
     lines, starts = _lines(text)
     _, before, after = _fences(lines)
@@ -191,7 +196,7 @@ def prose(text: str) -> str:
     """``text`` with each line of fenced code (the fences' own lines too) left empty: what
     names are read from. A diagram or a program's strings in a code block read as names
     ("Return 429 Error Allow Request") that no sentence says anything of."""
-    if "```" not in text and "~~~" not in text:
+    if not _may_fence(text):
         return text
     lines, _ = _lines(text)
     _, before, after = _fences(lines)

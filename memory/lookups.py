@@ -54,17 +54,11 @@ class Lookups:
         flt = normalize_filter(metadata_filter, allowed=self._index.cfg.filter_keys).including("tenant", [tenant])
         await self._index.refuse_mismatch()
         wanted = list(dict.fromkeys(doc_ids))
-        if content_chars is not None:
-            out = await self._shown(wanted, await self._index.openings(wanted, tenant, content_chars), tenant, flt)
-            if cut_where_short(out, content_chars):
-                return await self._with_history(out, tenant, flt) if history else out
+        out = await self._shown(wanted, await self._index.openings(wanted, tenant, content_chars), tenant, flt)
+        if content_chars is not None and not cut_where_short(out, content_chars):
             # A doc not shown (outside the filter, being written) took characters it does not
             # show, so a doc after it was read shorter than a reply cuts it: read them whole.
-        whole = {
-            d: Opening(tuple(c), len(c), frozenset(x.version for x in c))
-            for d, c in (await self._index.turns(wanted, tenant)).items()
-        }
-        out = await self._shown(wanted, whole, tenant, flt)
+            out = await self._shown(wanted, await self._index.openings(wanted, tenant), tenant, flt)
         return await self._with_history(out, tenant, flt) if history else out
 
     async def _shown(

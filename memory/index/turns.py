@@ -10,7 +10,6 @@ from typing import Any
 
 import numpy as np
 from redis import exceptions as rexc
-from redis.commands.core import AsyncScript
 
 from memory.chunking import chunk_id
 from memory.index.codec import JOIN_FIELDS, TurnEntry, _float_or_none, _int_or_none, _stored, _text, turn_terms
@@ -36,8 +35,9 @@ class Opening:
         return len(self.chunks) == self.count
 
 
-#: A Lua function of the scripts below: a chunk set's ids in position order (``chunk_position``),
-#: each as ``{position, id}``.
+#: Lua functions of the scripts below: a chunk set's ids in position order (``chunk_position``),
+#: each as ``{position, id}``, and the rows of those from ``lo`` (0-based) to ``hi``: each the
+#: chunk id and its fields' values (nil where missing).
 _ORDERED = """
 local function ordered(set)
   local order = {}
@@ -47,11 +47,20 @@ local function ordered(set)
   table.sort(order, function(a, b) return a[1] < b[1] end)
   return order
 end
+local function rows_of(prefix, order, lo, hi, fields)
+  local rows = {}
+  for j = lo + 1, hi do
+    local row = redis.call('HMGET', prefix .. order[j][2], unpack(fields))
+    table.insert(row, 1, order[j][2])
+    rows[#rows + 1] = row
+  end
+  return rows
+end
 """
 
 #: Each doc's chunks in position order (``_Turns._chunk_rows``): KEYS are the docs' chunk sets;
 #: ARGV the chunks' key prefix, the number of fields, the fields, then the first index and
-#: count (-1: all) read of each doc. A row is the chunk id and its fields' values (nil where missing).
+#: count (-1: all) read of each doc; per doc its rows (``rows_of``).
 _CHUNK_ROWS = (
     _ORDERED
     + """
@@ -64,13 +73,7 @@ for i, set in ipairs(KEYS) do
   local order = ordered(set)
   local hi = #order
   if n >= 0 and lo + n < hi then hi = lo + n end
-  local rows = {}
-  for j = lo + 1, hi do
-    local row = redis.call('HMGET', prefix .. order[j][2], unpack(fields))
-    table.insert(row, 1, order[j][2])
-    rows[#rows + 1] = row
-  end
-  out[i] = rows
+  out[i] = rows_of(prefix, order, lo, hi, fields)
 end
 return out
 """
@@ -118,17 +121,32 @@ for i, set in ipairs(KEYS) do
   elseif n > 0 then
     left = left - (starts[n] or 0)
   end
-  local rows = {}
-  for j = 1, n do
-    local row = redis.call('HMGET', prefix .. order[j][2], unpack(fields))
-    table.insert(row, 1, order[j][2])
-    rows[j] = row
-  end
-  out[i] = {versions, rows, #order}
+  out[i] = {versions, rows_of(prefix, order, 0, n, fields), #order}
 end
 return out
 """
 )
+
+
+#: Characters no document holds (the content limit is megabytes), exact as a Lua number.
+_WHOLE = 2**52
+
+
+def _keyed(prefix: str, rows: Sequence[Sequence[Any]]) -> list[tuple[str, str, list[Any]]]:
+    """A script's rows (``rows_of``'s) as (key, chunk id, the fields' values)."""
+    return [(prefix + (cid := as_str(row[0])), cid, list(row[1:])) for row in rows]
+
+
+def _decoded(
+    rows: Sequence[tuple[str, str, list[Any]]], fields: Sequence[str], tag_keys: Sequence[str]
+) -> list[StoredChunk]:
+    """The chunks of ``rows`` (``fields`` read, the first a text) that are stored."""
+    return [
+        _stored(types.SimpleNamespace(id=key, **dict(zip(fields, values, strict=True))), tag_keys)
+        for key, _, values in rows
+        if values[0] is not None
+    ]
+
 
 #: Chunks decoded on the event loop; more go to a thread (pure Python per chunk).
 _DECODED_INLINE = 256
@@ -136,9 +154,6 @@ _DECODED_INLINE = 256
 
 class _Turns(_Lifecycle):
     """Reads of stored turns (their texts, entries and chunks) and ``recontext``."""
-
-    _rows_script: AsyncScript | None = None
-    _openings_script: AsyncScript | None = None
 
     async def turn_texts(self, doc_ids: Sequence[str], tenant: str = DEFAULT_TENANT) -> dict[str, str]:
         """The first chunk's text of each doc that is stored (what a turn's neighbours read)."""
@@ -172,15 +187,10 @@ class _Turns(_Lifecycle):
         prefix = self._chunk_key(gen, tenant, "")
         lo, n = (0, -1) if page is None else page
         async with translate_errors("turn read"):
-            if self._rows_script is None:
-                self._rows_script = self._r.register_script(_CHUNK_ROWS)
-            replies = await self._rows_script(
+            replies = await self._r.register_script(_CHUNK_ROWS)(
                 keys=[self._doc_key(gen, tenant, d) for d in doc_ids], args=[prefix, len(fields), *fields, lo, n]
             )
-        return {
-            d: [(prefix + (cid := as_str(row[0])), cid, list(row[1:])) for row in rows]
-            for d, rows in zip(doc_ids, replies, strict=True)
-        }
+        return {d: _keyed(prefix, rows) for d, rows in zip(doc_ids, replies, strict=True)}
 
     async def as_written(self, doc_ids: Sequence[str], tenant: str = DEFAULT_TENANT) -> dict[str, list[StoredChunk]]:
         """Each stored doc's chunks in position order, with only what says what was written
@@ -191,16 +201,7 @@ class _Turns(_Lifecycle):
         rows = await self._chunk_rows(doc_ids, tenant, fields)
 
         def decoded() -> dict[str, list[StoredChunk]]:
-            out: dict[str, list[StoredChunk]] = {}
-            for d, chunks in rows.items():
-                found = [
-                    _stored(types.SimpleNamespace(id=key, **dict(zip(fields, values, strict=True))), ())
-                    for key, _, values in chunks
-                    if values[0] is not None
-                ]
-                if found:
-                    out[d] = found
-            return out
+            return {d: found for d, chunks in rows.items() if (found := _decoded(chunks, fields, ()))}
 
         many = sum(len(c) for c in rows.values()) > _DECODED_INLINE
         return await asyncio.to_thread(decoded) if many else decoded()
@@ -226,21 +227,13 @@ class _Turns(_Lifecycle):
         turns around a hit and lookups by id); with ``page`` (offset, limit), only those."""
         fields = (*self._fields, *JOIN_FIELDS)
         rows = await self._chunk_rows(doc_ids, tenant, fields, page)
-        out: dict[str, list[StoredChunk]] = {}
-        for d, chunks in rows.items():
-            found = [
-                _stored(types.SimpleNamespace(id=key, **dict(zip(fields, values, strict=True))), self._tag_keys)
-                for key, _, values in chunks
-                if values[0] is not None
-            ]
-            if found:
-                out[d] = found
-        return out
+        return {d: found for d, chunks in rows.items() if (found := _decoded(chunks, fields, self._tag_keys))}
 
-    async def openings(self, doc_ids: Sequence[str], tenant: str, chars: int) -> dict[str, Opening]:
+    async def openings(self, doc_ids: Sequence[str], tenant: str, chars: int | None = None) -> dict[str, Opening]:
         """Each stored doc's chunks as :meth:`turns` reads them, whole only as far as they hold
-        the first ``chars`` characters of the docs taken in order, and the versions of all its
-        chunks: in one script, so the versions and the opening are of one moment.
+        the first ``chars`` characters of the docs taken in order (``None``: all of them), and
+        the versions of all its chunks: in one script, so the versions and the opening are of
+        one moment.
 
         Why: a reply cut to ``chars`` bytes never shows more, and reading a 4 MiB document's
         thousands of chunks whole held the event loop for every other question.
@@ -251,22 +244,13 @@ class _Turns(_Lifecycle):
         prefix = self._chunk_key(gen, tenant, "")
         fields = (*self._fields, *JOIN_FIELDS)
         async with translate_errors("turn read"):
-            if self._openings_script is None:
-                self._openings_script = self._r.register_script(_OPENINGS)
-            replies = await self._openings_script(
-                keys=[self._doc_key(gen, tenant, d) for d in doc_ids], args=[prefix, chars, len(fields), *fields]
+            replies = await self._r.register_script(_OPENINGS)(
+                keys=[self._doc_key(gen, tenant, d) for d in doc_ids],
+                args=[prefix, _WHOLE if chars is None else chars, len(fields), *fields],
             )
         out: dict[str, Opening] = {}
         for d, (versions, rows, count) in zip(doc_ids, replies, strict=True):
-            chunks = [
-                _stored(
-                    types.SimpleNamespace(id=prefix + as_str(row[0]), **dict(zip(fields, row[1:], strict=True))),
-                    self._tag_keys,
-                )
-                for row in rows
-                if row[1] is not None
-            ]
-            if chunks:
+            if chunks := _decoded(_keyed(prefix, rows), fields, self._tag_keys):
                 out[d] = Opening(tuple(chunks), int(count), frozenset(_int_or_none(v) for v in versions))
         return out
 
