@@ -16,8 +16,7 @@ def fit(reply: QueryReply | GetReply | ListReply, max_bytes: int) -> QueryReply 
     """Any reply cut to fit ``max_bytes`` as JSON, by its kind's rule (below).
 
     Measured with ``took_ms`` at 0 and room kept for its digits: the same reply is cut the
-    same way however long it took (a trial's identical gets came back a character or two
-    apart)."""
+    same way however long it took (its digits would move the cut by a character or two)."""
     timed = reply.took_ms
     untimed = reply.model_copy(update={"took_ms": 0.0})
     budget = max_bytes - _TOOK_MS_ROOM
