@@ -110,6 +110,9 @@ def to_get_reply(req: GetRequest | RecentRequest, found: Sequence[Lookup], took_
         if f.status != "found":
             items.append(GetItem(doc_id=f.doc_id, status=f.status))
             continue
+        if f.earlier is not None:
+            items.append(_of_earlier(f.doc_id, f.earlier, f.content))
+            continue
         first = f.chunks[0]
         items.append(
             GetItem(
@@ -126,6 +129,21 @@ def to_get_reply(req: GetRequest | RecentRequest, found: Sequence[Lookup], took_
         )
     reply = RecentReply if isinstance(req, RecentRequest) else GetReply
     return reply(query_id=req.query_id, items=items, took_ms=round(took_ms, 3))
+
+
+def _of_earlier(doc_id: str, v: Version, content: str) -> GetItem:
+    """The item of an earlier version asked for by its number (``content``: from the offset asked)."""
+    return GetItem(
+        doc_id=doc_id,
+        status="found",
+        kind="document",
+        source=v.source,
+        version=v.version,
+        content=content,
+        metadata=v.metadata,
+        timestamp=_iso(v.timestamp),
+        until=_iso(v.until),
+    )
 
 
 def _earlier(v: Version) -> EarlierVersion:
@@ -257,6 +275,8 @@ async def answer(
                 metadata_filter=req.metadata_filter,
                 history=req.history,
                 content_chars=max_bytes,
+                offset=req.content_offset,
+                version=req.version,
             )
             return to_get_reply(req, found, (time.monotonic() - t0) * 1000)
         if isinstance(req, RecentRequest):

@@ -1,5 +1,5 @@
 """Replies cut to fit a Kafka record (pure): results, items, values and earlier versions left
-off, or one large document's content cut, each saying so in the reply."""
+off, or documents' contents cut, each saying so in the reply."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import heapq
 import json
 from collections.abc import Sequence
 
+import numpy as np
 from pydantic import BaseModel
 
 from consumers.requests import GetItem, GetReply, ListReply, QueryReply, RecentReply, ResultItem
@@ -104,31 +105,37 @@ def fit_list_reply(reply: ListReply, max_bytes: int) -> ListReply:
 
 
 def fit_get_reply(reply: GetReply, max_bytes: int) -> GetReply:
-    """``reply``, with items left off until it fits ``max_bytes`` as JSON (``truncated`` says
-    so): off its end, or off its start for the oldest-first turns of a ``RecentReply``. An
-    item too large alone (the first asked for, or the newest turn) keeps the start of its
-    content, and its own ``content_truncated`` says so. Items are left off as if they held
-    no earlier versions; then the kept items' versions go, the oldest of the item whose
-    versions take the most bytes first, until it fits (``history_truncated`` says so): a
-    version is not given up for an item left off anyway."""
+    """``reply``, cut until it fits ``max_bytes`` as JSON.
+
+    A get keeps every item it can: items are left off its end (``truncated`` says so) only
+    while their other fields alone do not fit. Then earlier versions go, the oldest of the
+    item whose versions take the most bytes first (``history_truncated``), and then the
+    contents are cut to one length, the longest that fits, so a short content stays whole
+    and the long ones share the rest (``content_truncated``: read on with
+    ``content_offset``). A ``RecentReply`` leaves its oldest turns off instead, while more
+    than one is left; the newest, too large alone, keeps the start of its content.
+    """
     items = list(reply.items)
     # Each item encoded once (the reply's size is the sum), on the event loop every query shares.
-    sizes = [_json_size(_without_history(i)) + 2 for i in items]
+    recent = isinstance(reply, RecentReply)
+    sizes = [_json_size(_without_history(i) if recent else _bare(i)) + 2 for i in items]
     total = _json_size(reply.model_copy(update={"items": [], "truncated": False})) + sum(sizes)
-    first = 0 if isinstance(reply, RecentReply) else -1
+    first = 0 if recent else -1
     while len(items) > 1 and total > max_bytes:
         items.pop(first)
         total -= sizes.pop(first)
     fitted = _fit_history(
         reply.model_copy(update={"items": items, "truncated": len(items) < len(reply.items)}), max_bytes
     )
-    if total <= max_bytes or not items:
+    if _json_size(fitted) <= max_bytes or not items:
         return fitted
-    size = _json_size(fitted)  # one item, too large alone: its content's end is cut
-    alone = fitted.items[0]
-    if alone.content and (cut := _cut_to_fit(fitted, alone, size, max_bytes)) is not None:
-        return cut
-    return fitted.model_copy(update={"items": [], "truncated": True})
+    cut = _cut_contents(fitted, max_bytes)
+    return cut if cut is not None else fitted.model_copy(update={"items": [], "truncated": True})
+
+
+def _bare(item: GetItem) -> GetItem:
+    """``item`` with no content and no earlier versions: what it takes whatever is cut."""
+    return _without_history(item).model_copy(update={"content": "" if item.content is not None else None})
 
 
 def _without_history(item: GetItem) -> GetItem:
@@ -170,20 +177,56 @@ def _with_versions(reply: GetReply, kept: Sequence[int]) -> GetReply:
     return reply.model_copy(update={"items": items})
 
 
-def _cut_to_fit(reply: GetReply, item: GetItem, size: int, max_bytes: int) -> GetReply | None:
-    """``reply`` (of ``item`` alone, its ``truncated`` set already) with the item's content cut
-    at the end to fit ``max_bytes`` (``size``: the JSON's size with all of it), or None if its
-    other fields alone do not fit."""
-    text = item.content or ""
-    budget = len(json.dumps(text)) - (size - max_bytes) - 32  # bytes the content's JSON may take
-    # From at most one character a byte: the cut is the same whatever follows (a lookup may
-    # have read only a long document's opening, ``Lookups.lookup``).
-    keep = min(len(text), max(budget, 0))
-    used = len(json.dumps(text[:keep]))
-    while keep > 0 and used > budget:
-        # Scaled by the bytes per character of what is kept: a few rounds for any mix of scripts.
-        keep = max(0, min(keep - 1, int(keep * budget / used)))
-        used = len(json.dumps(text[:keep]))
-    cut = item.model_copy(update={"content": text[:keep], "content_truncated": True})
-    fitted = reply.model_copy(update={"items": [cut]})
-    return fitted if len(json.dumps(fitted.model_dump(mode="json"))) <= max_bytes else None
+def _cut_contents(reply: GetReply, max_bytes: int) -> GetReply | None:
+    """``reply`` with its items' contents cut to the most characters each that fit ``max_bytes``
+    (a shorter content kept whole), or None if the items do not fit with no content at all.
+
+    The length is found by bisection over each content's escaped size per character, summed
+    once (``_escaped_sizes``): a cut depends on no text past it, so a lookup may have read
+    only as much of a long document as any cut keeps (``Lookups.lookup``).
+    """
+    texts = [item.content or "" for item in reply.items]
+    bare = reply.model_copy(
+        update={"items": [i.model_copy(update={"content": "" if i.content is not None else None}) for i in reply.items]}
+    )
+    budget = max_bytes - _json_size(bare)
+    sums = [_escaped_sizes(t) for t in texts if t]
+    for _ in range(_CUT_ROUNDS):
+        if budget < 0:
+            return None
+        lo, hi = 0, max(map(len, texts))
+        while lo < hi:  # the longest length whose contents take at most the budget
+            mid = (lo + hi + 1) // 2
+            if sum(int(c[min(mid, len(c) - 1)]) for c in sums) <= budget:
+                lo = mid
+            else:
+                hi = mid - 1
+        items = [
+            i if len(t) <= lo else i.model_copy(update={"content": t[:lo], "content_truncated": True})
+            for i, t in zip(reply.items, texts, strict=True)
+        ]
+        fitted = reply.model_copy(update={"items": items})
+        over = _json_size(fitted) - max_bytes
+        if over <= 0:
+            return fitted
+        budget -= over  # the sizes are an estimate: try again with less
+    return None
+
+
+#: Tries of ``_cut_contents`` before it gives up (the first fits unless the estimate is off).
+_CUT_ROUNDS = 3
+
+
+def _escaped_sizes(text: str) -> np.ndarray:
+    """Bytes the first k characters of ``text`` take as JSON with non-ASCII escaped, for each k
+    (0 … len): a printable ASCII character is one, a quote, a backslash or a control character
+    with a short escape two, another control character or one of the Basic Multilingual Plane
+    six (``\\uXXXX``), and one past it twelve (a surrogate pair)."""
+    points = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+    each = np.where((points >= 0x20) & (points <= 0x7E), 1, np.where(points > 0xFFFF, 12, 6))
+    each[np.isin(points, _SHORT_ESCAPES)] = 2
+    return np.concatenate(([0], np.cumsum(each)))
+
+
+#: Characters JSON escapes in two bytes: the quote, the backslash, \b \t \n \f \r.
+_SHORT_ESCAPES = np.array([0x22, 0x5C, 0x08, 0x09, 0x0A, 0x0C, 0x0D], dtype=np.uint32)

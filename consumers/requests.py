@@ -157,6 +157,9 @@ class QueryRequest(BaseModel):
 #: Most items one ``get`` request may name.
 MAX_GET_ITEMS = 100
 
+#: Past the end of any content a daemon takes (its limit is megabytes), and exact in Redis's Lua.
+MAX_CONTENT_OFFSET = 2**40
+
 
 class TurnKey(BaseModel):
     """One transcript turn, by where it was said."""
@@ -185,12 +188,22 @@ class GetRequest(BaseModel):
     metadata_filter: MetadataFilter = None
     # Also each found document's earlier versions, newest first (IndexConfig.history_versions).
     history: bool = False
+    # The content from this character (code point) on: how a content cut to fit a reply is read on.
+    content_offset: int = Field(0, ge=0, le=MAX_CONTENT_OFFSET)
+    # This version of one document, current or kept in its history, instead of the current one.
+    version: int | None = Field(None, ge=0, le=MAX_VERSION)
 
     @model_validator(mode="after")
     def _some_items(self) -> GetRequest:
         n = len(self.doc_ids) + len(self.turns)
         if not 1 <= n <= MAX_GET_ITEMS:
             raise ValueError(f"a get names 1..{MAX_GET_ITEMS} doc_ids and turns together, got {n}")
+        if (self.content_offset or self.version is not None) and len(self.wanted()) != 1:
+            raise ValueError(f"content_offset and version read one item, and this get names {n}")
+        if self.version is not None and (self.turns or self.history):
+            raise ValueError(
+                "version reads one version of a document: a turn has none, and history is asked without it"
+            )
         return self
 
     def wanted(self) -> list[str]:
@@ -236,8 +249,10 @@ class GetItem(BaseModel):
     content: str | None = None
     metadata: dict[str, Any] | None = None
     timestamp: str | None = None
-    # The content's end was cut: this one item alone did not fit one Kafka record.
+    # The content's end was cut to fit one Kafka record: read on with content_offset (and version).
     content_truncated: bool = False
+    # Asked for an earlier version: when the version that replaced it was written.
+    until: str | None = None
     # Asked with history: the document's earlier versions, newest first (none for a turn).
     history: list[EarlierVersion] | None = None
     # Its oldest versions were left off to fit one Kafka record.

@@ -72,10 +72,18 @@ class ScopedSearch:
         metadata_filter: FilterSpec | None = None,
         history: bool = False,
         content_chars: int | None = None,
+        offset: int = 0,
+        version: int | None = None,
     ) -> list[Lookup]:
         """Memories by id (``Lookups.lookup``)."""
         return await self._retriever.lookups.lookup(
-            doc_ids, tenant=tenant, metadata_filter=metadata_filter, history=history, content_chars=content_chars
+            doc_ids,
+            tenant=tenant,
+            metadata_filter=metadata_filter,
+            history=history,
+            content_chars=content_chars,
+            offset=offset,
+            version=version,
         )
 
     async def recent(

@@ -33,38 +33,51 @@ class Lookups:
         metadata_filter: FilterSpec | None = None,
         history: bool = False,
         content_chars: int | None = None,
+        offset: int = 0,
+        version: int | None = None,
     ) -> list[Lookup]:
         """Each doc's current content (its stored chunks joined in order) and version, and
         with ``history`` a found document's earlier versions (``memory.index.history``).
 
-        With ``content_chars``, the contents of the docs taken in order are read only as far
-        as they hold that many characters (each doc's ``whole`` says whether it was read to
-        its end): for a reply of that many bytes, which cuts a longer one anyway
+        ``offset``: each content from that character on. ``version``: that version of the
+        doc (one doc), current or kept in its history; ``not_found`` when it is neither,
+        ``writing`` when the doc is being written and its history does not hold it.
+
+        With ``content_chars``, contents are read only as far as a reply of that many bytes
+        shows them (``water_level``; each doc's ``whole`` says whether it was read to its
+        end, and ``size`` how long it is): a longer reply is cut anyway
         (``ChunkIndex.openings``).
 
-        Visibility is a search's: only the tenant's own docs, only those matching the filter,
-        and a doc being written in slices shows no mix of versions (``writing`` while the
-        chunks stored are not all of the version its marker shows). A doc that is not shown
-        shows no history either.
+        Visibility is a search's: only the tenant's own docs, only those matching the filter
+        (an earlier version by its own metadata), and a doc being written in slices shows no
+        mix of versions (``writing`` while the chunks stored are not all of the version its
+        marker shows). A doc that is not shown shows no history either.
 
         Raises:
-            InvalidRequest: an unknown filter key.
+            InvalidRequest: an unknown filter key, or ``version`` with ``history``.
             BackendUnavailable: Redis is unreachable.
         """
+        if version is not None and history:
+            raise InvalidRequest("a get of one version reads no history: ask without the version for it")
         flt = normalize_filter(metadata_filter, allowed=self._index.cfg.filter_keys).including("tenant", [tenant])
         await self._index.refuse_mismatch()
         wanted = list(dict.fromkeys(doc_ids))
-        out = await self._shown(wanted, await self._index.openings(wanted, tenant, content_chars), tenant, flt)
-        if content_chars is not None and not cut_where_short(out, content_chars):
+        stored = await self._index.openings(wanted, tenant, content_chars, skip=offset)
+        out = await self._shown(wanted, stored, tenant, flt, offset)
+        if content_chars is not None and not read_far_enough(out, content_chars):
             # A doc not shown (outside the filter, being written) took characters it does not
             # show, so a doc after it was read shorter than a reply cuts it: read them whole.
-            out = await self._shown(wanted, await self._index.openings(wanted, tenant), tenant, flt)
+            stored = await self._index.openings(wanted, tenant, skip=offset)
+            out = await self._shown(wanted, stored, tenant, flt, offset)
+        if version is not None:
+            out = [await self._of_version(f, version, tenant, flt, offset) for f in out]
         return await self._with_history(out, tenant, flt) if history else out
 
     async def _shown(
-        self, wanted: Sequence[str], stored: Mapping[str, Opening], tenant: str, flt: TagFilter
+        self, wanted: Sequence[str], stored: Mapping[str, Opening], tenant: str, flt: TagFilter, offset: int
     ) -> list[Lookup]:
-        """Each of ``wanted`` as ``stored`` shows it to the request (see :meth:`lookup`)."""
+        """Each of ``wanted`` as ``stored`` shows it to the request, from character ``offset``
+        (see :meth:`lookup`)."""
         markers = await self.markers([o.chunks for o in stored.values()], tenant)
         out: list[Lookup] = []
         for doc_id in wanted:
@@ -76,10 +89,25 @@ class Lookups:
             marker = markers.get((first.generation, tenant, doc_id)) if first.generation is not None else None
             if marker is not None and not all(visible(v, marker) for v in opening.versions):
                 out.append(Lookup(doc_id, "writing" if marker.shown is not None else "not_found"))
-            else:
-                text = joined_text(opening.chunks)
-                out.append(Lookup(doc_id, "found", opening.chunks, text, first.version, whole=opening.whole))
+                continue
+            # The text read opens where its first chunk does, or where the text before that
+            # chunk does (what is put back between it and the one before).
+            opens = (first.start or 0) - len(first.gap) if opening.first else 0
+            text = joined_text(opening.chunks)[max(0, offset - opens) :]
+            size = None if opening.length is None else max(0, opening.length - offset)
+            out.append(Lookup(doc_id, "found", opening.chunks, text, first.version, whole=opening.whole, size=size))
         return out
+
+    async def _of_version(self, found: Lookup, version: int, tenant: str, flt: TagFilter, offset: int) -> Lookup:
+        """``found`` (a doc read as current) if it is of ``version``, else that version from
+        the doc's history, from character ``offset`` (see :meth:`lookup`)."""
+        if found.status == "found" and found.version == version:
+            return found
+        kept = (await self._index.history([found.doc_id], tenant)).get(found.doc_id, [])
+        for v in kept:
+            if v.version == version and _admits(flt, tenant, found.doc_id, v, self._index.cfg.filter_keys):
+                return Lookup(found.doc_id, "found", content=v.content[offset:], version=v.version, earlier=v)
+        return found if found.status == "writing" else Lookup(found.doc_id, "not_found")
 
     async def _with_history(self, found: list[Lookup], tenant: str, flt: TagFilter) -> list[Lookup]:
         """``found`` with each document's earlier versions that the request may see: those
@@ -88,12 +116,11 @@ class Lookups:
         earlier = await self._index.history(list(docs), tenant, current=docs)
         keys = self._index.cfg.filter_keys
 
-        def shown(f: Lookup, v: Version) -> bool:
-            tags = {**tag_values(v.metadata, keys), "tenant": tenant, "doc_id": f.doc_id, "kind": "document"}
-            return flt.matches(tags | {"source": v.source})
+        def shown(doc_id: str, v: Version) -> bool:
+            return _admits(flt, tenant, doc_id, v, keys)
 
         return [
-            dataclasses.replace(f, history=tuple(v for v in earlier[f.doc_id] if shown(f, v)))
+            dataclasses.replace(f, history=tuple(v for v in earlier[f.doc_id] if shown(f.doc_id, v)))
             if f.doc_id in earlier
             else f
             for f in found
@@ -178,17 +205,32 @@ class Lookups:
         return await self._index.write_markers(sorted(marker_docs(results, tenant)))
 
 
-def cut_where_short(found: Sequence[Lookup], chars: int) -> bool:
-    """Whether a reply of ``chars`` bytes cuts every doc of ``found`` read short: the docs
-    shown up to and with it hold more characters than that (so the reply cuts it and leaves
-    off every doc after it). Pure."""
-    held = 0
-    for f in found:
-        if f.status == "found":
-            held += len(f.content)
-            if not f.whole and held <= chars:
-                return False
-    return True
+def water_level(sizes: Sequence[int], chars: int) -> int:
+    """The most characters each of ``sizes`` can keep when ``chars`` are shared among them:
+    one that holds fewer keeps all of its own, and the others share what it leaves (pure).
+    ``chars`` when all of them fit. ``ChunkIndex.openings`` reads by the same rule."""
+    left = chars
+    for k, size in enumerate(sorted(sizes)):
+        sharing = len(sizes) - k
+        if size * sharing > left:
+            return -(-left // sharing)
+        left -= size
+    return chars
+
+
+def read_far_enough(found: Sequence[Lookup], chars: int) -> bool:
+    """Whether each doc of ``found`` read short holds more characters than a reply of
+    ``chars`` bytes keeps of the docs it shows (``water_level`` of theirs), so the reply
+    cuts it where a whole read would be cut (pure)."""
+    shown = [f for f in found if f.status == "found"]
+    level = water_level([len(f.content) if f.size is None else f.size for f in shown], chars)
+    return all(f.whole or len(f.content) > level for f in shown)
+
+
+def _admits(flt: TagFilter, tenant: str, doc_id: str, v: Version, keys: Sequence[str]) -> bool:
+    """Whether the filter admits an earlier version of ``doc_id``, by its own metadata and source."""
+    tags = {**tag_values(v.metadata, keys), "tenant": tenant, "doc_id": doc_id, "kind": "document"}
+    return flt.matches(tags | {"source": v.source})
 
 
 #: Pages of chunks a ``recent`` read goes through at most, for turns it may not show

@@ -38,7 +38,8 @@ class LegTiming:
 
 @dataclass(frozen=True, slots=True)
 class Lookup:
-    """A memory looked up by id: ``found`` with its chunks in order and its whole text, or not."""
+    """A memory looked up by id: ``found`` with its chunks in order and its text (from the
+    character asked for), or not."""
 
     doc_id: str
     status: str  # "found" | "not_found" | "writing"
@@ -46,7 +47,12 @@ class Lookup:
     content: str = ""
     version: int | None = None
     history: tuple[Version, ...] = ()  # a document's earlier versions, newest first, when asked for
-    whole: bool = True  # False: ``chunks`` and ``content`` are its opening only (``Lookups.lookup``)
+    # False: ``content`` stops short of the doc's end (``Lookups.lookup`` read as much as a reply shows).
+    whole: bool = True
+    # Characters from where ``content`` starts to the doc's end; None: ``content`` holds them all.
+    size: int | None = None
+    # Asked for a version its history keeps: that version (and no ``chunks``).
+    earlier: Version | None = None
 
 
 @dataclass

@@ -22,17 +22,20 @@ from memory.schema import as_str
 
 @dataclass(frozen=True, slots=True)
 class Opening:
-    """A stored doc's first chunks, whole, how many chunks it has, and the versions its chunks
-    are of (what shows whether a write marker hides it)."""
+    """A stored doc's chunks read for a lookup: those from ``first`` (0-based) on, how many
+    chunks it has, the versions its chunks are of (what shows whether a write marker hides
+    it), and its content's length in characters (None for chunks stored without their starts)."""
 
     chunks: tuple[StoredChunk, ...]
     count: int
     versions: frozenset[int | None]
+    first: int = 0
+    length: int | None = None
 
     @property
     def whole(self) -> bool:
-        """Whether ``chunks`` are all the doc's chunks."""
-        return len(self.chunks) == self.count
+        """Whether ``chunks`` run to the doc's last chunk."""
+        return self.first + len(self.chunks) == self.count
 
 
 #: Lua functions of the scripts below: a chunk set's ids in position order (``chunk_position``),
@@ -79,20 +82,28 @@ return out
 """
 )
 
-#: Each doc's opening (``_Turns.openings``): KEYS are the docs' chunk sets; ARGV the chunks'
-#: key prefix, the characters to hold, the number of fields, the fields. Per doc: the versions
-#: its chunks are of, its first chunks' rows (as ``_CHUNK_ROWS``'s), and its number of chunks.
-#: The first chunk that starts past the characters left holds more than are left; a doc read
-#: whole took at least its last chunk's start, one read short more than was left, and past
-#: them a doc's first chunk alone is read, for its fields. A chunk stored without its start
-#: (before starts were kept) makes its doc read whole.
+#: Each doc's content from a character on (``_Turns.openings``): KEYS are the docs' chunk
+#: sets; ARGV the chunks' key prefix, the characters to hold, the character to start from, the
+#: number of fields, the fields. Per doc: the versions its chunks are of, the rows (as
+#: ``_CHUNK_ROWS``'s) from the chunk holding the start character, its number of chunks, the
+#: 0-based index of the first row, and its length in characters (-1: unknown).
+#:
+#: The characters are shared as a reply of that many bytes shares them (``water_level``): each
+#: doc past its start is read to the first chunk that starts past the level, so it holds more
+#: than the level; a doc shorter than it, whole. A chunk stored without its start (before
+#: starts were kept) makes its doc read whole, and it takes nothing from the others.
 _OPENINGS = (
     _ORDERED
     + """
-local prefix, left, nf = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local prefix, budget, skip, nf = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local fields = {}
-for f = 1, nf do fields[f] = ARGV[3 + f] end
-local out = {}
+for f = 1, nf do fields[f] = ARGV[4 + f] end
+local function chars(s)
+  if not s then return 0 end
+  local _, n = string.gsub(s, '[^\\128-\\191]', '')
+  return n
+end
+local docs, rests = {}, {}
 for i, set in ipairs(KEYS) do
   local order = ordered(set)
   local versions, seen, starts, unknown = {}, {}, {}, false
@@ -105,23 +116,41 @@ for i, set in ipairs(KEYS) do
     starts[j] = tonumber(v[2])
     if starts[j] == nil then unknown = true end
   end
-  local n = #order
-  if left < 0 then
-    n = math.min(1, #order)
-  elseif not unknown then
-    for j = 1, #order do
-      if starts[j] > left then
-        n = j
+  local length = -1
+  if #order > 0 and not unknown then
+    local last = redis.call('HMGET', prefix .. order[#order][2], 'text', 'chunk_tail')
+    length = starts[#order] + chars(last[1]) + chars(last[2])
+    rests[#rests + 1] = math.max(0, length - skip)
+  end
+  docs[i] = {order, versions, starts, unknown, length}
+end
+table.sort(rests)
+local level, left = budget, budget
+for k = 1, #rests do
+  local sharing = #rests - k + 1
+  if rests[k] * sharing > left then
+    level = math.ceil(left / sharing)
+    break
+  end
+  left = left - rests[k]
+end
+local out = {}
+for i, d in ipairs(docs) do
+  local order, versions, starts, unknown, length = d[1], d[2], d[3], d[4], d[5]
+  local lo, hi = 0, #order
+  if not unknown then
+    for j = 2, #order do
+      if starts[j] > skip then break end
+      lo = j - 1
+    end
+    for j = lo + 1, #order do
+      if starts[j] > skip + level then
+        hi = j
         break
       end
     end
   end
-  if n < #order then
-    left = -1
-  elseif n > 0 then
-    left = left - (starts[n] or 0)
-  end
-  out[i] = {versions, rows_of(prefix, order, 0, n, fields), #order}
+  out[i] = {versions, rows_of(prefix, order, lo, hi, fields), #order, lo, length}
 end
 return out
 """
@@ -229,11 +258,13 @@ class _Turns(_Lifecycle):
         rows = await self._chunk_rows(doc_ids, tenant, fields, page)
         return {d: found for d, chunks in rows.items() if (found := _decoded(chunks, fields, self._tag_keys))}
 
-    async def openings(self, doc_ids: Sequence[str], tenant: str, chars: int | None = None) -> dict[str, Opening]:
-        """Each stored doc's chunks as :meth:`turns` reads them, whole only as far as they hold
-        the first ``chars`` characters of the docs taken in order (``None``: all of them), and
-        the versions of all its chunks: in one script, so the versions and the opening are of
-        one moment.
+    async def openings(
+        self, doc_ids: Sequence[str], tenant: str, chars: int | None = None, *, skip: int = 0
+    ) -> dict[str, Opening]:
+        """Each stored doc's chunks as :meth:`turns` reads them, from the one holding character
+        ``skip`` on and only as far as a reply of ``chars`` bytes can show of the docs
+        (``water_level``; ``None``: to their ends), with the versions of all its chunks: in
+        one script, so the versions and the chunks read are of one moment.
 
         Why: a reply cut to ``chars`` bytes never shows more, and reading a 4 MiB document's
         thousands of chunks whole held the event loop for every other question.
@@ -246,12 +277,18 @@ class _Turns(_Lifecycle):
         async with translate_errors("turn read"):
             replies = await self._r.register_script(_OPENINGS)(
                 keys=[self._doc_key(gen, tenant, d) for d in doc_ids],
-                args=[prefix, _WHOLE if chars is None else chars, len(fields), *fields],
+                args=[prefix, _WHOLE if chars is None else chars, skip, len(fields), *fields],
             )
         out: dict[str, Opening] = {}
-        for d, (versions, rows, count) in zip(doc_ids, replies, strict=True):
+        for d, (versions, rows, count, first, length) in zip(doc_ids, replies, strict=True):
             if chunks := _decoded(_keyed(prefix, rows), fields, self._tag_keys):
-                out[d] = Opening(tuple(chunks), int(count), frozenset(_int_or_none(v) for v in versions))
+                out[d] = Opening(
+                    tuple(chunks),
+                    int(count),
+                    frozenset(_int_or_none(v) for v in versions),
+                    int(first),
+                    None if int(length) < 0 else int(length),
+                )
         return out
 
     async def chunk_count(self, doc_id: str, tenant: str = DEFAULT_TENANT) -> int:

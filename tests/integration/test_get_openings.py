@@ -16,6 +16,7 @@ import pytest
 from consumers.queries import to_get_reply
 from consumers.reply_fit import fit
 from consumers.requests import GetReply, GetRequest
+from memory.lookups import water_level
 from memory.records import ChunkRecord, MemoryItem
 from memory.search_results import Lookup
 from tests.conftest import unique
@@ -67,12 +68,16 @@ async def test_a_reply_read_from_openings_is_the_reply_read_whole(redis_url: str
         for ids, max_bytes, history in itertools.product(orders, (700, 3_000, 12_000, 50_000, 400_000), (False, True)):
             whole, opened, openings = await replies(stack, ids, max_bytes, history=history)
             assert opened == whole, (ids, max_bytes, history)
+            whole_reads = await stack.retriever.lookups.lookup(ids)
             short += sum(not o.whole for o in openings)
-            for i, o in enumerate(openings):
+            shown = [o for o in openings if o.status == "found"]
+            level = water_level([o.size or 0 for o in shown], max_bytes)
+            for o in shown:
+                assert o.size == len(next(w for w in whole_reads if w.doc_id == o.doc_id).content)
                 if not o.whole:
-                    # Read short only where the reply must cut: the contents up to it hold more
-                    # characters than the reply holds bytes.
-                    assert sum(len(x.content) for x in openings[: i + 1]) > max_bytes
+                    # Read short only where the reply must cut: it holds more characters than
+                    # the reply's bytes shared among the documents keep of it.
+                    assert (o.size or 0) > level and len(o.content) > level
                     assert len(o.chunks) < len(await stack.index.chunk_ids(o.doc_id))
         assert short > 0, "no document was read short: the test did not exercise the openings"
         # A long document the filter leaves out takes no characters from the ones after it.
@@ -182,3 +187,68 @@ async def test_an_opening_read_while_edits_land_is_one_versions(redis_url: str, 
             assert got.status == "found" and not got.whole and len(got.content) > 3_000
             assert contents[got.version or 0].startswith(got.content), got.version
             assert {c.version for c in got.chunks} == {got.version}
+
+
+async def page(stack: Stack, doc: str, max_bytes: int, offset: int, version: int | None = None) -> GetReply:
+    """The daemon's reply to a get of ``doc`` from ``offset`` (of ``version``), cut to ``max_bytes``."""
+    req = GetRequest(query_id="q", op="get", doc_ids=[doc], content_offset=offset, version=version)
+    found = await stack.retriever.lookups.lookup([doc], content_chars=max_bytes, offset=offset, version=version)
+    reply = fit(to_get_reply(req, found, 0.0), max_bytes)
+    assert isinstance(reply, GetReply)
+    return reply
+
+
+async def read_all(stack: Stack, doc: str, max_bytes: int, version: int | None = None) -> tuple[str, int, int]:
+    """A doc read page by page, each from where the last ended, pinned to the first page's
+    version: its content, version and number of pages."""
+    text, pages = "", 0
+    while True:
+        (item,) = (await page(stack, doc, max_bytes, len(text), version)).items
+        assert item.status == "found" and item.content is not None, (item.status, len(text))
+        version, text, pages = item.version, text + item.content, pages + 1
+        if not item.content_truncated:
+            return text, version or 0, pages
+
+
+async def test_a_document_is_read_on_from_any_character_in_any_version_it_keeps(redis_url: str, embedder: Any) -> None:
+    """A get from a character on is the whole content from there, cut as a reply cuts it, at
+    chunk starts, inside chunks, in the text put back between them, and past the end; read
+    page by page it is the document byte for byte, its current version or one its history
+    keeps, while edits land between the pages. A version kept no longer, or outside the
+    filter, is not found."""
+    doc = "specs/paged.md"
+    contents = {v: paragraphs(doc, 50, f"v{v}").replace("\n\n", "\n\n \t\n\n") + "  \n" for v in (1, 2, 3)}
+    async with memory_stack(redis_url, embedder, unique(__name__), history_versions=1) as stack:
+        for v in (1, 2):
+            await stack.ingestor.apply([upsert(doc, v, contents[v], service="ops")])
+        chunks = (await stack.retriever.lookups.lookup([doc]))[0].chunks
+        assert len(chunks) > 10
+        starts = [c.start or 0 for c in chunks]
+        n = len(contents[2])
+        offsets = {0, 1, n - 1, n, n + 10, *starts[3:6], *(s - 1 for s in starts[3:6]), *(s + 7 for s in starts[3:6])}
+        for offset, max_bytes in itertools.product(sorted(offsets), (700, 5_000, 40_000, 400_000)):
+            req = GetRequest(query_id="q", op="get", doc_ids=[doc], content_offset=offset)
+            rest = Lookup(doc, "found", chunks, contents[2][offset:], 2)
+            assert await page(stack, doc, max_bytes, offset) == fit(to_get_reply(req, [rest], 0.0), max_bytes), offset
+        for max_bytes in (3_000, 20_000):
+            text, version, pages = await read_all(stack, doc, max_bytes)
+            assert (text, version) == (contents[2], 2) and pages > 1
+            text, version, _ = await read_all(stack, doc, max_bytes, version=1)
+            assert (text, version) == (contents[1], 1)
+        # An earlier version says when it was replaced; the current one does not.
+        (old,) = (await page(stack, doc, 400_000, 0, version=1)).items
+        (now,) = (await page(stack, doc, 400_000, 0, version=2)).items
+        assert old.until is not None and now.until is None and old.metadata == {"service": "ops"}
+        # An edit lands between two pages: the version read on is the one the first page showed.
+        (first,) = (await page(stack, doc, 3_000, 0)).items
+        await stack.ingestor.apply([upsert(doc, 3, contents[3], service="dev")])
+        (second,) = (await page(stack, doc, 3_000, len(first.content or ""), version=first.version)).items
+        assert (second.status, second.version) == ("found", 2)
+        assert contents[2].startswith((first.content or "") + (second.content or ""))
+        # Kept no longer (one earlier version is kept), or outside the filter: not found.
+        (gone,) = (await page(stack, doc, 3_000, 0, version=1)).items
+        assert (gone.status, gone.content) == ("not_found", None)
+        flt = await stack.retriever.lookups.lookup([doc], version=2, metadata_filter={"service": "dev"})
+        assert flt[0].status == "not_found"
+        (three,) = await stack.retriever.lookups.lookup([doc], version=3, metadata_filter={"service": "dev"})
+        assert (three.status, three.content) == ("found", contents[3])
