@@ -20,6 +20,7 @@ from consumers.encoding import ClientFilter, TurnRef, get_body, list_body, query
 from consumers.requests import GetItem, GetReply, ListReply, QueryReply
 from consumers.spelling import near_name
 from memory.conversation import MAX_RECENT_TURNS
+from memory.errors import MemdError, NotFound
 
 __all__ = ["MemoryClient", "Receipt", "SessionHint"]
 
@@ -136,6 +137,8 @@ class MemoryClient(_Writes):
         tenant: str | None = None,
         query_id: str | None = None,
         history: bool = False,
+        content_offset: int = 0,
+        version: int | None = None,
     ) -> GetReply:
         """Look memories up by id (``doc_ids``: ids, or one id): each doc's (or turn's, as
         ``(agent_id, session_id, turn)`` or the wire's ``{"agent_id": …, "session_id": …,
@@ -143,14 +146,56 @@ class MemoryClient(_Writes):
         content and metadata, or ``not_found``; in the order asked. With ``history``, each
         found document's earlier versions too (its ``history``, newest first).
 
+        A reply holds about 1 MiB: longer contents come cut (``content_truncated``).
+        ``content_offset`` and ``version`` read one item on from a character, in a version
+        kept (:meth:`read` reads one whole).
+
         Raises:
             InvalidRequest: a turn is neither of those shapes (nothing is sent).
-            QueryFailed: the daemon replied with an error (no ids, more than 100, a bad filter).
+            QueryFailed: the daemon replied with an error (no ids, more than 100, a bad filter,
+                an offset or version with more than one item).
             BackendUnavailable, NotFound, TimeoutError: as for ``query``.
         """
         topic = self._topic(self.topics.requests, tenant, answered=True)
-        payload = get_body(doc_ids, turns, metadata_filter, query_id, history)
+        payload = get_body(doc_ids, turns, metadata_filter, query_id, history, content_offset, version)
         return GetReply.model_validate(await self._transport.ask(topic, payload))
+
+    async def read(
+        self,
+        doc_id: str,
+        *,
+        version: int | None = None,
+        metadata_filter: ClientFilter | None = None,
+        tenant: str | None = None,
+    ) -> GetItem:
+        """One document (or turn, by its doc id) whole, however long: its current version, or
+        ``version`` if its history keeps it, read a reply at a time, each from where the last
+        ended and of the version the first showed. An item not found, or being written, comes
+        back as the first reply says it.
+
+        Raises:
+            NotFound: the version read was replaced and is no longer kept before its last part
+                was read (read it again for the new version).
+            MemdError: its metadata fills a reply, leaving no room for its content.
+            QueryFailed, BackendUnavailable, TimeoutError: as for :meth:`get`.
+        """
+        (item,) = (await self.get(doc_id, metadata_filter=metadata_filter, tenant=tenant, version=version)).items
+        parts = [item.content or ""]
+        read = len(parts[0])
+        while item.content_truncated:
+            reply = await self.get(
+                doc_id, metadata_filter=metadata_filter, tenant=tenant, content_offset=read, version=item.version
+            )
+            (part,) = reply.items
+            if part.status != "found":
+                kept = f"version {item.version} of {doc_id!r}" if item.version is not None else repr(doc_id)
+                raise NotFound(f"{kept} is no longer kept as it was, after {read} characters of it were read")
+            if not part.content:  # reading on would never end
+                raise MemdError(f"{doc_id!r}: its other fields leave a reply no room for its content")
+            parts.append(part.content)
+            read += len(part.content)
+            item = item.model_copy(update={"content_truncated": part.content_truncated})
+        return item.model_copy(update={"content": "".join(parts)}) if len(parts) > 1 else item
 
     async def list_values(
         self,

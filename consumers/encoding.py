@@ -212,6 +212,8 @@ def get_body(
     metadata_filter: ClientFilter | None,
     query_id: str | None,
     history: bool = False,
+    content_offset: int = 0,
+    version: int | None = None,
 ) -> dict[str, Any]:
     """A get request's body; ``MemoryClient.get`` documents the arguments.
 
@@ -228,6 +230,10 @@ def get_body(
         payload["metadata_filter"] = _filter_body(metadata_filter)
     if history:
         payload["history"] = True
+    if content_offset:
+        payload["content_offset"] = content_offset
+    if version is not None:
+        payload["version"] = version
     return payload
 
 

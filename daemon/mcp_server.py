@@ -94,7 +94,9 @@ GET = (
     "Read one document (or a turn, by its doc_id such as 'transcript:agent/session/3') in full: status "
     "'found' with content, version and metadata, 'not_found', or 'writing' (being replaced: ask again shortly). "
     "history=true also returns a document's earlier versions, newest first, each with its content and the time "
-    "it held from (timestamp) and until: what it said before it was changed."
+    "it held from (timestamp) and until: what it said before it was changed. A content longer than one reply "
+    "(about 1 MB) comes cut, with content_truncated true: read on with content_offset (the characters read so far) "
+    "and version (the one shown). version alone reads that version, current or kept in the history."
 )
 RECENT = (
     "Read an agent's latest conversation turns, whole and oldest first: of one session (session_id), or "
@@ -228,8 +230,13 @@ def build_server(tools: MemoryTools) -> MCPServer[Any]:
     ) -> Annotated[CallToolResult, Doc]:
         return await _run(tools.forget(agent_id, session_id, all_sessions, turn))
 
-    async def get_document(doc_id: str, history: StrictFlag = False) -> Annotated[CallToolResult, Doc]:
-        return await _run(tools.get_document(doc_id, history))
+    async def get_document(
+        doc_id: str,
+        history: StrictFlag = False,
+        version: Annotated[StrictCount, Field(ge=0)] | None = None,
+        content_offset: Annotated[StrictCount, Field(ge=0)] = 0,
+    ) -> Annotated[CallToolResult, Doc]:
+        return await _run(tools.get_document(doc_id, history, version, content_offset))
 
     async def recent_turns(
         agent_id: str,

@@ -290,12 +290,16 @@ class MemoryTools:
 
         return await self._call("forget", drop, write=True)
 
-    async def get_document(self, doc_id: str, history: bool = False) -> dict[str, Any]:
+    async def get_document(
+        self, doc_id: str, history: bool = False, version: int | None = None, content_offset: int = 0
+    ) -> dict[str, Any]:
         """One document's (or turn's) current version, content and metadata, or ``not_found``;
-        with ``history``, a document's earlier versions too."""
+        with ``history``, a document's earlier versions too; ``version`` and ``content_offset``
+        as ``MemoryClient.get`` reads them."""
 
         async def look(c: MemoryClient) -> dict[str, Any]:
-            return item_view((await c.get([doc_id], history=history)).items[0])
+            reply = await c.get([doc_id], history=history, version=version, content_offset=content_offset)
+            return item_view(reply.items[0])
 
         return await self._call("get_document", look)
 

@@ -8,6 +8,7 @@ import typer
 from rich.text import Text
 
 from consumers.client import MemoryClient
+from consumers.encoding import ClientFilter
 from consumers.requests import GetItem, GetReply
 from daemon.cli._app import _settings, app, out
 from daemon.cli._client import _filter, _tenant_target, _with_client
@@ -26,19 +27,30 @@ def get(
     history: Annotated[
         bool, typer.Option("--history", metavar="", help="Also each document's earlier versions, newest first.")
     ] = False,
+    version: Annotated[
+        int | None,
+        typer.Option("--version", min=0, help="This version of one document, current or kept in its history."),
+    ] = None,
     filters: FilterOpt = None,
     tenant: ReadTenantOpt = None,
     as_json: JsonOpt = False,
     timeout: ReadTimeoutOpt = None,
 ) -> None:
-    """Show memories by id: each one's current version and content (exit 3 if one is not found
-    or did not fit the reply)."""
+    """Show memories by id: each one's current version and content, whole (exit 3 if one is
+    not found or did not fit the reply)."""
     flt = _filter(filters)
     settings = _settings()
     target = _tenant_target(settings.consumer.tenancy, tenant)
+    if version is not None and (len(set(doc_ids)) != 1 or history):
+        raise typer.BadParameter("--version reads one document, without --history", param_hint="--version")
 
     async def read(c: MemoryClient) -> GetReply:
-        return await c.get(doc_ids, metadata_filter=flt or None, history=history)
+        reply = await c.get(doc_ids, metadata_filter=flt or None, history=history, version=version)
+        # A content cut to fit the reply is read on, a reply at a time, in the version shown.
+        items = [
+            await _whole(c, i, flt or None) if i.status == "found" and i.content_truncated else i for i in reply.items
+        ]
+        return reply.model_copy(update={"items": items})
 
     reply = _with_client(read, settings, target, timeout_s=timeout)
     answered = {i.doc_id for i in reply.items}
@@ -54,6 +66,12 @@ def get(
             out.print(Text(f"(left off to fit one Kafka record: {ids}; get them on their own)", style="yellow"))
     if left_off or any(i.status == "not_found" for i in reply.items):
         raise typer.Exit(NOT_FOUND_EXIT)
+
+
+async def _whole(c: MemoryClient, item: GetItem, flt: ClientFilter | None) -> GetItem:
+    """``item`` with its whole content (the first part read again: its reply may be of another moment)."""
+    whole = await c.read(item.doc_id, version=item.version, metadata_filter=flt)
+    return item.model_copy(update={"content": whole.content, "content_truncated": False})
 
 
 def _show(item: GetItem, *, alone: bool) -> None:

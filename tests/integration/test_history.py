@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 
 from consumers.client import MemoryClient
+from consumers.config import ConsumerConfig
+from consumers.errors import QueryFailed
 from memory.config import ChunkingConfig, IngestConfig
 from memory.index import ChunkIndex
 from memory.ingest import Ingestor
@@ -162,6 +164,37 @@ async def test_get_with_history_over_kafka(kafka_bootstrap: str, redis_url: str)
         assert earlier.until is not None and earlier.until.startswith("2026-04-01T09:00:00")
         # Not asked for: not sent.
         assert (await client.get([doc])).items[0].history is None
+
+
+async def test_long_contents_are_read_on_over_kafka(kafka_bootstrap: str, redis_url: str) -> None:
+    """With a reply of 4 KiB: a get of a long and a short document answers both, the long one
+    cut; ``MemoryClient.read`` reads either version of it, or a long turn, whole, a reply at a time."""
+    name = unique(__name__)
+    consumer = ConsumerConfig(group_id=name, reply_max_bytes=4096)
+    settings = isolated_settings(name, kafka_bootstrap, redis_url, consumer=consumer)
+    doc, small = f"notes/{uuid.uuid4().hex[:8]}.md", f"notes/{uuid.uuid4().hex[:8]}-small.md"
+    v1 = "\n\n".join(f"Version one, part {i}: the ledger's replica lag on shard {i} — café." for i in range(200))
+    v2 = v1.replace("Version one", "Version two") + "\n"
+    said = " ".join(f"step {i}: checked the Ω-meter on rack {i}." for i in range(300))
+    async with (
+        daemon_and_client(settings) as (_daemon, _plain),
+        MemoryClient(bootstrap=kafka_bootstrap, topics=settings.topics, timeout_s=30) as client,
+    ):
+        await client.publish_document(doc, v1, version=1, wait=True)
+        await client.publish_document(doc, v2, version=2, wait=True)
+        await client.publish_document(small, "A short note.", version=1, wait=True)
+        turn = await client.publish_observation(agent_id="a", session_id="s", content=said, wait=True)
+        reply = await client.get([doc, small])
+        cut, whole = reply.items
+        assert not reply.truncated and cut.content_truncated and v2.startswith(cut.content or "-")
+        assert (whole.content, whole.content_truncated) == ("A short note.", False)
+        assert await client.read(doc) == cut.model_copy(update={"content": v2, "content_truncated": False})
+        old = await client.read(doc, version=1)
+        assert (old.content, old.version, old.content_truncated) == (v1, 1, False) and old.until is not None
+        assert (await client.read(turn.doc_id)).content == said
+        assert (await client.read("notes/missing.md")).status == "not_found"
+        with pytest.raises(QueryFailed, match="content_offset and version read one item"):
+            await client.get([doc, small], content_offset=10)
 
 
 async def test_a_batch_keeps_the_versions_it_passed_over_and_a_delete_in_it_drops_the_rest(

@@ -165,6 +165,12 @@ async def test_every_tool_over_stdio(settings: Settings) -> None:
         assert both["content"] == edited and "history_truncated" not in both
         assert [(v["content"], v["version"]) for v in both["history"]] == [(runbook, put["version"])]
         assert both["history"][0]["until"] is not None
+        # version reads the one before by its number; content_offset reads on from a character.
+        before = await ok(c, "get_document", doc_id=doc, version=put["version"])
+        assert (before["content"], before["version"]) == (runbook, put["version"]) and before["until"]
+        rest = await ok(c, "get_document", doc_id=doc, content_offset=len("Runbook: "))
+        assert rest["content"] == edited.removeprefix("Runbook: ") and "content_truncated" not in rest
+        assert "history" in await failed(c, "get_document", doc_id=doc, version=1, history=True)
         assert "history" not in await ok(c, "get_document", doc_id=doc)
         assert "history" in await failed(c, "get_document", doc_id=doc, history="yes")  # a flag is a boolean
         newest = await ok(c, "search_memory", query="ERR_LEDGER_LOCK_9C1", top_k=3, recency_weight=1.0)
