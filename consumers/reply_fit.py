@@ -124,10 +124,10 @@ def fit_get_reply(reply: GetReply, max_bytes: int) -> GetReply:
     while len(items) > 1 and total > max_bytes:
         items.pop(first)
         total -= sizes.pop(first)
-    fitted = _fit_history(
+    fitted, size = _fit_history(
         reply.model_copy(update={"items": items, "truncated": len(items) < len(reply.items)}), max_bytes
     )
-    if _json_size(fitted) <= max_bytes or not items:
+    if size <= max_bytes or not items:
         return fitted
     cut = _cut_contents(fitted, max_bytes)
     return cut if cut is not None else fitted.model_copy(update={"items": [], "truncated": True})
@@ -143,15 +143,16 @@ def _without_history(item: GetItem) -> GetItem:
     return item.model_copy(update={"history": [], "history_truncated": True}) if item.history else item
 
 
-def _fit_history(reply: GetReply, max_bytes: int) -> GetReply:
-    """``reply`` with earlier versions left off until it fits ``max_bytes`` or none is left:
+def _fit_history(reply: GetReply, max_bytes: int) -> tuple[GetReply, int]:
+    """``reply`` with earlier versions left off until it fits ``max_bytes`` or none is left,
+    and its size as JSON:
     each time the oldest of the item whose versions take the most bytes, so one large
     document's past does not push out every small one's. Sizes are summed per version and
     the reply measured whole once per round: linear in the versions, whatever their number."""
     sizes = [[len(json.dumps(v.model_dump(mode="json"))) + 1 for v in i.history or []] for i in reply.items]
     kept = [len(s) for s in sizes]
     fitted = reply
-    excess = len(json.dumps(reply.model_dump(mode="json"))) - max_bytes
+    excess = _json_size(reply) - max_bytes
     while excess > 0 and any(kept):
         heap = [(-sum(s[:n]), i) for i, (s, n) in enumerate(zip(sizes, kept, strict=True)) if n]
         heapq.heapify(heap)
@@ -162,8 +163,8 @@ def _fit_history(reply: GetReply, max_bytes: int) -> GetReply:
             if kept[i]:
                 heapq.heappush(heap, (total + sizes[i][kept[i]], i))
         fitted = _with_versions(reply, kept)
-        excess = len(json.dumps(fitted.model_dump(mode="json"))) - max_bytes
-    return fitted
+        excess = _json_size(fitted) - max_bytes
+    return fitted, excess + max_bytes
 
 
 def _with_versions(reply: GetReply, kept: Sequence[int]) -> GetReply:

@@ -260,15 +260,16 @@ def test_fitting_encodes_about_what_it_keeps_not_the_reply_again_for_each_result
 
 def test_a_get_of_large_items_encodes_each_once(encoded: list[int]) -> None:
     """Eight items of 200 KB fitted to 500 KB: the reply is encoded whole once (to see whether
-    earlier versions must go) and each item once to size it, not the whole reply again after
-    each item left off; the first two are kept."""
+    earlier versions must go), each item once to size it and the cut reply once, not the whole
+    reply again for each length tried; every item is kept, each cut to the same length."""
     from consumers.reply_fit import fit_get_reply
     from consumers.requests import GetItem, GetReply
 
     items = [GetItem(doc_id=f"d{i}", status="found", content="x" * 200_000) for i in range(8)]
     fitted = fit_get_reply(GetReply(query_id="q", items=items, took_ms=1.0), 500_000)
-    assert [i.doc_id for i in fitted.items] == ["d0", "d1"] and fitted.truncated
-    assert sum(encoded) <= 3 * 8 * 200_000
+    assert [i.doc_id for i in fitted.items] == [f"d{i}" for i in range(8)] and not fitted.truncated
+    assert all(i.content_truncated for i in fitted.items) and len({i.content for i in fitted.items}) == 1
+    assert sum(encoded) <= 8 * 200_000 + 2 * 500_000
 
 
 def test_results_come_before_their_context() -> None:
