@@ -198,7 +198,9 @@ class MemoryStore(BaseStore):
         *,
         writing_wait_s: float = READ_WRITING_WAIT_S,
     ) -> dict[str, GetItem]:
-        """Found items by doc id (in ``get``s of 100; a truncated reply is asked again for the rest).
+        """Found items by doc id (in ``get``s of 100; items a reply left off are asked again).
+        An item's value is in its metadata, which a reply never cuts: a cut content (the text
+        searched) does not matter here.
 
         An item being written in slices (``writing``) exists: it is asked for again until its
         write ends, for up to ``writing_wait_s``, and left out after that (logged).
@@ -210,7 +212,7 @@ class MemoryStore(BaseStore):
             writing: list[str] = []
             while wanted:
                 reply = await c.get(wanted[:GET_BATCH], metadata_filter=flt or None)
-                if not reply.items or reply.items[0].content_truncated:
+                if not reply.items:
                     raise InvalidRequest(f"{wanted[0]!r} is larger than one reply may carry")
                 out.update({i.doc_id: i for i in reply.items if i.status == "found"})
                 writing += [i.doc_id for i in reply.items if i.status == "writing"]

@@ -19,11 +19,12 @@ from langchain_core.documents import Document
 from langchain_core.runnables import RunnableLambda
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
-from langgraph.store.base import BaseStore, Item, PutOp
+from langgraph.store.base import BaseStore, GetOp, Item, PutOp
 from langgraph.store.memory import InMemoryStore
 from pydantic import ValidationError
 
 from consumers.client import MemoryClient
+from consumers.config import ConsumerConfig
 from consumers.errors import QueryFailed
 from consumers.langchain_retriever import MemoryRetriever
 from consumers.langgraph_store import MemoryStore
@@ -327,6 +328,27 @@ async def test_each_tenant_sees_its_own_items(kafka_bootstrap: str, redis_url: s
             assert await stores["ta"].aget(ns, "k") is not None
         finally:
             await asyncio.gather(*(asyncio.to_thread(s.close) for s in stores.values()))
+
+
+async def test_values_that_fill_replies_come_whole(kafka_bootstrap: str, redis_url: str) -> None:
+    """With replies of 64 KiB: a batch of values that fill several replies, and a value whose
+    text and value together are larger than one, come back whole and each the one put."""
+    name = unique(f"{__name__}.large")
+    consumer = ConsumerConfig(group_id=name, reply_max_bytes=64 * 1024)
+    settings = isolated_settings(name, kafka_bootstrap, redis_url, consumer=consumer)
+    async with daemon_and_client(settings):
+        store = MemoryStore.connect(bootstrap=kafka_bootstrap, topics=settings.topics, timeout_s=30)
+        try:
+            ns = ("large", uuid.uuid4().hex[:8])
+            words = "the replica lag on shard é "
+            values = {f"k{i}": {"text": f"note {i}: " + words * (300 + 1000 * (i == 3))} for i in range(12)}
+            await asyncio.gather(*(store.aput(ns, k, v) for k, v in values.items()))
+            got = await store.abatch([GetOp(ns, k) for k in values])
+            assert [g.value if isinstance(g, Item) else None for g in got] == list(values.values())
+            alone = await store.aget(ns, "k3")
+            assert alone is not None and alone.value == values["k3"] and len(alone.value["text"]) > 30_000
+        finally:
+            await asyncio.to_thread(store.close)
 
 
 async def test_a_sync_call_from_the_clients_own_loop_is_refused(threaded: ThreadedClient) -> None:
