@@ -169,9 +169,22 @@ class MemoryClient(_Writes):
         tenant: str | None = None,
     ) -> GetItem:
         """One document (or turn, by its doc id) whole, however long: its current version, or
-        ``version`` if its history keeps it, read a reply at a time, each from where the last
-        ended and of the version the first showed. An item not found, or being written, comes
-        back as the first reply says it.
+        ``version`` if its history keeps it (:meth:`read_on`). An item not found, or being
+        written, comes back as the reply says it.
+
+        Raises:
+            NotFound, MemdError: as for :meth:`read_on`.
+            QueryFailed, BackendUnavailable, TimeoutError: as for :meth:`get`.
+        """
+        (item,) = (await self.get(doc_id, metadata_filter=metadata_filter, tenant=tenant, version=version)).items
+        return await self.read_on(item, metadata_filter=metadata_filter, tenant=tenant)
+
+    async def read_on(
+        self, item: GetItem, *, metadata_filter: ClientFilter | None = None, tenant: str | None = None
+    ) -> GetItem:
+        """``item`` (of a :meth:`get`'s reply) with its whole content: a content the reply cut is
+        read on a reply at a time, each from where the last ended and in the item's version
+        (``content_truncated`` then false). Any other item comes back as it is.
 
         Raises:
             NotFound: the version read was replaced and is no longer kept before its last part
@@ -179,23 +192,25 @@ class MemoryClient(_Writes):
             MemdError: its metadata fills a reply, leaving no room for its content.
             QueryFailed, BackendUnavailable, TimeoutError: as for :meth:`get`.
         """
-        (item,) = (await self.get(doc_id, metadata_filter=metadata_filter, tenant=tenant, version=version)).items
         parts = [item.content or ""]
         read = len(parts[0])
-        while item.content_truncated:
+        cut = item.status == "found" and item.content_truncated
+        while cut:
             reply = await self.get(
-                doc_id, metadata_filter=metadata_filter, tenant=tenant, content_offset=read, version=item.version
+                item.doc_id, metadata_filter=metadata_filter, tenant=tenant, content_offset=read, version=item.version
             )
             (part,) = reply.items
             if part.status != "found":
-                kept = f"version {item.version} of {doc_id!r}" if item.version is not None else repr(doc_id)
+                kept = f"version {item.version} of {item.doc_id!r}" if item.version is not None else repr(item.doc_id)
                 raise NotFound(f"{kept} is no longer kept as it was, after {read} characters of it were read")
             if not part.content:  # reading on would never end
-                raise MemdError(f"{doc_id!r}: its other fields leave a reply no room for its content")
+                raise MemdError(f"{item.doc_id!r}: its other fields leave a reply no room for its content")
             parts.append(part.content)
             read += len(part.content)
-            item = item.model_copy(update={"content_truncated": part.content_truncated})
-        return item.model_copy(update={"content": "".join(parts)}) if len(parts) > 1 else item
+            cut = part.content_truncated
+        return (
+            item.model_copy(update={"content": "".join(parts), "content_truncated": False}) if len(parts) > 1 else item
+        )
 
     async def list_values(
         self,

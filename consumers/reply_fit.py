@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import numpy as np
 from pydantic import BaseModel
 
-from consumers.requests import GetItem, GetReply, ListReply, QueryReply, RecentReply, ResultItem
+from consumers.requests import EarlierVersion, GetItem, GetReply, ListReply, QueryReply, RecentReply, ResultItem
 
 
 def fit(reply: QueryReply | GetReply | ListReply, max_bytes: int) -> QueryReply | GetReply | ListReply:
@@ -108,11 +108,12 @@ def fit_get_reply(reply: GetReply, max_bytes: int) -> GetReply:
     """``reply``, cut until it fits ``max_bytes`` as JSON.
 
     A get keeps every item it can: items are left off its end (``truncated`` says so) only
-    while their other fields alone do not fit. Then earlier versions go, the oldest of the
-    item whose versions take the most bytes first (``history_truncated``), and then the
-    contents are cut to one length, the longest that fits, so a short content stays whole
-    and the long ones share the rest (``content_truncated``: read on with
-    ``content_offset``). A ``RecentReply`` leaves its oldest turns off instead, while more
+    while their other fields alone do not fit. Then earlier versions' contents go, the oldest
+    of the item whose versions take the most bytes first (``history_truncated``; each keeps
+    its number), and then the contents are cut to one length, the longest that fits, so a
+    short content stays whole and the long ones share the rest (``content_truncated``: read
+    on with ``content_offset``). Only if the versions' numbers alone do not fit do the
+    versions go. A ``RecentReply`` leaves its oldest turns off instead, while more
     than one is left; the newest, too large alone, keeps the start of its content.
     """
     items = list(reply.items)
@@ -130,6 +131,9 @@ def fit_get_reply(reply: GetReply, max_bytes: int) -> GetReply:
     if size <= max_bytes or not items:
         return fitted
     cut = _cut_contents(fitted, max_bytes)
+    if cut is None and any(i.history for i in fitted.items):
+        # Not even the versions' numbers fit beside the items: they go, and the contents are cut.
+        cut = _cut_contents(fitted.model_copy(update={"items": [_without_history(i) for i in items]}), max_bytes)
     return cut if cut is not None else fitted.model_copy(update={"items": [], "truncated": True})
 
 
@@ -144,12 +148,15 @@ def _without_history(item: GetItem) -> GetItem:
 
 
 def _fit_history(reply: GetReply, max_bytes: int) -> tuple[GetReply, int]:
-    """``reply`` with earlier versions left off until it fits ``max_bytes`` or none is left,
-    and its size as JSON:
-    each time the oldest of the item whose versions take the most bytes, so one large
-    document's past does not push out every small one's. Sizes are summed per version and
-    the reply measured whole once per round: linear in the versions, whatever their number."""
-    sizes = [[len(json.dumps(v.model_dump(mode="json"))) + 1 for v in i.history or []] for i in reply.items]
+    """``reply`` with earlier versions' contents left off until it fits ``max_bytes`` or none
+    is left (each version keeps its number and times, with ``content_truncated``: it can be
+    read on its own by its number), and its size as JSON.
+
+    Each time the oldest content of the item whose versions' contents take the most bytes
+    goes, so one large document's past does not push out every small one's. Sizes are summed
+    per version and the reply measured whole once per round: linear in the versions,
+    whatever their number."""
+    sizes = [[_json_size(v) - _json_size(_emptied(v)) for v in i.history or []] for i in reply.items]
     kept = [len(s) for s in sizes]
     fitted = reply
     excess = _json_size(reply) - max_bytes
@@ -167,12 +174,23 @@ def _fit_history(reply: GetReply, max_bytes: int) -> tuple[GetReply, int]:
     return fitted, excess + max_bytes
 
 
+def _emptied(version: EarlierVersion) -> EarlierVersion:
+    """``version`` without its content (``content_truncated`` says so)."""
+    return version.model_copy(update={"content": "", "content_truncated": True})
+
+
 def _with_versions(reply: GetReply, kept: Sequence[int]) -> GetReply:
-    """``reply`` with each item's first ``kept`` earlier versions (``history_truncated`` where fewer)."""
+    """``reply`` with the contents of each item's first ``kept`` earlier versions, the others
+    emptied (``history_truncated`` where any is)."""
     items = [
         item
         if n == len(item.history or [])
-        else item.model_copy(update={"history": (item.history or [])[:n], "history_truncated": True})
+        else item.model_copy(
+            update={
+                "history": [v if k < n else _emptied(v) for k, v in enumerate(item.history or [])],
+                "history_truncated": True,
+            }
+        )
         for item, n in zip(reply.items, kept, strict=True)
     ]
     return reply.model_copy(update={"items": items})

@@ -200,10 +200,10 @@ class GetRequest(BaseModel):
             raise ValueError(f"a get names 1..{MAX_GET_ITEMS} doc_ids and turns together, got {n}")
         if (self.content_offset or self.version is not None) and len(self.wanted()) != 1:
             raise ValueError(f"content_offset and version read one item, and this get names {n}")
-        if self.version is not None and (self.turns or self.history):
-            raise ValueError(
-                "version reads one version of a document: a turn has none, and history is asked without it"
-            )
+        if self.version is not None and self.turns:
+            raise ValueError("version reads one version of a document, and a turn has none")
+        if self.version is not None and self.history:
+            raise ValueError("version reads one version alone: ask for history without it")
         return self
 
     def wanted(self) -> list[str]:
@@ -234,6 +234,8 @@ class EarlierVersion(BaseModel):
     metadata: dict[str, Any]
     timestamp: str | None = None  # when it was written (ISO 8601, UTC)
     until: str | None = None  # when the version that replaced it was written
+    # Its content was left off to fit one Kafka record: a get of this version reads it.
+    content_truncated: bool = False
 
 
 class GetItem(BaseModel):
@@ -255,7 +257,7 @@ class GetItem(BaseModel):
     until: str | None = None
     # Asked with history: the document's earlier versions, newest first (none for a turn).
     history: list[EarlierVersion] | None = None
-    # Its oldest versions were left off to fit one Kafka record.
+    # Its oldest versions' contents (or, past those, its versions) were left off to fit one Kafka record.
     history_truncated: bool = False
 
 

@@ -27,7 +27,7 @@ from consumers.spelling import near_spelling
 from daemon.about import package_version
 from daemon.explore.access import BEARER_CHALLENGE, UNAUTHORIZED
 from daemon.mcp_tools import MemoryTools
-from daemon.mcp_views import Noted, ToolFailure
+from daemon.mcp_views import MCP_MAX_CHARS, Noted, ToolFailure
 from memory.conversation import MAX_CONTEXT_TURNS, MAX_RECENT_TURNS
 
 log = structlog.get_logger()
@@ -94,9 +94,10 @@ GET = (
     "Read one document (or a turn, by its doc_id such as 'transcript:agent/session/3') in full: status "
     "'found' with content, version and metadata, 'not_found', or 'writing' (being replaced: ask again shortly). "
     "history=true also returns a document's earlier versions, newest first, each with its content and the time "
-    "it held from (timestamp) and until: what it said before it was changed. A content longer than one reply "
-    "(about 1 MB) comes cut, with content_truncated true: read on with content_offset (the characters read so far) "
-    "and version (the one shown). version alone reads that version, current or kept in the history."
+    "it held from (timestamp) and until: what it said before it was changed. version reads that version, current "
+    "or kept in the history. At most max_chars characters of the content come back (default 50,000): a longer "
+    "one comes cut, with content_truncated true and read_on, the content_offset and version to call again with "
+    "for the next part."
 )
 RECENT = (
     "Read an agent's latest conversation turns, whole and oldest first: of one session (session_id), or "
@@ -235,8 +236,9 @@ def build_server(tools: MemoryTools) -> MCPServer[Any]:
         history: StrictFlag = False,
         version: Annotated[StrictCount, Field(ge=0)] | None = None,
         content_offset: Annotated[StrictCount, Field(ge=0)] = 0,
+        max_chars: Annotated[StrictCount, Field(ge=1)] = MCP_MAX_CHARS,
     ) -> Annotated[CallToolResult, Doc]:
-        return await _run(tools.get_document(doc_id, history, version, content_offset))
+        return await _run(tools.get_document(doc_id, history, version, content_offset, max_chars))
 
     async def recent_turns(
         agent_id: str,

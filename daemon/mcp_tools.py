@@ -23,12 +23,14 @@ from consumers.events import TranscriptEvent
 from daemon.mcp_config import MCPConfig
 from daemon.mcp_views import (
     CUT_SEARCH,
+    MCP_MAX_CHARS,
     Noted,
     ToolFailure,
     ack_view,
     in_tool_words,
     item_view,
     parse_time,
+    read_on_view,
     result_view,
 )
 from memory.errors import MemdError
@@ -291,15 +293,21 @@ class MemoryTools:
         return await self._call("forget", drop, write=True)
 
     async def get_document(
-        self, doc_id: str, history: bool = False, version: int | None = None, content_offset: int = 0
+        self,
+        doc_id: str,
+        history: bool = False,
+        version: int | None = None,
+        content_offset: int = 0,
+        max_chars: int = MCP_MAX_CHARS,
     ) -> dict[str, Any]:
         """One document's (or turn's) current version, content and metadata, or ``not_found``;
         with ``history``, a document's earlier versions too; ``version`` and ``content_offset``
-        as ``MemoryClient.get`` reads them."""
+        as ``MemoryClient.get`` reads them, and at most ``max_chars`` of the content, a cut one
+        saying where to read on (``read_on_view``)."""
 
         async def look(c: MemoryClient) -> dict[str, Any]:
             reply = await c.get([doc_id], history=history, version=version, content_offset=content_offset)
-            return item_view(reply.items[0])
+            return read_on_view(reply.items[0], content_offset, max_chars)
 
         return await self._call("get_document", look)
 

@@ -104,6 +104,25 @@ def ack_view(ack: WriteAck | None, doc_id: str) -> dict[str, Any]:
     return view
 
 
+#: Characters of a content ``get_document`` returns by default: a host model's context holds a
+#: few tens of thousands of words well, not the megabyte one reply may carry.
+MCP_MAX_CHARS = 50_000
+
+
+def read_on_view(item: GetItem, offset: int, max_chars: int) -> dict[str, Any]:
+    """``item_view`` of a looked-up item read from character ``offset``, its content cut to
+    ``max_chars``; a cut content also has ``read_on``, the ``content_offset`` and ``version``
+    to call again with (a model should not have to count characters)."""
+    if item.content is not None and len(item.content) > max_chars:
+        item = item.model_copy(update={"content": item.content[:max_chars], "content_truncated": True})
+    view = item_view(item)
+    if item.content_truncated:
+        view["read_on"] = {"content_offset": offset + len(item.content or "")}
+        if item.version is not None:
+            view["read_on"]["version"] = item.version
+    return view
+
+
 def item_view(item: GetItem) -> dict[str, Any]:
     """A looked-up document, without the fields it does not have (``content_truncated`` and
     ``history_truncated`` only when true)."""

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Annotated
 
 import typer
 from rich.text import Text
 
 from consumers.client import MemoryClient
-from consumers.encoding import ClientFilter
+from consumers.fields import MAX_VERSION
 from consumers.requests import GetItem, GetReply
-from daemon.cli._app import _settings, app, out
+from daemon.cli._app import _settings, app, err, out
 from daemon.cli._client import _filter, _tenant_target, _with_client
 from daemon.cli.query import FilterOpt, JsonOpt, ReadTenantOpt, ReadTimeoutOpt, shown_time
 from daemon.control_pictures import json_for_terminal
@@ -29,33 +30,53 @@ def get(
     ] = False,
     version: Annotated[
         int | None,
-        typer.Option("--version", min=0, help="This version of one document, current or kept in its history."),
+        typer.Option(
+            "--version", min=0, max=MAX_VERSION, help="This version of one document, current or kept in its history."
+        ),
     ] = None,
+    raw: Annotated[
+        bool, typer.Option("--raw", metavar="", help="Print only the content of one id, exactly as stored.")
+    ] = False,
     filters: FilterOpt = None,
     tenant: ReadTenantOpt = None,
     as_json: JsonOpt = False,
     timeout: ReadTimeoutOpt = None,
 ) -> None:
     """Show memories by id: each one's current version and content, whole (exit 3 if one is
-    not found or did not fit the reply)."""
+    not found, is being written, or did not fit the reply)."""
     flt = _filter(filters)
     settings = _settings()
     target = _tenant_target(settings.consumer.tenancy, tenant)
-    if version is not None and (len(set(doc_ids)) != 1 or history):
-        raise typer.BadParameter("--version reads one document, without --history", param_hint="--version")
+    one = len(set(doc_ids)) == 1
+    if version is not None and not one:
+        raise typer.BadParameter("--version reads one document: name one id", param_hint="--version")
+    if version is not None and history:
+        raise typer.BadParameter("--version reads one version alone: leave out --history", param_hint="--version")
+    if raw and (not one or history or as_json):
+        raise typer.BadParameter("--raw prints one content alone: one id, without --history or --json")
 
-    async def read(c: MemoryClient) -> GetReply:
+    async def read(c: MemoryClient) -> tuple[GetReply, int | None]:
         reply = await c.get(doc_ids, metadata_filter=flt or None, history=history, version=version)
         # A content cut to fit the reply is read on, a reply at a time, in the version shown.
-        items = [
-            await _whole(c, i, flt or None) if i.status == "found" and i.content_truncated else i for i in reply.items
-        ]
-        return reply.model_copy(update={"items": items})
+        items = [await c.read_on(i, metadata_filter=flt or None) for i in reply.items]
+        current = None
+        if version is not None and items[0].status == "not_found":
+            # Say whether the document or only that version is missing.
+            (now,) = (await c.get(doc_ids[0], metadata_filter=flt or None)).items
+            current = now.version if now.status == "found" else None
+        return reply.model_copy(update={"items": items}), current
 
-    reply = _with_client(read, settings, target, timeout_s=timeout)
+    reply, current = _with_client(read, settings, target, timeout_s=timeout)
     answered = {i.doc_id for i in reply.items}
     left_off = [d for d in dict.fromkeys(doc_ids) if d not in answered]
-    if as_json:
+    if raw and reply.items and reply.items[0].status == "found":
+        # Bytes, not text: the terminal's encoding and newline handling would change them.
+        sys.stdout.buffer.write((reply.items[0].content or "").encode("utf-8", "surrogatepass"))
+        sys.stdout.buffer.flush()
+    elif raw:
+        for item in reply.items:
+            err.print(Text(f"{item.doc_id}: {item.status.replace('_', ' ')}", style="yellow"))
+    elif as_json:
         print(json_for_terminal(reply.model_dump_json(indent=2)))
     else:
         alone = len(reply.items) == 1  # then its versions were left off for its own size
@@ -64,14 +85,11 @@ def get(
         if left_off:
             ids = ", ".join(left_off)
             out.print(Text(f"(left off to fit one Kafka record: {ids}; get them on their own)", style="yellow"))
-    if left_off or any(i.status == "not_found" for i in reply.items):
+    if current is not None:
+        kept = f"version {version} is not kept; the current version is {current}"
+        err.print(Text(f"({kept}: --history lists the versions kept)", style="yellow"))
+    if left_off or any(i.status != "found" for i in reply.items):
         raise typer.Exit(NOT_FOUND_EXIT)
-
-
-async def _whole(c: MemoryClient, item: GetItem, flt: ClientFilter | None) -> GetItem:
-    """``item`` with its whole content (the first part read again: its reply may be of another moment)."""
-    whole = await c.read(item.doc_id, version=item.version, metadata_filter=flt)
-    return item.model_copy(update={"content": whole.content, "content_truncated": False})
 
 
 def _show(item: GetItem, *, alone: bool) -> None:
@@ -79,7 +97,10 @@ def _show(item: GetItem, *, alone: bool) -> None:
         out.print(Text(f"{item.doc_id}: {item.status.replace('_', ' ')}", style="yellow"))
         return
     version = f" version {item.version}" if item.version is not None else ""
-    out.print(Text(f"{item.doc_id}{version}  {shown_time(item.timestamp) or '?'}  ({item.source})", style="bold"))
+    held = shown_time(item.timestamp) or "?"
+    if item.until is not None:  # an earlier version, asked for by its number
+        held += f" until {shown_time(item.until) or '?'} (replaced)"
+    out.print(Text(f"{item.doc_id}{version}  {held}  ({item.source})", style="bold"))
     if item.metadata:
         out.print(Text(f"  metadata {pairs(item.metadata)}", style="dim"))
     parts = [Text(item.content or "")]
@@ -97,8 +118,11 @@ def _show(item: GetItem, *, alone: bool) -> None:
         if v.metadata != after:  # what changed may be only its metadata
             out.print(Text(f"  metadata {pairs(v.metadata) if v.metadata else '(none)'}", style="dim"))
         after = v.metadata
-        out.print(Text(v.content, style="dim"))
-    if item.history_truncated:
-        left = "earlier" if not item.history else "older"
+        if v.content_truncated:
+            read = f"agentmemd get {item.doc_id} --version {v.version}"
+            out.print(Text(f"  (its content did not fit one Kafka record: {read})", style="yellow"))
+        else:
+            out.print(Text(v.content, style="dim"))
+    if item.history_truncated and not item.history:  # versions left off, not only their contents
         why = "it does not fit one Kafka record with them" if alone else "get this id alone"
-        out.print(Text(f"  ({left} versions left off to fit one Kafka record: {why})", style="yellow"))
+        out.print(Text(f"  (earlier versions left off to fit one Kafka record: {why})", style="yellow"))

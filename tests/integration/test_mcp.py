@@ -170,7 +170,17 @@ async def test_every_tool_over_stdio(settings: Settings) -> None:
         assert (before["content"], before["version"]) == (runbook, put["version"]) and before["until"]
         rest = await ok(c, "get_document", doc_id=doc, content_offset=len("Runbook: "))
         assert rest["content"] == edited.removeprefix("Runbook: ") and "content_truncated" not in rest
-        assert "history" in await failed(c, "get_document", doc_id=doc, version=1, history=True)
+        assert "ask for history without it" in await failed(c, "get_document", doc_id=doc, version=1, history=True)
+        # A content longer than max_chars comes in parts, each saying where the next starts.
+        parts, at = [], {}
+        while True:
+            part = await ok(c, "get_document", doc_id=doc, max_chars=10, **at)
+            parts.append(part["content"])
+            if "read_on" not in part:
+                break
+            assert part["content_truncated"] and part["read_on"]["version"] == part["version"]
+            at = part["read_on"]
+        assert "".join(parts) == edited and len(parts) == -(-len(edited) // 10)
         assert "history" not in await ok(c, "get_document", doc_id=doc)
         assert "history" in await failed(c, "get_document", doc_id=doc, history="yes")  # a flag is a boolean
         newest = await ok(c, "search_memory", query="ERR_LEDGER_LOCK_9C1", top_k=3, recency_weight=1.0)

@@ -510,10 +510,41 @@ def test_get_names_the_ids_a_reply_left_off_and_exits_3(monkeypatch: pytest.Monk
         truncated=True,
     )
     monkeypatch.setattr("daemon.cli._app.configure_logging", lambda *_: None)
-    monkeypatch.setattr("daemon.cli.get._with_client", lambda *_a, **_k: reply)
+    monkeypatch.setattr("daemon.cli.get._with_client", lambda *_a, **_k: (reply, None))
     res = CliRunner().invoke(app, ["get", "big", "nope", "small", "big"])
     assert res.exit_code == 3, res.output
     assert "left off to fit one Kafka record: nope, small; get them on their own" in " ".join(res.output.split())
     whole = reply.model_copy(update={"truncated": False})
-    monkeypatch.setattr("daemon.cli.get._with_client", lambda *_a, **_k: whole)
+    monkeypatch.setattr("daemon.cli.get._with_client", lambda *_a, **_k: (whole, None))
     assert CliRunner().invoke(app, ["get", "big"]).exit_code == 0
+
+
+def test_get_raw_prints_the_content_alone_and_version_reads_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--raw writes the content byte for byte (no header, no newline added, carriage returns
+    and tabs kept); a document being written exits 3 like one not found; --version with two
+    ids or with --history is refused before anything is asked; a version not kept says which is."""
+    from typer.testing import CliRunner
+
+    from consumers.requests import GetItem, GetReply
+    from daemon.cli import app
+
+    text = "\tline one\r\nline two é"
+    reply = GetReply(query_id="g", items=[GetItem(doc_id="d", status="found", version=2, content=text)], took_ms=1.0)
+    monkeypatch.setattr("daemon.cli._app.configure_logging", lambda *_: None)
+    monkeypatch.setattr("daemon.cli.get._with_client", lambda *_a, **_k: (reply, None))
+    res = CliRunner().invoke(app, ["get", "d", "--raw"])
+    assert (res.exit_code, res.stdout_bytes) == (0, text.encode())
+    for args, says in (
+        (["d", "e", "--version", "1"], "name one id"),
+        (["d", "--version", "1", "--history"], "leave out --history"),
+        (["d", "e", "--raw"], "--raw prints one content alone"),
+    ):
+        res = CliRunner().invoke(app, ["get", *args])
+        assert res.exit_code == 2 and says in " ".join(res.output.replace("│", " ").split()), res.output
+    writing = GetReply(query_id="g", items=[GetItem(doc_id="d", status="writing")], took_ms=1.0)
+    monkeypatch.setattr("daemon.cli.get._with_client", lambda *_a, **_k: (writing, None))
+    assert CliRunner().invoke(app, ["get", "d"]).exit_code == 3
+    gone = GetReply(query_id="g", items=[GetItem(doc_id="d", status="not_found")], took_ms=1.0)
+    monkeypatch.setattr("daemon.cli.get._with_client", lambda *_a, **_k: (gone, 9))
+    res = CliRunner().invoke(app, ["get", "d", "--version", "3"])
+    assert res.exit_code == 3 and "version 3 is not kept; the current version is 9" in " ".join(res.output.split())

@@ -147,7 +147,7 @@ def test_the_escaped_size_of_each_prefix_is_what_json_takes() -> None:
         ({"doc_ids": ["a", "b"], "content_offset": 10}, "read one item"),
         ({"doc_ids": ["a"], "turns": [{"agent_id": "a", "session_id": "s", "turn": 1}], "version": 2}, "read one"),
         ({"turns": [{"agent_id": "a", "session_id": "s", "turn": 1}], "version": 2}, "a turn has none"),
-        ({"doc_ids": ["a"], "version": 2, "history": True}, "history is asked without it"),
+        ({"doc_ids": ["a"], "version": 2, "history": True}, "ask for history without it"),
         ({"doc_ids": ["a"], "content_offset": -1}, "content_offset"),
         ({"doc_ids": ["a"], "version": "2"}, "version"),
     ],
@@ -208,12 +208,16 @@ def test_earlier_versions_go_first_oldest_of_the_largest_first_when_a_reply_is_t
     fitted = fit_get_reply(reply, 6_000)
     assert len(json.dumps(fitted.model_dump(mode="json"))) <= 6_000
     kept_large, kept_small = fitted.items
-    # Every item stays; the large one's oldest versions go, the small one keeps all of its.
+    # Every item stays; the large one's oldest versions lose their contents (their numbers and
+    # times stay, to be read on their own), the small one keeps all of its.
     assert not fitted.truncated and [i.content for i in fitted.items] == ["now", "now"]
-    assert [v.version for v in kept_large.history or []] == [3] and kept_large.history_truncated
+    assert [v.version for v in kept_large.history or []] == [3, 2, 1] and kept_large.history_truncated
+    assert [v.content_truncated for v in kept_large.history or []] == [False, True, True]
+    assert [v.content for v in kept_large.history or []][1:] == ["", ""]
     assert [v.version for v in kept_small.history or []] == [3, 2, 1] and not kept_small.history_truncated
+    assert not any(v.content_truncated for v in kept_small.history or [])
     assert fit_get_reply(reply, 100_000) == reply  # what fits is left alone
-    # Past every version, the contents are cut.
+    # Past every version's content, every version goes, then the contents are cut.
     tight = fit_get_reply(reply, 540)
     assert size(tight) <= 540 and [i.history for i in tight.items] == [[], []] and not tight.truncated
     assert [i.content for i in tight.items] == ["now", "now"]
@@ -226,7 +230,9 @@ def test_earlier_versions_go_before_any_content_is_cut() -> None:
     big = GetItem(doc_id="big", status="found", version=1, content="x" * 20_000)
     fitted = fit_get_reply(GetReply(query_id="g", items=[med, big], took_ms=1.0), 10_000)
     assert [i.doc_id for i in fitted.items] == ["med", "big"] and not fitted.truncated
-    assert fitted.items[0].history == [] and fitted.items[0].history_truncated
+    (emptied,) = fitted.items[0].history or []
+    assert (emptied.version, emptied.content, emptied.content_truncated) == (1, "", True)
+    assert fitted.items[0].history_truncated
     assert fitted.items[0].content == med.content and not fitted.items[0].content_truncated
     assert fitted.items[1].content_truncated and len(fitted.items[1].content or "") > 6_000
     # With room for the versions and every content, nothing goes.
