@@ -14,6 +14,7 @@ again pushes nothing twice).
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import types
@@ -28,6 +29,9 @@ from memory.index.lifecycle import _Lifecycle
 from memory.records import DEFAULT_TENANT, ChunkRecord, MemoryItem
 from memory.schema import as_str
 from memory.visibility import WriteMarker
+
+#: Bytes of versions decoded on the event loop; more are decoded in a thread.
+_DECODED_INLINE_BYTES = 256 * 1024
 
 #: What is read of each old chunk to rebuild its version.
 _FIELDS = ("text", "version", "kind", "source", "metadata", "timestamp", "ts", *JOIN_FIELDS)
@@ -244,10 +248,16 @@ class _History(_Lifecycle):
             for d in doc_ids:
                 pipe.lrange(self._history_key(gen, tenant, d), 0, keep - 1)
             lists = await pipe.execute()
-        out: dict[str, list[Version]] = {}
-        for d, raw in zip(doc_ids, lists, strict=True):
-            below = None if current is None else current.get(d)
-            versions = [v for v in map(Version.decode, raw) if v is not None and (below is None or v.version < below)]
-            if versions:
-                out[d] = versions
-        return out
+
+        def decoded() -> dict[str, list[Version]]:
+            out: dict[str, list[Version]] = {}
+            for d, raw in zip(doc_ids, lists, strict=True):
+                below = None if current is None else current.get(d)
+                kept = (v for v in map(Version.decode, raw) if v is not None and (below is None or v.version < below))
+                if versions := list(kept):
+                    out[d] = versions
+            return out
+
+        # Versions of megabytes are decoded in a thread, off the event loop every query shares.
+        large = sum(len(entry) for raw in lists for entry in raw) > _DECODED_INLINE_BYTES
+        return await asyncio.to_thread(decoded) if large else decoded()

@@ -279,17 +279,22 @@ class _Turns(_Lifecycle):
                 keys=[self._doc_key(gen, tenant, d) for d in doc_ids],
                 args=[prefix, _WHOLE if chars is None else chars, skip, len(fields), *fields],
             )
-        out: dict[str, Opening] = {}
-        for d, (versions, rows, count, first, length) in zip(doc_ids, replies, strict=True):
-            if chunks := _decoded(_keyed(prefix, rows), fields, self._tag_keys):
-                out[d] = Opening(
-                    tuple(chunks),
-                    int(count),
-                    frozenset(_int_or_none(v) for v in versions),
-                    int(first),
-                    None if int(length) < 0 else int(length),
-                )
-        return out
+
+        def decoded() -> dict[str, Opening]:
+            out: dict[str, Opening] = {}
+            for d, (versions, rows, count, first, length) in zip(doc_ids, replies, strict=True):
+                if chunks := _decoded(_keyed(prefix, rows), fields, self._tag_keys):
+                    out[d] = Opening(
+                        tuple(chunks),
+                        int(count),
+                        frozenset(_int_or_none(v) for v in versions),
+                        int(first),
+                        None if int(length) < 0 else int(length),
+                    )
+            return out
+
+        many = sum(len(rows) for _, rows, *_ in replies) > _DECODED_INLINE
+        return await asyncio.to_thread(decoded) if many else decoded()
 
     async def chunk_count(self, doc_id: str, tenant: str = DEFAULT_TENANT) -> int:
         """How many chunks the doc's stored version has (0: none stored)."""
