@@ -17,10 +17,11 @@ from typing import Literal
 
 from consumers.client_writes import Receipt, _Writes
 from consumers.encoding import ClientFilter, TurnRef, get_body, list_body, query_body, recent_body
+from consumers.errors import VersionGone
 from consumers.requests import GetItem, GetReply, ListReply, QueryReply
 from consumers.spelling import near_name
 from memory.conversation import MAX_RECENT_TURNS
-from memory.errors import MemdError, NotFound
+from memory.errors import MemdError
 
 __all__ = ["MemoryClient", "Receipt", "SessionHint"]
 
@@ -170,14 +171,24 @@ class MemoryClient(_Writes):
     ) -> GetItem:
         """One document (or turn, by its doc id) whole, however long: its current version, or
         ``version`` if its history keeps it (:meth:`read_on`). An item not found, or being
-        written, comes back as the reply says it.
+        written, comes back as the reply says it. The current version replaced while it is
+        read (even by the same content under a new number) is read again from its start, up
+        to ``READ_TRIES`` times.
 
         Raises:
-            NotFound, MemdError: as for :meth:`read_on`.
+            VersionGone: ``version`` (or, past the tries, each current one) was replaced and is
+                no longer kept before its last part was read.
+            MemdError: as for :meth:`read_on`.
             QueryFailed, BackendUnavailable, TimeoutError: as for :meth:`get`.
         """
-        (item,) = (await self.get(doc_id, metadata_filter=metadata_filter, tenant=tenant, version=version)).items
-        return await self.read_on(item, metadata_filter=metadata_filter, tenant=tenant)
+        for attempt in range(1, READ_TRIES + 1):
+            reply = await self.get(doc_id, metadata_filter=metadata_filter, tenant=tenant, version=version)
+            try:
+                return await self.read_on(_one(reply, doc_id), metadata_filter=metadata_filter, tenant=tenant)
+            except VersionGone:
+                if version is not None or attempt == READ_TRIES:
+                    raise
+        raise AssertionError("unreachable: the last try returns or raises")
 
     async def read_on(
         self, item: GetItem, *, metadata_filter: ClientFilter | None = None, tenant: str | None = None
@@ -187,8 +198,8 @@ class MemoryClient(_Writes):
         (``content_truncated`` then false). Any other item comes back as it is.
 
         Raises:
-            NotFound: the version read was replaced and is no longer kept before its last part
-                was read (read it again for the new version).
+            VersionGone: the version read was replaced and is no longer kept before its last
+                part was read (read it again for the new version).
             MemdError: its metadata fills a reply, leaving no room for its content.
             QueryFailed, BackendUnavailable, TimeoutError: as for :meth:`get`.
         """
@@ -199,18 +210,18 @@ class MemoryClient(_Writes):
             reply = await self.get(
                 item.doc_id, metadata_filter=metadata_filter, tenant=tenant, content_offset=read, version=item.version
             )
-            (part,) = reply.items
+            part = _one(reply, item.doc_id)
             if part.status != "found":
                 kept = f"version {item.version} of {item.doc_id!r}" if item.version is not None else repr(item.doc_id)
-                raise NotFound(f"{kept} is no longer kept as it was, after {read} characters of it were read")
+                raise VersionGone(f"{kept} is no longer kept as it was, after {read} characters of it were read")
             if not part.content:  # reading on would never end
                 raise MemdError(f"{item.doc_id!r}: its other fields leave a reply no room for its content")
             parts.append(part.content)
             read += len(part.content)
             cut = part.content_truncated
-        return (
-            item.model_copy(update={"content": "".join(parts), "content_truncated": False}) if len(parts) > 1 else item
-        )
+        if len(parts) == 1:
+            return item
+        return item.model_copy(update={"content": "".join(parts), "content_truncated": False})
 
     async def list_values(
         self,
@@ -295,3 +306,19 @@ class SessionHint:
 
     latest: list[str]
     near: str | None
+
+
+#: Reads of a document's current version ``MemoryClient.read`` starts before it gives up,
+#: when each is replaced before its last part is read.
+READ_TRIES = 3
+
+
+def _one(reply: GetReply, doc_id: str) -> GetItem:
+    """The one item of a get of ``doc_id``.
+
+    Raises:
+        MemdError: the reply left it off: its metadata alone fills a reply.
+    """
+    if not reply.items:
+        raise MemdError(f"{doc_id!r}: its metadata alone is larger than one reply may carry")
+    return reply.items[0]

@@ -5,6 +5,8 @@ MemdError
 ├── WriteRejected      the daemon dead-lettered a write the caller waited for (its ack)
 ├── RequestExpired     a request older than consumer.query_max_age_ms, not searched      expired
 ├── TenantErased       a request of a tenant erased and not created again           tenant_erased
+├── NotFound
+│   └── VersionGone    the version a client was reading on was replaced and is no longer kept
 └── InvalidRequest
     └── UnknownReplyTopic  reply_to names no topic a reply may go to     invalid_request
 """
@@ -13,7 +15,7 @@ from __future__ import annotations
 
 from consumers.events import WriteAck
 from consumers.requests import ErrorReply
-from memory.errors import InvalidRequest, MemdError
+from memory.errors import InvalidRequest, MemdError, NotFound
 
 
 class QueryFailed(MemdError):
@@ -56,3 +58,9 @@ class TenantErased(MemdError):
             f"tenant {tenant!r} was erased (agentmemd erase-tenant): nothing of it is kept, and its "
             f"questions are not answered until its topics are created again (agentmemd topics --tenant {tenant})"
         )
+
+
+class VersionGone(NotFound):
+    """The version a client was reading on (``MemoryClient.read_on``) was replaced and is no
+    longer kept before its last part was read (an upsert of the same content under a new
+    number replaces it too)."""

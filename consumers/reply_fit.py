@@ -197,8 +197,10 @@ def _with_versions(reply: GetReply, kept: Sequence[int]) -> GetReply:
 
 
 def _cut_contents(reply: GetReply, max_bytes: int) -> GetReply | None:
-    """``reply`` with its items' contents cut to the most characters each that fit ``max_bytes``
-    (a shorter content kept whole), or None if the items do not fit with no content at all.
+    """``reply`` with its items' contents cut to one length, the most characters each that fit
+    ``max_bytes`` as measured with every ``content_truncated`` false (a byte an item to spare:
+    ``true`` is shorter), a shorter content kept whole; or None if the items do not fit with
+    no content at all.
 
     The length is found by bisection over each content's escaped size per character, summed
     once (``_escaped_sizes``): a cut depends on no text past it, so a lookup may have read
@@ -232,7 +234,8 @@ def _cut_contents(reply: GetReply, max_bytes: int) -> GetReply | None:
     return None
 
 
-#: Tries of ``_cut_contents`` before it gives up (the first fits unless the estimate is off).
+#: Tries of ``_cut_contents`` before it gives up: the first fits unless ``_escaped_sizes``
+#: misjudges a character, which a test rules out for every kind there is.
 _CUT_ROUNDS = 3
 
 

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 from consumers.fields import MAX_VERSION, NO_NUL, AgentPart, DocId
-from memory.conversation import MAX_CONTEXT_TURNS, MAX_RECENT_TURNS, turn_doc_id
+from memory.conversation import MAX_CONTEXT_TURNS, MAX_RECENT_TURNS, parse_turn, turn_doc_id
 from memory.filters import EXCLUDE_OPERATOR, MAX_VALUE_LENGTH
 from memory.schema import MAX_SEARCH_OFFSET
 
@@ -200,7 +200,7 @@ class GetRequest(BaseModel):
             raise ValueError(f"a get names 1..{MAX_GET_ITEMS} doc_ids and turns together, got {n}")
         if (self.content_offset or self.version is not None) and len(self.wanted()) != 1:
             raise ValueError(f"content_offset and version read one item, and this get names {n}")
-        if self.version is not None and self.turns:
+        if self.version is not None and (self.turns or any(parse_turn(d) for d in self.doc_ids)):
             raise ValueError("version reads one version of a document, and a turn has none")
         if self.version is not None and self.history:
             raise ValueError("version reads one version alone: ask for history without it")

@@ -91,7 +91,7 @@ FORGET = (
     "Returns the acknowledgement."
 )
 GET = (
-    "Read one document (or a turn, by its doc_id such as 'transcript:agent/session/3') in full: status "
+    "Read one document (or a turn, by its doc_id such as 'transcript:agent/session/3'): status "
     "'found' with content, version and metadata, 'not_found', or 'writing' (being replaced: ask again shortly). "
     "history=true also returns a document's earlier versions, newest first, each with its content and the time "
     "it held from (timestamp) and until: what it said before it was changed. version reads that version, current "

@@ -65,10 +65,16 @@ class Lookups:
         stored = await self._index.openings(wanted, tenant, content_chars, skip=offset)
         out = await self._shown(wanted, stored, tenant, flt, offset)
         if content_chars is not None and not read_far_enough(out, content_chars):
-            # A doc not shown (outside the filter, being written) took characters it does not
-            # show, so a doc after it was read shorter than a reply cuts it: read them whole.
-            stored = await self._index.openings(wanted, tenant, skip=offset)
-            out = await self._shown(wanted, stored, tenant, flt, offset)
+            # A doc not shown (outside the filter, being written) took a share it does not
+            # show, so a doc shown was read short of where a reply cuts it: read those shown
+            # again without it, and, should that fall short too (an edit in between), whole.
+            shown = [f.doc_id for f in out if f.status == "found"]
+            stored = await self._index.openings(shown, tenant, content_chars, skip=offset)
+            again = {f.doc_id: f for f in await self._shown(shown, stored, tenant, flt, offset)}
+            out = [again.get(f.doc_id, f) for f in out]
+            if not read_far_enough(out, content_chars):
+                stored = await self._index.openings(wanted, tenant, skip=offset)
+                out = await self._shown(wanted, stored, tenant, flt, offset)
         if version is not None:
             out = [await self._of_version(f, version, tenant, flt, offset) for f in out]
         return await self._with_history(out, tenant, flt) if history else out
@@ -92,7 +98,7 @@ class Lookups:
                 continue
             # The text read opens where its first chunk does, or where the text before that
             # chunk does (what is put back between it and the one before).
-            opens = (first.start or 0) - len(first.gap) if opening.first else 0
+            opens = (first.start or 0) - len(first.gap) - opening.base if opening.first else 0
             text = joined_text(opening.chunks)[max(0, offset - opens) :]
             size = None if opening.length is None else max(0, opening.length - offset)
             out.append(Lookup(doc_id, "found", opening.chunks, text, first.version, whole=opening.whole, size=size))

@@ -9,6 +9,8 @@ import typer
 from rich.text import Text
 
 from consumers.client import MemoryClient
+from consumers.encoding import ClientFilter
+from consumers.errors import VersionGone
 from consumers.fields import MAX_VERSION
 from consumers.requests import GetItem, GetReply
 from daemon.cli._app import _settings, app, err, out
@@ -58,9 +60,9 @@ def get(
     async def read(c: MemoryClient) -> tuple[GetReply, int | None]:
         reply = await c.get(doc_ids, metadata_filter=flt or None, history=history, version=version)
         # A content cut to fit the reply is read on, a reply at a time, in the version shown.
-        items = [await c.read_on(i, metadata_filter=flt or None) for i in reply.items]
+        items = [await _whole(c, i, flt or None, pinned=version is not None) for i in reply.items]
         current = None
-        if version is not None and items[0].status == "not_found":
+        if version is not None and items and items[0].status == "not_found":
             # Say whether the document or only that version is missing.
             (now,) = (await c.get(doc_ids[0], metadata_filter=flt or None)).items
             current = now.version if now.status == "found" else None
@@ -90,6 +92,16 @@ def get(
         err.print(Text(f"({kept}: --history lists the versions kept)", style="yellow"))
     if left_off or any(i.status != "found" for i in reply.items):
         raise typer.Exit(NOT_FOUND_EXIT)
+
+
+async def _whole(c: MemoryClient, item: GetItem, flt: ClientFilter | None, *, pinned: bool) -> GetItem:
+    """``item`` read on to its end; the current version replaced meanwhile is read again whole."""
+    try:
+        return await c.read_on(item, metadata_filter=flt)
+    except VersionGone:
+        if pinned:
+            raise
+        return await c.read(item.doc_id, metadata_filter=flt)
 
 
 def _show(item: GetItem, *, alone: bool) -> None:

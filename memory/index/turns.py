@@ -31,6 +31,7 @@ class Opening:
     versions: frozenset[int | None]
     first: int = 0
     length: int | None = None
+    base: int = 0  # where the content starts among the chunks' starts (``_OPENINGS``)
 
     @property
     def whole(self) -> bool:
@@ -86,7 +87,9 @@ return out
 #: sets; ARGV the chunks' key prefix, the characters to hold, the character to start from, the
 #: number of fields, the fields. Per doc: the versions its chunks are of, the rows (as
 #: ``_CHUNK_ROWS``'s) from the chunk holding the start character, its number of chunks, the
-#: 0-based index of the first row, and its length in characters (-1: unknown).
+#: 0-based index of the first row, its length in characters (-1: unknown), and where its
+#: content starts among the chunk starts (not 0 for a doc stored before the text it opens
+#: with was kept: its first chunk's start, and its content reads from there).
 #:
 #: The characters are shared as a reply of that many bytes shares them (``water_level``): each
 #: doc past its start is read to the first chunk that starts past the level, so it holds more
@@ -116,13 +119,15 @@ for i, set in ipairs(KEYS) do
     starts[j] = tonumber(v[2])
     if starts[j] == nil then unknown = true end
   end
-  local length = -1
+  local length, base = -1, 0
   if #order > 0 and not unknown then
+    local opening = redis.call('HGET', prefix .. order[1][2], 'chunk_gap')
     local last = redis.call('HMGET', prefix .. order[#order][2], 'text', 'chunk_tail')
-    length = starts[#order] + chars(last[1]) + chars(last[2])
+    base = starts[1] - chars(opening)
+    length = starts[#order] + chars(last[1]) + chars(last[2]) - base
     rests[#rests + 1] = math.max(0, length - skip)
   end
-  docs[i] = {order, versions, starts, unknown, length}
+  docs[i] = {order, versions, starts, unknown, length, base}
 end
 table.sort(rests)
 local level, left = budget, budget
@@ -136,21 +141,21 @@ for k = 1, #rests do
 end
 local out = {}
 for i, d in ipairs(docs) do
-  local order, versions, starts, unknown, length = d[1], d[2], d[3], d[4], d[5]
+  local order, versions, starts, unknown, length, base = d[1], d[2], d[3], d[4], d[5], d[6]
   local lo, hi = 0, #order
   if not unknown then
     for j = 2, #order do
-      if starts[j] > skip then break end
+      if starts[j] > base + skip then break end
       lo = j - 1
     end
     for j = lo + 1, #order do
-      if starts[j] > skip + level then
+      if starts[j] > base + skip + level then
         hi = j
         break
       end
     end
   end
-  out[i] = {versions, rows_of(prefix, order, lo, hi, fields), #order, lo, length}
+  out[i] = {versions, rows_of(prefix, order, lo, hi, fields), #order, lo, length, base}
 end
 return out
 """
@@ -282,7 +287,7 @@ class _Turns(_Lifecycle):
 
         def decoded() -> dict[str, Opening]:
             out: dict[str, Opening] = {}
-            for d, (versions, rows, count, first, length) in zip(doc_ids, replies, strict=True):
+            for d, (versions, rows, count, first, length, base) in zip(doc_ids, replies, strict=True):
                 if chunks := _decoded(_keyed(prefix, rows), fields, self._tag_keys):
                     out[d] = Opening(
                         tuple(chunks),
@@ -290,6 +295,7 @@ class _Turns(_Lifecycle):
                         frozenset(_int_or_none(v) for v in versions),
                         int(first),
                         None if int(length) < 0 else int(length),
+                        int(base),
                     )
             return out
 

@@ -252,3 +252,27 @@ async def test_a_document_is_read_on_from_any_character_in_any_version_it_keeps(
         assert flt[0].status == "not_found"
         (three,) = await stack.retriever.lookups.lookup([doc], version=3, metadata_filter={"service": "dev"})
         assert (three.status, three.content) == ("found", contents[3])
+
+
+async def test_a_document_stored_without_its_opening_text_reads_on_from_its_first_word(
+    redis_url: str, embedder: Any
+) -> None:
+    """A doc stored with its chunks' starts but not the text it opens with (an indent; an
+    earlier release kept no such text) reads from its first word: read on, page by page, it
+    is that content, and a reply from any offset is the one its whole read gives."""
+    doc = "notes/indented.md"
+    async with memory_stack(redis_url, embedder, unique(__name__)) as stack:
+        await stack.ingestor.apply([upsert(doc, 1, "    " + paragraphs(doc, 30, "w") + "\n\n")])
+        (stored,) = await stack.retriever.lookups.lookup([doc])
+        gen = await stack.index._generation()
+        await stack.client.hdel(stack.index._chunk_key(gen, "default", stored.chunks[0].chunk_id), "chunk_gap")
+        await stack.client.hdel(stack.index._chunk_key(gen, "default", stored.chunks[-1].chunk_id), "chunk_tail")
+        (whole,) = await stack.retriever.lookups.lookup([doc])
+        assert whole.content.startswith("w ledger") and stored.content.startswith("    w ledger")
+        text, _, pages = await read_all(stack, doc, 5_000)
+        assert text == whole.content and pages > 1
+        starts = [(c.start or 0) - 4 for c in whole.chunks]
+        for offset in (0, 3, starts[5], starts[5] + 9, len(whole.content) - 1):
+            req = GetRequest(query_id="q", op="get", doc_ids=[doc], content_offset=offset)
+            rest = Lookup(doc, "found", whole.chunks, whole.content[offset:], 1)
+            assert await page(stack, doc, 5_000, offset) == fit(to_get_reply(req, [rest], 0.0), 5_000), offset

@@ -13,7 +13,7 @@ import pytest
 
 from consumers.client import MemoryClient
 from consumers.config import ConsumerConfig
-from consumers.errors import QueryFailed
+from consumers.errors import QueryFailed, VersionGone
 from memory.config import ChunkingConfig, IngestConfig
 from memory.index import ChunkIndex
 from memory.ingest import Ingestor
@@ -195,6 +195,15 @@ async def test_long_contents_are_read_on_over_kafka(kafka_bootstrap: str, redis_
         assert (await client.read("notes/missing.md")).status == "not_found"
         with pytest.raises(QueryFailed, match="content_offset and version read one item"):
             await client.get([doc, small], content_offset=10)
+        # The same content published again under a new number replaces the version being
+        # read on (no history keeps a version that said what the next says): reading that
+        # version on says so, and a read of the current version starts again and reads it.
+        (first,) = (await client.get(doc)).items
+        await client.publish_document(doc, v2, version=3, wait=True)
+        with pytest.raises(VersionGone, match=r"version 2 of .* is no longer kept as it was"):
+            await client.read_on(first)
+        again = await client.read(doc)
+        assert (again.content, again.version) == (v2, 3)
 
 
 async def test_a_batch_keeps_the_versions_it_passed_over_and_a_delete_in_it_drops_the_rest(

@@ -147,6 +147,7 @@ def test_the_escaped_size_of_each_prefix_is_what_json_takes() -> None:
         ({"doc_ids": ["a", "b"], "content_offset": 10}, "read one item"),
         ({"doc_ids": ["a"], "turns": [{"agent_id": "a", "session_id": "s", "turn": 1}], "version": 2}, "read one"),
         ({"turns": [{"agent_id": "a", "session_id": "s", "turn": 1}], "version": 2}, "a turn has none"),
+        ({"doc_ids": ["transcript:a/s/1"], "version": 0}, "a turn has none"),
         ({"doc_ids": ["a"], "version": 2, "history": True}, "ask for history without it"),
         ({"doc_ids": ["a"], "content_offset": -1}, "content_offset"),
         ({"doc_ids": ["a"], "version": "2"}, "version"),
