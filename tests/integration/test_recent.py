@@ -144,7 +144,10 @@ async def test_a_turn_or_document_too_large_for_one_reply_comes_back_cut(client:
     receipt = await client.publish_document(doc_id, huge, wait=True)
     assert receipt.ack is not None and receipt.ack.status == "indexed"
     got = await client.get([doc_id, "runbooks/another.md"])
-    assert got.truncated and [i.doc_id for i in got.items] == [doc_id]
+    assert not got.truncated and [(i.doc_id, i.status) for i in got.items] == [
+        (doc_id, "found"),
+        ("runbooks/another.md", "not_found"),
+    ]
     assert got.items[0].content_truncated and huge.startswith(got.items[0].content or "-")
     short = await client.get(turns=[(agent, "s", 0)])
     assert not short.truncated and short.items[0].content == "A short first turn."
