@@ -83,7 +83,7 @@ class MemoryReads:
         replay_marks: Callable[[], Awaitable[Mapping[str, ReplayMark]]] | None = None,
     ) -> None:
         self.index = index
-        self._erased = erased  # topic tenancy: the erased tenants, whose dead letters are never shown
+        self._erased = erased  # topic tenancy: the erased tenants (their rows, their dead letters never shown)
         self._replay_marks = replay_marks  # which dead letters `dlq replay` sent again
         self._retriever = retriever
         self._search = search
@@ -102,9 +102,14 @@ class MemoryReads:
         return [g.value for g in await self.index.groups("tenant", {}, limit=MAX_PAGE)]
 
     async def tenant_rows(self, tenants: Sequence[str]) -> list[TenantRow]:
-        """Chunk counts per kind of each tenant (count-only queries: no chunk is read)."""
+        """Chunk counts per kind of each tenant (count-only queries: no chunk is read); a
+        tenant erased and not started anew says when instead (it holds nothing)."""
+        erased = await self._erased() if self._erased is not None else {}
         rows = []
         for t in tenants[:MAX_PAGE]:
+            if (gone := erased.get(t)) is not None and not gone.restored:
+                rows.append(TenantRow(t, 0, 0, 0, erased_at=gone.at))
+                continue
             counts = [
                 await self.index.count_where({"tenant": t, "kind": k}) for k in ("document", "transcript", "community")
             ]

@@ -23,6 +23,7 @@ class TenantRow:
     documents: int
     turns: int
     summaries: int
+    erased_at: float | None = None  # erased (``agentmemd erase-tenant``) and not started anew
 
 
 def key_params(key: PageKey | None) -> dict[str, object] | None:
@@ -42,6 +43,8 @@ def tenants_body(rows: Sequence[TenantRow]) -> str:
                 f'<span class="num">{r.summaries}</span>',
                 link("timeline", "/explore/chunks", tenant=r.tenant),
             )
+            if r.erased_at is None
+            else (esc(r.tenant), f"erased {esc(when(r.erased_at))}", "", "", "")
             for r in rows
         ),
         table_id="tenants",

@@ -435,3 +435,42 @@ async def test_only_a_few_pages_are_read_and_rendered_at_once() -> None:
     assert running == 2
     release.set()
     assert [r.text for r in await asyncio.gather(*asked)] == ["ok"] * 6 and peak == 2
+
+
+async def test_an_erased_tenant_is_listed_as_erased_not_as_empty() -> None:
+    """The tenants page says when a tenant was erased (not "0 0 0", which reads as a tenant
+    that never wrote); one started anew is counted again; nothing of an erased one is read."""
+    import types
+    from typing import Any, cast
+
+    from daemon.explore.reads import MemoryReads
+    from daemon.explore.views_memory import tenants_body
+    from memory.tenants import Erasure
+
+    counted: list[str] = []
+
+    async def count_where(where: dict[str, str]) -> int:
+        counted.append(where["tenant"])
+        return 7
+
+    async def erased() -> dict[str, Erasure]:
+        return {"acme": Erasure(at=1_700_000_000.0, restored=False), "anew": Erasure(at=1.0, restored=True)}
+
+    reads = MemoryReads(
+        index=cast(Any, types.SimpleNamespace(count_where=count_where)),
+        retriever=cast(Any, None),
+        search=cast(Any, None),
+        graph=None,
+        status=cast(Any, None),
+        settings=cast(Any, None),
+        erased=erased,
+    )
+    rows = await reads.tenant_rows(["acme", "anew", "globex"])
+    assert [(r.tenant, r.documents, r.erased_at) for r in rows] == [
+        ("acme", 0, 1_700_000_000.0),
+        ("anew", 7, None),
+        ("globex", 7, None),
+    ]
+    assert "acme" not in counted
+    body = tenants_body(rows)
+    assert "erased 2023-11-14" in body and 'tenant=acme"' not in body and "tenant=globex" in body
