@@ -9,7 +9,7 @@ from memory.imports import lazy_exports
 if TYPE_CHECKING:
     from consumers.client import MemoryClient
     from consumers.config import ConsumerConfig, Topics
-    from consumers.errors import QueryFailed, WriteRejected
+    from consumers.errors import QueryFailed, VersionGone, WriteRejected
     from consumers.events import DlqRecord, DocumentEvent, ForgetEvent, TranscriptEvent
     from consumers.requests import ErrorReply, HybridParams, QueryReply, QueryRequest, ResultItem
     from consumers.routers import build_router
@@ -33,6 +33,7 @@ _HOMES: dict[str, str] = {
     "HybridParams": "consumers.requests",
     "MemoryClient": "consumers.client",
     "QueryFailed": "consumers.errors",
+    "VersionGone": "consumers.errors",
     "WriteRejected": "consumers.errors",
     "QueryReply": "consumers.requests",
     "QueryRequest": "consumers.requests",
@@ -67,6 +68,7 @@ __all__ = [
     "ThreadedClient",
     "Topics",
     "TranscriptEvent",
+    "VersionGone",
     "WriteRejected",
     "build_router",
 ]

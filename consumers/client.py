@@ -199,7 +199,8 @@ class MemoryClient(_Writes):
 
         Raises:
             VersionGone: the version read was replaced and is no longer kept before its last
-                part was read (read it again for the new version).
+                part was read, or a turn (which has no version) was written again meanwhile
+                (read it again for the new one).
             MemdError: its metadata fills a reply, leaving no room for its content.
             QueryFailed, BackendUnavailable, TimeoutError: as for :meth:`get`.
         """
@@ -211,7 +212,9 @@ class MemoryClient(_Writes):
                 item.doc_id, metadata_filter=metadata_filter, tenant=tenant, content_offset=read, version=item.version
             )
             part = _one(reply, item.doc_id)
-            if part.status != "found":
+            # A turn has no version to pin: one written again meanwhile has another time.
+            replaced = item.version is None and part.timestamp != item.timestamp
+            if part.status != "found" or replaced:
                 kept = f"version {item.version} of {item.doc_id!r}" if item.version is not None else repr(item.doc_id)
                 raise VersionGone(f"{kept} is no longer kept as it was, after {read} characters of it were read")
             if not part.content:  # reading on would never end
@@ -320,5 +323,5 @@ def _one(reply: GetReply, doc_id: str) -> GetItem:
         MemdError: the reply left it off: its metadata alone fills a reply.
     """
     if not reply.items:
-        raise MemdError(f"{doc_id!r}: its metadata alone is larger than one reply may carry")
+        raise MemdError(f"{doc_id!r} was left off the reply: its metadata alone is larger than one reply may carry")
     return reply.items[0]

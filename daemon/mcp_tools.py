@@ -307,8 +307,8 @@ class MemoryTools:
 
         async def look(c: MemoryClient) -> dict[str, Any]:
             reply = await c.get([doc_id], history=history, version=version, content_offset=content_offset)
-            if not reply.items:
-                raise MemdError(f"{doc_id!r}: its metadata alone is larger than one reply may carry")
+            if not reply.items or (reply.items[0].content_truncated and not reply.items[0].content):
+                raise MemdError(f"{doc_id!r}: its metadata alone leaves one reply no room for its content")
             return read_on_view(reply.items[0], content_offset, max_chars)
 
         return await self._call("get_document", look)

@@ -116,8 +116,8 @@ def read_on_view(item: GetItem, offset: int, max_chars: int) -> dict[str, Any]:
     if item.content is not None and len(item.content) > max_chars:
         item = item.model_copy(update={"content": item.content[:max_chars], "content_truncated": True})
     view = item_view(item)
-    if item.content_truncated and item.content:  # none read: its metadata fills the reply
-        view["read_on"] = {"content_offset": offset + len(item.content)}
+    if item.content_truncated:
+        view["read_on"] = {"content_offset": offset + len(item.content or "")}
         if item.version is not None:
             view["read_on"]["version"] = item.version
     return view

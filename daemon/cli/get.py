@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from consumers.client import MemoryClient
+from consumers.client import READ_TRIES, MemoryClient
 from consumers.encoding import ClientFilter
 from consumers.errors import VersionGone
 from consumers.fields import MAX_VERSION
@@ -18,6 +18,7 @@ from daemon.cli._client import _filter, _tenant_target, _with_client
 from daemon.cli.query import FilterOpt, JsonOpt, ReadTenantOpt, ReadTimeoutOpt, shown_time
 from daemon.control_pictures import json_for_terminal
 from daemon.explore.html import pairs
+from memory.errors import MemdError
 
 #: The exit code when an id is not found: apart from a failure's 1 and a usage error's 2, so
 #: a script can tell "not there" from "could not ask".
@@ -59,13 +60,15 @@ def get(
 
     async def read(c: MemoryClient) -> tuple[GetReply, int | None]:
         reply = await c.get(doc_ids, metadata_filter=flt or None, history=history, version=version)
+        if not reply.items:
+            raise MemdError("the reply held none of the ids asked for: the first one's metadata alone fills it")
         # A content cut to fit the reply is read on, a reply at a time, in the version shown.
-        items = [await _whole(c, i, flt or None, pinned=version is not None) for i in reply.items]
+        items = [await _whole(c, i, flt or None, pinned=version is not None, history=history) for i in reply.items]
         current = None
-        if version is not None and items and items[0].status == "not_found":
+        if version is not None and items[0].status == "not_found":
             # Say whether the document or only that version is missing.
-            (now,) = (await c.get(doc_ids[0], metadata_filter=flt or None)).items
-            current = now.version if now.status == "found" else None
+            now = (await c.get(doc_ids[0], metadata_filter=flt or None)).items
+            current = now[0].version if now and now[0].status == "found" else None
         return reply.model_copy(update={"items": items}), current
 
     reply, current = _with_client(read, settings, target, timeout_s=timeout)
@@ -94,14 +97,20 @@ def get(
         raise typer.Exit(NOT_FOUND_EXIT)
 
 
-async def _whole(c: MemoryClient, item: GetItem, flt: ClientFilter | None, *, pinned: bool) -> GetItem:
-    """``item`` read on to its end; the current version replaced meanwhile is read again whole."""
-    try:
-        return await c.read_on(item, metadata_filter=flt)
-    except VersionGone:
-        if pinned:
-            raise
-        return await c.read(item.doc_id, metadata_filter=flt)
+async def _whole(c: MemoryClient, item: GetItem, flt: ClientFilter | None, *, pinned: bool, history: bool) -> GetItem:
+    """``item`` read on to its end; the current version replaced meanwhile is asked for again
+    (with its history, if asked) and read on, up to ``READ_TRIES`` times in all."""
+    for attempt in range(1, READ_TRIES + 1):
+        try:
+            return await c.read_on(item, metadata_filter=flt)
+        except VersionGone:
+            if pinned or attempt == READ_TRIES:
+                raise
+            again = (await c.get(item.doc_id, metadata_filter=flt, history=history)).items
+            if not again:
+                raise MemdError(f"{item.doc_id!r}: its metadata alone is larger than one reply may carry") from None
+            item = again[0]
+    raise AssertionError("unreachable: the last try returns or raises")
 
 
 def _show(item: GetItem, *, alone: bool) -> None:
