@@ -61,7 +61,15 @@ async def test_redis_outage_retries_commits_nothing_early_and_catches_up(kafka_b
                     settings.topics.documents, doc(f"before/{i}", f"before outage {i} walrus"), key=f"b{i}"
                 )
             await eventually(lambda: _has(daemon, "before/4"), what="docs before the outage")
-            offset_before = (await committed(kafka_bootstrap, f"{name}.documents", settings.topics.documents, 1))[0]
+
+            # A batch's offsets are committed after its writes show: wait for them, or a commit
+            # of these docs landing during the outage would read as one committed too early.
+            async def committed_before() -> bool:
+                got = await committed(kafka_bootstrap, f"{name}.documents", settings.topics.documents, 1)
+                return got[0] == 5
+
+            await eventually(committed_before, what="offsets of the docs before the outage")
+            offset_before = 5
 
             redis.stop()  # SIGTERM: Redis flushes its AOF and exits
             for i in range(20):
