@@ -168,9 +168,11 @@ class MemoryClient(_Writes):
         version: int | None = None,
         metadata_filter: ClientFilter | None = None,
         tenant: str | None = None,
+        history: bool = False,
     ) -> GetItem:
         """One document (or turn, by its doc id) whole, however long: its current version, or
-        ``version`` if its history keeps it (:meth:`read_on`). An item not found, or being
+        ``version`` if its history keeps it (:meth:`read_on`); with ``history`` (and no
+        ``version``), its earlier versions as :meth:`get` gives them. An item not found, or being
         written, comes back as the reply says it. The current version replaced while it is
         read (even by the same content under a new number) is read again from its start, up
         to ``READ_TRIES`` times.
@@ -182,7 +184,9 @@ class MemoryClient(_Writes):
             QueryFailed, BackendUnavailable, TimeoutError: as for :meth:`get`.
         """
         for attempt in range(1, READ_TRIES + 1):
-            reply = await self.get(doc_id, metadata_filter=metadata_filter, tenant=tenant, version=version)
+            reply = await self.get(
+                doc_id, metadata_filter=metadata_filter, tenant=tenant, version=version, history=history
+            )
             try:
                 return await self.read_on(_one(reply, doc_id), metadata_filter=metadata_filter, tenant=tenant)
             except VersionGone:

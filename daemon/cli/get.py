@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from consumers.client import READ_TRIES, MemoryClient
+from consumers.client import MemoryClient
 from consumers.encoding import ClientFilter
 from consumers.errors import VersionGone
 from consumers.fields import MAX_VERSION
@@ -98,19 +98,14 @@ def get(
 
 
 async def _whole(c: MemoryClient, item: GetItem, flt: ClientFilter | None, *, pinned: bool, history: bool) -> GetItem:
-    """``item`` read on to its end; the current version replaced meanwhile is asked for again
-    (with its history, if asked) and read on, up to ``READ_TRIES`` times in all."""
-    for attempt in range(1, READ_TRIES + 1):
-        try:
-            return await c.read_on(item, metadata_filter=flt)
-        except VersionGone:
-            if pinned or attempt == READ_TRIES:
-                raise
-            again = (await c.get(item.doc_id, metadata_filter=flt, history=history)).items
-            if not again:
-                raise MemdError(f"{item.doc_id!r}: its metadata alone is larger than one reply may carry") from None
-            item = again[0]
-    raise AssertionError("unreachable: the last try returns or raises")
+    """``item`` read on to its end; the current version replaced meanwhile is read again whole,
+    with its history if asked (``MemoryClient.read``)."""
+    try:
+        return await c.read_on(item, metadata_filter=flt)
+    except VersionGone:
+        if pinned:
+            raise
+        return await c.read(item.doc_id, metadata_filter=flt, history=history)
 
 
 def _show(item: GetItem, *, alone: bool) -> None:

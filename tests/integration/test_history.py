@@ -204,6 +204,8 @@ async def test_long_contents_are_read_on_over_kafka(kafka_bootstrap: str, redis_
             await client.read_on(first)
         again = await client.read(doc)
         assert (again.content, again.version) == (v2, 3)
+        with_history = await client.read(doc, history=True)
+        assert with_history.content == v2 and [v.version for v in with_history.history or []] == [1]
 
 
 async def test_a_batch_keeps_the_versions_it_passed_over_and_a_delete_in_it_drops_the_rest(
